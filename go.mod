@@ -1,0 +1,3 @@
+module github.com/participantd/participantd
+
+go 1.26.8

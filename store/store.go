@@ -1,0 +1,122 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Entry is one payload of a stream with the sequence number it was assigned.
+type Entry struct {
+	// Seq is the entry's 0-based position in its stream.
+	Seq uint64
+	// Payload is the appended bytes. Entries returned by a store are copies
+	// the caller owns.
+	Payload []byte
+}
+
+// Value is one durable counter, as returned by Scan.
+type Value struct {
+	Key   string
+	Value uint64
+}
+
+// DurableStore is the storage contract every layer above builds on: named
+// append-only streams and named uint64 values, made durable together by Flush.
+//
+// Streams, values and keys are independent namespaces: a stream and a value
+// may share a name without affecting each other.
+//
+// Visibility and durability are separate. A successful Append or CAS is
+// visible to every later read at once, and becomes durable only when a Flush
+// that began after it returns nil. A crash loses exactly the writes that no
+// successful Flush covered, and nothing else.
+//
+// Implementations are safe for concurrent use. Once an implementation fails
+// to make writes durable it refuses every later call with that error (the
+// error is sticky); the way back is to reopen the store and reconcile.
+type DurableStore interface {
+	// Append adds payload at the end of stream and returns its seq. The
+	// assigned seq (0-based, the stream's length before the call) must equal
+	// expectedSeq; otherwise nothing is written and the error is a
+	// *SequenceConflictError (errors.Is ErrSequenceConflict). The store keeps
+	// its own copy of payload.
+	Append(stream string, payload []byte, expectedSeq uint64) (uint64, error)
+
+	// ReadFrom returns up to limit entries of stream starting at seq offset,
+	// in seq order, flushed or not. Reading past the end, or a stream that
+	// does not exist, returns no entries and no error. limit <= 0 means no
+	// limit. The returned entries and payloads are copies the caller owns.
+	ReadFrom(stream string, offset uint64, limit int) ([]Entry, error)
+
+	// Len returns the number of entries in stream (the seq the next Append
+	// must expect), counting unflushed appends. An absent stream has length 0.
+	Len(stream string) (uint64, error)
+
+	// CAS sets value key to new if its current value is old. An absent value
+	// reads as 0, so CAS from 0 creates it. A mismatch writes nothing and
+	// returns a *CASConflictError (errors.Is ErrCASConflict) carrying the
+	// actual value. Like an append, the write is visible at once and durable
+	// after the next successful Flush.
+	CAS(key string, old, new uint64) error
+
+	// ReadValue returns the current value of key, 0 when absent.
+	ReadValue(key string) (uint64, error)
+
+	// Scan returns every value whose key starts with prefix, in ascending key
+	// order. Values equal to 0 are absent and not returned.
+	Scan(prefix string) ([]Value, error)
+
+	// Flush returns nil only when every Append and CAS that returned before
+	// Flush was called is durable (fsync'd). Writes made concurrently with
+	// the call may or may not be covered.
+	Flush() error
+
+	// Close releases the store. Unflushed writes are discarded, as in a
+	// crash. Every call after Close returns ErrClosed.
+	Close() error
+}
+
+// Sentinel errors. Typed errors below unwrap to them.
+var (
+	// ErrSequenceConflict reports an Append whose expectedSeq was not the
+	// stream's length.
+	ErrSequenceConflict = errors.New("store: sequence conflict")
+	// ErrCASConflict reports a CAS whose old value was not the current one.
+	ErrCASConflict = errors.New("store: cas conflict")
+	// ErrClosed reports a call on a closed store.
+	ErrClosed = errors.New("store: closed")
+	// ErrFailed wraps the sticky error of a store that failed to make writes
+	// durable; every call after the failure returns it.
+	ErrFailed = errors.New("store: failed")
+	// ErrLocked reports a data file held by another process.
+	ErrLocked = errors.New("store: data file is locked by another process")
+)
+
+// SequenceConflictError is returned by Append when expectedSeq is not the
+// seq the append would be assigned.
+type SequenceConflictError struct {
+	Stream   string
+	Expected uint64 // the caller's expectedSeq
+	Actual   uint64 // the stream's length, the seq the append would get
+}
+
+func (e *SequenceConflictError) Error() string {
+	return fmt.Sprintf("store: sequence conflict on %q: expected %d, actual %d", e.Stream, e.Expected, e.Actual)
+}
+
+// Unwrap returns ErrSequenceConflict.
+func (e *SequenceConflictError) Unwrap() error { return ErrSequenceConflict }
+
+// CASConflictError is returned by CAS when old is not the current value.
+type CASConflictError struct {
+	Key      string
+	Expected uint64 // the caller's old value
+	Actual   uint64 // the current value
+}
+
+func (e *CASConflictError) Error() string {
+	return fmt.Sprintf("store: cas conflict on %q: expected %d, actual %d", e.Key, e.Expected, e.Actual)
+}
+
+// Unwrap returns ErrCASConflict.
+func (e *CASConflictError) Unwrap() error { return ErrCASConflict }
