@@ -1,0 +1,70 @@
+// Package faultstore wraps a store.DurableStore to inject faults and crash
+// cuts, so that tests can prove what participantd does when storage fails
+// or the process dies between two barriers. It is modelled on pebble's
+// vfs/errorfs: every call is a counted operation, rules decide per
+// operation, and a crash-cut loop (CutLoop) kills a workload at operation
+// 0, 1, 2, ... until a run completes.
+//
+// # Operations
+//
+// Every call except Close is an Op with a 0-based Index counted across all
+// calls, a Kind and a Name:
+//
+//	method                      kind       name
+//	Append                      OpAppend   stream
+//	ReadFrom, Len, ReadValue    OpRead     stream or key
+//	CAS                         OpCAS      key
+//	Scan                        OpScan     prefix
+//	Flush                       OpFlush    "" (Pending: streams appended since the last durable flush)
+//
+// Close is not an operation: it is not counted, no rule sees it, and it
+// reaches the inner store even after a cut, since closing discards
+// unflushed writes as a crash does and a test must be able to release the
+// inner store before reopening it.
+//
+// # Faults
+//
+// Rules are consulted in order and the first action other than None
+// applies:
+//
+//	action      inner store sees         caller sees
+//	None        the call                 the inner result
+//	Fail        nothing                  an *Error wrapping ErrInjected
+//	Uncertain   the call                 an *Error wrapping ErrInjected
+//	Cut         nothing, then nothing    an *Error wrapping ErrCut, for this
+//	            for every later op       and every later op
+//
+// Fail is "definitely not applied" and Uncertain "maybe applied" (it was):
+// an Uncertain append has landed, an Uncertain flush made every earlier
+// write durable. If the inner call of an Uncertain op fails, its own error
+// is returned, since nothing happened.
+//
+// # Crash cuts
+//
+// A Cut is the death of the process at that op. Op indices and decisions
+// are made in one order under the Store's lock, so no op admitted after the
+// cut op reaches the inner store; ops admitted before it may still be in
+// flight and complete. After the workload returns, the test calls Crash on
+// the inner *store.Memory, which keeps exactly what a Flush made durable
+// before the cut, and reopens whatever it needs on top of it. CutLoop
+// automates that for every cut point of a workload.
+//
+// # Rules
+//
+// A Rule is built from predicates (Kind, Prefix, Name, Index, And, Or, Not)
+// with When, or with the shorthands OnIndex, OnKind and OnPrefix; First,
+// Once and Switch compose rules. Prefix matches an op's name, and a flush
+// when any of its Pending streams has the prefix, so the two fault switches
+// of seed 004 (an outbox append that fails, a flush covering an outbox
+// append that fails) are one line each:
+//
+//	fs := faultstore.New(store.NewMemory())
+//	failAppend := faultstore.NewSwitch(faultstore.When(faultstore.Fail, faultstore.Kind(faultstore.OpAppend), faultstore.Prefix("outbox/")))
+//	failFlush := faultstore.NewSwitch(faultstore.When(faultstore.Fail, faultstore.Kind(faultstore.OpFlush), faultstore.Prefix("outbox/")))
+//	fs.SetRules(failAppend, failFlush)
+//	failFlush.Set(true) // the next flush covering an outbox append fails
+//
+// Rules run under the Store's lock and must be quick and must not call the
+// Store. SetRules, AddRule, SetObserver and Switch.Set are safe to call
+// while other goroutines use the Store.
+package faultstore

@@ -1,0 +1,298 @@
+package faultstore
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/participantd/participantd/store"
+)
+
+// Sentinel errors. Every error the Store injects is an *Error that unwraps
+// to exactly one of them.
+var (
+	// ErrInjected reports a Fail or Uncertain fault: the op failed on
+	// purpose, and for Uncertain it was performed all the same.
+	ErrInjected = errors.New("faultstore: injected fault")
+	// ErrCut reports an op at or after the cut: the simulated process is
+	// dead and the op was not performed.
+	ErrCut = errors.New("faultstore: cut")
+)
+
+// Error is the error a Store returns for an injected fault.
+type Error struct {
+	// Op is the op that failed.
+	Op Op
+	// Action is Fail, Uncertain or Cut.
+	Action Action
+	// CutAt is, for Cut, the index of the op the process died at; it is
+	// Op.Index for the cut op itself and smaller for every op after it.
+	CutAt uint64
+}
+
+// Error states the op, the fault, and whether the op was performed.
+func (e *Error) Error() string {
+	switch e.Action {
+	case Uncertain:
+		return fmt.Sprintf("%v: %s performed, reported as failed", ErrInjected, e.Op)
+	case Cut:
+		if e.Op.Index == e.CutAt {
+			return fmt.Sprintf("%v: process died at %s", ErrCut, e.Op)
+		}
+		return fmt.Sprintf("%v: %s not performed, process died at #%d", ErrCut, e.Op, e.CutAt)
+	}
+	return fmt.Sprintf("%v: %s not performed", ErrInjected, e.Op)
+}
+
+// Unwrap returns ErrCut for a cut and ErrInjected otherwise.
+func (e *Error) Unwrap() error {
+	if e.Action == Cut {
+		return ErrCut
+	}
+	return ErrInjected
+}
+
+// Observer is told about every counted op once it has finished: the action
+// that was applied (None when no rule fired, Cut for every op at or after
+// the cut) and the error returned to the caller. It is called without any
+// lock held, possibly from many goroutines at once.
+type Observer func(op Op, action Action, err error)
+
+// Store is a store.DurableStore that forwards to an inner store and injects
+// the faults its rules decide. It is safe for concurrent use.
+type Store struct {
+	inner    store.DurableStore
+	observer atomic.Pointer[Observer]
+
+	// mu guards every field below. It is also held while the rules decide,
+	// so that op indices, decisions and the cut follow one order: an op
+	// admitted after the cut op can never reach the inner store.
+	mu sync.Mutex
+	// next is the index the next admitted op gets.
+	next  uint64
+	rules []Rule
+	// cut is set once an op was cut; cutAt is that op's index.
+	cut   bool
+	cutAt uint64
+	// pending is the set of streams an Append reached since the last Flush
+	// that made writes durable.
+	pending map[string]struct{}
+}
+
+var _ store.DurableStore = (*Store)(nil)
+
+// New returns a Store wrapping inner, with no rules: until rules are set it
+// forwards every call unchanged and only counts.
+func New(inner store.DurableStore) *Store {
+	return &Store{inner: inner, pending: make(map[string]struct{})}
+}
+
+// SetRules replaces the rules. For each op the rules are consulted in
+// order and the first action other than None applies. See Rule for what a
+// rule may do.
+func (s *Store) SetRules(rules ...Rule) {
+	rules = slices.Clone(rules)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.rules = rules
+}
+
+// AddRule adds rule after the existing rules.
+func (s *Store) AddRule(rule Rule) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.rules = append(slices.Clip(s.rules), rule)
+}
+
+// SetObserver installs o, replacing any previous observer; nil removes it.
+func (s *Store) SetObserver(o Observer) {
+	if o == nil {
+		s.observer.Store(nil)
+		return
+	}
+	s.observer.Store(&o)
+}
+
+// Ops returns how many ops were admitted so far, cut or not: the index the
+// next op will get.
+func (s *Store) Ops() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.next
+}
+
+// CutAt returns the index of the op the process died at, and whether a cut
+// happened at all.
+func (s *Store) CutAt() (uint64, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cutAt, s.cut
+}
+
+// admission is one admitted op and the decision about it.
+type admission struct {
+	op     Op
+	action Action
+	cutAt  uint64
+	// taken is, for a Flush, the pending set it took over; it goes back
+	// into pending unless the flush makes writes durable.
+	taken map[string]struct{}
+}
+
+// admit gives the op its index and decides its action.
+func (s *Store) admit(kind OpKind, name string) admission {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ad := admission{op: Op{Index: s.next, Kind: kind, Name: name}}
+	s.next++
+	if s.cut {
+		ad.action, ad.cutAt = Cut, s.cutAt
+		return ad
+	}
+	if kind == OpFlush {
+		ad.taken = s.pending
+		s.pending = make(map[string]struct{})
+		ad.op.Pending = make([]string, 0, len(ad.taken))
+		for stream := range ad.taken {
+			ad.op.Pending = append(ad.op.Pending, stream)
+		}
+		slices.Sort(ad.op.Pending)
+	}
+	for _, r := range s.rules {
+		if ad.action = r.Decide(ad.op); ad.action != None {
+			break
+		}
+	}
+	if ad.action == Cut {
+		s.cut, s.cutAt = true, ad.op.Index
+		ad.cutAt = ad.op.Index
+	}
+	return ad
+}
+
+// err returns the injected error for ad.
+func (ad *admission) err() error {
+	return &Error{Op: ad.op, Action: ad.action, CutAt: ad.cutAt}
+}
+
+// run performs ad with f unless the action forbids it, then reports to the
+// observer. An Uncertain op whose inner call failed returns the inner error:
+// it did not happen, so there is nothing to be uncertain about.
+func run[T any](s *Store, ad admission, f func() (T, error)) (T, error) {
+	var v T
+	var err error
+	switch ad.action {
+	case Fail, Cut:
+		err = ad.err()
+	default:
+		v, err = f()
+		if err == nil && ad.action == Uncertain {
+			var zero T
+			v, err = zero, ad.err()
+		}
+	}
+	if o := s.observer.Load(); o != nil {
+		(*o)(ad.op, ad.action, err)
+	}
+	return v, err
+}
+
+// Append implements store.DurableStore. It is an OpAppend named stream.
+// Besides the inner store's errors it returns an *Error for an injected
+// fault; an Uncertain append has landed at expectedSeq.
+func (s *Store) Append(stream string, payload []byte, expectedSeq uint64) (uint64, error) {
+	return run(s, s.admit(OpAppend, stream), func() (uint64, error) {
+		seq, err := s.inner.Append(stream, payload, expectedSeq)
+		if err == nil {
+			s.addPending(stream)
+		}
+		return seq, err
+	})
+}
+
+// ReadFrom implements store.DurableStore. It is an OpRead named stream.
+// The returned entries are the inner store's, owned by the caller.
+func (s *Store) ReadFrom(stream string, offset uint64, limit int) ([]store.Entry, error) {
+	return run(s, s.admit(OpRead, stream), func() ([]store.Entry, error) {
+		return s.inner.ReadFrom(stream, offset, limit)
+	})
+}
+
+// Len implements store.DurableStore. It is an OpRead named stream.
+func (s *Store) Len(stream string) (uint64, error) {
+	return run(s, s.admit(OpRead, stream), func() (uint64, error) {
+		return s.inner.Len(stream)
+	})
+}
+
+// CAS implements store.DurableStore. It is an OpCAS named key. An
+// Uncertain CAS has set the value.
+func (s *Store) CAS(key string, old, new uint64) error {
+	_, err := run(s, s.admit(OpCAS, key), func() (struct{}, error) {
+		return struct{}{}, s.inner.CAS(key, old, new)
+	})
+	return err
+}
+
+// ReadValue implements store.DurableStore. It is an OpRead named key.
+func (s *Store) ReadValue(key string) (uint64, error) {
+	return run(s, s.admit(OpRead, key), func() (uint64, error) {
+		return s.inner.ReadValue(key)
+	})
+}
+
+// Scan implements store.DurableStore. It is an OpScan named prefix. The
+// returned values are the inner store's, owned by the caller.
+func (s *Store) Scan(prefix string) ([]store.Value, error) {
+	return run(s, s.admit(OpScan, prefix), func() ([]store.Value, error) {
+		return s.inner.Scan(prefix)
+	})
+}
+
+// Flush implements store.DurableStore. It is an OpFlush whose Pending lists
+// the streams appended since the last flush that made writes durable. A
+// failed or cut flush leaves those streams pending for the next one; an
+// Uncertain flush has made every earlier write durable.
+func (s *Store) Flush() error {
+	ad := s.admit(OpFlush, "")
+	var durable bool
+	_, err := run(s, ad, func() (struct{}, error) {
+		err := s.inner.Flush()
+		durable = err == nil
+		return struct{}{}, err
+	})
+	if !durable {
+		s.restorePending(ad.taken)
+	}
+	return err
+}
+
+// Close implements store.DurableStore. Close is not an op: it is not
+// counted, no rule sees it, and it reaches the inner store even after the
+// cut, because closing discards unflushed writes exactly as a crash does
+// and a test must be able to release the inner store before reopening it.
+func (s *Store) Close() error {
+	return s.inner.Close()
+}
+
+// addPending records an append that reached the inner store.
+func (s *Store) addPending(stream string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pending[stream] = struct{}{}
+}
+
+// restorePending puts back the streams a flush took over but did not make
+// durable, so the next flush still covers them.
+func (s *Store) restorePending(taken map[string]struct{}) {
+	if len(taken) == 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for stream := range taken {
+		s.pending[stream] = struct{}{}
+	}
+}

@@ -1,0 +1,100 @@
+package faultstore
+
+import (
+	"fmt"
+	"strings"
+)
+
+// OpKind classifies an operation. Several DurableStore methods share a kind
+// where a fault means the same thing to the caller (every read is a Read).
+type OpKind uint8
+
+const (
+	// OpAppend is an Append.
+	OpAppend OpKind = iota + 1
+	// OpFlush is a Flush.
+	OpFlush
+	// OpRead is a ReadFrom, Len or ReadValue.
+	OpRead
+	// OpCAS is a CAS.
+	OpCAS
+	// OpScan is a Scan.
+	OpScan
+)
+
+// String returns the kind's lowercase name, "append" for OpAppend.
+func (k OpKind) String() string {
+	switch k {
+	case OpAppend:
+		return "append"
+	case OpFlush:
+		return "flush"
+	case OpRead:
+		return "read"
+	case OpCAS:
+		return "cas"
+	case OpScan:
+		return "scan"
+	}
+	return fmt.Sprintf("OpKind(%d)", uint8(k))
+}
+
+// Op is one counted call on a Store, as rules and observers see it.
+type Op struct {
+	// Index is the op's 0-based position among every counted call made on
+	// the Store, in the order the calls were admitted.
+	Index uint64
+	// Kind is what the call does.
+	Kind OpKind
+	// Name is the stream of an Append, ReadFrom or Len, the key of a CAS or
+	// ReadValue, the prefix of a Scan, and empty for a Flush.
+	Name string
+	// Pending is set for a Flush only: the streams, sorted and without
+	// duplicates, that an Append reached since the last Flush that made
+	// writes durable. These are the streams this flush would make durable,
+	// so a rule can single out "a flush that covers an outbox append".
+	// Rules and observers must not modify it.
+	Pending []string
+}
+
+// String formats the op for failure messages: `#3 append "outbox/1"`, or
+// `#4 flush [outbox/1 oplog/1]`.
+func (op Op) String() string {
+	if op.Kind == OpFlush {
+		return fmt.Sprintf("#%d flush [%s]", op.Index, strings.Join(op.Pending, " "))
+	}
+	return fmt.Sprintf("#%d %s %q", op.Index, op.Kind, op.Name)
+}
+
+// Action is what a rule decides to do to an op.
+type Action uint8
+
+const (
+	// None lets the op through to the inner store untouched.
+	None Action = iota
+	// Fail does not perform the op and returns an *Error wrapping
+	// ErrInjected: the caller may rely on nothing having happened.
+	Fail
+	// Uncertain performs the op on the inner store and then returns an
+	// *Error wrapping ErrInjected, so the caller cannot tell that it
+	// happened: an append that landed, a flush that made data durable.
+	Uncertain
+	// Cut kills the simulated process at this op: the op is not performed,
+	// and it and every later op return an *Error wrapping ErrCut.
+	Cut
+)
+
+// String returns the action's lowercase name, "fail" for Fail.
+func (a Action) String() string {
+	switch a {
+	case None:
+		return "none"
+	case Fail:
+		return "fail"
+	case Uncertain:
+		return "uncertain"
+	case Cut:
+		return "cut"
+	}
+	return fmt.Sprintf("Action(%d)", uint8(a))
+}
