@@ -52,8 +52,10 @@ type Op struct {
 	// Pending is set for a Flush only: the streams, sorted and without
 	// duplicates, that an Append reached since the last Flush that made
 	// writes durable. These are the streams this flush would make durable,
-	// so a rule can single out "a flush that covers an outbox append".
-	// Rules and observers must not modify it.
+	// so a rule can single out "a flush that covers an outbox append". A
+	// Store cannot see its inner store crash: wrap a crashed store in a
+	// new Store, as a restarted process would. Rules and observers must
+	// not modify Pending.
 	Pending []string
 }
 
