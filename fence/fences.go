@@ -124,7 +124,22 @@ func New[K comparable](opts Options) *Fences[K] {
 // answer for a worker whose attempt no longer exists.
 func (f *Fences[K]) Issue(site K, generationKey string, attempt uint32) Token {
 	token := newToken()
+	if current, registered := f.issue(site, generationKey, attempt, token); !registered {
+		f.log.Warn().
+			Str("site", fmt.Sprint(site)).
+			Uint32("superseded_attempt", attempt).
+			Uint32("current_attempt", current).
+			Msg("re-issue of an already superseded attempt registers no generation; its token will be refused as stale")
+	}
+	return token
+}
+
+// issue registers token for attempt of generationKey at site, as Issue
+// describes. It reports whether it registered the token and, when it did
+// not, the attempt that superseded it.
+func (f *Fences[K]) issue(site K, generationKey string, attempt uint32, token Token) (current uint32, registered bool) {
 	f.mu.Lock()
+	defer f.mu.Unlock()
 	cur, ok := f.current[site]
 	switch {
 	case !ok || cur.key != generationKey || attempt > cur.attempt:
@@ -136,16 +151,9 @@ func (f *Fences[K]) Issue(site K, generationKey string, attempt uint32) Token {
 		cur.outstanding = append(cur.outstanding, token)
 		f.current[site] = cur
 	default:
-		f.mu.Unlock()
-		f.log.Warn().
-			Str("site", fmt.Sprint(site)).
-			Uint32("superseded_attempt", attempt).
-			Uint32("current_attempt", cur.attempt).
-			Msg("re-issue of an already superseded attempt registers no generation; its token will be refused as stale")
-		return token
+		return cur.attempt, false
 	}
-	f.mu.Unlock()
-	return token
+	return attempt, true
 }
 
 // Accept consumes the current generation of site when token is one of the
