@@ -24,6 +24,7 @@ type Memory struct {
 	dirtyStreams map[string]struct{}
 	dirtyValues  map[string]struct{}
 	closed       bool
+	stats        Stats
 }
 
 var _ DurableStore = (*Memory)(nil)
@@ -42,6 +43,9 @@ func NewMemory() *Memory {
 
 // Append implements DurableStore.
 func (m *Memory) Append(stream string, payload []byte, expectedSeq uint64) (uint64, error) {
+	if err := checkWrite(stream, len(payload)); err != nil {
+		return 0, err
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
@@ -53,6 +57,7 @@ func (m *Memory) Append(stream string, payload []byte, expectedSeq uint64) (uint
 	}
 	m.streams[stream] = append(m.streams[stream], append([]byte(nil), payload...))
 	m.dirtyStreams[stream] = struct{}{}
+	m.stats.Appends++
 	return actual, nil
 }
 
@@ -90,6 +95,9 @@ func (m *Memory) Len(stream string) (uint64, error) {
 
 // CAS implements DurableStore.
 func (m *Memory) CAS(key string, old, new uint64) error {
+	if err := checkWrite(key, 0); err != nil {
+		return err
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
@@ -104,6 +112,7 @@ func (m *Memory) CAS(key string, old, new uint64) error {
 		m.values[key] = new
 	}
 	m.dirtyValues[key] = struct{}{}
+	m.stats.CASWrites++
 	return nil
 }
 
@@ -141,6 +150,10 @@ func (m *Memory) Flush() error {
 	if m.closed {
 		return ErrClosed
 	}
+	m.stats.Flushes++
+	if len(m.dirtyStreams) > 0 || len(m.dirtyValues) > 0 {
+		m.stats.Commits++
+	}
 	for s := range m.dirtyStreams {
 		m.flushed[s] = len(m.streams[s])
 	}
@@ -162,6 +175,12 @@ func (m *Memory) Flush() error {
 func (m *Memory) Crash() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.discardLocked()
+	m.closed = false
+}
+
+// discardLocked drops every write that no Flush covered. m.mu must be held.
+func (m *Memory) discardLocked() {
 	for s := range m.dirtyStreams {
 		n := m.flushed[s]
 		if n == 0 {
@@ -180,7 +199,6 @@ func (m *Memory) Crash() {
 	}
 	clear(m.dirtyStreams)
 	clear(m.dirtyValues)
-	m.closed = false
 }
 
 // Close implements DurableStore. Unflushed writes are discarded as in Crash;
@@ -188,14 +206,20 @@ func (m *Memory) Crash() {
 // models a restart.
 func (m *Memory) Close() error {
 	m.mu.Lock()
-	closed := m.closed
-	m.mu.Unlock()
-	if closed {
+	defer m.mu.Unlock()
+	if m.closed {
 		return ErrClosed
 	}
-	m.Crash()
-	m.mu.Lock()
+	// Discarding and closing under one lock hold keeps a write racing
+	// Close from surviving it.
+	m.discardLocked()
 	m.closed = true
-	m.mu.Unlock()
 	return nil
+}
+
+// Stats returns the store's counters. It never fails, even after Close.
+func (m *Memory) Stats() Stats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.stats
 }

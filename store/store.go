@@ -39,7 +39,8 @@ type DurableStore interface {
 	// assigned seq (0-based, the stream's length before the call) must equal
 	// expectedSeq; otherwise nothing is written and the error is a
 	// *SequenceConflictError (errors.Is ErrSequenceConflict). The store keeps
-	// its own copy of payload.
+	// its own copy of payload. An empty or over-long stream name fails with
+	// ErrInvalidName, a payload over MaxPayloadLen with ErrTooLarge.
 	Append(stream string, payload []byte, expectedSeq uint64) (uint64, error)
 
 	// ReadFrom returns up to limit entries of stream starting at seq offset,
@@ -56,7 +57,8 @@ type DurableStore interface {
 	// reads as 0, so CAS from 0 creates it. A mismatch writes nothing and
 	// returns a *CASConflictError (errors.Is ErrCASConflict) carrying the
 	// actual value. Like an append, the write is visible at once and durable
-	// after the next successful Flush.
+	// after the next successful Flush. An empty or over-long key fails with
+	// ErrInvalidName.
 	CAS(key string, old, new uint64) error
 
 	// ReadValue returns the current value of key, 0 when absent.
@@ -90,7 +92,42 @@ var (
 	ErrFailed = errors.New("store: failed")
 	// ErrLocked reports a data file held by another process.
 	ErrLocked = errors.New("store: data file is locked by another process")
+	// ErrInvalidName reports an Append or CAS whose stream or key name is
+	// empty or longer than MaxNameLen. It is refused before anything is
+	// staged, so a bad name can never poison a later Flush.
+	ErrInvalidName = errors.New("store: invalid stream or key name")
+	// ErrTooLarge reports an Append whose payload is longer than
+	// MaxPayloadLen.
+	ErrTooLarge = errors.New("store: payload too large")
 )
+
+// Limits every implementation enforces, so that code tested against one
+// store does not fail on another.
+const (
+	// MaxNameLen is the longest stream or key name, in bytes.
+	MaxNameLen = 1024
+	// MaxPayloadLen is the longest payload, in bytes.
+	MaxPayloadLen = 1 << 30
+)
+
+// checkWrite reports whether name and payload are acceptable to every
+// implementation.
+func checkWrite(name string, payloadLen int) error {
+	if name == "" || len(name) > MaxNameLen {
+		return fmt.Errorf("%q: %w", truncate(name), ErrInvalidName)
+	}
+	if payloadLen > MaxPayloadLen {
+		return fmt.Errorf("%d bytes: %w", payloadLen, ErrTooLarge)
+	}
+	return nil
+}
+
+func truncate(name string) string {
+	if len(name) > 64 {
+		return name[:64] + "..."
+	}
+	return name
+}
 
 // SequenceConflictError is returned by Append when expectedSeq is not the
 // seq the append would be assigned.

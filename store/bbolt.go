@@ -1,0 +1,539 @@
+package store
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+)
+
+// DefaultLockTimeout is how long Open waits for the data file's lock when
+// Options.LockTimeout is zero.
+const DefaultLockTimeout = time.Second
+
+// layoutVersion is the on-disk layout this package writes and reads; see
+// doc.go.
+const layoutVersion = 1
+
+var (
+	bucketMeta    = []byte("meta")
+	bucketStreams = []byte("streams")
+	bucketValues  = []byte("values")
+	keyVersion    = []byte("version")
+)
+
+// Options configures Open. The zero value means the defaults.
+type Options struct {
+	// LockTimeout bounds how long Open waits for the data file's lock while
+	// another process (or another Open in this one) holds it. Zero or
+	// negative means DefaultLockTimeout.
+	LockTimeout time.Duration
+}
+
+// Bolt is the embedded DurableStore: one bbolt file. Appends and CAS writes
+// are staged in memory and visible at once; Flush makes them durable with
+// group commit, so that concurrent flushes share one bbolt transaction.
+//
+// A Bolt owns one committer goroutine, started by Open and stopped by Close.
+type Bolt struct {
+	path  string
+	db    *bolt.DB
+	hooks hooks
+
+	// kick wakes the committer when a Flush waits for the next batch. It has
+	// capacity 1 so that wakes coalesce and senders never block.
+	kick chan struct{}
+	// quit is closed by Close to stop the committer; done is closed by the
+	// committer when it has stopped.
+	quit chan struct{}
+	done chan struct{}
+
+	flushes   atomic.Uint64
+	commits   atomic.Uint64
+	appends   atomic.Uint64
+	casWrites atomic.Uint64
+
+	// mu guards every field below. It is never held across a bbolt call or a
+	// channel operation.
+	mu sync.Mutex
+	// err is the sticky error of a failed commit; it wraps ErrFailed.
+	err    error
+	closed bool
+	// streams holds, for each stream used since Open, its committed length
+	// and staged payloads. Entries are never removed, so a stream's state
+	// has a single owner.
+	streams map[string]*boltStream
+	// dirty holds the streams with payloads staged since the last commit
+	// began.
+	dirty map[string]*boltStream
+	// values caches the current value (0 = absent) of every key written by
+	// CAS since Open. A key absent from values has no staged write, so bbolt
+	// holds its current value.
+	values map[string]uint64
+	// staged holds the values written since the last commit began;
+	// committing holds the ones the commit in progress writes.
+	staged     map[string]uint64
+	committing map[string]uint64
+	// next is the batch that will carry the staged writes, created by the
+	// first Flush that waits for it; inflight is the batch being committed.
+	next     *batch
+	inflight *batch
+}
+
+// boltStream is the in-memory state of one stream. Its fields are guarded by
+// Bolt.mu.
+type boltStream struct {
+	// committed is the number of entries in the bbolt file.
+	committed uint64
+	// pending holds the payloads of entries committed..committed+len-1, not
+	// yet durable. Elements are never modified once appended, so readers may
+	// keep a sub-slice after releasing mu.
+	pending [][]byte
+}
+
+func (s *boltStream) lenLocked() uint64 { return s.committed + uint64(len(s.pending)) }
+
+// batch is one group commit: every Flush waiting on it gets its error.
+type batch struct {
+	done chan struct{}
+	err  error // written before done is closed
+}
+
+func (bt *batch) finish(err error) {
+	bt.err = err
+	close(bt.done)
+}
+
+// hooks let tests hold or fail a commit deterministically.
+type hooks struct {
+	// beforeCommit is called by the committer before each commit
+	// transaction, without mu held.
+	beforeCommit func()
+	// commitErr, when it returns an error, makes the commit transaction
+	// fail with it (and roll back).
+	commitErr func() error
+	// flushWaiting is called by Flush just before it waits for a batch.
+	flushWaiting func()
+}
+
+var _ DurableStore = (*Bolt)(nil)
+
+// Open opens or creates the bbolt data file at path. If another process or
+// another Open in this process holds the file, Open fails after
+// opts.LockTimeout with an error that names path and wraps ErrLocked.
+func Open(path string, opts Options) (*Bolt, error) {
+	return open(path, opts, hooks{})
+}
+
+func open(path string, opts Options, h hooks) (*Bolt, error) {
+	timeout := opts.LockTimeout
+	if timeout <= 0 {
+		timeout = DefaultLockTimeout
+	}
+	db, err := bolt.Open(path, 0o600, &bolt.Options{
+		Timeout:      timeout,
+		FreelistType: bolt.FreelistMapType,
+	})
+	if errors.Is(err, berrors.ErrTimeout) {
+		return nil, fmt.Errorf("open %s: waited %v: %w", path, timeout, ErrLocked)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("store: open %s: %w", path, err)
+	}
+	if err := db.Update(initLayout); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("store: open %s: %w", path, err)
+	}
+	b := &Bolt{
+		path:    path,
+		db:      db,
+		hooks:   h,
+		kick:    make(chan struct{}, 1),
+		quit:    make(chan struct{}),
+		done:    make(chan struct{}),
+		streams: make(map[string]*boltStream),
+		dirty:   make(map[string]*boltStream),
+		values:  make(map[string]uint64),
+		staged:  make(map[string]uint64),
+	}
+	go b.run()
+	return b, nil
+}
+
+// initLayout creates the buckets of a new file and checks the layout
+// version of an existing one.
+func initLayout(tx *bolt.Tx) error {
+	meta := tx.Bucket(bucketMeta)
+	if meta == nil {
+		if tx.Bucket(bucketStreams) != nil || tx.Bucket(bucketValues) != nil {
+			return errors.New("data file has buckets but no layout version")
+		}
+		var err error
+		if meta, err = tx.CreateBucket(bucketMeta); err != nil {
+			return err
+		}
+		if err := meta.Put(keyVersion, []byte{layoutVersion}); err != nil {
+			return err
+		}
+	}
+	if v := meta.Get(keyVersion); len(v) != 1 || v[0] != layoutVersion {
+		return fmt.Errorf("unsupported layout version %v", v)
+	}
+	for _, name := range [][]byte{bucketStreams, bucketValues} {
+		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Path returns the data file's path.
+func (b *Bolt) Path() string { return b.path }
+
+// Stats returns the store's counters. It never fails, even after Close.
+func (b *Bolt) Stats() Stats {
+	return Stats{
+		Flushes:   b.flushes.Load(),
+		Commits:   b.commits.Load(),
+		Appends:   b.appends.Load(),
+		CASWrites: b.casWrites.Load(),
+	}
+}
+
+// usableLocked returns the sticky error, or ErrClosed after Close. b.mu must
+// be held.
+func (b *Bolt) usableLocked() error {
+	if b.err != nil {
+		return b.err
+	}
+	if b.closed {
+		return ErrClosed
+	}
+	return nil
+}
+
+// readErr translates an error of a read transaction.
+func (b *Bolt) readErr(err error) error {
+	if errors.Is(err, berrors.ErrDatabaseNotOpen) {
+		return ErrClosed
+	}
+	return fmt.Errorf("store: read %s: %w", b.path, err)
+}
+
+// lockStream locks b.mu and returns the state of stream, first loading its
+// committed length from bbolt if the stream was not used since Open. On
+// error b.mu is not held.
+func (b *Bolt) lockStream(stream string) (*boltStream, error) {
+	b.mu.Lock()
+	for {
+		if err := b.usableLocked(); err != nil {
+			b.mu.Unlock()
+			return nil, err
+		}
+		if st := b.streams[stream]; st != nil {
+			return st, nil
+		}
+		// A stream absent from b.streams has nothing staged and nothing
+		// being committed, so its bbolt length cannot change while mu is
+		// released; if another caller loads it first, its state wins.
+		b.mu.Unlock()
+		n, err := b.loadLen(stream)
+		if err != nil {
+			return nil, err
+		}
+		b.mu.Lock()
+		if b.streams[stream] == nil {
+			b.streams[stream] = &boltStream{committed: n}
+		}
+	}
+}
+
+// loadLen returns the committed length of stream from its last key.
+func (b *Bolt) loadLen(stream string) (uint64, error) {
+	var n uint64
+	err := b.db.View(func(tx *bolt.Tx) error {
+		sb := tx.Bucket(bucketStreams).Bucket([]byte(stream))
+		if sb == nil {
+			return nil
+		}
+		k, _ := sb.Cursor().Last()
+		if k == nil {
+			return nil
+		}
+		if len(k) != 8 {
+			return fmt.Errorf("stream %q: malformed key %x", stream, k)
+		}
+		n = binary.BigEndian.Uint64(k) + 1
+		return nil
+	})
+	if err != nil {
+		return 0, b.readErr(err)
+	}
+	return n, nil
+}
+
+// Append implements DurableStore. Besides the errors of DurableStore it
+// returns the sticky error (wrapping ErrFailed) after a failed commit.
+func (b *Bolt) Append(stream string, payload []byte, expectedSeq uint64) (uint64, error) {
+	if err := checkWrite(stream, len(payload)); err != nil {
+		return 0, err
+	}
+	p := append([]byte(nil), payload...)
+	st, err := b.lockStream(stream)
+	if err != nil {
+		return 0, err
+	}
+	defer b.mu.Unlock()
+	actual := st.lenLocked()
+	if actual != expectedSeq {
+		return 0, &SequenceConflictError{Stream: stream, Expected: expectedSeq, Actual: actual}
+	}
+	st.pending = append(st.pending, p)
+	b.dirty[stream] = st
+	b.appends.Add(1)
+	return actual, nil
+}
+
+// Len implements DurableStore. It reads the file only the first time a
+// stream is used after Open.
+func (b *Bolt) Len(stream string) (uint64, error) {
+	st, err := b.lockStream(stream)
+	if err != nil {
+		return 0, err
+	}
+	defer b.mu.Unlock()
+	return st.lenLocked(), nil
+}
+
+// ReadFrom implements DurableStore. Committed entries are read in one bbolt
+// read transaction with a cursor; staged ones are copied from memory.
+func (b *Bolt) ReadFrom(stream string, offset uint64, limit int) ([]Entry, error) {
+	end := uint64(math.MaxUint64)
+	if limit > 0 && uint64(limit) <= math.MaxUint64-offset {
+		end = offset + uint64(limit)
+	}
+	// committed bounds what is read from bbolt. For a stream unused since
+	// Open it is unknown, and bbolt holds the whole stream.
+	committed := uint64(math.MaxUint64)
+	var tail [][]byte // staged payloads from seq tailStart on
+	var tailStart uint64
+
+	b.mu.Lock()
+	if err := b.usableLocked(); err != nil {
+		b.mu.Unlock()
+		return nil, err
+	}
+	if st := b.streams[stream]; st != nil {
+		// Taking the committed length before the read transaction begins is
+		// what makes the merge safe: a commit advances st.committed only
+		// after its transaction is visible to every later reader.
+		committed = st.committed
+		end = min(end, st.lenLocked())
+		if offset >= end {
+			b.mu.Unlock()
+			return nil, nil
+		}
+		if end > committed {
+			tailStart = max(offset, committed)
+			tail = st.pending[tailStart-committed : end-committed : end-committed]
+		}
+	}
+	b.mu.Unlock()
+
+	var out []Entry
+	if end != math.MaxUint64 {
+		out = make([]Entry, 0, end-offset)
+	}
+	if stop := min(end, committed); offset < stop {
+		err := b.db.View(func(tx *bolt.Tx) error {
+			sb := tx.Bucket(bucketStreams).Bucket([]byte(stream))
+			if sb == nil {
+				return nil
+			}
+			var key [8]byte
+			binary.BigEndian.PutUint64(key[:], offset)
+			c := sb.Cursor()
+			for k, v := c.Seek(key[:]); k != nil; k, v = c.Next() {
+				seq := binary.BigEndian.Uint64(k)
+				if seq >= stop {
+					break
+				}
+				out = append(out, Entry{Seq: seq, Payload: append([]byte(nil), v...)})
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, b.readErr(err)
+		}
+	}
+	for i, p := range tail {
+		out = append(out, Entry{Seq: tailStart + uint64(i), Payload: append([]byte(nil), p...)})
+	}
+	if len(out) == 0 {
+		return nil, nil
+	}
+	return out, nil
+}
+
+// CAS implements DurableStore. Besides the errors of DurableStore it returns
+// the sticky error (wrapping ErrFailed) after a failed commit.
+func (b *Bolt) CAS(key string, old, new uint64) error {
+	if err := checkWrite(key, 0); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	for {
+		if err := b.usableLocked(); err != nil {
+			b.mu.Unlock()
+			return err
+		}
+		if _, ok := b.values[key]; ok {
+			break
+		}
+		// As for streams: a key absent from b.values has no write staged or
+		// being committed, so its bbolt value is stable while mu is released.
+		b.mu.Unlock()
+		v, err := b.loadValue(key)
+		if err != nil {
+			return err
+		}
+		b.mu.Lock()
+		if _, ok := b.values[key]; !ok {
+			b.values[key] = v
+		}
+	}
+	defer b.mu.Unlock()
+	if actual := b.values[key]; actual != old {
+		return &CASConflictError{Key: key, Expected: old, Actual: actual}
+	}
+	b.values[key] = new
+	b.staged[key] = new
+	b.casWrites.Add(1)
+	return nil
+}
+
+// ReadValue implements DurableStore.
+func (b *Bolt) ReadValue(key string) (uint64, error) {
+	b.mu.Lock()
+	if err := b.usableLocked(); err != nil {
+		b.mu.Unlock()
+		return 0, err
+	}
+	v, ok := b.values[key]
+	b.mu.Unlock()
+	if ok {
+		return v, nil
+	}
+	return b.loadValue(key)
+}
+
+func (b *Bolt) loadValue(key string) (uint64, error) {
+	var v uint64
+	err := b.db.View(func(tx *bolt.Tx) error {
+		var err error
+		v, err = decodeValue(key, tx.Bucket(bucketValues).Get([]byte(key)))
+		return err
+	})
+	if err != nil {
+		return 0, b.readErr(err)
+	}
+	return v, nil
+}
+
+func decodeValue(key string, raw []byte) (uint64, error) {
+	if raw == nil {
+		return 0, nil
+	}
+	if len(raw) != 8 {
+		return 0, fmt.Errorf("value %q: malformed %x", key, raw)
+	}
+	return binary.BigEndian.Uint64(raw), nil
+}
+
+// Scan implements DurableStore. Values written since the last commit
+// overlay the committed ones read in one bbolt read transaction.
+func (b *Bolt) Scan(prefix string) ([]Value, error) {
+	b.mu.Lock()
+	if err := b.usableLocked(); err != nil {
+		b.mu.Unlock()
+		return nil, err
+	}
+	overlay := make(map[string]uint64)
+	for _, m := range []map[string]uint64{b.committing, b.staged} {
+		for k, v := range m {
+			if strings.HasPrefix(k, prefix) {
+				overlay[k] = v
+			}
+		}
+	}
+	b.mu.Unlock()
+
+	var out []Value
+	err := b.db.View(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bucketValues).Cursor()
+		p := []byte(prefix)
+		for k, raw := c.Seek(p); k != nil && bytes.HasPrefix(k, p); k, raw = c.Next() {
+			if _, ok := overlay[string(k)]; ok {
+				continue
+			}
+			v, err := decodeValue(string(k), raw)
+			if err != nil {
+				return err
+			}
+			out = append(out, Value{Key: string(k), Value: v})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, b.readErr(err)
+	}
+	if len(overlay) == 0 {
+		return out, nil
+	}
+	for k, v := range overlay {
+		if v != 0 {
+			out = append(out, Value{Key: k, Value: v})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	return out, nil
+}
+
+// Close implements DurableStore: it stops the committer, waiting for a
+// commit in progress, fails the flushes waiting for a later one with
+// ErrClosed, discards staged writes and closes the file. After a failed
+// commit it still releases the file and returns the sticky error.
+func (b *Bolt) Close() error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return ErrClosed
+	}
+	b.closed = true
+	sticky := b.err
+	b.mu.Unlock()
+
+	close(b.quit)
+	<-b.done
+	err := b.db.Close()
+
+	b.mu.Lock()
+	b.streams, b.dirty, b.values, b.staged, b.committing = nil, nil, nil, nil, nil
+	b.mu.Unlock()
+	if sticky != nil {
+		return sticky
+	}
+	if err != nil {
+		return fmt.Errorf("store: close %s: %w", b.path, err)
+	}
+	return nil
+}

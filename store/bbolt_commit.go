@@ -1,0 +1,191 @@
+package store
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Flush implements DurableStore with group commit. A Flush with writes
+// staged waits for the next commit, which carries the writes of every Flush
+// that arrived before it began; a Flush with nothing staged waits only for a
+// commit in progress (it may carry writes that returned before this call),
+// and returns nil at once when there is none. After a failed commit Flush
+// returns the sticky error (wrapping ErrFailed); after Close, ErrClosed.
+func (b *Bolt) Flush() error {
+	b.mu.Lock()
+	if err := b.usableLocked(); err != nil {
+		b.mu.Unlock()
+		return err
+	}
+	b.flushes.Add(1)
+	var bt *batch
+	wake := false
+	switch {
+	case len(b.dirty) > 0 || len(b.staged) > 0:
+		if b.next == nil {
+			b.next = &batch{done: make(chan struct{})}
+			wake = true
+		}
+		bt = b.next
+	case b.inflight != nil:
+		bt = b.inflight
+	}
+	waiting := b.hooks.flushWaiting
+	b.mu.Unlock()
+
+	if bt == nil {
+		return nil
+	}
+	if wake {
+		select {
+		case b.kick <- struct{}{}:
+		default: // a wake is already pending; it will find b.next
+		}
+	}
+	if waiting != nil {
+		waiting()
+	}
+	<-bt.done
+	return bt.err
+}
+
+// run is the committer goroutine: it commits one batch per wake until Close.
+func (b *Bolt) run() {
+	defer close(b.done)
+	for {
+		select {
+		case <-b.kick:
+			b.commit()
+		case <-b.quit:
+			b.mu.Lock()
+			bt := b.next
+			b.next = nil
+			b.mu.Unlock()
+			if bt != nil {
+				bt.finish(ErrClosed)
+			}
+			return
+		}
+	}
+}
+
+// streamWrite is the part of one stream a commit writes.
+type streamWrite struct {
+	name     string
+	st       *boltStream
+	first    uint64   // seq of payloads[0]
+	payloads [][]byte // never modified
+}
+
+// commit writes every staged write in one bbolt transaction and finishes
+// b.next with the result. Only the committer goroutine calls it, so at most
+// one commit is in progress.
+func (b *Bolt) commit() {
+	b.mu.Lock()
+	bt := b.next
+	if bt == nil {
+		b.mu.Unlock()
+		return
+	}
+	b.next = nil
+	if err := b.usableLocked(); err != nil {
+		b.mu.Unlock()
+		bt.finish(err)
+		return
+	}
+	// Everything staged now goes into this commit; writes staged from here
+	// on wait for the next one. Sequence numbers stay gap-free because each
+	// stream's pending payloads are taken as a prefix and trimmed only
+	// after the transaction succeeded.
+	streams := make([]streamWrite, 0, len(b.dirty))
+	for name, st := range b.dirty {
+		n := len(st.pending)
+		streams = append(streams, streamWrite{name: name, st: st, first: st.committed, payloads: st.pending[:n:n]})
+	}
+	clear(b.dirty)
+	values := b.staged
+	b.committing = values
+	b.staged = make(map[string]uint64)
+	b.inflight = bt
+	h := b.hooks
+	b.mu.Unlock()
+
+	if h.beforeCommit != nil {
+		h.beforeCommit()
+	}
+	// db.Update returns nil only after bbolt fsync'd the data pages and then
+	// the meta page: from then on the batch survives a crash.
+	err := b.db.Update(func(tx *bolt.Tx) error {
+		if h.commitErr != nil {
+			if err := h.commitErr(); err != nil {
+				return err
+			}
+		}
+		return writeBatch(tx, streams, values)
+	})
+
+	b.mu.Lock()
+	b.inflight = nil
+	if err != nil {
+		b.err = fmt.Errorf("%w: commit to %s: %w", ErrFailed, b.path, err)
+		err = b.err
+	} else {
+		for _, w := range streams {
+			n := len(w.payloads)
+			w.st.committed += uint64(n)
+			if len(w.st.pending) == n {
+				w.st.pending = nil
+			} else {
+				w.st.pending = append([][]byte(nil), w.st.pending[n:]...)
+			}
+		}
+		b.committing = nil
+		b.commits.Add(1)
+	}
+	b.mu.Unlock()
+	bt.finish(err)
+}
+
+// writeBatch writes streams and values in tx.
+func writeBatch(tx *bolt.Tx, streams []streamWrite, values map[string]uint64) error {
+	root := tx.Bucket(bucketStreams)
+	for _, w := range streams {
+		sb, err := root.CreateBucketIfNotExists([]byte(w.name))
+		if err != nil {
+			return fmt.Errorf("stream %q: %w", w.name, err)
+		}
+		// Keys only ever grow, so full pages waste nothing.
+		sb.FillPercent = 1.0
+		var have uint64
+		if k, _ := sb.Cursor().Last(); len(k) == 8 {
+			have = binary.BigEndian.Uint64(k) + 1
+		}
+		if have != w.first {
+			return fmt.Errorf("stream %q: file has %d entries, commit starts at %d", w.name, have, w.first)
+		}
+		for i, p := range w.payloads {
+			key := make([]byte, 8)
+			binary.BigEndian.PutUint64(key, w.first+uint64(i))
+			if err := sb.Put(key, p); err != nil {
+				return fmt.Errorf("stream %q seq %d: %w", w.name, w.first+uint64(i), err)
+			}
+		}
+	}
+	vb := tx.Bucket(bucketValues)
+	for k, v := range values {
+		var err error
+		if v == 0 {
+			err = vb.Delete([]byte(k))
+		} else {
+			raw := make([]byte, 8)
+			binary.BigEndian.PutUint64(raw, v)
+			err = vb.Put([]byte(k), raw)
+		}
+		if err != nil {
+			return fmt.Errorf("value %q: %w", k, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,17 @@
+package store
+
+// Stats counts what a store did since it was opened, so that a metrics layer
+// can report flushes, commits and writes per commit. Counters only grow.
+type Stats struct {
+	// Flushes counts Flush calls accepted by an open, healthy store,
+	// including those that found nothing to make durable.
+	Flushes uint64
+	// Commits counts transactions that made writes durable (for Bolt, bbolt
+	// write transactions committed; for Memory, Flush calls that had
+	// unflushed writes). With group commit, Commits is at most Flushes.
+	Commits uint64
+	// Appends counts successful Append calls.
+	Appends uint64
+	// CASWrites counts successful CAS calls.
+	CASWrites uint64
+}
