@@ -64,7 +64,7 @@ func mustFlush(t *testing.T, s store.DurableStore) {
 }
 
 // payloads returns the payloads of stream as strings.
-func payloads(t *testing.T, s store.DurableStore, stream string) []string {
+func payloads(t TB, s store.DurableStore, stream string) []string {
 	t.Helper()
 	entries, err := s.ReadFrom(stream, 0, 0)
 	if err != nil {
