@@ -1,0 +1,121 @@
+package wire
+
+// Version is the protocol version this package speaks; hello.versions must
+// contain it and welcome.version announces it.
+const Version = 1
+
+// DefaultMaxFrame is the default largest frame body, in bytes, a Reader
+// accepts and a Writer sends: 1 MiB. The server announces its own limit in
+// welcome.max_frame.
+const DefaultMaxFrame = 1 << 20
+
+// HeaderLen is the length of a frame header: a big-endian uint32 body length.
+const HeaderLen = 4
+
+// Message types: the value of key "t".
+const (
+	TypeHello    = "hello"
+	TypeEnroll   = "enroll"
+	TypeAttach   = "attach"
+	TypeTell     = "tell"
+	TypeAck      = "ack"
+	TypeDetach   = "detach"
+	TypeLeave    = "leave"
+	TypePing     = "ping"
+	TypeBye      = "bye" // both directions: a client request and a server push
+	TypeWelcome  = "welcome"
+	TypeRejected = "rejected"
+	TypeEnrolled = "enrolled"
+	TypeAttached = "attached"
+	TypeTold     = "told"
+	TypeAcked    = "acked"
+	TypeDetached = "detached"
+	TypeLeft     = "left"
+	TypePong     = "pong"
+	TypeError    = "error"
+	TypeDelivery = "delivery"
+)
+
+// Reason is the reason of a rejected message. A rejected message is always
+// followed by the server closing the connection.
+type Reason string
+
+// Rejection reasons.
+const (
+	ReasonUnsupportedVersion Reason = "unsupported_version"
+	ReasonAuthFailed         Reason = "auth_failed"
+	ReasonHelloRequired      Reason = "hello_required"
+	ReasonMalformed          Reason = "malformed"
+	ReasonFrameTooLarge      Reason = "frame_too_large"
+	ReasonShuttingDown       Reason = "shutting_down"
+	ReasonOverloaded         Reason = "overloaded"
+)
+
+// Code is the machine-readable code of an error answer. The connection stays
+// open after an error answer.
+type Code string
+
+// Error codes.
+const (
+	CodeBadRequest         Code = "bad_request"
+	CodeUnknownParticipant Code = "unknown_participant"
+	CodeRetired            Code = "retired"
+	CodeStaleAuthority     Code = "stale_authority"
+	CodeNoBinding          Code = "no_binding"
+	CodeBindingOccupied    Code = "binding_occupied"
+	CodeTokenConflict      Code = "token_conflict"
+	CodeAckGap             Code = "ack_gap"
+	CodeAckRegression      Code = "ack_regression"
+	CodeTooLarge           Code = "too_large"
+	CodeCapacityExceeded   Code = "capacity_exceeded"
+	CodeReceiptExpired     Code = "receipt_expired"
+	CodeInDoubt            Code = "in_doubt"
+	CodeUnavailable        Code = "unavailable"
+	CodeShuttingDown       Code = "shutting_down"
+)
+
+// Values of the reason extra of a receipt_expired error.
+const (
+	ExpiredSuperseded = "superseded" // a later attach exists
+	ExpiredDeadline   = "deadline"   // receipt_ttl passed
+)
+
+// ByeShutdown is the reason of the server's bye push: it is closing the
+// connection because it is shutting down.
+const ByeShutdown = "shutdown"
+
+// Kind is the kind of a delivered record.
+type Kind string
+
+// Delivery kinds.
+const (
+	KindRecord   Kind = "record"   // a tell payload; participant is the sender
+	KindJoined   Kind = "joined"   // participant enrolled
+	KindAttached Kind = "attached" // participant re-attached
+	KindDetached Kind = "detached" // participant's binding ended; see Cause
+	KindDied     Kind = "died"     // participant's binding ended; see Cause
+	KindLeft     Kind = "left"     // participant left
+)
+
+// Cause is why a binding ended, carried by detached and died deliveries.
+type Cause string
+
+// Causes. The first three go with KindDetached, the last three with KindDied.
+const (
+	CauseClean          Cause = "clean"
+	CauseSuperseded     Cause = "superseded"
+	CauseShutdown       Cause = "shutdown"
+	CauseConnectionLost Cause = "connection_lost"
+	CauseProtocolError  Cause = "protocol_error"
+	CauseUncleanRestart Cause = "unclean_restart"
+)
+
+// Replay marks an answer that replays an already committed operation.
+type Replay string
+
+// Replay values.
+const (
+	ReplayBound     Replay = "bound"     // enroll/attach: the binding that answer created still holds
+	ReplayUnbound   Replay = "unbound"   // enroll/attach: it does not
+	ReplayCommitted Replay = "committed" // tell, detach, leave
+)

@@ -1,0 +1,198 @@
+package wire
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+)
+
+// retainLimit is the largest buffer a Reader or Writer keeps between frames.
+// Bigger frames get a buffer of their own that is dropped afterwards, so an
+// idle connection that once carried a 1 MiB frame does not pin 1 MiB.
+const retainLimit = 64 << 10
+
+// firstChunk is the most a Reader allocates for a body before that many
+// bytes have arrived; it then grows by doubling, so what a peer makes it
+// allocate stays within twice what it actually sent, and never above the
+// announced length.
+const firstChunk = 4 << 10
+
+func limit(maxFrame int) uint64 {
+	switch {
+	case maxFrame <= 0:
+		return DefaultMaxFrame
+	case uint64(maxFrame) > math.MaxUint32:
+		return math.MaxUint32
+	}
+	return uint64(maxFrame)
+}
+
+// Reader reads frames from a byte stream. It is not safe for concurrent use.
+type Reader struct {
+	r   *bufio.Reader
+	max uint64
+	hdr [HeaderLen]byte
+	buf []byte // reused between frames while cap(buf) <= retainLimit
+	err error  // sticky
+}
+
+// NewReader returns a Reader of r that accepts bodies of at most maxFrame
+// bytes (DefaultMaxFrame when maxFrame <= 0; at most math.MaxUint32). If r
+// is a *bufio.Reader it is used as is; otherwise it is wrapped in one, which
+// may read ahead of the frame being returned: once a Reader is in use, read
+// r only through it.
+func NewReader(r io.Reader, maxFrame int) *Reader {
+	br, ok := r.(*bufio.Reader)
+	if !ok {
+		br = bufio.NewReader(r)
+	}
+	return &Reader{r: br, max: limit(maxFrame)}
+}
+
+// MaxFrame returns the largest body the Reader accepts.
+func (r *Reader) MaxFrame() int { return int(r.max) }
+
+// ReadFrame reads one frame and returns its body.
+//
+// The body is owned by the Reader and valid only until the next call to
+// ReadFrame: the Reader reuses its buffer. Decoding it (DecodeRequest,
+// DecodeServerMessage) yields a message that does not alias it.
+//
+// Errors:
+//   - io.EOF, unwrapped, when the stream ends cleanly at a frame boundary;
+//   - an error wrapping io.ErrUnexpectedEOF when it ends inside a header or
+//     body;
+//   - a *FrameTooLargeError (errors.Is ErrFrameTooLarge) carrying the
+//     announced length, when the header announces more than the limit. It
+//     is decided from the header alone: nothing of the body is read or
+//     allocated;
+//   - otherwise the underlying reader's error, wrapped.
+//
+// Errors are sticky: once ReadFrame failed, it returns the same error again,
+// since the stream is no longer at a frame boundary.
+func (r *Reader) ReadFrame() ([]byte, error) {
+	if r.err != nil {
+		return nil, r.err
+	}
+	body, err := r.readFrame()
+	if err != nil {
+		r.err = err
+		return nil, err
+	}
+	return body, nil
+}
+
+func (r *Reader) readFrame() ([]byte, error) {
+	if _, err := io.ReadFull(r.r, r.hdr[:]); err != nil {
+		if err == io.EOF {
+			return nil, io.EOF
+		}
+		return nil, fmt.Errorf("wire: reading frame header: %w", err)
+	}
+	n := uint64(binary.BigEndian.Uint32(r.hdr[:]))
+	if n > r.max {
+		return nil, &FrameTooLargeError{Length: n, Max: r.max}
+	}
+	if n <= uint64(cap(r.buf)) {
+		body := r.buf[:n]
+		if _, err := io.ReadFull(r.r, body); err != nil {
+			return nil, bodyErr(err)
+		}
+		return body, nil
+	}
+	// Grow as the bytes arrive rather than trusting the header with an
+	// allocation of its size.
+	body := make([]byte, min(n, max(firstChunk, uint64(cap(r.buf)))))
+	got := 0
+	for {
+		m, err := io.ReadFull(r.r, body[got:])
+		got += m
+		if err != nil {
+			return nil, bodyErr(err)
+		}
+		if uint64(got) == n {
+			break
+		}
+		grown := make([]byte, min(n, 2*uint64(len(body))))
+		copy(grown, body[:got])
+		body = grown
+	}
+	if cap(body) <= retainLimit {
+		r.buf = body
+	}
+	return body, nil
+}
+
+func bodyErr(err error) error {
+	if errors.Is(err, io.EOF) {
+		err = io.ErrUnexpectedEOF
+	}
+	return fmt.Errorf("wire: reading frame body: %w", err)
+}
+
+// Writer writes frames to a byte stream. It is not safe for concurrent use;
+// Conn serializes writers.
+//
+// Each frame, header and body, goes to the underlying writer in exactly one
+// Write call, so a Writer adds no buffering of its own and needs no Flush:
+// when WriteFrame returns nil the frame has been handed to the underlying
+// writer (if that is a *bufio.Writer, flushing it is the caller's job).
+type Writer struct {
+	w   io.Writer
+	max uint64
+	buf []byte // reused between frames while cap(buf) <= retainLimit
+}
+
+// NewWriter returns a Writer to w that refuses bodies longer than maxFrame
+// bytes (DefaultMaxFrame when maxFrame <= 0; at most math.MaxUint32).
+func NewWriter(w io.Writer, maxFrame int) *Writer {
+	return &Writer{w: w, max: limit(maxFrame)}
+}
+
+// MaxFrame returns the largest body the Writer sends.
+func (w *Writer) MaxFrame() int { return int(w.max) }
+
+// SetMaxFrame changes the limit, as a client does on learning the server's
+// max_frame from welcome. maxFrame <= 0 means DefaultMaxFrame.
+func (w *Writer) SetMaxFrame(maxFrame int) { w.max = limit(maxFrame) }
+
+// WriteFrame writes body as one frame. A body longer than the limit is
+// refused with a *FrameTooLargeError (errors.Is ErrFrameTooLarge) and
+// nothing is written. Other errors are the underlying writer's, wrapped; the
+// frame may then have been partly written. WriteFrame does not retain body.
+func (w *Writer) WriteFrame(body []byte) error {
+	if uint64(len(body)) > w.max {
+		return &FrameTooLargeError{Length: uint64(len(body)), Max: w.max}
+	}
+	b := binary.BigEndian.AppendUint32(w.buf[:0], uint32(len(body)))
+	return w.write(append(b, body...))
+}
+
+// WriteMessage encodes m and writes it as one frame, with the errors of
+// WriteFrame.
+func (w *Writer) WriteMessage(m Message) error {
+	b := AppendFrame(w.buf[:0], m)
+	if n := uint64(len(b) - HeaderLen); n > w.max {
+		w.keep(b)
+		return &FrameTooLargeError{Length: n, Max: w.max}
+	}
+	return w.write(b)
+}
+
+func (w *Writer) write(b []byte) error {
+	_, err := w.w.Write(b)
+	w.keep(b)
+	if err != nil {
+		return fmt.Errorf("wire: writing frame: %w", err)
+	}
+	return nil
+}
+
+func (w *Writer) keep(b []byte) {
+	if cap(b) <= retainLimit {
+		w.buf = b[:0]
+	}
+}
