@@ -46,8 +46,11 @@
 // cut op reaches the inner store; ops admitted before it may still be in
 // flight and complete. After the workload returns, the test calls Crash on
 // the inner *store.Memory, which keeps exactly what a Flush made durable
-// before the cut, and reopens whatever it needs on top of it. CutLoop
-// automates that for every cut point of a workload.
+// before the cut, and reopens whatever it needs on top of it, wrapping the
+// crashed store in a new Store if it wants more faults: a Store cannot see
+// its inner store crash, so an old one would still list the lost appends
+// as pending. CutLoop automates all of that for every cut point of a
+// workload.
 //
 // # Rules
 //
@@ -62,7 +65,9 @@
 //	failAppend := faultstore.NewSwitch(faultstore.When(faultstore.Fail, faultstore.Kind(faultstore.OpAppend), faultstore.Prefix("outbox/")))
 //	failFlush := faultstore.NewSwitch(faultstore.When(faultstore.Fail, faultstore.Kind(faultstore.OpFlush), faultstore.Prefix("outbox/")))
 //	fs.SetRules(failAppend, failFlush)
-//	failFlush.Set(true) // the next flush covering an outbox append fails
+//	failFlush.Set(true) // from now on, a flush covering an outbox append fails
+//
+// Wrap a rule in Once to fire it a single time.
 //
 // Rules run under the Store's lock and must be quick and must not call the
 // Store. SetRules, AddRule, SetObserver and Switch.Set are safe to call

@@ -62,6 +62,10 @@ type Observer func(op Op, action Action, err error)
 
 // Store is a store.DurableStore that forwards to an inner store and injects
 // the faults its rules decide. It is safe for concurrent use.
+//
+// Every method returns the inner store's results and errors unchanged when
+// no fault applies, and an *Error (zero values besides) for an injected
+// one. Returned slices come from the inner store and belong to the caller.
 type Store struct {
 	inner    store.DurableStore
 	observer atomic.Pointer[Observer]
@@ -103,7 +107,7 @@ func (s *Store) SetRules(rules ...Rule) {
 func (s *Store) AddRule(rule Rule) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.rules = append(slices.Clip(s.rules), rule)
+	s.rules = append(s.rules, rule)
 }
 
 // SetObserver installs o, replacing any previous observer; nil removes it.
