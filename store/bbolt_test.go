@@ -1,8 +1,14 @@
 package store_test
 
 import (
+	"errors"
+	"fmt"
 	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/participantd/participantd/store"
 	"github.com/participantd/participantd/store/storetest"
@@ -31,4 +37,266 @@ func TestBolt_Conformance(t *testing.T) {
 			return openBolt(t, b.Path())
 		},
 	})
+}
+
+func TestBolt_Open_SecondOpenFailsFastWithErrLocked(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "data.db")
+	openBolt(t, path)
+
+	start := time.Now()
+	b, err := store.Open(path, store.Options{LockTimeout: 100 * time.Millisecond})
+	if err == nil {
+		b.Close()
+		t.Fatalf("second Open(%s) succeeded, want ErrLocked", path)
+	}
+	if !errors.Is(err, store.ErrLocked) {
+		t.Fatalf("second Open error = %v, want ErrLocked", err)
+	}
+	if !strings.Contains(err.Error(), path) {
+		t.Errorf("second Open error %q does not name %s", err, path)
+	}
+	// Generous bound: the point is that it does not hang.
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("second Open took %v with LockTimeout 100ms", d)
+	}
+}
+
+func TestBolt_Open_AfterCloseSucceeds(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "data.db")
+	b := openBolt(t, path)
+	if err := b.Close(); err != nil {
+		t.Fatalf("Close() error: %v", err)
+	}
+	openBolt(t, path)
+}
+
+// TestBolt_Flush_CoalescesConcurrentFlushes holds the first commit in
+// progress, lets many goroutines append and flush meanwhile, and checks that
+// all of them share one second commit.
+func TestBolt_Flush_CoalescesConcurrentFlushes(t *testing.T) {
+	const waiters = 32
+	entered := make(chan struct{})
+	release := make(chan struct{})
+	var once sync.Once
+	var waiting sync.WaitGroup
+	waiting.Add(1 + waiters)
+	b, err := store.OpenWithHooks(filepath.Join(t.TempDir(), "data.db"), store.Options{}, store.TestHooks{
+		BeforeCommit: func() {
+			once.Do(func() {
+				close(entered)
+				<-release
+			})
+		},
+		FlushWaiting: waiting.Done,
+	})
+	if err != nil {
+		t.Fatalf("Open error: %v", err)
+	}
+	defer b.Close()
+
+	errs := make(chan error, 1+waiters)
+	flusher := func(stream string) {
+		if _, err := b.Append(stream, []byte(stream), 0); err != nil {
+			errs <- err
+			waiting.Done()
+			return
+		}
+		errs <- b.Flush()
+	}
+	go flusher("first")
+	<-entered // the first commit is now in progress and held
+	for i := range waiters {
+		go flusher(fmt.Sprintf("s%02d", i))
+	}
+	waiting.Wait() // every Flush is blocked on a batch
+	close(release)
+	for range 1 + waiters {
+		if err := <-errs; err != nil {
+			t.Fatalf("Append/Flush error: %v", err)
+		}
+	}
+
+	st := b.Stats()
+	if st.Flushes != 1+waiters || st.Commits != 2 {
+		t.Fatalf("Stats() = %+v, want Flushes %d, Commits 2", st, 1+waiters)
+	}
+	for i := range waiters {
+		stream := fmt.Sprintf("s%02d", i)
+		if n, err := b.Len(stream); err != nil || n != 1 {
+			t.Fatalf("Len(%s) = %d, %v, want 1", stream, n, err)
+		}
+	}
+	// Nothing staged now: Flush returns without a transaction.
+	if err := b.Flush(); err != nil {
+		t.Fatalf("Flush() of nothing = %v", err)
+	}
+	if got := b.Stats().Commits; got != 2 {
+		t.Fatalf("Commits after an empty Flush = %d, want 2", got)
+	}
+}
+
+// TestBolt_Flush_WaitsForCommitInProgress checks that a Flush with nothing
+// staged still waits for a commit in progress, which may carry writes that
+// returned before it.
+func TestBolt_Flush_WaitsForCommitInProgress(t *testing.T) {
+	entered := make(chan struct{})
+	release := make(chan struct{})
+	var once sync.Once
+	var waiting sync.WaitGroup
+	waiting.Add(2)
+	b, err := store.OpenWithHooks(filepath.Join(t.TempDir(), "data.db"), store.Options{}, store.TestHooks{
+		BeforeCommit: func() { once.Do(func() { close(entered); <-release }) },
+		FlushWaiting: waiting.Done,
+	})
+	if err != nil {
+		t.Fatalf("Open error: %v", err)
+	}
+	defer b.Close()
+	if _, err := b.Append("s", []byte("x"), 0); err != nil {
+		t.Fatal(err)
+	}
+	first := make(chan error, 1)
+	go func() { first <- b.Flush() }()
+	<-entered
+	second := make(chan error, 1)
+	go func() { second <- b.Flush() }()
+	waiting.Wait()
+	select {
+	case err := <-second:
+		t.Fatalf("Flush() returned %v while the commit it depends on was held", err)
+	default:
+	}
+	close(release)
+	if err := <-first; err != nil {
+		t.Fatalf("first Flush() = %v", err)
+	}
+	if err := <-second; err != nil {
+		t.Fatalf("second Flush() = %v", err)
+	}
+	if got := b.Stats().Commits; got != 1 {
+		t.Fatalf("Commits = %d, want 1", got)
+	}
+}
+
+func TestBolt_Commit_FailureIsSticky(t *testing.T) {
+	errInjected := errors.New("injected fsync failure")
+	var fail sync.Mutex // guards failing
+	failing := false
+	path := filepath.Join(t.TempDir(), "data.db")
+	b, err := store.OpenWithHooks(path, store.Options{}, store.TestHooks{
+		CommitErr: func() error {
+			fail.Lock()
+			defer fail.Unlock()
+			if failing {
+				return errInjected
+			}
+			return nil
+		},
+	})
+	if err != nil {
+		t.Fatalf("Open error: %v", err)
+	}
+	if _, err := b.Append("s", []byte("kept"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Flush(); err != nil {
+		t.Fatalf("Flush() = %v", err)
+	}
+	fail.Lock()
+	failing = true
+	fail.Unlock()
+	if _, err := b.Append("s", []byte("lost"), 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.CAS("k", 0, 1); err != nil {
+		t.Fatal(err)
+	}
+	err = b.Flush()
+	if !errors.Is(err, store.ErrFailed) || !errors.Is(err, errInjected) {
+		t.Fatalf("Flush() with a failing commit = %v, want ErrFailed wrapping the cause", err)
+	}
+
+	calls := []struct {
+		name string
+		call func() error
+	}{
+		{"Append", func() error { _, err := b.Append("s", []byte("y"), 2); return err }},
+		{"ReadFrom", func() error { _, err := b.ReadFrom("s", 0, 0); return err }},
+		{"Len", func() error { _, err := b.Len("s"); return err }},
+		{"CAS", func() error { return b.CAS("k", 1, 2) }},
+		{"ReadValue", func() error { _, err := b.ReadValue("k"); return err }},
+		{"Scan", func() error { _, err := b.Scan(""); return err }},
+		{"Flush", b.Flush},
+		{"Close", b.Close},
+		{"Append after Close", func() error { _, err := b.Append("s", []byte("y"), 2); return err }},
+	}
+	for _, c := range calls {
+		if err := c.call(); !errors.Is(err, store.ErrFailed) || !errors.Is(err, errInjected) {
+			t.Errorf("%s after a failed commit = %v, want ErrFailed wrapping the cause", c.name, err)
+		}
+	}
+
+	// Close released the file; the failed commit left nothing behind.
+	r := openBolt(t, path)
+	got, err := r.ReadFrom("s", 0, 0)
+	if err != nil || len(got) != 1 || string(got[0].Payload) != "kept" {
+		t.Fatalf("after reopen ReadFrom(s) = %v, %v, want only \"kept\"", got, err)
+	}
+	if v, err := r.ReadValue("k"); err != nil || v != 0 {
+		t.Fatalf("after reopen ReadValue(k) = %d, %v, want 0", v, err)
+	}
+}
+
+// TestBolt_Close_FailsWaitingFlush checks that Close waits for a commit in
+// progress and fails a Flush waiting for a later one with ErrClosed.
+func TestBolt_Close_FailsWaitingFlush(t *testing.T) {
+	entered := make(chan struct{})
+	release := make(chan struct{})
+	var once sync.Once
+	var waiting sync.WaitGroup
+	waiting.Add(2)
+	path := filepath.Join(t.TempDir(), "data.db")
+	b, err := store.OpenWithHooks(path, store.Options{}, store.TestHooks{
+		BeforeCommit: func() { once.Do(func() { close(entered); <-release }) },
+		FlushWaiting: waiting.Done,
+	})
+	if err != nil {
+		t.Fatalf("Open error: %v", err)
+	}
+	if _, err := b.Append("s", []byte("committed"), 0); err != nil {
+		t.Fatal(err)
+	}
+	first := make(chan error, 1)
+	go func() { first <- b.Flush() }()
+	<-entered
+	if _, err := b.Append("s", []byte("discarded"), 1); err != nil {
+		t.Fatal(err)
+	}
+	second := make(chan error, 1)
+	go func() { second <- b.Flush() }()
+	waiting.Wait()
+	closed := make(chan error, 1)
+	go func() { closed <- b.Close() }()
+	// Release the held commit only once Close has marked the store closed,
+	// so the committer cannot start the later commit.
+	for {
+		if _, err := b.Len("s"); errors.Is(err, store.ErrClosed) {
+			break
+		}
+		runtime.Gosched()
+	}
+	close(release)
+	if err := <-first; err != nil {
+		t.Fatalf("Flush() of the commit in progress = %v, want nil", err)
+	}
+	if err := <-second; !errors.Is(err, store.ErrClosed) {
+		t.Fatalf("Flush() waiting for a later commit = %v, want ErrClosed", err)
+	}
+	if err := <-closed; err != nil {
+		t.Fatalf("Close() = %v", err)
+	}
+	r := openBolt(t, path)
+	if n, err := r.Len("s"); err != nil || n != 1 {
+		t.Fatalf("after reopen Len(s) = %d, %v, want 1", n, err)
+	}
 }

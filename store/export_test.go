@@ -1,0 +1,17 @@
+package store
+
+// TestHooks exposes the committer's hooks to the external test package.
+type TestHooks struct {
+	BeforeCommit func()
+	CommitErr    func() error
+	FlushWaiting func()
+}
+
+// OpenWithHooks is Open with test hooks installed.
+func OpenWithHooks(path string, opts Options, h TestHooks) (*Bolt, error) {
+	return open(path, opts, hooks{
+		beforeCommit: h.BeforeCommit,
+		commitErr:    h.CommitErr,
+		flushWaiting: h.FlushWaiting,
+	})
+}
