@@ -463,3 +463,30 @@ func TestStore_ConcurrentCutAdmitsNothingAfterIt(t *testing.T) {
 		t.Errorf("inner store holds %d entries, want the %d appends admitted before the cut", inner, landed)
 	}
 }
+
+func TestStore_SetRulesReplacesAndAddRuleAppends(t *testing.T) {
+	_, s, rec := newObserved()
+	s.AddRule(OnKind(OpRead, Fail))
+	s.AddRule(When(Uncertain)) // later: loses to the read rule
+	if _, err := s.Len("a"); !errors.Is(err, ErrInjected) {
+		t.Fatalf("Len = %v, want ErrInjected", err)
+	}
+	if _, err := s.Append("a", []byte("x"), 0); !errors.Is(err, ErrInjected) {
+		t.Fatalf("Append = %v, want ErrInjected from the catch-all rule", err)
+	}
+	s.SetRules()
+	if n, err := s.Len("a"); err != nil || n != 1 {
+		t.Fatalf("Len with no rules = %d, %v, want 1, nil", n, err)
+	}
+	s.SetObserver(nil)
+	if _, err := s.Len("a"); err != nil {
+		t.Fatalf("Len = %v", err)
+	}
+	var got []Action
+	for _, r := range rec.sorted() {
+		got = append(got, r.Action)
+	}
+	if diff := cmp.Diff([]Action{Fail, Uncertain, None}, got); diff != "" {
+		t.Errorf("observed actions (-want +got):\n%s", diff)
+	}
+}
