@@ -1,0 +1,129 @@
+package oplog
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// Version is the schema version byte that starts every oplog row written by
+// this code.
+const Version byte = 1
+
+// Kind is the kind of a committed operation.
+type Kind uint8
+
+// Operation kinds. Genesis is the conversation's first row; End records the
+// end of a binding that no client request ended (a lost connection, a clean
+// goodbye, a drain, an unclean restart).
+const (
+	KindGenesis Kind = iota + 1
+	KindEnroll
+	KindAttach
+	KindTell
+	KindAck
+	KindDetach
+	KindLeave
+	KindEnd
+)
+
+var kindNames = [...]string{"", "genesis", "enroll", "attach", "tell", "ack", "detach", "leave", "end"}
+
+func (k Kind) String() string {
+	if int(k) < len(kindNames) && k != 0 {
+		return kindNames[k]
+	}
+	return "kind(" + strconv.Itoa(int(k)) + ")"
+}
+
+// HasToken reports whether rows of this kind carry a client token.
+func (k Kind) HasToken() bool {
+	switch k {
+	case KindEnroll, KindAttach, KindTell, KindDetach, KindLeave:
+		return true
+	}
+	return false
+}
+
+// Row is one committed operation: its inputs and the positions the server
+// allocated for it. It never holds a secret; secrets are derived from the
+// node key and the row's positions (see package participant).
+//
+// Fields a kind does not use are zero. The msgpack encoding is an array in
+// field order, so encoding the same Row always yields the same bytes.
+type Row struct {
+	_msgpack struct{} `msgpack:",as_array"`
+
+	Kind Kind
+	// Participant is the operation's subject; for Enroll, the minted id.
+	Participant ParticipantID
+	// Generation is the generation the operation ran under: 1 for Enroll,
+	// the newly minted one for Attach, the binding's for the others.
+	Generation Generation
+	// Token is the client's token (zero for Genesis, Ack and End).
+	Token Token
+	// Conn is the connection incarnation of the binding an Enroll or Attach
+	// created, or of the binding an End ended.
+	Conn ConnID
+	// Through is an Ack's new cursor.
+	Through Seq
+	// Seq is the seq of the operation's last record (0 for Genesis and
+	// Ack), kept so a replay answers `told`, `detached` and `left` without
+	// reading the outbox.
+	Seq Seq
+	// Cursor is the participant's durable cursor when an Attach committed,
+	// kept so a replay answers exactly what the original did.
+	Cursor Seq
+	// Cause is an End's cause.
+	Cause Cause
+	// At is the commit time in unix milliseconds (receipts expire from it).
+	At int64
+	// Nonce is the conversation's random salt, set on Genesis only.
+	Nonce [16]byte
+	// Payload is a Tell's payload.
+	Payload []byte
+}
+
+// Errors of the codec.
+var (
+	// ErrUnknownVersion reports a row whose version byte this code does not
+	// know.
+	ErrUnknownVersion = errors.New("oplog: unknown schema version")
+	// ErrCorrupt reports a row that does not decode.
+	ErrCorrupt = errors.New("oplog: corrupt row")
+)
+
+// Encode returns the stored form of r: Version followed by its msgpack body.
+func Encode(r *Row) ([]byte, error) {
+	body, err := msgpack.Marshal(r)
+	if err != nil {
+		return nil, fmt.Errorf("oplog: encode %v row: %w", r.Kind, err)
+	}
+	out := make([]byte, 0, 1+len(body))
+	out = append(out, Version)
+	return append(out, body...), nil
+}
+
+// Decode parses a stored row. Errors wrap ErrUnknownVersion or ErrCorrupt.
+// The returned Row does not alias b.
+func Decode(b []byte) (Row, error) {
+	var r Row
+	if len(b) == 0 {
+		return r, fmt.Errorf("%w: empty", ErrCorrupt)
+	}
+	if b[0] != Version {
+		return r, fmt.Errorf("%w: %d", ErrUnknownVersion, b[0])
+	}
+	if err := msgpack.Unmarshal(b[1:], &r); err != nil {
+		return r, fmt.Errorf("%w: %v", ErrCorrupt, err)
+	}
+	if r.Kind < KindGenesis || r.Kind > KindEnd {
+		return r, fmt.Errorf("%w: kind %d", ErrCorrupt, r.Kind)
+	}
+	return r, nil
+}
+
+// Stream returns the store stream holding conversation c's oplog.
+func Stream(c ConversationID) string { return "oplog/" + c.String() }

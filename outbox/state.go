@@ -1,0 +1,245 @@
+package outbox
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/participantd/participantd/oplog"
+)
+
+// ErrInconsistent reports an oplog row that cannot follow the state it is
+// applied to: an id, generation or binding that does not match. On the live
+// path that is a broken invariant; during reconciliation it means the stored
+// oplog is not one this code wrote.
+var ErrInconsistent = errors.New("outbox: oplog row inconsistent with state")
+
+// Member is one participant of a conversation, as the oplog made it.
+type Member struct {
+	// Generation is the current capability generation.
+	Generation oplog.Generation
+	// Retired is set once the participant left.
+	Retired bool
+	// Cursor is the highest seq the participant acknowledged, durably.
+	Cursor oplog.Seq
+	// Bound reports a live binding; Conn is its connection and
+	// BindingSource the oplog index of the enroll or attach that created it.
+	// A binding's generation is always Generation.
+	Bound         bool
+	Conn          oplog.ConnID
+	BindingSource uint64
+}
+
+// Retained is a record kept in memory for publication, with the payload of
+// a `record` taken from its oplog row.
+type Retained struct {
+	Record
+	Payload []byte
+}
+
+// State is a conversation as its oplog rows 0..Applied-1 made it. It is a
+// plain value: Project reads it, Apply changes it, neither does I/O.
+type State struct {
+	// Applied is the number of oplog rows applied; the next row's index.
+	Applied uint64
+	// Produced is the number of outbox rows those oplog rows produced; the
+	// next outbox row's seq in the store.
+	Produced uint64
+	// Nonce is the conversation's salt from its Genesis row.
+	Nonce [16]byte
+	// LastSeq is the seq of the last record, 0 before the first.
+	LastSeq oplog.Seq
+	// Members is indexed by participant id.
+	Members []Member
+	// Records holds the records not yet reclaimed, contiguous in seq from
+	// Records[0].Seq to LastSeq.
+	Records []Retained
+}
+
+// Member returns participant p, or nil when p was never enrolled.
+func (s *State) Member(p oplog.ParticipantID) *Member {
+	if uint64(p) >= uint64(len(s.Members)) {
+		return nil
+	}
+	return &s.Members[p]
+}
+
+// Record returns the retained record with seq q, or nil when q was
+// reclaimed or does not exist.
+func (s *State) Record(q oplog.Seq) *Retained {
+	if len(s.Records) == 0 || q < s.Records[0].Seq || q > s.LastSeq {
+		return nil
+	}
+	return &s.Records[q-s.Records[0].Seq]
+}
+
+// recipients lists the members that are not retired, except subject.
+func (s *State) recipients(subject oplog.ParticipantID) []oplog.ParticipantID {
+	var out []oplog.ParticipantID
+	for i := range s.Members {
+		if p := oplog.ParticipantID(i); p != subject && !s.Members[i].Retired {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Project returns the outbox rows that oplog row r, at index idx, produces
+// from state s: nil or exactly one row. It is pure: the same state and row
+// always give the same rows, which is what lets reconciliation re-derive a
+// missing outbox suffix byte for byte. Errors wrap ErrInconsistent.
+func Project(s *State, idx uint64, r *oplog.Row) ([]Row, error) {
+	if idx != s.Applied {
+		return nil, fmt.Errorf("%w: row index %d, expected %d", ErrInconsistent, idx, s.Applied)
+	}
+	if r.Kind != oplog.KindGenesis && idx == 0 {
+		return nil, fmt.Errorf("%w: row 0 is %v, not genesis", ErrInconsistent, r.Kind)
+	}
+	seq := s.LastSeq
+	record := func(kind RecordKind, cause oplog.Cause) Record {
+		seq++
+		return Record{Seq: seq, Kind: kind, Participant: r.Participant, Cause: cause, Recipients: s.recipients(r.Participant)}
+	}
+	produced := func(records ...Record) ([]Row, error) {
+		if last := records[len(records)-1].Seq; r.Seq != last {
+			return nil, fmt.Errorf("%w: %v row names seq %v, its last record is %v", ErrInconsistent, r.Kind, r.Seq, last)
+		}
+		return []Row{{Kind: Produced, Source: idx, Records: records}}, nil
+	}
+	m := s.Member(r.Participant)
+	switch r.Kind {
+	case oplog.KindGenesis:
+		if idx != 0 || r.Seq != 0 {
+			return nil, fmt.Errorf("%w: genesis at row %d", ErrInconsistent, idx)
+		}
+		return nil, nil
+	case oplog.KindEnroll:
+		if uint64(r.Participant) != uint64(len(s.Members)) || r.Generation != 1 || r.Conn.IsZero() {
+			return nil, fmt.Errorf("%w: enroll of %v %v, next id p%d", ErrInconsistent, r.Participant, r.Generation, len(s.Members))
+		}
+		return produced(record(KindJoined, oplog.CauseNone))
+	}
+	if m == nil || m.Retired {
+		return nil, fmt.Errorf("%w: %v row for absent or retired %v", ErrInconsistent, r.Kind, r.Participant)
+	}
+	switch r.Kind {
+	case oplog.KindAttach:
+		if r.Generation != m.Generation+1 || r.Conn.IsZero() || r.Cursor != m.Cursor {
+			return nil, fmt.Errorf("%w: attach of %v to %v at %v", ErrInconsistent, r.Participant, r.Generation, m.Generation)
+		}
+		if m.Bound {
+			return produced(record(KindDetached, oplog.CauseSuperseded), record(KindAttached, oplog.CauseNone))
+		}
+		return produced(record(KindAttached, oplog.CauseNone))
+	case oplog.KindLeave:
+		if r.Generation != m.Generation {
+			return nil, fmt.Errorf("%w: leave of %v at %v, current %v", ErrInconsistent, r.Participant, r.Generation, m.Generation)
+		}
+		return produced(record(KindLeft, oplog.CauseNone))
+	case oplog.KindAck:
+		if r.Through <= m.Cursor || r.Through > s.LastSeq || r.Seq != 0 {
+			return nil, fmt.Errorf("%w: ack of %v through %v, cursor %v", ErrInconsistent, r.Participant, r.Through, m.Cursor)
+		}
+		if rec := s.Record(r.Through); rec == nil || !rec.Addressed(r.Participant) {
+			return nil, fmt.Errorf("%w: ack of %v through %v, not addressed to it", ErrInconsistent, r.Participant, r.Through)
+		}
+		return []Row{{Kind: AckAdvanced, Source: idx, Participant: r.Participant, Through: r.Through}}, nil
+	}
+	// Tell, Detach and End need the binding they name.
+	if !m.Bound || r.Generation != m.Generation {
+		return nil, fmt.Errorf("%w: %v of %v at %v without its binding", ErrInconsistent, r.Kind, r.Participant, r.Generation)
+	}
+	switch r.Kind {
+	case oplog.KindTell:
+		return produced(record(KindRecord, oplog.CauseNone))
+	case oplog.KindDetach:
+		return produced(record(KindDetached, oplog.CauseClean))
+	case oplog.KindEnd:
+		if r.Conn != m.Conn || !r.Cause.Valid() || r.Cause == oplog.CauseSuperseded {
+			return nil, fmt.Errorf("%w: end of %v on %v (%v), bound on %v", ErrInconsistent, r.Participant, r.Conn, r.Cause, m.Conn)
+		}
+		if r.Cause.Died() {
+			return produced(record(KindDied, r.Cause))
+		}
+		return produced(record(KindDetached, r.Cause))
+	}
+	return nil, fmt.Errorf("%w: unknown kind %v", ErrInconsistent, r.Kind)
+}
+
+// Apply advances s by oplog row r at index idx and the rows Project returned
+// for it. The caller must have called Project on the same s, idx and r.
+// Records keep a reference to r.Payload.
+func Apply(s *State, idx uint64, r *oplog.Row, rows []Row) {
+	s.Applied = idx + 1
+	s.Produced += uint64(len(rows))
+	for _, row := range rows {
+		for _, rec := range row.Records {
+			ret := Retained{Record: rec}
+			if rec.Kind == KindRecord {
+				ret.Payload = r.Payload
+			}
+			s.Records = append(s.Records, ret)
+			s.LastSeq = rec.Seq
+		}
+	}
+	switch r.Kind {
+	case oplog.KindGenesis:
+		s.Nonce = r.Nonce
+	case oplog.KindEnroll:
+		s.Members = append(s.Members, Member{Generation: 1, Bound: true, Conn: r.Conn, BindingSource: idx})
+	case oplog.KindAttach:
+		m := &s.Members[r.Participant]
+		m.Generation, m.Bound, m.Conn, m.BindingSource = r.Generation, true, r.Conn, idx
+	case oplog.KindAck:
+		s.Members[r.Participant].Cursor = r.Through
+		s.reclaim()
+	case oplog.KindDetach, oplog.KindEnd:
+		m := &s.Members[r.Participant]
+		m.Bound, m.Conn = false, oplog.ConnID{}
+	case oplog.KindLeave:
+		m := &s.Members[r.Participant]
+		m.Retired, m.Bound, m.Conn = true, false, oplog.ConnID{}
+		s.reclaim()
+	}
+}
+
+// reclaim drops the leading records that no recipient still needs: each
+// recipient acknowledged it or left.
+func (s *State) reclaim() {
+	n := 0
+	for n < len(s.Records) && s.settled(&s.Records[n].Record) {
+		n++
+	}
+	if n == 0 {
+		return
+	}
+	// Clear the dropped prefix so its payloads can be collected; append
+	// reallocates the backing array as the slice moves along it.
+	clear(s.Records[:n])
+	s.Records = s.Records[n:]
+}
+
+func (s *State) settled(r *Record) bool {
+	for _, p := range r.Recipients {
+		if m := &s.Members[p]; !m.Retired && m.Cursor < r.Seq {
+			return false
+		}
+	}
+	return true
+}
+
+// Next returns the first record after seq `after` addressed to p, or nil.
+func (s *State) Next(p oplog.ParticipantID, after oplog.Seq) *Retained {
+	if len(s.Records) == 0 {
+		return nil
+	}
+	i := 0
+	if base := s.Records[0].Seq; after >= base {
+		i = int(after-base) + 1
+	}
+	for ; i < len(s.Records); i++ {
+		if s.Records[i].Addressed(p) {
+			return &s.Records[i]
+		}
+	}
+	return nil
+}

@@ -1,0 +1,351 @@
+package participant
+
+import (
+	"bytes"
+	"time"
+
+	"github.com/participantd/participantd/oplog"
+	"github.com/participantd/participantd/outbox"
+)
+
+// The decision code: pure functions from a conversation's state and a
+// request to a refusal or the oplog row to commit. They check in
+// PROTOCOL.md's order (after the token, which the driver resolves first):
+// unknown_participant, retired, stale_authority, no_binding,
+// binding_occupied, operation checks, capacity_exceeded.
+
+// decider carries what the decisions need besides state and request.
+type decider struct {
+	key             []byte
+	conv            ConversationID
+	conn            ConnID
+	now             time.Time
+	maxRecordBytes  int
+	maxParticipants int
+	// connBindings is how many conversations the connection is bound in,
+	// and maxConnBindings its cap.
+	connBindings    int
+	maxConnBindings int
+}
+
+func (d *decider) at() int64 { return d.now.UnixMilli() }
+
+// boundHere returns the participant bound on d.conn in st, if any.
+func (d *decider) boundHere(st *outbox.State) (ParticipantID, bool) {
+	for i := range st.Members {
+		if m := &st.Members[i]; m.Bound && m.Conn == d.conn {
+			return ParticipantID(i), true
+		}
+	}
+	return 0, false
+}
+
+// member runs checks 2 and 3: the participant exists and has not left.
+func member(st *outbox.State, p ParticipantID) (*outbox.Member, *Error) {
+	m := st.Member(p)
+	if m == nil || st.Applied == 0 {
+		return nil, refuse(CodeUnknownParticipant, "no participant %v", p)
+	}
+	if m.Retired {
+		return nil, refuse(CodeRetired, "participant %v has left", p)
+	}
+	return m, nil
+}
+
+// authority runs check 4 for requests that present a generation and, when
+// secret is non-nil, a secret.
+func (d *decider) authority(st *outbox.State, p ParticipantID, m *outbox.Member, g Generation, secret *Secret) *Error {
+	if secret == nil {
+		if g != m.Generation {
+			return refuse(CodeStaleAuthority, "generation %v is not the current one", g)
+		}
+		return nil
+	}
+	if !verifySecret(d.key, st.Nonce, d.conv, p, g, *secret) {
+		return refuse(CodeStaleAuthority, "the secret does not verify for %v", g)
+	}
+	if g != m.Generation {
+		e := refuse(CodeStaleAuthority, "generation %v is not the current one", g)
+		e.Generation, e.HasGeneration = m.Generation, true
+		return e
+	}
+	return nil
+}
+
+// binding runs check 5: the request comes from the connection holding p's
+// binding.
+func (d *decider) binding(p ParticipantID, m *outbox.Member) *Error {
+	if !m.Bound || m.Conn != d.conn {
+		return refuse(CodeNoBinding, "this connection does not hold the binding of %v", p)
+	}
+	return nil
+}
+
+func (d *decider) enroll(st *outbox.State, req *Enroll) (oplog.Row, *Error) {
+	if _, ok := d.boundHere(st); ok {
+		return oplog.Row{}, refuse(CodeBindingOccupied, "this connection already holds a binding in conversation %v", d.conv)
+	}
+	if len(st.Members) >= d.maxParticipants {
+		e := refuse(CodeCapacityExceeded, "conversation %v has %d participants", d.conv, len(st.Members))
+		e.Limit = uint64(d.maxParticipants)
+		return oplog.Row{}, e
+	}
+	if e := d.connCapacity(); e != nil {
+		return oplog.Row{}, e
+	}
+	return oplog.Row{
+		Kind:        oplog.KindEnroll,
+		Participant: ParticipantID(len(st.Members)),
+		Generation:  1,
+		Token:       req.Token,
+		Conn:        d.conn,
+		Seq:         st.LastSeq + 1,
+		At:          d.at(),
+	}, nil
+}
+
+func (d *decider) connCapacity() *Error {
+	if d.connBindings >= d.maxConnBindings {
+		e := refuse(CodeCapacityExceeded, "this connection holds %d bindings", d.connBindings)
+		e.Limit = uint64(d.maxConnBindings)
+		return e
+	}
+	return nil
+}
+
+func (d *decider) attach(st *outbox.State, req *Attach) (oplog.Row, *Error) {
+	m, e := member(st, req.Participant)
+	if e != nil {
+		return oplog.Row{}, e
+	}
+	if e := d.authority(st, req.Participant, m, req.Generation, &req.Secret); e != nil {
+		return oplog.Row{}, e
+	}
+	other, here := d.boundHere(st)
+	if here && other != req.Participant {
+		return oplog.Row{}, refuse(CodeBindingOccupied, "this connection holds the binding of %v in conversation %v", other, d.conv)
+	}
+	if !here {
+		if e := d.connCapacity(); e != nil {
+			return oplog.Row{}, e
+		}
+	}
+	records := Seq(1)
+	if m.Bound {
+		records = 2 // detached/superseded, then attached
+	}
+	return oplog.Row{
+		Kind:        oplog.KindAttach,
+		Participant: req.Participant,
+		Generation:  m.Generation + 1,
+		Token:       req.Token,
+		Conn:        d.conn,
+		Cursor:      m.Cursor,
+		Seq:         st.LastSeq + records,
+		At:          d.at(),
+	}, nil
+}
+
+func (d *decider) tell(st *outbox.State, req *Tell) (oplog.Row, *Error) {
+	m, e := member(st, req.Participant)
+	if e != nil {
+		return oplog.Row{}, e
+	}
+	if e := d.authority(st, req.Participant, m, req.Generation, nil); e != nil {
+		return oplog.Row{}, e
+	}
+	if e := d.binding(req.Participant, m); e != nil {
+		return oplog.Row{}, e
+	}
+	if len(req.Payload) > d.maxRecordBytes {
+		e := refuse(CodeTooLarge, "payload of %d bytes", len(req.Payload))
+		e.Limit = uint64(d.maxRecordBytes)
+		return oplog.Row{}, e
+	}
+	return oplog.Row{
+		Kind:        oplog.KindTell,
+		Participant: req.Participant,
+		Generation:  req.Generation,
+		Token:       req.Token,
+		Seq:         st.LastSeq + 1,
+		At:          d.at(),
+		Payload:     bytes.Clone(req.Payload),
+	}, nil
+}
+
+// ack returns the row to commit, or noop set when through is the cursor.
+func (d *decider) ack(st *outbox.State, req *Ack) (row oplog.Row, noop bool, e *Error) {
+	m, e := member(st, req.Participant)
+	if e != nil {
+		return row, false, e
+	}
+	if e := d.authority(st, req.Participant, m, req.Generation, nil); e != nil {
+		return row, false, e
+	}
+	if e := d.binding(req.Participant, m); e != nil {
+		return row, false, e
+	}
+	switch {
+	case req.Through < m.Cursor:
+		e := refuse(CodeAckRegression, "through %v is below the cursor %v", req.Through, m.Cursor)
+		e.Cursor = m.Cursor
+		return row, false, e
+	case req.Through == m.Cursor:
+		return row, true, nil
+	}
+	if rec := st.Record(req.Through); rec == nil || !rec.Addressed(req.Participant) {
+		e := refuse(CodeAckGap, "%v is not a record addressed to %v", req.Through, req.Participant)
+		e.Cursor = m.Cursor
+		return row, false, e
+	}
+	return oplog.Row{
+		Kind:        oplog.KindAck,
+		Participant: req.Participant,
+		Generation:  req.Generation,
+		Through:     req.Through,
+		At:          d.at(),
+	}, false, nil
+}
+
+func (d *decider) detach(st *outbox.State, req *Detach) (oplog.Row, *Error) {
+	m, e := member(st, req.Participant)
+	if e != nil {
+		return oplog.Row{}, e
+	}
+	if e := d.authority(st, req.Participant, m, req.Generation, nil); e != nil {
+		return oplog.Row{}, e
+	}
+	if e := d.binding(req.Participant, m); e != nil {
+		return oplog.Row{}, e
+	}
+	return oplog.Row{
+		Kind:        oplog.KindDetach,
+		Participant: req.Participant,
+		Generation:  req.Generation,
+		Token:       req.Token,
+		Conn:        m.Conn,
+		Seq:         st.LastSeq + 1,
+		At:          d.at(),
+	}, nil
+}
+
+func (d *decider) leave(st *outbox.State, req *Leave) (oplog.Row, *Error) {
+	m, e := member(st, req.Participant)
+	if e != nil {
+		return oplog.Row{}, e
+	}
+	if e := d.authority(st, req.Participant, m, req.Generation, &req.Secret); e != nil {
+		return oplog.Row{}, e
+	}
+	if m.Bound {
+		if e := d.binding(req.Participant, m); e != nil {
+			return oplog.Row{}, e
+		}
+	}
+	return oplog.Row{
+		Kind:        oplog.KindLeave,
+		Participant: req.Participant,
+		Generation:  req.Generation,
+		Token:       req.Token,
+		Conn:        m.Conn,
+		Seq:         st.LastSeq + 1,
+		At:          d.at(),
+	}, nil
+}
+
+// end returns the row ending p's binding on conn with cause, or false when
+// p holds no binding there (it ended already).
+func end(st *outbox.State, p ParticipantID, conn ConnID, cause Cause, now time.Time) (oplog.Row, bool) {
+	m := st.Member(p)
+	if m == nil || !m.Bound || m.Conn != conn {
+		return oplog.Row{}, false
+	}
+	return oplog.Row{
+		Kind:        oplog.KindEnd,
+		Participant: p,
+		Generation:  m.Generation,
+		Conn:        conn,
+		Cause:       cause,
+		Seq:         st.LastSeq + 1,
+		At:          now.UnixMilli(),
+	}, true
+}
+
+// replay answers a request whose token already committed prior. It never
+// re-checks authority (a client may retry after its generation moved on),
+// except that an attach's secret must verify for the generation it
+// presented. The returned error is token_conflict, stale_authority or
+// receipt_expired.
+type replayer struct {
+	key  []byte
+	conv ConversationID
+	now  time.Time
+	ttl  time.Duration
+}
+
+// bound answers a replayed enroll or attach from its row.
+func (r *replayer) bound(st *outbox.State, pr *prior) (Bound, *Error) {
+	row := &pr.row
+	m := st.Member(row.Participant)
+	expires := time.UnixMilli(row.At).Add(r.ttl)
+	switch {
+	case m.Generation > row.Generation:
+		return Bound{}, r.expired(row.Participant, m, "superseded")
+	case !r.now.Before(expires):
+		return Bound{}, r.expired(row.Participant, m, "deadline")
+	}
+	replay := ReplayUnbound
+	if m.Bound && m.BindingSource == pr.idx {
+		replay = ReplayBound
+	}
+	return Bound{
+		Conversation:     r.conv,
+		Participant:      row.Participant,
+		Generation:       row.Generation,
+		Secret:           deriveSecret(r.key, st.Nonce, r.conv, row.Participant, row.Generation),
+		Cursor:           row.Cursor,
+		ReceiptExpiresAt: expires,
+		Replay:           replay,
+	}, nil
+}
+
+func (r *replayer) expired(p ParticipantID, m *outbox.Member, reason string) *Error {
+	e := refuse(CodeReceiptExpired, "the answer's secret is no longer replayed (%s)", reason)
+	e.Participant, e.Generation, e.HasGeneration, e.Reason = p, m.Generation, true, reason
+	return e
+}
+
+func conflict(kind oplog.Kind) *Error {
+	return refuse(CodeTokenConflict, "the token committed a different %v", kind)
+}
+
+func (r *replayer) enroll(st *outbox.State, pr *prior) (Bound, *Error) {
+	if pr.row.Kind != oplog.KindEnroll {
+		return Bound{}, conflict(pr.row.Kind)
+	}
+	return r.bound(st, pr)
+}
+
+func (r *replayer) attach(st *outbox.State, pr *prior, req *Attach) (Bound, *Error) {
+	if pr.row.Kind != oplog.KindAttach || pr.row.Generation != req.Generation+1 {
+		return Bound{}, conflict(pr.row.Kind)
+	}
+	if !verifySecret(r.key, st.Nonce, r.conv, req.Participant, req.Generation, req.Secret) {
+		return Bound{}, refuse(CodeStaleAuthority, "the secret does not verify for %v", req.Generation)
+	}
+	return r.bound(st, pr)
+}
+
+func (r *replayer) tell(pr *prior, req *Tell) (Told, *Error) {
+	if pr.row.Kind != oplog.KindTell || !bytes.Equal(pr.row.Payload, req.Payload) {
+		return Told{}, conflict(pr.row.Kind)
+	}
+	return Told{Conversation: r.conv, Seq: pr.row.Seq, Replay: ReplayCommitted}, nil
+}
+
+func (r *replayer) ended(pr *prior, kind oplog.Kind) (Ended, *Error) {
+	if pr.row.Kind != kind {
+		return Ended{}, conflict(pr.row.Kind)
+	}
+	return Ended{Conversation: r.conv, Participant: pr.row.Participant, Seq: pr.row.Seq, Replay: ReplayCommitted}, nil
+}

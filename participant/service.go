@@ -1,0 +1,404 @@
+package participant
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/participantd/participantd/fence"
+	"github.com/participantd/participantd/oplog"
+	"github.com/participantd/participantd/outbox"
+	"github.com/participantd/participantd/store"
+)
+
+// Store keys outside the per-conversation streams.
+const (
+	// RegistryStream lists every conversation, one entry each, appended and
+	// flushed before the conversation's genesis row.
+	RegistryStream = "conversations"
+	// IncarnationKey is the durable server incarnation, one more at every
+	// Open.
+	IncarnationKey       = "server/incarnation"
+	registryVersion byte = 1
+)
+
+// Defaults for the zero Options.
+const (
+	DefaultReceiptTTL              = 24 * time.Hour
+	DefaultMaxRecordBytes          = 512 << 10
+	DefaultMaxParticipants         = 1024
+	DefaultMaxConversationsPerConn = 1024
+)
+
+// Options configures a Service. The zero value is valid except for NodeKey.
+type Options struct {
+	// NodeKey derives every attach secret (see LoadOrCreateNodeKey); it
+	// must be NodeKeySize bytes and stay the same for the life of the data.
+	NodeKey []byte
+	// ReceiptTTL is how long the secret-bearing answer of enroll and attach
+	// is replayed. Default DefaultReceiptTTL.
+	ReceiptTTL time.Duration
+	// MaxRecordBytes is the largest tell payload. Default
+	// DefaultMaxRecordBytes.
+	MaxRecordBytes int
+	// MaxParticipants caps participants per conversation.
+	MaxParticipants int
+	// MaxConversationsPerConn caps the bindings one connection holds.
+	MaxConversationsPerConn int
+	// LoadWorkers is how many conversations Open reconciles at once.
+	// Default 64: reconciliations that must commit share group commits.
+	LoadWorkers int
+	// Now is the clock; default time.Now.
+	Now func() time.Time
+	// Logger receives the service's logs; the zero value logs nothing.
+	Logger zerolog.Logger
+	// Observer, if set, is told about every operation.
+	Observer Observer
+}
+
+// Observer receives one call per finished operation, for metrics. Calls come
+// from many goroutines and must not block.
+type Observer interface {
+	// Operation reports an operation of kind op ("enroll", "tell", …,
+	// "end") that finished with outcome ("ok", "replay", "noop" or an error
+	// code) after d.
+	Operation(op string, outcome string, d time.Duration)
+}
+
+func (o *Options) withDefaults() {
+	if o.ReceiptTTL <= 0 {
+		o.ReceiptTTL = DefaultReceiptTTL
+	}
+	if o.MaxRecordBytes <= 0 {
+		o.MaxRecordBytes = DefaultMaxRecordBytes
+	}
+	if o.MaxParticipants <= 0 {
+		o.MaxParticipants = DefaultMaxParticipants
+	}
+	if o.MaxConversationsPerConn <= 0 {
+		o.MaxConversationsPerConn = DefaultMaxConversationsPerConn
+	}
+	if o.LoadWorkers <= 0 {
+		o.LoadWorkers = max(64, runtime.GOMAXPROCS(0))
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+}
+
+// site is a fencing site: one participant of one conversation. Each of its
+// bindings is one generation of the site.
+type site struct {
+	conv ConversationID
+	p    ParticipantID
+}
+
+// Service is the participant service: every operation of the protocol over
+// one DurableStore, with two-barrier commits, replays, reconciliation and
+// publication. It is safe for concurrent use.
+type Service struct {
+	st          store.DurableStore
+	opts        Options
+	log         zerolog.Logger
+	incarnation uint64
+	fences      *fence.Fences[site]
+
+	// regMu serializes appends to the registry stream.
+	regMu sync.Mutex
+
+	// mu guards the fields below. It is never held across I/O or while
+	// taking a conversation's lock.
+	mu          sync.Mutex
+	convs       map[ConversationID]*conversation
+	conns       map[ConnID]*Conn
+	nextOrdinal uint64
+	draining    bool
+}
+
+// Open starts the service on st: it advances the durable server incarnation,
+// reads the registry, and reconciles every conversation before returning, so
+// nothing is published before it is reconciled. Bindings left by the
+// previous incarnation end as died/unclean_restart, through the normal two
+// barriers. A conversation that fails reconciliation is contained (see
+// Unloadable); an unreadable registry, or a store that cannot record the
+// incarnation, fails Open.
+//
+// The caller keeps ownership of st and closes it after Close.
+func Open(ctx context.Context, st store.DurableStore, opts Options) (*Service, error) {
+	opts.withDefaults()
+	if len(opts.NodeKey) != NodeKeySize {
+		return nil, fmt.Errorf("participant: node key has %d bytes, want %d", len(opts.NodeKey), NodeKeySize)
+	}
+	s := &Service{
+		st:     st,
+		opts:   opts,
+		log:    opts.Logger.With().Str("component", "participant").Logger(),
+		fences: fence.New[site](fence.Options{}),
+		convs:  make(map[ConversationID]*conversation),
+		conns:  make(map[ConnID]*Conn),
+	}
+	inc, err := st.ReadValue(IncarnationKey)
+	if err != nil {
+		return nil, fmt.Errorf("participant: read incarnation: %w", err)
+	}
+	if err := st.CAS(IncarnationKey, inc, inc+1); err != nil {
+		return nil, fmt.Errorf("participant: advance incarnation: %w", err)
+	}
+	// The incarnation must be durable before any binding carries it, or a
+	// crash could hand two processes' connections the same identity.
+	if err := st.Flush(); err != nil {
+		return nil, fmt.Errorf("participant: advance incarnation: %w", err)
+	}
+	s.incarnation = inc + 1
+	ids, err := readRegistry(st)
+	if err != nil {
+		return nil, err
+	}
+	for _, id := range ids {
+		s.convs[id] = newConversation(id, true)
+	}
+	if err := s.loadAll(ctx, ids); err != nil {
+		return nil, err
+	}
+	s.log.Info().Uint64("incarnation", s.incarnation).Int("conversations", len(ids)).
+		Int("unloadable", len(s.Unloadable())).Msg("reconciled")
+	return s, nil
+}
+
+// readRegistry returns every registered conversation once, in registration
+// order.
+func readRegistry(st store.DurableStore) ([]ConversationID, error) {
+	entries, err := st.ReadFrom(RegistryStream, 0, 0)
+	if err != nil {
+		return nil, fmt.Errorf("participant: read registry: %w", err)
+	}
+	seen := make(map[ConversationID]bool, len(entries))
+	ids := make([]ConversationID, 0, len(entries))
+	for _, e := range entries {
+		if len(e.Payload) != 9 || e.Payload[0] != registryVersion {
+			return nil, fmt.Errorf("participant: registry entry %d is unreadable (%d bytes)", e.Seq, len(e.Payload))
+		}
+		id := ConversationID(binary.BigEndian.Uint64(e.Payload[1:]))
+		if !seen[id] {
+			seen[id] = true
+			ids = append(ids, id)
+		}
+	}
+	return ids, nil
+}
+
+func encodeRegistryEntry(id ConversationID) []byte {
+	b := make([]byte, 9)
+	b[0] = registryVersion
+	binary.BigEndian.PutUint64(b[1:], uint64(id))
+	return b
+}
+
+// loadAll reconciles conversations with LoadWorkers goroutines, so that the
+// commits reconciliation makes (repairs, unclean-restart endings) share
+// group commits.
+func (s *Service) loadAll(ctx context.Context, ids []ConversationID) error {
+	work := make(chan ConversationID)
+	var wg sync.WaitGroup
+	for range min(s.opts.LoadWorkers, len(ids)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for id := range work {
+				cv := s.conversation(id)
+				if err := cv.acquire(ctx); err != nil {
+					continue
+				}
+				s.ensureLoadedTurn(ctx, cv)
+				cv.release()
+			}
+		}()
+	}
+	var err error
+	for _, id := range ids {
+		select {
+		case work <- id:
+			continue
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
+		break
+	}
+	close(work)
+	wg.Wait()
+	return err
+}
+
+// Incarnation returns the server incarnation of this process.
+func (s *Service) Incarnation() uint64 { return s.incarnation }
+
+// Options returns the effective options (defaults applied).
+func (s *Service) Options() Options { return s.opts }
+
+// Unloadable lists the contained conversations, in no particular order.
+func (s *Service) Unloadable() []Unloadable {
+	s.mu.Lock()
+	convs := make([]*conversation, 0, len(s.convs))
+	for _, cv := range s.convs {
+		convs = append(convs, cv)
+	}
+	s.mu.Unlock()
+	var out []Unloadable
+	for _, cv := range convs {
+		cv.mu.RLock()
+		if cv.unloadable != nil {
+			out = append(out, *cv.unloadable)
+		}
+		cv.mu.RUnlock()
+	}
+	return out
+}
+
+// Drain makes every later operation answer shutting_down. The caller then
+// ends each connection with CauseShutdown.
+func (s *Service) Drain() {
+	s.mu.Lock()
+	s.draining = true
+	s.mu.Unlock()
+}
+
+func (s *Service) isDraining() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.draining
+}
+
+// Connect registers a new connection and returns its handle. wake is called
+// (without locks held, from the committing goroutine) whenever the
+// connection's inbox of ready conversations goes from empty to non-empty;
+// it must not block.
+func (s *Service) Connect(wake func()) *Conn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.nextOrdinal++
+	c := &Conn{
+		svc:      s,
+		id:       ConnID{Server: s.incarnation, Ordinal: s.nextOrdinal},
+		wake:     wake,
+		ready:    make(map[ConversationID]struct{}),
+		bindings: make(map[ConversationID]ParticipantID),
+	}
+	s.conns[c.id] = c
+	return c
+}
+
+func (s *Service) conn(id ConnID) *Conn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.conns[id]
+}
+
+// conversation returns the entry of id, creating an unregistered one.
+func (s *Service) conversation(id ConversationID) *conversation {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cv := s.convs[id]
+	if cv == nil {
+		cv = newConversation(id, false)
+		s.convs[id] = cv
+	}
+	return cv
+}
+
+// existing returns the entry of id, or nil.
+func (s *Service) existing(id ConversationID) *conversation {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.convs[id]
+}
+
+func (s *Service) now() time.Time { return s.opts.Now() }
+
+// observe reports a finished operation; it is deferred with the address of
+// the operation's named error result.
+func (s *Service) observe(op string, start time.Time, errp *error) {
+	if s.opts.Observer == nil {
+		return
+	}
+	err := *errp
+	outcome := "ok"
+	var pe *Error
+	if errors.As(err, &pe) {
+		outcome = string(pe.Code)
+	} else if err != nil {
+		outcome = "error"
+	}
+	s.opts.Observer.Operation(op, outcome, time.Since(start))
+}
+
+// Close stops the service. It does not end bindings (a drain does that) and
+// does not close the store.
+func (s *Service) Close() error {
+	s.Drain()
+	return nil
+}
+
+// conversation is one conversation's entry. Operations on it are serialized
+// by its turn; publication reads its state under mu.
+type conversation struct {
+	id ConversationID
+	// turn is a one-slot semaphore held by the operation in progress, across
+	// its barriers. The fields below mu are written only by its holder.
+	turn chan struct{}
+	// registered is set once the registry entry is durable. Turn holder.
+	registered bool
+
+	// mu guards state, unloadable and bindingTokens. Readers hold it only
+	// briefly; the turn holder takes it to apply a commit.
+	mu sync.RWMutex
+	// state is the reconciled conversation, nil while not loaded: never
+	// loaded, dropped after a failed commit, or unloadable.
+	state *outbox.State
+	// unloadable is set when reconciliation refused the conversation.
+	unloadable *Unloadable
+	// bindingTokens holds the fence token of each bound participant.
+	bindingTokens map[ParticipantID]fenceToken
+}
+
+func newConversation(id ConversationID, registered bool) *conversation {
+	return &conversation{id: id, turn: make(chan struct{}, 1), registered: registered}
+}
+
+func (cv *conversation) acquire(ctx context.Context) error {
+	select {
+	case cv.turn <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return &Error{Code: CodeUnavailable, Detail: "waiting for the conversation", cause: ctx.Err()}
+	}
+}
+
+func (cv *conversation) release() { <-cv.turn }
+
+// snapshot returns the state pointer under the read lock. Only the turn
+// holder may use the returned state without the lock.
+func (cv *conversation) loaded() *outbox.State {
+	cv.mu.RLock()
+	defer cv.mu.RUnlock()
+	return cv.state
+}
+
+// drop forgets the in-memory state after a failed commit; the next touch
+// reconciles the conversation from its streams.
+func (cv *conversation) drop() {
+	cv.mu.Lock()
+	cv.state = nil
+	cv.bindingTokens = nil
+	cv.mu.Unlock()
+}
+
+var _ = oplog.Version
+
+// fenceToken is the fence token of one binding.
+type fenceToken = fence.Token
