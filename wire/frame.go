@@ -96,6 +96,9 @@ func (r *Reader) readFrame() ([]byte, error) {
 	if n > r.max {
 		return nil, &FrameTooLargeError{Length: n, Max: r.max}
 	}
+	if n > uint64(cap(r.buf)) && n <= firstChunk {
+		r.buf = make([]byte, min(firstChunk, r.max))
+	}
 	if n <= uint64(cap(r.buf)) {
 		body := r.buf[:n]
 		if _, err := io.ReadFull(r.r, body); err != nil {
