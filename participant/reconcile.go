@@ -191,7 +191,9 @@ func (s *Service) ensureLoadedTurn(ctx context.Context, cv *conversation) (*outb
 			ends = append(ends, stale{p, m.Conn, oplog.CauseConnectionLost})
 		default:
 			c.bind(cv.id, p)
-			live = append(live, c)
+			if st.Next(p, m.Cursor) != nil {
+				live = append(live, c)
+			}
 		}
 	}
 	cv.mu.Lock()

@@ -1,0 +1,85 @@
+package participant
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+
+	"github.com/participantd/participantd/oplog"
+	"github.com/participantd/participantd/outbox"
+	"github.com/participantd/participantd/store"
+)
+
+// testKey is the node key of every test service.
+var testKey = make([]byte, NodeKeySize)
+
+func openService(t testing.TB, st store.DurableStore) *Service {
+	t.Helper()
+	svc, err := Open(context.Background(), st, Options{NodeKey: testKey})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	return svc
+}
+
+// wakeCounter counts a connection's wakes.
+type wakeCounter struct{ n atomic.Int64 }
+
+func (w *wakeCounter) wake()        { w.n.Add(1) }
+func (w *wakeCounter) count() int64 { return w.n.Load() }
+
+func token(b byte) Token {
+	var t Token
+	for i := range t {
+		t[i] = b
+	}
+	return t
+}
+
+// rawOutbox returns the stored outbox payloads of conversation c.
+func rawOutbox(t testing.TB, st store.DurableStore, c ConversationID) [][]byte {
+	t.Helper()
+	entries, err := st.ReadFrom(outbox.Stream(c), 0, 0)
+	if err != nil {
+		t.Fatalf("ReadFrom(outbox): %v", err)
+	}
+	out := make([][]byte, len(entries))
+	for i, e := range entries {
+		out[i] = e.Payload
+	}
+	return out
+}
+
+func oplogLen(t testing.TB, st store.DurableStore, c ConversationID) uint64 {
+	t.Helper()
+	n, err := st.Len(oplog.Stream(c))
+	if err != nil {
+		t.Fatalf("Len(oplog): %v", err)
+	}
+	return n
+}
+
+// drainNext offers every record to c's binding in conv, as a pump would,
+// and returns the deliveries in order.
+func drainNext(c *Conn, conv ConversationID) []Delivery {
+	var out []Delivery
+	var offered Offered
+	for {
+		d, ok := c.Next(conv, offered)
+		if !ok {
+			return out
+		}
+		out = append(out, d)
+		offered = Offered{Epoch: d.Epoch, Through: d.Seq}
+	}
+}
+
+// decodeOutbox decodes stored outbox rows, failing the test on error.
+func decodeOutbox(t testing.TB, payloads [][]byte) []outbox.Row {
+	t.Helper()
+	rows, err := outbox.Validate(payloads)
+	if err != nil {
+		t.Fatalf("Validate(outbox): %v", err)
+	}
+	return rows
+}
