@@ -94,33 +94,39 @@ func DecodeRequest(body []byte) (Message, error) {
 	if err := d.readID(); err != nil {
 		return nil, err
 	}
-	var m interface {
-		Message
-		decode(*decoder)
-	}
+	// Concrete calls, not an interface, keep d on the stack.
 	switch typ {
 	case TypeTell:
-		m = &Tell{ID: d.id}
+		m := &Tell{ID: d.id}
+		m.decode(&d)
+		return result(m, &d)
 	case TypeAck:
-		m = &Ack{ID: d.id}
+		m := &Ack{ID: d.id}
+		m.decode(&d)
+		return result(m, &d)
 	case TypeEnroll:
-		m = &Enroll{ID: d.id}
+		m := &Enroll{ID: d.id}
+		m.decode(&d)
+		return result(m, &d)
 	case TypeAttach:
-		m = &Attach{ID: d.id}
+		m := &Attach{ID: d.id}
+		m.decode(&d)
+		return result(m, &d)
 	case TypeDetach:
-		m = &Detach{ID: d.id}
+		m := &Detach{ID: d.id}
+		m.decode(&d)
+		return result(m, &d)
 	case TypeLeave:
-		m = &Leave{ID: d.id}
+		m := &Leave{ID: d.id}
+		m.decode(&d)
+		return result(m, &d)
 	case TypePing:
 		return &Ping{ID: d.id}, nil
 	case TypeBye:
 		return &Bye{ID: d.id}, nil
-	default:
-		d.fail(kT, "unknown request type")
-		return nil, d.err
 	}
-	m.decode(&d)
-	return result(m, &d)
+	d.fail(kT, "unknown request type")
+	return nil, d.err
 }
 
 // DecodeServerMessage decodes body, a frame body sent by the server, into
@@ -145,45 +151,60 @@ func DecodeServerMessage(body []byte) (Message, error) {
 	if typ == "" {
 		d.typ = string(raw)
 	}
-	var m interface {
-		Message
-		decode(*decoder)
-	}
 	switch typ {
 	case TypeDelivery:
-		m = new(Delivery)
+		m := new(Delivery)
+		m.decode(&d)
+		return result(m, &d)
 	case TypeWelcome:
-		m = new(Welcome)
+		m := new(Welcome)
+		m.decode(&d)
+		return result(m, &d)
 	case TypeRejected:
-		m = new(Rejected)
+		m := new(Rejected)
+		m.decode(&d)
+		return result(m, &d)
 	case TypeBye:
-		m = new(ServerBye)
+		m := new(ServerBye)
+		m.decode(&d)
+		return result(m, &d)
 	case "":
 		d.fail(kT, "unknown server message type")
 		return nil, d.err
-	default:
-		if err := d.readID(); err != nil {
-			return nil, err
-		}
-		switch typ {
-		case TypeTold:
-			m = &Told{ID: d.id}
-		case TypeAcked:
-			m = &Acked{ID: d.id}
-		case TypeEnrolled:
-			m = &Enrolled{ID: d.id}
-		case TypeAttached:
-			m = &Attached{ID: d.id}
-		case TypeDetached:
-			m = &Detached{ID: d.id}
-		case TypeLeft:
-			m = &Left{ID: d.id}
-		case TypePong:
-			return &Pong{ID: d.id}, nil
-		case TypeError:
-			m = &Error{ID: d.id}
-		}
 	}
+	// The rest answer a request and echo its id.
+	if err := d.readID(); err != nil {
+		return nil, err
+	}
+	switch typ {
+	case TypeTold:
+		m := &Told{ID: d.id}
+		m.decode(&d)
+		return result(m, &d)
+	case TypeAcked:
+		m := &Acked{ID: d.id}
+		m.decode(&d)
+		return result(m, &d)
+	case TypeEnrolled:
+		m := &Enrolled{ID: d.id}
+		m.decode(&d)
+		return result(m, &d)
+	case TypeAttached:
+		m := &Attached{ID: d.id}
+		m.decode(&d)
+		return result(m, &d)
+	case TypeDetached:
+		m := &Detached{ID: d.id}
+		m.decode(&d)
+		return result(m, &d)
+	case TypeLeft:
+		m := &Left{ID: d.id}
+		m.decode(&d)
+		return result(m, &d)
+	case TypePong:
+		return &Pong{ID: d.id}, nil
+	}
+	m := &Error{ID: d.id}
 	m.decode(&d)
 	return result(m, &d)
 }
