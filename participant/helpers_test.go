@@ -37,7 +37,14 @@ func token(b byte) Token {
 }
 
 // rawOutbox returns the stored outbox payloads of conversation c.
-func rawOutbox(t testing.TB, st store.DurableStore, c ConversationID) [][]byte {
+// tb is what the helpers need of a test: testing.TB and faultstore.TB
+// both satisfy it.
+type tb interface {
+	Helper()
+	Fatalf(format string, args ...any)
+}
+
+func rawOutbox(t tb, st store.DurableStore, c ConversationID) [][]byte {
 	t.Helper()
 	entries, err := st.ReadFrom(outbox.Stream(c), 0, 0)
 	if err != nil {
@@ -75,7 +82,7 @@ func drainNext(c *Conn, conv ConversationID) []Delivery {
 }
 
 // decodeOutbox decodes stored outbox rows, failing the test on error.
-func decodeOutbox(t testing.TB, payloads [][]byte) []outbox.Row {
+func decodeOutbox(t tb, payloads [][]byte) []outbox.Row {
 	t.Helper()
 	rows, err := outbox.Validate(payloads)
 	if err != nil {

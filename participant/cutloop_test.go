@@ -1,0 +1,219 @@
+package participant
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/participantd/participantd/faultstore"
+	"github.com/participantd/participantd/oplog"
+	"github.com/participantd/participantd/outbox"
+	"github.com/participantd/participantd/store"
+)
+
+// answered is an operation that got a success answer before the cut, with
+// a way to check, after the restart, that its retry replays that answer.
+type answered struct {
+	what  string
+	check func(ctx context.Context, c *Conn) error
+}
+
+// cutWorkload drives every operation kind through one service and records
+// what was answered. It stops at the first failure, which after a cut is
+// every operation.
+func cutWorkload(s *faultstore.Store, log *[]answered) error {
+	ctx := context.Background()
+	*log = (*log)[:0]
+	svc, err := Open(ctx, s, Options{NodeKey: testKey})
+	if err != nil {
+		return err
+	}
+	ca, cb, cc := svc.Connect(nil), svc.Connect(nil), svc.Connect(nil)
+	enroll := func(c *Conn, conv ConversationID, tok byte) (Bound, error) {
+		req := Enroll{Conversation: conv, Token: token(tok)}
+		b, err := c.Enroll(ctx, req)
+		if err == nil {
+			*log = append(*log, answered{fmt.Sprintf("enroll %v/%x", conv, tok), func(ctx context.Context, c *Conn) error {
+				r, err := c.Enroll(ctx, req)
+				return sameBound(b, r, err)
+			}})
+		}
+		return b, err
+	}
+	tell := func(c *Conn, who Bound, tok byte, payload string) (Told, error) {
+		req := Tell{Conversation: who.Conversation, Participant: who.Participant, Generation: who.Generation, Token: token(tok), Payload: []byte(payload)}
+		t, err := c.Tell(ctx, req)
+		if err == nil {
+			*log = append(*log, answered{fmt.Sprintf("tell %x", tok), func(ctx context.Context, c *Conn) error {
+				r, err := c.Tell(ctx, req)
+				if err != nil || r.Seq != t.Seq || r.Replay != ReplayCommitted {
+					return fmt.Errorf("replay = %+v, %v; want seq %v committed", r, err, t.Seq)
+				}
+				return nil
+			}})
+		}
+		return t, err
+	}
+	a, err := enroll(ca, 1, 0x11)
+	if err != nil {
+		return err
+	}
+	b, err := enroll(cb, 1, 0x12)
+	if err != nil {
+		return err
+	}
+	t1, err := tell(ca, a, 0x21, "one")
+	if err != nil {
+		return err
+	}
+	if _, err := cb.Ack(ctx, Ack{Conversation: 1, Participant: b.Participant, Generation: b.Generation, Through: t1.Seq}); err != nil {
+		return err
+	}
+	*log = append(*log, answered{"ack", func(ctx context.Context, c *Conn) error { return nil }})
+	// b re-attaches from another connection, superseding its binding.
+	attReq := Attach{Conversation: 1, Participant: b.Participant, Generation: b.Generation, Secret: b.Secret, Token: token(0x31)}
+	b2, err := cc.Attach(ctx, attReq)
+	if err != nil {
+		return err
+	}
+	*log = append(*log, answered{"attach", func(ctx context.Context, c *Conn) error {
+		r, err := c.Attach(ctx, attReq)
+		return sameBound(b2, r, err)
+	}})
+	if _, err := tell(cc, b2, 0x22, "two"); err != nil {
+		return err
+	}
+	detReq := Detach{Conversation: 1, Participant: a.Participant, Generation: a.Generation, Token: token(0x41)}
+	det, err := ca.Detach(ctx, detReq)
+	if err != nil {
+		return err
+	}
+	*log = append(*log, answered{"detach", func(ctx context.Context, c *Conn) error {
+		r, err := c.Detach(ctx, detReq)
+		if err != nil || r.Seq != det.Seq || r.Replay != ReplayCommitted {
+			return fmt.Errorf("replay = %+v, %v; want seq %v", r, err, det.Seq)
+		}
+		return nil
+	}})
+	leaveReq := Leave{Conversation: 1, Participant: a.Participant, Generation: a.Generation, Secret: a.Secret, Token: token(0x51)}
+	left, err := cb.Leave(ctx, leaveReq)
+	if err != nil {
+		return err
+	}
+	*log = append(*log, answered{"leave", func(ctx context.Context, c *Conn) error {
+		r, err := c.Leave(ctx, leaveReq)
+		if err != nil || r.Seq != left.Seq || r.Replay != ReplayCommitted {
+			return fmt.Errorf("replay = %+v, %v; want seq %v", r, err, left.Seq)
+		}
+		return nil
+	}})
+	if _, err := enroll(ca, 2, 0x13); err != nil {
+		return err
+	}
+	if _, err := enroll(cb, 2, 0x14); err != nil {
+		return err
+	}
+	if err := cb.End(ctx, oplog.CauseConnectionLost); err != nil {
+		return err
+	}
+	*log = append(*log, answered{"end", func(ctx context.Context, c *Conn) error { return nil }})
+	return ca.End(ctx, oplog.CauseClean)
+}
+
+func sameBound(want, got Bound, err error) error {
+	var pe *Error
+	if errors.As(err, &pe) && pe.Code == CodeReceiptExpired && pe.Reason == "superseded" && pe.Generation > want.Generation {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if got.Participant != want.Participant || got.Generation != want.Generation || got.Secret != want.Secret ||
+		got.Cursor != want.Cursor || !got.ReceiptExpiresAt.Equal(want.ReceiptExpiresAt) || got.Replay == ReplayNone {
+		return fmt.Errorf("replay = %+v, want %+v marked as a replay", got, want)
+	}
+	return nil
+}
+
+// checkInvariants reopens mem and checks the contract after a crash.
+func checkInvariants(t faultstore.TB, mem *store.Memory, log []answered) {
+	ctx := context.Background()
+	svc, err := Open(ctx, mem, Options{NodeKey: testKey})
+	if err != nil {
+		t.Fatalf("Open after the crash: %v", err)
+	}
+	if unl := svc.Unloadable(); len(unl) != 0 {
+		t.Fatalf("a crash made conversations unloadable: %+v", unl)
+	}
+	// The outbox equals the projection of the oplog byte for byte.
+	reports, err := Inspect(mem)
+	if err != nil {
+		t.Fatalf("Inspect: %v", err)
+	}
+	for _, r := range reports {
+		if r.Refused != nil || r.Repairs != 0 {
+			t.Fatalf("after reconciliation, conversation %v: refused=%+v repairs=%d", r.Conversation, r.Refused, r.Repairs)
+		}
+		checkRecords(t, decodeOutbox(t, rawOutbox(t, mem, r.Conversation)))
+	}
+	// Every answered operation's retry replays its answer.
+	c := svc.Connect(nil)
+	for _, a := range log {
+		if err := a.check(ctx, c); err != nil {
+			t.Fatalf("answered %s: %v", a.what, err)
+		}
+	}
+}
+
+// checkRecords checks that record seqs run from 1 without gap or
+// duplicate, and that each binding ends at most once and only after it
+// began.
+func checkRecords(t faultstore.TB, rows []outbox.Row) {
+	var next Seq = 1
+	bound := map[ParticipantID]bool{}
+	for _, row := range rows {
+		for _, rec := range row.Records {
+			if rec.Seq != next {
+				t.Fatalf("record seq %v, want %v: a gap or a duplicate", rec.Seq, next)
+			}
+			next++
+			p := rec.Participant
+			switch rec.Kind {
+			case outbox.KindJoined, outbox.KindAttached:
+				if bound[p] {
+					t.Fatalf("%v bound at seq %v while its binding was live", p, rec.Seq)
+				}
+				bound[p] = true
+			case outbox.KindDetached, outbox.KindDied:
+				if !bound[p] {
+					t.Fatalf("%v's binding ended twice, or before it began, at seq %v", p, rec.Seq)
+				}
+				bound[p] = false
+			case outbox.KindLeft:
+				bound[p] = false
+			}
+		}
+	}
+}
+
+// TestCrashCutAtEveryOperation cuts the workload at every store operation
+// in turn, restarts on what was flushed, and checks the contract: every
+// answered operation is there and replays, the outbox is the projection
+// of the oplog, seqs have no gap or duplicate, and each binding ended at
+// most once.
+func TestCrashCutAtEveryOperation(t *testing.T) {
+	var log []answered
+	runs := 0
+	faultstore.CutLoop{
+		Workload: func(s *faultstore.Store) error { return cutWorkload(s, &log) },
+		Check: func(t faultstore.TB, mem *store.Memory, run faultstore.CutRun) {
+			runs++
+			checkInvariants(t, mem, log)
+		},
+	}.Run(t)
+	if runs < 50 {
+		t.Fatalf("the cut loop ran %d times; the workload should make far more store operations", runs)
+	}
+	t.Logf("cut at %d operation indices", runs)
+}
