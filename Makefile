@@ -1,0 +1,29 @@
+# The README's commands, wrapped. `make test` is what .ci/run runs.
+GO ?= go
+
+.PHONY: test build lint fuzz bench run
+
+build:
+	$(GO) build ./...
+
+test:
+	$(GO) vet ./...
+	$(GO) test -race -timeout 20m ./...
+
+lint:
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
+	if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
+	$(GO) vet ./...
+
+# Each fuzz target briefly; raise FUZZTIME for a real session.
+FUZZTIME ?= 20s
+fuzz:
+	$(GO) test ./wire -run '^$$' -fuzz '^FuzzReadFrame$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./wire -run '^$$' -fuzz '^FuzzDecodeRequest$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./wire -run '^$$' -fuzz '^FuzzDecodeServerMessage$$' -fuzztime $(FUZZTIME)
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchtime 2s ./store ./participant ./wire
+
+run:
+	$(GO) run ./cmd/participantd
