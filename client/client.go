@@ -1,0 +1,439 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/participantd/participantd/wire"
+	"github.com/rs/zerolog"
+)
+
+// Client is a connection to participantd that survives the connection: it
+// reconnects, re-attaches its participants and retries operations whose
+// outcome it did not learn. It is safe for concurrent use; calls are
+// pipelined on the connection.
+type Client struct {
+	addr string
+	opts Options
+	log  zerolog.Logger
+
+	ids      atomic.Uint64 // request ids, unique for the client's life
+	sessions atomic.Uint64 // session ordinals
+
+	// ctx is the lifetime context of the supervisor, cancelled by Close.
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	queue queue
+	out   chan Delivery
+
+	// mu guards the fields below. Never held across I/O.
+	mu      sync.Mutex
+	cur     *session      // the ready session; nil while reconnecting
+	readyCh chan struct{} // closed once cur is set
+	welcome Welcome
+	members map[key]*member
+	seen    map[uint64]uint64 // conversation -> highest seq delivered
+	closed  bool
+}
+
+// member is a participant the client holds.
+type member struct {
+	// attachMu serializes the attaches of this participant; held across
+	// I/O, taken before Client.mu.
+	attachMu sync.Mutex
+
+	// Guarded by Client.mu.
+	cred      Credential
+	wantBound bool          // re-attach after a reconnect
+	sess      *session      // the session holding its binding, nil if none
+	intent    *attachIntent // an attach sent whose outcome is unknown
+	lost      error         // a *LostError once re-attachment was refused
+}
+
+// attachIntent is one intended attach: its token and the credential it
+// presents stay the same on every retry.
+type attachIntent struct {
+	token     Token
+	presented Credential
+	sentOn    map[uint64]bool // session ordinals it was sent on
+}
+
+// Dial connects to addr, runs the handshake and returns a Client that keeps
+// a connection until Close. The first connection is made before Dial
+// returns: its failure (a refused connection, a *RejectedError such as
+// auth_failed) is Dial's error. Later connection losses are repaired in the
+// background.
+func Dial(ctx context.Context, addr string, opts Options) (*Client, error) {
+	opts.withDefaults()
+	s, err := dial(ctx, addr, &opts, 1)
+	if err != nil {
+		return nil, err
+	}
+	c := &Client{
+		addr:    addr,
+		opts:    opts,
+		log:     opts.Logger.With().Str("component", "client").Str("addr", addr).Logger(),
+		out:     make(chan Delivery, opts.DeliveryBuffer),
+		readyCh: make(chan struct{}),
+		members: make(map[key]*member),
+		seen:    make(map[uint64]uint64),
+	}
+	c.queue.wake = make(chan struct{}, 1)
+	c.sessions.Store(1)
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.startReader(s)
+	c.publish(s)
+	c.wg.Add(2)
+	go c.supervise(s)
+	go c.pump()
+	return c, nil
+}
+
+// Welcome returns what the server announced on the latest connection.
+func (c *Client) Welcome() Welcome {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.welcome
+}
+
+// Deliveries returns the channel of deliveries to the participants this
+// client holds, deduplicated on (conversation, seq), in ascending seq per
+// conversation. It is closed by Close.
+func (c *Client) Deliveries() <-chan Delivery { return c.out }
+
+// Credential returns the latest credential the client holds for the
+// participant, and whether it holds it.
+func (c *Client) Credential(conversation, participant uint64) (Credential, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m, ok := c.members[key{conversation, participant}]
+	if !ok {
+		return Credential{}, false
+	}
+	return m.cred, true
+}
+
+// Close sends bye (the server ends this client's bindings as detached/clean),
+// closes the connection, stops every goroutine of the client and waits for
+// them. Calls in progress return ErrClosed. Close is idempotent.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+	c.cancel()
+	c.wg.Wait()
+	return nil
+}
+
+func (c *Client) startReader(s *session) {
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		err := s.run(c.deliver)
+		if c.ctx.Err() == nil {
+			c.log.Info().Err(err).Uint64("session", s.seq).Msg("connection ended")
+		}
+	}()
+}
+
+// publish makes s the ready session. The caller has re-attached every
+// member that wants a binding.
+func (c *Client) publish(s *session) {
+	c.cur = s
+	c.welcome = s.welcome
+	close(c.readyCh)
+}
+
+// unpublishLocked forgets s as the ready session. c.mu is held.
+func (c *Client) unpublishLocked(s *session) {
+	if c.cur == s {
+		c.cur = nil
+		c.readyCh = make(chan struct{})
+	}
+}
+
+// ready returns the ready session, waiting for a reconnection if needed.
+func (c *Client) ready(ctx context.Context) (*session, error) {
+	for {
+		c.mu.Lock()
+		if c.closed {
+			c.mu.Unlock()
+			return nil, ErrClosed
+		}
+		s, ch := c.cur, c.readyCh
+		if s != nil && !s.alive() {
+			c.unpublishLocked(s)
+			s, ch = nil, c.readyCh
+		}
+		c.mu.Unlock()
+		if s != nil {
+			return s, nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-c.ctx.Done():
+			return nil, ErrClosed
+		}
+	}
+}
+
+// supervise owns the connection: it waits for the session to end and
+// replaces it, until Close.
+func (c *Client) supervise(s *session) {
+	defer c.wg.Done()
+	for {
+		select {
+		case <-s.dead:
+		case <-c.ctx.Done():
+			c.goodbye(s)
+			return
+		}
+		c.mu.Lock()
+		c.unpublishLocked(s)
+		c.mu.Unlock()
+		if s = c.reconnect(); s == nil {
+			return
+		}
+	}
+}
+
+// goodbye sends bye, best effort, and ends s.
+func (c *Client) goodbye(s *session) {
+	if s.alive() {
+		_ = s.wc.NetConn().SetWriteDeadline(time.Now().Add(time.Second))
+		_ = s.wc.WriteMessage(&wire.Bye{ID: c.ids.Add(1)})
+	}
+	s.end(ErrClosed)
+}
+
+// reconnect dials until a session is up and every member that wants a
+// binding is re-attached on it, then publishes it. It returns nil after
+// Close.
+func (c *Client) reconnect() *session {
+	b := backoff{min: c.opts.MinBackoff, max: c.opts.MaxBackoff}
+	for {
+		if !sleep(c.ctx, b.next(), nil) {
+			return nil
+		}
+		seq := c.sessions.Add(1)
+		s, err := dial(c.ctx, c.addr, &c.opts, seq)
+		if err != nil {
+			if c.ctx.Err() != nil {
+				return nil
+			}
+			c.log.Warn().Err(err).Msg("reconnect failed")
+			continue
+		}
+		c.startReader(s)
+		if err := c.reattachAll(s); err != nil {
+			s.end(err)
+			if c.ctx.Err() != nil {
+				return nil
+			}
+			c.log.Warn().Err(err).Msg("re-attach failed; reconnecting")
+			continue
+		}
+		c.log.Info().Uint64("incarnation", s.welcome.Incarnation).Uint64("connection", s.welcome.Connection).
+			Msg("reconnected")
+		return s
+	}
+}
+
+// reattachAll attaches, on s, every member that wants a binding and does not
+// hold one there, then publishes s. A member whose attach is refused is
+// marked lost and skipped; losing s is an error.
+func (c *Client) reattachAll(s *session) error {
+	for {
+		c.mu.Lock()
+		var todo []*member
+		for _, m := range c.members {
+			if m.wantBound && m.lost == nil && m.sess != s {
+				todo = append(todo, m)
+			}
+		}
+		if len(todo) == 0 {
+			c.publish(s)
+			c.mu.Unlock()
+			return nil
+		}
+		c.mu.Unlock()
+		for _, m := range todo {
+			_, err := c.attachOn(c.ctx, s, m)
+			switch {
+			case errors.Is(err, errLost), c.ctx.Err() != nil:
+				return fmt.Errorf("client: re-attach: %w", errLost)
+			case errors.Is(err, ErrParticipantLost):
+				c.log.Error().Err(err).Msg("participant lost")
+			case err != nil:
+				// Not committed (unavailable, shutting_down, ...): retry
+				// on a new connection rather than serve without it.
+				return fmt.Errorf("client: re-attach: %w", err)
+			}
+		}
+	}
+}
+
+// attachOn attaches m on s, retrying in_doubt on s, and returns the new
+// credential. It returns errLost if s ends first; a refusal that makes the
+// credential unusable marks m lost and returns its *LostError.
+func (c *Client) attachOn(ctx context.Context, s *session, m *member) (Credential, error) {
+	m.attachMu.Lock()
+	defer m.attachMu.Unlock()
+	for {
+		c.mu.Lock()
+		if m.lost != nil {
+			err := m.lost
+			c.mu.Unlock()
+			return Credential{}, err
+		}
+		if m.sess == s && s.alive() {
+			cred := m.cred
+			c.mu.Unlock()
+			return cred, nil
+		}
+		in := m.intent
+		if in == nil {
+			in = &attachIntent{token: NewToken(), presented: m.cred, sentOn: make(map[uint64]bool)}
+			m.intent = in
+		}
+		in.sentOn[s.seq] = true
+		p := in.presented
+		c.mu.Unlock()
+
+		ans, err := c.callOn(ctx, s, &wire.Attach{Conversation: p.Conversation, Participant: p.Participant,
+			Generation: p.Generation, Secret: p.Secret, Token: in.token})
+		if err != nil {
+			return Credential{}, err
+		}
+		switch a := ans.(type) {
+		case *wire.Attached:
+			c.mu.Lock()
+			m.cred.Generation, m.cred.Secret = a.Generation, a.Secret
+			m.intent = nil
+			// A replay marked bound names a binding made by this token;
+			// it is this session's only if the token never went out on
+			// another one.
+			here := a.Replay == nil || (*a.Replay == wire.ReplayBound && len(in.sentOn) == 1)
+			if here {
+				m.sess = s
+			} else {
+				m.sess = nil
+			}
+			cred := m.cred
+			c.mu.Unlock()
+			c.credentialChanged(cred)
+			if here {
+				return cred, nil
+			}
+			// The attach committed, but its binding is elsewhere or gone:
+			// attach again with the credential it minted.
+		case *wire.Error:
+			e := fromWire(a)
+			switch e.Code {
+			case CodeReceiptExpired, CodeStaleAuthority, CodeRetired, CodeUnknownParticipant:
+				lost := &LostError{Conversation: p.Conversation, Participant: p.Participant, Err: e}
+				c.mu.Lock()
+				m.lost, m.intent, m.sess = lost, nil, nil
+				c.mu.Unlock()
+				return Credential{}, lost
+			}
+			return Credential{}, e
+		default:
+			return Credential{}, fmt.Errorf("%w: %s answers attach", ErrProtocol, ans.Type())
+		}
+	}
+}
+
+func (c *Client) credentialChanged(cred Credential) {
+	if c.opts.OnCredential != nil {
+		c.opts.OnCredential(cred)
+	}
+}
+
+// callOn sends request m on s and returns its answer, retrying an in_doubt
+// answer on s (with a new id, the same body) until the outcome is known.
+// It sets m's id. Errors: errLost, ctx's error.
+func (c *Client) callOn(ctx context.Context, s *session, m wire.Message) (wire.Message, error) {
+	b := backoff{min: c.opts.MinBackoff, max: c.opts.MaxBackoff}
+	for {
+		id := c.ids.Add(1)
+		setID(m, id)
+		ans, err := s.call(ctx, id, m)
+		if err != nil {
+			return nil, err
+		}
+		if e, ok := ans.(*wire.Error); ok && e.Code == wire.CodeInDoubt {
+			if !sleep(ctx, b.next(), s.dead) {
+				if ctx.Err() != nil {
+					return nil, ctx.Err()
+				}
+				return nil, errLost
+			}
+			continue
+		}
+		return ans, nil
+	}
+}
+
+// backoff is exponential backoff with jitter: each delay is drawn from the
+// upper half of the current step.
+type backoff struct {
+	min, max, cur time.Duration
+}
+
+func (b *backoff) next() time.Duration {
+	if b.cur == 0 {
+		b.cur = b.min
+	} else {
+		b.cur = min(2*b.cur, b.max)
+	}
+	half := b.cur / 2
+	return half + rand.N(half+1)
+}
+
+// sleep waits d; it returns false if ctx ends or stop closes first.
+func sleep(ctx context.Context, d time.Duration, stop <-chan struct{}) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	case <-stop:
+		return false
+	}
+}
+
+// setID sets the id of request m.
+func setID(m wire.Message, id uint64) {
+	switch m := m.(type) {
+	case *wire.Enroll:
+		m.ID = id
+	case *wire.Attach:
+		m.ID = id
+	case *wire.Tell:
+		m.ID = id
+	case *wire.Ack:
+		m.ID = id
+	case *wire.Detach:
+		m.ID = id
+	case *wire.Leave:
+		m.ID = id
+	case *wire.Ping:
+		m.ID = id
+	case *wire.Bye:
+		m.ID = id
+	default:
+		panic("client: setID of " + m.Type())
+	}
+}

@@ -1,0 +1,43 @@
+// Package client is the Go client of participantd: it speaks the wire
+// protocol of PROTOCOL.md over one connection at a time, pipelines requests
+// (many calls in flight, answers matched by id), and hides the failures a
+// durable client must survive.
+//
+// # Guarantees
+//
+//   - Every intended operation gets one token (16 random bytes, never all
+//     zero), reused on every retry of it. An operation answered in_doubt, or
+//     whose connection drops before its answer, is retried with the same token
+//     until its outcome is known, so it is applied at most once.
+//   - After a lost connection the client reconnects with exponential backoff
+//     and jitter and re-attaches every participant it holds, presenting its
+//     latest credential. Each attach mints a new generation and secret; the
+//     client keeps them, and an attach whose answer was lost is retried with
+//     the same token and the same presented credential. Requests wait for the
+//     re-attachment before they are sent again.
+//   - Deliveries are deduplicated on (conversation, seq) before they reach
+//     the channel returned by Deliveries.
+//
+// # Operations and what they need
+//
+//	operation  needs                         retried after a lost answer
+//	Enroll     -                             yes (same token)
+//	Attach     the credential                yes (same token, same credential)
+//	Tell       the binding on this client    yes (same token)
+//	Ack        the binding on this client    yes (acks are cumulative)
+//	Detach     the binding on this client    yes (same token)
+//	Leave      the credential                yes (same token)
+//	Ping       -                             no
+//
+// # Goroutines
+//
+// A Client owns a supervisor goroutine (connects, reconnects, re-attaches),
+// one reader goroutine per live connection and one goroutine feeding the
+// deliveries channel. Close stops and waits for all of them.
+//
+// # Locks
+//
+// Client.mu is taken alone, never across I/O. session.mu is taken alone.
+// member.attachMu serializes the attaches of one participant and is held
+// across I/O; it is taken before Client.mu, never after.
+package client

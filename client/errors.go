@@ -1,0 +1,160 @@
+package client
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/participantd/participantd/wire"
+)
+
+// Code is the machine-readable code of an error answer, as PROTOCOL.md
+// names it.
+type Code = wire.Code
+
+// Error codes, the protocol's.
+const (
+	CodeBadRequest         = wire.CodeBadRequest
+	CodeUnknownParticipant = wire.CodeUnknownParticipant
+	CodeRetired            = wire.CodeRetired
+	CodeStaleAuthority     = wire.CodeStaleAuthority
+	CodeNoBinding          = wire.CodeNoBinding
+	CodeBindingOccupied    = wire.CodeBindingOccupied
+	CodeTokenConflict      = wire.CodeTokenConflict
+	CodeAckGap             = wire.CodeAckGap
+	CodeAckRegression      = wire.CodeAckRegression
+	CodeTooLarge           = wire.CodeTooLarge
+	CodeCapacityExceeded   = wire.CodeCapacityExceeded
+	CodeReceiptExpired     = wire.CodeReceiptExpired
+	CodeInDoubt            = wire.CodeInDoubt
+	CodeUnavailable        = wire.CodeUnavailable
+	CodeShuttingDown       = wire.CodeShuttingDown
+)
+
+// Error is an error answer of the server, or an outcome the client could not
+// learn (Code in_doubt with Token set). Every *Error matches the sentinel of
+// its code with errors.Is.
+type Error struct {
+	Code   Code
+	Detail string
+
+	// The extras, nil when the server sent none: Generation for
+	// stale_authority (when the secret was right) and receipt_expired,
+	// Cursor for ack_gap and ack_regression, Limit for too_large and
+	// capacity_exceeded, Participant and Reason for receipt_expired.
+	Generation  *uint64
+	Cursor      *uint64
+	Limit       *uint64
+	Participant *uint64
+	Reason      string
+
+	// Token is the operation's token when the outcome is unknown: retrying
+	// with it (WithToken) learns the outcome without applying it twice.
+	Token Token
+
+	err error // the cause behind a client-side in_doubt, for Unwrap
+}
+
+// Error returns the code and detail.
+func (e *Error) Error() string {
+	s := "client: " + string(e.Code)
+	if e.Reason != "" {
+		s += " (" + e.Reason + ")"
+	}
+	if e.Detail != "" {
+		s += ": " + e.Detail
+	}
+	return s
+}
+
+// Is matches any *Error with the same code, so errors.Is(err,
+// ErrStaleAuthority) holds for every stale-authority refusal.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Code == e.Code
+}
+
+// Unwrap returns what kept the client from learning an outcome (a context
+// error), or nil.
+func (e *Error) Unwrap() error { return e.err }
+
+// Sentinels, one per code, for errors.Is.
+var (
+	ErrBadRequest         = &Error{Code: CodeBadRequest}
+	ErrUnknownParticipant = &Error{Code: CodeUnknownParticipant}
+	ErrRetired            = &Error{Code: CodeRetired}
+	ErrStaleAuthority     = &Error{Code: CodeStaleAuthority}
+	ErrNoBinding          = &Error{Code: CodeNoBinding}
+	ErrBindingOccupied    = &Error{Code: CodeBindingOccupied}
+	ErrTokenConflict      = &Error{Code: CodeTokenConflict}
+	ErrAckGap             = &Error{Code: CodeAckGap}
+	ErrAckRegression      = &Error{Code: CodeAckRegression}
+	ErrTooLarge           = &Error{Code: CodeTooLarge}
+	ErrCapacityExceeded   = &Error{Code: CodeCapacityExceeded}
+	ErrReceiptExpired     = &Error{Code: CodeReceiptExpired}
+	ErrInDoubt            = &Error{Code: CodeInDoubt}
+	ErrUnavailable        = &Error{Code: CodeUnavailable}
+	ErrShuttingDown       = &Error{Code: CodeShuttingDown}
+)
+
+// Client-side errors.
+var (
+	// ErrClosed reports a call on a closed Client, or one cut short by Close.
+	ErrClosed = errors.New("client: closed")
+	// ErrConnectionLost reports a request without a token (Ping) whose
+	// connection ended before its answer.
+	ErrConnectionLost = errors.New("client: connection lost")
+	// ErrRejected is what a *RejectedError unwraps to.
+	ErrRejected = errors.New("client: connection rejected")
+	// ErrProtocol reports a server that broke the protocol (an unexpected
+	// answer type, an undecodable frame).
+	ErrProtocol = errors.New("client: protocol violation by the server")
+	// ErrParticipantLost reports a participant this client can no longer
+	// use: its re-attachment was refused (the credential moved on, expired,
+	// or the participant left). A *LostError carries the refusal.
+	ErrParticipantLost = errors.New("client: participant lost")
+)
+
+// RejectedError is the server's refusal of a connection (rejected).
+type RejectedError struct {
+	Reason wire.Reason
+	Detail string
+}
+
+func (e *RejectedError) Error() string {
+	return fmt.Sprintf("client: connection rejected: %s: %s", e.Reason, e.Detail)
+}
+
+// Unwrap returns ErrRejected.
+func (e *RejectedError) Unwrap() error { return ErrRejected }
+
+// LostError reports a participant whose re-attachment was refused. It
+// matches ErrParticipantLost and, through Err, the refusal's code sentinel
+// (ErrReceiptExpired, ErrStaleAuthority, ErrRetired, ...).
+type LostError struct {
+	Conversation uint64
+	Participant  uint64
+	Err          error
+}
+
+func (e *LostError) Error() string {
+	return fmt.Sprintf("client: participant %d of conversation %d lost: %v", e.Participant, e.Conversation, e.Err)
+}
+
+// Unwrap returns ErrParticipantLost and the refusal.
+func (e *LostError) Unwrap() []error { return []error{ErrParticipantLost, e.Err} }
+
+// fromWire converts an error answer.
+func fromWire(m *wire.Error) *Error {
+	e := &Error{
+		Code:        m.Code,
+		Detail:      m.Detail,
+		Generation:  m.Generation,
+		Cursor:      m.Cursor,
+		Limit:       m.Limit,
+		Participant: m.Participant,
+	}
+	if m.Reason != nil {
+		e.Reason = *m.Reason
+	}
+	return e
+}

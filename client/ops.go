@@ -1,0 +1,322 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/participantd/participantd/wire"
+)
+
+// CallOption adjusts one call.
+type CallOption func(*callOptions)
+
+type callOptions struct {
+	token    Token
+	hasToken bool
+}
+
+// WithToken makes the call use token t instead of a fresh one: pass the
+// Token of an in_doubt *Error to learn the outcome of that operation without
+// applying it twice. Ignored by Ack and Ping, which carry no token.
+func WithToken(t Token) CallOption {
+	return func(o *callOptions) { o.token, o.hasToken = t, true }
+}
+
+func tokenOf(opts []CallOption) Token {
+	var o callOptions
+	for _, f := range opts {
+		f(&o)
+	}
+	if o.hasToken && !o.token.IsZero() {
+		return o.token
+	}
+	return NewToken()
+}
+
+// do sends the request build makes on the ready session and returns its
+// answer and the session it came on. build makes the request without its
+// id and runs before every attempt on a new connection, so it
+// reads the latest credential; it may refuse with an error. An in_doubt
+// answer is retried on the same session, a lost connection (when retry is
+// set) on the next one once it is ready. When ctx ends after a token-bearing
+// request went out, the error is an in_doubt *Error carrying the token.
+func (c *Client) do(ctx context.Context, tok *Token, retry bool, build func(s *session) (wire.Message, error)) (wire.Message, *session, error) {
+	sent := false
+	for {
+		s, err := c.ready(ctx)
+		if err != nil {
+			return nil, nil, c.unknown(err, sent, tok)
+		}
+		m, err := build(s)
+		if err != nil {
+			return nil, nil, err
+		}
+		ans, err := c.callOn(ctx, s, m)
+		sent = true
+		switch {
+		case errors.Is(err, errLost):
+			if !retry {
+				return nil, nil, ErrConnectionLost
+			}
+			continue
+		case err != nil:
+			return nil, nil, c.unknown(err, sent, tok)
+		}
+		return ans, s, nil
+	}
+}
+
+// unknown turns the error that ended a wait into the caller's error: an
+// in_doubt *Error when a token-bearing request may have been applied.
+func (c *Client) unknown(err error, sent bool, tok *Token) error {
+	if !sent || tok == nil {
+		return err
+	}
+	return &Error{Code: CodeInDoubt, Detail: "outcome unknown: " + err.Error(), Token: *tok, err: err}
+}
+
+// member returns the member for cred, creating it when register is set.
+func (c *Client) member(cred Credential, register bool) *member {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m := c.members[cred.key()]
+	if m == nil && register {
+		m = &member{cred: cred}
+		c.members[cred.key()] = m
+	}
+	return m
+}
+
+// current returns the latest credential held for cred's participant (cred
+// itself when the client does not hold it), or the participant's
+// *LostError.
+func (c *Client) current(cred Credential) (Credential, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m := c.members[cred.key()]
+	if m == nil {
+		return cred, nil
+	}
+	if m.lost != nil {
+		return m.cred, m.lost
+	}
+	return m.cred, nil
+}
+
+// Enroll creates a participant in conversation conv (and the conversation on
+// first use), binds it to this client and returns its credential. The client
+// then holds the participant: it re-attaches it after a reconnect, which
+// changes the credential (see Credential and Options.OnCredential).
+//
+// Errors are *Error (capacity_exceeded, binding_occupied, unavailable,
+// shutting_down, ...), an in_doubt *Error carrying the token when ctx ended
+// before the outcome was known, or ErrClosed.
+func (c *Client) Enroll(ctx context.Context, conv uint64, opts ...CallOption) (Credential, error) {
+	tok := tokenOf(opts)
+	sentOn := make(map[uint64]bool)
+	ans, s, err := c.do(ctx, &tok, true, func(s *session) (wire.Message, error) {
+		sentOn[s.seq] = true
+		return &wire.Enroll{Conversation: conv, Token: tok}, nil
+	})
+	if err != nil {
+		return Credential{}, err
+	}
+	switch a := ans.(type) {
+	case *wire.Enrolled:
+		cred := Credential{Conversation: a.Conversation, Participant: a.Participant, Generation: a.Generation, Secret: a.Secret}
+		here := a.Replay == nil || (*a.Replay == wire.ReplayBound && len(sentOn) == 1)
+		c.mu.Lock()
+		m := c.members[cred.key()]
+		if m == nil {
+			m = &member{cred: cred}
+			c.members[cred.key()] = m
+		}
+		m.wantBound = true
+		if here && c.cur == s && m.intent == nil && m.cred.Generation == cred.Generation {
+			m.sess = s
+		}
+		bound := m.sess == s && s.alive()
+		c.mu.Unlock()
+		c.credentialChanged(cred)
+		if bound {
+			return cred, nil
+		}
+		// The enrollment committed but its binding is not on the ready
+		// connection: attach, presenting the credential it minted.
+		return c.attach(ctx, m)
+	case *wire.Error:
+		return Credential{}, fromWire(a)
+	default:
+		return Credential{}, fmt.Errorf("%w: %s answers enroll", ErrProtocol, ans.Type())
+	}
+}
+
+// Attach presents cred, mints the next generation and a new secret, binds
+// the participant to this client and returns the new credential. The client
+// then holds the participant as for Enroll. If the client already holds it,
+// the credential it holds (the latest) is presented instead of cred, and a
+// participant already bound on the current connection is returned as is.
+//
+// An attach whose answer was lost is retried with the same token and the
+// same presented credential. Errors: a *LostError (errors.Is
+// ErrParticipantLost, and ErrStaleAuthority, ErrReceiptExpired, ErrRetired
+// or ErrUnknownParticipant) when the credential cannot be used, other
+// *Error refusals, or ErrClosed.
+func (c *Client) Attach(ctx context.Context, cred Credential) (Credential, error) {
+	m := c.member(cred, true)
+	c.mu.Lock()
+	m.wantBound = true
+	c.mu.Unlock()
+	return c.attach(ctx, m)
+}
+
+func (c *Client) attach(ctx context.Context, m *member) (Credential, error) {
+	for {
+		s, err := c.ready(ctx)
+		if err != nil {
+			return Credential{}, err
+		}
+		cred, err := c.attachOn(ctx, s, m)
+		if errors.Is(err, errLost) {
+			continue
+		}
+		return cred, err
+	}
+}
+
+// Tell appends payload to the participant's conversation and returns the
+// record's seq. cred names the participant; the client uses the latest
+// credential it holds for it. The participant must be bound on this client
+// (Enroll or Attach), else the server answers no_binding.
+//
+// Errors: *Error (too_large, no_binding, stale_authority, token_conflict,
+// ...), an in_doubt *Error with the token, a *LostError, or ErrClosed.
+func (c *Client) Tell(ctx context.Context, cred Credential, payload []byte, opts ...CallOption) (uint64, error) {
+	tok := tokenOf(opts)
+	if payload == nil {
+		payload = []byte{}
+	}
+	ans, _, err := c.do(ctx, &tok, true, func(*session) (wire.Message, error) {
+		cur, err := c.current(cred)
+		if err != nil {
+			return nil, err
+		}
+		return &wire.Tell{Conversation: cur.Conversation, Participant: cur.Participant,
+			Generation: cur.Generation, Token: tok, Payload: payload}, nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	switch a := ans.(type) {
+	case *wire.Told:
+		return a.Seq, nil
+	case *wire.Error:
+		return 0, fromWire(a)
+	default:
+		return 0, fmt.Errorf("%w: %s answers tell", ErrProtocol, ans.Type())
+	}
+}
+
+// Ack acknowledges every record through seq through for the participant
+// and returns its durable cursor. Acks are cumulative, so one retried after
+// a lost answer is harmless. Errors: *Error (ack_gap, ack_regression with
+// Cursor, no_binding, ...), a *LostError, ErrClosed or ctx's error.
+func (c *Client) Ack(ctx context.Context, cred Credential, through uint64) (cursor uint64, err error) {
+	ans, _, err := c.do(ctx, nil, true, func(*session) (wire.Message, error) {
+		cur, err := c.current(cred)
+		if err != nil {
+			return nil, err
+		}
+		return &wire.Ack{Conversation: cur.Conversation, Participant: cur.Participant,
+			Generation: cur.Generation, Through: through}, nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	switch a := ans.(type) {
+	case *wire.Acked:
+		return a.Cursor, nil
+	case *wire.Error:
+		return 0, fromWire(a)
+	default:
+		return 0, fmt.Errorf("%w: %s answers ack", ErrProtocol, ans.Type())
+	}
+}
+
+// Detach ends the participant's binding cleanly and returns the seq of its
+// detached record. The client keeps the credential but no longer re-attaches
+// the participant. Errors as for Tell.
+func (c *Client) Detach(ctx context.Context, cred Credential, opts ...CallOption) (uint64, error) {
+	tok := tokenOf(opts)
+	ans, _, err := c.do(ctx, &tok, true, func(*session) (wire.Message, error) {
+		cur, err := c.current(cred)
+		if err != nil {
+			return nil, err
+		}
+		return &wire.Detach{Conversation: cur.Conversation, Participant: cur.Participant,
+			Generation: cur.Generation, Token: tok}, nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	switch a := ans.(type) {
+	case *wire.Detached:
+		c.mu.Lock()
+		if m := c.members[cred.key()]; m != nil {
+			m.wantBound, m.sess = false, nil
+		}
+		c.mu.Unlock()
+		return a.Seq, nil
+	case *wire.Error:
+		return 0, fromWire(a)
+	default:
+		return 0, fmt.Errorf("%w: %s answers detach", ErrProtocol, ans.Type())
+	}
+}
+
+// Leave retires the participant for good and returns the seq of its left
+// record; the client forgets it. A leave retried after a lost answer replays
+// even though the participant is retired by then. Errors as for Tell.
+func (c *Client) Leave(ctx context.Context, cred Credential, opts ...CallOption) (uint64, error) {
+	tok := tokenOf(opts)
+	ans, _, err := c.do(ctx, &tok, true, func(*session) (wire.Message, error) {
+		// A lost participant may still have left: the token decides.
+		cur, _ := c.current(cred)
+		return &wire.Leave{Conversation: cur.Conversation, Participant: cur.Participant,
+			Generation: cur.Generation, Secret: cur.Secret, Token: tok}, nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	switch a := ans.(type) {
+	case *wire.Left:
+		c.mu.Lock()
+		delete(c.members, cred.key())
+		c.mu.Unlock()
+		return a.Seq, nil
+	case *wire.Error:
+		return 0, fromWire(a)
+	default:
+		return 0, fmt.Errorf("%w: %s answers leave", ErrProtocol, ans.Type())
+	}
+}
+
+// Ping asks the server for a pong. It is not retried: a connection lost
+// before the pong is ErrConnectionLost.
+func (c *Client) Ping(ctx context.Context) error {
+	ans, _, err := c.do(ctx, nil, false, func(*session) (wire.Message, error) {
+		return &wire.Ping{}, nil
+	})
+	if err != nil {
+		return err
+	}
+	switch a := ans.(type) {
+	case *wire.Pong:
+		return nil
+	case *wire.Error:
+		return fromWire(a)
+	default:
+		return fmt.Errorf("%w: %s answers ping", ErrProtocol, ans.Type())
+	}
+}

@@ -1,0 +1,66 @@
+package client
+
+import (
+	"crypto/tls"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// Defaults for the zero Options.
+const (
+	DefaultMinBackoff     = 50 * time.Millisecond
+	DefaultMaxBackoff     = 5 * time.Second
+	DefaultDeliveryBuffer = 256
+	DefaultDialTimeout    = 10 * time.Second
+)
+
+// Options configures a Client. The zero value means the defaults.
+type Options struct {
+	// AuthToken is sent in hello when non-empty.
+	AuthToken string
+	// TLS, when set, wraps the connection in TLS with this configuration.
+	TLS *tls.Config
+	// ClientName is sent in hello, for the server's logs.
+	ClientName string
+	// Logger receives the client's logs; the zero value logs nothing.
+	Logger zerolog.Logger
+	// MinBackoff and MaxBackoff bound the delay between reconnection
+	// attempts, and between retries of an in_doubt operation: it doubles
+	// from MinBackoff up to MaxBackoff, each delay drawn uniformly from its
+	// upper half. Defaults DefaultMinBackoff and DefaultMaxBackoff.
+	MinBackoff time.Duration
+	MaxBackoff time.Duration
+	// DialTimeout bounds one connection attempt, handshake included.
+	// Default DefaultDialTimeout.
+	DialTimeout time.Duration
+	// DeliveryBuffer is the capacity of the channel Deliveries returns.
+	// Deliveries never block the connection: beyond the buffer they queue
+	// in memory until read. Default DefaultDeliveryBuffer.
+	DeliveryBuffer int
+	// OnCredential, if set, is called after every attach that changed a
+	// held participant's credential (the generation and the secret), also
+	// for the re-attachments after a reconnect, so that a caller can persist
+	// it. It is called without locks held and must not call the Client.
+	OnCredential func(Credential)
+	// DiscardDeliveries drops every delivery, for clients that only send.
+	DiscardDeliveries bool
+}
+
+func (o *Options) withDefaults() {
+	if o.MinBackoff <= 0 {
+		o.MinBackoff = DefaultMinBackoff
+	}
+	if o.MaxBackoff <= 0 {
+		o.MaxBackoff = DefaultMaxBackoff
+	}
+	if o.MaxBackoff < o.MinBackoff {
+		o.MaxBackoff = o.MinBackoff
+	}
+	if o.DialTimeout <= 0 {
+		o.DialTimeout = DefaultDialTimeout
+	}
+	if o.DeliveryBuffer <= 0 {
+		o.DeliveryBuffer = DefaultDeliveryBuffer
+	}
+}

@@ -1,0 +1,219 @@
+package client
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/participantd/participantd/wire"
+)
+
+// Welcome is what the server announced for the current connection.
+type Welcome struct {
+	Server         string
+	Incarnation    uint64 // one more at every start of the server
+	Connection     uint64 // the connection's ordinal within the incarnation
+	MaxFrame       uint64
+	MaxRecordBytes uint64
+}
+
+// errLost is a session's end as seen by a call on it.
+var errLost = errors.New("client: connection lost before the answer")
+
+// session is one live connection: the handshake done, a reader goroutine
+// matching answers to pending calls by id.
+type session struct {
+	wc      *wire.Conn
+	welcome Welcome
+	seq     uint64 // ordinal of the session within the client, from 1
+
+	dead chan struct{} // closed when the connection ended
+
+	// mu guards pending and err.
+	mu      sync.Mutex
+	pending map[uint64]chan wire.Message
+	err     error // why the session ended; set once
+}
+
+// dial connects and runs the handshake. The returned session has no reader
+// yet: the caller starts run.
+func dial(ctx context.Context, addr string, o *Options, seq uint64) (*session, error) {
+	ctx, cancel := context.WithTimeout(ctx, o.DialTimeout)
+	defer cancel()
+	var nc net.Conn
+	var err error
+	d := &net.Dialer{}
+	if o.TLS != nil {
+		td := &tls.Dialer{NetDialer: d, Config: o.TLS}
+		nc, err = td.DialContext(ctx, "tcp", addr)
+	} else {
+		nc, err = d.DialContext(ctx, "tcp", addr)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("client: dial %s: %w", addr, err)
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		_ = nc.SetDeadline(dl)
+	}
+	stop := context.AfterFunc(ctx, func() { _ = nc.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	wc := wire.NewConn(nc, wire.ConnOptions{})
+	hello := &wire.Hello{Versions: []uint64{wire.Version}}
+	if o.AuthToken != "" {
+		hello.Auth = &o.AuthToken
+	}
+	if o.ClientName != "" {
+		hello.Client = &o.ClientName
+	}
+	if err := wc.WriteMessage(hello); err != nil {
+		wc.Close()
+		return nil, fmt.Errorf("client: hello to %s: %w", addr, err)
+	}
+	m, err := wc.ReadServerMessage()
+	if err != nil {
+		wc.Close()
+		return nil, fmt.Errorf("client: handshake with %s: %w", addr, err)
+	}
+	switch m := m.(type) {
+	case *wire.Welcome:
+		if m.Version != wire.Version {
+			wc.Close()
+			return nil, fmt.Errorf("%w: welcome announces version %d", ErrProtocol, m.Version)
+		}
+		if !stop() {
+			wc.Close()
+			return nil, fmt.Errorf("client: handshake with %s: %w", addr, ctx.Err())
+		}
+		_ = nc.SetDeadline(time.Time{})
+		if m.MaxFrame > 0 {
+			wc.SetMaxWriteFrame(int(min(m.MaxFrame, 1<<32-1)))
+		}
+		return &session{
+			wc:  wc,
+			seq: seq,
+			welcome: Welcome{
+				Server: m.Server, Incarnation: m.Incarnation, Connection: m.Connection,
+				MaxFrame: m.MaxFrame, MaxRecordBytes: m.MaxRecordBytes,
+			},
+			dead:    make(chan struct{}),
+			pending: make(map[uint64]chan wire.Message),
+		}, nil
+	case *wire.Rejected:
+		wc.Close()
+		return nil, &RejectedError{Reason: m.Reason, Detail: m.Detail}
+	default:
+		wc.Close()
+		return nil, fmt.Errorf("%w: %s before welcome", ErrProtocol, m.Type())
+	}
+}
+
+// run reads the connection until it ends: answers go to their pending call,
+// deliveries to deliver. It ends the session and returns why.
+func (s *session) run(deliver func(*wire.Delivery)) error {
+	for {
+		m, err := s.wc.ReadServerMessage()
+		if errors.Is(err, wire.ErrBadRequest) {
+			// An unknown message type: skip it, for forward compatibility.
+			var de *wire.DecodeError
+			if errors.As(err, &de) && de.Field == "t" {
+				continue
+			}
+		}
+		if err != nil {
+			return s.end(err)
+		}
+		switch m := m.(type) {
+		case *wire.Delivery:
+			deliver(m)
+		case *wire.ServerBye:
+			return s.end(fmt.Errorf("client: server said bye (%s)", m.Reason))
+		case *wire.Rejected:
+			return s.end(&RejectedError{Reason: m.Reason, Detail: m.Detail})
+		default:
+			id, ok := wire.ID(m)
+			if !ok {
+				return s.end(fmt.Errorf("%w: unexpected %s", ErrProtocol, m.Type()))
+			}
+			s.mu.Lock()
+			ch := s.pending[id]
+			delete(s.pending, id)
+			s.mu.Unlock()
+			if ch != nil {
+				ch <- m // buffered, one answer per id
+			}
+		}
+	}
+}
+
+// end records why the session ended, closes the connection and wakes every
+// pending call. It returns the first recorded reason.
+func (s *session) end(why error) error {
+	s.mu.Lock()
+	first := s.err == nil
+	if first {
+		s.err = why
+	}
+	why = s.err
+	s.mu.Unlock()
+	if first {
+		s.wc.Close()
+		close(s.dead)
+	}
+	return why
+}
+
+// call sends m, which carries id, and waits for its answer. It returns
+// errLost when the connection ends before the answer (m may or may not have
+// reached the server), or ctx's error.
+func (s *session) call(ctx context.Context, id uint64, m wire.Message) (wire.Message, error) {
+	ch := make(chan wire.Message, 1)
+	s.mu.Lock()
+	if s.err != nil {
+		s.mu.Unlock()
+		return nil, errLost
+	}
+	s.pending[id] = ch
+	s.mu.Unlock()
+	if err := s.wc.WriteMessage(m); err != nil {
+		s.forget(id)
+		if errors.Is(err, wire.ErrFrameTooLarge) {
+			// Refused before anything was written.
+			return nil, fmt.Errorf("client: %s: %w", m.Type(), err)
+		}
+		s.end(err)
+		return nil, errLost
+	}
+	select {
+	case a := <-ch:
+		return a, nil
+	case <-s.dead:
+		select {
+		case a := <-ch:
+			return a, nil
+		default:
+			return nil, errLost
+		}
+	case <-ctx.Done():
+		s.forget(id)
+		return nil, ctx.Err()
+	}
+}
+
+func (s *session) forget(id uint64) {
+	s.mu.Lock()
+	delete(s.pending, id)
+	s.mu.Unlock()
+}
+
+func (s *session) alive() bool {
+	select {
+	case <-s.dead:
+		return false
+	default:
+		return true
+	}
+}
