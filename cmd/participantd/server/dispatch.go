@@ -1,0 +1,198 @@
+package server
+
+import (
+	"errors"
+	"time"
+
+	"github.com/participantd/participantd/participant"
+	"github.com/participantd/participantd/wire"
+)
+
+// conversationOf returns the conversation a request is about.
+func conversationOf(m wire.Message) uint64 {
+	switch m := m.(type) {
+	case *wire.Enroll:
+		return m.Conversation
+	case *wire.Attach:
+		return m.Conversation
+	case *wire.Tell:
+		return m.Conversation
+	case *wire.Ack:
+		return m.Conversation
+	case *wire.Detach:
+		return m.Conversation
+	case *wire.Leave:
+		return m.Conversation
+	}
+	panic("server: conversationOf(" + m.Type() + ")")
+}
+
+// submit queues m behind the earlier requests of conversation conv,
+// starting that conversation's worker if it has none. It blocks while
+// MaxPending requests are queued or running, and returns false if the
+// connection's writer is gone meanwhile.
+func (c *conn) submit(conv uint64, m wire.Message) bool {
+	select {
+	case c.pending <- struct{}{}:
+	case <-c.out.done:
+		return false
+	}
+	c.mu.Lock()
+	q, running := c.queues[conv]
+	c.queues[conv] = append(q, m)
+	c.mu.Unlock()
+	if !running {
+		c.workers.Add(1)
+		go c.work(conv)
+	}
+	return true
+}
+
+// work runs conversation conv's requests in order until its queue is
+// empty.
+func (c *conn) work(conv uint64) {
+	defer c.workers.Done()
+	for {
+		c.mu.Lock()
+		q := c.queues[conv]
+		if len(q) == 0 {
+			delete(c.queues, conv)
+			c.mu.Unlock()
+			return
+		}
+		m := q[0]
+		q[0] = nil
+		c.queues[conv] = q[1:]
+		c.mu.Unlock()
+		if !c.abandon.Load() {
+			c.out.send(c.apply(m))
+		}
+		<-c.pending
+	}
+}
+
+// apply runs one request on the service and returns its answer.
+func (c *conn) apply(m wire.Message) wire.Message {
+	ctx := c.srv.opCtx
+	switch m := m.(type) {
+	case *wire.Enroll:
+		b, err := c.pc.Enroll(ctx, participant.Enroll{
+			Conversation: participant.ConversationID(m.Conversation),
+			Token:        participant.Token(m.Token),
+		})
+		if err != nil {
+			return errorAnswer(m.ID, err)
+		}
+		return &wire.Enrolled{
+			ID: m.ID, Conversation: uint64(b.Conversation), Participant: uint64(b.Participant),
+			Generation: uint64(b.Generation), Secret: wire.Secret(b.Secret), Cursor: uint64(b.Cursor),
+			ReceiptExpiresAt: unixMilli(b.ReceiptExpiresAt), Replay: replay(b.Replay),
+		}
+	case *wire.Attach:
+		b, err := c.pc.Attach(ctx, participant.Attach{
+			Conversation: participant.ConversationID(m.Conversation),
+			Participant:  participant.ParticipantID(m.Participant),
+			Generation:   participant.Generation(m.Generation),
+			Secret:       participant.Secret(m.Secret),
+			Token:        participant.Token(m.Token),
+		})
+		if err != nil {
+			return errorAnswer(m.ID, err)
+		}
+		return &wire.Attached{
+			ID: m.ID, Conversation: uint64(b.Conversation), Participant: uint64(b.Participant),
+			Generation: uint64(b.Generation), Secret: wire.Secret(b.Secret), Cursor: uint64(b.Cursor),
+			ReceiptExpiresAt: unixMilli(b.ReceiptExpiresAt), Replay: replay(b.Replay),
+		}
+	case *wire.Tell:
+		t, err := c.pc.Tell(ctx, participant.Tell{
+			Conversation: participant.ConversationID(m.Conversation),
+			Participant:  participant.ParticipantID(m.Participant),
+			Generation:   participant.Generation(m.Generation),
+			Token:        participant.Token(m.Token),
+			Payload:      m.Payload,
+		})
+		if err != nil {
+			return errorAnswer(m.ID, err)
+		}
+		return &wire.Told{ID: m.ID, Conversation: uint64(t.Conversation), Seq: uint64(t.Seq), Replay: replay(t.Replay)}
+	case *wire.Ack:
+		a, err := c.pc.Ack(ctx, participant.Ack{
+			Conversation: participant.ConversationID(m.Conversation),
+			Participant:  participant.ParticipantID(m.Participant),
+			Generation:   participant.Generation(m.Generation),
+			Through:      participant.Seq(m.Through),
+		})
+		if err != nil {
+			return errorAnswer(m.ID, err)
+		}
+		return &wire.Acked{ID: m.ID, Conversation: uint64(a.Conversation), Participant: uint64(a.Participant), Cursor: uint64(a.Cursor), Noop: a.Noop}
+	case *wire.Detach:
+		d, err := c.pc.Detach(ctx, participant.Detach{
+			Conversation: participant.ConversationID(m.Conversation),
+			Participant:  participant.ParticipantID(m.Participant),
+			Generation:   participant.Generation(m.Generation),
+			Token:        participant.Token(m.Token),
+		})
+		if err != nil {
+			return errorAnswer(m.ID, err)
+		}
+		return &wire.Detached{ID: m.ID, Conversation: uint64(d.Conversation), Participant: uint64(d.Participant), Seq: uint64(d.Seq), Replay: replay(d.Replay)}
+	case *wire.Leave:
+		l, err := c.pc.Leave(ctx, participant.Leave{
+			Conversation: participant.ConversationID(m.Conversation),
+			Participant:  participant.ParticipantID(m.Participant),
+			Generation:   participant.Generation(m.Generation),
+			Secret:       participant.Secret(m.Secret),
+			Token:        participant.Token(m.Token),
+		})
+		if err != nil {
+			return errorAnswer(m.ID, err)
+		}
+		return &wire.Left{ID: m.ID, Conversation: uint64(l.Conversation), Participant: uint64(l.Participant), Seq: uint64(l.Seq), Replay: replay(l.Replay)}
+	}
+	panic("server: apply(" + m.Type() + ")")
+}
+
+// errorAnswer maps an operation's error onto the protocol's error answer,
+// with the extras its code carries.
+func errorAnswer(id uint64, err error) *wire.Error {
+	var pe *participant.Error
+	if !errors.As(err, &pe) {
+		// Not a refusal the service classified: the operation may have
+		// reached the store, so the only honest answer is in_doubt.
+		return &wire.Error{ID: id, Code: wire.CodeInDoubt, Detail: "internal error"}
+	}
+	e := &wire.Error{ID: id, Code: wire.Code(pe.Code), Detail: pe.Detail}
+	switch pe.Code {
+	case participant.CodeStaleAuthority:
+		if pe.HasGeneration {
+			e.Generation = ptr(uint64(pe.Generation))
+		}
+	case participant.CodeAckGap, participant.CodeAckRegression:
+		e.Cursor = ptr(uint64(pe.Cursor))
+	case participant.CodeTooLarge, participant.CodeCapacityExceeded:
+		e.Limit = ptr(pe.Limit)
+	case participant.CodeReceiptExpired:
+		e.Participant = ptr(uint64(pe.Participant))
+		e.Generation = ptr(uint64(pe.Generation))
+		e.Reason = ptr(pe.Reason)
+	}
+	return e
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func replay(r participant.Replay) *wire.Replay {
+	if r == participant.ReplayNone {
+		return nil
+	}
+	return ptr(wire.Replay(r))
+}
+
+func unixMilli(t time.Time) uint64 {
+	if t.IsZero() {
+		return 0
+	}
+	return uint64(t.UnixMilli())
+}

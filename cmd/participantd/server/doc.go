@@ -1,0 +1,48 @@
+// Package server is the participantd daemon without its command line: the
+// wire listener, one goroutine set per connection, the health listener with
+// Prometheus metrics, and the drain. cmd/participantd wraps it with flags,
+// environment and signals; participantctl's `bench --embedded` starts it in
+// process:
+//
+//	srv, err := server.New(server.Config{DataDir: dir, Listen: "127.0.0.1:0", HealthListen: "127.0.0.1:0"})
+//	if err != nil { ... }
+//	go func() { done <- srv.Run(ctx) }()  // cancel ctx to drain
+//	select { case <-srv.Ready(): case err := <-done: ... }
+//	addr := srv.Addr()                     // dial it with package wire or client
+//
+// New validates the Config and binds both listeners (so Addr and HealthAddr
+// are known at once); Run opens the store, reconciles every conversation
+// (participant.Open), then accepts, until its context is cancelled, when it
+// drains.
+//
+// # One connection
+//
+//	goroutine   owns                          ends when
+//	serve       handshake, reading, teardown  the peer goes, says bye, breaks the protocol, or the server drains
+//	writer      the socket's write side       teardown hands it the last frame (or a write fails)
+//	pump        pushing deliveries            teardown stops it
+//	worker      one conversation's requests   its queue is empty
+//
+// Requests of one conversation are applied and answered in the order read,
+// by at most one worker of that conversation at a time; requests of
+// different conversations run concurrently, so that their commits share the
+// store's group commits. At most MaxPending requests of a connection are
+// queued or running: past that the reader stops reading (TCP backpressure).
+// Every outbound frame goes through one bounded queue to the writer, which
+// flushes when the queue runs empty; when the client does not read, the
+// queue fills and answers and pushes wait, never growing memory.
+//
+// # Teardown
+//
+//	how it ended        queued requests  last frame               bindings end as
+//	read error or EOF   dropped          none                     died/connection_lost
+//	protocol violation  dropped          rejected{reason}         died/protocol_error
+//	client bye          answered         none                     detached/clean
+//	server drain        answered         bye{reason:"shutdown"}   detached/shutdown
+//
+// The drain (Run's context cancelled) marks the server not ready, stops
+// accepting, makes the service answer shutting_down, and tears every
+// connection down as above; if that takes longer than DrainTimeout, the
+// remaining sockets are closed and operations cancelled. The store is closed
+// last.
+package server

@@ -1,0 +1,89 @@
+package server
+
+import (
+	"github.com/participantd/participantd/oplog"
+	"github.com/participantd/participantd/participant"
+	"github.com/participantd/participantd/wire"
+)
+
+// pumpBatch is how many deliveries of one conversation the pump pushes
+// before turning to the next ready one, so that a busy conversation does
+// not starve the others.
+const pumpBatch = 64
+
+// pump pushes deliveries: woken by the service, it takes the ready
+// conversations and pushes each one's records in order, remembering per
+// conversation what it offered so that Next continues after it. Pushing
+// blocks while the outbound queue is full.
+func (c *conn) pump() {
+	defer close(c.pumpDone)
+	offered := make(map[participant.ConversationID]participant.Offered)
+	var round []participant.ConversationID
+	queued := make(map[participant.ConversationID]bool)
+	for {
+		if len(round) == 0 {
+			select {
+			case <-c.wake:
+			case <-c.quit:
+				return
+			}
+		}
+		for _, conv := range c.pc.TakeReady() {
+			if !queued[conv] {
+				queued[conv] = true
+				round = append(round, conv)
+			}
+		}
+		var next []participant.ConversationID
+		for _, conv := range round {
+			more := false
+			for i := 0; ; i++ {
+				if i == pumpBatch {
+					more = true
+					break
+				}
+				d, ok := c.pc.Next(conv, offered[conv])
+				if !ok {
+					break
+				}
+				if !c.out.send(delivery(d)) {
+					return
+				}
+				c.srv.metrics.delivered()
+				offered[conv] = participant.Offered{Epoch: d.Epoch, Through: d.Seq}
+			}
+			if more {
+				next = append(next, conv)
+			} else {
+				delete(queued, conv)
+			}
+			select {
+			case <-c.quit:
+				return
+			default:
+			}
+		}
+		round = next
+	}
+}
+
+// delivery converts a service delivery to its push.
+func delivery(d participant.Delivery) *wire.Delivery {
+	w := &wire.Delivery{
+		Conversation: uint64(d.Conversation),
+		Recipient:    uint64(d.Recipient),
+		Seq:          uint64(d.Seq),
+		Kind:         wire.Kind(d.Kind.String()),
+		Participant:  uint64(d.Participant),
+	}
+	if w.Kind == wire.KindRecord {
+		w.Payload = d.Payload
+		if w.Payload == nil {
+			w.Payload = []byte{}
+		}
+	}
+	if d.Cause != oplog.CauseNone {
+		w.Cause = ptr(wire.Cause(d.Cause.String()))
+	}
+	return w
+}
