@@ -140,8 +140,9 @@ func open(path string, opts Options, h hooks) (*Bolt, error) {
 		timeout = DefaultLockTimeout
 	}
 	db, err := bolt.Open(path, 0o600, &bolt.Options{
-		Timeout:      timeout,
-		FreelistType: bolt.FreelistMapType,
+		Timeout:        timeout,
+		FreelistType:   bolt.FreelistMapType,
+		NoFreelistSync: true,
 	})
 	if errors.Is(err, berrors.ErrTimeout) {
 		return nil, fmt.Errorf("open %s: waited %v: %w", path, timeout, ErrLocked)
@@ -257,23 +258,47 @@ func (b *Bolt) lockStream(stream string) (*boltStream, error) {
 	}
 }
 
-// loadLen returns the committed length of stream from its last key.
+// entryKey returns the key of entry seq of stream in the streams bucket:
+// a 2-byte big-endian name length, the name, and the 8-byte big-endian seq.
+// The length prefix keeps one stream's keys from being a prefix range of
+// another's, and big-endian seqs sort in seq order.
+func entryKey(stream string, seq uint64) []byte {
+	k := make([]byte, 2+len(stream)+8)
+	binary.BigEndian.PutUint16(k, uint16(len(stream)))
+	copy(k[2:], stream)
+	binary.BigEndian.PutUint64(k[2+len(stream):], seq)
+	return k
+}
+
+// streamLen returns the number of entries of stream in the streams bucket,
+// from its last key.
+func streamLen(c *bolt.Cursor, stream string) (uint64, error) {
+	// The key just past every key of stream: its prefix and seq 2^64-1,
+	// which no entry reaches.
+	after := entryKey(stream, math.MaxUint64)
+	k, _ := c.Seek(after)
+	if k == nil {
+		k, _ = c.Last()
+	} else {
+		k, _ = c.Prev()
+	}
+	prefix := after[:len(after)-8]
+	if k == nil || !bytes.HasPrefix(k, prefix) {
+		return 0, nil
+	}
+	if len(k) != len(after) {
+		return 0, fmt.Errorf("stream %q: malformed key %x", stream, k)
+	}
+	return binary.BigEndian.Uint64(k[len(prefix):]) + 1, nil
+}
+
+// loadLen returns the committed length of stream.
 func (b *Bolt) loadLen(stream string) (uint64, error) {
 	var n uint64
 	err := b.db.View(func(tx *bolt.Tx) error {
-		sb := tx.Bucket(bucketStreams).Bucket([]byte(stream))
-		if sb == nil {
-			return nil
-		}
-		k, _ := sb.Cursor().Last()
-		if k == nil {
-			return nil
-		}
-		if len(k) != 8 {
-			return fmt.Errorf("stream %q: malformed key %x", stream, k)
-		}
-		n = binary.BigEndian.Uint64(k) + 1
-		return nil
+		var err error
+		n, err = streamLen(tx.Bucket(bucketStreams).Cursor(), stream)
+		return err
 	})
 	if err != nil {
 		return 0, b.readErr(err)
@@ -355,15 +380,14 @@ func (b *Bolt) ReadFrom(stream string, offset uint64, limit int) ([]Entry, error
 	}
 	if stop := min(end, committed); offset < stop {
 		err := b.db.View(func(tx *bolt.Tx) error {
-			sb := tx.Bucket(bucketStreams).Bucket([]byte(stream))
-			if sb == nil {
-				return nil
-			}
-			var key [8]byte
-			binary.BigEndian.PutUint64(key[:], offset)
-			c := sb.Cursor()
-			for k, v := c.Seek(key[:]); k != nil; k, v = c.Next() {
-				seq := binary.BigEndian.Uint64(k)
+			first := entryKey(stream, offset)
+			prefix := first[:len(first)-8]
+			c := tx.Bucket(bucketStreams).Cursor()
+			for k, v := c.Seek(first); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+				if len(k) != len(first) {
+					return fmt.Errorf("stream %q: malformed key %x", stream, k)
+				}
+				seq := binary.BigEndian.Uint64(k[len(prefix):])
 				if seq >= stop {
 					break
 				}

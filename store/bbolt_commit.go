@@ -150,26 +150,21 @@ func (b *Bolt) commit() {
 
 // writeBatch writes streams and values in tx.
 func writeBatch(tx *bolt.Tx, streams []streamWrite, values map[string]uint64) error {
-	root := tx.Bucket(bucketStreams)
+	sb := tx.Bucket(bucketStreams)
 	for _, w := range streams {
-		sb, err := root.CreateBucketIfNotExists([]byte(w.name))
+		// A stream's length in the file must be where the commit starts;
+		// anything else means the in-memory state is broken.
+		have, err := streamLen(sb.Cursor(), w.name)
 		if err != nil {
-			return fmt.Errorf("stream %q: %w", w.name, err)
-		}
-		// Keys only ever grow, so full pages waste nothing.
-		sb.FillPercent = 1.0
-		var have uint64
-		if k, _ := sb.Cursor().Last(); len(k) == 8 {
-			have = binary.BigEndian.Uint64(k) + 1
+			return err
 		}
 		if have != w.first {
 			return fmt.Errorf("stream %q: file has %d entries, commit starts at %d", w.name, have, w.first)
 		}
 		for i, p := range w.payloads {
-			key := make([]byte, 8)
-			binary.BigEndian.PutUint64(key, w.first+uint64(i))
-			if err := sb.Put(key, p); err != nil {
-				return fmt.Errorf("stream %q seq %d: %w", w.name, w.first+uint64(i), err)
+			seq := w.first + uint64(i)
+			if err := sb.Put(entryKey(w.name, seq), p); err != nil {
+				return fmt.Errorf("stream %q seq %d: %w", w.name, seq, err)
 			}
 		}
 	}

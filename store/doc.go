@@ -18,4 +18,58 @@
 // A store that failed to make writes durable refuses every later call with
 // that error (sticky, wrapping ErrFailed): a failed fsync leaves the file in
 // an unknown state, and the only safe way back is to reopen and reconcile.
+//
+// Names are 1..MaxNameLen bytes and payloads at most MaxPayloadLen bytes in
+// every implementation; a write outside those limits is refused before it is
+// staged, so it cannot fail a later commit.
+//
+// # bbolt layout
+//
+// Bolt keeps one bbolt file (layout version 1), never opened with NoSync:
+//
+//	bucket    key                                          value
+//	meta      "version"                                    1 byte: layout version (1)
+//	streams   2-byte BE len(name) | name | 8-byte BE seq   payload
+//	values    key                                          8-byte BE uint64 (0 is never stored)
+//
+// All streams share one bucket; the length prefix makes each stream's keys a
+// range of their own, and big-endian seqs keep that range in seq order, so
+// ReadFrom is one cursor walk in one read transaction and a stream's
+// committed length is the seq of the last key of its range plus one. A
+// single bucket rather than one sub-bucket per stream means a commit
+// touching N streams dirties about N leaf pages and the branches above
+// them, not also N bucket roots and their headers.
+//
+// # Group commit
+//
+// Append and CAS stage writes in memory under Bolt.mu; reads merge the
+// committed file with the staged writes. Each stream's committed length and
+// staged payloads are cached after its first use, so Len is O(1). A single
+// committer goroutine, owned by the Bolt and stopped by Close, writes to the
+// file:
+//
+//   - A Flush with writes staged joins the next batch, creating it and waking
+//     the committer if it is the first; it then waits for that batch.
+//   - The committer takes every staged write into the batch under mu, then
+//     writes them in one bbolt Update (fsync of the data pages, then of the
+//     meta page) without mu, and wakes every waiter with the result.
+//     Flushes arriving meanwhile form the next batch, so N concurrent
+//     flushes cost one transaction, not N.
+//   - A Flush with nothing staged waits only for a commit in progress, and
+//     returns nil at once when there is none: no transaction.
+//   - A failed transaction sets the sticky error; every later call returns
+//     it.
+//
+// Sequence numbers stay gap-free because a commit takes a prefix of each
+// stream's staged payloads and drops exactly that prefix, advancing the
+// committed length, only after its transaction succeeded. A reader takes
+// the committed length under mu before it begins its read transaction, so
+// the transaction sees at least that many entries and memory supplies the
+// rest.
+//
+// # Locks
+//
+// Bolt.mu is the only lock of the package. It is never held across a bbolt
+// call or a channel operation, so bbolt's own locks are always taken
+// without it. Memory.mu guards everything of a Memory.
 package store
