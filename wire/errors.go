@@ -32,6 +32,7 @@ type FrameTooLargeError struct {
 	Max    uint64 // the limit in force
 }
 
+// Error returns the announced length and the limit.
 func (e *FrameTooLargeError) Error() string {
 	return fmt.Sprintf("wire: frame of %d bytes exceeds the limit of %d", e.Length, e.Max)
 }
@@ -81,6 +82,7 @@ type DecodeError struct {
 	Detail string // for people
 }
 
+// Error returns the class, type, id, field and detail that are known.
 func (e *DecodeError) Error() string {
 	b := make([]byte, 0, 64+len(e.Detail))
 	b = append(b, "wire: "...)
