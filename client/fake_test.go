@@ -1,0 +1,443 @@
+package client_test
+
+import (
+	"bytes"
+	"crypto/rand"
+	"net"
+	"sync"
+	"testing"
+
+	"github.com/participantd/participantd/wire"
+)
+
+// action is what a fake server's hook decides for one request.
+type action int
+
+const (
+	pass           action = iota // apply and answer
+	dropBefore                   // close the connection without applying
+	commitThenDrop               // apply, then close without answering
+	commitInDoubt                // apply, then answer in_doubt
+)
+
+// fakeServer is a small in-memory participantd for the client's tests: it
+// implements the protocol's operations, replays and bindings faithfully
+// enough, and lets a test script failures through hook.
+type fakeServer struct {
+	t           *testing.T
+	ln          net.Listener
+	wg          sync.WaitGroup
+	incarnation uint64
+	auth        string
+
+	// mu guards everything below.
+	mu       sync.Mutex
+	ordinal  uint64
+	conns    map[*fconn]bool
+	convs    map[uint64]*fconv
+	requests []wire.Message
+	hook     func(fc *fconn, m wire.Message) action
+}
+
+type fconn struct {
+	wc *wire.Conn
+	n  uint64
+}
+
+type fconv struct {
+	members []*fmember
+	seq     uint64
+	enrolls map[wire.Token]*wire.Enrolled
+}
+
+type fmember struct {
+	gen     uint64
+	secrets map[uint64]wire.Secret
+	bound   *fconn
+	boundBy uint64 // the generation the binding was created with
+	retired bool
+	cursor  uint64
+	tokens  map[wire.Token]wire.Message // committed answers
+	bodies  map[wire.Token][]byte       // tell payloads
+	attachG map[wire.Token]uint64       // presented generation of attaches
+}
+
+func newFakeServer(t *testing.T) *fakeServer {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &fakeServer{t: t, ln: ln, incarnation: 7, conns: make(map[*fconn]bool), convs: make(map[uint64]*fconv)}
+	s.wg.Add(1)
+	go s.accept()
+	t.Cleanup(s.close)
+	return s
+}
+
+func (s *fakeServer) addr() string { return s.ln.Addr().String() }
+
+func (s *fakeServer) close() {
+	s.ln.Close()
+	s.dropAll()
+	s.wg.Wait()
+}
+
+func (s *fakeServer) setHook(h func(fc *fconn, m wire.Message) action) {
+	s.mu.Lock()
+	s.hook = h
+	s.mu.Unlock()
+}
+
+// dropAll closes every connection, as a network failure would.
+func (s *fakeServer) dropAll() {
+	s.mu.Lock()
+	var cs []*fconn
+	for c := range s.conns {
+		cs = append(cs, c)
+	}
+	s.mu.Unlock()
+	for _, c := range cs {
+		c.wc.Close()
+	}
+}
+
+// sayBye sends bye on every connection and closes them.
+func (s *fakeServer) sayBye() {
+	s.mu.Lock()
+	var cs []*fconn
+	for c := range s.conns {
+		cs = append(cs, c)
+	}
+	s.mu.Unlock()
+	for _, c := range cs {
+		_ = c.wc.WriteMessage(&wire.ServerBye{Reason: wire.ByeShutdown})
+		c.wc.Close()
+	}
+}
+
+func (s *fakeServer) seen() []wire.Message {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]wire.Message(nil), s.requests...)
+}
+
+func (s *fakeServer) member(conv, p uint64) fmember {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return *s.convs[conv].members[p]
+}
+
+// supersedeLocked attaches participant p as another client would, minting a new
+// generation and ending its binding.
+// s.mu is held (hooks run with it).
+func (s *fakeServer) supersedeLocked(conv, p uint64) {
+	m := s.convs[conv].members[p]
+	m.gen++
+	m.secrets[m.gen] = randSecret()
+	m.bound = nil
+}
+
+// push sends a delivery to every connection.
+func (s *fakeServer) push(d *wire.Delivery) {
+	s.mu.Lock()
+	var cs []*fconn
+	for c := range s.conns {
+		cs = append(cs, c)
+	}
+	s.mu.Unlock()
+	for _, c := range cs {
+		_ = c.wc.WriteMessage(d)
+	}
+}
+
+func (s *fakeServer) accept() {
+	defer s.wg.Done()
+	for {
+		nc, err := s.ln.Accept()
+		if err != nil {
+			return
+		}
+		s.wg.Add(1)
+		go s.serve(nc)
+	}
+}
+
+func (s *fakeServer) serve(nc net.Conn) {
+	defer s.wg.Done()
+	wc := wire.NewConn(nc, wire.ConnOptions{})
+	defer wc.Close()
+	m, err := wc.ReadRequest()
+	if err != nil {
+		return
+	}
+	h, ok := m.(*wire.Hello)
+	if !ok {
+		_ = wc.WriteMessage(&wire.Rejected{Reason: wire.ReasonHelloRequired})
+		return
+	}
+	if s.auth != "" && (h.Auth == nil || *h.Auth != s.auth) {
+		_ = wc.WriteMessage(&wire.Rejected{Reason: wire.ReasonAuthFailed, Detail: "wrong token"})
+		return
+	}
+	s.mu.Lock()
+	s.ordinal++
+	fc := &fconn{wc: wc, n: s.ordinal}
+	s.conns[fc] = true
+	s.mu.Unlock()
+	defer s.lost(fc)
+	if err := wc.WriteMessage(&wire.Welcome{Version: 1, Server: "fake", Incarnation: s.incarnation,
+		Connection: fc.n, MaxFrame: wire.DefaultMaxFrame, MaxRecordBytes: 16}); err != nil {
+		return
+	}
+	for {
+		m, err := wc.ReadRequest()
+		if err != nil {
+			return
+		}
+		if _, ok := m.(*wire.Bye); ok {
+			return
+		}
+		s.mu.Lock()
+		s.requests = append(s.requests, m)
+		act := pass
+		if s.hook != nil {
+			act = s.hook(fc, m)
+		}
+		if act == dropBefore {
+			s.mu.Unlock()
+			return
+		}
+		ans, pushes := s.applyLocked(fc, m)
+		s.mu.Unlock()
+		for _, p := range pushes {
+			_ = p.to.wc.WriteMessage(p.d)
+		}
+		switch act {
+		case commitThenDrop:
+			return
+		case commitInDoubt:
+			id, _ := wire.ID(m)
+			ans = &wire.Error{ID: id, Code: wire.CodeInDoubt, Detail: "scripted"}
+		}
+		if err := wc.WriteMessage(ans); err != nil {
+			return
+		}
+	}
+}
+
+// lost ends fc's bindings, as the server does for a lost connection.
+func (s *fakeServer) lost(fc *fconn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.conns, fc)
+	for _, cv := range s.convs {
+		for _, m := range cv.members {
+			if m.bound == fc {
+				m.bound = nil
+				cv.seq++
+			}
+		}
+	}
+}
+
+type push struct {
+	to *fconn
+	d  *wire.Delivery
+}
+
+func randSecret() wire.Secret {
+	var s wire.Secret
+	_, _ = rand.Read(s[:])
+	return s
+}
+
+func werr(id uint64, code wire.Code, detail string) *wire.Error {
+	return &wire.Error{ID: id, Code: code, Detail: detail}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// applyLocked applies request m from fc and returns its answer and the
+// deliveries it produces. s.mu is held.
+func (s *fakeServer) applyLocked(fc *fconn, m wire.Message) (wire.Message, []push) {
+	switch r := m.(type) {
+	case *wire.Ping:
+		return &wire.Pong{ID: r.ID}, nil
+	case *wire.Enroll:
+		cv := s.convs[r.Conversation]
+		if cv == nil {
+			cv = &fconv{enrolls: make(map[wire.Token]*wire.Enrolled)}
+			s.convs[r.Conversation] = cv
+		}
+		if a, ok := cv.enrolls[r.Token]; ok {
+			b := *a
+			b.ID = r.ID
+			p := cv.members[a.Participant]
+			b.Replay = ptr(wire.ReplayUnbound)
+			if p.bound != nil && p.boundBy == 1 {
+				b.Replay = ptr(wire.ReplayBound)
+			}
+			return &b, nil
+		}
+		cv.seq++
+		p := &fmember{gen: 1, secrets: map[uint64]wire.Secret{1: randSecret()}, bound: fc, boundBy: 1,
+			tokens: map[wire.Token]wire.Message{}, bodies: map[wire.Token][]byte{}, attachG: map[wire.Token]uint64{}}
+		cv.members = append(cv.members, p)
+		a := &wire.Enrolled{ID: r.ID, Conversation: r.Conversation, Participant: uint64(len(cv.members) - 1),
+			Generation: 1, Secret: p.secrets[1]}
+		cv.enrolls[r.Token] = a
+		return a, s.fanoutLocked(r.Conversation, cv, a.Participant, wire.KindJoined, nil)
+	case *wire.Attach:
+		cv := s.convs[r.Conversation]
+		if cv == nil || r.Participant >= uint64(len(cv.members)) {
+			return werr(r.ID, wire.CodeUnknownParticipant, ""), nil
+		}
+		p := cv.members[r.Participant]
+		if old, ok := p.tokens[r.Token]; ok {
+			a := *old.(*wire.Attached)
+			if p.attachG[r.Token] != r.Generation || p.secrets[r.Generation] != r.Secret {
+				return werr(r.ID, wire.CodeStaleAuthority, "replay with another credential"), nil
+			}
+			if p.gen > a.Generation {
+				return &wire.Error{ID: r.ID, Code: wire.CodeReceiptExpired, Participant: &a.Participant,
+					Generation: &p.gen, Reason: ptr(wire.ExpiredSuperseded)}, nil
+			}
+			a.ID = r.ID
+			a.Replay = ptr(wire.ReplayUnbound)
+			if p.bound != nil && p.boundBy == a.Generation {
+				a.Replay = ptr(wire.ReplayBound)
+			}
+			return &a, nil
+		}
+		if p.retired {
+			return werr(r.ID, wire.CodeRetired, ""), nil
+		}
+		if r.Generation != p.gen || p.secrets[r.Generation] != r.Secret {
+			return werr(r.ID, wire.CodeStaleAuthority, "presented generation is not the current one"), nil
+		}
+		p.gen++
+		p.secrets[p.gen] = randSecret()
+		p.bound, p.boundBy = fc, p.gen
+		cv.seq++
+		a := &wire.Attached{ID: r.ID, Conversation: r.Conversation, Participant: r.Participant,
+			Generation: p.gen, Secret: p.secrets[p.gen], Cursor: p.cursor}
+		p.tokens[r.Token] = a
+		p.attachG[r.Token] = r.Generation
+		return a, s.fanoutLocked(r.Conversation, cv, r.Participant, wire.KindAttached, nil)
+	case *wire.Tell:
+		cv, p, e := s.boundLocked(fc, r.ID, r.Conversation, r.Participant, r.Generation, r.Token)
+		if old, ok := p.tokenAnswer(r.Token); ok {
+			if !bytes.Equal(p.bodies[r.Token], r.Payload) {
+				return werr(r.ID, wire.CodeTokenConflict, ""), nil
+			}
+			a := *old.(*wire.Told)
+			a.ID, a.Replay = r.ID, ptr(wire.ReplayCommitted)
+			return &a, nil
+		}
+		if e != nil {
+			return e, nil
+		}
+		if len(r.Payload) > 16 {
+			return &wire.Error{ID: r.ID, Code: wire.CodeTooLarge, Limit: ptr[uint64](16)}, nil
+		}
+		cv.seq++
+		a := &wire.Told{ID: r.ID, Conversation: r.Conversation, Seq: cv.seq}
+		p.tokens[r.Token], p.bodies[r.Token] = a, r.Payload
+		return a, s.fanoutLocked(r.Conversation, cv, r.Participant, wire.KindRecord, r.Payload)
+	case *wire.Ack:
+		_, p, e := s.boundLocked(fc, r.ID, r.Conversation, r.Participant, r.Generation, wire.Token{})
+		if e != nil {
+			return e, nil
+		}
+		if r.Through < p.cursor {
+			return &wire.Error{ID: r.ID, Code: wire.CodeAckRegression, Cursor: &p.cursor}, nil
+		}
+		noop := r.Through == p.cursor
+		p.cursor = r.Through
+		return &wire.Acked{ID: r.ID, Conversation: r.Conversation, Participant: r.Participant, Cursor: p.cursor, Noop: noop}, nil
+	case *wire.Detach:
+		cv, p, e := s.boundLocked(fc, r.ID, r.Conversation, r.Participant, r.Generation, r.Token)
+		if old, ok := p.tokenAnswer(r.Token); ok {
+			a := *old.(*wire.Detached)
+			a.ID, a.Replay = r.ID, ptr(wire.ReplayCommitted)
+			return &a, nil
+		}
+		if e != nil {
+			return e, nil
+		}
+		cv.seq++
+		p.bound = nil
+		a := &wire.Detached{ID: r.ID, Conversation: r.Conversation, Participant: r.Participant, Seq: cv.seq}
+		p.tokens[r.Token] = a
+		return a, nil
+	case *wire.Leave:
+		cv := s.convs[r.Conversation]
+		if cv == nil || r.Participant >= uint64(len(cv.members)) {
+			return werr(r.ID, wire.CodeUnknownParticipant, ""), nil
+		}
+		p := cv.members[r.Participant]
+		if old, ok := p.tokens[r.Token]; ok {
+			a := *old.(*wire.Left)
+			a.ID, a.Replay = r.ID, ptr(wire.ReplayCommitted)
+			return &a, nil
+		}
+		if p.retired {
+			return werr(r.ID, wire.CodeRetired, ""), nil
+		}
+		if r.Generation != p.gen || p.secrets[r.Generation] != r.Secret {
+			return werr(r.ID, wire.CodeStaleAuthority, ""), nil
+		}
+		cv.seq++
+		p.retired, p.bound = true, nil
+		a := &wire.Left{ID: r.ID, Conversation: r.Conversation, Participant: r.Participant, Seq: cv.seq}
+		p.tokens[r.Token] = a
+		return a, s.fanoutLocked(r.Conversation, cv, r.Participant, wire.KindLeft, nil)
+	}
+	s.t.Errorf("fake server: unexpected %T", m)
+	return werr(0, wire.CodeBadRequest, ""), nil
+}
+
+func (p *fmember) tokenAnswer(t wire.Token) (wire.Message, bool) {
+	if p == nil {
+		return nil, false
+	}
+	a, ok := p.tokens[t]
+	return a, ok
+}
+
+// boundLocked finds the participant of a request that needs the binding and
+// checks, in the protocol's order, everything but the token.
+func (s *fakeServer) boundLocked(fc *fconn, id, conv, part, gen uint64, _ wire.Token) (*fconv, *fmember, *wire.Error) {
+	cv := s.convs[conv]
+	if cv == nil || part >= uint64(len(cv.members)) {
+		return nil, nil, werr(id, wire.CodeUnknownParticipant, "")
+	}
+	p := cv.members[part]
+	switch {
+	case p.retired:
+		return cv, p, werr(id, wire.CodeRetired, "")
+	case gen != p.gen:
+		return cv, p, &wire.Error{ID: id, Code: wire.CodeStaleAuthority, Generation: &p.gen}
+	case p.bound != fc:
+		return cv, p, werr(id, wire.CodeNoBinding, "")
+	}
+	return cv, p, nil
+}
+
+// fanoutLocked makes the deliveries of a new record to every other bound
+// member.
+func (s *fakeServer) fanoutLocked(conv uint64, cv *fconv, subject uint64, kind wire.Kind, payload []byte) []push {
+	var out []push
+	for i, m := range cv.members {
+		if uint64(i) == subject || m.bound == nil || m.retired {
+			continue
+		}
+		d := &wire.Delivery{Conversation: conv, Recipient: uint64(i), Seq: cv.seq, Kind: kind, Participant: subject}
+		if kind == wire.KindRecord {
+			d.Payload = payload
+		}
+		out = append(out, push{m.bound, d})
+	}
+	return out
+}
