@@ -1,0 +1,143 @@
+package server_test
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/participantd/participantd/cmd/participantd/server"
+	"github.com/participantd/participantd/wire"
+)
+
+func TestHandshake_Welcome(t *testing.T) {
+	h := start(t, server.Config{MaxRecordBytes: 1000})
+	a := h.dial()
+	b := h.dial()
+	w := a.Welcome
+	if w.Version != 1 || w.Server != "participantd "+server.Version || w.Incarnation != 1 ||
+		w.MaxFrame != wire.DefaultMaxFrame || w.MaxRecordBytes != 1000 {
+		t.Errorf("welcome = %+v", w)
+	}
+	if b.Welcome.Connection <= w.Connection {
+		t.Errorf("second connection ordinal %d, want > %d", b.Welcome.Connection, w.Connection)
+	}
+}
+
+func TestHandshake_Refusals(t *testing.T) {
+	h := start(t, server.Config{AuthToken: "s3cret"})
+	auth := func(s string) *string { return &s }
+	for _, tc := range []struct {
+		name string
+		send func(c *client)
+		want wire.Reason
+	}{
+		{"request before hello", func(c *client) { c.send(&wire.Ping{ID: 1}) }, wire.ReasonHelloRequired},
+		{"enroll before hello", func(c *client) { c.send(&wire.Enroll{ID: 1, Conversation: 1, Token: token()}) }, wire.ReasonHelloRequired},
+		{"unknown type before hello", func(c *client) { c.sendMap(map[string]any{"t": "hullo", "id": 1}) }, wire.ReasonHelloRequired},
+		{"garbage before hello", func(c *client) { c.sendFrame([]byte{0xc1, 0xc1}) }, wire.ReasonMalformed},
+		{"no version 1", func(c *client) { c.send(&wire.Hello{Versions: []uint64{2, 3}, Auth: auth("s3cret")}) }, wire.ReasonUnsupportedVersion},
+		{"no auth", func(c *client) { c.send(&wire.Hello{Versions: []uint64{1}}) }, wire.ReasonAuthFailed},
+		{"wrong auth", func(c *client) { c.send(&wire.Hello{Versions: []uint64{1}, Auth: auth("s3cre")}) }, wire.ReasonAuthFailed},
+		{"oversized header before hello", func(c *client) { c.sendBytes(header(wire.DefaultMaxFrame + 1)) }, wire.ReasonFrameTooLarge},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := h.dialRaw()
+			c.t = t
+			tc.send(c)
+			c.expectRejected(tc.want)
+		})
+	}
+	t.Run("right auth", func(t *testing.T) {
+		c := h.dial()
+		c.ping()
+	})
+}
+
+func TestHandshake_SecondHelloIsMalformed(t *testing.T) {
+	h := start(t, server.Config{})
+	c := h.dial()
+	c.ping()
+	c.send(&wire.Hello{Versions: []uint64{1}})
+	c.expectRejected(wire.ReasonMalformed)
+}
+
+func TestHandshake_HelloTimeout(t *testing.T) {
+	h := start(t, server.Config{HelloTimeout: 50 * time.Millisecond})
+	c := h.dialRaw()
+	c.expectRejected(wire.ReasonHelloRequired)
+}
+
+func TestHandshake_Overloaded(t *testing.T) {
+	h := start(t, server.Config{MaxConnections: 1})
+	a := h.dial()
+	b := h.dialRaw()
+	b.expectRejected(wire.ReasonOverloaded)
+	a.ping()
+}
+
+func TestHandshake_TLS(t *testing.T) {
+	dir := t.TempDir()
+	certFile, keyFile, pool := selfSigned(t, dir)
+	h := start(t, server.Config{TLSCert: certFile, TLSKey: keyFile})
+	nc, err := tls.Dial("tcp", h.srv.Addr().String(), &tls.Config{RootCAs: pool, ServerName: "127.0.0.1"})
+	if err != nil {
+		t.Fatalf("tls.Dial: %v", err)
+	}
+	c := newClient(t, nc)
+	c.send(&wire.Hello{Versions: []uint64{1}})
+	if m, ok := c.next().(*wire.Welcome); !ok {
+		t.Fatalf("hello over TLS answered %#v", m)
+	}
+	c.enroll(1)
+}
+
+func TestNew_TLSNeedsBoth(t *testing.T) {
+	_, err := server.New(server.Config{TLSCert: "x.pem", Listen: "127.0.0.1:0", HealthListen: "127.0.0.1:0"})
+	if err == nil {
+		t.Fatal("New with tls-cert and no tls-key succeeded")
+	}
+}
+
+func selfSigned(t *testing.T, dir string) (certFile, keyFile string, pool *x509.CertPool) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "participantd test"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(time.Hour),
+		IPAddresses:           []net.IP{net.ParseIP("127.0.0.1")},
+		KeyUsage:              x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
+	os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kb}), 0o600)
+	cert, _ := x509.ParseCertificate(der)
+	pool = x509.NewCertPool()
+	pool.AddCert(cert)
+	return certFile, keyFile, pool
+}
