@@ -428,9 +428,20 @@ func (c *Conn) End(ctx context.Context, cause Cause) error {
 	c.mu.Unlock()
 	c.inflight.Wait()
 	var firstErr error
-	for _, b := range c.Bindings() {
-		if err := c.svc.endBinding(ctx, b.Conversation, b.Participant, c.id, cause); err != nil && firstErr == nil {
-			firstErr = err
+	// Reconciling one conversation can reveal a binding of this connection
+	// in it that a failed commit left (an attach that did commit), so go
+	// round until no binding is left that was not tried.
+	tried := make(map[ConversationID]bool)
+	for more := true; more; {
+		more = false
+		for _, b := range c.Bindings() {
+			if tried[b.Conversation] {
+				continue
+			}
+			tried[b.Conversation], more = true, true
+			if err := c.svc.endBinding(ctx, b.Conversation, b.Participant, c.id, cause); err != nil && firstErr == nil {
+				firstErr = err
+			}
 		}
 	}
 	c.svc.mu.Lock()

@@ -184,10 +184,12 @@ func (s *Service) ensureLoadedTurn(ctx context.Context, cv *conversation) (*outb
 		}
 		row := oplog.Row{Participant: p, Conn: m.Conn, Generation: m.Generation}
 		tokens[p] = s.fences.Issue(site, epochKey(cv.id, &row), 1)
+		// A connection still registered is live even while it ends: its
+		// End records the ending with its own cause.
 		switch c := s.conn(m.Conn); {
 		case m.Conn.Server != s.incarnation:
 			ends = append(ends, stale{p, m.Conn, oplog.CauseUncleanRestart})
-		case c == nil || c.isEnded():
+		case c == nil:
 			ends = append(ends, stale{p, m.Conn, oplog.CauseConnectionLost})
 		default:
 			c.bind(cv.id, p)
@@ -199,6 +201,7 @@ func (s *Service) ensureLoadedTurn(ctx context.Context, cv *conversation) (*outb
 	cv.mu.Lock()
 	cv.state, cv.bindingTokens = st, tokens
 	cv.mu.Unlock()
+	s.forgetStaleBindings(cv.id, st)
 	for _, e := range ends {
 		if err := s.endLoadedTurn(ctx, cv, st, e.p, e.conn, e.cause); err != nil {
 			return nil, err
@@ -208,4 +211,26 @@ func (s *Service) ensureLoadedTurn(ctx context.Context, cv *conversation) (*outb
 		c.markReady(cv.id)
 	}
 	return st, nil
+}
+
+// forgetStaleBindings removes conversation id from the bookkeeping of every
+// connection that no longer holds the binding it remembers there: a failed
+// commit can have moved a binding (a superseding attach that did commit)
+// without the bookkeeping that follows a successful one.
+func (s *Service) forgetStaleBindings(id ConversationID, st *outbox.State) {
+	s.mu.Lock()
+	conns := make([]*Conn, 0, len(s.conns))
+	for _, c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	for _, c := range conns {
+		c.mu.Lock()
+		if p, ok := c.bindings[id]; ok {
+			if m := st.Member(p); m == nil || !m.Bound || m.Conn != c.id {
+				delete(c.bindings, id)
+			}
+		}
+		c.mu.Unlock()
+	}
 }
