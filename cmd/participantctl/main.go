@@ -1,0 +1,145 @@
+// Command participantctl is the command-line client of participantd and its
+// offline tools.
+//
+// Online subcommands (enroll, attach, tell, tail, ack, leave) talk to a
+// running server through package client and keep the participant's
+// credential in a file the user names (--creds), rewritten atomically, mode
+// 0600, after every attach. Offline subcommands (inspect, verify) read a
+// stopped server's data directory and never write to it.
+//
+// Each subcommand lives in its own file and registers itself in commands
+// from an init function; adding one is adding a file.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"syscall"
+)
+
+// command is one subcommand.
+type command struct {
+	name     string
+	synopsis string // one line, for the list of subcommands
+	// usage is printed by -h: the arguments, then what the command does.
+	usage string
+	// run parses args (without the subcommand's name) and runs. An
+	// *exitError sets the exit status; any other error exits 1.
+	run func(ctx context.Context, e *env, args []string) error
+}
+
+// commands holds every subcommand by name; files register theirs in init.
+var commands = map[string]*command{}
+
+func register(c *command) {
+	if _, dup := commands[c.name]; dup {
+		panic("participantctl: subcommand " + c.name + " registered twice")
+	}
+	commands[c.name] = c
+}
+
+// env is what a subcommand may touch of the process, so that tests run
+// subcommands in process.
+type env struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	getenv         func(string) string
+}
+
+// exitError ends the process with code after printing err, if any.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string {
+	if e.err == nil {
+		return fmt.Sprintf("exit status %d", e.code)
+	}
+	return e.err.Error()
+}
+
+func (e *exitError) Unwrap() error { return e.err }
+
+// errUsage is a usage error; the flag package already printed why.
+var errUsage = &exitError{code: 2}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, &env{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}, os.Args[1:]))
+}
+
+// run runs the subcommand named by args[0] and returns the exit status.
+func run(ctx context.Context, e *env, args []string) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		printCommands(e.stderr)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	c, ok := commands[args[0]]
+	if !ok {
+		fmt.Fprintf(e.stderr, "participantctl: unknown subcommand %q\n", args[0])
+		printCommands(e.stderr)
+		return 2
+	}
+	err := c.run(ctx, e, args[1:])
+	var ee *exitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.As(err, &ee):
+		if ee.err != nil {
+			fmt.Fprintf(e.stderr, "participantctl %s: %v\n", c.name, ee.err)
+		}
+		return ee.code
+	default:
+		fmt.Fprintf(e.stderr, "participantctl %s: %v\n", c.name, err)
+		return 1
+	}
+}
+
+func printCommands(w io.Writer) {
+	fmt.Fprintf(w, "usage: participantctl <subcommand> [flags]\n\nsubcommands:\n")
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-8s %s\n", n, commands[n].synopsis)
+	}
+	fmt.Fprintf(w, "\nparticipantctl <subcommand> -h describes one.\n")
+}
+
+// newFlagSet returns the flag set of c, printing c's usage on -h.
+func newFlagSet(e *env, c *command) *flag.FlagSet {
+	fs := flag.NewFlagSet(c.name, flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(e.stderr, "usage: participantctl %s %s\n\nflags:\n", c.name, c.usage)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parse parses args into fs and maps a parse failure to errUsage.
+func parse(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return errUsage
+	}
+	return nil
+}

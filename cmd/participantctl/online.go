@@ -1,0 +1,250 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/participantd/participantd/client"
+)
+
+// The one-shot subcommands. tell and ack need the participant's binding,
+// which belongs to a connection, so each first attaches on its own
+// connection (minting a new generation, saved to the credential file) and
+// ends its binding cleanly when it exits.
+
+func init() {
+	register(&command{
+		name:     "enroll",
+		synopsis: "enroll a new participant in a conversation and save its credential",
+		usage: `--conversation N --creds FILE [--force]
+
+Enrolls a new participant in conversation N (creating the conversation on
+first use) and writes its credential to FILE (mode 0600). Refuses to
+overwrite an existing FILE unless --force: the credential it holds would be
+lost. The binding ends (detached/clean) when the command exits.`,
+		run: runEnroll,
+	})
+	register(&command{
+		name:     "attach",
+		synopsis: "attach with the saved credential, minting a new generation",
+		usage: `--creds FILE
+
+Attaches the participant of FILE, which mints a new generation and secret;
+FILE is rewritten with them. The binding ends (detached/clean) when the
+command exits.`,
+		run: runAttach,
+	})
+	register(&command{
+		name:     "tell",
+		synopsis: "send a record to the conversation (attaches first)",
+		usage: `--creds FILE [--token HEX] MESSAGE|-
+
+Sends MESSAGE (or standard input, for -) as a record. A tell needs the
+participant's binding, which belongs to a connection, so tell first attaches
+on its own connection: that mints a new generation (FILE is rewritten) and
+supersedes any binding the participant holds elsewhere, e.g. a running tail.
+Prints the record's seq.
+
+--token names the operation: re-running with the token printed by a tell
+whose outcome was unknown (in_doubt) answers the original seq instead of
+sending twice.`,
+		run: runTell,
+	})
+	register(&command{
+		name:     "ack",
+		synopsis: "acknowledge deliveries through a seq (attaches first)",
+		usage: `--creds FILE --through N
+
+Acknowledges every record through seq N. An ack needs the binding, so ack
+first attaches on its own connection, like tell (a new generation; FILE is
+rewritten; a binding elsewhere is superseded). Prints the durable cursor.`,
+		run: runAck,
+	})
+	register(&command{
+		name:     "leave",
+		synopsis: "retire the participant for good",
+		usage: `--creds FILE
+
+Retires the participant. A detached participant leaves from any connection;
+one bound elsewhere (a running tail) is first attached here, which ends that
+binding.`,
+		run: runLeave,
+	})
+}
+
+func runEnroll(ctx context.Context, e *env, args []string) error {
+	c := commands["enroll"]
+	fs := newFlagSet(e, c)
+	cf := addConnFlags(fs, e)
+	conv := fs.Uint64("conversation", 0, "the conversation to enroll in")
+	force := fs.Bool("force", false, "overwrite an existing credential file")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if cf.creds == "" {
+		return &exitError{2, errors.New("--creds is required")}
+	}
+	if !fsHasFlag(fs, "conversation") {
+		return &exitError{2, errors.New("--conversation is required")}
+	}
+	if _, err := os.Stat(cf.creds); err == nil && !*force {
+		return fmt.Errorf("%s exists: it may hold a credential; use --force to overwrite", cf.creds)
+	}
+	octx, cancel := cf.opContext(ctx)
+	defer cancel()
+	s, err := cf.dial(octx, e, true)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	cred, err := s.Enroll(octx, *conv)
+	if err != nil {
+		return err
+	}
+	if err := s.saved(); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "enrolled: %v\n", cred)
+	return nil
+}
+
+func runAttach(ctx context.Context, e *env, args []string) error {
+	fs := newFlagSet(e, commands["attach"])
+	cf := addConnFlags(fs, e)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	s, cred, err := cf.attached(ctx, e, true)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	fmt.Fprintf(e.stdout, "attached: %v\n", cred)
+	return nil
+}
+
+func runTell(ctx context.Context, e *env, args []string) error {
+	fs := newFlagSet(e, commands["tell"])
+	cf := addConnFlags(fs, e)
+	tokenHex := fs.String("token", "", "the operation's token, 32 hex digits (default: a fresh one)")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return &exitError{2, errors.New("want exactly one MESSAGE, or - for standard input")}
+	}
+	var payload []byte
+	if m := fs.Arg(0); m == "-" {
+		b, err := io.ReadAll(e.stdin)
+		if err != nil {
+			return fmt.Errorf("read standard input: %w", err)
+		}
+		payload = b
+	} else {
+		payload = []byte(m)
+	}
+	tok := client.NewToken()
+	if *tokenHex != "" {
+		t, err := client.ParseToken(*tokenHex)
+		if err != nil {
+			return &exitError{2, err}
+		}
+		tok = t
+	}
+	s, cred, err := cf.attached(ctx, e, true)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	octx, cancel := cf.opContext(ctx)
+	defer cancel()
+	seq, err := s.Tell(octx, cred, payload, client.WithToken(tok))
+	if err != nil {
+		return inDoubtHint(err)
+	}
+	fmt.Fprintf(e.stdout, "%d\n", seq)
+	return nil
+}
+
+func runAck(ctx context.Context, e *env, args []string) error {
+	fs := newFlagSet(e, commands["ack"])
+	cf := addConnFlags(fs, e)
+	through := fs.Uint64("through", 0, "acknowledge every record through this seq")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if !fsHasFlag(fs, "through") {
+		return &exitError{2, errors.New("--through is required")}
+	}
+	s, cred, err := cf.attached(ctx, e, true)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	octx, cancel := cf.opContext(ctx)
+	defer cancel()
+	cursor, err := s.Ack(octx, cred, *through)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "cursor %d\n", cursor)
+	return nil
+}
+
+func runLeave(ctx context.Context, e *env, args []string) error {
+	fs := newFlagSet(e, commands["leave"])
+	cf := addConnFlags(fs, e)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	cred, err := readCreds(cf.creds)
+	if err != nil {
+		return err
+	}
+	octx, cancel := cf.opContext(ctx)
+	defer cancel()
+	s, err := cf.dial(octx, e, true)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	seq, err := s.Leave(octx, cred)
+	if errors.Is(err, client.ErrNoBinding) {
+		// Bound on another connection: only that binding's connection
+		// may leave, so take the binding first.
+		if cred, err = s.Attach(octx, cred); err == nil {
+			if err = s.saved(); err == nil {
+				seq, err = s.Leave(octx, cred)
+			}
+		}
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "left at seq %d\n", seq)
+	return nil
+}
+
+// inDoubtHint adds the token to an in_doubt error, so the user can learn
+// the outcome.
+func inDoubtHint(err error) error {
+	var ce *client.Error
+	if errors.As(err, &ce) && ce.Code == client.CodeInDoubt && !ce.Token.IsZero() {
+		return fmt.Errorf("%w\nthe outcome is unknown; re-run with --token %v to learn it without applying it twice", err, ce.Token)
+	}
+	return err
+}
+
+func fsHasFlag(fs *flag.FlagSet, name string) bool {
+	found := false
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == name {
+			found = true
+		}
+	})
+	return found
+}
