@@ -1,0 +1,460 @@
+package participant
+
+import (
+	"bytes"
+	"fmt"
+	"maps"
+	"sort"
+
+	"github.com/participantd/participantd/oplog"
+	"github.com/participantd/participantd/outbox"
+)
+
+// refModel is a reference model of PROTOCOL.md's semantics, written from
+// the page and not from the service's decision code: a few maps and slices,
+// everything kept in memory, no storage, no reclamation. Connections are
+// named by the driver's ints.
+
+// refReq is one request, as the driver issues it to both sides.
+type refReq struct {
+	kind    string // enroll, attach, tell, ack, detach, leave
+	conv    ConversationID
+	p       ParticipantID
+	gen     Generation
+	secret  Secret
+	tok     Token
+	payload []byte
+	through Seq
+}
+
+func (q refReq) String() string {
+	switch q.kind {
+	case "enroll":
+		return fmt.Sprintf("enroll(conv=%v tok=%x)", q.conv, q.tok[8:10])
+	case "tell":
+		return fmt.Sprintf("tell(conv=%v %v %v tok=%x %q)", q.conv, q.p, q.gen, q.tok[8:10], q.payload)
+	case "ack":
+		return fmt.Sprintf("ack(conv=%v %v %v through=%v)", q.conv, q.p, q.gen, q.through)
+	case "attach", "leave":
+		return fmt.Sprintf("%s(conv=%v %v %v secret=%x tok=%x)", q.kind, q.conv, q.p, q.gen, q.secret[:3], q.tok[8:10])
+	}
+	return fmt.Sprintf("%s(conv=%v %v %v tok=%x)", q.kind, q.conv, q.p, q.gen, q.tok[8:10])
+}
+
+// refAnswer is an answer in a comparable form: err.code is empty for a
+// success. The secret is compared apart, by the driver.
+type refAnswer struct {
+	err       semWant
+	p         ParticipantID
+	gen       Generation
+	cursor    Seq
+	seq       Seq
+	replay    Replay
+	noop      bool
+	expiresMs int64
+	secret    Secret // success of enroll/attach only; not compared by ==
+}
+
+func (a refAnswer) comparable() refAnswer {
+	a.secret = Secret{}
+	return a
+}
+
+func (a refAnswer) String() string {
+	if e := a.err; e.code != "" {
+		out := "error " + string(e.code)
+		if e.hasGen {
+			out += fmt.Sprintf(" generation=%v", e.gen)
+		}
+		if e.cursor != 0 {
+			out += fmt.Sprintf(" cursor=%v", e.cursor)
+		}
+		if e.limit != 0 {
+			out += fmt.Sprintf(" limit=%d", e.limit)
+		}
+		if e.reason != "" {
+			out += fmt.Sprintf(" participant=%v reason=%s", e.participant, e.reason)
+		}
+		return out
+	}
+	return fmt.Sprintf("ok{p=%v gen=%v cursor=%v seq=%v replay=%q noop=%v expires=%d}", a.p, a.gen, a.cursor, a.seq, a.replay, a.noop, a.expiresMs)
+}
+
+func refErr(code Code) refAnswer { return refAnswer{err: semWant{code: code}} }
+
+type refRecord struct {
+	seq     Seq
+	kind    RecordKind
+	subject ParticipantID
+	cause   Cause
+	payload []byte
+	to      map[ParticipantID]bool
+}
+
+// refReceipt is what a committed enroll or attach answered.
+type refReceipt struct {
+	p       ParticipantID
+	gen     Generation
+	cursor  Seq
+	atMs    int64
+	binding int
+}
+
+// refDone is a committed participant-scoped token.
+type refDone struct {
+	kind      string
+	payload   []byte
+	presented Generation
+	seq       Seq
+	receipt   *refReceipt
+}
+
+type refMember struct {
+	gen     Generation
+	retired bool
+	cursor  Seq
+	bound   bool
+	conn    int
+	binding int
+	tokens  map[Token]*refDone
+}
+
+type refConv struct {
+	members []*refMember
+	records []refRecord
+	enrolls map[Token]*refReceipt
+}
+
+type refCred struct {
+	conv ConversationID
+	p    ParticipantID
+	gen  Generation
+}
+
+type refModel struct {
+	ttlMs                int64
+	maxRecord            int
+	maxParticipants      int
+	maxConvsPerConn      int
+	convs                map[ConversationID]*refConv
+	nextBinding          int
+	secrets              map[refCred]Secret
+	nowMs                int64
+	pendingSecretToLearn []refCred
+}
+
+func newRefModel(opts Options) *refModel {
+	return &refModel{
+		ttlMs:           opts.ReceiptTTL.Milliseconds(),
+		maxRecord:       opts.MaxRecordBytes,
+		maxParticipants: opts.MaxParticipants,
+		maxConvsPerConn: opts.MaxConversationsPerConn,
+		convs:           make(map[ConversationID]*refConv),
+		secrets:         make(map[refCred]Secret),
+	}
+}
+
+// clone deep-copies the model, for the two hypotheses of an in_doubt.
+func (m *refModel) clone() *refModel {
+	n := *m
+	n.convs = make(map[ConversationID]*refConv, len(m.convs))
+	for id, c := range m.convs {
+		nc := &refConv{records: append([]refRecord(nil), c.records...), enrolls: maps.Clone(c.enrolls)}
+		for _, mb := range c.members {
+			x := *mb
+			x.tokens = maps.Clone(mb.tokens)
+			nc.members = append(nc.members, &x)
+		}
+		n.convs[id] = nc
+	}
+	n.secrets = maps.Clone(m.secrets)
+	n.pendingSecretToLearn = nil
+	return &n
+}
+
+func (m *refModel) member(conv ConversationID, p ParticipantID) *refMember {
+	c := m.convs[conv]
+	if c == nil || int(p) >= len(c.members) {
+		return nil
+	}
+	return c.members[p]
+}
+
+// boundOn returns the participant conn holds bound in conv.
+func (m *refModel) boundOn(conv ConversationID, conn int) (ParticipantID, bool) {
+	c := m.convs[conv]
+	if c == nil {
+		return 0, false
+	}
+	for i, mb := range c.members {
+		if mb.bound && mb.conn == conn {
+			return ParticipantID(i), true
+		}
+	}
+	return 0, false
+}
+
+// connBindings counts the conversations conn holds a binding in.
+func (m *refModel) connBindings(conn int) int {
+	n := 0
+	for id := range m.convs {
+		if _, ok := m.boundOn(id, conn); ok {
+			n++
+		}
+	}
+	return n
+}
+
+func (m *refModel) lastSeq(conv ConversationID) Seq {
+	if c := m.convs[conv]; c != nil {
+		return Seq(len(c.records))
+	}
+	return 0
+}
+
+// appendRecord adds a record addressed to every member that has not left,
+// except its subject.
+func (m *refModel) appendRecord(conv ConversationID, kind RecordKind, subject ParticipantID, cause Cause, payload []byte) Seq {
+	c := m.convs[conv]
+	to := make(map[ParticipantID]bool)
+	for i, mb := range c.members {
+		if ParticipantID(i) != subject && !mb.retired {
+			to[ParticipantID(i)] = true
+		}
+	}
+	seq := Seq(len(c.records) + 1)
+	c.records = append(c.records, refRecord{seq: seq, kind: kind, subject: subject, cause: cause, payload: payload, to: to})
+	return seq
+}
+
+func (m *refModel) secretOK(conv ConversationID, p ParticipantID, g Generation, s Secret) bool {
+	known, ok := m.secrets[refCred{conv, p, g}]
+	return ok && known == s
+}
+
+// authority checks a generation and, for attach and leave, a secret.
+func (m *refModel) authority(q refReq, mb *refMember, withSecret bool) (refAnswer, bool) {
+	if withSecret {
+		if !m.secretOK(q.conv, q.p, q.gen, q.secret) {
+			return refErr(CodeStaleAuthority), false
+		}
+		if q.gen != mb.gen {
+			return refAnswer{err: semWant{code: CodeStaleAuthority, gen: mb.gen, hasGen: true}}, false
+		}
+		return refAnswer{}, true
+	}
+	if q.gen != mb.gen {
+		return refErr(CodeStaleAuthority), false
+	}
+	return refAnswer{}, true
+}
+
+func (m *refModel) receiptAnswer(q refReq, mb *refMember, rc *refReceipt) refAnswer {
+	if mb.gen > rc.gen {
+		return refAnswer{err: semWant{code: CodeReceiptExpired, participant: rc.p, gen: mb.gen, hasGen: true, reason: "superseded"}}
+	}
+	if m.nowMs >= rc.atMs+m.ttlMs {
+		return refAnswer{err: semWant{code: CodeReceiptExpired, participant: rc.p, gen: mb.gen, hasGen: true, reason: "deadline"}}
+	}
+	a := refAnswer{p: rc.p, gen: rc.gen, cursor: rc.cursor, expiresMs: rc.atMs + m.ttlMs, replay: ReplayUnbound}
+	a.secret = m.secrets[refCred{q.conv, rc.p, rc.gen}]
+	if mb.bound && mb.binding == rc.binding {
+		a.replay = ReplayBound
+	}
+	return a
+}
+
+// apply runs request q from connection conn, in PROTOCOL.md's order of
+// checks, and commits it when nothing refuses it.
+func (m *refModel) apply(q refReq, conn int) refAnswer {
+	if q.kind == "enroll" {
+		return m.enroll(q, conn)
+	}
+	mb := m.member(q.conv, q.p)
+	if mb == nil {
+		return refErr(CodeUnknownParticipant)
+	}
+	// 1. the token, whatever the authority.
+	if q.kind != "ack" {
+		if done := mb.tokens[q.tok]; done != nil {
+			return m.replay(q, mb, done)
+		}
+	}
+	// 3. retired.
+	if mb.retired {
+		return refErr(CodeRetired)
+	}
+	// 4. authority.
+	if a, ok := m.authority(q, mb, q.kind == "attach" || q.kind == "leave"); !ok {
+		return a
+	}
+	// 5. the binding.
+	switch q.kind {
+	case "tell", "ack", "detach":
+		if !mb.bound || mb.conn != conn {
+			return refErr(CodeNoBinding)
+		}
+	case "leave":
+		if mb.bound && mb.conn != conn {
+			return refErr(CodeNoBinding)
+		}
+	}
+	switch q.kind {
+	case "attach":
+		// 6. binding_occupied, 8. capacity.
+		other, here := m.boundOn(q.conv, conn)
+		if here && other != q.p {
+			return refErr(CodeBindingOccupied)
+		}
+		if !here && m.connBindings(conn) >= m.maxConvsPerConn {
+			return refAnswer{err: semWant{code: CodeCapacityExceeded, limit: uint64(m.maxConvsPerConn)}}
+		}
+		if mb.bound {
+			m.appendRecord(q.conv, outbox.KindDetached, q.p, oplog.CauseSuperseded, nil)
+		}
+		m.appendRecord(q.conv, outbox.KindAttached, q.p, oplog.CauseNone, nil)
+		m.nextBinding++
+		mb.gen++
+		mb.bound, mb.conn, mb.binding = true, conn, m.nextBinding
+		rc := &refReceipt{p: q.p, gen: mb.gen, cursor: mb.cursor, atMs: m.nowMs, binding: m.nextBinding}
+		mb.tokens[q.tok] = &refDone{kind: "attach", presented: q.gen, receipt: rc}
+		m.pendingSecretToLearn = append(m.pendingSecretToLearn, refCred{q.conv, q.p, mb.gen})
+		return refAnswer{p: q.p, gen: mb.gen, cursor: mb.cursor, expiresMs: rc.atMs + m.ttlMs}
+	case "tell":
+		if len(q.payload) > m.maxRecord {
+			return refAnswer{err: semWant{code: CodeTooLarge, limit: uint64(m.maxRecord)}}
+		}
+		seq := m.appendRecord(q.conv, outbox.KindRecord, q.p, oplog.CauseNone, bytes.Clone(q.payload))
+		mb.tokens[q.tok] = &refDone{kind: "tell", payload: bytes.Clone(q.payload), seq: seq}
+		return refAnswer{seq: seq}
+	case "ack":
+		switch {
+		case q.through < mb.cursor:
+			return refAnswer{err: semWant{code: CodeAckRegression, cursor: mb.cursor}}
+		case q.through == mb.cursor:
+			return refAnswer{p: q.p, cursor: q.through, noop: true}
+		}
+		c := m.convs[q.conv]
+		if int(q.through) > len(c.records) || !c.records[q.through-1].to[q.p] {
+			return refAnswer{err: semWant{code: CodeAckGap, cursor: mb.cursor}}
+		}
+		mb.cursor = q.through
+		return refAnswer{p: q.p, cursor: q.through}
+	case "detach":
+		seq := m.appendRecord(q.conv, outbox.KindDetached, q.p, oplog.CauseClean, nil)
+		mb.bound = false
+		mb.tokens[q.tok] = &refDone{kind: "detach", seq: seq}
+		return refAnswer{p: q.p, seq: seq}
+	case "leave":
+		seq := m.appendRecord(q.conv, outbox.KindLeft, q.p, oplog.CauseNone, nil)
+		mb.bound, mb.retired = false, true
+		mb.tokens[q.tok] = &refDone{kind: "leave", seq: seq}
+		return refAnswer{p: q.p, seq: seq}
+	}
+	panic("refModel: unknown request " + q.kind)
+}
+
+func (m *refModel) replay(q refReq, mb *refMember, done *refDone) refAnswer {
+	if done.kind != q.kind {
+		return refErr(CodeTokenConflict)
+	}
+	switch q.kind {
+	case "tell":
+		if !bytes.Equal(done.payload, q.payload) {
+			return refErr(CodeTokenConflict)
+		}
+		return refAnswer{seq: done.seq, replay: ReplayCommitted}
+	case "attach":
+		if done.presented != q.gen {
+			return refErr(CodeTokenConflict)
+		}
+		if !m.secretOK(q.conv, q.p, q.gen, q.secret) {
+			return refErr(CodeStaleAuthority)
+		}
+		return m.receiptAnswer(q, mb, done.receipt)
+	}
+	return refAnswer{p: q.p, seq: done.seq, replay: ReplayCommitted}
+}
+
+func (m *refModel) enroll(q refReq, conn int) refAnswer {
+	c := m.convs[q.conv]
+	if c != nil {
+		if rc := c.enrolls[q.tok]; rc != nil {
+			return m.receiptAnswer(q, c.members[rc.p], rc)
+		}
+	}
+	if _, ok := m.boundOn(q.conv, conn); ok {
+		return refErr(CodeBindingOccupied)
+	}
+	if c != nil && len(c.members) >= m.maxParticipants {
+		return refAnswer{err: semWant{code: CodeCapacityExceeded, limit: uint64(m.maxParticipants)}}
+	}
+	if m.connBindings(conn) >= m.maxConvsPerConn {
+		return refAnswer{err: semWant{code: CodeCapacityExceeded, limit: uint64(m.maxConvsPerConn)}}
+	}
+	if c == nil {
+		c = &refConv{enrolls: make(map[Token]*refReceipt)}
+		m.convs[q.conv] = c
+	}
+	p := ParticipantID(len(c.members))
+	m.appendRecord(q.conv, outbox.KindJoined, p, oplog.CauseNone, nil)
+	m.nextBinding++
+	c.members = append(c.members, &refMember{gen: 1, bound: true, conn: conn, binding: m.nextBinding, tokens: make(map[Token]*refDone)})
+	rc := &refReceipt{p: p, gen: 1, atMs: m.nowMs, binding: m.nextBinding}
+	c.enrolls[q.tok] = rc
+	m.pendingSecretToLearn = append(m.pendingSecretToLearn, refCred{q.conv, p, 1})
+	return refAnswer{p: p, gen: 1, expiresMs: rc.atMs + m.ttlMs}
+}
+
+// end ends every binding conn holds, with cause.
+func (m *refModel) end(conn int, cause Cause) {
+	for _, id := range m.convIDs() {
+		if p, ok := m.boundOn(id, conn); ok {
+			kind := outbox.KindDetached
+			if cause.Died() {
+				kind = outbox.KindDied
+			}
+			m.appendRecord(id, kind, p, cause, nil)
+			m.convs[id].members[p].bound = false
+		}
+	}
+}
+
+// restart ends every binding as died/unclean_restart, in participant order.
+func (m *refModel) restart() {
+	for _, id := range m.convIDs() {
+		for i, mb := range m.convs[id].members {
+			if mb.bound {
+				m.appendRecord(id, outbox.KindDied, ParticipantID(i), oplog.CauseUncleanRestart, nil)
+				mb.bound = false
+			}
+		}
+	}
+}
+
+func (m *refModel) convIDs() []ConversationID {
+	ids := make([]ConversationID, 0, len(m.convs))
+	for id := range m.convs {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	return ids
+}
+
+// deliveries returns what conn must be offered in conv from the durable
+// cursor: the records addressed to the participant it holds bound there,
+// after its cursor, ascending.
+func (m *refModel) deliveries(conv ConversationID, conn int) (ParticipantID, Generation, []refRecord, bool) {
+	p, ok := m.boundOn(conv, conn)
+	if !ok {
+		return 0, 0, nil, false
+	}
+	mb := m.convs[conv].members[p]
+	var out []refRecord
+	for _, r := range m.convs[conv].records {
+		if r.seq > mb.cursor && r.to[p] {
+			out = append(out, r)
+		}
+	}
+	return p, mb.gen, out, true
+}

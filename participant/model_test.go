@@ -1,0 +1,586 @@
+package participant
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/participantd/participantd/faultstore"
+	"github.com/participantd/participantd/store"
+)
+
+var (
+	modelIters = flag.Int("model.iters", 200, "sequences TestModel runs")
+	modelOps   = flag.Int("model.ops", 60, "operations per TestModel sequence")
+	modelSeed  = flag.Uint64("model.seed", 0, "first seed of TestModel; 0 picks one from the clock")
+)
+
+// TestModel feeds the same random operations to the service and to
+// refModel, with crash-restarts and in_doubt faults, and compares every
+// answer, every participant's deliveries and the connections' wakes.
+func TestModel(t *testing.T) {
+	seed := *modelSeed
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano())
+	}
+	t.Logf("seed %d (rerun with -model.seed=%d)", seed, seed)
+	iters := *modelIters
+	if testing.Short() {
+		iters = min(iters, 20)
+	}
+	for i := 0; i < iters; i++ {
+		r := newModelRun(t, seed+uint64(i))
+		if !r.run(*modelOps) {
+			return
+		}
+	}
+}
+
+var modelOpts = Options{ReceiptTTL: 20 * time.Second, MaxRecordBytes: 8, MaxParticipants: 5, MaxConversationsPerConn: 2}
+
+// modelConn is a live connection, named by an int that is never reused.
+type modelConn struct {
+	id  int
+	c   semConn
+	sig map[ConversationID]string // deliveries seen at the last check
+}
+
+type modelRun struct {
+	t     *testing.T
+	seed  uint64
+	rng   *rand.Rand
+	ctx   context.Context
+	mem   *store.Memory
+	fs    *faultstore.Store
+	svc   *Service
+	clock *semClock
+	ref   *refModel
+	conns []*modelConn
+	next  int
+	toks  uint64
+	// issued are the token-bearing requests sent so far, for retries.
+	issued  []refReq
+	history []string
+	// afterFault is set when the last op left the conversation dropped.
+	afterFault bool
+	secretSeen map[Secret]refCred
+}
+
+func newModelRun(t *testing.T, seed uint64) *modelRun {
+	r := &modelRun{t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), ctx: context.Background(),
+		mem: store.NewMemory(), clock: newSemClock(), secretSeen: make(map[Secret]refCred)}
+	r.ref = newRefModel(modelOpts)
+	r.open()
+	return r
+}
+
+func (r *modelRun) open() {
+	r.fs = faultstore.New(r.mem)
+	opts := modelOpts
+	opts.NodeKey = semKey
+	opts.Now = r.clock.Now
+	svc, err := Open(r.ctx, r.fs, opts)
+	if err != nil {
+		r.fail("Open: %v", err)
+	}
+	r.svc = svc
+	r.conns = nil
+	for range 3 {
+		r.connect()
+	}
+}
+
+func (r *modelRun) connect() {
+	r.next++
+	r.conns = append(r.conns, &modelConn{id: r.next, c: (&semEnv{svc: r.svc}).conn(), sig: make(map[ConversationID]string)})
+}
+
+func (r *modelRun) fail(format string, args ...any) {
+	r.t.Helper()
+	r.t.Fatalf("seed %d (rerun: go test ./participant -run TestModel -model.iters=1 -model.seed=%d):\n%s\nhistory:\n  %s",
+		r.seed, r.seed, fmt.Sprintf(format, args...), strings.Join(r.history, "\n  "))
+}
+
+func (r *modelRun) log(format string, args ...any) {
+	r.history = append(r.history, fmt.Sprintf("%3d ", len(r.history))+fmt.Sprintf(format, args...))
+}
+
+func (r *modelRun) tok() Token {
+	r.toks++
+	var t Token
+	t[0] = 0x3c
+	for i := 0; i < 8; i++ {
+		t[8+i] = byte(r.toks >> (8 * i))
+	}
+	return t
+}
+
+// run plays n operations; it returns false after a failure.
+func (r *modelRun) run(n int) bool {
+	for i := 0; i < n && !r.t.Failed(); i++ {
+		r.clock.Advance(time.Duration(r.rng.IntN(3000)) * time.Millisecond)
+		r.ref.nowMs = r.clock.Now().UnixMilli()
+		r.step()
+		r.checkDeliveries()
+	}
+	return !r.t.Failed()
+}
+
+func (r *modelRun) pickConn() *modelConn { return r.conns[r.rng.IntN(len(r.conns))] }
+
+func (r *modelRun) connByID(id int) *modelConn {
+	for _, c := range r.conns {
+		if c.id == id {
+			return c
+		}
+	}
+	return nil
+}
+
+func (r *modelRun) pickConv() ConversationID {
+	if r.rng.IntN(20) == 0 {
+		return 9 // never enrolled into, except by a rare enroll
+	}
+	return ConversationID(1 + r.rng.IntN(3))
+}
+
+// pickParticipant returns a participant of conv, sometimes one that does
+// not exist.
+func (r *modelRun) pickParticipant(conv ConversationID) (ParticipantID, *refMember) {
+	c := r.ref.convs[conv]
+	n := 0
+	if c != nil {
+		n = len(c.members)
+	}
+	if n == 0 || r.rng.IntN(15) == 0 {
+		return ParticipantID(n + r.rng.IntN(2)), nil
+	}
+	p := ParticipantID(r.rng.IntN(n))
+	return p, c.members[p]
+}
+
+// credential picks a generation and secret for p: mostly the current one,
+// sometimes a stale one with its right secret, a wrong secret or a future
+// generation.
+func (r *modelRun) credential(conv ConversationID, p ParticipantID, mb *refMember) (Generation, Secret) {
+	g := Generation(1)
+	if mb != nil {
+		g = mb.gen
+	}
+	switch k := r.rng.IntN(10); {
+	case k == 0 && g > 1:
+		old := Generation(1 + r.rng.IntN(int(g-1)))
+		return old, r.ref.secrets[refCred{conv, p, old}]
+	case k == 1:
+		return g, Secret{byte(r.rng.IntN(256)), 7}
+	case k == 2:
+		return g + 1, Secret{9}
+	}
+	return g, r.ref.secrets[refCred{conv, p, g}]
+}
+
+func (r *modelRun) generation(mb *refMember) Generation {
+	g := Generation(1)
+	if mb != nil {
+		g = mb.gen
+	}
+	switch r.rng.IntN(12) {
+	case 0:
+		if g > 1 {
+			return g - 1
+		}
+	case 1:
+		return g + 1
+	}
+	return g
+}
+
+// requestConn is the connection a binding-needing request comes from:
+// mostly the binding's own.
+func (r *modelRun) requestConn(mb *refMember) *modelConn {
+	if mb != nil && mb.bound && r.rng.IntN(4) != 0 {
+		if c := r.connByID(mb.conn); c != nil {
+			return c
+		}
+	}
+	return r.pickConn()
+}
+
+func (r *modelRun) randomRequest() (refReq, *modelConn) {
+	conv := r.pickConv()
+	switch k := r.rng.IntN(100); {
+	case k < 14:
+		if conv == 9 && r.rng.IntN(4) != 0 {
+			conv = 1
+		}
+		return refReq{kind: "enroll", conv: conv, tok: r.tok()}, r.pickConn()
+	case k < 28:
+		p, mb := r.pickParticipant(conv)
+		g, s := r.credential(conv, p, mb)
+		return refReq{kind: "attach", conv: conv, p: p, gen: g, secret: s, tok: r.tok()}, r.pickConn()
+	case k < 52:
+		p, mb := r.pickParticipant(conv)
+		payload := make([]byte, r.rng.IntN(5))
+		if r.rng.IntN(15) == 0 {
+			payload = make([]byte, 9+r.rng.IntN(3))
+		}
+		for i := range payload {
+			payload[i] = byte('a' + r.rng.IntN(26))
+		}
+		return refReq{kind: "tell", conv: conv, p: p, gen: r.generation(mb), tok: r.tok(), payload: payload}, r.requestConn(mb)
+	case k < 75:
+		p, mb := r.pickParticipant(conv)
+		return refReq{kind: "ack", conv: conv, p: p, gen: r.generation(mb), through: r.through(conv, p, mb)}, r.requestConn(mb)
+	case k < 88:
+		p, mb := r.pickParticipant(conv)
+		return refReq{kind: "detach", conv: conv, p: p, gen: r.generation(mb), tok: r.tok()}, r.requestConn(mb)
+	default:
+		p, mb := r.pickParticipant(conv)
+		g, s := r.credential(conv, p, mb)
+		c := r.requestConn(mb)
+		if r.rng.IntN(3) != 0 && mb != nil && mb.bound {
+			// Leaves are rare and final; let most of them fail.
+			s = Secret{1}
+		}
+		return refReq{kind: "leave", conv: conv, p: p, gen: g, secret: s, tok: r.tok()}, c
+	}
+}
+
+// through picks an ack target: mostly a record addressed to p after its
+// cursor, else the cursor (noop), below it (regression) or a gap.
+func (r *modelRun) through(conv ConversationID, p ParticipantID, mb *refMember) Seq {
+	if mb == nil {
+		return Seq(r.rng.IntN(5))
+	}
+	last := r.ref.lastSeq(conv)
+	var pending []Seq
+	for _, rec := range r.ref.convs[conv].records {
+		if rec.seq > mb.cursor && rec.to[p] {
+			pending = append(pending, rec.seq)
+		}
+	}
+	switch k := r.rng.IntN(10); {
+	case k < 6 && len(pending) > 0:
+		return pending[r.rng.IntN(len(pending))]
+	case k == 6:
+		return mb.cursor
+	case k == 7 && mb.cursor > 0:
+		return Seq(r.rng.IntN(int(mb.cursor)))
+	}
+	return mb.cursor + 1 + Seq(r.rng.IntN(int(last-mb.cursor)+2))
+}
+
+// retry returns an earlier token-bearing request, exactly or altered in
+// one way that the protocol answers with token_conflict or stale_authority.
+func (r *modelRun) retry() (refReq, *modelConn, bool) {
+	if len(r.issued) == 0 {
+		return refReq{}, nil, false
+	}
+	q := r.issued[r.rng.IntN(len(r.issued))]
+	q.payload = bytes.Clone(q.payload)
+	switch r.rng.IntN(8) {
+	case 0:
+		if q.kind == "tell" {
+			q.payload = append(q.payload, 'X')
+		}
+	case 1:
+		if q.kind == "attach" {
+			q.gen++
+			q.secret = r.ref.secrets[refCred{q.conv, q.p, q.gen}]
+		}
+	case 2:
+		if q.kind == "attach" {
+			q.secret[31] ^= 1
+		}
+	case 3:
+		// The same token for another kind of request of that participant.
+		kinds := []string{"attach", "tell", "detach", "leave"}
+		if q.kind != "enroll" {
+			q.kind = kinds[r.rng.IntN(len(kinds))]
+		}
+	}
+	return q, r.pickConn(), true
+}
+
+func (r *modelRun) step() {
+	switch k := r.rng.IntN(100); {
+	case k < 3:
+		r.restart()
+		return
+	case k < 8:
+		i := r.rng.IntN(len(r.conns))
+		c := r.conns[i]
+		causes := []Cause{1, 3, 4, 5} // clean, shutdown, connection_lost, protocol_error
+		cause := causes[r.rng.IntN(len(causes))]
+		r.log("c%d: End(%v)", c.id, cause)
+		if err := c.c.End(r.ctx, cause); err != nil {
+			r.fail("End(%v) = %v", cause, err)
+		}
+		r.ref.end(c.id, cause)
+		r.conns = append(r.conns[:i], r.conns[i+1:]...)
+		r.connect()
+		r.afterFault = false
+		return
+	case k < 22:
+		if q, c, ok := r.retry(); ok {
+			r.do(q, c, "retry ")
+			return
+		}
+	case k < 32:
+		q, c := r.randomRequest()
+		r.doFaulted(q, c)
+		return
+	}
+	q, c := r.randomRequest()
+	r.do(q, c, "")
+}
+
+// restart crashes the store once everything answered is durable, and opens
+// a new service on it: every binding of the old incarnation dies.
+func (r *modelRun) restart() {
+	r.log("crash and restart")
+	r.svc.Close()
+	r.mem.Crash()
+	r.open()
+	r.ref.restart()
+	r.afterFault = false
+}
+
+// svcDo runs q on the service from c.
+func (r *modelRun) svcDo(q refReq, c *modelConn) refAnswer {
+	var err error
+	var a refAnswer
+	conv := q.conv
+	switch q.kind {
+	case "enroll":
+		var b Bound
+		b, err = c.c.Enroll(r.ctx, Enroll{Conversation: q.conv, Token: q.tok})
+		a, conv = r.bound(b), b.Conversation
+	case "attach":
+		var b Bound
+		b, err = c.c.Attach(r.ctx, Attach{Conversation: q.conv, Participant: q.p, Generation: q.gen, Secret: q.secret, Token: q.tok})
+		a, conv = r.bound(b), b.Conversation
+	case "tell":
+		var t Told
+		t, err = c.c.Tell(r.ctx, Tell{Conversation: q.conv, Participant: q.p, Generation: q.gen, Token: q.tok, Payload: bytes.Clone(q.payload)})
+		a, conv = refAnswer{seq: t.Seq, replay: t.Replay}, t.Conversation
+	case "ack":
+		var k Acked
+		k, err = c.c.Ack(r.ctx, Ack{Conversation: q.conv, Participant: q.p, Generation: q.gen, Through: q.through})
+		a, conv = refAnswer{p: k.Participant, cursor: k.Cursor, noop: k.Noop}, k.Conversation
+	case "detach":
+		var e Ended
+		e, err = c.c.Detach(r.ctx, Detach{Conversation: q.conv, Participant: q.p, Generation: q.gen, Token: q.tok})
+		a, conv = refAnswer{p: e.Participant, seq: e.Seq, replay: e.Replay}, e.Conversation
+	case "leave":
+		var e Ended
+		e, err = c.c.Leave(r.ctx, Leave{Conversation: q.conv, Participant: q.p, Generation: q.gen, Secret: q.secret, Token: q.tok})
+		a, conv = refAnswer{p: e.Participant, seq: e.Seq, replay: e.Replay}, e.Conversation
+	}
+	if err != nil {
+		var pe *Error
+		if !errors.As(err, &pe) {
+			r.fail("%v = %v, not an *Error", q, err)
+		}
+		w := semWant{code: pe.Code, cursor: pe.Cursor, limit: pe.Limit, participant: pe.Participant, reason: pe.Reason}
+		if pe.HasGeneration {
+			w.gen, w.hasGen = pe.Generation, true
+		}
+		return refAnswer{err: w}
+	}
+	if conv != q.conv {
+		r.fail("%v answered conversation %v", q, conv)
+	}
+	return a
+}
+
+func (r *modelRun) bound(b Bound) refAnswer {
+	a := refAnswer{p: b.Participant, gen: b.Generation, cursor: b.Cursor, replay: b.Replay, secret: b.Secret}
+	if !b.ReceiptExpiresAt.IsZero() {
+		a.expiresMs = b.ReceiptExpiresAt.UnixMilli()
+	}
+	return a
+}
+
+func (r *modelRun) remember(q refReq) {
+	if q.kind != "ack" {
+		r.issued = append(r.issued, q)
+	}
+}
+
+// do runs q on both sides and compares the answers.
+func (r *modelRun) do(q refReq, c *modelConn, note string) {
+	r.remember(q)
+	before := r.mem.Stats()
+	got := r.svcDo(q, c)
+	want := r.ref.apply(q, c.id)
+	r.log("c%d: %s%v -> %v", c.id, note, q, got)
+	r.compare(q, got, want)
+	if !r.afterFault && (want.err.code != "" || want.replay != ReplayNone || want.noop) {
+		if after := r.mem.Stats(); after.Appends != before.Appends || after.CASWrites != before.CASWrites {
+			r.fail("%v answered %v and wrote to the store: %+v, before %+v", q, got, after, before)
+		}
+	}
+	r.afterFault = false
+}
+
+// compare checks the service's answer against the model's, secrets by
+// value, and learns the secrets of new credentials.
+func (r *modelRun) compare(q refReq, got, want refAnswer) {
+	r.t.Helper()
+	if got.comparable() != want.comparable() {
+		r.fail("%v:\n got %v\nwant %v", q, got, want)
+	}
+	if got.err.code != "" || (q.kind != "enroll" && q.kind != "attach") {
+		r.ref.pendingSecretToLearn = nil
+		return
+	}
+	if want.replay != ReplayNone {
+		if got.secret != want.secret {
+			r.fail("%v: replayed secret differs from the one first answered", q)
+		}
+		return
+	}
+	r.learn(q, got.secret)
+}
+
+// learn records the secret of the credential the model's last commit
+// minted; a fresh secret never repeats an earlier one.
+func (r *modelRun) learn(q refReq, s Secret) {
+	r.t.Helper()
+	for _, cred := range r.ref.pendingSecretToLearn {
+		if prev, dup := r.secretSeen[s]; dup {
+			r.fail("%v: secret of %+v repeats the secret of %+v", q, cred, prev)
+		}
+		r.secretSeen[s] = cred
+		r.ref.secrets[cred] = s
+	}
+	r.ref.pendingSecretToLearn = nil
+}
+
+// doFaulted runs q with one storage fault armed. A request the model
+// refuses or replays never reaches the store's writes and answers as
+// usual; one that would commit answers in_doubt (or unavailable when the
+// fault hits before the first append), and a retry with the same token
+// tells whether it committed.
+func (r *modelRun) doFaulted(q refReq, c *modelConn) {
+	type fault struct {
+		name string
+		rule faultstore.Rule
+		code Code
+	}
+	faults := []fault{
+		{"fail outbox append", faultstore.When(faultstore.Fail, faultstore.Kind(faultstore.OpAppend), faultstore.Prefix("outbox/")), CodeInDoubt},
+		{"fail outbox flush", faultstore.When(faultstore.Fail, faultstore.Kind(faultstore.OpFlush), faultstore.Prefix("outbox/")), CodeInDoubt},
+		{"fail oplog append", faultstore.When(faultstore.Fail, faultstore.Kind(faultstore.OpAppend), faultstore.Prefix("oplog/")), CodeInDoubt},
+		{"uncertain oplog append", faultstore.When(faultstore.Uncertain, faultstore.Kind(faultstore.OpAppend), faultstore.Prefix("oplog/")), CodeInDoubt},
+		{"fail oplog flush", faultstore.When(faultstore.Fail, faultstore.Kind(faultstore.OpFlush), faultstore.Prefix("oplog/")), CodeInDoubt},
+		{"fail token index", faultstore.When(faultstore.Fail, faultstore.Kind(faultstore.OpCAS), faultstore.Prefix("token/")), CodeUnavailable},
+	}
+	f := faults[r.rng.IntN(len(faults))]
+	if q.kind == "ack" && f.code == CodeUnavailable {
+		f = faults[0] // an ack has no token to index
+	}
+	r.remember(q)
+	// What the model answers if nothing fails.
+	committed := r.ref.clone()
+	want := committed.apply(q, c.id)
+	fresh := want.err.code == "" && want.replay == ReplayNone && !want.noop
+	if !fresh {
+		r.ref.pendingSecretToLearn = nil
+		r.do(q, c, "["+f.name+", not reached] ")
+		return
+	}
+	r.fs.SetRules(faultstore.Once(f.rule))
+	got := r.svcDo(q, c)
+	r.fs.SetRules()
+	r.log("c%d: [%s] %v -> %v", c.id, f.name, q, got)
+	if got.err != (semWant{code: f.code}) {
+		r.fail("%v with %s = %v, want %s", q, f.name, got, f.code)
+	}
+	r.afterFault = true
+	if f.code == CodeUnavailable {
+		// Nothing was committed: the model stays as it was.
+		return
+	}
+	// Retry on the same connection: the model accepts either outcome and
+	// follows the one the service shows.
+	notCommitted := r.ref.clone()
+	wantNot := notCommitted.apply(q, c.id)
+	wantCom := committed.apply(q, c.id)
+	retry := r.svcDo(q, c)
+	r.log("c%d: retry %v -> %v", c.id, q, retry)
+	switch {
+	case retry.comparable() == wantCom.comparable():
+		// It committed: the replay shows the secret the lost answer held.
+		r.ref = committed
+		if q.kind == "enroll" || q.kind == "attach" {
+			r.learn(q, retry.secret)
+		}
+	case retry.comparable() == wantNot.comparable():
+		r.ref = notCommitted
+		r.compare(q, retry, wantNot)
+	default:
+		r.fail("retry of in_doubt %v:\n got %v\nwant %v (committed) or %v (not committed)", q, retry, wantCom, wantNot)
+	}
+	r.ref.pendingSecretToLearn = nil
+	r.afterFault = false
+}
+
+// checkDeliveries drains every live connection in every conversation and
+// compares with the model; a connection with new work must have been woken.
+func (r *modelRun) checkDeliveries() {
+	for _, c := range r.conns {
+		woken := c.c.HasReady()
+		c.c.TakeReady()
+		for _, conv := range []ConversationID{1, 2, 3, 9} {
+			if cv := r.svc.existing(conv); cv != nil && cv.loaded() == nil {
+				// Dropped by a failed commit: nothing is published until
+				// the next touch reconciles it.
+				continue
+			}
+			p, g, want, bound := r.ref.deliveries(conv, c.id)
+			got := semDrain(c.c, conv, Offered{})
+			if !bound {
+				if len(got) > 0 {
+					r.fail("c%d in conv %v holds no binding and is offered %s", c.id, conv, semShow(got))
+				}
+				delete(c.sig, conv)
+				continue
+			}
+			epoch := Epoch{Conn: c.c.ID(), Generation: g}
+			if len(got) != len(want) {
+				r.fail("c%d conv %v (%v): offered %s, want %d records %s", c.id, conv, p, semShow(got), len(want), refShow(want))
+			}
+			for i, d := range got {
+				w := want[i]
+				if d.Conversation != conv || d.Recipient != p || d.Seq != w.seq || d.Kind != w.kind || d.Participant != w.subject ||
+					d.Cause != w.cause || !bytes.Equal(d.Payload, w.payload) || d.Epoch != epoch {
+					r.fail("c%d conv %v (%v): offered %s, want %s (epoch %+v)", c.id, conv, p, semShow(got), refShow(want), epoch)
+				}
+			}
+			sig := ""
+			if len(want) > 0 {
+				sig = fmt.Sprintf("%+v/%v", epoch, want[len(want)-1].seq)
+			}
+			if sig != "" && sig != c.sig[conv] && !woken {
+				r.fail("c%d conv %v (%v): new deliveries %s and no wake", c.id, conv, p, refShow(want))
+			}
+			c.sig[conv] = sig
+		}
+	}
+}
+
+func refShow(rs []refRecord) string {
+	ds := make([]Delivery, len(rs))
+	for i, x := range rs {
+		ds[i] = Delivery{Seq: x.seq, Kind: x.kind, Participant: x.subject, Cause: x.cause, Payload: x.payload}
+	}
+	return semShow(ds)
+}
