@@ -1,0 +1,5 @@
+// Package e2e holds the end-to-end tests of participantd: they build the
+// real binary, run it as a subprocess on a temporary data directory, load
+// it with a raw wire client, SIGKILL it and restart it, and check that every
+// answered request survived. The tests are skipped under -short.
+package e2e

@@ -1,0 +1,385 @@
+package e2e_test
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/rand"
+	"fmt"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/participantd/participantd/wire"
+)
+
+const waitFor = 15 * time.Second
+
+// proc is one run of the participantd binary.
+type proc struct {
+	cmd    *exec.Cmd
+	addr   string
+	health string
+	stderr *bytes.Buffer
+}
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func buildBinary(t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds and runs the binary; skipped under -short")
+	}
+	bin := filepath.Join(t.TempDir(), "participantd")
+	out, err := exec.Command("go", "build", "-o", bin, "github.com/participantd/participantd/cmd/participantd").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// startProc runs the binary on dir and waits for /ready.
+func startProc(t *testing.T, bin, dir string) *proc {
+	t.Helper()
+	p := &proc{addr: freePort(t), health: freePort(t), stderr: new(bytes.Buffer)}
+	p.cmd = exec.Command(bin, "--data", dir, "--listen", p.addr, "--health-listen", p.health, "--log-level", "warn")
+	p.cmd.Env = append(os.Environ(), "PARTICIPANTD_DRAIN_TIMEOUT=5s")
+	p.cmd.Stderr = p.stderr
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if p.cmd.ProcessState == nil {
+			p.cmd.Process.Kill()
+			p.cmd.Wait()
+		}
+	})
+	deadline := time.Now().Add(waitFor)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		resp, err := http.Get("http://" + p.health + "/ready")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return p
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("participantd not ready within %v; stderr:\n%s", waitFor, p.stderr)
+		}
+		<-tick.C
+	}
+}
+
+func (p *proc) kill(t *testing.T) {
+	t.Helper()
+	p.cmd.Process.Signal(syscall.SIGKILL)
+	p.cmd.Wait()
+}
+
+// client is a raw wire client: a reader goroutine sorts answers by id and
+// collects deliveries.
+type client struct {
+	t      *testing.T
+	conn   *wire.Conn
+	mu     sync.Mutex
+	nextID uint64
+	// waiting maps request ids to their answer channel.
+	waiting map[uint64]chan wire.Message
+	dl      chan *wire.Delivery
+	closed  chan struct{}
+}
+
+func dial(t *testing.T, addr string) *client {
+	t.Helper()
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &client{t: t, conn: wire.NewConn(nc, wire.ConnOptions{}), waiting: make(map[uint64]chan wire.Message),
+		dl: make(chan *wire.Delivery, 1<<20), closed: make(chan struct{})}
+	if err := c.conn.WriteMessage(&wire.Hello{Versions: []uint64{1}}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := c.conn.ReadServerMessage()
+	if _, ok := m.(*wire.Welcome); !ok {
+		t.Fatalf("hello answered %#v, %v", m, err)
+	}
+	go c.read()
+	t.Cleanup(func() { c.conn.Close(); <-c.closed })
+	return c
+}
+
+func (c *client) read() {
+	defer close(c.closed)
+	for {
+		m, err := c.conn.ReadServerMessage()
+		if err != nil {
+			return
+		}
+		if d, ok := m.(*wire.Delivery); ok {
+			c.dl <- d
+			continue
+		}
+		id, _ := wire.ID(m)
+		c.mu.Lock()
+		ch := c.waiting[id]
+		delete(c.waiting, id)
+		c.mu.Unlock()
+		if ch != nil {
+			ch <- m
+		}
+	}
+}
+
+// start sends a request built for a fresh id and returns the channel its
+// answer arrives on (never, if the connection dies first).
+func (c *client) start(build func(id uint64) wire.Message) (<-chan wire.Message, error) {
+	ch := make(chan wire.Message, 1)
+	c.mu.Lock()
+	c.nextID++
+	id := c.nextID
+	c.waiting[id] = ch
+	c.mu.Unlock()
+	return ch, c.conn.WriteMessage(build(id))
+}
+
+func (c *client) call(build func(id uint64) wire.Message) wire.Message {
+	c.t.Helper()
+	ch, err := c.start(build)
+	if err != nil {
+		c.t.Fatalf("write: %v", err)
+	}
+	select {
+	case m := <-ch:
+		return m
+	case <-c.closed:
+		c.t.Fatal("connection closed while waiting for an answer")
+	case <-time.After(waitFor):
+		c.t.Fatal("no answer")
+	}
+	return nil
+}
+
+type cred struct {
+	conv, p, gen uint64
+	secret       wire.Secret
+}
+
+func token() wire.Token {
+	var t wire.Token
+	rand.Read(t[:])
+	return t
+}
+
+func (c *client) enroll(conv uint64) cred {
+	c.t.Helper()
+	m := c.call(func(id uint64) wire.Message { return &wire.Enroll{ID: id, Conversation: conv, Token: token()} })
+	e, ok := m.(*wire.Enrolled)
+	if !ok {
+		c.t.Fatalf("enroll answered %#v", m)
+	}
+	return cred{conv, e.Participant, e.Generation, e.Secret}
+}
+
+func (c *client) attach(cr cred) cred {
+	c.t.Helper()
+	m := c.call(func(id uint64) wire.Message {
+		return &wire.Attach{ID: id, Conversation: cr.conv, Participant: cr.p, Generation: cr.gen, Secret: cr.secret, Token: token()}
+	})
+	a, ok := m.(*wire.Attached)
+	if !ok {
+		c.t.Fatalf("attach answered %#v", m)
+	}
+	return cred{cr.conv, a.Participant, a.Generation, a.Secret}
+}
+
+// answered is a tell that got its told before the kill.
+type answered struct {
+	tok     wire.Token
+	payload []byte
+	seq     uint64
+	gen     uint64
+}
+
+// TestKill_AnsweredTellsSurvive runs the binary, pipelines tells from one
+// participant to another, SIGKILLs the server at a random moment, restarts
+// it on the same data, and checks that every answered tell replays its
+// seq, is delivered to the other participant after it re-attaches, and that
+// the bindings of the killed run ended as died/unclean_restart. Three
+// rounds, each killing at a different moment.
+func TestKill_AnsweredTellsSurvive(t *testing.T) {
+	bin := buildBinary(t)
+	dir := t.TempDir()
+	const conv = 77
+	p := startProc(t, bin, dir)
+	a, b := dial(t, p.addr), dial(t, p.addr)
+	ca, cb := a.enroll(conv), b.enroll(conv)
+	var all []answered
+
+	for round := range 3 {
+		// Load: a sender pipelines tells until the connection breaks.
+		var mu sync.Mutex
+		var got []answered
+		var wg sync.WaitGroup
+		stop := make(chan struct{})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			inflight := make(chan struct{}, 64)
+			for n := 0; ; n++ {
+				select {
+				case inflight <- struct{}{}:
+				case <-stop:
+					return
+				}
+				tok := token()
+				payload := []byte(fmt.Sprintf("r%d-%d", round, n))
+				gen := ca.gen
+				ch, err := a.start(func(id uint64) wire.Message {
+					return &wire.Tell{ID: id, Conversation: conv, Participant: ca.p, Generation: gen, Token: tok, Payload: payload}
+				})
+				if err != nil {
+					return
+				}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					select {
+					case m := <-ch:
+						<-inflight
+						told, ok := m.(*wire.Told)
+						if !ok {
+							t.Errorf("tell answered %#v", m)
+							return
+						}
+						mu.Lock()
+						got = append(got, answered{tok, payload, told.Seq, gen})
+						mu.Unlock()
+					case <-a.closed:
+					case <-stop:
+					}
+				}()
+			}
+		}()
+		delay, _ := rand.Int(rand.Reader, big.NewInt(400))
+		time.Sleep(time.Duration(50+delay.Int64()) * time.Millisecond) // the random kill moment, not a synchronization
+		p.kill(t)
+		<-a.closed
+		<-b.closed
+		close(stop)
+		wg.Wait()
+		if len(got) == 0 {
+			t.Fatalf("round %d: no tell answered before the kill", round)
+		}
+		all = append(all, got...)
+		t.Logf("round %d: %d tells answered before the kill", round, len(got))
+
+		p = startProc(t, bin, dir)
+		a, b = dial(t, p.addr), dial(t, p.addr)
+		ca, cb = a.attach(ca), b.attach(cb)
+
+		// Every answered tell (of every round so far) replays its seq.
+		replays := make([]<-chan wire.Message, len(all))
+		for i, r := range all {
+			ch, err := a.start(func(id uint64) wire.Message {
+				return &wire.Tell{ID: id, Conversation: conv, Participant: ca.p, Generation: r.gen, Token: r.tok, Payload: r.payload}
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			replays[i] = ch
+		}
+		for i, ch := range replays {
+			select {
+			case m := <-ch:
+				told, ok := m.(*wire.Told)
+				if !ok || told.Seq != all[i].seq || told.Replay == nil || *told.Replay != wire.ReplayCommitted {
+					t.Fatalf("round %d: retry of tell seq %d answered %#v", round, all[i].seq, m)
+				}
+			case <-time.After(waitFor):
+				t.Fatal("no answer to a retried tell")
+			}
+		}
+
+		// B is delivered every tell answered this round, and the end of
+		// A's killed binding; A is delivered the end of B's.
+		want := make(map[uint64]string, len(got))
+		for _, r := range got {
+			want[r.seq] = string(r.payload)
+		}
+		var maxSeq uint64
+		diedA := false
+		for len(want) > 0 || !diedA {
+			select {
+			case d := <-b.dl:
+				maxSeq = max(maxSeq, d.Seq)
+				switch {
+				case d.Kind == wire.KindRecord:
+					if w, ok := want[d.Seq]; ok {
+						if string(d.Payload) != w {
+							t.Fatalf("round %d: seq %d delivered %q, want %q", round, d.Seq, d.Payload, w)
+						}
+						delete(want, d.Seq)
+					}
+				case d.Kind == wire.KindDied && d.Participant == ca.p && d.Cause != nil && *d.Cause == wire.CauseUncleanRestart:
+					diedA = true
+				}
+			case <-time.After(waitFor):
+				t.Fatalf("round %d: B still misses %d answered tells (died/unclean_restart of A seen: %v)", round, len(want), diedA)
+			}
+		}
+		waitDied(t, a, cb.p)
+		// B acknowledges what it saw, so the next round starts after it.
+		if m := b.call(func(id uint64) wire.Message {
+			return &wire.Ack{ID: id, Conversation: conv, Participant: cb.p, Generation: cb.gen, Through: maxSeq}
+		}); m.Type() != wire.TypeAcked {
+			t.Fatalf("ack answered %#v", m)
+		}
+	}
+	// A final clean drain exits 0.
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	if err := p.cmd.Wait(); err != nil {
+		t.Fatalf("participantd after SIGTERM: %v; stderr:\n%s", err, p.stderr)
+	}
+	checkLogs(t, p.stderr)
+}
+
+func waitDied(t *testing.T, c *client, p uint64) {
+	t.Helper()
+	for {
+		select {
+		case d := <-c.dl:
+			if d.Kind == wire.KindDied && d.Participant == p && d.Cause != nil && *d.Cause == wire.CauseUncleanRestart {
+				return
+			}
+		case <-time.After(waitFor):
+			t.Fatalf("no died/unclean_restart of participant %d", p)
+		}
+	}
+}
+
+// checkLogs wants every stderr line to be JSON.
+func checkLogs(t *testing.T, stderr *bytes.Buffer) {
+	sc := bufio.NewScanner(bytes.NewReader(stderr.Bytes()))
+	for sc.Scan() {
+		if line := sc.Bytes(); len(line) > 0 && line[0] != '{' {
+			t.Errorf("stderr line is not JSON: %s", line)
+		}
+	}
+}

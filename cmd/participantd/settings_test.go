@@ -1,0 +1,99 @@
+package main
+
+import (
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+func TestParseOptions_Defaults(t *testing.T) {
+	o, err := parseOptions(nil, nil, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := o.server
+	if s.DataDir != "data" || s.Listen != "127.0.0.1:7420" || s.HealthListen != "127.0.0.1:7421" ||
+		s.MaxFrame != 1<<20 || s.MaxRecordBytes != 512<<10 || s.ReceiptTTL != 24*time.Hour ||
+		s.DrainTimeout != 10*time.Second || o.logLevel != zerolog.InfoLevel || s.AuthToken != "" {
+		t.Errorf("defaults = %+v level %v", s, o.logLevel)
+	}
+}
+
+func TestParseOptions_Precedence(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "participantd.conf")
+	os.WriteFile(file, []byte("# comment\n\nlisten = 127.0.0.1:1\nhealth-listen = 127.0.0.1:2\ndata = /from/file\nlog-level = debug\n"), 0o600)
+	o, err := parseOptions(
+		[]string{"--listen", "127.0.0.1:3", "--config", file},
+		[]string{"PARTICIPANTD_LISTEN=127.0.0.1:4", "PARTICIPANTD_HEALTH_LISTEN=127.0.0.1:5", "HOME=/x"},
+		io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := o.server
+	if s.Listen != "127.0.0.1:3" { // flag beats env and file
+		t.Errorf("listen = %s", s.Listen)
+	}
+	if s.HealthListen != "127.0.0.1:5" { // env beats file
+		t.Errorf("health-listen = %s", s.HealthListen)
+	}
+	if s.DataDir != "/from/file" || o.logLevel != zerolog.DebugLevel { // file beats default
+		t.Errorf("data = %s, log-level = %v", s.DataDir, o.logLevel)
+	}
+	// The config file may come from the environment too.
+	o, err = parseOptions(nil, []string{"PARTICIPANTD_CONFIG=" + file}, io.Discard)
+	if err != nil || o.server.Listen != "127.0.0.1:1" {
+		t.Errorf("config from env: listen = %s, err %v", o.server.Listen, err)
+	}
+}
+
+func TestParseOptions_ErrorsNameTheKey(t *testing.T) {
+	dir := t.TempDir()
+	badFile := filepath.Join(dir, "bad.conf")
+	os.WriteFile(badFile, []byte("listen = :1\nlisten-port = 3\n"), 0o600)
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		env     []string
+		wantErr string
+	}{
+		{"unknown env", nil, []string{"PARTICIPANTD_LISTN=x"}, "PARTICIPANTD_LISTN"},
+		{"unknown file key", []string{"--config", badFile}, nil, "listen-port"},
+		{"missing file", []string{"--config", filepath.Join(dir, "nope")}, nil, "--config"},
+		{"bad int flag", []string{"--max-frame", "big"}, nil, "max-frame"},
+		{"bad duration env", nil, []string{"PARTICIPANTD_DRAIN_TIMEOUT=soon"}, "PARTICIPANTD_DRAIN_TIMEOUT"},
+		{"bad level", []string{"--log-level", "loud"}, nil, "log-level"},
+		{"unknown flag", []string{"--lisen", "x"}, nil, "lisen"},
+		{"argument", []string{"serve"}, nil, "serve"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := parseOptions(tc.args, tc.env, io.Discard)
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("parseOptions = %v, want an error naming %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+func TestParseOptions_HelpListsEverySetting(t *testing.T) {
+	var b strings.Builder
+	if _, err := parseOptions([]string{"--help"}, nil, &b); err != errHelp {
+		t.Fatalf("--help: err = %v", err)
+	}
+	for _, s := range settings {
+		if !strings.Contains(b.String(), "--"+s.name) || !strings.Contains(b.String(), envName(s.name)) {
+			t.Errorf("--help lacks %s", s.name)
+		}
+	}
+}
+
+func TestParseOptions_AuthTokenNeverEchoed(t *testing.T) {
+	_, err := parseOptions([]string{"--max-frame", "x", "--auth-token", "hunter2"}, nil, io.Discard)
+	if err == nil || strings.Contains(err.Error(), "hunter2") {
+		t.Fatalf("err = %v", err)
+	}
+}
