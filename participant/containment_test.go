@@ -1,0 +1,88 @@
+package participant
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/participantd/participantd/outbox"
+	"github.com/participantd/participantd/store"
+)
+
+// TestOneCorruptConversationAmongManyIsContained corrupts one conversation
+// of many: the service starts, lists exactly that one as unloadable, answers
+// unavailable for it without publishing, and every other conversation keeps
+// serving with its records intact.
+func TestOneCorruptConversationAmongManyIsContained(t *testing.T) {
+	ctx := context.Background()
+	mem := store.NewMemory()
+	svc := openService(t, mem)
+	const conversations = 40
+	const corrupt ConversationID = 17
+	creds := map[ConversationID][2]Bound{}
+	for conv := ConversationID(1); conv <= conversations; conv++ {
+		a, err := svc.Connect(nil).Enroll(ctx, Enroll{Conversation: conv, Token: token(byte(conv))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := svc.Connect(nil)
+		b, err := c.Enroll(ctx, Enroll{Conversation: conv, Token: token(byte(conv) + 100)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Tell(ctx, Tell{Conversation: conv, Participant: b.Participant, Generation: 1, Token: token(1), Payload: []byte("before")}); err != nil {
+			t.Fatal(err)
+		}
+		creds[conv] = [2]Bound{a, b}
+	}
+	mem.Crash()
+	// Append a row whose source goes backwards: a corrupt outbox.
+	bad, _ := outbox.Encode(&outbox.Row{Kind: outbox.AckAdvanced, Source: 2, Participant: 0, Through: 1})
+	n, _ := mem.Len(outbox.Stream(corrupt))
+	if _, err := mem.Append(outbox.Stream(corrupt), bad, n); err != nil {
+		t.Fatal(err)
+	}
+	mem.Flush()
+
+	svc = openService(t, mem)
+	unl := svc.Unloadable()
+	if len(unl) != 1 || unl[0].Conversation != corrupt || unl[0].Class != ClassOutboxCorrupt {
+		t.Fatalf("Unloadable() = %+v, want only %v as %s", unl, corrupt, ClassOutboxCorrupt)
+	}
+	w := &wakeCounter{}
+	c := svc.Connect(w.wake)
+	a := creds[corrupt][0]
+	if _, err := c.Attach(ctx, Attach{Conversation: corrupt, Participant: a.Participant, Generation: 1, Secret: a.Secret, Token: token(9)}); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("Attach in the corrupt conversation = %v, want unavailable", err)
+	}
+	if w.count() != 0 || c.HasReady() {
+		t.Fatalf("the corrupt conversation published")
+	}
+	for conv := ConversationID(1); conv <= conversations; conv++ {
+		if conv == corrupt {
+			continue
+		}
+		a := creds[conv][0]
+		ca := svc.Connect(nil)
+		if _, err := ca.Attach(ctx, Attach{Conversation: conv, Participant: a.Participant, Generation: 1, Secret: a.Secret, Token: token(9)}); err != nil {
+			t.Fatalf("Attach in healthy conversation %v: %v", conv, err)
+		}
+		ds := drainNext(ca, conv)
+		if len(ds) == 0 || ds[1].Kind != outbox.KindRecord || string(ds[1].Payload) != "before" {
+			t.Fatalf("healthy conversation %v offered %+v, want its records", conv, ds)
+		}
+	}
+}
+
+// TestAnUnreadableRegistryIsFatalAtStart: without the registry the service
+// cannot know which conversations exist, so it must not serve.
+func TestAnUnreadableRegistryIsFatalAtStart(t *testing.T) {
+	mem := store.NewMemory()
+	if _, err := mem.Append(RegistryStream, []byte{0xff, 1}, 0); err != nil {
+		t.Fatal(err)
+	}
+	mem.Flush()
+	if _, err := Open(context.Background(), mem, Options{NodeKey: testKey}); err == nil {
+		t.Fatalf("Open with an unreadable registry succeeded")
+	}
+}
