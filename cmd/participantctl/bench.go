@@ -1,0 +1,362 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"runtime/pprof"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/participantd/participantd/cmd/participantd/server"
+)
+
+func init() {
+	register(&command{
+		name:     "bench",
+		synopsis: "measure durable operations/s, latency and ops per flush against a server",
+		usage: `(--addr HOST:PORT [--metrics-addr HOST:PORT] | --embedded) [flags]
+
+Drives a server with pipelined requests from --clients connections and
+prints operations/s, latency percentiles, and, from the server's /metrics,
+store commits per second and operations per commit. Every counted answer
+is a success answer the server gave after both barriers; after the run a
+sample of them is re-sent with the same token and must replay.
+
+--op tell: --conversations conversations (default clients/2), the clients
+spread over them; every tell is delivered to the other participants, which
+ack cumulatively. --op enroll: every enroll creates a new conversation.
+--op mixed: half the clients tell, half enroll.
+
+--fsync-probe first measures the raw rate of write 200 B + fsync from one
+goroutine in the data directory, so the report carries the physical
+reference of the same run. --idle-connections N and --startup-records N
+are separate modes (see their flags).`,
+		run: runBench,
+	})
+}
+
+// benchFlags are the bench's settings.
+type benchFlags struct {
+	addr, metricsAddr, dataDir string
+	embedded                   bool
+	load                       loadConfig
+	duration, warmup           time.Duration
+	probe                      bool
+	probeDuration              time.Duration
+	json                       bool
+	cpuProfile                 string
+	idle                       int
+	serverPID                  int
+	startupRecords             int
+	startupConversations       int
+}
+
+func runBench(ctx context.Context, e *env, args []string) error {
+	c := commands["bench"]
+	fs := newFlagSet(e, c)
+	var f benchFlags
+	fs.StringVar(&f.addr, "addr", "", "the server's wire address")
+	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "the server's health listener, for /metrics (with --addr)")
+	fs.BoolVar(&f.embedded, "embedded", false, "start an in-process server on --data-dir (default a temporary directory)")
+	fs.StringVar(&f.dataDir, "data-dir", "", "the data directory: the embedded server's, and where --fsync-probe measures (default: a temporary directory with --embedded, else .)")
+	fs.StringVar(&f.load.op, "op", opTell, "the operation: tell, enroll or mixed")
+	fs.IntVar(&f.load.clients, "clients", 64, "connections")
+	fs.IntVar(&f.load.conversations, "conversations", 0, "conversations of the tell shape (default clients/2: two participants each)")
+	fs.IntVar(&f.load.payload, "payload", 200, "tell payload, bytes")
+	fs.IntVar(&f.load.window, "window", 4, "requests in flight per connection")
+	fs.IntVar(&f.load.enrollPerConn, "enroll-per-conn", 512, "enroll shape: enrolls per connection before it says bye and reconnects")
+	fs.IntVar(&f.load.verify, "verify", 1000, "counted answers to replay with their token after the run")
+	fs.DurationVar(&f.duration, "duration", 10*time.Second, "measured time")
+	fs.DurationVar(&f.warmup, "warmup", 2*time.Second, "load before measuring")
+	fs.BoolVar(&f.probe, "fsync-probe", true, "measure the raw write+fsync rate of the data directory first")
+	fs.DurationVar(&f.probeDuration, "probe-duration", 3*time.Second, "how long the fsync probe runs")
+	fs.BoolVar(&f.json, "json", false, "print the report as JSON")
+	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured window (with --embedded it covers the server)")
+	fs.IntVar(&f.idle, "idle-connections", 0, "mode: open N connections, each bound in its own conversation, and report the server's RSS per connection")
+	fs.IntVar(&f.serverPID, "server-pid", 0, "with --addr and --idle-connections: the server's pid, to read its RSS")
+	fs.IntVar(&f.startupRecords, "startup-records", 0, "mode: build data directories of 1/10, 3/10 and all of N records over --startup-conversations, and time an embedded server to ready on each")
+	fs.IntVar(&f.startupConversations, "startup-conversations", 10000, "conversations of --startup-records")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(e.stderr, "participantctl bench: unexpected argument %q\n", fs.Arg(0))
+		return errUsage
+	}
+	if err := f.check(); err != nil {
+		fmt.Fprintf(e.stderr, "participantctl bench: %v\n", err)
+		return errUsage
+	}
+	if f.startupRecords > 0 {
+		return runStartup(ctx, e, &f)
+	}
+
+	var cleanup []func()
+	defer func() {
+		for i := len(cleanup) - 1; i >= 0; i-- {
+			cleanup[i]()
+		}
+	}()
+	if f.embedded {
+		raiseFileLimit(20000)
+		if f.dataDir == "" {
+			dir, err := os.MkdirTemp("", "participantd-bench-")
+			if err != nil {
+				return err
+			}
+			f.dataDir = dir
+			cleanup = append(cleanup, func() { os.RemoveAll(dir) })
+		}
+	} else if f.dataDir == "" {
+		f.dataDir = "."
+	}
+
+	rep := &benchReport{Machine: thisMachine(), DataDir: f.dataDir}
+	if f.probe {
+		rate, err := fsyncProbe(f.dataDir, f.probeDuration)
+		if err != nil {
+			return err
+		}
+		rep.FsyncPerSec = rate
+	}
+	if f.embedded {
+		srv, stop, err := startEmbedded(ctx, f.dataDir, 0)
+		if err != nil {
+			return err
+		}
+		cleanup = append(cleanup, stop)
+		f.addr, f.metricsAddr = srv.Addr().String(), srv.HealthAddr().String()
+		f.serverPID = os.Getpid()
+	}
+	f.load.addr = f.addr
+	if f.idle > 0 {
+		if err := runIdle(ctx, &f, rep); err != nil {
+			return err
+		}
+		return rep.print(e.stdout, f.json)
+	}
+	if err := runLoad(ctx, &f, rep); err != nil {
+		return err
+	}
+	if err := rep.print(e.stdout, f.json); err != nil {
+		return err
+	}
+	if rep.Errors > 0 || len(rep.VerifyFailures) > 0 {
+		return &exitError{code: 1, err: fmt.Errorf("%d errors, %d replay failures", rep.Errors, len(rep.VerifyFailures))}
+	}
+	return nil
+}
+
+func (f *benchFlags) check() error {
+	if f.startupRecords > 0 {
+		if f.startupConversations <= 0 {
+			return errors.New("--startup-conversations must be positive")
+		}
+		return nil
+	}
+	if f.embedded == (f.addr != "") {
+		return errors.New("give exactly one of --addr and --embedded")
+	}
+	switch f.load.op {
+	case opTell, opEnroll, opMixed:
+	default:
+		return fmt.Errorf("--op %q: want tell, enroll or mixed", f.load.op)
+	}
+	if f.load.clients <= 0 || f.load.window <= 0 || f.load.payload < 0 || f.duration <= 0 || f.load.enrollPerConn <= 0 {
+		return errors.New("--clients, --window, --duration and --enroll-per-conn must be positive, --payload not negative")
+	}
+	if f.load.op == opMixed && f.load.clients < 2 {
+		return errors.New("--op mixed needs at least 2 clients")
+	}
+	return nil
+}
+
+// startEmbedded runs an in-process server on dir until stop is called, and
+// waits until it is ready.
+func startEmbedded(ctx context.Context, dir string, maxConns int) (*server.Server, func(), error) {
+	srv, err := server.New(server.Config{DataDir: dir, Listen: "127.0.0.1:0", HealthListen: "127.0.0.1:0", MaxConnections: maxConns})
+	if err != nil {
+		return nil, nil, err
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(runCtx) }()
+	select {
+	case <-srv.Ready():
+	case err := <-done:
+		cancel()
+		return nil, nil, fmt.Errorf("embedded server: %w", err)
+	case <-ctx.Done():
+		cancel()
+		<-done
+		return nil, nil, ctx.Err()
+	}
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			<-done
+		})
+	}
+	return srv, stop, nil
+}
+
+// runLoad runs the load of f and fills rep.
+func runLoad(ctx context.Context, f *benchFlags, rep *benchReport) error {
+	r := &loadRun{cfg: f.load, nonce: newNonce()}
+	if err := r.setup(ctx); err != nil {
+		return err
+	}
+	defer func() {
+		for _, w := range r.workers {
+			w.conn.close()
+		}
+	}()
+	ackCtx, stopAcks := context.WithCancel(ctx)
+	defer stopAcks()
+	loadCtx, stopLoad := context.WithCancel(ctx)
+	defer stopLoad()
+	var drivers, ackers sync.WaitGroup
+	for _, w := range r.workers {
+		drivers.Go(func() { w.drive(loadCtx) })
+		if w.kind == opTell {
+			ackers.Go(func() { w.acker(ackCtx) })
+		}
+	}
+
+	sleep(ctx, f.warmup)
+	var before, after serverCounters
+	var scrapeErr error
+	if f.metricsAddr != "" {
+		before, scrapeErr = scrapeCounters(ctx, f.metricsAddr)
+	}
+	var stopProfile func()
+	if f.cpuProfile != "" {
+		var err error
+		if stopProfile, err = startCPUProfile(f.cpuProfile); err != nil {
+			return err
+		}
+	}
+	t0 := time.Now()
+	r.phase.Store(phaseMeasure)
+	sleep(ctx, f.duration)
+	r.phase.Store(phaseDone)
+	elapsed := time.Since(t0)
+	if stopProfile != nil {
+		stopProfile()
+	}
+	if f.metricsAddr != "" && scrapeErr == nil {
+		after, scrapeErr = scrapeCounters(ctx, f.metricsAddr)
+	}
+	stopLoad()
+	drivers.Wait()
+	stopAcks()
+	ackers.Wait()
+
+	rep.fill(f, r, elapsed)
+	if f.metricsAddr != "" {
+		if scrapeErr != nil {
+			rep.MetricsError = scrapeErr.Error()
+		} else {
+			secs := elapsed.Seconds()
+			rep.CommitsPerSec = (after.Commits - before.Commits) / secs
+			rep.FlushCallsPerSec = (after.Flushes - before.Flushes) / secs
+			rep.ServerCommittedPerSec = (after.Committed - before.Committed) / secs
+			if c := after.Commits - before.Commits; c > 0 {
+				rep.OpsPerCommit = float64(rep.Ops) / c
+				rep.ServerOpsPerCommit = (after.Committed - before.Committed) / c
+			}
+		}
+	}
+	verifyCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	rep.Verified, rep.VerifyFailures = r.verify(verifyCtx)
+	if len(rep.VerifyFailures) > 5 {
+		rep.VerifyFailures = rep.VerifyFailures[:5]
+	}
+	return nil
+}
+
+func startCPUProfile(path string) (func(), error) {
+	pf, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(pf); err != nil {
+		pf.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		pf.Close()
+	}, nil
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// raiseFileLimit raises the soft open-file limit towards n (never above the
+// hard limit): an embedded run holds both ends of every connection.
+func raiseFileLimit(n uint64) {
+	var lim syscall.Rlimit
+	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim) != nil || lim.Cur >= n {
+		return
+	}
+	lim.Cur = min(n, lim.Max)
+	syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim)
+}
+
+// machine describes where the figures were measured.
+type machine struct {
+	CPUs    int    `json:"cpus"`
+	OS      string `json:"os"`
+	Arch    string `json:"arch"`
+	Go      string `json:"go"`
+	Model   string `json:"cpu_model,omitempty"`
+	Kernel  string `json:"kernel,omitempty"`
+	Storage string `json:"storage,omitempty"`
+}
+
+func thisMachine() machine {
+	m := machine{CPUs: runtime.NumCPU(), OS: runtime.GOOS, Arch: runtime.GOARCH, Go: runtime.Version()}
+	m.Model = cpuModel()
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.Kernel = string(trimNL(b))
+	}
+	return m
+}
+
+func cpuModel() string {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return ""
+	}
+	for _, line := range splitLines(b) {
+		if k, v, ok := cutColon(line); ok && k == "model name" {
+			return v
+		}
+	}
+	return ""
+}
+
+// writeJSON writes v indented.
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+var _ = flag.ErrHelp

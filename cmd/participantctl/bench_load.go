@@ -1,0 +1,408 @@
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/participantd/participantd/wire"
+)
+
+// loadConfig is the shape of one load run.
+type loadConfig struct {
+	addr          string
+	op            string // opTell, opEnroll or opMixed
+	clients       int
+	conversations int // tell shape only; 0 means clients/2
+	payload       int
+	window        int // requests in flight per connection
+	enrollPerConn int // enroll shape: enrolls before the client reconnects
+	verify        int // counted answers to replay after the run
+}
+
+const (
+	opTell   = "tell"
+	opEnroll = "enroll"
+	opMixed  = "mixed"
+)
+
+// Phases of a run; answers are counted only while measuring.
+const (
+	phaseWarmup int32 = iota
+	phaseMeasure
+	phaseDone
+)
+
+// loadRun is the state shared by every worker of one run.
+type loadRun struct {
+	cfg   loadConfig
+	phase atomic.Int32
+	// nonce makes this run's tokens and conversation ids its own, so runs
+	// against one long-lived server never collide.
+	nonce uint64
+	body  []byte
+
+	workers []*worker
+}
+
+// worker is one client connection and what it counted.
+type worker struct {
+	run   *loadRun
+	index int
+	kind  string // opTell or opEnroll
+	conn  *benchConn
+
+	// tell shape: the participant bound on conn.
+	conv uint64
+	p    uint64
+	gen  uint64
+
+	sem     chan struct{} // window slots
+	n       uint64        // tokens minted
+	enrolls int           // enrolls on the current connection
+
+	// Written by the reader goroutine (callbacks), read after the run.
+	count    atomic.Uint64
+	errCount atomic.Uint64
+	lat      latencies
+	samples  []sample
+	firstErr atomic.Pointer[string]
+
+	// ack state: the reader records the highest seq delivered; the acker
+	// sends cumulative acks, one in flight at a time.
+	maxSeen atomic.Uint64
+	nudge   chan struct{}
+	acks    atomic.Uint64
+}
+
+// sample is one counted answer to replay after the run.
+type sample struct {
+	req    wire.Message // the exact request, token included
+	seq    uint64       // tell: the seq answered
+	part   uint64       // enroll: the participant answered
+	worker *worker
+}
+
+func (w *worker) token() wire.Token {
+	w.n++
+	var t wire.Token
+	binary.BigEndian.PutUint64(t[:8], w.run.nonce^uint64(w.index+1)<<40)
+	binary.BigEndian.PutUint64(t[8:], w.n)
+	return t
+}
+
+func (w *worker) fail(err error) {
+	w.errCount.Add(1)
+	s := err.Error()
+	w.firstErr.CompareAndSwap(nil, &s)
+}
+
+// answered records one answer of a request sent at sent.
+func (w *worker) answered(m wire.Message, sent time.Time, ok func(wire.Message) (sample, bool)) {
+	// The slot is freed last, so that drain orders every write below before
+	// the report reads it.
+	defer func() { <-w.sem }()
+	switch e := m.(type) {
+	case nil:
+		if w.run.phase.Load() != phaseDone {
+			w.fail(errConnClosed)
+		}
+		return
+	case *wire.Error:
+		w.fail(e)
+		return
+	}
+	s, good := ok(m)
+	if !good {
+		w.fail(fmt.Errorf("unexpected answer %s %+v", m.Type(), m))
+		return
+	}
+	if w.run.phase.Load() != phaseMeasure {
+		return
+	}
+	n := w.count.Add(1)
+	w.lat = append(w.lat, time.Since(sent))
+	if len(w.samples) < w.run.samplesPerWorker() && n%7 == 1 {
+		s.worker = w
+		w.samples = append(w.samples, s)
+	}
+}
+
+func (r *loadRun) samplesPerWorker() int {
+	return (r.cfg.verify + len(r.workers) - 1) / len(r.workers)
+}
+
+// setup dials every worker and binds the tell shape's participants.
+func (r *loadRun) setup(ctx context.Context) error {
+	cfg := r.cfg
+	tellClients := cfg.clients
+	switch cfg.op {
+	case opEnroll:
+		tellClients = 0
+	case opMixed:
+		tellClients = cfg.clients / 2
+	}
+	convs := cfg.conversations
+	if convs <= 0 {
+		convs = max(1, tellClients/2)
+	}
+	r.body = make([]byte, cfg.payload)
+	for i := range r.body {
+		r.body[i] = byte(i)
+	}
+	for i := range cfg.clients {
+		w := &worker{run: r, index: i, kind: opEnroll, sem: make(chan struct{}, cfg.window), nudge: make(chan struct{}, 1)}
+		if i < tellClients {
+			w.kind = opTell
+			w.conv = r.nonce | uint64(i%convs)
+		}
+		r.workers = append(r.workers, w)
+	}
+	// Dial in parallel: thousands of handshakes one by one take a while.
+	errs := make(chan error, len(r.workers))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 64)
+	for _, w := range r.workers {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if err := w.connect(ctx); err != nil {
+				errs <- fmt.Errorf("client %d: %w", w.index, err)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	return errors.Join(collect(errs)...)
+}
+
+func collect(errs chan error) []error {
+	var out []error
+	for err := range errs {
+		out = append(out, err)
+		if len(out) == 5 {
+			break
+		}
+	}
+	return out
+}
+
+// connect dials and, for the tell shape, enrolls in the worker's
+// conversation.
+func (w *worker) connect(ctx context.Context) error {
+	c, err := dialBench(ctx, w.run.cfg.addr)
+	if err != nil {
+		return err
+	}
+	w.conn = c
+	w.enrolls = 0
+	if w.kind == opTell {
+		c.onDelivery = w.delivered
+	}
+	c.start()
+	if w.kind != opTell {
+		return nil
+	}
+	m, err := c.call(ctx, &wire.Enroll{Conversation: w.conv, Token: w.token()})
+	if err != nil {
+		return fmt.Errorf("enroll: %w", err)
+	}
+	e, ok := m.(*wire.Enrolled)
+	if !ok {
+		return fmt.Errorf("enroll answered %s", m.Type())
+	}
+	w.p, w.gen = e.Participant, e.Generation
+	return nil
+}
+
+// delivered runs on the reader goroutine for every push.
+func (w *worker) delivered(d *wire.Delivery) {
+	if d.Conversation != w.conv || d.Recipient != w.p {
+		return
+	}
+	for {
+		cur := w.maxSeen.Load()
+		if d.Seq <= cur || w.maxSeen.CompareAndSwap(cur, d.Seq) {
+			break
+		}
+	}
+	select {
+	case w.nudge <- struct{}{}:
+	default:
+	}
+}
+
+// acker acknowledges deliveries cumulatively, one ack in flight at a time,
+// so that every delivered tell is acked by its recipient without one ack
+// per record.
+func (w *worker) acker(ctx context.Context) {
+	var acked uint64
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.nudge:
+		}
+		through := w.maxSeen.Load()
+		if through <= acked {
+			continue
+		}
+		m, err := w.conn.call(ctx, &wire.Ack{Conversation: w.conv, Participant: w.p, Generation: w.gen, Through: through})
+		if err != nil {
+			if ctx.Err() == nil {
+				w.fail(fmt.Errorf("ack through %d: %w", through, err))
+			}
+			return
+		}
+		if _, ok := m.(*wire.Acked); !ok {
+			w.fail(fmt.Errorf("ack answered %s", m.Type()))
+			return
+		}
+		acked = through
+		w.acks.Add(1)
+		if w.maxSeen.Load() > acked {
+			select {
+			case w.nudge <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// drive sends requests with at most window in flight until ctx ends, then
+// waits for the answers in flight.
+func (w *worker) drive(ctx context.Context) {
+	defer w.drain()
+	for ctx.Err() == nil {
+		select {
+		case w.sem <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		var err error
+		if w.kind == opTell {
+			err = w.sendTell()
+		} else {
+			err = w.sendEnroll(ctx)
+		}
+		if err != nil {
+			if ctx.Err() == nil {
+				w.fail(err)
+			}
+			<-w.sem
+			return
+		}
+	}
+}
+
+// drain waits until every request in flight was answered.
+func (w *worker) drain() {
+	for range cap(w.sem) {
+		w.sem <- struct{}{}
+	}
+	for range cap(w.sem) {
+		<-w.sem
+	}
+}
+
+func (w *worker) sendTell() error {
+	req := &wire.Tell{Conversation: w.conv, Participant: w.p, Generation: w.gen, Token: w.token(), Payload: w.run.body}
+	sent := time.Now()
+	return w.conn.send(req, func(m wire.Message) {
+		w.answered(m, sent, func(m wire.Message) (sample, bool) {
+			t, ok := m.(*wire.Told)
+			if !ok || t.Replay != nil {
+				return sample{}, false
+			}
+			return sample{req: req, seq: t.Seq}, true
+		})
+	})
+}
+
+// sendEnroll enrolls in a new conversation. A connection holds at most one
+// binding per conversation and a bounded number of them, so after
+// enrollPerConn enrolls the worker says bye (the server ends those bindings
+// as detached/clean, commits the bench does not count but the server's
+// flush figures include) and reconnects.
+func (w *worker) sendEnroll(ctx context.Context) error {
+	if w.enrolls >= w.run.cfg.enrollPerConn {
+		w.drainHeld()
+		old := w.conn
+		old.wc.WriteMessage(&wire.Bye{ID: old.nextID.Add(1)})
+		<-old.readDone // the server closes after ending the bindings
+		old.wc.Close()
+		if err := w.connect(ctx); err != nil {
+			return fmt.Errorf("reconnect: %w", err)
+		}
+	}
+	w.enrolls++
+	conv := w.run.nonce | uint64(w.index+1)<<24 | w.n&(1<<24-1)
+	req := &wire.Enroll{Conversation: conv, Token: w.token()}
+	sent := time.Now()
+	return w.conn.send(req, func(m wire.Message) {
+		w.answered(m, sent, func(m wire.Message) (sample, bool) {
+			e, ok := m.(*wire.Enrolled)
+			if !ok || e.Replay != nil || e.Conversation != conv {
+				return sample{}, false
+			}
+			return sample{req: req, part: e.Participant}, true
+		})
+	})
+}
+
+// drainHeld waits for every request in flight but the one whose slot the
+// caller holds.
+func (w *worker) drainHeld() {
+	for range cap(w.sem) - 1 {
+		w.sem <- struct{}{}
+	}
+	for range cap(w.sem) - 1 {
+		<-w.sem
+	}
+}
+
+// verify replays every sample with its original token and checks that the
+// server answers with the original result, marked as a replay: proof that
+// each sampled counted answer was a committed, durable operation.
+func (r *loadRun) verify(ctx context.Context) (checked int, failures []string) {
+	for _, w := range r.workers {
+		for _, s := range w.samples {
+			checked++
+			if err := w.replay(ctx, s); err != nil {
+				failures = append(failures, err.Error())
+			}
+		}
+	}
+	return checked, failures
+}
+
+func (w *worker) replay(ctx context.Context, s sample) error {
+	m, err := w.conn.call(ctx, s.req)
+	if err != nil {
+		return fmt.Errorf("replay %s: %w", s.req.Type(), err)
+	}
+	switch a := m.(type) {
+	case *wire.Told:
+		if a.Replay == nil || *a.Replay != wire.ReplayCommitted || a.Seq != s.seq {
+			return fmt.Errorf("replay tell: got seq %d replay %v, want seq %d replay committed", a.Seq, a.Replay, s.seq)
+		}
+	case *wire.Enrolled:
+		if a.Replay == nil || a.Participant != s.part {
+			return fmt.Errorf("replay enroll: got participant %d replay %v, want participant %d as a replay", a.Participant, a.Replay, s.part)
+		}
+	default:
+		return fmt.Errorf("replay %s answered %s", s.req.Type(), m.Type())
+	}
+	return nil
+}
+
+// newNonce returns a random conversation-id prefix for a run: the top 24
+// bits, so that ids of different runs never meet.
+func newNonce() uint64 { return rand.Uint64() &^ (1<<40 - 1) }

@@ -1,0 +1,158 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+)
+
+// benchReport is what one bench run prints.
+type benchReport struct {
+	Machine     machine `json:"machine"`
+	DataDir     string  `json:"data_dir"`
+	FsyncPerSec float64 `json:"fsync_probe_per_s,omitempty"`
+
+	Op            string  `json:"op,omitempty"`
+	Clients       int     `json:"clients,omitempty"`
+	Conversations int     `json:"conversations,omitempty"`
+	Payload       int     `json:"payload_bytes,omitempty"`
+	Window        int     `json:"window,omitempty"`
+	Seconds       float64 `json:"seconds,omitempty"`
+
+	Ops       uint64              `json:"ops"`
+	OpsPerSec float64             `json:"ops_per_s"`
+	Latency   summary             `json:"latency"`
+	ByOp      map[string]opFigure `json:"by_op,omitempty"`
+	Acks      uint64              `json:"acks,omitempty"`
+
+	CommitsPerSec         float64 `json:"store_commits_per_s,omitempty"`
+	FlushCallsPerSec      float64 `json:"store_flush_calls_per_s,omitempty"`
+	OpsPerCommit          float64 `json:"ops_per_commit,omitempty"`
+	ServerCommittedPerSec float64 `json:"server_committed_ops_per_s,omitempty"`
+	ServerOpsPerCommit    float64 `json:"server_committed_ops_per_commit,omitempty"`
+	MetricsError          string  `json:"metrics_error,omitempty"`
+	RatioToFsync          float64 `json:"ratio_to_fsync,omitempty"`
+
+	Errors         uint64   `json:"errors"`
+	FirstError     string   `json:"first_error,omitempty"`
+	Verified       int      `json:"verified_replays"`
+	VerifyFailures []string `json:"verify_failures,omitempty"`
+
+	Idle    *idleReport     `json:"idle,omitempty"`
+	Startup []startupFigure `json:"startup,omitempty"`
+}
+
+// opFigure is the share of one operation kind in a mixed run.
+type opFigure struct {
+	Clients   int     `json:"clients"`
+	Ops       uint64  `json:"ops"`
+	OpsPerSec float64 `json:"ops_per_s"`
+	Latency   summary `json:"latency"`
+}
+
+func (rep *benchReport) fill(f *benchFlags, r *loadRun, elapsed time.Duration) {
+	rep.Op, rep.Clients, rep.Payload, rep.Window = f.load.op, f.load.clients, f.load.payload, f.load.window
+	rep.Seconds = elapsed.Seconds()
+	convs := map[uint64]bool{}
+	var all latencies
+	by := map[string]*opFigure{}
+	byLat := map[string]latencies{}
+	for _, w := range r.workers {
+		n := w.count.Load()
+		rep.Ops += n
+		rep.Errors += w.errCount.Load()
+		if p := w.firstErr.Load(); p != nil && rep.FirstError == "" {
+			rep.FirstError = *p
+		}
+		rep.Acks += w.acks.Load()
+		all = append(all, w.lat...)
+		fig := by[w.kind]
+		if fig == nil {
+			fig = &opFigure{}
+			by[w.kind] = fig
+		}
+		fig.Clients++
+		fig.Ops += n
+		byLat[w.kind] = append(byLat[w.kind], w.lat...)
+		if w.kind == opTell {
+			convs[w.conv] = true
+		}
+	}
+	rep.Conversations = len(convs)
+	rep.OpsPerSec = float64(rep.Ops) / rep.Seconds
+	rep.Latency = all.summary()
+	if rep.FsyncPerSec > 0 {
+		rep.RatioToFsync = rep.OpsPerSec / rep.FsyncPerSec
+	}
+	if len(by) > 1 {
+		rep.ByOp = map[string]opFigure{}
+		for k, fig := range by {
+			fig.OpsPerSec = float64(fig.Ops) / rep.Seconds
+			fig.Latency = byLat[k].summary()
+			rep.ByOp[k] = *fig
+		}
+	}
+}
+
+func (rep *benchReport) print(w io.Writer, asJSON bool) error {
+	if asJSON {
+		return writeJSON(w, rep)
+	}
+	var b strings.Builder
+	m := rep.Machine
+	fmt.Fprintf(&b, "machine: %d CPUs (%s), %s/%s, kernel %s, %s\n", m.CPUs, m.Model, m.OS, m.Arch, m.Kernel, m.Go)
+	fmt.Fprintf(&b, "data dir: %s\n", rep.DataDir)
+	if rep.FsyncPerSec > 0 {
+		fmt.Fprintf(&b, "fsync probe: %.0f write(200 B)+fsync/s from 1 goroutine (%.3f ms each)\n", rep.FsyncPerSec, 1000/rep.FsyncPerSec)
+	}
+	if rep.Idle != nil {
+		rep.Idle.print(&b)
+	}
+	for _, s := range rep.Startup {
+		fmt.Fprintf(&b, "startup: %d conversations, %d records (%.1f MiB file): ready in %.2f s (participant.Open %.2f s)\n",
+			s.Conversations, s.Records, float64(s.FileBytes)/(1<<20), s.ReadySeconds, s.OpenSeconds)
+	}
+	if rep.Op != "" {
+		fmt.Fprintf(&b, "load: --op %s, %d clients, %d tell conversations, payload %d B, window %d, %.1f s measured\n",
+			rep.Op, rep.Clients, rep.Conversations, rep.Payload, rep.Window, rep.Seconds)
+		fmt.Fprintf(&b, "  %s: %.0f ops/s (%d durable answers); latency p50 %.2f ms, p90 %.2f ms, p99 %.2f ms, max %.2f ms\n",
+			rep.Op, rep.OpsPerSec, rep.Ops, rep.Latency.P50, rep.Latency.P90, rep.Latency.P99, rep.Latency.Max)
+		for k, fig := range rep.ByOp {
+			fmt.Fprintf(&b, "    %s (%d clients): %.0f ops/s; p50 %.2f ms, p99 %.2f ms, max %.2f ms\n",
+				k, fig.Clients, fig.OpsPerSec, fig.Latency.P50, fig.Latency.P99, fig.Latency.Max)
+		}
+		if rep.Acks > 0 {
+			fmt.Fprintf(&b, "  acks (cumulative, not counted): %d\n", rep.Acks)
+		}
+		if rep.MetricsError != "" {
+			fmt.Fprintf(&b, "  server metrics: %s\n", rep.MetricsError)
+		} else if rep.CommitsPerSec > 0 {
+			fmt.Fprintf(&b, "  server: %.0f store commits (flushes)/s, %.2f counted ops per commit; %.0f committed ops/s of every kind, %.2f per commit; %.0f Flush calls/s\n",
+				rep.CommitsPerSec, rep.OpsPerCommit, rep.ServerCommittedPerSec, rep.ServerOpsPerCommit, rep.FlushCallsPerSec)
+		}
+		if rep.RatioToFsync > 0 {
+			fmt.Fprintf(&b, "  ratio: %.2f x the fsync probe rate\n", rep.RatioToFsync)
+		}
+		fmt.Fprintf(&b, "  errors: %d", rep.Errors)
+		if rep.FirstError != "" {
+			fmt.Fprintf(&b, " (first: %s)", rep.FirstError)
+		}
+		fmt.Fprintf(&b, "\n  verified: %d counted answers replayed with their token, %d failures\n", rep.Verified, len(rep.VerifyFailures))
+		for _, f := range rep.VerifyFailures {
+			fmt.Fprintf(&b, "    %s\n", f)
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func trimNL(b []byte) []byte { return bytes.TrimRight(b, "\n") }
+
+func splitLines(b []byte) []string { return strings.Split(string(b), "\n") }
+
+func cutColon(line string) (k, v string, ok bool) {
+	k, v, ok = strings.Cut(line, ":")
+	return strings.TrimSpace(k), strings.TrimSpace(v), ok
+}
