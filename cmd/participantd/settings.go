@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/participantd/participantd/cmd/participantd/server"
+	"github.com/participantd/participantd/participant"
 )
 
 // EnvPrefix starts every environment variable participantd reads.
@@ -71,6 +72,10 @@ var settings = []setting{
 		intSetting(func(o *options) *int { return &o.server.MaxConnections })},
 	{"max-pending", strconv.Itoa(server.DefaultMaxPending), "requests of one connection queued or running before reading pauses",
 		intSetting(func(o *options) *int { return &o.server.MaxPending })},
+	{"max-participants", strconv.Itoa(participant.DefaultMaxParticipants), "participants per conversation (capacity_exceeded past it)",
+		intSetting(func(o *options) *int { return &o.server.MaxParticipants })},
+	{"max-conversations-per-connection", strconv.Itoa(participant.DefaultMaxConversationsPerConn), "bindings one connection may hold (capacity_exceeded past it)",
+		intSetting(func(o *options) *int { return &o.server.MaxConversationsPerConn })},
 	{"log-level", "info", "debug, info, warn or error",
 		func(o *options, v string) error {
 			l, err := zerolog.ParseLevel(v)

@@ -68,6 +68,12 @@ type Config struct {
 	MaxConnections int
 	// MaxPending caps the requests of one connection queued or running.
 	MaxPending int
+	// MaxParticipants caps participants per conversation. Default
+	// participant.DefaultMaxParticipants.
+	MaxParticipants int
+	// MaxConversationsPerConn caps the bindings one connection holds.
+	// Default participant.DefaultMaxConversationsPerConn.
+	MaxConversationsPerConn int
 	// Logger receives the server's logs; the zero value logs nothing.
 	Logger zerolog.Logger
 }
@@ -125,6 +131,10 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("server: write-timeout %v is negative", c.WriteTimeout)
 	case c.MaxConnections < 0:
 		return c, fmt.Errorf("server: max-connections %d is negative", c.MaxConnections)
+	case c.MaxParticipants < 0:
+		return c, fmt.Errorf("server: max-participants %d is negative", c.MaxParticipants)
+	case c.MaxConversationsPerConn < 0:
+		return c, fmt.Errorf("server: max-conversations-per-connection %d is negative", c.MaxConversationsPerConn)
 	case c.MaxPending < 0:
 		return c, fmt.Errorf("server: max-pending %d is negative", c.MaxPending)
 	}

@@ -148,3 +148,13 @@ func TestExchange_PipelinedOrderPerConversation(t *testing.T) {
 		last[in[0]] = told.Seq
 	}
 }
+
+func TestExchange_CapacityExceededCarriesLimit(t *testing.T) {
+	h := start(t, server.Config{MaxParticipants: 1})
+	a, b := h.dial(), h.dial()
+	a.enroll(20)
+	m := b.call(&wire.Enroll{ID: b.id(), Conversation: 20, Token: token()})
+	if e, ok := m.(*wire.Error); !ok || e.Code != wire.CodeCapacityExceeded || e.Limit == nil || *e.Limit != 1 {
+		t.Fatalf("second enroll answered %#v, want capacity_exceeded limit 1", m)
+	}
+}

@@ -177,11 +177,13 @@ func (s *Server) open(ctx context.Context) (*store.Bolt, *participant.Service, e
 	}
 	s.st.Store(st)
 	svc, err := participant.Open(ctx, st, participant.Options{
-		NodeKey:        key,
-		ReceiptTTL:     s.cfg.ReceiptTTL,
-		MaxRecordBytes: s.cfg.MaxRecordBytes,
-		Logger:         s.cfg.Logger,
-		Observer:       s.metrics,
+		NodeKey:                 key,
+		ReceiptTTL:              s.cfg.ReceiptTTL,
+		MaxRecordBytes:          s.cfg.MaxRecordBytes,
+		MaxParticipants:         s.cfg.MaxParticipants,
+		MaxConversationsPerConn: s.cfg.MaxConversationsPerConn,
+		Logger:                  s.cfg.Logger,
+		Observer:                s.metrics,
 	})
 	if err != nil {
 		st.Close()
