@@ -1,0 +1,210 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/participantd/participantd/client"
+	"github.com/participantd/participantd/cmd/participantd/server"
+)
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// startServer runs an in-process participantd on dir and returns its
+// address and a function that stops it (idempotent, also run at cleanup).
+func startServer(t *testing.T, dir string) (string, func()) {
+	t.Helper()
+	srv, err := server.New(server.Config{DataDir: dir, Listen: "127.0.0.1:0", HealthListen: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	select {
+	case <-srv.Ready():
+	case err := <-done:
+		cancel()
+		t.Fatalf("server: %v", err)
+	}
+	stopped := false
+	stop := func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("server Run = %v", err)
+		}
+	}
+	t.Cleanup(stop)
+	return srv.Addr().String(), stop
+}
+
+// ctl runs participantctl in process and returns its stdout, stderr and
+// exit status.
+func ctl(ctx context.Context, stdin string, args ...string) (string, string, int) {
+	var out, errb bytes.Buffer
+	e := &env{stdin: strings.NewReader(stdin), stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}
+	code := run(ctx, e, args)
+	return out.String(), errb.String(), code
+}
+
+func mustCtl(t *testing.T, ctx context.Context, args ...string) string {
+	t.Helper()
+	out, errs, code := ctl(ctx, "", args...)
+	if code != 0 {
+		t.Fatalf("participantctl %s = exit %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), code, out, errs)
+	}
+	return out
+}
+
+func TestOnline_EnrollTellTailAckLeave(t *testing.T) {
+	ctx := testCtx(t)
+	data := t.TempDir()
+	addr, stop := startServer(t, data)
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "a.json"), filepath.Join(dir, "b.json")
+
+	mustCtl(t, ctx, "enroll", "--addr", addr, "--conversation", "42", "--creds", a)
+	mustCtl(t, ctx, "enroll", "--addr", addr, "--conversation", "42", "--creds", b)
+	if _, errs, code := ctl(ctx, "", "enroll", "--addr", addr, "--conversation", "42", "--creds", a); code == 0 || !strings.Contains(errs, "--force") {
+		t.Errorf("enroll over an existing file = %d, %q; want a refusal naming --force", code, errs)
+	}
+	credA := readCredsT(t, a)
+	if credA.Generation != 1 {
+		t.Errorf("after enroll generation = %d, want 1", credA.Generation)
+	}
+
+	tok := client.NewToken().String()
+	seq := strings.TrimSpace(mustCtl(t, ctx, "tell", "--addr", addr, "--creds", a, "--token", tok, "hello world"))
+	if again := strings.TrimSpace(mustCtl(t, ctx, "tell", "--addr", addr, "--creds", a, "--token", tok, "hello world")); again != seq {
+		t.Errorf("tell with the same token = %s, want the original seq %s", again, seq)
+	}
+	if g := readCredsT(t, a).Generation; g != 3 {
+		t.Errorf("after two tells generation = %d, want 3 (each attaches)", g)
+	}
+	out, errs, code := ctl(ctx, "\x00\x01binary", "tell", "--addr", addr, "--creds", a, "-")
+	if code != 0 {
+		t.Fatalf("tell - = %d: %s", code, errs)
+	}
+	binSeq := strings.TrimSpace(out)
+
+	// b follows: a's attaches, records and detaches after b's enrollment.
+	out = mustCtl(t, ctx, "tail", "--addr", addr, "--creds", b, "--json", "--count", "7")
+	var lines []deliveryJSON
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		var d deliveryJSON
+		if err := json.Unmarshal([]byte(l), &d); err != nil {
+			t.Fatalf("tail --json line %q: %v", l, err)
+		}
+		lines = append(lines, d)
+	}
+	var sawText, sawBin bool
+	for i, d := range lines {
+		if i > 0 && d.Seq <= lines[i-1].Seq {
+			t.Errorf("tail seqs not ascending: %+v", lines)
+		}
+		if d.Kind == "record" && d.Payload == "hello world" && strings.TrimSpace(seq) == itoa(d.Seq) {
+			sawText = true
+		}
+		if d.Kind == "record" && d.PayloadHex == "000162696e617279" && binSeq == itoa(d.Seq) {
+			sawBin = true
+		}
+	}
+	if !sawText || !sawBin {
+		t.Errorf("tail = %+v, want the text record %s and the binary one %s", lines, seq, binSeq)
+	}
+	if out := mustCtl(t, ctx, "ack", "--addr", addr, "--creds", b, "--through", binSeq); out != "cursor "+binSeq+"\n" {
+		t.Errorf("ack = %q, want cursor %s (tail acknowledged it already)", out, binSeq)
+	}
+	if out := mustCtl(t, ctx, "leave", "--addr", addr, "--creds", a); !strings.HasPrefix(out, "left at seq ") {
+		t.Errorf("leave = %q", out)
+	}
+	if _, errs, code := ctl(ctx, "", "tell", "--addr", addr, "--creds", a, "x"); code != 1 || !strings.Contains(errs, "retired") {
+		t.Errorf("tell after leave = %d, %q; want retired", code, errs)
+	}
+
+	// inspect refuses a running server's data.
+	if _, errs, code := ctl(ctx, "", "inspect", "--data", data); code != 1 || !strings.Contains(errs, "locked") {
+		t.Errorf("inspect on a running server = %d, %q; want the lock error", code, errs)
+	}
+	stop()
+	var rep inspectReport
+	if err := json.Unmarshal([]byte(mustCtl(t, ctx, "inspect", "--data", data, "--json")), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Conversations) != 1 || len(rep.Conversations[0].Participants) != 2 {
+		t.Fatalf("inspect = %+v, want conversation 42 with 2 participants", rep)
+	}
+	c := rep.Conversations[0]
+	if c.Conversation != 42 || !c.Participants[0].Retired || c.Participants[1].Retired || c.Participants[1].Cursor == 0 || c.Unloadable != nil {
+		t.Errorf("inspect conversation = %+v", c)
+	}
+	if out := mustCtl(t, ctx, "verify", "--data", data); out != "conversation 42: ok\n" {
+		t.Errorf("verify = %q", out)
+	}
+}
+
+func itoa(u uint64) string { return strconv.FormatUint(u, 10) }
+
+func readCredsT(t *testing.T, path string) client.Credential {
+	t.Helper()
+	c, err := readCreds(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestWriteCreds_Mode0600AtomicReplace(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "c.json")
+	c := client.Credential{Conversation: 1, Participant: 2, Generation: 3}
+	c.Secret[0] = 9
+	for g := uint64(3); g <= 4; g++ {
+		c.Generation = g
+		if err := writeCreds(path, c); err != nil {
+			t.Fatal(err)
+		}
+		fi, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode().Perm() != 0o600 {
+			t.Errorf("mode = %v, want 0600", fi.Mode().Perm())
+		}
+		if got := readCredsT(t, path); got != c {
+			t.Errorf("readCreds = %v, want %v", got, c)
+		}
+	}
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != 1 {
+		t.Errorf("directory holds %d files, want only the credential file (no temporary left)", len(entries))
+	}
+}
+
+func TestRun_UnknownAndHelp(t *testing.T) {
+	ctx := testCtx(t)
+	if _, errs, code := ctl(ctx, "", "frobnicate"); code != 2 || !strings.Contains(errs, "tail") {
+		t.Errorf("unknown subcommand = %d, %q", code, errs)
+	}
+	if _, errs, code := ctl(ctx, "", "tell", "-h"); code != 0 || !strings.Contains(errs, "tell first attaches") {
+		t.Errorf("tell -h = %d, %q", code, errs)
+	}
+	if _, _, code := ctl(ctx, "", "ack", "--creds", "x"); code != 2 {
+		t.Errorf("ack without --through = %d, want 2", code)
+	}
+}

@@ -1,0 +1,88 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/participantd/participantd/participant"
+)
+
+func init() {
+	register(&command{
+		name:     "verify",
+		synopsis: "reconcile a stopped server's data in dry run (offline)",
+		usage: `[--data DIR] [--json]
+
+Reconciles every conversation of a STOPPED server's store as the server
+does at start, without writing anything, and reports each as "ok", "would
+repair N outbox rows" or "refused CLASS: REASON". Exits 1 when any
+conversation is refused (the server would contain it as unloadable), else 0.`,
+		run: runVerify,
+	})
+}
+
+type verifyLine struct {
+	Conversation uint64 `json:"conversation"`
+	Status       string `json:"status"` // ok, repair, refused
+	RepairRows   int    `json:"repair_rows,omitempty"`
+	Class        string `json:"class,omitempty"`
+	Reason       string `json:"reason,omitempty"`
+}
+
+func runVerify(ctx context.Context, e *env, args []string) error {
+	fs := newFlagSet(e, commands["verify"])
+	dir := addDataFlag(fs)
+	asJSON := fs.Bool("json", false, "print one JSON object per conversation")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	st, err := openData(*dir)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	ids, err := readRegistry(st)
+	if err != nil {
+		return err
+	}
+	refused := 0
+	for _, id := range ids {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		l := verifyLine{Conversation: uint64(id), Status: "ok"}
+		r, err := reconcileDry(st, id)
+		switch {
+		case err != nil:
+			l.Status, l.Class, l.Reason = "refused", participant.ClassStorageUnavailable, err.Error()
+		case r.refused != nil:
+			l.Status, l.Class, l.Reason = "refused", r.refused.Class, r.refused.Reason
+		case r.repairs > 0:
+			l.Status, l.RepairRows = "repair", r.repairs
+		}
+		if l.Status == "refused" {
+			refused++
+		}
+		if *asJSON {
+			b, err := json.Marshal(l)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(e.stdout, "%s\n", b)
+			continue
+		}
+		switch l.Status {
+		case "ok":
+			fmt.Fprintf(e.stdout, "conversation %d: ok\n", l.Conversation)
+		case "repair":
+			fmt.Fprintf(e.stdout, "conversation %d: would repair %d outbox rows\n", l.Conversation, l.RepairRows)
+		default:
+			fmt.Fprintf(e.stdout, "conversation %d: refused %s: %s\n", l.Conversation, l.Class, l.Reason)
+		}
+	}
+	if refused > 0 {
+		return &exitError{code: 1, err: fmt.Errorf("%d of %d conversations refused", refused, len(ids))}
+	}
+	return nil
+}
