@@ -196,7 +196,7 @@ func byParticipant(p ParticipantID) func(*oplog.Row) bool {
 // Enroll creates a participant (and the conversation on first use) and
 // binds it to this connection. Errors are *Error.
 func (c *Conn) Enroll(ctx context.Context, req Enroll) (b Bound, err error) {
-	defer c.svc.observe("enroll", time.Now(), &err)
+	defer c.svc.observe("enroll", time.Now(), &err, &b.Replay, nil)
 	cv, st, finish, err := c.begin(ctx, req.Conversation, true)
 	if err != nil {
 		return Bound{}, err
@@ -243,7 +243,7 @@ func (c *Conn) Enroll(ctx context.Context, req Enroll) (b Bound, err error) {
 // and binds the participant to this connection, superseding any binding it
 // held elsewhere (or here). Errors are *Error.
 func (c *Conn) Attach(ctx context.Context, req Attach) (b Bound, err error) {
-	defer c.svc.observe("attach", time.Now(), &err)
+	defer c.svc.observe("attach", time.Now(), &err, &b.Replay, nil)
 	cv, st, finish, err := c.begin(ctx, req.Conversation, false)
 	if err != nil {
 		return Bound{}, err
@@ -289,7 +289,7 @@ func (c *Conn) Attach(ctx context.Context, req Attach) (b Bound, err error) {
 
 // Tell appends a record to the conversation. Errors are *Error.
 func (c *Conn) Tell(ctx context.Context, req Tell) (t Told, err error) {
-	defer c.svc.observe("tell", time.Now(), &err)
+	defer c.svc.observe("tell", time.Now(), &err, &t.Replay, nil)
 	cv, st, finish, err := c.begin(ctx, req.Conversation, false)
 	if err != nil {
 		return Told{}, err
@@ -330,7 +330,7 @@ func (c *Conn) lookup(cv *conversation, st *outbox.State, p ParticipantID, t Tok
 
 // Ack advances the participant's cursor. Errors are *Error.
 func (c *Conn) Ack(ctx context.Context, req Ack) (a Acked, err error) {
-	defer c.svc.observe("ack", time.Now(), &err)
+	defer c.svc.observe("ack", time.Now(), &err, nil, &a.Noop)
 	cv, st, finish, err := c.begin(ctx, req.Conversation, false)
 	if err != nil {
 		return Acked{}, err
@@ -351,7 +351,7 @@ func (c *Conn) Ack(ctx context.Context, req Ack) (a Acked, err error) {
 
 // Detach ends the participant's binding cleanly. Errors are *Error.
 func (c *Conn) Detach(ctx context.Context, req Detach) (d Ended, err error) {
-	defer c.svc.observe("detach", time.Now(), &err)
+	defer c.svc.observe("detach", time.Now(), &err, &d.Replay, nil)
 	cv, st, finish, err := c.begin(ctx, req.Conversation, false)
 	if err != nil {
 		return Ended{}, err
@@ -381,7 +381,7 @@ func (c *Conn) Detach(ctx context.Context, req Detach) (d Ended, err error) {
 // Leave retires the participant, ending its binding if it has one. Errors
 // are *Error.
 func (c *Conn) Leave(ctx context.Context, req Leave) (l Ended, err error) {
-	defer c.svc.observe("leave", time.Now(), &err)
+	defer c.svc.observe("leave", time.Now(), &err, &l.Replay, nil)
 	cv, st, finish, err := c.begin(ctx, req.Conversation, false)
 	if err != nil {
 		return Ended{}, err
@@ -453,7 +453,7 @@ func (c *Conn) End(ctx context.Context, cause Cause) error {
 // endBinding commits the end of p's binding on conn in conversation id, if
 // it still holds it.
 func (s *Service) endBinding(ctx context.Context, id ConversationID, p ParticipantID, conn ConnID, cause Cause) (err error) {
-	defer s.observe("end", time.Now(), &err)
+	defer s.observe("end", time.Now(), &err, nil, nil)
 	cv := s.existing(id)
 	if cv == nil {
 		return nil

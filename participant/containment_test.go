@@ -3,7 +3,11 @@ package participant
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/participantd/participantd/outbox"
 	"github.com/participantd/participantd/store"
@@ -84,5 +88,38 @@ func TestAnUnreadableRegistryIsFatalAtStart(t *testing.T) {
 	mem.Flush()
 	if _, err := Open(context.Background(), mem, Options{NodeKey: testKey}); err == nil {
 		t.Fatalf("Open with an unreadable registry succeeded")
+	}
+}
+
+type recordingObserver struct {
+	mu       sync.Mutex
+	outcomes []string
+}
+
+func (o *recordingObserver) Operation(op, outcome string, _ time.Duration) {
+	o.mu.Lock()
+	o.outcomes = append(o.outcomes, op+":"+outcome)
+	o.mu.Unlock()
+}
+
+// TestTheObserverTellsReplaysAndNoopsFromCommits: metrics count commits,
+// so a replay or a no-op ack must not look like one.
+func TestTheObserverTellsReplaysAndNoopsFromCommits(t *testing.T) {
+	ctx := context.Background()
+	obs := &recordingObserver{}
+	svc, err := Open(ctx, store.NewMemory(), Options{NodeKey: testKey, Observer: obs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := svc.Connect(nil)
+	a, _ := c.Enroll(ctx, Enroll{Conversation: 1, Token: token(1)})
+	tell := Tell{Conversation: 1, Participant: a.Participant, Generation: 1, Token: token(2)}
+	c.Tell(ctx, tell)
+	c.Tell(ctx, tell)
+	c.Ack(ctx, Ack{Conversation: 1, Participant: a.Participant, Generation: 1, Through: 0})
+	c.Tell(ctx, Tell{Conversation: 1, Participant: 9, Generation: 1, Token: token(3)})
+	want := []string{"enroll:ok", "tell:ok", "tell:replay", "ack:noop", "tell:unknown_participant"}
+	if diff := cmp.Diff(want, obs.outcomes); diff != "" {
+		t.Fatalf("observed outcomes (-want +got):\n%s", diff)
 	}
 }

@@ -34,12 +34,15 @@ func TestModel(t *testing.T) {
 	if testing.Short() {
 		iters = min(iters, 20)
 	}
+	outcomes := make(map[string]int)
 	for i := 0; i < iters; i++ {
 		r := newModelRun(t, seed+uint64(i))
+		r.outcomes = outcomes
 		if !r.run(*modelOps) {
 			return
 		}
 	}
+	t.Logf("outcomes: %v", outcomes)
 }
 
 var modelOpts = Options{ReceiptTTL: 20 * time.Second, MaxRecordBytes: 8, MaxParticipants: 5, MaxConversationsPerConn: 2}
@@ -70,19 +73,29 @@ type modelRun struct {
 	// afterFault is set when the last op left the conversation dropped.
 	afterFault bool
 	secretSeen map[Secret]refCred
+	// outcomes counts answers by request kind and code, for coverage.
+	outcomes map[string]int
+	opts     Options
+	// lastConn is the connection of the last request.
+	lastConn *modelConn
 }
 
 func newModelRun(t *testing.T, seed uint64) *modelRun {
 	r := &modelRun{t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), ctx: context.Background(),
 		mem: store.NewMemory(), clock: newSemClock(), secretSeen: make(map[Secret]refCred)}
-	r.ref = newRefModel(modelOpts)
+	r.opts = modelOpts
+	if seed%2 == 1 {
+		// One binding per connection: capacity refusals are frequent.
+		r.opts.MaxConversationsPerConn = 1
+	}
+	r.ref = newRefModel(r.opts)
 	r.open()
 	return r
 }
 
 func (r *modelRun) open() {
 	r.fs = faultstore.New(r.mem)
-	opts := modelOpts
+	opts := r.opts
 	opts.NodeKey = semKey
 	opts.Now = r.clock.Now
 	svc, err := Open(r.ctx, r.fs, opts)
@@ -147,7 +160,13 @@ func (r *modelRun) pickConv() ConversationID {
 	if r.rng.IntN(20) == 0 {
 		return 9 // never enrolled into, except by a rare enroll
 	}
-	return ConversationID(1 + r.rng.IntN(3))
+	conv := ConversationID(1 + r.rng.IntN(3))
+	if r.ref.convs[conv] == nil && r.rng.IntN(4) != 0 {
+		if ids := r.ref.convIDs(); len(ids) > 0 {
+			conv = ids[r.rng.IntN(len(ids))]
+		}
+	}
+	return conv
 }
 
 // pickParticipant returns a participant of conv, sometimes one that does
@@ -162,6 +181,13 @@ func (r *modelRun) pickParticipant(conv ConversationID) (ParticipantID, *refMemb
 		return ParticipantID(n + r.rng.IntN(2)), nil
 	}
 	p := ParticipantID(r.rng.IntN(n))
+	// Prefer a participant that is bound, then one that has not left.
+	for range 3 {
+		if mb := c.members[p]; mb.bound || (!mb.retired && r.rng.IntN(3) == 0) {
+			break
+		}
+		p = ParticipantID(r.rng.IntN(n))
+	}
 	return p, c.members[p]
 }
 
@@ -237,7 +263,7 @@ func (r *modelRun) randomRequest() (refReq, *modelConn) {
 	case k < 75:
 		p, mb := r.pickParticipant(conv)
 		return refReq{kind: "ack", conv: conv, p: p, gen: r.generation(mb), through: r.through(conv, p, mb)}, r.requestConn(mb)
-	case k < 88:
+	case k < 94:
 		p, mb := r.pickParticipant(conv)
 		return refReq{kind: "detach", conv: conv, p: p, gen: r.generation(mb), tok: r.tok()}, r.requestConn(mb)
 	default:
@@ -267,7 +293,8 @@ func (r *modelRun) through(conv ConversationID, p ParticipantID, mb *refMember) 
 	}
 	switch k := r.rng.IntN(10); {
 	case k < 6 && len(pending) > 0:
-		return pending[r.rng.IntN(len(pending))]
+		// Mostly the first few, as a client acks in order.
+		return pending[r.rng.IntN(min(len(pending), 3))]
 	case k == 6:
 		return mb.cursor
 	case k == 7 && mb.cursor > 0:
@@ -309,16 +336,30 @@ func (r *modelRun) retry() (refReq, *modelConn, bool) {
 }
 
 func (r *modelRun) step() {
-	switch k := r.rng.IntN(100); {
+	k := r.rng.IntN(100)
+	if r.afterFault && r.lastConn != nil && r.rng.IntN(3) == 0 {
+		k = 5 // end the connection whose commit just failed
+	}
+	switch {
 	case k < 3:
 		r.restart()
 		return
 	case k < 8:
 		i := r.rng.IntN(len(r.conns))
+		if k == 5 && r.lastConn != nil {
+			for j, c := range r.conns {
+				if c == r.lastConn {
+					i = j
+				}
+			}
+		}
 		c := r.conns[i]
 		causes := []Cause{1, 3, 4, 5} // clean, shutdown, connection_lost, protocol_error
 		cause := causes[r.rng.IntN(len(causes))]
 		r.log("c%d: End(%v)", c.id, cause)
+		if r.afterFault && r.outcomes != nil {
+			r.outcomes["end-after-fault:"+cause.String()]++
+		}
 		if err := c.c.End(r.ctx, cause); err != nil {
 			r.fail("End(%v) = %v", cause, err)
 		}
@@ -354,6 +395,7 @@ func (r *modelRun) restart() {
 
 // svcDo runs q on the service from c.
 func (r *modelRun) svcDo(q refReq, c *modelConn) refAnswer {
+	r.lastConn = c
 	var err error
 	var a refAnswer
 	conv := q.conv
@@ -420,6 +462,7 @@ func (r *modelRun) do(q refReq, c *modelConn, note string) {
 	before := r.mem.Stats()
 	got := r.svcDo(q, c)
 	want := r.ref.apply(q, c.id)
+	r.count(q, got)
 	r.log("c%d: %s%v -> %v", c.id, note, q, got)
 	r.compare(q, got, want)
 	if !r.afterFault && (want.err.code != "" || want.replay != ReplayNone || want.noop) {
@@ -428,6 +471,27 @@ func (r *modelRun) do(q refReq, c *modelConn, note string) {
 		}
 	}
 	r.afterFault = false
+}
+
+func (r *modelRun) count(q refReq, a refAnswer) {
+	if r.outcomes == nil {
+		return
+	}
+	k := q.kind + ":"
+	switch {
+	case a.err.code != "":
+		k += string(a.err.code)
+		if a.err.reason != "" {
+			k += "/" + a.err.reason
+		}
+	case a.replay != ReplayNone:
+		k += string(a.replay)
+	case a.noop:
+		k += "noop"
+	default:
+		k += "ok"
+	}
+	r.outcomes[k]++
 }
 
 // compare checks the service's answer against the model's, secrets by
@@ -501,11 +565,15 @@ func (r *modelRun) doFaulted(q refReq, c *modelConn) {
 	got := r.svcDo(q, c)
 	r.fs.SetRules()
 	r.log("c%d: [%s] %v -> %v", c.id, f.name, q, got)
-	if got.err != (semWant{code: f.code}) {
+	r.count(q, got)
+	// A fault before the op's first append (a flush of the registry that
+	// still covers an earlier failed outbox flush, say) is unavailable:
+	// nothing committed, which later answers check.
+	if got.err != (semWant{code: f.code}) && got.err != (semWant{code: CodeUnavailable}) {
 		r.fail("%v with %s = %v, want %s", q, f.name, got, f.code)
 	}
 	r.afterFault = true
-	if f.code == CodeUnavailable {
+	if got.err.code == CodeUnavailable {
 		// Nothing was committed: the model stays as it was.
 		return
 	}
@@ -515,6 +583,7 @@ func (r *modelRun) doFaulted(q refReq, c *modelConn) {
 	wantNot := notCommitted.apply(q, c.id)
 	wantCom := committed.apply(q, c.id)
 	retry := r.svcDo(q, c)
+	r.outcomes["in_doubt-retry:"+q.kind+":"+string(retry.replay)]++
 	r.log("c%d: retry %v -> %v", c.id, q, retry)
 	switch {
 	case retry.comparable() == wantCom.comparable():

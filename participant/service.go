@@ -320,19 +320,24 @@ func (s *Service) existing(id ConversationID) *conversation {
 
 func (s *Service) now() time.Time { return s.opts.Now() }
 
-// observe reports a finished operation; it is deferred with the address of
-// the operation's named error result.
-func (s *Service) observe(op string, start time.Time, errp *error) {
+// observe reports a finished operation. It is deferred with the addresses
+// of the operation's named results, so it sees the final error, replay
+// marker and noop flag (either may be nil).
+func (s *Service) observe(op string, start time.Time, errp *error, replay *Replay, noop *bool) {
 	if s.opts.Observer == nil {
 		return
 	}
-	err := *errp
 	outcome := "ok"
 	var pe *Error
-	if errors.As(err, &pe) {
+	switch err := *errp; {
+	case errors.As(err, &pe):
 		outcome = string(pe.Code)
-	} else if err != nil {
+	case err != nil:
 		outcome = "error"
+	case replay != nil && *replay != ReplayNone:
+		outcome = "replay"
+	case noop != nil && *noop:
+		outcome = "noop"
 	}
 	s.opts.Observer.Operation(op, outcome, time.Since(start))
 }
