@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -140,6 +141,7 @@ func (r *modelRun) run(n int) bool {
 		r.clock.Advance(time.Duration(r.rng.IntN(3000)) * time.Millisecond)
 		r.ref.nowMs = r.clock.Now().UnixMilli()
 		r.step()
+		r.checkRecords()
 		r.checkDeliveries()
 	}
 	return !r.t.Failed()
@@ -642,6 +644,49 @@ func (r *modelRun) checkDeliveries() {
 				r.fail("c%d conv %v (%v): new deliveries %s and no wake", c.id, conv, p, refShow(want))
 			}
 			c.sig[conv] = sig
+		}
+	}
+}
+
+// checkRecords compares every record the service still retains, with its
+// recipients, and the last seq, with the model's records.
+func (r *modelRun) checkRecords() {
+	for _, conv := range r.ref.convIDs() {
+		cv := r.svc.existing(conv)
+		if cv == nil {
+			r.fail("conversation %v exists in the model only", conv)
+		}
+		cv.mu.RLock()
+		st := cv.state
+		var last Seq
+		var bad string
+		if st != nil {
+			last = st.LastSeq
+			for _, rec := range st.Records {
+				if int(rec.Seq) > len(r.ref.convs[conv].records) {
+					bad = fmt.Sprintf("record %v beyond the model's", rec.Seq)
+					break
+				}
+				w := r.ref.convs[conv].records[rec.Seq-1]
+				to := make(map[ParticipantID]bool)
+				for _, p := range rec.Recipients {
+					to[p] = true
+				}
+				if rec.Kind != w.kind || rec.Participant != w.subject || rec.Cause != w.cause || !bytes.Equal(rec.Payload, w.payload) || !maps.Equal(to, w.to) {
+					bad = fmt.Sprintf("record %v is %v %v %v %q to %v, want %v", rec.Seq, rec.Kind, rec.Participant, rec.Cause, rec.Payload, rec.Recipients, refShow([]refRecord{w}))
+					break
+				}
+			}
+		}
+		cv.mu.RUnlock()
+		if st == nil {
+			continue
+		}
+		if bad != "" {
+			r.fail("conv %v: %s", conv, bad)
+		}
+		if want := r.ref.lastSeq(conv); last != want {
+			r.fail("conv %v: last seq %v, want %v", conv, last, want)
 		}
 	}
 }
