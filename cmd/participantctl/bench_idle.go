@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"runtime"
 	"runtime/debug"
@@ -63,7 +64,7 @@ func runIdle(ctx context.Context, f *benchFlags, rep *benchReport) error {
 	var ms0 runtime.MemStats
 	runtime.ReadMemStats(&ms0)
 	nonce := newNonce()
-	held := make([]*wire.Conn, f.idle)
+	held := make([]net.Conn, f.idle)
 	start := time.Now()
 	errs := make(chan error, f.idle)
 	var wg sync.WaitGroup
@@ -79,9 +80,7 @@ func runIdle(ctx context.Context, f *benchFlags, rep *benchReport) error {
 				errs <- err
 				return
 			}
-			var tok wire.Token
-			tok[0], tok[15] = 1, byte(i)
-			copy(tok[1:9], strconv.AppendUint(nil, uint64(i), 16))
+			tok := wire.Token{0: 1} // one enroll per conversation: any token
 			if err := c.wc.WriteMessage(&wire.Enroll{ID: 1, Conversation: nonce | uint64(i), Token: tok}); err != nil {
 				c.wc.Close()
 				errs <- err
@@ -98,7 +97,8 @@ func runIdle(ctx context.Context, f *benchFlags, rep *benchReport) error {
 				errs <- fmt.Errorf("enroll answered %s %+v", m.Type(), m)
 				return
 			}
-			held[i] = c.wc
+			// Keep the socket only: the wire.Conn's buffers are garbage.
+			held[i] = c.wc.NetConn()
 		}()
 	}
 	wg.Wait()

@@ -224,7 +224,10 @@ func (w *worker) connect(ctx context.Context) error {
 
 // delivered runs on the reader goroutine for every push.
 func (w *worker) delivered(d *wire.Delivery) {
-	if d.Conversation != w.conv || d.Recipient != w.p {
+	// The connection holds one binding, so every push of its conversation
+	// is addressed to it (w.p may not be set yet: the partner's joined can
+	// arrive before the enroll answer is read).
+	if d.Conversation != w.conv {
 		return
 	}
 	for {
@@ -338,7 +341,9 @@ func (w *worker) sendEnroll(ctx context.Context) error {
 		old.wc.WriteMessage(&wire.Bye{ID: old.nextID.Add(1)})
 		<-old.readDone // the server closes after ending the bindings
 		old.wc.Close()
-		if err := w.connect(ctx); err != nil {
+		// Not the load's context: a reconnect cut short by the end of the
+		// run would leave the worker without a connection to replay on.
+		if err := w.connect(context.WithoutCancel(ctx)); err != nil {
 			return fmt.Errorf("reconnect: %w", err)
 		}
 	}

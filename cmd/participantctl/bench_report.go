@@ -13,6 +13,9 @@ type benchReport struct {
 	Machine     machine `json:"machine"`
 	DataDir     string  `json:"data_dir"`
 	FsyncPerSec float64 `json:"fsync_probe_per_s,omitempty"`
+	// FsyncAfterPerSec is the probe again after the load; the ratio is
+	// against the mean of both.
+	FsyncAfterPerSec float64 `json:"fsync_probe_after_per_s,omitempty"`
 
 	Op            string  `json:"op,omitempty"`
 	Clients       int     `json:"clients,omitempty"`
@@ -105,14 +108,18 @@ func (rep *benchReport) print(w io.Writer, asJSON bool) error {
 	fmt.Fprintf(&b, "machine: %d CPUs (%s), %s/%s, kernel %s, %s\n", m.CPUs, m.Model, m.OS, m.Arch, m.Kernel, m.Go)
 	fmt.Fprintf(&b, "data dir: %s\n", rep.DataDir)
 	if rep.FsyncPerSec > 0 {
-		fmt.Fprintf(&b, "fsync probe: %.0f write(200 B)+fsync/s from 1 goroutine (%.3f ms each)\n", rep.FsyncPerSec, 1000/rep.FsyncPerSec)
+		fmt.Fprintf(&b, "fsync probe: %.0f write(200 B)+fsync/s from 1 goroutine (%.3f ms each)", rep.FsyncPerSec, 1000/rep.FsyncPerSec)
+		if rep.FsyncAfterPerSec > 0 {
+			fmt.Fprintf(&b, "; after the load %.0f/s; ratio below against the mean %.0f/s", rep.FsyncAfterPerSec, (rep.FsyncPerSec+rep.FsyncAfterPerSec)/2)
+		}
+		b.WriteString("\n")
 	}
 	if rep.Idle != nil {
 		rep.Idle.print(&b)
 	}
 	for _, s := range rep.Startup {
-		fmt.Fprintf(&b, "startup: %d conversations, %d records (%.1f MiB file): ready in %.2f s (participant.Open %.2f s)\n",
-			s.Conversations, s.Records, float64(s.FileBytes)/(1<<20), s.ReadySeconds, s.OpenSeconds)
+		fmt.Fprintf(&b, "startup: %d conversations, %d records (%.1f MiB file): ready in %.2f s (built in %.1f s)\n",
+			s.Conversations, s.Records, float64(s.FileBytes)/(1<<20), s.ReadySeconds, s.BuildSeconds)
 	}
 	if rep.Op != "" {
 		fmt.Fprintf(&b, "load: --op %s, %d clients, %d tell conversations, payload %d B, window %d, %.1f s measured\n",

@@ -1,0 +1,69 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+// runBenchForTest runs `participantctl bench args...` in process and decodes
+// its --json report.
+func runBenchForTest(t *testing.T, args ...string) benchReport {
+	t.Helper()
+	var out, errb bytes.Buffer
+	e := &env{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}
+	if code := run(context.Background(), e, append([]string{"bench", "--json"}, args...)); code != 0 {
+		t.Fatalf("bench %v = exit %d, stderr:\n%s\nstdout:\n%s", args, code, errb.String(), out.String())
+	}
+	var rep benchReport
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatalf("bench %v printed no JSON report: %v\n%s", args, err, out.String())
+	}
+	return rep
+}
+
+func TestBench_Embedded_CountsOnlyVerifiedDurableAnswers(t *testing.T) {
+	for _, op := range []string{opTell, opEnroll, opMixed} {
+		t.Run(op, func(t *testing.T) {
+			rep := runBenchForTest(t, "--embedded", "--data-dir", t.TempDir(), "--op", op, "--clients", "4",
+				"--duration", "300ms", "--warmup", "100ms", "--probe-duration", "50ms", "--enroll-per-conn", "8", "--verify", "20")
+			if rep.Ops == 0 || rep.Errors != 0 || len(rep.VerifyFailures) != 0 || rep.Verified == 0 {
+				t.Fatalf("report = ops %d, errors %d (%s), verified %d, failures %v; want ops > 0, no errors, replays verified",
+					rep.Ops, rep.Errors, rep.FirstError, rep.Verified, rep.VerifyFailures)
+			}
+			if rep.FsyncPerSec <= 0 || rep.CommitsPerSec <= 0 || rep.OpsPerCommit <= 0 {
+				t.Fatalf("report = fsync %.0f/s, commits %.0f/s, ops/commit %.2f; want all positive", rep.FsyncPerSec, rep.CommitsPerSec, rep.OpsPerCommit)
+			}
+		})
+	}
+}
+
+func TestBench_IdleConnections(t *testing.T) {
+	rep := runBenchForTest(t, "--embedded", "--data-dir", t.TempDir(), "--idle-connections", "20", "--fsync-probe=false")
+	if rep.Idle == nil || rep.Idle.Connections != 20 {
+		t.Fatalf("idle report = %+v, want 20 connections", rep.Idle)
+	}
+}
+
+func TestBench_Startup(t *testing.T) {
+	rep := runBenchForTest(t, "--startup-records", "200", "--startup-conversations", "20", "--data-dir", t.TempDir(), "--fsync-probe=false")
+	if len(rep.Startup) != 3 || rep.Startup[2].Records != 200 || rep.Startup[2].ReadySeconds <= 0 {
+		t.Fatalf("startup = %+v, want 3 sizes up to 200 records", rep.Startup)
+	}
+}
+
+func TestBench_RefusesBadFlags(t *testing.T) {
+	var out, errb bytes.Buffer
+	e := &env{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}
+	for _, args := range [][]string{
+		{"bench"},
+		{"bench", "--embedded", "--addr", "127.0.0.1:1"},
+		{"bench", "--embedded", "--op", "dance"},
+	} {
+		if code := run(context.Background(), e, args); code != 2 {
+			t.Errorf("%v = exit %d, want 2", args, code)
+		}
+	}
+}
