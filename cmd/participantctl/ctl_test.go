@@ -150,7 +150,7 @@ func TestOnline_EnrollTellTailAckLeave(t *testing.T) {
 		t.Fatalf("inspect = %+v, want conversation 42 with 2 participants", rep)
 	}
 	c := rep.Conversations[0]
-	if c.Conversation != 42 || !c.Participants[0].Retired || c.Participants[1].Retired || c.Participants[1].Cursor == 0 || c.Unloadable != nil {
+	if c.Conversation != 42 || !c.Participants[0].Retired || c.Participants[1].Retired || c.Participants[1].Cursor == 0 || c.Refused != nil {
 		t.Errorf("inspect conversation = %+v", c)
 	}
 	if out := mustCtl(t, ctx, "verify", "--data", data); out != "conversation 42: ok\n" {

@@ -27,27 +27,7 @@ reason. Never writes.`,
 
 type inspectReport struct {
 	Incarnation   uint64               `json:"incarnation"`
-	Conversations []conversationReport `json:"conversations"`
-}
-
-type conversationReport struct {
-	Conversation uint64              `json:"conversation"`
-	OplogRows    int                 `json:"oplog_rows"`
-	OutboxRows   int                 `json:"outbox_rows"`
-	LastSeq      uint64              `json:"last_seq"`
-	Participants []participantReport `json:"participants,omitempty"`
-	// RepairRows is how many outbox rows the next start appends.
-	RepairRows int `json:"repair_rows,omitempty"`
-	// Unloadable is set for a conversation the server contains.
-	Unloadable *refusal `json:"unloadable,omitempty"`
-}
-
-type participantReport struct {
-	Participant uint64 `json:"participant"`
-	Generation  uint64 `json:"generation"`
-	Retired     bool   `json:"retired"`
-	Bound       bool   `json:"bound"`
-	Cursor      uint64 `json:"cursor"`
+	Conversations []participant.Report `json:"conversations"`
 }
 
 func runInspect(ctx context.Context, e *env, args []string) error {
@@ -66,31 +46,13 @@ func runInspect(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return fmt.Errorf("read incarnation: %w", err)
 	}
-	ids, err := readRegistry(st)
+	reports, err := participant.Inspect(st)
 	if err != nil {
 		return err
 	}
-	rep := inspectReport{Incarnation: inc, Conversations: []conversationReport{}}
-	for _, id := range ids {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		r, err := reconcileDry(st, id)
-		if err != nil {
-			rep.Conversations = append(rep.Conversations, conversationReport{Conversation: uint64(id),
-				Unloadable: &refusal{participant.ClassStorageUnavailable, err.Error()}})
-			continue
-		}
-		cr := conversationReport{Conversation: uint64(id), OplogRows: r.oplogRows, OutboxRows: r.outboxRows,
-			RepairRows: r.repairs, Unloadable: r.refused}
-		if r.state != nil {
-			cr.LastSeq = uint64(r.state.LastSeq)
-			for i, m := range r.state.Members {
-				cr.Participants = append(cr.Participants, participantReport{Participant: uint64(i),
-					Generation: uint64(m.Generation), Retired: m.Retired, Bound: m.Bound, Cursor: uint64(m.Cursor)})
-			}
-		}
-		rep.Conversations = append(rep.Conversations, cr)
+	rep := inspectReport{Incarnation: inc, Conversations: reports}
+	if rep.Conversations == nil {
+		rep.Conversations = []participant.Report{}
 	}
 	if *asJSON {
 		enc := json.NewEncoder(e.stdout)
@@ -105,13 +67,13 @@ func printInspect(w io.Writer, rep *inspectReport) {
 	fmt.Fprintf(w, "server incarnation %d, %d conversations\n", rep.Incarnation, len(rep.Conversations))
 	for _, c := range rep.Conversations {
 		fmt.Fprintf(w, "\nconversation %d: oplog %d rows, outbox %d rows", c.Conversation, c.OplogRows, c.OutboxRows)
-		if c.Unloadable != nil {
-			fmt.Fprintf(w, "\n  UNLOADABLE %s: %s\n", c.Unloadable.Class, c.Unloadable.Reason)
+		if c.Refused != nil {
+			fmt.Fprintf(w, "\n  UNLOADABLE %s: %s\n", c.Refused.Class, c.Refused.Reason)
 			continue
 		}
 		fmt.Fprintf(w, ", last seq %d", c.LastSeq)
-		if c.RepairRows > 0 {
-			fmt.Fprintf(w, ", %d outbox rows to repair at next start", c.RepairRows)
+		if c.Repairs > 0 {
+			fmt.Fprintf(w, ", %d outbox rows to repair at next start", c.Repairs)
 		}
 		fmt.Fprintln(w)
 		for _, p := range c.Participants {

@@ -164,3 +164,19 @@ func TestOffline_NoStore_Fails(t *testing.T) {
 		t.Errorf("verify created %d files in an empty data directory", len(entries))
 	}
 }
+
+// readStream returns every payload of stream.
+func readStream(st store.DurableStore, stream string) ([][]byte, error) {
+	entries, err := st.ReadFrom(stream, 0, 0)
+	if err != nil {
+		return nil, err
+	}
+	out := make([][]byte, len(entries))
+	for i, e := range entries {
+		out[i] = e.Payload
+	}
+	return out, nil
+}
+
+// registryVersion is the version byte of a registry entry.
+const registryVersion = 1

@@ -42,24 +42,21 @@ func runVerify(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer st.Close()
-	ids, err := readRegistry(st)
+	reports, err := participant.Inspect(st)
 	if err != nil {
 		return err
 	}
 	refused := 0
-	for _, id := range ids {
+	for _, r := range reports {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		l := verifyLine{Conversation: uint64(id), Status: "ok"}
-		r, err := reconcileDry(st, id)
+		l := verifyLine{Conversation: uint64(r.Conversation), Status: "ok"}
 		switch {
-		case err != nil:
-			l.Status, l.Class, l.Reason = "refused", participant.ClassStorageUnavailable, err.Error()
-		case r.refused != nil:
-			l.Status, l.Class, l.Reason = "refused", r.refused.Class, r.refused.Reason
-		case r.repairs > 0:
-			l.Status, l.RepairRows = "repair", r.repairs
+		case r.Refused != nil:
+			l.Status, l.Class, l.Reason = "refused", r.Refused.Class, r.Refused.Reason
+		case r.Repairs > 0:
+			l.Status, l.RepairRows = "repair", r.Repairs
 		}
 		if l.Status == "refused" {
 			refused++
@@ -82,7 +79,7 @@ func runVerify(ctx context.Context, e *env, args []string) error {
 		}
 	}
 	if refused > 0 {
-		return &exitError{code: 1, err: fmt.Errorf("%d of %d conversations refused", refused, len(ids))}
+		return &exitError{code: 1, err: fmt.Errorf("%d of %d conversations refused", refused, len(reports))}
 	}
 	return nil
 }
