@@ -150,11 +150,11 @@ func (c *Conn) begin(ctx context.Context, id ConversationID, create bool) (*conv
 	}
 	st, err := c.svc.ensureLoadedTurn(ctx, cv)
 	if err != nil {
-		cv.release()
+		c.svc.release(cv)
 		c.inflight.Done()
 		return nil, nil, nil, err
 	}
-	return cv, st, func() { cv.release(); c.inflight.Done() }, nil
+	return cv, st, func() { c.svc.release(cv); c.inflight.Done() }, nil
 }
 
 func (c *Conn) decider(conv ConversationID) *decider {
@@ -461,7 +461,7 @@ func (s *Service) endBinding(ctx context.Context, id ConversationID, p Participa
 	if err := cv.acquire(ctx); err != nil {
 		return err
 	}
-	defer cv.release()
+	defer s.release(cv)
 	st, err := s.ensureLoadedTurn(ctx, cv)
 	if err != nil {
 		return err

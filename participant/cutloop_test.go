@@ -29,6 +29,9 @@ func cutWorkload(s *faultstore.Store, log *[]answered) error {
 	if err != nil {
 		return err
 	}
+	// The cut loop crashes the store once the workload returns: nothing
+	// may still be using it.
+	defer svc.Close()
 	ca, cb, cc := svc.Connect(nil), svc.Connect(nil), svc.Connect(nil)
 	enroll := func(c *Conn, conv ConversationID, tok byte) (Bound, error) {
 		req := Enroll{Conversation: conv, Token: token(tok)}

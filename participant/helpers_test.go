@@ -19,6 +19,7 @@ func openService(t testing.TB, st store.DurableStore) *Service {
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
+	t.Cleanup(func() { svc.Close() })
 	return svc
 }
 

@@ -152,17 +152,18 @@ func (s *Service) ensureLoadedTurn(ctx context.Context, cv *conversation) (*outb
 	if err != nil {
 		return nil, unavailable("reconciling the conversation", err)
 	}
-	if len(r.Repairs) > 0 {
-		for i, b := range r.Repairs {
-			if _, err := s.st.Append(outbox.Stream(cv.id), b, r.Stored+uint64(i)); err != nil {
-				return nil, unavailable("repairing the outbox", err)
-			}
-		}
-		// The repaired outbox rows must be durable before anything of the
-		// conversation is published.
-		if err := s.st.Flush(); err != nil {
+	for i, b := range r.Repairs {
+		if _, err := s.st.Append(outbox.Stream(cv.id), b, r.Stored+uint64(i)); err != nil {
 			return nil, unavailable("repairing the outbox", err)
 		}
+	}
+	// Everything reconciled, repaired rows and rows a failed commit left
+	// visible but unflushed alike, must be durable before anything of the
+	// conversation is published. With nothing staged this costs nothing.
+	if err := s.st.Flush(); err != nil {
+		return nil, unavailable("making the reconciled conversation durable", err)
+	}
+	if len(r.Repairs) > 0 {
 		s.log.Info().Uint64("conversation", uint64(cv.id)).Int("rows", len(r.Repairs)).Msg("outbox repaired")
 	}
 	st = r.State

@@ -78,8 +78,9 @@ func exerciseSecondBarrierCut(t *testing.T, failAppend, failFlush bool, rowsAfte
 		t.Fatalf("outbox rows after the fault = %d, want %d", n, rowsAfterFault)
 	}
 
+	svc.Close()
 	faults.set(false, false)
-	openService(t, faults)
+	svc = openService(t, faults)
 	repaired := decodeOutbox(t, rawOutbox(t, faults, seedConversation))
 	if len(repaired) < 1 || repaired[0].Source != 1 || repaired[0].Records[0].Kind != outbox.KindJoined {
 		t.Fatalf("outbox after repair = %+v, want the enrollment's joined row first", repaired)
@@ -87,6 +88,7 @@ func exerciseSecondBarrierCut(t *testing.T, failAppend, failFlush bool, rowsAfte
 	endedByRestart(t, repaired[1:], 0)
 	after := rawOutbox(t, faults, seedConversation)
 
+	svc.Close()
 	openService(t, faults)
 	if again := rawOutbox(t, faults, seedConversation); !equalRows(again, after) {
 		t.Fatalf("a second restart changed the outbox: %d rows, want the %d repaired ones", len(again), len(after))
@@ -121,6 +123,7 @@ func healthyEnrollment(t *testing.T) *store.Memory {
 	if _, err := svc.Connect(nil).Enroll(context.Background(), enrollWith(0xC1)); err != nil {
 		t.Fatalf("Enroll: %v", err)
 	}
+	svc.Close()
 	mem.Crash()
 	return mem
 }
@@ -251,6 +254,7 @@ func exerciseRepairAndRetry(t *testing.T, failAppend, failFlush bool, rowsAfterF
 
 	// Restart on the same store, faults off: reconciliation repairs the
 	// enrollment's outbox row byte for byte before anything is published.
+	svc.Close()
 	faults.set(false, false)
 	repaired := openService(t, faults)
 	payloads := rawOutbox(t, faults, seedConversation)
@@ -314,12 +318,15 @@ func exerciseRepairAndRetry(t *testing.T, failAppend, failFlush bool, rowsAfterF
 	// A restart ends the rebind's binding and changes nothing else; the
 	// one after it changes nothing at all.
 	afterRebind := rawOutbox(t, faults, seedConversation)
-	openService(t, faults)
+	repaired.Close()
 	restarted := rawOutbox(t, faults, seedConversation)
+	again := openService(t, faults)
+	restarted = rawOutbox(t, faults, seedConversation)
 	if !equalRows(restarted[:len(afterRebind)], afterRebind) {
 		t.Fatalf("a restart rewrote the outbox")
 	}
 	endedByRestart(t, decodeOutbox(t, restarted)[len(afterRebind):], first.Participant)
+	again.Close()
 	openService(t, faults)
 	if again := rawOutbox(t, faults, seedConversation); !equalRows(again, restarted) {
 		t.Fatalf("a second restart changed the outbox")

@@ -119,6 +119,13 @@ type Service struct {
 	conns       map[ConnID]*Conn
 	nextOrdinal uint64
 	draining    bool
+	closed      bool
+
+	// ctx lives until Close; bg counts the reloads it runs in the
+	// background, which Close waits for.
+	ctx    context.Context
+	cancel context.CancelFunc
+	bg     sync.WaitGroup
 }
 
 // Open starts the service on st: it advances the durable server incarnation,
@@ -143,8 +150,10 @@ func Open(ctx context.Context, st store.DurableStore, opts Options) (*Service, e
 		convs:  make(map[ConversationID]*conversation),
 		conns:  make(map[ConnID]*Conn),
 	}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
 	inc, err := st.ReadValue(IncarnationKey)
 	if err != nil {
+		s.cancel()
 		return nil, fmt.Errorf("participant: read incarnation: %w", err)
 	}
 	if err := st.CAS(IncarnationKey, inc, inc+1); err != nil {
@@ -216,7 +225,7 @@ func (s *Service) loadAll(ctx context.Context, ids []ConversationID) error {
 					continue
 				}
 				s.ensureLoadedTurn(ctx, cv)
-				cv.release()
+				s.release(cv)
 			}
 		}()
 	}
@@ -342,11 +351,46 @@ func (s *Service) observe(op string, start time.Time, errp *error, replay *Repla
 	s.opts.Observer.Operation(op, outcome, time.Since(start))
 }
 
-// Close stops the service. It does not end bindings (a drain does that) and
-// does not close the store.
+// Close stops the service and waits for its background reloads. It does
+// not end bindings (a drain does that) and does not close the store.
 func (s *Service) Close() error {
-	s.Drain()
+	s.mu.Lock()
+	s.draining, s.closed = true, true
+	s.mu.Unlock()
+	s.cancel()
+	s.bg.Wait()
 	return nil
+}
+
+// release gives up cv's turn. When the turn's holder dropped the
+// conversation's state, a reload starts at once in the background, so that
+// connections waiting for its records need not wait for the next operation
+// on it; it publishes what it finds.
+func (s *Service) release(cv *conversation) {
+	reload := cv.dropped
+	cv.dropped = false
+	<-cv.turn
+	if !reload {
+		return
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.bg.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer s.bg.Done()
+		if err := cv.acquire(s.ctx); err != nil {
+			return
+		}
+		// A failure leaves the conversation dropped; the next touch
+		// retries, so the background reload never loops on a failing store.
+		s.ensureLoadedTurn(s.ctx, cv)
+		cv.dropped = false
+		<-cv.turn
+	}()
 }
 
 // conversation is one conversation's entry. Operations on it are serialized
@@ -356,8 +400,10 @@ type conversation struct {
 	// turn is a one-slot semaphore held by the operation in progress, across
 	// its barriers. The fields below mu are written only by its holder.
 	turn chan struct{}
-	// registered is set once the registry entry is durable. Turn holder.
+	// registered is set once the registry entry is durable, dropped when a
+	// failed commit dropped the state. Turn holder only.
 	registered bool
+	dropped    bool
 
 	// mu guards state, unloadable and bindingTokens. Readers hold it only
 	// briefly; the turn holder takes it to apply a commit.
@@ -384,8 +430,6 @@ func (cv *conversation) acquire(ctx context.Context) error {
 	}
 }
 
-func (cv *conversation) release() { <-cv.turn }
-
 // snapshot returns the state pointer under the read lock. Only the turn
 // holder may use the returned state without the lock.
 func (cv *conversation) loaded() *outbox.State {
@@ -397,6 +441,7 @@ func (cv *conversation) loaded() *outbox.State {
 // drop forgets the in-memory state after a failed commit; the next touch
 // reconciles the conversation from its streams.
 func (cv *conversation) drop() {
+	cv.dropped = true
 	cv.mu.Lock()
 	cv.state = nil
 	cv.bindingTokens = nil
@@ -407,3 +452,7 @@ var _ = oplog.Version
 
 // fenceToken is the fence token of one binding.
 type fenceToken = fence.Token
+
+// waitReloads waits for the background reloads started so far; tests use
+// it to observe a settled service.
+func (s *Service) waitReloads() { s.bg.Wait() }
