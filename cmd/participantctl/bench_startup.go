@@ -112,11 +112,12 @@ func timeToReady(ctx context.Context, dir string) (time.Duration, error) {
 }
 
 // buildDataDir writes a data directory of convs conversations holding
-// records tell records in all. It runs the real service on an in-memory
-// store (the rows are exactly what a server commits) and then copies every
-// stream and value into the bbolt file, flushing every few thousand
-// appends: building a million records through fsyncs would take minutes
-// and measures nothing the load bench does not.
+// records tell records in all. It runs the real service on in-memory stores
+// (the rows are exactly what a server commits) and copies every stream and
+// value into the bbolt file: building a million records through fsyncs
+// would take minutes and measures nothing the load bench does not. The
+// conversations are built in chunks of buildChunk, one service and memory
+// store each, since an in-memory store's cost grows with its content.
 func buildDataDir(ctx context.Context, dir string, convs, records, payload int) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
@@ -125,16 +126,42 @@ func buildDataDir(ctx context.Context, dir string, convs, records, payload int) 
 	if err != nil {
 		return err
 	}
+	bolt, err := store.Open(filepath.Join(dir, server.StoreFile), store.Options{})
+	if err != nil {
+		return err
+	}
+	cp := &boltCopy{bolt: bolt}
+	body := make([]byte, payload)
+	for lo := 0; lo < convs && err == nil; lo += buildChunk {
+		hi := min(convs, lo+buildChunk)
+		err = buildChunkInto(ctx, cp, key, lo, hi, convs, records, body)
+	}
+	if err == nil {
+		err = bolt.CAS(participant.IncarnationKey, 0, cp.incarnation)
+	}
+	if err == nil {
+		err = bolt.Flush()
+	}
+	if cerr := bolt.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+const buildChunk = 100
+
+// buildChunkInto builds conversations [lo, hi) on a fresh memory store and
+// appends them to cp.
+func buildChunkInto(ctx context.Context, cp *boltCopy, key []byte, lo, hi, convs, records int, body []byte) error {
 	mem := store.NewMemory()
 	svc, err := participant.Open(ctx, mem, participant.Options{NodeKey: key})
 	if err != nil {
 		return err
 	}
-	body := make([]byte, payload)
 	jobs := make(chan int)
 	errs := make(chan error, 8)
 	var wg sync.WaitGroup
-	for range 8 {
+	for range 4 {
 		wg.Go(func() {
 			for c := range jobs {
 				n := records / convs
@@ -148,7 +175,7 @@ func buildDataDir(ctx context.Context, dir string, convs, records, payload int) 
 			}
 		})
 	}
-	for c := range convs {
+	for c := lo; c < hi; c++ {
 		jobs <- c
 	}
 	close(jobs)
@@ -158,7 +185,61 @@ func buildDataDir(ctx context.Context, dir string, convs, records, payload int) 
 	if err := errors.Join(collect(errs)...); err != nil {
 		return err
 	}
-	return copyToBolt(mem, filepath.Join(dir, server.StoreFile), convs)
+	return cp.from(mem, lo, hi)
+}
+
+// boltCopy appends chunks of conversations to one bbolt store.
+type boltCopy struct {
+	bolt        *store.Bolt
+	registry    uint64 // entries of the registry stream so far
+	pending     int
+	incarnation uint64
+}
+
+func (cp *boltCopy) from(mem *store.Memory, lo, hi int) error {
+	reg, err := mem.ReadFrom(participant.RegistryStream, 0, 0)
+	if err != nil {
+		return err
+	}
+	for _, en := range reg {
+		if _, err := cp.bolt.Append(participant.RegistryStream, en.Payload, cp.registry); err != nil {
+			return err
+		}
+		cp.registry++
+	}
+	for c := lo + 1; c <= hi; c++ {
+		id := participant.ConversationID(c)
+		for _, stream := range []string{oplog.Stream(id), outbox.Stream(id)} {
+			entries, err := mem.ReadFrom(stream, 0, 0)
+			if err != nil {
+				return err
+			}
+			for _, en := range entries {
+				if _, err := cp.bolt.Append(stream, en.Payload, en.Seq); err != nil {
+					return err
+				}
+			}
+			cp.pending += len(entries)
+		}
+	}
+	vals, err := mem.Scan("")
+	if err != nil {
+		return err
+	}
+	for _, v := range vals {
+		if v.Key == participant.IncarnationKey {
+			cp.incarnation = max(cp.incarnation, v.Value)
+			continue
+		}
+		if err := cp.bolt.CAS(v.Key, 0, v.Value); err != nil {
+			return err
+		}
+	}
+	if cp.pending >= 20000 {
+		cp.pending = 0
+		return cp.bolt.Flush()
+	}
+	return nil
 }
 
 func fillConversation(ctx context.Context, svc *participant.Service, conv participant.ConversationID, n int, body []byte) error {
@@ -182,54 +263,4 @@ func fillConversation(ctx context.Context, svc *participant.Service, conv partic
 		}
 	}
 	return nil
-}
-
-// copyToBolt copies the registry, every conversation's streams and every
-// value of mem into a new bbolt file.
-func copyToBolt(mem *store.Memory, path string, convs int) error {
-	bolt, err := store.Open(path, store.Options{})
-	if err != nil {
-		return err
-	}
-	pending := 0
-	cp := func(stream string) error {
-		entries, err := mem.ReadFrom(stream, 0, 0)
-		if err != nil {
-			return err
-		}
-		for _, en := range entries {
-			if _, err := bolt.Append(stream, en.Payload, en.Seq); err != nil {
-				return err
-			}
-		}
-		if pending += len(entries); pending >= 20000 {
-			pending = 0
-			return bolt.Flush()
-		}
-		return nil
-	}
-	err = cp(participant.RegistryStream)
-	for c := 1; c <= convs && err == nil; c++ {
-		id := participant.ConversationID(c)
-		if err = cp(oplog.Stream(id)); err == nil {
-			err = cp(outbox.Stream(id))
-		}
-	}
-	if err == nil {
-		var vals []store.Value
-		if vals, err = mem.Scan(""); err == nil {
-			for _, v := range vals {
-				if err = bolt.CAS(v.Key, 0, v.Value); err != nil {
-					break
-				}
-			}
-		}
-	}
-	if err == nil {
-		err = bolt.Flush()
-	}
-	if cerr := bolt.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }
