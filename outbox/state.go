@@ -55,6 +55,16 @@ type State struct {
 	Records []Retained
 }
 
+// Clone returns a copy of s that Project and Apply can advance while s is
+// still being read. Members are copied; Records share their backing array,
+// which is safe because Apply only appends past the original's length and
+// never writes a record in place.
+func (s *State) Clone() *State {
+	c := *s
+	c.Members = append([]Member(nil), s.Members...)
+	return &c
+}
+
 // Member returns participant p, or nil when p was never enrolled.
 func (s *State) Member(p oplog.ParticipantID) *Member {
 	if uint64(p) >= uint64(len(s.Members)) {
@@ -212,9 +222,9 @@ func (s *State) reclaim() {
 	if n == 0 {
 		return
 	}
-	// Clear the dropped prefix so its payloads can be collected; append
-	// reallocates the backing array as the slice moves along it.
-	clear(s.Records[:n])
+	// The dropped prefix is not cleared: a clone may share it with the
+	// published state. Its payloads are collected once append reallocates
+	// the backing array, as the slice moves along it.
 	s.Records = s.Records[n:]
 }
 

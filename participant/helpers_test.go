@@ -2,6 +2,7 @@ package participant
 
 import (
 	"context"
+	"runtime"
 	"sync/atomic"
 	"testing"
 
@@ -91,3 +92,5 @@ func decodeOutbox(t tb, payloads [][]byte) []outbox.Row {
 	}
 	return rows
 }
+
+func runtimeGosched() { runtime.Gosched() }

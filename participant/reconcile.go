@@ -185,13 +185,17 @@ func (s *Service) ensureLoadedTurn(ctx context.Context, cv *conversation) (*outb
 		}
 		row := oplog.Row{Participant: p, Conn: m.Conn, Generation: m.Generation}
 		tokens[p] = s.fences.Issue(site, epochKey(cv.id, &row), 1)
-		// A connection still registered is live even while it ends: its
-		// End records the ending with its own cause.
-		switch c := s.conn(m.Conn); {
+		// A connection that is ending has its binding end here with the
+		// cause its End was given (a bye stays detached/clean).
+		c := s.conn(m.Conn)
+		ending, cause := c.endingCause()
+		switch {
 		case m.Conn.Server != s.incarnation:
 			ends = append(ends, stale{p, m.Conn, oplog.CauseUncleanRestart})
 		case c == nil:
 			ends = append(ends, stale{p, m.Conn, oplog.CauseConnectionLost})
+		case ending:
+			ends = append(ends, stale{p, m.Conn, cause})
 		default:
 			c.bind(cv.id, p)
 			if st.Next(p, m.Cursor) != nil {
@@ -203,10 +207,18 @@ func (s *Service) ensureLoadedTurn(ctx context.Context, cv *conversation) (*outb
 	cv.state, cv.bindingTokens = st, tokens
 	cv.mu.Unlock()
 	s.forgetStaleBindings(cv.id, st)
-	for _, e := range ends {
-		if err := s.endLoadedTurn(ctx, cv, st, e.p, e.conn, e.cause); err != nil {
+	if len(ends) > 0 {
+		b := s.newBatch(cv, st)
+		for _, e := range ends {
+			if err := b.stageEnd(e.p, e.conn, e.cause); err != nil {
+				cv.drop()
+				return nil, err
+			}
+		}
+		if err := b.write(); err != nil {
 			return nil, err
 		}
+		st = b.st
 	}
 	for _, c := range live {
 		c.markReady(cv.id)

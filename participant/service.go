@@ -405,6 +405,10 @@ type conversation struct {
 	registered bool
 	dropped    bool
 
+	// qmu guards queue, the operations waiting for the turn, in order.
+	qmu   sync.Mutex
+	queue []*task
+
 	// mu guards state, unloadable and bindingTokens. Readers hold it only
 	// briefly; the turn holder takes it to apply a commit.
 	mu sync.RWMutex

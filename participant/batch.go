@@ -1,0 +1,337 @@
+package participant
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/participantd/participantd/fence"
+	"github.com/participantd/participantd/oplog"
+	"github.com/participantd/participantd/outbox"
+)
+
+// maxBatch bounds how many queued operations of one conversation share one
+// pair of barriers.
+const maxBatch = 256
+
+// A batch commits the operations queued on one conversation together: the
+// turn's holder decides them one after the other against a working copy of
+// the state, so each sees the effects of those before it exactly as if they
+// had committed one by one, and then writes all their rows behind one pair
+// of barriers:
+//
+//	decide each → [registry] → token CASes → oplog appends → flush (barrier 1)
+//	→ outbox appends → flush (barrier 2) → swap in the working state → wake
+//
+// A failure before the first append leaves nothing of the batch in the
+// store: unavailable. A failure at or after it may or may not have
+// committed: in_doubt. Either way nothing is applied, published or woken,
+// and the conversation's state is dropped, so that the next touch reconciles
+// it from its streams (repairing, never rolling back).
+type batch struct {
+	s  *Service
+	cv *conversation
+	// live is the published state; st is the working copy the batch's
+	// decisions run against.
+	live, st *outbox.State
+	ops      []*op
+	// tokens are the tokens staged in this batch, by index key, so that a
+	// repeat within the batch replays.
+	tokens map[string]*prior
+	// bindings are the fence tokens of bindings staged in this batch.
+	bindings map[ParticipantID]fence.Token
+}
+
+// op is one staged operation.
+type op struct {
+	row oplog.Row
+	// genesis is the conversation's genesis row, for its first enroll.
+	genesis *oplog.Row
+	// tok is the token index write, for rows that carry a token.
+	tok *tokenWrite
+	// ending is the binding this operation ends, if any; ended names it
+	// for the connections' bookkeeping.
+	ending *ending
+	ended  *superseded
+	// binds is set when the row creates a binding (enroll, attach).
+	binds bool
+	bound fence.Token
+	// rows are the outbox rows the row projects to.
+	rows []outbox.Row
+}
+
+func (s *Service) newBatch(cv *conversation, live *outbox.State) *batch {
+	return &batch{s: s, cv: cv, live: live, st: live.Clone()}
+}
+
+// stage decides that o commits: it consumes the fence generation of the
+// binding o ends, issues the one o creates, and projects o's row (and
+// genesis) on the working state, applying them there. It fails only when
+// the fence refuses the ending, which means the binding ended already.
+func (b *batch) stage(o *op) error {
+	if o.ending != nil {
+		if err := o.ending.accept(b.s.ctx, b.s); err != nil {
+			return unavailable("fencing the binding's end", err)
+		}
+	}
+	if o.binds {
+		b.issueBinding(o)
+	}
+	if o.genesis != nil {
+		if _, err := outbox.Project(b.st, 0, o.genesis); err != nil {
+			panic(fmt.Sprintf("participant: genesis does not project: %v", err))
+		}
+		outbox.Apply(b.st, 0, o.genesis, nil)
+	}
+	idx := b.st.Applied
+	rows, err := outbox.Project(b.st, idx, &o.row)
+	if err != nil {
+		// The decision code produced a row its own projection refuses.
+		panic(fmt.Sprintf("participant: decided %v row does not project: %v", o.row.Kind, err))
+	}
+	outbox.Apply(b.st, idx, &o.row, rows)
+	o.rows = rows
+	if o.tok != nil {
+		if b.tokens == nil {
+			b.tokens = make(map[string]*prior)
+		}
+		b.tokens[o.tok.key] = &prior{idx: idx, row: o.row}
+	}
+	b.ops = append(b.ops, o)
+	return nil
+}
+
+// lookup resolves token t in scope: a commit staged earlier in this batch,
+// else the store's index.
+func (b *batch) lookup(scope string, match func(*oplog.Row) bool, t Token) (*prior, tokenWrite, error) {
+	key := tokenKey(b.cv.id, scope, t)
+	if pr, ok := b.tokens[key]; ok && match(&pr.row) {
+		return pr, tokenWrite{key: key}, nil
+	}
+	pr, tw, err := b.s.lookupToken(b.cv.id, b.live.Applied, scope, match, t)
+	if err != nil {
+		return nil, tw, unavailable("reading the token index", err)
+	}
+	return pr, tw, nil
+}
+
+// endingOf returns the ending of p's current binding in the working state.
+func (b *batch) endingOf(p ParticipantID) *ending {
+	if t, ok := b.bindings[p]; ok {
+		return &ending{site: site{b.cv.id, p}, token: t}
+	}
+	b.cv.mu.RLock()
+	defer b.cv.mu.RUnlock()
+	return &ending{site: site{b.cv.id, p}, token: b.cv.bindingTokens[p]}
+}
+
+// issueBinding stages the fence generation of the binding o creates. It is
+// issued before the row is written and its lease gate stays armed until
+// the batch's barriers settle, so no ending of it can be recorded first.
+func (b *batch) issueBinding(o *op) {
+	o.bound = b.s.fences.Issue(site{b.cv.id, o.row.Participant}, epochKey(b.cv.id, &o.row), 1)
+	b.s.fences.ArmLease(o.bound)
+	if b.bindings == nil {
+		b.bindings = make(map[ParticipantID]fence.Token)
+	}
+	b.bindings[o.row.Participant] = o.bound
+}
+
+// write commits the staged operations. On success the working state is
+// published and the affected connections are woken; on failure the
+// conversation is dropped and the error is unavailable or in_doubt.
+func (b *batch) write() error {
+	s, cv := b.s, b.cv
+	for _, o := range b.ops {
+		if o.binds {
+			defer s.fences.SettleLease(o.bound)
+		}
+	}
+	if len(b.ops) == 0 {
+		return nil
+	}
+	failed := func(code Code, what string, err error) error {
+		cv.drop()
+		for _, o := range b.ops {
+			o.ending.restore(s)
+			if o.binds {
+				s.fences.Revoke(site{cv.id, o.row.Participant}, o.bound)
+			}
+		}
+		if code == CodeInDoubt {
+			s.log.Warn().Err(err).Uint64("conversation", uint64(cv.id)).Int("operations", len(b.ops)).
+				Str("phase", what).Msg("commit in doubt; conversation dropped for reconciliation")
+		}
+		return &Error{Code: code, Detail: what, cause: err}
+	}
+	var oplogRows, outboxRows [][]byte
+	for _, o := range b.ops {
+		if o.genesis != nil {
+			enc, err := oplog.Encode(o.genesis)
+			if err != nil {
+				return failed(CodeUnavailable, "encoding genesis", err)
+			}
+			oplogRows = append(oplogRows, enc)
+			if !cv.registered {
+				if err := s.register(cv.id); err != nil {
+					return failed(CodeUnavailable, "registering the conversation", err)
+				}
+				cv.registered = true
+			}
+		}
+		enc, err := oplog.Encode(&o.row)
+		if err != nil {
+			return failed(CodeUnavailable, "encoding the operation", err)
+		}
+		oplogRows = append(oplogRows, enc)
+		for i := range o.rows {
+			enc, err := outbox.Encode(&o.rows[i])
+			if err != nil {
+				return failed(CodeUnavailable, "encoding the outbox", err)
+			}
+			outboxRows = append(outboxRows, enc)
+		}
+	}
+	idx := b.live.Applied
+	for _, o := range b.ops {
+		if o.genesis != nil {
+			idx++
+		}
+		if o.tok != nil {
+			if err := s.st.CAS(o.tok.key, o.tok.old, idx+1); err != nil {
+				return failed(CodeUnavailable, "indexing the token", err)
+			}
+		}
+		idx++
+	}
+	oplogStream := oplog.Stream(cv.id)
+	for i, enc := range oplogRows {
+		if _, err := s.st.Append(oplogStream, enc, b.live.Applied+uint64(i)); err != nil {
+			return failed(CodeInDoubt, "oplog append", err)
+		}
+	}
+	// Barrier 1: the oplog rows must be durable before any outbox row of
+	// them is appended.
+	if err := s.st.Flush(); err != nil {
+		return failed(CodeInDoubt, "oplog flush", err)
+	}
+	outboxStream := outbox.Stream(cv.id)
+	for i, enc := range outboxRows {
+		if _, err := s.st.Append(outboxStream, enc, b.live.Produced+uint64(i)); err != nil {
+			return failed(CodeInDoubt, "outbox append", err)
+		}
+	}
+	// Barrier 2: the outbox rows must be durable before the operations are
+	// applied, published or answered.
+	if err := s.st.Flush(); err != nil {
+		return failed(CodeInDoubt, "outbox flush", err)
+	}
+	cv.mu.Lock()
+	cv.state = b.st
+	for _, o := range b.ops {
+		if o.ending != nil {
+			delete(cv.bindingTokens, o.ending.site.p)
+		}
+		if o.binds {
+			cv.bindingTokens[o.row.Participant] = o.bound
+		}
+	}
+	cv.mu.Unlock()
+	b.publish()
+	return nil
+}
+
+// publish runs after a successful write: it moves binding bookkeeping from
+// ended bindings' connections to new bindings' connections, and wakes every
+// connection with something new to push: the bound recipients of the new
+// records, and a new binding with records after its cursor.
+func (b *batch) publish() {
+	s, cv, st := b.s, b.cv, b.st
+	for _, o := range b.ops {
+		if o.ended != nil {
+			if c := s.conn(o.ended.conn); c != nil {
+				c.unbind(cv.id, o.ended.p)
+			}
+		}
+		if o.binds {
+			if c := s.conn(o.row.Conn); c != nil {
+				c.bind(cv.id, o.row.Participant)
+			}
+		}
+	}
+	wake := make(map[ConnID]struct{})
+	for _, o := range b.ops {
+		for _, row := range o.rows {
+			for _, rec := range row.Records {
+				for _, r := range rec.Recipients {
+					if m := &st.Members[r]; m.Bound {
+						wake[m.Conn] = struct{}{}
+					}
+				}
+			}
+		}
+		if o.binds {
+			if m := st.Member(o.row.Participant); m.Bound && st.Next(o.row.Participant, m.Cursor) != nil {
+				wake[m.Conn] = struct{}{}
+			}
+		}
+	}
+	for id := range wake {
+		if c := s.conn(id); c != nil {
+			c.markReady(cv.id)
+		}
+	}
+}
+
+// ending is the end of one binding being committed: the fence generation of
+// the binding, consumed before the row is written so that exactly one ending
+// is recorded per binding, and restored if the commit fails.
+type ending struct {
+	site     site
+	token    fence.Token
+	accepted fence.Accepted
+	consumed bool
+}
+
+func (e *ending) accept(ctx context.Context, s *Service) error {
+	acc, err := s.fences.Accept(ctx, e.site, e.token)
+	if err != nil {
+		return err
+	}
+	e.accepted, e.consumed = acc, true
+	return nil
+}
+
+func (e *ending) restore(s *Service) {
+	if e != nil && e.consumed {
+		s.fences.RestoreIfAbsent(e.site, e.accepted)
+	}
+}
+
+// superseded names a binding a commit ended.
+type superseded struct {
+	conn ConnID
+	p    ParticipantID
+}
+
+// epochKey is the fence generation key of the binding row creates.
+func epochKey(c ConversationID, row *oplog.Row) string {
+	return fence.IdempotencyKey("participantd.binding", uint64(c), uint64(row.Participant),
+		row.Conn.Server, row.Conn.Ordinal, uint64(row.Generation))
+}
+
+// register appends cv's registry entry and makes it durable: a conversation
+// is registered before its genesis row exists, so a restart finds every
+// conversation that has one.
+func (s *Service) register(id ConversationID) error {
+	s.regMu.Lock()
+	n, err := s.st.Len(RegistryStream)
+	if err == nil {
+		_, err = s.st.Append(RegistryStream, encodeRegistryEntry(id), n)
+	}
+	s.regMu.Unlock()
+	if err != nil {
+		return err
+	}
+	// The registry entry must be durable before the genesis row is appended.
+	return s.st.Flush()
+}

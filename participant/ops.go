@@ -1,0 +1,466 @@
+package participant
+
+import (
+	"context"
+	"crypto/rand"
+	"time"
+
+	"github.com/participantd/participantd/oplog"
+)
+
+// A step decides one operation within a batch (see batch.go). It runs on
+// the goroutine holding the conversation's turn, against the batch's
+// working state, and either stages rows or settles on an answer at once.
+// It returns the operation's completion: called once the batch's writes
+// are known, with nil when they are durable (or nothing was written) and
+// with their error otherwise, it sets the caller's answer and returns the
+// operation's error.
+type step func(b *batch) (complete func(writeErr error) error)
+
+// settled completes with e (or nil) unless the batch's writes failed: a
+// refusal or replay decided after a failed commit in the same batch may
+// rest on it, so it shares its outcome.
+func settled(e error) func(error) error {
+	return func(werr error) error {
+		if werr != nil {
+			return werr
+		}
+		return e
+	}
+}
+
+// task is one operation waiting in a conversation's queue.
+type task struct {
+	step step
+	err  error
+	done chan struct{}
+}
+
+// run submits step on conversation id for this connection and waits for
+// its outcome. create admits a conversation that does not exist yet
+// (enroll).
+func (c *Conn) run(ctx context.Context, id ConversationID, create bool, st step) error {
+	c.mu.Lock()
+	if c.ended {
+		c.mu.Unlock()
+		return refuse(CodeUnavailable, "the connection has ended")
+	}
+	c.inflight.Add(1)
+	c.mu.Unlock()
+	defer c.inflight.Done()
+	if c.svc.isDraining() {
+		return refuse(CodeShuttingDown, "the server is draining")
+	}
+	var cv *conversation
+	if create {
+		cv = c.svc.conversation(id)
+	} else if cv = c.svc.existing(id); cv == nil {
+		return refuse(CodeUnknownParticipant, "no conversation %v", id)
+	}
+	return c.svc.submit(ctx, cv, st)
+}
+
+// submit queues step on cv and waits for its outcome. Operations are
+// decided in queue order. Whoever takes the conversation's turn decides and
+// commits everything queued so far as one batch, so concurrent operations
+// on one conversation share barriers.
+func (s *Service) submit(ctx context.Context, cv *conversation, st step) error {
+	t := &task{step: st, done: make(chan struct{})}
+	cv.qmu.Lock()
+	cv.queue = append(cv.queue, t)
+	cv.qmu.Unlock()
+	for {
+		select {
+		case <-t.done:
+			return t.err
+		case cv.turn <- struct{}{}:
+			s.lead(cv)
+		case <-ctx.Done():
+			if cv.unqueue(t) {
+				return &Error{Code: CodeUnavailable, Detail: "waiting for the conversation", cause: ctx.Err()}
+			}
+			// Already being decided: its outcome is on its way.
+			<-t.done
+			return t.err
+		}
+	}
+}
+
+// unqueue removes t from the queue, reporting whether it was still there.
+func (cv *conversation) unqueue(t *task) bool {
+	cv.qmu.Lock()
+	defer cv.qmu.Unlock()
+	for i, q := range cv.queue {
+		if q == t {
+			cv.queue = append(cv.queue[:i], cv.queue[i+1:]...)
+			return true
+		}
+	}
+	return false
+}
+
+// lead runs one batch: the caller holds cv's turn, which lead releases.
+func (s *Service) lead(cv *conversation) {
+	defer s.release(cv)
+	cv.qmu.Lock()
+	n := min(len(cv.queue), maxBatch)
+	tasks := append([]*task(nil), cv.queue[:n]...)
+	cv.queue = append(cv.queue[:0], cv.queue[n:]...)
+	cv.qmu.Unlock()
+	if len(tasks) == 0 {
+		return
+	}
+	live, err := s.ensureLoadedTurn(s.ctx, cv)
+	if err != nil {
+		for _, t := range tasks {
+			t.err = err
+			close(t.done)
+		}
+		return
+	}
+	b := s.newBatch(cv, live)
+	completes := make([]func(error) error, len(tasks))
+	firstStaged := len(tasks)
+	for i, t := range tasks {
+		staged := len(b.ops)
+		completes[i] = t.step(b)
+		if len(b.ops) > staged && firstStaged == len(tasks) {
+			firstStaged = i
+		}
+	}
+	werr := b.write()
+	for i, t := range tasks {
+		var e error
+		if i >= firstStaged {
+			e = werr
+		}
+		t.err = completes[i](e)
+		close(t.done)
+	}
+}
+
+func (c *Conn) decider(conv ConversationID) *decider {
+	o := &c.svc.opts
+	return &decider{
+		key:             o.NodeKey,
+		conv:            conv,
+		conn:            c.id,
+		now:             c.svc.now(),
+		maxRecordBytes:  o.MaxRecordBytes,
+		maxParticipants: o.MaxParticipants,
+		connBindings:    c.bindingCount(),
+		maxConnBindings: o.MaxConversationsPerConn,
+	}
+}
+
+func (s *Service) replayer(conv ConversationID) *replayer {
+	return &replayer{key: s.opts.NodeKey, conv: conv, now: s.now(), ttl: s.opts.ReceiptTTL}
+}
+
+// asError turns a nil *Error into a nil error.
+func asError(e *Error) error {
+	if e == nil {
+		return nil
+	}
+	return e
+}
+
+func unavailable(what string, err error) error {
+	return &Error{Code: CodeUnavailable, Detail: what, cause: err}
+}
+
+func anyRow(*oplog.Row) bool { return true }
+
+func byParticipant(p ParticipantID) func(*oplog.Row) bool {
+	return func(r *oplog.Row) bool { return r.Participant == p }
+}
+
+// lookup resolves a participant-scoped token; a participant that does not
+// exist has committed nothing.
+func (b *batch) lookupParticipant(p ParticipantID, t Token) (*prior, tokenWrite, error) {
+	if b.st.Member(p) == nil {
+		return nil, tokenWrite{}, nil
+	}
+	return b.lookup(participantScope(p), byParticipant(p), t)
+}
+
+// Enroll creates a participant (and the conversation on first use) and
+// binds it to this connection. Errors are *Error.
+func (c *Conn) Enroll(ctx context.Context, req Enroll) (a Bound, err error) {
+	defer c.svc.observe("enroll", time.Now(), &err, &a.Replay, nil)
+	err = c.run(ctx, req.Conversation, true, func(b *batch) func(error) error {
+		st := b.st
+		pr, tw, err := b.lookup(enrollScope, anyRow, req.Token)
+		if err != nil {
+			return settled(err)
+		}
+		if pr != nil {
+			bound, e := c.svc.replayer(b.cv.id).enroll(st, pr)
+			a = bound
+			return settled(asError(e))
+		}
+		d := c.decider(b.cv.id)
+		row, e := d.enroll(st, &req)
+		if e != nil {
+			return settled(e)
+		}
+		o := &op{row: row, tok: &tw, binds: true}
+		if st.Applied == 0 {
+			g := oplog.Row{Kind: oplog.KindGenesis, At: d.at()}
+			if _, err := rand.Read(g.Nonce[:]); err != nil {
+				return settled(unavailable("minting the conversation nonce", err))
+			}
+			o.genesis = &g
+		}
+		if err := b.stage(o); err != nil {
+			return settled(err)
+		}
+		nonce := b.st.Nonce
+		return func(werr error) error {
+			if werr != nil {
+				return werr
+			}
+			a = Bound{
+				Conversation:     b.cv.id,
+				Participant:      row.Participant,
+				Generation:       row.Generation,
+				Secret:           deriveSecret(d.key, nonce, b.cv.id, row.Participant, row.Generation),
+				ReceiptExpiresAt: time.UnixMilli(row.At).Add(c.svc.opts.ReceiptTTL),
+			}
+			return nil
+		}
+	})
+	return a, err
+}
+
+// Attach presents a credential, mints the next generation and a new secret,
+// and binds the participant to this connection, superseding any binding it
+// held elsewhere (or here). Errors are *Error.
+func (c *Conn) Attach(ctx context.Context, req Attach) (a Bound, err error) {
+	defer c.svc.observe("attach", time.Now(), &err, &a.Replay, nil)
+	err = c.run(ctx, req.Conversation, false, func(b *batch) func(error) error {
+		st := b.st
+		pr, tw, err := b.lookupParticipant(req.Participant, req.Token)
+		if err != nil {
+			return settled(err)
+		}
+		if pr != nil {
+			bound, e := c.svc.replayer(b.cv.id).attach(st, pr, &req)
+			a = bound
+			return settled(asError(e))
+		}
+		d := c.decider(b.cv.id)
+		row, e := d.attach(st, &req)
+		if e != nil {
+			return settled(e)
+		}
+		m := st.Member(req.Participant)
+		o := &op{row: row, tok: &tw, binds: true}
+		if m.Bound {
+			o.ending = b.endingOf(req.Participant)
+			o.ended = &superseded{conn: m.Conn, p: req.Participant}
+		}
+		if err := b.stage(o); err != nil {
+			return settled(err)
+		}
+		nonce := b.st.Nonce
+		return func(werr error) error {
+			if werr != nil {
+				return werr
+			}
+			a = Bound{
+				Conversation:     b.cv.id,
+				Participant:      row.Participant,
+				Generation:       row.Generation,
+				Secret:           deriveSecret(d.key, nonce, b.cv.id, row.Participant, row.Generation),
+				Cursor:           row.Cursor,
+				ReceiptExpiresAt: time.UnixMilli(row.At).Add(c.svc.opts.ReceiptTTL),
+			}
+			return nil
+		}
+	})
+	return a, err
+}
+
+// Tell appends a record to the conversation. Errors are *Error.
+func (c *Conn) Tell(ctx context.Context, req Tell) (t Told, err error) {
+	defer c.svc.observe("tell", time.Now(), &err, &t.Replay, nil)
+	err = c.run(ctx, req.Conversation, false, func(b *batch) func(error) error {
+		pr, tw, err := b.lookupParticipant(req.Participant, req.Token)
+		if err != nil {
+			return settled(err)
+		}
+		if pr != nil {
+			told, e := c.svc.replayer(b.cv.id).tell(pr, &req)
+			t = told
+			return settled(asError(e))
+		}
+		row, e := c.decider(b.cv.id).tell(b.st, &req)
+		if e != nil {
+			return settled(e)
+		}
+		if err := b.stage(&op{row: row, tok: &tw}); err != nil {
+			return settled(err)
+		}
+		return func(werr error) error {
+			if werr == nil {
+				t = Told{Conversation: b.cv.id, Seq: row.Seq}
+			}
+			return werr
+		}
+	})
+	return t, err
+}
+
+// Ack advances the participant's cursor. Errors are *Error.
+func (c *Conn) Ack(ctx context.Context, req Ack) (a Acked, err error) {
+	defer c.svc.observe("ack", time.Now(), &err, nil, &a.Noop)
+	err = c.run(ctx, req.Conversation, false, func(b *batch) func(error) error {
+		row, noop, e := c.decider(b.cv.id).ack(b.st, &req)
+		if e != nil {
+			return settled(e)
+		}
+		if noop {
+			a = Acked{Conversation: b.cv.id, Participant: req.Participant, Cursor: req.Through, Noop: true}
+			return settled(nil)
+		}
+		if err := b.stage(&op{row: row}); err != nil {
+			return settled(err)
+		}
+		return func(werr error) error {
+			if werr == nil {
+				a = Acked{Conversation: b.cv.id, Participant: req.Participant, Cursor: row.Through}
+			}
+			return werr
+		}
+	})
+	return a, err
+}
+
+// Detach ends the participant's binding cleanly. Errors are *Error.
+func (c *Conn) Detach(ctx context.Context, req Detach) (d Ended, err error) {
+	defer c.svc.observe("detach", time.Now(), &err, &d.Replay, nil)
+	err = c.run(ctx, req.Conversation, false, func(b *batch) func(error) error {
+		pr, tw, err := b.lookupParticipant(req.Participant, req.Token)
+		if err != nil {
+			return settled(err)
+		}
+		if pr != nil {
+			ended, e := c.svc.replayer(b.cv.id).ended(pr, oplog.KindDetach)
+			d = ended
+			return settled(asError(e))
+		}
+		row, e := c.decider(b.cv.id).detach(b.st, &req)
+		if e != nil {
+			return settled(e)
+		}
+		o := &op{row: row, tok: &tw, ending: b.endingOf(req.Participant), ended: &superseded{conn: row.Conn, p: req.Participant}}
+		if err := b.stage(o); err != nil {
+			return settled(err)
+		}
+		return func(werr error) error {
+			if werr == nil {
+				d = Ended{Conversation: b.cv.id, Participant: req.Participant, Seq: row.Seq}
+			}
+			return werr
+		}
+	})
+	return d, err
+}
+
+// Leave retires the participant, ending its binding if it has one. Errors
+// are *Error.
+func (c *Conn) Leave(ctx context.Context, req Leave) (l Ended, err error) {
+	defer c.svc.observe("leave", time.Now(), &err, &l.Replay, nil)
+	err = c.run(ctx, req.Conversation, false, func(b *batch) func(error) error {
+		pr, tw, err := b.lookupParticipant(req.Participant, req.Token)
+		if err != nil {
+			return settled(err)
+		}
+		if pr != nil {
+			ended, e := c.svc.replayer(b.cv.id).ended(pr, oplog.KindLeave)
+			l = ended
+			return settled(asError(e))
+		}
+		row, e := c.decider(b.cv.id).leave(b.st, &req)
+		if e != nil {
+			return settled(e)
+		}
+		o := &op{row: row, tok: &tw}
+		if b.st.Member(req.Participant).Bound {
+			o.ending = b.endingOf(req.Participant)
+			o.ended = &superseded{conn: row.Conn, p: req.Participant}
+		}
+		if err := b.stage(o); err != nil {
+			return settled(err)
+		}
+		return func(werr error) error {
+			if werr == nil {
+				l = Ended{Conversation: b.cv.id, Participant: req.Participant, Seq: row.Seq}
+			}
+			return werr
+		}
+	})
+	return l, err
+}
+
+// End ends the connection: it waits for the operations in flight, then ends
+// every binding the connection holds with cause (connection_lost or
+// protocol_error as `died`; clean or shutdown as `detached`), each through
+// the two barriers, and forgets the connection. A binding whose ending
+// cannot be committed now (an unloadable conversation, a failing store) ends
+// as died/unclean_restart at the next start. End is idempotent.
+func (c *Conn) End(ctx context.Context, cause Cause) error {
+	c.mu.Lock()
+	if c.ended {
+		c.mu.Unlock()
+		return nil
+	}
+	c.ended, c.endCause = true, cause
+	c.mu.Unlock()
+	c.inflight.Wait()
+	var firstErr error
+	// Reconciling one conversation can reveal a binding of this connection
+	// in it that a failed commit left (an attach that did commit), so go
+	// round until no binding is left that was not tried.
+	tried := make(map[ConversationID]bool)
+	for more := true; more; {
+		more = false
+		for _, bd := range c.Bindings() {
+			if tried[bd.Conversation] {
+				continue
+			}
+			tried[bd.Conversation], more = true, true
+			if err := c.svc.endBinding(ctx, bd.Conversation, bd.Participant, c.id, cause); err != nil && firstErr == nil {
+				firstErr = err
+			}
+		}
+	}
+	c.svc.mu.Lock()
+	delete(c.svc.conns, c.id)
+	c.svc.mu.Unlock()
+	return firstErr
+}
+
+// endBinding commits the end of p's binding on conn in conversation id, if
+// it still holds it.
+func (s *Service) endBinding(ctx context.Context, id ConversationID, p ParticipantID, conn ConnID, cause Cause) (err error) {
+	defer s.observe("end", time.Now(), &err, nil, nil)
+	cv := s.existing(id)
+	if cv == nil {
+		return nil
+	}
+	return s.submit(ctx, cv, func(b *batch) func(error) error {
+		return settled(b.stageEnd(p, conn, cause))
+	})
+}
+
+// stageEnd stages the end of p's binding on conn, if p still holds it
+// there.
+func (b *batch) stageEnd(p ParticipantID, conn ConnID, cause Cause) error {
+	row, ok := end(b.st, p, conn, cause, b.s.now())
+	if !ok {
+		return nil
+	}
+	return b.stage(&op{row: row, ending: b.endingOf(p), ended: &superseded{conn: conn, p: p}})
+}
