@@ -36,39 +36,79 @@ type task struct {
 	done chan struct{}
 }
 
-// run submits step on conversation id for this connection and waits for
-// its outcome. create admits a conversation that does not exist yet
-// (enroll).
-func (c *Conn) run(ctx context.Context, id ConversationID, create bool, st step) error {
+// Call is an operation queued on its conversation whose outcome is not
+// known yet. Operations started on one conversation, from any number of
+// connections, are decided and answered in the order they were started,
+// and those queued together share barriers; so a caller that starts a
+// connection's pipelined requests in order and waits for them in order
+// gets both the protocol's ordering and group commit within a
+// conversation. Wait must be called exactly once.
+type Call[T any] struct {
+	v    T
+	wait func() error
+}
+
+// Wait waits for the outcome and returns the answer or the *Error.
+func (c *Call[T]) Wait() (T, error) {
+	err := c.wait()
+	return c.v, err
+}
+
+// start queues step on conversation id for this connection and returns the
+// function that waits for its outcome and reports it to the observer.
+// create admits a conversation that does not exist yet (enroll).
+func (c *Conn) start(ctx context.Context, op string, id ConversationID, create bool, replay *Replay, noop *bool, st step) func() error {
+	began := time.Now()
+	observed := func(err error) error {
+		c.svc.observe(op, began, &err, replay, noop)
+		return err
+	}
 	c.mu.Lock()
 	if c.ended {
 		c.mu.Unlock()
-		return refuse(CodeUnavailable, "the connection has ended")
+		return func() error { return observed(refuse(CodeUnavailable, "the connection has ended")) }
 	}
 	c.inflight.Add(1)
 	c.mu.Unlock()
-	defer c.inflight.Done()
+	refused := func(e error) func() error {
+		c.inflight.Done()
+		return func() error { return observed(e) }
+	}
 	if c.svc.isDraining() {
-		return refuse(CodeShuttingDown, "the server is draining")
+		return refused(refuse(CodeShuttingDown, "the server is draining"))
 	}
 	var cv *conversation
 	if create {
 		cv = c.svc.conversation(id)
 	} else if cv = c.svc.existing(id); cv == nil {
-		return refuse(CodeUnknownParticipant, "no conversation %v", id)
+		return refused(refuse(CodeUnknownParticipant, "no conversation %v", id))
 	}
-	return c.svc.submit(ctx, cv, st)
+	t := cv.enqueue(st)
+	return func() error {
+		defer c.inflight.Done()
+		return observed(c.svc.await(ctx, cv, t))
+	}
 }
 
-// submit queues step on cv and waits for its outcome. Operations are
-// decided in queue order. Whoever takes the conversation's turn decides and
-// commits everything queued so far as one batch, so concurrent operations
-// on one conversation share barriers.
+// submit queues step on cv and waits for its outcome.
 func (s *Service) submit(ctx context.Context, cv *conversation, st step) error {
+	return s.await(ctx, cv, cv.enqueue(st))
+}
+
+// enqueue appends a task for step to cv's queue.
+func (cv *conversation) enqueue(st step) *task {
 	t := &task{step: st, done: make(chan struct{})}
 	cv.qmu.Lock()
 	cv.queue = append(cv.queue, t)
 	cv.qmu.Unlock()
+	return t
+}
+
+// await waits for t's outcome. Operations are decided in queue order:
+// whoever takes the conversation's turn decides and commits everything
+// queued so far as one batch, so concurrent operations on one conversation
+// share barriers.
+func (s *Service) await(ctx context.Context, cv *conversation, t *task) error {
 	for {
 		select {
 		case <-t.done:
@@ -175,7 +215,7 @@ func byParticipant(p ParticipantID) func(*oplog.Row) bool {
 	return func(r *oplog.Row) bool { return r.Participant == p }
 }
 
-// lookup resolves a participant-scoped token; a participant that does not
+// lookupParticipant resolves a participant-scoped token; a participant that does not
 // exist has committed nothing.
 func (b *batch) lookupParticipant(p ParticipantID, t Token) (*prior, tokenWrite, error) {
 	if b.st.Member(p) == nil {
@@ -186,9 +226,15 @@ func (b *batch) lookupParticipant(p ParticipantID, t Token) (*prior, tokenWrite,
 
 // Enroll creates a participant (and the conversation on first use) and
 // binds it to this connection. Errors are *Error.
-func (c *Conn) Enroll(ctx context.Context, req Enroll) (a Bound, err error) {
-	defer c.svc.observe("enroll", time.Now(), &err, &a.Replay, nil)
-	err = c.run(ctx, req.Conversation, true, func(b *batch) func(error) error {
+func (c *Conn) Enroll(ctx context.Context, req Enroll) (Bound, error) {
+	return c.StartEnroll(ctx, req).Wait()
+}
+
+// StartEnroll queues an Enroll on its conversation and returns at once; see Call.
+func (c *Conn) StartEnroll(ctx context.Context, req Enroll) *Call[Bound] {
+	call := &Call[Bound]{}
+	a := &call.v
+	call.wait = c.start(ctx, "enroll", req.Conversation, true, &a.Replay, nil, func(b *batch) func(error) error {
 		st := b.st
 		pr, tw, err := b.lookup(enrollScope, anyRow, req.Token)
 		if err != nil {
@@ -196,7 +242,7 @@ func (c *Conn) Enroll(ctx context.Context, req Enroll) (a Bound, err error) {
 		}
 		if pr != nil {
 			bound, e := c.svc.replayer(b.cv.id).enroll(st, pr)
-			a = bound
+			*a = bound
 			return settled(asError(e))
 		}
 		d := c.decider(b.cv.id)
@@ -220,7 +266,7 @@ func (c *Conn) Enroll(ctx context.Context, req Enroll) (a Bound, err error) {
 			if werr != nil {
 				return werr
 			}
-			a = Bound{
+			*a = Bound{
 				Conversation:     b.cv.id,
 				Participant:      row.Participant,
 				Generation:       row.Generation,
@@ -230,15 +276,21 @@ func (c *Conn) Enroll(ctx context.Context, req Enroll) (a Bound, err error) {
 			return nil
 		}
 	})
-	return a, err
+	return call
 }
 
 // Attach presents a credential, mints the next generation and a new secret,
 // and binds the participant to this connection, superseding any binding it
 // held elsewhere (or here). Errors are *Error.
-func (c *Conn) Attach(ctx context.Context, req Attach) (a Bound, err error) {
-	defer c.svc.observe("attach", time.Now(), &err, &a.Replay, nil)
-	err = c.run(ctx, req.Conversation, false, func(b *batch) func(error) error {
+func (c *Conn) Attach(ctx context.Context, req Attach) (Bound, error) {
+	return c.StartAttach(ctx, req).Wait()
+}
+
+// StartAttach queues an Attach on its conversation and returns at once; see Call.
+func (c *Conn) StartAttach(ctx context.Context, req Attach) *Call[Bound] {
+	call := &Call[Bound]{}
+	a := &call.v
+	call.wait = c.start(ctx, "attach", req.Conversation, false, &a.Replay, nil, func(b *batch) func(error) error {
 		st := b.st
 		pr, tw, err := b.lookupParticipant(req.Participant, req.Token)
 		if err != nil {
@@ -246,7 +298,7 @@ func (c *Conn) Attach(ctx context.Context, req Attach) (a Bound, err error) {
 		}
 		if pr != nil {
 			bound, e := c.svc.replayer(b.cv.id).attach(st, pr, &req)
-			a = bound
+			*a = bound
 			return settled(asError(e))
 		}
 		d := c.decider(b.cv.id)
@@ -268,7 +320,7 @@ func (c *Conn) Attach(ctx context.Context, req Attach) (a Bound, err error) {
 			if werr != nil {
 				return werr
 			}
-			a = Bound{
+			*a = Bound{
 				Conversation:     b.cv.id,
 				Participant:      row.Participant,
 				Generation:       row.Generation,
@@ -279,20 +331,26 @@ func (c *Conn) Attach(ctx context.Context, req Attach) (a Bound, err error) {
 			return nil
 		}
 	})
-	return a, err
+	return call
 }
 
 // Tell appends a record to the conversation. Errors are *Error.
-func (c *Conn) Tell(ctx context.Context, req Tell) (t Told, err error) {
-	defer c.svc.observe("tell", time.Now(), &err, &t.Replay, nil)
-	err = c.run(ctx, req.Conversation, false, func(b *batch) func(error) error {
+func (c *Conn) Tell(ctx context.Context, req Tell) (Told, error) {
+	return c.StartTell(ctx, req).Wait()
+}
+
+// StartTell queues a Tell on its conversation and returns at once; see Call.
+func (c *Conn) StartTell(ctx context.Context, req Tell) *Call[Told] {
+	call := &Call[Told]{}
+	t := &call.v
+	call.wait = c.start(ctx, "tell", req.Conversation, false, &t.Replay, nil, func(b *batch) func(error) error {
 		pr, tw, err := b.lookupParticipant(req.Participant, req.Token)
 		if err != nil {
 			return settled(err)
 		}
 		if pr != nil {
 			told, e := c.svc.replayer(b.cv.id).tell(pr, &req)
-			t = told
+			*t = told
 			return settled(asError(e))
 		}
 		row, e := c.decider(b.cv.id).tell(b.st, &req)
@@ -304,24 +362,30 @@ func (c *Conn) Tell(ctx context.Context, req Tell) (t Told, err error) {
 		}
 		return func(werr error) error {
 			if werr == nil {
-				t = Told{Conversation: b.cv.id, Seq: row.Seq}
+				*t = Told{Conversation: b.cv.id, Seq: row.Seq}
 			}
 			return werr
 		}
 	})
-	return t, err
+	return call
 }
 
 // Ack advances the participant's cursor. Errors are *Error.
-func (c *Conn) Ack(ctx context.Context, req Ack) (a Acked, err error) {
-	defer c.svc.observe("ack", time.Now(), &err, nil, &a.Noop)
-	err = c.run(ctx, req.Conversation, false, func(b *batch) func(error) error {
+func (c *Conn) Ack(ctx context.Context, req Ack) (Acked, error) {
+	return c.StartAck(ctx, req).Wait()
+}
+
+// StartAck queues an Ack on its conversation and returns at once; see Call.
+func (c *Conn) StartAck(ctx context.Context, req Ack) *Call[Acked] {
+	call := &Call[Acked]{}
+	a := &call.v
+	call.wait = c.start(ctx, "ack", req.Conversation, false, nil, &a.Noop, func(b *batch) func(error) error {
 		row, noop, e := c.decider(b.cv.id).ack(b.st, &req)
 		if e != nil {
 			return settled(e)
 		}
 		if noop {
-			a = Acked{Conversation: b.cv.id, Participant: req.Participant, Cursor: req.Through, Noop: true}
+			*a = Acked{Conversation: b.cv.id, Participant: req.Participant, Cursor: req.Through, Noop: true}
 			return settled(nil)
 		}
 		if err := b.stage(&op{row: row}); err != nil {
@@ -329,25 +393,31 @@ func (c *Conn) Ack(ctx context.Context, req Ack) (a Acked, err error) {
 		}
 		return func(werr error) error {
 			if werr == nil {
-				a = Acked{Conversation: b.cv.id, Participant: req.Participant, Cursor: row.Through}
+				*a = Acked{Conversation: b.cv.id, Participant: req.Participant, Cursor: row.Through}
 			}
 			return werr
 		}
 	})
-	return a, err
+	return call
 }
 
 // Detach ends the participant's binding cleanly. Errors are *Error.
-func (c *Conn) Detach(ctx context.Context, req Detach) (d Ended, err error) {
-	defer c.svc.observe("detach", time.Now(), &err, &d.Replay, nil)
-	err = c.run(ctx, req.Conversation, false, func(b *batch) func(error) error {
+func (c *Conn) Detach(ctx context.Context, req Detach) (Ended, error) {
+	return c.StartDetach(ctx, req).Wait()
+}
+
+// StartDetach queues a Detach on its conversation and returns at once; see Call.
+func (c *Conn) StartDetach(ctx context.Context, req Detach) *Call[Ended] {
+	call := &Call[Ended]{}
+	d := &call.v
+	call.wait = c.start(ctx, "detach", req.Conversation, false, &d.Replay, nil, func(b *batch) func(error) error {
 		pr, tw, err := b.lookupParticipant(req.Participant, req.Token)
 		if err != nil {
 			return settled(err)
 		}
 		if pr != nil {
 			ended, e := c.svc.replayer(b.cv.id).ended(pr, oplog.KindDetach)
-			d = ended
+			*d = ended
 			return settled(asError(e))
 		}
 		row, e := c.decider(b.cv.id).detach(b.st, &req)
@@ -360,26 +430,32 @@ func (c *Conn) Detach(ctx context.Context, req Detach) (d Ended, err error) {
 		}
 		return func(werr error) error {
 			if werr == nil {
-				d = Ended{Conversation: b.cv.id, Participant: req.Participant, Seq: row.Seq}
+				*d = Ended{Conversation: b.cv.id, Participant: req.Participant, Seq: row.Seq}
 			}
 			return werr
 		}
 	})
-	return d, err
+	return call
 }
 
 // Leave retires the participant, ending its binding if it has one. Errors
 // are *Error.
-func (c *Conn) Leave(ctx context.Context, req Leave) (l Ended, err error) {
-	defer c.svc.observe("leave", time.Now(), &err, &l.Replay, nil)
-	err = c.run(ctx, req.Conversation, false, func(b *batch) func(error) error {
+func (c *Conn) Leave(ctx context.Context, req Leave) (Ended, error) {
+	return c.StartLeave(ctx, req).Wait()
+}
+
+// StartLeave queues a Leave on its conversation and returns at once; see Call.
+func (c *Conn) StartLeave(ctx context.Context, req Leave) *Call[Ended] {
+	call := &Call[Ended]{}
+	l := &call.v
+	call.wait = c.start(ctx, "leave", req.Conversation, false, &l.Replay, nil, func(b *batch) func(error) error {
 		pr, tw, err := b.lookupParticipant(req.Participant, req.Token)
 		if err != nil {
 			return settled(err)
 		}
 		if pr != nil {
 			ended, e := c.svc.replayer(b.cv.id).ended(pr, oplog.KindLeave)
-			l = ended
+			*l = ended
 			return settled(asError(e))
 		}
 		row, e := c.decider(b.cv.id).leave(b.st, &req)
@@ -396,12 +472,12 @@ func (c *Conn) Leave(ctx context.Context, req Leave) (l Ended, err error) {
 		}
 		return func(werr error) error {
 			if werr == nil {
-				l = Ended{Conversation: b.cv.id, Participant: req.Participant, Seq: row.Seq}
+				*l = Ended{Conversation: b.cv.id, Participant: req.Participant, Seq: row.Seq}
 			}
 			return werr
 		}
 	})
-	return l, err
+	return call
 }
 
 // End ends the connection: it waits for the operations in flight, then ends

@@ -49,7 +49,10 @@ func (c *conn) submit(conv uint64, m wire.Message) bool {
 }
 
 // work runs conversation conv's requests in order until its queue is
-// empty.
+// empty. It starts every request queued so far on the service before
+// waiting for the first: the service decides them in the order started and
+// commits those queued together behind one pair of barriers, and their
+// answers are sent in that same order.
 func (c *conn) work(conv uint64) {
 	defer c.workers.Done()
 	for {
@@ -60,98 +63,123 @@ func (c *conn) work(conv uint64) {
 			c.mu.Unlock()
 			return
 		}
-		m := q[0]
-		q[0] = nil
-		c.queues[conv] = q[1:]
+		// Keep the key: it marks the worker as running.
+		c.queues[conv] = nil
 		c.mu.Unlock()
-		if !c.abandon.Load() {
-			c.out.send(c.apply(m))
+		answers := make([]func() wire.Message, len(q))
+		for i, m := range q {
+			answers[i] = c.begin(m)
 		}
-		<-c.pending
+		for _, answer := range answers {
+			a := answer() // always waited for: the service counts it in flight
+			if !c.abandon.Load() {
+				c.out.send(a)
+			}
+			<-c.pending
+		}
 	}
 }
 
-// apply runs one request on the service and returns its answer.
-func (c *conn) apply(m wire.Message) wire.Message {
+// begin starts one request on the service and returns the function that
+// waits for it and builds its answer.
+func (c *conn) begin(m wire.Message) func() wire.Message {
 	ctx := c.srv.opCtx
 	switch m := m.(type) {
 	case *wire.Enroll:
-		b, err := c.pc.Enroll(ctx, participant.Enroll{
+		call := c.pc.StartEnroll(ctx, participant.Enroll{
 			Conversation: participant.ConversationID(m.Conversation),
 			Token:        participant.Token(m.Token),
 		})
-		if err != nil {
-			return errorAnswer(m.ID, err)
-		}
-		return &wire.Enrolled{
-			ID: m.ID, Conversation: uint64(b.Conversation), Participant: uint64(b.Participant),
-			Generation: uint64(b.Generation), Secret: wire.Secret(b.Secret), Cursor: uint64(b.Cursor),
-			ReceiptExpiresAt: unixMilli(b.ReceiptExpiresAt), Replay: replay(b.Replay),
+		return func() wire.Message {
+			b, err := call.Wait()
+			if err != nil {
+				return errorAnswer(m.ID, err)
+			}
+			return &wire.Enrolled{
+				ID: m.ID, Conversation: uint64(b.Conversation), Participant: uint64(b.Participant),
+				Generation: uint64(b.Generation), Secret: wire.Secret(b.Secret), Cursor: uint64(b.Cursor),
+				ReceiptExpiresAt: unixMilli(b.ReceiptExpiresAt), Replay: replay(b.Replay),
+			}
 		}
 	case *wire.Attach:
-		b, err := c.pc.Attach(ctx, participant.Attach{
+		call := c.pc.StartAttach(ctx, participant.Attach{
 			Conversation: participant.ConversationID(m.Conversation),
 			Participant:  participant.ParticipantID(m.Participant),
 			Generation:   participant.Generation(m.Generation),
 			Secret:       participant.Secret(m.Secret),
 			Token:        participant.Token(m.Token),
 		})
-		if err != nil {
-			return errorAnswer(m.ID, err)
-		}
-		return &wire.Attached{
-			ID: m.ID, Conversation: uint64(b.Conversation), Participant: uint64(b.Participant),
-			Generation: uint64(b.Generation), Secret: wire.Secret(b.Secret), Cursor: uint64(b.Cursor),
-			ReceiptExpiresAt: unixMilli(b.ReceiptExpiresAt), Replay: replay(b.Replay),
+		return func() wire.Message {
+			b, err := call.Wait()
+			if err != nil {
+				return errorAnswer(m.ID, err)
+			}
+			return &wire.Attached{
+				ID: m.ID, Conversation: uint64(b.Conversation), Participant: uint64(b.Participant),
+				Generation: uint64(b.Generation), Secret: wire.Secret(b.Secret), Cursor: uint64(b.Cursor),
+				ReceiptExpiresAt: unixMilli(b.ReceiptExpiresAt), Replay: replay(b.Replay),
+			}
 		}
 	case *wire.Tell:
-		t, err := c.pc.Tell(ctx, participant.Tell{
+		call := c.pc.StartTell(ctx, participant.Tell{
 			Conversation: participant.ConversationID(m.Conversation),
 			Participant:  participant.ParticipantID(m.Participant),
 			Generation:   participant.Generation(m.Generation),
 			Token:        participant.Token(m.Token),
 			Payload:      m.Payload,
 		})
-		if err != nil {
-			return errorAnswer(m.ID, err)
+		return func() wire.Message {
+			t, err := call.Wait()
+			if err != nil {
+				return errorAnswer(m.ID, err)
+			}
+			return &wire.Told{ID: m.ID, Conversation: uint64(t.Conversation), Seq: uint64(t.Seq), Replay: replay(t.Replay)}
 		}
-		return &wire.Told{ID: m.ID, Conversation: uint64(t.Conversation), Seq: uint64(t.Seq), Replay: replay(t.Replay)}
 	case *wire.Ack:
-		a, err := c.pc.Ack(ctx, participant.Ack{
+		call := c.pc.StartAck(ctx, participant.Ack{
 			Conversation: participant.ConversationID(m.Conversation),
 			Participant:  participant.ParticipantID(m.Participant),
 			Generation:   participant.Generation(m.Generation),
 			Through:      participant.Seq(m.Through),
 		})
-		if err != nil {
-			return errorAnswer(m.ID, err)
+		return func() wire.Message {
+			a, err := call.Wait()
+			if err != nil {
+				return errorAnswer(m.ID, err)
+			}
+			return &wire.Acked{ID: m.ID, Conversation: uint64(a.Conversation), Participant: uint64(a.Participant), Cursor: uint64(a.Cursor), Noop: a.Noop}
 		}
-		return &wire.Acked{ID: m.ID, Conversation: uint64(a.Conversation), Participant: uint64(a.Participant), Cursor: uint64(a.Cursor), Noop: a.Noop}
 	case *wire.Detach:
-		d, err := c.pc.Detach(ctx, participant.Detach{
+		call := c.pc.StartDetach(ctx, participant.Detach{
 			Conversation: participant.ConversationID(m.Conversation),
 			Participant:  participant.ParticipantID(m.Participant),
 			Generation:   participant.Generation(m.Generation),
 			Token:        participant.Token(m.Token),
 		})
-		if err != nil {
-			return errorAnswer(m.ID, err)
+		return func() wire.Message {
+			d, err := call.Wait()
+			if err != nil {
+				return errorAnswer(m.ID, err)
+			}
+			return &wire.Detached{ID: m.ID, Conversation: uint64(d.Conversation), Participant: uint64(d.Participant), Seq: uint64(d.Seq), Replay: replay(d.Replay)}
 		}
-		return &wire.Detached{ID: m.ID, Conversation: uint64(d.Conversation), Participant: uint64(d.Participant), Seq: uint64(d.Seq), Replay: replay(d.Replay)}
 	case *wire.Leave:
-		l, err := c.pc.Leave(ctx, participant.Leave{
+		call := c.pc.StartLeave(ctx, participant.Leave{
 			Conversation: participant.ConversationID(m.Conversation),
 			Participant:  participant.ParticipantID(m.Participant),
 			Generation:   participant.Generation(m.Generation),
 			Secret:       participant.Secret(m.Secret),
 			Token:        participant.Token(m.Token),
 		})
-		if err != nil {
-			return errorAnswer(m.ID, err)
+		return func() wire.Message {
+			l, err := call.Wait()
+			if err != nil {
+				return errorAnswer(m.ID, err)
+			}
+			return &wire.Left{ID: m.ID, Conversation: uint64(l.Conversation), Participant: uint64(l.Participant), Seq: uint64(l.Seq), Replay: replay(l.Replay)}
 		}
-		return &wire.Left{ID: m.ID, Conversation: uint64(l.Conversation), Participant: uint64(l.Participant), Seq: uint64(l.Seq), Replay: replay(l.Replay)}
 	}
-	panic("server: apply(" + m.Type() + ")")
+	panic("server: begin(" + m.Type() + ")")
 }
 
 // errorAnswer maps an operation's error onto the protocol's error answer,
