@@ -3,6 +3,9 @@ package store
 import (
 	"encoding/binary"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -105,6 +108,9 @@ func (b *Bolt) commit() {
 		streams = append(streams, streamWrite{name: name, st: st, first: st.committed, payloads: st.pending[:n:n]})
 	}
 	clear(b.dirty)
+	// Keys go into the B+tree in order, so the cursor of each Put starts
+	// near the last one and each leaf is split at most once.
+	slices.SortFunc(streams, func(x, y streamWrite) int { return strings.Compare(x.name, y.name) })
 	values := b.staged
 	b.committing = values
 	b.staged = make(map[string]uint64)
@@ -169,7 +175,8 @@ func writeBatch(tx *bolt.Tx, streams []streamWrite, values map[string]uint64) er
 		}
 	}
 	vb := tx.Bucket(bucketValues)
-	for k, v := range values {
+	for _, k := range slices.Sorted(maps.Keys(values)) {
+		v := values[k]
 		var err error
 		if v == 0 {
 			err = vb.Delete([]byte(k))
