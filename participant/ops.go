@@ -3,6 +3,7 @@ package participant
 import (
 	"context"
 	"crypto/rand"
+	"sync"
 	"time"
 
 	"github.com/participantd/participantd/oplog"
@@ -480,6 +481,10 @@ func (c *Conn) StartLeave(ctx context.Context, req Leave) *Call[Ended] {
 	return call
 }
 
+// endParallelism bounds how many of a connection's bindings End ends at
+// once.
+const endParallelism = 64
+
 // End ends the connection: it waits for the operations in flight, then ends
 // every binding the connection holds with cause (connection_lost or
 // protocol_error as `died`; clean or shutdown as `detached`), each through
@@ -495,10 +500,17 @@ func (c *Conn) End(ctx context.Context, cause Cause) error {
 	c.ended, c.endCause = true, cause
 	c.mu.Unlock()
 	c.inflight.Wait()
-	var firstErr error
-	// Reconciling one conversation can reveal a binding of this connection
-	// in it that a failed commit left (an attach that did commit), so go
-	// round until no binding is left that was not tried.
+	// The bindings are in different conversations, so their endings commit
+	// concurrently and share group commits. Reconciling one conversation
+	// can reveal a binding of this connection in it that a failed commit
+	// left (an attach that did commit), so go round until no binding is
+	// left that was not tried.
+	var (
+		mu       sync.Mutex
+		firstErr error
+		wg       sync.WaitGroup
+		sem      = make(chan struct{}, endParallelism)
+	)
 	tried := make(map[ConversationID]bool)
 	for more := true; more; {
 		more = false
@@ -507,10 +519,19 @@ func (c *Conn) End(ctx context.Context, cause Cause) error {
 				continue
 			}
 			tried[bd.Conversation], more = true, true
-			if err := c.svc.endBinding(ctx, bd.Conversation, bd.Participant, c.id, cause); err != nil && firstErr == nil {
-				firstErr = err
-			}
+			sem <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				if err := c.svc.endBinding(ctx, bd.Conversation, bd.Participant, c.id, cause); err != nil {
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = err
+					}
+					mu.Unlock()
+				}
+			})
 		}
+		wg.Wait()
 	}
 	c.svc.mu.Lock()
 	delete(c.svc.conns, c.id)
