@@ -8,24 +8,39 @@
 //
 // # The commit
 //
-// Per conversation, operations are serialized by the conversation's turn (a
-// one-slot semaphore held across the barriers); conversations commit in
-// parallel and share the store's group commits. An operation
+// Per conversation, operations are queued and decided in order by whoever
+// holds the conversation's turn (a one-slot semaphore held across the
+// barriers); conversations commit in parallel and share the store's group
+// commits. The turn's holder takes every queued operation (up to maxBatch)
+// as one batch (batch.go) and, against a working copy of the state,
 //
-//  1. resolves its token (a replay or token_conflict answers at once),
+//  1. resolves each operation's token (a replay or token_conflict answers
+//     without committing; a token staged earlier in the batch replays too),
 //  2. decides, purely, in PROTOCOL.md's order of checks: a refusal, or the
-//     oplog row to commit (decide.go),
-//  3. barrier 1: writes the token index entry and appends the oplog row,
-//     then flushes,
-//  4. barrier 2: appends the outbox rows outbox.Project derives from the
-//     row, then flushes,
-//  5. applies the row to the in-memory state, wakes the connections with
-//     something new to push, and answers.
+//     oplog row to commit (decide.go), which it projects and applies to
+//     the working copy, so the next decision sees it;
+//
+// then writes the batch behind one pair of barriers:
+//
+//  3. barrier 1: writes the token index entries and appends the oplog
+//     rows, then flushes,
+//  4. barrier 2: appends the outbox rows outbox.Project derived, then
+//     flushes,
+//  5. publishes the working copy, wakes the connections with something new
+//     to push, and answers every operation of the batch in order.
 //
 // A failure before the first append answers unavailable; at or after it,
-// in_doubt. Either way nothing is applied, published or woken, and the
-// conversation's state is dropped: the next touch reconciles it from its
-// streams, repairing (never rolling back) whatever the failed commit left.
+// in_doubt, for every operation from the batch's first staged one on.
+// Nothing is applied, published or woken, and the conversation's state is
+// dropped: a background reload (and otherwise the next touch) reconciles it
+// from its streams, repairing (never rolling back) what the failed commit
+// left.
+//
+// Conn's synchronous methods (Tell, …) wait for their outcome; the Start
+// variants (StartTell, …) queue the operation and return a Call, so a
+// transport that starts a connection's pipelined requests in order and
+// waits for them in order keeps the protocol's per-conversation order while
+// they share barriers.
 //
 // # Invariants
 //
@@ -56,8 +71,21 @@
 // and verified against the row on every lookup. The heap holds no token
 // set, so memory does not grow with the number of operations.
 //
+// # Reconciliation and containment
+//
+// A conversation is loaded, at Open and after a drop, by reconcile.go:
+// validate the whole outbox (versions, decoding, increasing sources, no
+// source beyond the oplog), replay the oplog through outbox.Project,
+// match every stored outbox row byte for byte, append the missing suffix,
+// flush, then end the bindings a previous incarnation or an ended
+// connection left (died/unclean_restart, died/connection_lost) in one
+// batch. A finding that forbids loading contains the conversation: it is
+// listed by Unloadable with a stable class and answers unavailable, and
+// nothing of it is published. Inspect runs the same reconciliation
+// without writing, for the offline tools.
+//
 // # Locks
 //
-// Lock order: a conversation's turn, then its mu, then a Conn's mu;
-// Service.mu is taken alone. No mutex is held across I/O; the turn is.
+// Lock order: a conversation's turn, then its mu (or qmu), then a Conn's
+// mu; Service.mu is taken alone. No mutex is held across I/O; the turn is.
 package participant
