@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/participantd/participantd/oplog"
+	"github.com/participantd/participantd/outbox"
 )
 
 // A step decides one operation within a batch (see batch.go). It runs on
@@ -409,34 +410,8 @@ func (c *Conn) Detach(ctx context.Context, req Detach) (Ended, error) {
 
 // StartDetach queues a Detach on its conversation and returns at once; see Call.
 func (c *Conn) StartDetach(ctx context.Context, req Detach) *Call[Ended] {
-	call := &Call[Ended]{}
-	d := &call.v
-	call.wait = c.start(ctx, "detach", req.Conversation, false, &d.Replay, nil, func(b *batch) func(error) error {
-		pr, tw, err := b.lookupParticipant(req.Participant, req.Token)
-		if err != nil {
-			return settled(err)
-		}
-		if pr != nil {
-			ended, e := c.svc.replayer(b.cv.id).ended(pr, oplog.KindDetach)
-			*d = ended
-			return settled(asError(e))
-		}
-		row, e := c.decider(b.cv.id).detach(b.st, &req)
-		if e != nil {
-			return settled(e)
-		}
-		o := &op{row: row, tok: &tw, ending: b.endingOf(req.Participant), ended: &superseded{conn: row.Conn, p: req.Participant}}
-		if err := b.stage(o); err != nil {
-			return settled(err)
-		}
-		return func(werr error) error {
-			if werr == nil {
-				*d = Ended{Conversation: b.cv.id, Participant: req.Participant, Seq: row.Seq}
-			}
-			return werr
-		}
-	})
-	return call
+	return c.startEnded(ctx, "detach", oplog.KindDetach, req.Conversation, req.Participant, req.Token,
+		func(d *decider, st *outbox.State) (oplog.Row, *Error) { return d.detach(st, &req) })
 }
 
 // Leave retires the participant, ending its binding if it has one. Errors
@@ -447,33 +422,41 @@ func (c *Conn) Leave(ctx context.Context, req Leave) (Ended, error) {
 
 // StartLeave queues a Leave on its conversation and returns at once; see Call.
 func (c *Conn) StartLeave(ctx context.Context, req Leave) *Call[Ended] {
+	return c.startEnded(ctx, "leave", oplog.KindLeave, req.Conversation, req.Participant, req.Token,
+		func(d *decider, st *outbox.State) (oplog.Row, *Error) { return d.leave(st, &req) })
+}
+
+// startEnded queues the operations answered by Ended, detach and leave:
+// both end p's binding if it has one, and replay from their row's seq.
+func (c *Conn) startEnded(ctx context.Context, name string, kind oplog.Kind, conv ConversationID, p ParticipantID, tok Token,
+	decide func(*decider, *outbox.State) (oplog.Row, *Error)) *Call[Ended] {
 	call := &Call[Ended]{}
-	l := &call.v
-	call.wait = c.start(ctx, "leave", req.Conversation, false, &l.Replay, nil, func(b *batch) func(error) error {
-		pr, tw, err := b.lookupParticipant(req.Participant, req.Token)
+	v := &call.v
+	call.wait = c.start(ctx, name, conv, false, &v.Replay, nil, func(b *batch) func(error) error {
+		pr, tw, err := b.lookupParticipant(p, tok)
 		if err != nil {
 			return settled(err)
 		}
 		if pr != nil {
-			ended, e := c.svc.replayer(b.cv.id).ended(pr, oplog.KindLeave)
-			*l = ended
+			ended, e := c.svc.replayer(b.cv.id).ended(pr, kind)
+			*v = ended
 			return settled(asError(e))
 		}
-		row, e := c.decider(b.cv.id).leave(b.st, &req)
+		row, e := decide(c.decider(b.cv.id), b.st)
 		if e != nil {
 			return settled(e)
 		}
 		o := &op{row: row, tok: &tw}
-		if b.st.Member(req.Participant).Bound {
-			o.ending = b.endingOf(req.Participant)
-			o.ended = &superseded{conn: row.Conn, p: req.Participant}
+		if b.st.Member(p).Bound {
+			o.ending = b.endingOf(p)
+			o.ended = &superseded{conn: row.Conn, p: p}
 		}
 		if err := b.stage(o); err != nil {
 			return settled(err)
 		}
 		return func(werr error) error {
 			if werr == nil {
-				*l = Ended{Conversation: b.cv.id, Participant: req.Participant, Seq: row.Seq}
+				*v = Ended{Conversation: b.cv.id, Participant: p, Seq: row.Seq}
 			}
 			return werr
 		}
