@@ -393,12 +393,14 @@ func (s *Service) release(cv *conversation) {
 	}()
 }
 
-// conversation is one conversation's entry. Operations on it are serialized
-// by its turn; publication reads its state under mu.
+// conversation is one conversation's entry. Operations on it queue, and the
+// holder of its turn decides and commits them in batches; publication reads
+// its state under mu.
 type conversation struct {
 	id ConversationID
-	// turn is a one-slot semaphore held by the operation in progress, across
-	// its barriers. The fields below mu are written only by its holder.
+	// turn is a one-slot semaphore held by the batch in progress (or a
+	// reload), across its barriers. The two fields below are used only by
+	// its holder; the state under mu is written only by its holder.
 	turn chan struct{}
 	// registered is set once the registry entry is durable, dropped when a
 	// failed commit dropped the state. Turn holder only.
@@ -410,7 +412,7 @@ type conversation struct {
 	queue []*task
 
 	// mu guards state, unloadable and bindingTokens. Readers hold it only
-	// briefly; the turn holder takes it to apply a commit.
+	// briefly; the turn holder takes it to publish a batch.
 	mu sync.RWMutex
 	// state is the reconciled conversation, nil while not loaded: never
 	// loaded, dropped after a failed commit, or unloadable.
