@@ -75,8 +75,9 @@ type Bolt struct {
 	// dirty holds the streams with payloads staged since the last commit
 	// began.
 	dirty map[string]*boltStream
-	// values caches the current value (0 = absent) of every key written by
-	// CAS since Open. A key absent from values has no staged write, so bbolt
+	// values caches the current value (0 = absent) of the keys with a CAS
+	// write staged or being committed; a commit forgets the keys it made
+	// durable. A key absent from values has no write in flight, so bbolt
 	// holds its current value.
 	values map[string]uint64
 	// staged holds the values written since the last commit began;
@@ -437,12 +438,23 @@ func (b *Bolt) CAS(key string, old, new uint64) error {
 	}
 	defer b.mu.Unlock()
 	if actual := b.values[key]; actual != old {
+		b.forgetUnwrittenLocked(key)
 		return &CASConflictError{Key: key, Expected: old, Actual: actual}
 	}
 	b.values[key] = new
 	b.staged[key] = new
 	b.casWrites.Add(1)
 	return nil
+}
+
+// forgetUnwrittenLocked drops key from the value cache unless a write of
+// it is staged or being committed. b.mu must be held.
+func (b *Bolt) forgetUnwrittenLocked(key string) {
+	_, staged := b.staged[key]
+	_, committing := b.committing[key]
+	if !staged && !committing {
+		delete(b.values, key)
+	}
 }
 
 // ReadValue implements DurableStore.

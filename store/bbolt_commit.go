@@ -147,6 +147,15 @@ func (b *Bolt) commit() {
 				w.st.pending = append([][]byte(nil), w.st.pending[n:]...)
 			}
 		}
+		// bbolt now holds these values: forget the ones not written again
+		// since, so the cache holds only keys with writes in flight and
+		// does not grow with every key ever written (a token index has one
+		// per operation).
+		for k := range values {
+			if _, again := b.staged[k]; !again {
+				delete(b.values, k)
+			}
+		}
 		b.committing = nil
 		b.commits.Add(1)
 	}

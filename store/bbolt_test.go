@@ -300,3 +300,39 @@ func TestBolt_Close_FailsWaitingFlush(t *testing.T) {
 		t.Fatalf("after reopen Len(s) = %d, %v, want 1", n, err)
 	}
 }
+
+// TestBolt_ValueCache_ForgetsDurableKeys: a token index writes one key per
+// operation, so the cache must not keep keys once they are durable.
+func TestBolt_ValueCache_ForgetsDurableKeys(t *testing.T) {
+	b, err := store.Open(filepath.Join(t.TempDir(), "data.db"), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	for i := range 1000 {
+		key := fmt.Sprintf("token/%d", i)
+		if err := b.CAS(key, 0, uint64(i)+1); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.CAS(key, 5000, 1); !errors.Is(err, store.ErrCASConflict) {
+			t.Fatalf("CAS(%s, 5000) = %v, want a conflict", key, err)
+		}
+	}
+	if err := b.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.CachedValues(); n != 0 {
+		t.Fatalf("value cache holds %d keys after they all became durable, want 0", n)
+	}
+	for i := range 1000 {
+		if v, err := b.ReadValue(fmt.Sprintf("token/%d", i)); err != nil || v != uint64(i)+1 {
+			t.Fatalf("ReadValue(token/%d) = %d, %v; want %d from the file", i, v, err, i+1)
+		}
+	}
+	if err := b.CAS("token/7", 99, 1); !errors.Is(err, store.ErrCASConflict) {
+		t.Fatalf("CAS on an uncached key with a wrong old value = %v, want a conflict", err)
+	}
+	if n := b.CachedValues(); n != 0 {
+		t.Fatalf("a refused CAS left %d keys cached, want 0", n)
+	}
+}

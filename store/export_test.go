@@ -15,3 +15,10 @@ func OpenWithHooks(path string, opts Options, h TestHooks) (*Bolt, error) {
 		flushWaiting: h.FlushWaiting,
 	})
 }
+
+// CachedValues is how many keys the value cache holds.
+func (b *Bolt) CachedValues() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.values)
+}
