@@ -294,19 +294,25 @@ func (r *replayer) bound(st *outbox.State, pr *prior) (Bound, *Error) {
 	case !r.now.Before(expires):
 		return Bound{}, r.expired(row.Participant, m, "deadline")
 	}
-	replay := ReplayUnbound
+	b := boundAnswer(r.key, st.Nonce, r.conv, row, r.ttl)
+	b.Replay = ReplayUnbound
 	if m.Bound && m.BindingSource == pr.idx {
-		replay = ReplayBound
+		b.Replay = ReplayBound
 	}
+	return b, nil
+}
+
+// boundAnswer is the answer of the enroll or attach that committed row:
+// the same whether it is given fresh or replayed.
+func boundAnswer(key []byte, nonce [16]byte, c ConversationID, row *oplog.Row, ttl time.Duration) Bound {
 	return Bound{
-		Conversation:     r.conv,
+		Conversation:     c,
 		Participant:      row.Participant,
 		Generation:       row.Generation,
-		Secret:           deriveSecret(r.key, st.Nonce, r.conv, row.Participant, row.Generation),
+		Secret:           deriveSecret(key, nonce, c, row.Participant, row.Generation),
 		Cursor:           row.Cursor,
-		ReceiptExpiresAt: expires,
-		Replay:           replay,
-	}, nil
+		ReceiptExpiresAt: time.UnixMilli(row.At).Add(ttl),
+	}
 }
 
 func (r *replayer) expired(p ParticipantID, m *outbox.Member, reason string) *Error {

@@ -265,17 +265,10 @@ func (c *Conn) StartEnroll(ctx context.Context, req Enroll) *Call[Bound] {
 		}
 		nonce := b.st.Nonce
 		return func(werr error) error {
-			if werr != nil {
-				return werr
+			if werr == nil {
+				*a = boundAnswer(d.key, nonce, b.cv.id, &row, c.svc.opts.ReceiptTTL)
 			}
-			*a = Bound{
-				Conversation:     b.cv.id,
-				Participant:      row.Participant,
-				Generation:       row.Generation,
-				Secret:           deriveSecret(d.key, nonce, b.cv.id, row.Participant, row.Generation),
-				ReceiptExpiresAt: time.UnixMilli(row.At).Add(c.svc.opts.ReceiptTTL),
-			}
-			return nil
+			return werr
 		}
 	})
 	return call
@@ -319,18 +312,10 @@ func (c *Conn) StartAttach(ctx context.Context, req Attach) *Call[Bound] {
 		}
 		nonce := b.st.Nonce
 		return func(werr error) error {
-			if werr != nil {
-				return werr
+			if werr == nil {
+				*a = boundAnswer(d.key, nonce, b.cv.id, &row, c.svc.opts.ReceiptTTL)
 			}
-			*a = Bound{
-				Conversation:     b.cv.id,
-				Participant:      row.Participant,
-				Generation:       row.Generation,
-				Secret:           deriveSecret(d.key, nonce, b.cv.id, row.Participant, row.Generation),
-				Cursor:           row.Cursor,
-				ReceiptExpiresAt: time.UnixMilli(row.At).Add(c.svc.opts.ReceiptTTL),
-			}
-			return nil
+			return werr
 		}
 	})
 	return call
