@@ -86,6 +86,7 @@ func Dial(ctx context.Context, addr string, opts Options) (*Client, error) {
 		seen:    make(map[uint64]uint64),
 	}
 	c.queue.wake = make(chan struct{}, 1)
+	c.queue.slots = make(chan struct{}, opts.MaxQueuedDeliveries)
 	c.sessions.Store(1)
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.startReader(s)

@@ -526,3 +526,34 @@ func TestClient_Enroll_AnswerLost_ReplayedThenAttached(t *testing.T) {
 		t.Errorf("Tell = %v", err)
 	}
 }
+
+// TestClient_Deliveries_QueueIsBounded: a reader that falls behind gets
+// backpressure, not unbounded memory: once DeliveryBuffer and
+// MaxQueuedDeliveries are full the client stops reading the connection
+// (so an answer behind the deliveries waits), and reading resumes it with
+// nothing lost.
+func TestClient_Deliveries_QueueIsBounded(t *testing.T) {
+	srv := newFakeServer(t)
+	c := dialT(t, srv, client.Options{DeliveryBuffer: 1, MaxQueuedDeliveries: 2})
+	if err := c.Ping(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	const n = 10
+	for s := uint64(1); s <= n; s++ {
+		srv.push(&wire.Delivery{Conversation: 9, Seq: s, Kind: wire.KindRecord, Participant: 1, Payload: []byte{byte(s)}})
+	}
+	// The ping's answer is behind deliveries the client has no room for.
+	short, cancel := context.WithTimeout(testCtx(t), 200*time.Millisecond)
+	defer cancel()
+	if err := c.Ping(short); err == nil {
+		t.Fatalf("Ping answered while %d deliveries waited behind a full queue", n)
+	}
+	for s := uint64(1); s <= n; s++ {
+		if d := next(t, c); d.Seq != s {
+			t.Fatalf("delivery seq %d, want %d", d.Seq, s)
+		}
+	}
+	if err := c.Ping(testCtx(t)); err != nil {
+		t.Fatalf("Ping after the queue drained: %v", err)
+	}
+}

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"context"
 	"sync"
 
 	"github.com/participantd/participantd/wire"
@@ -48,20 +49,29 @@ func (c *Client) deliver(m *wire.Delivery) {
 	if m.Cause != nil {
 		d.Cause = *m.Cause
 	}
-	c.queue.push(d)
+	c.queue.push(c.ctx, d)
 }
 
 // queue decouples readers from the deliveries channel, so that a caller
-// that does not read deliveries never stalls the answers to its calls.
+// that reads deliveries slowly does not stall the answers to its calls. It
+// holds at most cap(slots) deliveries: push blocks beyond that.
 type queue struct {
-	wake chan struct{} // capacity 1: a pending wake-up of pump
+	wake  chan struct{} // capacity 1: a pending wake-up of pump
+	slots chan struct{} // one token per queued delivery
 
 	// mu guards items.
 	mu    sync.Mutex
 	items []Delivery
 }
 
-func (q *queue) push(d Delivery) {
+// push queues d, waiting for room while the queue is full or until ctx
+// ends.
+func (q *queue) push(ctx context.Context, d Delivery) {
+	select {
+	case q.slots <- struct{}{}:
+	case <-ctx.Done():
+		return
+	}
 	q.mu.Lock()
 	q.items = append(q.items, d)
 	q.mu.Unlock()
@@ -87,6 +97,7 @@ func (c *Client) pump() {
 		for _, d := range c.queue.take() {
 			select {
 			case c.out <- d:
+				<-c.queue.slots
 			case <-c.ctx.Done():
 				return
 			}

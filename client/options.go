@@ -12,7 +12,9 @@ const (
 	DefaultMinBackoff     = 50 * time.Millisecond
 	DefaultMaxBackoff     = 5 * time.Second
 	DefaultDeliveryBuffer = 256
-	DefaultDialTimeout    = 10 * time.Second
+	// DefaultMaxQueuedDeliveries is the default MaxQueuedDeliveries.
+	DefaultMaxQueuedDeliveries = 65536
+	DefaultDialTimeout         = 10 * time.Second
 )
 
 // Options configures a Client. The zero value means the defaults.
@@ -35,9 +37,16 @@ type Options struct {
 	// Default DefaultDialTimeout.
 	DialTimeout time.Duration
 	// DeliveryBuffer is the capacity of the channel Deliveries returns.
-	// Deliveries never block the connection: beyond the buffer they queue
-	// in memory until read. Default DefaultDeliveryBuffer.
+	// Beyond it, up to MaxQueuedDeliveries more queue in memory until read,
+	// so a slow reader does not stall the answers to its calls. Default
+	// DefaultDeliveryBuffer.
 	DeliveryBuffer int
+	// MaxQueuedDeliveries bounds that queue. When it is full the client
+	// stops reading from the connection until deliveries are read: memory
+	// stays bounded, the server feels the backpressure, and answers wait
+	// behind the deliveries. A client that never reads Deliveries should set
+	// DiscardDeliveries. Default DefaultMaxQueuedDeliveries.
+	MaxQueuedDeliveries int
 	// OnCredential, if set, is called after every attach that changed a
 	// held participant's credential (the generation and the secret), also
 	// for the re-attachments after a reconnect, so that a caller can persist
@@ -59,6 +68,9 @@ func (o *Options) withDefaults() {
 	}
 	if o.DialTimeout <= 0 {
 		o.DialTimeout = DefaultDialTimeout
+	}
+	if o.MaxQueuedDeliveries <= 0 {
+		o.MaxQueuedDeliveries = DefaultMaxQueuedDeliveries
 	}
 	if o.DeliveryBuffer <= 0 {
 		o.DeliveryBuffer = DefaultDeliveryBuffer
