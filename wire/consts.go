@@ -4,6 +4,11 @@ package wire
 // contain it and welcome.version announces it.
 const Version = 1
 
+// MaxVersions is the longest hello.versions list a decoder accepts; a
+// longer one is a field error (for hello, the server rejects it as
+// malformed).
+const MaxVersions = 256
+
 // DefaultMaxFrame is the default largest frame body, in bytes, a Reader
 // accepts and a Writer sends: 1 MiB. The server announces its own limit in
 // welcome.max_frame.

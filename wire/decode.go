@@ -394,6 +394,12 @@ func (d *decoder) uintArray(k key) []uint64 {
 		d.fail(k, "not an array")
 		return nil
 	}
+	// A version list longer than this is no real client's: refusing it
+	// keeps a 1 MiB frame of fixints from costing 8 MiB of uint64s.
+	if n > MaxVersions {
+		d.fail(k, "%d elements, at most %d", n, MaxVersions)
+		return nil
+	}
 	// Check the elements before allocating; n is at most the bytes left,
 	// skipValue checked it.
 	start := i

@@ -331,3 +331,20 @@ func TestID(t *testing.T) {
 		}
 	}
 }
+
+// TestDecodeRequest_HelloVersionsAreBounded: a frame of fixints must not
+// decode into eight times its size.
+func TestDecodeRequest_HelloVersionsAreBounded(t *testing.T) {
+	versions := make([]uint64, MaxVersions+1)
+	for i := range versions {
+		versions[i] = 1
+	}
+	_, err := DecodeRequest(Encode(&Hello{Versions: versions}))
+	var de *DecodeError
+	if !errors.As(err, &de) || de.Field != "versions" {
+		t.Fatalf("DecodeRequest(hello with %d versions) = %v, want a field error on versions", len(versions), err)
+	}
+	if _, err := DecodeRequest(Encode(&Hello{Versions: versions[:MaxVersions]})); err != nil {
+		t.Fatalf("DecodeRequest(hello with %d versions) = %v, want it accepted", MaxVersions, err)
+	}
+}
