@@ -298,7 +298,7 @@ func TestEncode_LongValuesRoundTrip(t *testing.T) {
 		msgs := []Message{
 			&Tell{ID: 1, Token: testToken(1), Payload: filled(n)},
 			&Error{ID: 1, Code: CodeBadRequest, Detail: s, Reason: &s},
-			&Hello{Versions: make([]uint64, n%20000), Auth: &s},
+			&Hello{Versions: make([]uint64, min(n, MaxVersions)), Auth: &s},
 		}
 		for _, m := range msgs {
 			dec := DecodeServerMessage
