@@ -224,7 +224,12 @@ func (s *Service) loadAll(ctx context.Context, ids []ConversationID) error {
 				if err := cv.acquire(ctx); err != nil {
 					continue
 				}
-				s.ensureLoadedTurn(ctx, cv)
+				if _, err := s.ensureLoadedTurn(ctx, cv); err != nil {
+					// Contained conversations were logged when refused; a
+					// storage failure leaves the conversation for its next
+					// touch to load.
+					s.log.Warn().Err(err).Uint64("conversation", uint64(id)).Msg("conversation not loaded at start")
+				}
 				s.release(cv)
 			}
 		}()
@@ -387,7 +392,9 @@ func (s *Service) release(cv *conversation) {
 		}
 		// A failure leaves the conversation dropped; the next touch
 		// retries, so the background reload never loops on a failing store.
-		s.ensureLoadedTurn(s.ctx, cv)
+		if _, err := s.ensureLoadedTurn(s.ctx, cv); err != nil {
+			s.log.Warn().Err(err).Uint64("conversation", uint64(cv.id)).Msg("reload after a failed commit did not complete")
+		}
 		cv.dropped = false
 		<-cv.turn
 	}()
