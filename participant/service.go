@@ -224,7 +224,7 @@ func (s *Service) loadAll(ctx context.Context, ids []ConversationID) error {
 				if err := cv.acquire(ctx); err != nil {
 					continue
 				}
-				if _, err := s.ensureLoadedTurn(ctx, cv); err != nil {
+				if _, err := s.ensureLoadedTurn(ctx, cv); err != nil && !cv.contained() {
 					// Contained conversations were logged when refused; a
 					// storage failure leaves the conversation for its next
 					// touch to load.
@@ -449,6 +449,13 @@ func (cv *conversation) loaded() *outbox.State {
 	cv.mu.RLock()
 	defer cv.mu.RUnlock()
 	return cv.state
+}
+
+// contained reports whether reconciliation refused the conversation.
+func (cv *conversation) contained() bool {
+	cv.mu.RLock()
+	defer cv.mu.RUnlock()
+	return cv.unloadable != nil
 }
 
 // drop forgets the in-memory state after a failed commit; the next touch
