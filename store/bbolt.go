@@ -124,6 +124,9 @@ type hooks struct {
 	commitErr func() error
 	// flushWaiting is called by Flush just before it waits for a batch.
 	flushWaiting func()
+	// casLoaded is called by CAS after it read key's value from the file,
+	// before it takes mu again.
+	casLoaded func(key string)
 }
 
 var _ DurableStore = (*Bolt)(nil)
@@ -424,15 +427,22 @@ func (b *Bolt) CAS(key string, old, new uint64) error {
 		if _, ok := b.values[key]; ok {
 			break
 		}
-		// As for streams: a key absent from b.values has no write staged or
-		// being committed, so its bbolt value is stable while mu is released.
+		// A key absent from b.values has no write staged or being committed,
+		// so its bbolt value is stable while mu is released, unless a write
+		// of it is staged and committed meanwhile: a commit forgets the keys
+		// it made durable, so the value read is cached only if no commit
+		// completed in between, and read again otherwise.
+		loaded, commits := b.hooks.casLoaded, b.commits.Load()
 		b.mu.Unlock()
 		v, err := b.loadValue(key)
 		if err != nil {
 			return err
 		}
+		if loaded != nil {
+			loaded(key)
+		}
 		b.mu.Lock()
-		if _, ok := b.values[key]; !ok {
+		if _, ok := b.values[key]; !ok && b.commits.Load() == commits {
 			b.values[key] = v
 		}
 	}

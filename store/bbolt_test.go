@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -334,5 +335,76 @@ func TestBolt_ValueCache_ForgetsDurableKeys(t *testing.T) {
 	}
 	if n := b.CachedValues(); n != 0 {
 		t.Fatalf("a refused CAS left %d keys cached, want 0", n)
+	}
+}
+
+// TestBolt_CAS_ConcurrentIncrementsAcrossCommits: goroutines increment one
+// key by CAS while others flush, so the key keeps leaving the value cache
+// as commits make it durable. No increment may be lost: a CAS must never
+// compare against a value a commit has since replaced.
+func TestBolt_CAS_ConcurrentIncrementsAcrossCommits(t *testing.T) {
+	b := openBolt(t, filepath.Join(t.TempDir(), "data.db"))
+	const workers, each = 8, 200
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for done := 0; done < each; {
+				v, err := b.ReadValue("counter")
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				err = b.CAS("counter", v, v+1)
+				switch {
+				case err == nil:
+					done++
+					if done%3 == 0 {
+						if err := b.Flush(); err != nil {
+							t.Error(err)
+							return
+						}
+					}
+				case !errors.Is(err, store.ErrCASConflict):
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if v, err := b.ReadValue("counter"); err != nil || v != workers*each {
+		t.Fatalf("counter = %d, %v after %d successful increments: an increment was lost", v, err, workers*each)
+	}
+}
+
+// TestBolt_CAS_AfterACommitReplacedTheValueItRead: a CAS reads a key's
+// value from the file; before it compares, another CAS of the key commits
+// and the cache forgets the key. The first CAS must compare against the
+// committed value, not the one it read.
+func TestBolt_CAS_AfterACommitReplacedTheValueItRead(t *testing.T) {
+	var b *store.Bolt
+	var interleaved atomic.Bool
+	b, err := store.OpenWithHooks(filepath.Join(t.TempDir(), "data.db"), store.Options{}, store.TestHooks{
+		CASLoaded: func(key string) {
+			if interleaved.Swap(true) {
+				return // the interleaved CAS's own load
+			}
+			if err := b.CAS(key, 0, 7); err != nil {
+				t.Errorf("interleaved CAS: %v", err)
+			}
+			if err := b.Flush(); err != nil {
+				t.Errorf("interleaved Flush: %v", err)
+			}
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if err := b.CAS("k", 0, 1); !errors.Is(err, store.ErrCASConflict) {
+		t.Fatalf("CAS(k, 0, 1) after another CAS committed 7 = %v, want a conflict", err)
+	}
+	if v, _ := b.ReadValue("k"); v != 7 {
+		t.Fatalf("k = %d, want 7: the stale CAS overwrote a committed value", v)
 	}
 }

@@ -5,6 +5,7 @@ type TestHooks struct {
 	BeforeCommit func()
 	CommitErr    func() error
 	FlushWaiting func()
+	CASLoaded    func(key string)
 }
 
 // OpenWithHooks is Open with test hooks installed.
@@ -13,6 +14,7 @@ func OpenWithHooks(path string, opts Options, h TestHooks) (*Bolt, error) {
 		beforeCommit: h.BeforeCommit,
 		commitErr:    h.CommitErr,
 		flushWaiting: h.FlushWaiting,
+		casLoaded:    h.CASLoaded,
 	})
 }
 
