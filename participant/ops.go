@@ -19,6 +19,20 @@ import (
 // operation's error.
 type step func(b *batch) (complete func(writeErr error) error)
 
+// commit stages o and returns the completion that sets the operation's
+// answer with answer once o is durable.
+func (b *batch) commit(o *op, answer func()) func(error) error {
+	if err := b.stage(o); err != nil {
+		return settled(err)
+	}
+	return func(werr error) error {
+		if werr == nil {
+			answer()
+		}
+		return werr
+	}
+}
+
 // settled completes with e (or nil) unless the batch's writes failed: a
 // refusal or replay decided after a failed commit in the same batch may
 // rest on it, so it shares its outcome.
@@ -260,16 +274,7 @@ func (c *Conn) StartEnroll(ctx context.Context, req Enroll) *Call[Bound] {
 			}
 			o.genesis = &g
 		}
-		if err := b.stage(o); err != nil {
-			return settled(err)
-		}
-		nonce := b.st.Nonce
-		return func(werr error) error {
-			if werr == nil {
-				*a = boundAnswer(d.key, nonce, b.cv.id, &row, c.svc.opts.ReceiptTTL)
-			}
-			return werr
-		}
+		return b.commit(o, func() { *a = boundAnswer(d.key, b.st.Nonce, b.cv.id, &row, c.svc.opts.ReceiptTTL) })
 	})
 	return call
 }
@@ -307,16 +312,7 @@ func (c *Conn) StartAttach(ctx context.Context, req Attach) *Call[Bound] {
 			o.ending = b.endingOf(req.Participant)
 			o.ended = &superseded{conn: m.Conn, p: req.Participant}
 		}
-		if err := b.stage(o); err != nil {
-			return settled(err)
-		}
-		nonce := b.st.Nonce
-		return func(werr error) error {
-			if werr == nil {
-				*a = boundAnswer(d.key, nonce, b.cv.id, &row, c.svc.opts.ReceiptTTL)
-			}
-			return werr
-		}
+		return b.commit(o, func() { *a = boundAnswer(d.key, b.st.Nonce, b.cv.id, &row, c.svc.opts.ReceiptTTL) })
 	})
 	return call
 }
@@ -344,15 +340,7 @@ func (c *Conn) StartTell(ctx context.Context, req Tell) *Call[Told] {
 		if e != nil {
 			return settled(e)
 		}
-		if err := b.stage(&op{row: row, tok: &tw}); err != nil {
-			return settled(err)
-		}
-		return func(werr error) error {
-			if werr == nil {
-				*t = Told{Conversation: b.cv.id, Seq: row.Seq}
-			}
-			return werr
-		}
+		return b.commit(&op{row: row, tok: &tw}, func() { *t = Told{Conversation: b.cv.id, Seq: row.Seq} })
 	})
 	return call
 }
@@ -375,15 +363,9 @@ func (c *Conn) StartAck(ctx context.Context, req Ack) *Call[Acked] {
 			*a = Acked{Conversation: b.cv.id, Participant: req.Participant, Cursor: req.Through, Noop: true}
 			return settled(nil)
 		}
-		if err := b.stage(&op{row: row}); err != nil {
-			return settled(err)
-		}
-		return func(werr error) error {
-			if werr == nil {
-				*a = Acked{Conversation: b.cv.id, Participant: req.Participant, Cursor: row.Through}
-			}
-			return werr
-		}
+		return b.commit(&op{row: row}, func() {
+			*a = Acked{Conversation: b.cv.id, Participant: req.Participant, Cursor: row.Through}
+		})
 	})
 	return call
 }
@@ -436,15 +418,7 @@ func (c *Conn) startEnded(ctx context.Context, name string, kind oplog.Kind, con
 			o.ending = b.endingOf(p)
 			o.ended = &superseded{conn: row.Conn, p: p}
 		}
-		if err := b.stage(o); err != nil {
-			return settled(err)
-		}
-		return func(werr error) error {
-			if werr == nil {
-				*v = Ended{Conversation: b.cv.id, Participant: p, Seq: row.Seq}
-			}
-			return werr
-		}
+		return b.commit(o, func() { *v = Ended{Conversation: b.cv.id, Participant: p, Seq: row.Seq} })
 	})
 	return call
 }
