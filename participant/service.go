@@ -12,7 +12,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/participantd/participantd/fence"
-	"github.com/participantd/participantd/oplog"
 	"github.com/participantd/participantd/outbox"
 	"github.com/participantd/participantd/store"
 )
@@ -468,7 +467,6 @@ func (cv *conversation) drop() {
 	cv.mu.Unlock()
 }
 
-var _ = oplog.Version
 
 // fenceToken is the fence token of one binding.
 type fenceToken = fence.Token

@@ -2,9 +2,9 @@ package participant
 
 import (
 	"fmt"
+	"strconv"
 
 	"github.com/participantd/participantd/oplog"
-	"github.com/participantd/participantd/store"
 )
 
 // The token index lives in the store, so deduplication is permanent and its
@@ -27,7 +27,7 @@ func tokenKey(c ConversationID, scope string, t Token) string {
 }
 
 func participantScope(p ParticipantID) string {
-	return fmt.Sprintf("%d", uint64(p))
+	return strconv.FormatUint(uint64(p), 10)
 }
 
 // tokenWrite is the index entry a commit writes: CAS key from old to the
@@ -73,4 +73,3 @@ func (s *Service) lookupToken(c ConversationID, applied uint64, scope string, ma
 	return &prior{idx: v - 1, row: row}, w, nil
 }
 
-var _ store.DurableStore
