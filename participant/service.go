@@ -467,7 +467,6 @@ func (cv *conversation) drop() {
 	cv.mu.Unlock()
 }
 
-
 // fenceToken is the fence token of one binding.
 type fenceToken = fence.Token
 

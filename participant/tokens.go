@@ -72,4 +72,3 @@ func (s *Service) lookupToken(c ConversationID, applied uint64, scope string, ma
 	}
 	return &prior{idx: v - 1, row: row}, w, nil
 }
-
