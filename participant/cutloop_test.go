@@ -73,7 +73,11 @@ func cutWorkload(s *faultstore.Store, log *[]answered) error {
 	if _, err := cb.Ack(ctx, Ack{Conversation: 1, Participant: b.Participant, Generation: b.Generation, Through: t1.Seq}); err != nil {
 		return err
 	}
-	*log = append(*log, answered{"ack", func(ctx context.Context, c *Conn) error { return nil }})
+	*log = append(*log, answered{"ack", func(ctx context.Context, c *Conn) error {
+		return recorded(c.svc.st, 1, func(row outbox.Row) bool {
+			return row.Kind == outbox.AckAdvanced && row.Participant == b.Participant && row.Through == t1.Seq
+		})
+	}})
 	// b re-attaches from another connection, superseding its binding.
 	attReq := Attach{Conversation: 1, Participant: b.Participant, Generation: b.Generation, Secret: b.Secret, Token: token(0x31)}
 	b2, err := cc.Attach(ctx, attReq)
@@ -114,14 +118,49 @@ func cutWorkload(s *faultstore.Store, log *[]answered) error {
 	if _, err := enroll(ca, 2, 0x13); err != nil {
 		return err
 	}
-	if _, err := enroll(cb, 2, 0x14); err != nil {
+	b3, err := enroll(cb, 2, 0x14)
+	if err != nil {
 		return err
 	}
 	if err := cb.End(ctx, oplog.CauseConnectionLost); err != nil {
 		return err
 	}
-	*log = append(*log, answered{"end", func(ctx context.Context, c *Conn) error { return nil }})
+	*log = append(*log, answered{"end", func(ctx context.Context, c *Conn) error {
+		// The ending End returned from is recorded with its own cause, not
+		// as the restart's unclean_restart.
+		return recorded(c.svc.st, 2, func(row outbox.Row) bool {
+			for _, r := range row.Records {
+				if r.Participant == b3.Participant && r.Kind == outbox.KindDied && r.Cause == oplog.CauseConnectionLost {
+					return true
+				}
+			}
+			return false
+		})
+	}})
 	return ca.End(ctx, oplog.CauseClean)
+}
+
+// recorded reports an error unless conversation conv's stored outbox has a
+// row matching match.
+func recorded(st store.DurableStore, conv ConversationID, match func(outbox.Row) bool) error {
+	entries, err := st.ReadFrom(outbox.Stream(conv), 0, 0)
+	if err != nil {
+		return err
+	}
+	payloads := make([][]byte, len(entries))
+	for i, e := range entries {
+		payloads[i] = e.Payload
+	}
+	rows, err := outbox.Validate(payloads)
+	if err != nil {
+		return err
+	}
+	for _, row := range rows {
+		if match(row) {
+			return nil
+		}
+	}
+	return fmt.Errorf("conversation %v: the answered operation's outbox row is missing", conv)
 }
 
 func sameBound(want, got Bound, err error) error {
