@@ -99,8 +99,8 @@ func TestAFailedBatchFailsEveryOperationFromItsFirstCommit(t *testing.T) {
 	fs := faultstore.New(store.NewMemory())
 	svc := openService(t, fs)
 	sender, receiver := svc.Connect(nil), svc.Connect(nil)
-	a, _ := sender.Enroll(ctx, Enroll{Conversation: 1, Token: token(1)})
-	receiver.Enroll(ctx, Enroll{Conversation: 1, Token: token(2)})
+	a := mustEnroll(t, sender, 1, 1)
+	mustEnroll(t, receiver, 1, 2)
 	cv := svc.existing(1)
 	// Hold the turn so that the tells queue up into one batch.
 	if err := cv.acquire(ctx); err != nil {

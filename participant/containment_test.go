@@ -41,12 +41,14 @@ func TestOneCorruptConversationAmongManyIsContained(t *testing.T) {
 	}
 	mem.Crash()
 	// Append a row whose source goes backwards: a corrupt outbox.
-	bad, _ := outbox.Encode(&outbox.Row{Kind: outbox.AckAdvanced, Source: 2, Participant: 0, Through: 1})
-	n, _ := mem.Len(outbox.Stream(corrupt))
+	bad, err := outbox.Encode(&outbox.Row{Kind: outbox.AckAdvanced, Source: 2, Participant: 0, Through: 1})
+	must(t, err)
+	n, err := mem.Len(outbox.Stream(corrupt))
+	must(t, err)
 	if _, err := mem.Append(outbox.Stream(corrupt), bad, n); err != nil {
 		t.Fatal(err)
 	}
-	mem.Flush()
+	must(t, mem.Flush())
 
 	svc = openService(t, mem)
 	unl := svc.Unloadable()
@@ -85,7 +87,7 @@ func TestAnUnreadableRegistryIsFatalAtStart(t *testing.T) {
 	if _, err := mem.Append(RegistryStream, []byte{0xff, 1}, 0); err != nil {
 		t.Fatal(err)
 	}
-	mem.Flush()
+	must(t, mem.Flush())
 	if _, err := Open(context.Background(), mem, Options{NodeKey: testKey}); err == nil {
 		t.Fatalf("Open with an unreadable registry succeeded")
 	}
@@ -112,7 +114,7 @@ func TestTheObserverTellsReplaysAndNoopsFromCommits(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := svc.Connect(nil)
-	a, _ := c.Enroll(ctx, Enroll{Conversation: 1, Token: token(1)})
+	a := mustEnroll(t, c, 1, 1)
 	tell := Tell{Conversation: 1, Participant: a.Participant, Generation: 1, Token: token(2)}
 	c.Tell(ctx, tell)
 	c.Tell(ctx, tell)

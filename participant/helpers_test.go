@@ -94,3 +94,19 @@ func decodeOutbox(t tb, payloads [][]byte) []outbox.Row {
 }
 
 func runtimeGosched() { runtime.Gosched() }
+
+// must fails the test on a setup error.
+func must(t tb, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("setup: %v", err)
+	}
+}
+
+// mustEnroll enrolls in conv with token tok, failing the test on error.
+func mustEnroll(t tb, c *Conn, conv ConversationID, tok byte) Bound {
+	t.Helper()
+	b, err := c.Enroll(context.Background(), Enroll{Conversation: conv, Token: token(tok)})
+	must(t, err)
+	return b
+}

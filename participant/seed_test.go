@@ -182,14 +182,15 @@ func TestMalformedUnknownAndMixedOutboxRefusesBeforePublication(t *testing.T) {
 		if _, err := mem.Append(RegistryStream, encodeRegistryEntry(seedConversation), 0); err != nil {
 			t.Fatal(err)
 		}
-		genesis, _ := oplog.Encode(&oplog.Row{Kind: oplog.KindGenesis})
+		genesis, err := oplog.Encode(&oplog.Row{Kind: oplog.KindGenesis})
+		must(t, err)
 		if _, err := mem.Append(oplog.Stream(seedConversation), genesis, 0); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := mem.Append(outbox.Stream(seedConversation), []byte{9, 0x90}, 0); err != nil {
 			t.Fatal(err)
 		}
-		mem.Flush()
+		must(t, mem.Flush())
 		assertContained(t, openService(t, mem), ClassOutboxUnknownVersion, "unknown schema version")
 	})
 }
@@ -203,7 +204,7 @@ func TestImpossibleOutboxBoundaryRefusesBeforePublication(t *testing.T) {
 	if _, err := mem.Append(outbox.Stream(seedConversation), row, 1); err != nil {
 		t.Fatalf("Append: %v", err)
 	}
-	mem.Flush()
+	must(t, mem.Flush())
 	assertContained(t, openService(t, mem), ClassImpossibleBoundary, "impossible future boundary")
 }
 
