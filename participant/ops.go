@@ -443,38 +443,29 @@ func (c *Conn) End(ctx context.Context, cause Cause) error {
 	c.mu.Unlock()
 	c.inflight.Wait()
 	// The bindings are in different conversations, so their endings commit
-	// concurrently and share group commits. Reconciling one conversation
-	// can reveal a binding of this connection in it that a failed commit
-	// left (an attach that did commit), so go round until no binding is
-	// left that was not tried.
+	// concurrently and share group commits. No binding is added to the
+	// connection from here on: a reload that finds one of its bindings
+	// the bookkeeping missed ends it itself, with this cause.
 	var (
 		mu       sync.Mutex
 		firstErr error
 		wg       sync.WaitGroup
 		sem      = make(chan struct{}, endParallelism)
 	)
-	tried := make(map[ConversationID]bool)
-	for more := true; more; {
-		more = false
-		for _, bd := range c.Bindings() {
-			if tried[bd.Conversation] {
-				continue
-			}
-			tried[bd.Conversation], more = true, true
-			sem <- struct{}{}
-			wg.Go(func() {
-				defer func() { <-sem }()
-				if err := c.svc.endBinding(ctx, bd.Conversation, bd.Participant, c.id, cause); err != nil {
-					mu.Lock()
-					if firstErr == nil {
-						firstErr = err
-					}
-					mu.Unlock()
+	for _, bd := range c.Bindings() {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if err := c.svc.endBinding(ctx, bd.Conversation, bd.Participant, c.id, cause); err != nil {
+				mu.Lock()
+				if firstErr == nil {
+					firstErr = err
 				}
-			})
-		}
-		wg.Wait()
+				mu.Unlock()
+			}
+		})
 	}
+	wg.Wait()
 	c.svc.mu.Lock()
 	delete(c.svc.conns, c.id)
 	c.svc.mu.Unlock()
