@@ -37,16 +37,7 @@ func runInspect(ctx context.Context, e *env, args []string) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	st, err := openData(*dir)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	inc, err := st.ReadValue(participant.IncarnationKey)
-	if err != nil {
-		return fmt.Errorf("read incarnation: %w", err)
-	}
-	reports, err := participant.Inspect(st)
+	inc, reports, err := inspectData(*dir)
 	if err != nil {
 		return err
 	}

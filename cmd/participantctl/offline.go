@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/participantd/participantd/cmd/participantd/server"
+	"github.com/participantd/participantd/participant"
 	"github.com/participantd/participantd/store"
 )
 
@@ -45,4 +46,19 @@ func openData(dir string) (*store.Bolt, error) {
 		return nil, err
 	}
 	return st, nil
+}
+
+// inspectData reconciles the data directory dir in dry run: the server
+// incarnation recorded there and what participant.Inspect reports.
+func inspectData(dir string) (incarnation uint64, reports []participant.Report, err error) {
+	st, err := openData(dir)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer st.Close()
+	if incarnation, err = st.ReadValue(participant.IncarnationKey); err != nil {
+		return 0, nil, fmt.Errorf("read incarnation: %w", err)
+	}
+	reports, err = participant.Inspect(st)
+	return incarnation, reports, err
 }

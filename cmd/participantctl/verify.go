@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/participantd/participantd/participant"
 )
 
 func init() {
@@ -37,12 +36,7 @@ func runVerify(ctx context.Context, e *env, args []string) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	st, err := openData(*dir)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	reports, err := participant.Inspect(st)
+	_, reports, err := inspectData(*dir)
 	if err != nil {
 		return err
 	}
