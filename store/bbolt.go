@@ -57,10 +57,11 @@ type Bolt struct {
 	quit chan struct{}
 	done chan struct{}
 
-	flushes   atomic.Uint64
-	commits   atomic.Uint64
-	appends   atomic.Uint64
-	casWrites atomic.Uint64
+	flushes    atomic.Uint64
+	commits    atomic.Uint64
+	appends    atomic.Uint64
+	casWrites  atomic.Uint64
+	valueLoads atomic.Uint64
 
 	// mu guards every field below. It is never held across a bbolt call or a
 	// channel operation.
@@ -76,9 +77,10 @@ type Bolt struct {
 	// began.
 	dirty map[string]*boltStream
 	// values caches the current value (0 = absent) of the keys with a CAS
-	// write staged or being committed; a commit forgets the keys it made
-	// durable. A key absent from values has no write in flight, so bbolt
-	// holds its current value.
+	// write staged or being committed, and of keys read since the last
+	// commit; a commit forgets every key it leaves without a staged write.
+	// A key absent from values has no write in flight, so bbolt holds its
+	// current value.
 	values map[string]uint64
 	// staged holds the values written since the last commit began;
 	// committing holds the ones the commit in progress writes.
@@ -207,10 +209,11 @@ func (b *Bolt) Path() string { return b.path }
 // Stats returns the store's counters. It never fails, even after Close.
 func (b *Bolt) Stats() Stats {
 	return Stats{
-		Flushes:   b.flushes.Load(),
-		Commits:   b.commits.Load(),
-		Appends:   b.appends.Load(),
-		CASWrites: b.casWrites.Load(),
+		Flushes:    b.flushes.Load(),
+		Commits:    b.commits.Load(),
+		Appends:    b.appends.Load(),
+		CASWrites:  b.casWrites.Load(),
+		ValueLoads: b.valueLoads.Load(),
 	}
 }
 
@@ -475,14 +478,33 @@ func (b *Bolt) ReadValue(key string) (uint64, error) {
 		return 0, err
 	}
 	v, ok := b.values[key]
+	commits := b.commits.Load()
 	b.mu.Unlock()
 	if ok {
 		return v, nil
 	}
-	return b.loadValue(key)
+	v, err := b.loadValue(key)
+	if err != nil {
+		return 0, err
+	}
+	// Cache what was read, so that a CAS of the key that follows (a token
+	// lookup then its index write) need not read the file again. As in
+	// CAS, only if no commit completed meanwhile; and only while the cache
+	// is small, since reads alone never empty it: the next commit does.
+	b.mu.Lock()
+	if _, ok := b.values[key]; !ok && b.commits.Load() == commits && len(b.values) < maxCachedValues {
+		b.values[key] = v
+	}
+	b.mu.Unlock()
+	return v, nil
 }
 
+// maxCachedValues bounds the keys ReadValue adds to the value cache
+// between two commits.
+const maxCachedValues = 1 << 16
+
 func (b *Bolt) loadValue(key string) (uint64, error) {
+	b.valueLoads.Add(1)
 	var v uint64
 	err := b.db.View(func(tx *bolt.Tx) error {
 		var err error

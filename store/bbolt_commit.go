@@ -147,11 +147,11 @@ func (b *Bolt) commit() {
 				w.st.pending = append([][]byte(nil), w.st.pending[n:]...)
 			}
 		}
-		// bbolt now holds these values: forget the ones not written again
-		// since, so the cache holds only keys with writes in flight and
-		// does not grow with every key ever written (a token index has one
-		// per operation).
-		for k := range values {
+		// bbolt now holds these values: forget every cached key not
+		// written again since, so the cache holds only keys with writes in
+		// flight or read lately, and does not grow with every key ever
+		// written (a token index has one per operation).
+		for k := range b.values {
 			if _, again := b.staged[k]; !again {
 				delete(b.values, k)
 			}

@@ -331,10 +331,17 @@ func TestBolt_ValueCache_ForgetsDurableKeys(t *testing.T) {
 		}
 	}
 	if err := b.CAS("token/7", 99, 1); !errors.Is(err, store.ErrCASConflict) {
-		t.Fatalf("CAS on an uncached key with a wrong old value = %v, want a conflict", err)
+		t.Fatalf("CAS on a key read from the file with a wrong old value = %v, want a conflict", err)
+	}
+	// Reads are cached until the next commit, which forgets them all.
+	if err := b.CAS("other", 0, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Flush(); err != nil {
+		t.Fatal(err)
 	}
 	if n := b.CachedValues(); n != 0 {
-		t.Fatalf("a refused CAS left %d keys cached, want 0", n)
+		t.Fatalf("value cache holds %d keys after a commit, want 0", n)
 	}
 }
 
@@ -406,5 +413,27 @@ func TestBolt_CAS_AfterACommitReplacedTheValueItRead(t *testing.T) {
 	}
 	if v, _ := b.ReadValue("k"); v != 7 {
 		t.Fatalf("k = %d, want 7: the stale CAS overwrote a committed value", v)
+	}
+}
+
+// TestBolt_ReadValueThenCAS_ReadsTheFileOnce: a token lookup reads the
+// key, then writes it by CAS; the CAS must not read the file again.
+func TestBolt_ReadValueThenCAS_ReadsTheFileOnce(t *testing.T) {
+	b := openBolt(t, filepath.Join(t.TempDir(), "data.db"))
+	before := b.Stats().ValueLoads
+	if v, err := b.ReadValue("token/1"); err != nil || v != 0 {
+		t.Fatalf("ReadValue = %d, %v", v, err)
+	}
+	if err := b.CAS("token/1", 0, 9); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.Stats().ValueLoads - before; n != 1 {
+		t.Fatalf("ReadValue then CAS read the file %d times, want 1", n)
+	}
+	if err := b.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.CachedValues(); n != 0 {
+		t.Fatalf("value cache holds %d keys after a commit, want 0", n)
 	}
 }

@@ -14,4 +14,7 @@ type Stats struct {
 	Appends uint64
 	// CASWrites counts successful CAS calls.
 	CASWrites uint64
+	// ValueLoads counts values read from the file because no write of them
+	// was in flight and they were not cached (Bolt only).
+	ValueLoads uint64
 }
