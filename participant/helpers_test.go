@@ -110,3 +110,7 @@ func mustEnroll(t tb, c *Conn, conv ConversationID, tok byte) Bound {
 	must(t, err)
 	return b
 }
+
+// waitReloads waits for the background reloads started so far, to observe
+// a settled service.
+func (s *Service) waitReloads() { s.bg.Wait() }

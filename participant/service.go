@@ -469,7 +469,3 @@ func (cv *conversation) drop() {
 
 // fenceToken is the fence token of one binding.
 type fenceToken = fence.Token
-
-// waitReloads waits for the background reloads started so far; tests use
-// it to observe a settled service.
-func (s *Service) waitReloads() { s.bg.Wait() }
