@@ -5,7 +5,8 @@
 // A Fences holds, per execution site (a key of the caller's choosing), at
 // most one generation: the set of random tokens issued for one attempt of
 // one execution generation. Issue mints tokens, Accept consumes the whole
-// generation for the first completion that presents one of them,
+// generation for the first completion that presents one of them
+// (AcceptHeld, for a caller that holds the completion's lease itself),
 // RestoreIfAbsent puts it back when that completion could not be settled,
 // Revoke withdraws one token and RevokeCurrent the whole generation. A lease
 // gate (ArmLease, SettleLease, LeasePending, LeaseSettled) holds a
@@ -21,7 +22,10 @@
 //   - A revoke never removes a sibling: Revoke withdraws the caller's own
 //     token; only RevokeCurrent, which parks the site, takes siblings.
 //   - A gated token is never accepted before its lease settles: Accept
-//     waits at LeaseSettled before it looks at the generation.
+//     waits at LeaseSettled before it looks at the generation. The one
+//     exception is AcceptHeld, whose caller armed the lease itself and
+//     orders the completion's record after the lease's in one write, so
+//     the completion cannot overtake it and a wait would be on itself.
 //   - A superseded token stays refused: a different generation key or a
 //     higher attempt replaces the generation, and a late re-issue of a
 //     superseded attempt registers nothing.
@@ -42,7 +46,11 @@
 // binding back unless a newer attach was issued meanwhile. The lease gate
 // is armed when a binding's attach row is appended and settled once its
 // barrier returns, whether it succeeded or not, so an ending is never
-// recorded before the binding's own attach row is durable.
+// recorded before the binding's own attach row is durable. An ending staged
+// in the same batch as the binding's attach row (enroll then detach in one
+// pipelined write) is ordered after that row by the batch's own oplog
+// appends and settled by the same barriers: it uses AcceptHeld, since the
+// batch holds the lease until its barriers return.
 //
 // # Idempotency key layout
 //

@@ -176,6 +176,32 @@ func (f *Fences[K]) Accept(ctx context.Context, site K, token Token) (Accepted, 
 	if err := f.LeaseSettled(ctx, token); err != nil {
 		return Accepted{}, err
 	}
+	return f.consume(site, token)
+}
+
+// AcceptHeld is Accept for a completion whose own caller holds token's
+// lease armed: it consumes the current generation of site when it still
+// holds token, without waiting at the lease gate.
+//
+// It exists for one ordering that the gate cannot see: a caller that armed
+// the lease, and writes the completion's record after the lease's record
+// in one ordered write whose outcome settles both (participantd's batch,
+// which starts a binding and ends it in one commit). The completion cannot
+// overtake its lease there, and waiting at the gate would wait on the
+// caller itself, which settles the lease only after the write. Any other
+// completion must use Accept.
+//
+// Errors: as Accept's, without the context error; nothing is consumed on
+// an error.
+func (f *Fences[K]) AcceptHeld(site K, token Token) (Accepted, error) {
+	if token.IsZero() {
+		return Accepted{}, reject(MissingToken, site)
+	}
+	return f.consume(site, token)
+}
+
+// consume removes site's current generation when it holds token.
+func (f *Fences[K]) consume(site K, token Token) (Accepted, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	cur, ok := f.current[site]

@@ -210,3 +210,61 @@ func TestAWaiterWaitsAgainForALeaseReArmedBeforeItRan(t *testing.T) {
 		t.Fatalf("LeaseSettled after the second settle = %v, want nil", err)
 	}
 }
+
+// A caller holding a token's lease armed itself accepts its completion
+// with AcceptHeld without waiting at the gate (Accept would wait on the
+// caller), consumes the generation exactly once, and its accepted
+// generation restores after a failed settlement like any other.
+func TestACompletionHeldByItsOwnLeaseHolderIsAcceptedWithoutWaiting(t *testing.T) {
+	f := fence.New[site](fence.Options{})
+	fence.SetLeaseWaitHook(f, func(fence.Token) {
+		t.Error("AcceptHeld waited at the lease gate")
+	})
+	s := site{conversation: 6, participant: 0}
+	tok := f.Issue(s, runKey(s, 1), 1)
+	f.ArmLease(tok)
+
+	acc, err := f.AcceptHeld(s, tok)
+	if err != nil {
+		t.Fatalf("AcceptHeld with the lease armed = %v, want nil", err)
+	}
+	if got := fence.Outstanding(f, s); got != -1 {
+		t.Fatalf("Outstanding after AcceptHeld = %d, want -1 (consumed)", got)
+	}
+	if !f.LeasePending(tok) {
+		t.Fatal("AcceptHeld settled the lease; only its holder settles it")
+	}
+	_, err = f.AcceptHeld(s, tok)
+	wantRejection(t, err, fence.ErrNoCurrentGeneration, fence.NoCurrentGeneration, "second AcceptHeld of a consumed generation")
+
+	// The settlement failed: the generation comes back, and the holder
+	// revokes the token it issued, leaving nothing.
+	if !f.RestoreIfAbsent(s, acc) {
+		t.Fatal("RestoreIfAbsent after a failed settlement = false, want true")
+	}
+	f.Revoke(s, tok)
+	f.SettleLease(tok)
+	if got := fence.Outstanding(f, s); got != -1 {
+		t.Fatalf("Outstanding after restore then revoke = %d, want -1", got)
+	}
+}
+
+// AcceptHeld refuses exactly as Accept does: the zero token, a site with
+// no generation, and a token the generation does not hold (superseded by
+// a later issue), consuming nothing.
+func TestAcceptHeldRefusesAsAcceptDoes(t *testing.T) {
+	f := fence.New[site](fence.Options{})
+	s := site{conversation: 6, participant: 1}
+	_, err := f.AcceptHeld(s, fence.Token{})
+	wantRejection(t, err, fence.ErrMissingToken, fence.MissingToken, "zero token")
+	old := f.Issue(s, runKey(s, 1), 1)
+	_, err = f.AcceptHeld(site{conversation: 6, participant: 2}, old)
+	wantRejection(t, err, fence.ErrNoCurrentGeneration, fence.NoCurrentGeneration, "site without a generation")
+	cur := f.Issue(s, runKey(s, 2), 1)
+	_, err = f.AcceptHeld(s, old)
+	wantRejection(t, err, fence.ErrStaleGeneration, fence.StaleGeneration, "superseded token")
+	if got := fence.Outstanding(f, s); got != 1 {
+		t.Fatalf("Outstanding after refusals = %d, want 1", got)
+	}
+	accept(t, f, s, cur)
+}

@@ -67,6 +67,13 @@ func (s *Service) newBatch(cv *conversation, live *outbox.State) *batch {
 // binding o ends, issues the one o creates, and projects o's row (and
 // genesis) on the working state, applying them there. It fails only when
 // the fence refuses the ending, which means the binding ended already.
+//
+// The ending of a binding this batch started (enroll or attach, then
+// detach, leave, a superseding attach or the connection's end, pipelined)
+// does not wait for the binding's lease: the batch holds that lease until
+// its barriers return, and its start row precedes the ending's in the
+// batch's oplog appends, so the ending is already ordered after it.
+// Waiting would wait on this very batch, holding the turn forever.
 func (b *batch) stage(o *op) error {
 	if o.ending != nil {
 		if err := o.ending.accept(b.s.ctx, b.s); err != nil {
@@ -117,7 +124,7 @@ func (b *batch) lookup(scope string, match func(*oplog.Row) bool, t Token) (*pri
 // endingOf returns the ending of p's current binding in the working state.
 func (b *batch) endingOf(p ParticipantID) *ending {
 	if t, ok := b.bindings[p]; ok {
-		return &ending{site: site{b.cv.id, p}, token: t}
+		return &ending{site: site{b.cv.id, p}, token: t, held: true}
 	}
 	b.cv.mu.RLock()
 	defer b.cv.mu.RUnlock()
@@ -151,11 +158,16 @@ func (b *batch) write() error {
 	}
 	failed := func(code Code, what string, err error) error {
 		cv.drop()
-		for _, o := range b.ops {
-			o.ending.restore(s)
+		// Undo in reverse staging order, each op's issue before its
+		// ending's consumption: a binding started and ended in this batch
+		// is restored by its ending and then revoked by its start, so the
+		// site ends up holding what it held before the batch.
+		for i := len(b.ops) - 1; i >= 0; i-- {
+			o := b.ops[i]
 			if o.binds {
 				s.fences.Revoke(site{cv.id, o.row.Participant}, o.bound)
 			}
+			o.ending.restore(s)
 		}
 		if code == CodeInDoubt {
 			s.log.Warn().Err(err).Uint64("conversation", uint64(cv.id)).Int("operations", len(b.ops)).
@@ -286,14 +298,29 @@ func (b *batch) publish() {
 // the binding, consumed before the row is written so that exactly one ending
 // is recorded per binding, and restored if the commit fails.
 type ending struct {
-	site     site
-	token    fence.Token
+	site  site
+	token fence.Token
+	// held is set when this batch issued token and holds its lease armed:
+	// the binding started earlier in the same batch.
+	held     bool
 	accepted fence.Accepted
 	consumed bool
 }
 
+// accept consumes the binding's fence generation. A binding of an earlier
+// batch waits at its lease gate, which is settled by then (its batch
+// released the turn after its barriers); one started in this batch is
+// accepted without waiting (see stage).
 func (e *ending) accept(ctx context.Context, s *Service) error {
-	acc, err := s.fences.Accept(ctx, e.site, e.token)
+	var (
+		acc fence.Accepted
+		err error
+	)
+	if e.held {
+		acc, err = s.fences.AcceptHeld(e.site, e.token)
+	} else {
+		acc, err = s.fences.Accept(ctx, e.site, e.token)
+	}
 	if err != nil {
 		return err
 	}

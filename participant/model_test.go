@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -379,6 +381,9 @@ func (r *modelRun) step() {
 		q, c := r.randomRequest()
 		r.doFaulted(q, c)
 		return
+	case k < 40:
+		r.pipelined()
+		return
 	}
 	q, c := r.randomRequest()
 	r.do(q, c, "")
@@ -397,36 +402,57 @@ func (r *modelRun) restart() {
 
 // svcDo runs q on the service from c.
 func (r *modelRun) svcDo(q refReq, c *modelConn) refAnswer {
+	return r.svcStart(q, c)()
+}
+
+// svcStart queues q on the service from c and returns the function that
+// waits for its answer.
+func (r *modelRun) svcStart(q refReq, c *modelConn) func() refAnswer {
 	r.lastConn = c
-	var err error
-	var a refAnswer
-	conv := q.conv
 	switch q.kind {
 	case "enroll":
-		var b Bound
-		b, err = c.c.Enroll(r.ctx, Enroll{Conversation: q.conv, Token: q.tok})
-		a, conv = r.bound(b), b.Conversation
+		call := c.c.StartEnroll(r.ctx, Enroll{Conversation: q.conv, Token: q.tok})
+		return func() refAnswer {
+			b, err := call.Wait()
+			return r.answer(q, r.bound(b), b.Conversation, err)
+		}
 	case "attach":
-		var b Bound
-		b, err = c.c.Attach(r.ctx, Attach{Conversation: q.conv, Participant: q.p, Generation: q.gen, Secret: q.secret, Token: q.tok})
-		a, conv = r.bound(b), b.Conversation
+		call := c.c.StartAttach(r.ctx, Attach{Conversation: q.conv, Participant: q.p, Generation: q.gen, Secret: q.secret, Token: q.tok})
+		return func() refAnswer {
+			b, err := call.Wait()
+			return r.answer(q, r.bound(b), b.Conversation, err)
+		}
 	case "tell":
-		var t Told
-		t, err = c.c.Tell(r.ctx, Tell{Conversation: q.conv, Participant: q.p, Generation: q.gen, Token: q.tok, Payload: bytes.Clone(q.payload)})
-		a, conv = refAnswer{seq: t.Seq, replay: t.Replay}, t.Conversation
+		call := c.c.StartTell(r.ctx, Tell{Conversation: q.conv, Participant: q.p, Generation: q.gen, Token: q.tok, Payload: bytes.Clone(q.payload)})
+		return func() refAnswer {
+			t, err := call.Wait()
+			return r.answer(q, refAnswer{seq: t.Seq, replay: t.Replay}, t.Conversation, err)
+		}
 	case "ack":
-		var k Acked
-		k, err = c.c.Ack(r.ctx, Ack{Conversation: q.conv, Participant: q.p, Generation: q.gen, Through: q.through})
-		a, conv = refAnswer{p: k.Participant, cursor: k.Cursor, noop: k.Noop}, k.Conversation
-	case "detach":
-		var e Ended
-		e, err = c.c.Detach(r.ctx, Detach{Conversation: q.conv, Participant: q.p, Generation: q.gen, Token: q.tok})
-		a, conv = refAnswer{p: e.Participant, seq: e.Seq, replay: e.Replay}, e.Conversation
-	case "leave":
-		var e Ended
-		e, err = c.c.Leave(r.ctx, Leave{Conversation: q.conv, Participant: q.p, Generation: q.gen, Secret: q.secret, Token: q.tok})
-		a, conv = refAnswer{p: e.Participant, seq: e.Seq, replay: e.Replay}, e.Conversation
+		call := c.c.StartAck(r.ctx, Ack{Conversation: q.conv, Participant: q.p, Generation: q.gen, Through: q.through})
+		return func() refAnswer {
+			k, err := call.Wait()
+			return r.answer(q, refAnswer{p: k.Participant, cursor: k.Cursor, noop: k.Noop}, k.Conversation, err)
+		}
+	case "detach", "leave":
+		var call *Call[Ended]
+		if q.kind == "detach" {
+			call = c.c.StartDetach(r.ctx, Detach{Conversation: q.conv, Participant: q.p, Generation: q.gen, Token: q.tok})
+		} else {
+			call = c.c.StartLeave(r.ctx, Leave{Conversation: q.conv, Participant: q.p, Generation: q.gen, Secret: q.secret, Token: q.tok})
+		}
+		return func() refAnswer {
+			e, err := call.Wait()
+			return r.answer(q, refAnswer{p: e.Participant, seq: e.Seq, replay: e.Replay}, e.Conversation, err)
+		}
 	}
+	r.fail("unknown request kind %q", q.kind)
+	return nil
+}
+
+// answer turns the service's outcome of q into a refAnswer: a, answered
+// for conversation conv, or err.
+func (r *modelRun) answer(q refReq, a refAnswer, conv ConversationID, err error) refAnswer {
 	if err != nil {
 		var pe *Error
 		if !errors.As(err, &pe) {
@@ -697,4 +723,149 @@ func refShow(rs []refRecord) string {
 		ds[i] = Delivery{Seq: x.seq, Kind: x.kind, Participant: x.subject, Cause: x.cause, Payload: x.payload}
 	}
 	return semShow(ds)
+}
+
+// pipelined plays requests of one conversation that the service decides
+// in one batch, as a client pipelining them would have them decided: it
+// holds the conversation's turn while it queues them (and, for one shape,
+// another connection's end), so whoever takes the turn next leads them all
+// together. The shapes start and end one participant's binding within the
+// batch; the model applies them one by one in queue order and every answer
+// must match.
+func (r *modelRun) pipelined() {
+	conv := r.pickConv()
+	qs, conns, end := r.batchShape(conv)
+	if len(qs) == 0 {
+		return
+	}
+	cv := r.svc.conversation(conv)
+	if end != nil && cv.loaded() == nil {
+		// A reload is due (a failed commit dropped the state): it would
+		// end the ending connection's binding before the batch, an order
+		// as valid as the model's but not the model's.
+		end = nil
+	}
+	cv.turn <- struct{}{}
+	waits := make([]func() refAnswer, len(qs))
+	for i, q := range qs {
+		waits[i] = r.svcStart(q, conns[i])
+	}
+	var endDone chan error
+	cause := Cause(4) // connection_lost
+	if end != nil {
+		// End waits for the connection's own operations (it has none in
+		// this batch), then queues the ending of its binding here.
+		endDone = make(chan error, 1)
+		go func() { endDone <- end.c.End(r.ctx, cause) }()
+		for queued := 0; queued <= len(qs); {
+			runtime.Gosched()
+			cv.qmu.Lock()
+			queued = len(cv.queue)
+			cv.qmu.Unlock()
+		}
+	}
+	<-cv.turn
+	note := fmt.Sprintf("batch of %d ", len(qs))
+	for i, q := range qs {
+		got := waits[i]()
+		r.remember(q)
+		want := r.ref.apply(q, conns[i].id)
+		r.count(q, got)
+		if r.outcomes != nil {
+			r.outcomes["pipelined:"+q.kind]++
+		}
+		r.log("c%d: %s%v -> %v", conns[i].id, note, q, got)
+		r.compare(q, got, want)
+	}
+	if end != nil {
+		if err := <-endDone; err != nil {
+			r.fail("End(%v) in a batch = %v", cause, err)
+		}
+		r.log("c%d: batched End(%v)", end.id, cause)
+		r.ref.end(end.id, cause)
+		for j, c := range r.conns {
+			if c == end {
+				r.conns = append(r.conns[:j], r.conns[j+1:]...)
+				break
+			}
+		}
+		r.connect()
+	}
+	r.afterFault = false
+}
+
+// batchShape picks a batch that starts and ends one participant's binding
+// in conv: enroll then detach, enroll then leave, attach then detach,
+// attach then a superseding attach then detach, or an attach superseding
+// another connection's binding then that connection's end. The
+// participant, generation and secrets are what the model predicts, so that
+// most of these commit; a prediction gone wrong is just a refusal, which
+// the model checks as well.
+func (r *modelRun) batchShape(conv ConversationID) (qs []refReq, conns []*modelConn, end *modelConn) {
+	add := func(q refReq, c *modelConn) {
+		qs, conns = append(qs, q), append(conns, c)
+	}
+	rc := r.ref.convs[conv]
+	next := ParticipantID(0)
+	if rc != nil {
+		next = ParticipantID(len(rc.members))
+	}
+	c := r.pickConn()
+	switch k := r.rng.IntN(5); {
+	case k == 0 || rc == nil:
+		add(refReq{kind: "enroll", conv: conv, tok: r.tok()}, c)
+		add(refReq{kind: "detach", conv: conv, p: next, gen: 1, tok: r.tok()}, c)
+	case k == 1:
+		add(refReq{kind: "enroll", conv: conv, tok: r.tok()}, c)
+		add(refReq{kind: "leave", conv: conv, p: next, gen: 1, secret: r.futureSecret(conv, next, 1), tok: r.tok()}, c)
+	case k == 2:
+		p, mb := r.pickParticipant(conv)
+		g, s := r.credential(conv, p, mb)
+		add(refReq{kind: "attach", conv: conv, p: p, gen: g, secret: s, tok: r.tok()}, c)
+		add(refReq{kind: "detach", conv: conv, p: p, gen: g + 1, tok: r.tok()}, c)
+	case k == 3:
+		p, mb := r.pickParticipant(conv)
+		g, s := r.credential(conv, p, mb)
+		// One connection: a connection's binding count is its published
+		// bookkeeping, which a binding superseded earlier in the same
+		// batch has not left yet.
+		add(refReq{kind: "attach", conv: conv, p: p, gen: g, secret: s, tok: r.tok()}, c)
+		add(refReq{kind: "attach", conv: conv, p: p, gen: g + 1, secret: r.futureSecret(conv, p, g+1), tok: r.tok()}, c)
+		add(refReq{kind: "detach", conv: conv, p: p, gen: g + 2, tok: r.tok()}, c)
+	default:
+		// A bound participant, attached from another connection, whose
+		// old connection then ends in the same batch.
+		for i, mb := range rc.members {
+			holder := r.connByID(mb.conn)
+			if !mb.bound || holder == nil || !slices.ContainsFunc(holder.c.Bindings(), func(b Binding) bool { return b.Conversation == conv }) {
+				continue
+			}
+			for c == holder {
+				c = r.pickConn()
+			}
+			p := ParticipantID(i)
+			add(refReq{kind: "attach", conv: conv, p: p, gen: mb.gen, secret: r.ref.secrets[refCred{conv, p, mb.gen}], tok: r.tok()}, c)
+			add(refReq{kind: "detach", conv: conv, p: p, gen: mb.gen + 1, tok: r.tok()}, c)
+			return qs, conns, holder
+		}
+	}
+	return qs, conns, nil
+}
+
+// futureSecret is the secret the service mints for credential (conv, p,
+// g), derived as the service does from the conversation's nonce, or a
+// wrong one when the conversation is not loaded. The model learns it now:
+// the service verifies it whether or not that generation is ever minted.
+func (r *modelRun) futureSecret(conv ConversationID, p ParticipantID, g Generation) Secret {
+	cv := r.svc.existing(conv)
+	if cv == nil {
+		return Secret{2}
+	}
+	st := cv.loaded()
+	if st == nil || st.Applied == 0 {
+		return Secret{2}
+	}
+	s := deriveSecret(semKey, st.Nonce, conv, p, g)
+	r.ref.secrets[refCred{conv, p, g}] = s
+	return s
 }

@@ -356,7 +356,8 @@ func (s *Service) observe(op string, start time.Time, errp *error, replay *Repla
 }
 
 // Close stops the service and waits for its background reloads. It does
-// not end bindings (a drain does that) and does not close the store.
+// not end bindings (a drain does that) and does not close the store. A
+// second Close does nothing more.
 func (s *Service) Close() error {
 	s.mu.Lock()
 	s.draining, s.closed = true, true

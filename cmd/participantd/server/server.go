@@ -313,6 +313,13 @@ func (s *Server) drain(acceptDone <-chan error, acceptStopped bool) error {
 	}
 	s.log.Warn().Dur("drain_timeout", s.cfg.DrainTimeout).Msg("drain timed out; closing the remaining connections")
 	s.opCancel()
+	// A batch's leader waits (for a lease, a reload) on the service's
+	// context, which only Close cancels: closing it here, rather than
+	// after the connections are gone, keeps a stuck leader from holding
+	// the connections that wait on it, and so the drain, forever.
+	if svc := s.svc.Load(); svc != nil {
+		svc.Close()
+	}
 	s.mu.Lock()
 	for c := range s.conns {
 		c.nc.Close()
