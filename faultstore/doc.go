@@ -33,11 +33,16 @@
 //	Uncertain   the call                 an *Error wrapping ErrInjected
 //	Cut         nothing, then nothing    an *Error wrapping ErrCut, for this
 //	            for every later op       and every later op
+//	Fatal       nothing, then nothing    an *Error wrapping store.ErrFailed
+//	            for every later op       and the fatal cause, for this and
+//	                                     every later op
 //
 // Fail is "definitely not applied" and Uncertain "maybe applied" (it was):
 // an Uncertain append has landed, an Uncertain flush made every earlier
 // write durable. If the inner call of an Uncertain op fails, its own error
-// is returned, since nothing happened.
+// is returned, since nothing happened. Fatal is a real store's sticky
+// failure (a failed fsync, a full disk: SetFatalCause picks the cause): the
+// process lives on and must notice that the store refuses everything.
 //
 // # Crash cuts
 //

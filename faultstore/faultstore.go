@@ -6,12 +6,14 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 
 	"github.com/participantd/participantd/store"
 )
 
 // Sentinel errors. Every error the Store injects is an *Error that unwraps
-// to exactly one of them.
+// to exactly one of them, except a Fatal one, which unwraps to
+// store.ErrFailed and its cause.
 var (
 	// ErrInjected reports a Fail or Uncertain fault: the op failed on
 	// purpose, and for Uncertain it was performed all the same.
@@ -25,11 +27,14 @@ var (
 type Error struct {
 	// Op is the op that failed.
 	Op Op
-	// Action is Fail, Uncertain or Cut.
+	// Action is Fail, Uncertain, Cut or Fatal.
 	Action Action
-	// CutAt is, for Cut, the index of the op the process died at; it is
-	// Op.Index for the cut op itself and smaller for every op after it.
+	// CutAt is, for Cut, the index of the op the process died at, and for
+	// Fatal the index of the op the store failed at; it is Op.Index for
+	// that op itself and smaller for every op after it.
 	CutAt uint64
+	// Cause is, for Fatal, the error the store failed with.
+	Cause error
 }
 
 // Error states the op, the fault, and whether the op was performed.
@@ -42,16 +47,22 @@ func (e *Error) Error() string {
 			return fmt.Sprintf("%v: process died at %s", ErrCut, e.Op)
 		}
 		return fmt.Sprintf("%v: %s not performed, process died at #%d", ErrCut, e.Op, e.CutAt)
+	case Fatal:
+		return fmt.Sprintf("%v: %s not performed, store failed at #%d: %v", store.ErrFailed, e.Op, e.CutAt, e.Cause)
 	}
 	return fmt.Sprintf("%v: %s not performed", ErrInjected, e.Op)
 }
 
-// Unwrap returns ErrCut for a cut and ErrInjected otherwise.
-func (e *Error) Unwrap() error {
-	if e.Action == Cut {
-		return ErrCut
+// Unwrap returns ErrCut for a cut, store.ErrFailed and the cause for a
+// fatal fault, and ErrInjected otherwise.
+func (e *Error) Unwrap() []error {
+	switch e.Action {
+	case Cut:
+		return []error{ErrCut}
+	case Fatal:
+		return []error{store.ErrFailed, e.Cause}
 	}
-	return ErrInjected
+	return []error{ErrInjected}
 }
 
 // Observer is told about every counted op once it has finished: the action
@@ -80,6 +91,11 @@ type Store struct {
 	// cut is set once an op was cut; cutAt is that op's index.
 	cut   bool
 	cutAt uint64
+	// failed is set once a Fatal op failed the store; failedAt is that
+	// op's index. fatalCause is what a Fatal op fails with.
+	failed     bool
+	failedAt   uint64
+	fatalCause error
 	// pending is the set of streams an Append reached since the last Flush
 	// that made writes durable.
 	pending map[string]struct{}
@@ -119,6 +135,15 @@ func (s *Store) SetObserver(o Observer) {
 	s.observer.Store(&o)
 }
 
+// SetFatalCause sets the error a Fatal op fails the store with, such as
+// syscall.ENOSPC; nil restores the default, syscall.EIO. A store that
+// already failed keeps its cause.
+func (s *Store) SetFatalCause(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.fatalCause = err
+}
+
 // Ops returns how many ops were admitted so far, cut or not: the index the
 // next op will get.
 func (s *Store) Ops() uint64 {
@@ -140,6 +165,7 @@ type admission struct {
 	op     Op
 	action Action
 	cutAt  uint64
+	cause  error
 	// taken is, for a Flush, the pending set it took over; it goes back
 	// into pending unless the flush makes writes durable.
 	taken map[string]struct{}
@@ -153,6 +179,10 @@ func (s *Store) admit(kind OpKind, name string) admission {
 	s.next++
 	if s.cut {
 		ad.action, ad.cutAt = Cut, s.cutAt
+		return ad
+	}
+	if s.failed {
+		ad.action, ad.cutAt, ad.cause = Fatal, s.failedAt, s.fatalCause
 		return ad
 	}
 	if kind == OpFlush {
@@ -169,16 +199,23 @@ func (s *Store) admit(kind OpKind, name string) admission {
 			break
 		}
 	}
-	if ad.action == Cut {
+	switch ad.action {
+	case Cut:
 		s.cut, s.cutAt = true, ad.op.Index
 		ad.cutAt = ad.op.Index
+	case Fatal:
+		if s.fatalCause == nil {
+			s.fatalCause = syscall.EIO
+		}
+		s.failed, s.failedAt = true, ad.op.Index
+		ad.cutAt, ad.cause = ad.op.Index, s.fatalCause
 	}
 	return ad
 }
 
 // err returns the injected error for ad.
 func (ad *admission) err() error {
-	return &Error{Op: ad.op, Action: ad.action, CutAt: ad.cutAt}
+	return &Error{Op: ad.op, Action: ad.action, CutAt: ad.cutAt, Cause: ad.cause}
 }
 
 // run performs ad with f unless the action forbids it, then reports to the
@@ -188,7 +225,7 @@ func run[T any](s *Store, ad admission, f func() (T, error)) (T, error) {
 	var v T
 	var err error
 	switch ad.action {
-	case Fail, Cut:
+	case Fail, Cut, Fatal:
 		err = ad.err()
 	default:
 		v, err = f()

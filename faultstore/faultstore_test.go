@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -488,5 +489,34 @@ func TestStore_SetRulesReplacesAndAddRuleAppends(t *testing.T) {
 	}
 	if diff := cmp.Diff([]Action{Fail, Uncertain, None}, got); diff != "" {
 		t.Errorf("observed actions (-want +got):\n%s", diff)
+	}
+}
+
+// A Fatal flush fails the store as a real one fails on ENOSPC: the flush
+// is not performed, and it and every later op, reads included, return an
+// error wrapping store.ErrFailed and the cause, naming the op it failed at.
+func TestFatalFailsTheStoreForEveryLaterOp(t *testing.T) {
+	for _, cause := range []error{syscall.ENOSPC, syscall.EIO} {
+		s := New(store.NewMemory())
+		if cause != syscall.EIO {
+			s.SetFatalCause(cause)
+		}
+		s.SetRules(Once(OnKind(OpFlush, Fatal)))
+		if _, err := s.Append("a", []byte("x"), 0); err != nil {
+			t.Fatalf("Append = %v", err)
+		}
+		ferr := s.Flush()
+		if !errors.Is(ferr, store.ErrFailed) || !errors.Is(ferr, cause) || errors.Is(ferr, ErrInjected) {
+			t.Fatalf("Flush = %v, want store.ErrFailed and %v", ferr, cause)
+		}
+		s.SetRules() // the failure is the store's, not the rule's
+		_, aerr := s.Append("a", []byte("y"), 1)
+		_, rerr := s.ReadFrom("a", 0, 0)
+		for _, err := range []error{aerr, rerr, s.Flush(), s.CAS("k", 0, 1)} {
+			var fe *Error
+			if !errors.As(err, &fe) || fe.Action != Fatal || fe.CutAt != 1 || !errors.Is(err, store.ErrFailed) || !errors.Is(err, cause) {
+				t.Fatalf("op after the failure = %v, want a Fatal *Error at #1 wrapping store.ErrFailed and %v", err, cause)
+			}
+		}
 	}
 }

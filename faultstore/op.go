@@ -84,6 +84,12 @@ const (
 	// Cut kills the simulated process at this op: the op is not performed,
 	// and it and every later op return an *Error wrapping ErrCut.
 	Cut
+	// Fatal fails the store at this op, as a failed fsync or a full disk
+	// fails a real one: the op is not performed, and it and every later op
+	// return an *Error wrapping store.ErrFailed and the Store's fatal cause
+	// (SetFatalCause; syscall.EIO by default). Unlike Cut the process lives
+	// on, facing a store that refuses everything until it is reopened.
+	Fatal
 )
 
 // String returns the action's lowercase name, "fail" for Fail.
@@ -97,6 +103,8 @@ func (a Action) String() string {
 		return "uncertain"
 	case Cut:
 		return "cut"
+	case Fatal:
+		return "fatal"
 	}
 	return fmt.Sprintf("Action(%d)", uint8(a))
 }

@@ -168,6 +168,7 @@ func (s *Service) lead(cv *conversation) {
 	}
 	live, err := s.ensureLoadedTurn(s.ctx, cv)
 	if err != nil {
+		s.noteStoreErr(err)
 		for _, t := range tasks {
 			t.err = err
 			close(t.done)
@@ -191,6 +192,7 @@ func (s *Service) lead(cv *conversation) {
 			e = werr
 		}
 		t.err = completes[i](e)
+		s.noteStoreErr(t.err)
 		close(t.done)
 	}
 }

@@ -107,6 +107,8 @@ type Service struct {
 	log         zerolog.Logger
 	incarnation uint64
 	fences      *fence.Fences[site]
+	// failure is set once the store failed for good (see failed.go).
+	failure storeFailure
 
 	// regMu serializes appends to the registry stream.
 	regMu sync.Mutex
@@ -132,8 +134,9 @@ type Service struct {
 // nothing is published before it is reconciled. Bindings left by the
 // previous incarnation end as died/unclean_restart, through the normal two
 // barriers. A conversation that fails reconciliation is contained (see
-// Unloadable); an unreadable registry, or a store that cannot record the
-// incarnation, fails Open.
+// Unloadable); an unreadable registry, a store that cannot record the
+// incarnation, or a store that fails (store.ErrFailed) while reconciling,
+// fails Open.
 //
 // The caller keeps ownership of st and closes it after Close.
 func Open(ctx context.Context, st store.DurableStore, opts Options) (*Service, error) {
@@ -142,12 +145,13 @@ func Open(ctx context.Context, st store.DurableStore, opts Options) (*Service, e
 		return nil, fmt.Errorf("participant: node key has %d bytes, want %d", len(opts.NodeKey), NodeKeySize)
 	}
 	s := &Service{
-		st:     st,
-		opts:   opts,
-		log:    opts.Logger.With().Str("component", "participant").Logger(),
-		fences: fence.New[site](fence.Options{}),
-		convs:  make(map[ConversationID]*conversation),
-		conns:  make(map[ConnID]*Conn),
+		st:      st,
+		opts:    opts,
+		log:     opts.Logger.With().Str("component", "participant").Logger(),
+		fences:  fence.New[site](fence.Options{}),
+		failure: newStoreFailure(),
+		convs:   make(map[ConversationID]*conversation),
+		conns:   make(map[ConnID]*Conn),
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	inc, err := st.ReadValue(IncarnationKey)
@@ -172,7 +176,12 @@ func Open(ctx context.Context, st store.DurableStore, opts Options) (*Service, e
 		s.convs[id] = newConversation(id, true)
 	}
 	if err := s.loadAll(ctx, ids); err != nil {
+		s.Close()
 		return nil, err
+	}
+	if err := s.Failed(); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("participant: reconcile: %w", err)
 	}
 	s.log.Info().Uint64("incarnation", s.incarnation).Int("conversations", len(ids)).
 		Int("unloadable", len(s.Unloadable())).Msg("reconciled")
@@ -223,7 +232,9 @@ func (s *Service) loadAll(ctx context.Context, ids []ConversationID) error {
 				if err := cv.acquire(ctx); err != nil {
 					continue
 				}
-				if _, err := s.ensureLoadedTurn(ctx, cv); err != nil && !cv.contained() {
+				_, err := s.ensureLoadedTurn(ctx, cv)
+				s.noteStoreErr(err)
+				if err != nil && !cv.contained() {
 					// Contained conversations were logged when refused; a
 					// storage failure leaves the conversation for its next
 					// touch to load.
@@ -393,6 +404,7 @@ func (s *Service) release(cv *conversation) {
 		// A failure leaves the conversation dropped; the next touch
 		// retries, so the background reload never loops on a failing store.
 		if _, err := s.ensureLoadedTurn(s.ctx, cv); err != nil {
+			s.noteStoreErr(err)
 			s.log.Warn().Err(err).Uint64("conversation", uint64(cv.id)).Msg("reload after a failed commit did not complete")
 		}
 		cv.dropped = false

@@ -26,7 +26,8 @@ func main() {
 }
 
 // run is main without the process: it returns the exit status (0 after a
-// clean drain, 1 on failure, 2 on a usage error or a second signal).
+// clean drain, 1 on failure, a failed store included, 2 on a usage error or
+// a second signal).
 func run(args, environ []string, stderr *os.File) int {
 	o, err := parseOptions(args, environ, stderr)
 	if errors.Is(err, errHelp) {

@@ -8,6 +8,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/participantd/participantd/participant"
+	"github.com/participantd/participantd/store"
 	"github.com/participantd/participantd/wire"
 )
 
@@ -76,6 +77,9 @@ type Config struct {
 	MaxConversationsPerConn int
 	// Logger receives the server's logs; the zero value logs nothing.
 	Logger zerolog.Logger
+	// WrapStore, when set, wraps the opened store before the service uses
+	// it, for fault drills and tests (faultstore); nil uses it as is.
+	WrapStore func(store.DurableStore) store.DurableStore
 }
 
 // withDefaults returns c with the defaults applied, or an error naming the

@@ -45,4 +45,10 @@
 // connection down as above; if that takes longer than DrainTimeout, the
 // remaining sockets are closed and operations cancelled. The store is closed
 // last.
+//
+// A store that fails for good (store.ErrFailed: a failed fsync, a full
+// disk) turns /ready 503 and participantd_store_failed to 1 at once; Run
+// then drains exactly as above and returns ErrStoreFailed, so that the
+// process exits non-zero and its supervisor restarts it: the restart
+// reconciles what the failed commits left.
 package server

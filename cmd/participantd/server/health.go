@@ -14,7 +14,8 @@ import (
 // Health endpoints.
 //
 //	GET /health                    200 while the process serves HTTP
-//	GET /ready                     200 once reconciled and accepting; 503 before, and while draining
+//	GET /ready                     200 once reconciled and accepting; 503 before, while draining,
+//	                               and once the store failed ("store failed: ...")
 //	GET /metrics                   Prometheus text format
 //	GET /unloadable-conversations  {"count": n, "conversations": [{"conversation_id", "class", "reason"}]};
 //	                               503 before the service is open
@@ -24,6 +25,10 @@ func (s *Server) healthHandler() http.Handler {
 		w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("GET /ready", func(w http.ResponseWriter, r *http.Request) {
+		if err := s.storeFailed(); err != nil {
+			http.Error(w, "store failed: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
 		if !s.ready.Load() {
 			http.Error(w, "not ready", http.StatusServiceUnavailable)
 			return
@@ -49,4 +54,13 @@ func (s *Server) healthHandler() http.Handler {
 		}{len(list), list})
 	})
 	return mux
+}
+
+// storeFailed returns the store's sticky failure once the service saw it,
+// and nil before (or before the service is open).
+func (s *Server) storeFailed() error {
+	if svc := s.svc.Load(); svc != nil {
+		return svc.Failed()
+	}
+	return nil
 }

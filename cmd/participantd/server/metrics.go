@@ -45,6 +45,7 @@ const (
 	MetricOpsPerFlush       = "participantd_ops_per_flush"
 	MetricUnloadable        = "participantd_unloadable_conversations"
 	MetricReady             = "participantd_ready"
+	MetricStoreFailed       = "participantd_store_failed"
 )
 
 func newMetrics(s *Server) *metrics {
@@ -115,7 +116,15 @@ func newMetrics(s *Server) *metrics {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: MetricReady, Help: "1 while /ready answers 200.",
 		}, func() float64 {
-			if s.ready.Load() {
+			if s.ready.Load() && s.storeFailed() == nil {
+				return 1
+			}
+			return 0
+		}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: MetricStoreFailed, Help: "1 once the store failed for good (a failed fsync, a full disk): the server drains and exits for a restart to reconcile.",
+		}, func() float64 {
+			if s.storeFailed() != nil {
 				return 1
 			}
 			return 0

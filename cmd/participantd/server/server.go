@@ -20,9 +20,17 @@ import (
 	"github.com/participantd/participantd/wire"
 )
 
-// ErrDrainTimeout is returned by Run when the drain did not finish within
-// DrainTimeout and the remaining connections were cut.
-var ErrDrainTimeout = errors.New("server: drain timed out")
+// Errors of Run.
+var (
+	// ErrDrainTimeout is returned by Run when the drain did not finish
+	// within DrainTimeout and the remaining connections were cut.
+	ErrDrainTimeout = errors.New("server: drain timed out")
+	// ErrStoreFailed is returned by Run, wrapping the store's error, when
+	// the store failed for good (store.ErrFailed: a failed fsync, a full
+	// disk) and the server drained because of it: only a restart, which
+	// reconciles, can serve again.
+	ErrStoreFailed = errors.New("server: the store failed")
+)
 
 // Server is one participantd: a wire listener and a health listener over one
 // participant service. Create it with New, then call Run once.
@@ -111,7 +119,10 @@ func (s *Server) Ready() <-chan struct{} { return s.readyCh }
 func (s *Server) Service() *participant.Service { return s.svc.Load() }
 
 // Run serves until ctx is cancelled, then drains and returns nil, or
-// ErrDrainTimeout when the drain was cut short. It returns an error at once
+// ErrDrainTimeout when the drain was cut short. When the store fails for
+// good while serving, /ready turns 503 at once and Run drains as for a
+// cancel (answering what it can, closing every connection) and returns an
+// error wrapping ErrStoreFailed and the store's error. It returns an error at once
 // when the data directory, node key, store or service cannot be opened; the
 // listeners are closed either way. Run must be called once.
 func (s *Server) Run(ctx context.Context) error {
@@ -143,11 +154,15 @@ func (s *Server) Run(ctx context.Context) error {
 
 	acceptDone := make(chan error, 1)
 	go func() { acceptDone <- s.acceptLoop() }()
-	var acceptErr error
+	var acceptErr, storeErr error
 	select {
 	case <-ctx.Done():
 	case acceptErr = <-acceptDone:
 		s.log.Error().Err(acceptErr).Msg("wire listener failed; draining")
+	case <-svc.StoreFailed():
+		// The service logged the failure itself, once.
+		storeErr = svc.Failed()
+		s.log.Info().Msg("draining because the store failed; restart to reconcile")
 	}
 	err = s.drain(acceptDone, acceptErr != nil)
 	svc.Close()
@@ -156,6 +171,9 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	if err == nil && acceptErr != nil {
 		err = fmt.Errorf("server: accept: %w", acceptErr)
+	}
+	if storeErr != nil {
+		err = errors.Join(fmt.Errorf("%w: %w", ErrStoreFailed, storeErr), err)
 	}
 	s.log.Info().Err(err).Msg("stopped")
 	return err
@@ -176,7 +194,11 @@ func (s *Server) open(ctx context.Context) (*store.Bolt, *participant.Service, e
 		return nil, nil, fmt.Errorf("server: store: %w", err)
 	}
 	s.st.Store(st)
-	svc, err := participant.Open(ctx, st, participant.Options{
+	var dst store.DurableStore = st
+	if s.cfg.WrapStore != nil {
+		dst = s.cfg.WrapStore(st)
+	}
+	svc, err := participant.Open(ctx, dst, participant.Options{
 		NodeKey:                 key,
 		ReceiptTTL:              s.cfg.ReceiptTTL,
 		MaxRecordBytes:          s.cfg.MaxRecordBytes,
