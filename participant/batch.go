@@ -39,6 +39,10 @@ type batch struct {
 	tokens map[string]*prior
 	// bindings are the fence tokens of bindings staged in this batch.
 	bindings map[ParticipantID]fence.Token
+	// reservedSlot is set when the batch's first enroll of a new
+	// conversation took a conversation slot; a failure before the
+	// conversation is registered gives it back.
+	reservedSlot bool
 }
 
 // op is one staged operation.
@@ -157,6 +161,9 @@ func (b *batch) write() error {
 		return nil
 	}
 	failed := func(code Code, what string, err error) error {
+		if b.reservedSlot && !cv.registered {
+			s.conversationSlots.release()
+		}
 		cv.drop()
 		// Undo in reverse staging order, each op's issue before its
 		// ending's consumption: a binding started and ended in this batch

@@ -11,8 +11,11 @@ import (
 // The decision code: pure functions from a conversation's state and a
 // request to a refusal or the oplog row to commit. They check in
 // PROTOCOL.md's order (after the token, which the driver resolves first):
+// for enroll under EnrollInvite, invite_required and invite_invalid; then
 // unknown_participant, retired, stale_authority, no_binding,
-// binding_occupied, operation checks, capacity_exceeded.
+// binding_occupied, operation checks, capacity_exceeded (participants,
+// connection bindings, store size; conversations, which the driver
+// reserves, last).
 
 // decider carries what the decisions need besides state and request.
 type decider struct {
@@ -26,6 +29,26 @@ type decider struct {
 	// and maxConnBindings its cap.
 	connBindings    int
 	maxConnBindings int
+	// requireInvite is set under EnrollInvite.
+	requireInvite bool
+	// dataBytes reports the store's size, checked against maxDataBytes by
+	// the operations that add data (enroll, tell); nil means no cap.
+	dataBytes    func() int64
+	maxDataBytes int64
+}
+
+// dataCapacity refuses an operation that adds data once the store's size
+// reached its cap.
+func (d *decider) dataCapacity() *Error {
+	if d.dataBytes == nil || d.maxDataBytes <= 0 {
+		return nil
+	}
+	if n := d.dataBytes(); n >= d.maxDataBytes {
+		e := refuse(CodeCapacityExceeded, "the store holds %d bytes", n)
+		e.Limit = uint64(d.maxDataBytes)
+		return e
+	}
+	return nil
 }
 
 func (d *decider) at() int64 { return d.now.UnixMilli() }
@@ -82,6 +105,11 @@ func (d *decider) binding(p ParticipantID, m *outbox.Member) *Error {
 }
 
 func (d *decider) enroll(st *outbox.State, req *Enroll) (oplog.Row, *Error) {
+	if d.requireInvite {
+		if e := checkInvite(d.key, d.conv, d.now, req.Invite); e != nil {
+			return oplog.Row{}, e
+		}
+	}
 	if _, ok := d.boundHere(st); ok {
 		return oplog.Row{}, refuse(CodeBindingOccupied, "this connection already holds a binding in conversation %v", d.conv)
 	}
@@ -91,6 +119,9 @@ func (d *decider) enroll(st *outbox.State, req *Enroll) (oplog.Row, *Error) {
 		return oplog.Row{}, e
 	}
 	if e := d.connCapacity(); e != nil {
+		return oplog.Row{}, e
+	}
+	if e := d.dataCapacity(); e != nil {
 		return oplog.Row{}, e
 	}
 	return oplog.Row{
@@ -160,6 +191,9 @@ func (d *decider) tell(st *outbox.State, req *Tell) (oplog.Row, *Error) {
 	if len(req.Payload) > d.maxRecordBytes {
 		e := refuse(CodeTooLarge, "payload of %d bytes", len(req.Payload))
 		e.Limit = uint64(d.maxRecordBytes)
+		return oplog.Row{}, e
+	}
+	if e := d.dataCapacity(); e != nil {
 		return oplog.Row{}, e
 	}
 	return oplog.Row{

@@ -208,6 +208,9 @@ func (c *Conn) decider(conv ConversationID) *decider {
 		maxParticipants: o.MaxParticipants,
 		connBindings:    c.bindingCount(),
 		maxConnBindings: o.MaxConversationsPerConn,
+		requireInvite:   o.EnrollPolicy == EnrollInvite,
+		dataBytes:       o.DataBytes,
+		maxDataBytes:    o.MaxDataBytes,
 	}
 }
 
@@ -273,6 +276,15 @@ func (c *Conn) StartEnroll(ctx context.Context, req Enroll) *Call[Bound] {
 			g := oplog.Row{Kind: oplog.KindGenesis, At: d.at()}
 			if _, err := rand.Read(g.Nonce[:]); err != nil {
 				return settled(unavailable("minting the conversation nonce", err))
+			}
+			if !b.cv.registered {
+				// A new conversation takes a slot of MaxConversations now,
+				// when it is decided, so that concurrent first enrolls of
+				// different conversations cannot overshoot the cap.
+				if e := c.svc.conversationSlots.reserve(); e != nil {
+					return settled(e)
+				}
+				b.reservedSlot = true
 			}
 			o.genesis = &g
 		}

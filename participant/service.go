@@ -33,6 +33,7 @@ const (
 	DefaultMaxRecordBytes          = 512 << 10
 	DefaultMaxParticipants         = 1024
 	DefaultMaxConversationsPerConn = 1024
+	DefaultMaxConversations        = 1_000_000
 )
 
 // Options configures a Service. The zero value is valid except for NodeKey.
@@ -50,6 +51,20 @@ type Options struct {
 	MaxParticipants int
 	// MaxConversationsPerConn caps the bindings one connection holds.
 	MaxConversationsPerConn int
+	// EnrollPolicy says who may enroll. Default EnrollOpen.
+	EnrollPolicy EnrollPolicy
+	// MaxConversations caps the conversations of the store: the first
+	// enroll of one more is capacity_exceeded. Default
+	// DefaultMaxConversations.
+	MaxConversations int
+	// MaxDataBytes caps the store's size as DataBytes reports it: once it
+	// is reached, enroll and tell (the operations that add data) are
+	// capacity_exceeded; the others, which end or advance what exists,
+	// still commit. Zero, or a nil DataBytes, means no cap.
+	MaxDataBytes int64
+	// DataBytes reports the store's size in bytes; it is called for each
+	// enroll and tell, and must be cheap and safe for concurrent use.
+	DataBytes func() int64
 	// LoadWorkers is how many conversations Open reconciles at once.
 	// Default 64: reconciliations that must commit share group commits.
 	LoadWorkers int
@@ -83,6 +98,12 @@ func (o *Options) withDefaults() {
 	if o.MaxConversationsPerConn <= 0 {
 		o.MaxConversationsPerConn = DefaultMaxConversationsPerConn
 	}
+	if o.EnrollPolicy == "" {
+		o.EnrollPolicy = EnrollOpen
+	}
+	if o.MaxConversations <= 0 {
+		o.MaxConversations = DefaultMaxConversations
+	}
 	if o.LoadWorkers <= 0 {
 		o.LoadWorkers = max(64, runtime.GOMAXPROCS(0))
 	}
@@ -109,6 +130,8 @@ type Service struct {
 	fences      *fence.Fences[site]
 	// failure is set once the store failed for good (see failed.go).
 	failure storeFailure
+	// conversationSlots counts conversations against MaxConversations.
+	conversationSlots slots
 
 	// regMu serializes appends to the registry stream.
 	regMu sync.Mutex
@@ -144,6 +167,9 @@ func Open(ctx context.Context, st store.DurableStore, opts Options) (*Service, e
 	if len(opts.NodeKey) != NodeKeySize {
 		return nil, fmt.Errorf("participant: node key has %d bytes, want %d", len(opts.NodeKey), NodeKeySize)
 	}
+	if _, err := ParseEnrollPolicy(string(opts.EnrollPolicy)); err != nil {
+		return nil, err
+	}
 	s := &Service{
 		st:      st,
 		opts:    opts,
@@ -175,6 +201,7 @@ func Open(ctx context.Context, st store.DurableStore, opts Options) (*Service, e
 	for _, id := range ids {
 		s.convs[id] = newConversation(id, true)
 	}
+	s.conversationSlots = slots{max: opts.MaxConversations, n: len(ids)}
 	if err := s.loadAll(ctx, ids); err != nil {
 		s.Close()
 		return nil, err

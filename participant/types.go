@@ -41,6 +41,9 @@ const (
 type Enroll struct {
 	Conversation ConversationID
 	Token        Token
+	// Invite is the invitation to Conversation (see MintInvite), required
+	// under EnrollInvite and ignored under EnrollOpen.
+	Invite []byte
 }
 
 // Attach presents a credential and asks for generation+1, a new secret and a
@@ -173,6 +176,8 @@ const (
 	CodeInDoubt            Code = "in_doubt"
 	CodeUnavailable        Code = "unavailable"
 	CodeShuttingDown       Code = "shutting_down"
+	CodeInviteRequired     Code = "invite_required"
+	CodeInviteInvalid      Code = "invite_invalid"
 )
 
 // Sentinels, one per code, for errors.Is. Every *Error matches the sentinel

@@ -1,0 +1,34 @@
+package participant
+
+import "sync"
+
+// slots counts the conversations of the store against MaxConversations:
+// those registered, plus those a decided first enroll is committing.
+type slots struct {
+	max int
+
+	// mu guards n.
+	mu sync.Mutex
+	n  int
+}
+
+// reserve takes a slot, or refuses with capacity_exceeded when all are
+// taken.
+func (q *slots) reserve() *Error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.n >= q.max {
+		e := refuse(CodeCapacityExceeded, "the server holds %d conversations", q.n)
+		e.Limit = uint64(q.max)
+		return e
+	}
+	q.n++
+	return nil
+}
+
+// release gives back a slot whose conversation was not registered.
+func (q *slots) release() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.n--
+}
