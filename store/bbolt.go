@@ -369,7 +369,9 @@ func (b *Bolt) lockStream(stream string) (*boltStream, error) {
 			return nil, err
 		}
 		b.mu.Lock()
-		if b.streams[stream] == nil {
+		// Close may have run meanwhile and released the maps: the loop's
+		// check comes first.
+		if b.usableLocked() == nil && b.streams[stream] == nil {
 			b.streams[stream] = &boltStream{committed: n}
 		}
 	}
@@ -568,6 +570,10 @@ func (b *Bolt) CAS(key string, old, new uint64) error {
 			loaded(key)
 		}
 		b.mu.Lock()
+		// The loop's check sees a Close that ran meanwhile.
+		if b.usableLocked() != nil {
+			continue
+		}
 		if _, ok := b.values[key]; !ok && b.commits.Load() == commits {
 			b.values[key] = v
 		}
@@ -615,10 +621,14 @@ func (b *Bolt) ReadValue(key string) (uint64, error) {
 	// CAS, only if no commit completed meanwhile; and only while the cache
 	// is small, since reads alone never empty it: the next commit does.
 	b.mu.Lock()
+	defer b.mu.Unlock()
+	// Close may have run meanwhile and released the cache.
+	if err := b.usableLocked(); err != nil {
+		return 0, err
+	}
 	if _, ok := b.values[key]; !ok && b.commits.Load() == commits && len(b.values) < maxCachedValues {
 		b.values[key] = v
 	}
-	b.mu.Unlock()
 	return v, nil
 }
 
