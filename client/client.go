@@ -54,7 +54,10 @@ type member struct {
 	wantBound bool          // re-attach after a reconnect
 	sess      *session      // the session holding its binding, nil if none
 	intent    *attachIntent // an attach sent whose outcome is unknown
-	lost      error         // a *LostError once re-attachment was refused
+	// nextToken, when set, is the token the next new intent uses (Attach
+	// with WithToken).
+	nextToken *Token
+	lost      error // a *LostError once re-attachment was refused
 }
 
 // attachIntent is one intended attach: its token and the credential it
@@ -63,6 +66,10 @@ type attachIntent struct {
 	token     Token
 	presented Credential
 	sentOn    map[uint64]bool // session ordinals it was sent on
+	// supplied marks a token the caller gave (WithToken): it may have
+	// been sent by another process, so a replay marked bound names a
+	// binding that is not this client's.
+	supplied bool
 }
 
 // Dial connects to addr, runs the handshake and returns a Client that keeps
@@ -302,13 +309,29 @@ func (c *Client) attachOn(ctx context.Context, s *session, m *member) (Credentia
 			return cred, nil
 		}
 		in := m.intent
-		if in == nil {
+		fresh := in == nil
+		if fresh {
 			in = &attachIntent{token: NewToken(), presented: m.cred, sentOn: make(map[uint64]bool)}
+			if m.nextToken != nil {
+				in.token, in.supplied, m.nextToken = *m.nextToken, true, nil
+			}
 			m.intent = in
 		}
 		in.sentOn[s.seq] = true
 		p := in.presented
 		c.mu.Unlock()
+
+		if fresh {
+			err := c.intend(Intent{Op: IntentAttach, Conversation: p.Conversation, Presented: p, Token: in.token})
+			if err != nil {
+				c.mu.Lock()
+				if m.intent == in {
+					m.intent = nil
+				}
+				c.mu.Unlock()
+				return Credential{}, err
+			}
+		}
 
 		ans, err := c.callOn(ctx, s, &wire.Attach{Conversation: p.Conversation, Participant: p.Participant,
 			Generation: p.Generation, Secret: p.Secret, Token: in.token})
@@ -323,7 +346,7 @@ func (c *Client) attachOn(ctx context.Context, s *session, m *member) (Credentia
 			// A replay marked bound names a binding made by this token;
 			// it is this session's only if the token never went out on
 			// another one.
-			here := a.Replay == nil || (*a.Replay == wire.ReplayBound && len(in.sentOn) == 1)
+			here := a.Replay == nil || (*a.Replay == wire.ReplayBound && len(in.sentOn) == 1 && !in.supplied)
 			if here {
 				m.sess = s
 			} else {

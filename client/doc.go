@@ -18,6 +18,24 @@
 //   - Deliveries are deduplicated on (conversation, seq) before they reach
 //     the channel returned by Deliveries.
 //
+// # Surviving a crash of the caller
+//
+// The client retries within its own lifetime; a process that dies after an
+// enroll or attach committed but before its answer arrived loses the new
+// secret, and a credential file still holding the previous generation no
+// longer attaches. Options.OnIntent closes that gap: it is called with the
+// token and presented credential before the first send, and a caller that
+// persists them durably (participantctl writes them into its credential
+// file, atomically) retries after a restart with WithToken:
+//
+//	intent persisted       ->  request sent  ->  answer  ->  credential persisted, intent cleared
+//	restart with an intent ->  Attach(ctx, intent.Presented, WithToken(intent.Token))
+//
+// The server replays the original answer (PROTOCOL.md, Replays), then the
+// client attaches again with the minted credential. A replay is refused
+// with receipt_expired once receipt_ttl passed or a later attach superseded
+// it: the credential is then lost (a *LostError), as without the intent.
+//
 // # Operations and what they need
 //
 //	operation  needs                         retried after a lost answer

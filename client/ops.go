@@ -17,18 +17,23 @@ type callOptions struct {
 }
 
 // WithToken makes the call use token t instead of a fresh one: pass the
-// Token of an in_doubt *Error to learn the outcome of that operation without
-// applying it twice. Ignored by Ack and Ping, which carry no token.
+// Token of an in_doubt *Error, or of a persisted Intent, to learn the
+// outcome of that operation without applying it twice. Ignored by Ack and
+// Ping, which carry no token.
 func WithToken(t Token) CallOption {
 	return func(o *callOptions) { o.token, o.hasToken = t, true }
 }
 
-func tokenOf(opts []CallOption) Token {
+func callOptionsOf(opts []CallOption) callOptions {
 	var o callOptions
 	for _, f := range opts {
 		f(&o)
 	}
-	if o.hasToken && !o.token.IsZero() {
+	return o
+}
+
+func tokenOf(opts []CallOption) Token {
+	if o := callOptionsOf(opts); o.hasToken && !o.token.IsZero() {
 		return o.token
 	}
 	return NewToken()
@@ -114,6 +119,9 @@ func (c *Client) current(cred Credential) (Credential, error) {
 // before the outcome was known, or ErrClosed.
 func (c *Client) Enroll(ctx context.Context, conv uint64, opts ...CallOption) (Credential, error) {
 	tok := tokenOf(opts)
+	if err := c.intend(Intent{Op: IntentEnroll, Conversation: conv, Token: tok}); err != nil {
+		return Credential{}, err
+	}
 	sentOn := make(map[uint64]bool)
 	ans, s, err := c.do(ctx, &tok, true, func(s *session) (wire.Message, error) {
 		sentOn[s.seq] = true
@@ -125,7 +133,10 @@ func (c *Client) Enroll(ctx context.Context, conv uint64, opts ...CallOption) (C
 	switch a := ans.(type) {
 	case *wire.Enrolled:
 		cred := Credential{Conversation: a.Conversation, Participant: a.Participant, Generation: a.Generation, Secret: a.Secret}
-		here := a.Replay == nil || (*a.Replay == wire.ReplayBound && len(sentOn) == 1)
+		// A bound replay names this call's binding only if the token went
+		// out once, by this call: a token the caller supplied may have been
+		// sent by an earlier process.
+		here := a.Replay == nil || (*a.Replay == wire.ReplayBound && len(sentOn) == 1 && !callOptionsOf(opts).hasToken)
 		c.mu.Lock()
 		m := c.members[cred.key()]
 		if m == nil {
@@ -159,14 +170,24 @@ func (c *Client) Enroll(ctx context.Context, conv uint64, opts ...CallOption) (C
 // participant already bound on the current connection is returned as is.
 //
 // An attach whose answer was lost is retried with the same token and the
-// same presented credential. Errors: a *LostError (errors.Is
-// ErrParticipantLost, and ErrStaleAuthority, ErrReceiptExpired, ErrRetired
-// or ErrUnknownParticipant) when the credential cannot be used, other
-// *Error refusals, or ErrClosed.
-func (c *Client) Attach(ctx context.Context, cred Credential) (Credential, error) {
+// same presented credential. WithToken replays an attach sent before (by
+// this or an earlier process, see Intent): with cred as it presented, the
+// answer is the original one, and the client then attaches again with the
+// credential it minted, since that binding is not this client's. It is
+// used only when no attach of the participant is in doubt in this client.
+//
+// Errors: a *LostError (errors.Is ErrParticipantLost, and
+// ErrStaleAuthority, ErrReceiptExpired, ErrRetired or
+// ErrUnknownParticipant) when the credential cannot be used, other *Error
+// refusals, the error of Options.OnIntent, or ErrClosed.
+func (c *Client) Attach(ctx context.Context, cred Credential, opts ...CallOption) (Credential, error) {
 	m := c.member(cred, true)
 	c.mu.Lock()
 	m.wantBound = true
+	if o := callOptionsOf(opts); o.hasToken && !o.token.IsZero() && m.intent == nil {
+		t := o.token
+		m.nextToken = &t
+	}
 	c.mu.Unlock()
 	return c.attach(ctx, m)
 }

@@ -128,6 +128,9 @@ func Decode(b []byte) (Row, error) {
 	if b[0] != Version {
 		return r, fmt.Errorf("%w: %d", ErrUnknownVersion, b[0])
 	}
+	if err := checkBounds(b[1:]); err != nil {
+		return r, fmt.Errorf("%w: %v", ErrCorrupt, err)
+	}
 	if err := msgpack.Unmarshal(b[1:], &r); err != nil {
 		return r, fmt.Errorf("%w: %v", ErrCorrupt, err)
 	}

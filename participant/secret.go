@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -50,56 +51,93 @@ func verifySecret(key []byte, nonce [16]byte, c ConversationID, p ParticipantID,
 }
 
 // LoadOrCreateNodeKey returns the node key kept in dir/node.key, creating
-// the file (mode 0600, fsync'd, then the directory fsync'd) on first start.
-// A key file of the wrong size, or readable by others, is an error: a
-// leaked or truncated key would make every credential forgeable or void.
+// it on first start. A key file of the wrong size, or readable by others,
+// is an error: a leaked or truncated key would make every credential
+// forgeable or void.
+//
+// Creation is exclusive, so that concurrent callers (two processes starting
+// on a fresh directory) all return the key that ends up on disk: the key is
+// written to a temp file of its own, fsync'd, then linked to node.key with
+// link(2), which fails if node.key exists; a caller that loses reads the
+// winner's key. The directory is fsync'd before the key is returned, and
+// the key returned is the one read back from node.key. The daemon calls it
+// with the data directory locked; the link keeps it safe without.
 func LoadOrCreateNodeKey(dir string) ([]byte, error) {
 	path := filepath.Join(dir, NodeKeyFile)
-	key, err := os.ReadFile(path)
-	switch {
-	case err == nil:
-		info, err := os.Stat(path)
-		if err != nil {
-			return nil, fmt.Errorf("participant: node key: %w", err)
-		}
-		if info.Mode().Perm()&0o077 != 0 {
-			return nil, fmt.Errorf("participant: node key %s has mode %v, want 0600", path, info.Mode().Perm())
-		}
-		if len(key) != NodeKeySize {
-			return nil, fmt.Errorf("participant: node key %s has %d bytes, want %d", path, len(key), NodeKeySize)
-		}
-		return key, nil
-	case !errors.Is(err, fs.ErrNotExist):
-		return nil, fmt.Errorf("participant: node key: %w", err)
+	key, err := readNodeKey(path)
+	if !errors.Is(err, fs.ErrNotExist) {
+		return key, err
 	}
-	key = make([]byte, NodeKeySize)
-	if _, err := rand.Read(key); err != nil {
-		return nil, fmt.Errorf("participant: node key: %w", err)
+	if err := createNodeKey(dir, path); err != nil {
+		return nil, err
 	}
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	return readNodeKey(path)
+}
+
+// readNodeKey reads and checks the key file at path. A missing file is an
+// error wrapping fs.ErrNotExist.
+func readNodeKey(path string) ([]byte, error) {
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("participant: node key: %w", err)
 	}
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("participant: node key: %w", err)
+	}
+	if info.Mode().Perm()&0o077 != 0 {
+		return nil, fmt.Errorf("participant: node key %s has mode %v, want 0600", path, info.Mode().Perm())
+	}
+	if info.Size() != NodeKeySize {
+		return nil, fmt.Errorf("participant: node key %s has %d bytes, want %d", path, info.Size(), NodeKeySize)
+	}
+	key := make([]byte, NodeKeySize)
+	if _, err := io.ReadFull(f, key); err != nil {
+		return nil, fmt.Errorf("participant: node key %s: %w", path, err)
+	}
+	return key, nil
+}
+
+// createNodeKey creates path with a new random key unless it exists; it
+// returns nil in both cases once path is durable.
+func createNodeKey(dir, path string) error {
+	key := make([]byte, NodeKeySize)
+	if _, err := rand.Read(key); err != nil {
+		return fmt.Errorf("participant: node key: %w", err)
+	}
+	// A temp name of its own: a shared one would let two creators write
+	// into the same file.
+	f, err := os.CreateTemp(dir, NodeKeyFile+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("participant: node key: %w", err)
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp)
 	_, werr := f.Write(key)
+	merr := f.Chmod(0o600)
+	// The key's bytes must be durable before the name that makes it the
+	// node key exists, or a crash could leave an empty node.key.
 	serr := f.Sync()
 	cerr := f.Close()
-	if err := errors.Join(werr, serr, cerr); err != nil {
-		os.Remove(tmp)
-		return nil, fmt.Errorf("participant: node key: %w", err)
+	if err := errors.Join(werr, merr, serr, cerr); err != nil {
+		return fmt.Errorf("participant: node key: %w", err)
 	}
-	// The key must be durable under its final name before any secret
-	// derived from it is handed out.
-	if err := os.Rename(tmp, path); err != nil {
-		return nil, fmt.Errorf("participant: node key: %w", err)
+	if err := os.Link(tmp, path); err != nil && !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("participant: node key: %w", err)
 	}
+	// Drop the temp name before the directory fsync, so that one fsync
+	// makes both the new name durable and the temp one gone. The key must
+	// be durable under its final name before any secret derived from it
+	// is handed out.
+	os.Remove(tmp)
 	d, err := os.Open(dir)
 	if err != nil {
-		return nil, fmt.Errorf("participant: node key: %w", err)
+		return fmt.Errorf("participant: node key: %w", err)
 	}
 	defer d.Close()
 	if err := d.Sync(); err != nil {
-		return nil, fmt.Errorf("participant: node key: sync %s: %w", dir, err)
+		return fmt.Errorf("participant: node key: sync %s: %w", dir, err)
 	}
-	return key, nil
+	return nil
 }

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"path/filepath"
+	"runtime/debug"
 	"sort"
 	"strings"
 	"sync"
@@ -37,6 +39,17 @@ type Options struct {
 	// another process (or another Open in this one) holds it. Zero or
 	// negative means DefaultLockTimeout.
 	LockTimeout time.Duration
+	// ReadOnly opens an existing file for reading only: the file is never
+	// written, created or initialized, a shared lock lets other read-only
+	// opens proceed while a writer is refused, and Append, CAS and a Flush
+	// with writes would return ErrReadOnly. A missing or 0-byte file fails
+	// with ErrNoData.
+	ReadOnly bool
+	// MustExist refuses to create the file: a missing or 0-byte file fails
+	// with ErrNoData instead of becoming a new, empty store. The caller sets
+	// it when something says the store existed before (see
+	// cmd/participantd), so that a lost file is not silently replaced.
+	MustExist bool
 }
 
 // Bolt is the embedded DurableStore: one bbolt file. Appends and CAS writes
@@ -45,9 +58,10 @@ type Options struct {
 //
 // A Bolt owns one committer goroutine, started by Open and stopped by Close.
 type Bolt struct {
-	path  string
-	db    *bolt.DB
-	hooks hooks
+	path     string
+	db       *bolt.DB
+	hooks    hooks
+	readOnly bool
 
 	// kick wakes the committer when a Flush waits for the next batch. It has
 	// capacity 1 so that wakes coalesce and senders never block.
@@ -136,6 +150,13 @@ var _ DurableStore = (*Bolt)(nil)
 // Open opens or creates the bbolt data file at path. If another process or
 // another Open in this process holds the file, Open fails after
 // opts.LockTimeout with an error that names path and wraps ErrLocked.
+//
+// Before bbolt maps an existing file, Open checks its size and meta pages
+// (see checkFile); a damaged file fails with an error naming path and
+// wrapping ErrCorrupt, as does a panic or memory fault of bbolt while it
+// opens the file. A missing or 0-byte file fails with ErrNoData when
+// opts.ReadOnly or opts.MustExist is set, and is otherwise created (and its
+// directory fsync'd, so that the file survives a crash).
 func Open(path string, opts Options) (*Bolt, error) {
 	return open(path, opts, hooks{})
 }
@@ -145,10 +166,27 @@ func open(path string, opts Options, h hooks) (*Bolt, error) {
 	if timeout <= 0 {
 		timeout = DefaultLockTimeout
 	}
-	db, err := bolt.Open(path, 0o600, &bolt.Options{
-		Timeout:        timeout,
-		FreelistType:   bolt.FreelistMapType,
-		NoFreelistSync: true,
+	state, err := checkFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("store: open: %w", err)
+	}
+	if state != fileValid && (opts.ReadOnly || opts.MustExist) {
+		what := "does not exist"
+		if state == fileEmpty {
+			what = "is empty (0 bytes)"
+		}
+		return nil, fmt.Errorf("store: open %s: the file %s: %w", path, what, ErrNoData)
+	}
+	var db *bolt.DB
+	err = contain(path, func() error {
+		var err error
+		db, err = bolt.Open(path, 0o600, &bolt.Options{
+			Timeout:        timeout,
+			ReadOnly:       opts.ReadOnly,
+			FreelistType:   bolt.FreelistMapType,
+			NoFreelistSync: true,
+		})
+		return err
 	})
 	if errors.Is(err, berrors.ErrTimeout) {
 		return nil, fmt.Errorf("open %s: waited %v: %w", path, timeout, ErrLocked)
@@ -156,24 +194,66 @@ func open(path string, opts Options, h hooks) (*Bolt, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: open %s: %w", path, err)
 	}
-	if err := db.Update(initLayout); err != nil {
+	layout := initLayout
+	if opts.ReadOnly {
+		layout = checkLayout
+	}
+	if err := contain(path, func() error {
+		if opts.ReadOnly {
+			return db.View(layout)
+		}
+		return db.Update(layout)
+	}); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("store: open %s: %w", path, err)
 	}
+	if state != fileValid && !opts.ReadOnly {
+		// bbolt fsync'd the new file's pages, not its directory entry:
+		// without this, a crash could lose the whole file after commits to
+		// it were acknowledged.
+		if err := syncDir(filepath.Dir(path)); err != nil {
+			db.Close()
+			return nil, fmt.Errorf("store: open %s: sync directory: %w", path, err)
+		}
+	}
 	b := &Bolt{
-		path:    path,
-		db:      db,
-		hooks:   h,
-		kick:    make(chan struct{}, 1),
-		quit:    make(chan struct{}),
-		done:    make(chan struct{}),
-		streams: make(map[string]*boltStream),
-		dirty:   make(map[string]*boltStream),
-		values:  make(map[string]uint64),
-		staged:  make(map[string]uint64),
+		path:     path,
+		db:       db,
+		hooks:    h,
+		readOnly: opts.ReadOnly,
+		kick:     make(chan struct{}, 1),
+		quit:     make(chan struct{}),
+		done:     make(chan struct{}),
+		streams:  make(map[string]*boltStream),
+		dirty:    make(map[string]*boltStream),
+		values:   make(map[string]uint64),
+		staged:   make(map[string]uint64),
 	}
 	go b.run()
 	return b, nil
+}
+
+// contain runs fn, which calls into bbolt, and turns a panic or a memory
+// fault during it into an error naming path and wrapping ErrCorrupt. bbolt
+// reads pages through a mapping of the file and panics on a page it
+// cannot parse (or faults on one the file does not hold): that is damaged
+// input, not a broken invariant of this program, and the caller gets to
+// say so instead of crashing. Only bbolt calls and the read callbacks of
+// this package run inside it.
+func contain(path string, fn func() error) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%s: bbolt failed reading it: %v: %w", path, r, ErrCorrupt)
+		}
+	}()
+	return fn()
+}
+
+// view runs fn in a bbolt read transaction, with panics and faults
+// contained (see contain).
+func (b *Bolt) view(fn func(*bolt.Tx) error) error {
+	return contain(b.path, func() error { return b.db.View(fn) })
 }
 
 // initLayout creates the buckets of a new file and checks the layout
@@ -198,6 +278,24 @@ func initLayout(tx *bolt.Tx) error {
 	for _, name := range [][]byte{bucketStreams, bucketValues} {
 		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// checkLayout checks, without writing, that the file has this package's
+// layout; a read-only open cannot create it.
+func checkLayout(tx *bolt.Tx) error {
+	meta := tx.Bucket(bucketMeta)
+	if meta == nil {
+		return errors.New("not a participantd store: no meta bucket")
+	}
+	if v := meta.Get(keyVersion); len(v) != 1 || v[0] != layoutVersion {
+		return fmt.Errorf("unsupported layout version %v", v)
+	}
+	for _, name := range [][]byte{bucketStreams, bucketValues} {
+		if tx.Bucket(name) == nil {
+			return fmt.Errorf("not a participantd store: no %s bucket", name)
 		}
 	}
 	return nil
@@ -234,7 +332,19 @@ func (b *Bolt) readErr(err error) error {
 	if errors.Is(err, berrors.ErrDatabaseNotOpen) {
 		return ErrClosed
 	}
+	if errors.Is(err, ErrCorrupt) {
+		return fmt.Errorf("store: read: %w", err)
+	}
 	return fmt.Errorf("store: read %s: %w", b.path, err)
+}
+
+// checkWrite refuses a write that no Bolt accepts, and every write to a
+// read-only one.
+func (b *Bolt) checkWrite(name string, payloadLen int) error {
+	if b.readOnly {
+		return fmt.Errorf("store: write to %s: %w", b.path, ErrReadOnly)
+	}
+	return checkWrite(name, payloadLen)
 }
 
 // lockStream locks b.mu and returns the state of stream, first loading its
@@ -259,7 +369,9 @@ func (b *Bolt) lockStream(stream string) (*boltStream, error) {
 			return nil, err
 		}
 		b.mu.Lock()
-		if b.streams[stream] == nil {
+		// Close may have run meanwhile and released the maps: the loop's
+		// check comes first.
+		if b.usableLocked() == nil && b.streams[stream] == nil {
 			b.streams[stream] = &boltStream{committed: n}
 		}
 	}
@@ -275,6 +387,19 @@ func entryKey(stream string, seq uint64) []byte {
 	copy(k[2:], stream)
 	binary.BigEndian.PutUint64(k[2+len(stream):], seq)
 	return k
+}
+
+// decodeEntryKey splits a key of the streams bucket into its stream name
+// and seq; a key without entryKey's layout is an error.
+func decodeEntryKey(k []byte) (stream string, seq uint64, err error) {
+	if len(k) < 2+1+8 {
+		return "", 0, fmt.Errorf("stream key %x: %d bytes, too short", k, len(k))
+	}
+	n := int(binary.BigEndian.Uint16(k))
+	if n == 0 || n > MaxNameLen || len(k) != 2+n+8 {
+		return "", 0, fmt.Errorf("stream key %x: name length %d in a %d-byte key", k, n, len(k))
+	}
+	return string(k[2 : 2+n]), binary.BigEndian.Uint64(k[2+n:]), nil
 }
 
 // streamLen returns the number of entries of stream in the streams bucket,
@@ -302,7 +427,7 @@ func streamLen(c *bolt.Cursor, stream string) (uint64, error) {
 // loadLen returns the committed length of stream.
 func (b *Bolt) loadLen(stream string) (uint64, error) {
 	var n uint64
-	err := b.db.View(func(tx *bolt.Tx) error {
+	err := b.view(func(tx *bolt.Tx) error {
 		var err error
 		n, err = streamLen(tx.Bucket(bucketStreams).Cursor(), stream)
 		return err
@@ -316,7 +441,7 @@ func (b *Bolt) loadLen(stream string) (uint64, error) {
 // Append implements DurableStore. Besides the errors of DurableStore it
 // returns the sticky error (wrapping ErrFailed) after a failed commit.
 func (b *Bolt) Append(stream string, payload []byte, expectedSeq uint64) (uint64, error) {
-	if err := checkWrite(stream, len(payload)); err != nil {
+	if err := b.checkWrite(stream, len(payload)); err != nil {
 		return 0, err
 	}
 	p := append([]byte(nil), payload...)
@@ -386,7 +511,7 @@ func (b *Bolt) ReadFrom(stream string, offset uint64, limit int) ([]Entry, error
 		out = make([]Entry, 0, end-offset)
 	}
 	if stop := min(end, committed); offset < stop {
-		err := b.db.View(func(tx *bolt.Tx) error {
+		err := b.view(func(tx *bolt.Tx) error {
 			first := entryKey(stream, offset)
 			prefix := first[:len(first)-8]
 			c := tx.Bucket(bucketStreams).Cursor()
@@ -418,7 +543,7 @@ func (b *Bolt) ReadFrom(stream string, offset uint64, limit int) ([]Entry, error
 // CAS implements DurableStore. Besides the errors of DurableStore it returns
 // the sticky error (wrapping ErrFailed) after a failed commit.
 func (b *Bolt) CAS(key string, old, new uint64) error {
-	if err := checkWrite(key, 0); err != nil {
+	if err := b.checkWrite(key, 0); err != nil {
 		return err
 	}
 	b.mu.Lock()
@@ -445,6 +570,10 @@ func (b *Bolt) CAS(key string, old, new uint64) error {
 			loaded(key)
 		}
 		b.mu.Lock()
+		// The loop's check sees a Close that ran meanwhile.
+		if b.usableLocked() != nil {
+			continue
+		}
 		if _, ok := b.values[key]; !ok && b.commits.Load() == commits {
 			b.values[key] = v
 		}
@@ -492,10 +621,14 @@ func (b *Bolt) ReadValue(key string) (uint64, error) {
 	// CAS, only if no commit completed meanwhile; and only while the cache
 	// is small, since reads alone never empty it: the next commit does.
 	b.mu.Lock()
+	defer b.mu.Unlock()
+	// Close may have run meanwhile and released the cache.
+	if err := b.usableLocked(); err != nil {
+		return 0, err
+	}
 	if _, ok := b.values[key]; !ok && b.commits.Load() == commits && len(b.values) < maxCachedValues {
 		b.values[key] = v
 	}
-	b.mu.Unlock()
 	return v, nil
 }
 
@@ -506,7 +639,7 @@ const maxCachedValues = 1 << 16
 func (b *Bolt) loadValue(key string) (uint64, error) {
 	b.valueLoads.Add(1)
 	var v uint64
-	err := b.db.View(func(tx *bolt.Tx) error {
+	err := b.view(func(tx *bolt.Tx) error {
 		var err error
 		v, err = decodeValue(key, tx.Bucket(bucketValues).Get([]byte(key)))
 		return err
@@ -546,7 +679,7 @@ func (b *Bolt) Scan(prefix string) ([]Value, error) {
 	b.mu.Unlock()
 
 	var out []Value
-	err := b.db.View(func(tx *bolt.Tx) error {
+	err := b.view(func(tx *bolt.Tx) error {
 		c := tx.Bucket(bucketValues).Cursor()
 		p := []byte(prefix)
 		for k, raw := c.Seek(p); k != nil && bytes.HasPrefix(k, p); k, raw = c.Next() {

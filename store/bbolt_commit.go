@@ -123,13 +123,17 @@ func (b *Bolt) commit() {
 	}
 	// db.Update returns nil only after bbolt fsync'd the data pages and then
 	// the meta page: from then on the batch survives a crash.
-	err := b.db.Update(func(tx *bolt.Tx) error {
-		if h.commitErr != nil {
-			if err := h.commitErr(); err != nil {
-				return err
+	// A damaged page bbolt trips on while it writes fails the commit
+	// (contain), which makes the store sticky-failed like any other.
+	err := contain(b.path, func() error {
+		return b.db.Update(func(tx *bolt.Tx) error {
+			if h.commitErr != nil {
+				if err := h.commitErr(); err != nil {
+					return err
+				}
 			}
-		}
-		return writeBatch(tx, streams, values)
+			return writeBatch(tx, streams, values)
+		})
 	})
 
 	b.mu.Lock()

@@ -40,6 +40,35 @@
 // touching N streams dirties about N leaf pages and the branches above
 // them, not also N bucket roots and their headers.
 //
+// # Opening a file
+//
+// Open never hands bbolt a file it would crash on. bbolt maps the file and
+// reads pages through the mapping, so a page past the end of a truncated
+// file is a SIGBUS and a garbled page a panic. Before mapping an existing
+// file Open reads both meta pages itself, as bbolt does (magic, version,
+// FNV-64a checksum; the valid one with the higher txid wins, so a meta
+// page torn by a crash during a commit falls back to the previous one), and
+// requires:
+//
+//	check                                      else
+//	size >= 2 pages, a multiple of page size   ErrCorrupt
+//	size >= the chosen meta's high water mark  ErrCorrupt
+//	at least one valid meta page               ErrCorrupt
+//	file present and > 0 bytes                 ErrNoData, with ReadOnly or MustExist
+//
+// Damage past those checks (a garbled branch or leaf page) is found when
+// bbolt reads it: every bbolt call runs with panics and memory faults
+// contained (debug.SetPanicOnFault and a recover at that call only) and
+// turned into an error naming the file and wrapping ErrCorrupt. A read
+// fails; a commit fails and makes the store sticky-failed. Bolt.Check
+// reads every page once, for offline verification.
+//
+// Options.ReadOnly opens with O_RDONLY and a shared lock, checks the layout
+// in a read transaction instead of creating it, and refuses writes with
+// ErrReadOnly: the file's bytes are left exactly as they were. A file Open
+// creates is followed by an fsync of its directory, so that acknowledged
+// commits cannot vanish with the directory entry.
+//
 // # Group commit
 //
 // Append and CAS stage writes in memory under Bolt.mu; reads merge the

@@ -1,5 +1,7 @@
 package store
 
+import "os"
+
 // TestHooks exposes the committer's hooks to the external test package.
 type TestHooks struct {
 	BeforeCommit func()
@@ -23,4 +25,22 @@ func (b *Bolt) CachedValues() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return len(b.values)
+}
+
+// ReadMeta returns the page size and high water mark of the meta page
+// bbolt would use, for tests that damage a file precisely.
+func ReadMeta(path string) (pageSize int64, hwm uint64, err error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return 0, 0, err
+	}
+	m0, err0 := parseMeta(raw)
+	if err0 != nil {
+		return 0, 0, err0
+	}
+	m := m0
+	if m1, err := parseMeta(raw[m0.pageSize:]); err == nil && m1.txid > m0.txid {
+		m = m1
+	}
+	return int64(m.pageSize), m.hwm, nil
 }

@@ -99,6 +99,15 @@ var (
 	// ErrTooLarge reports an Append whose payload is longer than
 	// MaxPayloadLen.
 	ErrTooLarge = errors.New("store: payload too large")
+	// ErrReadOnly reports a write to a store opened with Options.ReadOnly.
+	ErrReadOnly = errors.New("store: opened read-only")
+	// ErrNoData reports a missing or 0-byte data file where one must
+	// exist (Options.ReadOnly or Options.MustExist).
+	ErrNoData = errors.New("store: data file is missing or empty")
+	// ErrCorrupt reports a data file that is damaged: too short, truncated
+	// below what its meta page claims, meta pages that fail their
+	// checksum, or pages bbolt cannot read. The error names the file.
+	ErrCorrupt = errors.New("store: data file is damaged")
 )
 
 // Limits every implementation enforces, so that code tested against one

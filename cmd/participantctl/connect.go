@@ -86,6 +86,9 @@ func (f *connFlags) dial(ctx context.Context, e *env, discard bool) (*session, e
 		TLS:               tc,
 		ClientName:        "participantctl",
 		DiscardDeliveries: discard,
+		// The token of an enroll or attach is durable in the credential
+		// file before the request goes out (see creds.go).
+		OnIntent: func(in client.Intent) error { return writeIntent(s.creds, in) },
 		OnCredential: func(cred client.Credential) {
 			if err := writeCreds(s.creds, cred); err != nil {
 				fmt.Fprintf(e.stderr, "participantctl: %v\n", err)
@@ -122,7 +125,8 @@ func (f *connFlags) opContext(ctx context.Context) (context.Context, context.Can
 }
 
 // attached dials and attaches the participant of the credential file,
-// for the subcommands that need the binding.
+// for the subcommands that need the binding. An attach left pending in the
+// file by an earlier run is retried first, with its token (see creds.go).
 func (f *connFlags) attached(ctx context.Context, e *env, discard bool) (*session, client.Credential, error) {
 	cred, err := readCreds(f.creds)
 	if err != nil {
@@ -134,10 +138,7 @@ func (f *connFlags) attached(ctx context.Context, e *env, discard bool) (*sessio
 	if err != nil {
 		return nil, cred, err
 	}
-	cred, err = s.Attach(octx, cred)
-	if err == nil {
-		err = s.saved()
-	}
+	cred, err = s.attachSaved(octx, cred)
 	if err != nil {
 		s.Close()
 		return nil, cred, fmt.Errorf("attach: %w", err)

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -14,10 +13,11 @@ import (
 )
 
 // The offline tools read a stopped server's data directory. They open the
-// store, read it and close it: they never Append, CAS or Flush, so the
-// data is exactly as the server left it.
+// store read-only (store.Options.ReadOnly: O_RDONLY, a shared lock, no
+// layout transaction), so the data is exactly as the server left it, byte
+// for byte, and a missing or empty store is an error, never a new store.
 // What they report comes from participant.Inspect, the server's own
-// reconciliation run in dry mode.
+// reconciliation run in dry mode, after store.Bolt.Check read every page.
 
 // storeFile is the store's file name inside the data directory.
 const storeFile = server.StoreFile
@@ -30,22 +30,28 @@ func addDataFlag(fs *flag.FlagSet) *string {
 	return fs.String("data", "./data", "the stopped server's data directory")
 }
 
-// openData opens the store of data directory dir for reading. It refuses
-// a directory without a store (store.Open would create one) and reports a
-// running server (store.ErrLocked) plainly.
+// openData opens the store of data directory dir read-only. It reports a
+// running server (store.ErrLocked), a missing or empty store
+// (store.ErrNoData) and a damaged one (store.ErrCorrupt) plainly.
 func openData(dir string) (*store.Bolt, error) {
 	path := filepath.Join(dir, storeFile)
-	if _, err := os.Stat(path); err != nil {
-		return nil, fmt.Errorf("no store in %s: %w", dir, err)
-	}
-	st, err := store.Open(path, store.Options{LockTimeout: offlineLockTimeout})
-	if errors.Is(err, store.ErrLocked) {
+	st, err := store.Open(path, store.Options{LockTimeout: offlineLockTimeout, ReadOnly: true})
+	switch {
+	case err == nil:
+		return st, nil
+	case errors.Is(err, store.ErrLocked):
 		return nil, fmt.Errorf("%s is in use: stop participantd first (the offline tools need the data at rest): %w", dir, err)
+	case errors.Is(err, store.ErrNoData):
+		return nil, fmt.Errorf("no store in %s: %w", dir, err)
+	case errors.Is(err, store.ErrCorrupt):
+		return nil, damaged(err)
 	}
-	if err != nil {
-		return nil, err
-	}
-	return st, nil
+	return nil, err
+}
+
+// damaged explains a damaged store to the operator.
+func damaged(err error) error {
+	return fmt.Errorf("%w\nThe store is damaged: restore %s from a backup, or move the data directory aside to start empty (its history is then lost)", err, storeFile)
 }
 
 // inspectData reconciles the data directory dir in dry run: the server
@@ -56,9 +62,18 @@ func inspectData(dir string) (incarnation uint64, reports []participant.Report, 
 		return 0, nil, err
 	}
 	defer st.Close()
+	if err := st.Check(); err != nil {
+		if errors.Is(err, store.ErrCorrupt) {
+			return 0, nil, damaged(err)
+		}
+		return 0, nil, err
+	}
 	if incarnation, err = st.ReadValue(participant.IncarnationKey); err != nil {
 		return 0, nil, fmt.Errorf("read incarnation: %w", err)
 	}
 	reports, err = participant.Inspect(st)
+	if errors.Is(err, store.ErrCorrupt) {
+		err = damaged(err)
+	}
 	return incarnation, reports, err
 }

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -74,26 +76,23 @@ func TestVerify_CleanStore_OK(t *testing.T) {
 	}
 }
 
-// snapshot describes what the offline tools must not change: the
-// incarnation and every stream's content. (store.Open itself commits an
-// empty layout transaction, so the file's bytes are not a fair measure.)
+// snapshot is the sha256 of every file of dir, by name: what the offline
+// tools must leave byte for byte as they found it.
 func snapshot(t *testing.T, dir string) string {
 	t.Helper()
-	st, err := store.Open(filepath.Join(dir, storeFile), store.Options{})
+	entries, err := os.ReadDir(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
-	inc, _ := st.ReadValue(participant.IncarnationKey)
-	s := fmt.Sprintf("incarnation=%d", inc)
-	for _, stream := range []string{participant.RegistryStream, "oplog/1", "outbox/1", "oplog/2", "outbox/2"} {
-		rows, err := readStream(st, stream)
+	var s strings.Builder
+	for _, e := range entries {
+		raw, err := os.ReadFile(filepath.Join(dir, e.Name()))
 		if err != nil {
 			t.Fatal(err)
 		}
-		s += fmt.Sprintf(" %s=%x", stream, rows)
+		fmt.Fprintf(&s, "%s=%x ", e.Name(), sha256.Sum256(raw))
 	}
-	return s
+	return s.String()
 }
 
 func TestVerify_CorruptOutboxRow_RefusedExit1(t *testing.T) {
@@ -180,3 +179,110 @@ func readStream(st store.DurableStore, stream string) ([][]byte, error) {
 
 // registryVersion is the version byte of a registry entry.
 const registryVersion = 1
+
+func TestOffline_EmptyStore_FailsAndCreatesNothing(t *testing.T) {
+	ctx := testCtx(t)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, storeFile), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	before := snapshot(t, dir)
+	for _, cmd := range []string{"verify", "inspect"} {
+		if _, errs, code := ctl(ctx, "", cmd, "--data", dir); code != 1 || !strings.Contains(errs, "no store") {
+			t.Errorf("%s on a 0-byte store = %d, %q; want exit 1, no store", cmd, code, errs)
+		}
+	}
+	if after := snapshot(t, dir); after != before {
+		t.Errorf("data directory after verify and inspect = %s, want %s", after, before)
+	}
+}
+
+func TestVerify_DamagedStore_ReportsExit1(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		damage func(t *testing.T, path string)
+	}{
+		{"truncated to half", func(t *testing.T, path string) {
+			fi, err := os.Stat(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Truncate(path, fi.Size()/2/4096*4096); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"meta pages flipped", func(t *testing.T, path string) {
+			raw, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			raw[16+8] ^= 0xff      // page 0's page size
+			raw[4096+16+8] ^= 0xff // page 1's
+			if err := os.WriteFile(path, raw, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := testCtx(t)
+			dir := buildData(t, nil)
+			path := filepath.Join(dir, storeFile)
+			tc.damage(t, path)
+			before := snapshot(t, dir)
+			for _, cmd := range []string{"verify", "inspect"} {
+				_, errs, code := ctl(ctx, "", cmd, "--data", dir)
+				if code != 1 || !strings.Contains(errs, path) || !strings.Contains(errs, "damaged") || !strings.Contains(errs, "backup") {
+					t.Errorf("%s = exit %d, %q; want 1 and a message naming %s and what to do", cmd, code, errs, path)
+				}
+			}
+			if after := snapshot(t, dir); after != before {
+				t.Errorf("verify changed a damaged data directory")
+			}
+		})
+	}
+}
+
+// TestVerify_CorruptBranchPage_ReportsExit1 damages the branch pages of a
+// store big enough to have them: verify reads them, reports the damage and
+// exits 1 instead of crashing in bbolt.
+func TestVerify_CorruptBranchPage_ReportsExit1(t *testing.T) {
+	ctx := testCtx(t)
+	dir := buildData(t, func(st *store.Bolt) {
+		pad := strings.Repeat("p", 200)
+		for i := uint64(0); i < 2000; i++ {
+			if _, err := st.Append("pad", []byte(pad), i); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := st.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	})
+	path := filepath.Join(dir, storeFile)
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ps = 4096
+	n := 0
+	for id := 2; (id+1)*ps <= len(raw); id++ {
+		p := raw[id*ps : (id+1)*ps]
+		if binary.LittleEndian.Uint64(p) != uint64(id) || binary.LittleEndian.Uint16(p[8:]) != 0x01 {
+			continue // not a branch page
+		}
+		for i := 0; i < int(binary.LittleEndian.Uint16(p[10:])); i++ {
+			binary.LittleEndian.PutUint64(p[16+16*i+8:], 1<<40) // child page id past the file
+		}
+		n++
+	}
+	if n == 0 {
+		t.Fatal("no branch page to corrupt")
+	}
+	if err := os.WriteFile(path, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, errs, code := ctl(ctx, "", "verify", "--data", dir)
+	if code != 1 || !strings.Contains(errs, path) || !strings.Contains(errs, "damaged") {
+		t.Errorf("verify = exit %d, %q; want 1 and the damage named", code, errs)
+	}
+}

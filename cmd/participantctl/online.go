@@ -23,9 +23,10 @@ func init() {
 		usage: `--conversation N --creds FILE [--force]
 
 Enrolls a new participant in conversation N (creating the conversation on
-first use) and writes its credential to FILE (mode 0600). Refuses to
-overwrite an existing FILE unless --force: the credential it holds would be
-lost. The binding ends (detached/clean) when the command exits.`,
+first use) and writes its credential to FILE (mode 0600). The enroll's token
+is saved in FILE before it is sent: if the command dies before the answer,
+re-running it recovers the same participant. Refuses to overwrite an
+existing FILE unless --force: the credential it holds would be lost. The binding ends (detached/clean) when the command exits.`,
 		run: runEnroll,
 	})
 	register(&command{
@@ -34,7 +35,9 @@ lost. The binding ends (detached/clean) when the command exits.`,
 		usage: `--creds FILE
 
 Attaches the participant of FILE, which mints a new generation and secret;
-FILE is rewritten with them. The binding ends (detached/clean) when the
+FILE is rewritten with them. The attach's token is saved in FILE before it
+is sent, so that a run that dies before the answer does not lock the
+participant out: the next command replays that attach first. The binding ends (detached/clean) when the
 command exits.`,
 		run: runAttach,
 	})
@@ -91,7 +94,16 @@ func runEnroll(ctx context.Context, e *env, args []string) error {
 	if !fsHasFlag(fs, "conversation") {
 		return &exitError{2, errors.New("--conversation is required")}
 	}
-	if _, err := os.Stat(cf.creds); err == nil && !*force {
+	// A file holding only a pending enroll is an earlier run's enroll
+	// whose answer was not saved: retry it with its token, so that the
+	// server replays the participant it created instead of making another.
+	var opts []client.CallOption
+	if f, err := readCredsFile(cf.creds); err == nil && f.pending != nil && f.pending.op == client.IntentEnroll && !*force {
+		if f.cred.Conversation != *conv {
+			return fmt.Errorf("%s holds a pending enroll in conversation %d, not %d; use --force to overwrite", cf.creds, f.cred.Conversation, *conv)
+		}
+		opts = append(opts, client.WithToken(f.pending.token))
+	} else if _, err := os.Stat(cf.creds); err == nil && !*force {
 		return fmt.Errorf("%s exists: it may hold a credential; use --force to overwrite", cf.creds)
 	}
 	octx, cancel := cf.opContext(ctx)
@@ -101,7 +113,10 @@ func runEnroll(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer s.Close()
-	cred, err := s.Enroll(octx, *conv)
+	cred, err := s.Enroll(octx, *conv, opts...)
+	if err != nil && len(opts) > 0 && errors.Is(err, client.ErrReceiptExpired) {
+		return fmt.Errorf("%w\nthe enroll saved in %s may have created a participant whose answer the server no longer replays; use --force to enroll anew", err, cf.creds)
+	}
 	if err != nil {
 		return err
 	}
@@ -201,6 +216,10 @@ func runLeave(ctx context.Context, e *env, args []string) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
+	f, err := readCredsFile(cf.creds)
+	if err != nil {
+		return err
+	}
 	cred, err := readCreds(cf.creds)
 	if err != nil {
 		return err
@@ -212,14 +231,19 @@ func runLeave(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer s.Close()
+	if f.pending != nil {
+		// An attach of an earlier run may have minted a newer generation:
+		// recover it first, or the leave presents a stale one.
+		if cred, err = s.attachSaved(octx, cred); err != nil {
+			return err
+		}
+	}
 	seq, err := s.Leave(octx, cred)
 	if errors.Is(err, client.ErrNoBinding) {
 		// Bound on another connection: only that binding's connection
 		// may leave, so take the binding first.
-		if cred, err = s.Attach(octx, cred); err == nil {
-			if err = s.saved(); err == nil {
-				seq, err = s.Leave(octx, cred)
-			}
+		if cred, err = s.attachSaved(octx, cred); err == nil {
+			seq, err = s.Leave(octx, cred)
 		}
 	}
 	if err != nil {

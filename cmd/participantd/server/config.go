@@ -34,8 +34,9 @@ const frameOverhead = 512
 
 // Config configures a Server. The zero value means the defaults above.
 type Config struct {
-	// DataDir holds the store (StoreFile) and the node key; it is created,
-	// mode 0700, if absent.
+	// DataDir holds the store (StoreFile), the node key and LockFile; it
+	// is created, mode 0700, if absent. See openDataDir for what a start
+	// refuses.
 	DataDir string
 	// Listen is the wire listener's address; port 0 picks a free one.
 	Listen string

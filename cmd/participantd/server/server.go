@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -48,6 +47,9 @@ type Server struct {
 	// svc and st are set once Run opened them.
 	svc atomic.Pointer[participant.Service]
 	st  atomic.Pointer[store.Bolt]
+	// dataDir is the locked data directory, set by Run's open; Run closes
+	// it (the store, then the lock) last.
+	dataDir *dataDir
 
 	// opCtx is the context of every operation and binding ending; it is
 	// cancelled only when the drain times out.
@@ -166,7 +168,7 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	err = s.drain(acceptDone, acceptErr != nil)
 	svc.Close()
-	if cerr := st.Close(); cerr != nil && err == nil {
+	if cerr := s.dataDir.close(); cerr != nil && err == nil {
 		err = fmt.Errorf("server: close store: %w", cerr)
 	}
 	if err == nil && acceptErr != nil {
@@ -179,20 +181,15 @@ func (s *Server) Run(ctx context.Context) error {
 	return err
 }
 
-// open creates the data directory and opens the node key, the store and
+// open opens the data directory (openDataDir: lock, store, node key) and
 // the service, which reconciles every conversation before returning.
 func (s *Server) open(ctx context.Context) (*store.Bolt, *participant.Service, error) {
-	if err := os.MkdirAll(s.cfg.DataDir, 0o700); err != nil {
-		return nil, nil, fmt.Errorf("server: data directory: %w", err)
-	}
-	key, err := participant.LoadOrCreateNodeKey(s.cfg.DataDir)
+	dd, err := openDataDir(s.cfg.DataDir)
 	if err != nil {
-		return nil, nil, fmt.Errorf("server: node key: %w", err)
+		return nil, nil, err
 	}
-	st, err := store.Open(filepath.Join(s.cfg.DataDir, StoreFile), store.Options{})
-	if err != nil {
-		return nil, nil, fmt.Errorf("server: store: %w", err)
-	}
+	s.dataDir = dd
+	st, key := dd.st, dd.key
 	s.st.Store(st)
 	var dst store.DurableStore = st
 	if s.cfg.WrapStore != nil {
@@ -208,7 +205,7 @@ func (s *Server) open(ctx context.Context) (*store.Bolt, *participant.Service, e
 		Observer:                s.metrics,
 	})
 	if err != nil {
-		st.Close()
+		dd.close()
 		return nil, nil, fmt.Errorf("server: open service: %w", err)
 	}
 	return st, svc, nil

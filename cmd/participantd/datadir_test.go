@@ -1,0 +1,182 @@
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/participantd/participantd/cmd/participantd/server"
+	"github.com/participantd/participantd/participant"
+	"github.com/participantd/participantd/store"
+)
+
+// servedDataDir returns a data directory a server has run on and stopped.
+func servedDataDir(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	srv, err := server.New(server.Config{DataDir: dir, Listen: "127.0.0.1:0", HealthListen: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	select {
+	case <-srv.Ready():
+	case err := <-done:
+		cancel()
+		t.Fatalf("Run() = %v before ready", err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run() = %v", err)
+	}
+	return dir
+}
+
+// runDaemon runs participantd on dir, expecting it to refuse to start, and
+// returns its exit status and what it logged.
+func runDaemon(t *testing.T, dir string) (int, string) {
+	t.Helper()
+	logf, err := os.Create(filepath.Join(t.TempDir(), "stderr"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	code := make(chan int, 1)
+	go func() {
+		code <- run([]string{"--data", dir, "--listen", "127.0.0.1:0", "--health-listen", "127.0.0.1:0"}, nil, logf)
+	}()
+	select {
+	case c := <-code:
+		out, err := os.ReadFile(logf.Name())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c, string(out)
+	case <-time.After(30 * time.Second):
+		t.Fatalf("participantd --data %s did not refuse to start", dir)
+		return 0, ""
+	}
+}
+
+func truncateStore(t *testing.T, dir string, size func(file int64) int64) {
+	t.Helper()
+	path := filepath.Join(dir, server.StoreFile)
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(path, size(fi.Size())); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestRun_DamagedOrLostDataRefusedExit1(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		damage func(t *testing.T, dir string)
+		want   []string
+	}{
+		{"store 0 bytes beside node.key", func(t *testing.T, dir string) {
+			truncateStore(t, dir, func(int64) int64 { return 0 })
+		}, []string{"empty (0 bytes)", "node.key exists", "backup"}},
+		{"store missing beside node.key", func(t *testing.T, dir string) {
+			if err := os.Remove(filepath.Join(dir, server.StoreFile)); err != nil {
+				t.Fatal(err)
+			}
+		}, []string{"does not exist", "node.key exists", "backup"}},
+		{"store truncated to half", func(t *testing.T, dir string) {
+			truncateStore(t, dir, func(n int64) int64 { return n / 2 / 4096 * 4096 })
+		}, []string{"damaged", "truncated", "backup"}},
+		{"store one page short", func(t *testing.T, dir string) {
+			_, hwm := storeMeta(t, dir)
+			truncateStore(t, dir, func(int64) int64 { return int64(hwm-1) * 4096 })
+		}, []string{"damaged", "backup"}},
+		{"meta pages flipped", func(t *testing.T, dir string) {
+			path := filepath.Join(dir, server.StoreFile)
+			raw, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			raw[16+56] ^= 0x01      // page 0's txid
+			raw[4096+16+56] ^= 0x01 // page 1's
+			if err := os.WriteFile(path, raw, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}, []string{"damaged", "both meta pages are invalid", "backup"}},
+		{"node.key missing beside a served store", func(t *testing.T, dir string) {
+			if err := os.Remove(filepath.Join(dir, participant.NodeKeyFile)); err != nil {
+				t.Fatal(err)
+			}
+		}, []string{"node.key is missing", "restore"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := servedDataDir(t)
+			tc.damage(t, dir)
+			code, logged := runDaemon(t, dir)
+			if code != 1 {
+				t.Errorf("participantd exit = %d, want 1; logged %s", code, logged)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(logged, w) {
+					t.Errorf("participantd logged %q, want %q in it", logged, w)
+				}
+			}
+		})
+	}
+}
+
+// storeMeta returns the txid and high water mark of the meta page bbolt
+// uses (the higher txid of pages 0 and 1 of a 4 KiB-page file).
+func storeMeta(t *testing.T, dir string) (txid, hwm uint64) {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(dir, server.StoreFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, off := range []int{16, 4096 + 16} {
+		if tx := binary.LittleEndian.Uint64(raw[off+48:]); tx >= txid {
+			txid, hwm = tx, binary.LittleEndian.Uint64(raw[off+40:])
+		}
+	}
+	return txid, hwm
+}
+
+// TestRun_InterruptedFirstStartStarts covers a first start cut after the
+// store was created and before node.key was: the store was never served
+// (incarnation 0), so the next start creates the key and serves.
+func TestRun_InterruptedFirstStartStarts(t *testing.T) {
+	dir := t.TempDir()
+	st, err := store.Open(filepath.Join(dir, server.StoreFile), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := server.New(server.Config{DataDir: dir, Listen: "127.0.0.1:0", HealthListen: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	select {
+	case <-srv.Ready():
+	case err := <-done:
+		cancel()
+		t.Fatalf("Run() after an interrupted first start = %v", err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, participant.NodeKeyFile)); err != nil {
+		t.Errorf("node.key after the start: %v", err)
+	}
+}

@@ -1,0 +1,135 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/participantd/participantd/participant"
+	"github.com/participantd/participantd/store"
+)
+
+// LockFile is the data directory's lock file: a participantd holds an
+// exclusive flock on it from before it reads anything in the directory
+// until it has closed the store.
+const LockFile = "LOCK"
+
+// Errors of opening a data directory; each names the directory or file and
+// says what the operator can do.
+var (
+	// ErrDataDirLocked reports a data directory another participantd (or
+	// another Server of this process) holds.
+	ErrDataDirLocked = errors.New("server: data directory is in use by another participantd")
+	// ErrStoreLost reports a store that is missing or empty although the
+	// directory has had a life before (its node.key exists).
+	ErrStoreLost = errors.New("server: the store is missing or empty but the data directory was used before")
+	// ErrNodeKeyLost reports a store that was served before without the
+	// node.key it was served with.
+	ErrNodeKeyLost = errors.New("server: node.key is missing but the store was served before")
+	// ErrStoreDamaged reports a store file that fails the checks of
+	// store.Open (store.ErrCorrupt).
+	ErrStoreDamaged = errors.New("server: the store is damaged")
+)
+
+// dataDir is an open data directory: held locked, with its node key and
+// its store. close releases them.
+type dataDir struct {
+	lock *os.File // nil where flock is not available
+	key  []byte
+	st   *store.Bolt
+}
+
+// openDataDir creates the data directory (mode 0700) if absent, locks it,
+// then opens the store and the node key, refusing what would silently
+// start over from an empty store or void every credential:
+//
+//	node.key  participantd.db           served before  outcome
+//	absent    absent or 0 bytes         -              fresh: both created
+//	present   absent or 0 bytes         -              ErrStoreLost
+//	absent    valid                     no             node.key created
+//	absent    valid                     yes            ErrNodeKeyLost
+//	any       damaged (store.ErrCorrupt) -             ErrStoreDamaged
+//
+// "Served before" is a server incarnation above 0: participant.Open
+// advances it only after the node key is durable, so a crash during a
+// first start (store created, key not yet) is not mistaken for a lost key.
+// The lock is taken before anything else is read, so two processes on one
+// directory never both decide; the node key is created exclusively
+// (participant.LoadOrCreateNodeKey) after the lock, so the key served is
+// the key on disk.
+func openDataDir(dir string) (*dataDir, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("server: data directory: %w", err)
+	}
+	lock, err := lockDataDir(dir, store.DefaultLockTimeout)
+	if err != nil {
+		return nil, err
+	}
+	d := &dataDir{lock: lock}
+	if err := d.open(dir); err != nil {
+		d.close()
+		return nil, err
+	}
+	return d, nil
+}
+
+func (d *dataDir) open(dir string) error {
+	keyPath := filepath.Join(dir, participant.NodeKeyFile)
+	path := filepath.Join(dir, StoreFile)
+	_, err := os.Stat(keyPath)
+	keyExists := err == nil
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("server: node key: %w", err)
+	}
+	st, err := store.Open(path, store.Options{MustExist: keyExists})
+	switch {
+	case errors.Is(err, store.ErrNoData):
+		return fmt.Errorf("%w: %w; %s exists, so this directory has held data: restore %s from a backup; "+
+			"or, if a first start was interrupted or the history is to be given up, move the data directory aside to start empty",
+			ErrStoreLost, err, keyPath, path)
+	case errors.Is(err, store.ErrCorrupt):
+		return fmt.Errorf("%w: %w; restore %s from a backup, or move the data directory aside to start empty (its history is then lost); "+
+			"participantctl verify --data %s describes the damage", ErrStoreDamaged, err, path, dir)
+	case errors.Is(err, store.ErrLocked):
+		return fmt.Errorf("%w: %w", ErrDataDirLocked, err)
+	case err != nil:
+		return fmt.Errorf("server: store: %w", err)
+	}
+	d.st = st
+	if !keyExists {
+		inc, err := st.ReadValue(participant.IncarnationKey)
+		if err != nil {
+			return fmt.Errorf("server: store: %w", err)
+		}
+		if inc > 0 {
+			return fmt.Errorf("%w: %s was served by %d server incarnations, and every credential it issued depends on the key: "+
+				"restore %s from a backup; a new key would void every credential", ErrNodeKeyLost, path, inc, keyPath)
+		}
+	}
+	if d.key, err = participant.LoadOrCreateNodeKey(dir); err != nil {
+		return fmt.Errorf("server: node key: %w", err)
+	}
+	return nil
+}
+
+// close closes the store, then releases the lock. It returns the store's
+// Close error.
+func (d *dataDir) close() error {
+	var err error
+	if d.st != nil {
+		err = d.st.Close()
+		d.st = nil
+	}
+	if d.lock != nil {
+		// Closing the file releases the flock.
+		d.lock.Close()
+		d.lock = nil
+	}
+	return err
+}
+
+// lockPollInterval is how often lockDataDir retries a held lock.
+const lockPollInterval = 10 * time.Millisecond

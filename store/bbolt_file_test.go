@@ -1,0 +1,313 @@
+package store_test
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/participantd/participantd/store"
+)
+
+// buildFile makes a closed data file whose streams bucket spans many pages
+// (so that it has branch pages) and returns its path.
+func buildFile(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "data.db")
+	b, err := store.Open(path, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	payload := bytes.Repeat([]byte("p"), 200)
+	for i := uint64(0); i < 2000; i++ {
+		if _, err := b.Append("s", payload, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.CAS("k", 0, 7); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func fileSum(t *testing.T, path string) [32]byte {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sha256.Sum256(raw)
+}
+
+func TestBolt_OpenReadOnly_ReadsWithoutWriting(t *testing.T) {
+	path := buildFile(t)
+	before := fileSum(t, path)
+	b, err := store.Open(path, store.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatalf("Open(ReadOnly) error: %v", err)
+	}
+	if n, err := b.Len("s"); err != nil || n != 2000 {
+		t.Errorf("Len(s) = %d, %v; want 2000", n, err)
+	}
+	if v, err := b.ReadValue("k"); err != nil || v != 7 {
+		t.Errorf("ReadValue(k) = %d, %v; want 7", v, err)
+	}
+	if err := b.Check(); err != nil {
+		t.Errorf("Check() = %v, want nil", err)
+	}
+	if _, err := b.Append("s", []byte("x"), 2000); !errors.Is(err, store.ErrReadOnly) {
+		t.Errorf("Append on a read-only store = %v, want ErrReadOnly", err)
+	}
+	if err := b.CAS("k", 7, 8); !errors.Is(err, store.ErrReadOnly) {
+		t.Errorf("CAS on a read-only store = %v, want ErrReadOnly", err)
+	}
+	if err := b.Flush(); err != nil {
+		t.Errorf("Flush with nothing staged = %v, want nil", err)
+	}
+	// Two read-only opens share the file.
+	b2, err := store.Open(path, store.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatalf("second Open(ReadOnly) error: %v", err)
+	}
+	b2.Close()
+	if err := b.Close(); err != nil {
+		t.Fatalf("Close() = %v", err)
+	}
+	if after := fileSum(t, path); after != before {
+		t.Errorf("file sha256 changed by a read-only open: %x, want %x", after, before)
+	}
+}
+
+func TestBolt_Open_MissingOrEmptyWhereItMustExist(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts store.Options
+	}{
+		{"ReadOnly", store.Options{ReadOnly: true}},
+		{"MustExist", store.Options{MustExist: true}},
+	} {
+		t.Run(tc.name+"/missing", func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, "data.db")
+			b, err := store.Open(path, tc.opts)
+			if err == nil {
+				b.Close()
+			}
+			if !errors.Is(err, store.ErrNoData) || !strings.Contains(err.Error(), path) {
+				t.Errorf("Open(missing) = %v, want ErrNoData naming %s", err, path)
+			}
+			if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+				t.Errorf("Open(missing) left %d files", len(entries))
+			}
+		})
+		t.Run(tc.name+"/empty", func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "data.db")
+			if err := os.WriteFile(path, nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			b, err := store.Open(path, tc.opts)
+			if err == nil {
+				b.Close()
+			}
+			if !errors.Is(err, store.ErrNoData) {
+				t.Errorf("Open(0 bytes) = %v, want ErrNoData", err)
+			}
+			if fi, err := os.Stat(path); err != nil || fi.Size() != 0 {
+				t.Errorf("Open(0 bytes) changed the file: %v, %v", fi, err)
+			}
+		})
+	}
+}
+
+// damage is one way a data file can be broken.
+type damage struct {
+	name string
+	fn   func(t *testing.T, path string)
+}
+
+func truncateTo(t *testing.T, path string, size func(ps int64, hwm uint64, file int64) int64) {
+	t.Helper()
+	ps, hwm, err := store.ReadMeta(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(path, size(ps, hwm, fi.Size())); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// flipMeta flips a byte inside the meta of page 0, and of page 1 too when
+// both is set.
+func flipMeta(t *testing.T, path string, both bool) {
+	t.Helper()
+	ps, _, err := store.ReadMeta(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw[16+40] ^= 0x01 // the high water mark
+	if both {
+		raw[ps+16+40] ^= 0x01
+	}
+	if err := os.WriteFile(path, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+var openDamages = []damage{
+	{"half", func(t *testing.T, path string) {
+		truncateTo(t, path, func(ps int64, hwm uint64, file int64) int64 { return file / 2 / ps * ps })
+	}},
+	{"one page short", func(t *testing.T, path string) {
+		truncateTo(t, path, func(ps int64, hwm uint64, file int64) int64 { return (int64(hwm) - 1) * ps })
+	}},
+	{"not a page multiple", func(t *testing.T, path string) {
+		truncateTo(t, path, func(ps int64, hwm uint64, file int64) int64 { return file - 100 })
+	}},
+	{"one meta page", func(t *testing.T, path string) {
+		truncateTo(t, path, func(ps int64, hwm uint64, file int64) int64 { return ps })
+	}},
+	{"100 bytes", func(t *testing.T, path string) {
+		truncateTo(t, path, func(ps int64, hwm uint64, file int64) int64 { return 100 })
+	}},
+	{"both meta pages flipped", func(t *testing.T, path string) { flipMeta(t, path, true) }},
+	{"garbage", func(t *testing.T, path string) {
+		if err := os.WriteFile(path, bytes.Repeat([]byte{0xa5}, 64<<10), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}},
+}
+
+func TestBolt_Open_DamagedFileIsErrCorrupt(t *testing.T) {
+	for _, d := range openDamages {
+		for _, ro := range []bool{false, true} {
+			name := d.name
+			if ro {
+				name += "/read-only"
+			}
+			t.Run(name, func(t *testing.T) {
+				path := buildFile(t)
+				d.fn(t, path)
+				before := fileSum(t, path)
+				b, err := store.Open(path, store.Options{ReadOnly: ro})
+				if err == nil {
+					b.Close()
+				}
+				if !errors.Is(err, store.ErrCorrupt) || !strings.Contains(err.Error(), path) {
+					t.Errorf("Open = %v, want ErrCorrupt naming %s", err, path)
+				}
+				if after := fileSum(t, path); after != before {
+					t.Errorf("a refused Open changed the file")
+				}
+			})
+		}
+	}
+}
+
+// TestBolt_Open_OneMetaPageFlippedFallsBack checks that a file whose
+// newest meta page is torn opens on the other one, as after a crash during
+// a commit: refusing it would make every such crash fatal.
+func TestBolt_Open_OneMetaPageFlippedFallsBack(t *testing.T) {
+	path := buildFile(t)
+	flipMeta(t, path, false)
+	b, err := store.Open(path, store.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatalf("Open with one meta page damaged = %v, want it to open on the other", err)
+	}
+	defer b.Close()
+	if err := b.Check(); err != nil {
+		t.Errorf("Check() = %v", err)
+	}
+}
+
+// corruptBranchPages overwrites the elements of every branch page of the
+// file, so that their child page ids point far past the file.
+func corruptBranchPages(t *testing.T, path string) {
+	t.Helper()
+	ps, hwm, err := store.ReadMeta(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for id := int64(2); id < int64(hwm); id++ {
+		p := raw[id*ps : (id+1)*ps]
+		if binary.LittleEndian.Uint64(p) != uint64(id) || binary.LittleEndian.Uint16(p[8:]) != 0x01 {
+			continue
+		}
+		// Each 16-byte branch element is pos, ksize, pgid: set every pgid
+		// to a page the file does not have.
+		count := int(binary.LittleEndian.Uint16(p[10:]))
+		for i := 0; i < count; i++ {
+			binary.LittleEndian.PutUint64(p[16+16*i+8:], 1<<40+uint64(i))
+		}
+		n++
+	}
+	if n == 0 {
+		t.Fatal("no branch page to corrupt")
+	}
+	if err := os.WriteFile(path, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestBolt_Check_CorruptBranchPageIsErrCorrupt(t *testing.T) {
+	path := buildFile(t)
+	corruptBranchPages(t, path)
+	b, err := store.Open(path, store.Options{ReadOnly: true})
+	if err != nil {
+		// The branch may be the first page Open reads; then Open reports it.
+		if !errors.Is(err, store.ErrCorrupt) {
+			t.Fatalf("Open = %v, want nil or ErrCorrupt", err)
+		}
+		return
+	}
+	defer b.Close()
+	if err := b.Check(); !errors.Is(err, store.ErrCorrupt) || !strings.Contains(err.Error(), path) {
+		t.Errorf("Check() = %v, want ErrCorrupt naming %s", err, path)
+	}
+	if _, err := b.ReadFrom("s", 0, 0); !errors.Is(err, store.ErrCorrupt) {
+		t.Errorf("ReadFrom over the damaged pages = %v, want ErrCorrupt", err)
+	}
+	// The store still serves what it can: nothing crashed.
+	if _, err := b.ReadValue("k"); err != nil {
+		t.Errorf("ReadValue(k) after a contained fault = %v", err)
+	}
+}
+
+func TestBolt_Open_CreatesAndReopens(t *testing.T) {
+	// A new file is created only without MustExist and ReadOnly; the
+	// directory entry is fsync'd (not observable here), and the file
+	// reopens with MustExist.
+	path := filepath.Join(t.TempDir(), "data.db")
+	b, err := store.Open(path, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	b, err = store.Open(path, store.Options{MustExist: true})
+	if err != nil {
+		t.Fatalf("Open(MustExist) of a created file = %v", err)
+	}
+	b.Close()
+}

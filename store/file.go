@@ -1,0 +1,258 @@
+package store
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"io/fs"
+	"os"
+
+	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+)
+
+// bbolt's on-disk meta page, as bbolt v1.5 writes it (little-endian on every
+// platform this runs on). Pages 0 and 1 each hold a meta; a commit rewrites
+// the one of its txid's parity, so at least one is whole after a crash.
+//
+//	offset  size  field
+//	0       16    page header: id, flags (0x04 = meta), count, overflow
+//	16      4     magic 0xED0CDAED
+//	20      4     version (2)
+//	24      4     page size
+//	28      4     flags
+//	32      16    root bucket: root pgid, sequence
+//	48      8     freelist pgid (2^64-1: not persisted)
+//	56      8     high water mark: pages in use
+//	64      8     txid
+//	72      8     checksum: FNV-64a of bytes 16..72
+const (
+	metaOffset    = 16
+	metaSumOffset = 72
+	metaEnd       = 80
+	boltMagic     = 0xED0CDAED
+	boltVersion   = 2
+	noFreelist    = ^uint64(0)
+	// minPageSize and maxPageSize bound the page sizes bbolt can have
+	// written (it probes 1 KiB .. 16 MiB for the second meta page).
+	minPageSize = 1 << 10
+	maxPageSize = 1 << 24
+)
+
+// boltMeta is the part of a meta page the pre-open check uses.
+type boltMeta struct {
+	pageSize uint32
+	root     uint64
+	freelist uint64
+	hwm      uint64 // high water mark: pages 0..hwm-1 are in use
+	txid     uint64
+}
+
+// parseMeta decodes and validates the meta page at the start of page,
+// as bbolt's Meta.Validate does, plus the bounds bbolt asserts only when it
+// writes a meta.
+func parseMeta(page []byte) (boltMeta, error) {
+	if len(page) < metaEnd {
+		return boltMeta{}, errors.New("short meta page")
+	}
+	le := binary.LittleEndian
+	if m := le.Uint32(page[metaOffset:]); m != boltMagic {
+		return boltMeta{}, fmt.Errorf("bad magic %#x", m)
+	}
+	if v := le.Uint32(page[metaOffset+4:]); v != boltVersion {
+		return boltMeta{}, fmt.Errorf("unsupported bbolt version %d", v)
+	}
+	h := fnv.New64a()
+	h.Write(page[metaOffset:metaSumOffset])
+	if sum := le.Uint64(page[metaSumOffset:]); sum != h.Sum64() {
+		return boltMeta{}, fmt.Errorf("checksum %#x, computed %#x", sum, h.Sum64())
+	}
+	m := boltMeta{
+		pageSize: le.Uint32(page[metaOffset+8:]),
+		root:     le.Uint64(page[metaOffset+16:]),
+		freelist: le.Uint64(page[metaOffset+32:]),
+		hwm:      le.Uint64(page[metaOffset+40:]),
+		txid:     le.Uint64(page[metaOffset+48:]),
+	}
+	if m.pageSize < minPageSize || m.pageSize > maxPageSize || m.pageSize&(m.pageSize-1) != 0 {
+		return boltMeta{}, fmt.Errorf("page size %d", m.pageSize)
+	}
+	if m.hwm < 2 || m.root >= m.hwm || (m.freelist != noFreelist && m.freelist >= m.hwm) {
+		return boltMeta{}, fmt.Errorf("root page %d or freelist page %d not below the high water mark %d", m.root, m.freelist, m.hwm)
+	}
+	return m, nil
+}
+
+// fileState is what checkFile found.
+type fileState int
+
+const (
+	fileAbsent fileState = iota
+	fileEmpty            // 0 bytes: bbolt would initialize it
+	fileValid            // passes every check below
+)
+
+// checkFile checks the data file at path before bbolt maps it, so that a
+// damaged file is an error that names it instead of a SIGBUS or a panic
+// inside bbolt: bbolt maps the file and reads pages through the mapping,
+// and a page past the end of the file faults.
+//
+// A valid file has at least two pages, a size that is a multiple of the
+// page size, a meta page that bbolt will use (the one with the higher txid
+// among the valid ones, as bbolt chooses) and that size covers that meta's
+// high water mark. Damage is reported wrapping ErrCorrupt; an absent or
+// 0-byte file is not an error here.
+func checkFile(path string) (fileState, error) {
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return fileAbsent, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		return 0, err
+	}
+	size := info.Size()
+	if size == 0 {
+		return fileEmpty, nil
+	}
+	corrupt := func(format string, args ...any) (fileState, error) {
+		return 0, fmt.Errorf("%s (%d bytes): %s: %w", path, size, fmt.Sprintf(format, args...), ErrCorrupt)
+	}
+	buf := make([]byte, metaEnd)
+	if _, err := f.ReadAt(buf, 0); err != nil {
+		if errors.Is(err, io.EOF) {
+			return corrupt("shorter than a meta page")
+		}
+		return 0, err
+	}
+	m0, err0 := parseMeta(buf)
+	// Page 1's offset is the page size; page 0 says what it is, and when
+	// page 0 is damaged every size bbolt could have used is tried, as
+	// bbolt does.
+	sizes := []int64{}
+	if err0 == nil {
+		sizes = append(sizes, int64(m0.pageSize))
+	} else {
+		for ps := int64(minPageSize); ps <= maxPageSize; ps <<= 1 {
+			sizes = append(sizes, ps)
+		}
+	}
+	var m1 boltMeta
+	err1 := errors.New("no second meta page")
+	for _, ps := range sizes {
+		if ps+metaEnd > size {
+			break
+		}
+		if _, err := f.ReadAt(buf, ps); err != nil {
+			return 0, err
+		}
+		if m, err := parseMeta(buf); err == nil && int64(m.pageSize) == ps {
+			m1, err1 = m, nil
+			break
+		} else if err == nil {
+			err = fmt.Errorf("page size %d at offset %d", m.pageSize, ps)
+			err1 = err
+		} else {
+			err1 = err
+		}
+	}
+	var m boltMeta
+	switch {
+	case err0 != nil && err1 != nil:
+		return corrupt("both meta pages are invalid: page 0: %v; page 1: %v", err0, err1)
+	case err0 == nil && err1 == nil:
+		if m0.pageSize != m1.pageSize {
+			return corrupt("meta pages disagree on the page size: %d and %d", m0.pageSize, m1.pageSize)
+		}
+		m = m0
+		if m1.txid > m0.txid {
+			m = m1
+		}
+	case err0 == nil:
+		m = m0
+	default:
+		m = m1
+	}
+	ps := int64(m.pageSize)
+	switch {
+	case size < 2*ps:
+		return corrupt("shorter than two %d-byte pages", ps)
+	case size%ps != 0:
+		return corrupt("not a multiple of the %d-byte page size", ps)
+	case uint64(size/ps) < m.hwm:
+		return corrupt("truncated: the meta page of txid %d uses %d pages, the file holds %d", m.txid, m.hwm, size/ps)
+	}
+	return fileValid, nil
+}
+
+// syncDir fsyncs directory dir, making the entries created in it durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	serr := d.Sync()
+	cerr := d.Close()
+	return errors.Join(serr, cerr)
+}
+
+// Check reads every committed key and value of the file through bbolt, so
+// that every page reachable from the meta page is read once, and checks
+// that each key and value has this package's layout. It returns nil when
+// all is readable, or the first damage found, naming the file and wrapping
+// ErrCorrupt; a panic or memory fault of bbolt while it reads is reported
+// the same way. Staged writes are not checked. It is meant for offline
+// verification: it reads the whole file in one read transaction.
+func (b *Bolt) Check() error {
+	b.mu.Lock()
+	err := b.usableLocked()
+	b.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	err = b.view(func(tx *bolt.Tx) error {
+		if err := checkLayout(tx); err != nil {
+			return err
+		}
+		err := tx.Bucket(bucketStreams).ForEach(func(k, v []byte) error {
+			if _, _, err := decodeEntryKey(k); err != nil {
+				return err
+			}
+			if v == nil {
+				return fmt.Errorf("streams: key %x is a bucket", k)
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("streams bucket: %w", err)
+		}
+		return tx.Bucket(bucketValues).ForEach(func(k, v []byte) error {
+			if len(k) == 0 || len(k) > MaxNameLen {
+				return fmt.Errorf("values: key of %d bytes", len(k))
+			}
+			if _, err := decodeValue(string(k), v); err != nil {
+				return err
+			}
+			if v == nil {
+				return fmt.Errorf("values: key %q is a bucket", k)
+			}
+			return nil
+		})
+	})
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, ErrCorrupt) || errors.Is(err, ErrClosed) {
+		return err
+	}
+	if errors.Is(err, berrors.ErrDatabaseNotOpen) {
+		return ErrClosed
+	}
+	return fmt.Errorf("%s: %w: %w", b.path, err, ErrCorrupt)
+}
