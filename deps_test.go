@@ -12,14 +12,16 @@ import (
 func TestDependenciesPointOneWay(t *testing.T) {
 	const mod = "github.com/participantd/participantd/"
 	allowed := map[string][]string{
-		"wire":        {},
-		"fence":       {},
-		"store":       {},
-		"faultstore":  {"store"},
-		"oplog":       {},
-		"outbox":      {"oplog"},
-		"participant": {"store", "oplog", "outbox", "fence"},
-		"client":      {"wire"},
+		"wire":            {},
+		"fence":           {},
+		"store":           {},
+		"faultstore":      {"store"},
+		"store/etcdstore": {"store"},
+		"cluster":         {"store", "oplog", "outbox", "participant"},
+		"oplog":           {},
+		"outbox":          {"oplog"},
+		"participant":     {"store", "oplog", "outbox", "fence"},
+		"client":          {"wire"},
 	}
 	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}} {{join .Imports " "}}`, "./...").Output()
 	if err != nil {

@@ -230,7 +230,7 @@ func (b *batch) write() error {
 	}
 	// Barrier 1: the oplog rows must be durable before any outbox row of
 	// them is appended.
-	if err := s.st.Flush(); err != nil {
+	if err := s.flush(cv.id); err != nil {
 		return failed(CodeInDoubt, "oplog flush", err)
 	}
 	outboxStream := outbox.Stream(cv.id)
@@ -241,7 +241,7 @@ func (b *batch) write() error {
 	}
 	// Barrier 2: the outbox rows must be durable before the operations are
 	// applied, published or answered.
-	if err := s.st.Flush(); err != nil {
+	if err := s.flush(cv.id); err != nil {
 		return failed(CodeInDoubt, "outbox flush", err)
 	}
 	cv.mu.Lock()
@@ -367,5 +367,5 @@ func (s *Service) register(id ConversationID) error {
 		return err
 	}
 	// The registry entry must be durable before the genesis row is appended.
-	return s.st.Flush()
+	return s.flush(id)
 }

@@ -97,7 +97,13 @@ func (c *Conn) start(ctx context.Context, op string, id ConversationID, create b
 	if create {
 		cv = c.svc.conversation(id)
 	} else if cv = c.svc.existing(id); cv == nil {
-		return refused(refuse(CodeUnknownParticipant, "no conversation %v", id))
+		var err error
+		if cv, err = c.svc.adopt(ctx, id); err != nil {
+			return refused(err)
+		}
+		if cv == nil {
+			return refused(refuse(CodeUnknownParticipant, "no conversation %v", id))
+		}
 	}
 	t := cv.enqueue(st)
 	return func() error {

@@ -121,6 +121,9 @@ func readAll(st store.DurableStore, stream string) ([][]byte, error) {
 // have ended (died/connection_lost) — through the normal two barriers, and
 // only then publishes: it wakes every connection with something to push.
 func (s *Service) ensureLoadedTurn(ctx context.Context, cv *conversation) (*outbox.State, error) {
+	if err := s.acquireTurn(ctx, cv); err != nil {
+		return nil, err
+	}
 	cv.mu.RLock()
 	st, unl := cv.state, cv.unloadable
 	cv.mu.RUnlock()
@@ -160,7 +163,7 @@ func (s *Service) ensureLoadedTurn(ctx context.Context, cv *conversation) (*outb
 	// Everything reconciled, repaired rows and rows a failed commit left
 	// visible but unflushed alike, must be durable before anything of the
 	// conversation is published. With nothing staged this costs nothing.
-	if err := s.st.Flush(); err != nil {
+	if err := s.flush(cv.id); err != nil {
 		return nil, unavailable("making the reconciled conversation durable", err)
 	}
 	if len(r.Repairs) > 0 {

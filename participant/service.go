@@ -74,6 +74,9 @@ type Options struct {
 	Logger zerolog.Logger
 	// Observer, if set, is told about every operation.
 	Observer Observer
+	// Ownership decides which conversations this service serves; nil
+	// means a single node that owns them all (see ownership.go).
+	Ownership Ownership
 }
 
 // Observer receives one call per finished operation, for metrics. Calls come

@@ -219,6 +219,9 @@ type Error struct {
 	// "superseded" or "deadline".
 	Participant ParticipantID
 	Reason      string
+	// Owner is set for moved: the owner's advertised address, empty when
+	// no node owns the conversation at the moment.
+	Owner string
 	// cause is the underlying failure of in_doubt and unavailable, for logs.
 	cause error
 }

@@ -8,6 +8,9 @@ type Welcome struct {
 	Connection     uint64 // this connection's ordinal within the incarnation
 	MaxFrame       uint64 // the largest frame body the server accepts
 	MaxRecordBytes uint64 // the largest tell payload
+	// Node is this node's id in cluster mode (then Incarnation counts
+	// that node's starts); empty, and absent on the wire, otherwise.
+	Node string
 }
 
 // Rejected refuses the connection; the server closes it right after.
@@ -101,6 +104,9 @@ type Error struct {
 	Participant *uint64
 	Generation  *uint64
 	Reason      *string
+	// Owner is, for moved, the owner's advertised address (host:port);
+	// nil when no node owns the conversation at the moment.
+	Owner *string
 }
 
 // Delivery pushes one record to a bound participant. It carries no id.
@@ -175,12 +181,20 @@ func (m *Error) Error() string {
 }
 
 func (m *Welcome) appendBody(b []byte) []byte {
-	b = kvUint(head(b, 7, TypeWelcome), "version", m.Version)
+	n := 7
+	if m.Node != "" {
+		n++
+	}
+	b = kvUint(head(b, n, TypeWelcome), "version", m.Version)
 	b = kvStr(b, "server", m.Server)
 	b = kvUint(b, "incarnation", m.Incarnation)
 	b = kvUint(b, "connection", m.Connection)
 	b = kvUint(b, "max_frame", m.MaxFrame)
-	return kvUint(b, "max_record_bytes", m.MaxRecordBytes)
+	b = kvUint(b, "max_record_bytes", m.MaxRecordBytes)
+	if m.Node != "" {
+		b = kvStr(b, "node", m.Node)
+	}
+	return b
 }
 
 func (m *Welcome) decode(d *decoder) {
@@ -190,6 +204,9 @@ func (m *Welcome) decode(d *decoder) {
 	m.Connection = d.uint(kConnection)
 	m.MaxFrame = d.uint(kMaxFrame)
 	m.MaxRecordBytes = d.uint(kMaxRecordBytes)
+	if node := d.optStr(kNode); node != nil {
+		m.Node = *node
+	}
 }
 
 func (m *Rejected) appendBody(b []byte) []byte {
@@ -331,7 +348,7 @@ func (m *Left) decode(d *decoder) {
 func (m *Pong) appendBody(b []byte) []byte { return kvUint(head(b, 2, TypePong), "id", m.ID) }
 
 func (m *Error) appendBody(b []byte) []byte {
-	n := 4 + count(m.Cursor) + count(m.Limit) + count(m.Participant) + count(m.Generation) + count(m.Reason)
+	n := 4 + count(m.Cursor) + count(m.Limit) + count(m.Participant) + count(m.Generation) + count(m.Reason) + count(m.Owner)
 	b = kvUint(head(b, n, TypeError), "id", m.ID)
 	b = kvStr(b, "code", string(m.Code))
 	b = kvStr(b, "detail", m.Detail)
@@ -350,6 +367,9 @@ func (m *Error) appendBody(b []byte) []byte {
 	if m.Reason != nil {
 		b = kvStr(b, "reason", *m.Reason)
 	}
+	if m.Owner != nil {
+		b = kvStr(b, "owner", *m.Owner)
+	}
 	return b
 }
 
@@ -361,6 +381,7 @@ func (m *Error) decode(d *decoder) {
 	m.Participant = d.optUint(kParticipant)
 	m.Generation = d.optUint(kGeneration)
 	m.Reason = d.optStr(kReason)
+	m.Owner = d.optStr(kOwner)
 }
 
 func (m *Delivery) appendBody(b []byte) []byte {

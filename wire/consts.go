@@ -77,6 +77,9 @@ const (
 	CodeInDoubt            Code = "in_doubt"
 	CodeUnavailable        Code = "unavailable"
 	CodeShuttingDown       Code = "shutting_down"
+	// CodeMoved (cluster mode): another node owns the conversation;
+	// nothing was done. Error.Owner names it when one does.
+	CodeMoved Code = "moved"
 )
 
 // Values of the reason extra of a receipt_expired error.

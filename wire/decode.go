@@ -38,6 +38,8 @@ const (
 	kRecipient
 	kKind
 	kCause
+	kNode
+	kOwner
 	numKeys
 )
 
@@ -72,6 +74,8 @@ var keyNames = [numKeys]string{
 	kRecipient:        "recipient",
 	kKind:             "kind",
 	kCause:            "cause",
+	kNode:             "node",
+	kOwner:            "owner",
 }
 
 // lookupKey maps a key's bytes to its index without allocating.
@@ -137,6 +141,10 @@ func lookupKey(s []byte) (key, bool) {
 		return kKind, true
 	case "cause":
 		return kCause, true
+	case "node":
+		return kNode, true
+	case "owner":
+		return kOwner, true
 	}
 	return 0, false
 }

@@ -1,0 +1,39 @@
+// Package cluster is participantd's cluster mode: a Node joins an etcd
+// cluster, holds a lease, claims conversations on first touch and fences
+// every commit of a conversation with its claim, so that a node that lost a
+// conversation (its lease expired while it was paused or partitioned) is
+// refused by etcd itself, never by timing alone. A Node is the
+// participant.Ownership of its service; package participant has no cluster
+// branches.
+//
+// # Keys
+//
+// Under Options.Prefix:
+//
+//	key                      value                              lifetime
+//	node/<id>                {"node","addr"}                    under the node's lease
+//	ordinal/<id>, ordinals   the node's ordinal, the last one   forever
+//	own/<conversation>       {"node","addr"} of the owner       under the owner's lease
+//	secret/node-key          32 random bytes                    forever, create-if-absent
+//	d/…                      the data (package etcdstore)       forever
+//
+// # Invariants
+//
+//   - A node serves (decides, replays, commits, pushes) a conversation only
+//     while it holds its claim under a live lease: Acquire grants nothing
+//     else, and every commit compares the claim's create revision, so a
+//     commit after the claim is gone is refused by etcd and writes nothing.
+//   - A claim is fresh: the store forgets what it cached of the
+//     conversation and the service reconciles it from etcd, ending the
+//     previous owner's bindings as died/unclean_restart.
+//   - A lost lease drops every owned conversation at once; the node takes a
+//     new lease and claims again on the next touch.
+//   - No two live processes share a node id (node/<id> is created under the
+//     lease, create-if-absent), and incarnations carry the node's ordinal,
+//     so connection ids never collide across nodes.
+//
+// # Locks
+//
+// Node.mu guards the lease and the claims; it is never held across an etcd
+// call.
+package cluster

@@ -1,0 +1,501 @@
+package cluster
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/participantd/participantd/participant"
+	"github.com/participantd/participantd/store/etcdstore"
+)
+
+// Defaults for the zero Options.
+const (
+	DefaultLeaseTTL = 5 * time.Second
+	DefaultTimeout  = 5 * time.Second
+)
+
+// Sentinel errors.
+var (
+	// ErrNodeIDInUse reports a node id whose live-node key another process
+	// holds under a lease that did not expire within Options.StartWait.
+	ErrNodeIDInUse = errors.New("cluster: node id is in use by a live process")
+	// ErrNoLease reports an operation while the node holds no lease (lost,
+	// not yet regained): the node serves nothing.
+	ErrNoLease = errors.New("cluster: no lease held")
+	// ErrClosed reports a call on a closed Node.
+	ErrClosed = errors.New("cluster: node closed")
+)
+
+// Options configures Start. The zero value is valid except for NodeID.
+type Options struct {
+	// NodeID names this node in the cluster; required.
+	NodeID string
+	// Advertise is the wire address clients are sent to for conversations
+	// this node owns (moved{owner}).
+	Advertise string
+	// Prefix is the etcd key prefix of the whole data set; default
+	// etcdstore.DefaultPrefix.
+	Prefix string
+	// LeaseTTL is the lease under which the node holds its conversations;
+	// default DefaultLeaseTTL. Failover takes about this long.
+	LeaseTTL time.Duration
+	// Timeout bounds every etcd call; default DefaultTimeout.
+	Timeout time.Duration
+	// StartWait bounds how long Start waits for the key of a previous
+	// process with the same node id to expire; default twice LeaseTTL.
+	StartWait time.Duration
+	// Logger receives the node's logs; the zero value logs nothing.
+	Logger zerolog.Logger
+	// Observer, if set, is told about claims, moves, lost leases and
+	// etcd transactions.
+	Observer Observer
+}
+
+// Observer receives the node's events, for metrics. Calls must not block.
+type Observer interface {
+	// Claimed reports a conversation claimed by this node.
+	Claimed()
+	// Moved reports a request answered moved: another node owns it.
+	Moved()
+	// LeaseLost reports a lost lease; owned conversations were dropped.
+	LeaseLost(owned int)
+	// Txn reports one commit transaction of the store.
+	Txn(d time.Duration, ops int, err error)
+}
+
+type nopObserver struct{}
+
+func (nopObserver) Claimed()                      {}
+func (nopObserver) Moved()                        {}
+func (nopObserver) LeaseLost(int)                 {}
+func (nopObserver) Txn(time.Duration, int, error) {}
+
+// record is the value of an ownership or live-node key.
+type record struct {
+	Node string `json:"node"`
+	Addr string `json:"addr"`
+}
+
+// Node is one participantd node of a cluster: its lease, its identity, the
+// conversations it owns, and the fenced etcd store they are written to. It
+// implements participant.Ownership.
+//
+// A Node owns one keep-alive goroutine, started by Start and stopped by
+// Close or Abandon.
+type Node struct {
+	cli     *clientv3.Client
+	opts    Options
+	log     zerolog.Logger
+	obs     Observer
+	etcd    *etcdstore.Store
+	store   *Store
+	ordinal uint64
+	rec     string
+
+	owned   atomic.Int64
+	claims  atomic.Uint64
+	moves   atomic.Uint64
+	lost    atomic.Uint64
+	forgetf atomic.Pointer[func(participant.ConversationID)]
+
+	stop chan struct{}
+	done chan struct{}
+	// paused, when set (tests only), stops the keep-alive loop from
+	// refreshing or checking the lease, as a paused process would.
+	paused atomic.Bool
+
+	// mu guards the fields below. It is never held across an etcd call.
+	mu sync.Mutex
+	// lease is the lease the node holds, 0 while it holds none; deadline
+	// is when it expires at the latest, by the local clock, counted from
+	// the send time of the last successful keep-alive.
+	lease    clientv3.LeaseID
+	deadline time.Time
+	// claimsByConv maps each owned conversation to the create revision of
+	// its ownership key: the fence of its commits.
+	claimsByConv map[participant.ConversationID]int64
+	closed       bool
+}
+
+// Start joins the cluster behind cli: it takes a lease, registers the node
+// id (waiting for a previous process's registration to expire), learns the
+// node's ordinal, opens the fenced store, and starts keeping the lease
+// alive. The caller keeps ownership of cli and closes it after Close.
+func Start(ctx context.Context, cli *clientv3.Client, opts Options) (*Node, error) {
+	if opts.NodeID == "" {
+		return nil, errors.New("cluster: node id is required")
+	}
+	if opts.Prefix == "" {
+		opts.Prefix = etcdstore.DefaultPrefix
+	}
+	if opts.LeaseTTL <= 0 {
+		opts.LeaseTTL = DefaultLeaseTTL
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = DefaultTimeout
+	}
+	if opts.StartWait <= 0 {
+		opts.StartWait = 2 * opts.LeaseTTL
+	}
+	n := &Node{
+		cli:          cli,
+		opts:         opts,
+		log:          opts.Logger.With().Str("component", "cluster").Str("node", opts.NodeID).Logger(),
+		obs:          opts.Observer,
+		stop:         make(chan struct{}),
+		done:         make(chan struct{}),
+		claimsByConv: make(map[participant.ConversationID]int64),
+	}
+	if n.obs == nil {
+		n.obs = nopObserver{}
+	}
+	rec, err := json.Marshal(record{Node: opts.NodeID, Addr: opts.Advertise})
+	if err != nil {
+		return nil, err
+	}
+	n.rec = string(rec)
+	if err := n.acquireLease(ctx); err != nil {
+		return nil, err
+	}
+	if n.ordinal, err = n.loadOrdinal(ctx); err != nil {
+		n.revoke()
+		return nil, err
+	}
+	n.etcd = etcdstore.Open(cli, etcdstore.Options{
+		Prefix:       opts.Prefix + "d/",
+		Scope:        Scope,
+		RequireFence: true,
+		Timeout:      opts.Timeout,
+		Logger:       opts.Logger,
+		OnTxn:        func(d time.Duration, ops int, err error) { n.obs.Txn(d, ops, err) },
+	})
+	n.store = newStore(n.etcd, opts.NodeID, n.ordinal)
+	go n.keepAlive()
+	n.log.Info().Uint64("ordinal", n.ordinal).Int64("lease", int64(n.currentLease())).Msg("joined the cluster")
+	return n, nil
+}
+
+// Store returns the DurableStore to open the participant.Service on.
+func (n *Node) Store() *Store { return n.store }
+
+// ID returns the node id.
+func (n *Node) ID() string { return n.opts.NodeID }
+
+// OnLost sets the function told about every conversation the node stops
+// owning because it lost its lease (participant.Service.Forget).
+func (n *Node) OnLost(f func(participant.ConversationID)) { n.forgetf.Store(&f) }
+
+func (n *Node) ctx(parent context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(parent, n.opts.Timeout)
+}
+
+func (n *Node) key(parts ...string) string {
+	k := n.opts.Prefix
+	for i, p := range parts {
+		if i > 0 {
+			k += "/"
+		}
+		k += p
+	}
+	return k
+}
+
+func (n *Node) ownKey(c participant.ConversationID) string { return n.key("own", c.String()) }
+
+func (n *Node) currentLease() clientv3.LeaseID {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.lease
+}
+
+// acquireLease grants a lease and registers node/<id> under it,
+// create-if-absent; a registration of another lease is waited out for up to
+// StartWait (a previous process of this node whose lease has not expired),
+// so that two live processes never share a node id.
+func (n *Node) acquireLease(ctx context.Context) error {
+	cctx, cancel := n.ctx(ctx)
+	g, err := n.cli.Grant(cctx, int64((n.opts.LeaseTTL+time.Second-1)/time.Second))
+	cancel()
+	if err != nil {
+		return fmt.Errorf("cluster: grant lease: %w", err)
+	}
+	sent := time.Now()
+	key := n.key("node", n.opts.NodeID)
+	wait := time.NewTimer(n.opts.StartWait)
+	defer wait.Stop()
+	for {
+		cctx, cancel := n.ctx(ctx)
+		resp, err := n.cli.Txn(cctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+			Then(clientv3.OpPut(key, n.rec, clientv3.WithLease(g.ID))).Else(clientv3.OpGet(key)).Commit()
+		cancel()
+		if err != nil {
+			n.revokeID(g.ID)
+			return fmt.Errorf("cluster: register node: %w", err)
+		}
+		if resp.Succeeded {
+			n.mu.Lock()
+			n.lease, n.deadline = g.ID, sent.Add(time.Duration(g.TTL)*time.Second)
+			n.mu.Unlock()
+			return nil
+		}
+		kvs := resp.Responses[0].GetResponseRange().Kvs
+		if len(kvs) == 0 {
+			continue
+		}
+		// Wait for the holder's key to go (its lease expiring), then try again.
+		wctx, wcancel := context.WithCancel(ctx)
+		ch := n.cli.Watch(wctx, key, clientv3.WithRev(kvs[0].ModRevision+1))
+		gone := false
+		for !gone {
+			select {
+			case wr, ok := <-ch:
+				if !ok {
+					gone = true
+					break
+				}
+				for _, ev := range wr.Events {
+					if ev.Type == clientv3.EventTypeDelete {
+						gone = true
+					}
+				}
+			case <-wait.C:
+				wcancel()
+				n.revokeID(g.ID)
+				return fmt.Errorf("%w: %s", ErrNodeIDInUse, n.opts.NodeID)
+			case <-ctx.Done():
+				wcancel()
+				n.revokeID(g.ID)
+				return ctx.Err()
+			}
+		}
+		wcancel()
+	}
+}
+
+// loadOrdinal returns the node's ordinal, assigning the next free one (from
+// 1) the first time this node id joins.
+func (n *Node) loadOrdinal(ctx context.Context) (uint64, error) {
+	key, counter := n.key("ordinal", n.opts.NodeID), n.key("ordinals")
+	for range 100 {
+		cctx, cancel := n.ctx(ctx)
+		resp, err := n.cli.Txn(cctx).If().Then(clientv3.OpGet(key), clientv3.OpGet(counter)).Commit()
+		cancel()
+		if err != nil {
+			return 0, fmt.Errorf("cluster: read ordinal: %w", err)
+		}
+		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 {
+			return strconv.ParseUint(string(kvs[0].Value), 10, 64)
+		}
+		var last uint64
+		cmp := clientv3.Compare(clientv3.CreateRevision(counter), "=", 0)
+		if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) == 1 {
+			if last, err = strconv.ParseUint(string(kvs[0].Value), 10, 64); err != nil {
+				return 0, fmt.Errorf("cluster: node ordinal counter: %w", err)
+			}
+			cmp = clientv3.Compare(clientv3.Value(counter), "=", string(kvs[0].Value))
+		}
+		next := strconv.FormatUint(last+1, 10)
+		cctx, cancel = n.ctx(ctx)
+		resp, err = n.cli.Txn(cctx).If(cmp, clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+			Then(clientv3.OpPut(counter, next), clientv3.OpPut(key, next)).Commit()
+		cancel()
+		if err != nil {
+			return 0, fmt.Errorf("cluster: assign ordinal: %w", err)
+		}
+		if resp.Succeeded {
+			return last + 1, nil
+		}
+	}
+	return 0, errors.New("cluster: assign ordinal: too much contention")
+}
+
+// NodeKey returns the cluster secret that derives every attach secret,
+// creating it (32 random bytes, create-if-absent) on the first call in the
+// cluster, so that credentials verify on every node.
+func (n *Node) NodeKey(ctx context.Context) ([]byte, error) {
+	key := make([]byte, participant.NodeKeySize)
+	if _, err := rand.Read(key); err != nil {
+		return nil, err
+	}
+	k := n.key("secret", "node-key")
+	cctx, cancel := n.ctx(ctx)
+	defer cancel()
+	resp, err := n.cli.Txn(cctx).If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
+		Then(clientv3.OpPut(k, string(key))).Else(clientv3.OpGet(k)).Commit()
+	if err != nil {
+		return nil, fmt.Errorf("cluster: node key: %w", err)
+	}
+	if resp.Succeeded {
+		return key, nil
+	}
+	kvs := resp.Responses[0].GetResponseRange().Kvs
+	if len(kvs) != 1 || len(kvs[0].Value) != participant.NodeKeySize {
+		return nil, fmt.Errorf("cluster: node key in etcd is malformed")
+	}
+	return kvs[0].Value, nil
+}
+
+// keepAlive refreshes the lease every third of its TTL. A lease that etcd
+// no longer knows, or that passed its deadline without a refresh, is lost:
+// every owned conversation is dropped at once, and a new lease is taken.
+func (n *Node) keepAlive() {
+	defer close(n.done)
+	tick := time.NewTicker(n.opts.LeaseTTL / 3)
+	defer tick.Stop()
+	for {
+		select {
+		case <-n.stop:
+			return
+		case <-tick.C:
+		}
+		if n.paused.Load() {
+			continue
+		}
+		lease := n.currentLease()
+		if lease == 0 {
+			if err := n.acquireLease(context.Background()); err != nil {
+				n.log.Warn().Err(err).Msg("no lease; retrying")
+			}
+			continue
+		}
+		sent := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), n.opts.LeaseTTL/3)
+		resp, err := n.cli.KeepAliveOnce(ctx, lease)
+		cancel()
+		n.mu.Lock()
+		switch {
+		case err == nil && n.lease == lease:
+			n.deadline = sent.Add(time.Duration(resp.TTL) * time.Second)
+			n.mu.Unlock()
+		case errors.Is(err, rpctypes.ErrLeaseNotFound) || time.Now().After(n.deadline):
+			n.mu.Unlock()
+			n.loseLease(lease, err)
+		default:
+			n.mu.Unlock()
+		}
+	}
+}
+
+// loseLease drops every conversation owned under lease.
+func (n *Node) loseLease(lease clientv3.LeaseID, cause error) {
+	n.mu.Lock()
+	if n.lease != lease {
+		n.mu.Unlock()
+		return
+	}
+	n.lease = 0
+	owned := n.claimsByConv
+	n.claimsByConv = make(map[participant.ConversationID]int64)
+	n.owned.Store(0)
+	n.mu.Unlock()
+	n.lost.Add(1)
+	n.obs.LeaseLost(len(owned))
+	n.log.Error().Err(cause).Int("conversations", len(owned)).Msg("lease lost; every owned conversation dropped")
+	forget := n.forgetf.Load()
+	for c := range owned {
+		n.etcd.Drop(scopeOf(c))
+		if forget != nil {
+			(*forget)(c)
+		}
+	}
+	n.revokeID(lease)
+}
+
+func (n *Node) revoke() { n.revokeID(n.currentLease()) }
+
+func (n *Node) revokeID(id clientv3.LeaseID) {
+	if id == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), n.opts.Timeout)
+	defer cancel()
+	if _, err := n.cli.Revoke(ctx, id); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		n.log.Warn().Err(err).Msg("revoke lease")
+	}
+}
+
+// LeaseHeld reports whether the node holds a lease (for /ready).
+func (n *Node) LeaseHeld() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.lease != 0 && time.Now().Before(n.deadline)
+}
+
+// Stats are the node's counters, for metrics.
+type Stats struct {
+	Owned      int64
+	Claims     uint64
+	Moves      uint64
+	LostLeases uint64
+}
+
+// Stats returns the node's counters.
+func (n *Node) Stats() Stats {
+	return Stats{Owned: n.owned.Load(), Claims: n.claims.Load(), Moves: n.moves.Load(), LostLeases: n.lost.Load()}
+}
+
+// Release gives up every owned conversation (deleting its ownership key if
+// it is still this node's claim) and the lease, so that other nodes take
+// over at once. The daemon calls it on drain, after ending bindings.
+func (n *Node) Release(ctx context.Context) error {
+	n.mu.Lock()
+	owned := n.claimsByConv
+	n.claimsByConv = make(map[participant.ConversationID]int64)
+	n.owned.Store(0)
+	n.mu.Unlock()
+	var first error
+	for c, rev := range owned {
+		n.etcd.Drop(scopeOf(c))
+		k := n.ownKey(c)
+		cctx, cancel := n.ctx(ctx)
+		_, err := n.cli.Txn(cctx).If(clientv3.Compare(clientv3.CreateRevision(k), "=", rev)).Then(clientv3.OpDelete(k)).Commit()
+		cancel()
+		if err != nil && first == nil {
+			first = fmt.Errorf("cluster: release %v: %w", c, err)
+		}
+	}
+	return first
+}
+
+// Close stops the keep-alive, revokes the lease (releasing whatever is
+// still owned) and closes the store. Call Release first for a drain.
+func (n *Node) Close() error {
+	if !n.halt() {
+		return ErrClosed
+	}
+	n.revoke()
+	return n.etcd.Close()
+}
+
+// Abandon stops the node as a crash would: the keep-alive stops and
+// nothing is released or revoked, so the node's conversations stay owned
+// until its lease expires. For tests of failover.
+func (n *Node) Abandon() {
+	if n.halt() {
+		n.etcd.Close()
+	}
+}
+
+func (n *Node) halt() bool {
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return false
+	}
+	n.closed = true
+	n.mu.Unlock()
+	close(n.stop)
+	<-n.done
+	return true
+}

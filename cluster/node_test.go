@@ -1,0 +1,215 @@
+package cluster_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/participantd/participantd/cluster"
+	"github.com/participantd/participantd/oplog"
+	"github.com/participantd/participantd/participant"
+	"github.com/participantd/participantd/store/etcdstore"
+)
+
+// member is one node with its participant service.
+type member struct {
+	node *cluster.Node
+	svc  *participant.Service
+}
+
+func startMember(t *testing.T, pfx, id string, ttl time.Duration) *member {
+	t.Helper()
+	ctx := context.Background()
+	n, err := cluster.Start(ctx, sharedCli, cluster.Options{NodeID: id, Advertise: id + ":7000", Prefix: pfx, LeaseTTL: ttl})
+	if err != nil {
+		t.Fatalf("Start(%s): %v", id, err)
+	}
+	key, err := n.NodeKey(ctx)
+	if err != nil {
+		t.Fatalf("NodeKey: %v", err)
+	}
+	svc, err := participant.Open(ctx, n.Store(), participant.Options{NodeKey: key, Ownership: n})
+	if err != nil {
+		t.Fatalf("participant.Open(%s): %v", id, err)
+	}
+	n.OnLost(svc.Forget)
+	m := &member{node: n, svc: svc}
+	t.Cleanup(func() {
+		svc.Close()
+		n.Close()
+	})
+	return m
+}
+
+func tok(b byte, i int) participant.Token {
+	var t participant.Token
+	t[0], t[1], t[2] = b, byte(i), byte(i>>8)
+	return t
+}
+
+// waitDeleted blocks until key is absent from etcd.
+func waitDeleted(t *testing.T, key string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := sharedCli.Get(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Kvs) == 0 {
+		return
+	}
+	for wr := range sharedCli.Watch(ctx, key, clientv3.WithRev(resp.Header.Revision+1)) {
+		for _, ev := range wr.Events {
+			if ev.Type == clientv3.EventTypeDelete {
+				return
+			}
+		}
+	}
+	t.Fatalf("%s was not deleted: %v", key, ctx.Err())
+}
+
+// TestNode_SecondNodeAnswersMoved: the node that enrolled first owns the
+// conversation; another node answers moved with the owner's address, for
+// a replay as for anything else, and does not claim it.
+func TestNode_SecondNodeAnswersMoved(t *testing.T) {
+	pfx := prefix()
+	a := startMember(t, pfx, "a", 5*time.Second)
+	b := startMember(t, pfx, "b", 5*time.Second)
+	ctx := context.Background()
+	ca := a.svc.Connect(func() {})
+	bound, err := ca.Enroll(ctx, participant.Enroll{Conversation: 1, Token: tok(1, 0)})
+	if err != nil {
+		t.Fatalf("Enroll on a: %v", err)
+	}
+	cb := b.svc.Connect(func() {})
+	_, err = cb.Enroll(ctx, participant.Enroll{Conversation: 1, Token: tok(1, 0)})
+	var pe *participant.Error
+	if !errors.As(err, &pe) || pe.Code != participant.CodeMoved || pe.Owner != "a:7000" {
+		t.Fatalf("Enroll replay on b = %v, want moved{a:7000}", err)
+	}
+	_, err = cb.Attach(ctx, participant.Attach{Conversation: 1, Participant: bound.Participant,
+		Generation: bound.Generation, Secret: bound.Secret, Token: tok(2, 0)})
+	if !errors.Is(err, participant.ErrMoved) {
+		t.Fatalf("Attach on b = %v, want moved", err)
+	}
+	_, err = cb.Tell(ctx, participant.Tell{Conversation: 99, Participant: 0, Generation: 1, Token: tok(3, 0)})
+	if !errors.Is(err, participant.ErrUnknownParticipant) {
+		t.Fatalf("Tell on a conversation nobody created = %v, want unknown_participant", err)
+	}
+	if s := a.node.Stats(); s.Owned != 1 || s.Claims != 1 {
+		t.Fatalf("a stats = %+v, want one owned, one claim", s)
+	}
+	if s := b.node.Stats(); s.Owned != 0 || s.Moves != 2 {
+		t.Fatalf("b stats = %+v, want none owned, two moves", s)
+	}
+}
+
+// TestNode_ReleaseHandsOver: after a drain releases its ownerships, another
+// node claims the conversation at once, reconciles it from etcd, ends the
+// first node's binding as died/unclean_restart, and serves the
+// credential the first node issued (the cluster secret is shared).
+func TestNode_ReleaseHandsOver(t *testing.T) {
+	pfx := prefix()
+	a := startMember(t, pfx, "a", 5*time.Second)
+	b := startMember(t, pfx, "b", 5*time.Second)
+	ctx := context.Background()
+	ca := a.svc.Connect(func() {})
+	bound, err := ca.Enroll(ctx, participant.Enroll{Conversation: 7, Token: tok(1, 0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ca.Tell(ctx, participant.Tell{Conversation: 7, Participant: bound.Participant, Generation: bound.Generation, Token: tok(2, 0), Payload: []byte("x")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.node.Release(ctx); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	cb := b.svc.Connect(func() {})
+	rebound, err := cb.Attach(ctx, participant.Attach{Conversation: 7, Participant: bound.Participant,
+		Generation: bound.Generation, Secret: bound.Secret, Token: tok(3, 0)})
+	if err != nil {
+		t.Fatalf("Attach on b after a released: %v", err)
+	}
+	if rebound.Generation != bound.Generation+1 {
+		t.Fatalf("Attach generation = %d, want %d", rebound.Generation, bound.Generation+1)
+	}
+	// The tell a committed replays on b with its original answer.
+	told, err := cb.Tell(ctx, participant.Tell{Conversation: 7, Participant: bound.Participant, Generation: rebound.Generation, Token: tok(2, 0), Payload: []byte("x")})
+	if err != nil || told.Replay != participant.ReplayCommitted {
+		t.Fatalf("Tell replay on b = %+v, %v, want a committed replay", told, err)
+	}
+	// a no longer serves it.
+	if _, err := ca.Tell(ctx, participant.Tell{Conversation: 7, Participant: bound.Participant, Generation: bound.Generation, Token: tok(4, 0)}); !errors.Is(err, participant.ErrMoved) {
+		t.Fatalf("Tell on a after release = %v, want moved", err)
+	}
+}
+
+// TestNode_FencedOldOwnerIsRefusedByEtcd: a paused node keeps believing it
+// owns a conversation after its lease expired and another node claimed
+// it; its commit is refused by etcd (the fence), answered in_doubt or
+// unavailable, and the stream read back holds no row of it.
+func TestNode_FencedOldOwnerIsRefusedByEtcd(t *testing.T) {
+	pfx := prefix()
+	a := startMember(t, pfx, "a", time.Second)
+	b := startMember(t, pfx, "b", 5*time.Second)
+	ctx := context.Background()
+	ca := a.svc.Connect(func() {})
+	bound, err := ca.Enroll(ctx, participant.Enroll{Conversation: 3, Token: tok(1, 0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.node.PauseKeepAlive()
+	waitDeleted(t, pfx+"own/3")
+
+	cb := b.svc.Connect(func() {})
+	rebound, err := cb.Attach(ctx, participant.Attach{Conversation: 3, Participant: bound.Participant,
+		Generation: bound.Generation, Secret: bound.Secret, Token: tok(2, 0)})
+	if err != nil {
+		t.Fatalf("Attach on b after a's lease expired: %v", err)
+	}
+	if _, err := cb.Tell(ctx, participant.Tell{Conversation: 3, Participant: rebound.Participant, Generation: rebound.Generation, Token: tok(3, 0), Payload: []byte("from b")}); err != nil {
+		t.Fatalf("Tell on b: %v", err)
+	}
+
+	// a wakes up and commits on its stale binding: etcd refuses.
+	_, err = ca.Tell(ctx, participant.Tell{Conversation: 3, Participant: bound.Participant, Generation: bound.Generation, Token: tok(4, 0), Payload: []byte("from a")})
+	if !errors.Is(err, participant.ErrInDoubt) && !errors.Is(err, participant.ErrUnavailable) {
+		t.Fatalf("Tell on the fenced-off a = %v, want in_doubt or unavailable", err)
+	}
+	if !errors.Is(err, etcdstore.ErrFenced) {
+		t.Fatalf("Tell on the fenced-off a = %v, want it caused by etcdstore.ErrFenced", err)
+	}
+
+	// Read back with a store of nobody's: b's rows, none of a's.
+	ro := etcdstore.Open(sharedCli, etcdstore.Options{Prefix: pfx + "d/", Scope: cluster.Scope})
+	defer ro.Close()
+	entries, err := ro.ReadFrom(oplog.Stream(3), 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	for _, e := range entries {
+		row, err := oplog.Decode(e.Payload)
+		if err != nil {
+			t.Fatalf("oplog row %d: %v", e.Seq, err)
+		}
+		if row.Kind == oplog.KindTell && string(row.Payload) != "from b" {
+			t.Fatalf("oplog row %d is a tell %q, want only b's", e.Seq, row.Payload)
+		}
+		kinds = append(kinds, fmt.Sprint(row.Kind))
+	}
+	// genesis, enroll (a), b's reconciliation ending a's binding as
+	// died/unclean_restart, attach (b), tell (b).
+	if fmt.Sprint(kinds) != "[genesis enroll end attach tell]" {
+		t.Fatalf("oplog of 3 = %v, want [genesis enroll end attach tell]", kinds)
+	}
+	// And b keeps serving.
+	if _, err := cb.Tell(ctx, participant.Tell{Conversation: 3, Participant: rebound.Participant, Generation: rebound.Generation, Token: tok(5, 0), Payload: []byte("from b")}); err != nil {
+		t.Fatalf("Tell on b after a was refused: %v", err)
+	}
+}

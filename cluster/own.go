@@ -1,0 +1,102 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/participantd/participantd/participant"
+	"github.com/participantd/participantd/store/etcdstore"
+)
+
+var _ participant.Ownership = (*Node)(nil)
+
+// Acquire grants c when the node owns it under a live lease, and otherwise
+// claims it: a create-if-absent of own/<c> under the lease. A claim is
+// fresh: the store forgets what it cached of c and fences c's commits with
+// the claim's create revision. When another node holds c, Acquire returns
+// participant's moved with that node's advertised address.
+func (n *Node) Acquire(ctx context.Context, c participant.ConversationID) (bool, error) {
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return false, ErrClosed
+	}
+	if n.lease == 0 || !time.Now().Before(n.deadline) {
+		n.mu.Unlock()
+		return false, ErrNoLease
+	}
+	if _, ok := n.claimsByConv[c]; ok {
+		n.mu.Unlock()
+		return false, nil
+	}
+	lease := n.lease
+	n.mu.Unlock()
+
+	key := n.ownKey(c)
+	cctx, cancel := n.ctx(ctx)
+	resp, err := n.cli.Txn(cctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		Then(clientv3.OpPut(key, n.rec, clientv3.WithLease(lease))).Else(clientv3.OpGet(key)).Commit()
+	cancel()
+	if err != nil {
+		// The claim may have been made; a retry finds it under this lease.
+		return false, fmt.Errorf("cluster: claim %v: %w", c, err)
+	}
+	var rev int64
+	if resp.Succeeded {
+		rev = resp.Header.Revision
+	} else {
+		kvs := resp.Responses[0].GetResponseRange().Kvs
+		if len(kvs) != 1 {
+			return false, fmt.Errorf("cluster: claim %v: owner vanished while claiming; retry", c)
+		}
+		if clientv3.LeaseID(kvs[0].Lease) != lease {
+			var r record
+			_ = json.Unmarshal(kvs[0].Value, &r)
+			n.moves.Add(1)
+			n.obs.Moved()
+			return false, &participant.Error{Code: participant.CodeMoved, Owner: r.Addr,
+				Detail: fmt.Sprintf("conversation %v is owned by node %q", c, r.Node)}
+		}
+		// An earlier claim of ours whose answer was lost.
+		rev = kvs[0].CreateRevision
+	}
+	n.mu.Lock()
+	if n.lease != lease {
+		// The lease was lost while claiming: the key went with it.
+		n.mu.Unlock()
+		return false, ErrNoLease
+	}
+	sc := scopeOf(c)
+	n.etcd.SetFence(sc, etcdstore.Fence{Key: key, CreateRevision: rev})
+	n.etcd.Reset(sc)
+	n.claimsByConv[c] = rev
+	n.owned.Add(1)
+	n.mu.Unlock()
+	n.claims.Add(1)
+	n.obs.Claimed()
+	return true, nil
+}
+
+// Flush makes c's writes and the node's own global writes durable; its
+// error concerns c (and the node) only, never another conversation.
+func (n *Node) Flush(c participant.ConversationID) error {
+	return n.etcd.FlushScopes(scopeOf(c), "")
+}
+
+// Exists reports whether conversation c has anything stored, or an owner.
+func (n *Node) Exists(ctx context.Context, c participant.ConversationID) (bool, error) {
+	cctx, cancel := n.ctx(ctx)
+	defer cancel()
+	resp, err := n.cli.Txn(cctx).Then(
+		clientv3.OpGet(n.etcd.ScopePrefix(scopeOf(c)), clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(1)),
+		clientv3.OpGet(n.ownKey(c), clientv3.WithKeysOnly()),
+	).Commit()
+	if err != nil {
+		return false, fmt.Errorf("cluster: look up %v: %w", c, err)
+	}
+	return len(resp.Responses[0].GetResponseRange().Kvs) > 0 || len(resp.Responses[1].GetResponseRange().Kvs) > 0, nil
+}

@@ -1,0 +1,110 @@
+package participant
+
+import (
+	"context"
+	"errors"
+
+	"github.com/participantd/participantd/store"
+)
+
+// CodeMoved is the protocol's `moved`: another node owns the conversation
+// (cluster mode). Error.Owner names it; empty when no node owns it at the
+// moment.
+const CodeMoved Code = "moved"
+
+// ErrMoved matches every moved refusal (errors.Is).
+var ErrMoved = &Error{Code: CodeMoved}
+
+// Ownership decides which conversations this service may serve, and makes
+// their writes durable under that right. It is the service's only seam to
+// cluster mode (see DESIGN.md, "Cluster mode: decisions"): the default,
+// for a single node, grants everything and flushes the store; the cluster
+// implementation claims conversations under an etcd lease and fences every
+// commit with the claim.
+//
+// Acquire and Flush are called by the holder of c's turn; implementations
+// must not wait on anything only that turn's holder can release.
+type Ownership interface {
+	// Acquire reports whether the service may serve c now. It returns an
+	// error matching ErrMoved (with Owner) when another node owns c, and
+	// another error when ownership cannot be decided (unavailable). fresh
+	// reports that the right to c was gained since the last grant, so that
+	// anything held in memory of c is stale: the service reconciles c from
+	// the store before using it.
+	Acquire(ctx context.Context, c ConversationID) (fresh bool, err error)
+	// Flush returns nil only when every write of c made before the call is
+	// durable under c's ownership. A failure concerns c only.
+	Flush(c ConversationID) error
+	// Exists reports whether c has data in the store although this service
+	// has no entry for it (another node created it), so that a request on
+	// it is served or routed rather than answered unknown_participant.
+	Exists(ctx context.Context, c ConversationID) (bool, error)
+}
+
+// single is the Ownership of a single node: it owns everything.
+type single struct{ st store.DurableStore }
+
+func (single) Acquire(context.Context, ConversationID) (bool, error) { return false, nil }
+func (o single) Flush(ConversationID) error                          { return o.st.Flush() }
+func (single) Exists(context.Context, ConversationID) (bool, error)  { return false, nil }
+
+// ownership returns the configured Ownership, or the single-node one.
+func (s *Service) ownership() Ownership {
+	if s.opts.Ownership != nil {
+		return s.opts.Ownership
+	}
+	return single{s.st}
+}
+
+// flush is the barrier of cv's writes.
+func (s *Service) flush(c ConversationID) error { return s.ownership().Flush(c) }
+
+// acquireTurn asks for the right to serve cv; the caller holds cv's turn.
+// A fresh grant forgets what memory holds of cv, so that it is reconciled
+// from the store: another node may have written it meanwhile.
+func (s *Service) acquireTurn(ctx context.Context, cv *conversation) error {
+	fresh, err := s.ownership().Acquire(ctx, cv.id)
+	if err != nil {
+		if errors.Is(err, ErrMoved) {
+			var pe *Error
+			errors.As(err, &pe)
+			return pe
+		}
+		return unavailable("deciding the conversation's owner", err)
+	}
+	if fresh {
+		cv.registered = true
+		cv.mu.Lock()
+		cv.state, cv.bindingTokens, cv.unloadable = nil, nil, nil
+		cv.mu.Unlock()
+	}
+	return nil
+}
+
+// adopt returns an entry for conversation id, which this service has none
+// of, when the Ownership says it exists elsewhere; nil when it does not.
+func (s *Service) adopt(ctx context.Context, id ConversationID) (*conversation, error) {
+	ok, err := s.ownership().Exists(ctx, id)
+	if err != nil {
+		return nil, unavailable("looking the conversation up", err)
+	}
+	if !ok {
+		return nil, nil
+	}
+	return s.conversation(id), nil
+}
+
+// Forget drops what memory holds of conversation id, because this service
+// lost the right to serve it: nothing more of it is pushed, and the next
+// operation on it asks the Ownership again. Correctness does not rest on
+// Forget (the store's fence refuses every commit of a lost conversation);
+// it makes a loss visible at once.
+func (s *Service) Forget(id ConversationID) {
+	cv := s.existing(id)
+	if cv == nil {
+		return
+	}
+	cv.mu.Lock()
+	cv.state, cv.bindingTokens = nil, nil
+	cv.mu.Unlock()
+}

@@ -1,0 +1,420 @@
+package etcdstore
+
+import (
+	"bytes"
+	"fmt"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/participantd/participantd/store"
+)
+
+// The committer: one goroutine takes everything staged, packs it scope by
+// scope into etcd transactions within the cluster's limits, runs them in
+// order, and applies each scope's outcome. See doc.go for what is atomic.
+
+// scopeWork is what one commit writes of one scope.
+type scopeWork struct {
+	sc      *scope
+	epoch   uint64
+	fence   *Fence
+	streams []*streamWork
+	values  []*valueWork
+	err     error
+}
+
+// streamWork is a stream's entries base.. being written; done counts those
+// committed so far.
+type streamWork struct {
+	st   *stream
+	name string
+	base uint64
+	ents [][]byte
+	done int
+}
+
+// valueWork is one value's write from old to new (gen is the CAS count it
+// carries).
+type valueWork struct {
+	v        *value
+	name     string
+	old, new uint64
+	gen      uint64
+	done     bool
+}
+
+// item is one piece of a transaction: a fence compare, a value write, or a
+// chunk of a stream's entries with its length update.
+type item struct {
+	sw    *scopeWork
+	fence bool
+	vw    *valueWork
+	swk   *streamWork
+	from  int // chunk: the first entry of swk.ents
+	n     int // chunk: how many entries
+}
+
+// txnPlan is the items of one transaction and its cost so far.
+type txnPlan struct {
+	items []item
+	cmps  int // compares (and as many Else reads)
+	puts  int
+	bytes int
+	has   map[*scopeWork]bool
+}
+
+func (s *Store) run() {
+	defer close(s.done)
+	for {
+		select {
+		case <-s.quit:
+			return
+		case <-s.kick:
+		}
+		s.mu.Lock()
+		b := s.next
+		if b == nil {
+			s.mu.Unlock()
+			continue
+		}
+		s.next, s.inflight = nil, b
+		work := s.takeLocked()
+		s.mu.Unlock()
+
+		s.commit(work)
+
+		s.mu.Lock()
+		s.applyLocked(work)
+		s.inflight = nil
+		s.mu.Unlock()
+		close(b.done)
+	}
+}
+
+// takeLocked moves every staged write into the commit about to run.
+func (s *Store) takeLocked() []*scopeWork {
+	var work []*scopeWork
+	for _, c := range s.scopes {
+		if c.err != nil || !c.dirty() {
+			continue
+		}
+		sw := &scopeWork{sc: c, epoch: c.epoch}
+		if c.fence != nil {
+			f := *c.fence
+			sw.fence = &f
+		}
+		for name, st := range c.dirtyStreams {
+			st.taken = len(st.pending)
+			sw.streams = append(sw.streams, &streamWork{st: st, name: name, base: st.committed, ents: st.pending[:st.taken]})
+		}
+		for name, v := range c.dirtyValues {
+			sw.values = append(sw.values, &valueWork{v: v, name: name, old: v.committed, new: v.cur, gen: v.gen})
+		}
+		c.dirtyStreams = make(map[string]*stream)
+		c.dirtyValues = make(map[string]*value)
+		c.inflight = true
+		work = append(work, sw)
+	}
+	return work
+}
+
+// applyLocked records the outcome of a commit: committed prefixes become
+// the streams' committed lengths, written values their committed values,
+// and a failed scope keeps its error.
+func (s *Store) applyLocked(work []*scopeWork) {
+	s.readEpoch++
+	clear(s.reads)
+	for _, sw := range work {
+		c := sw.sc
+		if c.epoch != sw.epoch {
+			// Reset or failed meanwhile: the scope starts over from etcd.
+			continue
+		}
+		c.inflight = false
+		if sw.err != nil {
+			s.failLocked(c, sw.err)
+			continue
+		}
+		for _, swk := range sw.streams {
+			swk.st.committed += uint64(swk.done)
+			swk.st.pending = swk.st.pending[swk.done:]
+			swk.st.taken = 0
+		}
+		for _, vw := range sw.values {
+			vw.v.committed = vw.new
+			if vw.v.gen == vw.gen {
+				// No CAS since: nothing of this value is in flight any
+				// more, so etcd holds it and the entry can go.
+				delete(c.values, vw.name)
+			}
+		}
+	}
+}
+
+// commit writes work as transactions, setting each scope's err and each
+// write's progress.
+func (s *Store) commit(work []*scopeWork) {
+	for _, plan := range s.pack(work) {
+		s.runTxn(plan)
+	}
+}
+
+// cost of a key/value pair in a request, framing included.
+func kvCost(key string, val int) int { return len(key) + val + 32 }
+
+func (s *Store) newPlan() *txnPlan { return &txnPlan{has: make(map[*scopeWork]bool)} }
+
+// fits reports whether plan can take cmps compares, puts writes and bytes
+// more.
+func (s *Store) fits(p *txnPlan, cmps, puts, bytes int) bool {
+	return p.cmps+cmps <= s.opts.MaxTxnOps && p.puts+puts <= s.opts.MaxTxnOps &&
+		p.bytes+bytes <= s.opts.MaxRequestBytes-payloadReserve/2
+}
+
+// pack lays work out as transactions. A scope goes whole into one
+// transaction when it fits one; only a scope that alone passes a limit is
+// split, each stream in seq order, each chunk comparing the length the one
+// before it wrote.
+func (s *Store) pack(work []*scopeWork) []*txnPlan {
+	var plans []*txnPlan
+	cur := s.newPlan()
+	push := func() {
+		if len(cur.items) > 0 {
+			plans = append(plans, cur)
+		}
+		cur = s.newPlan()
+	}
+	for _, sw := range work {
+		cmps, puts, bytes := s.scopeCost(sw)
+		if !s.fits(cur, cmps, puts, bytes) && len(cur.items) > 0 {
+			push()
+		}
+		enter := func() {
+			if cur.has[sw] {
+				return
+			}
+			cur.has[sw] = true
+			if sw.fence != nil {
+				cur.items = append(cur.items, item{sw: sw, fence: true})
+				cur.cmps++
+				cur.bytes += kvCost(sw.fence.Key, 16)
+			}
+		}
+		// room reserves what entering the scope in a new transaction costs.
+		fenceCmp, fenceBytes := 0, 0
+		if sw.fence != nil {
+			fenceCmp, fenceBytes = 1, kvCost(sw.fence.Key, 16)
+		}
+		need := func(c, p, b int) {
+			if !cur.has[sw] {
+				c, b = c+fenceCmp, b+fenceBytes
+			}
+			if !s.fits(cur, c, p, b) {
+				push()
+			}
+			enter()
+		}
+		for _, vw := range sw.values {
+			key := s.lay.valueKey(sw.sc.name, vw.name)
+			need(1, 1, 2*kvCost(key, 8))
+			cur.items = append(cur.items, item{sw: sw, vw: vw})
+			cur.cmps++
+			cur.puts++
+			cur.bytes += 2 * kvCost(key, 8)
+		}
+		for _, swk := range sw.streams {
+			lenKey := s.lay.lenKey(sw.sc.name, swk.name)
+			prefix := s.lay.entryPrefix(sw.sc.name, swk.name)
+			head := 2 * kvCost(lenKey, 8)
+			for i := 0; i < len(swk.ents); {
+				first := kvCost(prefix, len(swk.ents[i])+8)
+				need(1, 2, head+first)
+				it := item{sw: sw, swk: swk, from: i}
+				cur.cmps++
+				cur.puts++
+				cur.bytes += head
+				for i < len(swk.ents) {
+					c := kvCost(prefix, len(swk.ents[i])+8)
+					if it.n > 0 && !s.fits(cur, 0, 1, c) {
+						break
+					}
+					cur.puts++
+					cur.bytes += c
+					it.n++
+					i++
+				}
+				cur.items = append(cur.items, it)
+			}
+		}
+	}
+	push()
+	return plans
+}
+
+func (s *Store) scopeCost(sw *scopeWork) (cmps, puts, bytes int) {
+	if sw.fence != nil {
+		cmps, bytes = 1, kvCost(sw.fence.Key, 16)
+	}
+	for _, vw := range sw.values {
+		cmps++
+		puts++
+		bytes += 2 * kvCost(s.lay.valueKey(sw.sc.name, vw.name), 8)
+	}
+	for _, swk := range sw.streams {
+		cmps++
+		puts++
+		bytes += 2 * kvCost(s.lay.lenKey(sw.sc.name, swk.name), 8)
+		prefix := s.lay.entryPrefix(sw.sc.name, swk.name)
+		for _, e := range swk.ents {
+			puts++
+			bytes += kvCost(prefix, len(e)+8)
+		}
+	}
+	return cmps, puts, bytes
+}
+
+// runTxn runs the items of plan whose scopes have not failed, retrying
+// without the scopes whose compares failed, until it commits, has nothing
+// left, or its outcome is unknown.
+func (s *Store) runTxn(plan *txnPlan) {
+	for {
+		var (
+			cmps   []clientv3.Cmp
+			thens  []clientv3.Op
+			elses  []clientv3.Op
+			checks []*scopeWork
+			evals  []func(kvs []*kvView) bool
+			live   []item
+		)
+		for _, it := range plan.items {
+			if it.sw.err != nil {
+				continue
+			}
+			live = append(live, it)
+			sc := it.sw.sc.name
+			switch {
+			case it.fence:
+				f := it.sw.fence
+				cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(f.Key), "=", f.CreateRevision))
+				elses = append(elses, clientv3.OpGet(f.Key))
+				evals = append(evals, func(kvs []*kvView) bool {
+					return len(kvs) == 1 && kvs[0].createRev == f.CreateRevision
+				})
+			case it.vw != nil:
+				vw := it.vw
+				key := s.lay.valueKey(sc, vw.name)
+				cmps = append(cmps, cmpU64(key, vw.old))
+				elses = append(elses, clientv3.OpGet(key))
+				evals = append(evals, wantU64(vw.old))
+				if vw.new == 0 {
+					thens = append(thens, clientv3.OpDelete(key))
+				} else {
+					thens = append(thens, clientv3.OpPut(key, encodeU64(vw.new)))
+				}
+			default:
+				swk := it.swk
+				lenKey := s.lay.lenKey(sc, swk.name)
+				base := swk.base + uint64(it.from)
+				cmps = append(cmps, cmpU64(lenKey, base))
+				elses = append(elses, clientv3.OpGet(lenKey))
+				evals = append(evals, wantU64(base))
+				prefix := s.lay.entryPrefix(sc, swk.name)
+				for k := range it.n {
+					thens = append(thens, clientv3.OpPut(entryKey(prefix, base+uint64(k)), string(swk.ents[it.from+k])))
+				}
+				thens = append(thens, clientv3.OpPut(lenKey, encodeU64(base+uint64(it.n))))
+			}
+			checks = append(checks, it.sw)
+		}
+		if len(live) == 0 {
+			return
+		}
+		ctx, cancel := s.ctx()
+		began := time.Now()
+		resp, err := s.kv.Txn(ctx).If(cmps...).Then(thens...).Else(elses...).Commit()
+		cancel()
+		s.txns.Add(1)
+		if err != nil {
+			err = fmt.Errorf("%w: %w: %w", store.ErrFailed, ErrUnknownOutcome, err)
+			for _, it := range live {
+				it.sw.err = err
+			}
+			s.observeTxn(began, len(cmps)+len(thens), err)
+			return
+		}
+		if resp.Succeeded {
+			s.commits.Add(1)
+			for _, it := range live {
+				switch {
+				case it.vw != nil:
+					it.vw.done = true
+				case it.swk != nil:
+					it.swk.done += it.n
+				}
+			}
+			s.observeTxn(began, len(cmps)+len(thens), nil)
+			return
+		}
+		// Refused: the Else reads say which compares failed. Their scopes
+		// fail; the others run again without them.
+		var refused error
+		for i, r := range resp.Responses {
+			rr := r.GetResponseRange()
+			var kvs []*kvView
+			if rr != nil {
+				for _, kv := range rr.Kvs {
+					kvs = append(kvs, &kvView{value: kv.Value, createRev: kv.CreateRevision})
+				}
+			}
+			if evals[i](kvs) || checks[i].err != nil {
+				continue
+			}
+			if live[i].fence {
+				checks[i].err = fmt.Errorf("%w: %w: scope %q", store.ErrFailed, ErrFenced, checks[i].sc.name)
+			} else {
+				checks[i].err = fmt.Errorf("%w: %w: scope %q", store.ErrFailed, ErrConflict, checks[i].sc.name)
+			}
+			refused = checks[i].err
+		}
+		if refused == nil {
+			// Every compare holds in the Else reads of the very transaction
+			// that failed them: etcd broke its contract. Fail all.
+			refused = fmt.Errorf("%w: %w: refused transaction whose compares hold", store.ErrFailed, ErrConflict)
+			for _, it := range live {
+				it.sw.err = refused
+			}
+		}
+		s.observeTxn(began, len(cmps)+len(thens), refused)
+	}
+}
+
+func (s *Store) observeTxn(began time.Time, ops int, err error) {
+	if s.opts.OnTxn != nil {
+		s.opts.OnTxn(time.Since(began), ops, err)
+	}
+}
+
+// kvView is what an Else read returned of one key.
+type kvView struct {
+	value     []byte
+	createRev int64
+}
+
+// cmpU64 compares key against v in this layout: absent for 0, else the
+// 8-byte encoding.
+func cmpU64(key string, v uint64) clientv3.Cmp {
+	if v == 0 {
+		return clientv3.Compare(clientv3.CreateRevision(key), "=", 0)
+	}
+	return clientv3.Compare(clientv3.Value(key), "=", encodeU64(v))
+}
+
+func wantU64(v uint64) func([]*kvView) bool {
+	return func(kvs []*kvView) bool {
+		if v == 0 {
+			return len(kvs) == 0
+		}
+		return len(kvs) == 1 && bytes.Equal(kvs[0].value, []byte(encodeU64(v)))
+	}
+}

@@ -1,0 +1,68 @@
+// Package etcdstore is a store.DurableStore kept in an etcd v3 cluster, for
+// participantd's cluster mode: the data is Raft-replicated by etcd, and every
+// commit can be fenced by an ownership key so that a node that lost a
+// conversation is refused by etcd itself.
+//
+// # Layout
+//
+// Every key starts with Options.Prefix. Options.Scope maps each stream or
+// value name to a scope (for participantd: the conversation), and all of a
+// scope is one key range:
+//
+//	key                               value
+//	c/<scope>/l/<name>                stream length: 8-byte BE (absent = 0)
+//	c/<scope>/s/<n:2 BE><name><seq:8 BE>   stream entry: the payload
+//	c/<scope>/v/<name>                value: 8-byte BE (absent = 0, 0 never stored)
+//	g/…                               the same for names of the global scope ""
+//
+// The 2-byte name length in entry keys keeps one stream's entries a range of
+// their own, in seq order.
+//
+// # Contract
+//
+// As store.DurableStore: appends and CASes stage in memory and are visible
+// at once; a Flush that returns nil made every write before it durable
+// (committed by a quorum of etcd members). What differs:
+//
+//   - Failure is per scope. A commit that etcd refused (a fence or a length
+//     or value compare failed) or whose outcome is unknown fails the scopes
+//     it wrote, with a sticky error wrapping store.ErrFailed and ErrFenced,
+//     ErrConflict or ErrUnknownOutcome; every later call on a name of that
+//     scope returns it until Reset. Other scopes keep working. Flush
+//     reports every failed scope; FlushScopes only the scopes it names.
+//   - Payloads are limited to what fits one etcd request (MaxPayloadLen),
+//     refused at Append with store.ErrTooLarge.
+//   - Scan walks every key of the prefix: it is for offline tools.
+//
+// # Commit
+//
+// One committer goroutine, owned by the Store and stopped by Close, takes
+// every staged write when a Flush asks for it (Flushes arriving during a
+// commit form the next one: group commit) and writes them as transactions:
+//
+//	If   each touched stream's length key = the length last committed or read
+//	     each CAS'd value = its last committed or read value
+//	     each touched scope's fence key has the fence's create revision
+//	Then put the entries, the new lengths, the values (delete for 0)
+//	Else read every compared key
+//
+// so that no two writers can commit the same seq of a stream: a stream never
+// forks. When refused, the Else reads show which compares failed; those
+// scopes fail and the transaction runs again without them (at most once per
+// failed scope), so a fenced-off scope fails only itself.
+//
+// # Atomicity
+//
+// A transaction holds at most Options.MaxTxnOps compares and as many writes,
+// and stays below Options.MaxRequestBytes. Scopes are packed whole while
+// they fit; a scope that alone passes a limit is split, each stream in seq
+// order, each chunk comparing the length the previous chunk wrote, and the
+// chunks run in order. Atomic is exactly one transaction: if a later chunk
+// fails, a prefix of each stream's appends is durable and the scope fails
+// (never a gap). A scope that fits one transaction commits all or nothing.
+//
+// # Locks
+//
+// Store.mu is the only lock. It is never held across an etcd call or a
+// channel operation.
+package etcdstore

@@ -1,0 +1,756 @@
+package etcdstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/participantd/participantd/store"
+)
+
+// Defaults for the zero Options. The limits are etcd's own defaults
+// (--max-txn-ops, --max-request-bytes); a cluster configured with larger
+// ones may be given larger ones here, never smaller ones there.
+const (
+	DefaultPrefix          = "/participantd/"
+	DefaultMaxTxnOps       = 128
+	DefaultMaxRequestBytes = 3 << 19 // 1.5 MiB
+	DefaultTimeout         = 5 * time.Second
+	// payloadReserve is what a transaction needs beside one payload: its
+	// keys, compares, the fence and the request's framing.
+	payloadReserve = 64 << 10
+	// readPage is how many entries one range read returns at most.
+	readPage = 256
+)
+
+// Sentinel errors. A failed scope's sticky error wraps store.ErrFailed and
+// exactly one of ErrFenced, ErrConflict and ErrUnknownOutcome.
+var (
+	// ErrFenced reports a scope whose fence no longer holds: the ownership
+	// key is gone or belongs to a newer claim, so etcd refused the commit
+	// and nothing of it was written.
+	ErrFenced = errors.New("etcdstore: fenced off")
+	// ErrConflict reports a scope that another writer changed behind this
+	// store's back: a stream length or value was not what this store last
+	// committed or read. Nothing of the refused transaction was written.
+	ErrConflict = errors.New("etcdstore: scope changed by another writer")
+	// ErrUnknownOutcome reports a transaction that may or may not have
+	// committed (timeout, lost connection).
+	ErrUnknownOutcome = errors.New("etcdstore: transaction outcome unknown")
+	// ErrNotFenced reports a write to a scope that has no fence while
+	// Options.RequireFence is set. Nothing is staged.
+	ErrNotFenced = errors.New("etcdstore: scope has no fence")
+	// ErrCorrupt reports a key or value of the layout that cannot be read:
+	// a length that is not 8 bytes, an entry missing below a stream's
+	// length.
+	ErrCorrupt = errors.New("etcdstore: corrupt data")
+)
+
+// Fence guards every commit of one scope: the transaction also compares
+// that Key exists with create revision CreateRevision (the revision of the
+// claim that created it). A lease that expired deletes the key and a newer
+// claim recreates it, so either refuses the commit in etcd itself.
+type Fence struct {
+	Key            string
+	CreateRevision int64
+}
+
+// Options configures Open. The zero value means the defaults.
+type Options struct {
+	// Prefix is prepended to every key; default DefaultPrefix.
+	Prefix string
+	// Scope maps a stream or value name to its scope: all names of one
+	// scope share one key range and one sticky error, and a fence guards a
+	// scope. "" is the global scope; a scope containing '/' is treated as
+	// global. Nil puts every name in the global scope.
+	Scope func(name string) string
+	// RequireFence refuses writes to a non-global scope that has no fence.
+	RequireFence bool
+	// MaxTxnOps and MaxRequestBytes are the etcd cluster's limits;
+	// defaults DefaultMaxTxnOps and DefaultMaxRequestBytes.
+	MaxTxnOps       int
+	MaxRequestBytes int
+	// Timeout bounds every etcd call; default DefaultTimeout.
+	Timeout time.Duration
+	// Logger receives the store's logs; the zero value logs nothing.
+	Logger zerolog.Logger
+	// OnTxn, if set, is told about every commit transaction: its latency,
+	// its number of operations and its outcome (nil, or the error that
+	// failed at least one of its scopes). It must not block.
+	OnTxn func(d time.Duration, ops int, err error)
+}
+
+// Store is a store.DurableStore kept in etcd. Appends and CAS writes stage
+// in memory and are visible at once; Flush commits them with group commit
+// as fenced, compared etcd transactions (see doc.go).
+//
+// A Store owns one committer goroutine, started by Open and stopped by
+// Close. It does not own the etcd client.
+type Store struct {
+	kv         clientv3.KV
+	lay        layout
+	opts       Options
+	maxPayload int
+	log        zerolog.Logger
+
+	// kick wakes the committer (capacity 1: wakes coalesce); quit stops it
+	// and done is closed when it has stopped.
+	kick chan struct{}
+	quit chan struct{}
+	done chan struct{}
+
+	flushes   atomic.Uint64
+	commits   atomic.Uint64
+	appends   atomic.Uint64
+	casWrites atomic.Uint64
+	txns      atomic.Uint64
+
+	// mu guards every field below. It is never held across an etcd call or
+	// a channel operation.
+	mu     sync.Mutex
+	closed bool
+	scopes map[string]*scope
+	// reads caches values read (not written) since the last commit; a
+	// commit forgets them, so the cache is bounded by what is read between
+	// two commits. readEpoch advances at every commit, so a read that
+	// raced one is not cached.
+	reads     map[string]uint64
+	readEpoch uint64
+	// next is the batch that will carry the staged writes; inflight is the
+	// batch being committed.
+	next     *batch
+	inflight *batch
+}
+
+// scope is the state of one scope. Guarded by Store.mu.
+type scope struct {
+	name  string
+	fence *Fence
+	// err is the sticky error of a failed commit (wraps store.ErrFailed).
+	err error
+	// epoch advances at every reset and failure, so that a commit or a load
+	// begun before it does not install stale state.
+	epoch   uint64
+	streams map[string]*stream
+	values  map[string]*value
+	// lensLoaded is set once every stream length of the scope was read
+	// into streams, so that a stream missing there has length 0.
+	lensLoaded bool
+	// dirtyStreams and dirtyValues hold what was staged since the last
+	// commit began; inflight is set while a commit writes this scope.
+	dirtyStreams map[string]*stream
+	dirtyValues  map[string]*value
+	inflight     bool
+}
+
+func (sc *scope) dirty() bool { return len(sc.dirtyStreams)+len(sc.dirtyValues) > 0 }
+
+// stream is the state of one stream used since Open (or the scope's last
+// reset). Guarded by Store.mu.
+type stream struct {
+	// committed is the number of entries in etcd.
+	committed uint64
+	// pending holds entries committed.. not yet durable; elements are never
+	// modified once appended, so readers may keep a sub-slice. The first
+	// taken of them are being written by the commit in progress.
+	pending [][]byte
+	taken   int
+}
+
+func (st *stream) lenLocked() uint64 { return st.committed + uint64(len(st.pending)) }
+
+// value is the state of one value with a write staged or in flight.
+// Guarded by Store.mu.
+type value struct {
+	committed uint64 // the value in etcd (0 = absent)
+	cur       uint64 // the value including staged writes
+	gen       uint64 // advances at every CAS
+}
+
+// batch is one group commit.
+type batch struct {
+	done chan struct{}
+	err  error // set before done is closed: ErrClosed, or nil
+}
+
+// Open returns a Store on cli. The caller keeps ownership of cli and closes
+// it after Close.
+func Open(cli *clientv3.Client, opts Options) *Store {
+	if opts.Prefix == "" {
+		opts.Prefix = DefaultPrefix
+	}
+	if opts.MaxTxnOps <= 0 {
+		opts.MaxTxnOps = DefaultMaxTxnOps
+	}
+	if opts.MaxRequestBytes <= 0 {
+		opts.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = DefaultTimeout
+	}
+	s := &Store{
+		kv:         cli.KV,
+		lay:        layout{prefix: opts.Prefix, scope: opts.Scope},
+		opts:       opts,
+		maxPayload: max(opts.MaxRequestBytes-payloadReserve, 1),
+		log:        opts.Logger.With().Str("component", "etcdstore").Logger(),
+		kick:       make(chan struct{}, 1),
+		quit:       make(chan struct{}),
+		done:       make(chan struct{}),
+		scopes:     make(map[string]*scope),
+		reads:      make(map[string]uint64),
+	}
+	go s.run()
+	return s
+}
+
+// MaxPayloadLen returns the largest payload Append accepts: what fits in
+// one etcd request beside the keys of its transaction.
+func (s *Store) MaxPayloadLen() int { return s.maxPayload }
+
+// ScopePrefix returns the etcd key prefix holding every stream and value of
+// scope sc.
+func (s *Store) ScopePrefix(sc string) string { return s.lay.ScopePrefix(sc) }
+
+// Prefix returns the key prefix of the store.
+func (s *Store) Prefix() string { return s.lay.prefix }
+
+// ScopeOf returns the scope of a stream or value name.
+func (s *Store) ScopeOf(name string) string { return s.lay.scopeOf(name) }
+
+// Stats reports what the store did since Open; Commits counts etcd
+// transactions that committed.
+func (s *Store) Stats() store.Stats {
+	return store.Stats{
+		Flushes:   s.flushes.Load(),
+		Commits:   s.commits.Load(),
+		Appends:   s.appends.Load(),
+		CASWrites: s.casWrites.Load(),
+	}
+}
+
+// SetFence makes every later commit of scope sc compare f. It does not
+// reset the scope; a claim that follows a loss calls Reset too.
+func (s *Store) SetFence(sc string, f Fence) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.scopeLocked(sc).fence = &f
+}
+
+// Reset forgets everything of scope sc: its sticky error, cached lengths
+// and values, and staged writes not yet taken by a commit (a commit in
+// progress completes, but its result no longer updates the scope). The
+// next use reads the scope from etcd again. The fence stays. The caller
+// makes sure nothing writes sc meanwhile (the participant holds the
+// conversation's turn).
+func (s *Store) Reset(sc string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.scopeLocked(sc)
+	c.err = nil
+	c.clearLocked()
+}
+
+// Drop forgets scope sc entirely (fence included) and makes its calls fail
+// with ErrFenced until the next Reset: the owner gave it up.
+func (s *Store) Drop(sc string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.scopeLocked(sc)
+	c.fence = nil
+	c.err = fmt.Errorf("%w: %w: scope %q was released", store.ErrFailed, ErrFenced, sc)
+	c.clearLocked()
+}
+
+// Failed returns the sticky error of scope sc, or nil.
+func (s *Store) Failed(sc string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c := s.scopes[sc]; c != nil {
+		return c.err
+	}
+	return nil
+}
+
+func (c *scope) clearLocked() {
+	c.epoch++
+	c.lensLoaded = false
+	c.streams = make(map[string]*stream)
+	c.values = make(map[string]*value)
+	c.dirtyStreams = make(map[string]*stream)
+	c.dirtyValues = make(map[string]*value)
+}
+
+func (s *Store) scopeLocked(name string) *scope {
+	c := s.scopes[name]
+	if c == nil {
+		c = &scope{name: name}
+		c.clearLocked()
+		s.scopes[name] = c
+	}
+	return c
+}
+
+// failLocked makes err the sticky error of c and forgets its state.
+func (s *Store) failLocked(c *scope, err error) {
+	if c.err == nil {
+		c.err = err
+		s.log.Warn().Err(err).Str("scope", c.name).Msg("scope failed")
+	}
+	c.clearLocked()
+}
+
+// usable returns the scope of name, or the error that refuses calls on it.
+func (s *Store) usableLocked(name string) (*scope, error) {
+	if s.closed {
+		return nil, store.ErrClosed
+	}
+	c := s.scopeLocked(s.lay.scopeOf(name))
+	if c.err != nil {
+		return nil, c.err
+	}
+	return c, nil
+}
+
+func (s *Store) ctx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), s.opts.Timeout)
+}
+
+func checkName(name string) error {
+	if name == "" || len(name) > store.MaxNameLen {
+		if len(name) > 64 {
+			name = name[:64] + "..."
+		}
+		return fmt.Errorf("%q: %w", name, store.ErrInvalidName)
+	}
+	return nil
+}
+
+// streamLocked returns the state of stream name in c, loading the lengths
+// of c's streams from etcd first if needed. It may release and retake s.mu;
+// it returns the error that refuses the call if the store or scope failed
+// meanwhile.
+//
+// A scope's lengths load together, in one range read, the first time any
+// of its streams is used: a conversation's oplog and outbox cost one round
+// trip, and afterwards a stream the scope does not have has length 0
+// without asking etcd. That knowledge stays valid because the store is the
+// scope's only writer (the fence makes it so in cluster mode, and any
+// other writer is caught by the length compares of the next commit).
+func (s *Store) streamLocked(c *scope, name string) (*scope, *stream, error) {
+	for {
+		if st := c.streams[name]; st != nil {
+			return c, st, nil
+		}
+		if c.lensLoaded {
+			st := &stream{}
+			c.streams[name] = st
+			return c, st, nil
+		}
+		epoch := c.epoch
+		s.mu.Unlock()
+		lens, err := s.loadLens(c.name)
+		s.mu.Lock()
+		if err != nil {
+			return nil, nil, err
+		}
+		c, err = s.usableLocked(name)
+		if err != nil {
+			return nil, nil, err
+		}
+		if c.epoch == epoch && !c.lensLoaded {
+			for n, l := range lens {
+				if c.streams[n] == nil {
+					c.streams[n] = &stream{committed: l}
+				}
+			}
+			c.lensLoaded = true
+		}
+	}
+}
+
+// loadLens reads the length of every stream of scope sc.
+func (s *Store) loadLens(sc string) (map[string]uint64, error) {
+	prefix := s.lay.lenKey(sc, "")
+	out := make(map[string]uint64)
+	from, end := prefix, clientv3.GetPrefixRangeEnd(prefix)
+	for {
+		ctx, cancel := s.ctx()
+		resp, err := s.kv.Get(ctx, from, clientv3.WithRange(end), clientv3.WithLimit(4096))
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("etcdstore: read stream lengths of scope %q: %w", sc, err)
+		}
+		for _, kv := range resp.Kvs {
+			n, ok := decodeU64(kv.Value)
+			if !ok {
+				return nil, fmt.Errorf("%w: length key %q has %d bytes", ErrCorrupt, kv.Key, len(kv.Value))
+			}
+			out[string(kv.Key[len(prefix):])] = n
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			return out, nil
+		}
+		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+}
+
+// Append stages payload at the end of stream; see store.DurableStore.
+func (s *Store) Append(name string, payload []byte, expectedSeq uint64) (uint64, error) {
+	if err := checkName(name); err != nil {
+		return 0, err
+	}
+	if len(payload) > s.maxPayload {
+		return 0, fmt.Errorf("%d bytes, at most %d fit an etcd request: %w", len(payload), s.maxPayload, store.ErrTooLarge)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, err := s.usableLocked(name)
+	if err != nil {
+		return 0, err
+	}
+	if s.opts.RequireFence && c.name != "" && c.fence == nil {
+		return 0, fmt.Errorf("%w: %q", ErrNotFenced, c.name)
+	}
+	c, st, err := s.streamLocked(c, name)
+	if err != nil {
+		return 0, err
+	}
+	if n := st.lenLocked(); n != expectedSeq {
+		return 0, &store.SequenceConflictError{Stream: name, Expected: expectedSeq, Actual: n}
+	}
+	st.pending = append(st.pending, append([]byte(nil), payload...))
+	c.dirtyStreams[name] = st
+	s.appends.Add(1)
+	return expectedSeq, nil
+}
+
+// Len returns the length of stream counting staged appends.
+func (s *Store) Len(name string) (uint64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, err := s.usableLocked(name)
+	if err != nil {
+		return 0, err
+	}
+	_, st, err := s.streamLocked(c, name)
+	if err != nil {
+		return 0, err
+	}
+	return st.lenLocked(), nil
+}
+
+// ReadFrom returns up to limit entries of stream from offset, staged or
+// committed. The entries are copies the caller owns.
+func (s *Store) ReadFrom(name string, offset uint64, limit int) ([]store.Entry, error) {
+	s.mu.Lock()
+	c, err := s.usableLocked(name)
+	if err == nil {
+		c, _, err = s.streamLocked(c, name)
+	}
+	if err != nil {
+		s.mu.Unlock()
+		return nil, err
+	}
+	st := c.streams[name]
+	committed, pending := st.committed, st.pending
+	s.mu.Unlock()
+
+	total := committed + uint64(len(pending))
+	if offset >= total {
+		return nil, nil
+	}
+	end := total
+	if limit > 0 && uint64(limit) < end-offset {
+		end = offset + uint64(limit)
+	}
+	out := make([]store.Entry, 0, min(end-offset, 4096))
+	prefix := s.lay.entryPrefix(c.name, name)
+	for from := offset; from < min(end, committed); {
+		to := min(end, committed, from+readPage)
+		ctx, cancel := s.ctx()
+		resp, err := s.kv.Get(ctx, entryKey(prefix, from), clientv3.WithRange(entryKey(prefix, to)))
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("etcdstore: read %q from %d: %w", name, from, err)
+		}
+		if uint64(len(resp.Kvs)) != to-from {
+			return nil, fmt.Errorf("%w: stream %q has %d entries in [%d, %d), want %d", ErrCorrupt, name, len(resp.Kvs), from, to, to-from)
+		}
+		for i, kv := range resp.Kvs {
+			if string(kv.Key) != entryKey(prefix, from+uint64(i)) {
+				return nil, fmt.Errorf("%w: stream %q entry %d is missing", ErrCorrupt, name, from+uint64(i))
+			}
+			out = append(out, store.Entry{Seq: from + uint64(i), Payload: kv.Value})
+		}
+		from = to
+	}
+	for seq := max(offset, committed); seq < end; seq++ {
+		out = append(out, store.Entry{Seq: seq, Payload: append([]byte(nil), pending[seq-committed]...)})
+	}
+	return out, nil
+}
+
+// CAS stages value key = new if it is old; see store.DurableStore.
+func (s *Store) CAS(key string, old, new uint64) error {
+	if err := checkName(key); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, err := s.usableLocked(key)
+	if err != nil {
+		return err
+	}
+	if s.opts.RequireFence && c.name != "" && c.fence == nil {
+		return fmt.Errorf("%w: %q", ErrNotFenced, c.name)
+	}
+	for c.values[key] == nil {
+		if v, ok := s.reads[key]; ok {
+			c.values[key] = &value{committed: v, cur: v}
+			break
+		}
+		epoch, readEpoch := c.epoch, s.readEpoch
+		s.mu.Unlock()
+		v, err := s.loadValue(c.name, key)
+		s.mu.Lock()
+		if err != nil {
+			return err
+		}
+		if c, err = s.usableLocked(key); err != nil {
+			return err
+		}
+		if c.epoch == epoch && s.readEpoch == readEpoch && c.values[key] == nil {
+			c.values[key] = &value{committed: v, cur: v}
+		}
+	}
+	v := c.values[key]
+	if v.cur != old {
+		return &store.CASConflictError{Key: key, Expected: old, Actual: v.cur}
+	}
+	v.cur = new
+	v.gen++
+	c.dirtyValues[key] = v
+	delete(s.reads, key)
+	s.casWrites.Add(1)
+	return nil
+}
+
+func (s *Store) loadValue(sc, key string) (uint64, error) {
+	ctx, cancel := s.ctx()
+	defer cancel()
+	resp, err := s.kv.Get(ctx, s.lay.valueKey(sc, key))
+	if err != nil {
+		return 0, fmt.Errorf("etcdstore: read value %q: %w", key, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return 0, nil
+	}
+	v, ok := decodeU64(resp.Kvs[0].Value)
+	if !ok {
+		return 0, fmt.Errorf("%w: value %q has %d bytes", ErrCorrupt, key, len(resp.Kvs[0].Value))
+	}
+	return v, nil
+}
+
+// ReadValue returns the current value of key, 0 when absent.
+func (s *Store) ReadValue(key string) (uint64, error) {
+	s.mu.Lock()
+	c, err := s.usableLocked(key)
+	if err != nil {
+		s.mu.Unlock()
+		return 0, err
+	}
+	if v := c.values[key]; v != nil {
+		s.mu.Unlock()
+		return v.cur, nil
+	}
+	if v, ok := s.reads[key]; ok {
+		s.mu.Unlock()
+		return v, nil
+	}
+	epoch, readEpoch := c.epoch, s.readEpoch
+	s.mu.Unlock()
+	v, err := s.loadValue(c.name, key)
+	if err != nil {
+		return 0, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c, err = s.usableLocked(key); err != nil {
+		return 0, err
+	}
+	if w := c.values[key]; w != nil {
+		return w.cur, nil
+	}
+	if c.epoch == epoch && s.readEpoch == readEpoch {
+		s.reads[key] = v
+	}
+	return v, nil
+}
+
+// Scan returns every value whose name starts with prefix, in name order.
+// Names map to scopes by a function, not by prefix, so Scan walks the keys
+// of every scope: it is meant for offline tools, not for serving.
+func (s *Store) Scan(prefix string) ([]store.Value, error) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, store.ErrClosed
+	}
+	s.mu.Unlock()
+	found := make(map[string]uint64)
+	from, end := s.lay.prefix, clientv3.GetPrefixRangeEnd(s.lay.prefix)
+	for {
+		ctx, cancel := s.ctx()
+		resp, err := s.kv.Get(ctx, from, clientv3.WithRange(end), clientv3.WithKeysOnly(), clientv3.WithLimit(1024))
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("etcdstore: scan: %w", err)
+		}
+		for _, kv := range resp.Kvs {
+			name, ok := s.lay.valueName(string(kv.Key))
+			if !ok || !strings.HasPrefix(name, prefix) || s.lay.valueKey(s.lay.scopeOf(name), name) != string(kv.Key) {
+				continue
+			}
+			v, err := s.loadValue(s.lay.scopeOf(name), name)
+			if err != nil {
+				return nil, err
+			}
+			found[name] = v
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			break
+		}
+		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+	s.mu.Lock()
+	for _, c := range s.scopes {
+		for name, v := range c.values {
+			if strings.HasPrefix(name, prefix) {
+				found[name] = v.cur
+			}
+		}
+	}
+	s.mu.Unlock()
+	out := make([]store.Value, 0, len(found))
+	for k, v := range found {
+		if v != 0 {
+			out = append(out, store.Value{Key: k, Value: v})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	return out, nil
+}
+
+// Flush returns nil only when every write that returned before the call is
+// durable in etcd; it reports the error of any scope that failed.
+func (s *Store) Flush() error {
+	return s.flush(nil)
+}
+
+// FlushScopes is Flush for the writes of the named scopes only: it waits
+// for the same group commit, but its error reports only those scopes, so a
+// scope fenced off elsewhere fails only its own flushes.
+func (s *Store) FlushScopes(scopes ...string) error {
+	if scopes == nil {
+		scopes = []string{}
+	}
+	return s.flush(scopes)
+}
+
+func (s *Store) flush(names []string) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return store.ErrClosed
+	}
+	s.flushes.Add(1)
+	var scopes []*scope
+	if names == nil {
+		for _, c := range s.scopes {
+			if c.err != nil || c.dirty() || c.inflight {
+				scopes = append(scopes, c)
+			}
+		}
+	} else {
+		for _, n := range names {
+			scopes = append(scopes, s.scopeLocked(n))
+		}
+	}
+	dirty, inflight := false, false
+	for _, c := range scopes {
+		if c.err != nil {
+			s.mu.Unlock()
+			return c.err
+		}
+		dirty = dirty || c.dirty()
+		inflight = inflight || c.inflight
+	}
+	var b *batch
+	switch {
+	case dirty:
+		if s.next == nil {
+			s.next = &batch{done: make(chan struct{})}
+		}
+		b = s.next
+	case inflight:
+		b = s.inflight
+	default:
+		s.mu.Unlock()
+		return nil
+	}
+	s.mu.Unlock()
+	if dirty {
+		select {
+		case s.kick <- struct{}{}:
+		default:
+		}
+	}
+	<-b.done
+	if b.err != nil {
+		return b.err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range scopes {
+		if c.err != nil {
+			return c.err
+		}
+	}
+	return nil
+}
+
+// Close stops the committer. Writes not yet committed are discarded, as in
+// a crash; a commit in progress completes first. Every later call returns
+// store.ErrClosed.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return store.ErrClosed
+	}
+	s.closed = true
+	s.mu.Unlock()
+	close(s.quit)
+	<-s.done
+	s.mu.Lock()
+	b := s.next
+	s.next = nil
+	s.mu.Unlock()
+	if b != nil {
+		b.err = store.ErrClosed
+		close(b.done)
+	}
+	return nil
+}
+
+var _ store.DurableStore = (*Store)(nil)
