@@ -95,14 +95,18 @@ func (c *Conn) start(ctx context.Context, op string, id ConversationID, create b
 	}
 	var cv *conversation
 	if create {
-		cv = c.svc.conversation(id)
+		cv = c.svc.pin(id)
 	} else if cv = c.svc.existing(id); cv == nil {
 		return refused(refuse(CodeUnknownParticipant, "no conversation %v", id))
 	}
 	t := cv.enqueue(st)
 	return func() error {
 		defer c.inflight.Done()
-		return observed(c.svc.await(ctx, cv, t))
+		err := c.svc.await(ctx, cv, t)
+		if create {
+			c.svc.unpin(cv)
+		}
+		return observed(err)
 	}
 }
 

@@ -324,6 +324,38 @@ func (s *Service) conversation(id ConversationID) *conversation {
 	return cv
 }
 
+// pin returns the entry of id, creating an unregistered one, and counts
+// one more operation that may create the conversation (an enroll) on it;
+// unpin undoes it. Only such operations keep an unregistered entry in the
+// map, so a refused enroll leaves nothing behind.
+func (s *Service) pin(id ConversationID) *conversation {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cv := s.convs[id]
+	if cv == nil {
+		cv = newConversation(id, false)
+		s.convs[id] = cv
+	}
+	cv.pins++
+	return cv
+}
+
+// unpin ends a pin of cv once its operation is answered. The last pin of a
+// conversation that nothing registered forgets the entry: nothing of it is
+// stored and no operation that could create it is queued. Operations that
+// need the conversation to exist (attach, tell, …) may still hold the
+// forgotten entry; they find no participant and are refused, as they would
+// have been. Reading registered here is safe: it is written only by the
+// batch of a pinned operation, which is answered before its unpin.
+func (s *Service) unpin(cv *conversation) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cv.pins--
+	if cv.pins == 0 && !cv.registered && s.convs[cv.id] == cv {
+		delete(s.convs, cv.id)
+	}
+}
+
 // existing returns the entry of id, or nil.
 func (s *Service) existing(id ConversationID) *conversation {
 	s.mu.Lock()
@@ -412,6 +444,9 @@ type conversation struct {
 	// failed commit dropped the state. Turn holder only.
 	registered bool
 	dropped    bool
+	// pins counts the queued or running operations that may create the
+	// conversation; guarded by Service.mu. See Service.pin.
+	pins int
 
 	// qmu guards queue, the operations waiting for the turn, in order.
 	qmu   sync.Mutex
