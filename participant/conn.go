@@ -26,6 +26,10 @@ type Conn struct {
 	// bindings maps each conversation this connection is bound in to the
 	// participant bound.
 	bindings map[ConversationID]ParticipantID
+	// reserved counts the binding slots held by enrolls and attaches that
+	// were decided and are not yet published in bindings or refused: with
+	// pipelining, conversations decide in parallel, so the cap counts them.
+	reserved int
 	// ended is set by End, with the cause it was given; no operation
 	// starts after it.
 	ended    bool
@@ -105,10 +109,33 @@ func (c *Conn) unbind(conv ConversationID, p ParticipantID) {
 	c.mu.Unlock()
 }
 
-func (c *Conn) bindingCount() int {
+// reserveBinding takes one of the connection's MaxConversationsPerConn
+// binding slots for the enroll or attach d is deciding, and sets
+// d.connBindings to the slots taken before it, so that d refuses
+// capacity_exceeded when none is left (and then nothing is reserved). The
+// caller calls the returned release exactly once, after the batch's
+// publication moved the binding into bindings, or when it did not commit.
+func (c *Conn) reserveBinding(d *decider) (release func()) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return len(c.bindings)
+	d.connBindings = len(c.bindings) + c.reserved
+	if d.connBindings >= d.maxConnBindings {
+		return func() {}
+	}
+	c.reserved++
+	return func() {
+		c.mu.Lock()
+		c.reserved--
+		c.mu.Unlock()
+	}
+}
+
+// holding completes like complete, then releases a binding reservation.
+func holding(release func(), complete func(error) error) func(error) error {
+	return func(werr error) error {
+		defer release()
+		return complete(werr)
+	}
 }
 
 // endingCause reports whether End was called on c, and with which cause.

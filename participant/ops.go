@@ -208,7 +208,6 @@ func (c *Conn) decider(conv ConversationID) *decider {
 		now:             c.svc.now(),
 		maxRecordBytes:  o.MaxRecordBytes,
 		maxParticipants: o.MaxParticipants,
-		connBindings:    c.bindingCount(),
 		maxConnBindings: o.MaxConversationsPerConn,
 	}
 }
@@ -266,19 +265,22 @@ func (c *Conn) StartEnroll(ctx context.Context, req Enroll) *Call[Bound] {
 			return settled(asError(e))
 		}
 		d := c.decider(b.cv.id)
+		release := c.reserveBinding(d)
 		row, e := d.enroll(st, &req)
 		if e != nil {
+			release()
 			return settled(e)
 		}
 		o := &op{row: row, tok: &tw, binds: true}
 		if st.Applied == 0 {
 			g := oplog.Row{Kind: oplog.KindGenesis, At: d.at()}
 			if _, err := rand.Read(g.Nonce[:]); err != nil {
+				release()
 				return settled(unavailable("minting the conversation nonce", err))
 			}
 			o.genesis = &g
 		}
-		return b.commit(o, func() { *a = boundAnswer(d.key, b.st.Nonce, b.cv.id, &row, c.svc.opts.ReceiptTTL) })
+		return holding(release, b.commit(o, func() { *a = boundAnswer(d.key, b.st.Nonce, b.cv.id, &row, c.svc.opts.ReceiptTTL) }))
 	})
 	return call
 }
@@ -306,8 +308,13 @@ func (c *Conn) StartAttach(ctx context.Context, req Attach) *Call[Bound] {
 			return settled(asError(e))
 		}
 		d := c.decider(b.cv.id)
+		release := func() {}
+		if _, here := d.boundHere(st); !here {
+			release = c.reserveBinding(d)
+		}
 		row, e := d.attach(st, &req)
 		if e != nil {
+			release()
 			return settled(e)
 		}
 		m := st.Member(req.Participant)
@@ -316,7 +323,7 @@ func (c *Conn) StartAttach(ctx context.Context, req Attach) *Call[Bound] {
 			o.ending = b.endingOf(req.Participant)
 			o.ended = &superseded{conn: m.Conn, p: req.Participant}
 		}
-		return b.commit(o, func() { *a = boundAnswer(d.key, b.st.Nonce, b.cv.id, &row, c.svc.opts.ReceiptTTL) })
+		return holding(release, b.commit(o, func() { *a = boundAnswer(d.key, b.st.Nonce, b.cv.id, &row, c.svc.opts.ReceiptTTL) }))
 	})
 	return call
 }
