@@ -155,6 +155,11 @@ func (c *Conn) endingCause() (bool, Cause) {
 // in ascending seq. ok is false when there is none, when this connection
 // holds no binding there, or while the conversation is not reconciled
 // (reconciliation wakes the connection when it is).
+//
+// A payload the backlog budget dropped from memory is read back from the
+// oplog here, on the caller's goroutine, with no lock held. If that read
+// fails (a failing store), Next logs it and reports ok false; the next wake
+// of the connection retries.
 func (c *Conn) Next(conv ConversationID, offered Offered) (d Delivery, ok bool) {
 	cv := c.svc.existing(conv)
 	if cv == nil {
@@ -167,14 +172,32 @@ func (c *Conn) Next(conv ConversationID, offered Offered) (d Delivery, ok bool) 
 		return Delivery{}, false
 	}
 	cv.mu.RLock()
-	defer cv.mu.RUnlock()
+	d, source, evicted, ok := c.nextLocked(cv, p, offered)
+	cv.mu.RUnlock()
+	if !ok || !evicted {
+		return d, ok
+	}
+	payload, err := c.svc.readPayload(conv, source, d.Seq)
+	if err != nil {
+		c.svc.log.Error().Err(err).Uint64("conversation", uint64(conv)).Stringer("seq", d.Seq).
+			Msg("reading an evicted payload back from the oplog")
+		return Delivery{}, false
+	}
+	d.Payload = payload
+	return d, true
+}
+
+// nextLocked finds Next's record in cv's state. When its payload was
+// evicted, it returns the oplog row to read it from. The caller holds
+// cv.mu for reading.
+func (c *Conn) nextLocked(cv *conversation, p ParticipantID, offered Offered) (d Delivery, source uint64, evicted, ok bool) {
 	st := cv.state
 	if st == nil {
-		return Delivery{}, false
+		return Delivery{}, 0, false, false
 	}
 	m := st.Member(p)
 	if m == nil || !m.Bound || m.Conn != c.id {
-		return Delivery{}, false
+		return Delivery{}, 0, false, false
 	}
 	epoch := Epoch{Conn: m.Conn, Generation: m.Generation}
 	after := m.Cursor
@@ -183,10 +206,10 @@ func (c *Conn) Next(conv ConversationID, offered Offered) (d Delivery, ok bool) 
 	}
 	rec := st.Next(p, after)
 	if rec == nil {
-		return Delivery{}, false
+		return Delivery{}, 0, false, false
 	}
 	return Delivery{
-		Conversation: conv,
+		Conversation: cv.id,
 		Recipient:    p,
 		Seq:          rec.Seq,
 		Kind:         rec.Kind,
@@ -194,5 +217,5 @@ func (c *Conn) Next(conv ConversationID, offered Offered) (d Delivery, ok bool) 
 		Payload:      rec.Payload,
 		Cause:        rec.Cause,
 		Epoch:        epoch,
-	}, true
+	}, rec.Source, rec.Evicted, true
 }

@@ -3,11 +3,16 @@ package participant
 import (
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"errors"
+	"path/filepath"
 	"runtime"
 	"sync"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/participantd/participantd/outbox"
 	"github.com/participantd/participantd/store"
 )
 
@@ -115,5 +120,127 @@ func TestPipelinedEnrollsRespectTheConnectionCap(t *testing.T) {
 	}
 	if _, err := c.Enroll(ctx, Enroll{Conversation: n + 1, Token: token(10)}); err != nil {
 		t.Errorf("Enroll after a detach freed a slot = %v, want ok", err)
+	}
+}
+
+// backlogEnv is a service on a bbolt store (so that the store's data is not
+// on the heap) with a sender and a recipient that never acks, both bound in
+// conversation 1.
+type backlogEnv struct {
+	svc        *Service
+	sender     *Conn
+	recipient  *Conn
+	tx, rx     Bound
+	ctx        context.Context
+	nextTokenN uint64
+}
+
+func newBacklogEnv(t *testing.T, budget int64) *backlogEnv {
+	t.Helper()
+	st, err := store.Open(filepath.Join(t.TempDir(), "data.db"), store.Options{})
+	must(t, err)
+	svc, err := Open(context.Background(), st, Options{NodeKey: testKey, MaxBacklogBytes: budget})
+	must(t, err)
+	t.Cleanup(func() {
+		svc.Close()
+		st.Close()
+	})
+	e := &backlogEnv{svc: svc, sender: svc.Connect(nil), recipient: svc.Connect(nil), ctx: context.Background()}
+	e.rx = mustEnroll(t, e.recipient, 1, 1)
+	e.tx = mustEnroll(t, e.sender, 1, 2)
+	return e
+}
+
+func (e *backlogEnv) tell(t *testing.T, payload []byte) Seq {
+	t.Helper()
+	e.nextTokenN++
+	var tok Token
+	binary.BigEndian.PutUint64(tok[:], e.nextTokenN)
+	tok[15] = 0xee
+	told, err := e.sender.Tell(e.ctx, Tell{Conversation: 1, Participant: e.tx.Participant, Generation: e.tx.Generation, Token: tok, Payload: payload})
+	must(t, err)
+	return told.Seq
+}
+
+// payloadOf returns the deterministic payload of the i-th tell.
+func payloadOf(i, size int) []byte {
+	b := make([]byte, size)
+	binary.BigEndian.PutUint64(b, uint64(i))
+	for j := 8; j < size; j++ {
+		b[j] = byte(i*31 + j)
+	}
+	return b
+}
+
+// TestBacklogOfANeverAckingRecipientIsBoundedInMemory tells 32 MiB to a
+// recipient that never acknowledges with a 4 MiB backlog budget: the heap
+// must stay near the budget, not grow with the data.
+func TestBacklogOfANeverAckingRecipientIsBoundedInMemory(t *testing.T) {
+	const (
+		budget = 4 << 20
+		size   = 64 << 10
+		total  = 32 << 20
+	)
+	e := newBacklogEnv(t, budget)
+	before := heapInUse()
+	for i := range total / size {
+		e.tell(t, payloadOf(i, size))
+	}
+	after := heapInUse()
+	// Without the budget the heap holds all 32 MiB; with it, the budget,
+	// one batch past it, and the store's buffers.
+	const bound = 16 << 20
+	if after > before && after-before > bound {
+		t.Errorf("%d MiB told to a recipient that never acks grew the heap by %.1f MiB, want < %d MiB",
+			total>>20, float64(after-before)/(1<<20), bound>>20)
+	}
+	bl := e.svc.Backlog()
+	if bl.MemoryBytes > budget {
+		t.Errorf("Backlog().MemoryBytes = %d, want <= %d", bl.MemoryBytes, budget)
+	}
+	if got, want := bl.MemoryBytes+bl.EvictedBytes, int64(total); got != want {
+		t.Errorf("Backlog() memory+evicted = %d bytes, want %d", got, want)
+	}
+}
+
+// TestSlowRecipientReceivesEvictedRecordsByteForByte lets a recipient fall
+// far past the backlog budget, then catch up: every record arrives, in
+// order, with its payload byte for byte, and acknowledging frees the
+// backlog.
+func TestSlowRecipientReceivesEvictedRecordsByteForByte(t *testing.T) {
+	const (
+		budget = 256 << 10
+		n      = 200
+	)
+	e := newBacklogEnv(t, budget)
+	want := make(map[Seq][]byte)
+	for i := range n {
+		p := payloadOf(i, 8+(i*977)%(16<<10))
+		want[e.tell(t, p)] = p
+	}
+	if bl := e.svc.Backlog(); bl.EvictedBytes == 0 {
+		t.Fatalf("Backlog() = %+v: nothing was evicted, the test does not test eviction", bl)
+	}
+	ds := drainNext(e.recipient, 1)
+	var got int
+	var last Seq
+	for _, d := range ds {
+		if d.Kind != outbox.KindRecord {
+			continue
+		}
+		got++
+		if diff := cmp.Diff(want[d.Seq], d.Payload); diff != "" {
+			t.Errorf("record %v payload differs (-want +got):\n%s", d.Seq, diff)
+		}
+		last = d.Seq
+	}
+	if got != n {
+		t.Fatalf("the slow recipient received %d records, want %d", got, n)
+	}
+	if _, err := e.recipient.Ack(e.ctx, Ack{Conversation: 1, Participant: e.rx.Participant, Generation: e.rx.Generation, Through: last}); err != nil {
+		t.Fatalf("Ack(through %v): %v", last, err)
+	}
+	if bl := e.svc.Backlog(); bl.Records != 0 || bl.MemoryBytes != 0 || bl.EvictedBytes != 0 {
+		t.Errorf("Backlog() after the recipient acknowledged everything = %+v, want zero", bl)
 	}
 }

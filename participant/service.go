@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/participantd/participantd/fence"
+	"github.com/participantd/participantd/oplog"
 	"github.com/participantd/participantd/outbox"
 	"github.com/participantd/participantd/store"
 )
@@ -33,6 +35,7 @@ const (
 	DefaultMaxRecordBytes          = 512 << 10
 	DefaultMaxParticipants         = 1024
 	DefaultMaxConversationsPerConn = 1024
+	DefaultMaxBacklogBytes         = 64 << 20
 )
 
 // Options configures a Service. The zero value is valid except for NodeKey.
@@ -50,6 +53,12 @@ type Options struct {
 	MaxParticipants int
 	// MaxConversationsPerConn caps the bindings one connection holds.
 	MaxConversationsPerConn int
+	// MaxBacklogBytes bounds the payload bytes of undelivered records that
+	// all conversations together keep in memory. Past it, the oldest
+	// payloads of the conversation that commits are dropped from memory and
+	// read back from the oplog when their recipient catches up. Default
+	// DefaultMaxBacklogBytes.
+	MaxBacklogBytes int64
 	// LoadWorkers is how many conversations Open reconciles at once.
 	// Default 64: reconciliations that must commit share group commits.
 	LoadWorkers int
@@ -83,6 +92,9 @@ func (o *Options) withDefaults() {
 	if o.MaxConversationsPerConn <= 0 {
 		o.MaxConversationsPerConn = DefaultMaxConversationsPerConn
 	}
+	if o.MaxBacklogBytes <= 0 {
+		o.MaxBacklogBytes = DefaultMaxBacklogBytes
+	}
 	if o.LoadWorkers <= 0 {
 		o.LoadWorkers = max(64, runtime.GOMAXPROCS(0))
 	}
@@ -107,6 +119,7 @@ type Service struct {
 	log         zerolog.Logger
 	incarnation uint64
 	fences      *fence.Fences[site]
+	backlog     *backlog
 
 	// regMu serializes appends to the registry stream.
 	regMu sync.Mutex
@@ -142,12 +155,13 @@ func Open(ctx context.Context, st store.DurableStore, opts Options) (*Service, e
 		return nil, fmt.Errorf("participant: node key has %d bytes, want %d", len(opts.NodeKey), NodeKeySize)
 	}
 	s := &Service{
-		st:     st,
-		opts:   opts,
-		log:    opts.Logger.With().Str("component", "participant").Logger(),
-		fences: fence.New[site](fence.Options{}),
-		convs:  make(map[ConversationID]*conversation),
-		conns:  make(map[ConnID]*Conn),
+		st:      st,
+		opts:    opts,
+		log:     opts.Logger.With().Str("component", "participant").Logger(),
+		fences:  fence.New[site](fence.Options{}),
+		backlog: &backlog{budget: opts.MaxBacklogBytes},
+		convs:   make(map[ConversationID]*conversation),
+		conns:   make(map[ConnID]*Conn),
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	inc, err := st.ReadValue(IncarnationKey)
@@ -169,7 +183,7 @@ func Open(ctx context.Context, st store.DurableStore, opts Options) (*Service, e
 		return nil, err
 	}
 	for _, id := range ids {
-		s.convs[id] = newConversation(id, true)
+		s.convs[id] = s.newConversation(id, true)
 	}
 	if err := s.loadAll(ctx, ids); err != nil {
 		return nil, err
@@ -318,7 +332,7 @@ func (s *Service) conversation(id ConversationID) *conversation {
 	defer s.mu.Unlock()
 	cv := s.convs[id]
 	if cv == nil {
-		cv = newConversation(id, false)
+		cv = s.newConversation(id, false)
 		s.convs[id] = cv
 	}
 	return cv
@@ -333,7 +347,7 @@ func (s *Service) pin(id ConversationID) *conversation {
 	defer s.mu.Unlock()
 	cv := s.convs[id]
 	if cv == nil {
-		cv = newConversation(id, false)
+		cv = s.newConversation(id, false)
 		s.convs[id] = cv
 	}
 	cv.pins++
@@ -462,10 +476,13 @@ type conversation struct {
 	unloadable *Unloadable
 	// bindingTokens holds the fence token of each bound participant.
 	bindingTokens map[ParticipantID]fenceToken
+
+	// backlog is the service's in-memory backlog account.
+	backlog *backlog
 }
 
-func newConversation(id ConversationID, registered bool) *conversation {
-	return &conversation{id: id, turn: make(chan struct{}, 1), registered: registered}
+func (s *Service) newConversation(id ConversationID, registered bool) *conversation {
+	return &conversation{id: id, turn: make(chan struct{}, 1), registered: registered, backlog: s.backlog}
 }
 
 func (cv *conversation) acquire(ctx context.Context) error {
@@ -497,9 +514,77 @@ func (cv *conversation) contained() bool {
 func (cv *conversation) drop() {
 	cv.dropped = true
 	cv.mu.Lock()
-	cv.state = nil
+	cv.setStateLocked(nil)
 	cv.bindingTokens = nil
 	cv.mu.Unlock()
+}
+
+// setStateLocked publishes st (nil: not loaded) as cv's state, moves the
+// service's backlog account from the old state to st, and, when the
+// backlog is past its budget, drops st's oldest payloads from memory until
+// it is not (or st holds none). The caller holds cv's turn and cv.mu for
+// writing, and st is no longer advanced by anyone else: Evict writes
+// records in place.
+func (cv *conversation) setStateLocked(st *outbox.State) {
+	bl := cv.backlog
+	if old := cv.state; old != nil {
+		bl.records.Add(-int64(len(old.Records)))
+		bl.bytes.Add(-old.PayloadBytes)
+		bl.evicted.Add(-old.EvictedBytes)
+	}
+	cv.state = st
+	if st == nil {
+		return
+	}
+	bl.records.Add(int64(len(st.Records)))
+	bl.bytes.Add(st.PayloadBytes)
+	bl.evicted.Add(st.EvictedBytes)
+	if over := bl.bytes.Load() - bl.budget; over > 0 {
+		freed := st.Evict(over)
+		bl.bytes.Add(-freed)
+		bl.evicted.Add(freed)
+	}
+}
+
+// readPayload reads the payload of record seq back from oplog row source
+// of conversation conv. The returned slice is the caller's.
+func (s *Service) readPayload(conv ConversationID, source uint64, seq Seq) ([]byte, error) {
+	entries, err := s.st.ReadFrom(oplog.Stream(conv), source, 1)
+	if err != nil {
+		return nil, fmt.Errorf("participant: read oplog row %d: %w", source, err)
+	}
+	if len(entries) != 1 {
+		return nil, fmt.Errorf("%w: oplog row %d of record %v is missing", ErrEvictedPayload, source, seq)
+	}
+	row, err := oplog.Decode(entries[0].Payload)
+	if err != nil {
+		return nil, fmt.Errorf("%w: oplog row %d: %v", ErrEvictedPayload, source, err)
+	}
+	if row.Kind != oplog.KindTell || row.Seq != seq {
+		return nil, fmt.Errorf("%w: oplog row %d is %v %v, want tell %v", ErrEvictedPayload, source, row.Kind, row.Seq, seq)
+	}
+	return row.Payload, nil
+}
+
+// ErrEvictedPayload reports an oplog row that does not hold the payload a
+// retained record was evicted from: the stored oplog changed under a live
+// conversation.
+var ErrEvictedPayload = errors.New("participant: evicted payload not found in the oplog")
+
+// backlog accounts for the records of every published state: the sums of
+// their lengths and payload bytes, in memory and evicted.
+type backlog struct {
+	budget  int64
+	records atomic.Int64
+	bytes   atomic.Int64
+	evicted atomic.Int64
+}
+
+// Backlog returns the records the service keeps for delivery and their
+// payload bytes, in memory and read back from the oplog on demand.
+func (s *Service) Backlog() Backlog {
+	b := s.backlog
+	return Backlog{Records: b.records.Load(), MemoryBytes: b.bytes.Load(), EvictedBytes: b.evicted.Load()}
 }
 
 // fenceToken is the fence token of one binding.
