@@ -45,6 +45,9 @@ const (
 	MetricOpsPerFlush       = "participantd_ops_per_flush"
 	MetricUnloadable        = "participantd_unloadable_conversations"
 	MetricReady             = "participantd_ready"
+
+	MetricOutboundQueuedBytes = "participantd_outbound_queued_bytes"
+	MetricPendingRequestBytes = "participantd_pending_request_bytes"
 )
 
 func newMetrics(s *Server) *metrics {
@@ -120,6 +123,12 @@ func newMetrics(s *Server) *metrics {
 			}
 			return 0
 		}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: MetricOutboundQueuedBytes, Help: "Bytes of frames queued for the connections' writers (bounded by max-outbound-bytes-total).",
+		}, func() float64 { return float64(s.outBytes.inUse()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: MetricPendingRequestBytes, Help: "Frame bytes of requests read and not yet answered (bounded by max-pending-bytes-total).",
+		}, func() float64 { return float64(s.pendingBytes.inUse()) }),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
