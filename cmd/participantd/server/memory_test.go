@@ -291,3 +291,35 @@ func TestPendingRequestsPastTheByteBudgetStopTheReader(t *testing.T) {
 		return h.metric(server.MetricPendingRequestBytes) == 0
 	})
 }
+
+// TestMetricsShowTheBacklog checks the backlog gauges: records and payload
+// bytes awaiting an ack, in memory and in total, then zero once acked.
+func TestMetricsShowTheBacklog(t *testing.T) {
+	h := start(t, server.Config{MaxBacklogBytes: 64 << 10})
+	rx := h.dial()
+	rcr := rx.enroll(1)
+	tx := h.dial()
+	tcr := tx.enroll(1)
+	var last uint64
+	for range 10 {
+		last = tx.tell(tcr, strings.Repeat("x", 10<<10)).Seq
+	}
+	if got := h.metric(server.MetricBacklogRecords); got != 11 { // joined + 10 records
+		t.Errorf("%s = %v, want 11", server.MetricBacklogRecords, got)
+	}
+	if got := h.metric(server.MetricBacklogTotalBytes); got != 100<<10 {
+		t.Errorf("%s = %v, want %d", server.MetricBacklogTotalBytes, got, 100<<10)
+	}
+	if got := h.metric(server.MetricBacklogBytes); got > 64<<10 || got == 0 {
+		t.Errorf("%s = %v, want in (0, %d]", server.MetricBacklogBytes, got, 64<<10)
+	}
+	a := rx.call(&wire.Ack{ID: rx.id(), Conversation: 1, Participant: rcr.p, Generation: rcr.gen, Through: last})
+	if _, ok := a.(*wire.Acked); !ok {
+		t.Fatalf("ack answered %#v", a)
+	}
+	for _, name := range []string{server.MetricBacklogRecords, server.MetricBacklogBytes, server.MetricBacklogTotalBytes} {
+		if got := h.metric(name); got != 0 {
+			t.Errorf("%s = %v after the ack, want 0", name, got)
+		}
+	}
+}
