@@ -35,7 +35,7 @@ const (
 	DefaultMaxRecordBytes          = 512 << 10
 	DefaultMaxParticipants         = 1024
 	DefaultMaxConversationsPerConn = 1024
-	DefaultMaxBacklogBytes         = 64 << 20
+	DefaultMaxBacklogBytes         = 16 << 20
 )
 
 // Options configures a Service. The zero value is valid except for NodeKey.
