@@ -90,9 +90,10 @@
 // acknowledge (outbox.State.Records); after every applied row the leading
 // records nobody still needs are reclaimed. Their payloads are held in
 // memory within Options.MaxBacklogBytes for the whole service: past it, the
-// committing conversation drops its oldest payloads (outbox.State.Evict,
-// under its turn and write lock, once published) and Conn.Next reads such a
-// payload back from its oplog row, outside every lock. Backlog reports the
+// conversations holding the most drop their oldest payloads
+// (outbox.State.Evict, under the victim's turn, taken without waiting, and
+// its write lock; see backlog.go) and Conn.Next reads such a payload back
+// from its oplog row, outside every lock. Backlog reports the
 // account. A conversation entry exists only for a registered conversation
 // or while an enroll that may create it is in flight, and a connection's
 // binding slots are reserved when an enroll or attach is decided, so that

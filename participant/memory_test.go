@@ -244,3 +244,40 @@ func TestSlowRecipientReceivesEvictedRecordsByteForByte(t *testing.T) {
 		t.Errorf("Backlog() after the recipient acknowledged everything = %+v, want zero", bl)
 	}
 }
+
+// TestEvictionTakesFromTheLargestBacklogFirst fills the backlog budget with
+// a conversation whose recipient never acks, then commits in a second
+// conversation whose recipient keeps up: the first conversation's payloads
+// are evicted, and the second one's recent payloads stay in memory, so its
+// deliveries do not read the oplog.
+func TestEvictionTakesFromTheLargestBacklogFirst(t *testing.T) {
+	const budget = 1 << 20
+	e := newBacklogEnv(t, budget)
+	for i := range 64 { // 2 MiB into conversation 1
+		e.tell(t, payloadOf(i, 32<<10))
+	}
+	// Conversation 2: a sender and a recipient that reads, on their own
+	// connections.
+	tx2, rx2 := e.svc.Connect(nil), e.svc.Connect(nil)
+	r := mustEnroll(t, rx2, 2, 3)
+	s := mustEnroll(t, tx2, 2, 4)
+	for i := range 16 {
+		var tok Token
+		binary.BigEndian.PutUint64(tok[:], uint64(i))
+		tok[15] = 0x22
+		told, err := tx2.Tell(e.ctx, Tell{Conversation: 2, Participant: s.Participant, Generation: s.Generation, Token: tok, Payload: payloadOf(i, 8<<10)})
+		must(t, err)
+		st := e.svc.existing(2).loaded()
+		if rec := st.Record(told.Seq); rec == nil || rec.Evicted {
+			t.Fatalf("tell %d of the conversation that keeps up was evicted while conversation 1 holds %d bytes",
+				i, e.svc.existing(1).loaded().PayloadBytes)
+		}
+		ds := drainNext(rx2, 2)
+		if _, err := rx2.Ack(e.ctx, Ack{Conversation: 2, Participant: r.Participant, Generation: r.Generation, Through: ds[len(ds)-1].Seq}); err != nil {
+			t.Fatalf("Ack: %v", err)
+		}
+	}
+	if bl := e.svc.Backlog(); bl.MemoryBytes > budget {
+		t.Errorf("Backlog().MemoryBytes = %d, want <= %d", bl.MemoryBytes, budget)
+	}
+}

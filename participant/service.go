@@ -7,13 +7,11 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/participantd/participantd/fence"
-	"github.com/participantd/participantd/oplog"
 	"github.com/participantd/participantd/outbox"
 	"github.com/participantd/participantd/store"
 )
@@ -159,7 +157,7 @@ func Open(ctx context.Context, st store.DurableStore, opts Options) (*Service, e
 		opts:    opts,
 		log:     opts.Logger.With().Str("component", "participant").Logger(),
 		fences:  fence.New[site](fence.Options{}),
-		backlog: &backlog{budget: opts.MaxBacklogBytes},
+		backlog: newBacklog(opts.MaxBacklogBytes),
 		convs:   make(map[ConversationID]*conversation),
 		conns:   make(map[ConnID]*Conn),
 	}
@@ -412,7 +410,8 @@ func (s *Service) Close() error {
 	return nil
 }
 
-// release gives up cv's turn. When the turn's holder dropped the
+// release gives up cv's turn, then brings the backlog back within its
+// budget if a commit took it past (see backlog). When the turn's holder dropped the
 // conversation's state, a reload starts at once in the background, so that
 // connections waiting for its records need not wait for the next operation
 // on it; it publishes what it finds.
@@ -420,6 +419,7 @@ func (s *Service) release(cv *conversation) {
 	reload := cv.dropped
 	cv.dropped = false
 	<-cv.turn
+	s.trimBacklog()
 	if !reload {
 		return
 	}
@@ -517,74 +517,6 @@ func (cv *conversation) drop() {
 	cv.setStateLocked(nil)
 	cv.bindingTokens = nil
 	cv.mu.Unlock()
-}
-
-// setStateLocked publishes st (nil: not loaded) as cv's state, moves the
-// service's backlog account from the old state to st, and, when the
-// backlog is past its budget, drops st's oldest payloads from memory until
-// it is not (or st holds none). The caller holds cv's turn and cv.mu for
-// writing, and st is no longer advanced by anyone else: Evict writes
-// records in place.
-func (cv *conversation) setStateLocked(st *outbox.State) {
-	bl := cv.backlog
-	if old := cv.state; old != nil {
-		bl.records.Add(-int64(len(old.Records)))
-		bl.bytes.Add(-old.PayloadBytes)
-		bl.evicted.Add(-old.EvictedBytes)
-	}
-	cv.state = st
-	if st == nil {
-		return
-	}
-	bl.records.Add(int64(len(st.Records)))
-	bl.bytes.Add(st.PayloadBytes)
-	bl.evicted.Add(st.EvictedBytes)
-	if over := bl.bytes.Load() - bl.budget; over > 0 {
-		freed := st.Evict(over)
-		bl.bytes.Add(-freed)
-		bl.evicted.Add(freed)
-	}
-}
-
-// readPayload reads the payload of record seq back from oplog row source
-// of conversation conv. The returned slice is the caller's.
-func (s *Service) readPayload(conv ConversationID, source uint64, seq Seq) ([]byte, error) {
-	entries, err := s.st.ReadFrom(oplog.Stream(conv), source, 1)
-	if err != nil {
-		return nil, fmt.Errorf("participant: read oplog row %d: %w", source, err)
-	}
-	if len(entries) != 1 {
-		return nil, fmt.Errorf("%w: oplog row %d of record %v is missing", ErrEvictedPayload, source, seq)
-	}
-	row, err := oplog.Decode(entries[0].Payload)
-	if err != nil {
-		return nil, fmt.Errorf("%w: oplog row %d: %v", ErrEvictedPayload, source, err)
-	}
-	if row.Kind != oplog.KindTell || row.Seq != seq {
-		return nil, fmt.Errorf("%w: oplog row %d is %v %v, want tell %v", ErrEvictedPayload, source, row.Kind, row.Seq, seq)
-	}
-	return row.Payload, nil
-}
-
-// ErrEvictedPayload reports an oplog row that does not hold the payload a
-// retained record was evicted from: the stored oplog changed under a live
-// conversation.
-var ErrEvictedPayload = errors.New("participant: evicted payload not found in the oplog")
-
-// backlog accounts for the records of every published state: the sums of
-// their lengths and payload bytes, in memory and evicted.
-type backlog struct {
-	budget  int64
-	records atomic.Int64
-	bytes   atomic.Int64
-	evicted atomic.Int64
-}
-
-// Backlog returns the records the service keeps for delivery and their
-// payload bytes, in memory and read back from the oplog on demand.
-func (s *Service) Backlog() Backlog {
-	b := s.backlog
-	return Backlog{Records: b.records.Load(), MemoryBytes: b.bytes.Load(), EvictedBytes: b.evicted.Load()}
 }
 
 // fenceToken is the fence token of one binding.
