@@ -30,5 +30,9 @@
 //
 // State is the conversation the projection runs over; package participant
 // keeps one per loaded conversation and advances it with Apply, live and
-// during replay alike.
+// during replay alike. Apply never writes a retained record in place, so a
+// Clone can advance while the original is read; after every row it
+// reclaims the leading records every recipient acknowledged. Evict, the
+// only in-place writer, drops the oldest payloads from memory and marks
+// their records Evicted: their payload is read back from oplog row Source.
 package outbox

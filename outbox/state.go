@@ -33,7 +33,15 @@ type Member struct {
 // a `record` taken from its oplog row.
 type Retained struct {
 	Record
+	// Payload is the payload of a `record`; nil once Evicted.
 	Payload []byte
+	// Source is the index of the oplog row that produced the record, where
+	// an evicted payload is read back from.
+	Source uint64
+	// Evicted is set once Evict dropped the payload from memory: whoever
+	// still needs it reads it from oplog row Source.
+	Evicted    bool
+	evictedLen int64
 }
 
 // State is a conversation as its oplog rows 0..Applied-1 made it. It is a
@@ -53,12 +61,26 @@ type State struct {
 	// Records holds the records not yet reclaimed, contiguous in seq from
 	// Records[0].Seq to LastSeq.
 	Records []Retained
+	// PayloadBytes is the total length of the payloads Records holds in
+	// memory (not evicted).
+	PayloadBytes int64
+	// EvictedBytes is the total length of the payloads of Records that
+	// Evict dropped from memory.
+	EvictedBytes int64
+
+	// garbage and garbageBytes count the records, and their payload bytes,
+	// reclaimed since Records last moved to an array of its own: the
+	// array Records slides along still references them.
+	garbage      int
+	garbageBytes int64
+	// evicted is the seq through which Evict has passed.
+	evicted oplog.Seq
 }
 
 // Clone returns a copy of s that Project and Apply can advance while s is
 // still being read. Members are copied; Records share their backing array,
 // which is safe because Apply only appends past the original's length and
-// never writes a record in place.
+// never writes a record in place (only Evict does).
 func (s *State) Clone() *State {
 	c := *s
 	c.Members = append([]Member(nil), s.Members...)
@@ -183,9 +205,10 @@ func Apply(s *State, idx uint64, r *oplog.Row, rows []Row) {
 	s.Produced += uint64(len(rows))
 	for _, row := range rows {
 		for _, rec := range row.Records {
-			ret := Retained{Record: rec}
+			ret := Retained{Record: rec, Source: idx}
 			if rec.Kind == KindRecord {
 				ret.Payload = r.Payload
+				s.PayloadBytes += int64(len(r.Payload))
 			}
 			s.Records = append(s.Records, ret)
 			s.LastSeq = rec.Seq
@@ -201,31 +224,84 @@ func Apply(s *State, idx uint64, r *oplog.Row, rows []Row) {
 		m.Generation, m.Bound, m.Conn, m.BindingSource = r.Generation, true, r.Conn, idx
 	case oplog.KindAck:
 		s.Members[r.Participant].Cursor = r.Through
-		s.reclaim()
 	case oplog.KindDetach, oplog.KindEnd:
 		m := &s.Members[r.Participant]
 		m.Bound, m.Conn = false, oplog.ConnID{}
 	case oplog.KindLeave:
 		m := &s.Members[r.Participant]
 		m.Retired, m.Bound, m.Conn = true, false, oplog.ConnID{}
-		s.reclaim()
 	}
+	// After every row, not only acks and leaves: a record addressed to
+	// nobody is settled as soon as it exists.
+	s.reclaim()
 }
+
+// compactGarbageBytes is how many reclaimed payload bytes the array under
+// Records may keep referencing before Records moves to an array of its own.
+const compactGarbageBytes = 1 << 20
 
 // reclaim drops the leading records that no recipient still needs: each
 // recipient acknowledged it or left.
 func (s *State) reclaim() {
 	n := 0
 	for n < len(s.Records) && s.settled(&s.Records[n].Record) {
+		switch rec := &s.Records[n]; {
+		case rec.Evicted:
+			s.EvictedBytes -= rec.evictedLen
+		default:
+			s.PayloadBytes -= int64(len(rec.Payload))
+			s.garbageBytes += int64(len(rec.Payload))
+		}
 		n++
 	}
 	if n == 0 {
 		return
 	}
 	// The dropped prefix is not cleared: a clone may share it with the
-	// published state. Its payloads are collected once append reallocates
-	// the backing array, as the slice moves along it.
+	// published state. The array stays referenced while the slice moves
+	// along it, so once what it holds for nothing outweighs what is live,
+	// the live records move to an array of their own (amortized: a copy
+	// of k records follows at least k, or compactGarbageBytes, reclaimed).
 	s.Records = s.Records[n:]
+	s.garbage += n
+	if s.garbage >= max(len(s.Records), 64) || s.garbageBytes >= compactGarbageBytes {
+		s.Records = append(make([]Retained, 0, len(s.Records)+len(s.Records)/4+8), s.Records...)
+		s.garbage, s.garbageBytes = 0, 0
+	}
+}
+
+// Evict drops payloads from memory, oldest record first, until at least
+// need bytes are freed or none is left, and returns the bytes freed. An
+// evicted record keeps its place and metadata, and is marked Evicted:
+// whoever still needs its payload reads it from oplog row Source.
+//
+// Unlike Apply, Evict writes records in place, and clones share them: the
+// caller must be the only one reading or writing s and every state
+// sharing its records (package participant: under the conversation's
+// turn and write lock, after publishing s).
+func (s *State) Evict(need int64) int64 {
+	var freed int64
+	if len(s.Records) == 0 {
+		return 0
+	}
+	base := s.Records[0].Seq
+	i := 0
+	if s.evicted >= base {
+		i = int(s.evicted-base) + 1
+	}
+	for ; i < len(s.Records) && freed < need; i++ {
+		rec := &s.Records[i]
+		s.evicted = rec.Seq
+		if rec.Kind != KindRecord || rec.Evicted || len(rec.Payload) == 0 {
+			continue
+		}
+		rec.evictedLen = int64(len(rec.Payload))
+		freed += rec.evictedLen
+		rec.Payload, rec.Evicted = nil, true
+	}
+	s.PayloadBytes -= freed
+	s.EvictedBytes += freed
+	return freed
 }
 
 func (s *State) settled(r *Record) bool {

@@ -245,7 +245,7 @@ func (b *batch) write() error {
 		return failed(CodeInDoubt, "outbox flush", err)
 	}
 	cv.mu.Lock()
-	cv.state = b.st
+	cv.setStateLocked(b.st)
 	for _, o := range b.ops {
 		if o.ending != nil {
 			delete(cv.bindingTokens, o.ending.site.p)

@@ -26,6 +26,10 @@ type Conn struct {
 	// bindings maps each conversation this connection is bound in to the
 	// participant bound.
 	bindings map[ConversationID]ParticipantID
+	// reserved counts the binding slots held by enrolls and attaches that
+	// were decided and are not yet published in bindings or refused: with
+	// pipelining, conversations decide in parallel, so the cap counts them.
+	reserved int
 	// ended is set by End, with the cause it was given; no operation
 	// starts after it.
 	ended    bool
@@ -105,10 +109,33 @@ func (c *Conn) unbind(conv ConversationID, p ParticipantID) {
 	c.mu.Unlock()
 }
 
-func (c *Conn) bindingCount() int {
+// reserveBinding takes one of the connection's MaxConversationsPerConn
+// binding slots for the enroll or attach d is deciding, and sets
+// d.connBindings to the slots taken before it, so that d refuses
+// capacity_exceeded when none is left (and then nothing is reserved). The
+// caller calls the returned release exactly once, after the batch's
+// publication moved the binding into bindings, or when it did not commit.
+func (c *Conn) reserveBinding(d *decider) (release func()) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return len(c.bindings)
+	d.connBindings = len(c.bindings) + c.reserved
+	if d.connBindings >= d.maxConnBindings {
+		return func() {}
+	}
+	c.reserved++
+	return func() {
+		c.mu.Lock()
+		c.reserved--
+		c.mu.Unlock()
+	}
+}
+
+// holding completes like complete, then releases a binding reservation.
+func holding(release func(), complete func(error) error) func(error) error {
+	return func(werr error) error {
+		defer release()
+		return complete(werr)
+	}
 }
 
 // endingCause reports whether End was called on c, and with which cause.
@@ -128,6 +155,11 @@ func (c *Conn) endingCause() (bool, Cause) {
 // in ascending seq. ok is false when there is none, when this connection
 // holds no binding there, or while the conversation is not reconciled
 // (reconciliation wakes the connection when it is).
+//
+// A payload the backlog budget dropped from memory is read back from the
+// oplog here, on the caller's goroutine, with no lock held. If that read
+// fails (a failing store), Next logs it and reports ok false; the next wake
+// of the connection retries.
 func (c *Conn) Next(conv ConversationID, offered Offered) (d Delivery, ok bool) {
 	cv := c.svc.existing(conv)
 	if cv == nil {
@@ -140,14 +172,32 @@ func (c *Conn) Next(conv ConversationID, offered Offered) (d Delivery, ok bool) 
 		return Delivery{}, false
 	}
 	cv.mu.RLock()
-	defer cv.mu.RUnlock()
+	d, source, evicted, ok := c.nextLocked(cv, p, offered)
+	cv.mu.RUnlock()
+	if !ok || !evicted {
+		return d, ok
+	}
+	payload, err := c.svc.readPayload(conv, source, d.Seq)
+	if err != nil {
+		c.svc.log.Error().Err(err).Uint64("conversation", uint64(conv)).Stringer("seq", d.Seq).
+			Msg("reading an evicted payload back from the oplog")
+		return Delivery{}, false
+	}
+	d.Payload = payload
+	return d, true
+}
+
+// nextLocked finds Next's record in cv's state. When its payload was
+// evicted, it returns the oplog row to read it from. The caller holds
+// cv.mu for reading.
+func (c *Conn) nextLocked(cv *conversation, p ParticipantID, offered Offered) (d Delivery, source uint64, evicted, ok bool) {
 	st := cv.state
 	if st == nil {
-		return Delivery{}, false
+		return Delivery{}, 0, false, false
 	}
 	m := st.Member(p)
 	if m == nil || !m.Bound || m.Conn != c.id {
-		return Delivery{}, false
+		return Delivery{}, 0, false, false
 	}
 	epoch := Epoch{Conn: m.Conn, Generation: m.Generation}
 	after := m.Cursor
@@ -156,10 +206,10 @@ func (c *Conn) Next(conv ConversationID, offered Offered) (d Delivery, ok bool) 
 	}
 	rec := st.Next(p, after)
 	if rec == nil {
-		return Delivery{}, false
+		return Delivery{}, 0, false, false
 	}
 	return Delivery{
-		Conversation: conv,
+		Conversation: cv.id,
 		Recipient:    p,
 		Seq:          rec.Seq,
 		Kind:         rec.Kind,
@@ -167,5 +217,5 @@ func (c *Conn) Next(conv ConversationID, offered Offered) (d Delivery, ok bool) 
 		Payload:      rec.Payload,
 		Cause:        rec.Cause,
 		Epoch:        epoch,
-	}, true
+	}, rec.Source, rec.Evicted, true
 }

@@ -84,6 +84,21 @@
 // nothing of it is published. Inspect runs the same reconciliation
 // without writing, for the offline tools.
 //
+// # Memory
+//
+// A loaded conversation keeps the records some recipient has yet to
+// acknowledge (outbox.State.Records); after every applied row the leading
+// records nobody still needs are reclaimed. Their payloads are held in
+// memory within Options.MaxBacklogBytes for the whole service: past it, the
+// conversations holding the most drop their oldest payloads
+// (outbox.State.Evict, under the victim's turn, taken without waiting, and
+// its write lock; see backlog.go) and Conn.Next reads such a payload back
+// from its oplog row, outside every lock. Backlog reports the
+// account. A conversation entry exists only for a registered conversation
+// or while an enroll that may create it is in flight, and a connection's
+// binding slots are reserved when an enroll or attach is decided, so that
+// neither refusals nor pipelining grow memory past the caps.
+//
 // # Locks
 //
 // Lock order: a conversation's turn, then its mu (or qmu), then a Conn's

@@ -95,7 +95,7 @@ func (c *Conn) start(ctx context.Context, op string, id ConversationID, create b
 	}
 	var cv *conversation
 	if create {
-		cv = c.svc.conversation(id)
+		cv = c.svc.pin(id)
 	} else if cv = c.svc.existing(id); cv == nil {
 		var err error
 		if cv, err = c.svc.adopt(ctx, id); err != nil {
@@ -108,7 +108,11 @@ func (c *Conn) start(ctx context.Context, op string, id ConversationID, create b
 	t := cv.enqueue(st)
 	return func() error {
 		defer c.inflight.Done()
-		return observed(c.svc.await(ctx, cv, t))
+		err := c.svc.await(ctx, cv, t)
+		if create {
+			c.svc.unpin(cv)
+		}
+		return observed(err)
 	}
 }
 
@@ -212,7 +216,6 @@ func (c *Conn) decider(conv ConversationID) *decider {
 		now:             c.svc.now(),
 		maxRecordBytes:  o.MaxRecordBytes,
 		maxParticipants: o.MaxParticipants,
-		connBindings:    c.bindingCount(),
 		maxConnBindings: o.MaxConversationsPerConn,
 		requireInvite:   o.EnrollPolicy == EnrollInvite,
 		dataBytes:       o.DataBytes,
@@ -273,14 +276,17 @@ func (c *Conn) StartEnroll(ctx context.Context, req Enroll) *Call[Bound] {
 			return settled(asError(e))
 		}
 		d := c.decider(b.cv.id)
+		release := c.reserveBinding(d)
 		row, e := d.enroll(st, &req)
 		if e != nil {
+			release()
 			return settled(e)
 		}
 		o := &op{row: row, tok: &tw, binds: true}
 		if st.Applied == 0 {
 			g := oplog.Row{Kind: oplog.KindGenesis, At: d.at()}
 			if _, err := rand.Read(g.Nonce[:]); err != nil {
+				release()
 				return settled(unavailable("minting the conversation nonce", err))
 			}
 			if !b.cv.registered {
@@ -294,7 +300,7 @@ func (c *Conn) StartEnroll(ctx context.Context, req Enroll) *Call[Bound] {
 			}
 			o.genesis = &g
 		}
-		return b.commit(o, func() { *a = boundAnswer(d.key, b.st.Nonce, b.cv.id, &row, c.svc.opts.ReceiptTTL) })
+		return holding(release, b.commit(o, func() { *a = boundAnswer(d.key, b.st.Nonce, b.cv.id, &row, c.svc.opts.ReceiptTTL) }))
 	})
 	return call
 }
@@ -322,8 +328,13 @@ func (c *Conn) StartAttach(ctx context.Context, req Attach) *Call[Bound] {
 			return settled(asError(e))
 		}
 		d := c.decider(b.cv.id)
+		release := func() {}
+		if _, here := d.boundHere(st); !here {
+			release = c.reserveBinding(d)
+		}
 		row, e := d.attach(st, &req)
 		if e != nil {
+			release()
 			return settled(e)
 		}
 		m := st.Member(req.Participant)
@@ -332,7 +343,7 @@ func (c *Conn) StartAttach(ctx context.Context, req Attach) *Call[Bound] {
 			o.ending = b.endingOf(req.Participant)
 			o.ended = &superseded{conn: m.Conn, p: req.Participant}
 		}
-		return b.commit(o, func() { *a = boundAnswer(d.key, b.st.Nonce, b.cv.id, &row, c.svc.opts.ReceiptTTL) })
+		return holding(release, b.commit(o, func() { *a = boundAnswer(d.key, b.st.Nonce, b.cv.id, &row, c.svc.opts.ReceiptTTL) }))
 	})
 	return call
 }

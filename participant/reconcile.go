@@ -207,7 +207,8 @@ func (s *Service) ensureLoadedTurn(ctx context.Context, cv *conversation) (*outb
 		}
 	}
 	cv.mu.Lock()
-	cv.state, cv.bindingTokens = st, tokens
+	cv.setStateLocked(st)
+	cv.bindingTokens = tokens
 	cv.mu.Unlock()
 	s.forgetStaleBindings(cv.id, st)
 	if len(ends) > 0 {

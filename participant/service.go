@@ -34,6 +34,7 @@ const (
 	DefaultMaxParticipants         = 1024
 	DefaultMaxConversationsPerConn = 1024
 	DefaultMaxConversations        = 1_000_000
+	DefaultMaxBacklogBytes         = 16 << 20
 )
 
 // Options configures a Service. The zero value is valid except for NodeKey.
@@ -65,6 +66,12 @@ type Options struct {
 	// DataBytes reports the store's size in bytes; it is called for each
 	// enroll and tell, and must be cheap and safe for concurrent use.
 	DataBytes func() int64
+	// MaxBacklogBytes bounds the payload bytes of undelivered records that
+	// all conversations together keep in memory. Past it, the oldest
+	// payloads of the conversation that commits are dropped from memory and
+	// read back from the oplog when their recipient catches up. Default
+	// DefaultMaxBacklogBytes.
+	MaxBacklogBytes int64
 	// LoadWorkers is how many conversations Open reconciles at once.
 	// Default 64: reconciliations that must commit share group commits.
 	LoadWorkers int
@@ -107,6 +114,9 @@ func (o *Options) withDefaults() {
 	if o.MaxConversations <= 0 {
 		o.MaxConversations = DefaultMaxConversations
 	}
+	if o.MaxBacklogBytes <= 0 {
+		o.MaxBacklogBytes = DefaultMaxBacklogBytes
+	}
 	if o.LoadWorkers <= 0 {
 		o.LoadWorkers = max(64, runtime.GOMAXPROCS(0))
 	}
@@ -135,6 +145,7 @@ type Service struct {
 	failure storeFailure
 	// conversationSlots counts conversations against MaxConversations.
 	conversationSlots slots
+	backlog           *backlog
 
 	// regMu serializes appends to the registry stream.
 	regMu sync.Mutex
@@ -179,6 +190,7 @@ func Open(ctx context.Context, st store.DurableStore, opts Options) (*Service, e
 		log:     opts.Logger.With().Str("component", "participant").Logger(),
 		fences:  fence.New[site](fence.Options{}),
 		failure: newStoreFailure(),
+		backlog: newBacklog(opts.MaxBacklogBytes),
 		convs:   make(map[ConversationID]*conversation),
 		conns:   make(map[ConnID]*Conn),
 	}
@@ -202,7 +214,7 @@ func Open(ctx context.Context, st store.DurableStore, opts Options) (*Service, e
 		return nil, err
 	}
 	for _, id := range ids {
-		s.convs[id] = newConversation(id, true)
+		s.convs[id] = s.newConversation(id, true)
 	}
 	s.conversationSlots = slots{max: opts.MaxConversations, n: len(ids)}
 	if err := s.loadAll(ctx, ids); err != nil {
@@ -359,10 +371,42 @@ func (s *Service) conversation(id ConversationID) *conversation {
 	defer s.mu.Unlock()
 	cv := s.convs[id]
 	if cv == nil {
-		cv = newConversation(id, false)
+		cv = s.newConversation(id, false)
 		s.convs[id] = cv
 	}
 	return cv
+}
+
+// pin returns the entry of id, creating an unregistered one, and counts
+// one more operation that may create the conversation (an enroll) on it;
+// unpin undoes it. Only such operations keep an unregistered entry in the
+// map, so a refused enroll leaves nothing behind.
+func (s *Service) pin(id ConversationID) *conversation {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cv := s.convs[id]
+	if cv == nil {
+		cv = s.newConversation(id, false)
+		s.convs[id] = cv
+	}
+	cv.pins++
+	return cv
+}
+
+// unpin ends a pin of cv once its operation is answered. The last pin of a
+// conversation that nothing registered forgets the entry: nothing of it is
+// stored and no operation that could create it is queued. Operations that
+// need the conversation to exist (attach, tell, …) may still hold the
+// forgotten entry; they find no participant and are refused, as they would
+// have been. Reading registered here is safe: it is written only by the
+// batch of a pinned operation, which is answered before its unpin.
+func (s *Service) unpin(cv *conversation) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cv.pins--
+	if cv.pins == 0 && !cv.registered && s.convs[cv.id] == cv {
+		delete(s.convs, cv.id)
+	}
 }
 
 // existing returns the entry of id, or nil.
@@ -408,7 +452,8 @@ func (s *Service) Close() error {
 	return nil
 }
 
-// release gives up cv's turn. When the turn's holder dropped the
+// release gives up cv's turn, then brings the backlog back within its
+// budget if a commit took it past (see backlog). When the turn's holder dropped the
 // conversation's state, a reload starts at once in the background, so that
 // connections waiting for its records need not wait for the next operation
 // on it; it publishes what it finds.
@@ -416,6 +461,7 @@ func (s *Service) release(cv *conversation) {
 	reload := cv.dropped
 	cv.dropped = false
 	<-cv.turn
+	s.trimBacklog()
 	if !reload {
 		return
 	}
@@ -455,6 +501,9 @@ type conversation struct {
 	// failed commit dropped the state. Turn holder only.
 	registered bool
 	dropped    bool
+	// pins counts the queued or running operations that may create the
+	// conversation; guarded by Service.mu. See Service.pin.
+	pins int
 
 	// qmu guards queue, the operations waiting for the turn, in order.
 	qmu   sync.Mutex
@@ -470,10 +519,13 @@ type conversation struct {
 	unloadable *Unloadable
 	// bindingTokens holds the fence token of each bound participant.
 	bindingTokens map[ParticipantID]fenceToken
+
+	// backlog is the service's in-memory backlog account.
+	backlog *backlog
 }
 
-func newConversation(id ConversationID, registered bool) *conversation {
-	return &conversation{id: id, turn: make(chan struct{}, 1), registered: registered}
+func (s *Service) newConversation(id ConversationID, registered bool) *conversation {
+	return &conversation{id: id, turn: make(chan struct{}, 1), registered: registered, backlog: s.backlog}
 }
 
 func (cv *conversation) acquire(ctx context.Context) error {
@@ -505,7 +557,7 @@ func (cv *conversation) contained() bool {
 func (cv *conversation) drop() {
 	cv.dropped = true
 	cv.mu.Lock()
-	cv.state = nil
+	cv.setStateLocked(nil)
 	cv.bindingTokens = nil
 	cv.mu.Unlock()
 }

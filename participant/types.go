@@ -271,3 +271,16 @@ const (
 	ClassImpossibleBoundary   = "impossible_future_boundary"
 	ClassStorageUnavailable   = "storage_unavailable"
 )
+
+// Backlog describes the records of loaded conversations that a recipient
+// has yet to acknowledge (and those behind them, reclaimed in seq order).
+type Backlog struct {
+	// Records is how many records are retained.
+	Records int64
+	// MemoryBytes is their payload bytes held in memory, bounded by
+	// Options.MaxBacklogBytes plus the latest batch of one conversation.
+	MemoryBytes int64
+	// EvictedBytes is their payload bytes dropped from memory, read back
+	// from the oplog when delivered.
+	EvictedBytes int64
+}

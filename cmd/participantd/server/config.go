@@ -14,14 +14,18 @@ import (
 
 // Defaults of the zero Config.
 const (
-	DefaultDataDir        = "data"
-	DefaultListen         = "127.0.0.1:7420"
-	DefaultHealthListen   = "127.0.0.1:7421"
-	DefaultDrainTimeout   = 10 * time.Second
-	DefaultHelloTimeout   = 10 * time.Second
-	DefaultWriteTimeout   = 30 * time.Second
-	DefaultMaxConnections = 10000
-	DefaultMaxPending     = 1024
+	DefaultDataDir              = "data"
+	DefaultListen               = "127.0.0.1:7420"
+	DefaultHealthListen         = "127.0.0.1:7421"
+	DefaultDrainTimeout         = 10 * time.Second
+	DefaultHelloTimeout         = 10 * time.Second
+	DefaultWriteProgressTimeout = 30 * time.Second
+	DefaultMaxConnections       = 10000
+	DefaultMaxPending           = 1024
+	DefaultMaxPendingBytes      = 4 << 20
+	DefaultMaxPendingBytesTotal = 64 << 20
+	DefaultMaxOutboundBytes     = 4 << 20
+	DefaultMaxOutboundTotal     = 64 << 20
 	// Version is announced in welcome.server as "participantd <Version>".
 	Version = "0.1.0"
 	// StoreFile is the bbolt file's name inside the data directory.
@@ -62,14 +66,34 @@ type Config struct {
 	DrainTimeout time.Duration
 	// HelloTimeout is how long a connection may take to send hello.
 	HelloTimeout time.Duration
-	// WriteTimeout closes a connection whose peer accepted no bytes for
-	// that long while the server had frames for it.
-	WriteTimeout time.Duration
+	// WriteProgressTimeout closes a connection one of whose outbound
+	// frames waited that long to be written: a peer that stops reading, or
+	// reads too slowly for its queue to move. Default
+	// DefaultWriteProgressTimeout.
+	WriteProgressTimeout time.Duration
 	// MaxConnections caps open connections; one more is
 	// rejected{overloaded}.
 	MaxConnections int
 	// MaxPending caps the requests of one connection queued or running.
 	MaxPending int
+	// MaxPendingBytes caps the frame bytes of the requests of one
+	// connection queued or running, and MaxPendingBytesTotal those of all
+	// connections; past either, the connection's reader stops reading
+	// until answers free room. Both must be at least MaxFrame. Defaults
+	// DefaultMaxPendingBytes and DefaultMaxPendingBytesTotal.
+	MaxPendingBytes      int
+	MaxPendingBytesTotal int
+	// MaxOutboundBytes caps the bytes of frames queued for one
+	// connection's writer, and MaxOutboundTotal those of all connections;
+	// past either, answers and pushes wait. Both must be at least MaxFrame
+	// plus the frame header. Defaults DefaultMaxOutboundBytes and
+	// DefaultMaxOutboundTotal.
+	MaxOutboundBytes int
+	MaxOutboundTotal int
+	// MaxBacklogBytes caps the payload bytes of unacknowledged records the
+	// service keeps in memory; past it they are read back from the store.
+	// Default participant.DefaultMaxBacklogBytes.
+	MaxBacklogBytes int
 	// MaxParticipants caps participants per conversation. Default
 	// participant.DefaultMaxParticipants.
 	MaxParticipants int
@@ -110,14 +134,29 @@ func (c Config) withDefaults() (Config, error) {
 	if c.HelloTimeout == 0 {
 		c.HelloTimeout = DefaultHelloTimeout
 	}
-	if c.WriteTimeout == 0 {
-		c.WriteTimeout = DefaultWriteTimeout
+	if c.WriteProgressTimeout == 0 {
+		c.WriteProgressTimeout = DefaultWriteProgressTimeout
 	}
 	if c.MaxConnections == 0 {
 		c.MaxConnections = DefaultMaxConnections
 	}
 	if c.MaxPending == 0 {
 		c.MaxPending = DefaultMaxPending
+	}
+	if c.MaxPendingBytes == 0 {
+		c.MaxPendingBytes = max(DefaultMaxPendingBytes, c.MaxFrame)
+	}
+	if c.MaxPendingBytesTotal == 0 {
+		c.MaxPendingBytesTotal = max(DefaultMaxPendingBytesTotal, c.MaxPendingBytes)
+	}
+	if c.MaxOutboundBytes == 0 {
+		c.MaxOutboundBytes = max(DefaultMaxOutboundBytes, c.MaxFrame+wire.HeaderLen)
+	}
+	if c.MaxOutboundTotal == 0 {
+		c.MaxOutboundTotal = max(DefaultMaxOutboundTotal, c.MaxOutboundBytes)
+	}
+	if c.MaxBacklogBytes == 0 {
+		c.MaxBacklogBytes = participant.DefaultMaxBacklogBytes
 	}
 	switch {
 	case (c.TLSCert == "") != (c.TLSKey == ""):
@@ -132,8 +171,18 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("server: drain-timeout %v is negative", c.DrainTimeout)
 	case c.HelloTimeout < 0:
 		return c, fmt.Errorf("server: hello-timeout %v is negative", c.HelloTimeout)
-	case c.WriteTimeout < 0:
-		return c, fmt.Errorf("server: write-timeout %v is negative", c.WriteTimeout)
+	case c.WriteProgressTimeout < 0:
+		return c, fmt.Errorf("server: write-progress-timeout %v is negative", c.WriteProgressTimeout)
+	case c.MaxPendingBytes < c.MaxFrame:
+		return c, fmt.Errorf("server: max-pending-bytes %d is below max-frame %d", c.MaxPendingBytes, c.MaxFrame)
+	case c.MaxPendingBytesTotal < c.MaxPendingBytes:
+		return c, fmt.Errorf("server: max-pending-bytes-total %d is below max-pending-bytes %d", c.MaxPendingBytesTotal, c.MaxPendingBytes)
+	case c.MaxOutboundBytes < c.MaxFrame+wire.HeaderLen:
+		return c, fmt.Errorf("server: max-outbound-bytes %d is below max-frame + %d = %d", c.MaxOutboundBytes, wire.HeaderLen, c.MaxFrame+wire.HeaderLen)
+	case c.MaxOutboundTotal < c.MaxOutboundBytes:
+		return c, fmt.Errorf("server: max-outbound-bytes-total %d is below max-outbound-bytes %d", c.MaxOutboundTotal, c.MaxOutboundBytes)
+	case c.MaxBacklogBytes < 0:
+		return c, fmt.Errorf("server: backlog-memory %d is negative", c.MaxBacklogBytes)
 	case c.MaxConnections < 0:
 		return c, fmt.Errorf("server: max-connections %d is negative", c.MaxConnections)
 	case c.MaxParticipants < 0:

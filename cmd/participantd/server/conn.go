@@ -44,13 +44,22 @@ type conn struct {
 
 	pumpDone chan struct{}
 	pending  chan struct{} // a slot per request queued or running
-	workers  sync.WaitGroup
+	// pendingBytes holds the frame bytes of the requests queued or running.
+	pendingBytes *budget
+	workers      sync.WaitGroup
 
 	// mu guards queues.
 	mu sync.Mutex
 	// queues holds, per conversation with a worker, the requests it has
 	// still to run, in the order read.
-	queues map[uint64][]wire.Message
+	queues map[uint64][]request
+}
+
+// request is a request read and not yet answered, with the frame bytes it
+// holds of the pending budgets.
+type request struct {
+	m    wire.Message
+	held int64
 }
 
 // closing says how a connection ended.
@@ -94,7 +103,8 @@ func (c *conn) serve() {
 	c.quit = make(chan struct{})
 	c.pumpDone = make(chan struct{})
 	c.pending = make(chan struct{}, c.srv.cfg.MaxPending)
-	c.queues = make(map[uint64][]wire.Message)
+	c.pendingBytes = newBudget(int64(c.srv.cfg.MaxPendingBytes))
+	c.queues = make(map[uint64][]request)
 	c.pc = svc.Connect(func() {
 		select {
 		case c.wake <- struct{}{}:
@@ -107,7 +117,7 @@ func (c *conn) serve() {
 	if hello.Client != nil {
 		client = *hello.Client
 	}
-	c.out = newOutq(c.nc, c.srv.cfg.WriteTimeout)
+	c.out = newOutq(c.nc, c.srv.cfg.WriteProgressTimeout, newBudget(int64(c.srv.cfg.MaxOutboundBytes)), c.srv.outBytes)
 	c.out.send(&wire.Welcome{
 		Version:        wire.Version,
 		Server:         "participantd " + Version,
@@ -221,7 +231,7 @@ func (c *conn) readLoop() closing {
 		case *wire.Ping:
 			c.out.send(&wire.Pong{ID: m.ID})
 		default:
-			if !c.submit(conversationOf(m), m) {
+			if !c.submit(conversationOf(m), m, int64(len(body))) {
 				return closing{cause: oplog.CauseConnectionLost, reason: "write failed"}
 			}
 		}
@@ -262,6 +272,10 @@ func (c *conn) teardown(cl closing) {
 	ev := c.log.Info()
 	if cl.cause == oplog.CauseProtocolError {
 		ev = c.log.Warn()
+	}
+	if c.out.cut.Load() {
+		ev = c.log.Warn()
+		cl.reason = "write progress timeout"
 	}
 	ev.Str("reason", cl.reason).AnErr("error", cl.err).Dur("duration", time.Since(c.start)).
 		Uint64("frames_out", c.out.frames.Load()).Msg("connection closed")

@@ -27,19 +27,27 @@ func conversationOf(m wire.Message) uint64 {
 	panic("server: conversationOf(" + m.Type() + ")")
 }
 
-// submit queues m behind the earlier requests of conversation conv,
-// starting that conversation's worker if it has none. It blocks while
-// MaxPending requests are queued or running, and returns false if the
-// connection's writer is gone meanwhile.
-func (c *conn) submit(conv uint64, m wire.Message) bool {
+// submit queues m, read from a frame of size bytes, behind the earlier
+// requests of conversation conv, starting that conversation's worker if it
+// has none. It blocks while MaxPending requests are queued or running, or
+// while their frames would hold more than MaxPendingBytes of this
+// connection or MaxPendingBytesTotal of the server: the reader then stops
+// reading (TCP backpressure). It returns false if the connection's writer
+// is gone meanwhile.
+func (c *conn) submit(conv uint64, m wire.Message, size int64) bool {
 	select {
 	case c.pending <- struct{}{}:
 	case <-c.out.done:
 		return false
 	}
+	held := min(size, c.pendingBytes.limit)
+	if !take(held, c.out.done, c.pendingBytes, c.srv.pendingBytes) {
+		<-c.pending
+		return false
+	}
 	c.mu.Lock()
 	q, running := c.queues[conv]
-	c.queues[conv] = append(q, m)
+	c.queues[conv] = append(q, request{m: m, held: held})
 	c.mu.Unlock()
 	if !running {
 		c.workers.Add(1)
@@ -67,14 +75,17 @@ func (c *conn) work(conv uint64) {
 		c.queues[conv] = nil
 		c.mu.Unlock()
 		answers := make([]func() wire.Message, len(q))
-		for i, m := range q {
-			answers[i] = c.begin(m)
+		for i, r := range q {
+			answers[i] = c.begin(r.m)
 		}
-		for _, answer := range answers {
+		for i, answer := range answers {
 			a := answer() // always waited for: the service counts it in flight
 			if !c.abandon.Load() {
 				c.out.send(a)
 			}
+			c.pendingBytes.give(q[i].held)
+			c.srv.pendingBytes.give(q[i].held)
+			q[i], answers[i] = request{}, nil // let the request's bytes go
 			<-c.pending
 		}
 	}

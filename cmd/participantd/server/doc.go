@@ -26,11 +26,22 @@
 // Requests of one conversation are applied and answered in the order read,
 // by at most one worker of that conversation at a time; requests of
 // different conversations run concurrently, so that their commits share the
-// store's group commits. At most MaxPending requests of a connection are
-// queued or running: past that the reader stops reading (TCP backpressure).
-// Every outbound frame goes through one bounded queue to the writer, which
-// flushes when the queue runs empty; when the client does not read, the
-// queue fills and answers and pushes wait, never growing memory.
+// store's group commits. At most MaxPending requests of a connection, and
+// MaxPendingBytes of their frames (MaxPendingBytesTotal across the server),
+// are queued or running: past that the reader stops reading (TCP
+// backpressure). Every outbound frame goes through one queue to the
+// writer, bounded in bytes per connection (MaxOutboundBytes) and across the
+// server (MaxOutboundTotal); the writer hands the socket up to 64 KiB of
+// frames per write. When the client does not read, the queue fills and
+// answers and pushes wait, never growing memory; and since every frame must
+// be written within WriteProgressTimeout of being queued, a client that
+// reads nothing or a trickle is cut, giving its budget back.
+//
+//	budget                 holds                              past it
+//	max-pending-bytes      request frames read, not answered  the reader stops reading
+//	max-outbound-bytes     frames queued for the writer       answers and pushes wait
+//	write-progress-timeout age of the oldest queued frame     the connection is cut
+//	backlog-memory         payloads awaiting an ack            read back from the oplog
 //
 // # Teardown
 //

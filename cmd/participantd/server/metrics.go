@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/participantd/participantd/participant"
 	"github.com/participantd/participantd/store"
 	"github.com/participantd/participantd/wire"
 )
@@ -46,6 +47,12 @@ const (
 	MetricUnloadable        = "participantd_unloadable_conversations"
 	MetricReady             = "participantd_ready"
 	MetricStoreFailed       = "participantd_store_failed"
+
+	MetricOutboundQueuedBytes = "participantd_outbound_queued_bytes"
+	MetricPendingRequestBytes = "participantd_pending_request_bytes"
+	MetricBacklogRecords      = "participantd_backlog_records"
+	MetricBacklogBytes        = "participantd_backlog_bytes"
+	MetricBacklogTotalBytes   = "participantd_backlog_total_bytes"
 )
 
 func newMetrics(s *Server) *metrics {
@@ -83,6 +90,12 @@ func newMetrics(s *Server) *metrics {
 			return st.Stats()
 		}
 		return store.Stats{}
+	}
+	backlog := func() participant.Backlog {
+		if svc := s.svc.Load(); svc != nil {
+			return svc.Backlog()
+		}
+		return participant.Backlog{}
 	}
 	m.reg.MustRegister(
 		m.connsOpen, m.connsTotal, m.refusedTotal, m.badRequests, m.operations, m.commitSecs, m.committed, m.deliveries,
@@ -129,6 +142,21 @@ func newMetrics(s *Server) *metrics {
 			}
 			return 0
 		}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: MetricOutboundQueuedBytes, Help: "Bytes of frames queued for the connections' writers (bounded by max-outbound-bytes-total).",
+		}, func() float64 { return float64(s.outBytes.inUse()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: MetricPendingRequestBytes, Help: "Frame bytes of requests read and not yet answered (bounded by max-pending-bytes-total).",
+		}, func() float64 { return float64(s.pendingBytes.inUse()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: MetricBacklogRecords, Help: "Records retained in memory because a recipient has yet to acknowledge them (or one before them).",
+		}, func() float64 { return float64(backlog().Records) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: MetricBacklogBytes, Help: "Payload bytes of the retained records held in memory (bounded by backlog-memory).",
+		}, func() float64 { return float64(backlog().MemoryBytes) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: MetricBacklogTotalBytes, Help: "Payload bytes of the retained records, in memory and read back from the store on delivery.",
+		}, func() float64 { b := backlog(); return float64(b.MemoryBytes + b.EvictedBytes) }),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)

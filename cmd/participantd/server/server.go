@@ -56,6 +56,10 @@ type Server struct {
 	opCtx    context.Context
 	opCancel context.CancelFunc
 
+	// outBytes and pendingBytes are the server-wide budgets of queued
+	// outbound frames and of pending request frames.
+	outBytes, pendingBytes *budget
+
 	// connWG counts the goroutines serving connections.
 	connWG sync.WaitGroup
 
@@ -101,6 +105,9 @@ func New(cfg Config) (*Server, error) {
 		hln:     hln,
 		readyCh: make(chan struct{}),
 		conns:   make(map[*conn]struct{}),
+
+		outBytes:     newBudget(int64(cfg.MaxOutboundTotal)),
+		pendingBytes: newBudget(int64(cfg.MaxPendingBytesTotal)),
 	}
 	s.opCtx, s.opCancel = context.WithCancel(context.Background())
 	s.metrics = newMetrics(s)
@@ -201,6 +208,7 @@ func (s *Server) open(ctx context.Context) (*store.Bolt, *participant.Service, e
 		MaxRecordBytes:          s.cfg.MaxRecordBytes,
 		MaxParticipants:         s.cfg.MaxParticipants,
 		MaxConversationsPerConn: s.cfg.MaxConversationsPerConn,
+		MaxBacklogBytes:         int64(s.cfg.MaxBacklogBytes),
 		Logger:                  s.cfg.Logger,
 		Observer:                s.metrics,
 	})

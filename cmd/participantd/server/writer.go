@@ -1,104 +1,182 @@
 package server
 
 import (
-	"bufio"
 	"net"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/participantd/participantd/wire"
 )
 
-// outqLen is how many frames may wait for the writer; past it, answers and
-// pushes block (backpressure on the requests and the pump).
-const outqLen = 256
+// writeGroup is how many bytes of consecutive frames the writer hands the
+// socket in one write, so that pipelined answers go out in few writes.
+const writeGroup = 64 << 10
 
 // outq is a connection's outbound queue and the writer goroutine that
-// drains it into the socket, flushing when the queue runs empty, so that
-// pipelined answers go out in few writes.
+// drains it into the socket. The queue is bounded in bytes, per connection
+// and across the server: a send waits while either budget is spent
+// (backpressure on the requests and the pump), and the bytes are given
+// back as the writer hands them to the socket.
+//
+// Progress, not each write, has a deadline: every frame must be written
+// within progress of being queued. A peer that reads nothing, or reads too
+// slowly for the queue to move (a trickle), has its connection cut once
+// the oldest frame waited that long; a fast peer never comes near it.
 type outq struct {
-	nc           net.Conn
-	writeTimeout time.Duration
-	ch           chan outFrame
+	nc       net.Conn
+	progress time.Duration
+	// own and shared are the connection's and the server's outbound
+	// budgets.
+	own, shared *budget
+
+	// mu guards queue and stopped.
+	mu    sync.Mutex
+	queue []outFrame
+	// stopped is set when the writer has stopped; nothing is queued after.
+	stopped bool
+
+	// ready wakes the writer; it holds at most one wake.
+	ready chan struct{}
 	// done is closed when the writer has stopped: after the last frame, or
 	// after a failed write.
 	done chan struct{}
 	// frames counts frames written.
 	frames atomic.Uint64
+	// cut is set when a frame waited past the progress deadline.
+	cut atomic.Bool
 }
 
 type outFrame struct {
-	b    []byte
+	b []byte
+	// at is when the frame was queued; it must be written by at+progress.
+	at   time.Time
 	last bool
+	// held is how many budget bytes the frame holds.
+	held int64
 }
 
-func newOutq(nc net.Conn, writeTimeout time.Duration) *outq {
-	q := &outq{nc: nc, writeTimeout: writeTimeout, ch: make(chan outFrame, outqLen), done: make(chan struct{})}
+func newOutq(nc net.Conn, progress time.Duration, own, shared *budget) *outq {
+	q := &outq{nc: nc, progress: progress, own: own, shared: shared,
+		ready: make(chan struct{}, 1), done: make(chan struct{})}
 	go q.run()
 	return q
 }
 
-// send queues m, waiting while the queue is full. It returns false when the
-// writer has stopped; m is then dropped.
+// send queues m, waiting while the connection's or the server's outbound
+// budget has no room for it. It returns false when the writer has stopped;
+// m is then dropped.
 func (q *outq) send(m wire.Message) bool {
-	select {
-	case <-q.done:
+	b := wire.AppendFrame(nil, m)
+	// Frames fit the budgets (Config validation); the clamp keeps an
+	// oversized one from waiting forever.
+	n := min(int64(len(b)), q.own.limit)
+	if !take(n, q.done, q.own, q.shared) {
 		return false
+	}
+	return q.push(outFrame{b: b, at: time.Now(), held: n})
+}
+
+// push appends f to the queue and wakes the writer, or gives f's bytes
+// back if the writer has stopped.
+func (q *outq) push(f outFrame) bool {
+	q.mu.Lock()
+	if q.stopped {
+		q.mu.Unlock()
+		q.give(f.held)
+		return false
+	}
+	q.queue = append(q.queue, f)
+	q.mu.Unlock()
+	select {
+	case q.ready <- struct{}{}:
 	default:
 	}
-	select {
-	case q.ch <- outFrame{b: wire.AppendFrame(nil, m)}:
-		return true
-	case <-q.done:
-		return false
-	}
+	return true
+}
+
+func (q *outq) give(n int64) {
+	q.own.give(n)
+	q.shared.give(n)
 }
 
 // finish queues m (if not nil) as the last frame and waits for the writer
-// to write and flush it, or to fail. Nothing is sent after it.
+// to write it, or to fail. Nothing is sent after it. The last frame takes
+// no budget, so finish never waits for room.
 func (q *outq) finish(m wire.Message) {
-	f := outFrame{last: true}
+	f := outFrame{last: true, at: time.Now()}
 	if m != nil {
 		f.b = wire.AppendFrame(nil, m)
 	}
-	select {
-	case q.ch <- f:
-	case <-q.done:
-	}
+	q.push(f)
 	<-q.done
 }
 
+// queued returns the bytes waiting for this connection's writer.
+func (q *outq) queued() int64 { return q.own.inUse() }
+
 func (q *outq) run() {
-	defer close(q.done)
-	bw := bufio.NewWriterSize(deadlineWriter{q.nc, q.writeTimeout}, 64<<10)
-	for f := range q.ch {
-		if _, err := bw.Write(f.b); err != nil {
-			q.nc.Close() // the reader sees the loss
-			return
+	var batch []outFrame
+	i := 0 // batch[:i] is written
+	defer func() {
+		q.mu.Lock()
+		q.stopped = true
+		rest := q.queue
+		q.queue = nil
+		q.mu.Unlock()
+		var held int64
+		for _, f := range batch[i:] {
+			held += f.held
 		}
-		if f.b != nil {
-			q.frames.Add(1)
+		for _, f := range rest {
+			held += f.held
 		}
-		if f.last || len(q.ch) == 0 {
-			if err := bw.Flush(); err != nil {
-				q.nc.Close()
+		q.give(held)
+		close(q.done)
+	}()
+	for {
+		<-q.ready
+		q.mu.Lock()
+		batch, q.queue = q.queue, batch[:0]
+		q.mu.Unlock()
+		for i = 0; i < len(batch); {
+			// Group consecutive frames into one write; its deadline is the
+			// first one's.
+			j, size := i, 0
+			for j < len(batch) && (j == i || size+len(batch[j].b) <= writeGroup) && (j == i || !batch[j-1].last) {
+				size += len(batch[j].b)
+				j++
+			}
+			bufs := make(net.Buffers, 0, j-i)
+			for _, f := range batch[i:j] {
+				bufs = append(bufs, f.b)
+			}
+			deadline := batch[i].at.Add(q.progress)
+			q.nc.SetWriteDeadline(deadline)
+			if _, err := bufs.WriteTo(q.nc); err != nil {
+				if !time.Now().Before(deadline) {
+					q.cut.Store(true)
+				}
+				q.nc.Close() // the reader sees the loss
+				return
+			}
+			var held int64
+			last := false
+			for k := i; k < j; k++ {
+				f := &batch[k]
+				held += f.held
+				if f.b != nil {
+					q.frames.Add(1)
+				}
+				last = f.last
+				*f = outFrame{} // written: let its bytes go
+			}
+			i = j
+			q.give(held)
+			if last {
 				return
 			}
 		}
-		if f.last {
-			return
-		}
+		clear(batch)
 	}
-}
-
-// deadlineWriter gives every write to the socket its own deadline, so that a
-// peer that stops reading for that long is cut off.
-type deadlineWriter struct {
-	nc      net.Conn
-	timeout time.Duration
-}
-
-func (w deadlineWriter) Write(p []byte) (int, error) {
-	w.nc.SetWriteDeadline(time.Now().Add(w.timeout))
-	return w.nc.Write(p)
 }

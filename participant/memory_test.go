@@ -1,0 +1,283 @@
+package participant
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/participantd/participantd/outbox"
+	"github.com/participantd/participantd/store"
+)
+
+// heapInUse returns the live heap after a full collection.
+func heapInUse() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
+
+// TestRefusedEnrollsDoNotGrowMemory refuses many enrolls into conversations
+// that do not exist (capacity_exceeded: the connection is at its cap) and
+// checks that the heap does not grow with them: a refused enroll leaves no
+// conversation entry behind.
+func TestRefusedEnrollsDoNotGrowMemory(t *testing.T) {
+	const n = 20000
+	svc, err := Open(context.Background(), store.NewMemory(), Options{NodeKey: testKey, MaxConversationsPerConn: 1})
+	must(t, err)
+	t.Cleanup(func() { svc.Close() })
+	c := svc.Connect(nil)
+	mustEnroll(t, c, 1, 1)
+	ctx := context.Background()
+	refuseOne := func(conv ConversationID) {
+		var tok Token
+		rand.Read(tok[:])
+		_, err := c.Enroll(ctx, Enroll{Conversation: conv, Token: tok})
+		var pe *Error
+		if !errors.As(err, &pe) || pe.Code != CodeCapacityExceeded {
+			t.Fatalf("Enroll(conversation %v) on a full connection = %v, want capacity_exceeded", conv, err)
+		}
+	}
+	// Warm up, so that lazily built structures are not counted.
+	for i := range 100 {
+		refuseOne(ConversationID(1_000_000 + i))
+	}
+	before := heapInUse()
+	for i := range n {
+		refuseOne(ConversationID(2 + i))
+	}
+	after := heapInUse()
+	// Each leaked entry costs about 1 KiB, so a leak shows as ~20 MiB; the
+	// bound leaves room for noise.
+	const bound = 2 << 20
+	if after > before && after-before > bound {
+		t.Errorf("%d refused enrolls grew the heap by %d bytes, want < %d", n, after-before, bound)
+	}
+	svc.mu.Lock()
+	entries := len(svc.convs)
+	svc.mu.Unlock()
+	if entries != 1 {
+		t.Errorf("after %d refused enrolls the service holds %d conversation entries, want 1", n, entries)
+	}
+}
+
+// TestPipelinedEnrollsRespectTheConnectionCap starts many enrolls into
+// distinct conversations from one connection before any is answered, and
+// waits for them concurrently, so that their conversations decide in
+// parallel: no more than MaxConversationsPerConn may commit.
+func TestPipelinedEnrollsRespectTheConnectionCap(t *testing.T) {
+	const limit, n = 8, 200
+	svc, err := Open(context.Background(), store.NewMemory(), Options{NodeKey: testKey, MaxConversationsPerConn: limit})
+	must(t, err)
+	t.Cleanup(func() { svc.Close() })
+	c := svc.Connect(nil)
+	ctx := context.Background()
+	calls := make([]*Call[Bound], n)
+	for i := range calls {
+		var tok Token
+		rand.Read(tok[:])
+		calls[i] = c.StartEnroll(ctx, Enroll{Conversation: ConversationID(i + 1), Token: tok})
+	}
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i, call := range calls {
+		wg.Go(func() { _, errs[i] = call.Wait() })
+	}
+	wg.Wait()
+	committed := 0
+	for i, err := range errs {
+		var pe *Error
+		switch {
+		case err == nil:
+			committed++
+		case errors.As(err, &pe) && pe.Code == CodeCapacityExceeded:
+			if pe.Limit != limit {
+				t.Errorf("enroll %d refused with limit %d, want %d", i, pe.Limit, limit)
+			}
+		default:
+			t.Errorf("enroll %d = %v, want ok or capacity_exceeded", i, err)
+		}
+	}
+	if committed != limit {
+		t.Errorf("%d pipelined enrolls committed past a cap of %d, want exactly %d", committed, limit, limit)
+	}
+	if got := len(c.Bindings()); got != limit {
+		t.Errorf("the connection holds %d bindings, want %d", got, limit)
+	}
+	// The refused enrolls released their reservations: after a detach, one
+	// more enroll fits.
+	b := c.Bindings()[0]
+	if _, err := c.Detach(ctx, Detach{Conversation: b.Conversation, Participant: b.Participant, Generation: 1, Token: token(9)}); err != nil {
+		t.Fatalf("Detach: %v", err)
+	}
+	if _, err := c.Enroll(ctx, Enroll{Conversation: n + 1, Token: token(10)}); err != nil {
+		t.Errorf("Enroll after a detach freed a slot = %v, want ok", err)
+	}
+}
+
+// backlogEnv is a service on a bbolt store (so that the store's data is not
+// on the heap) with a sender and a recipient that never acks, both bound in
+// conversation 1.
+type backlogEnv struct {
+	svc        *Service
+	sender     *Conn
+	recipient  *Conn
+	tx, rx     Bound
+	ctx        context.Context
+	nextTokenN uint64
+}
+
+func newBacklogEnv(t *testing.T, budget int64) *backlogEnv {
+	t.Helper()
+	st, err := store.Open(filepath.Join(t.TempDir(), "data.db"), store.Options{})
+	must(t, err)
+	svc, err := Open(context.Background(), st, Options{NodeKey: testKey, MaxBacklogBytes: budget})
+	must(t, err)
+	t.Cleanup(func() {
+		svc.Close()
+		st.Close()
+	})
+	e := &backlogEnv{svc: svc, sender: svc.Connect(nil), recipient: svc.Connect(nil), ctx: context.Background()}
+	e.rx = mustEnroll(t, e.recipient, 1, 1)
+	e.tx = mustEnroll(t, e.sender, 1, 2)
+	return e
+}
+
+func (e *backlogEnv) tell(t *testing.T, payload []byte) Seq {
+	t.Helper()
+	e.nextTokenN++
+	var tok Token
+	binary.BigEndian.PutUint64(tok[:], e.nextTokenN)
+	tok[15] = 0xee
+	told, err := e.sender.Tell(e.ctx, Tell{Conversation: 1, Participant: e.tx.Participant, Generation: e.tx.Generation, Token: tok, Payload: payload})
+	must(t, err)
+	return told.Seq
+}
+
+// payloadOf returns the deterministic payload of the i-th tell.
+func payloadOf(i, size int) []byte {
+	b := make([]byte, size)
+	binary.BigEndian.PutUint64(b, uint64(i))
+	for j := 8; j < size; j++ {
+		b[j] = byte(i*31 + j)
+	}
+	return b
+}
+
+// TestBacklogOfANeverAckingRecipientIsBoundedInMemory tells 32 MiB to a
+// recipient that never acknowledges with a 4 MiB backlog budget: the heap
+// must stay near the budget, not grow with the data.
+func TestBacklogOfANeverAckingRecipientIsBoundedInMemory(t *testing.T) {
+	const (
+		budget = 4 << 20
+		size   = 64 << 10
+		total  = 32 << 20
+	)
+	e := newBacklogEnv(t, budget)
+	before := heapInUse()
+	for i := range total / size {
+		e.tell(t, payloadOf(i, size))
+	}
+	after := heapInUse()
+	// Without the budget the heap holds all 32 MiB; with it, the budget,
+	// one batch past it, and the store's buffers.
+	const bound = 16 << 20
+	if after > before && after-before > bound {
+		t.Errorf("%d MiB told to a recipient that never acks grew the heap by %.1f MiB, want < %d MiB",
+			total>>20, float64(after-before)/(1<<20), bound>>20)
+	}
+	bl := e.svc.Backlog()
+	if bl.MemoryBytes > budget {
+		t.Errorf("Backlog().MemoryBytes = %d, want <= %d", bl.MemoryBytes, budget)
+	}
+	if got, want := bl.MemoryBytes+bl.EvictedBytes, int64(total); got != want {
+		t.Errorf("Backlog() memory+evicted = %d bytes, want %d", got, want)
+	}
+}
+
+// TestSlowRecipientReceivesEvictedRecordsByteForByte lets a recipient fall
+// far past the backlog budget, then catch up: every record arrives, in
+// order, with its payload byte for byte, and acknowledging frees the
+// backlog.
+func TestSlowRecipientReceivesEvictedRecordsByteForByte(t *testing.T) {
+	const (
+		budget = 256 << 10
+		n      = 200
+	)
+	e := newBacklogEnv(t, budget)
+	want := make(map[Seq][]byte)
+	for i := range n {
+		p := payloadOf(i, 8+(i*977)%(16<<10))
+		want[e.tell(t, p)] = p
+	}
+	if bl := e.svc.Backlog(); bl.EvictedBytes == 0 {
+		t.Fatalf("Backlog() = %+v: nothing was evicted, the test does not test eviction", bl)
+	}
+	ds := drainNext(e.recipient, 1)
+	var got int
+	var last Seq
+	for _, d := range ds {
+		if d.Kind != outbox.KindRecord {
+			continue
+		}
+		got++
+		if diff := cmp.Diff(want[d.Seq], d.Payload); diff != "" {
+			t.Errorf("record %v payload differs (-want +got):\n%s", d.Seq, diff)
+		}
+		last = d.Seq
+	}
+	if got != n {
+		t.Fatalf("the slow recipient received %d records, want %d", got, n)
+	}
+	if _, err := e.recipient.Ack(e.ctx, Ack{Conversation: 1, Participant: e.rx.Participant, Generation: e.rx.Generation, Through: last}); err != nil {
+		t.Fatalf("Ack(through %v): %v", last, err)
+	}
+	if bl := e.svc.Backlog(); bl.Records != 0 || bl.MemoryBytes != 0 || bl.EvictedBytes != 0 {
+		t.Errorf("Backlog() after the recipient acknowledged everything = %+v, want zero", bl)
+	}
+}
+
+// TestEvictionTakesFromTheLargestBacklogFirst fills the backlog budget with
+// a conversation whose recipient never acks, then commits in a second
+// conversation whose recipient keeps up: the first conversation's payloads
+// are evicted, and the second one's recent payloads stay in memory, so its
+// deliveries do not read the oplog.
+func TestEvictionTakesFromTheLargestBacklogFirst(t *testing.T) {
+	const budget = 1 << 20
+	e := newBacklogEnv(t, budget)
+	for i := range 64 { // 2 MiB into conversation 1
+		e.tell(t, payloadOf(i, 32<<10))
+	}
+	// Conversation 2: a sender and a recipient that reads, on their own
+	// connections.
+	tx2, rx2 := e.svc.Connect(nil), e.svc.Connect(nil)
+	r := mustEnroll(t, rx2, 2, 3)
+	s := mustEnroll(t, tx2, 2, 4)
+	for i := range 16 {
+		var tok Token
+		binary.BigEndian.PutUint64(tok[:], uint64(i))
+		tok[15] = 0x22
+		told, err := tx2.Tell(e.ctx, Tell{Conversation: 2, Participant: s.Participant, Generation: s.Generation, Token: tok, Payload: payloadOf(i, 8<<10)})
+		must(t, err)
+		st := e.svc.existing(2).loaded()
+		if rec := st.Record(told.Seq); rec == nil || rec.Evicted {
+			t.Fatalf("tell %d of the conversation that keeps up was evicted while conversation 1 holds %d bytes",
+				i, e.svc.existing(1).loaded().PayloadBytes)
+		}
+		ds := drainNext(rx2, 2)
+		if _, err := rx2.Ack(e.ctx, Ack{Conversation: 2, Participant: r.Participant, Generation: r.Generation, Through: ds[len(ds)-1].Seq}); err != nil {
+			t.Fatalf("Ack: %v", err)
+		}
+	}
+	if bl := e.svc.Backlog(); bl.MemoryBytes > budget {
+		t.Errorf("Backlog().MemoryBytes = %d, want <= %d", bl.MemoryBytes, budget)
+	}
+}
