@@ -1,5 +1,5 @@
 // Package client is the Go client of participantd: it speaks the wire
-// protocol of PROTOCOL.md over one connection at a time, pipelines requests
+// protocol of docs/PROTOCOL.md over one connection at a time, pipelines requests
 // (many calls in flight, answers matched by id), and hides the failures a
 // durable client must survive.
 //

@@ -7,7 +7,7 @@ import (
 	"github.com/participantd/participantd/wire"
 )
 
-// Code is the machine-readable code of an error answer, as PROTOCOL.md
+// Code is the machine-readable code of an error answer, as docs/PROTOCOL.md
 // names it.
 type Code = wire.Code
 

@@ -1,5 +1,5 @@
 // Command participantd is the participantd server: it serves the wire
-// protocol of PROTOCOL.md on an embedded bbolt store, with health, readiness
+// protocol of docs/PROTOCOL.md on an embedded bbolt store, with health, readiness
 // and Prometheus metrics on a second listener, and drains on SIGTERM or
 // SIGINT. Run it with --help for every setting; the server itself is
 // package server, which other programs may embed.

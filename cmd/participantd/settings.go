@@ -248,7 +248,7 @@ func readConfigFile(path string) (map[string]string, error) {
 func usage(w io.Writer) {
 	fmt.Fprintf(w, `Usage: participantd [flags]
 
-participantd serves the participantd wire protocol (PROTOCOL.md) on an
+participantd serves the participantd wire protocol (docs/PROTOCOL.md) on an
 embedded bbolt store. With no flags it uses ./data and listens on loopback.
 
 Every setting is a flag, an environment variable and a config file key.
