@@ -9,6 +9,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 // hexBlock is one fenced block of docs/clients.md that claims to show the
@@ -105,5 +107,38 @@ func TestDocLinksResolve(t *testing.T) {
 				t.Errorf("%s links to %s: %v", doc, target, err)
 			}
 		}
+	}
+}
+
+// TestReadmeGoSnippetIsTheClientExample keeps the README's Go snippet
+// compiling: it must be, line for line, the body of client's Example.
+func TestReadmeGoSnippetIsTheClientExample(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, after, ok := strings.Cut(string(readme), "```go\n")
+	if !ok {
+		t.Fatal("README.md has no ```go block")
+	}
+	snippet, _, ok := strings.Cut(after, "```\n")
+	if !ok {
+		t.Fatal("README.md's ```go block never closes")
+	}
+	src, err := os.ReadFile("client/example_test.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, after, ok = strings.Cut(string(src), "\nfunc Example() {\n")
+	if !ok {
+		t.Fatal("client/example_test.go has no func Example")
+	}
+	body, _, _ := strings.Cut(after, "\n}\n")
+	var lines []string
+	for _, l := range strings.Split(body, "\n") {
+		lines = append(lines, strings.TrimPrefix(l, "\t"))
+	}
+	if want := strings.Join(lines, "\n") + "\n"; snippet != want {
+		t.Errorf("README.md's Go snippet differs from the body of client.Example:\n%s", cmp.Diff(want, snippet))
 	}
 }
