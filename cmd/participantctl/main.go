@@ -4,8 +4,13 @@
 // Online subcommands (enroll, attach, tell, tail, ack, leave) talk to a
 // running server through package client and keep the participant's
 // credential in a file the user names (--creds), rewritten atomically, mode
-// 0600, after every attach. Offline subcommands (inspect, verify) read a
-// stopped server's data directory and never write to it.
+// 0600, after every attach; a bare name lives in the per-user directory
+// (credsdir.go). The auth token comes from --auth-token-file,
+// --auth-token or PARTICIPANTCTL_AUTH_TOKEN. Each prints one labelled line
+// ("enrolled: ...", "told: ...") on standard output, and a refusal in the
+// user's terms (explain.go) on standard error. Offline subcommands
+// (inspect, verify) read a stopped server's data directory and never write
+// to it.
 //
 // Each subcommand lives in its own file and registers itself in commands
 // from an init function; adding one is adding a file.
