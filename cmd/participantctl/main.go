@@ -26,6 +26,9 @@ import (
 	"os/signal"
 	"sort"
 	"syscall"
+
+	"github.com/participantd/participantd/cmd/participantd/server"
+	"github.com/participantd/participantd/internal/buildinfo"
 )
 
 // command is one subcommand.
@@ -83,6 +86,10 @@ func main() {
 
 // run runs the subcommand named by args[0] and returns the exit status.
 func run(ctx context.Context, e *env, args []string) int {
+	if len(args) > 0 && (args[0] == "--version" || args[0] == "-version" || args[0] == "version") {
+		fmt.Fprint(e.stdout, buildinfo.Read().String("participantctl", server.Version))
+		return 0
+	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		printCommands(e.stderr)
 		if len(args) == 0 {
@@ -124,7 +131,7 @@ func printCommands(w io.Writer) {
 	for _, n := range names {
 		fmt.Fprintf(w, "  %-8s %s\n", n, commands[n].synopsis)
 	}
-	fmt.Fprintf(w, "\nparticipantctl <subcommand> -h describes one.\n")
+	fmt.Fprintf(w, "\nparticipantctl <subcommand> -h describes one; participantctl --version prints the build.\n")
 }
 
 // newFlagSet returns the flag set of c, printing c's usage on -h.

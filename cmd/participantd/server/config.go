@@ -76,6 +76,9 @@ type Config struct {
 	MaxConversationsPerConn int
 	// Logger receives the server's logs; the zero value logs nothing.
 	Logger zerolog.Logger
+	// Pprof serves Go's profiles under /debug/pprof/ on the health
+	// listener. Off by default: a profile costs CPU and shows internals.
+	Pprof bool
 }
 
 // withDefaults returns c with the defaults applied, or an error naming the
