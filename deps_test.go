@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// TestDependenciesPointOneWay keeps DESIGN.md's layering: the leaves import
+// TestDependenciesPointOneWay keeps docs/DESIGN.md's layering: the leaves import
 // nothing of the project, the storage layers only what is below them, and
 // nothing imports the binaries.
 func TestDependenciesPointOneWay(t *testing.T) {
@@ -44,7 +44,7 @@ func TestDependenciesPointOneWay(t *testing.T) {
 				ok = ok || dep == a || strings.HasPrefix(dep, a+"/")
 			}
 			if !ok {
-				t.Errorf("%s imports %s; DESIGN.md allows it only %v", pkg, dep, allow)
+				t.Errorf("%s imports %s; docs/DESIGN.md allows it only %v", pkg, dep, allow)
 			}
 		}
 	}

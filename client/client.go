@@ -57,7 +57,8 @@ type member struct {
 	// nextToken, when set, is the token the next new intent uses (Attach
 	// with WithToken).
 	nextToken *Token
-	lost      error // a *LostError once re-attachment was refused
+	lost      error  // a *LostError once the participant is lost
+	cursor    uint64 // the durable cursor, as last answered
 }
 
 // attachIntent is one intended attach: its token and the credential it
@@ -101,6 +102,10 @@ func Dial(ctx context.Context, addr string, opts Options) (*Client, error) {
 	c.wg.Add(2)
 	go c.supervise(s)
 	go c.pump()
+	if opts.BindingCheckInterval > 0 {
+		c.wg.Add(1)
+		go c.checkBindings()
+	}
 	return c, nil
 }
 
@@ -208,8 +213,14 @@ func (c *Client) supervise(s *session) {
 		c.mu.Lock()
 		c.unpublishLocked(s)
 		c.mu.Unlock()
+		if c.ctx.Err() == nil && c.opts.OnDisconnect != nil {
+			c.opts.OnDisconnect(s.reason())
+		}
 		if s = c.reconnect(); s == nil {
 			return
+		}
+		if c.opts.OnReconnect != nil {
+			c.opts.OnReconnect(s.welcome)
 		}
 	}
 }
@@ -281,6 +292,7 @@ func (c *Client) reattachAll(s *session) error {
 				return fmt.Errorf("client: re-attach: %w", errLost)
 			case errors.Is(err, ErrParticipantLost):
 				c.log.Error().Err(err).Msg("participant lost")
+				c.lostCallback(m, err)
 			case err != nil:
 				// Not committed (unavailable, shutting_down, ...): retry
 				// on a new connection rather than serve without it.
@@ -343,6 +355,7 @@ func (c *Client) attachOn(ctx context.Context, s *session, m *member) (Credentia
 			c.mu.Lock()
 			m.cred.Generation, m.cred.Secret = a.Generation, a.Secret
 			m.intent = nil
+			m.cursor = max(m.cursor, a.Cursor)
 			// A replay marked bound names a binding made by this token;
 			// it is this session's only if the token never went out on
 			// another one.
@@ -375,6 +388,103 @@ func (c *Client) attachOn(ctx context.Context, s *session, m *member) (Credentia
 			return Credential{}, fmt.Errorf("%w: %s answers attach", ErrProtocol, ans.Type())
 		}
 	}
+}
+
+// lostCallback calls OnLost for m, lost with err.
+func (c *Client) lostCallback(m *member, err error) {
+	if c.opts.OnLost == nil {
+		return
+	}
+	c.mu.Lock()
+	cred := m.cred
+	c.mu.Unlock()
+	c.opts.OnLost(cred, err)
+}
+
+// noticeRefusal looks at the refusal e of a request that needed the
+// binding of the participant k at generation gen, sent on s. When the
+// client believed that binding was on s, the refusal shows it is gone
+// (superseded, or the participant left): the participant is marked lost,
+// OnLost is called, and the *LostError is returned. Otherwise e is
+// returned as is.
+func (c *Client) noticeRefusal(s *session, k key, gen uint64, e *Error) error {
+	var why error
+	switch e.Code {
+	case CodeStaleAuthority, CodeNoBinding:
+		why = fmt.Errorf("%w: %w", ErrBindingSuperseded, e)
+	case CodeRetired, CodeUnknownParticipant:
+		why = e
+	default:
+		return e
+	}
+	c.mu.Lock()
+	m := c.members[k]
+	if m == nil || m.lost != nil || m.sess != s || m.intent != nil || m.cred.Generation != gen {
+		c.mu.Unlock()
+		return e
+	}
+	lost := &LostError{Conversation: k.conv, Participant: k.participant, Err: why}
+	m.lost, m.wantBound, m.sess = lost, false, nil
+	c.mu.Unlock()
+	c.log.Warn().Err(lost).Msg("participant lost")
+	c.lostCallback(m, lost)
+	return lost
+}
+
+// checkBindings probes, every BindingCheckInterval, the binding of each
+// participant held bound on the ready connection with an ack at its
+// cursor, which changes nothing when the binding is there and is refused
+// when it is not, until Close.
+func (c *Client) checkBindings() {
+	defer c.wg.Done()
+	t := time.NewTicker(c.opts.BindingCheckInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+		case <-c.ctx.Done():
+			return
+		}
+		type probe struct {
+			k           key
+			gen, cursor uint64
+		}
+		c.mu.Lock()
+		s := c.cur
+		var probes []probe
+		for k, m := range c.members {
+			if s != nil && m.sess == s && m.lost == nil && m.intent == nil {
+				probes = append(probes, probe{k, m.cred.Generation, m.cursor})
+			}
+		}
+		c.mu.Unlock()
+		for _, p := range probes {
+			ans, err := c.callOn(c.ctx, s, &wire.Ack{Conversation: p.k.conv, Participant: p.k.participant,
+				Generation: p.gen, Through: p.cursor})
+			if err != nil {
+				break // the connection ended, or Close: the supervisor acts
+			}
+			switch a := ans.(type) {
+			case *wire.Acked:
+				c.advanceCursor(p.k, a.Cursor)
+			case *wire.Error:
+				e := fromWire(a)
+				if e.Cursor != nil {
+					c.advanceCursor(p.k, *e.Cursor)
+				}
+				c.noticeRefusal(s, p.k, p.gen, e)
+			}
+		}
+	}
+}
+
+// advanceCursor records that the durable cursor of k is at least cursor.
+func (c *Client) advanceCursor(k key, cursor uint64) {
+	c.mu.Lock()
+	if m := c.members[k]; m != nil {
+		m.cursor = max(m.cursor, cursor)
+	}
+	c.mu.Unlock()
 }
 
 func (c *Client) credentialChanged(cred Credential) {

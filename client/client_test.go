@@ -96,7 +96,10 @@ func TestClient_EnrollTellDeliverAck(t *testing.T) {
 	if d.Kind != wire.KindRecord || d.Seq != seq || string(d.Payload) != "hi" || d.Recipient != 1 {
 		t.Errorf("b got %+v, want record %d", d, seq)
 	}
-	if cur, err := b.Ack(ctx, cb, d.Seq); err != nil || cur != d.Seq {
+	if d.Credential != cb {
+		t.Errorf("b's delivery carries credential %v, want %v", d.Credential, cb)
+	}
+	if cur, err := b.Ack(ctx, d.Credential, d.Seq); err != nil || cur != d.Seq {
 		t.Errorf("Ack(%d) = %d, %v", d.Seq, cur, err)
 	}
 	if err := a.Ping(ctx); err != nil {

@@ -27,6 +27,10 @@ type Delivery struct {
 	Payload []byte
 	// Cause is set for KindDetached and KindDied, else empty.
 	Cause Cause
+	// Credential is the latest credential the client held for Recipient
+	// when the delivery arrived: pass it to Ack. (Ack always presents the
+	// latest credential held, so it stays right after a re-attachment.)
+	Credential Credential
 }
 
 // deliver takes a delivery from a reader: it drops a repeat (a seq at or
@@ -38,6 +42,10 @@ func (c *Client) deliver(m *wire.Delivery) {
 		return
 	}
 	c.seen[m.Conversation] = m.Seq
+	var cred Credential
+	if mb := c.members[key{m.Conversation, m.Recipient}]; mb != nil {
+		cred = mb.cred
+	}
 	c.mu.Unlock()
 	if c.opts.DiscardDeliveries {
 		return
@@ -45,6 +53,7 @@ func (c *Client) deliver(m *wire.Delivery) {
 	d := Delivery{
 		Conversation: m.Conversation, Recipient: m.Recipient, Seq: m.Seq,
 		Kind: m.Kind, Participant: m.Participant, Payload: m.Payload,
+		Credential: cred,
 	}
 	if m.Cause != nil {
 		d.Cause = *m.Cause

@@ -1,5 +1,5 @@
 // Package client is the Go client of participantd: it speaks the wire
-// protocol of PROTOCOL.md over one connection at a time, pipelines requests
+// protocol of docs/PROTOCOL.md over one connection at a time, pipelines requests
 // (many calls in flight, answers matched by id), and hides the failures a
 // durable client must survive.
 //
@@ -16,7 +16,16 @@
 //     the same token and the same presented credential. Requests wait for the
 //     re-attachment before they are sent again.
 //   - Deliveries are deduplicated on (conversation, seq) before they reach
-//     the channel returned by Deliveries.
+//     the channel returned by Deliveries. Each carries the credential of its
+//     recipient, to Ack it with.
+//   - The caller hears what happened: OnDisconnect when a connection ends,
+//     OnCredential for every re-attachment, OnReconnect once they are done,
+//     OnLost once for a participant the client can no longer use. The
+//     server never tells a superseded binding, so the client notices a
+//     supersession from a refused request, or from its binding check (an
+//     ack at the cursor every BindingCheckInterval, which changes nothing).
+//     A lost participant is not re-attached after a reconnect: the session
+//     that took it over keeps it.
 //
 // # Surviving a crash of the caller
 //
@@ -50,8 +59,8 @@
 // # Goroutines
 //
 // A Client owns a supervisor goroutine (connects, reconnects, re-attaches),
-// one reader goroutine per live connection and one goroutine feeding the
-// deliveries channel. Close stops and waits for all of them.
+// one reader goroutine per live connection, one goroutine feeding the
+// deliveries channel and one checking bindings. Close stops and waits for all of them.
 //
 // # Locks
 //

@@ -7,7 +7,7 @@ import (
 	"github.com/participantd/participantd/wire"
 )
 
-// Code is the machine-readable code of an error answer, as PROTOCOL.md
+// Code is the machine-readable code of an error answer, as docs/PROTOCOL.md
 // names it.
 type Code = wire.Code
 
@@ -112,6 +112,11 @@ var (
 	// use: its re-attachment was refused (the credential moved on, expired,
 	// or the participant left). A *LostError carries the refusal.
 	ErrParticipantLost = errors.New("client: participant lost")
+	// ErrBindingSuperseded reports a participant whose binding on this
+	// client ended elsewhere: another session attached it (a newer
+	// generation), or the server no longer counts this connection as its
+	// binding. A *LostError carries it with the refusal that showed it.
+	ErrBindingSuperseded = errors.New("client: binding superseded by another session")
 )
 
 // RejectedError is the server's refusal of a connection (rejected).

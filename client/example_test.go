@@ -10,29 +10,42 @@ import (
 )
 
 // A participant enrolls, tells and follows the conversation, acknowledging
-// what it read. The client re-attaches it after a reconnect on its own.
+// what it read. The client re-attaches it after a reconnect on its own and
+// hands every new credential to OnCredential. The README shows this body.
 func Example() {
 	ctx := context.Background()
-	c, err := client.Dial(ctx, "127.0.0.1:7420", client.Options{ClientName: "example"})
+	c, err := client.Dial(ctx, "127.0.0.1:7420", client.Options{
+		// Every attach, also the re-attach after a reconnect, mints a new
+		// credential: persist it, the previous one no longer attaches.
+		OnCredential: func(cred client.Credential) { save(cred) },
+		// Another session took the participant over, or it left.
+		OnLost: func(cred client.Credential, why error) { log.Printf("lost %v: %v", cred, why) },
+	})
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer c.Close()
 
-	cred, err := c.Enroll(ctx, 42)
+	cred, err := c.Enroll(ctx, 42) // participant, generation, secret
 	if err != nil {
 		log.Fatal(err)
 	}
-	if _, err := c.Tell(ctx, cred, []byte("hello")); err != nil {
+	seq, err := c.Tell(ctx, cred, []byte("hello")) // durable before it returns
+	if err != nil {
 		log.Fatal(err)
 	}
-	for d := range c.Deliveries() {
+	log.Printf("told seq %d", seq)
+	for d := range c.Deliveries() { // everyone else's records and events, in seq order
 		fmt.Printf("%d %s from %d: %q\n", d.Seq, d.Kind, d.Participant, d.Payload)
-		if _, err := c.Ack(ctx, cred, d.Seq); err != nil {
+		if _, err := c.Ack(ctx, d.Credential, d.Seq); err != nil {
 			log.Fatal(err)
 		}
 	}
 }
+
+// save stands for the caller's persistence: write the credential
+// atomically (a temporary file, fsync, rename), mode 0600.
+func save(cred client.Credential) { _ = cred }
 
 // An operation whose outcome the client could not learn before its context
 // ended carries its token; retrying with it applies the operation at most

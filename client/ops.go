@@ -144,6 +144,7 @@ func (c *Client) Enroll(ctx context.Context, conv uint64, opts ...CallOption) (C
 			c.members[cred.key()] = m
 		}
 		m.wantBound = true
+		m.cursor = max(m.cursor, a.Cursor)
 		if here && c.cur == s && m.intent == nil && m.cred.Generation == cred.Generation {
 			m.sess = s
 		}
@@ -175,6 +176,9 @@ func (c *Client) Enroll(ctx context.Context, conv uint64, opts ...CallOption) (C
 // answer is the original one, and the client then attaches again with the
 // credential it minted, since that binding is not this client's. It is
 // used only when no attach of the participant is in doubt in this client.
+// For a participant the client lost (OnLost), a cred of a newer generation
+// than the one it held (the credential the session that took it over
+// saved) replaces it and takes it up again.
 //
 // Errors: a *LostError (errors.Is ErrParticipantLost, and
 // ErrStaleAuthority, ErrReceiptExpired, ErrRetired or
@@ -183,6 +187,9 @@ func (c *Client) Enroll(ctx context.Context, conv uint64, opts ...CallOption) (C
 func (c *Client) Attach(ctx context.Context, cred Credential, opts ...CallOption) (Credential, error) {
 	m := c.member(cred, true)
 	c.mu.Lock()
+	if m.lost != nil && cred.Generation > m.cred.Generation {
+		m.cred, m.lost, m.sess, m.intent = cred, nil, nil, nil
+	}
 	m.wantBound = true
 	if o := callOptionsOf(opts); o.hasToken && !o.token.IsZero() && m.intent == nil {
 		t := o.token
@@ -218,11 +225,13 @@ func (c *Client) Tell(ctx context.Context, cred Credential, payload []byte, opts
 	if payload == nil {
 		payload = []byte{}
 	}
-	ans, _, err := c.do(ctx, &tok, true, func(*session) (wire.Message, error) {
+	var sent Credential
+	ans, s, err := c.do(ctx, &tok, true, func(*session) (wire.Message, error) {
 		cur, err := c.current(cred)
 		if err != nil {
 			return nil, err
 		}
+		sent = cur
 		return &wire.Tell{Conversation: cur.Conversation, Participant: cur.Participant,
 			Generation: cur.Generation, Token: tok, Payload: payload}, nil
 	})
@@ -233,7 +242,7 @@ func (c *Client) Tell(ctx context.Context, cred Credential, payload []byte, opts
 	case *wire.Told:
 		return a.Seq, nil
 	case *wire.Error:
-		return 0, fromWire(a)
+		return 0, c.noticeRefusal(s, sent.key(), sent.Generation, fromWire(a))
 	default:
 		return 0, fmt.Errorf("%w: %s answers tell", ErrProtocol, ans.Type())
 	}
@@ -244,11 +253,13 @@ func (c *Client) Tell(ctx context.Context, cred Credential, payload []byte, opts
 // a lost answer is harmless. Errors: *Error (ack_gap, ack_regression with
 // Cursor, no_binding, ...), a *LostError, ErrClosed or ctx's error.
 func (c *Client) Ack(ctx context.Context, cred Credential, through uint64) (cursor uint64, err error) {
-	ans, _, err := c.do(ctx, nil, true, func(*session) (wire.Message, error) {
+	var sent Credential
+	ans, s, err := c.do(ctx, nil, true, func(*session) (wire.Message, error) {
 		cur, err := c.current(cred)
 		if err != nil {
 			return nil, err
 		}
+		sent = cur
 		return &wire.Ack{Conversation: cur.Conversation, Participant: cur.Participant,
 			Generation: cur.Generation, Through: through}, nil
 	})
@@ -257,9 +268,14 @@ func (c *Client) Ack(ctx context.Context, cred Credential, through uint64) (curs
 	}
 	switch a := ans.(type) {
 	case *wire.Acked:
+		c.advanceCursor(sent.key(), a.Cursor)
 		return a.Cursor, nil
 	case *wire.Error:
-		return 0, fromWire(a)
+		e := fromWire(a)
+		if e.Cursor != nil {
+			c.advanceCursor(sent.key(), *e.Cursor)
+		}
+		return 0, c.noticeRefusal(s, sent.key(), sent.Generation, e)
 	default:
 		return 0, fmt.Errorf("%w: %s answers ack", ErrProtocol, ans.Type())
 	}
@@ -270,11 +286,13 @@ func (c *Client) Ack(ctx context.Context, cred Credential, through uint64) (curs
 // the participant. Errors as for Tell.
 func (c *Client) Detach(ctx context.Context, cred Credential, opts ...CallOption) (uint64, error) {
 	tok := tokenOf(opts)
-	ans, _, err := c.do(ctx, &tok, true, func(*session) (wire.Message, error) {
+	var sent Credential
+	ans, s, err := c.do(ctx, &tok, true, func(*session) (wire.Message, error) {
 		cur, err := c.current(cred)
 		if err != nil {
 			return nil, err
 		}
+		sent = cur
 		return &wire.Detach{Conversation: cur.Conversation, Participant: cur.Participant,
 			Generation: cur.Generation, Token: tok}, nil
 	})
@@ -290,7 +308,7 @@ func (c *Client) Detach(ctx context.Context, cred Credential, opts ...CallOption
 		c.mu.Unlock()
 		return a.Seq, nil
 	case *wire.Error:
-		return 0, fromWire(a)
+		return 0, c.noticeRefusal(s, sent.key(), sent.Generation, fromWire(a))
 	default:
 		return 0, fmt.Errorf("%w: %s answers detach", ErrProtocol, ans.Type())
 	}

@@ -15,9 +15,15 @@ const (
 	// DefaultMaxQueuedDeliveries is the default MaxQueuedDeliveries.
 	DefaultMaxQueuedDeliveries = 65536
 	DefaultDialTimeout         = 10 * time.Second
+	// DefaultBindingCheckInterval is the default BindingCheckInterval.
+	DefaultBindingCheckInterval = 30 * time.Second
 )
 
 // Options configures a Client. The zero value means the defaults.
+//
+// The callbacks (OnCredential, OnDisconnect, OnReconnect, OnLost) run on the
+// client's goroutines without its locks held: they must return soon and
+// must not call the Client (hand such work to another goroutine).
 type Options struct {
 	// AuthToken is sent in hello when non-empty.
 	AuthToken string
@@ -63,6 +69,32 @@ type Options struct {
 	OnIntent func(Intent) error
 	// DiscardDeliveries drops every delivery, for clients that only send.
 	DiscardDeliveries bool
+
+	// OnDisconnect, if set, is called when the connection ends other than
+	// by Close, with why. The client then reconnects on its own; calls
+	// wait for it.
+	OnDisconnect func(err error)
+	// OnReconnect, if set, is called when a new connection is up after a
+	// disconnect and every held participant that could be re-attached is
+	// bound on it (OnCredential was called for each), with what the server
+	// announced.
+	OnReconnect func(Welcome)
+	// OnLost, if set, is called once for each held participant the client
+	// can no longer use, with the last credential it held and why: a
+	// *LostError that matches ErrParticipantLost and one of
+	// ErrBindingSuperseded (another session attached the participant, or
+	// its binding ended elsewhere), ErrRetired (it left), or the refusal
+	// of its re-attachment (ErrStaleAuthority, ErrReceiptExpired,
+	// ErrUnknownParticipant). The client no longer re-attaches it; Attach
+	// with a newer credential takes it up again.
+	OnLost func(cred Credential, reason error)
+	// BindingCheckInterval is how often the client checks that each
+	// participant it holds bound is still bound on its connection, so
+	// that a supersession is noticed (OnLost) even when nothing is sent:
+	// the server never tells the superseded binding. The check is a
+	// cumulative ack at the cursor, which changes nothing. Default
+	// DefaultBindingCheckInterval; negative: never.
+	BindingCheckInterval time.Duration
 }
 
 func (o *Options) withDefaults() {
@@ -83,5 +115,8 @@ func (o *Options) withDefaults() {
 	}
 	if o.DeliveryBuffer <= 0 {
 		o.DeliveryBuffer = DefaultDeliveryBuffer
+	}
+	if o.BindingCheckInterval == 0 {
+		o.BindingCheckInterval = DefaultBindingCheckInterval
 	}
 }

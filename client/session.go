@@ -209,6 +209,13 @@ func (s *session) forget(id uint64) {
 	s.mu.Unlock()
 }
 
+// reason returns why the session ended, or nil while it lives.
+func (s *session) reason() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
 func (s *session) alive() bool {
 	select {
 	case <-s.dead:

@@ -10,7 +10,7 @@ import (
 
 // The decision code: pure functions from a conversation's state and a
 // request to a refusal or the oplog row to commit. They check in
-// PROTOCOL.md's order (after the token, which the driver resolves first):
+// docs/PROTOCOL.md's order (after the token, which the driver resolves first):
 // for enroll under EnrollInvite, invite_required and invite_invalid; then
 // unknown_participant, retired, stale_authority, no_binding,
 // binding_occupied, operation checks, capacity_exceeded (participants,

@@ -16,7 +16,7 @@
 //
 //  1. resolves each operation's token (a replay or token_conflict answers
 //     without committing; a token staged earlier in the batch replays too),
-//  2. decides, purely, in PROTOCOL.md's order of checks: a refusal, or the
+//  2. decides, purely, in docs/PROTOCOL.md's order of checks: a refusal, or the
 //     oplog row to commit (decide.go), which it projects and applies to
 //     the working copy, so the next decision sees it;
 //

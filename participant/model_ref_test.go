@@ -10,7 +10,7 @@ import (
 	"github.com/participantd/participantd/outbox"
 )
 
-// refModel is a reference model of PROTOCOL.md's semantics, written from
+// refModel is a reference model of docs/PROTOCOL.md's semantics, written from
 // the page and not from the service's decision code: a few maps and slices,
 // everything kept in memory, no storage, no reclamation. Connections are
 // named by the driver's ints.
@@ -264,7 +264,7 @@ func (m *refModel) receiptAnswer(q refReq, mb *refMember, rc *refReceipt) refAns
 	return a
 }
 
-// apply runs request q from connection conn, in PROTOCOL.md's order of
+// apply runs request q from connection conn, in docs/PROTOCOL.md's order of
 // checks, and commits it when nothing refuses it.
 func (m *refModel) apply(q refReq, conn int) refAnswer {
 	if q.kind == "enroll" {

@@ -16,7 +16,7 @@ import (
 	"github.com/participantd/participantd/store"
 )
 
-// The semantics tests drive the service through its API, one PROTOCOL.md
+// The semantics tests drive the service through its API, one docs/PROTOCOL.md
 // rule at a time: the order of checks, the records each operation appends,
 // recipients, deliveries, wakes, replays, and credentials across a restart.
 
@@ -957,7 +957,7 @@ func TestSemantics_IDsAndReclaim(t *testing.T) {
 	}
 }
 
-// TestSemantics_ByeAfterInDoubt: PROTOCOL.md says bye ends the connection's
+// TestSemantics_ByeAfterInDoubt: docs/PROTOCOL.md says bye ends the connection's
 // bindings as detached/clean. After an in_doubt answer dropped the
 // conversation's state, End(clean) must still record detached/clean.
 func TestSemantics_ByeAfterInDoubt(t *testing.T) {

@@ -7,7 +7,7 @@ import (
 )
 
 // TestDeps keeps wire a leaf: its non-test code imports only the standard
-// library (DESIGN.md: wire imports nothing of the project).
+// library (docs/DESIGN.md: wire imports nothing of the project).
 func TestDeps(t *testing.T) {
 	pkg, err := build.ImportDir(".", 0)
 	if err != nil {

@@ -1,4 +1,4 @@
-// Package wire is the participantd wire protocol, version 1 (PROTOCOL.md):
+// Package wire is the participantd wire protocol, version 1 (docs/PROTOCOL.md):
 // the frame codec and one Go type per message, in both directions. It is a
 // leaf: it imports nothing of the project, only the standard library.
 //
@@ -40,7 +40,7 @@
 // decoders: DecodeRequest reads what a client sends, DecodeServerMessage
 // what a server sends. Encode, AppendEncode, AppendFrame and
 // Writer.WriteMessage encode any message. Encoding is deterministic: "t",
-// then "id", then the fields in the order of PROTOCOL.md's tables, then the
+// then "id", then the fields in the order of docs/PROTOCOL.md's tables, then the
 // optional fields that are present, each integer, string, bin, array and map
 // header in its most compact form. The golden frames in testdata/wire pin
 // the bytes.

@@ -52,7 +52,7 @@ func scrapeCounters(ctx context.Context, addr string) (serverCounters, error) {
 			c.Commits = v
 		case "participantd_store_flushes_total":
 			c.Flushes = v
-		case "participantd_committed_operations_total":
+		case "participantd_store_committed_ops_total":
 			c.Committed = v
 		}
 	}

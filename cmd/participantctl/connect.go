@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,12 +20,14 @@ const defaultAddr = "127.0.0.1:7420"
 
 // connFlags are the flags of every online subcommand.
 type connFlags struct {
-	addr        string
-	authToken   string
-	tlsCA       string
-	tlsInsecure bool
-	timeout     time.Duration
-	creds       string
+	addr          string
+	authToken     string
+	authTokenFile string
+	envAuthToken  string // PARTICIPANTCTL_AUTH_TOKEN
+	tlsCA         string
+	tlsInsecure   bool
+	timeout       time.Duration
+	creds         string // resolved by credsFlag
 }
 
 func addConnFlags(fs *flag.FlagSet, e *env) *connFlags {
@@ -34,12 +37,36 @@ func addConnFlags(fs *flag.FlagSet, e *env) *connFlags {
 		addr = defaultAddr
 	}
 	fs.StringVar(&f.addr, "addr", addr, "server address (env PARTICIPANTCTL_ADDR)")
-	fs.StringVar(&f.authToken, "auth-token", "", "the server's shared auth token")
+	f.envAuthToken = e.getenv("PARTICIPANTCTL_AUTH_TOKEN")
+	fs.StringVar(&f.authToken, "auth-token", "", "the server's shared auth token; visible to other users in ps, prefer env PARTICIPANTCTL_AUTH_TOKEN or --auth-token-file")
+	fs.StringVar(&f.authTokenFile, "auth-token-file", "", "read the server's shared auth token from this file (its first line)")
 	fs.StringVar(&f.tlsCA, "tls-ca", "", "connect with TLS, trusting the CA certificates in this PEM file")
 	fs.BoolVar(&f.tlsInsecure, "tls-insecure", false, "connect with TLS without verifying the server's certificate")
 	fs.DurationVar(&f.timeout, "timeout", 30*time.Second, "give up on the connection and each operation after this long (0: never)")
-	fs.StringVar(&f.creds, "creds", "", "the credential file (JSON, rewritten atomically, mode 0600, after every attach)")
+	fs.Var(credsFlag{e: e, path: &f.creds}, "creds", "the credential file (JSON, rewritten atomically, mode 0600, after every attach); "+credsDirHelp)
 	return f
+}
+
+// token returns the auth token to send: --auth-token-file, else
+// --auth-token, else PARTICIPANTCTL_AUTH_TOKEN, else none.
+func (f *connFlags) token() (string, error) {
+	switch {
+	case f.authTokenFile != "" && f.authToken != "":
+		return "", &exitError{2, errors.New("give --auth-token or --auth-token-file, not both")}
+	case f.authTokenFile != "":
+		b, err := os.ReadFile(f.authTokenFile)
+		if err != nil {
+			return "", fmt.Errorf("--auth-token-file: %w", err)
+		}
+		line, _, _ := strings.Cut(string(b), "\n")
+		if line = strings.TrimSpace(line); line == "" {
+			return "", fmt.Errorf("--auth-token-file: %s holds no token", f.authTokenFile)
+		}
+		return line, nil
+	case f.authToken != "":
+		return f.authToken, nil
+	}
+	return f.envAuthToken, nil
 }
 
 func (f *connFlags) tlsConfig() (*tls.Config, error) {
@@ -74,15 +101,20 @@ type session struct {
 
 // dial connects. Every credential the client mints (enroll, attach, the
 // re-attachments after a reconnect) is written to f.creds before the call
-// that minted it returns.
-func (f *connFlags) dial(ctx context.Context, e *env, discard bool) (*session, error) {
+// that minted it returns. mods adjust the client's options, after the
+// credential saver is set (a mod may wrap OnCredential).
+func (f *connFlags) dial(ctx context.Context, e *env, discard bool, mods ...func(*client.Options)) (*session, error) {
 	tc, err := f.tlsConfig()
 	if err != nil {
 		return nil, err
 	}
+	tok, err := f.token()
+	if err != nil {
+		return nil, err
+	}
 	s := &session{creds: f.creds}
-	c, err := client.Dial(ctx, f.addr, client.Options{
-		AuthToken:         f.authToken,
+	opts := client.Options{
+		AuthToken:         tok,
 		TLS:               tc,
 		ClientName:        "participantctl",
 		DiscardDeliveries: discard,
@@ -97,7 +129,11 @@ func (f *connFlags) dial(ctx context.Context, e *env, discard bool) (*session, e
 				s.mu.Unlock()
 			}
 		},
-	})
+	}
+	for _, mod := range mods {
+		mod(&opts)
+	}
+	c, err := client.Dial(ctx, f.addr, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -127,21 +163,21 @@ func (f *connFlags) opContext(ctx context.Context) (context.Context, context.Can
 // attached dials and attaches the participant of the credential file,
 // for the subcommands that need the binding. An attach left pending in the
 // file by an earlier run is retried first, with its token (see creds.go).
-func (f *connFlags) attached(ctx context.Context, e *env, discard bool) (*session, client.Credential, error) {
+func (f *connFlags) attached(ctx context.Context, e *env, discard bool, mods ...func(*client.Options)) (*session, client.Credential, error) {
 	cred, err := readCreds(f.creds)
 	if err != nil {
 		return nil, cred, err
 	}
 	octx, cancel := f.opContext(ctx)
 	defer cancel()
-	s, err := f.dial(octx, e, discard)
+	s, err := f.dial(octx, e, discard, mods...)
 	if err != nil {
 		return nil, cred, err
 	}
 	cred, err = s.attachSaved(octx, cred)
 	if err != nil {
 		s.Close()
-		return nil, cred, fmt.Errorf("attach: %w", err)
+		return nil, cred, fmt.Errorf("attach: %w", explain(err, about{cred: cred, creds: f.creds}))
 	}
 	return s, cred, nil
 }

@@ -89,8 +89,8 @@ func TestOnline_EnrollTellTailAckLeave(t *testing.T) {
 	}
 
 	tok := client.NewToken().String()
-	seq := strings.TrimSpace(mustCtl(t, ctx, "tell", "--addr", addr, "--creds", a, "--token", tok, "hello world"))
-	if again := strings.TrimSpace(mustCtl(t, ctx, "tell", "--addr", addr, "--creds", a, "--token", tok, "hello world")); again != seq {
+	seq := toldSeq(t, mustCtl(t, ctx, "tell", "--addr", addr, "--creds", a, "--token", tok, "hello world"))
+	if again := toldSeq(t, mustCtl(t, ctx, "tell", "--addr", addr, "--creds", a, "--token", tok, "hello world")); again != seq {
 		t.Errorf("tell with the same token = %s, want the original seq %s", again, seq)
 	}
 	if g := readCredsT(t, a).Generation; g != 3 {
@@ -100,7 +100,7 @@ func TestOnline_EnrollTellTailAckLeave(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("tell - = %d: %s", code, errs)
 	}
-	binSeq := strings.TrimSpace(out)
+	binSeq := toldSeq(t, out)
 
 	// b follows: a's attaches, records and detaches after b's enrollment.
 	out = mustCtl(t, ctx, "tail", "--addr", addr, "--creds", b, "--json", "--count", "7")
@@ -127,10 +127,10 @@ func TestOnline_EnrollTellTailAckLeave(t *testing.T) {
 	if !sawText || !sawBin {
 		t.Errorf("tail = %+v, want the text record %s and the binary one %s", lines, seq, binSeq)
 	}
-	if out := mustCtl(t, ctx, "ack", "--addr", addr, "--creds", b, "--through", binSeq); out != "cursor "+binSeq+"\n" {
+	if out := mustCtl(t, ctx, "ack", "--addr", addr, "--creds", b, "--through", binSeq); out != "acked: conversation 42 participant 1 cursor "+binSeq+"\n" {
 		t.Errorf("ack = %q, want cursor %s (tail acknowledged it already)", out, binSeq)
 	}
-	if out := mustCtl(t, ctx, "leave", "--addr", addr, "--creds", a); !strings.HasPrefix(out, "left at seq ") {
+	if out := mustCtl(t, ctx, "leave", "--addr", addr, "--creds", a); !strings.HasPrefix(out, "left: conversation 42 participant 0 seq ") {
 		t.Errorf("leave = %q", out)
 	}
 	if _, errs, code := ctl(ctx, "", "tell", "--addr", addr, "--creds", a, "x"); code != 1 || !strings.Contains(errs, "retired") {
@@ -159,6 +159,17 @@ func TestOnline_EnrollTellTailAckLeave(t *testing.T) {
 }
 
 func itoa(u uint64) string { return strconv.FormatUint(u, 10) }
+
+// toldSeq returns the seq of tell's line "told: conversation C participant
+// P seq S".
+func toldSeq(t *testing.T, out string) string {
+	t.Helper()
+	_, seq, ok := strings.Cut(strings.TrimSpace(out), " seq ")
+	if !ok || !strings.HasPrefix(out, "told: ") {
+		t.Fatalf("tell printed %q, want told: ... seq S", out)
+	}
+	return seq
+}
 
 func readCredsT(t *testing.T, path string) client.Credential {
 	t.Helper()
@@ -206,5 +217,34 @@ func TestRun_UnknownAndHelp(t *testing.T) {
 	}
 	if _, _, code := ctl(ctx, "", "ack", "--creds", "x"); code != 2 {
 		t.Errorf("ack without --through = %d, want 2", code)
+	}
+}
+
+func TestTail_SupersededExitsWithStatus3(t *testing.T) {
+	ctx := testCtx(t)
+	addr, _ := startServer(t, t.TempDir())
+	b := filepath.Join(t.TempDir(), "b.json")
+	mustCtl(t, ctx, "enroll", "--addr", addr, "--conversation", "1", "--creds", b)
+	type result struct {
+		errs string
+		code int
+	}
+	done := make(chan result, 1)
+	go func() {
+		_, errs, code := ctl(ctx, "", "tail", "--addr", addr, "--creds", b, "--check-interval", "10ms")
+		done <- result{errs, code}
+	}()
+	// The tail's attach rewrites the file with generation 2.
+	for readCredsT(t, b).Generation < 2 {
+		select {
+		case r := <-done:
+			t.Fatalf("tail ended before attaching: %d, %q", r.code, r.errs)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	mustCtl(t, ctx, "tell", "--addr", addr, "--creds", b, "x")
+	r := <-done
+	if r.code != exitSuperseded || !strings.Contains(r.errs, "binding superseded") {
+		t.Errorf("superseded tail = exit %d, %q; want %d and a message", r.code, r.errs, exitSuperseded)
 	}
 }

@@ -4,8 +4,13 @@
 // Online subcommands (enroll, attach, tell, tail, ack, leave) talk to a
 // running server through package client and keep the participant's
 // credential in a file the user names (--creds), rewritten atomically, mode
-// 0600, after every attach. Offline subcommands (inspect, verify) read a
-// stopped server's data directory and never write to it.
+// 0600, after every attach; a bare name lives in the per-user directory
+// (credsdir.go). The auth token comes from --auth-token-file,
+// --auth-token or PARTICIPANTCTL_AUTH_TOKEN. Each prints one labelled line
+// ("enrolled: ...", "told: ...") on standard output, and a refusal in the
+// user's terms (explain.go) on standard error. Offline subcommands
+// (inspect, verify) read a stopped server's data directory and never write
+// to it.
 //
 // Each subcommand lives in its own file and registers itself in commands
 // from an init function; adding one is adding a file.
@@ -21,6 +26,9 @@ import (
 	"os/signal"
 	"sort"
 	"syscall"
+
+	"github.com/participantd/participantd/cmd/participantd/server"
+	"github.com/participantd/participantd/internal/buildinfo"
 )
 
 // command is one subcommand.
@@ -78,6 +86,10 @@ func main() {
 
 // run runs the subcommand named by args[0] and returns the exit status.
 func run(ctx context.Context, e *env, args []string) int {
+	if len(args) > 0 && (args[0] == "--version" || args[0] == "-version" || args[0] == "version") {
+		fmt.Fprint(e.stdout, buildinfo.Read().String("participantctl", server.Version))
+		return 0
+	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		printCommands(e.stderr)
 		if len(args) == 0 {
@@ -119,7 +131,7 @@ func printCommands(w io.Writer) {
 	for _, n := range names {
 		fmt.Fprintf(w, "  %-8s %s\n", n, commands[n].synopsis)
 	}
-	fmt.Fprintf(w, "\nparticipantctl <subcommand> -h describes one.\n")
+	fmt.Fprintf(w, "\nparticipantctl <subcommand> -h describes one; participantctl --version prints the build.\n")
 }
 
 // newFlagSet returns the flag set of c, printing c's usage on -h.

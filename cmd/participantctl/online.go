@@ -50,7 +50,7 @@ Sends MESSAGE (or standard input, for -) as a record. A tell needs the
 participant's binding, which belongs to a connection, so tell first attaches
 on its own connection: that mints a new generation (FILE is rewritten) and
 supersedes any binding the participant holds elsewhere, e.g. a running tail.
-Prints the record's seq.
+Prints "told: conversation C participant P seq S".
 
 --token names the operation: re-running with the token printed by a tell
 whose outcome was unknown (in_doubt) answers the original seq instead of
@@ -64,7 +64,8 @@ sending twice.`,
 
 Acknowledges every record through seq N. An ack needs the binding, so ack
 first attaches on its own connection, like tell (a new generation; FILE is
-rewritten; a binding elsewhere is superseded). Prints the durable cursor.`,
+rewritten; a binding elsewhere is superseded). Prints
+"acked: conversation C participant P cursor N", N the durable cursor.`,
 		run: runAck,
 	})
 	register(&command{
@@ -179,9 +180,9 @@ func runTell(ctx context.Context, e *env, args []string) error {
 	defer cancel()
 	seq, err := s.Tell(octx, cred, payload, client.WithToken(tok))
 	if err != nil {
-		return inDoubtHint(err)
+		return explain(inDoubtHint(err), about{cred: cred, creds: cf.creds, size: len(payload)})
 	}
-	fmt.Fprintf(e.stdout, "%d\n", seq)
+	fmt.Fprintf(e.stdout, "told: conversation %d participant %d seq %d\n", cred.Conversation, cred.Participant, seq)
 	return nil
 }
 
@@ -204,9 +205,9 @@ func runAck(ctx context.Context, e *env, args []string) error {
 	defer cancel()
 	cursor, err := s.Ack(octx, cred, *through)
 	if err != nil {
-		return err
+		return explain(err, about{cred: cred, creds: cf.creds, seq: *through})
 	}
-	fmt.Fprintf(e.stdout, "cursor %d\n", cursor)
+	fmt.Fprintf(e.stdout, "acked: conversation %d participant %d cursor %d\n", cred.Conversation, cred.Participant, cursor)
 	return nil
 }
 
@@ -247,9 +248,9 @@ func runLeave(ctx context.Context, e *env, args []string) error {
 		}
 	}
 	if err != nil {
-		return err
+		return explain(err, about{cred: cred, creds: cf.creds})
 	}
-	fmt.Fprintf(e.stdout, "left at seq %d\n", seq)
+	fmt.Fprintf(e.stdout, "left: conversation %d participant %d seq %d\n", cred.Conversation, cred.Participant, seq)
 	return nil
 }
 

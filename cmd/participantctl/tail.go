@@ -4,70 +4,192 @@ import (
 	"context"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"sync"
+	"sync/atomic"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
 	"github.com/participantd/participantd/client"
+	"github.com/participantd/participantd/wire"
+)
+
+// Exit statuses of tail besides 0, 1 and 2.
+const (
+	exitSuperseded = 3 // another session attached the participant
+	exitRetired    = 4 // the participant left
 )
 
 func init() {
 	register(&command{
 		name:     "tail",
 		synopsis: "follow the conversation's deliveries, acknowledging them",
-		usage: `--creds FILE [--json] [--count N] [--no-ack]
+		usage: `--creds FILE [--json] [--records-only] [--count N] [--no-ack] [--follow-takeover]
 
 Attaches the participant of FILE (a new generation; FILE is rewritten, and
 again after every re-attachment following a reconnect) and prints every
-delivery, one line each, acknowledging each after printing it:
+delivery on standard output, one line each, acknowledging each after
+printing it. Records and lifecycle events look different:
 
-  SEQ <tab> KIND <tab> PARTICIPANT <tab> CAUSE or - <tab> PAYLOAD
+  [SEQ] pP: PAYLOAD               a record told by participant P
+  [SEQ] * pP KIND (CAUSE)         participant P joined, attached, detached,
+                                  died or left (CAUSE for detached and died)
 
 PAYLOAD is the text of a record when it is printable UTF-8, else "hex:"
-and its bytes in hex. --json prints one JSON object per line instead. tail
-keeps its connection and binding until interrupted or --count deliveries.`,
+and its bytes in hex. --json prints one JSON object per line instead.
+--records-only prints records only (events are still acknowledged).
+
+What happens to the connection goes to standard error: the attach and its
+generation, a lost connection, the reconnect and the re-attachment with its
+new generation. tail follows until interrupted, or until --count printed
+lines.
+
+The participant has one binding. When another session attaches it (another
+tail, or a tell, ack or leave with the same FILE), tail says so and exits
+with status 3; with --follow-takeover it waits --check-interval, re-reads
+FILE (which that session rewrote) and takes the binding back, which ends
+the other session's. Do not run two tails of one FILE with
+--follow-takeover: they take it from each other in turn. tail exits with
+status 4 when the participant has left.`,
 		run: runTail,
 	})
+}
+
+// tailErr is tail's standard error, written by the client's callbacks and
+// the main loop alike.
+type tailErr struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (t *tailErr) say(format string, args ...any) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	fmt.Fprintf(t.w, "participantctl tail: "+format+"\n", args...)
 }
 
 func runTail(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, commands["tail"])
 	cf := addConnFlags(fs, e)
 	asJSON := fs.Bool("json", false, "print one JSON object per delivery")
-	count := fs.Int("count", 0, "stop after this many deliveries (0: follow until interrupted)")
+	count := fs.Int("count", 0, "stop after printing this many lines: deliveries, or records with --records-only (0: follow until interrupted)")
+	recordsOnly := fs.Bool("records-only", false, "print records only, not lifecycle events (both are acknowledged)")
 	noAck := fs.Bool("no-ack", false, "do not acknowledge deliveries")
+	follow := fs.Bool("follow-takeover", false, "when another session attaches the participant, take the binding back with FILE's credential instead of exiting")
+	check := fs.Duration("check-interval", 2*time.Second, "how often to check that the binding is still this tail's")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	s, cred, err := cf.attached(ctx, e, false)
+	if *check <= 0 {
+		return &exitError{2, errors.New("--check-interval must be positive")}
+	}
+	out := &tailErr{w: e.stderr}
+	lost := make(chan error, 1)
+	var following atomic.Bool // set once the first attach is done
+	mod := func(o *client.Options) {
+		o.BindingCheckInterval = *check
+		o.OnDisconnect = func(err error) { out.say("connection lost (%v); reconnecting", err) }
+		o.OnReconnect = func(w client.Welcome) {
+			out.say("reconnected to %s (server incarnation %d, connection %d)", w.Server, w.Incarnation, w.Connection)
+		}
+		save := o.OnCredential
+		o.OnCredential = func(c client.Credential) {
+			save(c)
+			if following.Load() {
+				out.say("re-attached participant %d of conversation %d at generation %d", c.Participant, c.Conversation, c.Generation)
+			}
+		}
+		o.OnLost = func(_ client.Credential, why error) {
+			select {
+			case lost <- why:
+			default:
+			}
+		}
+	}
+	s, cred, err := cf.attached(ctx, e, false, mod)
 	if err != nil {
 		return err
 	}
 	defer s.Close()
+	following.Store(true)
+	out.say("attached participant %d of conversation %d at generation %d; following", cred.Participant, cred.Conversation, cred.Generation)
 	n := 0
 	for {
 		var d client.Delivery
 		select {
 		case <-ctx.Done():
 			return nil
+		case why := <-lost:
+			if cred, err = takeBack(ctx, e, cf, s, out, cred, why, *follow, *check); err != nil {
+				return err
+			}
+			continue
 		case d = <-s.Deliveries():
 		}
-		if err := printDelivery(e.stdout, d, *asJSON); err != nil {
-			return err
-		}
-		if !*noAck && d.Recipient == cred.Participant {
-			octx, cancel := cf.opContext(ctx)
-			_, err := s.Ack(octx, cred, d.Seq)
-			cancel()
-			if err != nil && ctx.Err() == nil {
-				return fmt.Errorf("ack %d: %w", d.Seq, err)
+		shown := !*recordsOnly || d.Kind == wire.KindRecord
+		if shown {
+			if err := printDelivery(e.stdout, d, *asJSON); err != nil {
+				return err
 			}
 		}
-		if n++; *count > 0 && n >= *count {
-			return s.saved()
+		if !*noAck && d.Credential.Generation != 0 {
+			octx, cancel := cf.opContext(ctx)
+			_, err := s.Ack(octx, d.Credential, d.Seq)
+			cancel()
+			switch {
+			case errors.Is(err, client.ErrParticipantLost):
+				// OnLost has the reason; the loop handles it.
+			case err != nil && ctx.Err() == nil:
+				return fmt.Errorf("ack %d: %w", d.Seq, explain(err, about{cred: d.Credential, creds: cf.creds, seq: d.Seq}))
+			}
+		}
+		if shown {
+			if n++; *count > 0 && n >= *count {
+				return s.saved()
+			}
 		}
 	}
+}
+
+// takeBack handles the loss of the participant (why, from OnLost): it
+// exits, or with follow takes the binding back with the credential file's
+// credential after a pause, and returns the new credential.
+func takeBack(ctx context.Context, e *env, cf *connFlags, s *session, out *tailErr, cred client.Credential, why error, follow bool, pause time.Duration) (client.Credential, error) {
+	p, conv := cred.Participant, cred.Conversation
+	switch {
+	case errors.Is(why, client.ErrRetired):
+		return cred, &exitError{exitRetired, fmt.Errorf("participant %d has left conversation %d; nothing more to follow", p, conv)}
+	case !errors.Is(why, client.ErrBindingSuperseded):
+		return cred, &exitError{1, fmt.Errorf("participant %d of conversation %d is lost: %w", p, conv, why)}
+	case !follow:
+		return cred, &exitError{exitSuperseded, fmt.Errorf("binding superseded: another session attached participant %d of conversation %d; exiting (--follow-takeover takes it back instead)", p, conv)}
+	}
+	out.say("binding superseded: another session attached participant %d of conversation %d; taking it back in %v", p, conv, pause)
+	t := time.NewTimer(pause)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return cred, nil
+	case <-t.C:
+	}
+	newer, err := readCreds(cf.creds)
+	if err != nil {
+		return cred, err
+	}
+	octx, cancel := cf.opContext(ctx)
+	defer cancel()
+	got, err := s.Attach(octx, newer)
+	if err == nil {
+		err = s.saved()
+	}
+	if err != nil {
+		return cred, fmt.Errorf("take the binding back: %w", explain(err, about{cred: newer, creds: cf.creds}))
+	}
+	out.say("took participant %d of conversation %d back at generation %d", p, conv, got.Generation)
+	return got, nil
 }
 
 // deliveryJSON is tail --json's line.
@@ -99,14 +221,18 @@ func printDelivery(w io.Writer, d client.Delivery, asJSON bool) error {
 		_, err = fmt.Fprintf(w, "%s\n", b)
 		return err
 	}
-	cause := string(d.Cause)
-	if cause == "" {
-		cause = "-"
+	if d.Kind != wire.KindRecord {
+		line := fmt.Sprintf("[%d] * p%d %s", d.Seq, d.Participant, d.Kind)
+		if d.Cause != "" {
+			line += " (" + string(d.Cause) + ")"
+		}
+		_, err := fmt.Fprintln(w, line)
+		return err
 	}
 	if !printable {
 		text = "hex:" + hex.EncodeToString(d.Payload)
 	}
-	_, err := fmt.Fprintf(w, "%d\t%s\t%d\t%s\t%s\n", d.Seq, d.Kind, d.Participant, cause, text)
+	_, err := fmt.Fprintf(w, "[%d] p%d: %s\n", d.Seq, d.Participant, text)
 	return err
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/binary"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -49,7 +50,7 @@ func runDaemon(t *testing.T, dir string) (int, string) {
 	defer logf.Close()
 	code := make(chan int, 1)
 	go func() {
-		code <- run([]string{"--data", dir, "--listen", "127.0.0.1:0", "--health-listen", "127.0.0.1:0"}, nil, logf)
+		code <- run([]string{"--data", dir, "--listen", "127.0.0.1:0", "--health-listen", "127.0.0.1:0"}, nil, io.Discard, logf)
 	}()
 	select {
 	case c := <-code:

@@ -1,8 +1,12 @@
 // Command participantd is the participantd server: it serves the wire
-// protocol of PROTOCOL.md on an embedded bbolt store, with health, readiness
-// and Prometheus metrics on a second listener, and drains on SIGTERM or
-// SIGINT. Run it with --help for every setting; the server itself is
-// package server, which other programs may embed.
+// protocol of docs/PROTOCOL.md on an embedded bbolt store, with health,
+// readiness and Prometheus metrics on a second listener, and drains on
+// SIGTERM or SIGINT. Run it with --help for every setting; the server itself
+// is package server, which other programs may embed.
+//
+// Besides serving it has two flag-only modes: --version prints the build,
+// and --healthcheck probes a running server's /ready (for container health
+// checks, where the image has no HTTP client).
 package main
 
 import (
@@ -10,6 +14,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
@@ -19,16 +25,17 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/participantd/participantd/cmd/participantd/server"
+	"github.com/participantd/participantd/internal/buildinfo"
 )
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Environ(), os.Stderr))
+	os.Exit(run(os.Args[1:], os.Environ(), os.Stdout, os.Stderr))
 }
 
 // run is main without the process: it returns the exit status (0 after a
 // clean drain, 1 on failure, a failed store included, 2 on a usage error or
 // a second signal).
-func run(args, environ []string, stderr *os.File) int {
+func run(args, environ []string, stdout io.Writer, stderr *os.File) int {
 	o, err := parseOptions(args, environ, stderr)
 	if errors.Is(err, errHelp) {
 		return 0
@@ -37,8 +44,20 @@ func run(args, environ []string, stderr *os.File) int {
 		fmt.Fprintf(stderr, "participantd: %v\n", err)
 		return 2
 	}
-	log := newLogger(stderr, o.logLevel)
+	switch {
+	case o.version:
+		fmt.Fprint(stdout, buildinfo.Read().String("participantd", server.Version))
+		return 0
+	case o.healthcheck:
+		if err := healthcheck(o.server.HealthListen, 5*time.Second); err != nil {
+			fmt.Fprintf(stderr, "participantd: healthcheck: %v\n", err)
+			return 1
+		}
+		return 0
+	}
+	log := newLogger(stderr, o.logLevel, o.logFormat)
 	o.server.Logger = log
+	logConfig(log, o)
 
 	srv, err := server.New(o.server)
 	if err != nil {
@@ -64,12 +83,55 @@ func run(args, environ []string, stderr *os.File) int {
 	return 0
 }
 
-// newLogger logs JSON lines to w, or human-readable lines when w is a
-// terminal.
-func newLogger(w *os.File, level zerolog.Level) zerolog.Logger {
+// newLogger logs to w: JSON lines, or human-readable lines for format
+// "console", or for "auto" when w is a terminal. Durations are logged in
+// milliseconds, in fields named *_ms.
+func newLogger(w *os.File, level zerolog.Level, format string) zerolog.Logger {
+	zerolog.DurationFieldUnit = time.Millisecond
 	var out io.Writer = w
-	if isatty.IsTerminal(w.Fd()) {
+	if format == "console" || (format == "auto" && isatty.IsTerminal(w.Fd())) {
 		out = zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly}
 	}
 	return zerolog.New(out).Level(level).With().Timestamp().Str("service", "participantd").Logger()
+}
+
+// logConfig logs the build and the effective configuration, one line,
+// secrets redacted: what an operator checks first when something is off.
+func logConfig(log zerolog.Logger, o options) {
+	bi := buildinfo.Read()
+	cfg := zerolog.Dict()
+	from := zerolog.Dict()
+	for _, s := range o.effective {
+		cfg.Str(s.name, s.value)
+		if s.from != "default" {
+			from.Str(s.name, s.from)
+		}
+	}
+	log.Info().Str("version", server.Version).Str("revision", bi.Revision).Str("go", bi.GoVersion).
+		Bool("tls", o.server.TLSCert != "").Bool("auth", o.server.AuthToken != "").
+		Dict("config", cfg).Dict("config_from", from).Msg("starting")
+}
+
+// healthcheck asks GET /ready of the health listener at addr and returns
+// nil on 200. An unspecified host (0.0.0.0, [::] or none) means this
+// machine.
+func healthcheck(addr string, timeout time.Duration) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("health-listen %q: %w", addr, err)
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = "127.0.0.1"
+	}
+	url := "http://" + net.JoinHostPort(host, port) + "/ready"
+	c := &http.Client{Timeout: timeout}
+	resp, err := c.Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return nil
 }

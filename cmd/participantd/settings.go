@@ -31,8 +31,33 @@ type setting struct {
 
 // options is the resolved configuration.
 type options struct {
-	server   server.Config
-	logLevel zerolog.Level
+	server    server.Config
+	logLevel  zerolog.Level
+	logFormat string // "json", "console" or "auto"
+
+	// effective lists every setting's value and where it came from, in
+	// the order of settings, for the start-up log line.
+	effective []effectiveSetting
+
+	// Flag-only modes, not settings.
+	version     bool // --version: print the build and exit
+	healthcheck bool // --healthcheck: probe /ready of a running server and exit
+}
+
+// effectiveSetting is one resolved setting.
+type effectiveSetting struct {
+	name, value, from string
+}
+
+// secretSetting says whether a setting's value must never be logged: a
+// token, a password or a secret, whatever its name adds.
+func secretSetting(name string) bool {
+	for _, w := range []string{"token", "password", "secret"} {
+		if strings.Contains(name, w) && !strings.HasSuffix(name, "-file") {
+			return true
+		}
+	}
+	return false
 }
 
 func envName(name string) string {
@@ -86,7 +111,25 @@ var settings = []setting{
 		intSetting(func(o *options) *int { return &o.server.MaxParticipants })},
 	{"max-conversations-per-connection", strconv.Itoa(participant.DefaultMaxConversationsPerConn), "bindings one connection may hold (capacity_exceeded past it)",
 		intSetting(func(o *options) *int { return &o.server.MaxConversationsPerConn })},
-	{"log-level", "info", "debug, info, warn or error",
+	{"log-format", "auto", "json (one object per line), console (human-readable), or auto: console when standard error is a terminal, else json",
+		func(o *options, v string) error {
+			switch v {
+			case "json", "console", "auto":
+				o.logFormat = v
+				return nil
+			}
+			return errors.New("want json, console or auto")
+		}},
+	{"pprof", "false", "serve Go's profiles under /debug/pprof/ on the health listener",
+		func(o *options, v string) error {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return errors.New("want true or false")
+			}
+			o.server.Pprof = b
+			return nil
+		}},
+	{"log-level", "info", "debug (adds one line per request), info, warn or error",
 		func(o *options, v string) error {
 			l, err := zerolog.ParseLevel(v)
 			if err != nil || v == "" {
@@ -142,6 +185,12 @@ func (r rawValue) String() string {
 
 func (r rawValue) Set(s string) error { *r.v = s; return nil }
 
+// boolValue is a rawValue for a setting whose default is "true" or
+// "false": --pprof alone means --pprof=true.
+type boolValue struct{ rawValue }
+
+func (boolValue) IsBoolFlag() bool { return true }
+
 // parseOptions resolves every setting: flag, then environment, then the
 // config file, then the default. Unknown flags, unknown PARTICIPANTD_
 // variables, unknown config file keys and invalid values are errors that
@@ -153,8 +202,14 @@ func parseOptions(args, environ []string, usageOut io.Writer) (options, error) {
 	for _, s := range append([]setting{{name: configKey}}, settings...) {
 		v := new(string)
 		flags[s.name] = v
+		if s.def == "true" || s.def == "false" {
+			fs.Var(boolValue{rawValue{v}}, s.name, s.help)
+			continue
+		}
 		fs.Var(rawValue{v}, s.name, s.help)
 	}
+	version := fs.Bool("version", false, "print the version and build, then exit")
+	healthcheck := fs.Bool("healthcheck", false, "probe /ready of the server at health-listen; exit 0 when ready, 1 otherwise")
 	fs.Usage = func() { usage(usageOut) }
 	if err := fs.Parse(args); err != nil {
 		return options{}, err
@@ -195,7 +250,7 @@ func parseOptions(args, environ []string, usageOut io.Writer) (options, error) {
 		}
 	}
 
-	var o options
+	o := options{version: *version, healthcheck: *healthcheck}
 	for _, s := range settings {
 		v, from := s.def, "default"
 		if given[s.name] {
@@ -207,11 +262,15 @@ func parseOptions(args, environ []string, usageOut io.Writer) (options, error) {
 		}
 		if err := s.apply(&o, v); err != nil {
 			shown := strconv.Quote(v)
-			if s.name == "auth-token" {
+			if secretSetting(s.name) {
 				shown = "(hidden)"
 			}
 			return options{}, fmt.Errorf("invalid %s %s (from %s): %w", s.name, shown, from, err)
 		}
+		if secretSetting(s.name) && v != "" {
+			v = "(redacted)"
+		}
+		o.effective = append(o.effective, effectiveSetting{s.name, v, from})
 	}
 	return o, nil
 }
@@ -258,8 +317,15 @@ func readConfigFile(path string) (map[string]string, error) {
 func usage(w io.Writer) {
 	fmt.Fprintf(w, `Usage: participantd [flags]
 
-participantd serves the participantd wire protocol (PROTOCOL.md) on an
+participantd serves the participantd wire protocol (docs/PROTOCOL.md) on an
 embedded bbolt store. With no flags it uses ./data and listens on loopback.
+
+  --version
+        print the version and build (module version, VCS revision), then exit
+  --healthcheck
+        probe GET /ready on health-listen (an unspecified host such as 0.0.0.0
+        means this machine); exit 0 when ready, 1 otherwise. For container
+        health checks: the image needs no HTTP client.
 
 Every setting is a flag, an environment variable and a config file key.
 Precedence: flag > environment > config file (--config) > default.
@@ -279,7 +345,8 @@ values are start-up errors.
 	}
 	fmt.Fprint(w, `
 Endpoints on --health-listen: GET /health, /ready, /metrics,
-/unloadable-conversations.
+/unloadable-conversations, and /debug/pprof/ with --pprof.
+Start-up logs one line with the effective configuration (secrets redacted).
 Signals: SIGTERM or SIGINT drains (exit 0 within --drain-timeout); a second
 one exits at once with status 2.
 `)

@@ -105,6 +105,9 @@ type Config struct {
 	// WrapStore, when set, wraps the opened store before the service uses
 	// it, for fault drills and tests (faultstore); nil uses it as is.
 	WrapStore func(store.DurableStore) store.DurableStore
+	// Pprof serves Go's profiles under /debug/pprof/ on the health
+	// listener. Off by default: a profile costs CPU and shows internals.
+	Pprof bool
 }
 
 // withDefaults returns c with the defaults applied, or an error naming the

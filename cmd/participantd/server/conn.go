@@ -277,7 +277,7 @@ func (c *conn) teardown(cl closing) {
 		ev = c.log.Warn()
 		cl.reason = "write progress timeout"
 	}
-	ev.Str("reason", cl.reason).AnErr("error", cl.err).Dur("duration", time.Since(c.start)).
+	ev.Str("reason", cl.reason).AnErr("error", cl.err).Dur("duration_ms", time.Since(c.start)).
 		Uint64("frames_out", c.out.frames.Load()).Msg("connection closed")
 }
 

@@ -75,11 +75,13 @@ func (c *conn) work(conv uint64) {
 		c.queues[conv] = nil
 		c.mu.Unlock()
 		answers := make([]func() wire.Message, len(q))
+		start := time.Now()
 		for i, r := range q {
 			answers[i] = c.begin(r.m)
 		}
 		for i, answer := range answers {
 			a := answer() // always waited for: the service counts it in flight
+			c.logRequest(q[i].m, a, conv, start)
 			if !c.abandon.Load() {
 				c.out.send(a)
 			}
@@ -89,6 +91,21 @@ func (c *conn) work(conv uint64) {
 			<-c.pending
 		}
 	}
+}
+
+// logRequest logs one answered request at debug level: what was asked,
+// what was answered and how long it took from when its batch started.
+func (c *conn) logRequest(req, ans wire.Message, conv uint64, start time.Time) {
+	ev := c.log.Debug()
+	if !ev.Enabled() {
+		return
+	}
+	id, _ := wire.ID(req)
+	ev = ev.Str("request", req.Type()).Uint64("id", id).Uint64("conversation", conv).Str("answer", ans.Type())
+	if e, ok := ans.(*wire.Error); ok {
+		ev = ev.Str("code", string(e.Code)).Str("detail", e.Detail)
+	}
+	ev.Dur("duration_ms", time.Since(start)).Msg("request")
 }
 
 // begin starts one request on the service and returns the function that

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"net/http"
+	"net/http/pprof"
 	"slices"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -19,8 +20,16 @@ import (
 //	GET /metrics                   Prometheus text format
 //	GET /unloadable-conversations  {"count": n, "conversations": [{"conversation_id", "class", "reason"}]};
 //	                               503 before the service is open
+//	GET /debug/pprof/...           Go's profiles, only with Config.Pprof (--pprof)
 func (s *Server) healthHandler() http.Handler {
 	mux := http.NewServeMux()
+	if s.cfg.Pprof {
+		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	}
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
 		w.Write([]byte("ok\n"))
 	})

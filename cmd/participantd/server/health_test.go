@@ -3,6 +3,7 @@ package server_test
 import (
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -30,9 +31,10 @@ func TestHealth_Endpoints(t *testing.T) {
 	}
 	for _, name := range []string{
 		server.MetricConnectionsOpen, server.MetricConnectionsTotal, server.MetricOperationsTotal,
-		server.MetricCommitLatency + "_bucket", server.MetricCommittedOpsTotal, server.MetricDeliveriesPushed,
-		server.MetricStoreFlushes, server.MetricStoreCommits, server.MetricOpsPerFlush,
-		server.MetricUnloadable, server.MetricReady,
+		server.MetricCommitDuration + "_bucket", server.MetricCommittedOpsTotal, server.MetricDeliveriesPushed,
+		server.MetricStoreFlushes, server.MetricStoreCommits, server.MetricStoreAppends,
+		server.MetricUnloadable, server.MetricReady, server.MetricBuildInfo, server.MetricConversations,
+		server.MetricBindings, server.MetricStoreFileBytes, server.MetricDataDirBytes,
 	} {
 		if !strings.Contains(body, "\n"+name) {
 			t.Errorf("/metrics lacks %s", name)
@@ -40,6 +42,23 @@ func TestHealth_Endpoints(t *testing.T) {
 	}
 	if !strings.Contains(body, server.MetricConnectionsOpen+" 2\n") {
 		t.Errorf("/metrics does not count 2 open connections:\n%s", grep(body, server.MetricConnectionsOpen))
+	}
+	for _, want := range []string{
+		server.MetricBuildInfo + `{goversion="`,
+		server.MetricConversations + `{state="loaded"} 1`,
+		server.MetricConversations + `{state="known"} 1`,
+		server.MetricBindings + " 2\n",
+		server.MetricCommittedOpsTotal + " 3\n",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %q:\n%s", want, grep(body, strings.Fields(strings.Split(want, "{")[0])[0]))
+		}
+	}
+	if strings.Contains(body, "ops_per_flush") || strings.Contains(body, "latency_seconds") {
+		t.Errorf("/metrics still has a server-computed ratio or a _latency_seconds histogram")
+	}
+	if size := metricValue(t, body, server.MetricStoreFileBytes); size <= 0 {
+		t.Errorf("%s = %v, want the store file's size", server.MetricStoreFileBytes, size)
 	}
 	if !strings.Contains(body, server.MetricOperationsTotal+`{op="tell",outcome="ok"} 1`) {
 		t.Errorf("/metrics does not count the tell:\n%s", grep(body, server.MetricOperationsTotal))
@@ -66,6 +85,22 @@ func TestHealth_Endpoints(t *testing.T) {
 	}
 }
 
+// metricValue returns the value of the unlabelled metric name in body.
+func metricValue(t *testing.T, body, name string) float64 {
+	t.Helper()
+	for _, l := range strings.Split(body, "\n") {
+		if v, ok := strings.CutPrefix(l, name+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("%s: %v", l, err)
+			}
+			return f
+		}
+	}
+	t.Fatalf("/metrics has no %s", name)
+	return 0
+}
+
 func grep(s, word string) string {
 	var out []string
 	for _, l := range strings.Split(s, "\n") {
@@ -74,4 +109,18 @@ func grep(s, word string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+func TestHealth_PprofOnlyWhenAsked(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		h := start(t, server.Config{Pprof: on})
+		code, body := h.get("/debug/pprof/goroutine?debug=1")
+		switch {
+		case on && (code != http.StatusOK || !strings.Contains(body, "goroutine")):
+			t.Errorf("with Pprof, /debug/pprof/goroutine = %d, %.80q", code, body)
+		case !on && code != http.StatusNotFound:
+			t.Errorf("without Pprof, /debug/pprof/goroutine = %d, want 404", code)
+		}
+		h.shutdown()
+	}
 }

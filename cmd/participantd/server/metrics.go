@@ -1,12 +1,15 @@
 package server
 
 import (
-	"sync/atomic"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/participantd/participantd/internal/buildinfo"
 	"github.com/participantd/participantd/participant"
 	"github.com/participantd/participantd/store"
 	"github.com/participantd/participantd/wire"
@@ -25,25 +28,29 @@ type metrics struct {
 	commitSecs   *prometheus.HistogramVec
 	committed    prometheus.Counter
 	deliveries   prometheus.Counter
-
-	// committedOps mirrors committed for the ops-per-commit ratio.
-	committedOps atomic.Uint64
 }
 
-// Metric names, for the documentation and the tests.
+// Metric names, for the documentation and the tests. Counters are raw
+// (rates and ratios are the dashboard's to compute: operations per durable
+// commit is rate(MetricCommittedOpsTotal) / rate(MetricStoreCommits));
+// histograms are in seconds and named _duration_seconds.
 const (
+	MetricBuildInfo         = "participantd_build_info"
 	MetricConnectionsOpen   = "participantd_connections_open"
 	MetricConnectionsTotal  = "participantd_connections_total"
 	MetricRefusedTotal      = "participantd_connections_refused_total"
 	MetricBadRequestsTotal  = "participantd_bad_requests_total"
 	MetricOperationsTotal   = "participantd_operations_total"
-	MetricCommitLatency     = "participantd_commit_latency_seconds"
-	MetricCommittedOpsTotal = "participantd_committed_operations_total"
+	MetricCommitDuration    = "participantd_commit_duration_seconds"
+	MetricCommittedOpsTotal = "participantd_store_committed_ops_total"
 	MetricDeliveriesPushed  = "participantd_deliveries_pushed_total"
 	MetricStoreFlushes      = "participantd_store_flushes_total"
 	MetricStoreCommits      = "participantd_store_commits_total"
 	MetricStoreAppends      = "participantd_store_appends_total"
-	MetricOpsPerFlush       = "participantd_ops_per_flush"
+	MetricConversations     = "participantd_conversations"
+	MetricBindings          = "participantd_bindings"
+	MetricStoreFileBytes    = "participantd_store_file_bytes"
+	MetricDataDirBytes      = "participantd_data_dir_bytes"
 	MetricUnloadable        = "participantd_unloadable_conversations"
 	MetricReady             = "participantd_ready"
 	MetricStoreFailed       = "participantd_store_failed"
@@ -74,12 +81,12 @@ func newMetrics(s *Server) *metrics {
 			Name: MetricOperationsTotal, Help: "Finished operations by kind (enroll, attach, tell, ack, detach, leave, end) and outcome (ok, replay, noop or an error code).",
 		}, []string{"op", "outcome"}),
 		commitSecs: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    MetricCommitLatency,
-			Help:    "Latency of operations that committed (both barriers), by kind.",
+			Name:    MetricCommitDuration,
+			Help:    "Time from start to answer of operations that committed (both barriers), by kind.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
 		}, []string{"op"}),
 		committed: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: MetricCommittedOpsTotal, Help: "Operations that committed.",
+			Name: MetricCommittedOpsTotal, Help: "Operations that committed through the store (both barriers); per durable commit: rate of this over rate of " + MetricStoreCommits + ".",
 		}),
 		deliveries: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: MetricDeliveriesPushed, Help: "Delivery frames pushed to connections.",
@@ -108,16 +115,20 @@ func newMetrics(s *Server) *metrics {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: MetricStoreAppends, Help: "Store appends.",
 		}, func() float64 { return float64(stats().Appends) }),
+		buildInfoGauge(),
+		&contentsCollector{s: s},
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: MetricOpsPerFlush,
-			Help: "Committed operations per durable store commit since start: " + MetricCommittedOpsTotal + " / " + MetricStoreCommits + ". Each operation needs two barriers, so 0.5 means no grouping.",
+			Name: MetricStoreFileBytes, Help: "Size on disk of the store file (" + StoreFile + "), bytes.",
 		}, func() float64 {
-			c := stats().Commits
-			if c == 0 {
+			fi, err := os.Stat(filepath.Join(s.cfg.DataDir, StoreFile))
+			if err != nil {
 				return 0
 			}
-			return float64(m.committedOps.Load()) / float64(c)
+			return float64(fi.Size())
 		}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: MetricDataDirBytes, Help: "Size on disk of every file in the data directory (the store file, its logs, the node key), bytes.",
+		}, func() float64 { return float64(dirBytes(s.cfg.DataDir)) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: MetricUnloadable, Help: "Conversations contained because they failed reconciliation.",
 		}, func() float64 {
@@ -169,8 +180,63 @@ func (m *metrics) Operation(op, outcome string, d time.Duration) {
 	if outcome == "ok" {
 		m.commitSecs.WithLabelValues(op).Observe(d.Seconds())
 		m.committed.Inc()
-		m.committedOps.Add(1)
 	}
+}
+
+// buildInfoGauge is participantd_build_info: 1, labelled with the build.
+func buildInfoGauge() prometheus.Gauge {
+	bi := buildinfo.Read()
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: MetricBuildInfo,
+		Help: "Always 1; the labels say which build runs: version (announced in welcome), module_version, revision, goversion.",
+		ConstLabels: prometheus.Labels{
+			"version": Version, "module_version": bi.Version, "revision": bi.Revision, "goversion": bi.GoVersion,
+		},
+	})
+	g.Set(1)
+	return g
+}
+
+// contentsCollector reports what the service holds, from one
+// participant.Service.Stats per scrape.
+type contentsCollector struct{ s *Server }
+
+var (
+	conversationsDesc = prometheus.NewDesc(MetricConversations,
+		"Conversations the server knows of, by state: loaded (reconciled, in memory) or known (every conversation, loaded or not).", []string{"state"}, nil)
+	bindingsDesc = prometheus.NewDesc(MetricBindings,
+		"Bindings held by open connections.", nil, nil)
+)
+
+func (c *contentsCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- conversationsDesc
+	ch <- bindingsDesc
+}
+
+func (c *contentsCollector) Collect(ch chan<- prometheus.Metric) {
+	var st participant.Stats
+	if svc := c.s.svc.Load(); svc != nil {
+		st = svc.Stats()
+	}
+	ch <- prometheus.MustNewConstMetric(conversationsDesc, prometheus.GaugeValue, float64(st.Loaded), "loaded")
+	ch <- prometheus.MustNewConstMetric(conversationsDesc, prometheus.GaugeValue, float64(st.Conversations), "known")
+	ch <- prometheus.MustNewConstMetric(bindingsDesc, prometheus.GaugeValue, float64(st.Bindings))
+}
+
+// dirBytes is the total size of the regular files under dir; files that
+// vanish while it walks are skipped.
+func dirBytes(dir string) int64 {
+	var n int64
+	filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return nil
+		}
+		if fi, err := d.Info(); err == nil {
+			n += fi.Size()
+		}
+		return nil
+	})
+	return n
 }
 
 func (m *metrics) connOpened() {

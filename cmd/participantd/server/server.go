@@ -232,7 +232,7 @@ func (s *Server) acceptLoop() error {
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, os.ErrDeadlineExceeded) || isTemporary(err) {
 				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-				s.log.Warn().Err(err).Dur("backoff", backoff).Msg("accept failed; retrying")
+				s.log.Warn().Err(err).Dur("backoff_ms", backoff).Msg("accept failed; retrying")
 				time.Sleep(backoff)
 				continue
 			}
@@ -334,11 +334,11 @@ func (s *Server) drain(acceptDone <-chan error, acceptStopped bool) error {
 	defer timer.Stop()
 	select {
 	case <-done:
-		s.log.Info().Dur("took", time.Since(start)).Msg("drained")
+		s.log.Info().Dur("duration_ms", time.Since(start)).Msg("drained")
 		return nil
 	case <-timer.C:
 	}
-	s.log.Warn().Dur("drain_timeout", s.cfg.DrainTimeout).Msg("drain timed out; closing the remaining connections")
+	s.log.Warn().Dur("drain_timeout_ms", s.cfg.DrainTimeout).Msg("drain timed out; closing the remaining connections")
 	s.opCancel()
 	// A batch's leader waits (for a lease, a reload) on the service's
 	// context, which only Close cancels: closing it here, rather than

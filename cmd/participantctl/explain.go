@@ -1,0 +1,91 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/participantd/participantd/client"
+)
+
+// userError is a refusal told in the user's terms: what the command was
+// about (the seq, the participant, the credential file), then the
+// protocol's code in brackets for scripts and searches.
+type userError struct {
+	msg string
+	err error
+}
+
+func (u *userError) Error() string {
+	var ce *client.Error
+	if errors.As(u.err, &ce) {
+		return fmt.Sprintf("%s [%s]", u.msg, ce.Code)
+	}
+	return u.msg
+}
+
+func (u *userError) Unwrap() error { return u.err }
+
+// what a refused request was about, for explain.
+type about struct {
+	cred  client.Credential // the participant acting
+	creds string            // its credential file
+	seq   uint64            // ack: --through
+	size  int               // tell: the payload's length
+}
+
+// explain restates err, a refusal of a request about a, in the user's
+// terms; an error it does not know is returned as is.
+func explain(err error, a about) error {
+	var ce *client.Error
+	if err == nil || !errors.As(err, &ce) {
+		return err
+	}
+	p, conv := a.cred.Participant, a.cred.Conversation
+	var msg string
+	switch ce.Code {
+	case client.CodeAckGap:
+		msg = fmt.Sprintf("seq %d is not a record addressed to participant %d", a.seq, p)
+		if ce.Cursor != nil {
+			msg += fmt.Sprintf(" (cursor %d)", *ce.Cursor)
+		}
+	case client.CodeAckRegression:
+		msg = fmt.Sprintf("seq %d is below participant %d's cursor", a.seq, p)
+		if ce.Cursor != nil {
+			msg += fmt.Sprintf(" %d", *ce.Cursor)
+		}
+		msg += ": it was acknowledged already"
+	case client.CodeTooLarge:
+		msg = fmt.Sprintf("the message is %d bytes", a.size)
+		if ce.Limit != nil {
+			msg += fmt.Sprintf("; the server takes at most %d", *ce.Limit)
+		}
+	case client.CodeRetired:
+		msg = fmt.Sprintf("participant %d has left conversation %d: %s is of no further use", p, conv, a.creds)
+	case client.CodeUnknownParticipant:
+		msg = fmt.Sprintf("conversation %d has no participant %d (is %s from another server?)", conv, p, a.creds)
+	case client.CodeStaleAuthority:
+		msg = fmt.Sprintf("the credential in %s (generation %d) is no longer current: another session attached participant %d since", a.creds, a.cred.Generation, p)
+		if ce.Generation != nil {
+			msg += fmt.Sprintf(" (generation %d now)", *ce.Generation)
+		}
+	case client.CodeNoBinding:
+		msg = fmt.Sprintf("participant %d of conversation %d is bound to another session now", p, conv)
+	case client.CodeReceiptExpired:
+		msg = fmt.Sprintf("the answer that operation got is no longer replayed (%s): participant %d is at generation", ce.Reason, p)
+		if ce.Generation != nil {
+			msg += fmt.Sprintf(" %d", *ce.Generation)
+		}
+	case client.CodeCapacityExceeded:
+		msg = "the server's limit is reached: " + ce.Detail
+		if ce.Limit != nil {
+			msg += fmt.Sprintf(" (limit %d)", *ce.Limit)
+		}
+	case client.CodeUnavailable:
+		msg = fmt.Sprintf("the server cannot serve conversation %d right now; nothing was done, retry later", conv)
+	case client.CodeShuttingDown:
+		msg = "the server is shutting down; nothing was done, retry once it is back"
+	default:
+		return err
+	}
+	return &userError{msg: msg, err: err}
+}

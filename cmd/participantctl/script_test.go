@@ -1,0 +1,132 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/rogpeppe/go-internal/testscript"
+
+	"github.com/participantd/participantd/cmd/participantd/server"
+)
+
+// TestMain lets the scripts run participantctl as a command: the test
+// binary, re-executed, is participantctl.
+func TestMain(m *testing.M) {
+	testscript.Main(m, map[string]func(){
+		"participantctl": main,
+	})
+}
+
+// TestScripts runs testdata/script/*.txtar: participantctl as a user runs
+// it, its standard output and error compared line by line. Each script has
+// its own server (data in $WORK/data), its address in PARTICIPANTCTL_ADDR
+// and credentials in $WORK/creds, and these commands:
+//
+//	server restart [AUTH-TOKEN]   drain the server and start it again on the
+//	                              same address (with that auth token)
+//	waitgen FILE N                wait until the credential FILE (a bare
+//	                              name: in $PARTICIPANTCTL_CREDS_DIR) has
+//	                              generation N or more
+func TestScripts(t *testing.T) {
+	testscript.Run(t, testscript.Params{
+		Dir: filepath.Join("testdata", "script"),
+		Setup: func(env *testscript.Env) error {
+			sc := &scriptServer{t: t, dir: filepath.Join(env.WorkDir, "data"), listen: "127.0.0.1:0"}
+			if err := sc.start(""); err != nil {
+				return err
+			}
+			env.Defer(sc.stop)
+			env.Setenv("PARTICIPANTCTL_ADDR", sc.listen)
+			env.Setenv("PARTICIPANTCTL_CREDS_DIR", filepath.Join(env.WorkDir, "creds"))
+			env.Values[scriptServerKey{}] = sc
+			return nil
+		},
+		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
+			"server":  cmdServer,
+			"waitgen": cmdWaitGen,
+		},
+	})
+}
+
+type scriptServerKey struct{}
+
+// scriptServer is the in-process participantd of one script.
+type scriptServer struct {
+	t      *testing.T
+	dir    string
+	listen string // the bound address once started
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func (s *scriptServer) start(auth string) error {
+	srv, err := server.New(server.Config{DataDir: s.dir, Listen: s.listen, HealthListen: "127.0.0.1:0", AuthToken: auth})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	select {
+	case <-srv.Ready():
+	case err := <-done:
+		cancel()
+		return err
+	}
+	s.listen, s.cancel, s.done = srv.Addr().String(), cancel, done
+	return nil
+}
+
+func (s *scriptServer) stop() {
+	if s.cancel == nil {
+		return
+	}
+	s.cancel()
+	if err := <-s.done; err != nil {
+		s.t.Errorf("server Run = %v", err)
+	}
+	s.cancel = nil
+}
+
+func cmdServer(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 1 || len(args) > 2 || args[0] != "restart" {
+		ts.Fatalf("usage: server restart [AUTH-TOKEN]")
+	}
+	auth := ""
+	if len(args) == 2 {
+		auth = args[1]
+	}
+	sc := ts.Value(scriptServerKey{}).(*scriptServer)
+	sc.stop()
+	ts.Check(sc.start(auth))
+}
+
+func cmdWaitGen(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: waitgen FILE N")
+	}
+	want, err := strconv.ParseUint(args[1], 10, 64)
+	ts.Check(err)
+	path := args[0]
+	if filepath.Base(path) == path {
+		path = filepath.Join(ts.Getenv("PARTICIPANTCTL_CREDS_DIR"), path)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	t := time.NewTicker(5 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if _, err := os.Stat(path); err == nil {
+			if c, err := readCreds(path); err == nil && c.Generation >= want {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			ts.Fatalf("%s did not reach generation %d", path, want)
+		}
+		<-t.C
+	}
+}

@@ -1,0 +1,114 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/rs/zerolog"
+)
+
+func devNull(t *testing.T) *os.File {
+	t.Helper()
+	f, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f
+}
+
+func TestRun_Version(t *testing.T) {
+	var out bytes.Buffer
+	if code := run([]string{"--version"}, nil, &out, devNull(t)); code != 0 {
+		t.Fatalf("--version = exit %d", code)
+	}
+	for _, want := range []string{"participantd 0.1.0\n", "\nmodule github.com/participantd/participantd ", "\nrevision ", "\ngo1."} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("--version printed %q, want it to contain %q", out.String(), want)
+		}
+	}
+}
+
+func TestRun_Healthcheck(t *testing.T) {
+	status := http.StatusServiceUnavailable
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/ready" {
+			http.NotFound(w, r)
+			return
+		}
+		w.WriteHeader(status)
+	}))
+	defer hs.Close()
+	_, port, _ := net.SplitHostPort(hs.Listener.Addr().String())
+	// 0.0.0.0 is how a container listens; the probe dials this machine.
+	addr := "0.0.0.0:" + port
+	if code := run([]string{"--healthcheck", "--health-listen", addr}, nil, &bytes.Buffer{}, devNull(t)); code != 1 {
+		t.Errorf("healthcheck of a 503 /ready = exit %d, want 1", code)
+	}
+	status = http.StatusOK
+	if code := run([]string{"--healthcheck", "--health-listen", addr}, nil, &bytes.Buffer{}, devNull(t)); code != 0 {
+		t.Errorf("healthcheck of a 200 /ready = exit %d, want 0", code)
+	}
+	// The address comes from the environment as for serving.
+	if code := run([]string{"--healthcheck"}, []string{"PARTICIPANTD_HEALTH_LISTEN=" + addr}, &bytes.Buffer{}, devNull(t)); code != 0 {
+		t.Errorf("healthcheck with PARTICIPANTD_HEALTH_LISTEN = exit %d, want 0", code)
+	}
+	hs.Close()
+	if code := run([]string{"--healthcheck", "--health-listen", addr}, nil, &bytes.Buffer{}, devNull(t)); code != 1 {
+		t.Errorf("healthcheck of nothing listening = exit %d, want 1", code)
+	}
+}
+
+func TestLogConfig_OneLineWithEffectiveSettingsSecretsRedacted(t *testing.T) {
+	o, err := parseOptions([]string{"--auth-token", "s3cret", "--max-frame", "2048", "--max-record-bytes", "1024"},
+		[]string{"PARTICIPANTD_LISTEN=127.0.0.1:9999"}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	logConfig(zerolog.New(&buf), o)
+	if strings.Contains(buf.String(), "s3cret") {
+		t.Fatalf("the start-up line shows the auth token: %s", buf.String())
+	}
+	var line struct {
+		Auth       bool              `json:"auth"`
+		TLS        bool              `json:"tls"`
+		Config     map[string]string `json:"config"`
+		ConfigFrom map[string]string `json:"config_from"`
+	}
+	if err := json.Unmarshal(buf.Bytes(), &line); err != nil {
+		t.Fatalf("not one JSON line: %v: %s", err, buf.String())
+	}
+	if !line.Auth || line.TLS {
+		t.Errorf("auth, tls = %v, %v; want true, false", line.Auth, line.TLS)
+	}
+	for _, s := range settings {
+		if _, ok := line.Config[s.name]; !ok {
+			t.Errorf("the start-up line lacks setting %s", s.name)
+		}
+	}
+	for k, want := range map[string]string{"auth-token": "(redacted)", "max-frame": "2048", "listen": "127.0.0.1:9999", "data": "data"} {
+		if got := line.Config[k]; got != want {
+			t.Errorf("config[%s] = %q, want %q", k, got, want)
+		}
+	}
+	if line.ConfigFrom["listen"] != "PARTICIPANTD_LISTEN" || line.ConfigFrom["max-frame"] != "--max-frame" {
+		t.Errorf("config_from = %v, want listen from the environment and max-frame from the flag", line.ConfigFrom)
+	}
+}
+
+func TestParseOptions_LogFormatAndPprof(t *testing.T) {
+	o, err := parseOptions([]string{"--log-format", "console", "--pprof"}, nil, &bytes.Buffer{})
+	if err != nil || o.logFormat != "console" || !o.server.Pprof {
+		t.Errorf("parseOptions = %q, pprof %v, %v; want console, true", o.logFormat, o.server.Pprof, err)
+	}
+	if _, err := parseOptions([]string{"--log-format", "xml"}, nil, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "log-format") {
+		t.Errorf("--log-format xml = %v, want an error naming log-format", err)
+	}
+}
