@@ -85,7 +85,10 @@ type Store struct {
 	pending map[string]struct{}
 }
 
-var _ store.DurableStore = (*Store)(nil)
+var (
+	_ store.DurableStore = (*Store)(nil)
+	_ store.PageReader   = (*Store)(nil)
+)
 
 // New returns a Store wrapping inner, with no rules: until rules are set it
 // forwards every call unchanged and only counts.
@@ -299,4 +302,13 @@ func (s *Store) restorePending(taken map[string]struct{}) {
 	for stream := range taken {
 		s.pending[stream] = struct{}{}
 	}
+}
+
+// ReadPage implements store.PageReader. It is an OpRead named stream, and
+// reaches the inner store through store.ReadPage, so a Store over a store
+// without PageReader falls back as that store would.
+func (s *Store) ReadPage(stream string, offset uint64, limit int, maxBytes int) ([]store.Entry, error) {
+	return run(s, s.admit(OpRead, stream), func() ([]store.Entry, error) {
+		return store.ReadPage(s.inner, stream, offset, limit, maxBytes)
+	})
 }

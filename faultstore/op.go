@@ -14,7 +14,7 @@ const (
 	OpAppend OpKind = iota + 1
 	// OpFlush is a Flush.
 	OpFlush
-	// OpRead is a ReadFrom, Len or ReadValue.
+	// OpRead is a ReadFrom, ReadPage, Len or ReadValue.
 	OpRead
 	// OpCAS is a CAS.
 	OpCAS

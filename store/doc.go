@@ -19,6 +19,11 @@
 // that error (sticky, wrapping ErrFailed): a failed fsync leaves the file in
 // an unknown state, and the only safe way back is to reopen and reconcile.
 //
+// A store may also implement PageReader, whose ReadPage bounds a read in
+// bytes as well as entries, so that a reader of a long stream holds one
+// bounded page at a time (every store of this package does); ReadPage, the
+// function, falls back to ReadFrom for a store that does not.
+//
 // Names are 1..MaxNameLen bytes and payloads at most MaxPayloadLen bytes in
 // every implementation; a write outside those limits is refused before it is
 // staged, so it cannot fail a later commit.

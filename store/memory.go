@@ -27,7 +27,10 @@ type Memory struct {
 	stats        Stats
 }
 
-var _ DurableStore = (*Memory)(nil)
+var (
+	_ DurableStore = (*Memory)(nil)
+	_ PageReader   = (*Memory)(nil)
+)
 
 // NewMemory returns an empty in-memory store.
 func NewMemory() *Memory {
@@ -79,6 +82,30 @@ func (m *Memory) ReadFrom(stream string, offset uint64, limit int) ([]Entry, err
 	out := make([]Entry, 0, end-offset)
 	for seq := offset; seq < end; seq++ {
 		out = append(out, Entry{Seq: seq, Payload: append([]byte(nil), entries[seq]...)})
+	}
+	return out, nil
+}
+
+// ReadPage implements PageReader.
+func (m *Memory) ReadPage(stream string, offset uint64, limit int, maxBytes int) ([]Entry, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, ErrClosed
+	}
+	entries := m.streams[stream]
+	if offset >= uint64(len(entries)) {
+		return nil, nil
+	}
+	end := uint64(len(entries))
+	if limit > 0 && offset+uint64(limit) < end {
+		end = offset + uint64(limit)
+	}
+	window := entries[offset:end]
+	n := pageEnd(func(i int) int { return len(window[i]) }, len(window), maxBytes)
+	out := make([]Entry, 0, n)
+	for i := range n {
+		out = append(out, Entry{Seq: offset + uint64(i), Payload: append([]byte(nil), window[i]...)})
 	}
 	return out, nil
 }

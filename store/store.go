@@ -157,3 +157,43 @@ func (e *CASConflictError) Error() string {
 
 // Unwrap returns ErrCASConflict.
 func (e *CASConflictError) Unwrap() error { return ErrCASConflict }
+
+// PageReader is implemented by stores that bound a read in bytes as well as
+// in entries, so that a reader of a long stream holds one bounded page at a
+// time however large its entries are. A store that does not implement it is
+// read with ReadPage's fallback.
+type PageReader interface {
+	// ReadPage is ReadFrom that also stops before the entry that would
+	// bring the payload bytes returned past maxBytes. It returns at least
+	// the entry at offset when one exists, whatever its size, so that a
+	// reader always progresses; maxBytes <= 0 means no byte bound. The
+	// returned entries and payloads are copies the caller owns.
+	ReadPage(stream string, offset uint64, limit int, maxBytes int) ([]Entry, error)
+}
+
+// ReadPage reads a page of stream from st: through PageReader when st
+// implements it, else through ReadFrom with limit alone (the caller then
+// bounds a page's bytes by choosing limit from the largest entry it
+// expects). Errors are those of the call made.
+func ReadPage(st DurableStore, stream string, offset uint64, limit int, maxBytes int) ([]Entry, error) {
+	if pr, ok := st.(PageReader); ok {
+		return pr.ReadPage(stream, offset, limit, maxBytes)
+	}
+	return st.ReadFrom(stream, offset, limit)
+}
+
+// pageEnd returns how many of sizes, taken in order, fit in maxBytes: at
+// least one when sizes is not empty; all of them when maxBytes <= 0.
+func pageEnd(sizes func(i int) int, n int, maxBytes int) int {
+	if maxBytes <= 0 || n == 0 {
+		return n
+	}
+	total := 0
+	for i := range n {
+		total += sizes(i)
+		if total > maxBytes && i > 0 {
+			return i
+		}
+	}
+	return n
+}

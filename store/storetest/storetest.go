@@ -59,6 +59,7 @@ func Run(t *testing.T, h Harness) {
 		{"ManyStreams", false, testManyStreams},
 		{"ConcurrentAppendersAndFlushers", false, testConcurrent},
 		{"ClosedRefusesEverything", false, testClosed},
+		{"ReadPageBoundsBytes", false, testReadPage},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
