@@ -12,9 +12,13 @@
 //
 //	method                      kind       name
 //	Append                      OpAppend   stream
-//	ReadFrom, Len, ReadValue    OpRead     stream or key
+//	ReadFrom, ReadPage, Len     OpRead     stream
+//	ReadValue, GetBytes         OpRead     key
+//	First                       OpRead     stream
 //	CAS                         OpCAS      key
 //	Scan                        OpScan     prefix
+//	Trim                        OpTrim     stream
+//	PutBytes                    OpPutBytes first key ("" for none)
 //	Flush                       OpFlush    "" (Pending: streams appended since the last durable flush)
 //
 // Close is not an operation: it is not counted, no rule sees it, and it
@@ -38,6 +42,9 @@
 // an Uncertain append has landed, an Uncertain flush made every earlier
 // write durable. If the inner call of an Uncertain op fails, its own error
 // is returned, since nothing happened.
+//
+// Store implements store.Compactor whatever it wraps; over an inner store
+// without it, the Compactor methods return store.ErrUnsupported.
 //
 // # Crash cuts
 //

@@ -197,3 +197,84 @@ func pageEnd(sizes func(i int) int, n int, maxBytes int) int {
 	}
 	return n
 }
+
+// Compactor is implemented by stores that can drop what a conversation no
+// longer needs (see DESIGN.md, Data lifecycle): the prefix of a stream,
+// with seqs kept stable, and byte values for checkpoints and receipts. A
+// store that does not implement it runs with compaction off.
+//
+// Ordering is the caller's: a trim or a byte value may become durable
+// before writes staged earlier, so whatever a trim relies on (the
+// checkpoint that replaces the trimmed rows, the receipts of their tokens)
+// must be flushed before the trim is made.
+type Compactor interface {
+	// Trim drops the entries of stream with seq < below. Seqs never move:
+	// Len is unchanged, the next Append still expects Len, and First
+	// becomes below. Only flushed entries may go, and never a stream's
+	// last flushed entry (a stream's length stays derivable from its
+	// entries in every implementation): below must be smaller than the
+	// number of flushed entries, else nothing is trimmed and the error
+	// wraps ErrTrimRange. below <= First is a no-op. The trim is visible
+	// at once and durable after the next Flush that returns nil, or
+	// earlier; a trim lost in a crash leaves entries that were valid.
+	Trim(stream string, below uint64) error
+
+	// First returns the seq of the first entry of stream still stored:
+	// 0 for a stream never trimmed (and for an absent one).
+	First(stream string) (uint64, error)
+
+	// PutBytes sets byte values, in a namespace of their own (a byte value
+	// and a uint64 value may share a key), each to a copy of its Value; an
+	// empty Value deletes the key. All of them are visible at once and
+	// durable after the next Flush that returns nil, or earlier. A key
+	// outside the name limits fails with ErrInvalidName and a value over
+	// MaxPayloadLen with ErrTooLarge, before anything is written.
+	PutBytes(values []Bytes) error
+
+	// GetBytes returns a copy of byte value key, nil when absent.
+	GetBytes(key string) ([]byte, error)
+}
+
+// Bytes is one byte value for Compactor.PutBytes.
+type Bytes struct {
+	Key   string
+	Value []byte
+}
+
+var (
+	// ErrCompacted reports a read below a stream's first stored entry; the
+	// error is a *CompactedError.
+	ErrCompacted = errors.New("store: compacted")
+	// ErrTrimRange reports a Trim of unflushed entries or of a stream's
+	// last flushed entry.
+	ErrTrimRange = errors.New("store: trim out of range")
+	// ErrUnsupported reports a Compactor call on a wrapper whose inner
+	// store does not implement Compactor.
+	ErrUnsupported = errors.New("store: not supported by this store")
+)
+
+// CompactedError is returned by ReadFrom and ReadPage for an offset below
+// the stream's first stored entry.
+type CompactedError struct {
+	Stream string
+	Offset uint64 // the offset asked for
+	First  uint64 // the first seq still stored
+}
+
+func (e *CompactedError) Error() string {
+	return fmt.Sprintf("store: compacted: %q holds entries from %d, read asked for %d", e.Stream, e.First, e.Offset)
+}
+
+// Unwrap returns ErrCompacted.
+func (e *CompactedError) Unwrap() error { return ErrCompacted }
+
+// checkBytes reports whether values are acceptable to every
+// implementation.
+func checkBytes(values []Bytes) error {
+	for _, v := range values {
+		if err := checkWrite(v.Key, len(v.Value)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
