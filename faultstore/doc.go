@@ -12,9 +12,13 @@
 //
 //	method                      kind       name
 //	Append                      OpAppend   stream
-//	ReadFrom, Len, ReadValue    OpRead     stream or key
+//	ReadFrom, ReadPage, Len     OpRead     stream
+//	ReadValue, GetBytes         OpRead     key
+//	First                       OpRead     stream
 //	CAS                         OpCAS      key
 //	Scan                        OpScan     prefix
+//	Trim                        OpTrim     stream
+//	PutBytes                    OpPutBytes first key ("" for none)
 //	Flush                       OpFlush    "" (Pending: streams appended since the last durable flush)
 //
 // Close is not an operation: it is not counted, no rule sees it, and it
@@ -43,6 +47,9 @@
 // is returned, since nothing happened. Fatal is a real store's sticky
 // failure (a failed fsync, a full disk: SetFatalCause picks the cause): the
 // process lives on and must notice that the store refuses everything.
+//
+// Store implements store.Compactor whatever it wraps; over an inner store
+// without it, the Compactor methods return store.ErrUnsupported.
 //
 // # Crash cuts
 //

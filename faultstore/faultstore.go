@@ -101,7 +101,11 @@ type Store struct {
 	pending map[string]struct{}
 }
 
-var _ store.DurableStore = (*Store)(nil)
+var (
+	_ store.DurableStore = (*Store)(nil)
+	_ store.PageReader   = (*Store)(nil)
+	_ store.Compactor    = (*Store)(nil)
+)
 
 // New returns a Store wrapping inner, with no rules: until rules are set it
 // forwards every call unchanged and only counts.
@@ -336,4 +340,74 @@ func (s *Store) restorePending(taken map[string]struct{}) {
 	for stream := range taken {
 		s.pending[stream] = struct{}{}
 	}
+}
+
+// ReadPage implements store.PageReader. It is an OpRead named stream, and
+// reaches the inner store through store.ReadPage, so a Store over a store
+// without PageReader falls back as that store would.
+func (s *Store) ReadPage(stream string, offset uint64, limit int, maxBytes int) ([]store.Entry, error) {
+	return run(s, s.admit(OpRead, stream), func() ([]store.Entry, error) {
+		return store.ReadPage(s.inner, stream, offset, limit, maxBytes)
+	})
+}
+
+// compactor returns the inner store's Compactor, or ErrUnsupported.
+func (s *Store) compactor() (store.Compactor, error) {
+	if c, ok := s.inner.(store.Compactor); ok {
+		return c, nil
+	}
+	return nil, store.ErrUnsupported
+}
+
+// Trim implements store.Compactor. It is an OpTrim named stream. An
+// Uncertain trim has trimmed. Over an inner store without Compactor it
+// returns store.ErrUnsupported.
+func (s *Store) Trim(stream string, below uint64) error {
+	_, err := run(s, s.admit(OpTrim, stream), func() (struct{}, error) {
+		c, err := s.compactor()
+		if err != nil {
+			return struct{}{}, err
+		}
+		return struct{}{}, c.Trim(stream, below)
+	})
+	return err
+}
+
+// First implements store.Compactor. It is an OpRead named stream.
+func (s *Store) First(stream string) (uint64, error) {
+	return run(s, s.admit(OpRead, stream), func() (uint64, error) {
+		c, err := s.compactor()
+		if err != nil {
+			return 0, err
+		}
+		return c.First(stream)
+	})
+}
+
+// PutBytes implements store.Compactor. It is an OpPutBytes named by its
+// first key. An Uncertain PutBytes has written every value.
+func (s *Store) PutBytes(values []store.Bytes) error {
+	name := ""
+	if len(values) > 0 {
+		name = values[0].Key
+	}
+	_, err := run(s, s.admit(OpPutBytes, name), func() (struct{}, error) {
+		c, err := s.compactor()
+		if err != nil {
+			return struct{}{}, err
+		}
+		return struct{}{}, c.PutBytes(values)
+	})
+	return err
+}
+
+// GetBytes implements store.Compactor. It is an OpRead named key.
+func (s *Store) GetBytes(key string) ([]byte, error) {
+	return run(s, s.admit(OpRead, key), func() ([]byte, error) {
+		c, err := s.compactor()
+		if err != nil {
+			return nil, err
+		}
+		return c.GetBytes(key)
+	})
 }

@@ -14,12 +14,16 @@ const (
 	OpAppend OpKind = iota + 1
 	// OpFlush is a Flush.
 	OpFlush
-	// OpRead is a ReadFrom, Len or ReadValue.
+	// OpRead is a ReadFrom, ReadPage, Len, ReadValue, First or GetBytes.
 	OpRead
 	// OpCAS is a CAS.
 	OpCAS
 	// OpScan is a Scan.
 	OpScan
+	// OpTrim is a Trim.
+	OpTrim
+	// OpPutBytes is a PutBytes.
+	OpPutBytes
 )
 
 // String returns the kind's lowercase name, "append" for OpAppend.
@@ -35,6 +39,10 @@ func (k OpKind) String() string {
 		return "cas"
 	case OpScan:
 		return "scan"
+	case OpTrim:
+		return "trim"
+	case OpPutBytes:
+		return "put_bytes"
 	}
 	return fmt.Sprintf("OpKind(%d)", uint8(k))
 }
@@ -46,8 +54,9 @@ type Op struct {
 	Index uint64
 	// Kind is what the call does.
 	Kind OpKind
-	// Name is the stream of an Append, ReadFrom or Len, the key of a CAS or
-	// ReadValue, the prefix of a Scan, and empty for a Flush.
+	// Name is the stream of an Append, ReadFrom, ReadPage, Len, Trim or
+	// First, the key of a CAS, ReadValue or GetBytes, the prefix of a Scan,
+	// the first key of a PutBytes, and empty for a Flush.
 	Name string
 	// Pending is set for a Flush only: the streams, sorted and without
 	// duplicates, that an Append reached since the last Flush that made

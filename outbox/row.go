@@ -158,21 +158,19 @@ const StreamPrefix = "outbox/"
 // the decoded rows. A mixed stream is reported as ErrMixedVersion even when
 // one of its versions is unknown, since that is the more specific finding.
 func Validate(payloads [][]byte) ([]Row, error) {
+	var v Validator
 	rows := make([]Row, 0, len(payloads))
-	for i, b := range payloads {
-		if len(b) > 0 && i > 0 && len(payloads[0]) > 0 && b[0] != payloads[0][0] {
-			return nil, fmt.Errorf("%w: row %d has version %d, row 0 has %d", ErrMixedVersion, i, b[0], payloads[0][0])
+	for _, b := range payloads {
+		r, ok := v.Add(b)
+		if v.Mixed() {
+			break
+		}
+		if ok {
+			rows = append(rows, r)
 		}
 	}
-	for i, b := range payloads {
-		r, err := Decode(b)
-		if err != nil {
-			return nil, fmt.Errorf("row %d: %w", i, err)
-		}
-		if i > 0 && r.Source <= rows[i-1].Source {
-			return nil, fmt.Errorf("%w: row %d source %d does not follow %d", ErrCorrupt, i, r.Source, rows[i-1].Source)
-		}
-		rows = append(rows, r)
+	if err := v.Err(); err != nil {
+		return nil, err
 	}
 	return rows, nil
 }

@@ -73,7 +73,9 @@
 //
 // # Reconciliation and containment
 //
-// A conversation is loaded, at Open and after a drop, by reconcile.go:
+// A conversation is loaded, at Open and after a drop, by reconcile.go,
+// reading both streams in pages bounded in bytes under a byte budget that
+// every reconciliation shares (LoadBytes), so no history is held whole:
 // validate the whole outbox (versions, decoding, increasing sources, no
 // source beyond the oplog), replay the oplog through outbox.Project,
 // match every stored outbox row byte for byte, append the missing suffix,

@@ -11,8 +11,9 @@ import (
 	"github.com/participantd/participantd/store"
 )
 
-// readPage is how many entries reconciliation reads per store call.
-const readPage = 4096
+// readPageEntries bounds the entries of a reconciliation page, besides its
+// bytes.
+const readPageEntries = 4096
 
 // refusal is a reconciliation finding that makes a conversation unloadable.
 type refusal struct {
@@ -33,44 +34,102 @@ type Reconciled struct {
 	Repairs [][]byte
 }
 
+// pages is how reconciliation reads: each stream in pages of at most bytes
+// bytes (or one entry, when that is larger). A reconciliation reserves two
+// pages from budget (an oplog and an outbox page, read in lockstep) for as
+// long as it reads, as one grant, so that reconciliations waiting for the
+// budget never hold part of it. Every reconciliation of a Service shares
+// one budget: the pages in flight at a start are bounded in bytes whatever
+// the number of workers and the length of the histories.
+type pages struct {
+	budget *byteBudget
+	bytes  int
+}
+
+// pageReader reads one stream forward, a page at a time, from next up to
+// end (the stream's length when reconciliation began).
+type pageReader struct {
+	st       store.DurableStore
+	stream   string
+	maxBytes int
+	next     uint64
+	end      uint64
+	page     []store.Entry
+}
+
+func newPageReader(st store.DurableStore, stream string, maxBytes int, from uint64) (*pageReader, error) {
+	end, err := st.Len(stream)
+	if err != nil {
+		return nil, fmt.Errorf("participant: length of %s: %w", stream, err)
+	}
+	return &pageReader{st: st, stream: stream, maxBytes: maxBytes, next: from, end: max(end, from)}, nil
+}
+
+// more reports whether entries are left before end.
+func (r *pageReader) more() bool { return r.next < r.end }
+
+// entry returns the payload of entry r.next and advances. The payload is
+// the caller's; the page drops its reference to it.
+func (r *pageReader) entry() ([]byte, error) {
+	if len(r.page) == 0 {
+		limit := int(min(r.end-r.next, readPageEntries))
+		page, err := store.ReadPage(r.st, r.stream, r.next, limit, r.maxBytes)
+		if err != nil {
+			return nil, fmt.Errorf("participant: read %s: %w", r.stream, err)
+		}
+		if len(page) == 0 || page[0].Seq != r.next {
+			return nil, fmt.Errorf("participant: read %s: no entry %d of %d", r.stream, r.next, r.end)
+		}
+		r.page = page
+	}
+	e := r.page[0]
+	r.page[0] = store.Entry{}
+	r.page = r.page[1:]
+	r.next++
+	return e.Payload, nil
+}
+
 // reconcile rebuilds conversation c from its streams without writing
 // anything: it validates the whole outbox (versions, decoding, sources),
 // replays the oplog through the projection the live path uses, matches
 // every stored outbox row against the expected one byte for byte, and
-// collects the expected rows missing at the end. A finding that forbids
-// loading is a *refusal; a storage failure is returned as is.
-func reconcile(st store.DurableStore, c ConversationID) (*Reconciled, error) {
-	oplogRows, err := readAll(st, oplog.Stream(c))
+// collects the expected rows missing at the end. Both streams are read in
+// pages (see pages), the outbox twice: once to validate it whole before
+// anything of it is trusted, once in lockstep with the replay. A finding
+// that forbids loading is a *refusal; a storage failure, or ctx ending
+// while waiting for the page budget, is returned as is.
+func reconcile(ctx context.Context, st store.DurableStore, c ConversationID, p pages) (*Reconciled, error) {
+	held, err := p.budget.acquire(ctx, 2*int64(p.bytes))
+	if err != nil {
+		return nil, fmt.Errorf("participant: waiting to read %v: %w", c, err)
+	}
+	defer p.budget.release(held)
+	ops, err := newPageReader(st, oplog.Stream(c), p.bytes, 0)
 	if err != nil {
 		return nil, err
 	}
-	stored, err := readAll(st, outbox.Stream(c))
-	if err != nil {
-		return nil, err
-	}
-	rows, err := outbox.Validate(stored)
-	switch {
-	case errors.Is(err, outbox.ErrMixedVersion):
-		return nil, &refusal{ClassOutboxMixedVersion, err.Error()}
-	case errors.Is(err, outbox.ErrUnknownVersion):
-		return nil, &refusal{ClassOutboxUnknownVersion, err.Error()}
-	case err != nil:
-		return nil, &refusal{ClassOutboxCorrupt, err.Error()}
-	}
-	for i := range rows {
-		if rows[i].Source >= uint64(len(oplogRows)) {
-			return nil, &refusal{ClassImpossibleBoundary, fmt.Sprintf(
-				"impossible future boundary: outbox row %d derives from oplog row %d, the oplog has %d rows",
-				i, rows[i].Source, len(oplogRows))}
+	if ref, err := validateOutbox(st, c, p.bytes, ops.end); ref != nil || err != nil {
+		if ref != nil {
+			return nil, ref
 		}
+		return nil, err
 	}
+	stored, err := newPageReader(st, outbox.Stream(c), p.bytes, 0)
+	if err != nil {
+		return nil, err
+	}
+	storedLen := stored.end
 	r := &Reconciled{State: &outbox.State{}}
-	for i, b := range oplogRows {
+	for i := uint64(0); ops.more(); i++ {
+		b, err := ops.entry()
+		if err != nil {
+			return nil, err
+		}
 		row, err := oplog.Decode(b)
 		if err != nil {
 			return nil, &refusal{ClassOplogCorrupt, fmt.Sprintf("oplog row %d: %v", i, err)}
 		}
-		expected, err := outbox.Project(r.State, uint64(i), &row)
+		expected, err := outbox.Project(r.State, i, &row)
 		if err != nil {
 			return nil, &refusal{ClassOplogInconsistent, fmt.Sprintf("oplog row %d: %v", i, err)}
 		}
@@ -79,8 +138,12 @@ func reconcile(st store.DurableStore, c ConversationID) (*Reconciled, error) {
 			if err != nil {
 				return nil, fmt.Errorf("participant: encode expected outbox row: %w", err)
 			}
-			if r.Stored < uint64(len(stored)) {
-				if !bytes.Equal(enc, stored[r.Stored]) {
+			if stored.more() {
+				have, err := stored.entry()
+				if err != nil {
+					return nil, err
+				}
+				if !bytes.Equal(enc, have) {
 					return nil, &refusal{ClassOutboxConflict, fmt.Sprintf(
 						"outbox row %d differs from the row oplog row %d projects", r.Stored, i)}
 				}
@@ -89,29 +152,67 @@ func reconcile(st store.DurableStore, c ConversationID) (*Reconciled, error) {
 			}
 			r.Repairs = append(r.Repairs, enc)
 		}
-		outbox.Apply(r.State, uint64(i), &row, expected)
+		before := r.State.Records
+		outbox.Apply(r.State, i, &row, expected)
+		forgetReclaimed(before, r.State)
 	}
-	if r.Stored < uint64(len(stored)) {
+	if r.Stored < storedLen {
 		return nil, &refusal{ClassOutboxConflict, fmt.Sprintf(
-			"outbox has %d rows, the oplog projects %d", len(stored), r.Stored)}
+			"outbox has %d rows, the oplog projects %d", storedLen, r.Stored)}
 	}
 	return r, nil
 }
 
-func readAll(st store.DurableStore, stream string) ([][]byte, error) {
-	var out [][]byte
-	for {
-		entries, err := st.ReadFrom(stream, uint64(len(out)), readPage)
+// forgetReclaimed clears the records of before that st no longer retains,
+// so that their payloads are garbage at once rather than when the backing
+// array is next reallocated. Only for a state nobody else shares, such as
+// the one reconciliation builds: a published state's clones may still read
+// them.
+func forgetReclaimed(before []outbox.Retained, st *outbox.State) {
+	kept := st.LastSeq + 1
+	if len(st.Records) > 0 {
+		kept = st.Records[0].Seq
+	}
+	for i := range before {
+		if before[i].Seq >= kept {
+			break
+		}
+		before[i] = outbox.Retained{}
+	}
+}
+
+// validateOutbox checks c's whole outbox, page by page, before anything of
+// it is trusted: versions, decoding, increasing sources (outbox.Validator),
+// and no row deriving from an oplog row at or past oplogLen.
+func validateOutbox(st store.DurableStore, c ConversationID, pageBytes int, oplogLen uint64) (*refusal, error) {
+	rd, err := newPageReader(st, outbox.Stream(c), pageBytes, 0)
+	if err != nil {
+		return nil, err
+	}
+	var v outbox.Validator
+	var boundary *refusal
+	for i := uint64(0); rd.more() && !v.Mixed(); i++ {
+		b, err := rd.entry()
 		if err != nil {
-			return nil, fmt.Errorf("participant: read %s: %w", stream, err)
+			return nil, err
 		}
-		for _, e := range entries {
-			out = append(out, e.Payload)
-		}
-		if len(entries) < readPage {
-			return out, nil
+		row, ok := v.Add(b)
+		if ok && boundary == nil && row.Source >= oplogLen {
+			boundary = &refusal{ClassImpossibleBoundary, fmt.Sprintf(
+				"impossible future boundary: outbox row %d derives from oplog row %d, the oplog has %d rows",
+				i, row.Source, oplogLen)}
 		}
 	}
+	err = v.Err()
+	switch {
+	case errors.Is(err, outbox.ErrMixedVersion):
+		return &refusal{ClassOutboxMixedVersion, err.Error()}, nil
+	case errors.Is(err, outbox.ErrUnknownVersion):
+		return &refusal{ClassOutboxUnknownVersion, err.Error()}, nil
+	case err != nil:
+		return &refusal{ClassOutboxCorrupt, err.Error()}, nil
+	}
+	return boundary, nil
 }
 
 // ensureLoadedTurn returns cv's state, reconciling it first when it is not
@@ -141,7 +242,7 @@ func (s *Service) ensureLoadedTurn(ctx context.Context, cv *conversation) (*outb
 		cv.mu.Unlock()
 		return cv.state, nil
 	}
-	r, err := reconcile(s.st, cv.id)
+	r, err := reconcile(ctx, s.st, cv.id, s.pages)
 	var ref *refusal
 	if errors.As(err, &ref) {
 		u := &Unloadable{Conversation: cv.id, Class: ref.class, Reason: ref.reason}

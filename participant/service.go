@@ -35,6 +35,8 @@ const (
 	DefaultMaxConversationsPerConn = 1024
 	DefaultMaxConversations        = 1_000_000
 	DefaultMaxBacklogBytes         = 16 << 20
+	DefaultReadPageBytes           = 1 << 20
+	DefaultLoadBytes               = 64 << 20
 )
 
 // Options configures a Service. The zero value is valid except for NodeKey.
@@ -75,6 +77,13 @@ type Options struct {
 	// LoadWorkers is how many conversations Open reconciles at once.
 	// Default 64: reconciliations that must commit share group commits.
 	LoadWorkers int
+	// ReadPageBytes bounds a page of a stream that reconciliation reads
+	// (a page holds at least one row, so it is raised to fit the largest
+	// row MaxRecordBytes allows). Default DefaultReadPageBytes.
+	ReadPageBytes int
+	// LoadBytes bounds the pages every reconciliation in progress holds
+	// at once; each holds two. Default DefaultLoadBytes.
+	LoadBytes int
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 	// Logger receives the service's logs; the zero value logs nothing.
@@ -120,6 +129,14 @@ func (o *Options) withDefaults() {
 	if o.LoadWorkers <= 0 {
 		o.LoadWorkers = max(64, runtime.GOMAXPROCS(0))
 	}
+	if o.ReadPageBytes <= 0 {
+		o.ReadPageBytes = DefaultReadPageBytes
+	}
+	// A row carries at most one payload and a few dozen bytes besides.
+	o.ReadPageBytes = max(o.ReadPageBytes, o.MaxRecordBytes+4<<10)
+	if o.LoadBytes <= 0 {
+		o.LoadBytes = DefaultLoadBytes
+	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -146,6 +163,8 @@ type Service struct {
 	// conversationSlots counts conversations against MaxConversations.
 	conversationSlots slots
 	backlog           *backlog
+	// pages bounds what reconciliations read at once (see reconcile).
+	pages pages
 
 	// regMu serializes appends to the registry stream.
 	regMu sync.Mutex
@@ -193,6 +212,7 @@ func Open(ctx context.Context, st store.DurableStore, opts Options) (*Service, e
 		backlog: newBacklog(opts.MaxBacklogBytes),
 		convs:   make(map[ConversationID]*conversation),
 		conns:   make(map[ConnID]*Conn),
+		pages:   pages{budget: newByteBudget(int64(opts.LoadBytes)), bytes: opts.ReadPageBytes},
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	inc, err := st.ReadValue(IncarnationKey)

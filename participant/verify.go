@@ -1,6 +1,7 @@
 package participant
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
@@ -47,6 +48,7 @@ func Inspect(st store.DurableStore) ([]Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	p := pages{budget: newByteBudget(2 * DefaultReadPageBytes), bytes: DefaultReadPageBytes}
 	out := make([]Report, 0, len(ids))
 	for _, id := range ids {
 		rep := Report{Conversation: id}
@@ -56,7 +58,7 @@ func Inspect(st store.DurableStore) ([]Report, error) {
 		if rep.OutboxRows, err = st.Len(outbox.Stream(id)); err != nil {
 			return nil, fmt.Errorf("participant: inspect %v: %w", id, err)
 		}
-		r, err := reconcile(st, id)
+		r, err := reconcile(context.Background(), st, id, p)
 		var ref *refusal
 		switch {
 		case errors.As(err, &ref):

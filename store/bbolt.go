@@ -520,6 +520,10 @@ func (b *Bolt) ReadFrom(stream string, offset uint64, limit int) ([]Entry, error
 					return fmt.Errorf("stream %q: malformed key %x", stream, k)
 				}
 				seq := binary.BigEndian.Uint64(k[len(prefix):])
+				if len(out) == 0 && seq > offset {
+					// Only a Trim (bbolt_compact.go) leaves a gap.
+					return &CompactedError{Stream: stream, Offset: offset, First: seq}
+				}
 				if seq >= stop {
 					break
 				}
@@ -528,7 +532,7 @@ func (b *Bolt) ReadFrom(stream string, offset uint64, limit int) ([]Entry, error
 			return nil
 		})
 		if err != nil {
-			return nil, b.readErr(err)
+			return nil, b.readOrCompactedErr(err)
 		}
 	}
 	for i, p := range tail {

@@ -19,6 +19,18 @@
 // that error (sticky, wrapping ErrFailed): a failed fsync leaves the file in
 // an unknown state, and the only safe way back is to reopen and reconcile.
 //
+// A store may also implement PageReader, whose ReadPage bounds a read in
+// bytes as well as entries, so that a reader of a long stream holds one
+// bounded page at a time (every store of this package does); ReadPage, the
+// function, falls back to ReadFrom for a store that does not.
+//
+// A store may implement Compactor (every store of this package does): Trim
+// drops a stream's flushed prefix while seqs stay where they were (a read
+// below the first stored entry is a *CompactedError), and byte values hold
+// checkpoints and token receipts. Trims and byte values are durable after
+// the next Flush, or earlier (Bolt writes them in transactions of their
+// own), so a caller flushes what they rely on first.
+//
 // Names are 1..MaxNameLen bytes and payloads at most MaxPayloadLen bytes in
 // every implementation; a write outside those limits is refused before it is
 // staged, so it cannot fail a later commit.
@@ -31,11 +43,14 @@
 //	meta      "version"                                    1 byte: layout version (1)
 //	streams   2-byte BE len(name) | name | 8-byte BE seq   payload
 //	values    key                                          8-byte BE uint64 (0 is never stored)
+//	bytes     key                                          byte value (Compactor; created by the first PutBytes)
 //
 // All streams share one bucket; the length prefix makes each stream's keys a
 // range of their own, and big-endian seqs keep that range in seq order, so
 // ReadFrom is one cursor walk in one read transaction and a stream's
-// committed length is the seq of the last key of its range plus one. A
+// committed length is the seq of the last key of its range plus one (which
+// is why a Trim never deletes a stream's last committed entry), and its
+// first stored seq is the seq of the first key. A
 // single bucket rather than one sub-bucket per stream means a commit
 // touching N streams dirties about N leaf pages and the branches above
 // them, not also N bucket roots and their headers.

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"fmt"
 	"sort"
 	"strings"
 	"sync"
@@ -20,14 +21,30 @@ type Memory struct {
 	// values holds current values; durable holds the flushed ones.
 	values  map[string]uint64
 	durable map[string]uint64
-	// dirtyStreams and dirtyValues name what changed since the last Flush.
+	// first holds, per trimmed stream, the seq of its first stored entry;
+	// firstDurable the flushed ones. Entries below firstDurable are nil,
+	// entries between it and first are kept until a Flush, so a crash can
+	// bring them back.
+	first        map[string]uint64
+	firstDurable map[string]uint64
+	// bytes holds current byte values; bytesDurable the flushed ones.
+	bytes        map[string][]byte
+	bytesDurable map[string][]byte
+	// dirtyStreams, dirtyValues, dirtyTrims and dirtyBytes name what
+	// changed since the last Flush.
 	dirtyStreams map[string]struct{}
 	dirtyValues  map[string]struct{}
+	dirtyTrims   map[string]struct{}
+	dirtyBytes   map[string]struct{}
 	closed       bool
 	stats        Stats
 }
 
-var _ DurableStore = (*Memory)(nil)
+var (
+	_ DurableStore = (*Memory)(nil)
+	_ PageReader   = (*Memory)(nil)
+	_ Compactor    = (*Memory)(nil)
+)
 
 // NewMemory returns an empty in-memory store.
 func NewMemory() *Memory {
@@ -36,8 +53,14 @@ func NewMemory() *Memory {
 		flushed:      make(map[string]int),
 		values:       make(map[string]uint64),
 		durable:      make(map[string]uint64),
+		first:        make(map[string]uint64),
+		firstDurable: make(map[string]uint64),
+		bytes:        make(map[string][]byte),
+		bytesDurable: make(map[string][]byte),
 		dirtyStreams: make(map[string]struct{}),
 		dirtyValues:  make(map[string]struct{}),
+		dirtyTrims:   make(map[string]struct{}),
+		dirtyBytes:   make(map[string]struct{}),
 	}
 }
 
@@ -72,6 +95,9 @@ func (m *Memory) ReadFrom(stream string, offset uint64, limit int) ([]Entry, err
 	if offset >= uint64(len(entries)) {
 		return nil, nil
 	}
+	if first := m.first[stream]; offset < first {
+		return nil, &CompactedError{Stream: stream, Offset: offset, First: first}
+	}
 	end := uint64(len(entries))
 	if limit > 0 && offset+uint64(limit) < end {
 		end = offset + uint64(limit)
@@ -79,6 +105,33 @@ func (m *Memory) ReadFrom(stream string, offset uint64, limit int) ([]Entry, err
 	out := make([]Entry, 0, end-offset)
 	for seq := offset; seq < end; seq++ {
 		out = append(out, Entry{Seq: seq, Payload: append([]byte(nil), entries[seq]...)})
+	}
+	return out, nil
+}
+
+// ReadPage implements PageReader.
+func (m *Memory) ReadPage(stream string, offset uint64, limit int, maxBytes int) ([]Entry, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, ErrClosed
+	}
+	entries := m.streams[stream]
+	if offset >= uint64(len(entries)) {
+		return nil, nil
+	}
+	if first := m.first[stream]; offset < first {
+		return nil, &CompactedError{Stream: stream, Offset: offset, First: first}
+	}
+	end := uint64(len(entries))
+	if limit > 0 && offset+uint64(limit) < end {
+		end = offset + uint64(limit)
+	}
+	window := entries[offset:end]
+	n := pageEnd(func(i int) int { return len(window[i]) }, len(window), maxBytes)
+	out := make([]Entry, 0, n)
+	for i := range n {
+		out = append(out, Entry{Seq: offset + uint64(i), Payload: append([]byte(nil), window[i]...)})
 	}
 	return out, nil
 }
@@ -151,9 +204,23 @@ func (m *Memory) Flush() error {
 		return ErrClosed
 	}
 	m.stats.Flushes++
-	if len(m.dirtyStreams) > 0 || len(m.dirtyValues) > 0 {
+	if len(m.dirtyStreams) > 0 || len(m.dirtyValues) > 0 || len(m.dirtyTrims) > 0 || len(m.dirtyBytes) > 0 {
 		m.stats.Commits++
 	}
+	for s := range m.dirtyTrims {
+		first := m.first[s]
+		clear(m.streams[s][m.firstDurable[s]:first])
+		m.firstDurable[s] = first
+	}
+	for k := range m.dirtyBytes {
+		if v, ok := m.bytes[k]; ok {
+			m.bytesDurable[k] = v
+		} else {
+			delete(m.bytesDurable, k)
+		}
+	}
+	clear(m.dirtyTrims)
+	clear(m.dirtyBytes)
 	for s := range m.dirtyStreams {
 		m.flushed[s] = len(m.streams[s])
 	}
@@ -197,8 +264,24 @@ func (m *Memory) discardLocked() {
 			delete(m.values, k)
 		}
 	}
+	for s := range m.dirtyTrims {
+		if f, ok := m.firstDurable[s]; ok {
+			m.first[s] = f
+		} else {
+			delete(m.first, s)
+		}
+	}
+	for k := range m.dirtyBytes {
+		if v, ok := m.bytesDurable[k]; ok {
+			m.bytes[k] = v
+		} else {
+			delete(m.bytes, k)
+		}
+	}
 	clear(m.dirtyStreams)
 	clear(m.dirtyValues)
+	clear(m.dirtyTrims)
+	clear(m.dirtyBytes)
 }
 
 // Close implements DurableStore. Unflushed writes are discarded as in Crash;
@@ -222,4 +305,67 @@ func (m *Memory) Stats() Stats {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.stats
+}
+
+// Trim implements Compactor. The trimmed entries are released at the next
+// Flush; until then a Crash brings them back.
+func (m *Memory) Trim(stream string, below uint64) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return ErrClosed
+	}
+	if below <= m.first[stream] {
+		return nil
+	}
+	if flushed := uint64(m.flushed[stream]); below >= flushed {
+		return fmt.Errorf("trim %q below %d with %d flushed entries: %w", stream, below, flushed, ErrTrimRange)
+	}
+	m.first[stream] = below
+	m.dirtyTrims[stream] = struct{}{}
+	return nil
+}
+
+// First implements Compactor.
+func (m *Memory) First(stream string) (uint64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return 0, ErrClosed
+	}
+	return m.first[stream], nil
+}
+
+// PutBytes implements Compactor.
+func (m *Memory) PutBytes(values []Bytes) error {
+	if err := checkBytes(values); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return ErrClosed
+	}
+	for _, v := range values {
+		if len(v.Value) == 0 {
+			delete(m.bytes, v.Key)
+		} else {
+			m.bytes[v.Key] = append([]byte(nil), v.Value...)
+		}
+		m.dirtyBytes[v.Key] = struct{}{}
+	}
+	return nil
+}
+
+// GetBytes implements Compactor.
+func (m *Memory) GetBytes(key string) ([]byte, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, ErrClosed
+	}
+	if v, ok := m.bytes[key]; ok {
+		return append([]byte(nil), v...), nil
+	}
+	return nil, nil
 }

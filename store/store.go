@@ -166,3 +166,124 @@ func (e *CASConflictError) Error() string {
 
 // Unwrap returns ErrCASConflict.
 func (e *CASConflictError) Unwrap() error { return ErrCASConflict }
+
+// PageReader is implemented by stores that bound a read in bytes as well as
+// in entries, so that a reader of a long stream holds one bounded page at a
+// time however large its entries are. A store that does not implement it is
+// read with ReadPage's fallback.
+type PageReader interface {
+	// ReadPage is ReadFrom that also stops before the entry that would
+	// bring the payload bytes returned past maxBytes. It returns at least
+	// the entry at offset when one exists, whatever its size, so that a
+	// reader always progresses; maxBytes <= 0 means no byte bound. The
+	// returned entries and payloads are copies the caller owns.
+	ReadPage(stream string, offset uint64, limit int, maxBytes int) ([]Entry, error)
+}
+
+// ReadPage reads a page of stream from st: through PageReader when st
+// implements it, else through ReadFrom with limit alone (the caller then
+// bounds a page's bytes by choosing limit from the largest entry it
+// expects). Errors are those of the call made.
+func ReadPage(st DurableStore, stream string, offset uint64, limit int, maxBytes int) ([]Entry, error) {
+	if pr, ok := st.(PageReader); ok {
+		return pr.ReadPage(stream, offset, limit, maxBytes)
+	}
+	return st.ReadFrom(stream, offset, limit)
+}
+
+// pageEnd returns how many of sizes, taken in order, fit in maxBytes: at
+// least one when sizes is not empty; all of them when maxBytes <= 0.
+func pageEnd(sizes func(i int) int, n int, maxBytes int) int {
+	if maxBytes <= 0 || n == 0 {
+		return n
+	}
+	total := 0
+	for i := range n {
+		total += sizes(i)
+		if total > maxBytes && i > 0 {
+			return i
+		}
+	}
+	return n
+}
+
+// Compactor is implemented by stores that can drop what a conversation no
+// longer needs (see DESIGN.md, Data lifecycle): the prefix of a stream,
+// with seqs kept stable, and byte values for checkpoints and receipts. A
+// store that does not implement it runs with compaction off.
+//
+// Ordering is the caller's: a trim or a byte value may become durable
+// before writes staged earlier, so whatever a trim relies on (the
+// checkpoint that replaces the trimmed rows, the receipts of their tokens)
+// must be flushed before the trim is made.
+type Compactor interface {
+	// Trim drops the entries of stream with seq < below. Seqs never move:
+	// Len is unchanged, the next Append still expects Len, and First
+	// becomes below. Only flushed entries may go, and never a stream's
+	// last flushed entry (a stream's length stays derivable from its
+	// entries in every implementation): below must be smaller than the
+	// number of flushed entries, else nothing is trimmed and the error
+	// wraps ErrTrimRange. below <= First is a no-op. The trim is visible
+	// at once and durable after the next Flush that returns nil, or
+	// earlier; a trim lost in a crash leaves entries that were valid.
+	Trim(stream string, below uint64) error
+
+	// First returns the seq of the first entry of stream still stored:
+	// 0 for a stream never trimmed (and for an absent one).
+	First(stream string) (uint64, error)
+
+	// PutBytes sets byte values, in a namespace of their own (a byte value
+	// and a uint64 value may share a key), each to a copy of its Value; an
+	// empty Value deletes the key. All of them are visible at once and
+	// durable after the next Flush that returns nil, or earlier. A key
+	// outside the name limits fails with ErrInvalidName and a value over
+	// MaxPayloadLen with ErrTooLarge, before anything is written.
+	PutBytes(values []Bytes) error
+
+	// GetBytes returns a copy of byte value key, nil when absent.
+	GetBytes(key string) ([]byte, error)
+}
+
+// Bytes is one byte value for Compactor.PutBytes.
+type Bytes struct {
+	Key   string
+	Value []byte
+}
+
+var (
+	// ErrCompacted reports a read below a stream's first stored entry; the
+	// error is a *CompactedError.
+	ErrCompacted = errors.New("store: compacted")
+	// ErrTrimRange reports a Trim of unflushed entries or of a stream's
+	// last flushed entry.
+	ErrTrimRange = errors.New("store: trim out of range")
+	// ErrUnsupported reports a Compactor call on a wrapper whose inner
+	// store does not implement Compactor.
+	ErrUnsupported = errors.New("store: not supported by this store")
+)
+
+// CompactedError is returned by ReadFrom and ReadPage for an offset below
+// the stream's first stored entry.
+type CompactedError struct {
+	Stream string
+	Offset uint64 // the offset asked for
+	First  uint64 // the first seq still stored
+}
+
+func (e *CompactedError) Error() string {
+	return fmt.Sprintf("store: compacted: %q holds entries from %d, read asked for %d", e.Stream, e.First, e.Offset)
+}
+
+// Unwrap returns ErrCompacted.
+func (e *CompactedError) Unwrap() error { return ErrCompacted }
+
+// checkBytes reports whether values are acceptable to every
+// implementation.
+func checkBytes(values []Bytes) error {
+	for _, v := range values {
+		if err := checkWrite(v.Key, len(v.Value)); err != nil {
+			return err
+		}
+	}
+	return nil
+}

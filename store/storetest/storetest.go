@@ -59,6 +59,14 @@ func Run(t *testing.T, h Harness) {
 		{"ManyStreams", false, testManyStreams},
 		{"ConcurrentAppendersAndFlushers", false, testConcurrent},
 		{"ClosedRefusesEverything", false, testClosed},
+		{"ReadPageBoundsBytes", false, testReadPage},
+		{"TrimKeepsSeqsAndLen", false, testTrimKeepsSeqs},
+		{"TrimOnlyFlushedAndNeverTheLast", false, testTrimRange},
+		{"TrimSurvivesRestart", true, testTrimSurvivesRestart},
+		{"TrimLostInCrashLeavesValidEntries", true, testTrimLostInCrashLeavesValidEntries},
+		{"BytesValues", false, testBytes},
+		{"BytesSurviveRestart", true, testBytesSurviveRestart},
+		{"ClosedRefusesCompaction", false, testCompactorClosed},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

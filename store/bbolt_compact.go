@@ -1,0 +1,264 @@
+package store
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+var (
+	_ PageReader = (*Bolt)(nil)
+	_ Compactor  = (*Bolt)(nil)
+)
+
+// bucketBytes holds the byte values of Compactor, key to value. It is
+// created by the first PutBytes, so a file that never had one keeps the
+// layout of version 1 exactly.
+var bucketBytes = []byte("bytes")
+
+// trimChunk bounds the keys one trim transaction deletes, so that a trim of
+// a long prefix does not build one huge transaction.
+const trimChunk = 16384
+
+// ReadPage implements PageReader. As ReadFrom, committed entries are read
+// with one cursor in one read transaction and staged ones copied from
+// memory; the walk stops at the first entry past maxBytes, so a page never
+// copies more than maxBytes plus its first entry.
+func (b *Bolt) ReadPage(stream string, offset uint64, limit int, maxBytes int) ([]Entry, error) {
+	end := uint64(math.MaxUint64)
+	if limit > 0 && uint64(limit) <= math.MaxUint64-offset {
+		end = offset + uint64(limit)
+	}
+	committed := uint64(math.MaxUint64)
+	var tail [][]byte
+	var tailStart uint64
+
+	b.mu.Lock()
+	if err := b.usableLocked(); err != nil {
+		b.mu.Unlock()
+		return nil, err
+	}
+	if st := b.streams[stream]; st != nil {
+		// As in ReadFrom: the committed length is taken before the read
+		// transaction begins, so the transaction sees at least that many.
+		committed = st.committed
+		end = min(end, st.lenLocked())
+		if offset >= end {
+			b.mu.Unlock()
+			return nil, nil
+		}
+		if end > committed {
+			tailStart = max(offset, committed)
+			tail = st.pending[tailStart-committed : end-committed : end-committed]
+		}
+	}
+	b.mu.Unlock()
+
+	var out []Entry
+	total := 0
+	// full reports that the next entry, of n bytes, does not fit; once it
+	// is true the page ends there, so it never skips an entry.
+	stopped := false
+	full := func(n int) bool {
+		stopped = stopped || maxBytes > 0 && len(out) > 0 && total+n > maxBytes
+		return stopped
+	}
+	if stop := min(end, committed); offset < stop {
+		err := b.db.View(func(tx *bolt.Tx) error {
+			first := entryKey(stream, offset)
+			prefix := first[:len(first)-8]
+			c := tx.Bucket(bucketStreams).Cursor()
+			for k, v := c.Seek(first); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+				if len(k) != len(first) {
+					return fmt.Errorf("stream %q: malformed key %x", stream, k)
+				}
+				seq := binary.BigEndian.Uint64(k[len(prefix):])
+				if len(out) == 0 && seq > offset {
+					return &CompactedError{Stream: stream, Offset: offset, First: seq}
+				}
+				if seq >= stop || full(len(v)) {
+					break
+				}
+				total += len(v)
+				out = append(out, Entry{Seq: seq, Payload: append([]byte(nil), v...)})
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, b.readOrCompactedErr(err)
+		}
+	}
+	if stopped {
+		return out, nil
+	}
+	for i, p := range tail {
+		if full(len(p)) {
+			break
+		}
+		total += len(p)
+		out = append(out, Entry{Seq: tailStart + uint64(i), Payload: append([]byte(nil), p...)})
+	}
+	if len(out) == 0 {
+		return nil, nil
+	}
+	return out, nil
+}
+
+// readOrCompactedErr passes a *CompactedError through and translates any
+// other error of a read transaction.
+func (b *Bolt) readOrCompactedErr(err error) error {
+	var ce *CompactedError
+	if errors.As(err, &ce) {
+		return ce
+	}
+	return b.readErr(err)
+}
+
+// update runs fn in its own bbolt write transaction, outside group commit:
+// when it returns nil, what fn wrote is durable. A failed transaction sets
+// the sticky error, as a failed commit does.
+func (b *Bolt) update(what string, fn func(tx *bolt.Tx) error) error {
+	b.mu.Lock()
+	if err := b.usableLocked(); err != nil {
+		b.mu.Unlock()
+		return err
+	}
+	b.mu.Unlock()
+	if err := b.db.Update(fn); err != nil {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if b.err == nil {
+			b.err = fmt.Errorf("%w: %s in %s: %w", ErrFailed, what, b.path, err)
+		}
+		return b.err
+	}
+	return nil
+}
+
+// Trim implements Compactor. It deletes the trimmed entries in write
+// transactions of its own, so it is durable when it returns nil. The
+// committed length bounds it, and the last committed entry stays, so a
+// concurrent commit still finds its stream's length from its last key.
+func (b *Bolt) Trim(stream string, below uint64) error {
+	st, err := b.lockStream(stream)
+	if err != nil {
+		return err
+	}
+	committed := st.committed
+	b.mu.Unlock()
+	first, err := b.First(stream)
+	if err != nil {
+		return err
+	}
+	if below <= first {
+		return nil
+	}
+	if below >= committed {
+		return fmt.Errorf("trim %q below %d with %d flushed entries: %w", stream, below, committed, ErrTrimRange)
+	}
+	for from := first; from < below; from += trimChunk {
+		to := min(below, from+trimChunk)
+		err := b.update("trim", func(tx *bolt.Tx) error {
+			// Keys are collected, then deleted: a cursor that deletes as it
+			// walks may skip the key after each deletion.
+			sb := tx.Bucket(bucketStreams)
+			c := sb.Cursor()
+			last := entryKey(stream, to)
+			var keys [][]byte
+			for k, _ := c.Seek(entryKey(stream, from)); k != nil && bytes.Compare(k, last) < 0; k, _ = c.Next() {
+				keys = append(keys, append([]byte(nil), k...))
+			}
+			for _, k := range keys {
+				if err := sb.Delete(k); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// First implements Compactor: the seq of the stream's first key in the
+// file, or 0 when it has none (nothing of it was ever trimmed then, since a
+// trim keeps the last committed entry).
+func (b *Bolt) First(stream string) (uint64, error) {
+	b.mu.Lock()
+	err := b.usableLocked()
+	b.mu.Unlock()
+	if err != nil {
+		return 0, err
+	}
+	var first uint64
+	err = b.db.View(func(tx *bolt.Tx) error {
+		start := entryKey(stream, 0)
+		k, _ := tx.Bucket(bucketStreams).Cursor().Seek(start)
+		if k == nil || !bytes.HasPrefix(k, start[:len(start)-8]) {
+			return nil
+		}
+		if len(k) != len(start) {
+			return fmt.Errorf("stream %q: malformed key %x", stream, k)
+		}
+		first = binary.BigEndian.Uint64(k[len(start)-8:])
+		return nil
+	})
+	if err != nil {
+		return 0, b.readErr(err)
+	}
+	return first, nil
+}
+
+// PutBytes implements Compactor in one write transaction of its own: the
+// values are durable when it returns nil.
+func (b *Bolt) PutBytes(values []Bytes) error {
+	if err := checkBytes(values); err != nil {
+		return err
+	}
+	return b.update("put bytes", func(tx *bolt.Tx) error {
+		bk, err := tx.CreateBucketIfNotExists(bucketBytes)
+		if err != nil {
+			return err
+		}
+		for _, v := range values {
+			if len(v.Value) == 0 {
+				err = bk.Delete([]byte(v.Key))
+			} else {
+				err = bk.Put([]byte(v.Key), append([]byte(nil), v.Value...))
+			}
+			if err != nil {
+				return fmt.Errorf("bytes %q: %w", v.Key, err)
+			}
+		}
+		return nil
+	})
+}
+
+// GetBytes implements Compactor.
+func (b *Bolt) GetBytes(key string) ([]byte, error) {
+	b.mu.Lock()
+	err := b.usableLocked()
+	b.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	var out []byte
+	err = b.db.View(func(tx *bolt.Tx) error {
+		if bk := tx.Bucket(bucketBytes); bk != nil {
+			if v := bk.Get([]byte(key)); v != nil {
+				out = append([]byte(nil), v...)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, b.readErr(err)
+	}
+	return out, nil
+}
