@@ -141,6 +141,20 @@ func (f *connFlags) dial(ctx context.Context, e *env, discard bool, mods ...func
 	return s, nil
 }
 
+// finish ends cred's binding with a detach, which the server answers once
+// the ending is durable, so that whatever runs next sees the binding ended
+// (the bye Close sends ends it too, but possibly after this process has
+// exited, so a command run right after could see the ending come later).
+// It is best effort and bounded: a failure leaves the ending to the bye.
+func (s *session) finish(cred client.Credential) {
+	ctx, cancel := context.WithTimeout(context.Background(), finishTimeout)
+	defer cancel()
+	_, _ = s.Detach(ctx, cred)
+}
+
+// finishTimeout bounds finish.
+const finishTimeout = 5 * time.Second
+
 // saved returns the first failure to save a credential, if any: the
 // credential file then holds one the server no longer accepts.
 func (s *session) saved() error {

@@ -124,6 +124,7 @@ func runEnroll(ctx context.Context, e *env, args []string) error {
 	if err := s.saved(); err != nil {
 		return err
 	}
+	s.finish(cred)
 	fmt.Fprintf(e.stdout, "enrolled: %v\n", cred)
 	return nil
 }
@@ -139,6 +140,7 @@ func runAttach(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer s.Close()
+	s.finish(cred)
 	fmt.Fprintf(e.stdout, "attached: %v\n", cred)
 	return nil
 }
@@ -182,6 +184,7 @@ func runTell(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return explain(inDoubtHint(err), about{cred: cred, creds: cf.creds, size: len(payload)})
 	}
+	s.finish(cred)
 	fmt.Fprintf(e.stdout, "told: conversation %d participant %d seq %d\n", cred.Conversation, cred.Participant, seq)
 	return nil
 }
@@ -207,6 +210,7 @@ func runAck(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return explain(err, about{cred: cred, creds: cf.creds, seq: *through})
 	}
+	s.finish(cred)
 	fmt.Fprintf(e.stdout, "acked: conversation %d participant %d cursor %d\n", cred.Conversation, cred.Participant, cursor)
 	return nil
 }

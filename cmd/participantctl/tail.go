@@ -121,6 +121,7 @@ func runTail(ctx context.Context, e *env, args []string) error {
 		var d client.Delivery
 		select {
 		case <-ctx.Done():
+			s.finish(cred)
 			return nil
 		case why := <-lost:
 			if cred, err = takeBack(ctx, e, cf, s, out, cred, why, *follow, *check); err != nil {
@@ -148,6 +149,7 @@ func runTail(ctx context.Context, e *env, args []string) error {
 		}
 		if shown {
 			if n++; *count > 0 && n >= *count {
+				s.finish(cred)
 				return s.saved()
 			}
 		}
