@@ -206,7 +206,10 @@ func (s *session) attachSaved(ctx context.Context, cred client.Credential) (clie
 	if f.pending != nil && f.pending.op == client.IntentAttach && f.cred == cred {
 		opts = append(opts, client.WithToken(f.pending.token))
 	}
-	cred, err = s.Attach(ctx, cred, opts...)
+	got, err := s.Attach(ctx, cred, opts...)
+	if err == nil {
+		cred = got
+	}
 	if err != nil && len(opts) > 0 && errors.Is(err, client.ErrReceiptExpired) {
 		return cred, fmt.Errorf("%w\nan earlier attach (token %v, saved in %s) may have minted a newer generation whose answer the server no longer replays: "+
 			"this credential cannot attach again; enroll anew", err, f.pending.token, s.creds)
