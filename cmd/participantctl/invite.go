@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -37,7 +36,7 @@ func runInvite(ctx context.Context, e *env, args []string) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	if !isSet(fs, "conversation") {
+	if !fsHasFlag(fs, "conversation") {
 		fmt.Fprintln(e.stderr, "participantctl invite: --conversation is required")
 		return errUsage
 	}
@@ -75,11 +74,4 @@ func readNodeKey(dir string) ([]byte, error) {
 		return nil, fmt.Errorf("%s has %d bytes, want %d", path, len(key), participant.NodeKeySize)
 	}
 	return key, nil
-}
-
-// isSet reports whether flag name was given on the command line.
-func isSet(fs *flag.FlagSet, name string) bool {
-	set := false
-	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
-	return set
 }

@@ -61,6 +61,13 @@ func TestInvite_AdmitsEnrollIntoItsConversation(t *testing.T) {
 	if cred.Conversation != 5 || cred.Generation != 1 {
 		t.Fatalf("Enroll with the invitation = %+v", cred)
 	}
+
+	// participantctl enroll passes it too.
+	creds := filepath.Join(t.TempDir(), "p.creds")
+	if _, errs, code := ctl(ctx, "", "enroll", "--addr", srv.Addr().String(), "--conversation", "5", "--creds", creds); code == 0 || !strings.Contains(errs, "invite_required") {
+		t.Fatalf("participantctl enroll without --invite = exit %d, %q; want invite_required", code, errs)
+	}
+	mustCtl(t, ctx, "enroll", "--addr", srv.Addr().String(), "--conversation", "5", "--creds", creds, "--invite", strings.TrimSpace(text))
 }
 
 // invite never creates a node key, and checks its flags.

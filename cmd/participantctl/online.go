@@ -20,12 +20,14 @@ func init() {
 	register(&command{
 		name:     "enroll",
 		synopsis: "enroll a new participant in a conversation and save its credential",
-		usage: `--conversation N --creds FILE [--force]
+		usage: `--conversation N --creds FILE [--force] [--invite TEXT]
 
 Enrolls a new participant in conversation N (creating the conversation on
 first use) and writes its credential to FILE (mode 0600). Refuses to
 overwrite an existing FILE unless --force: the credential it holds would be
-lost. The binding ends (detached/clean) when the command exits.`,
+lost. A server run with --enroll-policy invite needs --invite, the text
+participantctl invite printed. The binding ends (detached/clean) when the
+command exits.`,
 		run: runEnroll,
 	})
 	register(&command{
@@ -82,8 +84,17 @@ func runEnroll(ctx context.Context, e *env, args []string) error {
 	cf := addConnFlags(fs, e)
 	conv := fs.Uint64("conversation", 0, "the conversation to enroll in")
 	force := fs.Bool("force", false, "overwrite an existing credential file")
+	inviteText := fs.String("invite", "", "the invitation participantctl invite printed (servers with --enroll-policy invite)")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	var opts []client.CallOption
+	if *inviteText != "" {
+		inv, err := client.ParseInvite(*inviteText)
+		if err != nil {
+			return &exitError{2, err}
+		}
+		opts = append(opts, client.WithInvite(inv))
 	}
 	if cf.creds == "" {
 		return &exitError{2, errors.New("--creds is required")}
@@ -101,7 +112,7 @@ func runEnroll(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer s.Close()
-	cred, err := s.Enroll(octx, *conv)
+	cred, err := s.Enroll(octx, *conv, opts...)
 	if err != nil {
 		return err
 	}
