@@ -28,6 +28,8 @@ const (
 	CodeInDoubt            = wire.CodeInDoubt
 	CodeUnavailable        = wire.CodeUnavailable
 	CodeShuttingDown       = wire.CodeShuttingDown
+	CodeInviteRequired     = wire.CodeInviteRequired
+	CodeInviteInvalid      = wire.CodeInviteInvalid
 )
 
 // Error is an error answer of the server, or an outcome the client could not
@@ -94,6 +96,8 @@ var (
 	ErrInDoubt            = &Error{Code: CodeInDoubt}
 	ErrUnavailable        = &Error{Code: CodeUnavailable}
 	ErrShuttingDown       = &Error{Code: CodeShuttingDown}
+	ErrInviteRequired     = &Error{Code: CodeInviteRequired}
+	ErrInviteInvalid      = &Error{Code: CodeInviteInvalid}
 )
 
 // Client-side errors.

@@ -2,8 +2,10 @@ package client
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/participantd/participantd/wire"
 )
@@ -14,6 +16,7 @@ type CallOption func(*callOptions)
 type callOptions struct {
 	token    Token
 	hasToken bool
+	invite   []byte
 }
 
 // WithToken makes the call use token t instead of a fresh one: pass the
@@ -22,6 +25,34 @@ type callOptions struct {
 // Ping, which carry no token.
 func WithToken(t Token) CallOption {
 	return func(o *callOptions) { o.token, o.hasToken = t, true }
+}
+
+// WithInvite makes an Enroll carry invitation invite, which a server run
+// with --enroll-policy invite requires (else the enroll is refused with
+// ErrInviteRequired, or ErrInviteInvalid for a wrong or expired one). Get
+// it from the text participantctl invite prints with ParseInvite. Ignored
+// by every call but Enroll.
+func WithInvite(invite []byte) CallOption {
+	return func(o *callOptions) { o.invite = invite }
+}
+
+// ParseInvite returns the invitation whose text form (unpadded base64url,
+// as participantctl invite prints it) is s. Only the encoding is checked
+// here; the server verifies the rest.
+func ParseInvite(s string) ([]byte, error) {
+	inv, err := base64.RawURLEncoding.DecodeString(strings.TrimSpace(s))
+	if err != nil || len(inv) == 0 || len(inv) > wire.MaxInvite {
+		return nil, fmt.Errorf("client: %q is not an invitation", s)
+	}
+	return inv, nil
+}
+
+func inviteOf(opts []CallOption) []byte {
+	var o callOptions
+	for _, f := range opts {
+		f(&o)
+	}
+	return o.invite
 }
 
 func callOptionsOf(opts []CallOption) callOptions {
@@ -114,18 +145,18 @@ func (c *Client) current(cred Credential) (Credential, error) {
 // then holds the participant: it re-attaches it after a reconnect, which
 // changes the credential (see Credential and Options.OnCredential).
 //
-// Errors are *Error (capacity_exceeded, binding_occupied, unavailable,
-// shutting_down, ...), an in_doubt *Error carrying the token when ctx ended
+// Errors are *Error (capacity_exceeded, binding_occupied, invite_required,
+// invite_invalid, unavailable, shutting_down, ...), an in_doubt *Error carrying the token when ctx ended
 // before the outcome was known, or ErrClosed.
 func (c *Client) Enroll(ctx context.Context, conv uint64, opts ...CallOption) (Credential, error) {
-	tok := tokenOf(opts)
+	tok, invite := tokenOf(opts), inviteOf(opts)
 	if err := c.intend(Intent{Op: IntentEnroll, Conversation: conv, Token: tok}); err != nil {
 		return Credential{}, err
 	}
 	sentOn := make(map[uint64]bool)
 	ans, s, err := c.do(ctx, &tok, true, func(s *session) (wire.Message, error) {
 		sentOn[s.seq] = true
-		return &wire.Enroll{Conversation: conv, Token: tok}, nil
+		return &wire.Enroll{Conversation: conv, Token: tok, Invite: invite}, nil
 	})
 	if err != nil {
 		return Credential{}, err

@@ -101,6 +101,26 @@
 // binding slots are reserved when an enroll or attach is decided, so that
 // neither refusals nor pipelining grow memory past the caps.
 //
+// # Admission and quotas
+//
+// Under EnrollInvite an enroll must carry an invitation to its conversation
+// (invite.go): an expiry and an HMAC under the node key, domain-separated
+// from the attach secrets, checked right after the token. MaxConversations
+// caps the store's conversations: the first enroll of a new one takes a
+// slot when it is decided (quota.go), so concurrent first enrolls cannot
+// overshoot, and a commit failing before the registry entry returns it.
+// MaxDataBytes caps the store's size as the DataBytes probe reports it, for
+// enroll and tell only: what ends or advances existing state (ack, detach,
+// leave, endings) always commits.
+//
+// # A failed store
+//
+// A store error wrapping store.ErrFailed (a failed fsync, a full disk) is
+// sticky: no later write of this process can commit. The first one met, by
+// an operation, a reconciliation or a reload, is logged once and reported
+// by StoreFailed and Failed (failed.go); at Open it fails Open. The owner
+// stops serving and restarts, and the restart reconciles.
+//
 // # Locks
 //
 // Lock order: a conversation's turn, then its mu (or qmu), then a Conn's

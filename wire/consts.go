@@ -9,6 +9,10 @@ const Version = 1
 // malformed).
 const MaxVersions = 256
 
+// MaxInvite is the longest enroll.invite a decoder accepts; a longer one
+// is a field error (bad_request). The server's invitations are 49 bytes.
+const MaxInvite = 256
+
 // DefaultMaxFrame is the default largest frame body, in bytes, a Reader
 // accepts and a Writer sends: 1 MiB. The server announces its own limit in
 // welcome.max_frame.
@@ -77,6 +81,8 @@ const (
 	CodeInDoubt            Code = "in_doubt"
 	CodeUnavailable        Code = "unavailable"
 	CodeShuttingDown       Code = "shutting_down"
+	CodeInviteRequired     Code = "invite_required"
+	CodeInviteInvalid      Code = "invite_invalid"
 	// CodeMoved (cluster mode): another node owns the conversation;
 	// nothing was done. Error.Owner names it when one does.
 	CodeMoved Code = "moved"

@@ -40,6 +40,7 @@ const (
 	kCause
 	kNode
 	kOwner
+	kInvite
 	numKeys
 )
 
@@ -76,6 +77,7 @@ var keyNames = [numKeys]string{
 	kCause:            "cause",
 	kNode:             "node",
 	kOwner:            "owner",
+	kInvite:           "invite",
 }
 
 // lookupKey maps a key's bytes to its index without allocating.
@@ -145,6 +147,8 @@ func lookupKey(s []byte) (key, bool) {
 		return kNode, true
 	case "owner":
 		return kOwner, true
+	case "invite":
+		return kInvite, true
 	}
 	return 0, false
 }

@@ -348,3 +348,27 @@ func TestDecodeRequest_HelloVersionsAreBounded(t *testing.T) {
 		t.Fatalf("DecodeRequest(hello with %d versions) = %v, want it accepted", MaxVersions, err)
 	}
 }
+
+// enroll.invite is optional, copied out of the body, and bounded: a longer
+// one is a bad_request on its field, with the id known.
+func TestDecodeRequest_EnrollInvite(t *testing.T) {
+	m, err := DecodeRequest(Encode(&Enroll{ID: 3, Conversation: 1, Token: testToken(1)}))
+	if err != nil || m.(*Enroll).Invite != nil {
+		t.Fatalf("enroll without invite = %#v, %v, want Invite nil", m, err)
+	}
+	inv := bytes.Repeat([]byte{7}, MaxInvite)
+	body := Encode(&Enroll{ID: 3, Conversation: 1, Token: testToken(1), Invite: inv})
+	m, err = DecodeRequest(body)
+	if err != nil || !bytes.Equal(m.(*Enroll).Invite, inv) {
+		t.Fatalf("enroll with a %d-byte invite = %#v, %v", MaxInvite, m, err)
+	}
+	clear(body)
+	if !bytes.Equal(m.(*Enroll).Invite, inv) {
+		t.Fatal("the decoded invite aliases the body")
+	}
+	_, err = DecodeRequest(Encode(&Enroll{ID: 3, Conversation: 1, Token: testToken(1), Invite: append(inv, 7)}))
+	var de *DecodeError
+	if !errors.As(err, &de) || de.Field != "invite" || de.Class != BadRequest || !de.HasID || de.ID != 3 {
+		t.Fatalf("enroll with a %d-byte invite = %v, want bad_request on invite with id 3", MaxInvite+1, err)
+	}
+}

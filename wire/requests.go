@@ -17,6 +17,10 @@ type Enroll struct {
 	ID           uint64
 	Conversation uint64
 	Token        Token
+	// Invite is the operator's invitation to Conversation, nil when absent
+	// (at most MaxInvite bytes). A server whose enroll policy is invite
+	// requires it.
+	Invite []byte
 }
 
 // Attach presents a credential, mints Generation+1 and a new secret, and
@@ -139,14 +143,26 @@ func (m *Hello) decode(d *decoder) {
 }
 
 func (m *Enroll) appendBody(b []byte) []byte {
-	b = kvUint(head(b, 4, TypeEnroll), "id", m.ID)
+	n := 4
+	if m.Invite != nil {
+		n++
+	}
+	b = kvUint(head(b, n, TypeEnroll), "id", m.ID)
 	b = kvUint(b, "conversation", m.Conversation)
-	return kvBin(b, "token", m.Token[:])
+	b = kvBin(b, "token", m.Token[:])
+	if m.Invite != nil {
+		b = kvBin(b, "invite", m.Invite)
+	}
+	return b
 }
 
 func (m *Enroll) decode(d *decoder) {
 	m.Conversation = d.uint(kConversation)
 	m.Token = d.token(kToken)
+	m.Invite = d.payload(kInvite, true)
+	if len(m.Invite) > MaxInvite {
+		d.fail(kInvite, "%d bytes, at most %d", len(m.Invite), MaxInvite)
+	}
 }
 
 func (m *Attach) appendBody(b []byte) []byte {

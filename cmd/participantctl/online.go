@@ -20,13 +20,16 @@ func init() {
 	register(&command{
 		name:     "enroll",
 		synopsis: "enroll a new participant in a conversation and save its credential",
-		usage: `--conversation N --creds FILE [--force]
+		usage: `--conversation N --creds FILE [--force] [--invite TEXT]
 
 Enrolls a new participant in conversation N (creating the conversation on
 first use) and writes its credential to FILE (mode 0600). The enroll's token
 is saved in FILE before it is sent: if the command dies before the answer,
 re-running it recovers the same participant. Refuses to overwrite an
-existing FILE unless --force: the credential it holds would be lost. The binding ends (detached/clean) when the command exits.`,
+existing FILE unless --force: the credential it holds would be lost. A
+server run with --enroll-policy invite needs --invite, the text
+participantctl invite printed. The binding ends (detached/clean) when the
+command exits.`,
 		run: runEnroll,
 	})
 	register(&command{
@@ -86,8 +89,17 @@ func runEnroll(ctx context.Context, e *env, args []string) error {
 	cf := addConnFlags(fs, e)
 	conv := fs.Uint64("conversation", 0, "the conversation to enroll in")
 	force := fs.Bool("force", false, "overwrite an existing credential file")
+	inviteText := fs.String("invite", "", "the invitation participantctl invite printed (servers with --enroll-policy invite)")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	var opts []client.CallOption
+	if *inviteText != "" {
+		inv, err := client.ParseInvite(*inviteText)
+		if err != nil {
+			return &exitError{2, err}
+		}
+		opts = append(opts, client.WithInvite(inv))
 	}
 	if cf.creds == "" {
 		return &exitError{2, errors.New("--creds is required")}
@@ -98,12 +110,13 @@ func runEnroll(ctx context.Context, e *env, args []string) error {
 	// A file holding only a pending enroll is an earlier run's enroll
 	// whose answer was not saved: retry it with its token, so that the
 	// server replays the participant it created instead of making another.
-	var opts []client.CallOption
+	replaying := false
 	if f, err := readCredsFile(cf.creds); err == nil && f.pending != nil && f.pending.op == client.IntentEnroll && !*force {
 		if f.cred.Conversation != *conv {
 			return fmt.Errorf("%s holds a pending enroll in conversation %d, not %d; use --force to overwrite", cf.creds, f.cred.Conversation, *conv)
 		}
 		opts = append(opts, client.WithToken(f.pending.token))
+		replaying = true
 	} else if _, err := os.Stat(cf.creds); err == nil && !*force {
 		return fmt.Errorf("%s exists: it may hold a credential; use --force to overwrite", cf.creds)
 	}
@@ -115,7 +128,7 @@ func runEnroll(ctx context.Context, e *env, args []string) error {
 	}
 	defer s.Close()
 	cred, err := s.Enroll(octx, *conv, opts...)
-	if err != nil && len(opts) > 0 && errors.Is(err, client.ErrReceiptExpired) {
+	if err != nil && replaying && errors.Is(err, client.ErrReceiptExpired) {
 		return fmt.Errorf("%w\nthe enroll saved in %s may have created a participant whose answer the server no longer replays; use --force to enroll anew", err, cf.creds)
 	}
 	if err != nil {

@@ -129,6 +129,27 @@ var settings = []setting{
 			o.server.Pprof = b
 			return nil
 		}},
+	// Admission and quotas.
+	{"enroll-policy", string(participant.EnrollOpen), "who may enroll: open (anyone who can connect) or invite (an invitation from participantctl invite); open beyond loopback without auth-token logs a warning",
+		func(o *options, v string) error {
+			p, err := participant.ParseEnrollPolicy(v)
+			if err != nil {
+				return errors.New("want open or invite")
+			}
+			o.server.EnrollPolicy = p
+			return nil
+		}},
+	{"max-conversations", strconv.Itoa(participant.DefaultMaxConversations), "conversations the store may hold; the first enroll of one more is capacity_exceeded",
+		intSetting(func(o *options) *int { return &o.server.MaxConversations })},
+	{"max-data-bytes", strconv.FormatInt(server.DefaultMaxDataBytes, 10), "size of " + server.StoreFile + " on disk past which enroll and tell are capacity_exceeded (ack, detach, leave still commit); keep it below the disk's free space",
+		func(o *options, v string) error {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n <= 0 {
+				return errors.New("want a positive number of bytes")
+			}
+			o.server.MaxDataBytes = n
+			return nil
+		}},
 	{"log-level", "info", "debug (adds one line per request), info, warn or error",
 		func(o *options, v string) error {
 			l, err := zerolog.ParseLevel(v)

@@ -9,6 +9,9 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/participantd/participantd/cmd/participantd/server"
+	"github.com/participantd/participantd/participant"
 )
 
 func TestParseOptions_Defaults(t *testing.T) {
@@ -95,5 +98,28 @@ func TestParseOptions_AuthTokenNeverEchoed(t *testing.T) {
 	_, err := parseOptions([]string{"--max-frame", "x", "--auth-token", "hunter2"}, nil, io.Discard)
 	if err == nil || strings.Contains(err.Error(), "hunter2") {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestParseOptions_AdmissionAndQuotas(t *testing.T) {
+	o, err := parseOptions(nil, nil, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := o.server; s.EnrollPolicy != participant.EnrollOpen || s.MaxConversations != participant.DefaultMaxConversations ||
+		s.MaxDataBytes != server.DefaultMaxDataBytes {
+		t.Errorf("defaults: enroll policy %q, max conversations %d, max data bytes %d", s.EnrollPolicy, s.MaxConversations, s.MaxDataBytes)
+	}
+	o, err = parseOptions([]string{"--enroll-policy", "invite", "--max-conversations", "10", "--max-data-bytes", "1048576"}, nil, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := o.server; s.EnrollPolicy != participant.EnrollInvite || s.MaxConversations != 10 || s.MaxDataBytes != 1<<20 {
+		t.Errorf("given: enroll policy %q, max conversations %d, max data bytes %d", s.EnrollPolicy, s.MaxConversations, s.MaxDataBytes)
+	}
+	for _, args := range [][]string{{"--enroll-policy", "closed"}, {"--max-data-bytes", "0"}, {"--max-conversations", "-1"}} {
+		if _, err := parseOptions(args, nil, io.Discard); err == nil || !strings.Contains(err.Error(), args[0]) {
+			t.Errorf("parseOptions(%q) = %v, want an error naming %s", args, err, args[0])
+		}
 	}
 }

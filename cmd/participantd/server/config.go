@@ -26,6 +26,8 @@ const (
 	DefaultMaxPendingBytesTotal = 64 << 20
 	DefaultMaxOutboundBytes     = 4 << 20
 	DefaultMaxOutboundTotal     = 64 << 20
+	// DefaultMaxDataBytes caps the store file's size: 32 GiB.
+	DefaultMaxDataBytes = 32 << 30
 	// Version is announced in welcome.server as "participantd <Version>".
 	Version = "0.1.0"
 	// StoreFile is the bbolt file's name inside the data directory.
@@ -100,6 +102,19 @@ type Config struct {
 	// MaxConversationsPerConn caps the bindings one connection holds.
 	// Default participant.DefaultMaxConversationsPerConn.
 	MaxConversationsPerConn int
+	// EnrollPolicy is who may enroll: participant.EnrollOpen (the
+	// default) or participant.EnrollInvite, under which every enroll must
+	// carry an invitation minted with participantctl invite.
+	EnrollPolicy participant.EnrollPolicy
+	// MaxConversations caps the conversations of the store. Default
+	// participant.DefaultMaxConversations.
+	MaxConversations int
+	// MaxDataBytes caps the size of the store file (StoreFile) on disk:
+	// once reached, enroll and tell are capacity_exceeded. bbolt grows the
+	// file ahead of use, by up to 16 MiB at a time, so the cap can be
+	// reached that much early. Default DefaultMaxDataBytes; set it well
+	// below the free space of the data directory's disk.
+	MaxDataBytes int64
 	// Logger receives the server's logs; the zero value logs nothing.
 	Logger zerolog.Logger
 	// WrapStore, when set, wraps the opened store before the service uses
@@ -161,6 +176,18 @@ func (c Config) withDefaults() (Config, error) {
 	if c.MaxBacklogBytes == 0 {
 		c.MaxBacklogBytes = participant.DefaultMaxBacklogBytes
 	}
+	if c.EnrollPolicy == "" {
+		c.EnrollPolicy = participant.EnrollOpen
+	}
+	if c.MaxConversations == 0 {
+		c.MaxConversations = participant.DefaultMaxConversations
+	}
+	if c.MaxDataBytes == 0 {
+		c.MaxDataBytes = DefaultMaxDataBytes
+	}
+	if _, err := participant.ParseEnrollPolicy(string(c.EnrollPolicy)); err != nil {
+		return c, fmt.Errorf("server: enroll-policy %q: want open or invite", c.EnrollPolicy)
+	}
 	switch {
 	case (c.TLSCert == "") != (c.TLSKey == ""):
 		return c, errors.New("server: tls-cert and tls-key must be given together")
@@ -194,6 +221,10 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("server: max-conversations-per-connection %d is negative", c.MaxConversationsPerConn)
 	case c.MaxPending < 0:
 		return c, fmt.Errorf("server: max-pending %d is negative", c.MaxPending)
+	case c.MaxConversations < 0:
+		return c, fmt.Errorf("server: max-conversations %d is negative", c.MaxConversations)
+	case c.MaxDataBytes < 0:
+		return c, fmt.Errorf("server: max-data-bytes %d is negative", c.MaxDataBytes)
 	}
 	return c, nil
 }

@@ -117,6 +117,7 @@ func (c *conn) begin(m wire.Message) func() wire.Message {
 		call := c.pc.StartEnroll(ctx, participant.Enroll{
 			Conversation: participant.ConversationID(m.Conversation),
 			Token:        participant.Token(m.Token),
+			Invite:       m.Invite,
 		})
 		return func() wire.Message {
 			b, err := call.Wait()

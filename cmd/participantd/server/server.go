@@ -159,7 +159,11 @@ func (s *Server) Run(ctx context.Context) error {
 	s.ready.Store(true)
 	close(s.readyCh)
 	s.log.Info().Str("listen", s.ln.Addr().String()).Str("health", s.hln.Addr().String()).
-		Uint64("incarnation", svc.Incarnation()).Msg("serving")
+		Uint64("incarnation", svc.Incarnation()).Str("enroll_policy", string(s.cfg.EnrollPolicy)).Msg("serving")
+	if openAdmission(s.cfg, s.ln.Addr()) {
+		s.log.Warn().Str("listen", s.ln.Addr().String()).
+			Msg("listening beyond loopback with no auth token and the open enroll policy: anyone who can connect can enroll into any conversation and read it; set --auth-token or --enroll-policy invite")
+	}
 
 	acceptDone := make(chan error, 1)
 	go func() { acceptDone <- s.acceptLoop() }()
@@ -209,6 +213,10 @@ func (s *Server) open(ctx context.Context) (*store.Bolt, *participant.Service, e
 		MaxParticipants:         s.cfg.MaxParticipants,
 		MaxConversationsPerConn: s.cfg.MaxConversationsPerConn,
 		MaxBacklogBytes:         int64(s.cfg.MaxBacklogBytes),
+		EnrollPolicy:            s.cfg.EnrollPolicy,
+		MaxConversations:        s.cfg.MaxConversations,
+		MaxDataBytes:            s.cfg.MaxDataBytes,
+		DataBytes:               fileSize(st.Path()),
 		Logger:                  s.cfg.Logger,
 		Observer:                s.metrics,
 	})
@@ -354,4 +362,26 @@ func (s *Server) drain(acceptDone <-chan error, acceptStopped bool) error {
 	s.mu.Unlock()
 	<-done
 	return ErrDrainTimeout
+}
+
+// openAdmission reports whether anyone beyond this host may enroll: the
+// wire listener's address addr is not a loopback one (an unspecified
+// address, 0.0.0.0 or ::, listens on every interface), no auth token is
+// required, and the enroll policy is open.
+func openAdmission(cfg Config, addr net.Addr) bool {
+	ta, ok := addr.(*net.TCPAddr)
+	loopback := ok && ta.IP.IsLoopback()
+	return !loopback && cfg.AuthToken == "" && cfg.EnrollPolicy == participant.EnrollOpen
+}
+
+// fileSize returns a probe of the size of the file at path, 0 while it
+// cannot be read.
+func fileSize(path string) func() int64 {
+	return func() int64 {
+		fi, err := os.Stat(path)
+		if err != nil {
+			return 0
+		}
+		return fi.Size()
+	}
 }

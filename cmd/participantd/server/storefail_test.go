@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/participantd/participantd/cmd/participantd/server"
 	"github.com/participantd/participantd/faultstore"
 	"github.com/participantd/participantd/store"
@@ -31,7 +33,8 @@ func TestStoreFailure_NotReadyThenDrainAndFail(t *testing.T) {
 				once    sync.Once
 			)
 			t.Cleanup(func() { once.Do(func() { close(release) }) })
-			h := start(t, server.Config{WrapStore: func(st store.DurableStore) store.DurableStore {
+			logs := &lockedBuffer{}
+			h := start(t, server.Config{Logger: zerolog.New(logs), WrapStore: func(st store.DurableStore) store.DurableStore {
 				fs = faultstore.New(st)
 				// Every store call after the failing one waits here, so
 				// that the test sees the server between the failure and
@@ -87,6 +90,20 @@ func TestStoreFailure_NotReadyThenDrainAndFail(t *testing.T) {
 					t.Fatalf("got %#v, want bye shutdown", bye)
 				}
 				c.expectClosed()
+			}
+			// Many operations met the failure (the tell, a reload, the
+			// drain's endings); it is logged once, at error level.
+			n := 0
+			for _, line := range strings.Split(logs.String(), "\n") {
+				if strings.Contains(line, "every write is refused") {
+					n++
+					if !strings.Contains(line, `"level":"error"`) {
+						t.Errorf("store failure logged as %s, want level error", line)
+					}
+				}
+			}
+			if n != 1 {
+				t.Errorf("store failure logged %d times, want once:\n%s", n, logs.String())
 			}
 		})
 	}

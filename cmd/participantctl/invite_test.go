@@ -1,0 +1,88 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/participantd/participantd/client"
+	"github.com/participantd/participantd/cmd/participantd/server"
+	"github.com/participantd/participantd/participant"
+)
+
+// An invitation printed by participantctl invite admits the Go client's
+// enroll into its conversation on a server with the invite policy, and
+// only there; without one the enroll is invite_required.
+func TestInvite_AdmitsEnrollIntoItsConversation(t *testing.T) {
+	ctx := testCtx(t)
+	dir := t.TempDir()
+	srv, err := server.New(server.Config{DataDir: dir, Listen: "127.0.0.1:0", HealthListen: "127.0.0.1:0", EnrollPolicy: participant.EnrollInvite})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(runCtx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("server Run = %v", err)
+		}
+	}()
+	select {
+	case <-srv.Ready():
+	case err := <-done:
+		t.Fatalf("server: %v", err)
+	}
+
+	text := mustCtl(t, ctx, "invite", "--data", dir, "--conversation", "5", "--expires", "1h")
+	inv, err := client.ParseInvite(text)
+	if err != nil {
+		t.Fatalf("ParseInvite(%q) = %v", text, err)
+	}
+	c, err := client.Dial(ctx, srv.Addr().String(), client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Enroll(ctx, 5); !errors.Is(err, client.ErrInviteRequired) {
+		t.Fatalf("Enroll without an invitation = %v, want ErrInviteRequired", err)
+	}
+	if _, err := c.Enroll(ctx, 6, client.WithInvite(inv)); !errors.Is(err, client.ErrInviteInvalid) {
+		t.Fatalf("Enroll into 6 with an invitation to 5 = %v, want ErrInviteInvalid", err)
+	}
+	cred, err := c.Enroll(ctx, 5, client.WithInvite(inv))
+	if err != nil {
+		t.Fatalf("Enroll with the invitation = %v", err)
+	}
+	if cred.Conversation != 5 || cred.Generation != 1 {
+		t.Fatalf("Enroll with the invitation = %+v", cred)
+	}
+
+	// participantctl enroll passes it too.
+	creds := filepath.Join(t.TempDir(), "p.creds")
+	if _, errs, code := ctl(ctx, "", "enroll", "--addr", srv.Addr().String(), "--conversation", "5", "--creds", creds); code == 0 || !strings.Contains(errs, "invite_required") {
+		t.Fatalf("participantctl enroll without --invite = exit %d, %q; want invite_required", code, errs)
+	}
+	mustCtl(t, ctx, "enroll", "--addr", srv.Addr().String(), "--conversation", "5", "--creds", creds, "--invite", strings.TrimSpace(text))
+}
+
+// invite never creates a node key, and checks its flags.
+func TestInvite_Errors(t *testing.T) {
+	ctx := testCtx(t)
+	dir := t.TempDir()
+	if _, errs, code := ctl(ctx, "", "invite", "--data", dir, "--conversation", "1"); code != 1 || !strings.Contains(errs, "node.key") {
+		t.Fatalf("invite without node.key = exit %d, %q; want 1 naming node.key", code, errs)
+	}
+	if _, err := os.Stat(filepath.Join(dir, participant.NodeKeyFile)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("invite created %s: %v", participant.NodeKeyFile, err)
+	}
+	for _, args := range [][]string{{"invite", "--data", dir}, {"invite", "--data", dir, "--conversation", "1", "--expires", "-1h"}} {
+		if _, _, code := ctl(ctx, "", args...); code != 2 {
+			t.Errorf("participantctl %s = exit %d, want 2", strings.Join(args, " "), code)
+		}
+	}
+}
