@@ -166,9 +166,21 @@ func open(path string, opts Options, h hooks) (*Bolt, error) {
 	if timeout <= 0 {
 		timeout = DefaultLockTimeout
 	}
-	state, err := checkFile(path)
+	state, meta, err := checkFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("store: open: %w", err)
+	}
+	if state == fileValid && !opts.ReadOnly {
+		// bbolt walks every page when it opens a file for writing, in a
+		// goroutine where damage cannot be contained: walk it first.
+		if err := walkFile(path, meta); err != nil {
+			if lockedByWriter(path) {
+				// A writer holds the file: what was read may be a commit
+				// in progress, not damage.
+				return nil, fmt.Errorf("open %s: %w", path, ErrLocked)
+			}
+			return nil, fmt.Errorf("store: open: %s: %w: %w", path, err, ErrCorrupt)
+		}
 	}
 	if state != fileValid && (opts.ReadOnly || opts.MustExist) {
 		what := "does not exist"
@@ -193,6 +205,14 @@ func open(path string, opts Options, h hooks) (*Bolt, error) {
 	}
 	if err != nil {
 		return nil, fmt.Errorf("store: open %s: %w", path, err)
+	}
+	if opts.ReadOnly {
+		// The shared lock now keeps writers out, so the file is at rest:
+		// check its pages before anything reads them.
+		if err := checkAtRest(path); err != nil {
+			db.Close()
+			return nil, fmt.Errorf("store: open: %w", err)
+		}
 	}
 	layout := initLayout
 	if opts.ReadOnly {
