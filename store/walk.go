@@ -49,6 +49,7 @@ type pageWalker struct {
 	ps      uint64
 	hwm     uint64
 	visited []uint64 // bitset of page ids seen
+	bufs    [][]byte // one page buffer per level being walked
 }
 
 // walkFile checks the page structure of the file at path, whose chosen
@@ -84,25 +85,31 @@ func (w *pageWalker) mark(id uint64, overflow uint32) error {
 	return nil
 }
 
-// read returns page id with its overflow pages.
-func (w *pageWalker) read(id uint64) ([]byte, error) {
+// read returns page id with its overflow pages, in bufs[depth] when they
+// fit a page: a walk holds one page per tree level at a time.
+func (w *pageWalker) read(id uint64, depth int) ([]byte, error) {
 	if id < 2 || id >= w.hwm {
 		return nil, fmt.Errorf("page %d outside pages 2..%d", id, w.hwm-1)
 	}
-	hdr := make([]byte, pageHeaderSize)
-	if _, err := w.f.ReadAt(hdr, int64(id*w.ps)); err != nil {
+	for len(w.bufs) <= depth {
+		w.bufs = append(w.bufs, make([]byte, w.ps))
+	}
+	page := w.bufs[depth]
+	if _, err := w.f.ReadAt(page, int64(id*w.ps)); err != nil {
 		return nil, fmt.Errorf("page %d: %w", id, err)
 	}
-	if got := binary.LittleEndian.Uint64(hdr); got != id {
+	if got := binary.LittleEndian.Uint64(page); got != id {
 		return nil, fmt.Errorf("page %d calls itself page %d", id, got)
 	}
-	overflow := binary.LittleEndian.Uint32(hdr[12:])
+	overflow := binary.LittleEndian.Uint32(page[12:])
 	if err := w.mark(id, overflow); err != nil {
 		return nil, err
 	}
-	page := make([]byte, (1+uint64(overflow))*w.ps)
-	if _, err := w.f.ReadAt(page, int64(id*w.ps)); err != nil {
-		return nil, fmt.Errorf("page %d: %w", id, err)
+	if overflow > 0 {
+		page = make([]byte, (1+uint64(overflow))*w.ps)
+		if _, err := w.f.ReadAt(page, int64(id*w.ps)); err != nil {
+			return nil, fmt.Errorf("page %d: %w", id, err)
+		}
 	}
 	return page, nil
 }
@@ -113,7 +120,7 @@ func (w *pageWalker) tree(id uint64, depth, nest int) error {
 	if depth > maxTreeDepth {
 		return fmt.Errorf("page %d: tree deeper than %d", id, maxTreeDepth)
 	}
-	page, err := w.read(id)
+	page, err := w.read(id, depth+nest*(maxTreeDepth+1))
 	if err != nil {
 		return err
 	}
