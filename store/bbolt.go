@@ -141,6 +141,9 @@ type hooks struct {
 	// casLoaded is called by CAS after it read key's value from the file,
 	// before it takes mu again.
 	casLoaded func(key string)
+	// syncDir, when set, replaces the fsync of the directory of a file
+	// Open created.
+	syncDir func(dir string) error
 }
 
 var _ DurableStore = (*Bolt)(nil)

@@ -313,3 +313,38 @@ func TestBolt_Open_CreatesAndReopens(t *testing.T) {
 	}
 	b.Close()
 }
+
+// TestBolt_Open_SyncsTheDirectoryOfACreatedFile checks that a created
+// file's directory entry is made durable (and that a failure to is an
+// error), and that reopening an existing file does not sync again.
+func TestBolt_Open_SyncsTheDirectoryOfACreatedFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "data.db")
+	var synced []string
+	hooks := store.TestHooks{SyncDir: func(d string) error {
+		synced = append(synced, d)
+		return nil
+	}}
+	b, err := store.OpenWithHooks(path, store.Options{}, hooks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	if len(synced) != 1 || synced[0] != dir {
+		t.Errorf("directories synced creating %s = %v, want [%s]", path, synced, dir)
+	}
+	b, err = store.OpenWithHooks(path, store.Options{}, hooks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	if len(synced) != 1 {
+		t.Errorf("reopening synced the directory again: %v", synced)
+	}
+	failing := store.TestHooks{SyncDir: func(string) error { return errors.New("EIO") }}
+	other := filepath.Join(t.TempDir(), "data.db")
+	if b, err := store.OpenWithHooks(other, store.Options{}, failing); err == nil {
+		b.Close()
+		t.Errorf("Open with a failing directory sync succeeded")
+	}
+}

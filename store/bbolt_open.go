@@ -94,7 +94,11 @@ func open(path string, opts Options, h hooks) (*Bolt, error) {
 		// bbolt fsync'd the new file's pages, not its directory entry:
 		// without this, a crash could lose the whole file after commits to
 		// it were acknowledged.
-		if err := syncDir(filepath.Dir(path)); err != nil {
+		sync := syncDir
+		if h.syncDir != nil {
+			sync = h.syncDir
+		}
+		if err := sync(filepath.Dir(path)); err != nil {
 			db.Close()
 			return nil, fmt.Errorf("store: open %s: sync directory: %w", path, err)
 		}
