@@ -26,7 +26,9 @@ fuzz:
 	$(GO) test ./outbox -run '^$$' -fuzz '^FuzzValidate$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./store -run '^$$' -fuzz '^FuzzDecodeEntryKey$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./store -run '^$$' -fuzz '^FuzzParseMeta$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./store -run '^$$' -fuzz '^FuzzCheckFile$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./store -run '^$$' -fuzz '^FuzzCheckFile$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 1x
+	$(GO) test ./store -run '^$$' -fuzz '^FuzzOpenReadOnly$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 1x
+	$(GO) test ./store -run '^$$' -fuzz '^FuzzOpen$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 1x
 	$(GO) test ./participant -run '^$$' -fuzz '^FuzzReadRegistry$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./participant -run '^$$' -fuzz '^FuzzLookupToken$$' -fuzztime $(FUZZTIME)
 

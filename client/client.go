@@ -312,11 +312,15 @@ func (c *Client) attachOn(ctx context.Context, s *session, m *member) (Credentia
 		c.mu.Lock()
 		if m.lost != nil {
 			err := m.lost
+			m.nextToken = nil
 			c.mu.Unlock()
 			return Credential{}, err
 		}
 		if m.sess == s && s.alive() {
+			// Bound here already: a supplied token is not needed, and
+			// must not name a later attach.
 			cred := m.cred
+			m.nextToken = nil
 			c.mu.Unlock()
 			return cred, nil
 		}

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -237,9 +238,9 @@ func TestBolt_Open_OneMetaPageFlippedFallsBack(t *testing.T) {
 	}
 }
 
-// corruptBranchPages overwrites the elements of every branch page of the
-// file, so that their child page ids point far past the file.
-func corruptBranchPages(t *testing.T, path string) {
+// damageBranchPages rewrites the first child pointer of every branch page
+// of the file with child(id).
+func damageBranchPages(t *testing.T, path string, child func(id uint64) uint64) {
 	t.Helper()
 	ps, hwm, err := store.ReadMeta(path)
 	if err != nil {
@@ -255,43 +256,44 @@ func corruptBranchPages(t *testing.T, path string) {
 		if binary.LittleEndian.Uint64(p) != uint64(id) || binary.LittleEndian.Uint16(p[8:]) != 0x01 {
 			continue
 		}
-		// Each 16-byte branch element is pos, ksize, pgid: set every pgid
-		// to a page the file does not have.
-		count := int(binary.LittleEndian.Uint16(p[10:]))
-		for i := 0; i < count; i++ {
-			binary.LittleEndian.PutUint64(p[16+16*i+8:], 1<<40+uint64(i))
-		}
+		// A branch element is pos, ksize, child pgid.
+		binary.LittleEndian.PutUint64(p[16+8:], child(uint64(id)))
 		n++
 	}
 	if n == 0 {
-		t.Fatal("no branch page to corrupt")
+		t.Fatal("no branch page to damage")
 	}
 	if err := os.WriteFile(path, raw, 0o600); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func TestBolt_Check_CorruptBranchPageIsErrCorrupt(t *testing.T) {
-	path := buildFile(t)
-	corruptBranchPages(t, path)
-	b, err := store.Open(path, store.Options{ReadOnly: true})
-	if err != nil {
-		// The branch may be the first page Open reads; then Open reports it.
-		if !errors.Is(err, store.ErrCorrupt) {
-			t.Fatalf("Open = %v, want nil or ErrCorrupt", err)
+// TestBolt_Open_DamagedPagesAreErrCorrupt damages branch pages in ways
+// bbolt cannot survive when it walks the file (out of range pages, a
+// page that is its own child, a page referenced twice): Open refuses the
+// file, read-only or not, without crashing or hanging.
+func TestBolt_Open_DamagedPagesAreErrCorrupt(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		child func(id uint64) uint64
+	}{
+		{"child past the file", func(uint64) uint64 { return 1 << 40 }},
+		{"child below the high water mark but a meta page", func(uint64) uint64 { return 1 }},
+		{"own child", func(id uint64) uint64 { return id }},
+	} {
+		for _, ro := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/read-only=%v", tc.name, ro), func(t *testing.T) {
+				path := buildFile(t)
+				damageBranchPages(t, path, tc.child)
+				b, err := store.Open(path, store.Options{ReadOnly: ro})
+				if err == nil {
+					b.Close()
+				}
+				if !errors.Is(err, store.ErrCorrupt) || !strings.Contains(err.Error(), path) {
+					t.Errorf("Open = %v, want ErrCorrupt naming %s", err, path)
+				}
+			})
 		}
-		return
-	}
-	defer b.Close()
-	if err := b.Check(); !errors.Is(err, store.ErrCorrupt) || !strings.Contains(err.Error(), path) {
-		t.Errorf("Check() = %v, want ErrCorrupt naming %s", err, path)
-	}
-	if _, err := b.ReadFrom("s", 0, 0); !errors.Is(err, store.ErrCorrupt) {
-		t.Errorf("ReadFrom over the damaged pages = %v, want ErrCorrupt", err)
-	}
-	// The store still serves what it can: nothing crashed.
-	if _, err := b.ReadValue("k"); err != nil {
-		t.Errorf("ReadValue(k) after a contained fault = %v", err)
 	}
 }
 
@@ -310,4 +312,39 @@ func TestBolt_Open_CreatesAndReopens(t *testing.T) {
 		t.Fatalf("Open(MustExist) of a created file = %v", err)
 	}
 	b.Close()
+}
+
+// TestBolt_Open_SyncsTheDirectoryOfACreatedFile checks that a created
+// file's directory entry is made durable (and that a failure to is an
+// error), and that reopening an existing file does not sync again.
+func TestBolt_Open_SyncsTheDirectoryOfACreatedFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "data.db")
+	var synced []string
+	hooks := store.TestHooks{SyncDir: func(d string) error {
+		synced = append(synced, d)
+		return nil
+	}}
+	b, err := store.OpenWithHooks(path, store.Options{}, hooks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	if len(synced) != 1 || synced[0] != dir {
+		t.Errorf("directories synced creating %s = %v, want [%s]", path, synced, dir)
+	}
+	b, err = store.OpenWithHooks(path, store.Options{}, hooks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	if len(synced) != 1 {
+		t.Errorf("reopening synced the directory again: %v", synced)
+	}
+	failing := store.TestHooks{SyncDir: func(string) error { return errors.New("EIO") }}
+	other := filepath.Join(t.TempDir(), "data.db")
+	if b, err := store.OpenWithHooks(other, store.Options{}, failing); err == nil {
+		b.Close()
+		t.Errorf("Open with a failing directory sync succeeded")
+	}
 }

@@ -71,12 +71,22 @@
 //	at least one valid meta page               ErrCorrupt
 //	file present and > 0 bytes                 ErrNoData, with ReadOnly or MustExist
 //
-// Damage past those checks (a garbled branch or leaf page) is found when
-// bbolt reads it: every bbolt call runs with panics and memory faults
-// contained (debug.SetPanicOnFault and a recover at that call only) and
-// turned into an error naming the file and wrapping ErrCorrupt. A read
-// fails; a commit fails and makes the store sticky-failed. Bolt.Check
-// reads every page once, for offline verification.
+// Then the page structure is walked with pread, before bbolt sees it (a
+// read-write open: bbolt itself walks every page there, in a goroutine of
+// its own where a bad page id is a fatal fault and a cycle an endless
+// recursion) or once the shared lock is held (a read-only open): every
+// page reachable from the meta page, through branches and buckets, has an
+// id below the high water mark, a header naming itself, a branch or leaf
+// type, elements and keys inside it, and exactly one reference. A failure
+// is ErrCorrupt, unless a writer holds the file (ErrLocked: what was read
+// may be a commit in progress).
+//
+// Damage past those checks (key order, garbled values) is found when bbolt
+// reads it: every bbolt call runs with panics and memory faults contained
+// (debug.SetPanicOnFault and a recover at that call only) and turned into
+// an error naming the file and wrapping ErrCorrupt. A read fails; a commit
+// fails and makes the store sticky-failed. Bolt.Check walks the pages
+// again and reads every key and value, for offline verification.
 //
 // Options.ReadOnly opens with O_RDONLY and a shared lock, checks the layout
 // in a read transaction instead of creating it, and refuses writes with

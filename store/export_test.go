@@ -8,6 +8,7 @@ type TestHooks struct {
 	CommitErr    func() error
 	FlushWaiting func()
 	CASLoaded    func(key string)
+	SyncDir      func(dir string) error
 }
 
 // OpenWithHooks is Open with test hooks installed.
@@ -17,6 +18,7 @@ func OpenWithHooks(path string, opts Options, h TestHooks) (*Bolt, error) {
 		commitErr:    h.CommitErr,
 		flushWaiting: h.FlushWaiting,
 		casLoaded:    h.CASLoaded,
+		syncDir:      h.SyncDir,
 	})
 }
 

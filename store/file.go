@@ -102,34 +102,35 @@ const (
 // A valid file has at least two pages, a size that is a multiple of the
 // page size, a meta page that bbolt will use (the one with the higher txid
 // among the valid ones, as bbolt chooses) and that size covers that meta's
-// high water mark. Damage is reported wrapping ErrCorrupt; an absent or
-// 0-byte file is not an error here.
-func checkFile(path string) (fileState, error) {
+// high water mark. It returns that meta for a valid file. Damage is
+// reported wrapping ErrCorrupt; an absent or 0-byte file is not an error
+// here.
+func checkFile(path string) (fileState, boltMeta, error) {
 	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return fileAbsent, nil
+		return fileAbsent, boltMeta{}, nil
 	}
 	if err != nil {
-		return 0, err
+		return 0, boltMeta{}, err
 	}
 	defer f.Close()
 	info, err := f.Stat()
 	if err != nil {
-		return 0, err
+		return 0, boltMeta{}, err
 	}
 	size := info.Size()
 	if size == 0 {
-		return fileEmpty, nil
+		return fileEmpty, boltMeta{}, nil
 	}
-	corrupt := func(format string, args ...any) (fileState, error) {
-		return 0, fmt.Errorf("%s (%d bytes): %s: %w", path, size, fmt.Sprintf(format, args...), ErrCorrupt)
+	corrupt := func(format string, args ...any) (fileState, boltMeta, error) {
+		return 0, boltMeta{}, fmt.Errorf("%s (%d bytes): %s: %w", path, size, fmt.Sprintf(format, args...), ErrCorrupt)
 	}
 	buf := make([]byte, metaEnd)
 	if _, err := f.ReadAt(buf, 0); err != nil {
 		if errors.Is(err, io.EOF) {
 			return corrupt("shorter than a meta page")
 		}
-		return 0, err
+		return 0, boltMeta{}, err
 	}
 	m0, err0 := parseMeta(buf)
 	// Page 1's offset is the page size; page 0 says what it is, and when
@@ -150,7 +151,7 @@ func checkFile(path string) (fileState, error) {
 			break
 		}
 		if _, err := f.ReadAt(buf, ps); err != nil {
-			return 0, err
+			return 0, boltMeta{}, err
 		}
 		if m, err := parseMeta(buf); err == nil && int64(m.pageSize) == ps {
 			m1, err1 = m, nil
@@ -188,7 +189,7 @@ func checkFile(path string) (fileState, error) {
 	case uint64(size/ps) < m.hwm:
 		return corrupt("truncated: the meta page of txid %d uses %d pages, the file holds %d", m.txid, m.hwm, size/ps)
 	}
-	return fileValid, nil
+	return fileValid, m, nil
 }
 
 // syncDir fsyncs directory dir, making the entries created in it durable.
@@ -215,6 +216,12 @@ func (b *Bolt) Check() error {
 	b.mu.Unlock()
 	if err != nil {
 		return err
+	}
+	if b.readOnly {
+		// No writer can hold the file: its pages are at rest.
+		if err := checkAtRest(b.path); err != nil {
+			return err
+		}
 	}
 	err = b.view(func(tx *bolt.Tx) error {
 		if err := checkLayout(tx); err != nil {

@@ -94,7 +94,7 @@ func FuzzCheckFile(f *testing.F) {
 		if err := os.WriteFile(p, data, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		state, err := checkFile(p)
+		state, _, err := checkFile(p)
 		switch {
 		case err != nil && !errors.Is(err, ErrCorrupt):
 			t.Fatalf("checkFile error %v does not wrap ErrCorrupt", err)

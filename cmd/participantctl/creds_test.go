@@ -1,15 +1,19 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/participantd/participantd/client"
+	"github.com/participantd/participantd/cmd/participantd/server"
 	"github.com/participantd/participantd/wire"
 )
 
@@ -205,5 +209,46 @@ func TestCredsFile_RoundTripAndOldFormat(t *testing.T) {
 		if _, err := parseCreds("f", []byte(bad)); err == nil {
 			t.Errorf("parseCreds(%s) = nil error", bad)
 		}
+	}
+}
+
+// TestAttach_PendingReplayExpired_SaysTheCredentialIsLost: when the cut
+// attach's answer can no longer be replayed (receipt_ttl passed), the next
+// run says plainly that the credential is lost, and keeps the file as it
+// was.
+func TestAttach_PendingReplayExpired_SaysTheCredentialIsLost(t *testing.T) {
+	ctx := testCtx(t)
+	// A receipt TTL of 1ns: every replay of a secret-bearing answer is
+	// past its deadline.
+	srv, err := server.New(server.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", HealthListen: "127.0.0.1:0", ReceiptTTL: time.Nanosecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(sctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	<-srv.Ready()
+	addr := srv.Addr().String()
+	creds := filepath.Join(t.TempDir(), "p.json")
+	mustCtl(t, ctx, "enroll", "--addr", addr, "--conversation", "5", "--creds", creds)
+	proxy := newCutProxy(t, addr, wire.TypeAttached)
+	if _, _, code := ctl(ctx, "", "attach", "--addr", proxy.addr(), "--creds", creds, "--timeout", "500ms"); code == 0 {
+		t.Fatal("attach through the cutting proxy succeeded")
+	}
+	proxy.close()
+	before, err := os.ReadFile(creds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, errs, code := ctl(ctx, "", "attach", "--addr", addr, "--creds", creds)
+	if code != 1 || !strings.Contains(errs, "receipt_expired") || !strings.Contains(errs, "no longer replays") {
+		t.Errorf("attach with an expired pending replay = exit %d, %q; want 1 and the credential declared lost", code, errs)
+	}
+	if after, _ := os.ReadFile(creds); string(after) != string(before) {
+		t.Errorf("credential file changed by the failed recovery:\n%s\nwas\n%s", after, before)
 	}
 }

@@ -12,10 +12,12 @@ func init() {
 		synopsis: "reconcile a stopped server's data in dry run (offline)",
 		usage: `[--data DIR] [--json]
 
-Reconciles every conversation of a STOPPED server's store as the server
-does at start, without writing anything, and reports each as "ok", "would
-repair N outbox rows" or "refused CLASS: REASON". Exits 1 when any
-conversation is refused (the server would contain it as unloadable), else 0.`,
+Reads every page of a STOPPED server's store (opened read-only: not a byte
+changes), then reconciles every conversation as the server does at start,
+without writing anything, and reports each as "ok", "would repair N outbox
+rows" or "refused CLASS: REASON". Exits 1 when the store is missing, empty
+or damaged (naming the file and what to do), or when any conversation is
+refused (the server would contain it as unloadable), else 0.`,
 		run: runVerify,
 	})
 }

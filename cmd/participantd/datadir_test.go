@@ -110,6 +110,43 @@ func TestRun_DamagedOrLostDataRefusedExit1(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, []string{"damaged", "both meta pages are invalid", "backup"}},
+		{"branch page points past the file", func(t *testing.T, dir string) {
+			path := filepath.Join(dir, server.StoreFile)
+			st, err := store.Open(path, store.Options{MustExist: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := uint64(0); i < 2000; i++ {
+				if _, err := st.Append("pad", make([]byte, 200), i); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := st.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			if err := st.Close(); err != nil {
+				t.Fatal(err)
+			}
+			_, hwm := storeMeta(t, dir)
+			raw, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n := 0
+			for id := uint64(2); id < hwm; id++ {
+				p := raw[id*4096 : (id+1)*4096]
+				if binary.LittleEndian.Uint64(p) == id && binary.LittleEndian.Uint16(p[8:]) == 0x01 {
+					binary.LittleEndian.PutUint64(p[16+8:], 1<<40) // first child
+					n++
+				}
+			}
+			if n == 0 {
+				t.Fatal("no branch page")
+			}
+			if err := os.WriteFile(path, raw, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}, []string{"damaged", "outside pages", "backup"}},
 		{"node.key missing beside a served store", func(t *testing.T, dir string) {
 			if err := os.Remove(filepath.Join(dir, participant.NodeKeyFile)); err != nil {
 				t.Fatal(err)

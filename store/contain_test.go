@@ -1,0 +1,43 @@
+//go:build unix
+
+package store
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+)
+
+// TestContain_PanicAndFaultAreErrCorrupt checks the boundary every bbolt
+// call runs behind: a panic, and a read of a mapping past the end of its
+// file (SIGBUS, as bbolt would do on a truncated file), become errors.
+func TestContain_PanicAndFaultAreErrCorrupt(t *testing.T) {
+	if err := contain("f", func() error { panic("invalid page type") }); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("contain(panic) = %v, want ErrCorrupt", err)
+	}
+	path := filepath.Join(t.TempDir(), "short")
+	if err := os.WriteFile(path, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	ps := os.Getpagesize()
+	m, err := syscall.Mmap(int(f.Fd()), 0, 4*ps, syscall.PROT_READ, syscall.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Munmap(m)
+	var sink byte
+	err = contain(path, func() error {
+		sink = m[2*ps] // past the end of the file
+		return nil
+	})
+	if !errors.Is(err, ErrCorrupt) {
+		t.Errorf("contain(read past the file) = %v (read %d), want ErrCorrupt", err, sink)
+	}
+}
