@@ -211,8 +211,8 @@ func (s *session) attachSaved(ctx context.Context, cred client.Credential) (clie
 		cred = got
 	}
 	if err != nil && len(opts) > 0 && errors.Is(err, client.ErrReceiptExpired) {
-		return cred, fmt.Errorf("%w\nan earlier attach (token %v, saved in %s) may have minted a newer generation whose answer the server no longer replays: "+
-			"this credential cannot attach again; enroll anew", err, f.pending.token, s.creds)
+		return cred, &userError{msg: fmt.Sprintf("an earlier attach (token %v, saved in %s) may have minted a newer generation whose answer the server no longer replays: "+
+			"this credential cannot attach again; enroll anew", f.pending.token, s.creds), err: err}
 	}
 	if err == nil {
 		err = s.saved()

@@ -37,7 +37,8 @@ type about struct {
 // terms; an error it does not know is returned as is.
 func explain(err error, a about) error {
 	var ce *client.Error
-	if err == nil || !errors.As(err, &ce) {
+	var ue *userError
+	if err == nil || !errors.As(err, &ce) || errors.As(err, &ue) {
 		return err
 	}
 	p, conv := a.cred.Participant, a.cred.Conversation
