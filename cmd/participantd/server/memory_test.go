@@ -364,3 +364,18 @@ func TestARecipientCatchingUpReceivesEvictedRecordsByteForByte(t *testing.T) {
 		t.Errorf("%d records not delivered", len(want))
 	}
 }
+
+// TestByteBudgetsHoldAtLeastOneFrame raises max-frame past the byte budgets
+// given: the server starts, and a frame of the largest size goes both ways.
+func TestByteBudgetsHoldAtLeastOneFrame(t *testing.T) {
+	h := start(t, server.Config{MaxFrame: 4 << 20, MaxRecordBytes: 3 << 20, MaxPendingBytes: 1 << 20, MaxOutboundBytes: 1 << 20})
+	rx := h.dial()
+	rx.enroll(1)
+	tx := h.dial()
+	cr := tx.enroll(1)
+	payload := strings.Repeat("m", 3<<20)
+	tx.tell(cr, payload)
+	if d := rx.deliveryWhere(func(d *wire.Delivery) bool { return d.Kind == wire.KindRecord }); len(d.Payload) != len(payload) {
+		t.Errorf("delivered a payload of %d bytes, want %d", len(d.Payload), len(payload))
+	}
+}
