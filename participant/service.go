@@ -51,11 +51,11 @@ type Options struct {
 	MaxParticipants int
 	// MaxConversationsPerConn caps the bindings one connection holds.
 	MaxConversationsPerConn int
-	// MaxBacklogBytes bounds the payload bytes of undelivered records that
-	// all conversations together keep in memory. Past it, the oldest
-	// payloads of the conversation that commits are dropped from memory and
-	// read back from the oplog when their recipient catches up. Default
-	// DefaultMaxBacklogBytes.
+	// MaxBacklogBytes bounds the payload bytes of unacknowledged records
+	// that all conversations together keep in memory. Past it, the oldest
+	// payloads of the conversations holding the most are dropped from
+	// memory and read back from the oplog when their recipient catches up
+	// (see backlog.go). Default DefaultMaxBacklogBytes.
 	MaxBacklogBytes int64
 	// LoadWorkers is how many conversations Open reconciles at once.
 	// Default 64: reconciliations that must commit share group commits.
@@ -153,14 +153,14 @@ func Open(ctx context.Context, st store.DurableStore, opts Options) (*Service, e
 		return nil, fmt.Errorf("participant: node key has %d bytes, want %d", len(opts.NodeKey), NodeKeySize)
 	}
 	s := &Service{
-		st:      st,
-		opts:    opts,
-		log:     opts.Logger.With().Str("component", "participant").Logger(),
-		fences:  fence.New[site](fence.Options{}),
-		backlog: newBacklog(opts.MaxBacklogBytes),
-		convs:   make(map[ConversationID]*conversation),
-		conns:   make(map[ConnID]*Conn),
+		st:     st,
+		opts:   opts,
+		log:    opts.Logger.With().Str("component", "participant").Logger(),
+		fences: fence.New[site](fence.Options{}),
+		convs:  make(map[ConversationID]*conversation),
+		conns:  make(map[ConnID]*Conn),
 	}
+	s.backlog = newBacklog(opts.MaxBacklogBytes)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	inc, err := st.ReadValue(IncarnationKey)
 	if err != nil {
