@@ -275,4 +275,6 @@ type Backlog struct {
 	// EvictedBytes is their payload bytes dropped from memory, read back
 	// from the oplog when delivered.
 	EvictedBytes int64
+	// EvictedTotal is the payload bytes ever dropped from memory.
+	EvictedTotal int64
 }

@@ -314,6 +314,9 @@ func TestMetricsShowTheBacklog(t *testing.T) {
 	if got := h.metric(server.MetricBacklogBytes); got > 64<<10 || got == 0 {
 		t.Errorf("%s = %v, want in (0, %d]", server.MetricBacklogBytes, got, 64<<10)
 	}
+	if got := h.metric(server.MetricBacklogEvicted); got < 36<<10 {
+		t.Errorf("%s = %v, want >= %d", server.MetricBacklogEvicted, got, 36<<10)
+	}
 	a := rx.call(&wire.Ack{ID: rx.id(), Conversation: 1, Participant: rcr.p, Generation: rcr.gen, Through: last})
 	if _, ok := a.(*wire.Acked); !ok {
 		t.Fatalf("ack answered %#v", a)
