@@ -269,8 +269,9 @@ const (
 type Backlog struct {
 	// Records is how many records are retained.
 	Records int64
-	// MemoryBytes is their payload bytes held in memory, bounded by
-	// Options.MaxBacklogBytes plus the latest batch of one conversation.
+	// MemoryBytes is their payload bytes held in memory: within
+	// Options.MaxBacklogBytes between commits, and never more than 5/4 of
+	// it plus the batch being published (see backlog.go).
 	MemoryBytes int64
 	// EvictedBytes is their payload bytes dropped from memory, read back
 	// from the oplog when delivered.
