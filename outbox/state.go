@@ -75,6 +75,28 @@ type State struct {
 	garbageBytes int64
 	// evicted is the seq through which Evict has passed.
 	evicted oplog.Seq
+	// recipients interns the recipient lists of retained records, by
+	// subject, for the current membership: records of one subject share
+	// one list instead of holding a copy each (a copy costs 8 bytes per
+	// member per record). Apply replaces the map, never clears it, when
+	// the membership changes, so that a clone sharing it stays right.
+	recipients map[oplog.ParticipantID][]oplog.ParticipantID
+}
+
+// maxInterned bounds the recipient lists interned at once.
+const maxInterned = 64
+
+// intern returns a list equal to recips, shared with the earlier records
+// of subject under the same membership when there are any.
+func (s *State) intern(subject oplog.ParticipantID, recips []oplog.ParticipantID) []oplog.ParticipantID {
+	if l, ok := s.recipients[subject]; ok && len(l) == len(recips) {
+		return l
+	}
+	if s.recipients == nil || len(s.recipients) >= maxInterned {
+		s.recipients = make(map[oplog.ParticipantID][]oplog.ParticipantID)
+	}
+	s.recipients[subject] = recips
+	return recips
 }
 
 // Clone returns a copy of s that Project and Apply can advance while s is
@@ -104,8 +126,8 @@ func (s *State) Record(q oplog.Seq) *Retained {
 	return &s.Records[q-s.Records[0].Seq]
 }
 
-// recipients lists the members that are not retired, except subject.
-func (s *State) recipients(subject oplog.ParticipantID) []oplog.ParticipantID {
+// recipientsOf lists the members that are not retired, except subject.
+func (s *State) recipientsOf(subject oplog.ParticipantID) []oplog.ParticipantID {
 	var out []oplog.ParticipantID
 	for i := range s.Members {
 		if p := oplog.ParticipantID(i); p != subject && !s.Members[i].Retired {
@@ -129,7 +151,7 @@ func Project(s *State, idx uint64, r *oplog.Row) ([]Row, error) {
 	seq := s.LastSeq
 	record := func(kind RecordKind, cause oplog.Cause) Record {
 		seq++
-		return Record{Seq: seq, Kind: kind, Participant: r.Participant, Cause: cause, Recipients: s.recipients(r.Participant)}
+		return Record{Seq: seq, Kind: kind, Participant: r.Participant, Cause: cause, Recipients: s.recipientsOf(r.Participant)}
 	}
 	produced := func(records ...Record) ([]Row, error) {
 		if last := records[len(records)-1].Seq; r.Seq != last {
@@ -206,6 +228,7 @@ func Apply(s *State, idx uint64, r *oplog.Row, rows []Row) {
 	for _, row := range rows {
 		for _, rec := range row.Records {
 			ret := Retained{Record: rec, Source: idx}
+			ret.Recipients = s.intern(rec.Participant, rec.Recipients)
 			if rec.Kind == KindRecord {
 				ret.Payload = r.Payload
 				s.PayloadBytes += int64(len(r.Payload))
@@ -219,6 +242,7 @@ func Apply(s *State, idx uint64, r *oplog.Row, rows []Row) {
 		s.Nonce = r.Nonce
 	case oplog.KindEnroll:
 		s.Members = append(s.Members, Member{Generation: 1, Bound: true, Conn: r.Conn, BindingSource: idx})
+		s.recipients = nil // the membership changed
 	case oplog.KindAttach:
 		m := &s.Members[r.Participant]
 		m.Generation, m.Bound, m.Conn, m.BindingSource = r.Generation, true, r.Conn, idx
@@ -230,6 +254,7 @@ func Apply(s *State, idx uint64, r *oplog.Row, rows []Row) {
 	case oplog.KindLeave:
 		m := &s.Members[r.Participant]
 		m.Retired, m.Bound, m.Conn = true, false, oplog.ConnID{}
+		s.recipients = nil // the membership changed
 	}
 	// After every row, not only acks and leaves: a record addressed to
 	// nobody is settled as soon as it exists.

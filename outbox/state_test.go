@@ -1,7 +1,9 @@
 package outbox
 
 import (
+	"math/rand/v2"
 	"runtime"
+	"slices"
 	"testing"
 
 	"github.com/participantd/participantd/oplog"
@@ -141,4 +143,59 @@ func heapAlloc() uint64 {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	return ms.HeapAlloc
+}
+
+func TestApply_RecordsOfOneSubjectShareTheirRecipientList(t *testing.T) {
+	a := newApplier(t, 100)
+	var first *oplog.ParticipantID
+	for range 1000 {
+		q := a.tell(0, []byte("x"))
+		rec := a.st.Record(q)
+		if len(rec.Recipients) != 99 {
+			t.Fatalf("record %v has %d recipients, want 99", q, len(rec.Recipients))
+		}
+		if first == nil {
+			first = &rec.Recipients[0]
+		} else if &rec.Recipients[0] != first {
+			t.Fatalf("record %v holds its own copy of the recipient list", q)
+		}
+	}
+}
+
+// TestApply_InternedRecipientsMatchTheProjection drives a conversation
+// through random enrolls, leaves and tells and checks that every retained
+// record's recipients are exactly those its outbox row was projected with.
+func TestApply_InternedRecipientsMatchTheProjection(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	a := newApplier(t, 3)
+	for range 3000 {
+		live := []oplog.ParticipantID{}
+		for i, m := range a.st.Members {
+			if !m.Retired {
+				live = append(live, oplog.ParticipantID(i))
+			}
+		}
+		var r oplog.Row
+		switch x := rng.IntN(20); {
+		case x == 0 || len(live) < 2:
+			p := oplog.ParticipantID(len(a.st.Members))
+			r = oplog.Row{Kind: oplog.KindEnroll, Participant: p, Generation: 1, Conn: oplog.ConnID{Server: 1, Ordinal: uint64(p) + 1}}
+		case x == 1:
+			r = oplog.Row{Kind: oplog.KindLeave, Participant: live[rng.IntN(len(live))], Generation: 1}
+		default:
+			r = oplog.Row{Kind: oplog.KindTell, Participant: live[rng.IntN(len(live))], Generation: 1, Payload: []byte("p")}
+		}
+		idx := a.st.Applied
+		r.Seq = a.st.LastSeq + 1
+		rows, err := Project(&a.st, idx, &r)
+		if err != nil {
+			t.Fatalf("Project(%v): %v", r.Kind, err)
+		}
+		Apply(&a.st, idx, &r, rows)
+		for _, rec := range rows[0].Records {
+			if got := a.st.Record(rec.Seq); got != nil && !slices.Equal(got.Recipients, rec.Recipients) {
+				t.Fatalf("record %v retained with recipients %v, projected with %v", rec.Seq, got.Recipients, rec.Recipients)
+			}
+		}
+	}
 }

@@ -26,6 +26,8 @@ type backlog struct {
 	records atomic.Int64
 	bytes   atomic.Int64
 	evicted atomic.Int64
+	// evictions counts the payload bytes ever evicted.
+	evictions atomic.Int64
 
 	// mu guards holders. It is a leaf: nothing is taken while holding it.
 	mu sync.Mutex
@@ -77,6 +79,7 @@ func (cv *conversation) evictLocked(need int64) int64 {
 	freed := st.Evict(need)
 	cv.backlog.bytes.Add(-freed)
 	cv.backlog.evicted.Add(freed)
+	cv.backlog.evictions.Add(freed)
 	cv.backlog.hold(cv, st)
 	return freed
 }
@@ -152,7 +155,8 @@ func (s *Service) trimBacklog() {
 // payload bytes, in memory and read back from the oplog on demand.
 func (s *Service) Backlog() Backlog {
 	b := s.backlog
-	return Backlog{Records: b.records.Load(), MemoryBytes: b.bytes.Load(), EvictedBytes: b.evicted.Load()}
+	return Backlog{Records: b.records.Load(), MemoryBytes: b.bytes.Load(), EvictedBytes: b.evicted.Load(),
+		EvictedTotal: b.evictions.Load()}
 }
 
 // readPayload reads the payload of record seq back from oplog row source

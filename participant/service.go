@@ -68,11 +68,11 @@ type Options struct {
 	// DataBytes reports the store's size in bytes; it is called for each
 	// enroll and tell, and must be cheap and safe for concurrent use.
 	DataBytes func() int64
-	// MaxBacklogBytes bounds the payload bytes of undelivered records that
-	// all conversations together keep in memory. Past it, the oldest
-	// payloads of the conversation that commits are dropped from memory and
-	// read back from the oplog when their recipient catches up. Default
-	// DefaultMaxBacklogBytes.
+	// MaxBacklogBytes bounds the payload bytes of unacknowledged records
+	// that all conversations together keep in memory. Past it, the oldest
+	// payloads of the conversations holding the most are dropped from
+	// memory and read back from the oplog when their recipient catches up
+	// (see backlog.go). Default DefaultMaxBacklogBytes.
 	MaxBacklogBytes int64
 	// LoadWorkers is how many conversations Open reconciles at once.
 	// Default 64: reconciliations that must commit share group commits.
@@ -209,11 +209,11 @@ func Open(ctx context.Context, st store.DurableStore, opts Options) (*Service, e
 		log:     opts.Logger.With().Str("component", "participant").Logger(),
 		fences:  fence.New[site](fence.Options{}),
 		failure: newStoreFailure(),
-		backlog: newBacklog(opts.MaxBacklogBytes),
 		convs:   make(map[ConversationID]*conversation),
 		conns:   make(map[ConnID]*Conn),
 		pages:   pages{budget: newByteBudget(int64(opts.LoadBytes)), bytes: opts.ReadPageBytes},
 	}
+	s.backlog = newBacklog(opts.MaxBacklogBytes)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	inc, err := st.ReadValue(IncarnationKey)
 	if err != nil {

@@ -277,10 +277,14 @@ const (
 type Backlog struct {
 	// Records is how many records are retained.
 	Records int64
-	// MemoryBytes is their payload bytes held in memory, bounded by
-	// Options.MaxBacklogBytes plus the latest batch of one conversation.
+	// MemoryBytes is their payload bytes held in memory: brought back
+	// within Options.MaxBacklogBytes after a commit passes it (unless every
+	// large holder is busy), and never more than 5/4 of it plus the batch
+	// being published (see backlog.go).
 	MemoryBytes int64
 	// EvictedBytes is their payload bytes dropped from memory, read back
 	// from the oplog when delivered.
 	EvictedBytes int64
+	// EvictedTotal is the payload bytes ever dropped from memory.
+	EvictedTotal int64
 }

@@ -248,12 +248,14 @@ func TestMemoryUnderAnAbusiveClient(t *testing.T) {
 			// The deaf recipient is cut once its oldest frame waited
 			// write-progress-timeout (default 30s).
 			cut := time.Now()
+			tick := time.NewTicker(100 * time.Millisecond)
 			for p.metric(t, "participantd_connections_open") != 1 {
 				if time.Since(cut) > time.Minute {
 					t.Fatal("the deaf recipient is still connected a minute after the tells")
 				}
-				time.Sleep(100 * time.Millisecond) // polling a subprocess, not synchronizing
+				<-tick.C
 			}
+			tick.Stop()
 			peak, peakAnon := stop(), stopAnon()
 			end := rss(t, pid)
 			report(name, idle, peak, end, fmt.Sprintf("anon idle %.1f peak %.1f (+%.1f) MiB; sent in %v (%.1f MiB/s); backlog %.0f MiB in memory of %.0f MiB; recipient cut %v after the last tell",

@@ -52,10 +52,10 @@ func (b *budget) inUse() int64 {
 }
 
 // take takes n bytes of every budget in bs, waiting while any lacks room.
-// It returns false, having taken nothing, if stop is closed first. Callers
-// keep n within every limit (Config validation sees to it), so a wait
-// always ends once the holders give back.
-func take(n int64, stop <-chan struct{}, bs ...*budget) bool {
+// It returns false, having taken nothing, if stop or quit (either may be
+// nil) is closed first. Callers keep n within every limit (Config
+// validation sees to it), so a wait always ends once the holders give back.
+func take(n int64, stop, quit <-chan struct{}, bs ...*budget) bool {
 	for {
 		var wait <-chan struct{}
 		i := 0
@@ -74,6 +74,8 @@ func take(n int64, stop <-chan struct{}, bs ...*budget) bool {
 		select {
 		case <-wait:
 		case <-stop:
+			return false
+		case <-quit:
 			return false
 		}
 	}

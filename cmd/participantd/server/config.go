@@ -81,15 +81,16 @@ type Config struct {
 	// MaxPendingBytes caps the frame bytes of the requests of one
 	// connection queued or running, and MaxPendingBytesTotal those of all
 	// connections; past either, the connection's reader stops reading
-	// until answers free room. Both must be at least MaxFrame. Defaults
-	// DefaultMaxPendingBytes and DefaultMaxPendingBytesTotal.
+	// until answers free room. Values below MaxFrame (the total: below
+	// MaxPendingBytes) are raised to it. Defaults DefaultMaxPendingBytes
+	// and DefaultMaxPendingBytesTotal.
 	MaxPendingBytes      int
 	MaxPendingBytesTotal int
 	// MaxOutboundBytes caps the bytes of frames queued for one
 	// connection's writer, and MaxOutboundTotal those of all connections;
-	// past either, answers and pushes wait. Both must be at least MaxFrame
-	// plus the frame header. Defaults DefaultMaxOutboundBytes and
-	// DefaultMaxOutboundTotal.
+	// past either, answers and pushes wait. Values below MaxFrame plus the
+	// frame header (the total: below MaxOutboundBytes) are raised to it.
+	// Defaults DefaultMaxOutboundBytes and DefaultMaxOutboundTotal.
 	MaxOutboundBytes int
 	MaxOutboundTotal int
 	// MaxBacklogBytes caps the payload bytes of unacknowledged records the
@@ -161,18 +162,24 @@ func (c Config) withDefaults() (Config, error) {
 	if c.MaxPending == 0 {
 		c.MaxPending = DefaultMaxPending
 	}
+	// Each byte budget holds at least one frame, and each server-wide one
+	// at least one connection's: smaller values are raised to that.
 	if c.MaxPendingBytes == 0 {
-		c.MaxPendingBytes = max(DefaultMaxPendingBytes, c.MaxFrame)
+		c.MaxPendingBytes = DefaultMaxPendingBytes
 	}
+	c.MaxPendingBytes = max(c.MaxPendingBytes, c.MaxFrame)
 	if c.MaxPendingBytesTotal == 0 {
-		c.MaxPendingBytesTotal = max(DefaultMaxPendingBytesTotal, c.MaxPendingBytes)
+		c.MaxPendingBytesTotal = DefaultMaxPendingBytesTotal
 	}
+	c.MaxPendingBytesTotal = max(c.MaxPendingBytesTotal, c.MaxPendingBytes)
 	if c.MaxOutboundBytes == 0 {
-		c.MaxOutboundBytes = max(DefaultMaxOutboundBytes, c.MaxFrame+wire.HeaderLen)
+		c.MaxOutboundBytes = DefaultMaxOutboundBytes
 	}
+	c.MaxOutboundBytes = max(c.MaxOutboundBytes, c.MaxFrame+wire.HeaderLen)
 	if c.MaxOutboundTotal == 0 {
-		c.MaxOutboundTotal = max(DefaultMaxOutboundTotal, c.MaxOutboundBytes)
+		c.MaxOutboundTotal = DefaultMaxOutboundTotal
 	}
+	c.MaxOutboundTotal = max(c.MaxOutboundTotal, c.MaxOutboundBytes)
 	if c.MaxBacklogBytes == 0 {
 		c.MaxBacklogBytes = participant.DefaultMaxBacklogBytes
 	}
@@ -203,14 +210,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("server: hello-timeout %v is negative", c.HelloTimeout)
 	case c.WriteProgressTimeout < 0:
 		return c, fmt.Errorf("server: write-progress-timeout %v is negative", c.WriteProgressTimeout)
-	case c.MaxPendingBytes < c.MaxFrame:
-		return c, fmt.Errorf("server: max-pending-bytes %d is below max-frame %d", c.MaxPendingBytes, c.MaxFrame)
-	case c.MaxPendingBytesTotal < c.MaxPendingBytes:
-		return c, fmt.Errorf("server: max-pending-bytes-total %d is below max-pending-bytes %d", c.MaxPendingBytesTotal, c.MaxPendingBytes)
-	case c.MaxOutboundBytes < c.MaxFrame+wire.HeaderLen:
-		return c, fmt.Errorf("server: max-outbound-bytes %d is below max-frame + %d = %d", c.MaxOutboundBytes, wire.HeaderLen, c.MaxFrame+wire.HeaderLen)
-	case c.MaxOutboundTotal < c.MaxOutboundBytes:
-		return c, fmt.Errorf("server: max-outbound-bytes-total %d is below max-outbound-bytes %d", c.MaxOutboundTotal, c.MaxOutboundBytes)
+	case c.MaxPendingBytes < 0 || c.MaxPendingBytesTotal < 0 || c.MaxOutboundBytes < 0 || c.MaxOutboundTotal < 0:
+		return c, errors.New("server: a byte budget (max-pending-bytes[-total], max-outbound-bytes[-total]) is negative")
 	case c.MaxBacklogBytes < 0:
 		return c, fmt.Errorf("server: backlog-memory %d is negative", c.MaxBacklogBytes)
 	case c.MaxConnections < 0:

@@ -117,7 +117,7 @@ func (c *conn) serve() {
 	if hello.Client != nil {
 		client = *hello.Client
 	}
-	c.out = newOutq(c.nc, c.srv.cfg.WriteProgressTimeout, newBudget(int64(c.srv.cfg.MaxOutboundBytes)), c.srv.outBytes)
+	c.out = newOutq(c.nc, c.srv.cfg.WriteProgressTimeout, newBudget(int64(c.srv.cfg.MaxOutboundBytes)), c.srv.outBytes, c.quit)
 	c.out.send(&wire.Welcome{
 		Version:        wire.Version,
 		Server:         "participantd " + Version,

@@ -41,7 +41,7 @@ func (c *conn) submit(conv uint64, m wire.Message, size int64) bool {
 		return false
 	}
 	held := min(size, c.pendingBytes.limit)
-	if !take(held, c.out.done, c.pendingBytes, c.srv.pendingBytes) {
+	if !take(held, c.out.done, nil, c.pendingBytes, c.srv.pendingBytes) {
 		<-c.pending
 		return false
 	}

@@ -41,7 +41,7 @@
 //	max-pending-bytes      request frames read, not answered  the reader stops reading
 //	max-outbound-bytes     frames queued for the writer       answers and pushes wait
 //	write-progress-timeout age of the oldest queued frame     the connection is cut
-//	backlog-memory         payloads awaiting an ack            read back from the oplog
+//	backlog-memory         payloads awaiting an ack           read back from the oplog
 //
 // # Teardown
 //

@@ -3,6 +3,7 @@ package server_test
 import (
 	"bufio"
 	"bytes"
+	"encoding/binary"
 	"net"
 	"runtime"
 	"strconv"
@@ -313,6 +314,9 @@ func TestMetricsShowTheBacklog(t *testing.T) {
 	if got := h.metric(server.MetricBacklogBytes); got > 64<<10 || got == 0 {
 		t.Errorf("%s = %v, want in (0, %d]", server.MetricBacklogBytes, got, 64<<10)
 	}
+	if got := h.metric(server.MetricBacklogEvicted); got < 36<<10 {
+		t.Errorf("%s = %v, want >= %d", server.MetricBacklogEvicted, got, 36<<10)
+	}
 	a := rx.call(&wire.Ack{ID: rx.id(), Conversation: 1, Participant: rcr.p, Generation: rcr.gen, Through: last})
 	if _, ok := a.(*wire.Acked); !ok {
 		t.Fatalf("ack answered %#v", a)
@@ -321,5 +325,60 @@ func TestMetricsShowTheBacklog(t *testing.T) {
 		if got := h.metric(name); got != 0 {
 			t.Errorf("%s = %v after the ack, want 0", name, got)
 		}
+	}
+}
+
+// TestARecipientCatchingUpReceivesEvictedRecordsByteForByte lets a
+// recipient's backlog go far past the backlog budget while it is away, then
+// attaches it again: the pump reads the evicted payloads back from the
+// oplog, and every record arrives in order, byte for byte.
+func TestARecipientCatchingUpReceivesEvictedRecordsByteForByte(t *testing.T) {
+	const n = 100
+	h := start(t, server.Config{MaxBacklogBytes: 64 << 10})
+	away := h.dial()
+	rcr := away.enroll(1)
+	away.send(&wire.Bye{})
+	away.expectClosed()
+	sender := h.dial()
+	scr := sender.enroll(1)
+	want := make(map[uint64][]byte)
+	for i := range n {
+		p := bytes.Repeat([]byte{byte(i)}, 4<<10+i*97)
+		binary.BigEndian.PutUint32(p, uint32(i))
+		want[sender.tell(scr, string(p)).Seq] = p
+	}
+	if got := h.metric(server.MetricBacklogBytes); got > 64<<10 {
+		t.Fatalf("%s = %v, want <= %d: the budget did not hold", server.MetricBacklogBytes, got, 64<<10)
+	}
+	back := h.dial()
+	back.attach(rcr)
+	for got := 0; got < n; {
+		d := back.delivery()
+		if d.Kind != wire.KindRecord {
+			continue
+		}
+		if w, ok := want[d.Seq]; !ok || !bytes.Equal(d.Payload, w) {
+			t.Fatalf("record %d: payload of %d bytes differs from the %d told", d.Seq, len(d.Payload), len(w))
+		}
+		delete(want, d.Seq)
+		got++
+	}
+	if len(want) != 0 {
+		t.Errorf("%d records not delivered", len(want))
+	}
+}
+
+// TestByteBudgetsHoldAtLeastOneFrame raises max-frame past the byte budgets
+// given: the server starts, and a frame of the largest size goes both ways.
+func TestByteBudgetsHoldAtLeastOneFrame(t *testing.T) {
+	h := start(t, server.Config{MaxFrame: 4 << 20, MaxRecordBytes: 3 << 20, MaxPendingBytes: 1 << 20, MaxOutboundBytes: 1 << 20})
+	rx := h.dial()
+	rx.enroll(1)
+	tx := h.dial()
+	cr := tx.enroll(1)
+	payload := strings.Repeat("m", 3<<20)
+	tx.tell(cr, payload)
+	if d := rx.deliveryWhere(func(d *wire.Delivery) bool { return d.Kind == wire.KindRecord }); len(d.Payload) != len(payload) {
+		t.Errorf("delivered a payload of %d bytes, want %d", len(d.Payload), len(payload))
 	}
 }

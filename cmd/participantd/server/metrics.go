@@ -60,6 +60,7 @@ const (
 	MetricBacklogRecords      = "participantd_backlog_records"
 	MetricBacklogBytes        = "participantd_backlog_bytes"
 	MetricBacklogTotalBytes   = "participantd_backlog_total_bytes"
+	MetricBacklogEvicted      = "participantd_backlog_evicted_bytes_total"
 )
 
 func newMetrics(s *Server) *metrics {
@@ -168,6 +169,9 @@ func newMetrics(s *Server) *metrics {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: MetricBacklogTotalBytes, Help: "Payload bytes of the retained records, in memory and read back from the store on delivery.",
 		}, func() float64 { b := backlog(); return float64(b.MemoryBytes + b.EvictedBytes) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: MetricBacklogEvicted, Help: "Payload bytes dropped from memory past backlog-memory since start (each read back from the store when delivered).",
+		}, func() float64 { return float64(backlog().EvictedTotal) }),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)

@@ -29,6 +29,9 @@ type outq struct {
 	// own and shared are the connection's and the server's outbound
 	// budgets.
 	own, shared *budget
+	// quit, when closed, makes sends that wait for room give up (the
+	// connection is being torn down).
+	quit <-chan struct{}
 
 	// mu guards queue and stopped.
 	mu    sync.Mutex
@@ -56,22 +59,22 @@ type outFrame struct {
 	held int64
 }
 
-func newOutq(nc net.Conn, progress time.Duration, own, shared *budget) *outq {
-	q := &outq{nc: nc, progress: progress, own: own, shared: shared,
+func newOutq(nc net.Conn, progress time.Duration, own, shared *budget, quit <-chan struct{}) *outq {
+	q := &outq{nc: nc, progress: progress, own: own, shared: shared, quit: quit,
 		ready: make(chan struct{}, 1), done: make(chan struct{})}
 	go q.run()
 	return q
 }
 
 // send queues m, waiting while the connection's or the server's outbound
-// budget has no room for it. It returns false when the writer has stopped;
-// m is then dropped.
+// budget has no room for it. It returns false when the writer has stopped,
+// or quit was closed while it waited; m is then dropped.
 func (q *outq) send(m wire.Message) bool {
 	b := wire.AppendFrame(nil, m)
 	// Frames fit the budgets (Config validation); the clamp keeps an
 	// oversized one from waiting forever.
 	n := min(int64(len(b)), q.own.limit)
-	if !take(n, q.done, q.own, q.shared) {
+	if !take(n, q.done, q.quit, q.own, q.shared) {
 		return false
 	}
 	return q.push(outFrame{b: b, at: time.Now(), held: n})
@@ -118,6 +121,7 @@ func (q *outq) queued() int64 { return q.own.inUse() }
 func (q *outq) run() {
 	var batch []outFrame
 	i := 0 // batch[:i] is written
+	group := make([]byte, 0, writeGroup)
 	defer func() {
 		q.mu.Lock()
 		q.stopped = true
@@ -147,13 +151,19 @@ func (q *outq) run() {
 				size += len(batch[j].b)
 				j++
 			}
-			bufs := make(net.Buffers, 0, j-i)
-			for _, f := range batch[i:j] {
-				bufs = append(bufs, f.b)
+			// One write per group whatever the connection (a TLS record
+			// each, not one per frame): small frames are copied together.
+			out := batch[i].b
+			if j-i > 1 {
+				group = group[:0]
+				for _, f := range batch[i:j] {
+					group = append(group, f.b...)
+				}
+				out = group
 			}
 			deadline := batch[i].at.Add(q.progress)
 			q.nc.SetWriteDeadline(deadline)
-			if _, err := bufs.WriteTo(q.nc); err != nil {
+			if _, err := q.nc.Write(out); err != nil {
 				if !time.Now().Before(deadline) {
 					q.cut.Store(true)
 				}
