@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"testing"
 
@@ -12,18 +13,35 @@ import (
 	"github.com/participantd/participantd/store"
 )
 
-// countingStore counts flushes that reach the store.
+// countingStore counts flushes that reach the store. If gate is set, the
+// next flush runs it first, once.
 type countingStore struct {
 	store.DurableStore
 	mu      sync.Mutex
 	flushes int
+	gate    func()
 }
 
 func (c *countingStore) Flush() error {
 	c.mu.Lock()
 	c.flushes++
+	gate := c.gate
+	c.gate = nil
 	c.mu.Unlock()
+	if gate != nil {
+		gate()
+	}
 	return c.DurableStore.Flush()
+}
+
+// queued reports how many operations wait in conversation id's queue.
+func queued(s *Service, id ConversationID) int {
+	s.mu.Lock()
+	cv := s.convs[id]
+	s.mu.Unlock()
+	cv.qmu.Lock()
+	defer cv.qmu.Unlock()
+	return len(cv.queue)
 }
 
 // TestConcurrentOperationsOnOneConversationShareBarriers sends many tells
@@ -42,10 +60,18 @@ func TestConcurrentOperationsOnOneConversationShareBarriers(t *testing.T) {
 	if _, err := receiver.Enroll(ctx, Enroll{Conversation: 1, Token: token(2)}); err != nil {
 		t.Fatal(err)
 	}
+	const workers, each = 16, 25
 	cs.mu.Lock()
 	before := cs.flushes
+	// The first batch's flush waits until every other worker's first tell
+	// is queued behind it, so that at least one later batch holds many
+	// operations however the scheduler runs the workers.
+	cs.gate = func() {
+		for queued(svc, 1) < workers-1 {
+			runtime.Gosched()
+		}
+	}
 	cs.mu.Unlock()
-	const workers, each = 16, 25
 	seqs := make(chan Seq, workers*each)
 	var wg sync.WaitGroup
 	for w := range workers {
