@@ -1,10 +1,12 @@
 package participant
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/participantd/participantd/faultstore"
 	"github.com/participantd/participantd/oplog"
@@ -25,8 +27,14 @@ type answered struct {
 func cutWorkload(s *faultstore.Store, log *[]answered) error {
 	ctx := context.Background()
 	*log = (*log)[:0]
-	svc, err := Open(ctx, s, Options{NodeKey: testKey})
+	// Every pass checkpoints every conversation with a row past its
+	// checkpoint, so that checkpoint writing meets every cut point too.
+	svc, err := Open(ctx, s, Options{NodeKey: testKey, CheckpointRows: 1})
 	if err != nil {
+		return err
+	}
+	checkpoint := func() error {
+		_, err := svc.CheckpointPass(ctx)
 		return err
 	}
 	// The cut loop crashes the store once the workload returns: nothing
@@ -88,6 +96,9 @@ func cutWorkload(s *faultstore.Store, log *[]answered) error {
 		r, err := c.Attach(ctx, attReq)
 		return sameBound(b2, r, err)
 	}})
+	if err := checkpoint(); err != nil {
+		return err
+	}
 	if _, err := tell(cc, b2, 0x22, "two"); err != nil {
 		return err
 	}
@@ -137,7 +148,13 @@ func cutWorkload(s *faultstore.Store, log *[]answered) error {
 			return false
 		})
 	}})
-	return ca.End(ctx, oplog.CauseClean)
+	if err := checkpoint(); err != nil {
+		return err
+	}
+	if err := ca.End(ctx, oplog.CauseClean); err != nil {
+		return err
+	}
+	return checkpoint()
 }
 
 // recorded reports an error unless conversation conv's stored outbox has a
@@ -199,6 +216,7 @@ func checkInvariants(t faultstore.TB, mem *store.Memory, log []answered) {
 		}
 		checkRecords(t, decodeOutbox(t, rawOutbox(t, mem, r.Conversation)))
 	}
+	checkCheckpoints(t, mem)
 	// Every answered operation's retry replays its answer.
 	c := svc.Connect(nil)
 	for _, a := range log {
@@ -252,10 +270,49 @@ func TestCrashCutAtEveryOperation(t *testing.T) {
 		Check: func(t faultstore.TB, mem *store.Memory, run faultstore.CutRun) {
 			runs++
 			checkInvariants(t, mem, log)
+			if run.Completed {
+				for _, id := range []ConversationID{1, 2} {
+					if ck, err := loadCheckpoint(mem, id); err != nil || ck == nil {
+						t.Fatalf("after the completed run, conversation %v has no checkpoint (%v)", id, err)
+					}
+				}
+			}
 		},
 	}.Run(t)
 	if runs < 50 {
 		t.Fatalf("the cut loop ran %d times; the workload should make far more store operations", runs)
 	}
 	t.Logf("cut at %d operation indices", runs)
+}
+
+// checkCheckpoints checks that every stored checkpoint is what a replay
+// from row 0 derives at its index, compaction marks aside (they depend on
+// the clock of the pass).
+func checkCheckpoints(t faultstore.TB, mem *store.Memory) {
+	ids, err := readRegistry(mem)
+	if err != nil {
+		t.Fatalf("readRegistry: %v", err)
+	}
+	p := pages{budget: newByteBudget(2 * DefaultReadPageBytes), bytes: DefaultReadPageBytes}
+	for _, id := range ids {
+		ck, err := loadCheckpoint(mem, id)
+		if err != nil {
+			t.Fatalf("checkpoint of %v: %v", id, err)
+		}
+		if ck == nil {
+			continue
+		}
+		want, err := deriveCheckpoint(context.Background(), mem, id, p, nil, ck.Index, time.Now(), DefaultRetain)
+		if err != nil {
+			t.Fatalf("deriving the checkpoint of %v from row 0: %v", id, err)
+		}
+		ck.Marks, want.Marks = nil, nil
+		got, err := encodeCheckpoint(ck)
+		must(t, err)
+		exp, err := encodeCheckpoint(want)
+		must(t, err)
+		if !bytes.Equal(got, exp) {
+			t.Fatalf("checkpoint of %v at %d differs from the replay from row 0", id, ck.Index)
+		}
+	}
 }

@@ -86,6 +86,22 @@
 // nothing of it is published. Inspect runs the same reconciliation
 // without writing, for the offline tools.
 //
+// # Checkpoints
+//
+// A checkpoint (checkpoint.go) is a conversation's state after its first
+// Index oplog rows, kept as the byte value checkpoint/<conversation> of a
+// store.Compactor. CheckpointPass (checkpointer.go), run in the background
+// every Options.CheckpointInterval, derives it without the conversation's
+// turn by replaying durable rows from the previous checkpoint through the
+// same code as a start (rebuild.go), matching the stored outbox byte for
+// byte. Reconciliation starts from the checkpoint: it checks it (CRC,
+// canonical form, well-formedness, conversation, digests of the last rows
+// it covers), loads the payloads of its unacknowledged records from their
+// oplog rows, and replays only the rows after it. A checkpoint that fails
+// is a refusal (checkpoint_corrupt, checkpoint_mismatch), and an oplog
+// compacted without one is checkpoint_missing; nothing falls back to
+// another starting point.
+//
 // # Locks
 //
 // Lock order: a conversation's turn, then its mu (or qmu), then a Conn's

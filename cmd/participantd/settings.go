@@ -76,6 +76,8 @@ var settings = []setting{
 		intSetting(func(o *options) *int { return &o.server.MaxParticipants })},
 	{"max-conversations-per-connection", strconv.Itoa(participant.DefaultMaxConversationsPerConn), "bindings one connection may hold (capacity_exceeded past it)",
 		intSetting(func(o *options) *int { return &o.server.MaxConversationsPerConn })},
+	{"checkpoint-interval", participant.DefaultCheckpointInterval.String(), "how often conversation checkpoints are written in the background (a start replays only the rows after them)",
+		durationSetting(func(o *options) *time.Duration { return &o.server.CheckpointInterval })},
 	{"log-level", "info", "debug, info, warn or error",
 		func(o *options, v string) error {
 			l, err := zerolog.ParseLevel(v)

@@ -74,6 +74,10 @@ type Config struct {
 	// MaxConversationsPerConn caps the bindings one connection holds.
 	// Default participant.DefaultMaxConversationsPerConn.
 	MaxConversationsPerConn int
+	// CheckpointInterval is how often conversation checkpoints are
+	// written in the background; negative disables them. Default
+	// participant.DefaultCheckpointInterval.
+	CheckpointInterval time.Duration
 	// Logger receives the server's logs; the zero value logs nothing.
 	Logger zerolog.Logger
 }
@@ -98,6 +102,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.ReceiptTTL == 0 {
 		c.ReceiptTTL = participant.DefaultReceiptTTL
+	}
+	if c.CheckpointInterval == 0 {
+		c.CheckpointInterval = participant.DefaultCheckpointInterval
 	}
 	if c.DrainTimeout == 0 {
 		c.DrainTimeout = DefaultDrainTimeout

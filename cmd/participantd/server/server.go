@@ -182,6 +182,7 @@ func (s *Server) open(ctx context.Context) (*store.Bolt, *participant.Service, e
 		MaxRecordBytes:          s.cfg.MaxRecordBytes,
 		MaxParticipants:         s.cfg.MaxParticipants,
 		MaxConversationsPerConn: s.cfg.MaxConversationsPerConn,
+		CheckpointInterval:      s.cfg.CheckpointInterval,
 		Logger:                  s.cfg.Logger,
 		Observer:                s.metrics,
 	})
