@@ -210,8 +210,8 @@ func (s *Service) CheckpointPass(ctx context.Context) (int, error) {
 	return written, err
 }
 
-// runCheckpoints is the background checkpointer: a pass every
-// CheckpointInterval until ctx ends. Owned by the Service; Close waits for
+// runCheckpoints is the background checkpointer: a CheckpointPass, then a
+// CompactPass, every CheckpointInterval until ctx ends. Owned by the Service; Close waits for
 // it.
 func (s *Service) runCheckpoints(ctx context.Context) {
 	t := time.NewTicker(s.opts.CheckpointInterval)
@@ -225,9 +225,18 @@ func (s *Service) runCheckpoints(ctx context.Context) {
 		n, err := s.CheckpointPass(ctx)
 		if err != nil && ctx.Err() == nil {
 			s.log.Warn().Err(err).Msg("checkpoint pass failed; retrying at the next interval")
+			continue
 		}
 		if n > 0 {
 			s.log.Debug().Int("checkpoints", n).Msg("checkpoints written")
+		}
+		got, err := s.CompactPass(ctx)
+		if err != nil && ctx.Err() == nil {
+			s.log.Warn().Err(err).Msg("compaction pass failed; retrying at the next interval")
+		}
+		if got.Conversations > 0 {
+			s.log.Debug().Int("conversations", got.Conversations).Uint64("oplog_rows", got.OplogRows).
+				Uint64("outbox_rows", got.OutboxRows).Int("receipts", got.Receipts).Msg("history compacted")
 		}
 	}
 }

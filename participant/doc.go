@@ -102,6 +102,17 @@
 // compacted without one is checkpoint_missing; nothing falls back to
 // another starting point.
 //
+// # Compaction
+//
+// CompactPass (compaction.go), run after each checkpoint pass, removes the
+// oplog and outbox rows below the newest compaction mark at least
+// Options.Retain old (a mark records when every record produced below a
+// row was settled), never the last row a checkpoint covers. It first
+// writes, and flushes, a receipt (receipt.go) for every token-bearing row
+// about to go, then trims under the conversation's turn. A token lookup
+// that names a compacted row verifies its receipt instead; a tell's retry
+// compares the payload's hash. Compact runs the same passes offline.
+//
 // # Locks
 //
 // Lock order: a conversation's turn, then its mu (or qmu), then a Conn's

@@ -78,6 +78,9 @@ type Config struct {
 	// written in the background; negative disables them. Default
 	// participant.DefaultCheckpointInterval.
 	CheckpointInterval time.Duration
+	// Retain is how long settled history is kept after the
+	// acknowledgement that settled it. Default participant.DefaultRetain.
+	Retain time.Duration
 	// Logger receives the server's logs; the zero value logs nothing.
 	Logger zerolog.Logger
 }
@@ -105,6 +108,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.CheckpointInterval == 0 {
 		c.CheckpointInterval = participant.DefaultCheckpointInterval
+	}
+	if c.Retain == 0 {
+		c.Retain = participant.DefaultRetain
 	}
 	if c.DrainTimeout == 0 {
 		c.DrainTimeout = DefaultDrainTimeout
