@@ -39,6 +39,8 @@ const (
 	TypePong     = "pong"
 	TypeError    = "error"
 	TypeDelivery = "delivery"
+	// TypeCompacted is a push: history below a seq no longer exists.
+	TypeCompacted = "compacted"
 )
 
 // Reason is the reason of a rejected message. A rejected message is always
@@ -77,6 +79,9 @@ const (
 	CodeInDoubt            Code = "in_doubt"
 	CodeUnavailable        Code = "unavailable"
 	CodeShuttingDown       Code = "shutting_down"
+	// CodeCompacted refuses an ack of a seq below the oldest record that
+	// still exists; the error's First names that record.
+	CodeCompacted Code = "compacted"
 )
 
 // Values of the reason extra of a receipt_expired error.

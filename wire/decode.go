@@ -38,6 +38,7 @@ const (
 	kRecipient
 	kKind
 	kCause
+	kFirst
 	numKeys
 )
 
@@ -72,6 +73,7 @@ var keyNames = [numKeys]string{
 	kRecipient:        "recipient",
 	kKind:             "kind",
 	kCause:            "cause",
+	kFirst:            "first",
 }
 
 // lookupKey maps a key's bytes to its index without allocating.
@@ -137,6 +139,8 @@ func lookupKey(s []byte) (key, bool) {
 		return kKind, true
 	case "cause":
 		return kCause, true
+	case "first":
+		return kFirst, true
 	}
 	return 0, false
 }

@@ -79,6 +79,8 @@ func goldenCases() []goldenCase {
 		{"server_delivery_died", false, &Delivery{Conversation: 42, Recipient: 1, Seq: 6, Kind: KindDied, Participant: 0, Cause: new(CauseConnectionLost)}},
 		{"server_delivery_left", false, &Delivery{Conversation: 42, Recipient: 1, Seq: 7, Kind: KindLeft, Participant: 0}},
 		{"server_bye", false, &ServerBye{Reason: ByeShutdown}},
+		{"server_compacted", false, &Compacted{Conversation: 42, Recipient: 1, First: 300}},
+		{"server_error_compacted", false, &Error{ID: 4, Code: CodeCompacted, Detail: "records below #300 were compacted", First: new(uint64(300))}},
 	}
 }
 
