@@ -52,6 +52,8 @@ var settings = []setting{
 		func(o *options, v string) error { o.server.HealthListen = v; return nonEmpty(v) }},
 	{"auth-token", "", "shared token every hello must carry in auth (empty: no auth)",
 		func(o *options, v string) error { o.server.AuthToken = v; return nil }},
+	{"admin-token", "", "bearer token that enables the admin endpoints of the health listener (POST /admin/backup); empty: disabled",
+		func(o *options, v string) error { o.server.AdminToken = v; return nil }},
 	{"tls-cert", "", "PEM certificate: serve the wire listener over TLS (with tls-key)",
 		func(o *options, v string) error { o.server.TLSCert = v; return nil }},
 	{"tls-key", "", "PEM private key of tls-cert",

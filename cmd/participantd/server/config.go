@@ -74,6 +74,9 @@ type Config struct {
 	// MaxConversationsPerConn caps the bindings one connection holds.
 	// Default participant.DefaultMaxConversationsPerConn.
 	MaxConversationsPerConn int
+	// AdminToken, when set, enables the admin endpoints of the health
+	// listener (admin.go) for requests that carry it as a bearer token.
+	AdminToken string
 	// CheckpointInterval is how often conversation checkpoints are
 	// written in the background; negative disables them. Default
 	// participant.DefaultCheckpointInterval.

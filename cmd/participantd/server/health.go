@@ -18,6 +18,7 @@ import (
 //	GET /metrics                   Prometheus text format
 //	GET /unloadable-conversations  {"count": n, "conversations": [{"conversation_id", "class", "reason"}]};
 //	                               503 before the service is open
+//	POST /admin/backup             see admin.go (only with an admin token)
 func (s *Server) healthHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
@@ -48,5 +49,6 @@ func (s *Server) healthHandler() http.Handler {
 			Conversations []participant.Unloadable `json:"conversations"`
 		}{len(list), list})
 	})
+	s.registerAdmin(mux)
 	return mux
 }
