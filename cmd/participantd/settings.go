@@ -80,6 +80,8 @@ var settings = []setting{
 		intSetting(func(o *options) *int { return &o.server.MaxConversationsPerConn })},
 	{"checkpoint-interval", participant.DefaultCheckpointInterval.String(), "how often conversation checkpoints are written in the background (a start replays only the rows after them)",
 		durationSetting(func(o *options) *time.Duration { return &o.server.CheckpointInterval })},
+	{"checkpoint-rows", strconv.Itoa(participant.DefaultCheckpointRows), "rows past its checkpoint a conversation must be for a new one",
+		intSetting(func(o *options) *int { return &o.server.CheckpointRows })},
 	{"retain", "168h", "keep settled history (records every recipient acknowledged) this long after the last acknowledgement, then compact it; token replays survive compaction",
 		durationSetting(func(o *options) *time.Duration { return &o.server.Retain })},
 	{"log-level", "info", "debug, info, warn or error",

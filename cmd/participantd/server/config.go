@@ -81,6 +81,9 @@ type Config struct {
 	// written in the background; negative disables them. Default
 	// participant.DefaultCheckpointInterval.
 	CheckpointInterval time.Duration
+	// CheckpointRows is how many rows past its checkpoint a conversation
+	// must be for a new one. Default participant.DefaultCheckpointRows.
+	CheckpointRows int
 	// Retain is how long settled history is kept after the
 	// acknowledgement that settled it. Default participant.DefaultRetain.
 	Retain time.Duration

@@ -183,6 +183,7 @@ func (s *Server) open(ctx context.Context) (*store.Bolt, *participant.Service, e
 		MaxParticipants:         s.cfg.MaxParticipants,
 		MaxConversationsPerConn: s.cfg.MaxConversationsPerConn,
 		CheckpointInterval:      s.cfg.CheckpointInterval,
+		CheckpointRows:          s.cfg.CheckpointRows,
 		Retain:                  s.cfg.Retain,
 		Logger:                  s.cfg.Logger,
 		Observer:                s.metrics,
