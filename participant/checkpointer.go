@@ -127,9 +127,16 @@ func deriveCheckpoint(ctx context.Context, st store.DurableStore, c Conversation
 // for offline tools and tests. A conversation whose rows do not derive is
 // logged and skipped; a failing store is returned.
 func (s *Service) CheckpointPass(ctx context.Context) (int, error) {
+	n, _, err := s.checkpointPass(ctx)
+	return n, err
+}
+
+// checkpointPass is CheckpointPass; full reports that it stopped because
+// its row budget ran out, with conversations possibly still behind.
+func (s *Service) checkpointPass(ctx context.Context) (written int, full bool, err error) {
 	cs, ok := s.st.(store.Compactor)
 	if !ok {
-		return 0, nil
+		return 0, false, nil
 	}
 	s.mu.Lock()
 	convs := make([]*conversation, 0, len(s.convs))
@@ -139,7 +146,7 @@ func (s *Service) CheckpointPass(ctx context.Context) (int, error) {
 	s.mu.Unlock()
 	budget := uint64(s.opts.CheckpointPassRows)
 	var batch []store.Bytes
-	batchBytes, written := 0, 0
+	batchBytes := 0
 	flush := func() error {
 		if len(batch) == 0 {
 			return nil
@@ -173,7 +180,7 @@ func (s *Service) CheckpointPass(ctx context.Context) (int, error) {
 			continue
 		}
 		if err != nil {
-			return written, err
+			return written, budget == 0, err
 		}
 		var from uint64
 		if base != nil {
@@ -192,22 +199,22 @@ func (s *Service) CheckpointPass(ctx context.Context) (int, error) {
 		case errors.Is(err, errNotDurable):
 			continue
 		case err != nil:
-			return written, err
+			return written, budget == 0, err
 		}
 		budget -= to - from
 		enc, err := encodeCheckpoint(ck)
 		if err != nil {
-			return written, err
+			return written, budget == 0, err
 		}
 		batch = append(batch, store.Bytes{Key: checkpointKey(cv.id), Value: enc})
 		if batchBytes += len(enc); batchBytes >= checkpointBatchBytes {
 			if err := flush(); err != nil {
-				return written, err
+				return written, budget == 0, err
 			}
 		}
 	}
-	err := flush()
-	return written, err
+	err = flush()
+	return written, budget == 0, err
 }
 
 // runCheckpoints is the background checkpointer: a CheckpointPass, then a
@@ -222,21 +229,32 @@ func (s *Service) runCheckpoints(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		n, err := s.CheckpointPass(ctx)
-		if err != nil && ctx.Err() == nil {
-			s.log.Warn().Err(err).Msg("checkpoint pass failed; retrying at the next interval")
-			continue
-		}
-		if n > 0 {
-			s.log.Debug().Int("checkpoints", n).Msg("checkpoints written")
-		}
-		got, err := s.CompactPass(ctx)
-		if err != nil && ctx.Err() == nil {
-			s.log.Warn().Err(err).Msg("compaction pass failed; retrying at the next interval")
-		}
-		if got.Conversations > 0 {
-			s.log.Debug().Int("conversations", got.Conversations).Uint64("oplog_rows", got.OplogRows).
-				Uint64("outbox_rows", got.OutboxRows).Int("receipts", got.Receipts).Msg("history compacted")
+		// Each pass is bounded; while one ends with its budget spent, the
+		// next follows at once, so the passes keep up with any write rate
+		// the machine can sustain instead of one budget per interval.
+		for behind := true; behind && ctx.Err() == nil; {
+			n, cfull, err := s.checkpointPass(ctx)
+			if err != nil {
+				if ctx.Err() == nil {
+					s.log.Warn().Err(err).Msg("checkpoint pass failed; retrying at the next interval")
+				}
+				break
+			}
+			if n > 0 {
+				s.log.Debug().Int("checkpoints", n).Msg("checkpoints written")
+			}
+			got, kfull, err := s.compactPass(ctx)
+			if err != nil {
+				if ctx.Err() == nil {
+					s.log.Warn().Err(err).Msg("compaction pass failed; retrying at the next interval")
+				}
+				break
+			}
+			if got.Conversations > 0 {
+				s.log.Debug().Int("conversations", got.Conversations).Uint64("oplog_rows", got.OplogRows).
+					Uint64("outbox_rows", got.OutboxRows).Int("receipts", got.Receipts).Msg("history compacted")
+			}
+			behind = cfull || kfull
 		}
 	}
 }

@@ -35,10 +35,16 @@ const receiptBatchBytes = 4 << 20
 // when it returns. A conversation whose checkpoint does not decode is
 // skipped (its next load refuses it); a failing store is returned.
 func (s *Service) CompactPass(ctx context.Context) (Compacted, error) {
-	var out Compacted
+	out, _, err := s.compactPass(ctx)
+	return out, err
+}
+
+// compactPass is CompactPass; full reports that it stopped because its row
+// budget ran out, with rows possibly still to remove.
+func (s *Service) compactPass(ctx context.Context) (out Compacted, full bool, err error) {
 	cs, ok := s.st.(store.Compactor)
 	if !ok {
-		return out, nil
+		return out, false, nil
 	}
 	s.mu.Lock()
 	convs := make([]*conversation, 0, len(s.convs))
@@ -61,7 +67,7 @@ func (s *Service) CompactPass(ctx context.Context) (Compacted, error) {
 			continue
 		}
 		if err != nil {
-			return out, err
+			return out, budget == 0, err
 		}
 		m, ok := floorMark(ck.Marks, cutoff)
 		if !ok {
@@ -76,11 +82,11 @@ func (s *Service) CompactPass(ctx context.Context) (Compacted, error) {
 		}
 		opFirst, err := streamFirst(s.st, oplog.Stream(cv.id))
 		if err != nil {
-			return out, err
+			return out, budget == 0, err
 		}
 		obFirst, err := streamFirst(s.st, outbox.Stream(cv.id))
 		if err != nil {
-			return out, err
+			return out, budget == 0, err
 		}
 		opFloor = min(opFloor, opFirst+budget)
 		if opFloor <= opFirst && obFloor <= obFirst {
@@ -88,21 +94,21 @@ func (s *Service) CompactPass(ctx context.Context) (Compacted, error) {
 		}
 		n, err := s.writeReceipts(ctx, cs, cv.id, opFirst, opFloor)
 		if err != nil {
-			return out, err
+			return out, budget == 0, err
 		}
 		out.Receipts += n
 		// The receipts (and the checkpoint they rely on) must be durable
 		// before the rows they stand in for are trimmed.
 		if err := s.st.Flush(); err != nil {
-			return out, fmt.Errorf("participant: write receipts of %v: %w", cv.id, err)
+			return out, budget == 0, fmt.Errorf("participant: write receipts of %v: %w", cv.id, err)
 		}
 		if err := cv.acquire(ctx); err != nil {
-			return out, err
+			return out, budget == 0, err
 		}
 		err = s.trimLocked(cs, cv.id, opFirst, opFloor, obFirst, obFloor)
 		s.release(cv)
 		if err != nil {
-			return out, err
+			return out, budget == 0, err
 		}
 		out.Conversations++
 		if opFloor > opFirst {
@@ -113,7 +119,7 @@ func (s *Service) CompactPass(ctx context.Context) (Compacted, error) {
 			out.OutboxRows += obFloor - obFirst
 		}
 	}
-	return out, nil
+	return out, budget == 0, nil
 }
 
 // floorMark returns the newest mark at or before cutoff (unix ms).

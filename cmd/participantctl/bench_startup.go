@@ -57,6 +57,9 @@ func runStartup(ctx context.Context, e *env, f *benchFlags) error {
 	}
 	for _, tenths := range []int{1, 3, 10} {
 		convs := max(1, f.startupConversations*tenths/10)
+		if f.startupFixed {
+			convs = f.startupConversations
+		}
 		records := f.startupRecords * tenths / 10
 		dir := filepath.Join(root, fmt.Sprintf("size-%d", tenths))
 		fig := startupFigure{Conversations: convs, Records: records}
