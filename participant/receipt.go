@@ -47,7 +47,12 @@ var errReceiptCorrupt = errors.New("participant: receipt corrupt")
 func encodeReceipt(row *oplog.Row) ([]byte, error) {
 	r := receipt{Row: *row, PayloadHash: sha256.Sum256(row.Payload)}
 	r.Row.Payload = nil
-	body, err := msgpack.Marshal(&r)
+	return encodeReceiptBody(&r)
+}
+
+// encodeReceiptBody returns the stored form of r.
+func encodeReceiptBody(r *receipt) ([]byte, error) {
+	body, err := msgpack.Marshal(r)
 	if err != nil {
 		return nil, fmt.Errorf("participant: encode receipt: %w", err)
 	}
