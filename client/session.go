@@ -129,6 +129,10 @@ func (s *session) run(deliver func(*wire.Delivery)) error {
 		switch m := m.(type) {
 		case *wire.Delivery:
 			deliver(m)
+		case *wire.Compacted:
+			// History below m.First is gone; the deliveries that follow
+			// continue from there, and the client deduplicates on seq as
+			// ever, so there is nothing to do.
 		case *wire.ServerBye:
 			return s.end(fmt.Errorf("client: server said bye (%s)", m.Reason))
 		case *wire.Rejected:

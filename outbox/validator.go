@@ -7,6 +7,11 @@ import "fmt"
 // can validate a stream of any length page by page. The zero value is ready
 // for the stream's first row.
 type Validator struct {
+	// First is the seq of the first row given to Add, for the findings'
+	// messages: a reader that starts past a checkpoint sets it. The first
+	// row Add sees is the reference for versions.
+	First uint64
+
 	rows uint64
 	// version is row 0's version byte when row 0 is not empty; every later
 	// non-empty row must carry it.
@@ -22,13 +27,14 @@ type Validator struct {
 // Err would report one, it returns false and only keeps looking for mixed
 // versions, which Validate reports first.
 func (v *Validator) Add(b []byte) (Row, bool) {
-	i := v.rows
+	n := v.rows
 	v.rows++
-	if i == 0 && len(b) > 0 {
+	i := v.First + n
+	if n == 0 && len(b) > 0 {
 		v.version, v.versioned = b[0], true
 	}
-	if v.mixed == nil && i > 0 && len(b) > 0 && v.versioned && b[0] != v.version {
-		v.mixed = fmt.Errorf("%w: row %d has version %d, row 0 has %d", ErrMixedVersion, i, b[0], v.version)
+	if v.mixed == nil && n > 0 && len(b) > 0 && v.versioned && b[0] != v.version {
+		v.mixed = fmt.Errorf("%w: row %d has version %d, row %d has %d", ErrMixedVersion, i, b[0], v.First, v.version)
 	}
 	if v.err != nil {
 		return Row{}, false
@@ -38,7 +44,7 @@ func (v *Validator) Add(b []byte) (Row, bool) {
 		v.err = fmt.Errorf("row %d: %w", i, err)
 		return Row{}, false
 	}
-	if i > 0 && r.Source <= v.prev {
+	if n > 0 && r.Source <= v.prev {
 		v.err = fmt.Errorf("%w: row %d source %d does not follow %d", ErrCorrupt, i, r.Source, v.prev)
 		return Row{}, false
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/participantd/participantd/faultstore"
 	"github.com/participantd/participantd/oplog"
@@ -25,8 +26,19 @@ type answered struct {
 func cutWorkload(s *faultstore.Store, log *[]answered) error {
 	ctx := context.Background()
 	*log = (*log)[:0]
-	svc, err := Open(ctx, s, Options{NodeKey: testKey})
+	// Every pass checkpoints every conversation with a row past its
+	// checkpoint, so that checkpoint writing meets every cut point too.
+	svc, err := Open(ctx, s, Options{NodeKey: testKey, CheckpointRows: 1, Retain: time.Nanosecond})
 	if err != nil {
+		return err
+	}
+	// ... and compacts everything settled at once, so that receipts and
+	// trims meet every cut point as well.
+	checkpoint := func() error {
+		if _, err := svc.CheckpointPass(ctx); err != nil {
+			return err
+		}
+		_, err := svc.CompactPass(ctx)
 		return err
 	}
 	// The cut loop crashes the store once the workload returns: nothing
@@ -88,6 +100,9 @@ func cutWorkload(s *faultstore.Store, log *[]answered) error {
 		r, err := c.Attach(ctx, attReq)
 		return sameBound(b2, r, err)
 	}})
+	if err := checkpoint(); err != nil {
+		return err
+	}
 	if _, err := tell(cc, b2, 0x22, "two"); err != nil {
 		return err
 	}
@@ -137,23 +152,25 @@ func cutWorkload(s *faultstore.Store, log *[]answered) error {
 			return false
 		})
 	}})
-	return ca.End(ctx, oplog.CauseClean)
+	if err := checkpoint(); err != nil {
+		return err
+	}
+	if err := ca.End(ctx, oplog.CauseClean); err != nil {
+		return err
+	}
+	return checkpoint()
 }
 
 // recorded reports an error unless conversation conv's stored outbox has a
 // row matching match.
+// A row compacted away was durable and settled: it counts as recorded.
 func recorded(st store.DurableStore, conv ConversationID, match func(outbox.Row) bool) error {
-	entries, err := st.ReadFrom(outbox.Stream(conv), 0, 0)
+	rows, first, err := storedOutbox(st, conv)
 	if err != nil {
 		return err
 	}
-	payloads := make([][]byte, len(entries))
-	for i, e := range entries {
-		payloads[i] = e.Payload
-	}
-	rows, err := outbox.Validate(payloads)
-	if err != nil {
-		return err
+	if first > 0 {
+		return nil
 	}
 	for _, row := range rows {
 		if match(row) {
@@ -161,6 +178,25 @@ func recorded(st store.DurableStore, conv ConversationID, match func(outbox.Row)
 		}
 	}
 	return fmt.Errorf("conversation %v: the answered operation's outbox row is missing", conv)
+}
+
+// storedOutbox returns the outbox rows conv still stores, and the seq of
+// the first.
+func storedOutbox(st store.DurableStore, conv ConversationID) ([]outbox.Row, uint64, error) {
+	first, err := streamFirst(st, outbox.Stream(conv))
+	if err != nil {
+		return nil, 0, err
+	}
+	entries, err := st.ReadFrom(outbox.Stream(conv), first, 0)
+	if err != nil {
+		return nil, 0, err
+	}
+	payloads := make([][]byte, len(entries))
+	for i, e := range entries {
+		payloads[i] = e.Payload
+	}
+	rows, err := outbox.Validate(payloads)
+	return rows, first, err
 }
 
 func sameBound(want, got Bound, err error) error {
@@ -197,8 +233,13 @@ func checkInvariants(t faultstore.TB, mem *store.Memory, log []answered) {
 		if r.Refused != nil || r.Repairs != 0 {
 			t.Fatalf("after reconciliation, conversation %v: refused=%+v repairs=%d", r.Conversation, r.Refused, r.Repairs)
 		}
-		checkRecords(t, decodeOutbox(t, rawOutbox(t, mem, r.Conversation)))
+		rows, first, err := storedOutbox(mem, r.Conversation)
+		if err != nil {
+			t.Fatalf("outbox of %v: %v", r.Conversation, err)
+		}
+		checkRecords(t, rows, first > 0)
 	}
+	checkCheckpoints(t, mem)
 	// Every answered operation's retry replays its answer.
 	c := svc.Connect(nil)
 	for _, a := range log {
@@ -208,14 +249,24 @@ func checkInvariants(t faultstore.TB, mem *store.Memory, log []answered) {
 	}
 }
 
-// checkRecords checks that record seqs run from 1 without gap or
-// duplicate, and that each binding ends at most once and only after it
-// began.
-func checkRecords(t faultstore.TB, rows []outbox.Row) {
+// checkRecords checks that record seqs run from 1 (from the first stored,
+// when the outbox was compacted) without gap or duplicate, and that each
+// binding ends at most once and only after it began (where the compacted
+// prefix hides its start, after it was first seen).
+func checkRecords(t faultstore.TB, rows []outbox.Row, compacted bool) {
 	var next Seq = 1
 	bound := map[ParticipantID]bool{}
+	seen := map[ParticipantID]bool{}
 	for _, row := range rows {
 		for _, rec := range row.Records {
+			if compacted && next == 1 {
+				next = rec.Seq
+			}
+			if compacted && !seen[rec.Participant] {
+				seen[rec.Participant] = true
+				// A tell or an ending needs a binding that began before.
+				bound[rec.Participant] = rec.Kind == outbox.KindRecord || rec.Kind == outbox.KindDetached || rec.Kind == outbox.KindDied
+			}
 			if rec.Seq != next {
 				t.Fatalf("record seq %v, want %v: a gap or a duplicate", rec.Seq, next)
 			}
@@ -252,10 +303,37 @@ func TestCrashCutAtEveryOperation(t *testing.T) {
 		Check: func(t faultstore.TB, mem *store.Memory, run faultstore.CutRun) {
 			runs++
 			checkInvariants(t, mem, log)
+			if run.Completed {
+				for _, id := range []ConversationID{1, 2} {
+					if ck, err := loadCheckpoint(mem, id); err != nil || ck == nil {
+						t.Fatalf("after the completed run, conversation %v has no checkpoint (%v)", id, err)
+					}
+				}
+				// Everything of conversation 1 was settled: its retries
+				// above replayed from receipts.
+				if first, err := mem.First(oplog.Stream(1)); err != nil || first == 0 {
+					t.Fatalf("after the completed run, conversation 1 was not compacted (first row %d, %v)", first, err)
+				}
+			}
 		},
 	}.Run(t)
 	if runs < 50 {
 		t.Fatalf("the cut loop ran %d times; the workload should make far more store operations", runs)
 	}
 	t.Logf("cut at %d operation indices", runs)
+}
+
+// checkCheckpoints checks that every stored checkpoint is what a replay
+// from row 0 derives at its index, while row 0 is stored (rederive).
+func checkCheckpoints(t faultstore.TB, mem *store.Memory) {
+	ids, err := readRegistry(mem)
+	if err != nil {
+		t.Fatalf("readRegistry: %v", err)
+	}
+	p := pages{budget: newByteBudget(2 * DefaultReadPageBytes), bytes: DefaultReadPageBytes}
+	for _, id := range ids {
+		if err := rederive(context.Background(), mem, id, p); err != nil {
+			t.Fatalf("checkpoint of %v: %v", id, err)
+		}
+	}
 }

@@ -377,7 +377,7 @@ func (r *replayer) attach(st *outbox.State, pr *prior, req *Attach) (Bound, *Err
 }
 
 func (r *replayer) tell(pr *prior, req *Tell) (Told, *Error) {
-	if pr.row.Kind != oplog.KindTell || !bytes.Equal(pr.row.Payload, req.Payload) {
+	if pr.row.Kind != oplog.KindTell || !pr.samePayload(req.Payload) {
 		return Told{}, conflict(pr.row.Kind)
 	}
 	return Told{Conversation: r.conv, Seq: pr.row.Seq, Replay: ReplayCommitted}, nil

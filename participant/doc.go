@@ -120,6 +120,32 @@
 // an operation, a reconciliation or a reload, is logged once and reported
 // by StoreFailed and Failed (failed.go); at Open it fails Open. The owner
 // stops serving and restarts, and the restart reconciles.
+// # Checkpoints
+//
+// A checkpoint (checkpoint.go) is a conversation's state after its first
+// Index oplog rows, kept as the byte value checkpoint/<conversation> of a
+// store.Compactor. CheckpointPass (checkpointer.go), run in the background
+// every Options.CheckpointInterval, derives it without the conversation's
+// turn by replaying durable rows from the previous checkpoint through the
+// same code as a start (rebuild.go), matching the stored outbox byte for
+// byte. Reconciliation starts from the checkpoint: it checks it (CRC,
+// canonical form, well-formedness, conversation, digests of the last rows
+// it covers), loads the payloads of its unacknowledged records from their
+// oplog rows, and replays only the rows after it. A checkpoint that fails
+// is a refusal (checkpoint_corrupt, checkpoint_mismatch), and an oplog
+// compacted without one is checkpoint_missing; nothing falls back to
+// another starting point.
+//
+// # Compaction
+//
+// CompactPass (compaction.go), run after each checkpoint pass, removes the
+// oplog and outbox rows below the newest compaction mark at least
+// Options.Retain old (a mark records when every record produced below a
+// row was settled), never the last row a checkpoint covers. It first
+// writes, and flushes, a receipt (receipt.go) for every token-bearing row
+// about to go, then trims under the conversation's turn. A token lookup
+// that names a compacted row verifies its receipt instead; a tell's retry
+// compares the payload's hash. Compact runs the same passes offline.
 //
 // # Locks
 //

@@ -104,23 +104,44 @@ func reconcile(ctx context.Context, st store.DurableStore, c ConversationID, p p
 		return nil, fmt.Errorf("participant: waiting to read %v: %w", c, err)
 	}
 	defer p.budget.release(held)
-	ops, err := newPageReader(st, oplog.Stream(c), p.bytes, 0)
+	base, err := loadCheckpoint(st, c)
 	if err != nil {
 		return nil, err
 	}
-	if ref, err := validateOutbox(st, c, p.bytes, ops.end); ref != nil || err != nil {
-		if ref != nil {
-			return nil, ref
+	var from, outFrom uint64
+	if base != nil {
+		from, outFrom = base.Index, base.Produced
+	} else if first, err := streamFirst(st, oplog.Stream(c)); err != nil {
+		return nil, err
+	} else if first > 0 {
+		return nil, &refusal{ClassCheckpointMissing, fmt.Sprintf(
+			"the oplog starts at row %d and no checkpoint says what the rows before it built", first)}
+	}
+	ops, err := newPageReader(st, oplog.Stream(c), p.bytes, from)
+	if err != nil {
+		return nil, err
+	}
+	stored, err := newPageReader(st, outbox.Stream(c), p.bytes, outFrom)
+	if err != nil {
+		return nil, err
+	}
+	r := &Reconciled{State: &outbox.State{}, Stored: outFrom}
+	if base != nil {
+		if err := base.verifyAgainst(st, c, ops.end, stored.end); err != nil {
+			return nil, err
 		}
+		r.State = base.state()
+		if err := base.loadPayloads(st, c, r.State); err != nil {
+			return nil, err
+		}
+	}
+	if ref, err := validateOutbox(st, c, p.bytes, outFrom, ops.end); ref != nil {
+		return nil, ref
+	} else if err != nil {
 		return nil, err
 	}
-	stored, err := newPageReader(st, outbox.Stream(c), p.bytes, 0)
-	if err != nil {
-		return nil, err
-	}
-	storedLen := stored.end
-	r := &Reconciled{State: &outbox.State{}}
-	for i := uint64(0); ops.more(); i++ {
+	rp := &rebuilder{state: r.State}
+	for i := from; ops.more(); i++ {
 		b, err := ops.entry()
 		if err != nil {
 			return nil, err
@@ -152,46 +173,27 @@ func reconcile(ctx context.Context, st store.DurableStore, c ConversationID, p p
 			}
 			r.Repairs = append(r.Repairs, enc)
 		}
-		before := r.State.Records
-		outbox.Apply(r.State, i, &row, expected)
-		forgetReclaimed(before, r.State)
+		rp.apply(i, &row, expected)
 	}
-	if r.Stored < storedLen {
+	if r.Stored < stored.end {
 		return nil, &refusal{ClassOutboxConflict, fmt.Sprintf(
-			"outbox has %d rows, the oplog projects %d", storedLen, r.Stored)}
+			"outbox has %d rows, the oplog projects %d", stored.end, r.Stored)}
 	}
 	return r, nil
 }
 
-// forgetReclaimed clears the records of before that st no longer retains,
-// so that their payloads are garbage at once rather than when the backing
-// array is next reallocated. Only for a state nobody else shares, such as
-// the one reconciliation builds: a published state's clones may still read
-// them.
-func forgetReclaimed(before []outbox.Retained, st *outbox.State) {
-	kept := st.LastSeq + 1
-	if len(st.Records) > 0 {
-		kept = st.Records[0].Seq
-	}
-	for i := range before {
-		if before[i].Seq >= kept {
-			break
-		}
-		before[i] = outbox.Retained{}
-	}
-}
-
-// validateOutbox checks c's whole outbox, page by page, before anything of
-// it is trusted: versions, decoding, increasing sources (outbox.Validator),
-// and no row deriving from an oplog row at or past oplogLen.
-func validateOutbox(st store.DurableStore, c ConversationID, pageBytes int, oplogLen uint64) (*refusal, error) {
-	rd, err := newPageReader(st, outbox.Stream(c), pageBytes, 0)
+// validateOutbox checks c's outbox from row from (where its checkpoint
+// stands) to its end, page by page, before anything of it is trusted:
+// versions, decoding, increasing sources (outbox.Validator), and no row
+// deriving from an oplog row at or past oplogLen.
+func validateOutbox(st store.DurableStore, c ConversationID, pageBytes int, from, oplogLen uint64) (*refusal, error) {
+	rd, err := newPageReader(st, outbox.Stream(c), pageBytes, from)
 	if err != nil {
 		return nil, err
 	}
-	var v outbox.Validator
+	v := outbox.Validator{First: from}
 	var boundary *refusal
-	for i := uint64(0); rd.more() && !v.Mixed(); i++ {
+	for i := from; rd.more() && !v.Mixed(); i++ {
 		b, err := rd.entry()
 		if err != nil {
 			return nil, err

@@ -37,6 +37,10 @@ const (
 	DefaultMaxBacklogBytes         = 16 << 20
 	DefaultReadPageBytes           = 1 << 20
 	DefaultLoadBytes               = 64 << 20
+	DefaultCheckpointInterval      = 10 * time.Second
+	DefaultCheckpointRows          = 4096
+	DefaultCheckpointPassRows      = 1 << 16
+	DefaultRetain                  = 7 * 24 * time.Hour
 )
 
 // Options configures a Service. The zero value is valid except for NodeKey.
@@ -84,6 +88,20 @@ type Options struct {
 	// LoadBytes bounds the pages every reconciliation in progress holds
 	// at once; each holds two. Default DefaultLoadBytes.
 	LoadBytes int
+	// CheckpointInterval is how often the background checkpointer runs a
+	// CheckpointPass; zero or negative runs none (the daemon runs one
+	// every DefaultCheckpointInterval unless told otherwise). Checkpoints
+	// need a store.Compactor.
+	CheckpointInterval time.Duration
+	// CheckpointRows is how many rows past its checkpoint a conversation
+	// must be for a pass to write a new one. Default DefaultCheckpointRows.
+	CheckpointRows int
+	// CheckpointPassRows bounds the oplog rows one pass reads. Default
+	// DefaultCheckpointPassRows.
+	CheckpointPassRows int
+	// Retain is how long history stays after the acknowledgement that
+	// settled it (DESIGN.md, Data lifecycle). Default DefaultRetain.
+	Retain time.Duration
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 	// Logger receives the service's logs; the zero value logs nothing.
@@ -137,6 +155,15 @@ func (o *Options) withDefaults() {
 	if o.LoadBytes <= 0 {
 		o.LoadBytes = DefaultLoadBytes
 	}
+	if o.CheckpointRows <= 0 {
+		o.CheckpointRows = DefaultCheckpointRows
+	}
+	if o.CheckpointPassRows <= 0 {
+		o.CheckpointPassRows = DefaultCheckpointPassRows
+	}
+	if o.Retain <= 0 {
+		o.Retain = DefaultRetain
+	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -183,6 +210,9 @@ type Service struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	bg     sync.WaitGroup
+	// lifecycle counts the background checkpointer (checkpointer.go),
+	// which runs until ctx ends; Close waits for it.
+	lifecycle sync.WaitGroup
 }
 
 // Open starts the service on st: it advances the durable server incarnation,
@@ -247,6 +277,13 @@ func Open(ctx context.Context, st store.DurableStore, opts Options) (*Service, e
 	}
 	s.log.Info().Uint64("incarnation", s.incarnation).Int("conversations", len(ids)).
 		Int("unloadable", len(s.Unloadable())).Msg("reconciled")
+	if _, ok := st.(store.Compactor); ok && opts.CheckpointInterval > 0 {
+		s.lifecycle.Add(1)
+		go func() {
+			defer s.lifecycle.Done()
+			s.runCheckpoints(s.ctx)
+		}()
+	}
 	return s, nil
 }
 
@@ -469,6 +506,7 @@ func (s *Service) Close() error {
 	s.mu.Unlock()
 	s.cancel()
 	s.bg.Wait()
+	s.lifecycle.Wait()
 	return nil
 }
 

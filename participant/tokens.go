@@ -1,10 +1,12 @@
 package participant
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 
 	"github.com/participantd/participantd/oplog"
+	"github.com/participantd/participantd/store"
 )
 
 // The token index lives in the store, so deduplication is permanent and its
@@ -41,6 +43,9 @@ type tokenWrite struct {
 type prior struct {
 	idx uint64
 	row oplog.Row
+	// payloadHash is set when row comes from a receipt (receipt.go): the
+	// row's payload is gone, its hash stands in for it.
+	payloadHash *[32]byte
 }
 
 // lookupToken finds the row that committed token t in scope, verifying it.
@@ -57,6 +62,17 @@ func (s *Service) lookupToken(c ConversationID, applied uint64, scope string, ma
 		return nil, w, nil
 	}
 	entries, err := s.st.ReadFrom(oplog.Stream(c), v-1, 1)
+	if errors.Is(err, store.ErrCompacted) {
+		// The row is compacted: its receipt, if it had a token, stands in.
+		r, err := readReceipt(s.st, c, v-1)
+		if err != nil || r == nil {
+			return nil, w, err
+		}
+		if r.Row.Token != t || !r.Row.Kind.HasToken() || !match(&r.Row) {
+			return nil, w, nil
+		}
+		return &prior{idx: v - 1, row: r.Row, payloadHash: &r.PayloadHash}, w, nil
+	}
 	if err != nil {
 		return nil, w, err
 	}

@@ -40,7 +40,8 @@ type ParticipantReport struct {
 }
 
 // Inspect reconciles every registered conversation of st in dry run and
-// reports what it finds. It only reads: it neither repairs nor ends
+// reports what it finds; a conversation with a checkpoint is also replayed
+// from row 0, while that row is stored, and compared with it. It only reads: it neither repairs nor ends
 // bindings. An unreadable registry or a failing store is an error; a
 // conversation that would be refused is reported with Refused set.
 func Inspect(st store.DurableStore) ([]Report, error) {
@@ -59,6 +60,9 @@ func Inspect(st store.DurableStore) ([]Report, error) {
 			return nil, fmt.Errorf("participant: inspect %v: %w", id, err)
 		}
 		r, err := reconcile(context.Background(), st, id, p)
+		if err == nil {
+			err = rederive(context.Background(), st, id, p)
+		}
 		var ref *refusal
 		switch {
 		case errors.As(err, &ref):

@@ -91,7 +91,7 @@ type Pong struct {
 // when absent: Generation for stale_authority (when the secret was right)
 // and receipt_expired, Cursor for ack_gap and ack_regression, Limit for
 // too_large and capacity_exceeded, Participant and Reason (ExpiredSuperseded
-// or ExpiredDeadline) for receipt_expired.
+// or ExpiredDeadline) for receipt_expired, First for compacted.
 //
 // *Error implements the error interface, so a client may return it as is.
 type Error struct {
@@ -107,6 +107,7 @@ type Error struct {
 	// Owner is, for moved, the owner's advertised address (host:port);
 	// nil when no node owns the conversation at the moment.
 	Owner *string
+	First *uint64
 }
 
 // Delivery pushes one record to a bound participant. It carries no id.
@@ -122,6 +123,16 @@ type Delivery struct {
 	// Cause is why the binding ended, for KindDetached and KindDied; nil
 	// when absent.
 	Cause *Cause
+}
+
+// Compacted tells a bound participant that every record of Conversation
+// below seq First no longer exists (PROTOCOL.md, Compacted history):
+// deliveries continue from the first record at or after First addressed to
+// Recipient. It carries no id.
+type Compacted struct {
+	Conversation uint64
+	Recipient    uint64
+	First        uint64
 }
 
 // ServerBye announces that the server is closing the connection; its Reason
@@ -165,6 +176,9 @@ func (*Delivery) Type() string { return TypeDelivery }
 
 // Type returns TypeBye.
 func (*ServerBye) Type() string { return TypeBye }
+
+// Type returns TypeCompacted.
+func (*Compacted) Type() string { return TypeCompacted }
 
 func (m *Enrolled) msgID() uint64 { return m.ID }
 func (m *Attached) msgID() uint64 { return m.ID }
@@ -348,7 +362,7 @@ func (m *Left) decode(d *decoder) {
 func (m *Pong) appendBody(b []byte) []byte { return kvUint(head(b, 2, TypePong), "id", m.ID) }
 
 func (m *Error) appendBody(b []byte) []byte {
-	n := 4 + count(m.Cursor) + count(m.Limit) + count(m.Participant) + count(m.Generation) + count(m.Reason) + count(m.Owner)
+	n := 4 + count(m.Cursor) + count(m.Limit) + count(m.Participant) + count(m.Generation) + count(m.Reason) + count(m.Owner) + count(m.First)
 	b = kvUint(head(b, n, TypeError), "id", m.ID)
 	b = kvStr(b, "code", string(m.Code))
 	b = kvStr(b, "detail", m.Detail)
@@ -370,6 +384,9 @@ func (m *Error) appendBody(b []byte) []byte {
 	if m.Owner != nil {
 		b = kvStr(b, "owner", *m.Owner)
 	}
+	if m.First != nil {
+		b = kvUint(b, "first", *m.First)
+	}
 	return b
 }
 
@@ -382,6 +399,7 @@ func (m *Error) decode(d *decoder) {
 	m.Generation = d.optUint(kGeneration)
 	m.Reason = d.optStr(kReason)
 	m.Owner = d.optStr(kOwner)
+	m.First = d.optUint(kFirst)
 }
 
 func (m *Delivery) appendBody(b []byte) []byte {
@@ -425,6 +443,18 @@ func (d *decoder) kind() Kind {
 		}
 	}
 	return Kind(s)
+}
+
+func (m *Compacted) appendBody(b []byte) []byte {
+	b = kvUint(head(b, 4, TypeCompacted), "conversation", m.Conversation)
+	b = kvUint(b, "recipient", m.Recipient)
+	return kvUint(b, "first", m.First)
+}
+
+func (m *Compacted) decode(d *decoder) {
+	m.Conversation = d.uint(kConversation)
+	m.Recipient = d.uint(kRecipient)
+	m.First = d.uint(kFirst)
 }
 
 func (m *ServerBye) appendBody(b []byte) []byte {

@@ -43,6 +43,8 @@ const (
 	TypePong     = "pong"
 	TypeError    = "error"
 	TypeDelivery = "delivery"
+	// TypeCompacted is a push: history below a seq no longer exists.
+	TypeCompacted = "compacted"
 )
 
 // Reason is the reason of a rejected message. A rejected message is always
@@ -86,6 +88,9 @@ const (
 	// CodeMoved (cluster mode): another node owns the conversation;
 	// nothing was done. Error.Owner names it when one does.
 	CodeMoved Code = "moved"
+	// CodeCompacted refuses an ack of a seq below the oldest record that
+	// still exists; the error's First names that record.
+	CodeCompacted Code = "compacted"
 )
 
 // Values of the reason extra of a receipt_expired error.

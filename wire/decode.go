@@ -41,6 +41,7 @@ const (
 	kNode
 	kOwner
 	kInvite
+	kFirst
 	numKeys
 )
 
@@ -78,6 +79,7 @@ var keyNames = [numKeys]string{
 	kNode:             "node",
 	kOwner:            "owner",
 	kInvite:           "invite",
+	kFirst:            "first",
 }
 
 // lookupKey maps a key's bytes to its index without allocating.
@@ -149,6 +151,8 @@ func lookupKey(s []byte) (key, bool) {
 		return kOwner, true
 	case "invite":
 		return kInvite, true
+	case "first":
+		return kFirst, true
 	}
 	return 0, false
 }

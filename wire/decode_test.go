@@ -319,7 +319,7 @@ func TestEncode_LongValuesRoundTrip(t *testing.T) {
 func TestID(t *testing.T) {
 	for _, tc := range goldenCases() {
 		id, ok := ID(tc.msg)
-		_, noID := map[string]bool{TypeHello: true, TypeWelcome: true, TypeRejected: true, TypeDelivery: true}[tc.msg.Type()]
+		_, noID := map[string]bool{TypeHello: true, TypeWelcome: true, TypeRejected: true, TypeDelivery: true, TypeCompacted: true}[tc.msg.Type()]
 		if _, sb := tc.msg.(*ServerBye); sb {
 			noID = true
 		}

@@ -34,6 +34,7 @@
 //	bye               *Bye       (none; the server closes)
 //	                             error (answers any request)       *Error
 //	                             delivery (push)                   *Delivery
+//	                             compacted (push)                  *Compacted
 //	                             bye (push: reason, no id)         *ServerBye
 //
 // Since bye means different things in the two directions, there are two

@@ -85,6 +85,8 @@ func goldenCases() []goldenCase {
 		{"server_welcome_cluster", false, &Welcome{Version: 1, Server: "participantd 0.1.0", Incarnation: 1<<40 | 3, Connection: 1, MaxFrame: DefaultMaxFrame, MaxRecordBytes: 65536, Node: "node-a"}},
 		{"server_error_moved", false, &Error{ID: 9, Code: CodeMoved, Detail: "conversation 42 is owned by node \"node-b\"", Owner: new("127.0.0.1:7402")}},
 		{"server_error_moved_no_owner", false, &Error{ID: 9, Code: CodeMoved, Detail: "no node owns conversation 42"}},
+		{"server_compacted", false, &Compacted{Conversation: 42, Recipient: 1, First: 300}},
+		{"server_error_compacted", false, &Error{ID: 4, Code: CodeCompacted, Detail: "records below #300 were compacted", First: new(uint64(300))}},
 	}
 }
 

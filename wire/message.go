@@ -6,7 +6,7 @@ import "encoding/binary"
 // of this package (the interface is sealed). Client→server: *Hello, *Enroll,
 // *Attach, *Tell, *Ack, *Detach, *Leave, *Ping, *Bye. Server→client:
 // *Welcome, *Rejected, *Enrolled, *Attached, *Told, *Acked, *Detached,
-// *Left, *Pong, *Error, *Delivery, *ServerBye.
+// *Left, *Pong, *Error, *Delivery, *Compacted, *ServerBye.
 type Message interface {
 	// Type returns the message's "t", one of the Type constants.
 	Type() string
@@ -24,7 +24,7 @@ type identified interface {
 
 // ID returns the id m carries: a request's id, or the id an answer echoes.
 // ok is false for messages without one (Hello, Welcome, Rejected, Delivery,
-// ServerBye).
+// Compacted, ServerBye).
 func ID(m Message) (id uint64, ok bool) {
 	if x, ok := m.(identified); ok {
 		return x.msgID(), true
@@ -55,7 +55,7 @@ var (
 	requestTypes = []string{TypeTell, TypeAck, TypeHello, TypeEnroll, TypeAttach,
 		TypeDetach, TypeLeave, TypePing, TypeBye}
 	serverTypes = []string{TypeDelivery, TypeTold, TypeAcked, TypeWelcome, TypeRejected,
-		TypeEnrolled, TypeAttached, TypeDetached, TypeLeft, TypePong, TypeError, TypeBye}
+		TypeEnrolled, TypeAttached, TypeDetached, TypeLeft, TypePong, TypeError, TypeBye, TypeCompacted}
 )
 
 // DecodeRequest decodes body, a frame body sent by a client, into one of
@@ -131,7 +131,7 @@ func DecodeRequest(body []byte) (Message, error) {
 
 // DecodeServerMessage decodes body, a frame body sent by the server, into
 // one of *Welcome, *Rejected, *Enrolled, *Attached, *Told, *Acked,
-// *Detached, *Left, *Pong, *Error, *Delivery or *ServerBye.
+// *Detached, *Left, *Pong, *Error, *Delivery, *Compacted or *ServerBye.
 //
 // Errors are *DecodeError as for DecodeRequest: Malformed for a body that
 // is not one well-formed map with a string "t", or an answer without an
@@ -166,6 +166,10 @@ func DecodeServerMessage(body []byte) (Message, error) {
 		return result(m, &d)
 	case TypeBye:
 		m := new(ServerBye)
+		m.decode(&d)
+		return result(m, &d)
+	case TypeCompacted:
+		m := new(Compacted)
 		m.decode(&d)
 		return result(m, &d)
 	case "":

@@ -55,6 +55,8 @@ type benchFlags struct {
 	serverPID                  int
 	startupRecords             int
 	startupConversations       int
+	startupCheckpoints         bool
+	startupFixed               bool
 }
 
 func runBench(ctx context.Context, e *env, args []string) error {
@@ -82,6 +84,8 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	fs.IntVar(&f.serverPID, "server-pid", 0, "with --addr and --idle-connections: the server's pid, to read its RSS")
 	fs.IntVar(&f.startupRecords, "startup-records", 0, "mode: build data directories of 1/10, 3/10 and all of N records over --startup-conversations, and time an embedded server to ready on each")
 	fs.IntVar(&f.startupConversations, "startup-conversations", 10000, "conversations of --startup-records")
+	fs.BoolVar(&f.startupFixed, "startup-fixed-conversations", false, "with --startup-records: every size has all --startup-conversations, only the records grow")
+	fs.BoolVar(&f.startupCheckpoints, "startup-checkpoints", false, "with --startup-records: every record acknowledged, and each size also timed from a copy with checkpoints (participantctl compact)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}

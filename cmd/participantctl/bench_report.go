@@ -118,8 +118,12 @@ func (rep *benchReport) print(w io.Writer, asJSON bool) error {
 		rep.Idle.print(&b)
 	}
 	for _, s := range rep.Startup {
-		fmt.Fprintf(&b, "startup: %d conversations, %d records (%.1f MiB file): ready in %.2f s (built in %.1f s)\n",
+		fmt.Fprintf(&b, "startup: %d conversations, %d records (%.1f MiB file): ready in %.2f s (built in %.1f s)",
 			s.Conversations, s.Records, float64(s.FileBytes)/(1<<20), s.ReadySeconds, s.BuildSeconds)
+		if s.CheckpointReadySeconds > 0 {
+			fmt.Fprintf(&b, "; from checkpoints in %.2f s", s.CheckpointReadySeconds)
+		}
+		b.WriteString("\n")
 	}
 	if rep.Op != "" {
 		fmt.Fprintf(&b, "load: --op %s, %d clients, %d tell conversations, payload %d B, window %d, %.1f s measured\n",

@@ -25,6 +25,9 @@ type startupFigure struct {
 	FileBytes     int64   `json:"file_bytes"`
 	BuildSeconds  float64 `json:"build_seconds"`
 	ReadySeconds  float64 `json:"ready_seconds"`
+	// CheckpointReadySeconds is the time to ready of a copy of the same
+	// data with a checkpoint of every conversation (--startup-checkpoints).
+	CheckpointReadySeconds float64 `json:"checkpoint_ready_seconds,omitempty"`
 }
 
 // runStartup builds data directories of 1/10, 3/10 and all of
@@ -54,22 +57,42 @@ func runStartup(ctx context.Context, e *env, f *benchFlags) error {
 	}
 	for _, tenths := range []int{1, 3, 10} {
 		convs := max(1, f.startupConversations*tenths/10)
+		if f.startupFixed {
+			convs = f.startupConversations
+		}
 		records := f.startupRecords * tenths / 10
 		dir := filepath.Join(root, fmt.Sprintf("size-%d", tenths))
 		fig := startupFigure{Conversations: convs, Records: records}
 		start := time.Now()
-		if err := buildDataDir(ctx, dir, convs, records, f.load.payload); err != nil {
+		if err := buildDataDir(ctx, dir, convs, records, f.load.payload, f.startupCheckpoints); err != nil {
 			return err
 		}
 		fig.BuildSeconds = time.Since(start).Seconds()
 		if fi, err := os.Stat(filepath.Join(dir, server.StoreFile)); err == nil {
 			fig.FileBytes = fi.Size()
 		}
+		var ckDir string
+		if f.startupCheckpoints {
+			// The copy is checkpointed before either start, so both starts
+			// find the same leftover bindings to end.
+			ckDir = dir + "-checkpointed"
+			if err := checkpointedCopy(ctx, dir, ckDir); err != nil {
+				return err
+			}
+		}
 		ready, err := timeToReady(ctx, dir)
 		if err != nil {
 			return err
 		}
 		fig.ReadySeconds = ready.Seconds()
+		if ckDir != "" {
+			ready, err := timeToReady(ctx, ckDir)
+			if err != nil {
+				return err
+			}
+			fig.CheckpointReadySeconds = ready.Seconds()
+			os.RemoveAll(ckDir)
+		}
 		rep.Startup = append(rep.Startup, fig)
 		os.RemoveAll(dir)
 	}
@@ -118,7 +141,7 @@ func timeToReady(ctx context.Context, dir string) (time.Duration, error) {
 // would take minutes and measures nothing the load bench does not. The
 // conversations are built in chunks of buildChunk, one service and memory
 // store each, since an in-memory store's cost grows with its content.
-func buildDataDir(ctx context.Context, dir string, convs, records, payload int) error {
+func buildDataDir(ctx context.Context, dir string, convs, records, payload int, settle bool) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
@@ -134,7 +157,7 @@ func buildDataDir(ctx context.Context, dir string, convs, records, payload int) 
 	body := make([]byte, payload)
 	for lo := 0; lo < convs && err == nil; lo += buildChunk {
 		hi := min(convs, lo+buildChunk)
-		err = buildChunkInto(ctx, cp, key, lo, hi, convs, records, body)
+		err = buildChunkInto(ctx, cp, key, lo, hi, convs, records, body, settle)
 	}
 	if err == nil {
 		err = bolt.CAS(participant.IncarnationKey, 0, cp.incarnation)
@@ -152,7 +175,7 @@ const buildChunk = 100
 
 // buildChunkInto builds conversations [lo, hi) on a fresh memory store and
 // appends them to cp.
-func buildChunkInto(ctx context.Context, cp *boltCopy, key []byte, lo, hi, convs, records int, body []byte) error {
+func buildChunkInto(ctx context.Context, cp *boltCopy, key []byte, lo, hi, convs, records int, body []byte, settle bool) error {
 	mem := store.NewMemory()
 	svc, err := participant.Open(ctx, mem, participant.Options{NodeKey: key})
 	if err != nil {
@@ -168,7 +191,7 @@ func buildChunkInto(ctx context.Context, cp *boltCopy, key []byte, lo, hi, convs
 				if c < records%convs {
 					n++
 				}
-				if err := fillConversation(ctx, svc, participant.ConversationID(c+1), n, body); err != nil {
+				if err := fillConversation(ctx, svc, participant.ConversationID(c+1), n, body, settle); err != nil {
 					errs <- err
 					return
 				}
@@ -242,7 +265,10 @@ func (cp *boltCopy) from(mem *store.Memory, lo, hi int) error {
 	return nil
 }
 
-func fillConversation(ctx context.Context, svc *participant.Service, conv participant.ConversationID, n int, body []byte) error {
+// fillConversation enrolls two participants in conv and tells n records
+// from the first; with settle, both acknowledge everything addressed to
+// them, so that a checkpoint retains no record.
+func fillConversation(ctx context.Context, svc *participant.Service, conv participant.ConversationID, n int, body []byte, settle bool) error {
 	tok := func(who, i uint64) participant.Token {
 		var t participant.Token
 		binary.BigEndian.PutUint64(t[:8], who+1)
@@ -254,13 +280,57 @@ func fillConversation(ctx context.Context, svc *participant.Service, conv partic
 	if err != nil {
 		return err
 	}
-	if _, err := recipient.Enroll(ctx, participant.Enroll{Conversation: conv, Token: tok(1, 0)}); err != nil {
+	r, err := recipient.Enroll(ctx, participant.Enroll{Conversation: conv, Token: tok(1, 0)})
+	if err != nil {
 		return err
 	}
+	if settle {
+		// The recipient's joined record (seq 2) is addressed to the sender.
+		if _, err := sender.Ack(ctx, participant.Ack{Conversation: conv, Participant: b.Participant, Generation: b.Generation, Through: 2}); err != nil {
+			return err
+		}
+	}
+	var last participant.Seq
 	for i := range n {
-		if _, err := sender.Tell(ctx, participant.Tell{Conversation: conv, Participant: b.Participant, Generation: b.Generation, Token: tok(0, uint64(i+1)), Payload: body}); err != nil {
+		told, err := sender.Tell(ctx, participant.Tell{Conversation: conv, Participant: b.Participant, Generation: b.Generation, Token: tok(0, uint64(i+1)), Payload: body})
+		if err != nil {
+			return err
+		}
+		last = told.Seq
+	}
+	if settle && last > 0 {
+		if _, err := recipient.Ack(ctx, participant.Ack{Conversation: conv, Participant: r.Participant, Generation: r.Generation, Through: last}); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// checkpointedCopy copies data directory src to dst and writes a
+// checkpoint of every conversation there, as participantctl compact does
+// (with a retention no record reaches, so nothing is removed).
+func checkpointedCopy(ctx context.Context, src, dst string) error {
+	if err := os.MkdirAll(dst, 0o700); err != nil {
+		return err
+	}
+	for _, name := range []string{participant.NodeKeyFile, server.StoreFile} {
+		in, err := os.Open(filepath.Join(src, name))
+		if err != nil {
+			return err
+		}
+		_, err = writeDurably(filepath.Join(dst, name), in, -1)
+		in.Close()
+		if err != nil {
+			return err
+		}
+	}
+	st, err := store.Open(filepath.Join(dst, server.StoreFile), store.Options{})
+	if err != nil {
+		return err
+	}
+	_, err = participant.Compact(ctx, st, participant.Options{Retain: 1 << 62})
+	if cerr := st.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }

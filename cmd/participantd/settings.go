@@ -77,6 +77,8 @@ var settings = []setting{
 		func(o *options, v string) error { o.server.HealthListen = v; return nonEmpty(v) }},
 	{"auth-token", "", "shared token every hello must carry in auth (empty: no auth)",
 		func(o *options, v string) error { o.server.AuthToken = v; return nil }},
+	{"admin-token", "", "bearer token that enables the admin endpoints of the health listener (POST /admin/backup); empty: disabled",
+		func(o *options, v string) error { o.server.AdminToken = v; return nil }},
 	{"tls-cert", "", "PEM certificate: serve the wire listener over TLS (with tls-key)",
 		func(o *options, v string) error { o.server.TLSCert = v; return nil }},
 	{"tls-key", "", "PEM private key of tls-cert",
@@ -150,6 +152,12 @@ var settings = []setting{
 			o.server.MaxDataBytes = n
 			return nil
 		}},
+	{"checkpoint-interval", participant.DefaultCheckpointInterval.String(), "how often conversation checkpoints are written in the background (a start replays only the rows after them)",
+		durationSetting(func(o *options) *time.Duration { return &o.server.CheckpointInterval })},
+	{"checkpoint-rows", strconv.Itoa(participant.DefaultCheckpointRows), "rows past its checkpoint a conversation must be for a new one",
+		intSetting(func(o *options) *int { return &o.server.CheckpointRows })},
+	{"retain", "168h", "keep settled history (records every recipient acknowledged) this long after the last acknowledgement, then compact it; token replays survive compaction",
+		durationSetting(func(o *options) *time.Duration { return &o.server.Retain })},
 	{"log-level", "info", "debug (adds one line per request), info, warn or error",
 		func(o *options, v string) error {
 			l, err := zerolog.ParseLevel(v)

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/participantd/participantd/oplog"
+	"github.com/participantd/participantd/store"
 	"github.com/participantd/participantd/wire"
 )
 
@@ -57,7 +59,10 @@ func startProc(t *testing.T, bin, dir string) *proc {
 	t.Helper()
 	p := &proc{addr: freePort(t), health: freePort(t), stderr: new(bytes.Buffer)}
 	p.cmd = exec.Command(bin, "--data", dir, "--listen", p.addr, "--health-listen", p.health, "--log-level", "warn")
-	p.cmd.Env = append(os.Environ(), "PARTICIPANTD_DRAIN_TIMEOUT=5s")
+	// Checkpoints and compaction run all the time, so that kills land in
+	// their writes too.
+	p.cmd.Env = append(os.Environ(), "PARTICIPANTD_DRAIN_TIMEOUT=5s",
+		"PARTICIPANTD_CHECKPOINT_INTERVAL=10ms", "PARTICIPANTD_CHECKPOINT_ROWS=64", "PARTICIPANTD_RETAIN=1ms")
 	p.cmd.Stderr = p.stderr
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -230,6 +235,14 @@ func TestKill_AnsweredTellsSurvive(t *testing.T) {
 	p := startProc(t, bin, dir)
 	a, b := dial(t, p.addr), dial(t, p.addr)
 	ca, cb := a.enroll(conv), b.enroll(conv)
+	// A acknowledges B's joined record (seq 2), so that the tells B
+	// acknowledges settle and get compacted: later retries replay them
+	// from receipts.
+	if m := a.call(func(id uint64) wire.Message {
+		return &wire.Ack{ID: id, Conversation: conv, Participant: ca.p, Generation: ca.gen, Through: 2}
+	}); m.Type() != wire.TypeAcked {
+		t.Fatalf("ack answered %#v", m)
+	}
 	var all []answered
 
 	for round := range 3 {
@@ -358,6 +371,16 @@ func TestKill_AnsweredTellsSurvive(t *testing.T) {
 		t.Fatalf("participantd after SIGTERM: %v; stderr:\n%s", err, p.stderr)
 	}
 	checkLogs(t, p.stderr)
+	// The history B acknowledged was compacted on the way, so the retries
+	// above replayed from receipts too.
+	st, err := store.Open(filepath.Join(dir, "participantd.db"), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if first, err := st.First(oplog.Stream(conv)); err != nil || first == 0 {
+		t.Errorf("oplog of %d starts at row %d (%v): nothing was compacted during the run", conv, first, err)
+	}
 }
 
 func waitDied(t *testing.T, c *client, p uint64) {

@@ -116,6 +116,19 @@ type Config struct {
 	// reached that much early. Default DefaultMaxDataBytes; set it well
 	// below the free space of the data directory's disk.
 	MaxDataBytes int64
+	// AdminToken, when set, enables the admin endpoints of the health
+	// listener (admin.go) for requests that carry it as a bearer token.
+	AdminToken string
+	// CheckpointInterval is how often conversation checkpoints are
+	// written in the background; negative disables them. Default
+	// participant.DefaultCheckpointInterval.
+	CheckpointInterval time.Duration
+	// CheckpointRows is how many rows past its checkpoint a conversation
+	// must be for a new one. Default participant.DefaultCheckpointRows.
+	CheckpointRows int
+	// Retain is how long settled history is kept after the
+	// acknowledgement that settled it. Default participant.DefaultRetain.
+	Retain time.Duration
 	// Logger receives the server's logs; the zero value logs nothing.
 	Logger zerolog.Logger
 	// WrapStore, when set, wraps the opened store before the service uses
@@ -146,6 +159,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.ReceiptTTL == 0 {
 		c.ReceiptTTL = participant.DefaultReceiptTTL
+	}
+	if c.CheckpointInterval == 0 {
+		c.CheckpointInterval = participant.DefaultCheckpointInterval
+	}
+	if c.Retain == 0 {
+		c.Retain = participant.DefaultRetain
 	}
 	if c.DrainTimeout == 0 {
 		c.DrainTimeout = DefaultDrainTimeout

@@ -21,6 +21,7 @@ import (
 //	GET /unloadable-conversations  {"count": n, "conversations": [{"conversation_id", "class", "reason"}]};
 //	                               503 before the service is open
 //	GET /debug/pprof/...           Go's profiles, only with Config.Pprof (--pprof)
+//	POST /admin/backup             see admin.go (only with an admin token)
 func (s *Server) healthHandler() http.Handler {
 	mux := http.NewServeMux()
 	if s.cfg.Pprof {
@@ -62,6 +63,7 @@ func (s *Server) healthHandler() http.Handler {
 			Conversations []participant.Unloadable `json:"conversations"`
 		}{len(list), list})
 	})
+	s.registerAdmin(mux)
 	return mux
 }
 

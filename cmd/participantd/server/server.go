@@ -217,6 +217,9 @@ func (s *Server) open(ctx context.Context) (*store.Bolt, *participant.Service, e
 		MaxConversations:        s.cfg.MaxConversations,
 		MaxDataBytes:            s.cfg.MaxDataBytes,
 		DataBytes:               fileSize(st.Path()),
+		CheckpointInterval:      s.cfg.CheckpointInterval,
+		CheckpointRows:          s.cfg.CheckpointRows,
+		Retain:                  s.cfg.Retain,
 		Logger:                  s.cfg.Logger,
 		Observer:                s.metrics,
 	})

@@ -1,0 +1,124 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+
+	"github.com/participantd/participantd/cmd/participantd/server"
+)
+
+// adminTokenEnv names the environment variable that gives --admin-token,
+// so that the token need not appear in a process listing.
+const adminTokenEnv = "PARTICIPANTCTL_ADMIN_TOKEN"
+
+func init() {
+	register(&command{
+		name:     "backup",
+		synopsis: "copy a running server's data, consistently, to a file (online)",
+		usage: `--out FILE [--health ADDR] [--admin-token TOKEN]
+
+Asks the running server's health listener (POST /admin/backup; the server
+needs --admin-token) for a consistent copy of its data file: every answered
+operation is in it, and the server keeps serving while it streams. The copy
+is written to FILE.partial, checked against the announced size, fsync'd,
+and renamed to FILE, so FILE is either whole or absent. The token comes
+from --admin-token or ` + adminTokenEnv + `.
+
+The copy does not hold the node key (node.key in the data directory): it
+never changes; back it up once, apart, and give it to restore.`,
+		run: runBackup,
+	})
+}
+
+func runBackup(ctx context.Context, e *env, args []string) error {
+	fs := newFlagSet(e, commands["backup"])
+	out := fs.String("out", "", "the file to write the copy to (must not exist)")
+	health := fs.String("health", server.DefaultHealthListen, "the server's health listener address")
+	token := fs.String("admin-token", "", "the server's admin token (default $"+adminTokenEnv+")")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if *token == "" {
+		*token = e.getenv(adminTokenEnv)
+	}
+	switch {
+	case *out == "":
+		return &exitError{code: 2, err: errors.New("--out is required")}
+	case *token == "":
+		return &exitError{code: 2, err: errors.New("an admin token is required (--admin-token or " + adminTokenEnv + ")")}
+	}
+	if _, err := os.Stat(*out); err == nil {
+		return fmt.Errorf("%s exists; backup never overwrites", *out)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+*health+"/admin/backup", nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+*token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("backup: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return fmt.Errorf("backup: the server answered %s: %s", resp.Status, msg)
+	}
+	if resp.ContentLength < 0 {
+		return errors.New("backup: the server announced no size")
+	}
+	n, err := writeDurably(*out, resp.Body, resp.ContentLength)
+	if err != nil {
+		return fmt.Errorf("backup: %w", err)
+	}
+	fmt.Fprintf(e.stdout, "backup of %d bytes written to %s\n", n, *out)
+	return nil
+}
+
+// writeDurably copies r to path through path.partial: it checks that
+// exactly want bytes came (want < 0: any), fsyncs the file, renames it and
+// fsyncs the directory, so path is either whole or absent. The partial
+// file is removed on failure.
+func writeDurably(path string, r io.Reader, want int64) (n int64, err error) {
+	tmp := path + ".partial"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return 0, err
+	}
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(tmp)
+		}
+	}()
+	if n, err = io.Copy(f, r); err != nil {
+		return n, fmt.Errorf("copy cut after %d bytes: %w", n, err)
+	}
+	if want >= 0 && n != want {
+		return n, fmt.Errorf("got %d bytes, want %d", n, want)
+	}
+	if err = f.Sync(); err != nil {
+		return n, err
+	}
+	if err = f.Close(); err != nil {
+		return n, err
+	}
+	if err = os.Rename(tmp, path); err != nil {
+		return n, err
+	}
+	return n, syncDir(filepath.Dir(path))
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}

@@ -1,0 +1,65 @@
+package server
+
+import (
+	"crypto/subtle"
+	"net/http"
+	"strconv"
+	"strings"
+)
+
+// Admin endpoints, on the health listener, enabled only when
+// Config.AdminToken is set and guarded by it:
+//
+//	POST /admin/backup   Authorization: Bearer <admin token>
+//	                     200: a consistent copy of the data file
+//	                     (application/octet-stream, Content-Length set
+//	                     before the first byte, so a cut copy is seen as
+//	                     such); 401 wrong or missing token; 404 when no
+//	                     admin token is configured; 503 before the store
+//	                     is open
+//
+// The copy is one bbolt read transaction (store.Bolt.Backup): it holds
+// every answered operation, and serving goes on while it streams. The node
+// key is not in it: it never changes, and is backed up once, apart.
+func (s *Server) registerAdmin(mux *http.ServeMux) {
+	if s.cfg.AdminToken == "" {
+		return
+	}
+	mux.HandleFunc("POST /admin/backup", func(w http.ResponseWriter, r *http.Request) {
+		if !s.adminAuthorized(r) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="participantd admin"`)
+			http.Error(w, "admin token required", http.StatusUnauthorized)
+			return
+		}
+		st := s.st.Load()
+		if st == nil {
+			http.Error(w, "store not open yet", http.StatusServiceUnavailable)
+			return
+		}
+		w.Header().Set("Content-Type", "application/octet-stream")
+		w.Header().Set("Content-Disposition", `attachment; filename="`+StoreFile+`"`)
+		started := false
+		n, err := st.Backup(w, func(size int64) {
+			w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
+			w.WriteHeader(http.StatusOK)
+			started = true
+		})
+		if err != nil {
+			s.log.Error().Err(err).Int64("bytes", n).Msg("backup failed")
+			if !started {
+				http.Error(w, "backup failed", http.StatusInternalServerError)
+			}
+			// Once the body began, the short Content-Length tells the
+			// client the copy is cut.
+			return
+		}
+		s.log.Info().Int64("bytes", n).Str("remote", r.RemoteAddr).Msg("backup served")
+	})
+}
+
+// adminAuthorized reports whether r carries the admin token, compared in
+// constant time.
+func (s *Server) adminAuthorized(r *http.Request) bool {
+	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	return ok && subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.AdminToken)) == 1
+}

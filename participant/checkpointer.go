@@ -1,0 +1,260 @@
+package participant
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/participantd/participantd/oplog"
+	"github.com/participantd/participantd/outbox"
+	"github.com/participantd/participantd/store"
+)
+
+// errNotDurable reports a checkpoint asked for rows whose outbox rows are
+// not all stored yet; the caller tries again on a later pass.
+var errNotDurable = errors.New("participant: outbox rows of the checkpoint's range are missing")
+
+// checkpointBatchBytes bounds the checkpoints a pass writes with one
+// PutBytes.
+const checkpointBatchBytes = 4 << 20
+
+// deriveCheckpoint replays conversation c's rows from base (nil: from row
+// 0) up to oplog row to, exclusive, through the same pure code a start
+// runs, matching every outbox row those rows project against the stored
+// one byte for byte, and returns the checkpoint at to. Every row below to
+// must be durable with its outbox rows (the caller takes to from a
+// published state). It never writes. A mismatch is a *refusal; outbox rows
+// missing in the range are errNotDurable.
+func deriveCheckpoint(ctx context.Context, st store.DurableStore, c ConversationID, p pages, base *checkpoint,
+	to uint64, now time.Time, retain time.Duration) (*checkpoint, error) {
+	held, err := p.budget.acquire(ctx, 2*int64(p.bytes))
+	if err != nil {
+		return nil, fmt.Errorf("participant: waiting to read %v: %w", c, err)
+	}
+	defer p.budget.release(held)
+	rb := &rebuilder{state: &outbox.State{}, pos: make(map[Seq]recordPos), spacing: max(retain/16, time.Second).Milliseconds()}
+	ck := &checkpoint{Conversation: c}
+	if base != nil {
+		rb.state = base.state()
+		for _, r := range base.Records {
+			rb.pos[r.Record.Seq] = recordPos{oplog: r.Oplog, outbox: r.Outbox}
+		}
+		rb.marks = append(rb.marks, base.Marks...)
+		ck.OplogDigest, ck.OutboxDigest = base.OplogDigest, base.OutboxDigest
+	}
+	from := rb.state.Applied
+	ops, err := newPageReader(st, oplog.Stream(c), p.bytes, from)
+	if err != nil {
+		return nil, err
+	}
+	if ops.end < to {
+		return nil, fmt.Errorf("%w: the oplog has %d rows, asked for %d", errNotDurable, ops.end, to)
+	}
+	ops.end = to
+	stored, err := newPageReader(st, outbox.Stream(c), p.bytes, rb.state.Produced)
+	if err != nil {
+		return nil, err
+	}
+	for i := from; ops.more(); i++ {
+		b, err := ops.entry()
+		if err != nil {
+			return nil, err
+		}
+		row, err := oplog.Decode(b)
+		if err != nil {
+			return nil, &refusal{ClassOplogCorrupt, fmt.Sprintf("oplog row %d: %v", i, err)}
+		}
+		expected, err := outbox.Project(rb.state, i, &row)
+		if err != nil {
+			return nil, &refusal{ClassOplogInconsistent, fmt.Sprintf("oplog row %d: %v", i, err)}
+		}
+		for k := range expected {
+			enc, err := outbox.Encode(&expected[k])
+			if err != nil {
+				return nil, fmt.Errorf("participant: encode expected outbox row: %w", err)
+			}
+			if !stored.more() {
+				return nil, fmt.Errorf("%w: oplog row %d projects outbox row %d", errNotDurable, i, stored.next)
+			}
+			have, err := stored.entry()
+			if err != nil {
+				return nil, err
+			}
+			if !bytes.Equal(enc, have) {
+				return nil, &refusal{ClassOutboxConflict, fmt.Sprintf(
+					"outbox row %d differs from the row oplog row %d projects", stored.next-1, i)}
+			}
+			ck.OutboxDigest = sha256.Sum256(have)
+		}
+		rb.apply(i, &row, expected)
+		if i == to-1 {
+			ck.OplogDigest = sha256.Sum256(b)
+		}
+	}
+	s := rb.state
+	ck.Index, ck.Produced, ck.Nonce, ck.LastSeq = s.Applied, s.Produced, s.Nonce, s.LastSeq
+	ck.Members = make([]ckMember, len(s.Members))
+	for i, m := range s.Members {
+		ck.Members[i] = ckMember{Generation: m.Generation, Retired: m.Retired, Cursor: m.Cursor,
+			Bound: m.Bound, Conn: m.Conn, BindingSource: m.BindingSource}
+	}
+	ck.Records = make([]ckRecord, len(s.Records))
+	for i, r := range s.Records {
+		pos, ok := rb.pos[r.Seq]
+		if !ok {
+			panic(fmt.Sprintf("participant: record %v of %v has no position", r.Seq, c))
+		}
+		ck.Records[i] = ckRecord{Record: r.Record, Oplog: pos.oplog, Outbox: pos.outbox}
+	}
+	ck.Marks = pruneMarks(rb.marks, now, retain)
+	if err := ck.wellFormed(); err != nil {
+		panic(fmt.Sprintf("participant: derived checkpoint of %v is not well formed: %v", c, err))
+	}
+	return ck, nil
+}
+
+// CheckpointPass writes a checkpoint for every loaded conversation whose
+// published state is at least Options.CheckpointRows rows past its
+// checkpoint, reading at most Options.CheckpointPassRows oplog rows in all
+// (a conversation further behind gets a checkpoint part of the way). It
+// never takes a conversation's turn: it reads only rows a published state
+// covers, which are durable and never change. It returns how many
+// checkpoints it wrote, durable once it returns. The background
+// checkpointer calls it every Options.CheckpointInterval; it is exported
+// for offline tools and tests. A conversation whose rows do not derive is
+// logged and skipped; a failing store is returned.
+func (s *Service) CheckpointPass(ctx context.Context) (int, error) {
+	n, _, err := s.checkpointPass(ctx)
+	return n, err
+}
+
+// checkpointPass is CheckpointPass; full reports that it stopped because
+// its row budget ran out, with conversations possibly still behind.
+func (s *Service) checkpointPass(ctx context.Context) (written int, full bool, err error) {
+	cs, ok := s.st.(store.Compactor)
+	if !ok {
+		return 0, false, nil
+	}
+	s.mu.Lock()
+	convs := make([]*conversation, 0, len(s.convs))
+	for _, cv := range s.convs {
+		convs = append(convs, cv)
+	}
+	s.mu.Unlock()
+	budget := uint64(s.opts.CheckpointPassRows)
+	var batch []store.Bytes
+	batchBytes := 0
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		if err := cs.PutBytes(batch); err != nil {
+			return fmt.Errorf("participant: write checkpoints: %w", err)
+		}
+		// A checkpoint must be durable before anything relies on it (a
+		// compaction's trim of the rows it replaces).
+		if err := s.st.Flush(); err != nil {
+			return fmt.Errorf("participant: write checkpoints: %w", err)
+		}
+		written += len(batch)
+		batch, batchBytes = batch[:0], 0
+		return nil
+	}
+	for _, cv := range convs {
+		if budget == 0 || ctx.Err() != nil {
+			break
+		}
+		live := cv.loaded()
+		if live == nil {
+			continue
+		}
+		applied := live.Applied
+		base, err := loadCheckpoint(s.st, cv.id)
+		var ref *refusal
+		if errors.As(err, &ref) {
+			s.log.Error().Uint64("conversation", uint64(cv.id)).Str("class", ref.class).Str("reason", ref.reason).
+				Msg("checkpoint of a loaded conversation is unreadable; not replaced")
+			continue
+		}
+		if err != nil {
+			return written, budget == 0, err
+		}
+		var from uint64
+		if base != nil {
+			from = base.Index
+		}
+		if applied < from+uint64(s.opts.CheckpointRows) {
+			continue
+		}
+		to := min(applied, from+budget)
+		ck, err := deriveCheckpoint(ctx, s.st, cv.id, s.pages, base, to, s.now(), s.opts.Retain)
+		switch {
+		case errors.As(err, &ref):
+			s.log.Error().Uint64("conversation", uint64(cv.id)).Str("class", ref.class).Str("reason", ref.reason).
+				Msg("stored rows of a loaded conversation do not derive; no checkpoint written")
+			continue
+		case errors.Is(err, errNotDurable):
+			continue
+		case err != nil:
+			return written, budget == 0, err
+		}
+		budget -= to - from
+		enc, err := encodeCheckpoint(ck)
+		if err != nil {
+			return written, budget == 0, err
+		}
+		batch = append(batch, store.Bytes{Key: checkpointKey(cv.id), Value: enc})
+		if batchBytes += len(enc); batchBytes >= checkpointBatchBytes {
+			if err := flush(); err != nil {
+				return written, budget == 0, err
+			}
+		}
+	}
+	err = flush()
+	return written, budget == 0, err
+}
+
+// runCheckpoints is the background checkpointer: a CheckpointPass, then a
+// CompactPass, every CheckpointInterval until ctx ends. Owned by the Service; Close waits for
+// it.
+func (s *Service) runCheckpoints(ctx context.Context) {
+	t := time.NewTicker(s.opts.CheckpointInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		// Each pass is bounded; while one ends with its budget spent, the
+		// next follows at once, so the passes keep up with any write rate
+		// the machine can sustain instead of one budget per interval.
+		for behind := true; behind && ctx.Err() == nil; {
+			n, cfull, err := s.checkpointPass(ctx)
+			if err != nil {
+				if ctx.Err() == nil {
+					s.log.Warn().Err(err).Msg("checkpoint pass failed; retrying at the next interval")
+				}
+				break
+			}
+			if n > 0 {
+				s.log.Debug().Int("checkpoints", n).Msg("checkpoints written")
+			}
+			got, kfull, err := s.compactPass(ctx)
+			if err != nil {
+				if ctx.Err() == nil {
+					s.log.Warn().Err(err).Msg("compaction pass failed; retrying at the next interval")
+				}
+				break
+			}
+			if got.Conversations > 0 {
+				s.log.Debug().Int("conversations", got.Conversations).Uint64("oplog_rows", got.OplogRows).
+					Uint64("outbox_rows", got.OutboxRows).Int("receipts", got.Receipts).Msg("history compacted")
+			}
+			behind = cfull || kfull
+		}
+	}
+}

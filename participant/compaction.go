@@ -1,0 +1,212 @@
+package participant
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/participantd/participantd/oplog"
+	"github.com/participantd/participantd/outbox"
+	"github.com/participantd/participantd/store"
+)
+
+// Compacted is what a CompactPass removed.
+type Compacted struct {
+	// Conversations is how many conversations lost rows.
+	Conversations int
+	// OplogRows and OutboxRows count the rows trimmed.
+	OplogRows, OutboxRows uint64
+	// Receipts counts the receipts written for trimmed token rows.
+	Receipts int
+}
+
+// receiptBatchBytes bounds the receipts one PutBytes writes.
+const receiptBatchBytes = 4 << 20
+
+// CompactPass removes, for every conversation with a checkpoint, the rows
+// that nothing can need any more (DESIGN.md, Data lifecycle): oplog and
+// outbox rows below the newest compaction mark at least Options.Retain
+// old, and never the last row a checkpoint covers. It reads at most
+// Options.CheckpointPassRows oplog rows in all. For each conversation it
+// writes the receipts of the token-bearing rows about to go and flushes,
+// then takes the conversation's turn for the trims and one flush, as long
+// as a commit holds it: a reconciliation or a token lookup (which run
+// under the turn) never sees rows go from under it. Removed rows are gone
+// when it returns. A conversation whose checkpoint does not decode is
+// skipped (its next load refuses it); a failing store is returned.
+func (s *Service) CompactPass(ctx context.Context) (Compacted, error) {
+	out, _, err := s.compactPass(ctx)
+	return out, err
+}
+
+// compactPass is CompactPass; full reports that it stopped because its row
+// budget ran out, with rows possibly still to remove.
+func (s *Service) compactPass(ctx context.Context) (out Compacted, full bool, err error) {
+	cs, ok := s.st.(store.Compactor)
+	if !ok {
+		return out, false, nil
+	}
+	s.mu.Lock()
+	convs := make([]*conversation, 0, len(s.convs))
+	for _, cv := range s.convs {
+		convs = append(convs, cv)
+	}
+	s.mu.Unlock()
+	cutoff := s.now().Add(-s.opts.Retain).UnixMilli()
+	budget := uint64(s.opts.CheckpointPassRows)
+	for _, cv := range convs {
+		if budget == 0 || ctx.Err() != nil {
+			break
+		}
+		if cv.contained() {
+			continue
+		}
+		ck, err := loadCheckpoint(s.st, cv.id)
+		var ref *refusal
+		if errors.As(err, &ref) || ck == nil {
+			continue
+		}
+		if err != nil {
+			return out, budget == 0, err
+		}
+		m, ok := floorMark(ck.Marks, cutoff)
+		if !ok {
+			continue
+		}
+		// The last row of each stream a checkpoint covers stays: its
+		// digest is how a start knows the checkpoint belongs there.
+		opFloor := min(m.Oplog, ck.Index-1)
+		var obFloor uint64
+		if ck.Produced > 0 {
+			obFloor = min(m.Outbox, ck.Produced-1)
+		}
+		opFirst, err := streamFirst(s.st, oplog.Stream(cv.id))
+		if err != nil {
+			return out, budget == 0, err
+		}
+		obFirst, err := streamFirst(s.st, outbox.Stream(cv.id))
+		if err != nil {
+			return out, budget == 0, err
+		}
+		opFloor = min(opFloor, opFirst+budget)
+		if opFloor <= opFirst && obFloor <= obFirst {
+			continue
+		}
+		n, err := s.writeReceipts(ctx, cs, cv.id, opFirst, opFloor)
+		if err != nil {
+			return out, budget == 0, err
+		}
+		out.Receipts += n
+		// The receipts (and the checkpoint they rely on) must be durable
+		// before the rows they stand in for are trimmed.
+		if err := s.st.Flush(); err != nil {
+			return out, budget == 0, fmt.Errorf("participant: write receipts of %v: %w", cv.id, err)
+		}
+		if err := cv.acquire(ctx); err != nil {
+			return out, budget == 0, err
+		}
+		err = s.trimLocked(cs, cv.id, opFirst, opFloor, obFirst, obFloor)
+		s.release(cv)
+		if err != nil {
+			return out, budget == 0, err
+		}
+		out.Conversations++
+		if opFloor > opFirst {
+			out.OplogRows += opFloor - opFirst
+			budget -= opFloor - opFirst
+		}
+		if obFloor > obFirst {
+			out.OutboxRows += obFloor - obFirst
+		}
+	}
+	return out, budget == 0, nil
+}
+
+// floorMark returns the newest mark at or before cutoff (unix ms).
+func floorMark(marks []mark, cutoff int64) (mark, bool) {
+	var m mark
+	ok := false
+	for _, x := range marks {
+		if x.At > cutoff {
+			break
+		}
+		m, ok = x, true
+	}
+	return m, ok
+}
+
+// writeReceipts writes a receipt for every token-bearing row of c's oplog
+// in [from, to), in byte-bounded pages and batches, without flushing.
+func (s *Service) writeReceipts(ctx context.Context, cs store.Compactor, c ConversationID, from, to uint64) (int, error) {
+	if from >= to {
+		return 0, nil
+	}
+	held, err := s.pages.budget.acquire(ctx, int64(s.pages.bytes))
+	if err != nil {
+		return 0, fmt.Errorf("participant: waiting to read %v: %w", c, err)
+	}
+	defer s.pages.budget.release(held)
+	ops, err := newPageReader(s.st, oplog.Stream(c), s.pages.bytes, from)
+	if err != nil {
+		return 0, err
+	}
+	ops.end = min(ops.end, to)
+	var batch []store.Bytes
+	size, written := 0, 0
+	put := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		if err := cs.PutBytes(batch); err != nil {
+			return fmt.Errorf("participant: write receipts of %v: %w", c, err)
+		}
+		written += len(batch)
+		batch, size = batch[:0], 0
+		return nil
+	}
+	for i := from; ops.more(); i++ {
+		b, err := ops.entry()
+		if err != nil {
+			return written, err
+		}
+		row, err := oplog.Decode(b)
+		if err != nil {
+			// Covered by a checkpoint, so it derived once: a row that no
+			// longer decodes is damage, and stays for verify to report.
+			return written, fmt.Errorf("participant: compacting %v: oplog row %d: %w", c, i, err)
+		}
+		if !row.Kind.HasToken() {
+			continue
+		}
+		enc, err := encodeReceipt(&row)
+		if err != nil {
+			return written, err
+		}
+		batch = append(batch, store.Bytes{Key: receiptKey(c, i), Value: enc})
+		if size += len(enc); size >= receiptBatchBytes {
+			if err := put(); err != nil {
+				return written, err
+			}
+		}
+	}
+	return written, put()
+}
+
+// trimLocked trims c's streams to their floors and flushes. The caller
+// holds c's turn.
+func (s *Service) trimLocked(cs store.Compactor, c ConversationID, opFirst, opFloor, obFirst, obFloor uint64) error {
+	if opFloor > opFirst {
+		if err := cs.Trim(oplog.Stream(c), opFloor); err != nil {
+			return fmt.Errorf("participant: compact %v: %w", c, err)
+		}
+	}
+	if obFloor > obFirst {
+		if err := cs.Trim(outbox.Stream(c), obFloor); err != nil {
+			return fmt.Errorf("participant: compact %v: %w", c, err)
+		}
+	}
+	if err := s.st.Flush(); err != nil {
+		return fmt.Errorf("participant: compact %v: %w", c, err)
+	}
+	return nil
+}

@@ -1,0 +1,159 @@
+package participant
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/participantd/participantd/oplog"
+	"github.com/participantd/participantd/outbox"
+	"github.com/participantd/participantd/store"
+)
+
+// clock is a settable test clock.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+func firstOf(t *testing.T, mem *store.Memory, stream string) uint64 {
+	t.Helper()
+	first, err := mem.First(stream)
+	must(t, err)
+	return first
+}
+
+// TestCompaction_RemovesSettledHistoryOnlyAfterRetain builds acknowledged
+// history, checkpoints it, and compacts before and after the retention:
+// nothing goes before it, the settled prefix goes after it, unacknowledged
+// records stay deliverable, and every committed token still replays its
+// original answer (a tell with another payload is still token_conflict),
+// before and after a restart.
+func TestCompaction_RemovesSettledHistoryOnlyAfterRetain(t *testing.T) {
+	ctx := context.Background()
+	clk := &clock{now: time.UnixMilli(1_700_000_000_000)}
+	mem := store.NewMemory()
+	opts := Options{NodeKey: testKey, CheckpointRows: 1, Retain: time.Minute, Now: clk.Now}
+	svc, err := Open(ctx, mem, opts)
+	must(t, err)
+	h := buildHistory(t, svc, 1, 100, 4)
+	total := oplogLen(t, mem, 1)
+	if n, err := svc.CheckpointPass(ctx); err != nil || n != 1 {
+		t.Fatalf("CheckpointPass() = %d, %v, want 1, nil", n, err)
+	}
+	clk.advance(30 * time.Second)
+	got, err := svc.CompactPass(ctx)
+	must(t, err)
+	if got.Conversations != 0 || firstOf(t, mem, oplog.Stream(1)) != 0 {
+		t.Fatalf("CompactPass() before the retention = %+v, want nothing removed", got)
+	}
+	clk.advance(time.Minute)
+	got, err = svc.CompactPass(ctx)
+	must(t, err)
+	opFirst, obFirst := firstOf(t, mem, oplog.Stream(1)), firstOf(t, mem, outbox.Stream(1))
+	// The four unacknowledged tells are the last rows but a few: everything
+	// before the first of them goes.
+	if opFirst < total-10 || obFirst == 0 || got.OplogRows != opFirst || got.Receipts == 0 {
+		t.Fatalf("CompactPass() after the retention = %+v, oplog first %d of %d, outbox first %d", got, opFirst, total, obFirst)
+	}
+	checkReplays := func(svc *Service) {
+		t.Helper()
+		c := svc.Connect(nil)
+		for i := range 100 {
+			req := Tell{Conversation: 1, Participant: h.sender.Participant, Generation: 1,
+				Token: benchToken(1, uint64(i)), Payload: []byte(fmt.Sprintf("tell %d of %v", i, ConversationID(1)))}
+			told, err := c.Tell(ctx, req)
+			if err != nil || told.Replay != ReplayCommitted || told.Seq != Seq(3+i) {
+				t.Fatalf("retry of tell %d after compaction = %+v, %v, want seq %d replayed", i, told, err, 3+i)
+			}
+			req.Payload = []byte("something else")
+			_, err = c.Tell(ctx, req)
+			var pe *Error
+			if !errors.As(err, &pe) || pe.Code != CodeTokenConflict {
+				t.Fatalf("retry of tell %d with another payload = %v, want token_conflict", i, err)
+			}
+		}
+		b, err := c.Enroll(ctx, Enroll{Conversation: 1, Token: token(1)})
+		if err != nil || b.Participant != h.sender.Participant || b.Secret != h.sender.Secret || b.Replay == ReplayNone {
+			t.Fatalf("retry of the first enroll after compaction = %+v, %v, want its original answer", b, err)
+		}
+	}
+	checkReplays(svc)
+	must(t, svc.Close())
+
+	// A restart reconciles from the checkpoint and still offers the reader
+	// what it did not acknowledge.
+	svc, err = Open(ctx, mem, opts)
+	must(t, err)
+	defer svc.Close()
+	if unl := svc.Unloadable(); len(unl) != 0 {
+		t.Fatalf("Unloadable() after compaction = %+v", unl)
+	}
+	checkReplays(svc)
+	cr := svc.Connect(nil)
+	_, err = cr.Attach(ctx, Attach{Conversation: 1, Participant: h.reader.Participant, Generation: 1, Secret: h.reader.Secret, Token: token(0x70)})
+	must(t, err)
+	var pending []string
+	for _, d := range drainNext(cr, 1) {
+		if d.Kind == outbox.KindRecord {
+			pending = append(pending, string(d.Payload))
+		}
+	}
+	if diff := cmp.Diff(h.pending, pending); diff != "" {
+		t.Fatalf("records offered after compaction and a restart (-want +got):\n%s", diff)
+	}
+	reports, err := Inspect(mem)
+	must(t, err)
+	if len(reports) != 1 || reports[0].Refused != nil {
+		t.Fatalf("Inspect after compaction = %+v, want conversation 1 served", reports)
+	}
+}
+
+// TestCompaction_AMemberThatNeverAcksPinsItsRecords keeps one member from
+// acknowledging: its first unacknowledged record and everything after
+// stay, however old.
+func TestCompaction_AMemberThatNeverAcksPinsItsRecords(t *testing.T) {
+	ctx := context.Background()
+	clk := &clock{now: time.UnixMilli(1_700_000_000_000)}
+	mem := store.NewMemory()
+	svc, err := Open(ctx, mem, Options{NodeKey: testKey, CheckpointRows: 1, Retain: time.Minute, Now: clk.Now})
+	must(t, err)
+	defer svc.Close()
+	h := buildHistory(t, svc, 1, 30, 0)
+	// A third member enrolls and never acknowledges anything after it.
+	c := svc.Connect(nil)
+	mustEnroll(t, c, 1, 3)
+	pinned := oplogLen(t, mem, 1)
+	cs := svc.Connect(nil)
+	sender, err := cs.Attach(ctx, Attach{Conversation: 1, Participant: h.sender.Participant, Generation: 1, Secret: h.sender.Secret, Token: token(0x71)})
+	must(t, err)
+	for i := range 5 {
+		_, err := cs.Tell(ctx, Tell{Conversation: 1, Participant: sender.Participant, Generation: sender.Generation, Token: benchToken(7, uint64(i)), Payload: []byte("x")})
+		must(t, err)
+	}
+	_, err = svc.CheckpointPass(ctx)
+	must(t, err)
+	clk.advance(24 * time.Hour)
+	_, err = svc.CompactPass(ctx)
+	must(t, err)
+	if first := firstOf(t, mem, oplog.Stream(1)); first == 0 || first > pinned {
+		t.Fatalf("oplog first row after compaction = %d, want in (0, %d]: the unacknowledged records pin the rest", first, pinned)
+	}
+}
