@@ -212,7 +212,7 @@ func (ck *checkpoint) state() *outbox.State {
 	}
 	st.Records = make([]outbox.Retained, len(ck.Records))
 	for i, r := range ck.Records {
-		st.Records[i] = outbox.Retained{Record: r.Record}
+		st.Records[i] = outbox.Retained{Record: r.Record, Source: r.Oplog}
 	}
 	return st
 }
@@ -325,6 +325,7 @@ func (ck *checkpoint) loadPayloads(st store.DurableStore, c ConversationID, stat
 			return &refusal{ClassCheckpointMismatch, fmt.Sprintf("oplog row %d is not the tell of record %v", r.Oplog, r.Record.Seq)}
 		}
 		state.Records[i].Payload = row.Payload
+		state.PayloadBytes += int64(len(row.Payload))
 	}
 	return nil
 }

@@ -74,7 +74,7 @@ func buildHistory(t *testing.T, svc *Service, conv ConversationID, tells, unacke
 }
 
 var stateOpts = cmp.Options{
-	cmpopts.IgnoreUnexported(outbox.Record{}, oplog.ConnID{}),
+	cmpopts.IgnoreUnexported(outbox.State{}, outbox.Record{}, outbox.Retained{}, oplog.ConnID{}),
 	cmpopts.EquateEmpty(),
 }
 
