@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -102,7 +104,17 @@ func cmdServer(ts *testscript.TestScript, neg bool, args []string) {
 	}
 	sc := ts.Value(scriptServerKey{}).(*scriptServer)
 	sc.stop()
-	ts.Check(sc.start(auth))
+	// The freed port may be taken for a moment by the local end of another
+	// test's connection (scripts run in parallel): retry the bind a while.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := sc.start(auth)
+		if err == nil || !errors.Is(err, syscall.EADDRINUSE) || time.Now().After(deadline) {
+			ts.Check(err)
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 func cmdWaitGen(ts *testscript.TestScript, neg bool, args []string) {
