@@ -76,6 +76,8 @@ type Config struct {
 	MaxConversationsPerConn int
 	// Logger receives the server's logs; the zero value logs nothing.
 	Logger zerolog.Logger
+	// Cluster turns cluster mode on; the zero value is single-node mode.
+	Cluster ClusterConfig
 }
 
 // withDefaults returns c with the defaults applied, or an error naming the

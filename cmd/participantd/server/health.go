@@ -14,7 +14,8 @@ import (
 // Health endpoints.
 //
 //	GET /health                    200 while the process serves HTTP
-//	GET /ready                     200 once reconciled and accepting; 503 before, and while draining
+//	GET /ready                     200 once reconciled and accepting; 503 before, and while draining;
+//	                               in cluster mode also 503 while etcd does not answer or the lease is not held
 //	GET /metrics                   Prometheus text format
 //	GET /unloadable-conversations  {"count": n, "conversations": [{"conversation_id", "class", "reason"}]};
 //	                               503 before the service is open
@@ -24,7 +25,7 @@ func (s *Server) healthHandler() http.Handler {
 		w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("GET /ready", func(w http.ResponseWriter, r *http.Request) {
-		if !s.ready.Load() {
+		if !s.ready.Load() || !s.clusterReady(r.Context()) {
 			http.Error(w, "not ready", http.StatusServiceUnavailable)
 			return
 		}

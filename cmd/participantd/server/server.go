@@ -37,9 +37,10 @@ type Server struct {
 	readyCh chan struct{}
 	// ready is what /ready reports: serving and not draining.
 	ready atomic.Bool
-	// svc and st are set once Run opened them.
+	// svc and st are set once Run opened them; cl in cluster mode only.
 	svc atomic.Pointer[participant.Service]
-	st  atomic.Pointer[store.Bolt]
+	st  atomic.Pointer[backendRef]
+	cl  atomic.Pointer[clusterState]
 
 	// opCtx is the context of every operation and binding ending; it is
 	// cancelled only when the drain times out.
@@ -62,6 +63,9 @@ type Server struct {
 func New(cfg Config) (*Server, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
+		return nil, err
+	}
+	if err := cfg.Cluster.validate(); err != nil {
 		return nil, err
 	}
 	var tlsConf *tls.Config
@@ -134,7 +138,7 @@ func (s *Server) Run(ctx context.Context) error {
 		s.ln.Close()
 		return err
 	}
-	s.st.Store(st)
+	s.st.Store(&backendRef{st})
 	s.svc.Store(svc)
 	s.ready.Store(true)
 	close(s.readyCh)
@@ -163,7 +167,10 @@ func (s *Server) Run(ctx context.Context) error {
 
 // open creates the data directory and opens the node key, the store and
 // the service, which reconciles every conversation before returning.
-func (s *Server) open(ctx context.Context) (*store.Bolt, *participant.Service, error) {
+func (s *Server) open(ctx context.Context) (backend, *participant.Service, error) {
+	if s.cfg.Cluster.enabled() {
+		return s.openCluster(ctx)
+	}
 	if err := os.MkdirAll(s.cfg.DataDir, 0o700); err != nil {
 		return nil, nil, fmt.Errorf("server: data directory: %w", err)
 	}
@@ -175,7 +182,7 @@ func (s *Server) open(ctx context.Context) (*store.Bolt, *participant.Service, e
 	if err != nil {
 		return nil, nil, fmt.Errorf("server: store: %w", err)
 	}
-	s.st.Store(st)
+	s.st.Store(&backendRef{st})
 	svc, err := participant.Open(ctx, st, participant.Options{
 		NodeKey:                 key,
 		ReceiptTTL:              s.cfg.ReceiptTTL,
