@@ -274,6 +274,10 @@ func (c *Client) reattachAll(s *session) error {
 				return fmt.Errorf("client: re-attach: %w", errLost)
 			case errors.Is(err, ErrParticipantLost):
 				c.log.Error().Err(err).Msg("participant lost")
+			case errors.Is(err, ErrMoved):
+				// Its conversation is served by another node now: this
+				// connection no longer holds it (Cluster attaches it there).
+				c.forget(m.cred)
 			case err != nil:
 				// Not committed (unavailable, shutting_down, ...): retry
 				// on a new connection rather than serve without it.

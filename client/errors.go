@@ -28,6 +28,7 @@ const (
 	CodeInDoubt            = wire.CodeInDoubt
 	CodeUnavailable        = wire.CodeUnavailable
 	CodeShuttingDown       = wire.CodeShuttingDown
+	CodeMoved              = wire.CodeMoved
 )
 
 // Error is an error answer of the server, or an outcome the client could not
@@ -46,6 +47,9 @@ type Error struct {
 	Limit       *uint64
 	Participant *uint64
 	Reason      string
+	// Owner is, for moved, the owner node's address; empty when no node
+	// owns the conversation at the moment. Cluster follows it.
+	Owner string
 
 	// Token is the operation's token when the outcome is unknown: retrying
 	// with it (WithToken) learns the outcome without applying it twice.
@@ -94,6 +98,7 @@ var (
 	ErrInDoubt            = &Error{Code: CodeInDoubt}
 	ErrUnavailable        = &Error{Code: CodeUnavailable}
 	ErrShuttingDown       = &Error{Code: CodeShuttingDown}
+	ErrMoved              = &Error{Code: CodeMoved}
 )
 
 // Client-side errors.
@@ -155,6 +160,9 @@ func fromWire(m *wire.Error) *Error {
 	}
 	if m.Reason != nil {
 		e.Reason = *m.Reason
+	}
+	if m.Owner != nil {
+		e.Owner = *m.Owner
 	}
 	return e
 }

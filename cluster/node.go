@@ -450,6 +450,10 @@ func (n *Node) Stats() Stats {
 // over at once. The daemon calls it on drain, after ending bindings.
 func (n *Node) Release(ctx context.Context) error {
 	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return ErrClosed
+	}
 	owned := n.claimsByConv
 	n.claimsByConv = make(map[participant.ConversationID]int64)
 	n.owned.Store(0)

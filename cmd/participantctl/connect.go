@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -33,7 +34,7 @@ func addConnFlags(fs *flag.FlagSet, e *env) *connFlags {
 	if addr == "" {
 		addr = defaultAddr
 	}
-	fs.StringVar(&f.addr, "addr", addr, "server address (env PARTICIPANTCTL_ADDR)")
+	fs.StringVar(&f.addr, "addr", addr, "server address, or comma-separated addresses of cluster nodes; moved answers are followed (env PARTICIPANTCTL_ADDR)")
 	fs.StringVar(&f.authToken, "auth-token", "", "the server's shared auth token")
 	fs.StringVar(&f.tlsCA, "tls-ca", "", "connect with TLS, trusting the CA certificates in this PEM file")
 	fs.BoolVar(&f.tlsInsecure, "tls-insecure", false, "connect with TLS without verifying the server's certificate")
@@ -64,7 +65,7 @@ func (f *connFlags) tlsConfig() (*tls.Config, error) {
 // session is one connection of an online subcommand, saving every new
 // credential of its participant to the credential file.
 type session struct {
-	*client.Client
+	*client.Cluster
 	creds string
 
 	// mu guards saveErr.
@@ -81,7 +82,13 @@ func (f *connFlags) dial(ctx context.Context, e *env, discard bool) (*session, e
 		return nil, err
 	}
 	s := &session{creds: f.creds}
-	c, err := client.Dial(ctx, f.addr, client.Options{
+	var seeds []string
+	for _, a := range strings.Split(f.addr, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			seeds = append(seeds, a)
+		}
+	}
+	c, err := client.DialCluster(ctx, seeds, client.ClusterOptions{Options: client.Options{
 		AuthToken:         f.authToken,
 		TLS:               tc,
 		ClientName:        "participantctl",
@@ -94,11 +101,11 @@ func (f *connFlags) dial(ctx context.Context, e *env, discard bool) (*session, e
 				s.mu.Unlock()
 			}
 		},
-	})
+	}})
 	if err != nil {
 		return nil, err
 	}
-	s.Client = c
+	s.Cluster = c
 	return s, nil
 }
 

@@ -82,21 +82,45 @@ type backendRef struct{ backend }
 // drain ended every binding: first the ownerships are released so that
 // other nodes take over at once.
 type clusterBackend struct {
-	node *cluster.Node
-	cli  *clientv3.Client
+	node      *cluster.Node
+	cli       *clientv3.Client
+	abandoned atomic.Bool
 }
 
 func (b *clusterBackend) Stats() store.Stats { return b.node.Store().Stats() }
 
 func (b *clusterBackend) Close() error {
+	defer b.cli.Close()
+	if b.abandoned.Load() {
+		return nil
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	err := b.node.Release(ctx)
 	if cerr := b.node.Close(); err == nil {
 		err = cerr
 	}
-	b.cli.Close()
 	return err
+}
+
+// Abandon stops the server as a crash would, for failover tests: in
+// cluster mode the node stops keeping its lease alive and can commit
+// nothing more (its ownerships stay in etcd until the lease expires), and
+// every connection is cut. The caller then cancels Run's context: its drain
+// closes the listeners and commits nothing. In single-node mode it only
+// cuts the connections.
+func (s *Server) Abandon() {
+	if ref := s.st.Load(); ref != nil {
+		if b, ok := ref.backend.(*clusterBackend); ok {
+			b.abandoned.Store(true)
+			b.node.Abandon()
+		}
+	}
+	s.mu.Lock()
+	for c := range s.conns {
+		c.nc.Close()
+	}
+	s.mu.Unlock()
 }
 
 // clusterState is what the health and wire code read of cluster mode.
