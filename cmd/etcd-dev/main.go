@@ -4,6 +4,9 @@
 // URLs printed on stdout as one comma-separated line (what
 // participantd --etcd-endpoints takes). It runs until SIGINT or SIGTERM.
 //
+// `etcd-dev put-bench --endpoints URLS` is the plain etcd put benchmark that
+// BENCHMARKS.md compares cluster mode with.
+//
 // It is a development tool: a real deployment runs etcd members on
 // separate machines.
 package main
@@ -20,6 +23,9 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "put-bench" {
+		os.Exit(putBench(os.Args[2:]))
+	}
 	members := flag.Int("members", 3, "number of etcd members")
 	data := flag.String("data", "etcd-dev-data", "directory of the members' data (one subdirectory each)")
 	logLevel := flag.String("log-level", "", "etcd log level (debug, info, warn, error; empty: none)")
