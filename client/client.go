@@ -293,6 +293,10 @@ func (c *Client) reattachAll(s *session) error {
 			case errors.Is(err, ErrParticipantLost):
 				c.log.Error().Err(err).Msg("participant lost")
 				c.lostCallback(m, err)
+			case errors.Is(err, ErrMoved):
+				// Its conversation is served by another node now: this
+				// connection no longer holds it (Cluster attaches it there).
+				c.forget(m.cred)
 			case err != nil:
 				// Not committed (unavailable, shutting_down, ...): retry
 				// on a new connection rather than serve without it.

@@ -30,6 +30,7 @@ const (
 	CodeShuttingDown       = wire.CodeShuttingDown
 	CodeInviteRequired     = wire.CodeInviteRequired
 	CodeInviteInvalid      = wire.CodeInviteInvalid
+	CodeMoved              = wire.CodeMoved
 )
 
 // Error is an error answer of the server, or an outcome the client could not
@@ -48,6 +49,9 @@ type Error struct {
 	Limit       *uint64
 	Participant *uint64
 	Reason      string
+	// Owner is, for moved, the owner node's address; empty when no node
+	// owns the conversation at the moment. Cluster follows it.
+	Owner string
 
 	// Token is the operation's token when the outcome is unknown: retrying
 	// with it (WithToken) learns the outcome without applying it twice.
@@ -98,6 +102,7 @@ var (
 	ErrShuttingDown       = &Error{Code: CodeShuttingDown}
 	ErrInviteRequired     = &Error{Code: CodeInviteRequired}
 	ErrInviteInvalid      = &Error{Code: CodeInviteInvalid}
+	ErrMoved              = &Error{Code: CodeMoved}
 )
 
 // Client-side errors.
@@ -164,6 +169,9 @@ func fromWire(m *wire.Error) *Error {
 	}
 	if m.Reason != nil {
 		e.Reason = *m.Reason
+	}
+	if m.Owner != nil {
+		e.Owner = *m.Owner
 	}
 	return e
 }

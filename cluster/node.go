@@ -122,6 +122,10 @@ type Node struct {
 	// the send time of the last successful keep-alive.
 	lease    clientv3.LeaseID
 	deadline time.Time
+	// stale are the leases this node lost: keys still held under one of
+	// them (their revoke failed while etcd had no quorum) are this node's
+	// own leftovers, deleted rather than waited out.
+	stale map[clientv3.LeaseID]bool
 	// claimsByConv maps each owned conversation to the create revision of
 	// its ownership key: the fence of its commits.
 	claimsByConv map[participant.ConversationID]int64
@@ -251,6 +255,13 @@ func (n *Node) acquireLease(ctx context.Context) error {
 		}
 		kvs := resp.Responses[0].GetResponseRange().Kvs
 		if len(kvs) == 0 {
+			continue
+		}
+		if n.isStale(kvs[0].Lease) {
+			if err := n.deleteIfUnchanged(ctx, key, kvs[0].ModRevision); err != nil {
+				n.revokeID(g.ID)
+				return fmt.Errorf("cluster: register node: %w", err)
+			}
 			continue
 		}
 		// Wait for the holder's key to go (its lease expiring), then try again.
@@ -395,6 +406,10 @@ func (n *Node) loseLease(lease clientv3.LeaseID, cause error) {
 		return
 	}
 	n.lease = 0
+	if n.stale == nil {
+		n.stale = make(map[clientv3.LeaseID]bool)
+	}
+	n.stale[lease] = true
 	owned := n.claimsByConv
 	n.claimsByConv = make(map[participant.ConversationID]int64)
 	n.owned.Store(0)
@@ -413,6 +428,21 @@ func (n *Node) loseLease(lease clientv3.LeaseID, cause error) {
 }
 
 func (n *Node) revoke() { n.revokeID(n.currentLease()) }
+
+// isStale reports whether lease is one this node lost.
+func (n *Node) isStale(lease int64) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.stale[clientv3.LeaseID(lease)]
+}
+
+// deleteIfUnchanged deletes key if it was not modified since rev.
+func (n *Node) deleteIfUnchanged(ctx context.Context, key string, rev int64) error {
+	cctx, cancel := n.ctx(ctx)
+	defer cancel()
+	_, err := n.cli.Txn(cctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).Then(clientv3.OpDelete(key)).Commit()
+	return err
+}
 
 func (n *Node) revokeID(id clientv3.LeaseID) {
 	if id == 0 {
@@ -450,6 +480,10 @@ func (n *Node) Stats() Stats {
 // over at once. The daemon calls it on drain, after ending bindings.
 func (n *Node) Release(ctx context.Context) error {
 	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return ErrClosed
+	}
 	owned := n.claimsByConv
 	n.claimsByConv = make(map[participant.ConversationID]int64)
 	n.owned.Store(0)

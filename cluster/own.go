@@ -37,21 +37,32 @@ func (n *Node) Acquire(ctx context.Context, c participant.ConversationID) (bool,
 	n.mu.Unlock()
 
 	key := n.ownKey(c)
-	cctx, cancel := n.ctx(ctx)
-	resp, err := n.cli.Txn(cctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(clientv3.OpPut(key, n.rec, clientv3.WithLease(lease))).Else(clientv3.OpGet(key)).Commit()
-	cancel()
-	if err != nil {
-		// The claim may have been made; a retry finds it under this lease.
-		return false, fmt.Errorf("cluster: claim %v: %w", c, err)
-	}
 	var rev int64
-	if resp.Succeeded {
-		rev = resp.Header.Revision
-	} else {
+	for attempt := 0; ; attempt++ {
+		cctx, cancel := n.ctx(ctx)
+		resp, err := n.cli.Txn(cctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+			Then(clientv3.OpPut(key, n.rec, clientv3.WithLease(lease))).Else(clientv3.OpGet(key)).Commit()
+		cancel()
+		if err != nil {
+			// The claim may have been made; a retry finds it under this lease.
+			return false, fmt.Errorf("cluster: claim %v: %w", c, err)
+		}
+		if resp.Succeeded {
+			rev = resp.Header.Revision
+			break
+		}
 		kvs := resp.Responses[0].GetResponseRange().Kvs
 		if len(kvs) != 1 {
 			return false, fmt.Errorf("cluster: claim %v: owner vanished while claiming; retry", c)
+		}
+		if attempt == 0 && n.isStale(kvs[0].Lease) {
+			// This node's own claim under a lease it lost: nothing can
+			// commit under it any more (the store dropped the scope), so
+			// it goes now rather than when etcd expires that lease.
+			if err := n.deleteIfUnchanged(ctx, key, kvs[0].ModRevision); err != nil {
+				return false, fmt.Errorf("cluster: claim %v: %w", c, err)
+			}
+			continue
 		}
 		if clientv3.LeaseID(kvs[0].Lease) != lease {
 			var r record
@@ -63,6 +74,7 @@ func (n *Node) Acquire(ctx context.Context, c participant.ConversationID) (bool,
 		}
 		// An earlier claim of ours whose answer was lost.
 		rev = kvs[0].CreateRevision
+		break
 	}
 	n.mu.Lock()
 	if n.lease != lease {

@@ -36,7 +36,7 @@ func addConnFlags(fs *flag.FlagSet, e *env) *connFlags {
 	if addr == "" {
 		addr = defaultAddr
 	}
-	fs.StringVar(&f.addr, "addr", addr, "server address (env PARTICIPANTCTL_ADDR)")
+	fs.StringVar(&f.addr, "addr", addr, "server address, or comma-separated addresses of cluster nodes; moved answers are followed (env PARTICIPANTCTL_ADDR)")
 	f.envAuthToken = e.getenv("PARTICIPANTCTL_AUTH_TOKEN")
 	fs.StringVar(&f.authToken, "auth-token", "", "the server's shared auth token; visible to other users in ps, prefer env PARTICIPANTCTL_AUTH_TOKEN or --auth-token-file")
 	fs.StringVar(&f.authTokenFile, "auth-token-file", "", "read the server's shared auth token from this file (its first line)")
@@ -91,7 +91,7 @@ func (f *connFlags) tlsConfig() (*tls.Config, error) {
 // session is one connection of an online subcommand, saving every new
 // credential of its participant to the credential file.
 type session struct {
-	*client.Client
+	*client.Cluster
 	creds string
 
 	// mu guards saveErr.
@@ -113,6 +113,12 @@ func (f *connFlags) dial(ctx context.Context, e *env, discard bool, mods ...func
 		return nil, err
 	}
 	s := &session{creds: f.creds}
+	var seeds []string
+	for _, a := range strings.Split(f.addr, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			seeds = append(seeds, a)
+		}
+	}
 	opts := client.Options{
 		AuthToken:         tok,
 		TLS:               tc,
@@ -133,11 +139,11 @@ func (f *connFlags) dial(ctx context.Context, e *env, discard bool, mods ...func
 	for _, mod := range mods {
 		mod(&opts)
 	}
-	c, err := client.Dial(ctx, f.addr, opts)
+	c, err := client.DialCluster(ctx, seeds, client.ClusterOptions{Options: opts})
 	if err != nil {
 		return nil, err
 	}
-	s.Client = c
+	s.Cluster = c
 	return s, nil
 }
 

@@ -158,6 +158,41 @@ var settings = []setting{
 		intSetting(func(o *options) *int { return &o.server.CheckpointRows })},
 	{"retain", "168h", "keep settled history (records every recipient acknowledged) this long after the last acknowledgement, then compact it; token replays survive compaction",
 		durationSetting(func(o *options) *time.Duration { return &o.server.Retain })},
+	// Cluster mode (DESIGN.md "Cluster mode"): set etcd-endpoints to turn it on.
+	{"etcd-endpoints", "", "comma-separated etcd client URLs: cluster mode, data in etcd (empty: single node on bbolt)",
+		func(o *options, v string) error {
+			o.server.Cluster.Endpoints = nil
+			for _, e := range strings.Split(v, ",") {
+				if e = strings.TrimSpace(e); e != "" {
+					o.server.Cluster.Endpoints = append(o.server.Cluster.Endpoints, e)
+				}
+			}
+			return nil
+		}},
+	{"etcd-prefix", "/participantd/", "etcd key prefix of the data set (cluster mode)",
+		func(o *options, v string) error { o.server.Cluster.Prefix = v; return nonEmpty(v) }},
+	{"node-id", "", "this node's id in the cluster (default: derived once, kept in the data directory as " + server.NodeIDFile + ")",
+		func(o *options, v string) error {
+			if strings.ContainsAny(v, "/ \t") {
+				return errors.New("no '/' or spaces")
+			}
+			o.server.Cluster.NodeID = v
+			return nil
+		}},
+	{"advertise", "", "wire address clients are sent to (moved) for this node's conversations (default: the listen address)",
+		func(o *options, v string) error { o.server.Cluster.Advertise = v; return nil }},
+	{"lease-ttl", "5s", "ownership lease; a dead node's conversations move after about this long",
+		durationSetting(func(o *options) *time.Duration { return &o.server.Cluster.LeaseTTL })},
+	{"etcd-ca", "", "PEM CA file verifying the etcd servers (TLS to etcd)",
+		func(o *options, v string) error { o.server.Cluster.CA = v; return nil }},
+	{"etcd-cert", "", "PEM client certificate for etcd (with etcd-key)",
+		func(o *options, v string) error { o.server.Cluster.Cert = v; return nil }},
+	{"etcd-key", "", "PEM private key of etcd-cert",
+		func(o *options, v string) error { o.server.Cluster.Key = v; return nil }},
+	{"etcd-username", "", "etcd user (with etcd-password)",
+		func(o *options, v string) error { o.server.Cluster.Username = v; return nil }},
+	{"etcd-password", "", "etcd password",
+		func(o *options, v string) error { o.server.Cluster.Password = v; return nil }},
 	{"log-level", "info", "debug (adds one line per request), info, warn or error",
 		func(o *options, v string) error {
 			l, err := zerolog.ParseLevel(v)

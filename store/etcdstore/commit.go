@@ -3,6 +3,7 @@ package etcdstore
 import (
 	"bytes"
 	"fmt"
+	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -123,10 +124,10 @@ func (s *Store) takeLocked() []*scopeWork {
 // the streams' committed lengths, written values their committed values,
 // and a failed scope keeps its error.
 func (s *Store) applyLocked(work []*scopeWork) {
-	s.readEpoch++
-	clear(s.reads)
 	for _, sw := range work {
 		c := sw.sc
+		c.readEpoch++
+		clear(c.reads)
 		if c.epoch != sw.epoch {
 			// Reset or failed meanwhile: the scope starts over from etcd.
 			continue
@@ -152,12 +153,45 @@ func (s *Store) applyLocked(work []*scopeWork) {
 	}
 }
 
+// maxConcurrentTxns bounds the transactions of one commit in flight at once.
+const maxConcurrentTxns = 16
+
 // commit writes work as transactions, setting each scope's err and each
-// write's progress.
+// write's progress. Transactions of disjoint scopes run concurrently; the
+// chunks of a scope split over several transactions run in order, each
+// after the one before it, so that each compares the length the previous
+// one wrote.
 func (s *Store) commit(work []*scopeWork) {
-	for _, plan := range s.pack(work) {
-		s.runTxn(plan)
+	plans := s.pack(work)
+	if len(plans) == 1 {
+		s.runTxn(plans[0])
+		return
 	}
+	last := make(map[*scopeWork]chan struct{})
+	sem := make(chan struct{}, maxConcurrentTxns)
+	var wg sync.WaitGroup
+	for _, p := range plans {
+		var deps []chan struct{}
+		done := make(chan struct{})
+		for sw := range p.has {
+			if ch, ok := last[sw]; ok {
+				deps = append(deps, ch)
+			}
+			last[sw] = done
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer close(done)
+			for _, d := range deps {
+				<-d
+			}
+			sem <- struct{}{}
+			s.runTxn(p)
+			<-sem
+		}()
+	}
+	wg.Wait()
 }
 
 // cost of a key/value pair in a request, framing included.

@@ -47,7 +47,8 @@
 //	Else read every compared key
 //
 // so that no two writers can commit the same seq of a stream: a stream never
-// forks. When refused, the Else reads show which compares failed; those
+// forks. The transactions of one commit run concurrently (at most 16 at a
+// time), except the chunks of a split scope, which run in order. When refused, the Else reads show which compares failed; those
 // scopes fail and the transaction runs again without them (at most once per
 // failed scope), so a fenced-off scope fails only itself.
 //
@@ -60,6 +61,16 @@
 // chunks run in order. Atomic is exactly one transaction: if a later chunk
 // fails, a prefix of each stream's appends is durable and the scope fails
 // (never a gap). A scope that fits one transaction commits all or nothing.
+//
+// # Reads
+//
+// A scope's stream lengths load together, in one range read, on first use;
+// afterwards the store knows them (it is the scope's only writer). Values
+// read are cached per scope until that scope's next commit, so memory stays
+// bounded by what is read between two commits. Reads of entries, lengths
+// and unfenced values are linearizable; values of a fenced scope are read
+// serializably, which is safe because every value written is compared at
+// commit: a stale read can fail a commit (the scope fails), never fork it.
 //
 // # Locks
 //

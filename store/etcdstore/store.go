@@ -118,12 +118,6 @@ type Store struct {
 	mu     sync.Mutex
 	closed bool
 	scopes map[string]*scope
-	// reads caches values read (not written) since the last commit; a
-	// commit forgets them, so the cache is bounded by what is read between
-	// two commits. readEpoch advances at every commit, so a read that
-	// raced one is not cached.
-	reads     map[string]uint64
-	readEpoch uint64
 	// next is the batch that will carry the staged writes; inflight is the
 	// batch being committed.
 	next     *batch
@@ -141,6 +135,13 @@ type scope struct {
 	epoch   uint64
 	streams map[string]*stream
 	values  map[string]*value
+	// reads caches values of the scope read (not written) since the
+	// scope's last commit; that commit forgets them, so the cache is
+	// bounded by what is read between two commits of the scope. readEpoch
+	// advances at every commit of the scope, so a read that raced one is
+	// not cached.
+	reads     map[string]uint64
+	readEpoch uint64
 	// lensLoaded is set once every stream length of the scope was read
 	// into streams, so that a stream missing there has length 0.
 	lensLoaded bool
@@ -206,7 +207,6 @@ func Open(cli *clientv3.Client, opts Options) *Store {
 		quit:       make(chan struct{}),
 		done:       make(chan struct{}),
 		scopes:     make(map[string]*scope),
-		reads:      make(map[string]uint64),
 	}
 	go s.run()
 	return s
@@ -283,6 +283,7 @@ func (s *Store) Failed(sc string) error {
 func (c *scope) clearLocked() {
 	c.epoch++
 	c.lensLoaded = false
+	c.reads = make(map[string]uint64)
 	c.streams = make(map[string]*stream)
 	c.values = make(map[string]*value)
 	c.dirtyStreams = make(map[string]*stream)
@@ -514,13 +515,13 @@ func (s *Store) CAS(key string, old, new uint64) error {
 		return fmt.Errorf("%w: %q", ErrNotFenced, c.name)
 	}
 	for c.values[key] == nil {
-		if v, ok := s.reads[key]; ok {
+		if v, ok := c.reads[key]; ok {
 			c.values[key] = &value{committed: v, cur: v}
 			break
 		}
-		epoch, readEpoch := c.epoch, s.readEpoch
+		epoch, readEpoch, fenced := c.epoch, c.readEpoch, c.fence != nil
 		s.mu.Unlock()
-		v, err := s.loadValue(c.name, key)
+		v, err := s.loadValue(c.name, key, fenced)
 		s.mu.Lock()
 		if err != nil {
 			return err
@@ -528,7 +529,7 @@ func (s *Store) CAS(key string, old, new uint64) error {
 		if c, err = s.usableLocked(key); err != nil {
 			return err
 		}
-		if c.epoch == epoch && s.readEpoch == readEpoch && c.values[key] == nil {
+		if c.epoch == epoch && c.readEpoch == readEpoch && c.values[key] == nil {
 			c.values[key] = &value{committed: v, cur: v}
 		}
 	}
@@ -539,15 +540,26 @@ func (s *Store) CAS(key string, old, new uint64) error {
 	v.cur = new
 	v.gen++
 	c.dirtyValues[key] = v
-	delete(s.reads, key)
+	delete(c.reads, key)
 	s.casWrites.Add(1)
 	return nil
 }
 
-func (s *Store) loadValue(sc, key string) (uint64, error) {
+// loadValue reads value key of scope sc from etcd. In a fenced scope the
+// read is serializable (answered by the member the client talks to, without
+// a round through the leader): the store is the scope's only writer, and
+// every value it writes is compared at commit, so a stale read can at worst
+// make a commit fail its compare (the scope fails, is reloaded, and the
+// operation answers in_doubt); it can never let a write through. Elsewhere
+// reads are linearizable.
+func (s *Store) loadValue(sc, key string, fenced bool) (uint64, error) {
 	ctx, cancel := s.ctx()
 	defer cancel()
-	resp, err := s.kv.Get(ctx, s.lay.valueKey(sc, key))
+	var opts []clientv3.OpOption
+	if fenced {
+		opts = append(opts, clientv3.WithSerializable())
+	}
+	resp, err := s.kv.Get(ctx, s.lay.valueKey(sc, key), opts...)
 	if err != nil {
 		return 0, fmt.Errorf("etcdstore: read value %q: %w", key, err)
 	}
@@ -573,13 +585,13 @@ func (s *Store) ReadValue(key string) (uint64, error) {
 		s.mu.Unlock()
 		return v.cur, nil
 	}
-	if v, ok := s.reads[key]; ok {
+	if v, ok := c.reads[key]; ok {
 		s.mu.Unlock()
 		return v, nil
 	}
-	epoch, readEpoch := c.epoch, s.readEpoch
+	epoch, readEpoch, fenced := c.epoch, c.readEpoch, c.fence != nil
 	s.mu.Unlock()
-	v, err := s.loadValue(c.name, key)
+	v, err := s.loadValue(c.name, key, fenced)
 	if err != nil {
 		return 0, err
 	}
@@ -591,8 +603,8 @@ func (s *Store) ReadValue(key string) (uint64, error) {
 	if w := c.values[key]; w != nil {
 		return w.cur, nil
 	}
-	if c.epoch == epoch && s.readEpoch == readEpoch {
-		s.reads[key] = v
+	if c.epoch == epoch && c.readEpoch == readEpoch {
+		c.reads[key] = v
 	}
 	return v, nil
 }
@@ -621,7 +633,7 @@ func (s *Store) Scan(prefix string) ([]store.Value, error) {
 			if !ok || !strings.HasPrefix(name, prefix) || s.lay.valueKey(s.lay.scopeOf(name), name) != string(kv.Key) {
 				continue
 			}
-			v, err := s.loadValue(s.lay.scopeOf(name), name)
+			v, err := s.loadValue(s.lay.scopeOf(name), name, false)
 			if err != nil {
 				return nil, err
 			}

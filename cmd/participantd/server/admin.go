@@ -2,9 +2,12 @@ package server
 
 import (
 	"crypto/subtle"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
+
+	"github.com/participantd/participantd/store"
 )
 
 // Admin endpoints, on the health listener, enabled only when
@@ -31,9 +34,14 @@ func (s *Server) registerAdmin(mux *http.ServeMux) {
 			http.Error(w, "admin token required", http.StatusUnauthorized)
 			return
 		}
-		st := s.st.Load()
-		if st == nil {
+		ref := s.st.Load()
+		if ref == nil {
 			http.Error(w, "store not open yet", http.StatusServiceUnavailable)
+			return
+		}
+		st, ok := ref.backend.(backuper)
+		if !ok {
+			http.Error(w, "this store has no online backup: in cluster mode, back up etcd (etcdctl snapshot save)", http.StatusNotImplemented)
 			return
 		}
 		w.Header().Set("Content-Type", "application/octet-stream")
@@ -62,4 +70,9 @@ func (s *Server) registerAdmin(mux *http.ServeMux) {
 func (s *Server) adminAuthorized(r *http.Request) bool {
 	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	return ok && subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.AdminToken)) == 1
+}
+
+// backuper is a backend that writes a consistent copy of its store file.
+type backuper interface {
+	Backup(w io.Writer, begin store.BackupSize) (int64, error)
 }

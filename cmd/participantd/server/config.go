@@ -137,6 +137,8 @@ type Config struct {
 	// Pprof serves Go's profiles under /debug/pprof/ on the health
 	// listener. Off by default: a profile costs CPU and shows internals.
 	Pprof bool
+	// Cluster turns cluster mode on; the zero value is single-node mode.
+	Cluster ClusterConfig
 }
 
 // withDefaults returns c with the defaults applied, or an error naming the

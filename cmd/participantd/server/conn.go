@@ -125,6 +125,7 @@ func (c *conn) serve() {
 		Connection:     ordinal,
 		MaxFrame:       uint64(c.srv.cfg.MaxFrame),
 		MaxRecordBytes: uint64(c.srv.cfg.MaxRecordBytes),
+		Node:           c.srv.nodeID(),
 	})
 	c.log.Info().Str("client", client).Msg("connection opened")
 	go c.pump()

@@ -3,6 +3,7 @@ package server
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -70,7 +71,7 @@ func openDataDir(dir string) (*dataDir, error) {
 	}
 	d := &dataDir{lock: lock}
 	if err := d.open(dir); err != nil {
-		d.close()
+		d.Close()
 		return nil, err
 	}
 	return d, nil
@@ -115,9 +116,17 @@ func (d *dataDir) open(dir string) error {
 	return nil
 }
 
-// close closes the store, then releases the lock. It returns the store's
+// Backup writes a consistent copy of the store file (see store.Bolt.Backup).
+func (d *dataDir) Backup(w io.Writer, begin store.BackupSize) (int64, error) {
+	return d.st.Backup(w, begin)
+}
+
+// Stats reports the store's counters.
+func (d *dataDir) Stats() store.Stats { return d.st.Stats() }
+
+// Close closes the store, then releases the lock. It returns the store's
 // Close error.
-func (d *dataDir) close() error {
+func (d *dataDir) Close() error {
 	var err error
 	if d.st != nil {
 		err = d.st.Close()

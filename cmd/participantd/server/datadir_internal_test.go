@@ -33,7 +33,7 @@ func TestOpenDataDir_RacingStartsServeTheKeyOnDisk(t *testing.T) {
 					errs[i] = err
 					return
 				}
-				defer d.close()
+				defer d.Close()
 				onDisk, err := os.ReadFile(filepath.Join(dir, participant.NodeKeyFile))
 				if err != nil {
 					errs[i] = err
@@ -64,7 +64,7 @@ func TestOpenDataDir_SecondHolderIsRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer d.close()
+	defer d.Close()
 	lock, err := lockDataDir(dir, 50*time.Millisecond)
 	if err == nil {
 		lock.Close()
@@ -72,7 +72,7 @@ func TestOpenDataDir_SecondHolderIsRefused(t *testing.T) {
 	if !errors.Is(err, ErrDataDirLocked) {
 		t.Errorf("lockDataDir while held = %v, want ErrDataDirLocked", err)
 	}
-	if err := d.close(); err != nil {
+	if err := d.Close(); err != nil {
 		t.Fatal(err)
 	}
 	lock, err = lockDataDir(dir, 50*time.Millisecond)

@@ -230,6 +230,10 @@ func errorAnswer(id uint64, err error) *wire.Error {
 		e.Cursor = ptr(uint64(pe.Cursor))
 	case participant.CodeTooLarge, participant.CodeCapacityExceeded:
 		e.Limit = ptr(pe.Limit)
+	case participant.CodeMoved:
+		if pe.Owner != "" {
+			e.Owner = ptr(pe.Owner)
+		}
 	case participant.CodeReceiptExpired:
 		e.Participant = ptr(uint64(pe.Participant))
 		e.Generation = ptr(uint64(pe.Generation))

@@ -16,7 +16,8 @@ import (
 //
 //	GET /health                    200 while the process serves HTTP
 //	GET /ready                     200 once reconciled and accepting; 503 before, while draining,
-//	                               and once the store failed ("store failed: ...")
+//	                               and once the store failed ("store failed: ..."); in cluster
+//	                               mode also 503 while etcd does not answer or the lease is not held
 //	GET /metrics                   Prometheus text format
 //	GET /unloadable-conversations  {"count": n, "conversations": [{"conversation_id", "class", "reason"}]};
 //	                               503 before the service is open
@@ -39,7 +40,7 @@ func (s *Server) healthHandler() http.Handler {
 			http.Error(w, "store failed: "+err.Error(), http.StatusServiceUnavailable)
 			return
 		}
-		if !s.ready.Load() {
+		if !s.ready.Load() || !s.clusterReady(r.Context()) {
 			http.Error(w, "not ready", http.StatusServiceUnavailable)
 			return
 		}

@@ -44,12 +44,10 @@ type Server struct {
 	readyCh chan struct{}
 	// ready is what /ready reports: serving and not draining.
 	ready atomic.Bool
-	// svc and st are set once Run opened them.
+	// svc and st are set once Run opened them; cl in cluster mode only.
 	svc atomic.Pointer[participant.Service]
-	st  atomic.Pointer[store.Bolt]
-	// dataDir is the locked data directory, set by Run's open; Run closes
-	// it (the store, then the lock) last.
-	dataDir *dataDir
+	st  atomic.Pointer[backendRef]
+	cl  atomic.Pointer[clusterState]
 
 	// opCtx is the context of every operation and binding ending; it is
 	// cancelled only when the drain times out.
@@ -76,6 +74,9 @@ type Server struct {
 func New(cfg Config) (*Server, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
+		return nil, err
+	}
+	if err := cfg.Cluster.validate(); err != nil {
 		return nil, err
 	}
 	var tlsConf *tls.Config
@@ -154,7 +155,7 @@ func (s *Server) Run(ctx context.Context) error {
 		s.ln.Close()
 		return err
 	}
-	s.st.Store(st)
+	s.st.Store(&backendRef{st})
 	s.svc.Store(svc)
 	s.ready.Store(true)
 	close(s.readyCh)
@@ -179,7 +180,7 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	err = s.drain(acceptDone, acceptErr != nil)
 	svc.Close()
-	if cerr := s.dataDir.close(); cerr != nil && err == nil {
+	if cerr := st.Close(); cerr != nil && err == nil {
 		err = fmt.Errorf("server: close store: %w", cerr)
 	}
 	if err == nil && acceptErr != nil {
@@ -192,21 +193,37 @@ func (s *Server) Run(ctx context.Context) error {
 	return err
 }
 
-// open opens the data directory (openDataDir: lock, store, node key) and
-// the service, which reconciles every conversation before returning.
-func (s *Server) open(ctx context.Context) (*store.Bolt, *participant.Service, error) {
+// open opens the store and the service, which reconciles every
+// conversation before returning: in single-node mode the data directory
+// (openDataDir: lock, store, node key), in cluster mode the etcd cluster
+// (openCluster).
+func (s *Server) open(ctx context.Context) (backend, *participant.Service, error) {
+	if s.cfg.Cluster.enabled() {
+		return s.openCluster(ctx)
+	}
 	dd, err := openDataDir(s.cfg.DataDir)
 	if err != nil {
 		return nil, nil, err
 	}
-	s.dataDir = dd
-	st, key := dd.st, dd.key
-	s.st.Store(st)
-	var dst store.DurableStore = st
+	s.st.Store(&backendRef{dd})
+	var dst store.DurableStore = dd.st
 	if s.cfg.WrapStore != nil {
-		dst = s.cfg.WrapStore(st)
+		dst = s.cfg.WrapStore(dd.st)
 	}
-	svc, err := participant.Open(ctx, dst, participant.Options{
+	opts := s.serviceOptions(dd.key)
+	opts.DataBytes = fileSize(dd.st.Path())
+	svc, err := participant.Open(ctx, dst, opts)
+	if err != nil {
+		dd.Close()
+		return nil, nil, fmt.Errorf("server: open service: %w", err)
+	}
+	return dd, svc, nil
+}
+
+// serviceOptions are the participant.Options of the configuration, for
+// either mode.
+func (s *Server) serviceOptions(key []byte) participant.Options {
+	return participant.Options{
 		NodeKey:                 key,
 		ReceiptTTL:              s.cfg.ReceiptTTL,
 		MaxRecordBytes:          s.cfg.MaxRecordBytes,
@@ -216,18 +233,12 @@ func (s *Server) open(ctx context.Context) (*store.Bolt, *participant.Service, e
 		EnrollPolicy:            s.cfg.EnrollPolicy,
 		MaxConversations:        s.cfg.MaxConversations,
 		MaxDataBytes:            s.cfg.MaxDataBytes,
-		DataBytes:               fileSize(st.Path()),
 		CheckpointInterval:      s.cfg.CheckpointInterval,
 		CheckpointRows:          s.cfg.CheckpointRows,
 		Retain:                  s.cfg.Retain,
 		Logger:                  s.cfg.Logger,
 		Observer:                s.metrics,
-	})
-	if err != nil {
-		dd.close()
-		return nil, nil, fmt.Errorf("server: open service: %w", err)
 	}
-	return st, svc, nil
 }
 
 // acceptLoop accepts until the listener closes; it returns nil then, or

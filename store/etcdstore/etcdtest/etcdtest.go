@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
@@ -58,7 +59,27 @@ type member struct {
 
 // Start starts a new cluster with its data under dir (one subdirectory per
 // member) and waits until every member is ready. Close stops it.
+//
+// Ports are picked free and then bound by etcd, so another process can take
+// one in between; Start then tries again with new ports (and a fresh data
+// directory), a few times.
 func Start(dir string, opts Options) (*Cluster, error) {
+	var err error
+	for attempt := range 5 {
+		var c *Cluster
+		c, err = start(filepath.Join(dir, fmt.Sprintf("try%d", attempt)), opts)
+		if err == nil {
+			return c, nil
+		}
+		// embed does not always wrap the listener's error.
+		if !errors.Is(err, syscall.EADDRINUSE) && !strings.Contains(err.Error(), "address already in use") {
+			return nil, err
+		}
+	}
+	return nil, err
+}
+
+func start(dir string, opts Options) (*Cluster, error) {
 	n := opts.Members
 	if n <= 0 {
 		n = 1

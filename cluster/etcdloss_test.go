@@ -1,0 +1,155 @@
+package cluster_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/participantd/participantd/client"
+	"github.com/participantd/participantd/cluster"
+	"github.com/participantd/participantd/cmd/participantd/server"
+	"github.com/participantd/participantd/oplog"
+	"github.com/participantd/participantd/store/etcdstore"
+	"github.com/participantd/participantd/store/etcdstore/etcdtest"
+)
+
+// TestCluster_EtcdMemberLoss: with one of 3 etcd members down the cluster
+// keeps serving and loses nothing; with two down nothing can commit, so
+// every tell answers in_doubt or unavailable (never success); once the
+// members return, the same tokens commit exactly once and service resumes.
+func TestCluster_EtcdMemberLoss(t *testing.T) {
+	if testing.Short() {
+		t.Skip("3 etcd members and 2 nodes")
+	}
+	const convs = 5
+	etcd, err := etcdtest.Start(t.TempDir(), etcdtest.Options{Members: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(etcd.Close)
+	var seeds []string
+	for i := range 2 {
+		d := startDaemon(t, server.Config{DrainTimeout: 5 * time.Second, Cluster: server.ClusterConfig{
+			Endpoints: etcd.Endpoints(), NodeID: fmt.Sprintf("m%d", i), Prefix: "/ml/", LeaseTTL: 2 * time.Second}})
+		seeds = append(seeds, d.srv.Addr().String())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cl, err := client.DialCluster(ctx, seeds, client.ClusterOptions{
+		Options:        client.Options{MinBackoff: 10 * time.Millisecond, MaxBackoff: 200 * time.Millisecond, DiscardDeliveries: true},
+		AttemptTimeout: time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	creds := make([]client.Credential, convs)
+	for c := range convs {
+		if creds[c], err = cl.Enroll(ctx, uint64(500+c)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// tellAll tells once on every conversation, concurrently, each with
+	// the given token, within d; it returns each outcome.
+	type outcome struct {
+		payload string
+		tok     client.Token
+		err     error
+	}
+	tellAll := func(phase string, d time.Duration, toks []client.Token) []outcome {
+		octx, ocancel := context.WithTimeout(ctx, d)
+		defer ocancel()
+		out := make([]outcome, convs)
+		var wg sync.WaitGroup
+		for c := range convs {
+			wg.Go(func() {
+				p := fmt.Sprintf("%s/%d", phase, c)
+				tok := client.NewToken()
+				if toks != nil {
+					tok = toks[c]
+				}
+				_, err := cl.Tell(octx, creds[c], []byte(p), client.WithToken(tok))
+				out[c] = outcome{p, tok, err}
+			})
+		}
+		wg.Wait()
+		return out
+	}
+	var committed []string
+	mustAll := func(phase string, os []outcome) {
+		t.Helper()
+		for _, o := range os {
+			if o.err != nil {
+				t.Fatalf("%s: tell %s: %v", phase, o.payload, o.err)
+			}
+			committed = append(committed, o.payload)
+		}
+	}
+
+	mustAll("all members", tellAll("a", 20*time.Second, nil))
+	etcd.Stop(0)
+	mustAll("one member down", tellAll("b", 30*time.Second, nil))
+
+	etcd.Stop(1)
+	lost := tellAll("c", 4*time.Second, nil)
+	toks := make([]client.Token, convs)
+	for c, o := range lost {
+		var ce *client.Error
+		switch {
+		case o.err == nil:
+			t.Fatalf("no quorum: tell %s answered success", o.payload)
+		case errors.As(o.err, &ce) && (ce.Code == client.CodeInDoubt || ce.Code == client.CodeUnavailable):
+		case errors.Is(o.err, context.DeadlineExceeded):
+		default:
+			t.Fatalf("no quorum: tell %s = %v, want in_doubt or unavailable", o.payload, o.err)
+		}
+		toks[c] = o.tok
+	}
+
+	if err := etcd.Restart(0); err != nil {
+		t.Fatal(err)
+	}
+	if err := etcd.Restart(1); err != nil {
+		t.Fatal(err)
+	}
+	// The unknown outcomes, retried with their tokens, commit (or replay)
+	// exactly once.
+	mustAll("members back, retried", tellAll("c", 60*time.Second, toks))
+	mustAll("members back", tellAll("d", 30*time.Second, nil))
+
+	cli, err := clientv3.New(clientv3.Config{Endpoints: etcd.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ro := etcdstore.Open(cli, etcdstore.Options{Prefix: "/ml/d/", Scope: cluster.Scope})
+	defer ro.Close()
+	told := make(map[string]int)
+	for c := range convs {
+		entries, err := ro.ReadFrom(oplog.Stream(oplog.ConversationID(500+c)), 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range entries {
+			row, err := oplog.Decode(e.Payload)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if row.Kind == oplog.KindTell {
+				told[string(row.Payload)]++
+			}
+		}
+	}
+	for _, p := range committed {
+		if told[p] != 1 {
+			t.Errorf("answered tell %s is in the oplog %d times, want once", p, told[p])
+		}
+	}
+}

@@ -1,0 +1,318 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/participantd/participantd/cluster"
+	"github.com/participantd/participantd/participant"
+	"github.com/participantd/participantd/store"
+)
+
+// NodeIDFile holds the derived node id inside the data directory.
+const NodeIDFile = "node.id"
+
+// ClusterConfig turns cluster mode on (Endpoints set): the data lives in
+// etcd, the node owns conversations under a lease and answers moved for
+// the others (DESIGN.md, "Cluster mode"). The zero value is single-node
+// mode, on bbolt, unchanged.
+type ClusterConfig struct {
+	// Endpoints are the etcd client URLs; empty means single-node mode.
+	Endpoints []string
+	// Prefix is the etcd key prefix of the data set; default
+	// etcdstore.DefaultPrefix.
+	Prefix string
+	// NodeID names this node; default: derived once and kept in the data
+	// directory (NodeIDFile).
+	NodeID string
+	// Advertise is the wire address clients are sent to for this node's
+	// conversations; default the wire listener's address.
+	Advertise string
+	// LeaseTTL is the ownership lease; default cluster.DefaultLeaseTTL.
+	LeaseTTL time.Duration
+	// CA, Cert and Key are PEM files for TLS to etcd (Cert and Key both or
+	// neither; CA alone verifies the server only).
+	CA, Cert, Key string
+	// Username and Password authenticate to etcd when Username is set.
+	Username, Password string
+}
+
+func (c ClusterConfig) enabled() bool { return len(c.Endpoints) > 0 }
+
+func (c ClusterConfig) validate() error {
+	if !c.enabled() {
+		return nil
+	}
+	for _, e := range c.Endpoints {
+		if strings.TrimSpace(e) == "" {
+			return errors.New("server: etcd-endpoints: empty endpoint")
+		}
+	}
+	if (c.Cert == "") != (c.Key == "") {
+		return errors.New("server: etcd-cert and etcd-key go together")
+	}
+	return nil
+}
+
+// backend is what Run closes after the drain and what metrics read.
+type backend interface {
+	Stats() store.Stats
+	Close() error
+}
+
+// backendRef boxes a backend for an atomic pointer.
+type backendRef struct{ backend }
+
+// clusterBackend is the cluster-mode store: the node (its lease, claims and
+// fenced etcd store) and the etcd client, closed in that order after the
+// drain ended every binding: first the ownerships are released so that
+// other nodes take over at once.
+type clusterBackend struct {
+	node      *cluster.Node
+	cli       *clientv3.Client
+	abandoned atomic.Bool
+}
+
+func (b *clusterBackend) Stats() store.Stats { return b.node.Store().Stats() }
+
+func (b *clusterBackend) Close() error {
+	defer b.cli.Close()
+	if b.abandoned.Load() {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := b.node.Release(ctx)
+	if cerr := b.node.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// Abandon stops the server as a crash would, for failover tests: in
+// cluster mode the node stops keeping its lease alive and can commit
+// nothing more (its ownerships stay in etcd until the lease expires), and
+// every connection is cut. The caller then cancels Run's context: its drain
+// closes the listeners and commits nothing. In single-node mode it only
+// cuts the connections.
+func (s *Server) Abandon() {
+	if ref := s.st.Load(); ref != nil {
+		if b, ok := ref.backend.(*clusterBackend); ok {
+			b.abandoned.Store(true)
+			b.node.Abandon()
+		}
+	}
+	s.mu.Lock()
+	for c := range s.conns {
+		c.nc.Close()
+	}
+	s.mu.Unlock()
+}
+
+// clusterState is what the health and wire code read of cluster mode.
+type clusterState struct {
+	node *cluster.Node
+	cli  *clientv3.Client
+}
+
+// clusterOf returns the server's cluster state, nil in single-node mode.
+func (s *Server) clusterOf() *clusterState { return s.cl.Load() }
+
+// nodeID is welcome.node: the node id in cluster mode, else empty.
+func (s *Server) nodeID() string {
+	if cs := s.clusterOf(); cs != nil {
+		return cs.node.ID()
+	}
+	return ""
+}
+
+// clusterReady is the cluster part of /ready: etcd answers and the lease is
+// held. Always true in single-node mode.
+func (s *Server) clusterReady(ctx context.Context) bool {
+	cs := s.clusterOf()
+	if cs == nil {
+		return true
+	}
+	if !cs.node.LeaseHeld() {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	_, err := cs.cli.Get(ctx, "health", clientv3.WithCountOnly())
+	return err == nil
+}
+
+// openCluster joins the etcd cluster and opens the service on the node's
+// fenced store, with the node as its Ownership.
+func (s *Server) openCluster(ctx context.Context) (backend, *participant.Service, error) {
+	cc := s.cfg.Cluster
+	if err := os.MkdirAll(s.cfg.DataDir, 0o700); err != nil {
+		return nil, nil, fmt.Errorf("server: data directory: %w", err)
+	}
+	id := cc.NodeID
+	if id == "" {
+		var err error
+		if id, err = loadOrCreateNodeID(s.cfg.DataDir); err != nil {
+			return nil, nil, fmt.Errorf("server: node id: %w", err)
+		}
+	}
+	advertise := cc.Advertise
+	if advertise == "" {
+		advertise = s.ln.Addr().String()
+	}
+	ecfg := clientv3.Config{
+		Endpoints:   cc.Endpoints,
+		DialTimeout: 5 * time.Second,
+		Username:    cc.Username,
+		Password:    cc.Password,
+		Logger:      zap.NewNop(),
+	}
+	if cc.CA != "" || cc.Cert != "" {
+		tlsInfo := transport.TLSInfo{TrustedCAFile: cc.CA, CertFile: cc.Cert, KeyFile: cc.Key}
+		tc, err := tlsInfo.ClientConfig()
+		if err != nil {
+			return nil, nil, fmt.Errorf("server: etcd tls: %w", err)
+		}
+		tc.MinVersion = tls.VersionTLS12
+		ecfg.TLS = tc
+	}
+	cli, err := clientv3.New(ecfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("server: etcd client: %w", err)
+	}
+	obs := newClusterMetrics()
+	node, err := cluster.Start(ctx, cli, cluster.Options{
+		NodeID:    id,
+		Advertise: advertise,
+		Prefix:    cc.Prefix,
+		LeaseTTL:  cc.LeaseTTL,
+		Logger:    s.cfg.Logger,
+		Observer:  obs,
+	})
+	if err != nil {
+		cli.Close()
+		return nil, nil, fmt.Errorf("server: join the cluster: %w", err)
+	}
+	b := &clusterBackend{node: node, cli: cli}
+	key, err := node.NodeKey(ctx)
+	if err != nil {
+		b.Close()
+		return nil, nil, fmt.Errorf("server: cluster node key: %w", err)
+	}
+	obs.register(s.metrics.reg, node)
+	opts := s.serviceOptions(key)
+	opts.Ownership = node
+	svc, err := participant.Open(ctx, node.Store(), opts)
+	if err != nil {
+		b.Close()
+		return nil, nil, fmt.Errorf("server: open service: %w", err)
+	}
+	node.OnLost(svc.Forget)
+	s.cl.Store(&clusterState{node: node, cli: cli})
+	s.log.Info().Str("node", id).Str("advertise", advertise).Strs("etcd", cc.Endpoints).Msg("cluster mode")
+	return b, svc, nil
+}
+
+// loadOrCreateNodeID returns the node id kept in dir, creating a random one
+// the first time, so that a restarted node keeps its identity.
+func loadOrCreateNodeID(dir string) (string, error) {
+	path := filepath.Join(dir, NodeIDFile)
+	b, err := os.ReadFile(path)
+	if err == nil {
+		id := strings.TrimSpace(string(b))
+		if id == "" || strings.ContainsAny(id, "/ \t") {
+			return "", fmt.Errorf("%s holds no valid node id", path)
+		}
+		return id, nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return "", err
+	}
+	var r [6]byte
+	if _, err := rand.Read(r[:]); err != nil {
+		return "", err
+	}
+	id := "node-" + hex.EncodeToString(r[:])
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(id+"\n"), 0o600); err != nil {
+		return "", err
+	}
+	if f, err := os.Open(tmp); err == nil {
+		f.Sync()
+		f.Close()
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return "", err
+	}
+	return id, nil
+}
+
+// Cluster metric names.
+const (
+	MetricOwnedConversations = "participantd_cluster_owned_conversations"
+	MetricClaimsTotal        = "participantd_cluster_claims_total"
+	MetricMovesTotal         = "participantd_cluster_moved_total"
+	MetricLostLeasesTotal    = "participantd_cluster_lost_leases_total"
+	MetricEtcdTxnLatency     = "participantd_cluster_etcd_txn_seconds"
+	MetricLeaseHeld          = "participantd_cluster_lease_held"
+)
+
+// clusterMetrics is the node's cluster.Observer; the counters are read
+// from the node's Stats.
+type clusterMetrics struct {
+	txn      *prometheus.HistogramVec
+	txnTotal atomic.Uint64
+}
+
+func newClusterMetrics() *clusterMetrics {
+	return &clusterMetrics{txn: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    MetricEtcdTxnLatency,
+		Help:    "Latency of the etcd transactions that commit the store, by outcome.",
+		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
+	}, []string{"outcome"})}
+}
+
+func (m *clusterMetrics) register(reg *prometheus.Registry, node *cluster.Node) {
+	reg.MustRegister(m.txn,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: MetricOwnedConversations, Help: "Conversations this node owns."},
+			func() float64 { return float64(node.Stats().Owned) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: MetricClaimsTotal, Help: "Conversations claimed by this node."},
+			func() float64 { return float64(node.Stats().Claims) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: MetricMovesTotal, Help: "Requests answered moved (another node owns the conversation)."},
+			func() float64 { return float64(node.Stats().Moves) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: MetricLostLeasesTotal, Help: "Leases lost; each dropped every owned conversation."},
+			func() float64 { return float64(node.Stats().LostLeases) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: MetricLeaseHeld, Help: "1 while the node holds its lease."},
+			func() float64 {
+				if node.LeaseHeld() {
+					return 1
+				}
+				return 0
+			}),
+	)
+}
+
+func (m *clusterMetrics) Claimed()      {}
+func (m *clusterMetrics) Moved()        {}
+func (m *clusterMetrics) LeaseLost(int) {}
+func (m *clusterMetrics) Txn(d time.Duration, _ int, err error) {
+	outcome := "ok"
+	if err != nil {
+		outcome = "refused"
+	}
+	m.txn.WithLabelValues(outcome).Observe(d.Seconds())
+}

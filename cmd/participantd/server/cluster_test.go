@@ -1,0 +1,70 @@
+package server_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/participantd/participantd/cmd/participantd/server"
+	"github.com/participantd/participantd/store/etcdstore/etcdtest"
+	"github.com/participantd/participantd/wire"
+)
+
+// startEtcd runs a one-member etcd for the test.
+func startEtcd(t *testing.T) *etcdtest.Cluster {
+	t.Helper()
+	c, err := etcdtest.Start(t.TempDir(), etcdtest.Options{})
+	if err != nil {
+		t.Fatalf("etcd: %v", err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// TestCluster_MovedWelcomeNodeAndReady: two nodes over one etcd. Each
+// welcome names its node; the node that enrolled a conversation serves it
+// and the other answers moved with the owner's advertised address; /ready
+// holds on both; the credential issued by one node verifies on the other
+// once the owner drained and released the conversation.
+func TestCluster_MovedWelcomeNodeAndReady(t *testing.T) {
+	etcd := startEtcd(t)
+	cfg := func(id string) server.Config {
+		return server.Config{Cluster: server.ClusterConfig{Endpoints: etcd.Endpoints(), NodeID: id, Prefix: "/pd/", LeaseTTL: 2 * time.Second}}
+	}
+	a := start(t, cfg("a"))
+	b := start(t, cfg("b"))
+
+	ca, cb := a.dial(), b.dial()
+	if ca.Welcome.Node != "a" || cb.Welcome.Node != "b" {
+		t.Fatalf("welcome.node = %q, %q, want a, b", ca.Welcome.Node, cb.Welcome.Node)
+	}
+	if ca.Welcome.Incarnation == cb.Welcome.Incarnation {
+		t.Fatalf("both nodes announce incarnation %d; connection ids would collide", ca.Welcome.Incarnation)
+	}
+	for _, h := range []*harness{a, b} {
+		if code, body := h.get("/ready"); code != 200 {
+			t.Fatalf("/ready = %d %q, want 200", code, body)
+		}
+	}
+	cr := ca.enroll(42)
+	ca.tell(cr, "hello")
+
+	ans := cb.call(&wire.Tell{ID: cb.id(), Conversation: 42, Participant: cr.p, Generation: cr.gen, Token: token(), Payload: []byte("x")})
+	e, ok := ans.(*wire.Error)
+	if !ok || e.Code != wire.CodeMoved || e.Owner == nil || *e.Owner != a.srv.Addr().String() {
+		t.Fatalf("tell on b answered %#v, want moved{owner: %s}", ans, a.srv.Addr())
+	}
+	if code, body := b.get("/metrics"); code != 200 || !strings.Contains(body, server.MetricMovesTotal+" 1") || !strings.Contains(body, server.MetricLeaseHeld+" 1") {
+		t.Fatalf("b /metrics lacks the cluster metrics:\n%s", body)
+	}
+
+	// a drains: it ends its bindings, then releases; b takes over at once.
+	if err := a.shutdown(); err != nil {
+		t.Fatalf("a drained with %v", err)
+	}
+	re := cb.attach(cr)
+	if re.gen != cr.gen+1 {
+		t.Fatalf("attach on b: generation %d, want %d", re.gen, cr.gen+1)
+	}
+	cb.tell(re, "after the move")
+}
