@@ -268,16 +268,18 @@ func (c *Cluster) ended(ctx context.Context, sent bool, tok *Token) error {
 }
 
 // latest returns the newest credential known for cred's participant: the
-// holder Client's (its re-attachments change it), else the recorded one.
+// highest generation of cred itself (a caller may present one newer than
+// any this Cluster saw: the credential another session saved), the
+// recorded one and the holder Client's (its re-attachments change it).
 func (c *Cluster) latest(cred Credential) Credential {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	k := cred.key()
-	if cur, ok := c.creds[k]; ok {
+	if cur, ok := c.creds[k]; ok && cur.Generation > cred.Generation {
 		cred = cur
 	}
 	if cl := c.clients[c.holders[k]]; cl != nil {
-		if cur, ok := cl.Credential(k.conv, k.participant); ok {
+		if cur, ok := cl.Credential(k.conv, k.participant); ok && cur.Generation > cred.Generation {
 			cred = cur
 		}
 	}
