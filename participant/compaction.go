@@ -20,6 +20,10 @@ type Compacted struct {
 	Receipts int
 }
 
+// trimStep bounds the rows of each stream one hold of a conversation's
+// turn trims: in bbolt, one write transaction per stream.
+const trimStep = 4096
+
 // receiptBatchBytes bounds the receipts one PutBytes writes.
 const receiptBatchBytes = 4 << 20
 
@@ -29,8 +33,8 @@ const receiptBatchBytes = 4 << 20
 // old, and never the last row a checkpoint covers. It reads at most
 // Options.CheckpointPassRows oplog rows in all. For each conversation it
 // writes the receipts of the token-bearing rows about to go and flushes,
-// then takes the conversation's turn for the trims and one flush, as long
-// as a commit holds it: a reconciliation or a token lookup (which run
+// then trims in steps, each under the conversation's turn for a few
+// thousand rows and one flush, about as long as a commit holds it: a reconciliation or a token lookup (which run
 // under the turn) never sees rows go from under it. Removed rows are gone
 // when it returns. A conversation whose checkpoint does not decode is
 // skipped (its next load refuses it); a failing store is returned.
@@ -102,13 +106,19 @@ func (s *Service) compactPass(ctx context.Context) (out Compacted, full bool, er
 		if err := s.st.Flush(); err != nil {
 			return out, budget == 0, fmt.Errorf("participant: write receipts of %v: %w", cv.id, err)
 		}
-		if err := cv.acquire(ctx); err != nil {
-			return out, budget == 0, err
-		}
-		err = s.trimLocked(cs, cv.id, opFirst, opFloor, obFirst, obFloor)
-		s.release(cv)
-		if err != nil {
-			return out, budget == 0, err
+		// The turn is taken per step of at most trimStep rows of each
+		// stream, so it is never held much longer than a commit holds it.
+		for opAt, obAt := opFirst, obFirst; opAt < opFloor || obAt < obFloor; {
+			opTo, obTo := min(opFloor, opAt+trimStep), min(obFloor, obAt+trimStep)
+			if err := cv.acquire(ctx); err != nil {
+				return out, budget == 0, err
+			}
+			err = s.trimLocked(cs, cv.id, opAt, opTo, obAt, obTo)
+			s.release(cv)
+			if err != nil {
+				return out, budget == 0, err
+			}
+			opAt, obAt = max(opAt, opTo), max(obAt, obTo)
 		}
 		out.Conversations++
 		if opFloor > opFirst {
@@ -192,8 +202,8 @@ func (s *Service) writeReceipts(ctx context.Context, cs store.Compactor, c Conve
 	return written, put()
 }
 
-// trimLocked trims c's streams to their floors and flushes. The caller
-// holds c's turn.
+// trimLocked trims c's streams from their firsts to the given floors and
+// flushes. The caller holds c's turn.
 func (s *Service) trimLocked(cs store.Compactor, c ConversationID, opFirst, opFloor, obFirst, obFloor uint64) error {
 	if opFloor > opFirst {
 		if err := cs.Trim(oplog.Stream(c), opFloor); err != nil {

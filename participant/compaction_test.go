@@ -157,3 +157,37 @@ func TestCompaction_AMemberThatNeverAcksPinsItsRecords(t *testing.T) {
 		t.Fatalf("oplog first row after compaction = %d, want in (0, %d]: the unacknowledged records pin the rest", first, pinned)
 	}
 }
+
+// TestCompaction_TrimsLongHistoriesInSteps compacts more rows than one
+// step of the turn trims: every step lands, and the oldest and newest
+// compacted tokens still replay, before and after a restart.
+func TestCompaction_TrimsLongHistoriesInSteps(t *testing.T) {
+	ctx := context.Background()
+	clk := &clock{now: time.UnixMilli(1_700_000_000_000)}
+	mem := store.NewMemory()
+	opts := Options{NodeKey: testKey, CheckpointRows: 1, Retain: time.Minute, Now: clk.Now}
+	svc, err := Open(ctx, mem, opts)
+	must(t, err)
+	const tells = 2 * trimStep
+	h := buildHistory(t, svc, 1, tells, 1)
+	_, err = svc.CheckpointPass(ctx)
+	must(t, err)
+	clk.advance(2 * time.Minute)
+	got, err := svc.CompactPass(ctx)
+	must(t, err)
+	if got.OplogRows <= 2*trimStep || firstOf(t, mem, oplog.Stream(1)) != got.OplogRows {
+		t.Fatalf("CompactPass() = %+v, oplog first %d: want more than two steps trimmed", got, firstOf(t, mem, oplog.Stream(1)))
+	}
+	must(t, svc.Close())
+	svc, err = Open(ctx, mem, opts)
+	must(t, err)
+	defer svc.Close()
+	c := svc.Connect(nil)
+	for _, i := range []int{0, tells / 2, tells - 2} {
+		told, err := c.Tell(ctx, Tell{Conversation: 1, Participant: h.sender.Participant, Generation: 1,
+			Token: benchToken(1, uint64(i)), Payload: []byte(fmt.Sprintf("tell %d of %v", i, ConversationID(1)))})
+		if err != nil || told.Replay != ReplayCommitted || told.Seq != Seq(3+i) {
+			t.Fatalf("retry of tell %d after compaction in steps = %+v, %v, want seq %d replayed", i, told, err, 3+i)
+		}
+	}
+}

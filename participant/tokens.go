@@ -44,8 +44,8 @@ type prior struct {
 	idx uint64
 	row oplog.Row
 	// payloadHash is set when row comes from a receipt (receipt.go): the
-	// row's payload is gone, its hash stands in for it.
-	payloadHash *[32]byte
+	// row's payload is gone, its truncated hash stands in for it.
+	payloadHash []byte
 }
 
 // lookupToken finds the row that committed token t in scope, verifying it.
@@ -68,10 +68,11 @@ func (s *Service) lookupToken(c ConversationID, applied uint64, scope string, ma
 		if err != nil || r == nil {
 			return nil, w, err
 		}
-		if r.Row.Token != t || !r.Row.Kind.HasToken() || !match(&r.Row) {
+		row := r.row()
+		if row.Token != t || !row.Kind.HasToken() || !match(&row) {
 			return nil, w, nil
 		}
-		return &prior{idx: v - 1, row: r.Row, payloadHash: &r.PayloadHash}, w, nil
+		return &prior{idx: v - 1, row: row, payloadHash: r.PayloadHash}, w, nil
 	}
 	if err != nil {
 		return nil, w, err

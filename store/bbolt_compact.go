@@ -20,6 +20,9 @@ var (
 // layout of version 1 exactly.
 var bucketBytes = []byte("bytes")
 
+// bytesFillPercent is how full a page of the bytes bucket is split.
+const bytesFillPercent = 0.9
+
 // trimChunk bounds the keys one trim transaction deletes, so that a trim of
 // a long prefix does not build one huge transaction.
 const trimChunk = 16384
@@ -226,6 +229,10 @@ func (b *Bolt) PutBytes(values []Bytes) error {
 		if err != nil {
 			return err
 		}
+		// Byte values are mostly written in key order (receipts by row
+		// index) or replaced in place (checkpoints): pack pages densely
+		// rather than split them half full.
+		bk.FillPercent = bytesFillPercent
 		for _, v := range values {
 			if len(v.Value) == 0 {
 				err = bk.Delete([]byte(v.Key))
