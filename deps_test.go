@@ -15,6 +15,8 @@ func TestDependenciesPointOneWay(t *testing.T) {
 		"wire":        {},
 		"fence":       {},
 		"store":       {},
+		"store/vfs":   {},
+		"store/wal":   {"store/vfs"},
 		"faultstore":  {"store"},
 		"oplog":       {},
 		"outbox":      {"oplog"},
