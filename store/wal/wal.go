@@ -232,6 +232,19 @@ func (l *Log) rotate(n int) error {
 	return nil
 }
 
+// grow extends the empty active segment for a record of n bytes.
+func (l *Log) grow(n int) error {
+	size := int64(segmentHeaderLen + n)
+	if err := l.f.Preallocate(size); err != nil {
+		return fmt.Errorf("wal: grow %s: %w", l.activeName(), err)
+	}
+	if err := l.f.Sync(); err != nil {
+		return fmt.Errorf("wal: grow %s: %w", l.activeName(), err)
+	}
+	l.size = size
+	return nil
+}
+
 // Append writes b as the next record, setting b.LSN, with one write and
 // one fdatasync, and returns nil only once the record is durable. A failed
 // write, sync or segment creation is sticky: every later Append returns
@@ -249,7 +262,13 @@ func (l *Log) Append(b *Batch) (LSN, error) {
 		return 0, err // nothing was written: not sticky
 	}
 	if l.off+int64(len(frame)) > l.size {
-		if err := l.rotate(len(frame)); err != nil {
+		grow := l.rotate
+		if l.off == segmentHeaderLen {
+			// The active segment is empty and named after this record's
+			// LSN: it grows rather than gets a successor of the same name.
+			grow = l.grow
+		}
+		if err := grow(len(frame)); err != nil {
 			l.err = err
 			return 0, err
 		}

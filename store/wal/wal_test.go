@@ -82,6 +82,25 @@ func TestLog_ReplayReturnsEveryRecordAcrossSegments(t *testing.T) {
 	}
 }
 
+func TestLog_ARecordLargerThanASegmentGetsItsOwn(t *testing.T) {
+	dir := t.TempDir()
+	l, _, err := Open(dir, 0, Options{SegmentSize: 64}, func(*Batch) error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := &Batch{Appends: []StreamAppend{{Stream: "s", Payloads: [][]byte{make([]byte, 1000)}}}}
+	for i := range 3 {
+		if _, err := l.Append(big); err != nil {
+			t.Fatalf("Append(%d): %v", i, err)
+		}
+	}
+	l.Close()
+	got, info, err := replayAll(t, dir, 0)
+	if err != nil || len(got) != 3 || info.Segments != 3 {
+		t.Fatalf("Replay = %d records in %d segments, %v; want 3 in 3", len(got), info.Segments, err)
+	}
+}
+
 func TestLog_ReopenContinuesLSNs(t *testing.T) {
 	dir := t.TempDir()
 	writeLog(t, dir, 3, Options{})
