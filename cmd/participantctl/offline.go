@@ -11,6 +11,7 @@ import (
 	"github.com/participantd/participantd/cmd/participantd/server"
 	"github.com/participantd/participantd/participant"
 	"github.com/participantd/participantd/store"
+	"github.com/participantd/participantd/store/logfirst"
 )
 
 // The offline tools read a stopped server's data directory. They open the
@@ -30,15 +31,17 @@ func addDataFlag(fs *flag.FlagSet) *string {
 	return fs.String("data", "./data", "the stopped server's data directory")
 }
 
-// openData opens the store of data directory dir for reading. It refuses
-// a directory without a store (store.Open would create one) and reports a
-// running server (store.ErrLocked) plainly.
-func openData(dir string) (*store.Bolt, error) {
+// openData opens the store of data directory dir for reading: the bbolt
+// file read-only with the log replayed over it in memory, so that nothing
+// on disk changes. It refuses a directory without a store and reports a
+// running server (store.ErrLocked) plainly; a corrupt log fails with an
+// error naming the segment and offset.
+func openData(dir string) (*logfirst.Store, error) {
 	path := filepath.Join(dir, storeFile)
 	if _, err := os.Stat(path); err != nil {
 		return nil, fmt.Errorf("no store in %s: %w", dir, err)
 	}
-	st, err := store.Open(path, store.Options{LockTimeout: offlineLockTimeout})
+	st, err := logfirst.OpenReadOnly(dir, logfirst.Options{LockTimeout: offlineLockTimeout})
 	if errors.Is(err, store.ErrLocked) {
 		return nil, fmt.Errorf("%s is in use: stop participantd first (the offline tools need the data at rest): %w", dir, err)
 	}

@@ -13,7 +13,9 @@ func init() {
 		usage: `[--data DIR] [--json]
 
 Reconciles every conversation of a STOPPED server's store as the server
-does at start, without writing anything, and reports each as "ok", "would
+does at start, without writing anything (the write-ahead log is replayed
+in memory and checked: a corrupt log is an error naming the segment and
+offset), and reports each as "ok", "would
 repair N outbox rows" or "refused CLASS: REASON". Exits 1 when any
 conversation is refused (the server would contain it as unloadable), else 0.`,
 		run: runVerify,
@@ -38,6 +40,15 @@ func runVerify(ctx context.Context, e *env, args []string) error {
 	_, reports, err := inspectData(*dir)
 	if err != nil {
 		return err
+	}
+	if !*asJSON {
+		line, err := logSummary(*dir)
+		if err != nil {
+			return err
+		}
+		if line != "" {
+			fmt.Fprintln(e.stdout, line)
+		}
 	}
 	refused := 0
 	for _, r := range reports {

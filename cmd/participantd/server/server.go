@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,7 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/participantd/participantd/participant"
-	"github.com/participantd/participantd/store"
+	"github.com/participantd/participantd/store/logfirst"
 	"github.com/participantd/participantd/wire"
 )
 
@@ -39,7 +38,7 @@ type Server struct {
 	ready atomic.Bool
 	// svc and st are set once Run opened them.
 	svc atomic.Pointer[participant.Service]
-	st  atomic.Pointer[store.Bolt]
+	st  atomic.Pointer[logfirst.Store]
 
 	// opCtx is the context of every operation and binding ending; it is
 	// cancelled only when the drain times out.
@@ -163,7 +162,7 @@ func (s *Server) Run(ctx context.Context) error {
 
 // open creates the data directory and opens the node key, the store and
 // the service, which reconciles every conversation before returning.
-func (s *Server) open(ctx context.Context) (*store.Bolt, *participant.Service, error) {
+func (s *Server) open(ctx context.Context) (*logfirst.Store, *participant.Service, error) {
 	if err := os.MkdirAll(s.cfg.DataDir, 0o700); err != nil {
 		return nil, nil, fmt.Errorf("server: data directory: %w", err)
 	}
@@ -171,10 +170,15 @@ func (s *Server) open(ctx context.Context) (*store.Bolt, *participant.Service, e
 	if err != nil {
 		return nil, nil, fmt.Errorf("server: node key: %w", err)
 	}
-	st, err := store.Open(filepath.Join(s.cfg.DataDir, StoreFile), store.Options{})
+	// The log-first store: participantd.db (StoreFile) and wal/ in the data
+	// directory; it replays the log after the last checkpoint first.
+	st, err := logfirst.Open(s.cfg.DataDir, logfirst.Options{Logger: s.cfg.Logger})
 	if err != nil {
 		return nil, nil, fmt.Errorf("server: store: %w", err)
 	}
+	rp := st.Replay()
+	s.log.Info().Int("records", rp.Log.Records).Uint64("checkpoint_lsn", uint64(rp.CheckpointLSN)).
+		Bool("torn_tail_cut", rp.Log.Torn).Dur("took", rp.Duration).Msg("log replayed")
 	s.st.Store(st)
 	svc, err := participant.Open(ctx, st, participant.Options{
 		NodeKey:                 key,
