@@ -34,8 +34,7 @@ const frameOverhead = 512
 // Config configures a Server. The zero value means the defaults above.
 type Config struct {
 	// DataDir holds the store (StoreFile and the log in wal/) and the node
-	// key; it is created,
-	// mode 0700, if absent.
+	// key; it is created, mode 0700, if absent.
 	DataDir string
 	// Listen is the wire listener's address; port 0 picks a free one.
 	Listen string
