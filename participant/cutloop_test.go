@@ -179,7 +179,7 @@ func sameBound(want, got Bound, err error) error {
 }
 
 // checkInvariants reopens mem and checks the contract after a crash.
-func checkInvariants(t faultstore.TB, mem *store.Memory, log []answered) {
+func checkInvariants(t faultstore.TB, mem store.DurableStore, log []answered) {
 	ctx := context.Background()
 	svc, err := Open(ctx, mem, Options{NodeKey: testKey})
 	if err != nil {
