@@ -33,6 +33,11 @@ spread over them; every tell is delivered to the other participants, which
 ack cumulatively. --op enroll: every enroll creates a new conversation.
 --op mixed: half the clients tell, half enroll.
 
+--etcd-compare then runs an embedded single-node etcd (fsync on) on the
+same disk and measures its put rate with --clients connections putting
+--payload bytes one at a time each, for the same --warmup and --duration,
+and reports participantd's rate and p99 as ratios of etcd's.
+
 --fsync-probe first measures the raw rate of write 200 B + fsync from one
 goroutine in the data directory, so the report carries the physical
 reference of the same run. --idle-connections N and --startup-records N
@@ -55,6 +60,7 @@ type benchFlags struct {
 	serverPID                  int
 	startupRecords             int
 	startupConversations       int
+	etcdCompare                bool
 }
 
 func runBench(ctx context.Context, e *env, args []string) error {
@@ -82,6 +88,7 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	fs.IntVar(&f.serverPID, "server-pid", 0, "with --addr and --idle-connections: the server's pid, to read its RSS")
 	fs.IntVar(&f.startupRecords, "startup-records", 0, "mode: build data directories of 1/10, 3/10 and all of N records over --startup-conversations, and time an embedded server to ready on each")
 	fs.IntVar(&f.startupConversations, "startup-conversations", 10000, "conversations of --startup-records")
+	fs.BoolVar(&f.etcdCompare, "etcd-compare", false, "after the load, measure an embedded etcd's put rate with the same clients, payload and durations on the same disk, and report the ratios")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -153,6 +160,17 @@ func runBench(ctx context.Context, e *env, args []string) error {
 		}
 		rep.FsyncAfterPerSec = rate
 		rep.RatioToFsync = rep.OpsPerSec / ((rep.FsyncPerSec + rate) / 2)
+	}
+	if f.etcdCompare {
+		fig, err := etcdPutBench(ctx, f.dataDir, f.load.clients, f.load.payload, f.warmup, f.duration)
+		if err != nil {
+			return err
+		}
+		fig.RatioOps = rep.OpsPerSec / fig.PutsPerS
+		if fig.Latency.P99 > 0 {
+			fig.RatioP99 = rep.Latency.P99 / fig.Latency.P99
+		}
+		rep.Etcd = fig
 	}
 	if err := rep.print(e.stdout, f.json); err != nil {
 		return err

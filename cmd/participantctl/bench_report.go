@@ -43,6 +43,7 @@ type benchReport struct {
 	Verified       int      `json:"verified_replays"`
 	VerifyFailures []string `json:"verify_failures,omitempty"`
 
+	Etcd    *etcdFigure     `json:"etcd_put,omitempty"`
 	Idle    *idleReport     `json:"idle,omitempty"`
 	Startup []startupFigure `json:"startup,omitempty"`
 }
@@ -141,6 +142,11 @@ func (rep *benchReport) print(w io.Writer, asJSON bool) error {
 		}
 		if rep.RatioToFsync > 0 {
 			fmt.Fprintf(&b, "  ratio: %.2f x the fsync probe rate\n", rep.RatioToFsync)
+		}
+		if f := rep.Etcd; f != nil {
+			fmt.Fprintf(&b, "  etcd put (embedded, same disk, fsync %v): %d clients, %d B: %.0f puts/s; p50 %.2f ms, p99 %.2f ms; %d errors\n",
+				f.EtcdFsync, f.Clients, f.Payload, f.PutsPerS, f.Latency.P50, f.Latency.P99, f.Errors)
+			fmt.Fprintf(&b, "  vs etcd: %.2f x its put rate, p99 %.2f x its p99\n", f.RatioOps, f.RatioP99)
 		}
 		fmt.Fprintf(&b, "  errors: %d", rep.Errors)
 		if rep.FirstError != "" {
