@@ -108,6 +108,11 @@ type segmentScan struct {
 func scanSegment(seg segment, buf []byte, expect LSN, apply func(*Batch) error) (segmentScan, error) {
 	var sc segmentScan
 	if len(buf) < segmentHeaderLen || [8]byte(buf[:8]) != segmentMagic {
+		// A header is synced before any record goes in, so a bad header
+		// with a valid record after it was damaged, not left unfinished.
+		if at, ok := validFrameAfter(buf, segmentHeaderLen-1, int64(len(buf))-1, seg.first); ok {
+			return sc, corrupt(seg, 0, fmt.Sprintf("bad segment header followed by a valid record at offset %d", at))
+		}
 		return sc, nil
 	}
 	sc.headerOK = true

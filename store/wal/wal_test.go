@@ -261,6 +261,30 @@ func TestReplay_RefusesAFlippedBitInAMiddleRecord(t *testing.T) {
 	}
 }
 
+func TestReplay_RefusesABadHeaderBeforeValidRecords(t *testing.T) {
+	dir := t.TempDir()
+	writeLog(t, dir, 3, Options{SegmentSize: 4096})
+	path, _ := recordOffsets(t, dir)
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw[2] ^= 0xff // the magic
+	if err := os.WriteFile(path, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := replayAll(t, dir, 0); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("Replay of a last segment with a bad header and valid records = %v, want ErrCorrupt", err)
+	}
+	// A bad header with nothing valid after it is an unfinished creation.
+	if err := os.WriteFile(path, raw[:segmentHeaderLen], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got, info, err := replayAll(t, dir, 0); err != nil || len(got) != 0 || !info.Torn {
+		t.Fatalf("Replay of a bare bad header = %d records, %+v, %v; want none, torn", len(got), info, err)
+	}
+}
+
 func TestReplay_RefusesAMissingSegment(t *testing.T) {
 	dir := t.TempDir()
 	writeLog(t, dir, 30, Options{SegmentSize: 128})
