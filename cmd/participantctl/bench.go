@@ -296,6 +296,10 @@ func runLoad(ctx context.Context, f *benchFlags, rep *benchReport) error {
 			rep.CommitsPerSec = (after.Commits - before.Commits) / secs
 			rep.FlushCallsPerSec = (after.Flushes - before.Flushes) / secs
 			rep.ServerCommittedPerSec = (after.Committed - before.Committed) / secs
+			if rep.Ops > 0 {
+				rep.CPUSecondsPer1000 = (after.CPUSeconds - before.CPUSeconds) / float64(rep.Ops) * 1000
+				rep.CPUIncludesClient = f.embedded
+			}
 			if c := after.Commits - before.Commits; c > 0 {
 				rep.OpsPerCommit = float64(rep.Ops) / c
 				rep.ServerOpsPerCommit = (after.Committed - before.Committed) / c

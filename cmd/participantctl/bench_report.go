@@ -37,6 +37,10 @@ type benchReport struct {
 	ServerOpsPerCommit    float64 `json:"server_committed_ops_per_commit,omitempty"`
 	MetricsError          string  `json:"metrics_error,omitempty"`
 	RatioToFsync          float64 `json:"ratio_to_fsync,omitempty"`
+	// CPUSecondsPer1000 is the server process's CPU time per 1,000 counted
+	// operations; with --embedded the process is also the bench client.
+	CPUSecondsPer1000 float64 `json:"cpu_seconds_per_1000_ops,omitempty"`
+	CPUIncludesClient bool    `json:"cpu_includes_client,omitempty"`
 
 	Errors         uint64   `json:"errors"`
 	FirstError     string   `json:"first_error,omitempty"`
@@ -139,6 +143,13 @@ func (rep *benchReport) print(w io.Writer, asJSON bool) error {
 		} else if rep.CommitsPerSec > 0 {
 			fmt.Fprintf(&b, "  server: %.0f store commits (flushes)/s, %.2f counted ops per commit; %.0f committed ops/s of every kind, %.2f per commit; %.0f Flush calls/s\n",
 				rep.CommitsPerSec, rep.OpsPerCommit, rep.ServerCommittedPerSec, rep.ServerOpsPerCommit, rep.FlushCallsPerSec)
+		}
+		if rep.CPUSecondsPer1000 > 0 {
+			who := "server only"
+			if rep.CPUIncludesClient {
+				who = "server and bench client: one process with --embedded"
+			}
+			fmt.Fprintf(&b, "  cpu: %.3f CPU-seconds per 1,000 counted ops (%s)\n", rep.CPUSecondsPer1000, who)
 		}
 		if rep.RatioToFsync > 0 {
 			fmt.Fprintf(&b, "  ratio: %.2f x the fsync probe rate\n", rep.RatioToFsync)

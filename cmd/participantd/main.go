@@ -1,5 +1,6 @@
 // Command participantd is the participantd server: it serves the wire
-// protocol of PROTOCOL.md on an embedded bbolt store, with health, readiness
+// protocol of PROTOCOL.md on an embedded log-first store (a write-ahead log
+// checkpointed into bbolt), with health, readiness
 // and Prometheus metrics on a second listener, and drains on SIGTERM or
 // SIGINT. Run it with --help for every setting; the server itself is
 // package server, which other programs may embed.

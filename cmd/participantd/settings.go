@@ -44,7 +44,7 @@ func envName(name string) string {
 const configKey = "config"
 
 var settings = []setting{
-	{"data", server.DefaultDataDir, "data directory (store file " + server.StoreFile + " and node.key); created 0700 if absent",
+	{"data", server.DefaultDataDir, "data directory (store file " + server.StoreFile + ", its log wal/, and node.key); created 0700 if absent",
 		func(o *options, v string) error { o.server.DataDir = v; return nonEmpty(v) }},
 	{"listen", server.DefaultListen, "wire protocol listen address",
 		func(o *options, v string) error { o.server.Listen = v; return nonEmpty(v) }},
@@ -249,7 +249,8 @@ func usage(w io.Writer) {
 	fmt.Fprintf(w, `Usage: participantd [flags]
 
 participantd serves the participantd wire protocol (PROTOCOL.md) on an
-embedded bbolt store. With no flags it uses ./data and listens on loopback.
+embedded log-first store (a write-ahead log checkpointed into bbolt). With
+no flags it uses ./data and listens on loopback.
 
 Every setting is a flag, an environment variable and a config file key.
 Precedence: flag > environment > config file (--config) > default.
