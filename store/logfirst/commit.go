@@ -268,6 +268,7 @@ func (s *Store) checkpoint() error {
 		if s.values[k].gen == vs.gen {
 			delete(s.values, k)
 		}
+		delete(s.cache, k)
 	}
 	// Batches logged since the snapshot stay counted; every byte counted
 	// when it was taken is now in bbolt.
@@ -314,7 +315,7 @@ func (s *Store) Close() error {
 	}
 	s.mu.Lock()
 	sticky := s.err
-	s.streams, s.dirty, s.logged, s.values, s.staged, s.loggedValues = nil, nil, nil, nil, nil, nil
+	s.streams, s.dirty, s.logged, s.values, s.staged, s.loggedValues, s.cache = nil, nil, nil, nil, nil, nil, nil
 	s.mu.Unlock()
 	if sticky != nil {
 		return sticky

@@ -229,3 +229,33 @@ func TestFlush_WaitsForACheckpointWhenMemoryIsFull(t *testing.T) {
 		t.Fatalf("%d checkpoints; the memory bound should have forced many", s.Checkpoints())
 	}
 }
+
+func TestReadValue_CacheNeverOutlivesACheckpointOfItsKey(t *testing.T) {
+	s := open(t, t.TempDir(), noCheckpoint)
+	for i := range uint64(5) {
+		if v, err := s.ReadValue("k"); err != nil || v != i {
+			t.Fatalf("ReadValue = %d, %v; want %d", v, err, i)
+		}
+		if err := s.CAS("k", i, i+1); err != nil {
+			t.Fatalf("CAS(%d): %v", i, err)
+		}
+		if err := s.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		if err := logfirst.CheckpointNow(s); err != nil {
+			t.Fatal(err)
+		}
+		// Read from bbolt (and cached) after the checkpoint, then again.
+		for range 2 {
+			if v, err := s.ReadValue("k"); err != nil || v != i+1 {
+				t.Fatalf("ReadValue after checkpoint %d = %d, %v; want %d", i, v, err, i+1)
+			}
+		}
+		if err := s.CAS("k", i, 99); err == nil {
+			t.Fatalf("CAS from a stale value succeeded")
+		}
+	}
+	if loads := s.Stats().ValueLoads; loads != 6 {
+		t.Fatalf("%d loads from bbolt, want 6: the first and one after each checkpoint, the rest cached", loads)
+	}
+}

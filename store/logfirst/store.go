@@ -139,6 +139,11 @@ type Store struct {
 	// not yet checkpointed: staged, being logged, logged or being
 	// checkpointed. A key absent from it has its current value in bbolt.
 	values map[string]valueState
+	// cache holds values read from bbolt for keys absent from values, so
+	// that a token lookup and the CAS that follows it read the file once.
+	// An entry stays right until a checkpoint writes its key, which drops
+	// it; at most maxCachedValues entries, emptied when full.
+	cache map[string]uint64
 	// staged holds the value writes not yet taken by a commit;
 	// loggedValues the latest logged write of each key not yet taken by a
 	// checkpoint.
@@ -322,6 +327,7 @@ func newStore(dir string, db *bolt.DB, opts Options) *Store {
 		dirty:        make(map[string]*stream),
 		logged:       make(map[string]*stream),
 		values:       make(map[string]valueState),
+		cache:        make(map[string]uint64),
 		staged:       make(map[string]valueState),
 		loggedValues: make(map[string]valueState),
 	}
@@ -526,6 +532,13 @@ func (s *Store) CAS(key string, old, new uint64) error {
 		if _, ok := s.values[key]; ok {
 			break
 		}
+		if v, ok := s.cache[key]; ok {
+			if v != old {
+				s.mu.Unlock()
+				return &store.CASConflictError{Key: key, Expected: old, Actual: v}
+			}
+			break
+		}
 		// A key absent from s.values has its current value in bbolt, and
 		// keeps it while mu is released unless a write of it is staged,
 		// and perhaps checkpointed, meanwhile: the value read is used only
@@ -564,16 +577,38 @@ func (s *Store) ReadValue(key string) (uint64, error) {
 		s.mu.Unlock()
 		return 0, err
 	}
-	vs, ok := s.values[key]
-	s.mu.Unlock()
-	if ok {
+	if vs, ok := s.values[key]; ok {
+		s.mu.Unlock()
 		return vs.v, nil
 	}
+	if v, ok := s.cache[key]; ok {
+		s.mu.Unlock()
+		return v, nil
+	}
+	cks := s.checkpoints.Load()
+	s.mu.Unlock()
 	// Absent from memory, the key's value is in bbolt; a write staged and
 	// checkpointed meanwhile would be a later write, which a read
 	// concurrent with it may or may not see.
-	return s.loadValue(key)
+	v, err := s.loadValue(key)
+	if err != nil {
+		return 0, err
+	}
+	// Cached only if no checkpoint completed meanwhile: one that wrote the
+	// key would leave the value read stale.
+	s.mu.Lock()
+	if _, ok := s.values[key]; !ok && s.checkpoints.Load() == cks && s.cache != nil {
+		if len(s.cache) >= maxCachedValues {
+			clear(s.cache)
+		}
+		s.cache[key] = v
+	}
+	s.mu.Unlock()
+	return v, nil
 }
+
+// maxCachedValues bounds the value cache.
+const maxCachedValues = 1 << 16
 
 func (s *Store) loadValue(key string) (uint64, error) {
 	s.valueLoads.Add(1)
