@@ -231,7 +231,9 @@ func (s *Store) checkpoint() error {
 	lsn, freed := s.lastLSN, s.memBytes
 	s.mu.Unlock()
 
-	slices.SortFunc(streams, func(x, y taken) int { return strings.Compare(x.name, y.name) })
+	// Entries go in in key order: bbolt inserts into a node by copying its
+	// tail, so random order over a big transaction is quadratic.
+	slices.SortFunc(streams, func(x, y taken) int { return compareKeyOrder(x.name, y.name) })
 	// The LSN is stored in the transaction that applies the batches, so
 	// that bbolt never holds a batch without knowing it does.
 	err := s.db.Update(func(tx *bolt.Tx) error {

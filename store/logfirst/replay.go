@@ -1,7 +1,11 @@
 package logfirst
 
 import (
+	"cmp"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -11,22 +15,42 @@ import (
 
 // replayer applies replayed records to bbolt in transactions of about
 // defaultReplayCheckpointSize bytes, each storing the LSN it reached, so
-// that a crash during a replay resumes where it stopped.
+// that a crash during a replay resumes where it stopped. Within a
+// transaction it merges the records per stream and per key and writes in
+// key order: bbolt inserts into a node by copying its tail, so random
+// order over a big transaction is quadratic.
 type replayer struct {
 	db      *bolt.DB
 	lsn     wal.LSN // the last LSN in bbolt
-	pending []*wal.Batch
+	last    wal.LSN // the last LSN added
+	streams map[string]*wal.StreamAppend
+	values  map[string]uint64
 	size    int
 }
 
 func (r *replayer) add(b *wal.Batch) error {
-	r.pending = append(r.pending, b)
+	if r.streams == nil {
+		r.streams, r.values = map[string]*wal.StreamAppend{}, map[string]uint64{}
+	}
 	for _, a := range b.Appends {
+		st := r.streams[a.Stream]
+		switch {
+		case st == nil:
+			r.streams[a.Stream] = &wal.StreamAppend{Stream: a.Stream, First: a.First, Payloads: slices.Clip(a.Payloads)}
+		case st.First+uint64(len(st.Payloads)) != a.First:
+			return fmt.Errorf("record %v: stream %q continues at %d, record starts at %d", b.LSN, a.Stream, st.First+uint64(len(st.Payloads)), a.First)
+		default:
+			st.Payloads = append(st.Payloads, a.Payloads...)
+		}
 		for _, p := range a.Payloads {
 			r.size += len(p) + entryOverhead
 		}
 	}
-	r.size += len(b.Values) * entryOverhead
+	for _, v := range b.Values {
+		r.values[v.Key] = v.Value
+		r.size += len(v.Key) + entryOverhead
+	}
+	r.last = b.LSN
 	if r.size >= defaultReplayCheckpointSize {
 		return r.flush()
 	}
@@ -34,30 +58,39 @@ func (r *replayer) add(b *wal.Batch) error {
 }
 
 func (r *replayer) flush() error {
-	if len(r.pending) == 0 {
+	if r.last == r.lsn {
 		return nil
 	}
-	last := r.pending[len(r.pending)-1].LSN
+	streams := slices.SortedFunc(maps.Values(r.streams), func(x, y *wal.StreamAppend) int {
+		return compareKeyOrder(x.Stream, y.Stream)
+	})
 	err := r.db.Update(func(tx *bolt.Tx) error {
-		for _, b := range r.pending {
-			for _, a := range b.Appends {
-				if err := store.PutEntries(tx, a.Stream, a.First, a.Payloads); err != nil {
-					return fmt.Errorf("record %v: %w", b.LSN, err)
-				}
-			}
-			for _, v := range b.Values {
-				if err := store.PutValue(tx, v.Key, v.Value); err != nil {
-					return fmt.Errorf("record %v: %w", b.LSN, err)
-				}
+		for _, a := range streams {
+			if err := store.PutEntries(tx, a.Stream, a.First, a.Payloads); err != nil {
+				return fmt.Errorf("replay to LSN %v: %w", r.last, err)
 			}
 		}
-		return putCheckpointLSN(tx, last)
+		for _, k := range slices.Sorted(maps.Keys(r.values)) {
+			if err := store.PutValue(tx, k, r.values[k]); err != nil {
+				return fmt.Errorf("replay to LSN %v: %w", r.last, err)
+			}
+		}
+		return putCheckpointLSN(tx, r.last)
 	})
 	if err != nil {
 		return err
 	}
-	r.lsn, r.pending, r.size = last, nil, 0
+	r.lsn, r.streams, r.values, r.size = r.last, nil, nil, 0
 	return nil
+}
+
+// compareKeyOrder orders stream names as their entry keys sort in bbolt:
+// by length (the key's 2-byte length prefix), then bytes.
+func compareKeyOrder(x, y string) int {
+	if c := cmp.Compare(len(x), len(y)); c != 0 {
+		return c
+	}
+	return strings.Compare(x, y)
 }
 
 // replayIntoMemory applies a replayed record to the logged layer of a
