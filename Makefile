@@ -21,9 +21,11 @@ fuzz:
 	$(GO) test ./wire -run '^$$' -fuzz '^FuzzReadFrame$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./wire -run '^$$' -fuzz '^FuzzDecodeRequest$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./wire -run '^$$' -fuzz '^FuzzDecodeServerMessage$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./store/wal -run '^$$' -fuzz '^FuzzDecodeBody$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./store/wal -run '^$$' -fuzz '^FuzzScanSegment$$' -fuzztime $(FUZZTIME)
 
 bench:
-	$(GO) test -run '^$$' -bench . -benchtime 2s ./store ./participant ./wire
+	$(GO) test -run '^$$' -bench . -benchtime 2s ./store ./store/logfirst ./participant ./wire
 
 run:
 	$(GO) run ./cmd/participantd
