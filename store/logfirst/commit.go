@@ -14,11 +14,14 @@ import (
 )
 
 // Flush implements store.DurableStore with group commit. A Flush with
-// writes staged waits for the next log record, which carries the writes of
-// every Flush that arrived before it was taken; a Flush with nothing
-// staged waits only for a record being written, and returns nil at once
-// when there is none. After a failure Flush returns the sticky error
-// (wrapping store.ErrFailed); after Close, store.ErrClosed.
+// writes staged when no record is being written writes the record itself
+// (sparing a lone writer two goroutine hand-offs per flush); otherwise it
+// joins the next record, which the committer writes once the current one
+// is done and which carries the writes of every Flush that arrived before
+// it was taken. A Flush with nothing staged waits only for a record being
+// written, and returns nil at once when there is none. After a failure
+// Flush returns the sticky error (wrapping store.ErrFailed); after Close,
+// store.ErrClosed.
 func (s *Store) Flush() error {
 	s.mu.Lock()
 	if err := s.usableLocked(); err != nil {
@@ -30,6 +33,12 @@ func (s *Store) Flush() error {
 	wake := false
 	switch {
 	case len(s.dirty) > 0 || len(s.staged) > 0:
+		if !s.committing && s.next == nil && s.memBytes < s.opts.MaxUncheckpointed {
+			bt = &batch{done: make(chan struct{})}
+			s.committing = true
+			s.commitLocked(bt)
+			return bt.err
+		}
 		if s.next == nil {
 			s.next = &batch{done: make(chan struct{})}
 			wake = true
@@ -80,14 +89,17 @@ type taken struct {
 	payloads [][]byte // never modified
 }
 
-// commit writes every staged write as one log record and finishes s.next
-// with the result. Only the committer calls it.
+// commit writes s.next as one log record, once no other record is being
+// written and memory allows. Only the committer calls it.
 func (s *Store) commit() {
 	s.mu.Lock()
-	// Memory for logged batches is bounded: while it is full, the record
-	// waits for a checkpoint, and so does every Flush.
-	for s.memBytes >= s.opts.MaxUncheckpointed && s.usableLocked() == nil {
-		s.kickCheckpointer()
+	// One record at a time, in order; and memory for logged batches is
+	// bounded: while it is full, the record waits for a checkpoint, and so
+	// does every Flush.
+	for (s.committing || s.memBytes >= s.opts.MaxUncheckpointed) && s.usableLocked() == nil {
+		if s.memBytes >= s.opts.MaxUncheckpointed {
+			s.kickCheckpointer()
+		}
 		s.memFreed.Wait()
 	}
 	bt := s.next
@@ -101,6 +113,15 @@ func (s *Store) commit() {
 		bt.finish(err)
 		return
 	}
+	s.committing = true
+	s.commitLocked(bt)
+}
+
+// commitLocked writes every staged write as one log record and finishes bt
+// with the result. s.mu must be held and s.committing set by the caller,
+// which makes it the only writer of the log; it returns with s.mu
+// released and s.committing cleared.
+func (s *Store) commitLocked(bt *batch) {
 	// Everything staged now goes into this record; writes staged from here
 	// on wait for the next one. Each stream's pending payloads are taken
 	// as a prefix and moved to logged only after the record is durable.
@@ -115,36 +136,35 @@ func (s *Store) commit() {
 	s.inflight = bt
 	s.mu.Unlock()
 
-	if len(streams) == 0 && len(values) == 0 {
-		s.mu.Lock()
-		s.inflight = nil
-		s.mu.Unlock()
-		bt.finish(nil)
-		return
-	}
-	rec := &wal.Batch{Appends: make([]wal.StreamAppend, len(streams)), Values: make([]wal.ValueWrite, 0, len(values))}
-	slices.SortFunc(streams, func(x, y taken) int { return strings.Compare(x.name, y.name) })
+	var lsn wal.LSN
+	var err error
 	var size int64
-	for i, t := range streams {
-		rec.Appends[i] = wal.StreamAppend{Stream: t.name, First: t.first, Payloads: t.payloads}
-		for _, p := range t.payloads {
-			size += int64(len(p)) + entryOverhead
+	if len(streams) > 0 || len(values) > 0 {
+		rec := &wal.Batch{Appends: make([]wal.StreamAppend, len(streams)), Values: make([]wal.ValueWrite, 0, len(values))}
+		slices.SortFunc(streams, func(x, y taken) int { return strings.Compare(x.name, y.name) })
+		for i, t := range streams {
+			rec.Appends[i] = wal.StreamAppend{Stream: t.name, First: t.first, Payloads: t.payloads}
+			for _, p := range t.payloads {
+				size += int64(len(p)) + entryOverhead
+			}
 		}
+		for _, k := range slices.Sorted(maps.Keys(values)) {
+			rec.Values = append(rec.Values, wal.ValueWrite{Key: k, Value: values[k].v})
+			size += int64(len(k)) + entryOverhead
+		}
+		// The record is durable when Append returns nil: only then may any
+		// Flush it carries return.
+		lsn, err = s.log.Append(rec)
 	}
-	for _, k := range slices.Sorted(maps.Keys(values)) {
-		rec.Values = append(rec.Values, wal.ValueWrite{Key: k, Value: values[k].v})
-		size += int64(len(k)) + entryOverhead
-	}
-	// The record is durable when Append returns nil: only then may any
-	// Flush it carries return.
-	lsn, err := s.log.Append(rec)
 
 	s.mu.Lock()
 	s.inflight = nil
-	if err != nil {
+	s.committing = false
+	switch {
+	case err != nil:
 		s.failLocked(fmt.Errorf("%w: log %s: %w", store.ErrFailed, s.dir, err))
 		err = s.err
-	} else {
+	case lsn != 0:
 		for _, t := range streams {
 			n := len(t.payloads)
 			t.st.logged = append(t.st.logged, t.payloads...)
@@ -165,6 +185,8 @@ func (s *Store) commit() {
 			s.kickCheckpointer()
 		}
 	}
+	// Wakes the committer if it waits for this record, and Close.
+	s.memFreed.Broadcast()
 	s.mu.Unlock()
 	bt.finish(err)
 }
@@ -301,6 +323,11 @@ func (s *Store) Close() error {
 	}
 	s.closed = true
 	s.memFreed.Broadcast()
+	// A Flush may be writing a record itself: the log stays open until it
+	// is done. No new one starts once closed is set.
+	for s.committing {
+		s.memFreed.Wait()
+	}
 	s.mu.Unlock()
 
 	var err error

@@ -30,11 +30,13 @@
 //
 // # Commit and checkpoint
 //
-//   - Flush joins the next batch and wakes the committer, which takes every
-//     staged write, encodes it as one record, appends it with one write
-//     and one fdatasync, and only then moves it to the logged layer and
-//     answers every Flush of the batch. Flushes arriving meanwhile form
-//     the next batch.
+//   - A commit takes every staged write, encodes it as one record, appends
+//     it with one write and one fdatasync, and only then moves it to the
+//     logged layer and answers every Flush of the batch. A Flush that
+//     finds no record being written runs the commit itself; Flushes
+//     arriving meanwhile form the next batch, which the committer
+//     goroutine writes as soon as the log is free (committing guards the
+//     single writer).
 //   - The checkpointer, every CheckpointInterval or once CheckpointBytes
 //     are logged, takes the whole logged layer (exactly the records up to
 //     the last LSN, since a commit moves a record in under mu), writes it

@@ -10,6 +10,9 @@ func (s *Store) abandon() {
 	}
 	s.closed = true
 	s.memFreed.Broadcast()
+	for s.committing {
+		s.memFreed.Wait()
+	}
 	s.mu.Unlock()
 	if !s.readOnly {
 		close(s.quit)

@@ -120,8 +120,8 @@ type Store struct {
 	// mu guards every field below. It is never held across a bbolt call,
 	// a log write or a channel operation.
 	mu sync.Mutex
-	// memFreed is signalled on mu when a checkpoint frees memory, and when
-	// the store fails or closes.
+	// memFreed is signalled on mu when a checkpoint frees memory, when a
+	// record is done, and when the store fails or closes.
 	memFreed *sync.Cond
 	// err is the sticky error of a failed commit or checkpoint; it wraps
 	// store.ErrFailed.
@@ -158,6 +158,9 @@ type Store struct {
 	// checkpointed one.
 	lastLSN wal.LSN
 	ckLSN   wal.LSN
+	// committing is set while a record is being written, by the committer
+	// or by a Flush writing its own: one writer of the log at a time.
+	committing bool
 	// next is the batch that will carry the staged writes, created by the
 	// first Flush that waits for it; inflight is the batch being logged.
 	next     *batch
