@@ -31,9 +31,11 @@ fuzz:
 	$(GO) test ./store -run '^$$' -fuzz '^FuzzOpen$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 1x
 	$(GO) test ./participant -run '^$$' -fuzz '^FuzzReadRegistry$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./participant -run '^$$' -fuzz '^FuzzLookupToken$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./store/wal -run '^$$' -fuzz '^FuzzDecodeBody$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./store/wal -run '^$$' -fuzz '^FuzzScanSegment$$' -fuzztime $(FUZZTIME)
 
 bench:
-	$(GO) test -run '^$$' -bench . -benchtime 2s ./store ./participant ./wire
+	$(GO) test -run '^$$' -bench . -benchtime 2s ./store ./store/logfirst ./participant ./wire
 
 run:
 	$(GO) run ./cmd/participantd

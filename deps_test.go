@@ -22,6 +22,10 @@ func TestDependenciesPointOneWay(t *testing.T) {
 		"outbox":          {"oplog"},
 		"participant":     {"store", "oplog", "outbox", "fence"},
 		"client":          {"wire"},
+		"store/vfs":       {},
+		"store/wal":       {"store/vfs"},
+		"store/logfirst":  {"store"},
+		"faultfs":         {"store/vfs"},
 	}
 	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}} {{join .Imports " "}}`, "./...").Output()
 	if err != nil {

@@ -353,19 +353,17 @@ func epochKey(c ConversationID, row *oplog.Row) string {
 		row.Conn.Server, row.Conn.Ordinal, uint64(row.Generation))
 }
 
-// register appends cv's registry entry and makes it durable: a conversation
-// is registered before its genesis row exists, so a restart finds every
-// conversation that has one.
+// register appends cv's registry entry, before its genesis row is
+// appended, so that a restart finds every conversation that has one.
+// Barrier 1 makes both durable with one flush: the store keeps a prefix of
+// the writes across a crash, so the genesis row is never durable without
+// the entry appended before it.
 func (s *Service) register(id ConversationID) error {
 	s.regMu.Lock()
+	defer s.regMu.Unlock()
 	n, err := s.st.Len(RegistryStream)
 	if err == nil {
 		_, err = s.st.Append(RegistryStream, encodeRegistryEntry(id), n)
 	}
-	s.regMu.Unlock()
-	if err != nil {
-		return err
-	}
-	// The registry entry must be durable before the genesis row is appended.
-	return s.flush(id)
+	return err
 }

@@ -215,7 +215,7 @@ func sameBound(want, got Bound, err error) error {
 }
 
 // checkInvariants reopens mem and checks the contract after a crash.
-func checkInvariants(t faultstore.TB, mem *store.Memory, log []answered) {
+func checkInvariants(t faultstore.TB, mem store.DurableStore, log []answered) {
 	ctx := context.Background()
 	svc, err := Open(ctx, mem, Options{NodeKey: testKey})
 	if err != nil {
@@ -325,7 +325,7 @@ func TestCrashCutAtEveryOperation(t *testing.T) {
 
 // checkCheckpoints checks that every stored checkpoint is what a replay
 // from row 0 derives at its index, while row 0 is stored (rederive).
-func checkCheckpoints(t faultstore.TB, mem *store.Memory) {
+func checkCheckpoints(t faultstore.TB, mem store.DurableStore) {
 	ids, err := readRegistry(mem)
 	if err != nil {
 		t.Fatalf("readRegistry: %v", err)

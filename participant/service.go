@@ -555,8 +555,9 @@ type conversation struct {
 	// reload), across its barriers. The two fields below are used only by
 	// its holder; the state under mu is written only by its holder.
 	turn chan struct{}
-	// registered is set once the registry entry is durable, dropped when a
-	// failed commit dropped the state. Turn holder only.
+	// registered is set once the registry entry is appended (barrier 1
+	// makes it durable before, or with, the genesis row). Turn holder
+	// only.
 	registered bool
 	dropped    bool
 	// pins counts the queued or running operations that may create the

@@ -138,7 +138,7 @@ type damage struct {
 
 func truncateTo(t *testing.T, path string, size func(ps int64, hwm uint64, file int64) int64) {
 	t.Helper()
-	ps, hwm, err := store.ReadMeta(path)
+	ps, hwm, err := store.ReadMetaPage(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +155,7 @@ func truncateTo(t *testing.T, path string, size func(ps int64, hwm uint64, file 
 // both is set.
 func flipMeta(t *testing.T, path string, both bool) {
 	t.Helper()
-	ps, _, err := store.ReadMeta(path)
+	ps, _, err := store.ReadMetaPage(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,7 +242,7 @@ func TestBolt_Open_OneMetaPageFlippedFallsBack(t *testing.T) {
 // of the file with child(id).
 func damageBranchPages(t *testing.T, path string, child func(id uint64) uint64) {
 	t.Helper()
-	ps, hwm, err := store.ReadMeta(path)
+	ps, hwm, err := store.ReadMetaPage(path)
 	if err != nil {
 		t.Fatal(err)
 	}

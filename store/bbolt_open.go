@@ -24,6 +24,36 @@ func Open(path string, opts Options) (*Bolt, error) {
 	return open(path, opts, hooks{})
 }
 
+// CheckFile runs the checks Open runs on the file at path before bbolt maps
+// it, without opening it, for another writer of the same file (the
+// log-first store, which checkpoints into it): a damaged file is an error
+// naming path and wrapping ErrCorrupt, a file another process is writing
+// ErrLocked, and a missing or 0-byte one ErrNoData when mustExist is set
+// (else nil: the caller creates it).
+func CheckFile(path string, mustExist bool) error {
+	state, meta, err := checkFile(path)
+	if err != nil {
+		return fmt.Errorf("store: open: %w", err)
+	}
+	if state == fileValid {
+		if err := walkFile(path, meta); err != nil {
+			if lockedByWriter(path) {
+				return fmt.Errorf("open %s: %w", path, ErrLocked)
+			}
+			return fmt.Errorf("store: open: %s: %w: %w", path, err, ErrCorrupt)
+		}
+		return nil
+	}
+	if mustExist {
+		what := "does not exist"
+		if state == fileEmpty {
+			what = "is empty (0 bytes)"
+		}
+		return fmt.Errorf("store: open %s: the file %s: %w", path, what, ErrNoData)
+	}
+	return nil
+}
+
 func open(path string, opts Options, h hooks) (*Bolt, error) {
 	timeout := opts.LockTimeout
 	if timeout <= 0 {

@@ -29,9 +29,9 @@ func (b *Bolt) CachedValues() int {
 	return len(b.values)
 }
 
-// ReadMeta returns the page size and high water mark of the meta page
+// ReadMetaPage returns the page size and high water mark of the meta page
 // bbolt would use, for tests that damage a file precisely.
-func ReadMeta(path string) (pageSize int64, hwm uint64, err error) {
+func ReadMetaPage(path string) (pageSize int64, hwm uint64, err error) {
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		return 0, 0, err

@@ -31,6 +31,13 @@ type Value struct {
 // that began after it returns nil. A crash loses exactly the writes that no
 // successful Flush covered, and nothing else.
 //
+// Writes become durable in the order they returned, and in batches: a
+// crash keeps a prefix of them (if a write survives, so does every write
+// that returned before it), and the writes one Flush covers are durable
+// all together or not at all when no other Flush runs concurrently. So a
+// caller may append a registry entry and then a row that needs it, and
+// flush once: the row never survives a crash without the entry.
+//
 // Implementations are safe for concurrent use. Once an implementation fails
 // to make writes durable it refuses every later call with that error (the
 // error is sticky); the way back is to reopen the store and reconcile.

@@ -33,6 +33,11 @@ spread over them; every tell is delivered to the other participants, which
 ack cumulatively. --op enroll: every enroll creates a new conversation.
 --op mixed: half the clients tell, half enroll.
 
+--etcd-compare then runs an embedded single-node etcd (fsync on) on the
+same disk and measures its put rate with --clients connections putting
+--payload bytes one at a time each, for the same --warmup and --duration,
+and reports participantd's rate and p99 as ratios of etcd's.
+
 --fsync-probe first measures the raw rate of write 200 B + fsync from one
 goroutine in the data directory, so the report carries the physical
 reference of the same run. --idle-connections N and --startup-records N
@@ -57,6 +62,7 @@ type benchFlags struct {
 	startupConversations       int
 	startupCheckpoints         bool
 	startupFixed               bool
+	etcdCompare                bool
 }
 
 func runBench(ctx context.Context, e *env, args []string) error {
@@ -86,6 +92,7 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	fs.IntVar(&f.startupConversations, "startup-conversations", 10000, "conversations of --startup-records")
 	fs.BoolVar(&f.startupFixed, "startup-fixed-conversations", false, "with --startup-records: every size has all --startup-conversations, only the records grow")
 	fs.BoolVar(&f.startupCheckpoints, "startup-checkpoints", false, "with --startup-records: every record acknowledged, and each size also timed from a copy with checkpoints (participantctl compact)")
+	fs.BoolVar(&f.etcdCompare, "etcd-compare", false, "after the load, measure an embedded etcd's put rate with the same clients, payload and durations on the same disk, and report the ratios")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -157,6 +164,17 @@ func runBench(ctx context.Context, e *env, args []string) error {
 		}
 		rep.FsyncAfterPerSec = rate
 		rep.RatioToFsync = rep.OpsPerSec / ((rep.FsyncPerSec + rate) / 2)
+	}
+	if f.etcdCompare {
+		fig, err := etcdPutBench(ctx, f.dataDir, f.load.clients, f.load.payload, f.warmup, f.duration)
+		if err != nil {
+			return err
+		}
+		fig.RatioOps = rep.OpsPerSec / fig.PutsPerS
+		if fig.Latency.P99 > 0 {
+			fig.RatioP99 = rep.Latency.P99 / fig.Latency.P99
+		}
+		rep.Etcd = fig
 	}
 	if err := rep.print(e.stdout, f.json); err != nil {
 		return err
@@ -282,6 +300,10 @@ func runLoad(ctx context.Context, f *benchFlags, rep *benchReport) error {
 			rep.CommitsPerSec = (after.Commits - before.Commits) / secs
 			rep.FlushCallsPerSec = (after.Flushes - before.Flushes) / secs
 			rep.ServerCommittedPerSec = (after.Committed - before.Committed) / secs
+			if rep.Ops > 0 {
+				rep.CPUSecondsPer1000 = (after.CPUSeconds - before.CPUSeconds) / float64(rep.Ops) * 1000
+				rep.CPUIncludesClient = f.embedded
+			}
 			if c := after.Commits - before.Commits; c > 0 {
 				rep.OpsPerCommit = float64(rep.Ops) / c
 				rep.ServerOpsPerCommit = (after.Committed - before.Committed) / c

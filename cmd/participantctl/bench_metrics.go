@@ -16,6 +16,8 @@ type serverCounters struct {
 	Commits   float64
 	Flushes   float64
 	Committed float64
+	// CPUSeconds is the server process's user+system CPU time.
+	CPUSeconds float64
 }
 
 // scrapeCounters reads the Prometheus text of http://addr/metrics and
@@ -54,6 +56,8 @@ func scrapeCounters(ctx context.Context, addr string) (serverCounters, error) {
 			c.Flushes = v
 		case "participantd_store_committed_ops_total":
 			c.Committed = v
+		case "process_cpu_seconds_total":
+			c.CPUSeconds = v
 		}
 	}
 	return c, sc.Err()

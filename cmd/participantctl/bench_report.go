@@ -37,12 +37,17 @@ type benchReport struct {
 	ServerOpsPerCommit    float64 `json:"server_committed_ops_per_commit,omitempty"`
 	MetricsError          string  `json:"metrics_error,omitempty"`
 	RatioToFsync          float64 `json:"ratio_to_fsync,omitempty"`
+	// CPUSecondsPer1000 is the server process's CPU time per 1,000 counted
+	// operations; with --embedded the process is also the bench client.
+	CPUSecondsPer1000 float64 `json:"cpu_seconds_per_1000_ops,omitempty"`
+	CPUIncludesClient bool    `json:"cpu_includes_client,omitempty"`
 
 	Errors         uint64   `json:"errors"`
 	FirstError     string   `json:"first_error,omitempty"`
 	Verified       int      `json:"verified_replays"`
 	VerifyFailures []string `json:"verify_failures,omitempty"`
 
+	Etcd    *etcdFigure     `json:"etcd_put,omitempty"`
 	Idle    *idleReport     `json:"idle,omitempty"`
 	Startup []startupFigure `json:"startup,omitempty"`
 }
@@ -143,8 +148,20 @@ func (rep *benchReport) print(w io.Writer, asJSON bool) error {
 			fmt.Fprintf(&b, "  server: %.0f store commits (flushes)/s, %.2f counted ops per commit; %.0f committed ops/s of every kind, %.2f per commit; %.0f Flush calls/s\n",
 				rep.CommitsPerSec, rep.OpsPerCommit, rep.ServerCommittedPerSec, rep.ServerOpsPerCommit, rep.FlushCallsPerSec)
 		}
+		if rep.CPUSecondsPer1000 > 0 {
+			who := "server only"
+			if rep.CPUIncludesClient {
+				who = "server and bench client: one process with --embedded"
+			}
+			fmt.Fprintf(&b, "  cpu: %.3f CPU-seconds per 1,000 counted ops (%s)\n", rep.CPUSecondsPer1000, who)
+		}
 		if rep.RatioToFsync > 0 {
 			fmt.Fprintf(&b, "  ratio: %.2f x the fsync probe rate\n", rep.RatioToFsync)
+		}
+		if f := rep.Etcd; f != nil {
+			fmt.Fprintf(&b, "  etcd put (embedded, same disk, fsync %v): %d clients, %d B: %.0f puts/s; p50 %.2f ms, p99 %.2f ms; %d errors\n",
+				f.EtcdFsync, f.Clients, f.Payload, f.PutsPerS, f.Latency.P50, f.Latency.P99, f.Errors)
+			fmt.Fprintf(&b, "  vs etcd: %.2f x its put rate, p99 %.2f x its p99\n", f.RatioOps, f.RatioP99)
 		}
 		fmt.Fprintf(&b, "  errors: %d", rep.Errors)
 		if rep.FirstError != "" {

@@ -10,6 +10,7 @@ import (
 	"github.com/participantd/participantd/cmd/participantd/server"
 	"github.com/participantd/participantd/participant"
 	"github.com/participantd/participantd/store"
+	"github.com/participantd/participantd/store/logfirst"
 )
 
 // The offline tools read a stopped server's data directory. They open the
@@ -54,6 +55,23 @@ func damaged(err error) error {
 	return fmt.Errorf("%w\nThe store is damaged: restore %s from a backup, or move the data directory aside to start empty (its history is then lost)", err, storeFile)
 }
 
+// openLog opens the log-first store of data directory dir read-only: the
+// bbolt file with the write-ahead log replayed over it in memory, so that
+// nothing on disk changes. It returns nil, nil when dir has no log (a
+// server run on bbolt alone); a corrupt log fails with an error naming
+// the segment and offset.
+func openLog(dir string) (*logfirst.Store, error) {
+	segs, err := filepath.Glob(filepath.Join(dir, logfirst.WALDir, "*"))
+	if err != nil || len(segs) == 0 {
+		return nil, err
+	}
+	st, err := logfirst.OpenReadOnly(dir, logfirst.Options{LockTimeout: offlineLockTimeout})
+	if errors.Is(err, store.ErrLocked) {
+		return nil, fmt.Errorf("%s is in use: stop participantd first (the offline tools need the data at rest): %w", dir, err)
+	}
+	return st, err
+}
+
 // inspectData reconciles the data directory dir in dry run: the server
 // incarnation recorded there and what participant.Inspect reports.
 func inspectData(dir string) (incarnation uint64, reports []participant.Report, err error) {
@@ -68,10 +86,21 @@ func inspectData(dir string) (incarnation uint64, reports []participant.Report, 
 		}
 		return 0, nil, err
 	}
-	if incarnation, err = st.ReadValue(participant.IncarnationKey); err != nil {
+	// The file is sound; what the server would start from is the file
+	// with its log replayed over it, when it has one.
+	var view store.DurableStore = st
+	lg, err := openLog(dir)
+	if err != nil {
+		return 0, nil, err
+	}
+	if lg != nil {
+		defer lg.Close()
+		view = lg
+	}
+	if incarnation, err = view.ReadValue(participant.IncarnationKey); err != nil {
 		return 0, nil, fmt.Errorf("read incarnation: %w", err)
 	}
-	reports, err = participant.Inspect(st)
+	reports, err = participant.Inspect(view)
 	if errors.Is(err, store.ErrCorrupt) {
 		err = damaged(err)
 	}

@@ -13,7 +13,8 @@ func init() {
 		usage: `[--data DIR] [--json]
 
 Reads every page of a STOPPED server's store (opened read-only: not a byte
-changes), then reconciles every conversation as the server does at start,
+changes; a write-ahead log is replayed in memory and checked, a corrupt log
+is an error naming the segment and offset), then reconciles every conversation as the server does at start,
 without writing anything, and reports each as "ok", "would repair N outbox
 rows" or "refused CLASS: REASON". Exits 1 when the store is missing, empty
 or damaged (naming the file and what to do), or when any conversation is
@@ -40,6 +41,15 @@ func runVerify(ctx context.Context, e *env, args []string) error {
 	_, reports, err := inspectData(*dir)
 	if err != nil {
 		return err
+	}
+	if !*asJSON {
+		line, err := logSummary(*dir)
+		if err != nil {
+			return err
+		}
+		if line != "" {
+			fmt.Fprintln(e.stdout, line)
+		}
 	}
 	refused := 0
 	for _, r := range reports {

@@ -69,8 +69,16 @@ func envName(name string) string {
 const configKey = "config"
 
 var settings = []setting{
-	{"data", server.DefaultDataDir, "data directory (store file " + server.StoreFile + " and node.key); created 0700 if absent",
+	{"data", server.DefaultDataDir, "data directory (store file " + server.StoreFile + ", its log wal/, and node.key); created 0700 if absent",
 		func(o *options, v string) error { o.server.DataDir = v; return nonEmpty(v) }},
+	{"store", server.EngineBolt, "single-node store engine: bbolt (each group commit a bbolt transaction) or log (a write-ahead log, one fdatasync per group commit, checkpointed into the bbolt file)",
+		func(o *options, v string) error {
+			if v != server.EngineBolt && v != server.EngineLog {
+				return errors.New("want bbolt or log")
+			}
+			o.server.Engine = v
+			return nil
+		}},
 	{"listen", server.DefaultListen, "wire protocol listen address",
 		func(o *options, v string) error { o.server.Listen = v; return nonEmpty(v) }},
 	{"health-listen", server.DefaultHealthListen, "health/metrics HTTP listen address",
@@ -382,7 +390,8 @@ func usage(w io.Writer) {
 	fmt.Fprintf(w, `Usage: participantd [flags]
 
 participantd serves the participantd wire protocol (docs/PROTOCOL.md) on an
-embedded bbolt store. With no flags it uses ./data and listens on loopback.
+embedded store: bbolt, or with --store log a write-ahead log checkpointed
+into bbolt. With no flags it uses ./data and listens on loopback.
 
   --version
         print the version and build (module version, VCS revision), then exit

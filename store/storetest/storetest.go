@@ -32,6 +32,15 @@ type Harness struct {
 	// and open the same file again. Restart owns the cleanup of what it
 	// returns, as Open does. Nil skips the tests that need a restart.
 	Restart func(t *testing.T, s store.DurableStore) store.DurableStore
+
+	// CrashDuringFlush calls s.Flush with a crash injected at the i-th
+	// point of the implementation's write path (for a store over a file
+	// system, its i-th file-system call from the Flush on, a write torn
+	// at a random byte), then restarts as Restart does. It returns the
+	// restarted store, and whether a crash happened: once i is past the
+	// last point, the Flush completes and it returns false. Nil skips the
+	// tests that need it.
+	CrashDuringFlush func(t *testing.T, s store.DurableStore, i int) (restarted store.DurableStore, crashed bool)
 }
 
 // Run runs every conformance test as a subtest of t.
@@ -67,11 +76,15 @@ func Run(t *testing.T, h Harness) {
 		{"BytesValues", false, testBytes},
 		{"BytesSurviveRestart", true, testBytesSurviveRestart},
 		{"ClosedRefusesCompaction", false, testCompactorClosed},
+		{"FlushBatchIsAtomicAfterACrash", false, testBatchAtomic},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			if tt.restart && h.Restart == nil {
 				t.Skip("harness has no Restart")
+			}
+			if tt.name == "FlushBatchIsAtomicAfterACrash" && h.CrashDuringFlush == nil {
+				t.Skip("harness has no CrashDuringFlush")
 			}
 			tt.fn(t, h)
 		})
@@ -576,4 +589,85 @@ func testClosed(t *testing.T, h Harness) {
 			t.Errorf("%s after Close = %v, want ErrClosed", c.name, err)
 		}
 	}
+}
+
+// testBatchAtomic crashes a Flush at every point of the store's write path
+// and checks that the batch it carried survives whole or not at all, over
+// what an earlier Flush made durable.
+func testBatchAtomic(t *testing.T, h Harness) {
+	type state struct {
+		Streams map[string]int
+		Values  map[string]uint64
+	}
+	read := func(s store.DurableStore) state {
+		st := state{Streams: map[string]int{}, Values: map[string]uint64{}}
+		for _, name := range []string{"a", "b", "c"} {
+			n, err := s.Len(name)
+			if err != nil {
+				t.Fatalf("Len(%s) error: %v", name, err)
+			}
+			st.Streams[name] = int(n)
+			checkStream(t, s, name, payloads(name, int(n)))
+		}
+		for _, key := range []string{"k", "j"} {
+			v, err := s.ReadValue(key)
+			if err != nil {
+				t.Fatalf("ReadValue(%s) error: %v", key, err)
+			}
+			st.Values[key] = v
+		}
+		return st
+	}
+	before := state{Streams: map[string]int{"a": 1, "b": 0, "c": 0}, Values: map[string]uint64{"k": 1, "j": 0}}
+	after := state{Streams: map[string]int{"a": 2, "b": 1, "c": 5}, Values: map[string]uint64{"k": 2, "j": 7}}
+	crashes := 0
+	for i := 0; ; i++ {
+		if i > 10000 {
+			t.Fatalf("CrashDuringFlush still crashed at point %d", i)
+		}
+		s := h.Open(t)
+		mustAppend(t, s, "a", payload("a", 0), 0)
+		mustCAS(t, s, "k", 0, 1)
+		mustFlush(t, s)
+		// The batch: appends to three streams, one of them new, and two
+		// value writes, one creating its key.
+		mustAppend(t, s, "a", payload("a", 1), 1)
+		mustAppend(t, s, "b", payload("b", 0), 0)
+		for seq := range 5 {
+			mustAppend(t, s, "c", payload("c", uint64(seq)), uint64(seq))
+		}
+		mustCAS(t, s, "k", 1, 2)
+		mustCAS(t, s, "j", 0, 7)
+		r, crashed := h.CrashDuringFlush(t, s, i)
+		got := read(r)
+		if !crashed {
+			if diff := cmpState(after, got); diff != "" {
+				t.Fatalf("after a Flush that completed: %s", diff)
+			}
+			break
+		}
+		crashes++
+		if cmpState(before, got) != "" && cmpState(after, got) != "" {
+			t.Fatalf("crash at point %d kept part of the batch: got %+v, want %+v or %+v", i, got, before, after)
+		}
+	}
+	if crashes == 0 {
+		t.Fatalf("CrashDuringFlush never crashed")
+	}
+}
+
+func payloads(stream string, n int) [][]byte {
+	out := make([][]byte, n)
+	for i := range out {
+		out[i] = payload(stream, uint64(i))
+	}
+	return out
+}
+
+func cmpState(want, got any) string {
+	w, g := fmt.Sprintf("%+v", want), fmt.Sprintf("%+v", got)
+	if w == g {
+		return ""
+	}
+	return fmt.Sprintf("state %s, want %s", g, w)
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"crypto/subtle"
+	"errors"
 	"io"
 	"net/http"
 	"strconv"
@@ -52,6 +53,10 @@ func (s *Server) registerAdmin(mux *http.ServeMux) {
 			w.WriteHeader(http.StatusOK)
 			started = true
 		})
+		if errors.Is(err, errNoBackup) {
+			http.Error(w, "this store engine has no online backup; stop the server and copy the data directory", http.StatusNotImplemented)
+			return
+		}
 		if err != nil {
 			s.log.Error().Err(err).Int64("bytes", n).Msg("backup failed")
 			if !started {

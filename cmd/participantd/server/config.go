@@ -40,10 +40,13 @@ const frameOverhead = 512
 
 // Config configures a Server. The zero value means the defaults above.
 type Config struct {
-	// DataDir holds the store (StoreFile), the node key and LockFile; it
-	// is created, mode 0700, if absent. See openDataDir for what a start
-	// refuses.
+	// DataDir holds the store (StoreFile, and with the log-first engine its
+	// log in wal/), the node key and LockFile; it is created, mode 0700, if
+	// absent. See openDataDir for what a start refuses.
 	DataDir string
+	// Engine is the single-node store: EngineBolt (the default) or
+	// EngineLog. Cluster mode keeps its data in etcd and ignores it.
+	Engine string
 	// Listen is the wire listener's address; port 0 picks a free one.
 	Listen string
 	// HealthListen is the address of /health, /ready, /metrics and
@@ -179,6 +182,13 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.MaxConnections == 0 {
 		c.MaxConnections = DefaultMaxConnections
+	}
+	switch c.Engine {
+	case "":
+		c.Engine = EngineBolt
+	case EngineBolt, EngineLog:
+	default:
+		return c, fmt.Errorf("server: store %q: want %s or %s", c.Engine, EngineBolt, EngineLog)
 	}
 	if c.MaxPending == 0 {
 		c.MaxPending = DefaultMaxPending

@@ -3,6 +3,7 @@ package server
 import (
 	"errors"
 	"fmt"
+	"github.com/rs/zerolog"
 	"io"
 	"io/fs"
 	"os"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/participantd/participantd/participant"
 	"github.com/participantd/participantd/store"
+	"github.com/participantd/participantd/store/logfirst"
 )
 
 // LockFile is the data directory's lock file: a participantd holds an
@@ -35,13 +37,36 @@ var (
 	ErrStoreDamaged = errors.New("server: the store is damaged")
 )
 
+// The store engines of a single node (Config.Engine).
+const (
+	// EngineBolt is bbolt alone: every group commit is a bbolt
+	// transaction. The default.
+	EngineBolt = "bbolt"
+	// EngineLog is the log-first store (package logfirst): a write-ahead
+	// log, one fdatasync per group commit, checkpointed into the same
+	// bbolt file.
+	EngineLog = "log"
+)
+
+// dataStore is what the data directory's store offers the server.
+type dataStore interface {
+	store.DurableStore
+	Stats() store.Stats
+}
+
 // dataDir is an open data directory: held locked, with its node key and
-// its store. close releases them.
+// its store. Close releases them.
 type dataDir struct {
 	lock *os.File // nil where flock is not available
 	key  []byte
-	st   *store.Bolt
+	path string // the bbolt file
+	st   dataStore
+	// bolt is st for EngineBolt, nil otherwise.
+	bolt *store.Bolt
 }
+
+// errNoBackup is Backup's answer for an engine without an online backup.
+var errNoBackup = errors.New("server: this store engine has no online backup")
 
 // openDataDir creates the data directory (mode 0700) if absent, locks it,
 // then opens the store and the node key, refusing what would silently
@@ -61,7 +86,7 @@ type dataDir struct {
 // directory never both decide; the node key is created exclusively
 // (participant.LoadOrCreateNodeKey) after the lock, so the key served is
 // the key on disk.
-func openDataDir(dir string) (*dataDir, error) {
+func openDataDir(dir, engine string, log zerolog.Logger) (*dataDir, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("server: data directory: %w", err)
 	}
@@ -70,14 +95,14 @@ func openDataDir(dir string) (*dataDir, error) {
 		return nil, err
 	}
 	d := &dataDir{lock: lock}
-	if err := d.open(dir); err != nil {
+	if err := d.open(dir, engine, log); err != nil {
 		d.Close()
 		return nil, err
 	}
 	return d, nil
 }
 
-func (d *dataDir) open(dir string) error {
+func (d *dataDir) open(dir, engine string, log zerolog.Logger) error {
 	keyPath := filepath.Join(dir, participant.NodeKeyFile)
 	path := filepath.Join(dir, StoreFile)
 	_, err := os.Stat(keyPath)
@@ -85,7 +110,8 @@ func (d *dataDir) open(dir string) error {
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("server: node key: %w", err)
 	}
-	st, err := store.Open(path, store.Options{MustExist: keyExists})
+	d.path = path
+	st, err := openEngine(dir, path, engine, keyExists, log)
 	switch {
 	case errors.Is(err, store.ErrNoData):
 		return fmt.Errorf("%w: %w; %s exists, so this directory has held data: restore %s from a backup; "+
@@ -100,6 +126,7 @@ func (d *dataDir) open(dir string) error {
 		return fmt.Errorf("server: store: %w", err)
 	}
 	d.st = st
+	d.bolt, _ = st.(*store.Bolt)
 	if !keyExists {
 		inc, err := st.ReadValue(participant.IncarnationKey)
 		if err != nil {
@@ -116,9 +143,36 @@ func (d *dataDir) open(dir string) error {
 	return nil
 }
 
-// Backup writes a consistent copy of the store file (see store.Bolt.Backup).
+// openEngine opens the store of engine in dir, its bbolt file at path; a
+// missing or empty file is store.ErrNoData when mustExist.
+func openEngine(dir, path, engine string, mustExist bool, log zerolog.Logger) (dataStore, error) {
+	switch engine {
+	case EngineLog:
+		// The log-first store maps the bbolt file itself: run the checks
+		// store.Open would, first.
+		if err := store.CheckFile(path, mustExist); err != nil {
+			return nil, err
+		}
+		st, err := logfirst.Open(dir, logfirst.Options{Logger: log})
+		if err != nil {
+			return nil, err
+		}
+		rp := st.Replay()
+		log.Info().Int("records", rp.Log.Records).Uint64("checkpoint_lsn", uint64(rp.CheckpointLSN)).
+			Bool("torn_tail_cut", rp.Log.Torn).Int64("duration_ms", rp.Duration.Milliseconds()).Msg("log replayed")
+		return st, nil
+	default:
+		return store.Open(path, store.Options{MustExist: mustExist})
+	}
+}
+
+// Backup writes a consistent copy of the store file (see store.Bolt.Backup);
+// errNoBackup for an engine that has none.
 func (d *dataDir) Backup(w io.Writer, begin store.BackupSize) (int64, error) {
-	return d.st.Backup(w, begin)
+	if d.bolt == nil {
+		return 0, errNoBackup
+	}
+	return d.bolt.Backup(w, begin)
 }
 
 // Stats reports the store's counters.

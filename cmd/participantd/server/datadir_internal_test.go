@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/participantd/participantd/participant"
 )
 
@@ -28,7 +30,7 @@ func TestOpenDataDir_RacingStartsServeTheKeyOnDisk(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				<-start
-				d, err := openDataDir(dir)
+				d, err := openDataDir(dir, EngineBolt, zerolog.Nop())
 				if err != nil {
 					errs[i] = err
 					return
@@ -60,7 +62,7 @@ func TestOpenDataDir_RacingStartsServeTheKeyOnDisk(t *testing.T) {
 
 func TestOpenDataDir_SecondHolderIsRefused(t *testing.T) {
 	dir := t.TempDir()
-	d, err := openDataDir(dir)
+	d, err := openDataDir(dir, EngineBolt, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -201,7 +201,7 @@ func (s *Server) open(ctx context.Context) (backend, *participant.Service, error
 	if s.cfg.Cluster.enabled() {
 		return s.openCluster(ctx)
 	}
-	dd, err := openDataDir(s.cfg.DataDir)
+	dd, err := openDataDir(s.cfg.DataDir, s.cfg.Engine, s.cfg.Logger)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -211,7 +211,7 @@ func (s *Server) open(ctx context.Context) (backend, *participant.Service, error
 		dst = s.cfg.WrapStore(dd.st)
 	}
 	opts := s.serviceOptions(dd.key)
-	opts.DataBytes = fileSize(dd.st.Path())
+	opts.DataBytes = fileSize(dd.path)
 	svc, err := participant.Open(ctx, dst, opts)
 	if err != nil {
 		dd.Close()

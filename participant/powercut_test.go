@@ -1,0 +1,115 @@
+package participant
+
+import (
+	"errors"
+	"flag"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/participantd/participantd/faultfs"
+	"github.com/participantd/participantd/faultstore"
+	"github.com/participantd/participantd/store"
+	"github.com/participantd/participantd/store/logfirst"
+)
+
+var powerCutLong = flag.Bool("long", false, "TestPowerCut cuts at every file-system call of the workload, several times over, instead of a sample")
+
+// powerCutOptions keep segments and checkpoints small, so that the
+// workload rotates segments, checkpoints and removes segments while it
+// runs, and every one of those calls is a cut point.
+func powerCutOptions(ffs *faultfs.FS) logfirst.Options {
+	return logfirst.Options{FS: ffs, SegmentSize: 2 << 10, CheckpointBytes: 1 << 10, CheckpointInterval: time.Millisecond}
+}
+
+// powerCutRun runs the cut workload on a log-first store whose log lives
+// on ffs, in dir, and returns what it answered.
+func powerCutRun(t *testing.T, ffs *faultfs.FS, dir string) []answered {
+	t.Helper()
+	st, err := logfirst.Open(dir, powerCutOptions(ffs))
+	if _, cut := ffs.CutOp(); cut && err != nil {
+		return nil // the power failed during the first start
+	}
+	if err != nil {
+		t.Fatalf("Open before the cut: %v", err)
+	}
+	var log []answered
+	werr := cutWorkload(faultstore.New(st), &log)
+	if _, cut := ffs.CutOp(); !cut && werr != nil {
+		t.Fatalf("workload without a power cut: %v", werr)
+	}
+	// Close stops the store; after a cut the store has failed and only
+	// releases its files. Either way the crash below decides what is left.
+	if err := st.Close(); err != nil && !errors.Is(err, store.ErrFailed) {
+		t.Fatalf("Close: %v", err)
+	}
+	return log
+}
+
+// TestPowerCut runs the real service on the log-first store with its log
+// on faultfs, cuts the power at a file-system call, drops every byte no
+// completed fsync covered (tearing the last write at a random byte),
+// reopens and checks the cut loop's invariants: every answered operation
+// is there and replays, the outbox is the projection of the oplog, seqs
+// have no gap or duplicate, bindings end at most once.
+func TestPowerCut(t *testing.T) {
+	// A clean run counts the calls the workload makes.
+	ffs := faultfs.New()
+	powerCutRun(t, ffs, t.TempDir())
+	total := ffs.Ops()
+	if total < 50 {
+		t.Fatalf("the workload made %d file-system calls; want far more", total)
+	}
+
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
+	// Every call is a cut point, visited again and again: the
+	// checkpointer's timing and the torn length differ between visits.
+	// The points past total cover a run that a late cut leaves complete.
+	runs := powerCutRuns
+	if *powerCutLong {
+		runs *= 10
+	}
+	var cuts []uint64
+	for len(cuts) < runs {
+		for i := range total + 10 {
+			cuts = append(cuts, i)
+		}
+	}
+	for n, at := range cuts {
+		ffs := faultfs.New()
+		ffs.SetRule(faultfs.CutAt(at))
+		dir := t.TempDir()
+		log := powerCutRun(t, ffs, dir)
+		op, cut := ffs.CutOp()
+		ffs.Crash(rng)
+		st, err := logfirst.Open(dir, powerCutOptions(ffs))
+		if err != nil {
+			t.Fatalf("run %d, cut at %v (cut=%v): Open after the power cut: %v", n, op, cut, err)
+		}
+		checkInvariants(prefixed{t, op}, st, log)
+		if err := st.Close(); err != nil {
+			t.Fatalf("run %d: Close after the check: %v", n, err)
+		}
+	}
+	t.Logf("%d power cuts over %d file-system calls", len(cuts), total)
+}
+
+// powerCutRuns is how many power cuts a normal run makes at least; -long
+// makes ten times as many.
+const powerCutRuns = 2000
+
+// prefixed names the cut op in failures.
+type prefixed struct {
+	*testing.T
+	op faultfs.Op
+}
+
+func (p prefixed) Errorf(format string, args ...any) {
+	p.T.Helper()
+	p.T.Errorf("cut at %v: "+format, append([]any{p.op}, args...)...)
+}
+
+func (p prefixed) Fatalf(format string, args ...any) {
+	p.T.Helper()
+	p.T.Fatalf("cut at %v: "+format, append([]any{p.op}, args...)...)
+}

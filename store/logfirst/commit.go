@@ -1,0 +1,353 @@
+package logfirst
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/participantd/participantd/store"
+	"github.com/participantd/participantd/store/wal"
+)
+
+// Flush implements store.DurableStore with group commit. A Flush with
+// writes staged when no record is being written writes the record itself
+// (sparing a lone writer two goroutine hand-offs per flush); otherwise it
+// joins the next record, which the committer writes once the current one
+// is done and which carries the writes of every Flush that arrived before
+// it was taken. A Flush with nothing staged waits only for a record being
+// written, and returns nil at once when there is none. After a failure
+// Flush returns the sticky error (wrapping store.ErrFailed); after Close,
+// store.ErrClosed.
+func (s *Store) Flush() error {
+	s.mu.Lock()
+	if err := s.usableLocked(); err != nil {
+		s.mu.Unlock()
+		return err
+	}
+	s.flushes.Add(1)
+	var bt *batch
+	wake := false
+	switch {
+	case len(s.dirty) > 0 || len(s.staged) > 0:
+		if !s.committing && s.next == nil && s.memBytes < s.opts.MaxUncheckpointed {
+			bt = &batch{done: make(chan struct{})}
+			s.committing = true
+			s.commitLocked(bt)
+			return bt.err
+		}
+		if s.next == nil {
+			s.next = &batch{done: make(chan struct{})}
+			wake = true
+		}
+		bt = s.next
+	case s.inflight != nil:
+		bt = s.inflight
+	}
+	s.mu.Unlock()
+	if bt == nil {
+		return nil
+	}
+	if wake {
+		select {
+		case s.kick <- struct{}{}:
+		default: // a wake is pending; it will find s.next
+		}
+	}
+	<-bt.done
+	return bt.err
+}
+
+// runCommitter is the committer goroutine: one log record per wake.
+func (s *Store) runCommitter() {
+	defer s.done.Done()
+	for {
+		select {
+		case <-s.kick:
+			s.commit()
+		case <-s.quit:
+			s.mu.Lock()
+			bt := s.next
+			s.next = nil
+			s.mu.Unlock()
+			if bt != nil {
+				bt.finish(store.ErrClosed)
+			}
+			return
+		}
+	}
+}
+
+// taken is the part of one stream a commit or checkpoint carries.
+type taken struct {
+	name     string
+	st       *stream
+	first    uint64
+	payloads [][]byte // never modified
+}
+
+// commit writes s.next as one log record, once no other record is being
+// written and memory allows. Only the committer calls it.
+func (s *Store) commit() {
+	s.mu.Lock()
+	// One record at a time, in order; and memory for logged batches is
+	// bounded: while it is full, the record waits for a checkpoint, and so
+	// does every Flush.
+	for (s.committing || s.memBytes >= s.opts.MaxUncheckpointed) && s.usableLocked() == nil {
+		if s.memBytes >= s.opts.MaxUncheckpointed {
+			s.kickCheckpointer()
+		}
+		s.memFreed.Wait()
+	}
+	bt := s.next
+	if bt == nil {
+		s.mu.Unlock()
+		return
+	}
+	s.next = nil
+	if err := s.usableLocked(); err != nil {
+		s.mu.Unlock()
+		bt.finish(err)
+		return
+	}
+	s.committing = true
+	s.commitLocked(bt)
+}
+
+// commitLocked writes every staged write as one log record and finishes bt
+// with the result. s.mu must be held and s.committing set by the caller,
+// which makes it the only writer of the log; it returns with s.mu
+// released and s.committing cleared.
+func (s *Store) commitLocked(bt *batch) {
+	// Everything staged now goes into this record; writes staged from here
+	// on wait for the next one. Each stream's pending payloads are taken
+	// as a prefix and moved to logged only after the record is durable.
+	streams := make([]taken, 0, len(s.dirty))
+	for name, st := range s.dirty {
+		n := len(st.pending)
+		streams = append(streams, taken{name: name, st: st, first: st.base + uint64(len(st.logged)), payloads: st.pending[:n:n]})
+	}
+	clear(s.dirty)
+	values := s.staged
+	s.staged = make(map[string]valueState)
+	s.inflight = bt
+	s.mu.Unlock()
+
+	var lsn wal.LSN
+	var err error
+	var size int64
+	if len(streams) > 0 || len(values) > 0 {
+		rec := &wal.Batch{Appends: make([]wal.StreamAppend, len(streams)), Values: make([]wal.ValueWrite, 0, len(values))}
+		slices.SortFunc(streams, func(x, y taken) int { return strings.Compare(x.name, y.name) })
+		for i, t := range streams {
+			rec.Appends[i] = wal.StreamAppend{Stream: t.name, First: t.first, Payloads: t.payloads}
+			for _, p := range t.payloads {
+				size += int64(len(p)) + entryOverhead
+			}
+		}
+		for _, k := range slices.Sorted(maps.Keys(values)) {
+			rec.Values = append(rec.Values, wal.ValueWrite{Key: k, Value: values[k].v})
+			size += int64(len(k)) + entryOverhead
+		}
+		// The record is durable when Append returns nil: only then may any
+		// Flush it carries return.
+		lsn, err = s.log.Append(rec)
+	}
+
+	s.mu.Lock()
+	s.inflight = nil
+	s.committing = false
+	switch {
+	case err != nil:
+		s.failLocked(fmt.Errorf("%w: log %s: %w", store.ErrFailed, s.dir, err))
+		err = s.err
+	case lsn != 0:
+		for _, t := range streams {
+			n := len(t.payloads)
+			t.st.logged = append(t.st.logged, t.payloads...)
+			if len(t.st.pending) == n {
+				t.st.pending = nil
+			} else {
+				t.st.pending = append([][]byte(nil), t.st.pending[n:]...)
+			}
+			s.logged[t.name] = t.st
+		}
+		for k, vs := range values {
+			s.loggedValues[k] = vs
+		}
+		s.memBytes += size
+		s.lastLSN = lsn
+		s.commits.Add(1)
+		if s.memBytes >= s.opts.CheckpointBytes {
+			s.kickCheckpointer()
+		}
+	}
+	// Wakes the committer if it waits for this record, and Close.
+	s.memFreed.Broadcast()
+	s.mu.Unlock()
+	bt.finish(err)
+}
+
+// entryOverhead is what memory accounting charges per entry or value
+// beyond its bytes: slice and map headers.
+const entryOverhead = 48
+
+// failLocked sets the sticky error and wakes everything waiting for
+// memory. s.mu must be held.
+func (s *Store) failLocked(err error) {
+	if s.err == nil {
+		s.err = err
+	}
+	s.memFreed.Broadcast()
+}
+
+func (s *Store) kickCheckpointer() {
+	select {
+	case s.ckKick <- struct{}{}:
+	default:
+	}
+}
+
+// runCheckpointer is the checkpointer goroutine: it applies the logged
+// batches to bbolt every CheckpointInterval, or sooner when kicked.
+func (s *Store) runCheckpointer() {
+	defer s.done.Done()
+	t := time.NewTicker(s.opts.CheckpointInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+		case <-s.ckKick:
+		case <-s.quit:
+			return
+		}
+		if err := s.checkpoint(); err != nil {
+			s.logger.Error().Err(err).Msg("checkpoint failed; the store refuses every call")
+		}
+	}
+}
+
+// checkpoint applies every logged batch to bbolt in one transaction that
+// also records the last applied LSN, then forgets them from memory and
+// removes the log segments they alone needed. Only one checkpoint runs at
+// a time: the checkpointer's, or Close's after the checkpointer stopped.
+func (s *Store) checkpoint() error {
+	s.mu.Lock()
+	if s.err != nil || s.lastLSN == s.ckLSN {
+		s.mu.Unlock()
+		return nil
+	}
+	// The logged layer is exactly the batches up to lastLSN: a commit
+	// moves a whole batch into it under mu.
+	streams := make([]taken, 0, len(s.logged))
+	for name, st := range s.logged {
+		n := len(st.logged)
+		streams = append(streams, taken{name: name, st: st, first: st.base, payloads: st.logged[:n:n]})
+	}
+	clear(s.logged)
+	values := s.loggedValues
+	s.loggedValues = make(map[string]valueState)
+	lsn, freed := s.lastLSN, s.memBytes
+	s.mu.Unlock()
+
+	// Entries go in in key order: bbolt inserts into a node by copying its
+	// tail, so random order over a big transaction is quadratic.
+	slices.SortFunc(streams, func(x, y taken) int { return compareKeyOrder(x.name, y.name) })
+	// The LSN is stored in the transaction that applies the batches, so
+	// that bbolt never holds a batch without knowing it does.
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		for _, t := range streams {
+			if err := store.PutEntries(tx, t.name, t.first, t.payloads); err != nil {
+				return err
+			}
+		}
+		for _, k := range slices.Sorted(maps.Keys(values)) {
+			if err := store.PutValue(tx, k, values[k].v); err != nil {
+				return err
+			}
+		}
+		return putCheckpointLSN(tx, lsn)
+	})
+
+	s.mu.Lock()
+	if err != nil {
+		s.failLocked(fmt.Errorf("%w: checkpoint to %s: %w", store.ErrFailed, s.db.Path(), err))
+		err = s.err
+		s.mu.Unlock()
+		return err
+	}
+	for _, t := range streams {
+		n := len(t.payloads)
+		t.st.base += uint64(n)
+		if len(t.st.logged) == n {
+			t.st.logged = nil
+		} else {
+			t.st.logged = append([][]byte(nil), t.st.logged[n:]...)
+		}
+	}
+	for k, vs := range values {
+		if s.values[k].gen == vs.gen {
+			delete(s.values, k)
+		}
+		delete(s.cache, k)
+	}
+	// Batches logged since the snapshot stay counted; every byte counted
+	// when it was taken is now in bbolt.
+	s.memBytes -= freed
+	s.ckLSN = lsn
+	s.checkpoints.Add(1)
+	s.memFreed.Broadcast()
+	s.mu.Unlock()
+
+	if err := s.log.RemoveBelow(lsn); err != nil {
+		// The segments stay and are skipped by replay; the next
+		// checkpoint tries again.
+		s.logger.Warn().Err(err).Msg("removing checkpointed log segments")
+	}
+	return nil
+}
+
+// Close implements store.DurableStore: it stops the committer, waiting for
+// a record being written, fails the flushes waiting for a later one with
+// store.ErrClosed, discards staged writes, checkpoints what was logged (so
+// that the next Open replays nothing), and closes the log and bbolt. After
+// a failure it still releases the files and returns the sticky error.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return store.ErrClosed
+	}
+	s.closed = true
+	s.memFreed.Broadcast()
+	// A Flush may be writing a record itself: the log stays open until it
+	// is done. No new one starts once closed is set.
+	for s.committing {
+		s.memFreed.Wait()
+	}
+	s.mu.Unlock()
+
+	var err error
+	if !s.readOnly {
+		close(s.quit)
+		s.done.Wait()
+		err = s.checkpoint()
+		if cerr := s.log.Close(); err == nil && cerr != nil {
+			err = fmt.Errorf("logfirst: close: %w", cerr)
+		}
+	}
+	if cerr := s.db.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("logfirst: close %s: %w", s.db.Path(), cerr)
+	}
+	s.mu.Lock()
+	sticky := s.err
+	s.streams, s.dirty, s.logged, s.values, s.staged, s.loggedValues, s.cache = nil, nil, nil, nil, nil, nil, nil
+	s.mu.Unlock()
+	if sticky != nil {
+		return sticky
+	}
+	return err
+}

@@ -1,0 +1,62 @@
+// Package logfirst is the embedded DurableStore of participantd: a
+// write-ahead log (package wal) that makes each group commit durable with
+// one write and one fdatasync, and a bbolt file, in package store's
+// layout, that a background checkpoint brings up to date in big batches.
+// It keeps store.DurableStore's contract, batch atomicity included.
+//
+// # Files
+//
+//	path                      content
+//	<dir>/participantd.db     bbolt, store's layout (see package store), plus
+//	                          meta "checkpoint_lsn": 8-byte BE LSN of the last
+//	                          log record applied to the file
+//	<dir>/wal/<lsn>.wal       log segments (see package wal)
+//
+// The bbolt file is what a user backs up, inspects and verifies; with the
+// log beside it, it is the whole store. OpenReadOnly replays the log in
+// memory over a read-only bbolt, changing no file.
+//
+// # Layers
+//
+// Each stream's entries and each value live in one of three layers:
+//
+//	layer       seqs of a stream          where
+//	checkpointed [0, base)                bbolt
+//	logged       [base, base+len(logged)) the log, and memory until checkpointed
+//	pending      after those              memory only: staged, or being logged
+//
+// Reads merge the three (values through one map of every key written
+// since its last checkpoint); Len is O(1) once a stream's base is loaded.
+//
+// # Commit and checkpoint
+//
+//   - A commit takes every staged write, encodes it as one record, appends
+//     it with one write and one fdatasync, and only then moves it to the
+//     logged layer and answers every Flush of the batch. A Flush that
+//     finds no record being written runs the commit itself; Flushes
+//     arriving meanwhile form the next batch, which the committer
+//     goroutine writes as soon as the log is free (committing guards the
+//     single writer).
+//   - The checkpointer, every CheckpointInterval or once CheckpointBytes
+//     are logged, takes the whole logged layer (exactly the records up to
+//     the last LSN, since a commit moves a record in under mu), writes it
+//     to bbolt with that LSN in one transaction, then drops it from memory
+//     and removes the log segments wholly at or below the LSN. It runs
+//     beside the committer: a Flush waits for a checkpoint only when
+//     MaxUncheckpointed bytes are logged and not yet checkpointed.
+//   - A failed log write or checkpoint is sticky (store.ErrFailed).
+//
+// # Open and crash recovery
+//
+// Open reads the checkpoint LSN from bbolt and replays the records after
+// it into bbolt (storing the LSN reached in the same transactions); the
+// log cuts off a torn last record, which no Flush was answered for, and
+// refuses a corrupt log (wal.ErrCorrupt, naming segment and offset). A
+// record is the unit of both the log and the replay, so a Flush's batch
+// is all or nothing after a crash.
+//
+// # Locks
+//
+// Store.mu is the only lock. It is never held across a bbolt call, a log
+// write or a channel send; memFreed is a condition on it.
+package logfirst

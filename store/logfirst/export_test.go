@@ -1,0 +1,40 @@
+package logfirst
+
+// abandon stops the store as a crash would: the goroutines stop, nothing
+// more is checkpointed, and the files are released as they are.
+func (s *Store) abandon() {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.closed = true
+	s.memFreed.Broadcast()
+	for s.committing {
+		s.memFreed.Wait()
+	}
+	s.mu.Unlock()
+	if !s.readOnly {
+		close(s.quit)
+		s.done.Wait()
+		s.log.Close()
+	}
+	s.db.Close()
+}
+
+// Abandon is abandon for the external tests.
+func Abandon(s *Store) { s.abandon() }
+
+// Uncheckpointed returns the bytes of logged batches held in memory.
+func Uncheckpointed(s *Store) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.memBytes
+}
+
+// Segments returns the number of log segments.
+func Segments(s *Store) int { return s.log.Segments() }
+
+// CheckpointNow runs a checkpoint; the store must have been opened with
+// checkpoints that never trigger on their own, so that it runs alone.
+func CheckpointNow(s *Store) error { return s.checkpoint() }

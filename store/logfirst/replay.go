@@ -1,0 +1,120 @@
+package logfirst
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/participantd/participantd/store"
+	"github.com/participantd/participantd/store/wal"
+)
+
+// replayer applies replayed records to bbolt in transactions of about
+// defaultReplayCheckpointSize bytes, each storing the LSN it reached, so
+// that a crash during a replay resumes where it stopped. Within a
+// transaction it merges the records per stream and per key and writes in
+// key order: bbolt inserts into a node by copying its tail, so random
+// order over a big transaction is quadratic.
+type replayer struct {
+	db      *bolt.DB
+	lsn     wal.LSN // the last LSN in bbolt
+	last    wal.LSN // the last LSN added
+	streams map[string]*wal.StreamAppend
+	values  map[string]uint64
+	size    int
+}
+
+func (r *replayer) add(b *wal.Batch) error {
+	if r.streams == nil {
+		r.streams, r.values = map[string]*wal.StreamAppend{}, map[string]uint64{}
+	}
+	for _, a := range b.Appends {
+		st := r.streams[a.Stream]
+		switch {
+		case st == nil:
+			r.streams[a.Stream] = &wal.StreamAppend{Stream: a.Stream, First: a.First, Payloads: slices.Clip(a.Payloads)}
+		case st.First+uint64(len(st.Payloads)) != a.First:
+			return fmt.Errorf("record %v: stream %q continues at %d, record starts at %d", b.LSN, a.Stream, st.First+uint64(len(st.Payloads)), a.First)
+		default:
+			st.Payloads = append(st.Payloads, a.Payloads...)
+		}
+		for _, p := range a.Payloads {
+			r.size += len(p) + entryOverhead
+		}
+	}
+	for _, v := range b.Values {
+		r.values[v.Key] = v.Value
+		r.size += len(v.Key) + entryOverhead
+	}
+	r.last = b.LSN
+	if r.size >= defaultReplayCheckpointSize {
+		return r.flush()
+	}
+	return nil
+}
+
+func (r *replayer) flush() error {
+	if r.last == r.lsn {
+		return nil
+	}
+	streams := slices.SortedFunc(maps.Values(r.streams), func(x, y *wal.StreamAppend) int {
+		return compareKeyOrder(x.Stream, y.Stream)
+	})
+	err := r.db.Update(func(tx *bolt.Tx) error {
+		for _, a := range streams {
+			if err := store.PutEntries(tx, a.Stream, a.First, a.Payloads); err != nil {
+				return fmt.Errorf("replay to LSN %v: %w", r.last, err)
+			}
+		}
+		for _, k := range slices.Sorted(maps.Keys(r.values)) {
+			if err := store.PutValue(tx, k, r.values[k]); err != nil {
+				return fmt.Errorf("replay to LSN %v: %w", r.last, err)
+			}
+		}
+		return putCheckpointLSN(tx, r.last)
+	})
+	if err != nil {
+		return err
+	}
+	r.lsn, r.streams, r.values, r.size = r.last, nil, nil, 0
+	return nil
+}
+
+// compareKeyOrder orders stream names as their entry keys sort in bbolt:
+// by length (the key's 2-byte length prefix), then bytes.
+func compareKeyOrder(x, y string) int {
+	if c := cmp.Compare(len(x), len(y)); c != 0 {
+		return c
+	}
+	return strings.Compare(x, y)
+}
+
+// replayIntoMemory applies a replayed record to the logged layer of a
+// read-only store, as a commit would have.
+func (s *Store) replayIntoMemory(b *wal.Batch) error {
+	for _, a := range b.Appends {
+		st, err := s.lockStream(a.Stream)
+		if err != nil {
+			return err
+		}
+		have := st.lenLocked()
+		if have != a.First {
+			s.mu.Unlock()
+			return fmt.Errorf("record %v: stream %q has %d entries, record starts at %d", b.LSN, a.Stream, have, a.First)
+		}
+		st.logged = append(st.logged, a.Payloads...)
+		s.mu.Unlock()
+	}
+	s.mu.Lock()
+	for _, v := range b.Values {
+		s.gen++
+		s.values[v.Key] = valueState{v: v.Value, gen: s.gen}
+	}
+	s.lastLSN = b.LSN
+	s.mu.Unlock()
+	return nil
+}

@@ -1,0 +1,668 @@
+package logfirst
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+
+	"github.com/participantd/participantd/store"
+	"github.com/participantd/participantd/store/vfs"
+	"github.com/participantd/participantd/store/wal"
+)
+
+// File names inside the data directory.
+const (
+	// DBFile is the bbolt file checkpoints write, in store's layout.
+	DBFile = "participantd.db"
+	// WALDir is the directory of the write-ahead log's segments.
+	WALDir = "wal"
+)
+
+// metaCheckpointLSN is the meta key holding the LSN of the last record a
+// checkpoint applied: 8 bytes, big-endian.
+const metaCheckpointLSN = "checkpoint_lsn"
+
+// Defaults of Options.
+const (
+	DefaultLockTimeout          = time.Second
+	DefaultCheckpointInterval   = 100 * time.Millisecond
+	DefaultCheckpointBytes      = 4 << 20
+	DefaultMaxUncheckpointed    = 64 << 20
+	defaultReplayCheckpointSize = 32 << 20
+)
+
+// Options configures Open. The zero value means the defaults.
+type Options struct {
+	// LockTimeout bounds how long Open waits for the data file's lock.
+	// Zero or negative means DefaultLockTimeout.
+	LockTimeout time.Duration
+	// CheckpointInterval is how often committed batches are applied to
+	// bbolt. Zero or negative means DefaultCheckpointInterval.
+	CheckpointInterval time.Duration
+	// CheckpointBytes starts a checkpoint before the interval once this
+	// many bytes of committed batches are held in memory. Zero or negative
+	// means DefaultCheckpointBytes.
+	CheckpointBytes int64
+	// MaxUncheckpointed bounds the bytes of committed batches held in
+	// memory until a checkpoint: a Flush waits while it is reached. Zero
+	// or negative means DefaultMaxUncheckpointed.
+	MaxUncheckpointed int64
+	// SegmentSize is the log's segment size; zero means
+	// wal.DefaultSegmentSize.
+	SegmentSize int64
+	// FS is the file system of the log; nil means the operating system's.
+	// The bbolt file is always on the operating system's.
+	FS vfs.FS
+	// Logger receives the store's logs; the zero value logs nothing.
+	Logger zerolog.Logger
+}
+
+func (o Options) withDefaults() Options {
+	if o.LockTimeout <= 0 {
+		o.LockTimeout = DefaultLockTimeout
+	}
+	if o.CheckpointInterval <= 0 {
+		o.CheckpointInterval = DefaultCheckpointInterval
+	}
+	if o.CheckpointBytes <= 0 {
+		o.CheckpointBytes = DefaultCheckpointBytes
+	}
+	if o.MaxUncheckpointed <= 0 {
+		o.MaxUncheckpointed = DefaultMaxUncheckpointed
+	}
+	return o
+}
+
+// ErrReadOnly reports a write to a store opened with OpenReadOnly.
+var ErrReadOnly = errors.New("logfirst: read-only store")
+
+// Store is the log-first DurableStore. See the package doc.
+//
+// A writable Store owns two goroutines, the committer and the
+// checkpointer, started by Open and stopped by Close.
+type Store struct {
+	dir      string
+	db       *bolt.DB
+	log      *wal.Log // nil when read-only
+	opts     Options
+	logger   zerolog.Logger
+	readOnly bool
+	replay   ReplayStats
+
+	// kick wakes the committer, ckKick the checkpointer; both have
+	// capacity 1 so that wakes coalesce and senders never block.
+	kick   chan struct{}
+	ckKick chan struct{}
+	// quit is closed by Close; the goroutines report on done when they
+	// stop.
+	quit chan struct{}
+	done sync.WaitGroup
+
+	flushes     atomic.Uint64
+	commits     atomic.Uint64
+	appends     atomic.Uint64
+	casWrites   atomic.Uint64
+	valueLoads  atomic.Uint64
+	checkpoints atomic.Uint64
+
+	// mu guards every field below. It is never held across a bbolt call,
+	// a log write or a channel operation.
+	mu sync.Mutex
+	// memFreed is signalled on mu when a checkpoint frees memory, when a
+	// record is done, and when the store fails or closes.
+	memFreed *sync.Cond
+	// err is the sticky error of a failed commit or checkpoint; it wraps
+	// store.ErrFailed.
+	err    error
+	closed bool
+	// streams holds, for each stream used since Open, its three layers.
+	// Entries are never removed.
+	streams map[string]*stream
+	// dirty holds the streams with pending payloads not yet taken by a
+	// commit; logged holds those with logged payloads not yet taken by a
+	// checkpoint.
+	dirty  map[string]*stream
+	logged map[string]*stream
+	// values holds the latest value (0 = absent) of every key with a write
+	// not yet checkpointed: staged, being logged, logged or being
+	// checkpointed. A key absent from it has its current value in bbolt.
+	values map[string]valueState
+	// cache holds values read from bbolt for keys absent from values, so
+	// that a token lookup and the CAS that follows it read the file once.
+	// An entry stays right until a checkpoint writes its key, which drops
+	// it; at most maxCachedValues entries, emptied when full.
+	cache map[string]uint64
+	// staged holds the value writes not yet taken by a commit;
+	// loggedValues the latest logged write of each key not yet taken by a
+	// checkpoint.
+	staged       map[string]valueState
+	loggedValues map[string]valueState
+	// gen numbers value writes, so that a checkpoint forgets a key only if
+	// no later write of it is in memory.
+	gen uint64
+	// memBytes counts the bytes of logged, not yet checkpointed writes.
+	memBytes int64
+	// lastLSN is the LSN of the last logged batch, ckLSN of the last
+	// checkpointed one.
+	lastLSN wal.LSN
+	ckLSN   wal.LSN
+	// committing is set while a record is being written, by the committer
+	// or by a Flush writing its own: one writer of the log at a time.
+	committing bool
+	// next is the batch that will carry the staged writes, created by the
+	// first Flush that waits for it; inflight is the batch being logged.
+	next     *batch
+	inflight *batch
+}
+
+// stream is the state of one stream: entries [0, base) are in bbolt,
+// [base, base+len(logged)) in the log and memory, and the pending ones
+// after them are staged or being logged. Slices' elements are never
+// modified, so readers may keep sub-slices after releasing mu.
+type stream struct {
+	base    uint64
+	logged  [][]byte
+	pending [][]byte
+}
+
+func (s *stream) lenLocked() uint64 {
+	return s.base + uint64(len(s.logged)) + uint64(len(s.pending))
+}
+
+type valueState struct {
+	v   uint64
+	gen uint64
+}
+
+// batch is one group commit: every Flush waiting on it gets its error.
+type batch struct {
+	done chan struct{}
+	err  error // written before done is closed
+}
+
+func (bt *batch) finish(err error) {
+	bt.err = err
+	close(bt.done)
+}
+
+var _ store.DurableStore = (*Store)(nil)
+
+// ReplayStats describes what Open replayed from the log.
+type ReplayStats struct {
+	// CheckpointLSN is the LSN bbolt held when Open began.
+	CheckpointLSN wal.LSN
+	// Log is what the log held after it.
+	Log wal.Info
+	// Duration is how long the replay took.
+	Duration time.Duration
+}
+
+// Open opens or creates the log-first store in dir: the bbolt file DBFile
+// and the log in WALDir. It replays the log's records after the bbolt
+// file's checkpoint into bbolt, cutting off a torn tail; a corrupt log
+// fails with an error wrapping wal.ErrCorrupt that names the segment and
+// offset. A data file locked by another process fails after
+// opts.LockTimeout with store.ErrLocked.
+func Open(dir string, opts Options) (*Store, error) {
+	opts = opts.withDefaults()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("logfirst: %w", err)
+	}
+	db, err := openBolt(filepath.Join(dir, DBFile), opts, false)
+	if err != nil {
+		return nil, err
+	}
+	s := newStore(dir, db, opts)
+	start := time.Now()
+	var ck wal.LSN
+	if err := db.Update(func(tx *bolt.Tx) error {
+		if err := store.InitLayout(tx); err != nil {
+			return err
+		}
+		ck, err = checkpointLSN(tx)
+		return err
+	}); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("logfirst: open %s: %w", db.Path(), err)
+	}
+	rp := replayer{db: db, lsn: ck}
+	l, info, err := wal.Open(filepath.Join(dir, WALDir), ck, wal.Options{SegmentSize: opts.SegmentSize, FS: opts.FS}, rp.add)
+	if err == nil {
+		err = rp.flush()
+	}
+	if err != nil {
+		if l != nil {
+			l.Close()
+		}
+		db.Close()
+		return nil, fmt.Errorf("logfirst: replay %s: %w", dir, err)
+	}
+	s.log = l
+	s.lastLSN, s.ckLSN = rp.lsn, rp.lsn
+	s.replay = ReplayStats{CheckpointLSN: ck, Log: info, Duration: time.Since(start)}
+	if err := l.RemoveBelow(rp.lsn); err != nil {
+		s.logger.Warn().Err(err).Msg("removing checkpointed log segments")
+	}
+	s.done.Add(2)
+	go s.runCommitter()
+	go s.runCheckpointer()
+	return s, nil
+}
+
+// OpenReadOnly opens the store in dir without changing any file: bbolt is
+// opened read-only and the log's records after its checkpoint are replayed
+// into memory, as Open would replay them into bbolt. Reads then see what a
+// writable Open would; Append and CAS fail with ErrReadOnly, Flush
+// succeeds with nothing to do. A torn tail is left in place and reported
+// in Replay. The data file must exist.
+func OpenReadOnly(dir string, opts Options) (*Store, error) {
+	opts = opts.withDefaults()
+	path := filepath.Join(dir, DBFile)
+	if _, err := os.Stat(path); err != nil {
+		return nil, fmt.Errorf("logfirst: %w", err)
+	}
+	db, err := openBolt(path, opts, true)
+	if err != nil {
+		return nil, err
+	}
+	s := newStore(dir, db, opts)
+	s.readOnly = true
+	start := time.Now()
+	var ck wal.LSN
+	if err := db.View(func(tx *bolt.Tx) error {
+		if err := store.CheckLayout(tx); err != nil {
+			return err
+		}
+		ck, err = checkpointLSN(tx)
+		return err
+	}); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("logfirst: open %s: %w", path, err)
+	}
+	s.lastLSN, s.ckLSN = ck, ck
+	info, err := wal.Replay(filepath.Join(dir, WALDir), ck, wal.Options{FS: opts.FS}, s.replayIntoMemory)
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("logfirst: replay %s: %w", dir, err)
+	}
+	s.replay = ReplayStats{CheckpointLSN: ck, Log: info, Duration: time.Since(start)}
+	return s, nil
+}
+
+func openBolt(path string, opts Options, readOnly bool) (*bolt.DB, error) {
+	db, err := bolt.Open(path, 0o600, &bolt.Options{
+		Timeout:        opts.LockTimeout,
+		ReadOnly:       readOnly,
+		FreelistType:   bolt.FreelistMapType,
+		NoFreelistSync: true,
+	})
+	if errors.Is(err, berrors.ErrTimeout) {
+		return nil, fmt.Errorf("logfirst: open %s: waited %v: %w", path, opts.LockTimeout, store.ErrLocked)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("logfirst: open %s: %w", path, err)
+	}
+	return db, nil
+}
+
+func newStore(dir string, db *bolt.DB, opts Options) *Store {
+	s := &Store{
+		dir:          dir,
+		db:           db,
+		opts:         opts,
+		logger:       opts.Logger.With().Str("component", "logfirst").Logger(),
+		kick:         make(chan struct{}, 1),
+		ckKick:       make(chan struct{}, 1),
+		quit:         make(chan struct{}),
+		streams:      make(map[string]*stream),
+		dirty:        make(map[string]*stream),
+		logged:       make(map[string]*stream),
+		values:       make(map[string]valueState),
+		cache:        make(map[string]uint64),
+		staged:       make(map[string]valueState),
+		loggedValues: make(map[string]valueState),
+	}
+	s.memFreed = sync.NewCond(&s.mu)
+	return s
+}
+
+func checkpointLSN(tx *bolt.Tx) (wal.LSN, error) {
+	raw := store.ReadMeta(tx, metaCheckpointLSN)
+	switch len(raw) {
+	case 0:
+		return 0, nil
+	case 8:
+		return wal.LSN(binary.BigEndian.Uint64(raw)), nil
+	default:
+		return 0, fmt.Errorf("meta %s: malformed %x", metaCheckpointLSN, raw)
+	}
+}
+
+func putCheckpointLSN(tx *bolt.Tx, lsn wal.LSN) error {
+	raw := make([]byte, 8)
+	binary.BigEndian.PutUint64(raw, uint64(lsn))
+	return store.PutMeta(tx, metaCheckpointLSN, raw)
+}
+
+// Dir returns the data directory.
+func (s *Store) Dir() string { return s.dir }
+
+// Replay returns what Open replayed from the log.
+func (s *Store) Replay() ReplayStats { return s.replay }
+
+// Stats returns the store's counters: Commits counts log records. It never
+// fails, even after Close.
+func (s *Store) Stats() store.Stats {
+	return store.Stats{
+		Flushes:    s.flushes.Load(),
+		Commits:    s.commits.Load(),
+		Appends:    s.appends.Load(),
+		CASWrites:  s.casWrites.Load(),
+		ValueLoads: s.valueLoads.Load(),
+	}
+}
+
+// Checkpoints returns the number of checkpoints applied to bbolt since
+// Open.
+func (s *Store) Checkpoints() uint64 { return s.checkpoints.Load() }
+
+// usableLocked returns the sticky error, or store.ErrClosed after Close.
+// s.mu must be held.
+func (s *Store) usableLocked() error {
+	if s.err != nil {
+		return s.err
+	}
+	if s.closed {
+		return store.ErrClosed
+	}
+	return nil
+}
+
+func (s *Store) readErr(err error) error {
+	if errors.Is(err, berrors.ErrDatabaseNotOpen) {
+		return store.ErrClosed
+	}
+	return fmt.Errorf("logfirst: read %s: %w", s.db.Path(), err)
+}
+
+// lockStream locks s.mu and returns the state of name, first loading its
+// bbolt length if the stream was not used since Open. On error s.mu is
+// not held.
+func (s *Store) lockStream(name string) (*stream, error) {
+	s.mu.Lock()
+	for {
+		if err := s.usableLocked(); err != nil {
+			s.mu.Unlock()
+			return nil, err
+		}
+		if st := s.streams[name]; st != nil {
+			return st, nil
+		}
+		// A stream absent from s.streams has nothing in memory, so no
+		// checkpoint can change its bbolt length while mu is released.
+		s.mu.Unlock()
+		var n uint64
+		err := s.db.View(func(tx *bolt.Tx) error {
+			var err error
+			n, err = store.StreamLen(tx, name)
+			return err
+		})
+		if err != nil {
+			return nil, s.readErr(err)
+		}
+		s.mu.Lock()
+		if s.streams[name] == nil {
+			s.streams[name] = &stream{base: n}
+		}
+	}
+}
+
+// Append implements store.DurableStore. Besides its errors it returns the
+// sticky error (wrapping store.ErrFailed) after a failed commit or
+// checkpoint, and ErrReadOnly on a read-only store.
+func (s *Store) Append(name string, payload []byte, expectedSeq uint64) (uint64, error) {
+	if err := store.CheckWrite(name, len(payload)); err != nil {
+		return 0, err
+	}
+	if s.readOnly {
+		return 0, ErrReadOnly
+	}
+	p := append([]byte(nil), payload...)
+	st, err := s.lockStream(name)
+	if err != nil {
+		return 0, err
+	}
+	defer s.mu.Unlock()
+	actual := st.lenLocked()
+	if actual != expectedSeq {
+		return 0, &store.SequenceConflictError{Stream: name, Expected: expectedSeq, Actual: actual}
+	}
+	st.pending = append(st.pending, p)
+	s.dirty[name] = st
+	s.appends.Add(1)
+	return actual, nil
+}
+
+// Len implements store.DurableStore. It reads bbolt only the first time a
+// stream is used after Open.
+func (s *Store) Len(name string) (uint64, error) {
+	st, err := s.lockStream(name)
+	if err != nil {
+		return 0, err
+	}
+	defer s.mu.Unlock()
+	return st.lenLocked(), nil
+}
+
+// ReadFrom implements store.DurableStore: entries below the stream's bbolt
+// length come from one bbolt read transaction, the rest from memory.
+func (s *Store) ReadFrom(name string, offset uint64, limit int) ([]store.Entry, error) {
+	st, err := s.lockStream(name)
+	if err != nil {
+		return nil, err
+	}
+	end := st.lenLocked()
+	if limit > 0 && uint64(limit) <= math.MaxUint64-offset {
+		end = min(end, offset+uint64(limit))
+	}
+	if offset >= end {
+		s.mu.Unlock()
+		return nil, nil
+	}
+	// Taking base before the read transaction begins is what makes the
+	// merge safe: a checkpoint advances base only after its transaction is
+	// visible to every later reader, and trims logged at the same time.
+	base := st.base
+	loggedEnd := base + uint64(len(st.logged))
+	memStart := max(offset, base)
+	var logged, pending [][]byte
+	if memStart < end && memStart < loggedEnd {
+		logged = st.logged[memStart-base : min(end, loggedEnd)-base]
+	}
+	if end > loggedEnd {
+		pending = st.pending[max(memStart, loggedEnd)-loggedEnd : end-loggedEnd]
+	}
+	s.mu.Unlock()
+
+	out := make([]store.Entry, 0, end-offset)
+	if stop := min(end, base); offset < stop {
+		err := s.db.View(func(tx *bolt.Tx) error {
+			var err error
+			out, err = store.ReadEntries(tx, name, offset, stop, out)
+			return err
+		})
+		if err != nil {
+			return nil, s.readErr(err)
+		}
+	}
+	seq := memStart
+	for _, mem := range [2][][]byte{logged, pending} {
+		for _, p := range mem {
+			out = append(out, store.Entry{Seq: seq, Payload: append([]byte(nil), p...)})
+			seq++
+		}
+	}
+	return out, nil
+}
+
+// CAS implements store.DurableStore. Besides its errors it returns the
+// sticky error after a failure, and ErrReadOnly on a read-only store.
+func (s *Store) CAS(key string, old, new uint64) error {
+	if err := store.CheckWrite(key, 0); err != nil {
+		return err
+	}
+	if s.readOnly {
+		return ErrReadOnly
+	}
+	s.mu.Lock()
+	for {
+		if err := s.usableLocked(); err != nil {
+			s.mu.Unlock()
+			return err
+		}
+		if _, ok := s.values[key]; ok {
+			break
+		}
+		if v, ok := s.cache[key]; ok {
+			if v != old {
+				s.mu.Unlock()
+				return &store.CASConflictError{Key: key, Expected: old, Actual: v}
+			}
+			break
+		}
+		// A key absent from s.values has its current value in bbolt, and
+		// keeps it while mu is released unless a write of it is staged,
+		// and perhaps checkpointed, meanwhile: the value read is used only
+		// if the key is still absent and no checkpoint completed.
+		cks := s.checkpoints.Load()
+		s.mu.Unlock()
+		v, err := s.loadValue(key)
+		if err != nil {
+			return err
+		}
+		s.mu.Lock()
+		if _, ok := s.values[key]; !ok && s.checkpoints.Load() == cks {
+			if v != old {
+				s.mu.Unlock()
+				return &store.CASConflictError{Key: key, Expected: old, Actual: v}
+			}
+			break
+		}
+	}
+	defer s.mu.Unlock()
+	if cur, ok := s.values[key]; ok && cur.v != old {
+		return &store.CASConflictError{Key: key, Expected: old, Actual: cur.v}
+	}
+	s.gen++
+	vs := valueState{v: new, gen: s.gen}
+	s.values[key] = vs
+	s.staged[key] = vs
+	s.casWrites.Add(1)
+	return nil
+}
+
+// ReadValue implements store.DurableStore.
+func (s *Store) ReadValue(key string) (uint64, error) {
+	s.mu.Lock()
+	if err := s.usableLocked(); err != nil {
+		s.mu.Unlock()
+		return 0, err
+	}
+	if vs, ok := s.values[key]; ok {
+		s.mu.Unlock()
+		return vs.v, nil
+	}
+	if v, ok := s.cache[key]; ok {
+		s.mu.Unlock()
+		return v, nil
+	}
+	cks := s.checkpoints.Load()
+	s.mu.Unlock()
+	// Absent from memory, the key's value is in bbolt; a write staged and
+	// checkpointed meanwhile would be a later write, which a read
+	// concurrent with it may or may not see.
+	v, err := s.loadValue(key)
+	if err != nil {
+		return 0, err
+	}
+	// Cached only if no checkpoint completed meanwhile: one that wrote the
+	// key would leave the value read stale.
+	s.mu.Lock()
+	if _, ok := s.values[key]; !ok && s.checkpoints.Load() == cks && s.cache != nil {
+		if len(s.cache) >= maxCachedValues {
+			clear(s.cache)
+		}
+		s.cache[key] = v
+	}
+	s.mu.Unlock()
+	return v, nil
+}
+
+// maxCachedValues bounds the value cache.
+const maxCachedValues = 1 << 16
+
+func (s *Store) loadValue(key string) (uint64, error) {
+	s.valueLoads.Add(1)
+	var v uint64
+	err := s.db.View(func(tx *bolt.Tx) error {
+		var err error
+		v, err = store.ReadValueTx(tx, key)
+		return err
+	})
+	if err != nil {
+		return 0, s.readErr(err)
+	}
+	return v, nil
+}
+
+// Scan implements store.DurableStore: values in memory overlay the ones
+// read from bbolt in one read transaction.
+func (s *Store) Scan(prefix string) ([]store.Value, error) {
+	s.mu.Lock()
+	if err := s.usableLocked(); err != nil {
+		s.mu.Unlock()
+		return nil, err
+	}
+	overlay := make(map[string]uint64)
+	for k, vs := range s.values {
+		if strings.HasPrefix(k, prefix) {
+			overlay[k] = vs.v
+		}
+	}
+	s.mu.Unlock()
+
+	var out []store.Value
+	err := s.db.View(func(tx *bolt.Tx) error {
+		var err error
+		out, err = store.ScanValues(tx, prefix, func(k string) bool {
+			_, ok := overlay[k]
+			return ok
+		})
+		return err
+	})
+	if err != nil {
+		return nil, s.readErr(err)
+	}
+	if len(overlay) == 0 {
+		return out, nil
+	}
+	for k, v := range overlay {
+		if v != 0 {
+			out = append(out, store.Value{Key: k, Value: v})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	return out, nil
+}

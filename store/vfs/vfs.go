@@ -1,0 +1,167 @@
+// Package vfs is the narrow file-system interface the write-ahead log
+// writes through, so that tests can put a fault-injecting file system
+// (package faultfs) under it. OS is the real one.
+//
+// # Durability
+//
+//	call                 durable when it returns nil
+//	File.WriteAt         nothing
+//	File.Sync            the file's data and size (fdatasync)
+//	File.Preallocate     nothing until the next Sync
+//	File.Truncate        nothing until the next Sync
+//	FS.Create, Remove    nothing until SyncDir of the parent directory
+//	FS.SyncDir           every create and remove in the directory
+//
+// A failed Sync leaves the file's durable contents unknown; callers treat
+// it as fatal.
+package vfs
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+
+	"golang.org/x/sys/unix"
+)
+
+// File is an open file.
+type File interface {
+	io.ReaderAt
+	// WriteAt writes p at off (pwrite).
+	WriteAt(p []byte, off int64) (int, error)
+	// Sync makes the file's data and size durable (fdatasync).
+	Sync() error
+	// Preallocate reserves size bytes, growing the file to size with
+	// zeros.
+	Preallocate(size int64) error
+	// Truncate sets the file's size.
+	Truncate(size int64) error
+	// Size returns the file's current size.
+	Size() (int64, error)
+	Close() error
+}
+
+// FS is a file system.
+type FS interface {
+	// Create creates name for reading and writing; it fails if name
+	// exists.
+	Create(name string) (File, error)
+	// Open opens name read-only.
+	Open(name string) (File, error)
+	// OpenRW opens an existing name for reading and writing.
+	OpenRW(name string) (File, error)
+	// Remove removes name.
+	Remove(name string) error
+	// List returns the names of the entries of dir, sorted.
+	List(dir string) ([]string, error)
+	// MkdirAll creates dir and its parents.
+	MkdirAll(dir string) error
+	// SyncDir makes the creates and removes in dir durable.
+	SyncDir(dir string) error
+}
+
+// OS is the operating system's file system.
+var OS FS = osFS{}
+
+type osFS struct{}
+
+type osFile struct{ *os.File }
+
+func (osFS) Create(name string) (File, error) {
+	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	return osFile{f}, nil
+}
+
+func (osFS) Open(name string) (File, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	return osFile{f}, nil
+}
+
+func (osFS) OpenRW(name string) (File, error) {
+	f, err := os.OpenFile(name, os.O_RDWR, 0)
+	if err != nil {
+		return nil, err
+	}
+	return osFile{f}, nil
+}
+
+func (osFS) Remove(name string) error { return os.Remove(name) }
+
+func (osFS) List(dir string) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, len(entries))
+	for i, e := range entries {
+		names[i] = e.Name()
+	}
+	sort.Strings(names)
+	return names, nil
+}
+
+func (osFS) MkdirAll(dir string) error { return os.MkdirAll(dir, 0o700) }
+
+func (osFS) SyncDir(dir string) error {
+	d, err := os.Open(filepath.Clean(dir))
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// Sync uses fdatasync: the log never needs the file's times, only its data
+// and size, which fdatasync covers.
+func (f osFile) Sync() error {
+	for {
+		err := unix.Fdatasync(int(f.Fd()))
+		if !errors.Is(err, unix.EINTR) {
+			if err != nil {
+				return &os.PathError{Op: "fdatasync", Path: f.Name(), Err: err}
+			}
+			return nil
+		}
+	}
+}
+
+// Preallocate uses fallocate, which reserves the blocks without writing
+// them; on a file system without it, it grows the file with Truncate.
+func (f osFile) Preallocate(size int64) error {
+	for {
+		err := unix.Fallocate(int(f.Fd()), 0, 0, size)
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, unix.EINTR):
+			continue
+		case errors.Is(err, unix.EOPNOTSUPP), errors.Is(err, unix.ENOSYS):
+			if err := f.File.Truncate(size); err != nil {
+				return fmt.Errorf("preallocate %s: %w", f.Name(), err)
+			}
+			return nil
+		default:
+			return &os.PathError{Op: "fallocate", Path: f.Name(), Err: err}
+		}
+	}
+}
+
+func (f osFile) Size() (int64, error) {
+	fi, err := f.Stat()
+	if err != nil {
+		return 0, err
+	}
+	return fi.Size(), nil
+}

@@ -1,0 +1,68 @@
+// Package wal is the write-ahead log of the log-first store: a directory
+// of preallocated segment files holding one record per group commit, each
+// made durable with one write and one fdatasync.
+//
+// # Layout
+//
+// A segment is named after the LSN of its first record, as 16 hex digits
+// and ".wal" (0000000000000001.wal), and preallocated (fallocate, or a
+// truncate where that is unsupported) to Options.SegmentSize, 64 MiB by
+// default. A new segment is created, its header written, preallocated,
+// synced, and its directory synced, before any record goes in.
+//
+//	segment
+//	offset  size  field
+//	0       8     magic "pdwal\x00\x00\x01" (last byte: segment format 1)
+//	8       8     LSN of the first record, little-endian
+//	16      ...   records, back to back, then zeros to the end
+//
+//	record
+//	offset  size  field
+//	0       4     n, the body's length, little-endian (0 marks the end)
+//	4       4     CRC-32C (Castagnoli) of the length field and the body
+//	8       n     body
+//
+//	body (version 1); uvarint = encoding/binary unsigned varint
+//	1 byte   version (1)
+//	8 bytes  LSN, little-endian
+//	uvarint  number of streams, then per stream:
+//	         uvarint len, name; uvarint first seq; uvarint count,
+//	         then per payload: uvarint len, payload
+//	uvarint  number of values, then per value:
+//	         uvarint len, key; 8 bytes value, little-endian (0 deletes)
+//
+// # Invariants
+//
+//   - LSNs are consecutive across records and segments: the first record
+//     of a segment follows the last record of the one before.
+//   - Only the last segment is written to; a record is appended with one
+//     pwrite and one fdatasync, and Append returns nil only after both.
+//     So at most one record, the last, can be unfinished after a crash.
+//   - A failed write, fdatasync or segment creation is sticky.
+//
+// # Replay
+//
+// Replay and Open read every segment in order:
+//
+//	found                                              meaning
+//	an unfinished or CRC-bad record at the very end   torn tail, never
+//	  of the last segment, nothing valid after it      acknowledged: cut off
+//	  (Open truncates it away durably)
+//	a bad last-segment header                          an unfinished creation:
+//	                                                   cut off (removed)
+//	a bad record with a valid record after it          corruption: refused
+//	bad bytes at the end of an earlier segment         corruption: refused
+//	an LSN gap (between records or segments, or        corruption: refused
+//	  between the checkpoint and the log)
+//
+// Corruption is a *CorruptionError naming the segment and the offset;
+// the log is never repaired by dropping records that may have been
+// acknowledged. Open always starts a new segment, so a segment with a cut
+// tail is never appended to.
+//
+// # Durability
+//
+// When Append returns nil the record is durable. RemoveBelow's removals
+// are not synced: a removed segment that reappears after a crash holds
+// only records the caller's checkpoint already covers, which replay skips.
+package wal

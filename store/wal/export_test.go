@@ -1,0 +1,5 @@
+package wal
+
+import "github.com/participantd/participantd/store/vfs"
+
+func osFS() vfs.FS { return vfs.OS }

@@ -1,0 +1,232 @@
+package wal
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"math"
+	"strconv"
+)
+
+// LSN is a record's log sequence number: 1 for the first record ever
+// written, and one more for each record after it.
+type LSN uint64
+
+func (l LSN) String() string { return strconv.FormatUint(uint64(l), 10) }
+
+// StreamAppend is the entries a batch appends to one stream: Payloads[i]
+// gets seq First+i.
+type StreamAppend struct {
+	Stream   string
+	First    uint64
+	Payloads [][]byte
+}
+
+// ValueWrite is one value a batch sets; 0 deletes it.
+type ValueWrite struct {
+	Key   string
+	Value uint64
+}
+
+// Batch is one group commit: the content of one record.
+type Batch struct {
+	LSN     LSN
+	Appends []StreamAppend
+	Values  []ValueWrite
+}
+
+// recordVersion is the encoding of a record body this package writes and
+// reads; see doc.go.
+const recordVersion = 1
+
+const (
+	// frameHeaderLen is the length and the CRC before each body.
+	frameHeaderLen = 8
+	// minBodyLen is the version byte and the LSN.
+	minBodyLen = 1 + 8
+	// MaxRecordLen bounds a record body, so that its length fits the frame.
+	MaxRecordLen = math.MaxUint32
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// ErrTooLarge reports a batch whose record would exceed MaxRecordLen.
+var ErrTooLarge = errors.New("wal: batch too large for one record")
+
+// appendFrame appends the framed record of b to dst.
+func appendFrame(dst []byte, b *Batch) ([]byte, error) {
+	start := len(dst)
+	dst = append(dst, make([]byte, frameHeaderLen)...)
+	dst = append(dst, recordVersion)
+	dst = binary.LittleEndian.AppendUint64(dst, uint64(b.LSN))
+	dst = binary.AppendUvarint(dst, uint64(len(b.Appends)))
+	for _, a := range b.Appends {
+		dst = binary.AppendUvarint(dst, uint64(len(a.Stream)))
+		dst = append(dst, a.Stream...)
+		dst = binary.AppendUvarint(dst, a.First)
+		dst = binary.AppendUvarint(dst, uint64(len(a.Payloads)))
+		for _, p := range a.Payloads {
+			dst = binary.AppendUvarint(dst, uint64(len(p)))
+			dst = append(dst, p...)
+		}
+	}
+	dst = binary.AppendUvarint(dst, uint64(len(b.Values)))
+	for _, v := range b.Values {
+		dst = binary.AppendUvarint(dst, uint64(len(v.Key)))
+		dst = append(dst, v.Key...)
+		dst = binary.LittleEndian.AppendUint64(dst, v.Value)
+	}
+	n := len(dst) - start - frameHeaderLen
+	if n > MaxRecordLen {
+		return dst[:start], fmt.Errorf("%d bytes: %w", n, ErrTooLarge)
+	}
+	binary.LittleEndian.PutUint32(dst[start:], uint32(n))
+	binary.LittleEndian.PutUint32(dst[start+4:], frameCRC(dst[start:start+4], dst[start+frameHeaderLen:]))
+	return dst, nil
+}
+
+// frameCRC is the CRC-32C of the length field and the body: a torn or
+// flipped length then fails the check as surely as a bad body.
+func frameCRC(lenField, body []byte) uint32 {
+	return crc32.Update(crc32.Checksum(lenField, castagnoli), castagnoli, body)
+}
+
+// errNoFrame reports that buf holds no valid frame at the offset read.
+var errNoFrame = errors.New("no valid record")
+
+// readFrame returns the body of the valid frame at buf[off:] and the
+// offset just past it. A zero length, a frame running past buf, or a CRC
+// mismatch is errNoFrame.
+func readFrame(buf []byte, off int64) (body []byte, end int64, err error) {
+	if off+frameHeaderLen > int64(len(buf)) {
+		return nil, 0, errNoFrame
+	}
+	n := int64(binary.LittleEndian.Uint32(buf[off:]))
+	if n < minBodyLen || off+frameHeaderLen+n > int64(len(buf)) {
+		return nil, 0, errNoFrame
+	}
+	body = buf[off+frameHeaderLen : off+frameHeaderLen+n]
+	if binary.LittleEndian.Uint32(buf[off+4:]) != frameCRC(buf[off:off+4], body) {
+		return nil, 0, errNoFrame
+	}
+	return body, off + frameHeaderLen + n, nil
+}
+
+// peekLSN returns the LSN of a body of the current version, without
+// checking the CRC.
+func peekLSN(buf []byte, off int64) (LSN, bool) {
+	if off+frameHeaderLen+minBodyLen > int64(len(buf)) || buf[off+frameHeaderLen] != recordVersion {
+		return 0, false
+	}
+	return LSN(binary.LittleEndian.Uint64(buf[off+frameHeaderLen+1:])), true
+}
+
+// decodeBody decodes a record body. The returned batch's names are copies;
+// its payloads alias body.
+func decodeBody(body []byte) (*Batch, error) {
+	d := decoder{buf: body}
+	if v := d.byte(); v != recordVersion {
+		return nil, fmt.Errorf("record version %d, want %d", v, recordVersion)
+	}
+	b := &Batch{LSN: LSN(d.u64())}
+	n := d.count()
+	if d.err == nil {
+		b.Appends = make([]StreamAppend, 0, n)
+	}
+	for i := uint64(0); i < n && d.err == nil; i++ {
+		a := StreamAppend{Stream: string(d.bytes()), First: d.uvarint()}
+		m := d.count()
+		if d.err == nil {
+			a.Payloads = make([][]byte, 0, m)
+		}
+		for j := uint64(0); j < m && d.err == nil; j++ {
+			a.Payloads = append(a.Payloads, d.bytes())
+		}
+		b.Appends = append(b.Appends, a)
+	}
+	n = d.count()
+	if d.err == nil {
+		b.Values = make([]ValueWrite, 0, n)
+	}
+	for i := uint64(0); i < n && d.err == nil; i++ {
+		b.Values = append(b.Values, ValueWrite{Key: string(d.bytes()), Value: d.u64()})
+	}
+	if d.err == nil && len(d.buf) != 0 {
+		d.err = fmt.Errorf("%d bytes after the record", len(d.buf))
+	}
+	if d.err != nil {
+		return nil, d.err
+	}
+	return b, nil
+}
+
+// decoder reads a body; its first error sticks and later reads return
+// zeros.
+type decoder struct {
+	buf []byte
+	err error
+}
+
+var errShort = errors.New("record body ends early")
+
+func (d *decoder) byte() byte {
+	if d.err != nil || len(d.buf) < 1 {
+		d.fail()
+		return 0
+	}
+	v := d.buf[0]
+	d.buf = d.buf[1:]
+	return v
+}
+
+func (d *decoder) u64() uint64 {
+	if d.err != nil || len(d.buf) < 8 {
+		d.fail()
+		return 0
+	}
+	v := binary.LittleEndian.Uint64(d.buf)
+	d.buf = d.buf[8:]
+	return v
+}
+
+func (d *decoder) uvarint() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.buf)
+	if n <= 0 {
+		d.fail()
+		return 0
+	}
+	d.buf = d.buf[n:]
+	return v
+}
+
+// count reads a count of items of at least one byte each, so that a bad
+// count cannot make the decoder allocate more than the body's size.
+func (d *decoder) count() uint64 {
+	n := d.uvarint()
+	if d.err == nil && n > uint64(len(d.buf)) {
+		d.err = fmt.Errorf("count %d exceeds the %d bytes left", n, len(d.buf))
+		return 0
+	}
+	return n
+}
+
+func (d *decoder) bytes() []byte {
+	n := d.uvarint()
+	if d.err != nil || n > uint64(len(d.buf)) {
+		d.fail()
+		return nil
+	}
+	v := d.buf[:n:n]
+	d.buf = d.buf[n:]
+	return v
+}
+
+func (d *decoder) fail() {
+	if d.err == nil {
+		d.err = errShort
+	}
+}

@@ -1,0 +1,202 @@
+package wal
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/participantd/participantd/store/vfs"
+)
+
+// segmentMagic opens every segment file; its last byte is the segment
+// format version.
+var segmentMagic = [8]byte{'p', 'd', 'w', 'a', 'l', 0, 0, 1}
+
+// segmentHeaderLen is the magic and the segment's first LSN.
+const segmentHeaderLen = 16
+
+const segmentSuffix = ".wal"
+
+// segment is one segment file of the log.
+type segment struct {
+	name  string // base name, <first LSN as 16 hex digits>.wal
+	first LSN    // the LSN of its first record, from its name
+}
+
+func segmentName(first LSN) string { return fmt.Sprintf("%016x%s", uint64(first), segmentSuffix) }
+
+// parseSegmentName returns the first LSN of a segment file name.
+func parseSegmentName(name string) (LSN, bool) {
+	hex, ok := strings.CutSuffix(name, segmentSuffix)
+	if !ok || len(hex) != 16 {
+		return 0, false
+	}
+	v, err := strconv.ParseUint(hex, 16, 64)
+	if err != nil {
+		return 0, false
+	}
+	return LSN(v), true
+}
+
+func segmentHeader(first LSN) []byte {
+	h := make([]byte, segmentHeaderLen)
+	copy(h, segmentMagic[:])
+	binary.LittleEndian.PutUint64(h[8:], uint64(first))
+	return h
+}
+
+// listSegments returns the segment files of dir in LSN order. Files that
+// are not segments are ignored.
+func listSegments(fs vfs.FS, dir string) ([]segment, error) {
+	names, err := fs.List(dir)
+	if err != nil {
+		return nil, fmt.Errorf("wal: list %s: %w", dir, err)
+	}
+	var segs []segment
+	for _, n := range names {
+		if first, ok := parseSegmentName(n); ok {
+			segs = append(segs, segment{name: n, first: first})
+		}
+	}
+	// Names are fixed-width hex, so List's sorted order is LSN order.
+	return segs, nil
+}
+
+// readSegment returns the whole content of a segment file.
+func readSegment(fs vfs.FS, path string) ([]byte, error) {
+	f, err := fs.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("wal: open %s: %w", path, err)
+	}
+	defer f.Close()
+	size, err := f.Size()
+	if err != nil {
+		return nil, fmt.Errorf("wal: stat %s: %w", path, err)
+	}
+	buf := make([]byte, size)
+	if n, err := f.ReadAt(buf, 0); err != nil && !(errors.Is(err, io.EOF) && int64(n) == size) {
+		return nil, fmt.Errorf("wal: read %s: %w", path, err)
+	}
+	return buf, nil
+}
+
+// segmentScan is what scanning one segment found.
+type segmentScan struct {
+	// headerOK is false when the file is too short for a header or its
+	// magic is wrong.
+	headerOK bool
+	// end is the offset just past the last valid record (the header's end
+	// when there is none).
+	end int64
+	// records is the number of valid records.
+	records int
+	// last is the LSN of the last valid record.
+	last LSN
+	// torn is true when bytes after end are not zero: an unfinished
+	// record.
+	torn bool
+}
+
+// scanSegment walks the records of one segment, checking that LSNs follow
+// expect, and calls apply for each. A bad record followed by a valid one
+// is corruption; a bad record at the end is reported as torn and left to
+// the caller, which knows whether the segment is the last.
+func scanSegment(seg segment, buf []byte, expect LSN, apply func(*Batch) error) (segmentScan, error) {
+	var sc segmentScan
+	if len(buf) < segmentHeaderLen || [8]byte(buf[:8]) != segmentMagic {
+		// A header is synced before any record goes in, so a bad header
+		// with a valid record after it was damaged, not left unfinished.
+		if at, ok := validFrameAfter(buf, segmentHeaderLen-1, int64(len(buf))-1, seg.first); ok {
+			return sc, corrupt(seg, 0, fmt.Sprintf("bad segment header followed by a valid record at offset %d", at))
+		}
+		return sc, nil
+	}
+	sc.headerOK = true
+	if h := LSN(binary.LittleEndian.Uint64(buf[8:])); h != seg.first {
+		return sc, corrupt(seg, 8, fmt.Sprintf("header LSN %v differs from the name's", h))
+	}
+	if seg.first != expect {
+		return sc, corrupt(seg, 0, fmt.Sprintf("LSN gap: segment starts at %v, want %v", seg.first, expect))
+	}
+	off := int64(segmentHeaderLen)
+	for {
+		body, end, err := readFrame(buf, off)
+		if err != nil {
+			break
+		}
+		b, err := decodeBody(body)
+		if err != nil {
+			return sc, corrupt(seg, off, err.Error())
+		}
+		if b.LSN != expect {
+			return sc, corrupt(seg, off, fmt.Sprintf("LSN gap: record %v, want %v", b.LSN, expect))
+		}
+		if err := apply(b); err != nil {
+			return sc, err
+		}
+		sc.records++
+		sc.last = b.LSN
+		expect++
+		off = end
+	}
+	sc.end = off
+	// Past the valid records the segment is zeros, as preallocated,
+	// unless a record was torn or damaged there.
+	last := int64(len(buf)) - 1
+	for last >= off && buf[last] == 0 {
+		last--
+	}
+	if last < off {
+		return sc, nil
+	}
+	sc.torn = true
+	if at, ok := validFrameAfter(buf, off, last, expect); ok {
+		return sc, corrupt(seg, off, fmt.Sprintf("bad record followed by a valid one at offset %d", at))
+	}
+	return sc, nil
+}
+
+// validFrameAfter reports whether a valid frame with LSN expect or
+// expect+1 starts in buf after off and at or before limit: either would be
+// a record written after the bad one at off, so the bad one is not a torn
+// tail.
+func validFrameAfter(buf []byte, off, limit int64, expect LSN) (int64, bool) {
+	for p := off + 1; p <= limit && p+frameHeaderLen+minBodyLen <= int64(len(buf)); p++ {
+		lsn, ok := peekLSN(buf, p)
+		if !ok || (lsn != expect && lsn != expect+1) {
+			continue
+		}
+		if _, _, err := readFrame(buf, p); err == nil {
+			return p, true
+		}
+	}
+	return 0, false
+}
+
+// ErrCorrupt reports a log that lost or damaged a record that may have
+// been acknowledged. Open refuses such a log rather than drop writes.
+var ErrCorrupt = errors.New("wal: corrupt log")
+
+// CorruptionError names where a log is corrupt. It unwraps to ErrCorrupt.
+type CorruptionError struct {
+	Segment string // the segment file's base name
+	Offset  int64  // the byte offset of the bad record or header field
+	Reason  string
+}
+
+func (e *CorruptionError) Error() string {
+	return fmt.Sprintf("wal: corrupt log: segment %s offset %d: %s", e.Segment, e.Offset, e.Reason)
+}
+
+// Unwrap returns ErrCorrupt.
+func (e *CorruptionError) Unwrap() error { return ErrCorrupt }
+
+func corrupt(seg segment, off int64, reason string) error {
+	return &CorruptionError{Segment: seg.name, Offset: off, Reason: reason}
+}
+
+func join(dir string, seg segment) string { return filepath.Join(dir, seg.name) }

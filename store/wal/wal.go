@@ -1,0 +1,347 @@
+package wal
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"sync"
+
+	"github.com/participantd/participantd/store/vfs"
+)
+
+// DefaultSegmentSize is the size a segment is preallocated to when
+// Options.SegmentSize is zero.
+const DefaultSegmentSize = 64 << 20
+
+// Options configures Open. The zero value means the defaults.
+type Options struct {
+	// SegmentSize is the size each new segment is preallocated to. A
+	// record larger than a segment gets a segment of its own, as large as
+	// it needs. Zero or negative means DefaultSegmentSize.
+	SegmentSize int64
+	// FS is the file system the log lives on; nil means vfs.OS.
+	FS vfs.FS
+}
+
+func (o Options) fs() vfs.FS {
+	if o.FS == nil {
+		return vfs.OS
+	}
+	return o.FS
+}
+
+// ErrClosed reports a call on a closed Log.
+var ErrClosed = errors.New("wal: closed")
+
+// Info describes what a replay found.
+type Info struct {
+	// Segments is the number of segment files.
+	Segments int
+	// Records is the number of valid records with an LSN after the one
+	// the replay started after (those given to apply).
+	Records int
+	// Last is the LSN of the last valid record, 0 when there is none.
+	Last LSN
+	// Torn is set when the last segment ends with an unfinished record
+	// (or an unfinished header), which was never acknowledged; TornSegment
+	// and TornOffset say where it starts. Open cuts it off; Replay leaves
+	// it.
+	Torn        bool
+	TornSegment string
+	TornOffset  int64
+}
+
+// Log is an open write-ahead log: its segments, and the last one open for
+// appending. Append is called by one goroutine at a time; RemoveBelow and
+// Segments may be called concurrently with it.
+type Log struct {
+	fs   vfs.FS
+	dir  string
+	opts Options
+
+	// The fields below belong to the goroutine calling Append.
+	f    vfs.File // the active segment
+	off  int64    // where the next record goes in f
+	size int64    // f's preallocated size
+	next LSN      // the next record's LSN
+	buf  []byte   // encoding buffer, reused between appends
+	err  error    // sticky: the first failed write, sync or create
+
+	// mu guards segs, which Append's rotation and RemoveBelow both change.
+	mu sync.Mutex
+	// segs are the segment files, in LSN order; the last is active.
+	segs []segment
+}
+
+// Replay calls apply, in LSN order, for every valid record of the log in
+// dir whose LSN is after after, and changes nothing on disk. A torn last
+// record is reported in Info, not given to apply; a corrupt log fails with
+// a *CorruptionError. A missing dir is an empty log. The batches given to
+// apply alias buffers that are never reused: apply may keep them.
+func Replay(dir string, after LSN, opts Options, apply func(*Batch) error) (Info, error) {
+	info, _, _, err := scan(opts.fs(), dir, after, apply)
+	if errors.Is(err, fs.ErrNotExist) {
+		return Info{}, nil
+	}
+	return info, err
+}
+
+// Open replays the log in dir as Replay does, creating dir if needed, then
+// cuts off a torn tail (truncating the last segment to its last valid
+// record, or removing a last segment without one) and starts a new
+// segment for the records to come, whose LSNs follow both the log and
+// after, the LSN the caller already holds (a checkpoint).
+func Open(dir string, after LSN, opts Options, apply func(*Batch) error) (*Log, Info, error) {
+	fsys := opts.fs()
+	if err := fsys.MkdirAll(dir); err != nil {
+		return nil, Info{}, fmt.Errorf("wal: create %s: %w", dir, err)
+	}
+	info, segs, last, err := scan(fsys, dir, after, apply)
+	if err != nil {
+		return nil, info, err
+	}
+	if n := len(segs); n > 0 {
+		seg := segs[n-1]
+		if !last.headerOK || last.records == 0 {
+			if err := fsys.Remove(join(dir, seg)); err != nil {
+				return nil, info, fmt.Errorf("wal: remove the empty last segment %s: %w", seg.name, err)
+			}
+			segs = segs[:n-1]
+		} else if err := truncate(fsys, join(dir, seg), last.end); err != nil {
+			return nil, info, err
+		}
+	}
+	l := &Log{fs: fsys, dir: dir, opts: opts, segs: segs, next: max(info.Last, after) + 1}
+	if err := l.rotate(0); err != nil {
+		return nil, info, err
+	}
+	return l, info, nil
+}
+
+// truncate cuts the segment at path to size and makes that durable, so
+// that a torn record can never be read again once records follow it in a
+// new segment.
+func truncate(fsys vfs.FS, path string, size int64) error {
+	f, err := fsys.OpenRW(path)
+	if err != nil {
+		return fmt.Errorf("wal: open %s: %w", path, err)
+	}
+	err = f.Truncate(size)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("wal: cut the tail of %s at %d: %w", path, size, err)
+	}
+	return nil
+}
+
+// scan reads every segment of dir in order, checking headers and the LSN
+// chain, and calls apply for the records after after. It returns the
+// segments and what scanning the last one found.
+func scan(fsys vfs.FS, dir string, after LSN, apply func(*Batch) error) (Info, []segment, segmentScan, error) {
+	var info Info
+	var last segmentScan
+	segs, err := listSegments(fsys, dir)
+	if err != nil {
+		return info, nil, last, err
+	}
+	info.Segments = len(segs)
+	var expect LSN
+	for i, seg := range segs {
+		isLast := i == len(segs)-1
+		buf, err := readSegment(fsys, join(dir, seg))
+		if err != nil {
+			return info, nil, last, err
+		}
+		// Records at or below after are already held by the caller, so a
+		// segment may start anywhere up to after+1; past it, LSNs must
+		// follow on without a gap.
+		if i == 0 || seg.first <= after+1 {
+			if seg.first > after+1 {
+				return info, nil, last, corrupt(seg, 0, fmt.Sprintf("LSN gap: the log starts at %v, after the checkpoint at %v", seg.first, after))
+			}
+			expect = seg.first
+		}
+		sc, err := scanSegment(seg, buf, expect, func(b *Batch) error {
+			if b.LSN <= after {
+				return nil
+			}
+			info.Records++
+			return apply(b)
+		})
+		if err != nil {
+			return info, nil, last, err
+		}
+		switch {
+		case !sc.headerOK && !isLast:
+			return info, nil, last, corrupt(seg, 0, "bad segment header")
+		case sc.torn && !isLast:
+			return info, nil, last, corrupt(seg, sc.end, "bad record at the end of a segment that is not the last")
+		case !sc.headerOK || sc.torn:
+			info.Torn, info.TornSegment, info.TornOffset = true, seg.name, sc.end
+		}
+		if sc.records > 0 {
+			info.Last = sc.last
+			expect = sc.last + 1
+		}
+		last = sc
+	}
+	return info, segs, last, nil
+}
+
+// rotate starts a new active segment big enough for a record of n bytes,
+// and makes it and its directory entry durable before any record goes in.
+func (l *Log) rotate(n int) error {
+	size := l.opts.SegmentSize
+	if size <= 0 {
+		size = DefaultSegmentSize
+	}
+	size = max(size, int64(segmentHeaderLen+n))
+	seg := segment{name: segmentName(l.next), first: l.next}
+	path := join(l.dir, seg)
+	f, err := l.fs.Create(path)
+	if err != nil {
+		return fmt.Errorf("wal: create %s: %w", path, err)
+	}
+	if _, err = f.WriteAt(segmentHeader(seg.first), 0); err == nil {
+		if err = f.Preallocate(size); err == nil {
+			err = f.Sync()
+		}
+	}
+	if err == nil {
+		// The segment must be in its directory durably before a record in
+		// it is acknowledged.
+		err = l.fs.SyncDir(l.dir)
+	}
+	if err != nil {
+		f.Close()
+		return fmt.Errorf("wal: create %s: %w", path, err)
+	}
+	if l.f != nil {
+		// Every record of the old segment was synced when it was written.
+		l.f.Close()
+	}
+	l.f, l.off, l.size = f, segmentHeaderLen, size
+	l.mu.Lock()
+	l.segs = append(l.segs, seg)
+	l.mu.Unlock()
+	return nil
+}
+
+// grow extends the empty active segment for a record of n bytes.
+func (l *Log) grow(n int) error {
+	size := int64(segmentHeaderLen + n)
+	if err := l.f.Preallocate(size); err != nil {
+		return fmt.Errorf("wal: grow %s: %w", l.activeName(), err)
+	}
+	if err := l.f.Sync(); err != nil {
+		return fmt.Errorf("wal: grow %s: %w", l.activeName(), err)
+	}
+	l.size = size
+	return nil
+}
+
+// Append writes b as the next record, setting b.LSN, with one write and
+// one fdatasync, and returns nil only once the record is durable. A failed
+// write, sync or segment creation is sticky: every later Append returns
+// it, since the file's contents are then unknown. Append does not keep b.
+func (l *Log) Append(b *Batch) (LSN, error) {
+	if l.err != nil {
+		return 0, l.err
+	}
+	if l.f == nil {
+		return 0, ErrClosed
+	}
+	b.LSN = l.next
+	frame, err := appendFrame(l.buf[:0], b)
+	if err != nil {
+		return 0, err // nothing was written: not sticky
+	}
+	if l.off+int64(len(frame)) > l.size {
+		grow := l.rotate
+		if l.off == segmentHeaderLen {
+			// The active segment is empty and named after this record's
+			// LSN: it grows rather than gets a successor of the same name.
+			grow = l.grow
+		}
+		if err := grow(len(frame)); err != nil {
+			l.err = err
+			return 0, err
+		}
+	}
+	if _, err := l.f.WriteAt(frame, l.off); err != nil {
+		l.err = fmt.Errorf("wal: write %s: %w", l.activeName(), err)
+		return 0, l.err
+	}
+	if err := l.f.Sync(); err != nil {
+		l.err = fmt.Errorf("wal: sync %s: %w", l.activeName(), err)
+		return 0, l.err
+	}
+	l.off += int64(len(frame))
+	l.next++
+	if cap(frame) <= maxKeptBuffer {
+		l.buf = frame[:0]
+	} else {
+		l.buf = nil
+	}
+	return b.LSN, nil
+}
+
+// maxKeptBuffer bounds the encoding buffer kept between appends.
+const maxKeptBuffer = 4 << 20
+
+func (l *Log) activeName() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.segs[len(l.segs)-1].name
+}
+
+// Next returns the LSN the next Append will assign.
+func (l *Log) Next() LSN { return l.next }
+
+// RemoveBelow deletes every segment whose records all have LSNs at or
+// below lsn, never the active one. Removals are not synced: a segment that
+// comes back after a crash holds only records replay skips.
+func (l *Log) RemoveBelow(lsn LSN) error {
+	l.mu.Lock()
+	var doomed []segment
+	for len(l.segs) > 1 && l.segs[1].first <= lsn+1 {
+		doomed = append(doomed, l.segs[0])
+		l.segs = l.segs[1:]
+	}
+	l.mu.Unlock()
+	for _, seg := range doomed {
+		if err := l.fs.Remove(join(l.dir, seg)); err != nil {
+			return fmt.Errorf("wal: remove %s: %w", seg.name, err)
+		}
+	}
+	return nil
+}
+
+// Segments returns the number of segment files.
+func (l *Log) Segments() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.segs)
+}
+
+// Dir returns the log's directory.
+func (l *Log) Dir() string { return l.dir }
+
+// Close closes the active segment. Every appended record is already
+// durable. Calls after Close return ErrClosed.
+func (l *Log) Close() error {
+	if l.f == nil {
+		return ErrClosed
+	}
+	err := l.f.Close()
+	l.f = nil
+	if err != nil {
+		return fmt.Errorf("wal: close: %w", err)
+	}
+	return nil
+}
