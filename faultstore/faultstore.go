@@ -351,6 +351,9 @@ func (s *Store) ReadPage(stream string, offset uint64, limit int, maxBytes int) 
 	})
 }
 
+// Inner returns the store s wraps (see store.AsCompactor).
+func (s *Store) Inner() store.DurableStore { return s.inner }
+
 // compactor returns the inner store's Compactor, or ErrUnsupported.
 func (s *Store) compactor() (store.Compactor, error) {
 	if c, ok := s.inner.(store.Compactor); ok {

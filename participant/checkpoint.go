@@ -221,7 +221,7 @@ func (ck *checkpoint) state() *outbox.State {
 // st keeps none (or cannot, not being a store.Compactor). A checkpoint
 // that does not decode is a *refusal.
 func loadCheckpoint(st store.DurableStore, c ConversationID) (*checkpoint, error) {
-	cs, ok := st.(store.Compactor)
+	cs, ok := store.AsCompactor(st)
 	if !ok {
 		return nil, nil
 	}
@@ -242,7 +242,7 @@ func loadCheckpoint(st store.DurableStore, c ConversationID) (*checkpoint, error
 // streamFirst returns the first stored seq of stream, 0 when st does not
 // compact.
 func streamFirst(st store.DurableStore, stream string) (uint64, error) {
-	cs, ok := st.(store.Compactor)
+	cs, ok := store.AsCompactor(st)
 	if !ok {
 		return 0, nil
 	}

@@ -134,7 +134,7 @@ func (s *Service) CheckpointPass(ctx context.Context) (int, error) {
 // checkpointPass is CheckpointPass; full reports that it stopped because
 // its row budget ran out, with conversations possibly still behind.
 func (s *Service) checkpointPass(ctx context.Context) (written int, full bool, err error) {
-	cs, ok := s.st.(store.Compactor)
+	cs, ok := store.AsCompactor(s.st)
 	if !ok {
 		return 0, false, nil
 	}

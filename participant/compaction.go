@@ -46,7 +46,7 @@ func (s *Service) CompactPass(ctx context.Context) (Compacted, error) {
 // compactPass is CompactPass; full reports that it stopped because its row
 // budget ran out, with rows possibly still to remove.
 func (s *Service) compactPass(ctx context.Context) (out Compacted, full bool, err error) {
-	cs, ok := s.st.(store.Compactor)
+	cs, ok := store.AsCompactor(s.st)
 	if !ok {
 		return out, false, nil
 	}

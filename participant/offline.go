@@ -28,7 +28,7 @@ type CompactReport struct {
 // or end bindings (a start does that). st must implement store.Compactor.
 func Compact(ctx context.Context, st store.DurableStore, opts Options) (CompactReport, error) {
 	var rep CompactReport
-	if _, ok := st.(store.Compactor); !ok {
+	if _, ok := store.AsCompactor(st); !ok {
 		return rep, fmt.Errorf("participant: compact: %w", store.ErrUnsupported)
 	}
 	if opts.CheckpointRows <= 0 {

@@ -108,7 +108,7 @@ func (r *receipt) row() oplog.Row {
 // readReceipt returns the receipt of conversation c's compacted oplog row
 // idx, nil when it has none.
 func readReceipt(st store.DurableStore, c ConversationID, idx uint64) (*receipt, error) {
-	cs, ok := st.(store.Compactor)
+	cs, ok := store.AsCompactor(st)
 	if !ok {
 		return nil, nil
 	}

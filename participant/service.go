@@ -277,7 +277,7 @@ func Open(ctx context.Context, st store.DurableStore, opts Options) (*Service, e
 	}
 	s.log.Info().Uint64("incarnation", s.incarnation).Int("conversations", len(ids)).
 		Int("unloadable", len(s.Unloadable())).Msg("reconciled")
-	if _, ok := st.(store.Compactor); ok && opts.CheckpointInterval > 0 {
+	if _, ok := store.AsCompactor(st); ok && opts.CheckpointInterval > 0 {
 		s.lifecycle.Add(1)
 		go func() {
 			defer s.lifecycle.Done()

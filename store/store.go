@@ -195,7 +195,13 @@ func ReadPage(st DurableStore, stream string, offset uint64, limit int, maxBytes
 	if pr, ok := st.(PageReader); ok {
 		return pr.ReadPage(stream, offset, limit, maxBytes)
 	}
-	return st.ReadFrom(stream, offset, limit)
+	entries, err := st.ReadFrom(stream, offset, limit)
+	if err != nil {
+		return nil, err
+	}
+	// The store reads whole; the page is still bounded as promised.
+	n := pageEnd(func(i int) int { return len(entries[i].Payload) }, len(entries), maxBytes)
+	return entries[:n], nil
 }
 
 // pageEnd returns how many of sizes, taken in order, fit in maxBytes: at
@@ -212,6 +218,23 @@ func pageEnd(sizes func(i int) int, n int, maxBytes int) int {
 		}
 	}
 	return n
+}
+
+// AsCompactor returns st's Compactor when st compacts: st itself, or, for a
+// wrapper (one with Inner, like faultstore), the store it wraps must. A
+// wrapper that forwards the methods to a store without them would answer
+// ErrUnsupported to every call; callers ask here instead.
+func AsCompactor(st DurableStore) (Compactor, bool) {
+	c, ok := st.(Compactor)
+	if !ok {
+		return nil, false
+	}
+	if w, ok := st.(interface{ Inner() DurableStore }); ok {
+		if _, ok := AsCompactor(w.Inner()); !ok {
+			return nil, false
+		}
+	}
+	return c, true
 }
 
 // Compactor is implemented by stores that can drop what a conversation no

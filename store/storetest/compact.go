@@ -12,7 +12,7 @@ import (
 // compactor returns s as a store.Compactor, or skips the test.
 func compactor(t *testing.T, s store.DurableStore) store.Compactor {
 	t.Helper()
-	c, ok := s.(store.Compactor)
+	c, ok := store.AsCompactor(s)
 	if !ok {
 		t.Skip("store does not implement store.Compactor")
 	}
