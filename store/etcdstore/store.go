@@ -684,14 +684,16 @@ func (s *Store) Scan(prefix string) ([]store.Value, error) {
 }
 
 // Flush returns nil only when every write that returned before the call is
-// durable in etcd; it reports the error of any scope that failed.
+// durable in etcd; it reports the sticky error of any failed scope, so after
+// one failure it fails until that scope is Reset (FlushScopes does not).
 func (s *Store) Flush() error {
 	return s.flush(nil)
 }
 
-// FlushScopes is Flush for the writes of the named scopes only: it waits
-// for the same group commit, but its error reports only those scopes, so a
-// scope fenced off elsewhere fails only its own flushes.
+// FlushScopes is Flush for the writes of the named scopes only: it returns
+// nil once every write of those scopes staged before the call is durable
+// (their commits may carry other scopes along), and its error reports only
+// those scopes, so a scope fenced off elsewhere fails only its own flushes.
 func (s *Store) FlushScopes(scopes ...string) error {
 	if scopes == nil {
 		scopes = []string{}
