@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -270,5 +271,21 @@ func TestNode_LostLeaseDropsEveryOwnedConversation(t *testing.T) {
 			}
 		}
 		cancel()
+	}
+}
+
+// TestNode_PrefixIsADirectory: a prefix without a trailing slash still
+// keeps the data set in a key directory of its own, so "/p" and "/p2" do
+// not share keys.
+func TestNode_PrefixIsADirectory(t *testing.T) {
+	pfx := strings.TrimSuffix(prefix(), "/")
+	n, err := cluster.Start(context.Background(), sharedCli, cluster.Options{NodeID: "a", Prefix: pfx, LeaseTTL: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	resp, err := sharedCli.Get(context.Background(), pfx+"/node/a")
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("Get(%s/node/a) = %v, %v; want the node key under %s/", pfx, resp, err, pfx)
 	}
 }
