@@ -56,6 +56,15 @@
 //	Leave      the credential                yes (same token)
 //	Ping       -                             no
 //
+// # Clusters
+//
+// A Client speaks to one address. Cluster (DialCluster) speaks to a
+// participantd cluster: one Client per node it needs, each conversation
+// routed to its owner, moved{owner} followed with the same token, a
+// participant re-attached on its conversation's new owner, and unreachable
+// nodes skipped with backoff. A plain Client's re-attachment answered moved
+// forgets the participant instead of retrying it on that node.
+//
 // # Goroutines
 //
 // A Client owns a supervisor goroutine (connects, reconnects, re-attaches),

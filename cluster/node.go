@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,7 +46,7 @@ type Options struct {
 	// this node owns (moved{owner}).
 	Advertise string
 	// Prefix is the etcd key prefix of the whole data set; default
-	// etcdstore.DefaultPrefix.
+	// etcdstore.DefaultPrefix. A "/" is appended when it does not end in one.
 	Prefix string
 	// LeaseTTL is the lease under which the node holds its conversations;
 	// default DefaultLeaseTTL. Failover takes about this long.
@@ -142,6 +143,10 @@ func Start(ctx context.Context, cli *clientv3.Client, opts Options) (*Node, erro
 	}
 	if opts.Prefix == "" {
 		opts.Prefix = etcdstore.DefaultPrefix
+	}
+	if !strings.HasSuffix(opts.Prefix, "/") {
+		// "/pd" must not share keys with "/pd2": the prefix is a directory.
+		opts.Prefix += "/"
 	}
 	if opts.LeaseTTL <= 0 {
 		opts.LeaseTTL = DefaultLeaseTTL

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -211,5 +212,80 @@ func TestNode_FencedOldOwnerIsRefusedByEtcd(t *testing.T) {
 	// And b keeps serving.
 	if _, err := cb.Tell(ctx, participant.Tell{Conversation: 3, Participant: rebound.Participant, Generation: rebound.Generation, Token: tok(5, 0), Payload: []byte("from b")}); err != nil {
 		t.Fatalf("Tell on b after a was refused: %v", err)
+	}
+}
+
+// TestNode_LostLeaseDropsEveryOwnedConversation: when etcd no longer knows
+// the node's lease (it expired, here revoked behind the node's back), the
+// node drops every conversation it owned at once, takes a new lease, and
+// serves again by claiming anew; the binding of its own live connection
+// survives the reconciliation.
+func TestNode_LostLeaseDropsEveryOwnedConversation(t *testing.T) {
+	pfx := prefix()
+	a := startMember(t, pfx, "a", time.Second)
+	lost := make(chan participant.ConversationID, 8)
+	a.node.OnLost(func(c participant.ConversationID) {
+		a.svc.Forget(c)
+		lost <- c
+	})
+	ctx := context.Background()
+	ca := a.svc.Connect(func() {})
+	var bounds []participant.Bound
+	for c := range 3 {
+		b, err := ca.Enroll(ctx, participant.Enroll{Conversation: participant.ConversationID(20 + c), Token: tok(9, c)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		bounds = append(bounds, b)
+	}
+	resp, err := sharedCli.Get(ctx, pfx+"node/a")
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("node key: %v", err)
+	}
+	if _, err := sharedCli.Revoke(ctx, clientv3.LeaseID(resp.Kvs[0].Lease)); err != nil {
+		t.Fatal(err)
+	}
+	got := map[participant.ConversationID]bool{}
+	for range 3 {
+		select {
+		case c := <-lost:
+			got[c] = true
+		case <-time.After(30 * time.Second):
+			t.Fatalf("dropped %v, want all of 20, 21, 22", got)
+		}
+	}
+	if s := a.node.Stats(); s.LostLeases != 1 || s.Owned != 0 {
+		t.Fatalf("stats after the loss = %+v, want one lost lease, nothing owned", s)
+	}
+	// Served again once a new lease is held (unavailable until then).
+	for i, b := range bounds {
+		tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		for {
+			_, err := ca.Tell(tctx, participant.Tell{Conversation: b.Conversation, Participant: b.Participant, Generation: b.Generation, Token: tok(10, i), Payload: []byte("after")})
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, participant.ErrUnavailable) || tctx.Err() != nil {
+				cancel()
+				t.Fatalf("Tell on %v after the loss = %v, want success once a lease is held", b.Conversation, err)
+			}
+		}
+		cancel()
+	}
+}
+
+// TestNode_PrefixIsADirectory: a prefix without a trailing slash still
+// keeps the data set in a key directory of its own, so "/p" and "/p2" do
+// not share keys.
+func TestNode_PrefixIsADirectory(t *testing.T) {
+	pfx := strings.TrimSuffix(prefix(), "/")
+	n, err := cluster.Start(context.Background(), sharedCli, cluster.Options{NodeID: "a", Prefix: pfx, LeaseTTL: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	resp, err := sharedCli.Get(context.Background(), pfx+"/node/a")
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("Get(%s/node/a) = %v, %v; want the node key under %s/", pfx, resp, err, pfx)
 	}
 }

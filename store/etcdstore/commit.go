@@ -19,6 +19,7 @@ import (
 type scopeWork struct {
 	sc      *scope
 	epoch   uint64
+	staged  uint64 // the scope's staged count when taken: durable on success
 	fence   *Fence
 	streams []*streamWork
 	values  []*valueWork
@@ -67,40 +68,62 @@ type txnPlan struct {
 
 func (s *Store) run() {
 	defer close(s.done)
+	finished := make(chan struct{}, s.opts.MaxInflightCommits)
 	for {
 		select {
 		case <-s.quit:
+			s.mu.Lock()
+			active := s.active
+			s.mu.Unlock()
+			for range active {
+				<-finished
+			}
 			return
 		case <-s.kick:
-		}
-		s.mu.Lock()
-		b := s.next
-		if b == nil {
+		case <-finished:
+			s.mu.Lock()
+			s.active--
 			s.mu.Unlock()
-			continue
 		}
-		s.next, s.inflight = nil, b
-		work := s.takeLocked()
-		s.mu.Unlock()
-
-		s.commit(work)
-
 		s.mu.Lock()
-		s.applyLocked(work)
-		s.inflight = nil
+		for s.active < s.opts.MaxInflightCommits {
+			work := s.takeLocked()
+			if len(work) == 0 {
+				break
+			}
+			s.active++
+			go func() {
+				s.commit(work)
+				s.mu.Lock()
+				s.applyLocked(work)
+				s.broadcastLocked()
+				s.mu.Unlock()
+				finished <- struct{}{}
+			}()
+		}
 		s.mu.Unlock()
-		close(b.done)
 	}
 }
 
-// takeLocked moves every staged write into the commit about to run.
+// takeLocked moves every staged write of the scopes no commit is writing
+// into the commit about to run.
 func (s *Store) takeLocked() []*scopeWork {
+	wanted := false
+	for _, c := range s.scopes {
+		if c.wanted && c.err == nil && c.dirty() && c.inflight == nil {
+			wanted = true
+			break
+		}
+	}
+	if !wanted {
+		return nil
+	}
 	var work []*scopeWork
 	for _, c := range s.scopes {
-		if c.err != nil || !c.dirty() {
+		if c.err != nil || !c.dirty() || c.inflight != nil {
 			continue
 		}
-		sw := &scopeWork{sc: c, epoch: c.epoch}
+		sw := &scopeWork{sc: c, epoch: c.epoch, staged: c.staged}
 		if c.fence != nil {
 			f := *c.fence
 			sw.fence = &f
@@ -114,7 +137,7 @@ func (s *Store) takeLocked() []*scopeWork {
 		}
 		c.dirtyStreams = make(map[string]*stream)
 		c.dirtyValues = make(map[string]*value)
-		c.inflight = true
+		c.inflight, c.wanted = sw, false
 		work = append(work, sw)
 	}
 	return work
@@ -128,11 +151,13 @@ func (s *Store) applyLocked(work []*scopeWork) {
 		c := sw.sc
 		c.readEpoch++
 		clear(c.reads)
+		if c.inflight == sw {
+			c.inflight = nil
+		}
 		if c.epoch != sw.epoch {
 			// Reset or failed meanwhile: the scope starts over from etcd.
 			continue
 		}
-		c.inflight = false
 		if sw.err != nil {
 			s.failLocked(c, sw.err)
 			continue
@@ -150,6 +175,7 @@ func (s *Store) applyLocked(work []*scopeWork) {
 				delete(c.values, vw.name)
 			}
 		}
+		c.durable = max(c.durable, sw.staged)
 	}
 }
 

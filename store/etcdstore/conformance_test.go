@@ -76,6 +76,11 @@ func TestStore_ConformanceSmallTxns(t *testing.T) {
 	storetest.Run(t, harness(sharedCli, etcdstore.Options{Scope: byFirstSegment, MaxTxnOps: 16}, bare))
 }
 
+// TestStore_ConformancePipelined lets several group commits be in flight.
+func TestStore_ConformancePipelined(t *testing.T) {
+	storetest.Run(t, harness(sharedCli, etcdstore.Options{Scope: byFirstSegment, MaxInflightCommits: 4}, bare))
+}
+
 // TestStore_ConformanceThroughFaultstore runs the suite through a
 // faultstore wrapper whose rules never fire: it must be indistinguishable.
 func TestStore_ConformanceThroughFaultstore(t *testing.T) {

@@ -38,7 +38,11 @@
 //
 // One committer goroutine, owned by the Store and stopped by Close, takes
 // every staged write when a Flush asks for it (Flushes arriving during a
-// commit form the next one: group commit) and writes them as transactions:
+// commit form the next one: group commit) and writes them as transactions.
+// A scope is in one commit at a time; with Options.MaxInflightCommits above
+// one, a commit of other scopes may start while one is in flight. A Flush
+// waits until the writes of its scopes staged before it are durable (each
+// scope counts its staged and its durable writes):
 //
 //	If   each touched stream's length key = the length last committed or read
 //	     each CAS'd value = its last committed or read value

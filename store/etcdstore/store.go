@@ -80,6 +80,12 @@ type Options struct {
 	MaxRequestBytes int
 	// Timeout bounds every etcd call; default DefaultTimeout.
 	Timeout time.Duration
+	// MaxInflightCommits is how many group commits may be in flight at
+	// once, each over scopes no other is writing. One (the default) makes
+	// the biggest batches, which is what a CPU-bound etcd wants; more lets
+	// a barrier start without waiting for the commit in flight, which
+	// helps when etcd is bound by its latency rather than its CPU.
+	MaxInflightCommits int
 	// Logger receives the store's logs; the zero value logs nothing.
 	Logger zerolog.Logger
 	// OnTxn, if set, is told about every commit transaction: its latency,
@@ -118,10 +124,11 @@ type Store struct {
 	mu     sync.Mutex
 	closed bool
 	scopes map[string]*scope
-	// next is the batch that will carry the staged writes; inflight is the
-	// batch being committed.
-	next     *batch
-	inflight *batch
+	// changed is closed (and replaced) whenever a commit completed or the
+	// store closed: Flushes wait on it and check their scopes again.
+	changed chan struct{}
+	// active counts the commits in flight (at most maxInflightCommits).
+	active int
 }
 
 // scope is the state of one scope. Guarded by Store.mu.
@@ -146,13 +153,24 @@ type scope struct {
 	// into streams, so that a stream missing there has length 0.
 	lensLoaded bool
 	// dirtyStreams and dirtyValues hold what was staged since the last
-	// commit began; inflight is set while a commit writes this scope.
+	// commit of the scope began; inflight is the commit writing the scope,
+	// nil when none: a scope is in at most one commit at a time.
 	dirtyStreams map[string]*stream
 	dirtyValues  map[string]*value
-	inflight     bool
+	inflight     *scopeWork
+	// wanted is set when a Flush waits for the scope's dirty writes; only
+	// then does a commit start (and take every dirty scope along), so that
+	// writes nobody flushed are committed only by riding along.
+	wanted bool
+	// staged counts the writes ever staged in the scope and durable those
+	// made durable, so that a Flush knows when its writes are.
+	staged, durable uint64
 }
 
 func (sc *scope) dirty() bool { return len(sc.dirtyStreams)+len(sc.dirtyValues) > 0 }
+
+// pending reports whether the scope has writes not yet durable.
+func (sc *scope) pending() bool { return sc.durable < sc.staged }
 
 // stream is the state of one stream used since Open (or the scope's last
 // reset). Guarded by Store.mu.
@@ -176,12 +194,6 @@ type value struct {
 	gen       uint64 // advances at every CAS
 }
 
-// batch is one group commit.
-type batch struct {
-	done chan struct{}
-	err  error // set before done is closed: ErrClosed, or nil
-}
-
 // Open returns a Store on cli. The caller keeps ownership of cli and closes
 // it after Close.
 func Open(cli *clientv3.Client, opts Options) *Store {
@@ -197,6 +209,9 @@ func Open(cli *clientv3.Client, opts Options) *Store {
 	if opts.Timeout <= 0 {
 		opts.Timeout = DefaultTimeout
 	}
+	if opts.MaxInflightCommits <= 0 {
+		opts.MaxInflightCommits = 1
+	}
 	s := &Store{
 		kv:         cli.KV,
 		lay:        layout{prefix: opts.Prefix, scope: opts.Scope},
@@ -204,6 +219,7 @@ func Open(cli *clientv3.Client, opts Options) *Store {
 		maxPayload: max(opts.MaxRequestBytes-payloadReserve, 1),
 		log:        opts.Logger.With().Str("component", "etcdstore").Logger(),
 		kick:       make(chan struct{}, 1),
+		changed:    make(chan struct{}),
 		quit:       make(chan struct{}),
 		done:       make(chan struct{}),
 		scopes:     make(map[string]*scope),
@@ -282,6 +298,8 @@ func (s *Store) Failed(sc string) error {
 
 func (c *scope) clearLocked() {
 	c.epoch++
+	// Nothing staged survives: the writes counted as staged are gone.
+	c.durable = c.staged
 	c.lensLoaded = false
 	c.reads = make(map[string]uint64)
 	c.streams = make(map[string]*stream)
@@ -430,6 +448,7 @@ func (s *Store) Append(name string, payload []byte, expectedSeq uint64) (uint64,
 	}
 	st.pending = append(st.pending, append([]byte(nil), payload...))
 	c.dirtyStreams[name] = st
+	c.staged++
 	s.appends.Add(1)
 	return expectedSeq, nil
 }
@@ -540,6 +559,7 @@ func (s *Store) CAS(key string, old, new uint64) error {
 	v.cur = new
 	v.gen++
 	c.dirtyValues[key] = v
+	c.staged++
 	delete(c.reads, key)
 	s.casWrites.Add(1)
 	return nil
@@ -664,14 +684,16 @@ func (s *Store) Scan(prefix string) ([]store.Value, error) {
 }
 
 // Flush returns nil only when every write that returned before the call is
-// durable in etcd; it reports the error of any scope that failed.
+// durable in etcd; it reports the sticky error of any failed scope, so after
+// one failure it fails until that scope is Reset (FlushScopes does not).
 func (s *Store) Flush() error {
 	return s.flush(nil)
 }
 
-// FlushScopes is Flush for the writes of the named scopes only: it waits
-// for the same group commit, but its error reports only those scopes, so a
-// scope fenced off elsewhere fails only its own flushes.
+// FlushScopes is Flush for the writes of the named scopes only: it returns
+// nil once every write of those scopes staged before the call is durable
+// (their commits may carry other scopes along), and its error reports only
+// those scopes, so a scope fenced off elsewhere fails only its own flushes.
 func (s *Store) FlushScopes(scopes ...string) error {
 	if scopes == nil {
 		scopes = []string{}
@@ -681,15 +703,15 @@ func (s *Store) FlushScopes(scopes ...string) error {
 
 func (s *Store) flush(names []string) error {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.closed {
-		s.mu.Unlock()
 		return store.ErrClosed
 	}
 	s.flushes.Add(1)
 	var scopes []*scope
 	if names == nil {
 		for _, c := range s.scopes {
-			if c.err != nil || c.dirty() || c.inflight {
+			if c.err != nil || c.pending() {
 				scopes = append(scopes, c)
 			}
 		}
@@ -698,52 +720,61 @@ func (s *Store) flush(names []string) error {
 			scopes = append(scopes, s.scopeLocked(n))
 		}
 	}
-	dirty, inflight := false, false
+	// The writes of each scope staged so far must become durable; a reset
+	// or failure of the scope (a new epoch) ends the wait.
+	type target struct {
+		c      *scope
+		staged uint64
+		epoch  uint64
+	}
+	targets := make([]target, 0, len(scopes))
+	kick := false
 	for _, c := range scopes {
 		if c.err != nil {
-			s.mu.Unlock()
 			return c.err
 		}
-		dirty = dirty || c.dirty()
-		inflight = inflight || c.inflight
-	}
-	var b *batch
-	switch {
-	case dirty:
-		if s.next == nil {
-			s.next = &batch{done: make(chan struct{})}
+		if c.pending() {
+			targets = append(targets, target{c, c.staged, c.epoch})
+			if c.dirty() {
+				c.wanted = true
+				kick = kick || c.inflight == nil
+			}
 		}
-		b = s.next
-	case inflight:
-		b = s.inflight
-	default:
-		s.mu.Unlock()
-		return nil
 	}
-	s.mu.Unlock()
-	if dirty {
+	if kick {
 		select {
 		case s.kick <- struct{}{}:
 		default:
 		}
 	}
-	<-b.done
-	if b.err != nil {
-		return b.err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, c := range scopes {
-		if c.err != nil {
-			return c.err
+	for {
+		waiting := false
+		for _, t := range targets {
+			switch {
+			case t.c.err != nil:
+				return t.c.err
+			case t.c.epoch != t.epoch:
+				return fmt.Errorf("%w: %w: scope %q was reset while flushing", store.ErrFailed, ErrFenced, t.c.name)
+			case t.c.durable < t.staged:
+				waiting = true
+			}
 		}
+		if !waiting {
+			return nil
+		}
+		if s.closed {
+			return store.ErrClosed
+		}
+		ch := s.changed
+		s.mu.Unlock()
+		<-ch
+		s.mu.Lock()
 	}
-	return nil
 }
 
 // Close stops the committer. Writes not yet committed are discarded, as in
-// a crash; a commit in progress completes first. Every later call returns
-// store.ErrClosed.
+// a crash; commits in progress complete first. Every later call returns
+// store.ErrClosed, and so do Flushes still waiting.
 func (s *Store) Close() error {
 	s.mu.Lock()
 	if s.closed {
@@ -755,14 +786,15 @@ func (s *Store) Close() error {
 	close(s.quit)
 	<-s.done
 	s.mu.Lock()
-	b := s.next
-	s.next = nil
+	s.broadcastLocked()
 	s.mu.Unlock()
-	if b != nil {
-		b.err = store.ErrClosed
-		close(b.done)
-	}
 	return nil
+}
+
+// broadcastLocked wakes every waiting Flush.
+func (s *Store) broadcastLocked() {
+	close(s.changed)
+	s.changed = make(chan struct{})
 }
 
 var _ store.DurableStore = (*Store)(nil)
