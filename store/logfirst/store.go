@@ -149,7 +149,17 @@ type Store struct {
 	// checkpoint.
 	staged       map[string]valueState
 	loggedValues map[string]valueState
-	// gen numbers value writes, so that a checkpoint forgets a key only if
+	// bytes holds the latest byte value (nil = deleted) of every key with
+	// a PutBytes not yet checkpointed, as values does for values;
+	// stagedBytes and loggedBytes are its staged and logged layers.
+	bytes       map[string]bytesState
+	stagedBytes map[string]bytesState
+	loggedBytes map[string]bytesState
+	// stagedTrims and loggedTrims hold, per stream, the highest trim not
+	// yet taken by a commit and by a checkpoint.
+	stagedTrims map[string]uint64
+	loggedTrims map[string]uint64
+	// gen numbers value and byte value writes, so that a checkpoint forgets a key only if
 	// no later write of it is in memory.
 	gen uint64
 	// memBytes counts the bytes of logged, not yet checkpointed writes.
@@ -169,9 +179,12 @@ type Store struct {
 
 // stream is the state of one stream: entries [0, base) are in bbolt,
 // [base, base+len(logged)) in the log and memory, and the pending ones
-// after them are staged or being logged. Slices' elements are never
-// modified, so readers may keep sub-slices after releasing mu.
+// after them are staged or being logged. Entries below first are trimmed:
+// never read, whatever bbolt still holds until the trim is checkpointed.
+// Slices' elements are never modified, so readers may keep sub-slices
+// after releasing mu.
 type stream struct {
+	first   uint64
 	base    uint64
 	logged  [][]byte
 	pending [][]byte
@@ -186,6 +199,13 @@ type valueState struct {
 	gen uint64
 }
 
+// bytesState is a byte value in memory: v is nil for a deletion and never
+// modified.
+type bytesState struct {
+	v   []byte
+	gen uint64
+}
+
 // batch is one group commit: every Flush waiting on it gets its error.
 type batch struct {
 	done chan struct{}
@@ -197,7 +217,11 @@ func (bt *batch) finish(err error) {
 	close(bt.done)
 }
 
-var _ store.DurableStore = (*Store)(nil)
+var (
+	_ store.DurableStore = (*Store)(nil)
+	_ store.Compactor    = (*Store)(nil)
+	_ store.PageReader   = (*Store)(nil)
+)
 
 // ReplayStats describes what Open replayed from the log.
 type ReplayStats struct {
@@ -333,6 +357,11 @@ func newStore(dir string, db *bolt.DB, opts Options) *Store {
 		cache:        make(map[string]uint64),
 		staged:       make(map[string]valueState),
 		loggedValues: make(map[string]valueState),
+		bytes:        make(map[string]bytesState),
+		stagedBytes:  make(map[string]bytesState),
+		loggedBytes:  make(map[string]bytesState),
+		stagedTrims:  make(map[string]uint64),
+		loggedTrims:  make(map[string]uint64),
 	}
 	s.memFreed = sync.NewCond(&s.mu)
 	return s
@@ -413,10 +442,13 @@ func (s *Store) lockStream(name string) (*stream, error) {
 		// A stream absent from s.streams has nothing in memory, so no
 		// checkpoint can change its bbolt length while mu is released.
 		s.mu.Unlock()
-		var n uint64
+		var n, first uint64
 		err := s.db.View(func(tx *bolt.Tx) error {
 			var err error
-			n, err = store.StreamLen(tx, name)
+			if n, err = store.StreamLen(tx, name); err != nil {
+				return err
+			}
+			first, err = store.StreamFirst(tx, name)
 			return err
 		})
 		if err != nil {
@@ -424,7 +456,7 @@ func (s *Store) lockStream(name string) (*stream, error) {
 		}
 		s.mu.Lock()
 		if s.streams[name] == nil {
-			s.streams[name] = &stream{base: n}
+			s.streams[name] = &stream{first: first, base: n}
 		}
 	}
 }
@@ -467,8 +499,21 @@ func (s *Store) Len(name string) (uint64, error) {
 }
 
 // ReadFrom implements store.DurableStore: entries below the stream's bbolt
-// length come from one bbolt read transaction, the rest from memory.
+// length come from one bbolt read transaction, the rest from memory. An
+// offset below the stream's first entry fails with a
+// *store.CompactedError.
 func (s *Store) ReadFrom(name string, offset uint64, limit int) ([]store.Entry, error) {
+	return s.read(name, offset, limit, 0)
+}
+
+// ReadPage implements store.PageReader: ReadFrom that stops before the
+// entry that would bring the page past maxBytes, reading bbolt no further
+// than that.
+func (s *Store) ReadPage(name string, offset uint64, limit int, maxBytes int) ([]store.Entry, error) {
+	return s.read(name, offset, limit, maxBytes)
+}
+
+func (s *Store) read(name string, offset uint64, limit int, maxBytes int) ([]store.Entry, error) {
 	st, err := s.lockStream(name)
 	if err != nil {
 		return nil, err
@@ -481,9 +526,14 @@ func (s *Store) ReadFrom(name string, offset uint64, limit int) ([]store.Entry, 
 		s.mu.Unlock()
 		return nil, nil
 	}
+	if offset < st.first {
+		err := &store.CompactedError{Stream: name, Offset: offset, First: st.first}
+		s.mu.Unlock()
+		return nil, err
+	}
 	// Taking base before the read transaction begins is what makes the
 	// merge safe: a checkpoint advances base only after its transaction is
-	// visible to every later reader, and trims logged at the same time.
+	// visible to every later reader.
 	base := st.base
 	loggedEnd := base + uint64(len(st.logged))
 	memStart := max(offset, base)
@@ -496,20 +546,40 @@ func (s *Store) ReadFrom(name string, offset uint64, limit int) ([]store.Entry, 
 	}
 	s.mu.Unlock()
 
-	out := make([]store.Entry, 0, end-offset)
+	var out []store.Entry
+	if maxBytes <= 0 {
+		out = make([]store.Entry, 0, end-offset)
+	}
+	total := 0
 	if stop := min(end, base); offset < stop {
+		full := false
 		err := s.db.View(func(tx *bolt.Tx) error {
 			var err error
-			out, err = store.ReadEntries(tx, name, offset, stop, out)
+			out, total, full, err = store.ReadPageTx(tx, name, offset, stop, maxBytes, 0, out)
 			return err
 		})
 		if err != nil {
 			return nil, s.readErr(err)
 		}
+		if len(out) == 0 || out[0].Seq != offset {
+			// A trim made after the check above was checkpointed before
+			// the read transaction began.
+			s.mu.Lock()
+			first := st.first
+			s.mu.Unlock()
+			return nil, &store.CompactedError{Stream: name, Offset: offset, First: first}
+		}
+		if full {
+			return out, nil
+		}
 	}
 	seq := memStart
 	for _, mem := range [2][][]byte{logged, pending} {
 		for _, p := range mem {
+			if maxBytes > 0 && len(out) > 0 && total+len(p) > maxBytes {
+				return out, nil
+			}
+			total += len(p)
 			out = append(out, store.Entry{Seq: seq, Payload: append([]byte(nil), p...)})
 			seq++
 		}
