@@ -92,6 +92,13 @@ func PutBytesTx(tx *bolt.Tx, values []Bytes) error { return putBytes(tx, values)
 // GetBytesTx returns a copy of byte value key in tx, nil when absent.
 func GetBytesTx(tx *bolt.Tx, key string) []byte { return getBytes(tx, key) }
 
+// Contain runs fn, which calls into bbolt on the file at path, and turns a
+// panic or a memory fault during it into an error naming path and
+// wrapping ErrCorrupt, as Bolt does for its own reads: a page bbolt cannot
+// parse is damaged input, not a broken invariant. Only bbolt calls and
+// read callbacks may run inside it.
+func Contain(path string, fn func() error) error { return contain(path, fn) }
+
 // CheckBytes reports whether byte values are acceptable to every
 // implementation: ErrInvalidName or ErrTooLarge, or nil.
 func CheckBytes(values []Bytes) error { return checkBytes(values) }

@@ -251,8 +251,10 @@ func (s *Store) runCheckpointer() {
 // checkpoint applies every logged batch to bbolt in one transaction that
 // also records the last applied LSN, then forgets them from memory and
 // removes the log segments they alone needed. Only one checkpoint runs at
-// a time: the checkpointer's, or Close's after the checkpointer stopped.
+// a time (ckMu): the checkpointer's, Backup's, or Close's.
 func (s *Store) checkpoint() error {
+	s.ckMu.Lock()
+	defer s.ckMu.Unlock()
 	s.mu.Lock()
 	if s.err != nil || s.lastLSN == s.ckLSN {
 		s.mu.Unlock()
@@ -282,7 +284,7 @@ func (s *Store) checkpoint() error {
 	// that bbolt never holds a batch without knowing it does. Trims go
 	// after the appends: a trim covers only entries of records before its
 	// own, all of which this transaction or an earlier one applies.
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx *bolt.Tx) error {
 		for _, t := range streams {
 			if err := store.PutEntries(tx, t.name, t.first, t.payloads); err != nil {
 				return err

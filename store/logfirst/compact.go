@@ -95,7 +95,7 @@ func (s *Store) GetBytes(key string) ([]byte, error) {
 	// checkpointed meanwhile is a later write, which a concurrent read may
 	// or may not see.
 	var out []byte
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bolt.Tx) error {
 		out = store.GetBytesTx(tx, key)
 		return nil
 	})

@@ -75,25 +75,27 @@ func (r *replayer) flush() error {
 	streams := slices.SortedFunc(maps.Values(r.streams), func(x, y *wal.StreamAppend) int {
 		return compareKeyOrder(x.Stream, y.Stream)
 	})
-	err := r.db.Update(func(tx *bolt.Tx) error {
-		for _, a := range streams {
-			if err := store.PutEntries(tx, a.Stream, a.First, a.Payloads); err != nil {
+	err := store.Contain(r.db.Path(), func() error {
+		return r.db.Update(func(tx *bolt.Tx) error {
+			for _, a := range streams {
+				if err := store.PutEntries(tx, a.Stream, a.First, a.Payloads); err != nil {
+					return fmt.Errorf("replay to LSN %v: %w", r.last, err)
+				}
+			}
+			for _, k := range slices.Sorted(maps.Keys(r.values)) {
+				if err := store.PutValue(tx, k, r.values[k]); err != nil {
+					return fmt.Errorf("replay to LSN %v: %w", r.last, err)
+				}
+			}
+			// As in a checkpoint, trims go after the appends they may cover.
+			if err := applyTrims(tx, r.trims); err != nil {
 				return fmt.Errorf("replay to LSN %v: %w", r.last, err)
 			}
-		}
-		for _, k := range slices.Sorted(maps.Keys(r.values)) {
-			if err := store.PutValue(tx, k, r.values[k]); err != nil {
+			if err := store.PutBytesTx(tx, sortedBytes(r.bytes)); err != nil {
 				return fmt.Errorf("replay to LSN %v: %w", r.last, err)
 			}
-		}
-		// As in a checkpoint, trims go after the appends they may cover.
-		if err := applyTrims(tx, r.trims); err != nil {
-			return fmt.Errorf("replay to LSN %v: %w", r.last, err)
-		}
-		if err := store.PutBytesTx(tx, sortedBytes(r.bytes)); err != nil {
-			return fmt.Errorf("replay to LSN %v: %w", r.last, err)
-		}
-		return putCheckpointLSN(tx, r.last)
+			return putCheckpointLSN(tx, r.last)
+		})
 	})
 	if err != nil {
 		return err

@@ -67,6 +67,11 @@ type Options struct {
 	FS vfs.FS
 	// Logger receives the store's logs; the zero value logs nothing.
 	Logger zerolog.Logger
+	// MustExist makes Open fail with store.ErrNoData when the bbolt file
+	// is missing or 0 bytes, instead of creating it (a directory that has
+	// held data must not silently start over). OpenReadOnly always
+	// requires it.
+	MustExist bool
 }
 
 func (o Options) withDefaults() Options {
@@ -116,6 +121,11 @@ type Store struct {
 	casWrites   atomic.Uint64
 	valueLoads  atomic.Uint64
 	checkpoints atomic.Uint64
+
+	// ckMu is held by a checkpoint from taking the logged layer to
+	// forgetting it, so that checkpoints run one at a time: the
+	// checkpointer's, Backup's and Close's. Lock order: ckMu, then mu.
+	ckMu sync.Mutex
 
 	// mu guards every field below. It is never held across a bbolt call,
 	// a log write or a channel operation.
@@ -239,19 +249,29 @@ type ReplayStats struct {
 // fails with an error wrapping wal.ErrCorrupt that names the segment and
 // offset. A data file locked by another process fails after
 // opts.LockTimeout with store.ErrLocked.
+//
+// The bbolt file gets store.Open's checks before bbolt maps it
+// (store.CheckFile): a damaged file fails with store's error naming it
+// and wrapping store.ErrCorrupt, as does a panic or memory fault of bbolt
+// on any later read or checkpoint of it (that one sticky); a missing or
+// 0-byte file is store.ErrNoData when opts.MustExist is set.
 func Open(dir string, opts Options) (*Store, error) {
 	opts = opts.withDefaults()
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("logfirst: %w", err)
 	}
-	db, err := openBolt(filepath.Join(dir, DBFile), opts, false)
+	path := filepath.Join(dir, DBFile)
+	if err := store.CheckFile(path, opts.MustExist); err != nil {
+		return nil, err
+	}
+	db, err := openBolt(path, opts, false)
 	if err != nil {
 		return nil, err
 	}
 	s := newStore(dir, db, opts)
 	start := time.Now()
 	var ck wal.LSN
-	if err := db.Update(func(tx *bolt.Tx) error {
+	if err := s.update(func(tx *bolt.Tx) error {
 		if err := store.InitLayout(tx); err != nil {
 			return err
 		}
@@ -290,12 +310,13 @@ func Open(dir string, opts Options) (*Store, error) {
 // into memory, as Open would replay them into bbolt. Reads then see what a
 // writable Open would; Append and CAS fail with ErrReadOnly, Flush
 // succeeds with nothing to do. A torn tail is left in place and reported
-// in Replay. The data file must exist.
+// in Replay. The data file must exist and pass Open's checks: a missing
+// or 0-byte one is store.ErrNoData, a damaged one store.ErrCorrupt.
 func OpenReadOnly(dir string, opts Options) (*Store, error) {
 	opts = opts.withDefaults()
 	path := filepath.Join(dir, DBFile)
-	if _, err := os.Stat(path); err != nil {
-		return nil, fmt.Errorf("logfirst: %w", err)
+	if err := store.CheckFile(path, true); err != nil {
+		return nil, err
 	}
 	db, err := openBolt(path, opts, true)
 	if err != nil {
@@ -305,7 +326,7 @@ func OpenReadOnly(dir string, opts Options) (*Store, error) {
 	s.readOnly = true
 	start := time.Now()
 	var ck wal.LSN
-	if err := db.View(func(tx *bolt.Tx) error {
+	if err := s.view(func(tx *bolt.Tx) error {
 		if err := store.CheckLayout(tx); err != nil {
 			return err
 		}
@@ -326,11 +347,16 @@ func OpenReadOnly(dir string, opts Options) (*Store, error) {
 }
 
 func openBolt(path string, opts Options, readOnly bool) (*bolt.DB, error) {
-	db, err := bolt.Open(path, 0o600, &bolt.Options{
-		Timeout:        opts.LockTimeout,
-		ReadOnly:       readOnly,
-		FreelistType:   bolt.FreelistMapType,
-		NoFreelistSync: true,
+	var db *bolt.DB
+	err := store.Contain(path, func() error {
+		var err error
+		db, err = bolt.Open(path, 0o600, &bolt.Options{
+			Timeout:        opts.LockTimeout,
+			ReadOnly:       readOnly,
+			FreelistType:   bolt.FreelistMapType,
+			NoFreelistSync: true,
+		})
+		return err
 	})
 	if errors.Is(err, berrors.ErrTimeout) {
 		return nil, fmt.Errorf("logfirst: open %s: waited %v: %w", path, opts.LockTimeout, store.ErrLocked)
@@ -419,6 +445,18 @@ func (s *Store) usableLocked() error {
 	return nil
 }
 
+// view runs fn in a bbolt read transaction with bbolt's panics and
+// faults on a damaged page contained (store.Contain): they come back as
+// errors wrapping store.ErrCorrupt.
+func (s *Store) view(fn func(*bolt.Tx) error) error {
+	return store.Contain(s.db.Path(), func() error { return s.db.View(fn) })
+}
+
+// update is view for a write transaction.
+func (s *Store) update(fn func(*bolt.Tx) error) error {
+	return store.Contain(s.db.Path(), func() error { return s.db.Update(fn) })
+}
+
 func (s *Store) readErr(err error) error {
 	if errors.Is(err, berrors.ErrDatabaseNotOpen) {
 		return store.ErrClosed
@@ -443,7 +481,7 @@ func (s *Store) lockStream(name string) (*stream, error) {
 		// checkpoint can change its bbolt length while mu is released.
 		s.mu.Unlock()
 		var n, first uint64
-		err := s.db.View(func(tx *bolt.Tx) error {
+		err := s.view(func(tx *bolt.Tx) error {
 			var err error
 			if n, err = store.StreamLen(tx, name); err != nil {
 				return err
@@ -553,7 +591,7 @@ func (s *Store) read(name string, offset uint64, limit int, maxBytes int) ([]sto
 	total := 0
 	if stop := min(end, base); offset < stop {
 		full := false
-		err := s.db.View(func(tx *bolt.Tx) error {
+		err := s.view(func(tx *bolt.Tx) error {
 			var err error
 			out, total, full, err = store.ReadPageTx(tx, name, offset, stop, maxBytes, 0, out)
 			return err
@@ -686,7 +724,7 @@ const maxCachedValues = 1 << 16
 func (s *Store) loadValue(key string) (uint64, error) {
 	s.valueLoads.Add(1)
 	var v uint64
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bolt.Tx) error {
 		var err error
 		v, err = store.ReadValueTx(tx, key)
 		return err
@@ -714,7 +752,7 @@ func (s *Store) Scan(prefix string) ([]store.Value, error) {
 	s.mu.Unlock()
 
 	var out []store.Value
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bolt.Tx) error {
 		var err error
 		out, err = store.ScanValues(tx, prefix, func(k string) bool {
 			_, ok := overlay[k]

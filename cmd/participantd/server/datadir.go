@@ -61,9 +61,14 @@ type dataDir struct {
 	key  []byte
 	path string // the bbolt file
 	st   dataStore
-	// bolt is st for EngineBolt, nil otherwise.
-	bolt *store.Bolt
+	// backup is st's online backup: store.Bolt's or logfirst.Store's.
+	backup backuper
 }
+
+var (
+	_ backuper = (*store.Bolt)(nil)
+	_ backuper = (*logfirst.Store)(nil)
+)
 
 // errNoBackup is Backup's answer for an engine without an online backup.
 var errNoBackup = errors.New("server: this store engine has no online backup")
@@ -126,7 +131,7 @@ func (d *dataDir) open(dir, engine string, log zerolog.Logger) error {
 		return fmt.Errorf("server: store: %w", err)
 	}
 	d.st = st
-	d.bolt, _ = st.(*store.Bolt)
+	d.backup, _ = st.(backuper)
 	if !keyExists {
 		inc, err := st.ReadValue(participant.IncarnationKey)
 		if err != nil {
@@ -148,12 +153,9 @@ func (d *dataDir) open(dir, engine string, log zerolog.Logger) error {
 func openEngine(dir, path, engine string, mustExist bool, log zerolog.Logger) (dataStore, error) {
 	switch engine {
 	case EngineLog:
-		// The log-first store maps the bbolt file itself: run the checks
-		// store.Open would, first.
-		if err := store.CheckFile(path, mustExist); err != nil {
-			return nil, err
-		}
-		st, err := logfirst.Open(dir, logfirst.Options{Logger: log})
+		// logfirst.Open runs store.Open's checks on the bbolt file before
+		// it maps it, with the same errors.
+		st, err := logfirst.Open(dir, logfirst.Options{Logger: log, MustExist: mustExist})
 		if err != nil {
 			return nil, err
 		}
@@ -166,13 +168,14 @@ func openEngine(dir, path, engine string, mustExist bool, log zerolog.Logger) (d
 	}
 }
 
-// Backup writes a consistent copy of the store file (see store.Bolt.Backup);
-// errNoBackup for an engine that has none.
+// Backup writes a consistent copy of the store file, a bbolt file that is
+// the whole store for either engine (see store.Bolt.Backup and
+// logfirst.Store.Backup); errNoBackup for an engine that has none.
 func (d *dataDir) Backup(w io.Writer, begin store.BackupSize) (int64, error) {
-	if d.bolt == nil {
+	if d.backup == nil {
 		return 0, errNoBackup
 	}
-	return d.bolt.Backup(w, begin)
+	return d.backup.Backup(w, begin)
 }
 
 // Stats reports the store's counters.
