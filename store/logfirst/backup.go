@@ -40,6 +40,10 @@ func (s *Store) Backup(w io.Writer, begin store.BackupSize) (int64, error) {
 	if s.readOnly {
 		return 0, ErrReadOnly
 	}
+	// Close waits for the backup to finish before it closes the files;
+	// once closed is set, the backup does not start.
+	s.filesMu.RLock()
+	defer s.filesMu.RUnlock()
 	s.mu.Lock()
 	err := s.usableLocked()
 	need := s.lastLSN

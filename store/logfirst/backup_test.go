@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sync"
@@ -154,5 +155,29 @@ func TestBackup_RefusedOnAReadOnlyOrClosedStore(t *testing.T) {
 	defer ro.Close()
 	if _, err := ro.Backup(&bytes.Buffer{}, nil); !errors.Is(err, logfirst.ErrReadOnly) {
 		t.Fatalf("Backup of a read-only store = %v, want ErrReadOnly", err)
+	}
+}
+
+// A Backup racing Close either completes or is refused with ErrClosed; it
+// never runs a checkpoint on closed files, which would leave a sticky
+// error for Close to return.
+func TestBackup_RacingCloseNeverFailsTheStore(t *testing.T) {
+	for i := range 20 {
+		s, err := logfirst.Open(t.TempDir(), noCheckpoint)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fill(t, s, 3)
+		errc := make(chan error, 1)
+		go func() {
+			_, err := s.Backup(io.Discard, nil)
+			errc <- err
+		}()
+		if err := s.Close(); err != nil {
+			t.Fatalf("run %d: Close = %v", i, err)
+		}
+		if err := <-errc; err != nil && !errors.Is(err, store.ErrClosed) {
+			t.Fatalf("run %d: Backup = %v, want nil or ErrClosed", i, err)
+		}
 	}
 }

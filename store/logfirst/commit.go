@@ -372,6 +372,11 @@ func (s *Store) Close() error {
 		close(s.quit)
 		s.done.Wait()
 		err = s.checkpoint()
+	}
+	// A Backup that began before closed was set finishes first.
+	s.filesMu.Lock()
+	defer s.filesMu.Unlock()
+	if !s.readOnly {
 		if cerr := s.log.Close(); err == nil && cerr != nil {
 			err = fmt.Errorf("logfirst: close: %w", cerr)
 		}

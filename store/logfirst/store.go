@@ -124,8 +124,13 @@ type Store struct {
 
 	// ckMu is held by a checkpoint from taking the logged layer to
 	// forgetting it, so that checkpoints run one at a time: the
-	// checkpointer's, Backup's and Close's. Lock order: ckMu, then mu.
+	// checkpointer's, Backup's and Close's. Lock order: filesMu, ckMu,
+	// then mu.
 	ckMu sync.Mutex
+	// filesMu is held shared by a Backup and exclusively by Close while
+	// it closes the log and bbolt, so that a backup's checkpoint and copy
+	// never run on closed files.
+	filesMu sync.RWMutex
 
 	// mu guards every field below. It is never held across a bbolt call,
 	// a log write or a channel operation.
