@@ -35,6 +35,10 @@ var (
 	// ErrStoreDamaged reports a store file that fails the checks of
 	// store.Open (store.ErrCorrupt).
 	ErrStoreDamaged = errors.New("server: the store is damaged")
+	// ErrLogPending reports a data directory opened with EngineBolt whose
+	// write-ahead log holds records the store file does not: serving the
+	// file alone would lose acknowledged writes.
+	ErrLogPending = errors.New("server: the write-ahead log holds writes the store file does not")
 )
 
 // The store engines of a single node (Config.Engine).
@@ -164,8 +168,40 @@ func openEngine(dir, path, engine string, mustExist bool, log zerolog.Logger) (d
 			Bool("torn_tail_cut", rp.Log.Torn).Int64("duration_ms", rp.Duration.Milliseconds()).Msg("log replayed")
 		return st, nil
 	default:
+		if err := checkNoPendingLog(dir, path); err != nil {
+			return nil, err
+		}
 		return store.Open(path, store.Options{MustExist: mustExist})
 	}
+}
+
+// checkNoPendingLog refuses, with ErrLogPending, a directory whose log (a
+// run of EngineLog that did not close cleanly) holds records after the
+// store file's checkpoint: EngineBolt would serve the file without them.
+// A directory without log segments, or whose log the file covers, passes.
+func checkNoPendingLog(dir, path string) error {
+	segs, err := filepath.Glob(filepath.Join(dir, logfirst.WALDir, "*.wal"))
+	if err != nil || len(segs) == 0 {
+		return err
+	}
+	st, err := logfirst.OpenReadOnly(dir, logfirst.Options{})
+	if err != nil {
+		// store.Open reports a missing or damaged file itself; a corrupt
+		// log is refused here.
+		if errors.Is(err, store.ErrNoData) || errors.Is(err, store.ErrCorrupt) {
+			return nil
+		}
+		return err
+	}
+	rp := st.Replay()
+	if err := st.Close(); err != nil {
+		return err
+	}
+	if rp.Log.Records > 0 {
+		return fmt.Errorf("%w: %d records after checkpoint LSN %v in %s: start with --store %s, which applies them to %s (after that, --store %s serves it whole)",
+			ErrLogPending, rp.Log.Records, rp.CheckpointLSN, filepath.Join(dir, logfirst.WALDir), EngineLog, path, EngineBolt)
+	}
+	return nil
 }
 
 // Backup writes a consistent copy of the store file, a bbolt file that is
