@@ -9,6 +9,7 @@ import (
 
 	"github.com/participantd/participantd/faultfs"
 	"github.com/participantd/participantd/faultstore"
+	"github.com/participantd/participantd/oplog"
 	"github.com/participantd/participantd/store"
 	"github.com/participantd/participantd/store/logfirst"
 )
@@ -55,10 +56,22 @@ func powerCutRun(t *testing.T, ffs *faultfs.FS, dir string) []answered {
 func TestPowerCut(t *testing.T) {
 	// A clean run counts the calls the workload makes.
 	ffs := faultfs.New()
-	powerCutRun(t, ffs, t.TempDir())
+	cleanDir := t.TempDir()
+	powerCutRun(t, ffs, cleanDir)
 	total := ffs.Ops()
 	if total < 50 {
 		t.Fatalf("the workload made %d file-system calls; want far more", total)
+	}
+	// The log-first store is a store.Compactor, so the workload's
+	// checkpoint and compaction passes wrote byte values and trims through
+	// its log: every cut point below meets them too.
+	st, err := logfirst.Open(cleanDir, powerCutOptions(ffs))
+	if err != nil {
+		t.Fatalf("Open after the clean run: %v", err)
+	}
+	checkCompactedRun(t, st)
+	if err := st.Close(); err != nil {
+		t.Fatalf("Close after the clean run: %v", err)
 	}
 
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
@@ -87,11 +100,28 @@ func TestPowerCut(t *testing.T) {
 			t.Fatalf("run %d, cut at %v (cut=%v): Open after the power cut: %v", n, op, cut, err)
 		}
 		checkInvariants(prefixed{t, op}, st, log)
+		if !cut {
+			checkCompactedRun(prefixed{t, op}, st)
+		}
 		if err := st.Close(); err != nil {
 			t.Fatalf("run %d: Close after the check: %v", n, err)
 		}
 	}
 	t.Logf("%d power cuts over %d file-system calls", len(cuts), total)
+}
+
+// checkCompactedRun fails unless st holds what the completed workload's
+// checkpoint and compaction passes wrote: byte values for both
+// conversations' checkpoints, and conversation 1's oplog trimmed.
+func checkCompactedRun(t faultstore.TB, st store.DurableStore) {
+	for _, id := range []ConversationID{1, 2} {
+		if ck, err := loadCheckpoint(st, id); err != nil || ck == nil {
+			t.Fatalf("after the completed run, conversation %v has no checkpoint (%v)", id, err)
+		}
+	}
+	if first, err := st.(store.Compactor).First(oplog.Stream(1)); err != nil || first == 0 {
+		t.Fatalf("after the completed run, conversation 1 was not compacted (first row %d, %v)", first, err)
+	}
 }
 
 // powerCutRuns is how many power cuts a normal run makes at least; -long

@@ -165,23 +165,7 @@ func (b *Bolt) Trim(stream string, below uint64) error {
 	}
 	for from := first; from < below; from += trimChunk {
 		to := min(below, from+trimChunk)
-		err := b.update("trim", func(tx *bolt.Tx) error {
-			// Keys are collected, then deleted: a cursor that deletes as it
-			// walks may skip the key after each deletion.
-			sb := tx.Bucket(bucketStreams)
-			c := sb.Cursor()
-			last := entryKey(stream, to)
-			var keys [][]byte
-			for k, _ := c.Seek(entryKey(stream, from)); k != nil && bytes.Compare(k, last) < 0; k, _ = c.Next() {
-				keys = append(keys, append([]byte(nil), k...))
-			}
-			for _, k := range keys {
-				if err := sb.Delete(k); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
+		err := b.update("trim", func(tx *bolt.Tx) error { return trimRange(tx, stream, from, to) })
 		if err != nil {
 			return err
 		}
@@ -201,16 +185,9 @@ func (b *Bolt) First(stream string) (uint64, error) {
 	}
 	var first uint64
 	err = b.db.View(func(tx *bolt.Tx) error {
-		start := entryKey(stream, 0)
-		k, _ := tx.Bucket(bucketStreams).Cursor().Seek(start)
-		if k == nil || !bytes.HasPrefix(k, start[:len(start)-8]) {
-			return nil
-		}
-		if len(k) != len(start) {
-			return fmt.Errorf("stream %q: malformed key %x", stream, k)
-		}
-		first = binary.BigEndian.Uint64(k[len(start)-8:])
-		return nil
+		var err error
+		first, err = streamFirst(tx, stream)
+		return err
 	})
 	if err != nil {
 		return 0, b.readErr(err)
@@ -224,27 +201,7 @@ func (b *Bolt) PutBytes(values []Bytes) error {
 	if err := checkBytes(values); err != nil {
 		return err
 	}
-	return b.update("put bytes", func(tx *bolt.Tx) error {
-		bk, err := tx.CreateBucketIfNotExists(bucketBytes)
-		if err != nil {
-			return err
-		}
-		// Byte values are mostly written in key order (receipts by row
-		// index) or replaced in place (checkpoints): pack pages densely
-		// rather than split them half full.
-		bk.FillPercent = bytesFillPercent
-		for _, v := range values {
-			if len(v.Value) == 0 {
-				err = bk.Delete([]byte(v.Key))
-			} else {
-				err = bk.Put([]byte(v.Key), append([]byte(nil), v.Value...))
-			}
-			if err != nil {
-				return fmt.Errorf("bytes %q: %w", v.Key, err)
-			}
-		}
-		return nil
-	})
+	return b.update("put bytes", func(tx *bolt.Tx) error { return putBytes(tx, values) })
 }
 
 // GetBytes implements Compactor.
@@ -257,15 +214,78 @@ func (b *Bolt) GetBytes(key string) ([]byte, error) {
 	}
 	var out []byte
 	err = b.db.View(func(tx *bolt.Tx) error {
-		if bk := tx.Bucket(bucketBytes); bk != nil {
-			if v := bk.Get([]byte(key)); v != nil {
-				out = append([]byte(nil), v...)
-			}
-		}
+		out = getBytes(tx, key)
 		return nil
 	})
 	if err != nil {
 		return nil, b.readErr(err)
 	}
 	return out, nil
+}
+
+// trimRange deletes the entries of stream with seqs in [from, to) in tx.
+func trimRange(tx *bolt.Tx, stream string, from, to uint64) error {
+	// Keys are collected, then deleted: a cursor that deletes as it walks
+	// may skip the key after each deletion.
+	sb := tx.Bucket(bucketStreams)
+	c := sb.Cursor()
+	last := entryKey(stream, to)
+	var keys [][]byte
+	for k, _ := c.Seek(entryKey(stream, from)); k != nil && bytes.Compare(k, last) < 0; k, _ = c.Next() {
+		keys = append(keys, append([]byte(nil), k...))
+	}
+	for _, k := range keys {
+		if err := sb.Delete(k); err != nil {
+			return fmt.Errorf("stream %q: trim: %w", stream, err)
+		}
+	}
+	return nil
+}
+
+// streamFirst returns the seq of the first entry of stream in tx, 0 when
+// it has none.
+func streamFirst(tx *bolt.Tx, stream string) (uint64, error) {
+	start := entryKey(stream, 0)
+	k, _ := tx.Bucket(bucketStreams).Cursor().Seek(start)
+	if k == nil || !bytes.HasPrefix(k, start[:len(start)-8]) {
+		return 0, nil
+	}
+	if len(k) != len(start) {
+		return 0, fmt.Errorf("stream %q: malformed key %x", stream, k)
+	}
+	return binary.BigEndian.Uint64(k[len(start)-8:]), nil
+}
+
+// putBytes sets the byte values of values in tx, creating the bytes
+// bucket if needed; an empty value deletes its key.
+func putBytes(tx *bolt.Tx, values []Bytes) error {
+	bk, err := tx.CreateBucketIfNotExists(bucketBytes)
+	if err != nil {
+		return err
+	}
+	// Byte values are mostly written in key order (receipts by row index)
+	// or replaced in place (checkpoints): pack pages densely rather than
+	// split them half full.
+	bk.FillPercent = bytesFillPercent
+	for _, v := range values {
+		if len(v.Value) == 0 {
+			err = bk.Delete([]byte(v.Key))
+		} else {
+			err = bk.Put([]byte(v.Key), append([]byte(nil), v.Value...))
+		}
+		if err != nil {
+			return fmt.Errorf("bytes %q: %w", v.Key, err)
+		}
+	}
+	return nil
+}
+
+// getBytes returns a copy of byte value key in tx, nil when absent.
+func getBytes(tx *bolt.Tx, key string) []byte {
+	if bk := tx.Bucket(bucketBytes); bk != nil {
+		if v := bk.Get([]byte(key)); v != nil {
+			return append([]byte(nil), v...)
+		}
+	}
+	return nil
 }

@@ -43,21 +43,65 @@ func StreamLen(tx *bolt.Tx, stream string) (uint64, error) {
 // ReadEntries appends to out the entries of stream in tx with seqs in
 // [offset, stop), in seq order. Payloads are copies the caller owns.
 func ReadEntries(tx *bolt.Tx, stream string, offset, stop uint64, out []Entry) ([]Entry, error) {
+	out, _, _, err := ReadPageTx(tx, stream, offset, stop, 0, 0, out)
+	return out, err
+}
+
+// ReadPageTx appends to out the entries of stream in tx with seqs in
+// [offset, stop), in seq order, stopping before the entry that would
+// bring total, the payload bytes of the page so far, past maxBytes once
+// out holds an entry (maxBytes <= 0: no bound). It returns out, the new
+// total, and whether it stopped for maxBytes. Entries missing from the
+// file (trimmed) are skipped: the caller checks out[0].Seq. Payloads are
+// copies the caller owns.
+func ReadPageTx(tx *bolt.Tx, stream string, offset, stop uint64, maxBytes, total int, out []Entry) ([]Entry, int, bool, error) {
 	first := entryKey(stream, offset)
 	prefix := first[:len(first)-8]
 	c := tx.Bucket(bucketStreams).Cursor()
 	for k, v := c.Seek(first); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
 		if len(k) != len(first) {
-			return out, fmt.Errorf("stream %q: malformed key %x", stream, k)
+			return out, total, false, fmt.Errorf("stream %q: malformed key %x", stream, k)
 		}
 		seq := binary.BigEndian.Uint64(k[len(prefix):])
 		if seq >= stop {
 			break
 		}
+		if maxBytes > 0 && len(out) > 0 && total+len(v) > maxBytes {
+			return out, total, true, nil
+		}
+		total += len(v)
 		out = append(out, Entry{Seq: seq, Payload: append([]byte(nil), v...)})
 	}
-	return out, nil
+	return out, total, false, nil
 }
+
+// StreamFirst returns the seq of the first entry of stream in tx, 0 when
+// the file holds none of it.
+func StreamFirst(tx *bolt.Tx, stream string) (uint64, error) { return streamFirst(tx, stream) }
+
+// TrimEntries deletes the entries of stream with seq < below in tx, as
+// Bolt.Trim does; entries already gone are skipped, so it is idempotent.
+func TrimEntries(tx *bolt.Tx, stream string, below uint64) error {
+	return trimRange(tx, stream, 0, below)
+}
+
+// PutBytesTx sets byte values in tx as Bolt.PutBytes does: an empty
+// value deletes its key.
+func PutBytesTx(tx *bolt.Tx, values []Bytes) error { return putBytes(tx, values) }
+
+// GetBytesTx returns a copy of byte value key in tx, nil when absent.
+func GetBytesTx(tx *bolt.Tx, key string) []byte { return getBytes(tx, key) }
+
+// Contain runs fn, which calls into bbolt on the file at path, and turns a
+// panic or a memory fault during it into an error naming path and
+// wrapping ErrCorrupt, as Bolt does for its own reads: a page bbolt cannot
+// parse is damaged input, not a broken invariant. Only bbolt calls and
+// read callbacks may run inside it.
+func Contain(path string, fn func() error) error { return contain(path, fn) }
+
+// CheckBytes reports whether byte values are acceptable to every
+// implementation: ErrInvalidName or ErrTooLarge, or nil.
+func CheckBytes(values []Bytes) error { return checkBytes(values) }
 
 // PutEntries writes payloads as the entries first, first+1, ... of stream.
 // The stream must have exactly first entries in tx.

@@ -15,11 +15,12 @@ import (
 	"github.com/participantd/participantd/store"
 )
 
-// servedDataDir returns a data directory a server has run on and stopped.
-func servedDataDir(t *testing.T) string {
+// servedDataDir returns a data directory a server on engine has run on
+// and stopped.
+func servedDataDir(t *testing.T, engine string) string {
 	t.Helper()
 	dir := t.TempDir()
-	srv, err := server.New(server.Config{DataDir: dir, Listen: "127.0.0.1:0", HealthListen: "127.0.0.1:0"})
+	srv, err := server.New(server.Config{DataDir: dir, Listen: "127.0.0.1:0", HealthListen: "127.0.0.1:0", Engine: engine})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,9 +40,9 @@ func servedDataDir(t *testing.T) string {
 	return dir
 }
 
-// runDaemon runs participantd on dir, expecting it to refuse to start, and
-// returns its exit status and what it logged.
-func runDaemon(t *testing.T, dir string) (int, string) {
+// runDaemon runs participantd on dir with --store engine, expecting it to
+// refuse to start, and returns its exit status and what it logged.
+func runDaemon(t *testing.T, dir, engine string) (int, string) {
 	t.Helper()
 	logf, err := os.Create(filepath.Join(t.TempDir(), "stderr"))
 	if err != nil {
@@ -50,7 +51,7 @@ func runDaemon(t *testing.T, dir string) (int, string) {
 	defer logf.Close()
 	code := make(chan int, 1)
 	go func() {
-		code <- run([]string{"--data", dir, "--listen", "127.0.0.1:0", "--health-listen", "127.0.0.1:0"}, nil, io.Discard, logf)
+		code <- run([]string{"--data", dir, "--store", engine, "--listen", "127.0.0.1:0", "--health-listen", "127.0.0.1:0"}, nil, io.Discard, logf)
 	}()
 	select {
 	case c := <-code:
@@ -153,19 +154,23 @@ func TestRun_DamagedOrLostDataRefusedExit1(t *testing.T) {
 			}
 		}, []string{"node.key is missing", "restore"}},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			dir := servedDataDir(t)
-			tc.damage(t, dir)
-			code, logged := runDaemon(t, dir)
-			if code != 1 {
-				t.Errorf("participantd exit = %d, want 1; logged %s", code, logged)
-			}
-			for _, w := range tc.want {
-				if !strings.Contains(logged, w) {
-					t.Errorf("participantd logged %q, want %q in it", logged, w)
+		// The log-first store checks and contains its bbolt file as
+		// store.Open does: the same refusals, the same messages.
+		for _, engine := range []string{server.EngineBolt, server.EngineLog} {
+			t.Run(engine+"/"+tc.name, func(t *testing.T) {
+				dir := servedDataDir(t, engine)
+				tc.damage(t, dir)
+				code, logged := runDaemon(t, dir, engine)
+				if code != 1 {
+					t.Errorf("participantd exit = %d, want 1; logged %s", code, logged)
 				}
-			}
-		})
+				for _, w := range tc.want {
+					if !strings.Contains(logged, w) {
+						t.Errorf("participantd logged %q, want %q in it", logged, w)
+					}
+				}
+			})
+		}
 	}
 }
 

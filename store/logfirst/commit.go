@@ -32,7 +32,7 @@ func (s *Store) Flush() error {
 	var bt *batch
 	wake := false
 	switch {
-	case len(s.dirty) > 0 || len(s.staged) > 0:
+	case s.hasStagedLocked():
 		if !s.committing && s.next == nil && s.memBytes < s.opts.MaxUncheckpointed {
 			bt = &batch{done: make(chan struct{})}
 			s.committing = true
@@ -133,13 +133,17 @@ func (s *Store) commitLocked(bt *batch) {
 	clear(s.dirty)
 	values := s.staged
 	s.staged = make(map[string]valueState)
+	trims := s.stagedTrims
+	s.stagedTrims = make(map[string]uint64)
+	byteValues := s.stagedBytes
+	s.stagedBytes = make(map[string]bytesState)
 	s.inflight = bt
 	s.mu.Unlock()
 
 	var lsn wal.LSN
 	var err error
 	var size int64
-	if len(streams) > 0 || len(values) > 0 {
+	if len(streams) > 0 || len(values) > 0 || len(trims) > 0 || len(byteValues) > 0 {
 		rec := &wal.Batch{Appends: make([]wal.StreamAppend, len(streams)), Values: make([]wal.ValueWrite, 0, len(values))}
 		slices.SortFunc(streams, func(x, y taken) int { return strings.Compare(x.name, y.name) })
 		for i, t := range streams {
@@ -151,6 +155,14 @@ func (s *Store) commitLocked(bt *batch) {
 		for _, k := range slices.Sorted(maps.Keys(values)) {
 			rec.Values = append(rec.Values, wal.ValueWrite{Key: k, Value: values[k].v})
 			size += int64(len(k)) + entryOverhead
+		}
+		for _, name := range slices.Sorted(maps.Keys(trims)) {
+			rec.Trims = append(rec.Trims, wal.StreamTrim{Stream: name, Below: trims[name]})
+			size += int64(len(name)) + entryOverhead
+		}
+		for _, k := range slices.Sorted(maps.Keys(byteValues)) {
+			rec.Bytes = append(rec.Bytes, wal.BytesWrite{Key: k, Value: byteValues[k].v})
+			size += int64(len(k)+len(byteValues[k].v)) + entryOverhead
 		}
 		// The record is durable when Append returns nil: only then may any
 		// Flush it carries return.
@@ -177,6 +189,12 @@ func (s *Store) commitLocked(bt *batch) {
 		}
 		for k, vs := range values {
 			s.loggedValues[k] = vs
+		}
+		for name, below := range trims {
+			s.loggedTrims[name] = max(s.loggedTrims[name], below)
+		}
+		for k, bs := range byteValues {
+			s.loggedBytes[k] = bs
 		}
 		s.memBytes += size
 		s.lastLSN = lsn
@@ -233,8 +251,10 @@ func (s *Store) runCheckpointer() {
 // checkpoint applies every logged batch to bbolt in one transaction that
 // also records the last applied LSN, then forgets them from memory and
 // removes the log segments they alone needed. Only one checkpoint runs at
-// a time: the checkpointer's, or Close's after the checkpointer stopped.
+// a time (ckMu): the checkpointer's, Backup's, or Close's.
 func (s *Store) checkpoint() error {
+	s.ckMu.Lock()
+	defer s.ckMu.Unlock()
 	s.mu.Lock()
 	if s.err != nil || s.lastLSN == s.ckLSN {
 		s.mu.Unlock()
@@ -250,6 +270,10 @@ func (s *Store) checkpoint() error {
 	clear(s.logged)
 	values := s.loggedValues
 	s.loggedValues = make(map[string]valueState)
+	trims := s.loggedTrims
+	s.loggedTrims = make(map[string]uint64)
+	byteValues := s.loggedBytes
+	s.loggedBytes = make(map[string]bytesState)
 	lsn, freed := s.lastLSN, s.memBytes
 	s.mu.Unlock()
 
@@ -257,8 +281,10 @@ func (s *Store) checkpoint() error {
 	// tail, so random order over a big transaction is quadratic.
 	slices.SortFunc(streams, func(x, y taken) int { return compareKeyOrder(x.name, y.name) })
 	// The LSN is stored in the transaction that applies the batches, so
-	// that bbolt never holds a batch without knowing it does.
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	// that bbolt never holds a batch without knowing it does. Trims go
+	// after the appends: a trim covers only entries of records before its
+	// own, all of which this transaction or an earlier one applies.
+	err := s.update(func(tx *bolt.Tx) error {
 		for _, t := range streams {
 			if err := store.PutEntries(tx, t.name, t.first, t.payloads); err != nil {
 				return err
@@ -268,6 +294,12 @@ func (s *Store) checkpoint() error {
 			if err := store.PutValue(tx, k, values[k].v); err != nil {
 				return err
 			}
+		}
+		if err := applyTrims(tx, trims); err != nil {
+			return err
+		}
+		if err := store.PutBytesTx(tx, sortedBytes(byteValues)); err != nil {
+			return err
 		}
 		return putCheckpointLSN(tx, lsn)
 	})
@@ -293,6 +325,11 @@ func (s *Store) checkpoint() error {
 			delete(s.values, k)
 		}
 		delete(s.cache, k)
+	}
+	for k, bs := range byteValues {
+		if s.bytes[k].gen == bs.gen {
+			delete(s.bytes, k)
+		}
 	}
 	// Batches logged since the snapshot stay counted; every byte counted
 	// when it was taken is now in bbolt.
@@ -335,6 +372,11 @@ func (s *Store) Close() error {
 		close(s.quit)
 		s.done.Wait()
 		err = s.checkpoint()
+	}
+	// A Backup that began before closed was set finishes first.
+	s.filesMu.Lock()
+	defer s.filesMu.Unlock()
+	if !s.readOnly {
 		if cerr := s.log.Close(); err == nil && cerr != nil {
 			err = fmt.Errorf("logfirst: close: %w", cerr)
 		}
@@ -345,6 +387,7 @@ func (s *Store) Close() error {
 	s.mu.Lock()
 	sticky := s.err
 	s.streams, s.dirty, s.logged, s.values, s.staged, s.loggedValues, s.cache = nil, nil, nil, nil, nil, nil, nil
+	s.bytes, s.stagedBytes, s.loggedBytes, s.stagedTrims, s.loggedTrims = nil, nil, nil, nil, nil
 	s.mu.Unlock()
 	if sticky != nil {
 		return sticky

@@ -28,6 +28,28 @@
 // Reads merge the three (values through one map of every key written
 // since its last checkpoint); Len is O(1) once a stream's base is loaded.
 //
+// # Trims and byte values (store.Compactor, store.PageReader)
+//
+// Trim and PutBytes are writes like Append and CAS: staged and visible at
+// once (a stream's first seq in memory; byte values in a map of every key
+// written since its last checkpoint), carried by the next record (wal
+// record version 2), replayed by Open, and applied to bbolt by the
+// checkpoint in LSN order with store's helpers (store.TrimEntries,
+// store.PutBytesTx): a checkpoint or replay transaction applies its
+// appends, then its values, trims and byte values, which is the order
+// they were made in since a trim covers only logged entries, which are in
+// records before its own. A trim is refused below the stream's logged
+// length (ErrTrimRange), so bbolt always keeps a stream's last entry and
+// its length stays derivable. Once a trim is in bbolt the trimmed keys
+// are gone, and no record after the checkpoint holds them: a trimmed range
+// never reappears.
+//
+// # Backup
+//
+// Backup forces a checkpoint of every record logged when it is called and
+// then writes the bbolt file from one read transaction (bbolt's
+// Tx.WriteTo). See Store.Backup for why no batch can be lost.
+//
 // # Commit and checkpoint
 //
 //   - A commit takes every staged write, encodes it as one record, appends

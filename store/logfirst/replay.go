@@ -25,12 +25,15 @@ type replayer struct {
 	last    wal.LSN // the last LSN added
 	streams map[string]*wal.StreamAppend
 	values  map[string]uint64
+	trims   map[string]uint64
+	bytes   map[string]bytesState
 	size    int
 }
 
 func (r *replayer) add(b *wal.Batch) error {
 	if r.streams == nil {
 		r.streams, r.values = map[string]*wal.StreamAppend{}, map[string]uint64{}
+		r.trims, r.bytes = map[string]uint64{}, map[string]bytesState{}
 	}
 	for _, a := range b.Appends {
 		st := r.streams[a.Stream]
@@ -50,6 +53,14 @@ func (r *replayer) add(b *wal.Batch) error {
 		r.values[v.Key] = v.Value
 		r.size += len(v.Key) + entryOverhead
 	}
+	for _, t := range b.Trims {
+		r.trims[t.Stream] = max(r.trims[t.Stream], t.Below)
+		r.size += len(t.Stream) + entryOverhead
+	}
+	for _, v := range b.Bytes {
+		r.bytes[v.Key] = bytesState{v: v.Value}
+		r.size += len(v.Key) + len(v.Value) + entryOverhead
+	}
 	r.last = b.LSN
 	if r.size >= defaultReplayCheckpointSize {
 		return r.flush()
@@ -64,23 +75,32 @@ func (r *replayer) flush() error {
 	streams := slices.SortedFunc(maps.Values(r.streams), func(x, y *wal.StreamAppend) int {
 		return compareKeyOrder(x.Stream, y.Stream)
 	})
-	err := r.db.Update(func(tx *bolt.Tx) error {
-		for _, a := range streams {
-			if err := store.PutEntries(tx, a.Stream, a.First, a.Payloads); err != nil {
+	err := store.Contain(r.db.Path(), func() error {
+		return r.db.Update(func(tx *bolt.Tx) error {
+			for _, a := range streams {
+				if err := store.PutEntries(tx, a.Stream, a.First, a.Payloads); err != nil {
+					return fmt.Errorf("replay to LSN %v: %w", r.last, err)
+				}
+			}
+			for _, k := range slices.Sorted(maps.Keys(r.values)) {
+				if err := store.PutValue(tx, k, r.values[k]); err != nil {
+					return fmt.Errorf("replay to LSN %v: %w", r.last, err)
+				}
+			}
+			// As in a checkpoint, trims go after the appends they may cover.
+			if err := applyTrims(tx, r.trims); err != nil {
 				return fmt.Errorf("replay to LSN %v: %w", r.last, err)
 			}
-		}
-		for _, k := range slices.Sorted(maps.Keys(r.values)) {
-			if err := store.PutValue(tx, k, r.values[k]); err != nil {
+			if err := store.PutBytesTx(tx, sortedBytes(r.bytes)); err != nil {
 				return fmt.Errorf("replay to LSN %v: %w", r.last, err)
 			}
-		}
-		return putCheckpointLSN(tx, r.last)
+			return putCheckpointLSN(tx, r.last)
+		})
 	})
 	if err != nil {
 		return err
 	}
-	r.lsn, r.streams, r.values, r.size = r.last, nil, nil, 0
+	r.lsn, r.streams, r.values, r.trims, r.bytes, r.size = r.last, nil, nil, nil, nil, 0
 	return nil
 }
 
@@ -109,10 +129,22 @@ func (s *Store) replayIntoMemory(b *wal.Batch) error {
 		st.logged = append(st.logged, a.Payloads...)
 		s.mu.Unlock()
 	}
+	for _, t := range b.Trims {
+		st, err := s.lockStream(t.Stream)
+		if err != nil {
+			return err
+		}
+		st.first = max(st.first, t.Below)
+		s.mu.Unlock()
+	}
 	s.mu.Lock()
 	for _, v := range b.Values {
 		s.gen++
 		s.values[v.Key] = valueState{v: v.Value, gen: s.gen}
+	}
+	for _, v := range b.Bytes {
+		s.gen++
+		s.bytes[v.Key] = bytesState{v: v.Value, gen: s.gen}
 	}
 	s.lastLSN = b.LSN
 	s.mu.Unlock()

@@ -67,6 +67,11 @@ type Options struct {
 	FS vfs.FS
 	// Logger receives the store's logs; the zero value logs nothing.
 	Logger zerolog.Logger
+	// MustExist makes Open fail with store.ErrNoData when the bbolt file
+	// is missing or 0 bytes, instead of creating it (a directory that has
+	// held data must not silently start over). OpenReadOnly always
+	// requires it.
+	MustExist bool
 }
 
 func (o Options) withDefaults() Options {
@@ -117,6 +122,16 @@ type Store struct {
 	valueLoads  atomic.Uint64
 	checkpoints atomic.Uint64
 
+	// ckMu is held by a checkpoint from taking the logged layer to
+	// forgetting it, so that checkpoints run one at a time: the
+	// checkpointer's, Backup's and Close's. Lock order: filesMu, ckMu,
+	// then mu.
+	ckMu sync.Mutex
+	// filesMu is held shared by a Backup and exclusively by Close while
+	// it closes the log and bbolt, so that a backup's checkpoint and copy
+	// never run on closed files.
+	filesMu sync.RWMutex
+
 	// mu guards every field below. It is never held across a bbolt call,
 	// a log write or a channel operation.
 	mu sync.Mutex
@@ -149,7 +164,17 @@ type Store struct {
 	// checkpoint.
 	staged       map[string]valueState
 	loggedValues map[string]valueState
-	// gen numbers value writes, so that a checkpoint forgets a key only if
+	// bytes holds the latest byte value (nil = deleted) of every key with
+	// a PutBytes not yet checkpointed, as values does for values;
+	// stagedBytes and loggedBytes are its staged and logged layers.
+	bytes       map[string]bytesState
+	stagedBytes map[string]bytesState
+	loggedBytes map[string]bytesState
+	// stagedTrims and loggedTrims hold, per stream, the highest trim not
+	// yet taken by a commit and by a checkpoint.
+	stagedTrims map[string]uint64
+	loggedTrims map[string]uint64
+	// gen numbers value and byte value writes, so that a checkpoint forgets a key only if
 	// no later write of it is in memory.
 	gen uint64
 	// memBytes counts the bytes of logged, not yet checkpointed writes.
@@ -169,9 +194,12 @@ type Store struct {
 
 // stream is the state of one stream: entries [0, base) are in bbolt,
 // [base, base+len(logged)) in the log and memory, and the pending ones
-// after them are staged or being logged. Slices' elements are never
-// modified, so readers may keep sub-slices after releasing mu.
+// after them are staged or being logged. Entries below first are trimmed:
+// never read, whatever bbolt still holds until the trim is checkpointed.
+// Slices' elements are never modified, so readers may keep sub-slices
+// after releasing mu.
 type stream struct {
+	first   uint64
 	base    uint64
 	logged  [][]byte
 	pending [][]byte
@@ -186,6 +214,13 @@ type valueState struct {
 	gen uint64
 }
 
+// bytesState is a byte value in memory: v is nil for a deletion and never
+// modified.
+type bytesState struct {
+	v   []byte
+	gen uint64
+}
+
 // batch is one group commit: every Flush waiting on it gets its error.
 type batch struct {
 	done chan struct{}
@@ -197,7 +232,11 @@ func (bt *batch) finish(err error) {
 	close(bt.done)
 }
 
-var _ store.DurableStore = (*Store)(nil)
+var (
+	_ store.DurableStore = (*Store)(nil)
+	_ store.Compactor    = (*Store)(nil)
+	_ store.PageReader   = (*Store)(nil)
+)
 
 // ReplayStats describes what Open replayed from the log.
 type ReplayStats struct {
@@ -215,19 +254,29 @@ type ReplayStats struct {
 // fails with an error wrapping wal.ErrCorrupt that names the segment and
 // offset. A data file locked by another process fails after
 // opts.LockTimeout with store.ErrLocked.
+//
+// The bbolt file gets store.Open's checks before bbolt maps it
+// (store.CheckFile): a damaged file fails with store's error naming it
+// and wrapping store.ErrCorrupt, as does a panic or memory fault of bbolt
+// on any later read or checkpoint of it (that one sticky); a missing or
+// 0-byte file is store.ErrNoData when opts.MustExist is set.
 func Open(dir string, opts Options) (*Store, error) {
 	opts = opts.withDefaults()
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("logfirst: %w", err)
 	}
-	db, err := openBolt(filepath.Join(dir, DBFile), opts, false)
+	path := filepath.Join(dir, DBFile)
+	if err := store.CheckFile(path, opts.MustExist); err != nil {
+		return nil, err
+	}
+	db, err := openBolt(path, opts, false)
 	if err != nil {
 		return nil, err
 	}
 	s := newStore(dir, db, opts)
 	start := time.Now()
 	var ck wal.LSN
-	if err := db.Update(func(tx *bolt.Tx) error {
+	if err := s.update(func(tx *bolt.Tx) error {
 		if err := store.InitLayout(tx); err != nil {
 			return err
 		}
@@ -266,12 +315,13 @@ func Open(dir string, opts Options) (*Store, error) {
 // into memory, as Open would replay them into bbolt. Reads then see what a
 // writable Open would; Append and CAS fail with ErrReadOnly, Flush
 // succeeds with nothing to do. A torn tail is left in place and reported
-// in Replay. The data file must exist.
+// in Replay. The data file must exist and pass Open's checks: a missing
+// or 0-byte one is store.ErrNoData, a damaged one store.ErrCorrupt.
 func OpenReadOnly(dir string, opts Options) (*Store, error) {
 	opts = opts.withDefaults()
 	path := filepath.Join(dir, DBFile)
-	if _, err := os.Stat(path); err != nil {
-		return nil, fmt.Errorf("logfirst: %w", err)
+	if err := store.CheckFile(path, true); err != nil {
+		return nil, err
 	}
 	db, err := openBolt(path, opts, true)
 	if err != nil {
@@ -281,7 +331,7 @@ func OpenReadOnly(dir string, opts Options) (*Store, error) {
 	s.readOnly = true
 	start := time.Now()
 	var ck wal.LSN
-	if err := db.View(func(tx *bolt.Tx) error {
+	if err := s.view(func(tx *bolt.Tx) error {
 		if err := store.CheckLayout(tx); err != nil {
 			return err
 		}
@@ -302,11 +352,16 @@ func OpenReadOnly(dir string, opts Options) (*Store, error) {
 }
 
 func openBolt(path string, opts Options, readOnly bool) (*bolt.DB, error) {
-	db, err := bolt.Open(path, 0o600, &bolt.Options{
-		Timeout:        opts.LockTimeout,
-		ReadOnly:       readOnly,
-		FreelistType:   bolt.FreelistMapType,
-		NoFreelistSync: true,
+	var db *bolt.DB
+	err := store.Contain(path, func() error {
+		var err error
+		db, err = bolt.Open(path, 0o600, &bolt.Options{
+			Timeout:        opts.LockTimeout,
+			ReadOnly:       readOnly,
+			FreelistType:   bolt.FreelistMapType,
+			NoFreelistSync: true,
+		})
+		return err
 	})
 	if errors.Is(err, berrors.ErrTimeout) {
 		return nil, fmt.Errorf("logfirst: open %s: waited %v: %w", path, opts.LockTimeout, store.ErrLocked)
@@ -333,6 +388,11 @@ func newStore(dir string, db *bolt.DB, opts Options) *Store {
 		cache:        make(map[string]uint64),
 		staged:       make(map[string]valueState),
 		loggedValues: make(map[string]valueState),
+		bytes:        make(map[string]bytesState),
+		stagedBytes:  make(map[string]bytesState),
+		loggedBytes:  make(map[string]bytesState),
+		stagedTrims:  make(map[string]uint64),
+		loggedTrims:  make(map[string]uint64),
 	}
 	s.memFreed = sync.NewCond(&s.mu)
 	return s
@@ -390,6 +450,18 @@ func (s *Store) usableLocked() error {
 	return nil
 }
 
+// view runs fn in a bbolt read transaction with bbolt's panics and
+// faults on a damaged page contained (store.Contain): they come back as
+// errors wrapping store.ErrCorrupt.
+func (s *Store) view(fn func(*bolt.Tx) error) error {
+	return store.Contain(s.db.Path(), func() error { return s.db.View(fn) })
+}
+
+// update is view for a write transaction.
+func (s *Store) update(fn func(*bolt.Tx) error) error {
+	return store.Contain(s.db.Path(), func() error { return s.db.Update(fn) })
+}
+
 func (s *Store) readErr(err error) error {
 	if errors.Is(err, berrors.ErrDatabaseNotOpen) {
 		return store.ErrClosed
@@ -413,10 +485,13 @@ func (s *Store) lockStream(name string) (*stream, error) {
 		// A stream absent from s.streams has nothing in memory, so no
 		// checkpoint can change its bbolt length while mu is released.
 		s.mu.Unlock()
-		var n uint64
-		err := s.db.View(func(tx *bolt.Tx) error {
+		var n, first uint64
+		err := s.view(func(tx *bolt.Tx) error {
 			var err error
-			n, err = store.StreamLen(tx, name)
+			if n, err = store.StreamLen(tx, name); err != nil {
+				return err
+			}
+			first, err = store.StreamFirst(tx, name)
 			return err
 		})
 		if err != nil {
@@ -424,7 +499,7 @@ func (s *Store) lockStream(name string) (*stream, error) {
 		}
 		s.mu.Lock()
 		if s.streams[name] == nil {
-			s.streams[name] = &stream{base: n}
+			s.streams[name] = &stream{first: first, base: n}
 		}
 	}
 }
@@ -467,8 +542,21 @@ func (s *Store) Len(name string) (uint64, error) {
 }
 
 // ReadFrom implements store.DurableStore: entries below the stream's bbolt
-// length come from one bbolt read transaction, the rest from memory.
+// length come from one bbolt read transaction, the rest from memory. An
+// offset below the stream's first entry fails with a
+// *store.CompactedError.
 func (s *Store) ReadFrom(name string, offset uint64, limit int) ([]store.Entry, error) {
+	return s.read(name, offset, limit, 0)
+}
+
+// ReadPage implements store.PageReader: ReadFrom that stops before the
+// entry that would bring the page past maxBytes, reading bbolt no further
+// than that.
+func (s *Store) ReadPage(name string, offset uint64, limit int, maxBytes int) ([]store.Entry, error) {
+	return s.read(name, offset, limit, maxBytes)
+}
+
+func (s *Store) read(name string, offset uint64, limit int, maxBytes int) ([]store.Entry, error) {
 	st, err := s.lockStream(name)
 	if err != nil {
 		return nil, err
@@ -481,9 +569,14 @@ func (s *Store) ReadFrom(name string, offset uint64, limit int) ([]store.Entry, 
 		s.mu.Unlock()
 		return nil, nil
 	}
+	if offset < st.first {
+		err := &store.CompactedError{Stream: name, Offset: offset, First: st.first}
+		s.mu.Unlock()
+		return nil, err
+	}
 	// Taking base before the read transaction begins is what makes the
 	// merge safe: a checkpoint advances base only after its transaction is
-	// visible to every later reader, and trims logged at the same time.
+	// visible to every later reader.
 	base := st.base
 	loggedEnd := base + uint64(len(st.logged))
 	memStart := max(offset, base)
@@ -496,20 +589,40 @@ func (s *Store) ReadFrom(name string, offset uint64, limit int) ([]store.Entry, 
 	}
 	s.mu.Unlock()
 
-	out := make([]store.Entry, 0, end-offset)
+	var out []store.Entry
+	if maxBytes <= 0 {
+		out = make([]store.Entry, 0, end-offset)
+	}
+	total := 0
 	if stop := min(end, base); offset < stop {
-		err := s.db.View(func(tx *bolt.Tx) error {
+		full := false
+		err := s.view(func(tx *bolt.Tx) error {
 			var err error
-			out, err = store.ReadEntries(tx, name, offset, stop, out)
+			out, total, full, err = store.ReadPageTx(tx, name, offset, stop, maxBytes, 0, out)
 			return err
 		})
 		if err != nil {
 			return nil, s.readErr(err)
 		}
+		if len(out) == 0 || out[0].Seq != offset {
+			// A trim made after the check above was checkpointed before
+			// the read transaction began.
+			s.mu.Lock()
+			first := st.first
+			s.mu.Unlock()
+			return nil, &store.CompactedError{Stream: name, Offset: offset, First: first}
+		}
+		if full {
+			return out, nil
+		}
 	}
 	seq := memStart
 	for _, mem := range [2][][]byte{logged, pending} {
 		for _, p := range mem {
+			if maxBytes > 0 && len(out) > 0 && total+len(p) > maxBytes {
+				return out, nil
+			}
+			total += len(p)
 			out = append(out, store.Entry{Seq: seq, Payload: append([]byte(nil), p...)})
 			seq++
 		}
@@ -616,7 +729,7 @@ const maxCachedValues = 1 << 16
 func (s *Store) loadValue(key string) (uint64, error) {
 	s.valueLoads.Add(1)
 	var v uint64
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bolt.Tx) error {
 		var err error
 		v, err = store.ReadValueTx(tx, key)
 		return err
@@ -644,7 +757,7 @@ func (s *Store) Scan(prefix string) ([]store.Value, error) {
 	s.mu.Unlock()
 
 	var out []store.Value
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bolt.Tx) error {
 		var err error
 		out, err = store.ScanValues(tx, prefix, func(k string) bool {
 			_, ok := overlay[k]

@@ -22,14 +22,23 @@
 //	4       4     CRC-32C (Castagnoli) of the length field and the body
 //	8       n     body
 //
-//	body (version 1); uvarint = encoding/binary unsigned varint
-//	1 byte   version (1)
+//	body (version 1 or 2); uvarint = encoding/binary unsigned varint
+//	1 byte   version (1, or 2 when the batch trims or sets byte values)
 //	8 bytes  LSN, little-endian
 //	uvarint  number of streams, then per stream:
 //	         uvarint len, name; uvarint first seq; uvarint count,
 //	         then per payload: uvarint len, payload
 //	uvarint  number of values, then per value:
 //	         uvarint len, key; 8 bytes value, little-endian (0 deletes)
+//	version 2 only:
+//	uvarint  number of trims, then per trim:
+//	         uvarint len, stream; uvarint below (entries < below go)
+//	uvarint  number of byte values, then per byte value:
+//	         uvarint len, key; uvarint len, value (empty deletes)
+//
+// A batch's parts apply in that order; a trim covers only entries of
+// earlier records. A reader refuses a version it does not know as
+// corruption, never skipping a record that may have been acknowledged.
 //
 // # Invariants
 //

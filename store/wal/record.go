@@ -29,16 +29,37 @@ type ValueWrite struct {
 	Value uint64
 }
 
-// Batch is one group commit: the content of one record.
+// StreamTrim drops the entries of Stream with seq < Below.
+type StreamTrim struct {
+	Stream string
+	Below  uint64
+}
+
+// BytesWrite is one byte value a batch sets; an empty Value deletes it.
+type BytesWrite struct {
+	Key   string
+	Value []byte
+}
+
+// Batch is one group commit: the content of one record. Its parts apply
+// in order: Appends, Values, Trims, then Bytes (a trim only ever covers
+// entries of earlier records, so applying it after the appends is the
+// order they were made in).
 type Batch struct {
 	LSN     LSN
 	Appends []StreamAppend
 	Values  []ValueWrite
+	Trims   []StreamTrim
+	Bytes   []BytesWrite
 }
 
-// recordVersion is the encoding of a record body this package writes and
-// reads; see doc.go.
-const recordVersion = 1
+// Record body versions; see doc.go. A batch without trims or byte values
+// is written as version 1, so a log without them stays readable by a
+// reader of version 1 only.
+const (
+	recordVersion1 = 1
+	recordVersion2 = 2
+)
 
 const (
 	// frameHeaderLen is the length and the CRC before each body.
@@ -58,7 +79,11 @@ var ErrTooLarge = errors.New("wal: batch too large for one record")
 func appendFrame(dst []byte, b *Batch) ([]byte, error) {
 	start := len(dst)
 	dst = append(dst, make([]byte, frameHeaderLen)...)
-	dst = append(dst, recordVersion)
+	version := byte(recordVersion1)
+	if len(b.Trims) > 0 || len(b.Bytes) > 0 {
+		version = recordVersion2
+	}
+	dst = append(dst, version)
 	dst = binary.LittleEndian.AppendUint64(dst, uint64(b.LSN))
 	dst = binary.AppendUvarint(dst, uint64(len(b.Appends)))
 	for _, a := range b.Appends {
@@ -76,6 +101,21 @@ func appendFrame(dst []byte, b *Batch) ([]byte, error) {
 		dst = binary.AppendUvarint(dst, uint64(len(v.Key)))
 		dst = append(dst, v.Key...)
 		dst = binary.LittleEndian.AppendUint64(dst, v.Value)
+	}
+	if version >= recordVersion2 {
+		dst = binary.AppendUvarint(dst, uint64(len(b.Trims)))
+		for _, t := range b.Trims {
+			dst = binary.AppendUvarint(dst, uint64(len(t.Stream)))
+			dst = append(dst, t.Stream...)
+			dst = binary.AppendUvarint(dst, t.Below)
+		}
+		dst = binary.AppendUvarint(dst, uint64(len(b.Bytes)))
+		for _, v := range b.Bytes {
+			dst = binary.AppendUvarint(dst, uint64(len(v.Key)))
+			dst = append(dst, v.Key...)
+			dst = binary.AppendUvarint(dst, uint64(len(v.Value)))
+			dst = append(dst, v.Value...)
+		}
 	}
 	n := len(dst) - start - frameHeaderLen
 	if n > MaxRecordLen {
@@ -113,10 +153,13 @@ func readFrame(buf []byte, off int64) (body []byte, end int64, err error) {
 	return body, off + frameHeaderLen + n, nil
 }
 
-// peekLSN returns the LSN of a body of the current version, without
+// peekLSN returns the LSN of a body of a known version, without
 // checking the CRC.
 func peekLSN(buf []byte, off int64) (LSN, bool) {
-	if off+frameHeaderLen+minBodyLen > int64(len(buf)) || buf[off+frameHeaderLen] != recordVersion {
+	if off+frameHeaderLen+minBodyLen > int64(len(buf)) {
+		return 0, false
+	}
+	if v := buf[off+frameHeaderLen]; v != recordVersion1 && v != recordVersion2 {
 		return 0, false
 	}
 	return LSN(binary.LittleEndian.Uint64(buf[off+frameHeaderLen+1:])), true
@@ -126,8 +169,9 @@ func peekLSN(buf []byte, off int64) (LSN, bool) {
 // its payloads alias body.
 func decodeBody(body []byte) (*Batch, error) {
 	d := decoder{buf: body}
-	if v := d.byte(); v != recordVersion {
-		return nil, fmt.Errorf("record version %d, want %d", v, recordVersion)
+	version := d.byte()
+	if version != recordVersion1 && version != recordVersion2 {
+		return nil, fmt.Errorf("record version %d, want %d or %d", version, recordVersion1, recordVersion2)
 	}
 	b := &Batch{LSN: LSN(d.u64())}
 	n := d.count()
@@ -151,6 +195,22 @@ func decodeBody(body []byte) (*Batch, error) {
 	}
 	for i := uint64(0); i < n && d.err == nil; i++ {
 		b.Values = append(b.Values, ValueWrite{Key: string(d.bytes()), Value: d.u64()})
+	}
+	if version >= recordVersion2 {
+		n = d.count()
+		if d.err == nil && n > 0 {
+			b.Trims = make([]StreamTrim, 0, n)
+		}
+		for i := uint64(0); i < n && d.err == nil; i++ {
+			b.Trims = append(b.Trims, StreamTrim{Stream: string(d.bytes()), Below: d.uvarint()})
+		}
+		n = d.count()
+		if d.err == nil && n > 0 {
+			b.Bytes = make([]BytesWrite, 0, n)
+		}
+		for i := uint64(0); i < n && d.err == nil; i++ {
+			b.Bytes = append(b.Bytes, BytesWrite{Key: string(d.bytes()), Value: d.bytes()})
+		}
 	}
 	if d.err == nil && len(d.buf) != 0 {
 		d.err = fmt.Errorf("%d bytes after the record", len(d.buf))

@@ -22,6 +22,11 @@ func testBatch(i int) *Batch {
 	if i%2 == 0 {
 		b.Values = []ValueWrite{{Key: fmt.Sprintf("k%d", i), Value: uint64(i)}, {Key: "zero", Value: 0}}
 	}
+	if i%3 == 1 {
+		// A version 2 record: trims and byte values, a deletion included.
+		b.Trims = []StreamTrim{{Stream: fmt.Sprintf("s/%d", (i+1)%3), Below: uint64(i / 2)}}
+		b.Bytes = []BytesWrite{{Key: fmt.Sprintf("b%d", i), Value: []byte(fmt.Sprintf("v%d", i))}, {Key: "gone"}}
+	}
 	return b
 }
 
@@ -302,6 +307,29 @@ func TestReplay_RefusesAMissingSegment(t *testing.T) {
 	}
 }
 
+func TestAppendFrame_WritesVersion1UnlessTheBatchTrimsOrSetsBytes(t *testing.T) {
+	for i, want := range []byte{recordVersion1, recordVersion2, recordVersion1} {
+		frame, err := appendFrame(nil, testBatch(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := frame[frameHeaderLen]; got != want {
+			t.Errorf("batch %d: version %d, want %d", i, got, want)
+		}
+		b, err := decodeBody(frame[frameHeaderLen:])
+		if err != nil {
+			t.Fatalf("batch %d: decode: %v", i, err)
+		}
+		if diff := cmp.Diff(testBatch(i), b, cmpBatches); diff != "" {
+			t.Errorf("batch %d: round trip (-want +got):\n%s", i, diff)
+		}
+	}
+	body := []byte{3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+	if _, err := decodeBody(body); err == nil {
+		t.Error("decodeBody accepted an unknown version")
+	}
+}
+
 func FuzzDecodeBody(f *testing.F) {
 	for i := range 4 {
 		frame, err := appendFrame(nil, testBatch(i))
@@ -310,7 +338,8 @@ func FuzzDecodeBody(f *testing.F) {
 		}
 		f.Add(frame[frameHeaderLen:])
 	}
-	f.Add([]byte{recordVersion})
+	f.Add([]byte{recordVersion1})
+	f.Add([]byte{recordVersion2})
 	f.Fuzz(func(t *testing.T, body []byte) {
 		b, err := decodeBody(body)
 		if err != nil {

@@ -35,6 +35,10 @@ var (
 	// ErrStoreDamaged reports a store file that fails the checks of
 	// store.Open (store.ErrCorrupt).
 	ErrStoreDamaged = errors.New("server: the store is damaged")
+	// ErrLogPending reports a data directory opened with EngineBolt whose
+	// write-ahead log holds records the store file does not: serving the
+	// file alone would lose acknowledged writes.
+	ErrLogPending = errors.New("server: the write-ahead log holds writes the store file does not")
 )
 
 // The store engines of a single node (Config.Engine).
@@ -61,9 +65,14 @@ type dataDir struct {
 	key  []byte
 	path string // the bbolt file
 	st   dataStore
-	// bolt is st for EngineBolt, nil otherwise.
-	bolt *store.Bolt
+	// backup is st's online backup: store.Bolt's or logfirst.Store's.
+	backup backuper
 }
+
+var (
+	_ backuper = (*store.Bolt)(nil)
+	_ backuper = (*logfirst.Store)(nil)
+)
 
 // errNoBackup is Backup's answer for an engine without an online backup.
 var errNoBackup = errors.New("server: this store engine has no online backup")
@@ -126,7 +135,7 @@ func (d *dataDir) open(dir, engine string, log zerolog.Logger) error {
 		return fmt.Errorf("server: store: %w", err)
 	}
 	d.st = st
-	d.bolt, _ = st.(*store.Bolt)
+	d.backup, _ = st.(backuper)
 	if !keyExists {
 		inc, err := st.ReadValue(participant.IncarnationKey)
 		if err != nil {
@@ -148,12 +157,9 @@ func (d *dataDir) open(dir, engine string, log zerolog.Logger) error {
 func openEngine(dir, path, engine string, mustExist bool, log zerolog.Logger) (dataStore, error) {
 	switch engine {
 	case EngineLog:
-		// The log-first store maps the bbolt file itself: run the checks
-		// store.Open would, first.
-		if err := store.CheckFile(path, mustExist); err != nil {
-			return nil, err
-		}
-		st, err := logfirst.Open(dir, logfirst.Options{Logger: log})
+		// logfirst.Open runs store.Open's checks on the bbolt file before
+		// it maps it, with the same errors.
+		st, err := logfirst.Open(dir, logfirst.Options{Logger: log, MustExist: mustExist})
 		if err != nil {
 			return nil, err
 		}
@@ -162,17 +168,50 @@ func openEngine(dir, path, engine string, mustExist bool, log zerolog.Logger) (d
 			Bool("torn_tail_cut", rp.Log.Torn).Int64("duration_ms", rp.Duration.Milliseconds()).Msg("log replayed")
 		return st, nil
 	default:
+		if err := checkNoPendingLog(dir, path); err != nil {
+			return nil, err
+		}
 		return store.Open(path, store.Options{MustExist: mustExist})
 	}
 }
 
-// Backup writes a consistent copy of the store file (see store.Bolt.Backup);
-// errNoBackup for an engine that has none.
+// checkNoPendingLog refuses, with ErrLogPending, a directory whose log (a
+// run of EngineLog that did not close cleanly) holds records after the
+// store file's checkpoint: EngineBolt would serve the file without them.
+// A directory without log segments, or whose log the file covers, passes.
+func checkNoPendingLog(dir, path string) error {
+	segs, err := filepath.Glob(filepath.Join(dir, logfirst.WALDir, "*.wal"))
+	if err != nil || len(segs) == 0 {
+		return err
+	}
+	st, err := logfirst.OpenReadOnly(dir, logfirst.Options{})
+	if err != nil {
+		// store.Open reports a missing or damaged file itself; a corrupt
+		// log is refused here.
+		if errors.Is(err, store.ErrNoData) || errors.Is(err, store.ErrCorrupt) {
+			return nil
+		}
+		return err
+	}
+	rp := st.Replay()
+	if err := st.Close(); err != nil {
+		return err
+	}
+	if rp.Log.Records > 0 {
+		return fmt.Errorf("%w: %d records after checkpoint LSN %v in %s: start with --store %s, which applies them to %s (after that, --store %s serves it whole)",
+			ErrLogPending, rp.Log.Records, rp.CheckpointLSN, filepath.Join(dir, logfirst.WALDir), EngineLog, path, EngineBolt)
+	}
+	return nil
+}
+
+// Backup writes a consistent copy of the store file, a bbolt file that is
+// the whole store for either engine (see store.Bolt.Backup and
+// logfirst.Store.Backup); errNoBackup for an engine that has none.
 func (d *dataDir) Backup(w io.Writer, begin store.BackupSize) (int64, error) {
-	if d.bolt == nil {
+	if d.backup == nil {
 		return 0, errNoBackup
 	}
-	return d.bolt.Backup(w, begin)
+	return d.backup.Backup(w, begin)
 }
 
 // Stats reports the store's counters.

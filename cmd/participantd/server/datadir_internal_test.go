@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/participantd/participantd/participant"
+	"github.com/participantd/participantd/store/logfirst"
 )
 
 // TestOpenDataDir_RacingStartsServeTheKeyOnDisk starts many openDataDir at
@@ -82,4 +83,81 @@ func TestOpenDataDir_SecondHolderIsRefused(t *testing.T) {
 		t.Fatalf("lockDataDir after close = %v", err)
 	}
 	lock.Close()
+}
+
+// A data directory whose log holds records the bbolt file does not (a
+// log-first run that crashed) is refused by the bbolt engine, which would
+// serve the file without them, and served whole by the log engine.
+func TestOpenDataDir_BoltRefusesALogWithPendingRecords(t *testing.T) {
+	src, dir := t.TempDir(), t.TempDir()
+	st, err := logfirst.Open(src, logfirst.Options{CheckpointInterval: time.Hour, CheckpointBytes: 1 << 40})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Append("s", []byte("acknowledged"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	// A copy of the files while the store is open and nothing is
+	// checkpointed is what a crash leaves.
+	copyTree(t, src, dir)
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	if d, err := openDataDir(dir, EngineBolt, zerolog.Nop()); !errors.Is(err, ErrLogPending) {
+		if err == nil {
+			d.Close()
+		}
+		t.Fatalf("openDataDir(bbolt) = %v, want ErrLogPending", err)
+	}
+	d, err := openDataDir(dir, EngineLog, zerolog.Nop())
+	if err != nil {
+		t.Fatalf("openDataDir(log) = %v", err)
+	}
+	got, err := d.st.ReadFrom("s", 0, 0)
+	if err != nil || len(got) != 1 || string(got[0].Payload) != "acknowledged" {
+		t.Fatalf("ReadFrom on the log engine = %v, %v", got, err)
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Closed cleanly, the log is checkpointed: bbolt serves it whole.
+	d, err = openDataDir(dir, EngineBolt, zerolog.Nop())
+	if err != nil {
+		t.Fatalf("openDataDir(bbolt) after a clean log run = %v", err)
+	}
+	got, err = d.st.ReadFrom("s", 0, 0)
+	if err != nil || len(got) != 1 {
+		t.Fatalf("ReadFrom on bbolt = %v, %v", got, err)
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func copyTree(t *testing.T, from, to string) {
+	t.Helper()
+	err := filepath.WalkDir(from, func(path string, e os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(from, path)
+		if err != nil {
+			return err
+		}
+		if e.IsDir() {
+			return os.MkdirAll(filepath.Join(to, rel), 0o700)
+		}
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(to, rel), raw, 0o600)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }
