@@ -1,6 +1,6 @@
 // Command participantd is the participantd server: it serves the wire
-// protocol of docs/PROTOCOL.md on an embedded store (bbolt,
-// or with --store log a write-ahead log checkpointed into bbolt), with health,
+// protocol of docs/PROTOCOL.md on an embedded store (a
+// write-ahead log checkpointed into bbolt; --store bbolt: bbolt alone), with health,
 // readiness and Prometheus metrics on a second listener, and drains on
 // SIGTERM or SIGINT. Run it with --help for every setting; the server itself
 // is package server, which other programs may embed.

@@ -71,7 +71,7 @@ const configKey = "config"
 var settings = []setting{
 	{"data", server.DefaultDataDir, "data directory (store file " + server.StoreFile + ", its log wal/, and node.key); created 0700 if absent",
 		func(o *options, v string) error { o.server.DataDir = v; return nonEmpty(v) }},
-	{"store", server.EngineBolt, "single-node store engine: bbolt (each group commit a bbolt transaction) or log (a write-ahead log, one fdatasync per group commit, checkpointed into the bbolt file)",
+	{"store", server.EngineLog, "single-node store engine: log (a write-ahead log, one fdatasync per group commit, checkpointed into the bbolt file) or bbolt (each group commit a bbolt transaction)",
 		func(o *options, v string) error {
 			if v != server.EngineBolt && v != server.EngineLog {
 				return errors.New("want bbolt or log")
@@ -111,6 +111,8 @@ var settings = []setting{
 		intSetting(func(o *options) *int { return &o.server.MaxPendingBytes })},
 	{"max-pending-bytes-total", strconv.Itoa(server.DefaultMaxPendingBytesTotal), "frame bytes of all connections' requests queued or running before reading pauses",
 		intSetting(func(o *options) *int { return &o.server.MaxPendingBytesTotal })},
+	{"log-memory", strconv.Itoa(server.DefaultLogMemoryBytes), "bytes of committed batches the log-first store holds in memory until a checkpoint writes them to the bbolt file; past it commits wait",
+		intSetting(func(o *options) *int { return &o.server.LogMemoryBytes })},
 	{"backlog-memory", strconv.Itoa(participant.DefaultMaxBacklogBytes), "payload bytes of unacknowledged records kept in memory; past it they are read back from the store",
 		intSetting(func(o *options) *int { return &o.server.MaxBacklogBytes })},
 	{"max-connections", strconv.Itoa(server.DefaultMaxConnections), "open connections; one more is rejected overloaded",
@@ -390,8 +392,8 @@ func usage(w io.Writer) {
 	fmt.Fprintf(w, `Usage: participantd [flags]
 
 participantd serves the participantd wire protocol (docs/PROTOCOL.md) on an
-embedded store: bbolt, or with --store log a write-ahead log checkpointed
-into bbolt. With no flags it uses ./data and listens on loopback.
+embedded store: a write-ahead log checkpointed into a bbolt file (--store
+bbolt: the bbolt file alone). With no flags it uses ./data and listens on loopback.
 
   --version
         print the version and build (module version, VCS revision), then exit

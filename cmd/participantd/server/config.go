@@ -26,6 +26,9 @@ const (
 	DefaultMaxPendingBytesTotal = 64 << 20
 	DefaultMaxOutboundBytes     = 4 << 20
 	DefaultMaxOutboundTotal     = 64 << 20
+	// DefaultLogMemoryBytes bounds the log-first engine's uncheckpointed
+	// batches in memory: four checkpoints' worth.
+	DefaultLogMemoryBytes = 16 << 20
 	// DefaultMaxDataBytes caps the store file's size: 32 GiB.
 	DefaultMaxDataBytes = 32 << 30
 	// Version is announced in welcome.server as "participantd <Version>".
@@ -44,8 +47,8 @@ type Config struct {
 	// log in wal/), the node key and LockFile; it is created, mode 0700, if
 	// absent. See openDataDir for what a start refuses.
 	DataDir string
-	// Engine is the single-node store: EngineBolt (the default) or
-	// EngineLog. Cluster mode keeps its data in etcd and ignores it.
+	// Engine is the single-node store: EngineLog (the default) or
+	// EngineBolt. Cluster mode keeps its data in etcd and ignores it.
 	Engine string
 	// Listen is the wire listener's address; port 0 picks a free one.
 	Listen string
@@ -100,6 +103,11 @@ type Config struct {
 	// service keeps in memory; past it they are read back from the store.
 	// Default participant.DefaultMaxBacklogBytes.
 	MaxBacklogBytes int
+	// LogMemoryBytes bounds what the log-first engine holds in memory of
+	// batches committed to its log and not yet checkpointed into the bbolt
+	// file: a Flush waits while it is reached. Default
+	// DefaultLogMemoryBytes.
+	LogMemoryBytes int
 	// MaxParticipants caps participants per conversation. Default
 	// participant.DefaultMaxParticipants.
 	MaxParticipants int
@@ -185,7 +193,7 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	switch c.Engine {
 	case "":
-		c.Engine = EngineBolt
+		c.Engine = EngineLog
 	case EngineBolt, EngineLog:
 	default:
 		return c, fmt.Errorf("server: store %q: want %s or %s", c.Engine, EngineBolt, EngineLog)
@@ -211,6 +219,9 @@ func (c Config) withDefaults() (Config, error) {
 		c.MaxOutboundTotal = DefaultMaxOutboundTotal
 	}
 	c.MaxOutboundTotal = max(c.MaxOutboundTotal, c.MaxOutboundBytes)
+	if c.LogMemoryBytes == 0 {
+		c.LogMemoryBytes = DefaultLogMemoryBytes
+	}
 	if c.MaxBacklogBytes == 0 {
 		c.MaxBacklogBytes = participant.DefaultMaxBacklogBytes
 	}
@@ -243,6 +254,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("server: write-progress-timeout %v is negative", c.WriteProgressTimeout)
 	case c.MaxPendingBytes < 0 || c.MaxPendingBytesTotal < 0 || c.MaxOutboundBytes < 0 || c.MaxOutboundTotal < 0:
 		return c, errors.New("server: a byte budget (max-pending-bytes[-total], max-outbound-bytes[-total]) is negative")
+	case c.LogMemoryBytes < 0:
+		return c, fmt.Errorf("server: log-memory %d is negative", c.LogMemoryBytes)
 	case c.MaxBacklogBytes < 0:
 		return c, fmt.Errorf("server: backlog-memory %d is negative", c.MaxBacklogBytes)
 	case c.MaxConnections < 0:

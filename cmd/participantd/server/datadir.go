@@ -44,11 +44,11 @@ var (
 // The store engines of a single node (Config.Engine).
 const (
 	// EngineBolt is bbolt alone: every group commit is a bbolt
-	// transaction. The default.
+	// transaction.
 	EngineBolt = "bbolt"
 	// EngineLog is the log-first store (package logfirst): a write-ahead
 	// log, one fdatasync per group commit, checkpointed into the same
-	// bbolt file.
+	// bbolt file. The default.
 	EngineLog = "log"
 )
 
@@ -95,7 +95,7 @@ var errNoBackup = errors.New("server: this store engine has no online backup")
 // directory never both decide; the node key is created exclusively
 // (participant.LoadOrCreateNodeKey) after the lock, so the key served is
 // the key on disk.
-func openDataDir(dir, engine string, log zerolog.Logger) (*dataDir, error) {
+func openDataDir(dir string, cfg Config, log zerolog.Logger) (*dataDir, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("server: data directory: %w", err)
 	}
@@ -104,14 +104,14 @@ func openDataDir(dir, engine string, log zerolog.Logger) (*dataDir, error) {
 		return nil, err
 	}
 	d := &dataDir{lock: lock}
-	if err := d.open(dir, engine, log); err != nil {
+	if err := d.open(dir, cfg, log); err != nil {
 		d.Close()
 		return nil, err
 	}
 	return d, nil
 }
 
-func (d *dataDir) open(dir, engine string, log zerolog.Logger) error {
+func (d *dataDir) open(dir string, cfg Config, log zerolog.Logger) error {
 	keyPath := filepath.Join(dir, participant.NodeKeyFile)
 	path := filepath.Join(dir, StoreFile)
 	_, err := os.Stat(keyPath)
@@ -120,7 +120,7 @@ func (d *dataDir) open(dir, engine string, log zerolog.Logger) error {
 		return fmt.Errorf("server: node key: %w", err)
 	}
 	d.path = path
-	st, err := openEngine(dir, path, engine, keyExists, log)
+	st, err := openEngine(dir, path, cfg, keyExists, log)
 	switch {
 	case errors.Is(err, store.ErrNoData):
 		return fmt.Errorf("%w: %w; %s exists, so this directory has held data: restore %s from a backup; "+
@@ -154,12 +154,12 @@ func (d *dataDir) open(dir, engine string, log zerolog.Logger) error {
 
 // openEngine opens the store of engine in dir, its bbolt file at path; a
 // missing or empty file is store.ErrNoData when mustExist.
-func openEngine(dir, path, engine string, mustExist bool, log zerolog.Logger) (dataStore, error) {
-	switch engine {
+func openEngine(dir, path string, cfg Config, mustExist bool, log zerolog.Logger) (dataStore, error) {
+	switch cfg.Engine {
 	case EngineLog:
 		// logfirst.Open runs store.Open's checks on the bbolt file before
 		// it maps it, with the same errors.
-		st, err := logfirst.Open(dir, logfirst.Options{Logger: log, MustExist: mustExist})
+		st, err := logfirst.Open(dir, logfirst.Options{Logger: log, MustExist: mustExist, MaxUncheckpointed: int64(cfg.LogMemoryBytes)})
 		if err != nil {
 			return nil, err
 		}

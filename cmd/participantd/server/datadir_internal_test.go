@@ -31,7 +31,7 @@ func TestOpenDataDir_RacingStartsServeTheKeyOnDisk(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				<-start
-				d, err := openDataDir(dir, EngineBolt, zerolog.Nop())
+				d, err := openDataDir(dir, Config{Engine: EngineBolt}, zerolog.Nop())
 				if err != nil {
 					errs[i] = err
 					return
@@ -63,7 +63,7 @@ func TestOpenDataDir_RacingStartsServeTheKeyOnDisk(t *testing.T) {
 
 func TestOpenDataDir_SecondHolderIsRefused(t *testing.T) {
 	dir := t.TempDir()
-	d, err := openDataDir(dir, EngineBolt, zerolog.Nop())
+	d, err := openDataDir(dir, Config{Engine: EngineBolt}, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,13 +107,13 @@ func TestOpenDataDir_BoltRefusesALogWithPendingRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if d, err := openDataDir(dir, EngineBolt, zerolog.Nop()); !errors.Is(err, ErrLogPending) {
+	if d, err := openDataDir(dir, Config{Engine: EngineBolt}, zerolog.Nop()); !errors.Is(err, ErrLogPending) {
 		if err == nil {
 			d.Close()
 		}
 		t.Fatalf("openDataDir(bbolt) = %v, want ErrLogPending", err)
 	}
-	d, err := openDataDir(dir, EngineLog, zerolog.Nop())
+	d, err := openDataDir(dir, Config{Engine: EngineLog}, zerolog.Nop())
 	if err != nil {
 		t.Fatalf("openDataDir(log) = %v", err)
 	}
@@ -125,7 +125,7 @@ func TestOpenDataDir_BoltRefusesALogWithPendingRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Closed cleanly, the log is checkpointed: bbolt serves it whole.
-	d, err = openDataDir(dir, EngineBolt, zerolog.Nop())
+	d, err = openDataDir(dir, Config{Engine: EngineBolt}, zerolog.Nop())
 	if err != nil {
 		t.Fatalf("openDataDir(bbolt) after a clean log run = %v", err)
 	}

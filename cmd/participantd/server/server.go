@@ -201,7 +201,7 @@ func (s *Server) open(ctx context.Context) (backend, *participant.Service, error
 	if s.cfg.Cluster.enabled() {
 		return s.openCluster(ctx)
 	}
-	dd, err := openDataDir(s.cfg.DataDir, s.cfg.Engine, s.cfg.Logger)
+	dd, err := openDataDir(s.cfg.DataDir, s.cfg, s.cfg.Logger)
 	if err != nil {
 		return nil, nil, err
 	}
