@@ -26,6 +26,7 @@ func TestDependenciesPointOneWay(t *testing.T) {
 		"store/wal":       {"store/vfs"},
 		"store/logfirst":  {"store"},
 		"faultfs":         {"store/vfs"},
+		"server":          {"wire", "participant", "oplog", "store", "cluster", "internal"},
 	}
 	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}} {{join .Imports " "}}`, "./...").Output()
 	if err != nil {
@@ -34,6 +35,11 @@ func TestDependenciesPointOneWay(t *testing.T) {
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		fields := strings.Fields(line)
 		pkg := strings.TrimPrefix(fields[0], mod)
+		for _, imp := range fields[1:] {
+			if strings.HasPrefix(imp, mod+"cmd/") {
+				t.Errorf("%s imports %s: cmd/ holds only mains, nothing imports them", pkg, strings.TrimPrefix(imp, mod))
+			}
+		}
 		allow, checked := allowed[pkg]
 		if !checked {
 			continue

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/participantd/participantd/client"
-	"github.com/participantd/participantd/cmd/participantd/server"
+	"github.com/participantd/participantd/server"
 	"github.com/participantd/participantd/wire"
 )
 

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/participantd/participantd/client"
-	"github.com/participantd/participantd/cmd/participantd/server"
+	"github.com/participantd/participantd/server"
 	"github.com/participantd/participantd/participant"
 )
 

@@ -13,7 +13,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/participantd/participantd/cmd/participantd/server"
+	"github.com/participantd/participantd/server"
 )
 
 func init() {

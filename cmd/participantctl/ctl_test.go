@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/participantd/participantd/client"
-	"github.com/participantd/participantd/cmd/participantd/server"
+	"github.com/participantd/participantd/server"
 )
 
 func testCtx(t *testing.T) context.Context {

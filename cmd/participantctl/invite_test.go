@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/participantd/participantd/client"
-	"github.com/participantd/participantd/cmd/participantd/server"
+	"github.com/participantd/participantd/server"
 	"github.com/participantd/participantd/participant"
 )
 

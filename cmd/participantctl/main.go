@@ -27,7 +27,7 @@ import (
 	"sort"
 	"syscall"
 
-	"github.com/participantd/participantd/cmd/participantd/server"
+	"github.com/participantd/participantd/server"
 	"github.com/participantd/participantd/internal/buildinfo"
 )
 

@@ -12,7 +12,7 @@ import (
 
 	"github.com/rogpeppe/go-internal/testscript"
 
-	"github.com/participantd/participantd/cmd/participantd/server"
+	"github.com/participantd/participantd/server"
 )
 
 // TestMain lets the scripts run participantctl as a command: the test

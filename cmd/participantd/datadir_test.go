@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/participantd/participantd/cmd/participantd/server"
+	"github.com/participantd/participantd/server"
 	"github.com/participantd/participantd/participant"
 	"github.com/participantd/participantd/store"
 )

@@ -25,7 +25,7 @@ import (
 	"github.com/mattn/go-isatty"
 	"github.com/rs/zerolog"
 
-	"github.com/participantd/participantd/cmd/participantd/server"
+	"github.com/participantd/participantd/server"
 	"github.com/participantd/participantd/internal/buildinfo"
 )
 

@@ -13,7 +13,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/participantd/participantd/cmd/participantd/server"
+	"github.com/participantd/participantd/server"
 	"github.com/participantd/participantd/participant"
 )
 

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/participantd/participantd/cmd/participantd/server"
+	"github.com/participantd/participantd/server"
 	"github.com/participantd/participantd/store/etcdstore/etcdtest"
 	"github.com/participantd/participantd/wire"
 )

@@ -3,7 +3,7 @@ package server_test
 import (
 	"testing"
 
-	"github.com/participantd/participantd/cmd/participantd/server"
+	"github.com/participantd/participantd/server"
 	"github.com/participantd/participantd/wire"
 )
 

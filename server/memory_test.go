@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/participantd/participantd/cmd/participantd/server"
+	"github.com/participantd/participantd/server"
 	"github.com/participantd/participantd/wire"
 )
 

@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/participantd/participantd/cmd/participantd/server"
+	"github.com/participantd/participantd/server"
 )
 
 func (h *harness) postBackup(token string) (int, []byte, string) {

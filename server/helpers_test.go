@@ -16,7 +16,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 	"go.uber.org/goleak"
 
-	"github.com/participantd/participantd/cmd/participantd/server"
+	"github.com/participantd/participantd/server"
 	"github.com/participantd/participantd/wire"
 )
 

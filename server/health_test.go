@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/participantd/participantd/cmd/participantd/server"
+	"github.com/participantd/participantd/server"
 )
 
 func TestHealth_Endpoints(t *testing.T) {

@@ -11,7 +11,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/participantd/participantd/cmd/participantd/server"
+	"github.com/participantd/participantd/server"
 	"github.com/participantd/participantd/faultstore"
 	"github.com/participantd/participantd/store"
 	"github.com/participantd/participantd/wire"
