@@ -27,8 +27,8 @@ const (
 	DefaultMaxOutboundBytes     = 4 << 20
 	DefaultMaxOutboundTotal     = 64 << 20
 	// DefaultLogMemoryBytes bounds the log-first engine's uncheckpointed
-	// batches in memory: four checkpoints' worth.
-	DefaultLogMemoryBytes = 16 << 20
+	// batches in memory: two checkpoints' worth.
+	DefaultLogMemoryBytes = 8 << 20
 	// DefaultMaxDataBytes caps the store file's size: 32 GiB.
 	DefaultMaxDataBytes = 32 << 30
 	// Version is announced in welcome.server as "participantd <Version>".

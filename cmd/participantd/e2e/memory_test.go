@@ -262,16 +262,18 @@ func TestMemoryUnderAnAbusiveClient(t *testing.T) {
 				float64(idleAnon)/mib, float64(peakAnon)/mib, float64(peakAnon-idleAnon)/mib,
 				took.Round(time.Millisecond), 200/took.Seconds(), backlog, total, time.Since(cut).Round(100*time.Millisecond)))
 			if limit(peak - idle) {
-				t.Errorf("200 MiB told to a recipient that never reads grew RSS by %.1f MiB, want < 128 MiB", float64(peak-idle)/mib)
+				t.Errorf("200 MiB told to a recipient that never reads grew RSS (file pages included) by %.1f MiB", float64(peak-idle)/mib)
 			}
 			if peakAnon-idleAnon >= 128*mib {
 				t.Errorf("200 MiB told to a recipient that never reads grew anonymous RSS by %.1f MiB, want < 128 MiB", float64(peakAnon-idleAnon)/mib)
 			}
 		})
 	}
-	// (b) holds the target on the whole RSS; (c) on the anonymous part
-	// only: with 512 KiB values bbolt's mapped file pages (page cache,
-	// clean and reclaimable) add tens of MiB of RssFile.
-	deaf("(b) 200 MiB of 64 KiB tells, deaf recipient", 64<<10, func(g int64) bool { return g >= 128*mib })
-	deaf("(c) 200 MiB of 512 KiB tells, deaf recipient", 512<<10, func(int64) bool { return false })
+	// The target holds on the anonymous part of RSS, the process's own
+	// memory: the 200 MiB told land in the bbolt file, whose mapped pages
+	// (page cache, clean and reclaimable) add tens of MiB of RssFile as the
+	// checkpoint and the readers touch them. The whole RSS is reported, and
+	// checked against a bound that leaves room for those file pages.
+	deaf("(b) 200 MiB of 64 KiB tells, deaf recipient", 64<<10, func(g int64) bool { return g >= 192*mib })
+	deaf("(c) 200 MiB of 512 KiB tells, deaf recipient", 512<<10, func(g int64) bool { return g >= 256*mib })
 }
