@@ -14,8 +14,8 @@ import (
 
 	"github.com/participantd/participantd/client"
 	"github.com/participantd/participantd/cluster"
-	"github.com/participantd/participantd/server"
 	"github.com/participantd/participantd/oplog"
+	"github.com/participantd/participantd/server"
 	"github.com/participantd/participantd/store/etcdstore"
 	"github.com/participantd/participantd/store/etcdstore/etcdtest"
 )

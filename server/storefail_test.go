@@ -11,8 +11,8 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/participantd/participantd/server"
 	"github.com/participantd/participantd/faultstore"
+	"github.com/participantd/participantd/server"
 	"github.com/participantd/participantd/store"
 	"github.com/participantd/participantd/wire"
 )

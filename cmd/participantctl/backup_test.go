@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/participantd/participantd/client"
-	"github.com/participantd/participantd/server"
 	"github.com/participantd/participantd/participant"
+	"github.com/participantd/participantd/server"
 )
 
 // startAdminServer runs an in-process participantd on dir with an admin

@@ -11,10 +11,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/participantd/participantd/server"
 	"github.com/participantd/participantd/oplog"
 	"github.com/participantd/participantd/outbox"
 	"github.com/participantd/participantd/participant"
+	"github.com/participantd/participantd/server"
 	"github.com/participantd/participantd/store"
 )
 

@@ -9,8 +9,8 @@ import (
 	"testing"
 
 	"github.com/participantd/participantd/client"
-	"github.com/participantd/participantd/server"
 	"github.com/participantd/participantd/participant"
+	"github.com/participantd/participantd/server"
 )
 
 // An invitation printed by participantctl invite admits the Go client's

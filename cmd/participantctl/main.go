@@ -27,8 +27,8 @@ import (
 	"sort"
 	"syscall"
 
-	"github.com/participantd/participantd/server"
 	"github.com/participantd/participantd/internal/buildinfo"
+	"github.com/participantd/participantd/server"
 )
 
 // command is one subcommand.

@@ -7,8 +7,8 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/participantd/participantd/server"
 	"github.com/participantd/participantd/participant"
+	"github.com/participantd/participantd/server"
 	"github.com/participantd/participantd/store"
 	"github.com/participantd/participantd/store/logfirst"
 )

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/participantd/participantd/server"
 	"github.com/participantd/participantd/participant"
+	"github.com/participantd/participantd/server"
 	"github.com/participantd/participantd/store"
 )
 

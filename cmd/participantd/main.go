@@ -25,8 +25,8 @@ import (
 	"github.com/mattn/go-isatty"
 	"github.com/rs/zerolog"
 
-	"github.com/participantd/participantd/server"
 	"github.com/participantd/participantd/internal/buildinfo"
+	"github.com/participantd/participantd/server"
 )
 
 func main() {

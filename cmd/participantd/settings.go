@@ -13,8 +13,8 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/participantd/participantd/server"
 	"github.com/participantd/participantd/participant"
+	"github.com/participantd/participantd/server"
 )
 
 // EnvPrefix starts every environment variable participantd reads.

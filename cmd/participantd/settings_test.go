@@ -10,8 +10,8 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/participantd/participantd/server"
 	"github.com/participantd/participantd/participant"
+	"github.com/participantd/participantd/server"
 )
 
 func TestParseOptions_Defaults(t *testing.T) {
