@@ -20,9 +20,9 @@ const tokenPrefix = "token/"
 const ordinalShift = 40
 
 // Scope maps the participant's store names to scopes: every name of
-// conversation c (its oplog and outbox streams, its token index) maps to
-// c's decimal id, so that one conversation is one key range and one fence;
-// every other name is global.
+// conversation c (its oplog and outbox streams, its token index, its
+// checkpoint and its receipts) maps to c's decimal id, so that one
+// conversation is one key range and one fence; every other name is global.
 func Scope(name string) string {
 	var rest string
 	switch {
@@ -30,8 +30,10 @@ func Scope(name string) string {
 		rest = name[len("oplog/"):]
 	case strings.HasPrefix(name, outbox.StreamPrefix):
 		rest = name[len(outbox.StreamPrefix):]
-	case strings.HasPrefix(name, tokenPrefix):
-		rest = name[len(tokenPrefix):]
+	case strings.HasPrefix(name, participant.CheckpointPrefix):
+		rest = name[len(participant.CheckpointPrefix):]
+	case strings.HasPrefix(name, tokenPrefix), strings.HasPrefix(name, participant.ReceiptPrefix):
+		rest = name[strings.IndexByte(name, '/')+1:]
 		i := strings.IndexByte(rest, '/')
 		if i < 0 {
 			return ""
@@ -79,7 +81,11 @@ func newStore(st *etcdstore.Store, nodeID string, ordinal uint64) *Store {
 	}
 }
 
-var _ store.DurableStore = (*Store)(nil)
+var (
+	_ store.DurableStore = (*Store)(nil)
+	_ store.Compactor    = (*Store)(nil)
+	_ store.PageReader   = (*Store)(nil)
+)
 
 func (s *Store) rename(name string) string {
 	switch name {
@@ -102,6 +108,18 @@ func (s *Store) Append(name string, payload []byte, expectedSeq uint64) (uint64,
 func (s *Store) ReadFrom(name string, offset uint64, limit int) ([]store.Entry, error) {
 	return s.Store.ReadFrom(s.rename(name), offset, limit)
 }
+
+// ReadPage reads a page of the (renamed) stream (store.PageReader).
+func (s *Store) ReadPage(name string, offset uint64, limit int, maxBytes int) ([]store.Entry, error) {
+	return s.Store.ReadPage(s.rename(name), offset, limit, maxBytes)
+}
+
+// Trim trims the (renamed) stream (store.Compactor); a conversation's
+// trims are fenced by its claim like its appends.
+func (s *Store) Trim(name string, below uint64) error { return s.Store.Trim(s.rename(name), below) }
+
+// First returns the first stored seq of the (renamed) stream.
+func (s *Store) First(name string) (uint64, error) { return s.Store.First(s.rename(name)) }
 
 // Len returns the length of the (renamed) stream.
 func (s *Store) Len(name string) (uint64, error) { return s.Store.Len(s.rename(name)) }
