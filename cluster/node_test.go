@@ -23,6 +23,13 @@ type member struct {
 
 func startMember(t *testing.T, pfx, id string, ttl time.Duration) *member {
 	t.Helper()
+	return startMemberWith(t, pfx, id, ttl, participant.Options{})
+}
+
+// startMemberWith is startMember with the service's options (NodeKey and
+// Ownership are set here).
+func startMemberWith(t *testing.T, pfx, id string, ttl time.Duration, opts participant.Options) *member {
+	t.Helper()
 	ctx := context.Background()
 	n, err := cluster.Start(ctx, sharedCli, cluster.Options{NodeID: id, Advertise: id + ":7000", Prefix: pfx, LeaseTTL: ttl})
 	if err != nil {
@@ -32,7 +39,8 @@ func startMember(t *testing.T, pfx, id string, ttl time.Duration) *member {
 	if err != nil {
 		t.Fatalf("NodeKey: %v", err)
 	}
-	svc, err := participant.Open(ctx, n.Store(), participant.Options{NodeKey: key, Ownership: n})
+	opts.NodeKey, opts.Ownership = key, n
+	svc, err := participant.Open(ctx, n.Store(), opts)
 	if err != nil {
 		t.Fatalf("participant.Open(%s): %v", id, err)
 	}

@@ -1,0 +1,188 @@
+package cluster_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/participantd/participantd/cluster"
+	"github.com/participantd/participantd/oplog"
+	"github.com/participantd/participantd/outbox"
+	"github.com/participantd/participantd/participant"
+	"github.com/participantd/participantd/store"
+	"github.com/participantd/participantd/store/etcdstore"
+)
+
+// clock is a settable clock both nodes share.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+// TestCluster_CompactedConversationFailsOver: node a checkpoints and
+// compacts a conversation in etcd (its checkpoint and receipts in the
+// conversation's fenced scope, the settled rows trimmed); a then stops
+// renewing its lease, and node b, claiming the conversation, starts it from
+// that checkpoint: every committed token replays its original answer (the
+// trimmed ones from their receipts), a token reused with another payload
+// is token_conflict, the reader is offered exactly what it did not
+// acknowledge, and new tells commit after the old ones.
+func TestCluster_CompactedConversationFailsOver(t *testing.T) {
+	const (
+		conv    = participant.ConversationID(21)
+		tells   = 60
+		unacked = 3
+	)
+	pfx := prefix()
+	clk := &clock{now: time.UnixMilli(1_700_000_000_000)}
+	opts := participant.Options{CheckpointRows: 1, Retain: time.Minute, Now: clk.Now}
+	a := startMemberWith(t, pfx, "a", time.Second, opts)
+	if _, ok := any(a.node.Store()).(store.Compactor); !ok {
+		t.Fatal("the node's store is not a store.Compactor: cluster mode would run without checkpoints")
+	}
+	ctx := context.Background()
+
+	ca, cr := a.svc.Connect(func() {}), a.svc.Connect(func() {})
+	sender, err := ca.Enroll(ctx, participant.Enroll{Conversation: conv, Token: tok(1, 0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reader, err := cr.Enroll(ctx, participant.Enroll{Conversation: conv, Token: tok(1, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ca.Ack(ctx, participant.Ack{Conversation: conv, Participant: sender.Participant, Generation: sender.Generation, Through: 2}); err != nil {
+		t.Fatal(err)
+	}
+	seqs := make([]participant.Seq, tells)
+	var pending []string
+	for i := range tells {
+		body := fmt.Sprintf("tell %d", i)
+		told, err := ca.Tell(ctx, participant.Tell{Conversation: conv, Participant: sender.Participant,
+			Generation: sender.Generation, Token: tok(2, i), Payload: []byte(body)})
+		if err != nil {
+			t.Fatalf("tell %d: %v", i, err)
+		}
+		seqs[i] = told.Seq
+		if i < tells-unacked {
+			if _, err := cr.Ack(ctx, participant.Ack{Conversation: conv, Participant: reader.Participant,
+				Generation: reader.Generation, Through: told.Seq}); err != nil {
+				t.Fatalf("ack %d: %v", i, err)
+			}
+		} else {
+			pending = append(pending, body)
+		}
+	}
+
+	if n, err := a.svc.CheckpointPass(ctx); err != nil || n != 1 {
+		t.Fatalf("CheckpointPass on a = %d, %v, want 1, nil", n, err)
+	}
+	clk.advance(2 * time.Minute)
+	got, err := a.svc.CompactPass(ctx)
+	if err != nil || got.Conversations != 1 || got.OplogRows == 0 || got.Receipts == 0 {
+		t.Fatalf("CompactPass on a = %+v, %v, want the settled history removed", got, err)
+	}
+
+	// What a wrote is in etcd, in the conversation's scope.
+	ro := etcdstore.Open(sharedCli, etcdstore.Options{Prefix: pfx + "d/", Scope: cluster.Scope})
+	defer ro.Close()
+	first, err := ro.First(oplog.Stream(conv))
+	if err != nil || first != got.OplogRows {
+		t.Fatalf("First(oplog) read back = %d, %v, want %d", first, err, got.OplogRows)
+	}
+	if _, err := ro.ReadFrom(oplog.Stream(conv), 0, 0); !errors.Is(err, store.ErrCompacted) {
+		t.Fatalf("ReadFrom(oplog, 0) read back = %v, want ErrCompacted", err)
+	}
+	resp, err := sharedCli.Get(ctx, ro.ScopePrefix(cluster.Scope(oplog.Stream(conv)))+"b/"+participant.CheckpointPrefix+conv.String())
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("checkpoint key in the conversation's scope: %v, %d keys, want 1", err, len(resp.Kvs))
+	}
+
+	// Failover: a stops renewing its lease; b claims on first touch.
+	a.node.PauseKeepAlive()
+	waitDeleted(t, pfx+"own/"+conv.String())
+	b := startMemberWith(t, pfx, "b", 5*time.Second, opts)
+
+	cb := b.svc.Connect(func() {})
+	for i := range tells {
+		req := participant.Tell{Conversation: conv, Participant: sender.Participant, Generation: sender.Generation,
+			Token: tok(2, i), Payload: []byte(fmt.Sprintf("tell %d", i))}
+		told, err := cb.Tell(ctx, req)
+		if err != nil || told.Replay != participant.ReplayCommitted || told.Seq != seqs[i] {
+			t.Fatalf("retry of tell %d on b = %+v, %v, want seq %d replayed", i, told, err, seqs[i])
+		}
+		req.Payload = []byte("something else")
+		_, err = cb.Tell(ctx, req)
+		var pe *participant.Error
+		if !errors.As(err, &pe) || pe.Code != participant.CodeTokenConflict {
+			t.Fatalf("retry of tell %d on b with another payload = %v, want token_conflict", i, err)
+		}
+	}
+	replayed, err := cb.Enroll(ctx, participant.Enroll{Conversation: conv, Token: tok(1, 0)})
+	if err != nil || replayed.Participant != sender.Participant || replayed.Secret != sender.Secret || replayed.Replay == participant.ReplayNone {
+		t.Fatalf("retry of the first enroll on b = %+v, %v, want its original answer", replayed, err)
+	}
+	if unl := b.svc.Unloadable(); len(unl) != 0 {
+		t.Fatalf("Unloadable() on b = %+v", unl)
+	}
+
+	crb := b.svc.Connect(func() {})
+	rb, err := crb.Attach(ctx, participant.Attach{Conversation: conv, Participant: reader.Participant,
+		Generation: reader.Generation, Secret: reader.Secret, Token: tok(3, 0)})
+	if err != nil {
+		t.Fatalf("reader's Attach on b: %v", err)
+	}
+	var offered []string
+	for _, d := range drain(crb, conv) {
+		if d.Kind == outbox.KindRecord {
+			offered = append(offered, string(d.Payload))
+		}
+	}
+	if diff := cmp.Diff(pending, offered); diff != "" {
+		t.Fatalf("records offered on b after compaction and failover (-want +got):\n%s", diff)
+	}
+	sb, err := cb.Attach(ctx, participant.Attach{Conversation: conv, Participant: sender.Participant,
+		Generation: sender.Generation, Secret: sender.Secret, Token: tok(3, 1)})
+	if err != nil {
+		t.Fatalf("sender's Attach on b: %v", err)
+	}
+	told, err := cb.Tell(ctx, participant.Tell{Conversation: conv, Participant: sb.Participant, Generation: sb.Generation,
+		Token: tok(4, 0), Payload: []byte("after failover")})
+	if err != nil || told.Seq <= seqs[tells-1] {
+		t.Fatalf("new tell on b = %+v, %v, want a seq after %d", told, err, seqs[tells-1])
+	}
+	if rb.Generation != reader.Generation+1 {
+		t.Fatalf("reader's generation on b = %d, want %d", rb.Generation, reader.Generation+1)
+	}
+}
+
+// drain returns every delivery c has ready for conv.
+func drain(c *participant.Conn, conv participant.ConversationID) []participant.Delivery {
+	var out []participant.Delivery
+	var offered participant.Offered
+	for {
+		d, ok := c.Next(conv, offered)
+		if !ok {
+			return out
+		}
+		out = append(out, d)
+		offered = participant.Offered{Epoch: d.Epoch, Through: d.Seq}
+	}
+}
