@@ -186,3 +186,68 @@ func drain(c *participant.Conn, conv participant.ConversationID) []participant.D
 		offered = participant.Offered{Epoch: d.Epoch, Through: d.Seq}
 	}
 }
+
+// TestCluster_PassesRunAfterALoss: a node that lost its lease (every
+// conversation dropped), took a new one and claimed one conversation back
+// while another node claimed the other keeps checkpointing and compacting
+// the one it owns: the lost conversation's failed scope concerns that
+// conversation only, never a pass.
+func TestCluster_PassesRunAfterALoss(t *testing.T) {
+	const kept, lost = participant.ConversationID(31), participant.ConversationID(32)
+	pfx := prefix()
+	clk := &clock{now: time.UnixMilli(1_700_000_000_000)}
+	opts := participant.Options{CheckpointRows: 1, Retain: time.Minute, Now: clk.Now}
+	a := startMemberWith(t, pfx, "a", 5*time.Second, opts)
+	b := startMemberWith(t, pfx, "b", 5*time.Second, opts)
+	ctx := context.Background()
+
+	ca := a.svc.Connect(func() {})
+	bound := make(map[participant.ConversationID]participant.Bound)
+	for _, c := range []participant.ConversationID{kept, lost} {
+		bd, err := ca.Enroll(ctx, participant.Enroll{Conversation: c, Token: tok(byte(c), 0)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		bound[c] = bd
+	}
+	// a loses both, takes kept back, and b takes lost.
+	if err := a.node.LoseLease(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tell := func(cn *participant.Conn, c participant.ConversationID, gen participant.Generation, i int) {
+		t.Helper()
+		bd := bound[c]
+		if _, err := cn.Tell(ctx, participant.Tell{Conversation: c, Participant: bd.Participant, Generation: gen,
+			Token: tok(byte(c), 100+i), Payload: []byte(fmt.Sprint(i))}); err != nil {
+			t.Fatalf("tell %d on %v: %v", i, c, err)
+		}
+	}
+	attach := func(cn *participant.Conn, c participant.ConversationID) participant.Generation {
+		t.Helper()
+		bd := bound[c]
+		rb, err := cn.Attach(ctx, participant.Attach{Conversation: c, Participant: bd.Participant,
+			Generation: bd.Generation, Secret: bd.Secret, Token: tok(byte(c), 1)})
+		if err != nil {
+			t.Fatalf("attach on %v: %v", c, err)
+		}
+		return rb.Generation
+	}
+	ca = a.svc.Connect(func() {})
+	ga := attach(ca, kept)
+	cb := b.svc.Connect(func() {})
+	gb := attach(cb, lost)
+	for i := range 10 {
+		tell(ca, kept, ga, i)
+		tell(cb, lost, gb, i)
+	}
+	if n, err := a.svc.CheckpointPass(ctx); err != nil || n != 1 {
+		t.Fatalf("CheckpointPass on a after losing %v = %d, %v, want 1 (of %v), nil", lost, n, err, kept)
+	}
+	clk.advance(2 * time.Minute)
+	if got, err := a.svc.CompactPass(ctx); err != nil || got.Conversations != 1 || got.OplogRows == 0 {
+		t.Fatalf("CompactPass on a after losing %v = %+v, %v, want %v compacted", lost, got, err, kept)
+	}
+	if n, err := b.svc.CheckpointPass(ctx); err != nil || n != 1 {
+		t.Fatalf("CheckpointPass on b = %d, %v, want 1 (of %v), nil", n, err, lost)
+	}
+}
