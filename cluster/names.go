@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -99,30 +100,110 @@ func (s *Store) rename(name string) string {
 
 const localMask = 1<<ordinalShift - 1
 
+// ConversationError is the sticky failure of one conversation's scope
+// (a fence lost, a commit whose outcome is unknown, a compare that failed),
+// as the service sees it: it concerns that conversation only, so it does
+// not match store.ErrFailed (which would fail the whole service), while it
+// matches the etcdstore sentinel it carries (etcdstore.ErrFenced,
+// ErrUnknownOutcome or ErrConflict). The conversation's next grant
+// (Node.Acquire) resets the scope, and the service reconciles it from etcd.
+type ConversationError struct {
+	Scope string
+	err   error
+}
+
+func (e *ConversationError) Error() string {
+	return fmt.Sprintf("cluster: conversation %s failed: %v", e.Scope, e.err)
+}
+
+// Is matches what the scope's error matches, except store.ErrFailed.
+func (e *ConversationError) Is(target error) bool {
+	return target != store.ErrFailed && errors.Is(e.err, target)
+}
+
+// scoped returns err as the service must see it from a call on name: the
+// failure of a conversation's scope as a *ConversationError; any other
+// error (the global scope's failure included, which does fail the node)
+// unchanged.
+func (s *Store) scoped(name string, err error) error {
+	if err == nil || !errors.Is(err, store.ErrFailed) {
+		return err
+	}
+	sc := s.Store.ScopeOf(name)
+	if sc == "" {
+		return err
+	}
+	return &ConversationError{Scope: sc, err: err}
+}
+
 // Append appends to the (renamed) stream.
 func (s *Store) Append(name string, payload []byte, expectedSeq uint64) (uint64, error) {
-	return s.Store.Append(s.rename(name), payload, expectedSeq)
+	name = s.rename(name)
+	seq, err := s.Store.Append(name, payload, expectedSeq)
+	return seq, s.scoped(name, err)
 }
 
 // ReadFrom reads the (renamed) stream.
 func (s *Store) ReadFrom(name string, offset uint64, limit int) ([]store.Entry, error) {
-	return s.Store.ReadFrom(s.rename(name), offset, limit)
+	name = s.rename(name)
+	es, err := s.Store.ReadFrom(name, offset, limit)
+	return es, s.scoped(name, err)
 }
 
 // ReadPage reads a page of the (renamed) stream (store.PageReader).
 func (s *Store) ReadPage(name string, offset uint64, limit int, maxBytes int) ([]store.Entry, error) {
-	return s.Store.ReadPage(s.rename(name), offset, limit, maxBytes)
+	name = s.rename(name)
+	es, err := s.Store.ReadPage(name, offset, limit, maxBytes)
+	return es, s.scoped(name, err)
 }
 
 // Trim trims the (renamed) stream (store.Compactor); a conversation's
 // trims are fenced by its claim like its appends.
-func (s *Store) Trim(name string, below uint64) error { return s.Store.Trim(s.rename(name), below) }
+func (s *Store) Trim(name string, below uint64) error {
+	name = s.rename(name)
+	return s.scoped(name, s.Store.Trim(name, below))
+}
 
 // First returns the first stored seq of the (renamed) stream.
-func (s *Store) First(name string) (uint64, error) { return s.Store.First(s.rename(name)) }
+func (s *Store) First(name string) (uint64, error) {
+	name = s.rename(name)
+	first, err := s.Store.First(name)
+	return first, s.scoped(name, err)
+}
+
+// PutBytes writes byte values (store.Compactor); a conversation's are
+// fenced by its claim.
+func (s *Store) PutBytes(values []store.Bytes) error {
+	err := s.Store.PutBytes(values)
+	if err != nil && len(values) > 0 {
+		err = s.scoped(values[0].Key, err)
+	}
+	return err
+}
+
+// GetBytes reads a byte value.
+func (s *Store) GetBytes(key string) ([]byte, error) {
+	v, err := s.Store.GetBytes(key)
+	return v, s.scoped(key, err)
+}
+
+// Flush makes every write durable. A failed conversation scope is reported
+// as its *ConversationError, unless the node's global scope failed too.
+func (s *Store) Flush() error {
+	err := s.Store.Flush()
+	var ce *ConversationError
+	if err != nil && s.Store.Failed("") == nil && !errors.As(err, &ce) && errors.Is(err, store.ErrFailed) {
+		err = &ConversationError{Scope: "?", err: err}
+	}
+	return err
+}
 
 // Len returns the length of the (renamed) stream.
-func (s *Store) Len(name string) (uint64, error) { return s.Store.Len(s.rename(name)) }
+func (s *Store) Len(name string) (uint64, error) {
+	name = s.rename(name)
+	n, err := s.Store.Len(name)
+	return n, s.scoped(name, err)
+}
 
 // CAS writes the (renamed) value; the incarnation is written as this
 // node's own count, and refused if old or new names another node.
@@ -133,7 +214,8 @@ func (s *Store) CAS(key string, old, new uint64) error {
 		}
 		return s.Store.CAS(s.incarnation, old&localMask, new&localMask)
 	}
-	return s.Store.CAS(s.rename(key), old, new)
+	key = s.rename(key)
+	return s.scoped(key, s.Store.CAS(key, old, new))
 }
 
 // ReadValue reads the (renamed) value; see Store for the incarnation.
@@ -145,5 +227,7 @@ func (s *Store) ReadValue(key string) (uint64, error) {
 		}
 		return s.ordinal<<ordinalShift | v, nil
 	}
-	return s.Store.ReadValue(s.rename(key))
+	key = s.rename(key)
+	v, err := s.Store.ReadValue(key)
+	return v, s.scoped(key, err)
 }

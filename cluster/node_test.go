@@ -192,6 +192,15 @@ func TestNode_FencedOldOwnerIsRefusedByEtcd(t *testing.T) {
 	if !errors.Is(err, etcdstore.ErrFenced) {
 		t.Fatalf("Tell on the fenced-off a = %v, want it caused by etcdstore.ErrFenced", err)
 	}
+	// A conversation lost concerns that conversation only: a's service has
+	// not failed (it would drain and exit), and a serves the next touch,
+	// here by naming the new owner.
+	if err := a.svc.Failed(); err != nil {
+		t.Fatalf("a's service failed after one conversation was fenced off: %v", err)
+	}
+	if _, err := ca.Tell(ctx, participant.Tell{Conversation: 3, Participant: bound.Participant, Generation: bound.Generation, Token: tok(4, 0), Payload: []byte("from a")}); !errors.Is(err, participant.ErrMoved) {
+		t.Fatalf("retry on a after the refusal = %v, want moved (b owns 3)", err)
+	}
 
 	// Read back with a store of nobody's: b's rows, none of a's.
 	ro := etcdstore.Open(sharedCli, etcdstore.Options{Prefix: pfx + "d/", Scope: cluster.Scope})
