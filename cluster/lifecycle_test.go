@@ -251,3 +251,84 @@ func TestCluster_PassesRunAfterALoss(t *testing.T) {
 		t.Fatalf("CheckpointPass on b = %d, %v, want 1 (of %v), nil", n, err, lost)
 	}
 }
+
+// TestCluster_ConflictedScopeIsResetNotStuck: a commit of a conversation
+// that etcd refuses while the node still holds the claim (here a checkpoint
+// another writer touched: ErrConflict) fails that conversation only; the
+// next touch resets its scope and reconciles it from etcd, and a retried
+// token commits once.
+func TestCluster_ConflictedScopeIsResetNotStuck(t *testing.T) {
+	const conv = participant.ConversationID(41)
+	pfx := prefix()
+	a := startMemberWith(t, pfx, "a", 5*time.Second, participant.Options{CheckpointRows: 1})
+	ctx := context.Background()
+	ca := a.svc.Connect(func() {})
+	bd, err := ca.Enroll(ctx, participant.Enroll{Conversation: conv, Token: tok(1, 0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tell := func(i int) (participant.Told, error) {
+		return ca.Tell(ctx, participant.Tell{Conversation: conv, Participant: bd.Participant, Generation: bd.Generation,
+			Token: tok(2, i), Payload: []byte(fmt.Sprint(i))})
+	}
+	if _, err := tell(0); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := a.svc.CheckpointPass(ctx); err != nil || n != 1 {
+		t.Fatalf("CheckpointPass = %d, %v, want 1, nil", n, err)
+	}
+	if _, err := tell(1); err != nil {
+		t.Fatal(err)
+	}
+	// Another writer rewrites the checkpoint (same bytes, newer revision)
+	// after the node's last commit of the conversation.
+	key := pfx + "d/c/" + conv.String() + "/b/" + participant.CheckpointPrefix + conv.String()
+	resp, err := sharedCli.Get(ctx, key)
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("Get(%s) = %v, %v", key, resp, err)
+	}
+	if _, err := sharedCli.Put(ctx, key, string(resp.Kvs[0].Value)); err != nil {
+		t.Fatal(err)
+	}
+	_, err = a.svc.CheckpointPass(ctx)
+	if !errors.Is(err, etcdstore.ErrConflict) || errors.Is(err, store.ErrFailed) {
+		t.Fatalf("CheckpointPass over a checkpoint changed behind the node = %v, want ErrConflict, not store.ErrFailed", err)
+	}
+	if err := a.svc.Failed(); err != nil {
+		t.Fatalf("the service failed over one conversation's conflict: %v", err)
+	}
+	// The next tell may meet the failed scope (in_doubt or unavailable);
+	// retried with its token it commits once, on a scope read afresh.
+	told, err := tell(2)
+	for attempt := 1; err != nil; attempt++ {
+		if attempt == 5 || (!errors.Is(err, participant.ErrInDoubt) && !errors.Is(err, participant.ErrUnavailable)) {
+			t.Fatalf("tell 2 after the conflict, attempt %d: %v", attempt, err)
+		}
+		told, err = tell(2)
+	}
+	if again, err := tell(2); err != nil || again.Seq != told.Seq || again.Replay != participant.ReplayCommitted {
+		t.Fatalf("replay of tell 2 = %+v, %v, want seq %d replayed", again, err, told.Seq)
+	}
+	ro := etcdstore.Open(sharedCli, etcdstore.Options{Prefix: pfx + "d/", Scope: cluster.Scope})
+	defer ro.Close()
+	entries, err := ro.ReadFrom(oplog.Stream(conv), 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	told2 := 0
+	for _, e := range entries {
+		row, err := oplog.Decode(e.Payload)
+		if err != nil {
+			t.Fatalf("oplog row %d: %v", e.Seq, err)
+		}
+		if row.Kind == oplog.KindTell && string(row.Payload) == "2" {
+			told2++
+		}
+	}
+	if told2 != 1 {
+		t.Fatalf("tell 2 is in the oplog %d times, want once", told2)
+	}
+	if n, err := a.svc.CheckpointPass(ctx); err != nil || n != 1 {
+		t.Fatalf("CheckpointPass after the reset = %d, %v, want 1, nil", n, err)
+	}
+}

@@ -108,11 +108,16 @@ const localMask = 1<<ordinalShift - 1
 // ErrUnknownOutcome or ErrConflict). The conversation's next grant
 // (Node.Acquire) resets the scope, and the service reconciles it from etcd.
 type ConversationError struct {
+	// Scope is the failed conversation's scope, "" when a store-wide Flush
+	// reported it (the wrapped error names it).
 	Scope string
 	err   error
 }
 
 func (e *ConversationError) Error() string {
+	if e.Scope == "" {
+		return fmt.Sprintf("cluster: a conversation failed: %v", e.err)
+	}
 	return fmt.Sprintf("cluster: conversation %s failed: %v", e.Scope, e.err)
 }
 
@@ -193,7 +198,7 @@ func (s *Store) Flush() error {
 	err := s.Store.Flush()
 	var ce *ConversationError
 	if err != nil && s.Store.Failed("") == nil && !errors.As(err, &ce) && errors.Is(err, store.ErrFailed) {
-		err = &ConversationError{Scope: "?", err: err}
+		err = &ConversationError{err: err}
 	}
 	return err
 }
