@@ -28,6 +28,13 @@
 //     previous owner's bindings as died/unclean_restart.
 //   - A lost lease drops every owned conversation at once; the node takes a
 //     new lease and claims again on the next touch.
+//   - A conversation's failed scope (fenced off, unknown outcome, conflict)
+//     fails that conversation only: the service sees a *ConversationError,
+//     never store.ErrFailed, and the next Acquire resets the scope (or
+//     claims afresh when it was fenced off). Only the node's global scope
+//     failing fails the service.
+//   - A conversation's checkpoint and receipts are in its scope (Scope), so
+//     its trims and byte values are fenced by its claim like its appends.
 //   - No two live processes share a node id (node/<id> is created under the
 //     lease, create-if-absent), and incarnations carry the node's ordinal,
 //     so connection ids never collide across nodes.

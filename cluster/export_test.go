@@ -1,6 +1,10 @@
 package cluster
 
-import "time"
+import (
+	"context"
+	"errors"
+	"time"
+)
 
 // PauseKeepAlive stops the node from refreshing or checking its lease, and
 // makes it believe it still holds it, as a process frozen by a long pause
@@ -10,4 +14,14 @@ func (n *Node) PauseKeepAlive() {
 	n.mu.Lock()
 	n.deadline = time.Now().Add(time.Hour)
 	n.mu.Unlock()
+}
+
+// LoseLease makes the node lose its lease as a lapsed one is lost (every
+// owned conversation dropped and forgotten, the lease revoked) and take a
+// new one, as its keep-alive would on its next tick.
+func (n *Node) LoseLease(ctx context.Context) error {
+	n.paused.Store(true)
+	defer n.paused.Store(false)
+	n.loseLease(n.currentLease(), errors.New("cluster: lease lost in a test"))
+	return n.acquireLease(ctx)
 }

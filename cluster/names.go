@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -20,9 +21,9 @@ const tokenPrefix = "token/"
 const ordinalShift = 40
 
 // Scope maps the participant's store names to scopes: every name of
-// conversation c (its oplog and outbox streams, its token index) maps to
-// c's decimal id, so that one conversation is one key range and one fence;
-// every other name is global.
+// conversation c (its oplog and outbox streams, its token index, its
+// checkpoint and its receipts) maps to c's decimal id, so that one
+// conversation is one key range and one fence; every other name is global.
 func Scope(name string) string {
 	var rest string
 	switch {
@@ -30,8 +31,10 @@ func Scope(name string) string {
 		rest = name[len("oplog/"):]
 	case strings.HasPrefix(name, outbox.StreamPrefix):
 		rest = name[len(outbox.StreamPrefix):]
-	case strings.HasPrefix(name, tokenPrefix):
-		rest = name[len(tokenPrefix):]
+	case strings.HasPrefix(name, participant.CheckpointPrefix):
+		rest = name[len(participant.CheckpointPrefix):]
+	case strings.HasPrefix(name, tokenPrefix), strings.HasPrefix(name, participant.ReceiptPrefix):
+		rest = name[strings.IndexByte(name, '/')+1:]
 		i := strings.IndexByte(rest, '/')
 		if i < 0 {
 			return ""
@@ -79,7 +82,11 @@ func newStore(st *etcdstore.Store, nodeID string, ordinal uint64) *Store {
 	}
 }
 
-var _ store.DurableStore = (*Store)(nil)
+var (
+	_ store.DurableStore = (*Store)(nil)
+	_ store.Compactor    = (*Store)(nil)
+	_ store.PageReader   = (*Store)(nil)
+)
 
 func (s *Store) rename(name string) string {
 	switch name {
@@ -93,18 +100,115 @@ func (s *Store) rename(name string) string {
 
 const localMask = 1<<ordinalShift - 1
 
+// ConversationError is the sticky failure of one conversation's scope
+// (a fence lost, a commit whose outcome is unknown, a compare that failed),
+// as the service sees it: it concerns that conversation only, so it does
+// not match store.ErrFailed (which would fail the whole service), while it
+// matches the etcdstore sentinel it carries (etcdstore.ErrFenced,
+// ErrUnknownOutcome or ErrConflict). The conversation's next grant
+// (Node.Acquire) resets the scope, and the service reconciles it from etcd.
+type ConversationError struct {
+	// Scope is the failed conversation's scope, "" when a store-wide Flush
+	// reported it (the wrapped error names it).
+	Scope string
+	err   error
+}
+
+func (e *ConversationError) Error() string {
+	if e.Scope == "" {
+		return fmt.Sprintf("cluster: a conversation failed: %v", e.err)
+	}
+	return fmt.Sprintf("cluster: conversation %s failed: %v", e.Scope, e.err)
+}
+
+// Is matches what the scope's error matches, except store.ErrFailed.
+func (e *ConversationError) Is(target error) bool {
+	return target != store.ErrFailed && errors.Is(e.err, target)
+}
+
+// scoped returns err as the service must see it from a call on name: the
+// failure of a conversation's scope as a *ConversationError; any other
+// error (the global scope's failure included, which does fail the node)
+// unchanged.
+func (s *Store) scoped(name string, err error) error {
+	if err == nil || !errors.Is(err, store.ErrFailed) {
+		return err
+	}
+	sc := s.Store.ScopeOf(name)
+	if sc == "" {
+		return err
+	}
+	return &ConversationError{Scope: sc, err: err}
+}
+
 // Append appends to the (renamed) stream.
 func (s *Store) Append(name string, payload []byte, expectedSeq uint64) (uint64, error) {
-	return s.Store.Append(s.rename(name), payload, expectedSeq)
+	name = s.rename(name)
+	seq, err := s.Store.Append(name, payload, expectedSeq)
+	return seq, s.scoped(name, err)
 }
 
 // ReadFrom reads the (renamed) stream.
 func (s *Store) ReadFrom(name string, offset uint64, limit int) ([]store.Entry, error) {
-	return s.Store.ReadFrom(s.rename(name), offset, limit)
+	name = s.rename(name)
+	es, err := s.Store.ReadFrom(name, offset, limit)
+	return es, s.scoped(name, err)
+}
+
+// ReadPage reads a page of the (renamed) stream (store.PageReader).
+func (s *Store) ReadPage(name string, offset uint64, limit int, maxBytes int) ([]store.Entry, error) {
+	name = s.rename(name)
+	es, err := s.Store.ReadPage(name, offset, limit, maxBytes)
+	return es, s.scoped(name, err)
+}
+
+// Trim trims the (renamed) stream (store.Compactor); a conversation's
+// trims are fenced by its claim like its appends.
+func (s *Store) Trim(name string, below uint64) error {
+	name = s.rename(name)
+	return s.scoped(name, s.Store.Trim(name, below))
+}
+
+// First returns the first stored seq of the (renamed) stream.
+func (s *Store) First(name string) (uint64, error) {
+	name = s.rename(name)
+	first, err := s.Store.First(name)
+	return first, s.scoped(name, err)
+}
+
+// PutBytes writes byte values (store.Compactor); a conversation's are
+// fenced by its claim.
+func (s *Store) PutBytes(values []store.Bytes) error {
+	err := s.Store.PutBytes(values)
+	if err != nil && len(values) > 0 {
+		err = s.scoped(values[0].Key, err)
+	}
+	return err
+}
+
+// GetBytes reads a byte value.
+func (s *Store) GetBytes(key string) ([]byte, error) {
+	v, err := s.Store.GetBytes(key)
+	return v, s.scoped(key, err)
+}
+
+// Flush makes every write durable. A failed conversation scope is reported
+// as its *ConversationError, unless the node's global scope failed too.
+func (s *Store) Flush() error {
+	err := s.Store.Flush()
+	var ce *ConversationError
+	if err != nil && s.Store.Failed("") == nil && !errors.As(err, &ce) && errors.Is(err, store.ErrFailed) {
+		err = &ConversationError{err: err}
+	}
+	return err
 }
 
 // Len returns the length of the (renamed) stream.
-func (s *Store) Len(name string) (uint64, error) { return s.Store.Len(s.rename(name)) }
+func (s *Store) Len(name string) (uint64, error) {
+	name = s.rename(name)
+	n, err := s.Store.Len(name)
+	return n, s.scoped(name, err)
+}
 
 // CAS writes the (renamed) value; the incarnation is written as this
 // node's own count, and refused if old or new names another node.
@@ -115,7 +219,8 @@ func (s *Store) CAS(key string, old, new uint64) error {
 		}
 		return s.Store.CAS(s.incarnation, old&localMask, new&localMask)
 	}
-	return s.Store.CAS(s.rename(key), old, new)
+	key = s.rename(key)
+	return s.scoped(key, s.Store.CAS(key, old, new))
 }
 
 // ReadValue reads the (renamed) value; see Store for the incarnation.
@@ -127,5 +232,7 @@ func (s *Store) ReadValue(key string) (uint64, error) {
 		}
 		return s.ordinal<<ordinalShift | v, nil
 	}
-	return s.Store.ReadValue(s.rename(key))
+	key = s.rename(key)
+	v, err := s.Store.ReadValue(key)
+	return v, s.scoped(key, err)
 }

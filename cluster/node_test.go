@@ -24,6 +24,13 @@ type member struct {
 
 func startMember(t *testing.T, pfx, id string, ttl time.Duration) *member {
 	t.Helper()
+	return startMemberWith(t, pfx, id, ttl, participant.Options{})
+}
+
+// startMemberWith is startMember with the service's options (NodeKey and
+// Ownership are set here).
+func startMemberWith(t *testing.T, pfx, id string, ttl time.Duration, opts participant.Options) *member {
+	t.Helper()
 	ctx := context.Background()
 	n, err := cluster.Start(ctx, sharedCli, cluster.Options{NodeID: id, Advertise: id + ":7000", Prefix: pfx, LeaseTTL: ttl})
 	if err != nil {
@@ -33,7 +40,8 @@ func startMember(t *testing.T, pfx, id string, ttl time.Duration) *member {
 	if err != nil {
 		t.Fatalf("NodeKey: %v", err)
 	}
-	svc, err := participant.Open(ctx, n.Store(), participant.Options{NodeKey: key, Ownership: n})
+	opts.NodeKey, opts.Ownership = key, n
+	svc, err := participant.Open(ctx, n.Store(), opts)
 	if err != nil {
 		t.Fatalf("participant.Open(%s): %v", id, err)
 	}
@@ -184,6 +192,15 @@ func TestNode_FencedOldOwnerIsRefusedByEtcd(t *testing.T) {
 	}
 	if !errors.Is(err, etcdstore.ErrFenced) {
 		t.Fatalf("Tell on the fenced-off a = %v, want it caused by etcdstore.ErrFenced", err)
+	}
+	// A conversation lost concerns that conversation only: a's service has
+	// not failed (it would drain and exit), and a serves the next touch,
+	// here by naming the new owner.
+	if err := a.svc.Failed(); err != nil {
+		t.Fatalf("a's service failed after one conversation was fenced off: %v", err)
+	}
+	if _, err := ca.Tell(ctx, participant.Tell{Conversation: 3, Participant: bound.Participant, Generation: bound.Generation, Token: tok(4, 0), Payload: []byte("from a")}); !errors.Is(err, participant.ErrMoved) {
+		t.Fatalf("retry on a after the refusal = %v, want moved (b owns 3)", err)
 	}
 
 	// Read back with a store of nobody's: b's rows, none of a's.

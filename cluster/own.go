@@ -3,12 +3,14 @@ package cluster
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/participantd/participantd/participant"
+	"github.com/participantd/participantd/store"
 	"github.com/participantd/participantd/store/etcdstore"
 )
 
@@ -29,9 +31,27 @@ func (n *Node) Acquire(ctx context.Context, c participant.ConversationID) (bool,
 		n.mu.Unlock()
 		return false, ErrNoLease
 	}
+	sc := scopeOf(c)
 	if _, ok := n.claimsByConv[c]; ok {
-		n.mu.Unlock()
-		return false, nil
+		ferr := n.etcd.Failed(sc)
+		if ferr == nil {
+			n.mu.Unlock()
+			return false, nil
+		}
+		if !errors.Is(ferr, etcdstore.ErrFenced) {
+			// The claim holds but a commit failed (its outcome unknown, a
+			// compare refused): the store forgets what it held of c and
+			// the service reconciles c from etcd. A commit still in flight
+			// in etcd cannot fork c: the next commit compares the lengths
+			// read now.
+			n.etcd.Reset(sc)
+			n.mu.Unlock()
+			return true, nil
+		}
+		// Fenced off: the claim is gone, whatever the node believed.
+		// Claim afresh (or learn the new owner).
+		delete(n.claimsByConv, c)
+		n.owned.Add(-1)
 	}
 	lease := n.lease
 	n.mu.Unlock()
@@ -82,7 +102,6 @@ func (n *Node) Acquire(ctx context.Context, c participant.ConversationID) (bool,
 		n.mu.Unlock()
 		return false, ErrNoLease
 	}
-	sc := scopeOf(c)
 	n.etcd.SetFence(sc, etcdstore.Fence{Key: key, CreateRevision: rev})
 	n.etcd.Reset(sc)
 	n.claimsByConv[c] = rev
@@ -94,9 +113,17 @@ func (n *Node) Acquire(ctx context.Context, c participant.ConversationID) (bool,
 }
 
 // Flush makes c's writes and the node's own global writes durable; its
-// error concerns c (and the node) only, never another conversation.
+// error concerns c (and the node) only, never another conversation. A
+// failure of c's scope is a *ConversationError (not store.ErrFailed: the
+// node keeps serving its other conversations); a failure of the node's
+// global scope is returned as it is.
 func (n *Node) Flush(c participant.ConversationID) error {
-	return n.etcd.FlushScopes(scopeOf(c), "")
+	sc := scopeOf(c)
+	err := n.etcd.FlushScopes(sc, "")
+	if err != nil && errors.Is(err, store.ErrFailed) && n.etcd.Failed("") == nil {
+		return &ConversationError{Scope: sc, err: err}
+	}
+	return err
 }
 
 // Exists reports whether conversation c has anything stored, or an owner.

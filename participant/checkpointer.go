@@ -146,6 +146,7 @@ func (s *Service) checkpointPass(ctx context.Context) (written int, full bool, e
 	s.mu.Unlock()
 	budget := uint64(s.opts.CheckpointPassRows)
 	var batch []store.Bytes
+	var batchConvs []ConversationID
 	batchBytes := 0
 	flush := func() error {
 		if len(batch) == 0 {
@@ -155,12 +156,17 @@ func (s *Service) checkpointPass(ctx context.Context) (written int, full bool, e
 			return fmt.Errorf("participant: write checkpoints: %w", err)
 		}
 		// A checkpoint must be durable before anything relies on it (a
-		// compaction's trim of the rows it replaces).
-		if err := s.st.Flush(); err != nil {
-			return fmt.Errorf("participant: write checkpoints: %w", err)
+		// compaction's trim of the rows it replaces). Each conversation's
+		// barrier is its own (Ownership.Flush), so that in cluster mode a
+		// conversation lost to another node fails only itself: the first
+		// flush commits the whole batch, the others find it done.
+		for _, c := range batchConvs {
+			if err := s.flush(c); err != nil {
+				return fmt.Errorf("participant: write the checkpoint of %v: %w", c, err)
+			}
 		}
 		written += len(batch)
-		batch, batchBytes = batch[:0], 0
+		batch, batchConvs, batchBytes = batch[:0], batchConvs[:0], 0
 		return nil
 	}
 	for _, cv := range convs {
@@ -207,6 +213,7 @@ func (s *Service) checkpointPass(ctx context.Context) (written int, full bool, e
 			return written, budget == 0, err
 		}
 		batch = append(batch, store.Bytes{Key: checkpointKey(cv.id), Value: enc})
+		batchConvs = append(batchConvs, cv.id)
 		if batchBytes += len(enc); batchBytes >= checkpointBatchBytes {
 			if err := flush(); err != nil {
 				return written, budget == 0, err

@@ -62,7 +62,10 @@ func (s *Service) compactPass(ctx context.Context) (out Compacted, full bool, er
 		if budget == 0 || ctx.Err() != nil {
 			break
 		}
-		if cv.contained() {
+		if cv.contained() || cv.loaded() == nil {
+			// Refused, or not loaded: not served here now (in cluster
+			// mode, perhaps owned by another node); a later pass
+			// compacts it once it is loaded again.
 			continue
 		}
 		ck, err := loadCheckpoint(s.st, cv.id)
@@ -103,7 +106,7 @@ func (s *Service) compactPass(ctx context.Context) (out Compacted, full bool, er
 		out.Receipts += n
 		// The receipts (and the checkpoint they rely on) must be durable
 		// before the rows they stand in for are trimmed.
-		if err := s.st.Flush(); err != nil {
+		if err := s.flush(cv.id); err != nil {
 			return out, budget == 0, fmt.Errorf("participant: write receipts of %v: %w", cv.id, err)
 		}
 		// The turn is taken per step of at most trimStep rows of each
@@ -215,7 +218,7 @@ func (s *Service) trimLocked(cs store.Compactor, c ConversationID, opFirst, opFl
 			return fmt.Errorf("participant: compact %v: %w", c, err)
 		}
 	}
-	if err := s.st.Flush(); err != nil {
+	if err := s.flush(c); err != nil {
 		return fmt.Errorf("participant: compact %v: %w", c, err)
 	}
 	return nil

@@ -23,7 +23,29 @@ type scopeWork struct {
 	fence   *Fence
 	streams []*streamWork
 	values  []*valueWork
-	err     error
+	trims   []*trimWork
+	bytes   []*bytesWork
+	// rev is the scope's revision when the commit began: a byte value
+	// commits only if etcd's copy is no newer. committed is the highest
+	// revision a transaction of the scope committed at.
+	rev       int64
+	committed int64
+	err       error
+}
+
+// trimWork is a stream's staged trim: delete its entries below below.
+type trimWork struct {
+	name  string
+	below uint64
+}
+
+// bytesWork is one byte value's write (gen is the PutBytes count it
+// carries; val nil deletes).
+type bytesWork struct {
+	bv   *byteValue
+	name string
+	val  []byte
+	gen  uint64
 }
 
 // streamWork is a stream's entries base.. being written; done counts those
@@ -53,6 +75,8 @@ type item struct {
 	fence bool
 	vw    *valueWork
 	swk   *streamWork
+	tw    *trimWork
+	bw    *bytesWork
 	from  int // chunk: the first entry of swk.ents
 	n     int // chunk: how many entries
 }
@@ -123,7 +147,7 @@ func (s *Store) takeLocked() []*scopeWork {
 		if c.err != nil || !c.dirty() || c.inflight != nil {
 			continue
 		}
-		sw := &scopeWork{sc: c, epoch: c.epoch, staged: c.staged}
+		sw := &scopeWork{sc: c, epoch: c.epoch, staged: c.staged, rev: c.rev}
 		if c.fence != nil {
 			f := *c.fence
 			sw.fence = &f
@@ -135,8 +159,16 @@ func (s *Store) takeLocked() []*scopeWork {
 		for name, v := range c.dirtyValues {
 			sw.values = append(sw.values, &valueWork{v: v, name: name, old: v.committed, new: v.cur, gen: v.gen})
 		}
+		for name, st := range c.dirtyTrims {
+			sw.trims = append(sw.trims, &trimWork{name: name, below: st.trimTo})
+		}
+		for name, bv := range c.dirtyBytes {
+			sw.bytes = append(sw.bytes, &bytesWork{bv: bv, name: name, val: bv.cur, gen: bv.gen})
+		}
 		c.dirtyStreams = make(map[string]*stream)
 		c.dirtyValues = make(map[string]*value)
+		c.dirtyTrims = make(map[string]*stream)
+		c.dirtyBytes = make(map[string]*byteValue)
 		c.inflight, c.wanted = sw, false
 		work = append(work, sw)
 	}
@@ -161,6 +193,13 @@ func (s *Store) applyLocked(work []*scopeWork) {
 		if sw.err != nil {
 			s.failLocked(c, sw.err)
 			continue
+		}
+		c.rev = max(c.rev, sw.committed)
+		for _, bw := range sw.bytes {
+			if bw.bv.gen == bw.gen && c.bytes[bw.name] == bw.bv {
+				// Not written since: etcd holds it.
+				delete(c.bytes, bw.name)
+			}
 		}
 		for _, swk := range sw.streams {
 			swk.st.committed += uint64(swk.done)
@@ -283,6 +322,18 @@ func (s *Store) pack(work []*scopeWork) []*txnPlan {
 			cur.puts++
 			cur.bytes += 2 * kvCost(key, 8)
 		}
+		for _, tw := range sw.trims {
+			c, p, b := s.trimCost(sw, tw)
+			need(c, p, b)
+			cur.items = append(cur.items, item{sw: sw, tw: tw})
+			cur.cmps, cur.puts, cur.bytes = cur.cmps+c, cur.puts+p, cur.bytes+b
+		}
+		for _, bw := range sw.bytes {
+			c, p, b := s.bytesCost(sw, bw)
+			need(c, p, b)
+			cur.items = append(cur.items, item{sw: sw, bw: bw})
+			cur.cmps, cur.puts, cur.bytes = cur.cmps+c, cur.puts+p, cur.bytes+b
+		}
 		for _, swk := range sw.streams {
 			lenKey := s.lay.lenKey(sw.sc.name, swk.name)
 			prefix := s.lay.entryPrefix(sw.sc.name, swk.name)
@@ -312,6 +363,19 @@ func (s *Store) pack(work []*scopeWork) []*txnPlan {
 	return plans
 }
 
+// trimCost is what a trim costs a transaction: the compare of entry below
+// (and its Else read) and one DeleteRange of two keys.
+func (s *Store) trimCost(sw *scopeWork, tw *trimWork) (cmps, puts, bytes int) {
+	return 1, 1, 4 * kvCost(s.lay.entryPrefix(sw.sc.name, tw.name), 8)
+}
+
+// bytesCost is what a byte value costs: its compare and Else read, and
+// its put.
+func (s *Store) bytesCost(sw *scopeWork, bw *bytesWork) (cmps, puts, bytes int) {
+	key := s.lay.bytesKey(sw.sc.name, bw.name)
+	return 1, 1, 2*kvCost(key, 8) + kvCost(key, len(bw.val))
+}
+
 func (s *Store) scopeCost(sw *scopeWork) (cmps, puts, bytes int) {
 	if sw.fence != nil {
 		cmps, bytes = 1, kvCost(sw.fence.Key, 16)
@@ -320,6 +384,14 @@ func (s *Store) scopeCost(sw *scopeWork) (cmps, puts, bytes int) {
 		cmps++
 		puts++
 		bytes += 2 * kvCost(s.lay.valueKey(sw.sc.name, vw.name), 8)
+	}
+	for _, tw := range sw.trims {
+		c, p, b := s.trimCost(sw, tw)
+		cmps, puts, bytes = cmps+c, puts+p, bytes+b
+	}
+	for _, bw := range sw.bytes {
+		c, p, b := s.bytesCost(sw, bw)
+		cmps, puts, bytes = cmps+c, puts+p, bytes+b
 	}
 	for _, swk := range sw.streams {
 		cmps++
@@ -372,6 +444,26 @@ func (s *Store) runTxn(plan *txnPlan) {
 				} else {
 					thens = append(thens, clientv3.OpPut(key, encodeU64(vw.new)))
 				}
+			case it.tw != nil:
+				// The entry at the floor stays, so the stream keeps its
+				// last entry whatever etcd holds.
+				prefix := s.lay.entryPrefix(sc, it.tw.name)
+				floor := entryKey(prefix, it.tw.below)
+				cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(floor), ">", 0))
+				elses = append(elses, clientv3.OpGet(floor, clientv3.WithKeysOnly()))
+				evals = append(evals, func(kvs []*kvView) bool { return len(kvs) == 1 })
+				thens = append(thens, clientv3.OpDelete(prefix, clientv3.WithRange(floor)))
+			case it.bw != nil:
+				bw, rev := it.bw, it.sw.rev
+				key := s.lay.bytesKey(sc, bw.name)
+				cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(key), "<", rev+1))
+				elses = append(elses, clientv3.OpGet(key, clientv3.WithKeysOnly()))
+				evals = append(evals, func(kvs []*kvView) bool { return len(kvs) == 0 || kvs[0].modRev <= rev })
+				if len(bw.val) == 0 {
+					thens = append(thens, clientv3.OpDelete(key))
+				} else {
+					thens = append(thens, clientv3.OpPut(key, string(bw.val)))
+				}
 			default:
 				swk := it.swk
 				lenKey := s.lay.lenKey(sc, swk.name)
@@ -406,6 +498,7 @@ func (s *Store) runTxn(plan *txnPlan) {
 		if resp.Succeeded {
 			s.commits.Add(1)
 			for _, it := range live {
+				it.sw.committed = max(it.sw.committed, resp.Header.Revision)
 				switch {
 				case it.vw != nil:
 					it.vw.done = true
@@ -424,7 +517,7 @@ func (s *Store) runTxn(plan *txnPlan) {
 			var kvs []*kvView
 			if rr != nil {
 				for _, kv := range rr.Kvs {
-					kvs = append(kvs, &kvView{value: kv.Value, createRev: kv.CreateRevision})
+					kvs = append(kvs, &kvView{value: kv.Value, createRev: kv.CreateRevision, modRev: kv.ModRevision})
 				}
 			}
 			if evals[i](kvs) || checks[i].err != nil {
@@ -459,6 +552,7 @@ func (s *Store) observeTxn(began time.Time, ops int, err error) {
 type kvView struct {
 	value     []byte
 	createRev int64
+	modRev    int64
 }
 
 // cmpU64 compares key against v in this layout: absent for 0, else the

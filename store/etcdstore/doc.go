@@ -13,6 +13,7 @@
 //	c/<scope>/l/<name>                stream length: 8-byte BE (absent = 0)
 //	c/<scope>/s/<n:2 BE><name><seq:8 BE>   stream entry: the payload
 //	c/<scope>/v/<name>                value: 8-byte BE (absent = 0, 0 never stored)
+//	c/<scope>/b/<name>                byte value (store.Compactor): the bytes
 //	g/…                               the same for names of the global scope ""
 //
 // The 2-byte name length in entry keys keeps one stream's entries a range of
@@ -34,6 +35,21 @@
 //     refused at Append with store.ErrTooLarge.
 //   - Scan walks every key of the prefix: it is for offline tools.
 //
+// The Store is also a store.Compactor and a store.PageReader. Trim and
+// PutBytes stage like Append and CAS (visible at once, committed by the
+// next Flush in the scope's fenced transaction, so a fenced-off node can
+// neither trim nor overwrite a checkpoint). A trim is one DeleteRange of
+// the stream's entry keys below its floor, compared on the entry at the
+// floor existing; the length key is untouched, so seqs never move, and a
+// stream's first stored entry is its first entry key (a trim never removes
+// the last entry), cached per stream once read or trimmed. A read below
+// it is a *store.CompactedError, also when another store trimmed: entries
+// missing at the front of a range are compacted, missing elsewhere
+// corrupt. Byte values are limited to MaxPayloadLen as payloads are.
+// ReadPage reads in etcd ranges sized from the bytes left at the average
+// entry size read so far (16 entries first), so a page fetches about its
+// byte bound, not readPage entries of any size.
+//
 // # Commit
 //
 // One committer goroutine, owned by the Store and stopped by Close, takes
@@ -47,11 +63,17 @@
 //	If   each touched stream's length key = the length last committed or read
 //	     each CAS'd value = its last committed or read value
 //	     each touched scope's fence key has the fence's create revision
-//	Then put the entries, the new lengths, the values (delete for 0)
+//	     each trim's floor entry exists
+//	     each byte value's mod revision <= the scope's revision
+//	Then put the entries, the new lengths, the values (delete for 0),
+//	     the byte values (delete for empty); delete the trimmed ranges
 //	Else read every compared key
 //
 // so that no two writers can commit the same seq of a stream: a stream never
-// forks. The transactions of one commit run concurrently (at most 16 at a
+// forks. A scope's revision is the etcd revision its lengths were loaded at,
+// advanced to each transaction of the scope that commits: a byte value that
+// another writer changed since is not overwritten (the scope fails with
+// ErrConflict), while the store rewrites its own freely. The transactions of one commit run concurrently (at most 16 at a
 // time), except the chunks of a split scope, which run in order. When refused, the Else reads show which compares failed; those
 // scopes fail and the transaction runs again without them (at most once per
 // failed scope), so a fenced-off scope fails only itself.

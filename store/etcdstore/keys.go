@@ -14,6 +14,7 @@ const (
 	kindLen   = 'l'
 	kindEntry = 's'
 	kindValue = 'v'
+	kindBytes = 'b'
 )
 
 // layout builds the etcd keys of one store.
@@ -54,6 +55,11 @@ func (l layout) lenKey(sc, name string) string {
 
 func (l layout) valueKey(sc, name string) string {
 	return l.base(sc) + string(kindValue) + "/" + name
+}
+
+// bytesKey is the key of byte value name (store.Compactor).
+func (l layout) bytesKey(sc, name string) string {
+	return l.base(sc) + string(kindBytes) + "/" + name
 }
 
 // entryPrefix is the prefix of every entry key of stream name.

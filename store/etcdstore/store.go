@@ -165,9 +165,22 @@ type scope struct {
 	// staged counts the writes ever staged in the scope and durable those
 	// made durable, so that a Flush knows when its writes are.
 	staged, durable uint64
+	// bytes holds the byte values (store.Compactor) with a write staged or
+	// in flight, nil meaning deleted; dirtyBytes those staged since the
+	// last commit began, and dirtyTrims the streams with a trim staged.
+	bytes      map[string]*byteValue
+	dirtyBytes map[string]*byteValue
+	dirtyTrims map[string]*stream
+	// rev is the etcd revision up to which the store knows the scope: the
+	// revision its lengths were loaded at, advanced by each of its
+	// commits. A byte value commits only if etcd's copy was last modified
+	// at or before rev (see doc.go, Commit). Set with lensLoaded.
+	rev int64
 }
 
-func (sc *scope) dirty() bool { return len(sc.dirtyStreams)+len(sc.dirtyValues) > 0 }
+func (sc *scope) dirty() bool {
+	return len(sc.dirtyStreams)+len(sc.dirtyValues)+len(sc.dirtyBytes)+len(sc.dirtyTrims) > 0
+}
 
 // pending reports whether the scope has writes not yet durable.
 func (sc *scope) pending() bool { return sc.durable < sc.staged }
@@ -182,6 +195,12 @@ type stream struct {
 	// taken of them are being written by the commit in progress.
 	pending [][]byte
 	taken   int
+	// first is the seq of the stream's first stored entry, known once
+	// firstKnown is set (read from etcd, or set by a staged Trim, which
+	// makes it visible at once); trimTo is the floor of the staged trim.
+	first      uint64
+	firstKnown bool
+	trimTo     uint64
 }
 
 func (st *stream) lenLocked() uint64 { return st.committed + uint64(len(st.pending)) }
@@ -301,6 +320,10 @@ func (c *scope) clearLocked() {
 	// Nothing staged survives: the writes counted as staged are gone.
 	c.durable = c.staged
 	c.lensLoaded = false
+	c.rev = 0
+	c.bytes = make(map[string]*byteValue)
+	c.dirtyBytes = make(map[string]*byteValue)
+	c.dirtyTrims = make(map[string]*stream)
 	c.reads = make(map[string]uint64)
 	c.streams = make(map[string]*stream)
 	c.values = make(map[string]*value)
@@ -365,25 +388,36 @@ func checkName(name string) error {
 // scope's only writer (the fence makes it so in cluster mode, and any
 // other writer is caught by the length compares of the next commit).
 func (s *Store) streamLocked(c *scope, name string) (*scope, *stream, error) {
-	for {
-		if st := c.streams[name]; st != nil {
-			return c, st, nil
-		}
-		if c.lensLoaded {
-			st := &stream{}
-			c.streams[name] = st
-			return c, st, nil
-		}
+	if st := c.streams[name]; st != nil {
+		return c, st, nil
+	}
+	c, err := s.loadedLocked(c, name)
+	if err != nil {
+		return nil, nil, err
+	}
+	st := c.streams[name]
+	if st == nil {
+		st = &stream{}
+		c.streams[name] = st
+	}
+	return c, st, nil
+}
+
+// loadedLocked returns the scope of name with its stream lengths (and its
+// revision) loaded, loading them first if needed. It may release and
+// retake s.mu, as streamLocked.
+func (s *Store) loadedLocked(c *scope, name string) (*scope, error) {
+	for !c.lensLoaded {
 		epoch := c.epoch
 		s.mu.Unlock()
-		lens, err := s.loadLens(c.name)
+		lens, rev, err := s.loadLens(c.name)
 		s.mu.Lock()
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		c, err = s.usableLocked(name)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		if c.epoch == epoch && !c.lensLoaded {
 			for n, l := range lens {
@@ -392,31 +426,39 @@ func (s *Store) streamLocked(c *scope, name string) (*scope, *stream, error) {
 				}
 			}
 			c.lensLoaded = true
+			c.rev = rev
 		}
 	}
+	return c, nil
 }
 
-// loadLens reads the length of every stream of scope sc.
-func (s *Store) loadLens(sc string) (map[string]uint64, error) {
+// loadLens reads the length of every stream of scope sc, and the revision
+// the read began at.
+func (s *Store) loadLens(sc string) (map[string]uint64, int64, error) {
 	prefix := s.lay.lenKey(sc, "")
 	out := make(map[string]uint64)
 	from, end := prefix, clientv3.GetPrefixRangeEnd(prefix)
+	var rev int64
 	for {
 		ctx, cancel := s.ctx()
 		resp, err := s.kv.Get(ctx, from, clientv3.WithRange(end), clientv3.WithLimit(4096))
 		cancel()
 		if err != nil {
-			return nil, fmt.Errorf("etcdstore: read stream lengths of scope %q: %w", sc, err)
+			return nil, 0, fmt.Errorf("etcdstore: read stream lengths of scope %q: %w", sc, err)
+		}
+		if rev == 0 {
+			// The first page's revision: everything read is at least as new.
+			rev = resp.Header.Revision
 		}
 		for _, kv := range resp.Kvs {
 			n, ok := decodeU64(kv.Value)
 			if !ok {
-				return nil, fmt.Errorf("%w: length key %q has %d bytes", ErrCorrupt, kv.Key, len(kv.Value))
+				return nil, 0, fmt.Errorf("%w: length key %q has %d bytes", ErrCorrupt, kv.Key, len(kv.Value))
 			}
 			out[string(kv.Key[len(prefix):])] = n
 		}
 		if !resp.More || len(resp.Kvs) == 0 {
-			return out, nil
+			return out, rev, nil
 		}
 		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 	}
@@ -469,54 +511,10 @@ func (s *Store) Len(name string) (uint64, error) {
 }
 
 // ReadFrom returns up to limit entries of stream from offset, staged or
-// committed. The entries are copies the caller owns.
+// committed. The entries are copies the caller owns. An offset below the
+// stream's first stored entry fails with a *store.CompactedError.
 func (s *Store) ReadFrom(name string, offset uint64, limit int) ([]store.Entry, error) {
-	s.mu.Lock()
-	c, err := s.usableLocked(name)
-	if err == nil {
-		c, _, err = s.streamLocked(c, name)
-	}
-	if err != nil {
-		s.mu.Unlock()
-		return nil, err
-	}
-	st := c.streams[name]
-	committed, pending := st.committed, st.pending
-	s.mu.Unlock()
-
-	total := committed + uint64(len(pending))
-	if offset >= total {
-		return nil, nil
-	}
-	end := total
-	if limit > 0 && uint64(limit) < end-offset {
-		end = offset + uint64(limit)
-	}
-	out := make([]store.Entry, 0, min(end-offset, 4096))
-	prefix := s.lay.entryPrefix(c.name, name)
-	for from := offset; from < min(end, committed); {
-		to := min(end, committed, from+readPage)
-		ctx, cancel := s.ctx()
-		resp, err := s.kv.Get(ctx, entryKey(prefix, from), clientv3.WithRange(entryKey(prefix, to)))
-		cancel()
-		if err != nil {
-			return nil, fmt.Errorf("etcdstore: read %q from %d: %w", name, from, err)
-		}
-		if uint64(len(resp.Kvs)) != to-from {
-			return nil, fmt.Errorf("%w: stream %q has %d entries in [%d, %d), want %d", ErrCorrupt, name, len(resp.Kvs), from, to, to-from)
-		}
-		for i, kv := range resp.Kvs {
-			if string(kv.Key) != entryKey(prefix, from+uint64(i)) {
-				return nil, fmt.Errorf("%w: stream %q entry %d is missing", ErrCorrupt, name, from+uint64(i))
-			}
-			out = append(out, store.Entry{Seq: from + uint64(i), Payload: kv.Value})
-		}
-		from = to
-	}
-	for seq := max(offset, committed); seq < end; seq++ {
-		out = append(out, store.Entry{Seq: seq, Payload: append([]byte(nil), pending[seq-committed]...)})
-	}
-	return out, nil
+	return s.ReadPage(name, offset, limit, 0)
 }
 
 // CAS stages value key = new if it is old; see store.DurableStore.
