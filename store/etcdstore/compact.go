@@ -44,6 +44,7 @@ func (s *Store) Trim(name string, below uint64) error {
 	st.first = below
 	st.trimTo = below
 	c.dirtyTrims[name] = st
+	c.staged++ // a Flush waits for the trim as for any write
 	return nil
 }
 
@@ -138,6 +139,7 @@ func (s *Store) PutBytes(values []store.Bytes) error {
 		}
 		bv.gen++
 		c.dirtyBytes[v.Key] = bv
+		c.staged++ // a Flush waits for the value as for any write
 	}
 	return nil
 }
