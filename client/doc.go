@@ -40,7 +40,7 @@
 //	intent persisted       ->  request sent  ->  answer  ->  credential persisted, intent cleared
 //	restart with an intent ->  Attach(ctx, intent.Presented, WithToken(intent.Token))
 //
-// The server replays the original answer (PROTOCOL.md, Replays), then the
+// The server replays the original answer (docs/PROTOCOL.md, Replays), then the
 // client attaches again with the minted credential. A replay is refused
 // with receipt_expired once receipt_ttl passed or a later attach superseded
 // it: the credential is then lost (a *LostError), as without the intent.

@@ -1,6 +1,7 @@
 // Package store defines DurableStore, the storage contract of participantd,
-// and its two implementations: a bbolt file (the embedded default, with
-// group commit) and an in-memory store for tests.
+// and its two implementations: a bbolt file, with group commit (participantd
+// --store bbolt; the default engine, package store/logfirst, keeps its
+// checkpoints in this same file layout), and an in-memory store for tests.
 //
 // # Contract
 //
