@@ -174,6 +174,13 @@ func (b *Bolt) usableLocked() error {
 	return nil
 }
 
+// usable is usableLocked for a caller that does not hold b.mu.
+func (b *Bolt) usable() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.usableLocked()
+}
+
 // readErr translates an error of a read transaction.
 func (b *Bolt) readErr(err error) error {
 	if errors.Is(err, berrors.ErrDatabaseNotOpen) {

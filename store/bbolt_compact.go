@@ -48,12 +48,9 @@ func (b *Bolt) readOrCompactedErr(err error) error {
 // when it returns nil, what fn wrote is durable. A failed transaction sets
 // the sticky error, as a failed commit does.
 func (b *Bolt) update(what string, fn func(tx *bolt.Tx) error) error {
-	b.mu.Lock()
-	if err := b.usableLocked(); err != nil {
-		b.mu.Unlock()
+	if err := b.usable(); err != nil {
 		return err
 	}
-	b.mu.Unlock()
 	if err := b.db.Update(fn); err != nil {
 		b.mu.Lock()
 		defer b.mu.Unlock()
@@ -100,9 +97,7 @@ func (b *Bolt) Trim(stream string, below uint64) error {
 // file, or 0 when it has none (nothing of it was ever trimmed then, since a
 // trim keeps the last committed entry).
 func (b *Bolt) First(stream string) (uint64, error) {
-	b.mu.Lock()
-	err := b.usableLocked()
-	b.mu.Unlock()
+	err := b.usable()
 	if err != nil {
 		return 0, err
 	}
@@ -129,9 +124,7 @@ func (b *Bolt) PutBytes(values []Bytes) error {
 
 // GetBytes implements Compactor.
 func (b *Bolt) GetBytes(key string) ([]byte, error) {
-	b.mu.Lock()
-	err := b.usableLocked()
-	b.mu.Unlock()
+	err := b.usable()
 	if err != nil {
 		return nil, err
 	}
