@@ -1,37 +1,20 @@
 package client_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
 	"github.com/participantd/participantd/client"
 	"github.com/participantd/participantd/server"
+	"github.com/participantd/participantd/server/servertest"
 	"github.com/participantd/participantd/wire"
 )
 
 // daemon runs the real server in process on dir at listen.
 func daemon(t *testing.T, dir, listen string) (addr string, stop func()) {
 	t.Helper()
-	srv, err := server.New(server.Config{DataDir: dir, Listen: listen, HealthListen: "127.0.0.1:0"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
-	select {
-	case <-srv.Ready():
-	case err := <-done:
-		cancel()
-		t.Fatalf("server: %v", err)
-	}
-	return srv.Addr().String(), func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("server Run = %v", err)
-		}
-	}
+	srv := servertest.Start(t, server.Config{DataDir: dir, Listen: listen})
+	return srv.Addr().String(), func() { srv.Stop() }
 }
 
 func TestIntegration_RestartReattachesAndResumes(t *testing.T) {

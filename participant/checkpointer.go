@@ -1,7 +1,6 @@
 package participant
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -59,35 +58,23 @@ func deriveCheckpoint(ctx context.Context, st store.DurableStore, c Conversation
 		return nil, err
 	}
 	for i := from; ops.more(); i++ {
-		b, err := ops.entry()
+		b, row, expected, err := replayRow(ops, rb.state, i)
 		if err != nil {
 			return nil, err
 		}
-		row, err := oplog.Decode(b)
-		if err != nil {
-			return nil, &refusal{ClassOplogCorrupt, fmt.Sprintf("oplog row %d: %v", i, err)}
-		}
-		expected, err := outbox.Project(rb.state, i, &row)
-		if err != nil {
-			return nil, &refusal{ClassOplogInconsistent, fmt.Sprintf("oplog row %d: %v", i, err)}
-		}
 		for k := range expected {
-			enc, err := outbox.Encode(&expected[k])
+			enc, err := encodeExpected(&expected[k])
 			if err != nil {
-				return nil, fmt.Errorf("participant: encode expected outbox row: %w", err)
+				return nil, err
 			}
 			if !stored.more() {
 				return nil, fmt.Errorf("%w: oplog row %d projects outbox row %d", errNotDurable, i, stored.next)
 			}
-			have, err := stored.entry()
-			if err != nil {
+			if err := matchStored(stored, enc, i); err != nil {
 				return nil, err
 			}
-			if !bytes.Equal(enc, have) {
-				return nil, &refusal{ClassOutboxConflict, fmt.Sprintf(
-					"outbox row %d differs from the row oplog row %d projects", stored.next-1, i)}
-			}
-			ck.OutboxDigest = sha256.Sum256(have)
+			// enc is the stored row byte for byte.
+			ck.OutboxDigest = sha256.Sum256(enc)
 		}
 		rb.apply(i, &row, expected)
 		if i == to-1 {

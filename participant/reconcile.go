@@ -142,31 +142,18 @@ func reconcile(ctx context.Context, st store.DurableStore, c ConversationID, p p
 	}
 	rp := &rebuilder{state: r.State}
 	for i := from; ops.more(); i++ {
-		b, err := ops.entry()
+		_, row, expected, err := replayRow(ops, r.State, i)
 		if err != nil {
 			return nil, err
 		}
-		row, err := oplog.Decode(b)
-		if err != nil {
-			return nil, &refusal{ClassOplogCorrupt, fmt.Sprintf("oplog row %d: %v", i, err)}
-		}
-		expected, err := outbox.Project(r.State, i, &row)
-		if err != nil {
-			return nil, &refusal{ClassOplogInconsistent, fmt.Sprintf("oplog row %d: %v", i, err)}
-		}
 		for k := range expected {
-			enc, err := outbox.Encode(&expected[k])
+			enc, err := encodeExpected(&expected[k])
 			if err != nil {
-				return nil, fmt.Errorf("participant: encode expected outbox row: %w", err)
+				return nil, err
 			}
 			if stored.more() {
-				have, err := stored.entry()
-				if err != nil {
+				if err := matchStored(stored, enc, i); err != nil {
 					return nil, err
-				}
-				if !bytes.Equal(enc, have) {
-					return nil, &refusal{ClassOutboxConflict, fmt.Sprintf(
-						"outbox row %d differs from the row oplog row %d projects", r.Stored, i)}
 				}
 				r.Stored++
 				continue
@@ -180,6 +167,54 @@ func reconcile(ctx context.Context, st store.DurableStore, c ConversationID, p p
 			"outbox has %d rows, the oplog projects %d", stored.end, r.Stored)}
 	}
 	return r, nil
+}
+
+// replayRow reads oplog row i, the next entry of ops, decodes it and
+// projects the outbox rows it derives from state: the step that a start's
+// replay and a checkpoint's derivation share. A row that does not decode
+// is a ClassOplogCorrupt refusal, one that state cannot take a
+// ClassOplogInconsistent one. It returns the row's bytes (the caller's),
+// the row and the rows it projects; state is not changed.
+func replayRow(ops *pageReader, state *outbox.State, i uint64) ([]byte, oplog.Row, []outbox.Row, error) {
+	b, err := ops.entry()
+	if err != nil {
+		return nil, oplog.Row{}, nil, err
+	}
+	row, err := oplog.Decode(b)
+	if err != nil {
+		return nil, oplog.Row{}, nil, &refusal{ClassOplogCorrupt, fmt.Sprintf("oplog row %d: %v", i, err)}
+	}
+	expected, err := outbox.Project(state, i, &row)
+	if err != nil {
+		return nil, oplog.Row{}, nil, &refusal{ClassOplogInconsistent, fmt.Sprintf("oplog row %d: %v", i, err)}
+	}
+	return b, row, expected, nil
+}
+
+// encodeExpected encodes an outbox row a replay projected, to be matched
+// byte for byte against the stored one.
+func encodeExpected(r *outbox.Row) ([]byte, error) {
+	enc, err := outbox.Encode(r)
+	if err != nil {
+		return nil, fmt.Errorf("participant: encode expected outbox row: %w", err)
+	}
+	return enc, nil
+}
+
+// matchStored reads the next row of stored, which the caller knows is
+// there, and refuses it (ClassOutboxConflict) unless it is enc byte for
+// byte, the encoding of a row that oplog row i projects.
+func matchStored(stored *pageReader, enc []byte, i uint64) error {
+	at := stored.next
+	have, err := stored.entry()
+	if err != nil {
+		return err
+	}
+	if !bytes.Equal(enc, have) {
+		return &refusal{ClassOutboxConflict, fmt.Sprintf(
+			"outbox row %d differs from the row oplog row %d projects", at, i)}
+	}
+	return nil
 }
 
 // validateOutbox checks c's outbox from row from (where its checkpoint

@@ -174,6 +174,13 @@ func (b *Bolt) usableLocked() error {
 	return nil
 }
 
+// usable is usableLocked for a caller that does not hold b.mu.
+func (b *Bolt) usable() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.usableLocked()
+}
+
 // readErr translates an error of a read transaction.
 func (b *Bolt) readErr(err error) error {
 	if errors.Is(err, berrors.ErrDatabaseNotOpen) {
@@ -321,6 +328,14 @@ func (b *Bolt) Len(stream string) (uint64, error) {
 // ReadFrom implements DurableStore. Committed entries are read in one bbolt
 // read transaction with a cursor; staged ones are copied from memory.
 func (b *Bolt) ReadFrom(stream string, offset uint64, limit int) ([]Entry, error) {
+	return b.read(stream, offset, limit, 0)
+}
+
+// read is ReadFrom when maxBytes <= 0 and ReadPage otherwise: the walk
+// stops before the first entry that would bring the page past maxBytes
+// once it holds one, so a page never copies more than maxBytes plus its
+// first entry.
+func (b *Bolt) read(stream string, offset uint64, limit int, maxBytes int) ([]Entry, error) {
 	end := uint64(math.MaxUint64)
 	if limit > 0 && uint64(limit) <= math.MaxUint64-offset {
 		end = offset + uint64(limit)
@@ -354,8 +369,16 @@ func (b *Bolt) ReadFrom(stream string, offset uint64, limit int) ([]Entry, error
 	b.mu.Unlock()
 
 	var out []Entry
-	if end != math.MaxUint64 {
+	if maxBytes <= 0 && end != math.MaxUint64 {
 		out = make([]Entry, 0, end-offset)
+	}
+	total := 0
+	// full reports that the next entry, of n bytes, does not fit; once it
+	// is true the page ends there, so it never skips an entry.
+	stopped := false
+	full := func(n int) bool {
+		stopped = stopped || maxBytes > 0 && len(out) > 0 && total+n > maxBytes
+		return stopped
 	}
 	if stop := min(end, committed); offset < stop {
 		err := b.view(func(tx *bolt.Tx) error {
@@ -371,9 +394,10 @@ func (b *Bolt) ReadFrom(stream string, offset uint64, limit int) ([]Entry, error
 					// Only a Trim (bbolt_compact.go) leaves a gap.
 					return &CompactedError{Stream: stream, Offset: offset, First: seq}
 				}
-				if seq >= stop {
+				if seq >= stop || full(len(v)) {
 					break
 				}
+				total += len(v)
 				out = append(out, Entry{Seq: seq, Payload: append([]byte(nil), v...)})
 			}
 			return nil
@@ -382,7 +406,14 @@ func (b *Bolt) ReadFrom(stream string, offset uint64, limit int) ([]Entry, error
 			return nil, b.readOrCompactedErr(err)
 		}
 	}
+	if stopped {
+		return out, nil
+	}
 	for i, p := range tail {
+		if full(len(p)) {
+			break
+		}
+		total += len(p)
 		out = append(out, Entry{Seq: tailStart + uint64(i), Payload: append([]byte(nil), p...)})
 	}
 	if len(out) == 0 {

@@ -19,9 +19,7 @@ type BackupSize func(size int64)
 // is told the copy's size first. It returns the bytes written; an error of
 // w is returned as is, the store stays usable.
 func (b *Bolt) Backup(w io.Writer, begin BackupSize) (int64, error) {
-	b.mu.Lock()
-	err := b.usableLocked()
-	b.mu.Unlock()
+	err := b.usable()
 	if err != nil {
 		return 0, err
 	}

@@ -84,29 +84,9 @@ func (m *Memory) Append(stream string, payload []byte, expectedSeq uint64) (uint
 	return actual, nil
 }
 
-// ReadFrom implements DurableStore.
+// ReadFrom implements DurableStore: ReadPage without a byte bound.
 func (m *Memory) ReadFrom(stream string, offset uint64, limit int) ([]Entry, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.closed {
-		return nil, ErrClosed
-	}
-	entries := m.streams[stream]
-	if offset >= uint64(len(entries)) {
-		return nil, nil
-	}
-	if first := m.first[stream]; offset < first {
-		return nil, &CompactedError{Stream: stream, Offset: offset, First: first}
-	}
-	end := uint64(len(entries))
-	if limit > 0 && offset+uint64(limit) < end {
-		end = offset + uint64(limit)
-	}
-	out := make([]Entry, 0, end-offset)
-	for seq := offset; seq < end; seq++ {
-		out = append(out, Entry{Seq: seq, Payload: append([]byte(nil), entries[seq]...)})
-	}
-	return out, nil
+	return m.ReadPage(stream, offset, limit, 0)
 }
 
 // ReadPage implements PageReader.

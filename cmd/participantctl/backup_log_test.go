@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -11,34 +10,8 @@ import (
 	"github.com/participantd/participantd/client"
 	"github.com/participantd/participantd/participant"
 	"github.com/participantd/participantd/server"
+	"github.com/participantd/participantd/server/servertest"
 )
-
-// startEngineServer runs an in-process participantd with cfg (its listeners on
-// loopback) until the test ends.
-func startEngineServer(t *testing.T, cfg server.Config) *server.Server {
-	t.Helper()
-	cfg.Listen, cfg.HealthListen = "127.0.0.1:0", "127.0.0.1:0"
-	srv, err := server.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
-	select {
-	case <-srv.Ready():
-	case err := <-done:
-		cancel()
-		t.Fatalf("server: %v", err)
-	}
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("server Run = %v", err)
-		}
-	})
-	return srv
-}
 
 // told is one acknowledged tell.
 type told struct {
@@ -55,7 +28,7 @@ type told struct {
 func TestBackupRestore_LogEngineWhileTellsContinue(t *testing.T) {
 	ctx := testCtx(t)
 	data, work := t.TempDir(), t.TempDir()
-	srv := startEngineServer(t, server.Config{DataDir: data, AdminToken: "s3cret", Engine: server.EngineLog})
+	srv := servertest.Start(t, server.Config{DataDir: data, AdminToken: "s3cret", Engine: server.EngineLog})
 	c, err := client.Dial(ctx, srv.Addr().String(), client.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -114,7 +87,7 @@ func TestBackupRestore_LogEngineWhileTellsContinue(t *testing.T) {
 	if got := mustCtl(t, ctx, "restore", "--from", out, "--node-key", key, "--data", restored); !strings.Contains(got, "conversation 7: ok") {
 		t.Fatalf("restore = %q, want conversation 7 verified ok", got)
 	}
-	srv2 := startEngineServer(t, server.Config{DataDir: restored, Engine: server.EngineLog})
+	srv2 := servertest.Start(t, server.Config{DataDir: restored, Engine: server.EngineLog})
 	c2, err := client.Dial(ctx, srv2.Addr().String(), client.Options{})
 	if err != nil {
 		t.Fatal(err)

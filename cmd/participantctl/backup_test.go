@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,31 +9,14 @@ import (
 	"github.com/participantd/participantd/client"
 	"github.com/participantd/participantd/participant"
 	"github.com/participantd/participantd/server"
+	"github.com/participantd/participantd/server/servertest"
 )
 
 // startAdminServer runs an in-process participantd on dir with an admin
 // token and returns its wire and health addresses.
 func startAdminServer(t *testing.T, dir, token string) (string, string) {
 	t.Helper()
-	srv, err := server.New(server.Config{DataDir: dir, Listen: "127.0.0.1:0", HealthListen: "127.0.0.1:0", AdminToken: token})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
-	select {
-	case <-srv.Ready():
-	case err := <-done:
-		cancel()
-		t.Fatalf("server: %v", err)
-	}
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("server Run = %v", err)
-		}
-	})
+	srv := servertest.Start(t, server.Config{DataDir: dir, AdminToken: token})
 	return srv.Addr().String(), srv.HealthAddr().String()
 }
 

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"io"
 	"net"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/participantd/participantd/client"
 	"github.com/participantd/participantd/server"
+	"github.com/participantd/participantd/server/servertest"
 	"github.com/participantd/participantd/wire"
 )
 
@@ -220,18 +220,7 @@ func TestAttach_PendingReplayExpired_SaysTheCredentialIsLost(t *testing.T) {
 	ctx := testCtx(t)
 	// A receipt TTL of 1ns: every replay of a secret-bearing answer is
 	// past its deadline.
-	srv, err := server.New(server.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", HealthListen: "127.0.0.1:0", ReceiptTTL: time.Nanosecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(sctx) }()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
-	<-srv.Ready()
+	srv := servertest.Start(t, server.Config{DataDir: t.TempDir(), ReceiptTTL: time.Nanosecond})
 	addr := srv.Addr().String()
 	creds := filepath.Join(t.TempDir(), "p.json")
 	mustCtl(t, ctx, "enroll", "--addr", addr, "--conversation", "5", "--creds", creds)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/participantd/participantd/client"
 	"github.com/participantd/participantd/server"
+	"github.com/participantd/participantd/server/servertest"
 )
 
 func testCtx(t *testing.T) context.Context {
@@ -25,32 +26,8 @@ func testCtx(t *testing.T) context.Context {
 // address and a function that stops it (idempotent, also run at cleanup).
 func startServer(t *testing.T, dir string) (string, func()) {
 	t.Helper()
-	srv, err := server.New(server.Config{DataDir: dir, Listen: "127.0.0.1:0", HealthListen: "127.0.0.1:0"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
-	select {
-	case <-srv.Ready():
-	case err := <-done:
-		cancel()
-		t.Fatalf("server: %v", err)
-	}
-	stopped := false
-	stop := func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("server Run = %v", err)
-		}
-	}
-	t.Cleanup(stop)
-	return srv.Addr().String(), stop
+	srv := servertest.Start(t, server.Config{DataDir: dir})
+	return srv.Addr().String(), func() { srv.Stop() }
 }
 
 // ctl runs participantctl in process and returns its stdout, stderr and

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -11,6 +10,7 @@ import (
 	"github.com/participantd/participantd/client"
 	"github.com/participantd/participantd/participant"
 	"github.com/participantd/participantd/server"
+	"github.com/participantd/participantd/server/servertest"
 )
 
 // An invitation printed by participantctl invite admits the Go client's
@@ -19,24 +19,8 @@ import (
 func TestInvite_AdmitsEnrollIntoItsConversation(t *testing.T) {
 	ctx := testCtx(t)
 	dir := t.TempDir()
-	srv, err := server.New(server.Config{DataDir: dir, Listen: "127.0.0.1:0", HealthListen: "127.0.0.1:0", EnrollPolicy: participant.EnrollInvite})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runCtx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(runCtx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("server Run = %v", err)
-		}
-	}()
-	select {
-	case <-srv.Ready():
-	case err := <-done:
-		t.Fatalf("server: %v", err)
-	}
+	srv := servertest.Start(t, server.Config{DataDir: dir, EnrollPolicy: participant.EnrollInvite})
+	defer srv.Stop()
 
 	text := mustCtl(t, ctx, "invite", "--data", dir, "--conversation", "5", "--expires", "1h")
 	inv, err := client.ParseInvite(text)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -13,6 +12,7 @@ import (
 	"github.com/rogpeppe/go-internal/testscript"
 
 	"github.com/participantd/participantd/server"
+	"github.com/participantd/participantd/server/servertest"
 )
 
 // TestMain lets the scripts run participantctl as a command: the test
@@ -60,38 +60,25 @@ type scriptServerKey struct{}
 type scriptServer struct {
 	t      *testing.T
 	dir    string
-	listen string // the bound address once started
-	cancel context.CancelFunc
-	done   chan error
+	listen string             // the bound address once started
+	srv    *servertest.Server // nil when stopped
 }
 
 func (s *scriptServer) start(auth string) error {
-	srv, err := server.New(server.Config{DataDir: s.dir, Listen: s.listen, HealthListen: "127.0.0.1:0", AuthToken: auth})
+	srv, err := servertest.TryStart(s.t, server.Config{DataDir: s.dir, Listen: s.listen, AuthToken: auth})
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
-	select {
-	case <-srv.Ready():
-	case err := <-done:
-		cancel()
-		return err
-	}
-	s.listen, s.cancel, s.done = srv.Addr().String(), cancel, done
+	s.listen, s.srv = srv.Addr().String(), srv
 	return nil
 }
 
 func (s *scriptServer) stop() {
-	if s.cancel == nil {
+	if s.srv == nil {
 		return
 	}
-	s.cancel()
-	if err := <-s.done; err != nil {
-		s.t.Errorf("server Run = %v", err)
-	}
-	s.cancel = nil
+	s.srv.Stop()
+	s.srv = nil
 }
 
 func cmdServer(ts *testscript.TestScript, neg bool, args []string) {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/binary"
 	"io"
 	"os"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/participantd/participantd/participant"
 	"github.com/participantd/participantd/server"
+	"github.com/participantd/participantd/server/servertest"
 	"github.com/participantd/participantd/store"
 )
 
@@ -20,22 +20,8 @@ import (
 func servedDataDir(t *testing.T, engine string) string {
 	t.Helper()
 	dir := t.TempDir()
-	srv, err := server.New(server.Config{DataDir: dir, Listen: "127.0.0.1:0", HealthListen: "127.0.0.1:0", Engine: engine})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
-	select {
-	case <-srv.Ready():
-	case err := <-done:
-		cancel()
-		t.Fatalf("Run() = %v before ready", err)
-	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("Run() = %v", err)
+	if err := servertest.Start(t, server.Config{DataDir: dir, Engine: engine}).Stop(); err != nil {
+		t.FailNow() // Stop reported Run's error
 	}
 	return dir
 }
@@ -202,22 +188,8 @@ func TestRun_InterruptedFirstStartStarts(t *testing.T) {
 	if err := st.Close(); err != nil {
 		t.Fatal(err)
 	}
-	srv, err := server.New(server.Config{DataDir: dir, Listen: "127.0.0.1:0", HealthListen: "127.0.0.1:0"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
-	select {
-	case <-srv.Ready():
-	case err := <-done:
-		cancel()
-		t.Fatalf("Run() after an interrupted first start = %v", err)
-	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
+	if err := servertest.Start(t, server.Config{DataDir: dir}).Stop(); err != nil {
+		t.FailNow() // Stop reported Run's error
 	}
 	if _, err := os.Stat(filepath.Join(dir, participant.NodeKeyFile)); err != nil {
 		t.Errorf("node.key after the start: %v", err)

@@ -8,6 +8,8 @@
 //		Open:    func(t *testing.T) store.DurableStore { ... },
 //		Restart: func(t *testing.T, s store.DurableStore) store.DurableStore { ... },
 //	})
+//
+// BenchAppendFlush is the commit-barrier benchmark the file stores share.
 package storetest
 
 import (
