@@ -23,7 +23,7 @@ type ClusterOptions struct {
 	AttemptTimeout time.Duration
 }
 
-// Cluster is a client of a participantd cluster (DESIGN.md, "Cluster
+// Cluster is a client of a participantd cluster (docs/DESIGN.md, "Cluster
 // mode"). It keeps one Client per node it needs and routes each
 // conversation to the node that owns it, following moved: an operation
 // answered moved{owner} is sent again to the owner with the same token, and

@@ -7,7 +7,7 @@ import (
 	"github.com/participantd/participantd/wire"
 )
 
-// TestClient_CompactedPushKeepsTheSession: a compacted push (PROTOCOL.md,
+// TestClient_CompactedPushKeepsTheSession: a compacted push (docs/PROTOCOL.md,
 // Compacted history) is informational; the session goes on and the
 // deliveries after it arrive.
 func TestClient_CompactedPushKeepsTheSession(t *testing.T) {

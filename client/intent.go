@@ -15,7 +15,7 @@ const (
 // Intent is an enroll or attach the client is about to send for the first
 // time, passed to Options.OnIntent. A caller that persists it can recover
 // the operation's answer after its own crash: the server replays the
-// original answer to a retry carrying the same token (PROTOCOL.md,
+// original answer to a retry carrying the same token (docs/PROTOCOL.md,
 // Replays), which for an attach must also present the same credential.
 //
 // To retry, pass Token with WithToken to Enroll (same Conversation) or

@@ -19,7 +19,7 @@ import (
 
 // A checkpoint is a conversation's state after its first Index oplog rows,
 // stored as the byte value checkpoint/<conversation> (store.Compactor),
-// which each newer checkpoint replaces (DESIGN.md, Data lifecycle):
+// which each newer checkpoint replaces (docs/DESIGN.md, Data lifecycle):
 //
 //	byte 0        checkpointVersion
 //	bytes 1..n-4  msgpack array of checkpoint, deterministic

@@ -28,7 +28,7 @@ const trimStep = 4096
 const receiptBatchBytes = 4 << 20
 
 // CompactPass removes, for every conversation with a checkpoint, the rows
-// that nothing can need any more (DESIGN.md, Data lifecycle): oplog and
+// that nothing can need any more (docs/DESIGN.md, Data lifecycle): oplog and
 // outbox rows below the newest compaction mark at least Options.Retain
 // old, and never the last row a checkpoint covers. It reads at most
 // Options.CheckpointPassRows oplog rows in all. For each conversation it

@@ -17,7 +17,7 @@ var ErrMoved = &Error{Code: CodeMoved}
 
 // Ownership decides which conversations this service may serve, and makes
 // their writes durable under that right. It is the service's only seam to
-// cluster mode (see DESIGN.md, "Cluster mode: decisions"): the default,
+// cluster mode (see docs/DESIGN.md, "Cluster mode: decisions"): the default,
 // for a single node, grants everything and flushes the store; the cluster
 // implementation claims conversations under an etcd lease and fences every
 // commit with the claim.

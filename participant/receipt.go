@@ -14,7 +14,7 @@ import (
 
 // A receipt stands in for a token-bearing oplog row once compaction
 // removed it: exactly what a replay of the row's token answers or checks,
-// about 60 bytes, kept forever (DESIGN.md, Replays after compaction):
+// about 60 bytes, kept forever (docs/DESIGN.md, Replays after compaction):
 //
 //	value receipt/<conversation>/<oplog index, 20 digits>
 //	  = receiptVersion | msgpack array {kind, participant, generation,

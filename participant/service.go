@@ -100,7 +100,7 @@ type Options struct {
 	// DefaultCheckpointPassRows.
 	CheckpointPassRows int
 	// Retain is how long history stays after the acknowledgement that
-	// settled it (DESIGN.md, Data lifecycle). Default DefaultRetain.
+	// settled it (docs/DESIGN.md, Data lifecycle). Default DefaultRetain.
 	Retain time.Duration
 	// Now is the clock; default time.Now.
 	Now func() time.Time

@@ -22,8 +22,11 @@ import (
 //	                     admin token is configured; 503 before the store
 //	                     is open
 //
-// The copy is one bbolt read transaction (store.Bolt.Backup): it holds
-// every answered operation, and serving goes on while it streams. The node
+// The copy is a consistent bbolt file: one bbolt read transaction
+// (store.Bolt.Backup), after the log-first store has checkpointed every
+// batch committed before the request (logfirst.Store.Backup). It holds
+// every operation answered before the request, and serving goes on while
+// it streams; in cluster mode the endpoint answers 501 (back up etcd). The node
 // key is not in it: it never changes, and is backed up once, apart.
 func (s *Server) registerAdmin(mux *http.ServeMux) {
 	if s.cfg.AdminToken == "" {

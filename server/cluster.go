@@ -28,7 +28,7 @@ const NodeIDFile = "node.id"
 
 // ClusterConfig turns cluster mode on (Endpoints set): the data lives in
 // etcd, the node owns conversations under a lease and answers moved for
-// the others (DESIGN.md, "Cluster mode"). The zero value is single-node
+// the others (docs/DESIGN.md, "Cluster mode"). The zero value is single-node
 // mode, on bbolt, unchanged.
 type ClusterConfig struct {
 	// Endpoints are the etcd client URLs; empty means single-node mode.

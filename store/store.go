@@ -238,7 +238,7 @@ func AsCompactor(st DurableStore) (Compactor, bool) {
 }
 
 // Compactor is implemented by stores that can drop what a conversation no
-// longer needs (see DESIGN.md, Data lifecycle): the prefix of a stream,
+// longer needs (see docs/DESIGN.md, Data lifecycle): the prefix of a stream,
 // with seqs kept stable, and byte values for checkpoints and receipts. A
 // store that does not implement it runs with compaction off.
 //

@@ -126,7 +126,7 @@ type Delivery struct {
 }
 
 // Compacted tells a bound participant that every record of Conversation
-// below seq First no longer exists (PROTOCOL.md, Compacted history):
+// below seq First no longer exists (docs/PROTOCOL.md, Compacted history):
 // deliveries continue from the first record at or after First addressed to
 // Recipient. It carries no id.
 type Compacted struct {

@@ -9,7 +9,7 @@ import (
 )
 
 // TestCompacted_DecodesFromThePageOfTheSpec decodes the compacted push and
-// error as PROTOCOL.md (Compacted history) writes them, field by field,
+// error as docs/PROTOCOL.md (Compacted history) writes them, field by field,
 // and checks that encoding gives back the same bytes.
 func TestCompacted_DecodesFromThePageOfTheSpec(t *testing.T) {
 	first := uint64(42)

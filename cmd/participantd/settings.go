@@ -168,8 +168,8 @@ var settings = []setting{
 		intSetting(func(o *options) *int { return &o.server.CheckpointRows })},
 	{"retain", "168h", "keep settled history (records every recipient acknowledged) this long after the last acknowledgement, then compact it; token replays survive compaction",
 		durationSetting(func(o *options) *time.Duration { return &o.server.Retain })},
-	// Cluster mode (DESIGN.md "Cluster mode"): set etcd-endpoints to turn it on.
-	{"etcd-endpoints", "", "comma-separated etcd client URLs: cluster mode, data in etcd (empty: single node on bbolt)",
+	// Cluster mode (docs/DESIGN.md "Cluster mode"): set etcd-endpoints to turn it on.
+	{"etcd-endpoints", "", "comma-separated etcd client URLs: cluster mode, data in etcd (empty: a single node on its embedded store, see --store)",
 		func(o *options, v string) error {
 			o.server.Cluster.Endpoints = nil
 			for _, e := range strings.Split(v, ",") {
@@ -420,7 +420,8 @@ values are start-up errors.
 	}
 	fmt.Fprint(w, `
 Endpoints on --health-listen: GET /health, /ready, /metrics,
-/unloadable-conversations, and /debug/pprof/ with --pprof.
+/unloadable-conversations, /debug/pprof/ with --pprof, and POST
+/admin/backup with --admin-token (participantctl backup).
 Start-up logs one line with the effective configuration (secrets redacted).
 Signals: SIGTERM or SIGINT drains (exit 0 within --drain-timeout); a second
 one exits at once with status 2.
