@@ -44,6 +44,9 @@ func (s *Store) Trim(name string, below uint64) error {
 	st.first = below
 	st.trimTo = below
 	c.dirtyTrims[name] = st
+	// Counted like an append, so that a Flush waits for it (a scope whose
+	// only write is a trim is pending too).
+	c.staged++
 	return nil
 }
 
@@ -138,6 +141,7 @@ func (s *Store) PutBytes(values []store.Bytes) error {
 		}
 		bv.gen++
 		c.dirtyBytes[v.Key] = bv
+		c.staged++
 	}
 	return nil
 }
