@@ -44,7 +44,9 @@ func (s *Store) Trim(name string, below uint64) error {
 	st.first = below
 	st.trimTo = below
 	c.dirtyTrims[name] = st
-	c.staged++ // a Flush waits for the trim as for any write
+	// Counted like an append, so that a Flush waits for it (a scope whose
+	// only write is a trim is pending too).
+	c.staged++
 	return nil
 }
 
@@ -139,7 +141,7 @@ func (s *Store) PutBytes(values []store.Bytes) error {
 		}
 		bv.gen++
 		c.dirtyBytes[v.Key] = bv
-		c.staged++ // a Flush waits for the value as for any write
+		c.staged++
 	}
 	return nil
 }
