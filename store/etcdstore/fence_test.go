@@ -231,6 +231,7 @@ func TestStore_ConformanceThreeMembers(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a 3-member etcd")
 	}
+	t.Parallel() // a cluster of its own
 	c, err := etcdtest.Start(t.TempDir(), etcdtest.Options{Members: 3})
 	if err != nil {
 		t.Fatal(err)
