@@ -99,6 +99,11 @@ func (s *Service) compactPass(ctx context.Context) (out Compacted, full bool, er
 		if opFloor <= opFirst && obFloor <= obFirst {
 			continue
 		}
+		// A reset of the conversation after this point (its ownership
+		// lost and regained, its scope in the store reset) may have
+		// discarded receipts staged below; the trims check it under the
+		// turn, so that no row goes whose receipt is not durable.
+		resets := cv.resets.Load()
 		n, err := s.writeReceipts(ctx, cs, cv.id, opFirst, opFloor)
 		if err != nil {
 			return out, budget == 0, err
@@ -111,10 +116,18 @@ func (s *Service) compactPass(ctx context.Context) (out Compacted, full bool, er
 		}
 		// The turn is taken per step of at most trimStep rows of each
 		// stream, so it is never held much longer than a commit holds it.
+		reset := false
 		for opAt, obAt := opFirst, obFirst; opAt < opFloor || obAt < obFloor; {
 			opTo, obTo := min(opFloor, opAt+trimStep), min(obFloor, obAt+trimStep)
 			if err := cv.acquire(ctx); err != nil {
 				return out, budget == 0, err
+			}
+			if cv.resets.Load() != resets {
+				// Reset since the receipts were written: a later pass
+				// writes them again, after the reconciliation.
+				s.release(cv)
+				reset = true
+				break
 			}
 			err = s.trimLocked(cs, cv.id, opAt, opTo, obAt, obTo)
 			s.release(cv)
@@ -122,6 +135,9 @@ func (s *Service) compactPass(ctx context.Context) (out Compacted, full bool, er
 				return out, budget == 0, err
 			}
 			opAt, obAt = max(opAt, opTo), max(obAt, obTo)
+		}
+		if reset {
+			continue
 		}
 		out.Conversations++
 		if opFloor > opFirst {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -189,5 +190,66 @@ func TestCompaction_TrimsLongHistoriesInSteps(t *testing.T) {
 		if err != nil || told.Replay != ReplayCommitted || told.Seq != Seq(3+i) {
 			t.Fatalf("retry of tell %d after compaction in steps = %+v, %v, want seq %d replayed", i, told, err, 3+i)
 		}
+	}
+}
+
+// resettingStore loses the receipts written for a conversation and tells
+// the service its state was reset, as a cluster node's store does when the
+// conversation's ownership is lost and regained between a compaction's
+// receipts and its trims (the scope's staged writes are discarded).
+type resettingStore struct {
+	*store.Memory
+	svc  *Service
+	lost bool
+}
+
+func (r *resettingStore) PutBytes(values []store.Bytes) error {
+	if len(values) > 0 && strings.HasPrefix(values[0].Key, "receipt/") && !r.lost {
+		r.lost = true
+		r.svc.Forget(1)
+		return nil
+	}
+	return r.Memory.PutBytes(values)
+}
+
+// TestCompaction_AResetBetweenReceiptsAndTrimsTrimsNothing: receipts that a
+// reset discarded are never relied on: the trims of that pass do not run,
+// every token still replays, and the next pass compacts.
+func TestCompaction_AResetBetweenReceiptsAndTrimsTrimsNothing(t *testing.T) {
+	ctx := context.Background()
+	clk := &clock{now: time.UnixMilli(1_700_000_000_000)}
+	rs := &resettingStore{Memory: store.NewMemory()}
+	svc, err := Open(ctx, rs, Options{NodeKey: testKey, CheckpointRows: 1, Retain: time.Minute, Now: clk.Now})
+	must(t, err)
+	rs.svc = svc
+	buildHistory(t, svc, 1, 50, 4)
+	if n, err := svc.CheckpointPass(ctx); err != nil || n != 1 {
+		t.Fatalf("CheckpointPass() = %d, %v, want 1, nil", n, err)
+	}
+	clk.advance(2 * time.Minute)
+	got, err := svc.CompactPass(ctx)
+	must(t, err)
+	if !rs.lost {
+		t.Fatal("the pass wrote no receipts: the test did not reset anything")
+	}
+	if first := firstOf(t, rs.Memory, oplog.Stream(1)); first != 0 || got.Conversations != 0 {
+		t.Fatalf("CompactPass() after a reset lost its receipts = %+v, oplog first %d; want nothing trimmed", got, first)
+	}
+	// Served again (reconciled), the next pass writes the receipts anew and
+	// compacts; every token still replays from them.
+	c := svc.Connect(nil)
+	if _, err := c.Tell(ctx, Tell{Conversation: 1, Participant: 0, Generation: 1, Token: benchToken(1, 0),
+		Payload: []byte(fmt.Sprintf("tell %d of %v", 0, ConversationID(1)))}); err != nil {
+		t.Fatalf("retry of tell 0 after the reset: %v", err)
+	}
+	got, err = svc.CompactPass(ctx)
+	must(t, err)
+	if first := firstOf(t, rs.Memory, oplog.Stream(1)); first == 0 || got.Receipts == 0 {
+		t.Fatalf("the pass after the reset = %+v, oplog first %d; want receipts written and rows trimmed", got, first)
+	}
+	told, err := c.Tell(ctx, Tell{Conversation: 1, Participant: 0, Generation: 1, Token: benchToken(1, 0),
+		Payload: []byte(fmt.Sprintf("tell %d of %v", 0, ConversationID(1)))})
+	if err != nil || told.Replay != ReplayCommitted {
+		t.Fatalf("retry of tell 0 after compaction = %+v, %v, want a replay", told, err)
 	}
 }

@@ -75,7 +75,8 @@ func (s *Service) acquireTurn(ctx context.Context, cv *conversation) error {
 	if fresh {
 		cv.registered = true
 		cv.mu.Lock()
-		cv.state, cv.bindingTokens, cv.unloadable = nil, nil, nil
+		cv.forgetLocked()
+		cv.unloadable = nil
 		cv.mu.Unlock()
 	}
 	return nil
@@ -105,6 +106,6 @@ func (s *Service) Forget(id ConversationID) {
 		return
 	}
 	cv.mu.Lock()
-	cv.state, cv.bindingTokens = nil, nil
+	cv.forgetLocked()
 	cv.mu.Unlock()
 }

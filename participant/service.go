@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -560,6 +561,8 @@ type conversation struct {
 	// only.
 	registered bool
 	dropped    bool
+	// resets counts forgetLocked calls.
+	resets atomic.Uint64
 	// pins counts the queued or running operations that may create the
 	// conversation; guarded by Service.mu. See Service.pin.
 	pins int
@@ -616,9 +619,18 @@ func (cv *conversation) contained() bool {
 func (cv *conversation) drop() {
 	cv.dropped = true
 	cv.mu.Lock()
+	cv.forgetLocked()
+	cv.mu.Unlock()
+}
+
+// forgetLocked drops what memory holds of the conversation; cv.mu is held.
+// resets counts it, so that work begun before without the turn (a
+// compaction's receipts, staged in a store scope that the same event may
+// have reset) can tell before it relies on that work.
+func (cv *conversation) forgetLocked() {
 	cv.setStateLocked(nil)
 	cv.bindingTokens = nil
-	cv.mu.Unlock()
+	cv.resets.Add(1)
 }
 
 // fenceToken is the fence token of one binding.
