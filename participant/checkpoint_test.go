@@ -389,3 +389,42 @@ func TestCheckpointer_RunsInTheBackgroundUntilClose(t *testing.T) {
 func crcOf(body []byte) []byte {
 	return binary.BigEndian.AppendUint32(nil, crc32.Checksum(body, crcTable))
 }
+
+// boundedValues is a memory store whose byte values are bounded, as etcd's
+// request size bounds the etcd store's.
+type boundedValues struct {
+	*store.Memory
+	max int
+}
+
+func (b *boundedValues) PutBytes(values []store.Bytes) error {
+	for _, v := range values {
+		if len(v.Value) > b.max {
+			return fmt.Errorf("value %q of %d bytes: %w", v.Key, len(v.Value), store.ErrTooLarge)
+		}
+	}
+	return b.Memory.PutBytes(values)
+}
+
+// TestCheckpointPass_AnOversizedCheckpointHoldsBackOnlyItsConversation: a
+// checkpoint the store cannot take (too many unacknowledged records for
+// one value) is skipped and logged; the other conversations' checkpoints
+// of the same pass are written.
+func TestCheckpointPass_AnOversizedCheckpointHoldsBackOnlyItsConversation(t *testing.T) {
+	ctx := context.Background()
+	bv := &boundedValues{Memory: store.NewMemory(), max: 2048}
+	svc, err := Open(ctx, bv, Options{NodeKey: testKey, CheckpointRows: 1})
+	must(t, err)
+	buildHistory(t, svc, 1, 10, 0)    // small: every record acknowledged
+	buildHistory(t, svc, 2, 400, 400) // large: 400 records still owed
+	n, err := svc.CheckpointPass(ctx)
+	if err != nil || n != 1 {
+		t.Fatalf("CheckpointPass() = %d, %v, want 1 (conversation 1), nil", n, err)
+	}
+	if ck, err := loadCheckpoint(bv, 1); err != nil || ck == nil {
+		t.Fatalf("checkpoint of 1 = %v, %v, want written", ck, err)
+	}
+	if ck, err := loadCheckpoint(bv, 2); err != nil || ck != nil {
+		t.Fatalf("checkpoint of 2 = %v, %v, want none (too large)", ck, err)
+	}
+}

@@ -139,7 +139,26 @@ func (s *Service) checkpointPass(ctx context.Context) (written int, full bool, e
 		if len(batch) == 0 {
 			return nil
 		}
-		if err := cs.PutBytes(batch); err != nil {
+		if err := cs.PutBytes(batch); errors.Is(err, store.ErrTooLarge) {
+			// A store whose values are bounded (etcd's request size) took
+			// none of the batch: write them one by one, so that one
+			// conversation's oversized checkpoint does not hold back the
+			// others' (and their compaction) pass after pass.
+			kept := batchConvs[:0]
+			for i, b := range batch {
+				err := cs.PutBytes([]store.Bytes{b})
+				if errors.Is(err, store.ErrTooLarge) {
+					s.log.Warn().Uint64("conversation", uint64(batchConvs[i])).Int("bytes", len(b.Value)).Err(err).
+						Msg("checkpoint larger than the store takes; the conversation is not checkpointed")
+					continue
+				}
+				if err != nil {
+					return fmt.Errorf("participant: write checkpoints: %w", err)
+				}
+				kept = append(kept, batchConvs[i])
+			}
+			batchConvs = kept
+		} else if err != nil {
 			return fmt.Errorf("participant: write checkpoints: %w", err)
 		}
 		// A checkpoint must be durable before anything relies on it (a
@@ -152,7 +171,7 @@ func (s *Service) checkpointPass(ctx context.Context) (written int, full bool, e
 				return fmt.Errorf("participant: write the checkpoint of %v: %w", c, err)
 			}
 		}
-		written += len(batch)
+		written += len(batchConvs)
 		batch, batchConvs, batchBytes = batch[:0], batchConvs[:0], 0
 		return nil
 	}
