@@ -36,17 +36,7 @@ func TestCrashCutAtEveryOperation(t *testing.T) {
 // stores run, over the memory store with a stride, so that the loop itself
 // is tested where it is cheap.
 func TestCutLoop_MemoryBackend(t *testing.T) {
-	runs := participanttest.CutLoop{
-		Backend: participanttest.Backend{
-			Fresh: func(faultstore.TB) store.DurableStore { return store.NewMemory() },
-			Crash: func(_ faultstore.TB, st store.DurableStore) store.DurableStore {
-				st.(*store.Memory).Crash()
-				return st
-			},
-		},
-		Stride: 7,
-		Offset: 3,
-	}.Run(t)
+	runs := participanttest.CutLoop{Backend: memoryBackend(), Stride: 7, Offset: 3}.Run(t)
 	if runs < 10 {
 		t.Fatalf("the loop checked %d runs; the workload should make far more store operations", runs)
 	}
