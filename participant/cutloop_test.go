@@ -12,7 +12,7 @@ import (
 // in turn, restarts on what was flushed, and checks the contract: every
 // answered operation is there and replays, the outbox is the projection
 // of the oplog, seqs have no gap or duplicate, and each binding ended at
-// most once. store/etcdstore runs the same loop over etcd.
+// most once. Package cluster runs the same loop over etcd.
 func TestCrashCutAtEveryOperation(t *testing.T) {
 	var log []participanttest.Answered
 	runs := 0

@@ -30,7 +30,7 @@ func memoryBackend() participanttest.Backend {
 // TestModel feeds the same random operations to the service and to
 // participanttest's reference model, with crash-restarts and in_doubt
 // faults, and compares every answer, every participant's deliveries and
-// the connections' wakes. package cluster runs the same model over etcd.
+// the connections' wakes. Package cluster runs the same model over etcd.
 func TestModel(t *testing.T) {
 	seed := *modelSeed
 	if seed == 0 {
