@@ -20,7 +20,7 @@ func TestDependenciesPointOneWay(t *testing.T) {
 		"cluster":         {"store", "oplog", "outbox", "participant"},
 		"oplog":           {},
 		"outbox":          {"oplog"},
-		"participant":     {"store", "oplog", "outbox", "fence"},
+		"participant":     {"store", "oplog", "outbox", "fence", "participant/internal"},
 		"client":          {"wire"},
 		"store/vfs":       {},
 		"store/wal":       {"store/vfs"},

@@ -1,4 +1,4 @@
-package participant
+package participant_test
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/participantd/participantd/faultstore"
+	"github.com/participantd/participantd/participant"
+	"github.com/participantd/participantd/participant/participanttest"
 	"github.com/participantd/participantd/store"
 )
 
@@ -28,36 +30,36 @@ func TestConcurrentBatchesSurviveACrashAtAnyPoint(t *testing.T) {
 		cutAt := uint64(30 + rng.IntN(400))
 		fs.SetRules(faultstore.OnIndex(cutAt, faultstore.Cut))
 		ctx := context.Background()
-		svc, err := Open(ctx, fs, Options{NodeKey: testKey})
+		svc, err := participant.Open(ctx, fs, participant.Options{NodeKey: participanttest.NodeKey})
 		if err != nil {
 			t.Fatal(err)
 		}
 		type answer struct {
-			req  Tell
-			seq  Seq
-			conn *Conn
+			req  participant.Tell
+			seq  participant.Seq
+			conn *participant.Conn
 		}
 		var (
 			mu       sync.Mutex
 			answered []answer
 			wg       sync.WaitGroup
 		)
-		for conv := ConversationID(1); conv <= 3; conv++ {
+		for conv := participant.ConversationID(1); conv <= 3; conv++ {
 			c := svc.Connect(nil)
-			a, err := c.Enroll(ctx, Enroll{Conversation: conv, Token: token(byte(conv))})
+			a, err := c.Enroll(ctx, participant.Enroll{Conversation: conv, Token: participanttest.TokenOf(byte(conv))})
 			if err != nil {
 				break // the cut came early
 			}
 			other := svc.Connect(nil)
-			if _, err := other.Enroll(ctx, Enroll{Conversation: conv, Token: token(byte(conv) + 10)}); err != nil {
+			if _, err := other.Enroll(ctx, participant.Enroll{Conversation: conv, Token: participanttest.TokenOf(byte(conv) + 10)}); err != nil {
 				break
 			}
 			for w := range 4 {
 				wg.Go(func() {
 					for i := range 20 {
-						var tok Token
+						var tok participant.Token
 						copy(tok[:], fmt.Sprintf("r%d c%d w%d i%d", round, conv, w, i))
-						req := Tell{Conversation: conv, Participant: a.Participant, Generation: a.Generation, Token: tok, Payload: tok[:8]}
+						req := participant.Tell{Conversation: conv, Participant: a.Participant, Generation: a.Generation, Token: tok, Payload: tok[:8]}
 						told, err := c.Tell(ctx, req)
 						if err != nil {
 							return
@@ -73,11 +75,14 @@ func TestConcurrentBatchesSurviveACrashAtAnyPoint(t *testing.T) {
 		svc.Close()
 		mem.Crash()
 
-		svc = openService(t, mem)
+		svc, err = participant.Open(ctx, mem, participant.Options{NodeKey: participanttest.NodeKey})
+		if err != nil {
+			t.Fatalf("round %d (cut at %d): Open after the crash: %v", round, cutAt, err)
+		}
 		if unl := svc.Unloadable(); len(unl) != 0 {
 			t.Fatalf("round %d (cut at %d): unloadable after the crash: %+v", round, cutAt, unl)
 		}
-		reports, err := Inspect(mem)
+		reports, err := participant.Inspect(mem)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -85,12 +90,16 @@ func TestConcurrentBatchesSurviveACrashAtAnyPoint(t *testing.T) {
 			if r.Refused != nil || r.Repairs != 0 {
 				t.Fatalf("round %d (cut at %d): conversation %v refused=%+v repairs=%d", round, cutAt, r.Conversation, r.Refused, r.Repairs)
 			}
-			checkRecords(t, decodeOutbox(t, rawOutbox(t, mem, r.Conversation)), false)
+			rows, first, err := participanttest.StoredOutbox(mem, r.Conversation)
+			if err != nil {
+				t.Fatalf("round %d (cut at %d): outbox of %v: %v", round, cutAt, r.Conversation, err)
+			}
+			participanttest.CheckRecords(t, rows, first > 0)
 		}
 		c := svc.Connect(nil)
 		for _, a := range answered {
 			told, err := c.Tell(ctx, a.req)
-			if err != nil || told.Seq != a.seq || told.Replay != ReplayCommitted {
+			if err != nil || told.Seq != a.seq || told.Replay != participant.ReplayCommitted {
 				t.Fatalf("round %d (cut at %d): answered tell seq %v replays as %+v, %v", round, cutAt, a.seq, told, err)
 			}
 		}

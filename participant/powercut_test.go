@@ -1,4 +1,4 @@
-package participant
+package participant_test
 
 import (
 	"errors"
@@ -9,7 +9,7 @@ import (
 
 	"github.com/participantd/participantd/faultfs"
 	"github.com/participantd/participantd/faultstore"
-	"github.com/participantd/participantd/oplog"
+	"github.com/participantd/participantd/participant/participanttest"
 	"github.com/participantd/participantd/store"
 	"github.com/participantd/participantd/store/logfirst"
 )
@@ -25,7 +25,7 @@ func powerCutOptions(ffs *faultfs.FS) logfirst.Options {
 
 // powerCutRun runs the cut workload on a log-first store whose log lives
 // on ffs, in dir, and returns what it answered.
-func powerCutRun(t *testing.T, ffs *faultfs.FS, dir string) []answered {
+func powerCutRun(t *testing.T, ffs *faultfs.FS, dir string) []participanttest.Answered {
 	t.Helper()
 	st, err := logfirst.Open(dir, powerCutOptions(ffs))
 	if _, cut := ffs.CutOp(); cut && err != nil {
@@ -34,8 +34,8 @@ func powerCutRun(t *testing.T, ffs *faultfs.FS, dir string) []answered {
 	if err != nil {
 		t.Fatalf("Open before the cut: %v", err)
 	}
-	var log []answered
-	werr := cutWorkload(faultstore.New(st), &log)
+	var log []participanttest.Answered
+	werr := participanttest.CutWorkload(faultstore.New(st), &log)
 	if _, cut := ffs.CutOp(); !cut && werr != nil {
 		t.Fatalf("workload without a power cut: %v", werr)
 	}
@@ -69,7 +69,7 @@ func TestPowerCut(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Open after the clean run: %v", err)
 	}
-	checkCompactedRun(t, st)
+	participanttest.CheckCompacted(t, st)
 	if err := st.Close(); err != nil {
 		t.Fatalf("Close after the clean run: %v", err)
 	}
@@ -99,29 +99,15 @@ func TestPowerCut(t *testing.T) {
 		if err != nil {
 			t.Fatalf("run %d, cut at %v (cut=%v): Open after the power cut: %v", n, op, cut, err)
 		}
-		checkInvariants(prefixed{t, op}, st, log)
+		participanttest.CheckInvariants(prefixed{t, op}, st, log)
 		if !cut {
-			checkCompactedRun(prefixed{t, op}, st)
+			participanttest.CheckCompacted(prefixed{t, op}, st)
 		}
 		if err := st.Close(); err != nil {
 			t.Fatalf("run %d: Close after the check: %v", n, err)
 		}
 	}
 	t.Logf("%d power cuts over %d file-system calls", len(cuts), total)
-}
-
-// checkCompactedRun fails unless st holds what the completed workload's
-// checkpoint and compaction passes wrote: byte values for both
-// conversations' checkpoints, and conversation 1's oplog trimmed.
-func checkCompactedRun(t faultstore.TB, st store.DurableStore) {
-	for _, id := range []ConversationID{1, 2} {
-		if ck, err := loadCheckpoint(st, id); err != nil || ck == nil {
-			t.Fatalf("after the completed run, conversation %v has no checkpoint (%v)", id, err)
-		}
-	}
-	if first, err := st.(store.Compactor).First(oplog.Stream(1)); err != nil || first == 0 {
-		t.Fatalf("after the completed run, conversation 1 was not compacted (first row %d, %v)", first, err)
-	}
 }
 
 // powerCutRuns is how many power cuts a normal run makes at least; -long

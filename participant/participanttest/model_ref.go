@@ -1,4 +1,4 @@
-package participant
+package participanttest
 
 import (
 	"bytes"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/participantd/participantd/oplog"
 	"github.com/participantd/participantd/outbox"
+	"github.com/participantd/participantd/participant"
 )
 
 // refModel is a reference model of docs/PROTOCOL.md's semantics, written from
@@ -18,13 +19,13 @@ import (
 // refReq is one request, as the driver issues it to both sides.
 type refReq struct {
 	kind    string // enroll, attach, tell, ack, detach, leave
-	conv    ConversationID
-	p       ParticipantID
-	gen     Generation
-	secret  Secret
-	tok     Token
+	conv    participant.ConversationID
+	p       participant.ParticipantID
+	gen     participant.Generation
+	secret  participant.Secret
+	tok     participant.Token
 	payload []byte
-	through Seq
+	through participant.Seq
 }
 
 func (q refReq) String() string {
@@ -45,18 +46,18 @@ func (q refReq) String() string {
 // success. The secret is compared apart, by the driver.
 type refAnswer struct {
 	err       semWant
-	p         ParticipantID
-	gen       Generation
-	cursor    Seq
-	seq       Seq
-	replay    Replay
+	p         participant.ParticipantID
+	gen       participant.Generation
+	cursor    participant.Seq
+	seq       participant.Seq
+	replay    participant.Replay
 	noop      bool
 	expiresMs int64
-	secret    Secret // success of enroll/attach only; not compared by ==
+	secret    participant.Secret // success of enroll/attach only; not compared by ==
 }
 
 func (a refAnswer) comparable() refAnswer {
-	a.secret = Secret{}
+	a.secret = participant.Secret{}
 	return a
 }
 
@@ -80,22 +81,22 @@ func (a refAnswer) String() string {
 	return fmt.Sprintf("ok{p=%v gen=%v cursor=%v seq=%v replay=%q noop=%v expires=%d}", a.p, a.gen, a.cursor, a.seq, a.replay, a.noop, a.expiresMs)
 }
 
-func refErr(code Code) refAnswer { return refAnswer{err: semWant{code: code}} }
+func refErr(code participant.Code) refAnswer { return refAnswer{err: semWant{code: code}} }
 
 type refRecord struct {
-	seq     Seq
-	kind    RecordKind
-	subject ParticipantID
-	cause   Cause
+	seq     participant.Seq
+	kind    participant.RecordKind
+	subject participant.ParticipantID
+	cause   participant.Cause
 	payload []byte
-	to      map[ParticipantID]bool
+	to      map[participant.ParticipantID]bool
 }
 
 // refReceipt is what a committed enroll or attach answered.
 type refReceipt struct {
-	p       ParticipantID
-	gen     Generation
-	cursor  Seq
+	p       participant.ParticipantID
+	gen     participant.Generation
+	cursor  participant.Seq
 	atMs    int64
 	binding int
 }
@@ -104,31 +105,31 @@ type refReceipt struct {
 type refDone struct {
 	kind      string
 	payload   []byte
-	presented Generation
-	seq       Seq
+	presented participant.Generation
+	seq       participant.Seq
 	receipt   *refReceipt
 }
 
 type refMember struct {
-	gen     Generation
+	gen     participant.Generation
 	retired bool
-	cursor  Seq
+	cursor  participant.Seq
 	bound   bool
 	conn    int
 	binding int
-	tokens  map[Token]*refDone
+	tokens  map[participant.Token]*refDone
 }
 
 type refConv struct {
 	members []*refMember
 	records []refRecord
-	enrolls map[Token]*refReceipt
+	enrolls map[participant.Token]*refReceipt
 }
 
 type refCred struct {
-	conv ConversationID
-	p    ParticipantID
-	gen  Generation
+	conv participant.ConversationID
+	p    participant.ParticipantID
+	gen  participant.Generation
 }
 
 type refModel struct {
@@ -136,28 +137,28 @@ type refModel struct {
 	maxRecord            int
 	maxParticipants      int
 	maxConvsPerConn      int
-	convs                map[ConversationID]*refConv
+	convs                map[participant.ConversationID]*refConv
 	nextBinding          int
-	secrets              map[refCred]Secret
+	secrets              map[refCred]participant.Secret
 	nowMs                int64
 	pendingSecretToLearn []refCred
 }
 
-func newRefModel(opts Options) *refModel {
+func newRefModel(opts participant.Options) *refModel {
 	return &refModel{
 		ttlMs:           opts.ReceiptTTL.Milliseconds(),
 		maxRecord:       opts.MaxRecordBytes,
 		maxParticipants: opts.MaxParticipants,
 		maxConvsPerConn: opts.MaxConversationsPerConn,
-		convs:           make(map[ConversationID]*refConv),
-		secrets:         make(map[refCred]Secret),
+		convs:           make(map[participant.ConversationID]*refConv),
+		secrets:         make(map[refCred]participant.Secret),
 	}
 }
 
 // clone deep-copies the model, for the two hypotheses of an in_doubt.
 func (m *refModel) clone() *refModel {
 	n := *m
-	n.convs = make(map[ConversationID]*refConv, len(m.convs))
+	n.convs = make(map[participant.ConversationID]*refConv, len(m.convs))
 	for id, c := range m.convs {
 		nc := &refConv{records: append([]refRecord(nil), c.records...), enrolls: maps.Clone(c.enrolls)}
 		for _, mb := range c.members {
@@ -172,7 +173,7 @@ func (m *refModel) clone() *refModel {
 	return &n
 }
 
-func (m *refModel) member(conv ConversationID, p ParticipantID) *refMember {
+func (m *refModel) member(conv participant.ConversationID, p participant.ParticipantID) *refMember {
 	c := m.convs[conv]
 	if c == nil || int(p) >= len(c.members) {
 		return nil
@@ -181,14 +182,14 @@ func (m *refModel) member(conv ConversationID, p ParticipantID) *refMember {
 }
 
 // boundOn returns the participant conn holds bound in conv.
-func (m *refModel) boundOn(conv ConversationID, conn int) (ParticipantID, bool) {
+func (m *refModel) boundOn(conv participant.ConversationID, conn int) (participant.ParticipantID, bool) {
 	c := m.convs[conv]
 	if c == nil {
 		return 0, false
 	}
 	for i, mb := range c.members {
 		if mb.bound && mb.conn == conn {
-			return ParticipantID(i), true
+			return participant.ParticipantID(i), true
 		}
 	}
 	return 0, false
@@ -205,29 +206,29 @@ func (m *refModel) connBindings(conn int) int {
 	return n
 }
 
-func (m *refModel) lastSeq(conv ConversationID) Seq {
+func (m *refModel) lastSeq(conv participant.ConversationID) participant.Seq {
 	if c := m.convs[conv]; c != nil {
-		return Seq(len(c.records))
+		return participant.Seq(len(c.records))
 	}
 	return 0
 }
 
 // appendRecord adds a record addressed to every member that has not left,
 // except its subject.
-func (m *refModel) appendRecord(conv ConversationID, kind RecordKind, subject ParticipantID, cause Cause, payload []byte) Seq {
+func (m *refModel) appendRecord(conv participant.ConversationID, kind participant.RecordKind, subject participant.ParticipantID, cause participant.Cause, payload []byte) participant.Seq {
 	c := m.convs[conv]
-	to := make(map[ParticipantID]bool)
+	to := make(map[participant.ParticipantID]bool)
 	for i, mb := range c.members {
-		if ParticipantID(i) != subject && !mb.retired {
-			to[ParticipantID(i)] = true
+		if participant.ParticipantID(i) != subject && !mb.retired {
+			to[participant.ParticipantID(i)] = true
 		}
 	}
-	seq := Seq(len(c.records) + 1)
+	seq := participant.Seq(len(c.records) + 1)
 	c.records = append(c.records, refRecord{seq: seq, kind: kind, subject: subject, cause: cause, payload: payload, to: to})
 	return seq
 }
 
-func (m *refModel) secretOK(conv ConversationID, p ParticipantID, g Generation, s Secret) bool {
+func (m *refModel) secretOK(conv participant.ConversationID, p participant.ParticipantID, g participant.Generation, s participant.Secret) bool {
 	known, ok := m.secrets[refCred{conv, p, g}]
 	return ok && known == s
 }
@@ -236,30 +237,30 @@ func (m *refModel) secretOK(conv ConversationID, p ParticipantID, g Generation, 
 func (m *refModel) authority(q refReq, mb *refMember, withSecret bool) (refAnswer, bool) {
 	if withSecret {
 		if !m.secretOK(q.conv, q.p, q.gen, q.secret) {
-			return refErr(CodeStaleAuthority), false
+			return refErr(participant.CodeStaleAuthority), false
 		}
 		if q.gen != mb.gen {
-			return refAnswer{err: semWant{code: CodeStaleAuthority, gen: mb.gen, hasGen: true}}, false
+			return refAnswer{err: semWant{code: participant.CodeStaleAuthority, gen: mb.gen, hasGen: true}}, false
 		}
 		return refAnswer{}, true
 	}
 	if q.gen != mb.gen {
-		return refErr(CodeStaleAuthority), false
+		return refErr(participant.CodeStaleAuthority), false
 	}
 	return refAnswer{}, true
 }
 
 func (m *refModel) receiptAnswer(q refReq, mb *refMember, rc *refReceipt) refAnswer {
 	if mb.gen > rc.gen {
-		return refAnswer{err: semWant{code: CodeReceiptExpired, participant: rc.p, gen: mb.gen, hasGen: true, reason: "superseded"}}
+		return refAnswer{err: semWant{code: participant.CodeReceiptExpired, participant: rc.p, gen: mb.gen, hasGen: true, reason: "superseded"}}
 	}
 	if m.nowMs >= rc.atMs+m.ttlMs {
-		return refAnswer{err: semWant{code: CodeReceiptExpired, participant: rc.p, gen: mb.gen, hasGen: true, reason: "deadline"}}
+		return refAnswer{err: semWant{code: participant.CodeReceiptExpired, participant: rc.p, gen: mb.gen, hasGen: true, reason: "deadline"}}
 	}
-	a := refAnswer{p: rc.p, gen: rc.gen, cursor: rc.cursor, expiresMs: rc.atMs + m.ttlMs, replay: ReplayUnbound}
+	a := refAnswer{p: rc.p, gen: rc.gen, cursor: rc.cursor, expiresMs: rc.atMs + m.ttlMs, replay: participant.ReplayUnbound}
 	a.secret = m.secrets[refCred{q.conv, rc.p, rc.gen}]
 	if mb.bound && mb.binding == rc.binding {
-		a.replay = ReplayBound
+		a.replay = participant.ReplayBound
 	}
 	return a
 }
@@ -272,7 +273,7 @@ func (m *refModel) apply(q refReq, conn int) refAnswer {
 	}
 	mb := m.member(q.conv, q.p)
 	if mb == nil {
-		return refErr(CodeUnknownParticipant)
+		return refErr(participant.CodeUnknownParticipant)
 	}
 	// 1. the token, whatever the authority.
 	if q.kind != "ack" {
@@ -282,7 +283,7 @@ func (m *refModel) apply(q refReq, conn int) refAnswer {
 	}
 	// 3. retired.
 	if mb.retired {
-		return refErr(CodeRetired)
+		return refErr(participant.CodeRetired)
 	}
 	// 4. authority.
 	if a, ok := m.authority(q, mb, q.kind == "attach" || q.kind == "leave"); !ok {
@@ -292,11 +293,11 @@ func (m *refModel) apply(q refReq, conn int) refAnswer {
 	switch q.kind {
 	case "tell", "ack", "detach":
 		if !mb.bound || mb.conn != conn {
-			return refErr(CodeNoBinding)
+			return refErr(participant.CodeNoBinding)
 		}
 	case "leave":
 		if mb.bound && mb.conn != conn {
-			return refErr(CodeNoBinding)
+			return refErr(participant.CodeNoBinding)
 		}
 	}
 	switch q.kind {
@@ -304,10 +305,10 @@ func (m *refModel) apply(q refReq, conn int) refAnswer {
 		// 6. binding_occupied, 8. capacity.
 		other, here := m.boundOn(q.conv, conn)
 		if here && other != q.p {
-			return refErr(CodeBindingOccupied)
+			return refErr(participant.CodeBindingOccupied)
 		}
 		if !here && m.connBindings(conn) >= m.maxConvsPerConn {
-			return refAnswer{err: semWant{code: CodeCapacityExceeded, limit: uint64(m.maxConvsPerConn)}}
+			return refAnswer{err: semWant{code: participant.CodeCapacityExceeded, limit: uint64(m.maxConvsPerConn)}}
 		}
 		if mb.bound {
 			m.appendRecord(q.conv, outbox.KindDetached, q.p, oplog.CauseSuperseded, nil)
@@ -322,7 +323,7 @@ func (m *refModel) apply(q refReq, conn int) refAnswer {
 		return refAnswer{p: q.p, gen: mb.gen, cursor: mb.cursor, expiresMs: rc.atMs + m.ttlMs}
 	case "tell":
 		if len(q.payload) > m.maxRecord {
-			return refAnswer{err: semWant{code: CodeTooLarge, limit: uint64(m.maxRecord)}}
+			return refAnswer{err: semWant{code: participant.CodeTooLarge, limit: uint64(m.maxRecord)}}
 		}
 		seq := m.appendRecord(q.conv, outbox.KindRecord, q.p, oplog.CauseNone, bytes.Clone(q.payload))
 		mb.tokens[q.tok] = &refDone{kind: "tell", payload: bytes.Clone(q.payload), seq: seq}
@@ -330,13 +331,13 @@ func (m *refModel) apply(q refReq, conn int) refAnswer {
 	case "ack":
 		switch {
 		case q.through < mb.cursor:
-			return refAnswer{err: semWant{code: CodeAckRegression, cursor: mb.cursor}}
+			return refAnswer{err: semWant{code: participant.CodeAckRegression, cursor: mb.cursor}}
 		case q.through == mb.cursor:
 			return refAnswer{p: q.p, cursor: q.through, noop: true}
 		}
 		c := m.convs[q.conv]
 		if int(q.through) > len(c.records) || !c.records[q.through-1].to[q.p] {
-			return refAnswer{err: semWant{code: CodeAckGap, cursor: mb.cursor}}
+			return refAnswer{err: semWant{code: participant.CodeAckGap, cursor: mb.cursor}}
 		}
 		mb.cursor = q.through
 		return refAnswer{p: q.p, cursor: q.through}
@@ -356,24 +357,24 @@ func (m *refModel) apply(q refReq, conn int) refAnswer {
 
 func (m *refModel) replay(q refReq, mb *refMember, done *refDone) refAnswer {
 	if done.kind != q.kind {
-		return refErr(CodeTokenConflict)
+		return refErr(participant.CodeTokenConflict)
 	}
 	switch q.kind {
 	case "tell":
 		if !bytes.Equal(done.payload, q.payload) {
-			return refErr(CodeTokenConflict)
+			return refErr(participant.CodeTokenConflict)
 		}
-		return refAnswer{seq: done.seq, replay: ReplayCommitted}
+		return refAnswer{seq: done.seq, replay: participant.ReplayCommitted}
 	case "attach":
 		if done.presented != q.gen {
-			return refErr(CodeTokenConflict)
+			return refErr(participant.CodeTokenConflict)
 		}
 		if !m.secretOK(q.conv, q.p, q.gen, q.secret) {
-			return refErr(CodeStaleAuthority)
+			return refErr(participant.CodeStaleAuthority)
 		}
 		return m.receiptAnswer(q, mb, done.receipt)
 	}
-	return refAnswer{p: q.p, seq: done.seq, replay: ReplayCommitted}
+	return refAnswer{p: q.p, seq: done.seq, replay: participant.ReplayCommitted}
 }
 
 func (m *refModel) enroll(q refReq, conn int) refAnswer {
@@ -384,22 +385,22 @@ func (m *refModel) enroll(q refReq, conn int) refAnswer {
 		}
 	}
 	if _, ok := m.boundOn(q.conv, conn); ok {
-		return refErr(CodeBindingOccupied)
+		return refErr(participant.CodeBindingOccupied)
 	}
 	if c != nil && len(c.members) >= m.maxParticipants {
-		return refAnswer{err: semWant{code: CodeCapacityExceeded, limit: uint64(m.maxParticipants)}}
+		return refAnswer{err: semWant{code: participant.CodeCapacityExceeded, limit: uint64(m.maxParticipants)}}
 	}
 	if m.connBindings(conn) >= m.maxConvsPerConn {
-		return refAnswer{err: semWant{code: CodeCapacityExceeded, limit: uint64(m.maxConvsPerConn)}}
+		return refAnswer{err: semWant{code: participant.CodeCapacityExceeded, limit: uint64(m.maxConvsPerConn)}}
 	}
 	if c == nil {
-		c = &refConv{enrolls: make(map[Token]*refReceipt)}
+		c = &refConv{enrolls: make(map[participant.Token]*refReceipt)}
 		m.convs[q.conv] = c
 	}
-	p := ParticipantID(len(c.members))
+	p := participant.ParticipantID(len(c.members))
 	m.appendRecord(q.conv, outbox.KindJoined, p, oplog.CauseNone, nil)
 	m.nextBinding++
-	c.members = append(c.members, &refMember{gen: 1, bound: true, conn: conn, binding: m.nextBinding, tokens: make(map[Token]*refDone)})
+	c.members = append(c.members, &refMember{gen: 1, bound: true, conn: conn, binding: m.nextBinding, tokens: make(map[participant.Token]*refDone)})
 	rc := &refReceipt{p: p, gen: 1, atMs: m.nowMs, binding: m.nextBinding}
 	c.enrolls[q.tok] = rc
 	m.pendingSecretToLearn = append(m.pendingSecretToLearn, refCred{q.conv, p, 1})
@@ -407,7 +408,7 @@ func (m *refModel) enroll(q refReq, conn int) refAnswer {
 }
 
 // end ends every binding conn holds, with cause.
-func (m *refModel) end(conn int, cause Cause) {
+func (m *refModel) end(conn int, cause participant.Cause) {
 	for _, id := range m.convIDs() {
 		if p, ok := m.boundOn(id, conn); ok {
 			kind := outbox.KindDetached
@@ -425,15 +426,15 @@ func (m *refModel) restart() {
 	for _, id := range m.convIDs() {
 		for i, mb := range m.convs[id].members {
 			if mb.bound {
-				m.appendRecord(id, outbox.KindDied, ParticipantID(i), oplog.CauseUncleanRestart, nil)
+				m.appendRecord(id, outbox.KindDied, participant.ParticipantID(i), oplog.CauseUncleanRestart, nil)
 				mb.bound = false
 			}
 		}
 	}
 }
 
-func (m *refModel) convIDs() []ConversationID {
-	ids := make([]ConversationID, 0, len(m.convs))
+func (m *refModel) convIDs() []participant.ConversationID {
+	ids := make([]participant.ConversationID, 0, len(m.convs))
 	for id := range m.convs {
 		ids = append(ids, id)
 	}
@@ -444,7 +445,7 @@ func (m *refModel) convIDs() []ConversationID {
 // deliveries returns what conn must be offered in conv from the durable
 // cursor: the records addressed to the participant it holds bound there,
 // after its cursor, ascending.
-func (m *refModel) deliveries(conv ConversationID, conn int) (ParticipantID, Generation, []refRecord, bool) {
+func (m *refModel) deliveries(conv participant.ConversationID, conn int) (participant.ParticipantID, participant.Generation, []refRecord, bool) {
 	p, ok := m.boundOn(conv, conn)
 	if !ok {
 		return 0, 0, nil, false

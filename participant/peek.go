@@ -1,0 +1,34 @@
+package participant
+
+import (
+	"github.com/participantd/participantd/oplog"
+	"github.com/participantd/participantd/outbox"
+	"github.com/participantd/participantd/participant/internal/peek"
+)
+
+// The hooks of participanttest's model test (see package peek).
+func init() {
+	peek.State = func(svc any, conv oplog.ConversationID, f func(st *outbox.State)) bool {
+		cv := svc.(*Service).existing(conv)
+		if cv == nil {
+			return false
+		}
+		cv.mu.RLock()
+		defer cv.mu.RUnlock()
+		f(cv.state)
+		return true
+	}
+	peek.HoldTurn = func(svc any, conv oplog.ConversationID) (func() int, func()) {
+		cv := svc.(*Service).conversation(conv)
+		cv.turn <- struct{}{}
+		queued := func() int {
+			cv.qmu.Lock()
+			defer cv.qmu.Unlock()
+			return len(cv.queue)
+		}
+		return queued, func() { <-cv.turn }
+	}
+	peek.DeriveSecret = func(key []byte, nonce [16]byte, c oplog.ConversationID, p oplog.ParticipantID, g oplog.Generation) [32]byte {
+		return deriveSecret(key, nonce, c, p, g)
+	}
+}
