@@ -17,7 +17,7 @@ import (
 // a process crash does, and opens a new store on the same prefix.
 func etcdBackend() participanttest.Backend {
 	open := func(pfx string) *etcdstore.Store {
-		return etcdstore.Open(sharedCli, etcdstore.Options{Prefix: pfx, Scope: cluster.Scope})
+		return etcdstore.Open(shared.Client, etcdstore.Options{Prefix: pfx, Scope: cluster.Scope})
 	}
 	return participanttest.Backend{
 		Fresh: func(faultstore.TB) store.DurableStore { return open(prefix()) },

@@ -101,7 +101,7 @@ func TestCluster_CompactedConversationFailsOver(t *testing.T) {
 	}
 
 	// What a wrote is in etcd, in the conversation's scope.
-	ro := etcdstore.Open(sharedCli, etcdstore.Options{Prefix: pfx + "d/", Scope: cluster.Scope})
+	ro := etcdstore.Open(shared.Client, etcdstore.Options{Prefix: pfx + "d/", Scope: cluster.Scope})
 	defer ro.Close()
 	first, err := ro.First(oplog.Stream(conv))
 	if err != nil || first != got.OplogRows {
@@ -110,7 +110,7 @@ func TestCluster_CompactedConversationFailsOver(t *testing.T) {
 	if _, err := ro.ReadFrom(oplog.Stream(conv), 0, 0); !errors.Is(err, store.ErrCompacted) {
 		t.Fatalf("ReadFrom(oplog, 0) read back = %v, want ErrCompacted", err)
 	}
-	resp, err := sharedCli.Get(ctx, ro.ScopePrefix(cluster.Scope(oplog.Stream(conv)))+"b/"+participant.CheckpointPrefix+conv.String())
+	resp, err := shared.Client.Get(ctx, ro.ScopePrefix(cluster.Scope(oplog.Stream(conv)))+"b/"+participant.CheckpointPrefix+conv.String())
 	if err != nil || len(resp.Kvs) != 1 {
 		t.Fatalf("checkpoint key in the conversation's scope: %v, %d keys, want 1", err, len(resp.Kvs))
 	}
@@ -283,11 +283,11 @@ func TestCluster_ConflictedScopeIsResetNotStuck(t *testing.T) {
 	// Another writer rewrites the checkpoint (same bytes, newer revision)
 	// after the node's last commit of the conversation.
 	key := pfx + "d/c/" + conv.String() + "/b/" + participant.CheckpointPrefix + conv.String()
-	resp, err := sharedCli.Get(ctx, key)
+	resp, err := shared.Client.Get(ctx, key)
 	if err != nil || len(resp.Kvs) != 1 {
 		t.Fatalf("Get(%s) = %v, %v", key, resp, err)
 	}
-	if _, err := sharedCli.Put(ctx, key, string(resp.Kvs[0].Value)); err != nil {
+	if _, err := shared.Client.Put(ctx, key, string(resp.Kvs[0].Value)); err != nil {
 		t.Fatal(err)
 	}
 	_, err = a.svc.CheckpointPass(ctx)
@@ -309,7 +309,7 @@ func TestCluster_ConflictedScopeIsResetNotStuck(t *testing.T) {
 	if again, err := tell(2); err != nil || again.Seq != told.Seq || again.Replay != participant.ReplayCommitted {
 		t.Fatalf("replay of tell 2 = %+v, %v, want seq %d replayed", again, err, told.Seq)
 	}
-	ro := etcdstore.Open(sharedCli, etcdstore.Options{Prefix: pfx + "d/", Scope: cluster.Scope})
+	ro := etcdstore.Open(shared.Client, etcdstore.Options{Prefix: pfx + "d/", Scope: cluster.Scope})
 	defer ro.Close()
 	entries, err := ro.ReadFrom(oplog.Stream(conv), 0, 0)
 	if err != nil {

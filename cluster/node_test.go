@@ -32,7 +32,7 @@ func startMember(t *testing.T, pfx, id string, ttl time.Duration) *member {
 func startMemberWith(t *testing.T, pfx, id string, ttl time.Duration, opts participant.Options) *member {
 	t.Helper()
 	ctx := context.Background()
-	n, err := cluster.Start(ctx, sharedCli, cluster.Options{NodeID: id, Advertise: id + ":7000", Prefix: pfx, LeaseTTL: ttl})
+	n, err := cluster.Start(ctx, shared.Client, cluster.Options{NodeID: id, Advertise: id + ":7000", Prefix: pfx, LeaseTTL: ttl})
 	if err != nil {
 		t.Fatalf("Start(%s): %v", id, err)
 	}
@@ -65,14 +65,14 @@ func waitDeleted(t *testing.T, key string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	resp, err := sharedCli.Get(ctx, key)
+	resp, err := shared.Client.Get(ctx, key)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(resp.Kvs) == 0 {
 		return
 	}
-	for wr := range sharedCli.Watch(ctx, key, clientv3.WithRev(resp.Header.Revision+1)) {
+	for wr := range shared.Client.Watch(ctx, key, clientv3.WithRev(resp.Header.Revision+1)) {
 		for _, ev := range wr.Events {
 			if ev.Type == clientv3.EventTypeDelete {
 				return
@@ -204,7 +204,7 @@ func TestNode_FencedOldOwnerIsRefusedByEtcd(t *testing.T) {
 	}
 
 	// Read back with a store of nobody's: b's rows, none of a's.
-	ro := etcdstore.Open(sharedCli, etcdstore.Options{Prefix: pfx + "d/", Scope: cluster.Scope})
+	ro := etcdstore.Open(shared.Client, etcdstore.Options{Prefix: pfx + "d/", Scope: cluster.Scope})
 	defer ro.Close()
 	entries, err := ro.ReadFrom(oplog.Stream(3), 0, 0)
 	if err != nil {
@@ -255,11 +255,11 @@ func TestNode_LostLeaseDropsEveryOwnedConversation(t *testing.T) {
 		}
 		bounds = append(bounds, b)
 	}
-	resp, err := sharedCli.Get(ctx, pfx+"node/a")
+	resp, err := shared.Client.Get(ctx, pfx+"node/a")
 	if err != nil || len(resp.Kvs) != 1 {
 		t.Fatalf("node key: %v", err)
 	}
-	if _, err := sharedCli.Revoke(ctx, clientv3.LeaseID(resp.Kvs[0].Lease)); err != nil {
+	if _, err := shared.Client.Revoke(ctx, clientv3.LeaseID(resp.Kvs[0].Lease)); err != nil {
 		t.Fatal(err)
 	}
 	got := map[participant.ConversationID]bool{}
@@ -296,12 +296,12 @@ func TestNode_LostLeaseDropsEveryOwnedConversation(t *testing.T) {
 // not share keys.
 func TestNode_PrefixIsADirectory(t *testing.T) {
 	pfx := strings.TrimSuffix(prefix(), "/")
-	n, err := cluster.Start(context.Background(), sharedCli, cluster.Options{NodeID: "a", Prefix: pfx, LeaseTTL: 5 * time.Second})
+	n, err := cluster.Start(context.Background(), shared.Client, cluster.Options{NodeID: "a", Prefix: pfx, LeaseTTL: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer n.Close()
-	resp, err := sharedCli.Get(context.Background(), pfx+"/node/a")
+	resp, err := shared.Client.Get(context.Background(), pfx+"/node/a")
 	if err != nil || len(resp.Kvs) != 1 {
 		t.Fatalf("Get(%s/node/a) = %v, %v; want the node key under %s/", pfx, resp, err, pfx)
 	}

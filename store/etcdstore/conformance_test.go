@@ -68,27 +68,27 @@ func byFirstSegment(name string) string {
 
 func TestStore_Conformance(t *testing.T) {
 	t.Parallel() // each under prefixes of its own on the shared member
-	storetest.Run(t, harness(sharedCli, etcdstore.Options{}, bare))
+	storetest.Run(t, harness(shared.Client, etcdstore.Options{}, bare))
 }
 
 // TestStore_ConformanceSmallTxns forces every commit to split into many
 // transactions: the contract must hold across the split.
 func TestStore_ConformanceSmallTxns(t *testing.T) {
 	t.Parallel() // each under prefixes of its own on the shared member
-	storetest.Run(t, harness(sharedCli, etcdstore.Options{Scope: byFirstSegment, MaxTxnOps: 16}, bare))
+	storetest.Run(t, harness(shared.Client, etcdstore.Options{Scope: byFirstSegment, MaxTxnOps: 16}, bare))
 }
 
 // TestStore_ConformancePipelined lets several group commits be in flight.
 func TestStore_ConformancePipelined(t *testing.T) {
 	t.Parallel() // each under prefixes of its own on the shared member
-	storetest.Run(t, harness(sharedCli, etcdstore.Options{Scope: byFirstSegment, MaxInflightCommits: 4}, bare))
+	storetest.Run(t, harness(shared.Client, etcdstore.Options{Scope: byFirstSegment, MaxInflightCommits: 4}, bare))
 }
 
 // TestStore_ConformanceThroughFaultstore runs the suite through a
 // faultstore wrapper whose rules never fire: it must be indistinguishable.
 func TestStore_ConformanceThroughFaultstore(t *testing.T) {
 	t.Parallel() // each under prefixes of its own on the shared member
-	storetest.Run(t, harness(sharedCli, etcdstore.Options{Scope: byFirstSegment}, func(s store.DurableStore) store.DurableStore {
+	storetest.Run(t, harness(shared.Client, etcdstore.Options{Scope: byFirstSegment}, func(s store.DurableStore) store.DurableStore {
 		f := faultstore.New(s)
 		f.SetRules(faultstore.When(faultstore.Fail, faultstore.Prefix("\xff")))
 		return f

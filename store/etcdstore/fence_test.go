@@ -20,7 +20,7 @@ import (
 
 func open(t *testing.T, o etcdstore.Options) *etcdstore.Store {
 	t.Helper()
-	st := etcdstore.Open(sharedCli, o)
+	st := etcdstore.Open(shared.Client, o)
 	t.Cleanup(func() { st.Close() })
 	return st
 }
@@ -30,7 +30,7 @@ func claim(t *testing.T, key string) int64 {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	resp, err := sharedCli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+	resp, err := shared.Client.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
 		Then(clientv3.OpPut(key, "owner")).Else(clientv3.OpGet(key)).Commit()
 	if err != nil || !resp.Succeeded {
 		t.Fatalf("claim %q = %v, %v", key, resp, err)
@@ -42,7 +42,7 @@ func deleteKey(t *testing.T, key string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if _, err := sharedCli.Delete(ctx, key); err != nil {
+	if _, err := shared.Client.Delete(ctx, key); err != nil {
 		t.Fatalf("Delete(%q) error: %v", key, err)
 	}
 }
