@@ -102,7 +102,7 @@ func (b *Bolt) First(stream string) (uint64, error) {
 		return 0, err
 	}
 	var first uint64
-	err = b.db.View(func(tx *bolt.Tx) error {
+	err = b.view(func(tx *bolt.Tx) error {
 		var err error
 		first, err = streamFirst(tx, stream)
 		return err
@@ -129,7 +129,7 @@ func (b *Bolt) GetBytes(key string) ([]byte, error) {
 		return nil, err
 	}
 	var out []byte
-	err = b.db.View(func(tx *bolt.Tx) error {
+	err = b.view(func(tx *bolt.Tx) error {
 		out = getBytes(tx, key)
 		return nil
 	})
