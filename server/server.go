@@ -169,16 +169,20 @@ func (s *Server) Run(ctx context.Context) error {
 	acceptDone := make(chan error, 1)
 	go func() { acceptDone <- s.acceptLoop() }()
 	var acceptErr, storeErr error
+	acceptStopped := false
 	select {
 	case <-ctx.Done():
 	case acceptErr = <-acceptDone:
-		s.log.Error().Err(acceptErr).Msg("wire listener failed; draining")
+		// The accept loop ends on its own only when the listener failed
+		// or was closed under it; either way it is not waited for again.
+		acceptStopped = true
+		s.log.Error().Err(acceptErr).Msg("wire listener stopped; draining")
 	case <-svc.StoreFailed():
 		// The service logged the failure itself, once.
 		storeErr = svc.Failed()
 		s.log.Info().Msg("draining because the store failed; restart to reconcile")
 	}
-	err = s.drain(acceptDone, acceptErr != nil)
+	err = s.drain(acceptDone, acceptStopped)
 	svc.Close()
 	if cerr := st.Close(); cerr != nil && err == nil {
 		err = fmt.Errorf("server: close store: %w", cerr)
