@@ -86,7 +86,13 @@ func (n *Node) Acquire(ctx context.Context, c participant.ConversationID) (bool,
 		}
 		if clientv3.LeaseID(kvs[0].Lease) != lease {
 			var r record
-			_ = json.Unmarshal(kvs[0].Value, &r)
+			if err := json.Unmarshal(kvs[0].Value, &r); err != nil {
+				// Another node's record this one cannot read (a newer
+				// version, say): moved without an owner sends the client
+				// to any node rather than to a wrong address.
+				n.log.Warn().Err(err).Uint64("conversation", uint64(c)).Msg("unreadable ownership record; answering moved without an owner")
+				r = record{}
+			}
 			n.moves.Add(1)
 			n.obs.Moved()
 			return false, &participant.Error{Code: participant.CodeMoved, Owner: r.Addr,
