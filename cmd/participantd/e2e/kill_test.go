@@ -251,6 +251,12 @@ func TestKill_AnsweredTellsSurvive(t *testing.T) {
 		var got []answered
 		var wg sync.WaitGroup
 		stop := make(chan struct{})
+		// firstAnswer is closed at the first tell answered in this round:
+		// the random kill moment is counted from there, so that a slow
+		// start (a loaded machine) cannot leave the round with nothing
+		// answered to check.
+		firstAnswer := make(chan struct{})
+		var firstOnce sync.Once
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -284,14 +290,20 @@ func TestKill_AnsweredTellsSurvive(t *testing.T) {
 						mu.Lock()
 						got = append(got, answered{tok, payload, told.Seq, gen})
 						mu.Unlock()
+						firstOnce.Do(func() { close(firstAnswer) })
 					case <-a.closed:
 					case <-stop:
 					}
 				}()
 			}
 		}()
+		select {
+		case <-firstAnswer:
+		case <-time.After(waitFor):
+			t.Fatalf("round %d: no tell answered in %v", round, waitFor)
+		}
 		delay, _ := rand.Int(rand.Reader, big.NewInt(400))
-		time.Sleep(time.Duration(50+delay.Int64()) * time.Millisecond) // the random kill moment, not a synchronization
+		time.Sleep(time.Duration(delay.Int64()) * time.Millisecond) // the random kill moment, not a synchronization
 		p.kill(t)
 		<-a.closed
 		<-b.closed
