@@ -28,7 +28,7 @@ func TestBench_Embedded_CountsOnlyVerifiedDurableAnswers(t *testing.T) {
 	for _, op := range []string{opTell, opEnroll, opMixed} {
 		t.Run(op, func(t *testing.T) {
 			rep := runBenchForTest(t, "--embedded", "--data-dir", t.TempDir(), "--op", op, "--clients", "4",
-				"--duration", "300ms", "--warmup", "100ms", "--probe-duration", "50ms", "--enroll-per-conn", "8", "--verify", "20")
+				"--duration", "1s", "--warmup", "100ms", "--probe-duration", "50ms", "--enroll-per-conn", "8", "--verify", "20")
 			if rep.Ops == 0 || rep.Errors != 0 || len(rep.VerifyFailures) != 0 || rep.Verified == 0 {
 				t.Fatalf("report = ops %d, errors %d (%s), verified %d, failures %v; want ops > 0, no errors, replays verified",
 					rep.Ops, rep.Errors, rep.FirstError, rep.Verified, rep.VerifyFailures)
