@@ -147,7 +147,7 @@ func newMetrics(s *Server) *metrics {
 			return 0
 		}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: MetricStoreFailed, Help: "1 once the store failed for good (a failed fsync, a full disk): the server drains and exits for a restart to reconcile.",
+			Name: MetricStoreFailed, Help: "1 once the store failed for good (a failed fsync, a full disk), or stopped answering during a shutdown (past store-close-timeout): the server drains and exits for a restart to reconcile.",
 		}, func() float64 {
 			if s.storeFailed() != nil {
 				return 1
