@@ -28,6 +28,8 @@ type metrics struct {
 	commitSecs   *prometheus.HistogramVec
 	committed    prometheus.Counter
 	deliveries   prometheus.Counter
+	// lifecycle reports checkpoints and compaction (lifecycle_metrics.go).
+	lifecycle *lifecycleMetrics
 }
 
 // Metric names, for the documentation and the tests. Counters are raw
@@ -175,6 +177,8 @@ func newMetrics(s *Server) *metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
+	m.lifecycle = newLifecycleMetrics(s)
+	m.lifecycle.register(m.reg)
 	return m
 }
 
