@@ -40,13 +40,18 @@
 //	Fatal       nothing, then nothing    an *Error wrapping store.ErrFailed
 //	            for every later op       and the fatal cause, for this and
 //	                                     every later op
+//	Hang        the call, once released  the inner result, once released
 //
 // Fail is "definitely not applied" and Uncertain "maybe applied" (it was):
 // an Uncertain append has landed, an Uncertain flush made every earlier
 // write durable. If the inner call of an Uncertain op fails, its own error
 // is returned, since nothing happened. Fatal is a real store's sticky
 // failure (a failed fsync, a full disk: SetFatalCause picks the cause): the
-// process lives on and must notice that the store refuses everything.
+// process lives on and must notice that the store refuses everything. Hang
+// is a store that stops answering (a dead disk, a hung NFS mount): the op
+// waits, outside the Store's lock, until Release, so that a test can prove
+// a shutdown is bounded however long a flush takes; Hung tells it when an
+// op is stuck, and its cleanup calls Release so that nothing leaks.
 //
 // Store implements store.Compactor whatever it wraps; over an inner store
 // without it, the Compactor methods return store.ErrUnsupported.

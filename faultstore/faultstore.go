@@ -99,6 +99,13 @@ type Store struct {
 	// pending is the set of streams an Append reached since the last Flush
 	// that made writes durable.
 	pending map[string]struct{}
+	// hanging counts the ops held by a Hang now; hung is closed when the
+	// first one starts to hang.
+	hanging int
+	hung    chan struct{}
+	// release is closed by Release: every Hang op, held or later, goes on.
+	release  chan struct{}
+	released bool
 }
 
 var (
@@ -110,7 +117,51 @@ var (
 // New returns a Store wrapping inner, with no rules: until rules are set it
 // forwards every call unchanged and only counts.
 func New(inner store.DurableStore) *Store {
-	return &Store{inner: inner, pending: make(map[string]struct{})}
+	return &Store{inner: inner, pending: make(map[string]struct{}), hung: make(chan struct{}), release: make(chan struct{})}
+}
+
+// Release lets every op a Hang holds go on to the inner store, and every
+// later Hang op through at once. Calling it again does nothing.
+func (s *Store) Release() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.released {
+		s.released = true
+		close(s.release)
+	}
+}
+
+// Hung returns a channel closed once an op starts to hang (a Hang that
+// fired before Release), so a test can wait for the stuck op without
+// polling.
+func (s *Store) Hung() <-chan struct{} { return s.hung }
+
+// Hanging returns how many ops a Hang holds now.
+func (s *Store) Hanging() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.hanging
+}
+
+// hold blocks a Hang op until Release.
+func (s *Store) hold() {
+	s.mu.Lock()
+	if s.released {
+		s.mu.Unlock()
+		return
+	}
+	if s.hanging++; s.hanging == 1 {
+		select {
+		case <-s.hung:
+		default:
+			close(s.hung)
+		}
+	}
+	s.mu.Unlock()
+	<-s.release
+	s.mu.Lock()
+	s.hanging--
+	s.mu.Unlock()
 }
 
 // SetRules replaces the rules. For each op the rules are consulted in
@@ -231,6 +282,9 @@ func run[T any](s *Store, ad admission, f func() (T, error)) (T, error) {
 	switch ad.action {
 	case Fail, Cut, Fatal:
 		err = ad.err()
+	case Hang:
+		s.hold()
+		v, err = f()
 	default:
 		v, err = f()
 		if err == nil && ad.action == Uncertain {

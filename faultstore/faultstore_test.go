@@ -520,3 +520,51 @@ func TestFatalFailsTheStoreForEveryLaterOp(t *testing.T) {
 		}
 	}
 }
+
+// TestStore_HangHoldsUntilRelease hangs a flush: it does not return, nor
+// reach the inner store, until Release; an op the rule does not match runs
+// meanwhile; once released the flush makes the append durable, and a later
+// Hang op goes through at once.
+func TestStore_HangHoldsUntilRelease(t *testing.T) {
+	mem, s, rec := newObserved()
+	s.SetRules(OnKind(OpFlush, Hang))
+	mustAppend(t, s, "oplog/1", "a", 0)
+	flushed := make(chan error, 1)
+	go func() { flushed <- s.Flush() }()
+	<-s.Hung()
+	if n := s.Hanging(); n != 1 {
+		t.Fatalf("Hanging() = %d, want 1", n)
+	}
+	// Not a flush: not held.
+	mustAppend(t, s, "oplog/1", "b", 1)
+	select {
+	case err := <-flushed:
+		t.Fatalf("a hung Flush returned %v before Release", err)
+	default:
+	}
+	if st := mem.Stats(); st.Flushes != 0 {
+		t.Fatalf("inner Flushes before Release = %d, want 0", st.Flushes)
+	}
+	s.Release()
+	if err := <-flushed; err != nil {
+		t.Fatalf("released Flush() = %v, want nil", err)
+	}
+	if n := s.Hanging(); n != 0 {
+		t.Fatalf("Hanging() after Release = %d, want 0", n)
+	}
+	mustFlush(t, s) // released: a later Hang op passes at once
+	s.Release()     // idempotent
+	mem.Crash()
+	if got, want := payloads(t, mem, "oplog/1"), []string{"a", "b"}; !cmp.Equal(got, want) {
+		t.Fatalf("after Crash oplog/1 = %q, want %q", got, want)
+	}
+	var actions []Action
+	for _, r := range rec.sorted() {
+		if r.Op.Kind == OpFlush {
+			actions = append(actions, r.Action)
+		}
+	}
+	if want := []Action{Hang, Hang}; !cmp.Equal(actions, want) {
+		t.Fatalf("flush actions = %v, want %v", actions, want)
+	}
+}

@@ -99,6 +99,13 @@ const (
 	// (SetFatalCause; syscall.EIO by default). Unlike Cut the process lives
 	// on, facing a store that refuses everything until it is reopened.
 	Fatal
+	// Hang holds the op before it reaches the inner store until Release,
+	// as a dead disk or a hung NFS mount holds an fsync; then it runs as
+	// if no rule had fired (None). A Store released already lets a Hang
+	// op through at once, so that a test's cleanup frees every op for
+	// good. The op is counted when admitted, so ops admitted later get
+	// later indices even when they finish first.
+	Hang
 )
 
 // String returns the action's lowercase name, "fail" for Fail.
@@ -114,6 +121,8 @@ func (a Action) String() string {
 		return "cut"
 	case Fatal:
 		return "fatal"
+	case Hang:
+		return "hang"
 	}
 	return fmt.Sprintf("Action(%d)", uint8(a))
 }

@@ -125,6 +125,7 @@ func (s *Service) checkpointPass(ctx context.Context) (written int, full bool, e
 	if !ok {
 		return 0, false, nil
 	}
+	defer s.passEnded(ctx, PassCheckpoint, time.Now(), &err)
 	s.mu.Lock()
 	convs := make([]*conversation, 0, len(s.convs))
 	for _, cv := range s.convs {
@@ -139,6 +140,7 @@ func (s *Service) checkpointPass(ctx context.Context) (written int, full bool, e
 		if len(batch) == 0 {
 			return nil
 		}
+		bytes := batchBytes
 		if err := cs.PutBytes(batch); errors.Is(err, store.ErrTooLarge) {
 			// A store whose values are bounded (etcd's request size) took
 			// none of the batch: write them one by one, so that one
@@ -148,6 +150,8 @@ func (s *Service) checkpointPass(ctx context.Context) (written int, full bool, e
 			for i, b := range batch {
 				err := cs.PutBytes([]store.Bytes{b})
 				if errors.Is(err, store.ErrTooLarge) {
+					s.passes.skipped(SkipTooLarge)
+					bytes -= len(b.Value)
 					s.log.Warn().Uint64("conversation", uint64(batchConvs[i])).Int("bytes", len(b.Value)).Err(err).
 						Msg("checkpoint larger than the store takes; the conversation is not checkpointed")
 					continue
@@ -172,6 +176,8 @@ func (s *Service) checkpointPass(ctx context.Context) (written int, full bool, e
 			}
 		}
 		written += len(batchConvs)
+		s.passes.ckWritten.Add(uint64(len(batchConvs)))
+		s.passes.ckBytes.Add(uint64(bytes))
 		batch, batchConvs, batchBytes = batch[:0], batchConvs[:0], 0
 		return nil
 	}
@@ -187,6 +193,7 @@ func (s *Service) checkpointPass(ctx context.Context) (written int, full bool, e
 		base, err := loadCheckpoint(s.st, cv.id)
 		var ref *refusal
 		if errors.As(err, &ref) {
+			s.passes.skipped(SkipUnreadable)
 			s.log.Error().Uint64("conversation", uint64(cv.id)).Str("class", ref.class).Str("reason", ref.reason).
 				Msg("checkpoint of a loaded conversation is unreadable; not replaced")
 			continue
@@ -205,10 +212,12 @@ func (s *Service) checkpointPass(ctx context.Context) (written int, full bool, e
 		ck, err := deriveCheckpoint(ctx, s.st, cv.id, s.pages, base, to, s.now(), s.opts.Retain)
 		switch {
 		case errors.As(err, &ref):
+			s.passes.skipped(SkipUnderivable)
 			s.log.Error().Uint64("conversation", uint64(cv.id)).Str("class", ref.class).Str("reason", ref.reason).
 				Msg("stored rows of a loaded conversation do not derive; no checkpoint written")
 			continue
 		case errors.Is(err, errNotDurable):
+			s.passes.skipped(SkipNotDurable)
 			continue
 		case err != nil:
 			return written, budget == 0, err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/participantd/participantd/oplog"
 	"github.com/participantd/participantd/outbox"
@@ -50,6 +51,7 @@ func (s *Service) compactPass(ctx context.Context) (out Compacted, full bool, er
 	if !ok {
 		return out, false, nil
 	}
+	defer s.passEnded(ctx, PassCompaction, time.Now(), &err)
 	s.mu.Lock()
 	convs := make([]*conversation, 0, len(s.convs))
 	for _, cv := range s.convs {
@@ -58,8 +60,15 @@ func (s *Service) compactPass(ctx context.Context) (out Compacted, full bool, er
 	s.mu.Unlock()
 	cutoff := s.now().Add(-s.opts.Retain).UnixMilli()
 	budget := uint64(s.opts.CheckpointPassRows)
+	pinned, visitedAll := 0, true
+	defer func() {
+		if err == nil && visitedAll {
+			s.passes.pinned.Store(int64(pinned) + 1)
+		}
+	}()
 	for _, cv := range convs {
 		if budget == 0 || ctx.Err() != nil {
+			visitedAll = false
 			break
 		}
 		if cv.contained() || cv.loaded() == nil {
@@ -75,6 +84,9 @@ func (s *Service) compactPass(ctx context.Context) (out Compacted, full bool, er
 		}
 		if err != nil {
 			return out, budget == 0, err
+		}
+		if s.pinnedBy(cv.id, ck, cutoff) {
+			pinned++
 		}
 		m, ok := floorMark(ck.Marks, cutoff)
 		if !ok {
@@ -104,7 +116,8 @@ func (s *Service) compactPass(ctx context.Context) (out Compacted, full bool, er
 		// discarded receipts staged below; the trims check it under the
 		// turn, so that no row goes whose receipt is not durable.
 		resets := cv.resets.Load()
-		n, err := s.writeReceipts(ctx, cs, cv.id, opFirst, opFloor)
+		n, opBytes, err := s.writeReceipts(ctx, cs, cv.id, opFirst, opFloor)
+		s.passes.receipts.Add(uint64(n))
 		if err != nil {
 			return out, budget == 0, err
 		}
@@ -143,9 +156,12 @@ func (s *Service) compactPass(ctx context.Context) (out Compacted, full bool, er
 		if opFloor > opFirst {
 			out.OplogRows += opFloor - opFirst
 			budget -= opFloor - opFirst
+			s.passes.opRows.Add(opFloor - opFirst)
+			s.passes.opBytes.Add(uint64(opBytes))
 		}
 		if obFloor > obFirst {
 			out.OutboxRows += obFloor - obFirst
+			s.passes.obRows.Add(obFloor - obFirst)
 		}
 	}
 	return out, budget == 0, nil
@@ -164,24 +180,43 @@ func floorMark(marks []mark, cutoff int64) (mark, bool) {
 	return m, ok
 }
 
+// pinnedBy reports whether conversation c, checkpointed as ck, holds a
+// record that some recipient has not acknowledged although the row that
+// produced it committed before cutoff (unix ms): the member that has not
+// acknowledged it pins c's history from that row on. It reads that one
+// row; a row it cannot read counts as not pinned, since this feeds a gauge
+// only and the trims that follow report a failing store.
+func (s *Service) pinnedBy(c ConversationID, ck *checkpoint, cutoff int64) bool {
+	if len(ck.Records) == 0 {
+		return false
+	}
+	b, err := readOne(s.st, oplog.Stream(c), ck.Records[0].Oplog)
+	if err != nil || b == nil {
+		return false
+	}
+	row, err := oplog.Decode(b)
+	return err == nil && row.At <= cutoff
+}
+
 // writeReceipts writes a receipt for every token-bearing row of c's oplog
-// in [from, to), in byte-bounded pages and batches, without flushing.
-func (s *Service) writeReceipts(ctx context.Context, cs store.Compactor, c ConversationID, from, to uint64) (int, error) {
+// in [from, to), in byte-bounded pages and batches, without flushing. It
+// returns how many it wrote and the stored bytes of the rows it read.
+func (s *Service) writeReceipts(ctx context.Context, cs store.Compactor, c ConversationID, from, to uint64) (written int, rowBytes int64, err error) {
 	if from >= to {
-		return 0, nil
+		return 0, 0, nil
 	}
 	held, err := s.pages.budget.acquire(ctx, int64(s.pages.bytes))
 	if err != nil {
-		return 0, fmt.Errorf("participant: waiting to read %v: %w", c, err)
+		return 0, 0, fmt.Errorf("participant: waiting to read %v: %w", c, err)
 	}
 	defer s.pages.budget.release(held)
 	ops, err := newPageReader(s.st, oplog.Stream(c), s.pages.bytes, from)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	ops.end = min(ops.end, to)
 	var batch []store.Bytes
-	size, written := 0, 0
+	size := 0
 	put := func() error {
 		if len(batch) == 0 {
 			return nil
@@ -196,29 +231,30 @@ func (s *Service) writeReceipts(ctx context.Context, cs store.Compactor, c Conve
 	for i := from; ops.more(); i++ {
 		b, err := ops.entry()
 		if err != nil {
-			return written, err
+			return written, rowBytes, err
 		}
+		rowBytes += int64(len(b))
 		row, err := oplog.Decode(b)
 		if err != nil {
 			// Covered by a checkpoint, so it derived once: a row that no
 			// longer decodes is damage, and stays for verify to report.
-			return written, fmt.Errorf("participant: compacting %v: oplog row %d: %w", c, i, err)
+			return written, rowBytes, fmt.Errorf("participant: compacting %v: oplog row %d: %w", c, i, err)
 		}
 		if !row.Kind.HasToken() {
 			continue
 		}
 		enc, err := encodeReceipt(&row)
 		if err != nil {
-			return written, err
+			return written, rowBytes, err
 		}
 		batch = append(batch, store.Bytes{Key: receiptKey(c, i), Value: enc})
 		if size += len(enc); size >= receiptBatchBytes {
 			if err := put(); err != nil {
-				return written, err
+				return written, rowBytes, err
 			}
 		}
 	}
-	return written, put()
+	return written, rowBytes, put()
 }
 
 // trimLocked trims c's streams from their firsts to the given floors and

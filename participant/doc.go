@@ -147,6 +147,13 @@
 // that names a compacted row verifies its receipt instead; a tell's retry
 // compares the payload's hash. Compact runs the same passes offline.
 //
+// Both passes count what they did (stats.go): Lifecycle snapshots the
+// counters (passes by outcome, checkpoints written and skipped by
+// SkipReason, rows and bytes trimmed, receipts, the last successes, the
+// conversations pinned by an unacknowledged record older than Retain), and
+// an Options.Observer that implements PassObserver is told each pass's
+// duration.
+//
 // # Locks
 //
 // Lock order: a conversation's turn, then its mu (or qmu), then a Conn's

@@ -214,6 +214,10 @@ type Service struct {
 	// lifecycle counts the background checkpointer (checkpointer.go),
 	// which runs until ctx ends; Close waits for it.
 	lifecycle sync.WaitGroup
+
+	// passes counts what the checkpoint and compaction passes did
+	// (stats.go).
+	passes passStats
 }
 
 // Open starts the service on st: it advances the durable server incarnation,

@@ -216,7 +216,9 @@ func (s *Server) openCluster(ctx context.Context) (backend, *participant.Service
 	obs.register(s.metrics.reg, node)
 	opts := s.serviceOptions(key)
 	opts.Ownership = node
-	svc, err := participant.Open(ctx, node.Store(), opts)
+	w := watch(node.Store())
+	s.watched.Store(w)
+	svc, err := participant.Open(ctx, w, opts)
 	if err != nil {
 		b.Close()
 		return nil, nil, fmt.Errorf("server: open service: %w", err)

@@ -37,6 +37,12 @@ const (
 	StoreFile = "participantd.db"
 )
 
+// DefaultStoreCloseTimeout bounds what the shutdown waits for the store
+// after the drain (StoreCloseTimeout). With DefaultDrainTimeout the whole
+// shutdown stays within 25 s, below the 30 s a supervisor such as
+// Kubernetes gives a process between SIGTERM and SIGKILL.
+const DefaultStoreCloseTimeout = 15 * time.Second
+
 // frameOverhead is what a tell or delivery frame needs besides its payload;
 // max_frame must leave that much room above max_record_bytes.
 const frameOverhead = 512
@@ -72,6 +78,13 @@ type Config struct {
 	ReceiptTTL time.Duration
 	// DrainTimeout bounds the drain. Default DefaultDrainTimeout.
 	DrainTimeout time.Duration
+	// StoreCloseTimeout bounds what the shutdown waits, after the drain,
+	// for the store: operations still inside it, the service's background
+	// work, and closing it. Past it Run gives up on a store that stopped
+	// answering (a dead disk, a hung NFS mount), logs what it was stuck in
+	// and returns ErrStoreHung, so the whole shutdown takes at most
+	// DrainTimeout + StoreCloseTimeout. Default DefaultStoreCloseTimeout.
+	StoreCloseTimeout time.Duration
 	// HelloTimeout is how long a connection may take to send hello.
 	HelloTimeout time.Duration
 	// WriteProgressTimeout closes a connection one of whose outbound
@@ -182,6 +195,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.DrainTimeout == 0 {
 		c.DrainTimeout = DefaultDrainTimeout
 	}
+	if c.StoreCloseTimeout == 0 {
+		c.StoreCloseTimeout = DefaultStoreCloseTimeout
+	}
 	if c.HelloTimeout == 0 {
 		c.HelloTimeout = DefaultHelloTimeout
 	}
@@ -248,6 +264,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("server: receipt-ttl %v is negative", c.ReceiptTTL)
 	case c.DrainTimeout < 0:
 		return c, fmt.Errorf("server: drain-timeout %v is negative", c.DrainTimeout)
+	case c.StoreCloseTimeout < 0:
+		return c, fmt.Errorf("server: store-close-timeout %v is negative", c.StoreCloseTimeout)
 	case c.HelloTimeout < 0:
 		return c, fmt.Errorf("server: hello-timeout %v is negative", c.HelloTimeout)
 	case c.WriteProgressTimeout < 0:

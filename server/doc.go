@@ -55,7 +55,16 @@
 // accepting, makes the service answer shutting_down, and tears every
 // connection down as above; if that takes longer than DrainTimeout, the
 // remaining sockets are closed and operations cancelled. The store is closed
-// last.
+// last, and what follows the drain is bounded too: Run waits at most
+// StoreCloseTimeout for the connections whose sockets it closed to get out
+// of the store, for the service's background work and for the store's
+// Close. Past that it gives up on a store that stopped answering (a dead
+// disk, a hung NFS mount): it logs at error level the store call in flight
+// the longest (a watchedStore between the service and the store tracks
+// them), turns /ready 503 and participantd_store_failed 1, and returns
+// ErrStoreHung, leaving the store open until the process exits (closeStore
+// says why that is safe). So Run returns within DrainTimeout +
+// StoreCloseTimeout of the cancel, whatever the store does.
 //
 // A store that fails for good (store.ErrFailed: a failed fsync, a full
 // disk) turns /ready 503 and participantd_store_failed to 1 at once; Run

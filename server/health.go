@@ -69,10 +69,16 @@ func (s *Server) healthHandler() http.Handler {
 }
 
 // storeFailed returns the store's sticky failure once the service saw it,
-// and nil before (or before the service is open).
+// ErrStoreHung once the shutdown gave up on a store that stopped
+// answering, and nil before (or before the service is open).
 func (s *Server) storeFailed() error {
 	if svc := s.svc.Load(); svc != nil {
-		return svc.Failed()
+		if err := svc.Failed(); err != nil {
+			return err
+		}
+	}
+	if s.hung.Load() {
+		return ErrStoreHung
 	}
 	return nil
 }

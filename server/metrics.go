@@ -28,6 +28,8 @@ type metrics struct {
 	commitSecs   *prometheus.HistogramVec
 	committed    prometheus.Counter
 	deliveries   prometheus.Counter
+	// lifecycle reports checkpoints and compaction (lifecycle_metrics.go).
+	lifecycle *lifecycleMetrics
 }
 
 // Metric names, for the documentation and the tests. Counters are raw
@@ -147,7 +149,7 @@ func newMetrics(s *Server) *metrics {
 			return 0
 		}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: MetricStoreFailed, Help: "1 once the store failed for good (a failed fsync, a full disk): the server drains and exits for a restart to reconcile.",
+			Name: MetricStoreFailed, Help: "1 once the store failed for good (a failed fsync, a full disk), or stopped answering during a shutdown (past store-close-timeout): the server drains and exits for a restart to reconcile.",
 		}, func() float64 {
 			if s.storeFailed() != nil {
 				return 1
@@ -175,6 +177,8 @@ func newMetrics(s *Server) *metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
+	m.lifecycle = newLifecycleMetrics(s)
+	m.lifecycle.register(m.reg)
 	return m
 }
 

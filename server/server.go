@@ -29,6 +29,13 @@ var (
 	// disk) and the server drained because of it: only a restart, which
 	// reconciles, can serve again.
 	ErrStoreFailed = errors.New("server: the store failed")
+	// ErrStoreHung is returned by Run when its shutdown gave up on the
+	// store after StoreCloseTimeout: an operation inside the store, the
+	// service's background work on it, or closing it did not finish (a
+	// dead disk, a hung NFS mount). The process must exit: the abandoned
+	// store keeps the data directory locked until it does (see closeStore
+	// for why exiting is safe).
+	ErrStoreHung = errors.New("server: the store stopped answering; the shutdown gave up on it")
 )
 
 // Server is one participantd: a wire listener and a health listener over one
@@ -48,6 +55,10 @@ type Server struct {
 	svc atomic.Pointer[participant.Service]
 	st  atomic.Pointer[backendRef]
 	cl  atomic.Pointer[clusterState]
+	// watched is the store as the service sees it, with its calls in
+	// flight; hung is set when the shutdown gave up on the store.
+	watched atomic.Pointer[watchedStore]
+	hung    atomic.Bool
 
 	// opCtx is the context of every operation and binding ending; it is
 	// cancelled only when the drain times out.
@@ -135,6 +146,11 @@ func (s *Server) Service() *participant.Service { return s.svc.Load() }
 // error wrapping ErrStoreFailed and the store's error. It returns an error at once
 // when the data directory, node key, store or service cannot be opened; the
 // listeners are closed either way. Run must be called once.
+//
+// Run returns within DrainTimeout + StoreCloseTimeout of the cancel
+// whatever the store does: past that it gives up on a store that stopped
+// answering and returns an error wrapping ErrStoreHung, leaving the store
+// open and the data directory locked until the process exits.
 func (s *Server) Run(ctx context.Context) error {
 	defer s.opCancel()
 	hsrv := &http.Server{Handler: s.healthHandler(), ReadHeaderTimeout: 10 * time.Second}
@@ -182,10 +198,12 @@ func (s *Server) Run(ctx context.Context) error {
 		storeErr = svc.Failed()
 		s.log.Info().Msg("draining because the store failed; restart to reconcile")
 	}
-	err = s.drain(acceptDone, acceptStopped)
-	svc.Close()
-	if cerr := st.Close(); cerr != nil && err == nil {
-		err = fmt.Errorf("server: close store: %w", cerr)
+	connsDone, err := s.drain(acceptDone, acceptStopped)
+	switch cerr := s.closeStore(connsDone, svc, st); {
+	case errors.Is(cerr, ErrStoreHung):
+		err = errors.Join(cerr, err)
+	case cerr != nil && err == nil:
+		err = cerr
 	}
 	if err == nil && acceptErr != nil {
 		err = fmt.Errorf("server: accept: %w", acceptErr)
@@ -214,9 +232,11 @@ func (s *Server) open(ctx context.Context) (backend, *participant.Service, error
 	if s.cfg.WrapStore != nil {
 		dst = s.cfg.WrapStore(dd.st)
 	}
+	w := watch(dst)
+	s.watched.Store(w)
 	opts := s.serviceOptions(dd.key)
 	opts.DataBytes = fileSize(dd.path)
-	svc, err := participant.Open(ctx, dst, opts)
+	svc, err := participant.Open(ctx, w, opts)
 	if err != nil {
 		dd.Close()
 		return nil, nil, fmt.Errorf("server: open service: %w", err)
@@ -329,8 +349,11 @@ func (s *Server) refuse(nc net.Conn, reason wire.Reason, detail string) {
 }
 
 // drain stops accepting and tears every connection down (see the package
-// documentation), waiting at most DrainTimeout.
-func (s *Server) drain(acceptDone <-chan error, acceptStopped bool) error {
+// documentation), waiting at most DrainTimeout. It returns a channel closed
+// once every connection's goroutines are gone: already closed after a
+// clean drain; after ErrDrainTimeout, when those whose sockets it closed
+// get out of the operations they were in (closeStore bounds that wait).
+func (s *Server) drain(acceptDone <-chan error, acceptStopped bool) (<-chan struct{}, error) {
 	start := time.Now()
 	s.ready.Store(false)
 	s.ln.Close()
@@ -361,25 +384,111 @@ func (s *Server) drain(acceptDone <-chan error, acceptStopped bool) error {
 	select {
 	case <-done:
 		s.log.Info().Dur("duration_ms", time.Since(start)).Msg("drained")
-		return nil
+		return done, nil
 	case <-timer.C:
 	}
 	s.log.Warn().Dur("drain_timeout_ms", s.cfg.DrainTimeout).Msg("drain timed out; closing the remaining connections")
 	s.opCancel()
-	// A batch's leader waits (for a lease, a reload) on the service's
-	// context, which only Close cancels: closing it here, rather than
-	// after the connections are gone, keeps a stuck leader from holding
-	// the connections that wait on it, and so the drain, forever.
-	if svc := s.svc.Load(); svc != nil {
-		svc.Close()
-	}
+	// The sockets are closed first, so that a client whose operation is
+	// stuck in the store (a flush that never returns) learns at once that
+	// it has no answer, rather than when the store gives up. closeStore
+	// then closes the service, which cancels the context a batch's leader
+	// waits on (for a lease, a reload), so that a stuck leader does not
+	// hold the connections that wait on it.
 	s.mu.Lock()
 	for c := range s.conns {
 		c.nc.Close()
 	}
 	s.mu.Unlock()
-	<-done
-	return ErrDrainTimeout
+	return done, ErrDrainTimeout
+}
+
+// closeStore closes the service and then the store once the connections
+// are gone (connsDone), waiting at most StoreCloseTimeout for all of it. It
+// returns the store's Close error wrapped, or, when the time ran out, an
+// error wrapping ErrStoreHung: it then logs at error level what it was
+// waiting for, makes the failure visible (/ready 503,
+// participantd_store_failed 1) and abandons the goroutines still waiting,
+// which end only if the store answers before the process exits.
+//
+// Abandoning an open store is safe because it is no worse than a crash,
+// which every store survives by contract (store.DurableStore: a crash
+// loses exactly the writes no successful Flush covered). Every answer that
+// reports a commit was sent after the Flush covering the operation's rows
+// returned nil, so nothing the server answered depends on a write the
+// abandoned store still holds: the operations stuck in it were answered
+// in_doubt or unavailable, or their connections were closed without an
+// answer, and the next start's reconciliation settles them as after a
+// crash. The flocks on the data directory (LOCK, the store file) are
+// released by the OS when the process exits; until then they keep another
+// store from opening the directory under one that might still write.
+func (s *Server) closeStore(connsDone <-chan struct{}, svc *participant.Service, st backend) error {
+	start := time.Now()
+	svcDone := make(chan struct{})
+	closed := make(chan error, 1)
+	var closing atomic.Int64 // unix nanoseconds when st.Close began, 0 before
+	// Both goroutines are owned by closeStore, which waits for them unless
+	// it gives up on them.
+	go func() {
+		defer close(svcDone)
+		svc.Close()
+	}()
+	go func() {
+		<-connsDone
+		<-svcDone
+		closing.Store(time.Now().UnixNano())
+		closed <- st.Close()
+	}()
+	timer := time.NewTimer(s.cfg.StoreCloseTimeout)
+	defer timer.Stop()
+	select {
+	case err := <-closed:
+		if err != nil {
+			return fmt.Errorf("server: close store: %w", err)
+		}
+		return nil
+	case <-timer.C:
+	}
+
+	var waiting []string
+	select {
+	case <-connsDone:
+	default:
+		s.mu.Lock()
+		n := len(s.conns)
+		s.mu.Unlock()
+		waiting = append(waiting, fmt.Sprintf("%d connections to get out of their store operations", n))
+	}
+	select {
+	case <-svcDone:
+	default:
+		waiting = append(waiting, "the service's background work (checkpoints, compaction, reloads)")
+	}
+	ev := s.log.Error()
+	what := "the store"
+	if call, n, ok := s.oldestStoreCall(); ok {
+		what = fmt.Sprintf("store %s, in flight for %v", call, time.Since(call.start).Round(time.Millisecond))
+		ev = ev.Str("store_call", call.method).Str("store_call_name", call.name).
+			Dur("store_call_ms", time.Since(call.start)).Int("store_calls_in_flight", n)
+	}
+	if t := closing.Load(); t != 0 {
+		waiting = append(waiting, "the store to close")
+		what = fmt.Sprintf("store Close, in flight for %v", time.Since(time.Unix(0, t)).Round(time.Millisecond))
+		ev = ev.Str("store_call", "Close").Dur("store_call_ms", time.Since(time.Unix(0, t)))
+	}
+	s.hung.Store(true)
+	ev.Strs("waiting_for", waiting).Dur("waited_ms", time.Since(start)).Dur("store_close_timeout_ms", s.cfg.StoreCloseTimeout).
+		Msg("the store stopped answering; giving up on it and exiting without closing it: nothing answered depends on it, and the next start reconciles as after a crash")
+	return fmt.Errorf("%w: waited %v for %s", ErrStoreHung, s.cfg.StoreCloseTimeout, what)
+}
+
+// oldestStoreCall returns the service's store call in flight the longest,
+// and how many are in flight.
+func (s *Server) oldestStoreCall() (storeCall, int, bool) {
+	if w := s.watched.Load(); w != nil {
+		return w.oldest()
+	}
+	return storeCall{}, 0, false
 }
 
 // openAdmission reports whether anyone beyond this host may enroll: the

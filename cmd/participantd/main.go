@@ -29,6 +29,11 @@ import (
 	"github.com/participantd/participantd/server"
 )
 
+// testHook, when set, adjusts the server's configuration before it starts.
+// Only a binary built with the faulthook build tag sets it (faulthook.go),
+// for the end-to-end tests of package e2e; a release build has none.
+var testHook func(*server.Config, zerolog.Logger)
+
 func main() {
 	os.Exit(run(os.Args[1:], os.Environ(), os.Stdout, os.Stderr))
 }
@@ -59,6 +64,9 @@ func run(args, environ []string, stdout io.Writer, stderr *os.File) int {
 	log := newLogger(stderr, o.logLevel, o.logFormat)
 	o.server.Logger = log
 	logConfig(log, o)
+	if testHook != nil {
+		testHook(&o.server, log)
+	}
 
 	srv, err := server.New(o.server)
 	if err != nil {

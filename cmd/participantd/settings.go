@@ -99,6 +99,8 @@ var settings = []setting{
 		durationSetting(func(o *options) *time.Duration { return &o.server.ReceiptTTL })},
 	{"drain-timeout", server.DefaultDrainTimeout.String(), "how long the drain on SIGTERM/SIGINT may take",
 		durationSetting(func(o *options) *time.Duration { return &o.server.DrainTimeout })},
+	{"store-close-timeout", server.DefaultStoreCloseTimeout.String(), "how long, after the drain, the shutdown waits for the store (operations still inside it, background checkpoints, closing it); past it a store that stopped answering (a dead disk, a hung NFS mount) is given up on: logged at error level, exit 1",
+		durationSetting(func(o *options) *time.Duration { return &o.server.StoreCloseTimeout })},
 	{"hello-timeout", server.DefaultHelloTimeout.String(), "how long a new connection may take to send hello",
 		durationSetting(func(o *options) *time.Duration { return &o.server.HelloTimeout })},
 	{"write-progress-timeout", server.DefaultWriteProgressTimeout.String(), "close a connection one of whose outbound frames waited this long to be written (a peer that stops reading or reads a trickle)",
@@ -423,7 +425,8 @@ Endpoints on --health-listen: GET /health, /ready, /metrics,
 /unloadable-conversations, /debug/pprof/ with --pprof, and POST
 /admin/backup with --admin-token (participantctl backup).
 Start-up logs one line with the effective configuration (secrets redacted).
-Signals: SIGTERM or SIGINT drains (exit 0 within --drain-timeout); a second
-one exits at once with status 2.
+Signals: SIGTERM or SIGINT drains (exit 0 within --drain-timeout, then
+--store-close-timeout for the store; exit 1 if the store stopped answering);
+a second one exits at once with status 2.
 `)
 }

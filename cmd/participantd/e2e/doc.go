@@ -2,4 +2,8 @@
 // real binary, run it as a subprocess on a temporary data directory, load
 // it with a raw wire client, SIGKILL it and restart it, and check that every
 // answered request survived. The tests are skipped under -short.
+//
+// TestSIGTERM_HungStoreExitsWithinBound builds the binary with the
+// faulthook build tag, whose test hook (cmd/participantd/faulthook.go, in
+// no release build) makes every store flush hang from a SIGUSR1 on.
 package e2e

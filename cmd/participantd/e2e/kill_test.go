@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -41,21 +42,28 @@ func freePort(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-func buildBinary(t *testing.T) string {
+// buildBinary builds participantd with the given build tags (faulthook:
+// the test hook of cmd/participantd/faulthook.go).
+func buildBinary(t *testing.T, tags ...string) string {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("builds and runs the binary; skipped under -short")
 	}
 	bin := filepath.Join(t.TempDir(), "participantd")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/participantd/participantd/cmd/participantd").CombinedOutput()
+	args := []string{"build", "-o", bin}
+	if len(tags) > 0 {
+		args = append(args, "-tags", strings.Join(tags, ","))
+	}
+	out, err := exec.Command("go", append(args, "github.com/participantd/participantd/cmd/participantd")...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	return bin
 }
 
-// startProc runs the binary on dir and waits for /ready.
-func startProc(t *testing.T, bin, dir string) *proc {
+// startProc runs the binary on dir and waits for /ready; env, NAME=value
+// settings, override the defaults below.
+func startProc(t *testing.T, bin, dir string, env ...string) *proc {
 	t.Helper()
 	p := &proc{addr: freePort(t), health: freePort(t), stderr: new(bytes.Buffer)}
 	p.cmd = exec.Command(bin, "--data", dir, "--listen", p.addr, "--health-listen", p.health, "--log-level", "warn")
@@ -63,6 +71,7 @@ func startProc(t *testing.T, bin, dir string) *proc {
 	// their writes too.
 	p.cmd.Env = append(os.Environ(), "PARTICIPANTD_DRAIN_TIMEOUT=5s",
 		"PARTICIPANTD_CHECKPOINT_INTERVAL=10ms", "PARTICIPANTD_CHECKPOINT_ROWS=64", "PARTICIPANTD_RETAIN=1ms")
+	p.cmd.Env = append(p.cmd.Env, env...) // the last of duplicates wins
 	p.cmd.Stderr = p.stderr
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
