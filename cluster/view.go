@@ -1,0 +1,179 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/participantd/participantd/participant"
+	"github.com/participantd/participantd/store"
+	"github.com/participantd/participantd/store/etcdstore"
+)
+
+// RestoringKey, under the cluster prefix, exists while `participantctl
+// restore` is writing a backup into the prefix: Start refuses a prefix that
+// has it, so that no node serves a half-restored data set.
+const RestoringKey = "restoring"
+
+// ErrRestoring reports a prefix that a restore is writing, or that a
+// failed restore left half-written.
+var ErrRestoring = errors.New("cluster: a restore into this prefix is in progress or was cut")
+
+// NormalizePrefix returns prefix as Start uses it: DefaultPrefix when
+// empty, and ending in '/', so that "/pd" does not share keys with "/pd2".
+func NormalizePrefix(prefix string) string {
+	if prefix == "" {
+		prefix = etcdstore.DefaultPrefix
+	}
+	if !strings.HasSuffix(prefix, "/") {
+		prefix += "/"
+	}
+	return prefix
+}
+
+// Ephemeral reports whether key, relative to the cluster prefix, is a claim
+// that lives under a node's lease: node/<id> (a live node) and
+// own/<conversation> (an ownership). They describe which process serves
+// what right now, not the data: backups leave them out, so that a restored
+// data set has no owners and every conversation is claimed afresh (and
+// reconciled from its stored rows) on its first touch.
+func Ephemeral(key string) bool {
+	return strings.HasPrefix(key, "own/") || strings.HasPrefix(key, "node/")
+}
+
+// View is a read-only store.DurableStore over a cluster's whole data set,
+// for the offline tools (participant.Inspect): the etcd store of the data
+// keys, read through kv, with the service's registry read as the union of
+// every node's registry (each node id that ever joined has an ordinal/<id>
+// key) in ascending conversation order. Writes stage in memory and every
+// commit fails: kv must refuse writes (etcdstore.AtRevision, or a backup
+// file's contents), which is what makes the view read-only.
+//
+// A View owns its etcd store (Close closes it), not kv.
+type View struct {
+	*etcdstore.Store
+	kv     clientv3.KV
+	prefix string
+}
+
+var (
+	_ store.DurableStore = (*View)(nil)
+	_ store.Compactor    = (*View)(nil)
+	_ store.PageReader   = (*View)(nil)
+)
+
+// OpenView returns a View of the data set under prefix (normalized as
+// Start does) read through kv.
+func OpenView(kv clientv3.KV, prefix string) *View {
+	prefix = NormalizePrefix(prefix)
+	return &View{
+		Store:  etcdstore.OpenKV(kv, etcdstore.Options{Prefix: prefix + "d/", Scope: Scope}),
+		kv:     kv,
+		prefix: prefix,
+	}
+}
+
+// Nodes returns the id of every node that ever joined the cluster, sorted.
+func (v *View) Nodes(ctx context.Context) ([]string, error) {
+	from := v.prefix + "ordinal/"
+	end := clientv3.GetPrefixRangeEnd(from)
+	var ids []string
+	for {
+		resp, err := v.kv.Get(ctx, from, clientv3.WithRange(end), clientv3.WithKeysOnly(), clientv3.WithLimit(1024))
+		if err != nil {
+			return nil, fmt.Errorf("cluster: list nodes: %w", err)
+		}
+		for _, kv := range resp.Kvs {
+			ids = append(ids, strings.TrimPrefix(string(kv.Key), v.prefix+"ordinal/"))
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			return ids, nil
+		}
+		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+}
+
+// registry returns the union of every node's registry, one entry per
+// conversation, in ascending id order, renumbered from seq 0.
+func (v *View) registry() ([]store.Entry, error) {
+	ids, err := v.Nodes(context.Background())
+	if err != nil {
+		return nil, err
+	}
+	seen := make(map[string]bool)
+	var out []store.Entry
+	for _, id := range ids {
+		entries, err := v.Store.ReadFrom("node/"+id+"/conversations", 0, 0)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range entries {
+			if !seen[string(e.Payload)] {
+				seen[string(e.Payload)] = true
+				out = append(out, e)
+			}
+		}
+	}
+	// A registry entry is a version byte and the big-endian id, so byte
+	// order is id order; an unreadable entry sorts anywhere and is refused
+	// by the reader.
+	sort.Slice(out, func(i, j int) bool { return string(out[i].Payload) < string(out[j].Payload) })
+	for i := range out {
+		out[i].Seq = uint64(i)
+	}
+	return out, nil
+}
+
+// ReadFrom reads stream name; the service's registry is the union of every
+// node's.
+func (v *View) ReadFrom(name string, offset uint64, limit int) ([]store.Entry, error) {
+	if name != participant.RegistryStream {
+		return v.Store.ReadFrom(name, offset, limit)
+	}
+	all, err := v.registry()
+	if err != nil || offset >= uint64(len(all)) {
+		return nil, err
+	}
+	all = all[offset:]
+	if limit > 0 && limit < len(all) {
+		all = all[:limit]
+	}
+	return all, nil
+}
+
+// Len returns the length of stream name; the registry's is the number of
+// conversations of every node.
+func (v *View) Len(name string) (uint64, error) {
+	if name != participant.RegistryStream {
+		return v.Store.Len(name)
+	}
+	all, err := v.registry()
+	return uint64(len(all)), err
+}
+
+// ReadValue reads value key. The service incarnation is per node in a
+// cluster (node/<id>/incarnation); the view's is 0.
+func (v *View) ReadValue(key string) (uint64, error) {
+	if key == participant.IncarnationKey {
+		return 0, nil
+	}
+	return v.Store.ReadValue(key)
+}
+
+// checkNotRestoring refuses a prefix that a restore is writing (RestoringKey).
+func (n *Node) checkNotRestoring(ctx context.Context) error {
+	cctx, cancel := n.ctx(ctx)
+	defer cancel()
+	resp, err := n.cli.Get(cctx, n.key(RestoringKey), clientv3.WithCountOnly())
+	if err != nil {
+		return fmt.Errorf("cluster: look for a restore in progress: %w", err)
+	}
+	if resp.Count > 0 {
+		return fmt.Errorf("%w: %s exists; let the restore finish, or delete the prefix and restore again", ErrRestoring, n.key(RestoringKey))
+	}
+	return nil
+}
