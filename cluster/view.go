@@ -4,7 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
+	"slices"
+	"strconv"
 	"strings"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -47,9 +48,8 @@ func Ephemeral(key string) bool {
 
 // View is a read-only store.DurableStore over a cluster's whole data set,
 // for the offline tools (participant.Inspect): the etcd store of the data
-// keys, read through kv, with the service's registry read as the union of
-// every node's registry (each node id that ever joined has an ordinal/<id>
-// key) in ascending conversation order. Writes stage in memory and every
+// keys, read through kv, with the service's registry derived from the
+// conversations stored (a cluster keeps none), in ascending id order. Writes stage in memory and every
 // commit fails: kv must refuse writes (etcdstore.AtRevision, or a backup
 // file's contents), which is what makes the view read-only.
 //
@@ -97,39 +97,32 @@ func (v *View) Nodes(ctx context.Context) ([]string, error) {
 	}
 }
 
-// registry returns the union of every node's registry, one entry per
-// conversation, in ascending id order, renumbered from seq 0.
+// registry returns one registry entry per conversation that has data, in
+// ascending id order: a cluster keeps no registry (a conversation loads on
+// its first touch after a claim), so the view derives one from the
+// conversation scopes.
 func (v *View) registry() ([]store.Entry, error) {
-	ids, err := v.Nodes(context.Background())
+	scopes, err := v.Store.Scopes(context.Background())
 	if err != nil {
 		return nil, err
 	}
-	seen := make(map[string]bool)
-	var out []store.Entry
-	for _, id := range ids {
-		entries, err := v.Store.ReadFrom("node/"+id+"/conversations", 0, 0)
+	ids := make([]uint64, 0, len(scopes))
+	for _, sc := range scopes {
+		id, err := strconv.ParseUint(sc, 10, 64)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("cluster: scope %q names no conversation", sc)
 		}
-		for _, e := range entries {
-			if !seen[string(e.Payload)] {
-				seen[string(e.Payload)] = true
-				out = append(out, e)
-			}
-		}
+		ids = append(ids, id)
 	}
-	// A registry entry is a version byte and the big-endian id, so byte
-	// order is id order; an unreadable entry sorts anywhere and is refused
-	// by the reader.
-	sort.Slice(out, func(i, j int) bool { return string(out[i].Payload) < string(out[j].Payload) })
-	for i := range out {
-		out[i].Seq = uint64(i)
+	slices.Sort(ids)
+	out := make([]store.Entry, len(ids))
+	for i, id := range ids {
+		out[i] = store.Entry{Seq: uint64(i), Payload: participant.RegistryEntry(participant.ConversationID(id))}
 	}
 	return out, nil
 }
 
-// ReadFrom reads stream name; the service's registry is the union of every
-// node's.
+// ReadFrom reads stream name; the service's registry is derived.
 func (v *View) ReadFrom(name string, offset uint64, limit int) ([]store.Entry, error) {
 	if name != participant.RegistryStream {
 		return v.Store.ReadFrom(name, offset, limit)
@@ -146,7 +139,7 @@ func (v *View) ReadFrom(name string, offset uint64, limit int) ([]store.Entry, e
 }
 
 // Len returns the length of stream name; the registry's is the number of
-// conversations of every node.
+// conversations stored.
 func (v *View) Len(name string) (uint64, error) {
 	if name != participant.RegistryStream {
 		return v.Store.Len(name)

@@ -290,3 +290,34 @@ func TestSnapshot_ServesTheStoreReads(t *testing.T) {
 		t.Errorf("pinned Txn = %v, want ErrReadOnly", err)
 	}
 }
+
+// TestRestore_MarkerKeepsNodesOut: a small backup restores in one
+// transaction and leaves no marker; a prefix with the marker (a restore
+// running or cut) is refused by cluster.Start.
+func TestRestore_MarkerKeepsNodesOut(t *testing.T) {
+	ctx := context.Background()
+	p := shared.Prefix()
+	put(t, p+"d/g/v/a", "x")
+	var buf bytes.Buffer
+	if _, err := backup.Export(ctx, shared.Client.KV, p, &buf, backup.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	q := shared.Prefix()
+	sum, err := backup.Restore(ctx, shared.Client.KV, q, bytes.NewReader(buf.Bytes()), backup.RestoreOptions{})
+	if err != nil || sum.Txns != 1 {
+		t.Fatalf("Restore = %+v, %v; want one transaction", sum, err)
+	}
+	if diff := cmp.Diff(map[string]string{"d/g/v/a": "x"}, dump(t, q, 0)); diff != "" {
+		t.Fatalf("restored prefix (-want +got):\n%s", diff)
+	}
+
+	r := shared.Prefix()
+	put(t, r+cluster.RestoringKey, "restoring")
+	n, err := cluster.Start(ctx, shared.Client, cluster.Options{NodeID: "n1", Prefix: r})
+	if err == nil {
+		n.Close()
+	}
+	if !errors.Is(err, cluster.ErrRestoring) {
+		t.Fatalf("Start on a prefix being restored = %v, want ErrRestoring", err)
+	}
+}

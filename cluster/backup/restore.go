@@ -114,8 +114,14 @@ func Restore(ctx context.Context, kv clientv3.KV, prefix string, src io.ReadSeek
 			return sum, err
 		}
 	}
-	cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(marker), ">", 0))
-	puts = append(puts, clientv3.OpDelete(marker))
+	if sum.Txns == 0 {
+		// One transaction in all: it need not create the marker at all,
+		// only compare that no other restore did.
+		puts = puts[1:]
+	} else {
+		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(marker), ">", 0))
+		puts = append(puts, clientv3.OpDelete(marker))
+	}
 	if err := commit(); err != nil {
 		return sum, err
 	}

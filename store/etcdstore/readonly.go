@@ -3,6 +3,8 @@ package etcdstore
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -91,4 +93,29 @@ func (t refusedTxn) Commit() (*clientv3.TxnResponse, error) { return nil, ErrRea
 // contents): the Store reads and writes through kv only.
 func OpenKV(kv clientv3.KV, opts Options) *Store {
 	return Open(&clientv3.Client{KV: kv}, opts)
+}
+
+// Scopes returns every non-global scope that has at least one key, in key
+// order, reading one key per scope (each read skips past the scope's whole
+// range), so that listing costs one round trip per scope, not per key.
+func (s *Store) Scopes(ctx context.Context) ([]string, error) {
+	base := s.lay.prefix + "c/"
+	from, end := base, clientv3.GetPrefixRangeEnd(base)
+	var out []string
+	for {
+		resp, err := s.kv.Get(ctx, from, clientv3.WithRange(end), clientv3.WithKeysOnly(), clientv3.WithLimit(1))
+		if err != nil {
+			return nil, fmt.Errorf("etcdstore: list scopes: %w", err)
+		}
+		if len(resp.Kvs) == 0 {
+			return out, nil
+		}
+		rest := string(resp.Kvs[0].Key[len(base):])
+		i := strings.IndexByte(rest, '/')
+		if i <= 0 {
+			return nil, fmt.Errorf("%w: key %q is in no scope", ErrCorrupt, resp.Kvs[0].Key)
+		}
+		out = append(out, rest[:i])
+		from = clientv3.GetPrefixRangeEnd(s.lay.base(rest[:i]))
+	}
 }
