@@ -43,8 +43,17 @@ func NormalizePrefix(prefix string) string {
 // data set has no owners and every conversation is claimed afresh (and
 // reconciled from its stored rows) on its first touch.
 func Ephemeral(key string) bool {
-	return strings.HasPrefix(key, "own/") || strings.HasPrefix(key, "node/")
+	for _, p := range EphemeralPrefixes {
+		if strings.HasPrefix(key, p) {
+			return true
+		}
+	}
+	return false
 }
+
+// EphemeralPrefixes are the key prefixes, relative to the cluster prefix,
+// of the keys Ephemeral reports.
+var EphemeralPrefixes = []string{"own/", "node/"}
 
 // View is a read-only store.DurableStore over a cluster's whole data set,
 // for the offline tools (participant.Inspect): the etcd store of the data

@@ -321,3 +321,58 @@ func TestRestore_MarkerKeepsNodesOut(t *testing.T) {
 		t.Fatalf("Start on a prefix being restored = %v, want ErrRestoring", err)
 	}
 }
+
+// pageKV records the bytes of keys and values each Get returns.
+type pageKV struct {
+	clientv3.KV
+	mu    sync.Mutex
+	pages []int
+}
+
+func (p *pageKV) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	resp, err := p.KV.Get(ctx, key, opts...)
+	if err == nil && len(resp.Kvs) > 0 {
+		n := 0
+		for _, kv := range resp.Kvs {
+			n += len(kv.Key) + len(kv.Value)
+		}
+		p.mu.Lock()
+		p.pages = append(p.pages, n)
+		p.mu.Unlock()
+	}
+	return resp, err
+}
+
+// TestExport_ReadsBoundedPages: Export never asks etcd for much more than
+// PageBytes at once (about one average entry past it), whatever the size
+// of the data set, so its memory does not grow with it.
+func TestExport_ReadsBoundedPages(t *testing.T) {
+	ctx := context.Background()
+	p := shared.Prefix()
+	value := string(bytes.Repeat([]byte("v"), 4000))
+	for i := range 300 {
+		put(t, fmt.Sprintf("%sd/c/%d/b/checkpoint", p, i), value)
+	}
+	const pageBytes = 64 << 10
+	kv := &pageKV{KV: shared.Client.KV}
+	var out countingWriter
+	h, err := backup.Export(ctx, kv, p, &out, backup.Options{PageBytes: pageBytes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Keys != 300 || out.n < 300*4000 {
+		t.Fatalf("exported %d keys in %d bytes, want 300 keys of 4000 bytes", h.Keys, out.n)
+	}
+	if len(kv.pages) < 300*4000/pageBytes {
+		t.Fatalf("%d pages for %d bytes at %d per page", len(kv.pages), 300*4000, pageBytes)
+	}
+	for i, n := range kv.pages {
+		if n > pageBytes+2*4100 {
+			t.Errorf("page %d holds %d bytes, want about %d at most", i, n, pageBytes)
+		}
+	}
+}
+
+type countingWriter struct{ n int }
+
+func (c *countingWriter) Write(p []byte) (int, error) { c.n += len(p); return len(p), nil }

@@ -32,7 +32,9 @@
 //
 // # Memory
 //
-// Export reads in pages of about Options.PageBytes and writes each entry as
-// it goes; Check and Restore read one frame at a time. Only Load (the
-// offline tools' view of a file) holds the whole data set.
+// Export reads in pages of about Options.PageBytes (as many keys as fit at
+// the largest entry seen so far, at most Options.MaxPageKeys) and writes
+// each entry as it goes, so it holds one page; Check and Restore read one
+// frame at a time. Only Load (the offline tools' view of a file) holds the
+// whole data set.
 package backup
