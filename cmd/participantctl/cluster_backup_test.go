@@ -1,7 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/participantd/participantd/client"
+	"github.com/participantd/participantd/cluster/backup"
 	"github.com/participantd/participantd/participant"
 	"github.com/participantd/participantd/server"
 	"github.com/participantd/participantd/server/servertest"
@@ -70,6 +74,9 @@ func TestCluster_BackupVerifyRestore(t *testing.T) {
 	seq := strings.TrimSpace(mustCtl(t, ctx, "tell", "--addr", addr, "--creds", creds, "--token", tok, "kept"))
 
 	file := filepath.Join(work, "cluster.backup")
+	if _, errs, code := ctl(ctx, "", "backup", "--health", a.HealthAddr().String(), "--admin-token", "wrong", "--out", file); code == 0 || !strings.Contains(errs, "401") {
+		t.Fatalf("cluster backup with a wrong token = exit %d, %q; want a 401 refusal", code, errs)
+	}
 	if got := mustCtl(t, ctx, "backup", "--health", a.HealthAddr().String(), "--admin-token", "tok", "--out", file); !strings.Contains(got, "cluster backup") {
 		t.Fatalf("backup = %q, want a cluster backup", got)
 	}
@@ -147,5 +154,54 @@ func TestCluster_BackupVerifyRestore(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(work, participant.NodeKeyFile)); !os.IsNotExist(err) {
 		t.Fatalf("restore wrote a node key file: %v", err)
+	}
+}
+
+// TestBackup_ClusterCopyCutIsNotKept: a cluster backup whose stream ends
+// early (no trailer, or a wrong checksum) is refused and leaves no file;
+// a whole one is kept.
+func TestBackup_ClusterCopyCutIsNotKept(t *testing.T) {
+	ctx := testCtx(t)
+	var whole bytes.Buffer
+	w, err := backup.NewWriter(&whole, backup.Header{Prefix: "/p/", Revision: 9, Keys: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"d/a", "d/b"} {
+		if err := w.Add([]byte(k), []byte("value of "+k)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var body []byte
+	srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		rw.Header().Set("Content-Type", server.ClusterBackupContentType)
+		rw.Write(body)
+	}))
+	defer srv.Close()
+	health := strings.TrimPrefix(srv.URL, "http://")
+	dir := t.TempDir()
+	for name, b := range map[string][]byte{
+		"cut":        whole.Bytes()[:whole.Len()-5],
+		"no-trailer": whole.Bytes()[:whole.Len()-48],
+	} {
+		body = b
+		out := filepath.Join(dir, name)
+		if _, errs, code := ctl(ctx, "", "backup", "--health", health, "--admin-token", "t", "--out", out); code == 0 || !strings.Contains(errs, "corrupt") {
+			t.Fatalf("%s: backup = exit %d, %q; want a refusal", name, code, errs)
+		}
+		if _, err := os.Stat(out); !os.IsNotExist(err) {
+			t.Fatalf("%s: a refused backup left %s (%v)", name, out, err)
+		}
+		if _, err := os.Stat(out + ".partial"); !os.IsNotExist(err) {
+			t.Fatalf("%s: a refused backup left %s.partial (%v)", name, out, err)
+		}
+	}
+	body = whole.Bytes()
+	out := filepath.Join(dir, "whole")
+	if got := mustCtl(t, ctx, "backup", "--health", health, "--admin-token", "t", "--out", out); !strings.Contains(got, "2 keys of /p/ at etcd revision 9") {
+		t.Fatalf("backup = %q", got)
 	}
 }
