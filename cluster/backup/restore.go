@@ -94,7 +94,9 @@ func Restore(ctx context.Context, kv clientv3.KV, prefix string, src io.ReadSeek
 			return sum, err
 		}
 		if cluster.Ephemeral(string(e.Key)) || string(e.Key) == cluster.RestoringKey {
-			// Never written by Export; a claim is not data.
+			// A claim is not data (Export leaves claims out), and the
+			// marker of a restore that was running at the backup's
+			// revision is not this restore's.
 			continue
 		}
 		key := prefix + string(e.Key)
