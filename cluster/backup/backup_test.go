@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/participantd/participantd/cluster"
@@ -376,3 +377,30 @@ func TestExport_ReadsBoundedPages(t *testing.T) {
 type countingWriter struct{ n int }
 
 func (c *countingWriter) Write(p []byte) (int, error) { c.n += len(p); return len(p), nil }
+
+// TestView_CompactedRevisionIsAnError: a view pinned at a revision etcd
+// compacted away fails its reads with rpctypes.ErrCompacted (which the
+// offline tools explain), never answers from another revision.
+func TestView_CompactedRevisionIsAnError(t *testing.T) {
+	ctx := context.Background()
+	p := shared.Prefix()
+	put(t, p+"d/c/5/l/oplog/5", "\x00\x00\x00\x00\x00\x00\x00\x01")
+	resp, err := shared.Client.Get(ctx, p, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := resp.Header.Revision
+	put(t, p+"d/g/v/x", "\x00\x00\x00\x00\x00\x00\x00\x01")
+	resp, err = shared.Client.Get(ctx, p, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := shared.Client.Compact(ctx, resp.Header.Revision); err != nil {
+		t.Fatal(err)
+	}
+	v := cluster.OpenView(etcdstore.AtRevision(shared.Client.KV, old), p)
+	defer v.Close()
+	if _, err := v.Len("oplog/5"); !errors.Is(err, rpctypes.ErrCompacted) {
+		t.Fatalf("Len at a compacted revision = %v, want ErrCompacted", err)
+	}
+}
