@@ -18,6 +18,7 @@ func TestDependenciesPointOneWay(t *testing.T) {
 		"faultstore":      {"store"},
 		"store/etcdstore": {"store"},
 		"cluster":         {"store", "oplog", "outbox", "participant"},
+		"cluster/backup":  {"cluster", "store"},
 		"oplog":           {},
 		"outbox":          {"oplog"},
 		"participant":     {"store", "oplog", "outbox", "fence", "participant/internal"},

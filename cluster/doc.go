@@ -15,8 +15,12 @@
 //	ordinal/<id>, ordinals   the node's ordinal, the last one   forever
 //	own/<conversation>       {"node","addr"} of the owner       under the owner's lease
 //	secret/node-key          32 random bytes                    forever, create-if-absent
+//	restoring                what a restore is writing          while a restore runs (Start refuses the prefix)
 //	d/…                      the data (package etcdstore)       forever
 //
+// node/<id> and own/<conversation> live under a lease: they are claims, not
+// data (Ephemeral), and backups (package backup) leave them out. View reads
+// a whole data set read-only, for the offline tools.
 // # Invariants
 //
 //   - A node serves (decides, replays, commits, pushes) a conversation only

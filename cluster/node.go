@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -141,13 +140,7 @@ func Start(ctx context.Context, cli *clientv3.Client, opts Options) (*Node, erro
 	if opts.NodeID == "" {
 		return nil, errors.New("cluster: node id is required")
 	}
-	if opts.Prefix == "" {
-		opts.Prefix = etcdstore.DefaultPrefix
-	}
-	if !strings.HasSuffix(opts.Prefix, "/") {
-		// "/pd" must not share keys with "/pd2": the prefix is a directory.
-		opts.Prefix += "/"
-	}
+	opts.Prefix = NormalizePrefix(opts.Prefix)
 	if opts.LeaseTTL <= 0 {
 		opts.LeaseTTL = DefaultLeaseTTL
 	}
@@ -174,6 +167,9 @@ func Start(ctx context.Context, cli *clientv3.Client, opts Options) (*Node, erro
 		return nil, err
 	}
 	n.rec = string(rec)
+	if err := n.checkNotRestoring(ctx); err != nil {
+		return nil, err
+	}
 	if err := n.acquireLease(ctx); err != nil {
 		return nil, err
 	}

@@ -314,6 +314,11 @@ func readRegistry(st store.DurableStore) ([]ConversationID, error) {
 	return ids, nil
 }
 
+// RegistryEntry returns the RegistryStream entry of conversation id, for a
+// store that presents a registry it derives (cluster.View lists the
+// conversations of a cluster, which keeps no registry).
+func RegistryEntry(id ConversationID) []byte { return encodeRegistryEntry(id) }
+
 func encodeRegistryEntry(id ConversationID) []byte {
 	b := make([]byte, 9)
 	b[0] = registryVersion

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/participantd/participantd/cluster/backup"
 	"github.com/participantd/participantd/store"
 )
 
@@ -26,8 +27,16 @@ import (
 // (store.Bolt.Backup), after the log-first store has checkpointed every
 // batch committed before the request (logfirst.Store.Backup). It holds
 // every operation answered before the request, and serving goes on while
-// it streams; in cluster mode the endpoint answers 501 (back up etcd). The node
-// key is not in it: it never changes, and is backed up once, apart.
+// it streams. The node key is not in it: it never changes, and is backed
+// up once, apart.
+//
+// In cluster mode, any node answers with a cluster backup of the whole
+// data set under the etcd prefix (package cluster/backup: every key read
+// at one etcd revision, streamed page by page, with a checksummed trailer;
+// the cluster secret is in it). Its size is not known in advance: the
+// trailer is what tells a whole copy from a cut one, and a failure after
+// the first byte aborts the connection. A revision compacted during the
+// read fails the backup (take it again).
 func (s *Server) registerAdmin(mux *http.ServeMux) {
 	if s.cfg.AdminToken == "" {
 		return
@@ -43,9 +52,13 @@ func (s *Server) registerAdmin(mux *http.ServeMux) {
 			http.Error(w, "store not open yet", http.StatusServiceUnavailable)
 			return
 		}
+		if cb, ok := ref.backend.(*clusterBackend); ok {
+			s.serveClusterBackup(w, r, cb)
+			return
+		}
 		st, ok := ref.backend.(backuper)
 		if !ok {
-			http.Error(w, "this store has no online backup: in cluster mode, back up etcd (etcdctl snapshot save)", http.StatusNotImplemented)
+			http.Error(w, "this store has no online backup", http.StatusNotImplemented)
 			return
 		}
 		w.Header().Set("Content-Type", "application/octet-stream")
@@ -78,6 +91,53 @@ func (s *Server) registerAdmin(mux *http.ServeMux) {
 func (s *Server) adminAuthorized(r *http.Request) bool {
 	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	return ok && subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.AdminToken)) == 1
+}
+
+// ClusterBackupContentType is the media type of a cluster backup.
+const ClusterBackupContentType = "application/vnd.participantd.cluster-backup"
+
+// serveClusterBackup streams a backup of the cluster's data set at one
+// etcd revision.
+func (s *Server) serveClusterBackup(w http.ResponseWriter, r *http.Request, cb *clusterBackend) {
+	lw := &lazyOK{w: w, contentType: ClusterBackupContentType}
+	h, err := backup.Export(r.Context(), cb.cli.KV, s.cfg.Cluster.Prefix, lw, backup.Options{})
+	if err != nil {
+		s.log.Error().Err(err).Int64("bytes", lw.n).Msg("cluster backup failed")
+		if !lw.started {
+			code := http.StatusServiceUnavailable
+			if errors.Is(err, backup.ErrCompacted) {
+				code = http.StatusConflict
+			}
+			http.Error(w, "cluster backup failed: "+err.Error(), code)
+			return
+		}
+		// The body began: cut the connection, so the client sees an error
+		// (the missing trailer tells it too).
+		panic(http.ErrAbortHandler)
+	}
+	s.log.Info().Int64("bytes", lw.n).Int64("revision", h.Revision).Int64("keys", h.Keys).
+		Str("remote", r.RemoteAddr).Msg("cluster backup served")
+}
+
+// lazyOK writes the 200 status and the headers at the first byte, so that
+// an error before it is still answered with an error status.
+type lazyOK struct {
+	w           http.ResponseWriter
+	contentType string
+	started     bool
+	n           int64
+}
+
+func (l *lazyOK) Write(p []byte) (int, error) {
+	if !l.started {
+		l.started = true
+		l.w.Header().Set("Content-Type", l.contentType)
+		l.w.Header().Set("Content-Disposition", `attachment; filename="participantd-cluster.backup"`)
+		l.w.WriteHeader(http.StatusOK)
+	}
+	n, err := l.w.Write(p)
+	l.n += int64(n)
+	return n, err
 }
 
 // backuper is a backend that writes a consistent copy of its store file.

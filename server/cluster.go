@@ -68,6 +68,39 @@ func (c ClusterConfig) validate() error {
 	return nil
 }
 
+// Client connects to the etcd cluster of c (endpoints, TLS, auth), as the
+// server does in cluster mode; the offline tools connect the same way. The
+// caller closes it.
+func (c ClusterConfig) Client() (*clientv3.Client, error) {
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	if !c.enabled() {
+		return nil, errors.New("server: no etcd endpoints")
+	}
+	ecfg := clientv3.Config{
+		Endpoints:   c.Endpoints,
+		DialTimeout: 5 * time.Second,
+		Username:    c.Username,
+		Password:    c.Password,
+		Logger:      zap.NewNop(),
+	}
+	if c.CA != "" || c.Cert != "" {
+		tlsInfo := transport.TLSInfo{TrustedCAFile: c.CA, CertFile: c.Cert, KeyFile: c.Key}
+		tc, err := tlsInfo.ClientConfig()
+		if err != nil {
+			return nil, fmt.Errorf("server: etcd tls: %w", err)
+		}
+		tc.MinVersion = tls.VersionTLS12
+		ecfg.TLS = tc
+	}
+	cli, err := clientv3.New(ecfg)
+	if err != nil {
+		return nil, fmt.Errorf("server: etcd client: %w", err)
+	}
+	return cli, nil
+}
+
 // backend is what Run closes after the drain and what metrics read.
 type backend interface {
 	Stats() store.Stats
@@ -174,25 +207,9 @@ func (s *Server) openCluster(ctx context.Context) (backend, *participant.Service
 	if advertise == "" {
 		advertise = s.ln.Addr().String()
 	}
-	ecfg := clientv3.Config{
-		Endpoints:   cc.Endpoints,
-		DialTimeout: 5 * time.Second,
-		Username:    cc.Username,
-		Password:    cc.Password,
-		Logger:      zap.NewNop(),
-	}
-	if cc.CA != "" || cc.Cert != "" {
-		tlsInfo := transport.TLSInfo{TrustedCAFile: cc.CA, CertFile: cc.Cert, KeyFile: cc.Key}
-		tc, err := tlsInfo.ClientConfig()
-		if err != nil {
-			return nil, nil, fmt.Errorf("server: etcd tls: %w", err)
-		}
-		tc.MinVersion = tls.VersionTLS12
-		ecfg.TLS = tc
-	}
-	cli, err := clientv3.New(ecfg)
+	cli, err := cc.Client()
 	if err != nil {
-		return nil, nil, fmt.Errorf("server: etcd client: %w", err)
+		return nil, nil, err
 	}
 	obs := newClusterMetrics()
 	node, err := cluster.Start(ctx, cli, cluster.Options{

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/participantd/participantd/cluster/backup"
 	"github.com/participantd/participantd/server"
 )
 
@@ -30,7 +31,14 @@ and renamed to FILE, so FILE is either whole or absent. The token comes
 from --admin-token or ` + adminTokenEnv + `.
 
 The copy does not hold the node key (node.key in the data directory): it
-never changes; back it up once, apart, and give it to restore.`,
+never changes; back it up once, apart, and give it to restore.
+
+Against a node of a cluster (participantd --etcd-endpoints), the copy is a
+cluster backup of the whole data set under the etcd prefix, read at one
+etcd revision (any node serves it): a versioned file whose trailer carries
+the key count and a SHA-256, checked before FILE appears. It holds the
+cluster secret; ownerships and live-node keys are left out. Restore it with
+restore --etcd-endpoints, verify it with verify --from.`,
 		run: runBackup,
 	})
 }
@@ -69,6 +77,21 @@ func runBackup(ctx context.Context, e *env, args []string) error {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 		return fmt.Errorf("backup: the server answered %s: %s", resp.Status, msg)
 	}
+	if resp.Header.Get("Content-Type") == server.ClusterBackupContentType {
+		// A cluster backup streams without a size: its trailer (count and
+		// checksum) is what says it is whole, checked before the rename.
+		var h backup.Header
+		n, err := writeDurablyChecked(*out, resp.Body, -1, func(f *os.File) (err error) {
+			h, err = backup.Check(f)
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("backup: %w", err)
+		}
+		fmt.Fprintf(e.stdout, "cluster backup of %d bytes written to %s: %d keys of %s at etcd revision %d\n",
+			n, *out, h.Keys, h.Prefix, h.Revision)
+		return nil
+	}
 	if resp.ContentLength < 0 {
 		return errors.New("backup: the server announced no size")
 	}
@@ -85,6 +108,13 @@ func runBackup(ctx context.Context, e *env, args []string) error {
 // fsyncs the directory, so path is either whole or absent. The partial
 // file is removed on failure.
 func writeDurably(path string, r io.Reader, want int64) (n int64, err error) {
+	return writeDurablyChecked(path, r, want, nil)
+}
+
+// writeDurablyChecked is writeDurably that also runs check, when set, on
+// the synced partial file (read from its start) before the rename: a file
+// check refuses is removed and never renamed.
+func writeDurablyChecked(path string, r io.Reader, want int64, check func(*os.File) error) (n int64, err error) {
 	tmp := path + ".partial"
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
@@ -104,6 +134,17 @@ func writeDurably(path string, r io.Reader, want int64) (n int64, err error) {
 	}
 	if err = f.Sync(); err != nil {
 		return n, err
+	}
+	if check != nil {
+		r, err := os.Open(tmp)
+		if err != nil {
+			return n, err
+		}
+		err = check(r)
+		r.Close()
+		if err != nil {
+			return n, err
+		}
 	}
 	if err = f.Close(); err != nil {
 		return n, err

@@ -13,35 +13,47 @@ func init() {
 	register(&command{
 		name:     "inspect",
 		synopsis: "describe a stopped server's data directory (offline)",
-		usage: `[--data DIR] [--json]
+		usage: `[--data DIR | --etcd-endpoints URLS [--etcd-prefix P] | --from FILE] [--json]
 
 Reads the store of a STOPPED server (it fails if participantd holds the data
 directory) and prints, per conversation: its participants with generation,
 retired, bound (as durably recorded: a stopped server's bindings end as
 died/unclean_restart at its next start) and cursor; the last seq; the oplog
 and outbox row counts; and, for an unloadable conversation, its class and
-reason. Never writes.`,
+reason. Never writes.
+
+With --etcd-endpoints it describes a cluster's data set under --etcd-prefix
+(TLS and auth: the --etcd-* flags of participantd), read at one etcd
+revision while the nodes keep serving, without writing or claiming
+anything; "bound" is then as durably recorded at that revision. With
+--from it describes a cluster backup file, checked whole first, without
+etcd. The incarnation is per node in a cluster and is not shown.`,
 		run: runInspect,
 	})
 }
 
 type inspectReport struct {
-	Incarnation   uint64               `json:"incarnation"`
+	Incarnation uint64 `json:"incarnation"`
+	// Cluster describes a cluster data set (--etcd-endpoints, --from).
+	Cluster       *clusterInfo         `json:"cluster,omitempty"`
 	Conversations []participant.Report `json:"conversations"`
 }
 
 func runInspect(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, commands["inspect"])
-	dir := addDataFlag(fs)
+	src := addSourceFlags(fs)
 	asJSON := fs.Bool("json", false, "print one JSON document")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	inc, reports, err := inspectData(*dir)
+	if err := src.check(fs); err != nil {
+		return err
+	}
+	inc, info, reports, err := inspectSource(ctx, e, src)
 	if err != nil {
 		return err
 	}
-	rep := inspectReport{Incarnation: inc, Conversations: reports}
+	rep := inspectReport{Incarnation: inc, Cluster: info, Conversations: reports}
 	if rep.Conversations == nil {
 		rep.Conversations = []participant.Report{}
 	}
@@ -55,7 +67,11 @@ func runInspect(ctx context.Context, e *env, args []string) error {
 }
 
 func printInspect(w io.Writer, rep *inspectReport) {
-	fmt.Fprintf(w, "server incarnation %d, %d conversations\n", rep.Incarnation, len(rep.Conversations))
+	if rep.Cluster != nil {
+		fmt.Fprintf(w, "%s, %d conversations\n", describeCluster(rep.Cluster), len(rep.Conversations))
+	} else {
+		fmt.Fprintf(w, "server incarnation %d, %d conversations\n", rep.Incarnation, len(rep.Conversations))
+	}
 	for _, c := range rep.Conversations {
 		fmt.Fprintf(w, "\nconversation %d: oplog %d rows, outbox %d rows", c.Conversation, c.OplogRows, c.OutboxRows)
 		if c.Refused != nil {

@@ -5,9 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
+	"github.com/participantd/participantd/cluster/backup"
 	"github.com/participantd/participantd/participant"
 )
 
@@ -16,13 +19,27 @@ func init() {
 		name:     "restore",
 		synopsis: "restore a backup into an empty data directory, then verify it (offline)",
 		usage: `--from FILE --node-key FILE --data DIR
+       --from FILE --etcd-endpoints URLS [--etcd-prefix P]
 
 Copies a backup (participantctl backup) and the node key it belongs to into
 DIR, which must be absent or empty, durably (each file fsync'd, renamed,
 and the directory fsync'd), then reconciles the restored data in dry run as
 verify does. Exits 1 when verify refuses a conversation; the restored data
 is left in place for inspection either way. Start participantd on DIR to
-serve it: bindings of the backup's time end as died/unclean_restart.`,
+serve it: bindings of the backup's time end as died/unclean_restart.
+
+With --etcd-endpoints it restores a cluster backup (backup against a
+cluster node) into the etcd prefix P (TLS and auth: the --etcd-* flags of
+participantd), which must hold no key. The whole file is checked first
+(count and SHA-256): nothing is written from a damaged file. The keys are
+written in transactions within etcd's limits, each creating its keys only
+where absent; while it runs, P/restoring exists and no node starts on P
+(a cut restore leaves it: delete the prefix and restore again). Ownerships
+and live-node keys are not in a backup: the restored conversations have no
+owner, and the first node to touch one claims and reconciles it. The
+restored prefix is then verified as verify --etcd-endpoints does. A
+single-node backup cannot be restored into etcd, nor a cluster backup
+into a data directory.`,
 		run: runRestore,
 	})
 }
@@ -32,8 +49,18 @@ func runRestore(ctx context.Context, e *env, args []string) error {
 	from := fs.String("from", "", "the backup file")
 	keyFile := fs.String("node-key", "", "the node key (node.key) of the server the backup comes from")
 	dir := fs.String("data", "", "the data directory to restore into (absent or empty)")
+	etcd := addEtcdFlags(fs)
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	if etcd.set() {
+		if *keyFile != "" || *dir != "" {
+			return &exitError{code: 2, err: errors.New("--etcd-endpoints restores a cluster backup, which holds the cluster secret: no --node-key or --data")}
+		}
+		if *from == "" {
+			return &exitError{code: 2, err: errors.New("--from is required")}
+		}
+		return restoreCluster(ctx, e, *from, etcd)
 	}
 	if *from == "" || *keyFile == "" || *dir == "" {
 		return &exitError{code: 2, err: errors.New("--from, --node-key and --data are required")}
@@ -43,6 +70,14 @@ func runRestore(ctx context.Context, e *env, args []string) error {
 	} else if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
+	src, err := os.Open(*from)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	if isClusterBackup(src) {
+		return fmt.Errorf("%s is a cluster backup: restore it into etcd with --etcd-endpoints (converting it to a data directory is not supported)", *from)
+	}
 	key, err := os.ReadFile(*keyFile)
 	if err != nil {
 		return err
@@ -50,11 +85,6 @@ func runRestore(ctx context.Context, e *env, args []string) error {
 	if len(key) != participant.NodeKeySize {
 		return fmt.Errorf("%s has %d bytes, a node key has %d", *keyFile, len(key), participant.NodeKeySize)
 	}
-	src, err := os.Open(*from)
-	if err != nil {
-		return err
-	}
-	defer src.Close()
 	if err := os.MkdirAll(*dir, 0o700); err != nil {
 		return err
 	}
@@ -67,4 +97,45 @@ func runRestore(ctx context.Context, e *env, args []string) error {
 	}
 	fmt.Fprintf(e.stdout, "restored %d bytes into %s; verifying\n", n, *dir)
 	return runVerify(ctx, e, []string{"--data", *dir})
+}
+
+// isClusterBackup reports whether f starts with the cluster backup magic,
+// and rewinds it.
+func isClusterBackup(f *os.File) bool {
+	defer f.Seek(0, io.SeekStart)
+	magic := make([]byte, len(backup.Magic))
+	_, err := io.ReadFull(f, magic)
+	return err == nil && string(magic) == backup.Magic
+}
+
+// restoreCluster restores the cluster backup from into the empty prefix of
+// the etcd cluster of ef, then verifies the restored prefix.
+func restoreCluster(ctx context.Context, e *env, from string, ef *etcdFlags) error {
+	cc := ef.config(e)
+	src, err := os.Open(from)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	if !isClusterBackup(src) {
+		return fmt.Errorf("%s is not a cluster backup (a single-node backup restores into a data directory with --data; converting it to etcd is not supported): %w", from, backup.ErrNotBackup)
+	}
+	cli, err := cc.Client()
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	sum, err := backup.Restore(ctx, cli.KV, cc.Prefix, src, backup.RestoreOptions{})
+	if err != nil {
+		return fmt.Errorf("restore %s: %w", from, err)
+	}
+	fmt.Fprintf(e.stdout, "restored %d keys (backup of %s at etcd revision %d) into %s in %d transactions; verifying\n",
+		sum.Keys, sum.Header.Prefix, sum.Header.Revision, cc.Prefix, sum.Txns)
+	args := []string{"--etcd-endpoints", strings.Join(cc.Endpoints, ","), "--etcd-prefix", cc.Prefix}
+	for _, f := range []struct{ name, v string }{{"etcd-ca", cc.CA}, {"etcd-cert", cc.Cert}, {"etcd-key", cc.Key}, {"etcd-username", cc.Username}, {"etcd-password", cc.Password}} {
+		if f.v != "" {
+			args = append(args, "--"+f.name, f.v)
+		}
+	}
+	return runVerify(ctx, e, args)
 }

@@ -10,7 +10,7 @@ func init() {
 	register(&command{
 		name:     "verify",
 		synopsis: "reconcile a stopped server's data in dry run (offline)",
-		usage: `[--data DIR] [--json]
+		usage: `[--data DIR | --etcd-endpoints URLS [--etcd-prefix P] | --from FILE] [--json]
 
 Reads every page of a STOPPED server's store (opened read-only: not a byte
 changes; a write-ahead log is replayed in memory and checked, a corrupt log
@@ -18,9 +18,25 @@ is an error naming the segment and offset), then reconciles every conversation a
 without writing anything, and reports each as "ok", "would repair N outbox
 rows" or "refused CLASS: REASON". Exits 1 when the store is missing, empty
 or damaged (naming the file and what to do), or when any conversation is
-refused (the server would contain it as unloadable), else 0.`,
+refused (the server would contain it as unloadable), else 0.
+
+With --etcd-endpoints it reads a cluster's data set under --etcd-prefix
+(TLS and auth: the --etcd-* flags of participantd) while the nodes keep
+serving: every read is pinned at the etcd revision current at the start,
+so the report is one consistent state, and nothing is written (no claims,
+no repairs). With --from it reads a cluster backup file, checked whole
+first (count and SHA-256), without etcd.`,
 		run: runVerify,
 	})
+}
+
+// describeCluster is the first line of verify and inspect on cluster data.
+func describeCluster(info *clusterInfo) string {
+	from := "etcd"
+	if info.Backup != "" {
+		from = "backup " + info.Backup
+	}
+	return fmt.Sprintf("cluster data set %s at etcd revision %d (%s), %d nodes", info.Prefix, info.Revision, from, len(info.Nodes))
 }
 
 type verifyLine struct {
@@ -33,17 +49,23 @@ type verifyLine struct {
 
 func runVerify(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, commands["verify"])
-	dir := addDataFlag(fs)
+	src := addSourceFlags(fs)
 	asJSON := fs.Bool("json", false, "print one JSON object per conversation")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	_, reports, err := inspectData(*dir)
+	if err := src.check(fs); err != nil {
+		return err
+	}
+	_, info, reports, err := inspectSource(ctx, e, src)
 	if err != nil {
 		return err
 	}
-	if !*asJSON {
-		line, err := logSummary(*dir)
+	if !*asJSON && info != nil {
+		fmt.Fprintln(e.stdout, describeCluster(info))
+	}
+	if !*asJSON && info == nil {
+		line, err := logSummary(*src.dir)
 		if err != nil {
 			return err
 		}

@@ -1,0 +1,131 @@
+package backup
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/participantd/participantd/cluster"
+	"github.com/participantd/participantd/store/etcdstore"
+)
+
+// RestoreOptions configures Restore. The zero value means the defaults.
+type RestoreOptions struct {
+	// MaxTxnOps and MaxRequestBytes are the etcd cluster's limits;
+	// defaults etcdstore.DefaultMaxTxnOps and DefaultMaxRequestBytes.
+	MaxTxnOps       int
+	MaxRequestBytes int
+}
+
+// Summary describes a finished restore.
+type Summary struct {
+	Header Header
+	// Keys is how many keys were written; Txns in how many transactions.
+	Keys int64
+	Txns int
+}
+
+// txnReserve is what a transaction needs beside its keys and values.
+const txnReserve = 64 << 10
+
+// Restore writes the backup src into the EMPTY prefix (normalized as
+// cluster.Start does) of kv. It first reads src whole to check it (Check:
+// nothing is written from a damaged file), then refuses a prefix that holds
+// any key (ErrNotEmpty), then writes the entries in transactions within the
+// limits, each creating its keys only where absent. The first transaction
+// also creates cluster.RestoringKey and the last deletes it: until then no
+// node starts on the prefix (cluster.ErrRestoring). A restore that fails
+// midway leaves that key: delete the prefix and restore again.
+//
+// The keys are written relative to prefix, which need not be the backup's.
+func Restore(ctx context.Context, kv clientv3.KV, prefix string, src io.ReadSeeker, opts RestoreOptions) (Summary, error) {
+	prefix = cluster.NormalizePrefix(prefix)
+	if opts.MaxTxnOps <= 0 {
+		opts.MaxTxnOps = etcdstore.DefaultMaxTxnOps
+	}
+	if opts.MaxRequestBytes <= 0 {
+		opts.MaxRequestBytes = etcdstore.DefaultMaxRequestBytes
+	}
+	if _, err := Check(src); err != nil {
+		return Summary{}, err
+	}
+	if _, err := src.Seek(0, io.SeekStart); err != nil {
+		return Summary{}, err
+	}
+	resp, err := kv.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return Summary{}, fmt.Errorf("backup: read the target prefix: %w", err)
+	}
+	if resp.Count > 0 {
+		return Summary{}, fmt.Errorf("%w: %s holds %d keys; restore only into an empty prefix", ErrNotEmpty, prefix, resp.Count)
+	}
+	br, err := NewReader(src)
+	if err != nil {
+		return Summary{}, err
+	}
+	sum := Summary{Header: br.Header()}
+	marker := prefix + cluster.RestoringKey
+	// The marker is created with the first transaction, so that a second
+	// restore racing this one is refused by etcd.
+	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(marker), "=", 0)}
+	puts := []clientv3.Op{clientv3.OpPut(marker, fmt.Sprintf("restoring a backup at revision %d", sum.Header.Revision))}
+	size := 2*len(marker) + 64
+	commit := func() error {
+		r, err := kv.Txn(ctx).If(cmps...).Then(puts...).Commit()
+		if err != nil {
+			return fmt.Errorf("backup: restore after %d keys: %w", sum.Keys, err)
+		}
+		if !r.Succeeded {
+			return fmt.Errorf("%w: another writer created keys under %s during the restore (after %d keys)", ErrNotEmpty, prefix, sum.Keys)
+		}
+		sum.Txns++
+		cmps, puts, size = cmps[:0], puts[:0], 0
+		return nil
+	}
+	for {
+		e, err := br.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			// Checked above: the file changed since.
+			return sum, err
+		}
+		if cluster.Ephemeral(string(e.Key)) || string(e.Key) == cluster.RestoringKey {
+			// A claim is not data (Export leaves claims out), and the
+			// marker of a restore that was running at the backup's
+			// revision is not this restore's.
+			continue
+		}
+		key := prefix + string(e.Key)
+		n := 2*len(key) + len(e.Value) + 64
+		if len(puts) > 0 && (len(puts)+1 > opts.MaxTxnOps || size+n > opts.MaxRequestBytes-txnReserve) {
+			if err := commit(); err != nil {
+				return sum, err
+			}
+		}
+		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(key), "=", 0))
+		puts = append(puts, clientv3.OpPut(key, string(e.Value)))
+		size += n
+		sum.Keys++
+	}
+	if len(puts) > 0 && len(puts)+1 > opts.MaxTxnOps {
+		if err := commit(); err != nil {
+			return sum, err
+		}
+	}
+	if sum.Txns == 0 {
+		// One transaction in all: it need not create the marker at all,
+		// only compare that no other restore did.
+		puts = puts[1:]
+	} else {
+		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(marker), ">", 0))
+		puts = append(puts, clientv3.OpDelete(marker))
+	}
+	if err := commit(); err != nil {
+		return sum, err
+	}
+	return sum, nil
+}
