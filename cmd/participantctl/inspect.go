@@ -3,24 +3,34 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 
 	"github.com/participantd/participantd/participant"
+	"github.com/participantd/participantd/store"
 )
 
 func init() {
 	register(&command{
 		name:     "inspect",
 		synopsis: "describe a stopped server's data directory (offline)",
-		usage: `[--data DIR] [--json]
+		usage: `[--data DIR] [--json] [--space]
 
 Reads the store of a STOPPED server (it fails if participantd holds the data
 directory) and prints, per conversation: its participants with generation,
 retired, bound (as durably recorded: a stopped server's bindings end as
 died/unclean_restart at its next start) and cursor; the last seq; the oplog
 and outbox row counts; and, for an unloadable conversation, its class and
-reason. Never writes.`,
+reason. Never writes.
+
+--space reports instead where the bytes of the data file go: per bbolt
+bucket its keys and the leaf and branch pages they occupy (allocated and
+in use), split by key prefix (oplog, outbox, token, receipt, checkpoint,
+...) with the average key and value size; and how much of the file no
+bucket occupies (free pages and the freelist). It reads the file alone, so
+stop the server first (it checkpoints its log into the file on the way
+out).`,
 		run: runInspect,
 	})
 }
@@ -34,8 +44,12 @@ func runInspect(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, commands["inspect"])
 	dir := addDataFlag(fs)
 	asJSON := fs.Bool("json", false, "print one JSON document")
+	space := fs.Bool("space", false, "report where the data file's bytes go, per bucket and key prefix")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	if *space {
+		return runSpace(e, *dir, *asJSON)
 	}
 	inc, reports, err := inspectData(*dir)
 	if err != nil {
@@ -76,6 +90,57 @@ func printInspect(w io.Writer, rep *inspectReport) {
 				fmt.Fprint(w, " bound")
 			}
 			fmt.Fprintln(w)
+		}
+	}
+}
+
+func runSpace(e *env, dir string, asJSON bool) error {
+	st, err := openData(dir)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	sp, err := st.Space()
+	if err != nil {
+		if errors.Is(err, store.ErrCorrupt) {
+			return damaged(err)
+		}
+		return err
+	}
+	if asJSON {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(sp)
+	}
+	printSpace(e.stdout, sp)
+	return nil
+}
+
+// leafHeader is what bbolt spends per key on a leaf page besides the key
+// and the value.
+const leafHeader = 16
+
+func printSpace(w io.Writer, sp *store.Space) {
+	var pages int64
+	for _, b := range sp.Buckets {
+		pages += b.LeafAlloc + b.BranchAlloc
+	}
+	fmt.Fprintf(w, "data file %.1f MiB, high water %.1f MiB (pages of %d B); buckets' pages %.1f MiB; the rest (free pages, freelist, meta) %.1f MiB\n",
+		mib(sp.FileBytes), mib(sp.HighWaterBytes), sp.PageSize, mib(pages), mib(sp.HighWaterBytes-pages))
+	for _, b := range sp.Buckets {
+		fill := 0.0
+		if b.LeafAlloc > 0 {
+			fill = 100 * float64(b.LeafInuse) / float64(b.LeafAlloc)
+		}
+		if b.LeafAlloc == 0 {
+			fmt.Fprintf(w, "\nbucket %s: %d keys, %d B inline in its parent's page\n", b.Name, b.Keys, b.InlineInuse)
+		} else {
+			fmt.Fprintf(w, "\nbucket %s: %d keys; leaf pages %.1f MiB, %.1f MiB in use (%.0f%%); branch pages %.1f MiB\n",
+				b.Name, b.Keys, mib(b.LeafAlloc), mib(b.LeafInuse), fill, mib(b.BranchAlloc))
+		}
+		for _, p := range b.Prefixes {
+			fmt.Fprintf(w, "  %-14s %10d keys, key %5.1f B, value %7.1f B: %.1f MiB with headers\n", p.Prefix, p.Keys,
+				float64(p.KeyBytes)/float64(p.Keys), float64(p.ValueBytes)/float64(p.Keys), mib(p.KeyBytes+p.ValueBytes+leafHeader*int64(p.Keys)))
 		}
 	}
 }
