@@ -1,9 +1,13 @@
 package participant
 
 import (
+	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -167,6 +171,110 @@ func TestReceipt_EncodingIsCompactAndExact(t *testing.T) {
 	for n := range len(b) {
 		if _, err := decodeReceipt(b[:n]); !errors.Is(err, errReceiptCorrupt) {
 			t.Errorf("receipt cut to %d of %d bytes decoded: %v", n, len(b), err)
+		}
+	}
+}
+
+// openFixture decompresses testdata/name.gz into a fresh directory and
+// opens it as a bbolt store.
+func openFixture(t *testing.T, name string) *store.Bolt {
+	t.Helper()
+	f, err := os.Open(filepath.Join("testdata", name+".gz"))
+	must(t, err)
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	must(t, err)
+	raw, err := io.ReadAll(zr)
+	must(t, err)
+	path := filepath.Join(t.TempDir(), name)
+	must(t, os.WriteFile(path, raw, 0o600))
+	st, err := store.Open(path, store.Options{})
+	must(t, err)
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+// TestReceipt_FileCompactedBeforeVersion2Replays opens a data file that
+// the code before receipts of version 2 wrote and compacted offline
+// (testdata/v1receipts.db.gz: conversation 1, enrolls with tokens {1} and
+// {2}, 40 tells with tokens {3, i} and payloads "tell i", seqs 3+i, every
+// one acknowledged, then participant.Compact with Retain 1ns; the node key
+// is zero; written by a program against commit 188ed84 of this package). Every tell replays from its version 1 receipt, a tell with
+// another payload is token_conflict, and after more tells and a compaction
+// with this code, version 1 and version 2 receipts replay side by side.
+func TestReceipt_FileCompactedBeforeVersion2Replays(t *testing.T) {
+	ctx := context.Background()
+	st := openFixture(t, "v1receipts.db")
+	v1 := 0
+	for idx := range uint64(90) {
+		b, err := st.GetBytes(receiptKeyV1(1, idx))
+		must(t, err)
+		if b != nil && b[0] == receiptVersion1 {
+			v1++
+		}
+	}
+	if first, err := st.First(oplog.Stream(1)); err != nil || first < 40 || v1 < 40 {
+		t.Fatalf("fixture: oplog first %d (%v), %d version 1 receipts; want the 40 tells compacted", first, err, v1)
+	}
+	clk := &clock{now: time.Now()}
+	svc, err := Open(ctx, st, Options{NodeKey: testKey, CheckpointRows: 1, Retain: time.Minute, Now: clk.Now})
+	must(t, err)
+	defer svc.Close()
+	a, b := svc.Connect(nil), svc.Connect(nil)
+	retry := func(i int, payload string) (Told, error) {
+		return a.Tell(ctx, Tell{Conversation: 1, Participant: 0, Generation: 1, Token: Token{3, byte(i)}, Payload: []byte(payload)})
+	}
+	for i := range 40 {
+		told, err := retry(i, fmt.Sprintf("tell %d", i))
+		if err != nil || told.Replay != ReplayCommitted || told.Seq != Seq(3+i) {
+			t.Fatalf("retry of tell %d from a version 1 receipt = %+v, %v, want seq %d replayed", i, told, err, 3+i)
+		}
+		_, err = retry(i, "something else")
+		var pe *Error
+		if !errors.As(err, &pe) || pe.Code != CodeTokenConflict {
+			t.Fatalf("retry of tell %d with another payload = %v, want token_conflict", i, err)
+		}
+	}
+	// Attach both participants again, tell more, and compact with this code.
+	ea, err := a.Enroll(ctx, Enroll{Conversation: 1, Token: Token{1}})
+	must(t, err)
+	eb, err := b.Enroll(ctx, Enroll{Conversation: 1, Token: Token{2}})
+	must(t, err)
+	if ea.Participant != 0 || eb.Participant != 1 || ea.Replay == ReplayNone || eb.Replay == ReplayNone {
+		t.Fatalf("enroll retries = %+v, %+v, want participants 0 and 1 replayed", ea, eb)
+	}
+	_, err = a.Attach(ctx, Attach{Conversation: 1, Participant: 0, Generation: 1, Secret: ea.Secret, Token: Token{4}})
+	must(t, err)
+	_, err = b.Attach(ctx, Attach{Conversation: 1, Participant: 1, Generation: 1, Secret: eb.Secret, Token: Token{5}})
+	must(t, err)
+	for i := 40; i < 60; i++ {
+		told, err := a.Tell(ctx, Tell{Conversation: 1, Participant: 0, Generation: 2, Token: Token{3, byte(i)}, Payload: []byte(fmt.Sprintf("tell %d", i))})
+		must(t, err)
+		_, err = b.Ack(ctx, Ack{Conversation: 1, Participant: 1, Generation: 2, Through: told.Seq})
+		must(t, err)
+		if i == 40 {
+			// The sender acknowledges what it received too: the record
+			// of b's attach, just before its first tell.
+			_, err = a.Ack(ctx, Ack{Conversation: 1, Participant: 0, Generation: 2, Through: told.Seq - 1})
+			must(t, err)
+		}
+	}
+	if n, err := svc.CheckpointPass(ctx); err != nil || n != 1 {
+		t.Fatalf("CheckpointPass() = %d, %v, want 1, nil", n, err)
+	}
+	clk.advance(2 * time.Minute)
+	got, err := svc.CompactPass(ctx)
+	if err != nil || got.Receipts < 20 {
+		t.Fatalf("CompactPass() = %+v, %v; want the new tells' receipts written", got, err)
+	}
+	for i := range 60 {
+		gen := Generation(1)
+		if i >= 40 {
+			gen = 2
+		}
+		told, err := a.Tell(ctx, Tell{Conversation: 1, Participant: 0, Generation: gen, Token: Token{3, byte(i)}, Payload: []byte(fmt.Sprintf("tell %d", i))})
+		if err != nil || told.Replay != ReplayCommitted {
+			t.Fatalf("retry of tell %d after a compaction with version 2 = %+v, %v, want a replay", i, told, err)
 		}
 	}
 }
