@@ -31,6 +31,31 @@ var (
 	keyVersion    = []byte("version")
 )
 
+// appendFillPercent is how full bbolt packs a page of a bucket whose keys
+// are written in ascending order at a few points (the streams bucket:
+// each stream appends after its last key; the bytes bucket: receipts by
+// row index, checkpoints replaced in place). bbolt's default, 0.5, splits
+// an overflowing page in the middle, and since appends never land in the
+// left half again, every page such a bucket leaves behind is half empty:
+// twice the file for the same data. At 1.0 a split leaves the left page
+// full and the appends go on in the right one. Bucket.FillPercent is not
+// stored in the file, so every transaction that writes these buckets sets
+// it (streamsBucket, putBytes). The values bucket keeps the default: its
+// token index keys are client-chosen random tokens, and a random insert
+// into a page packed full splits it again and again into full pages and
+// near-empty ones.
+const appendFillPercent = 1.0
+
+// streamsBucket returns tx's streams bucket, set to pack its pages full
+// (appendFillPercent).
+func streamsBucket(tx *bolt.Tx) *bolt.Bucket {
+	sb := tx.Bucket(bucketStreams)
+	if sb != nil && tx.Writable() {
+		sb.FillPercent = appendFillPercent
+	}
+	return sb
+}
+
 // Options configures Open. The zero value means the defaults.
 type Options struct {
 	// LockTimeout bounds how long Open waits for the data file's lock while

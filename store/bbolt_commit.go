@@ -169,7 +169,7 @@ func (b *Bolt) commit() {
 
 // writeBatch writes streams and values in tx.
 func writeBatch(tx *bolt.Tx, streams []streamWrite, values map[string]uint64) error {
-	sb := tx.Bucket(bucketStreams)
+	sb := streamsBucket(tx)
 	for _, w := range streams {
 		// A stream's length in the file must be where the commit starts;
 		// anything else means the in-memory state is broken.

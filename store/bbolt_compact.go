@@ -19,9 +19,6 @@ var (
 // layout of version 1 exactly.
 var bucketBytes = []byte("bytes")
 
-// bytesFillPercent is how full a page of the bytes bucket is split.
-const bytesFillPercent = 0.9
-
 // trimChunk bounds the keys one trim transaction deletes, so that a trim of
 // a long prefix does not build one huge transaction.
 const trimChunk = 16384
@@ -143,7 +140,7 @@ func (b *Bolt) GetBytes(key string) ([]byte, error) {
 func trimRange(tx *bolt.Tx, stream string, from, to uint64) error {
 	// Keys are collected, then deleted: a cursor that deletes as it walks
 	// may skip the key after each deletion.
-	sb := tx.Bucket(bucketStreams)
+	sb := streamsBucket(tx)
 	c := sb.Cursor()
 	last := entryKey(stream, to)
 	var keys [][]byte
@@ -180,9 +177,9 @@ func putBytes(tx *bolt.Tx, values []Bytes) error {
 		return err
 	}
 	// Byte values are mostly written in key order (receipts by row index)
-	// or replaced in place (checkpoints): pack pages densely rather than
+	// or replaced in place (checkpoints): pack pages full rather than
 	// split them half full.
-	bk.FillPercent = bytesFillPercent
+	bk.FillPercent = appendFillPercent
 	for _, v := range values {
 		if len(v.Value) == 0 {
 			err = bk.Delete([]byte(v.Key))

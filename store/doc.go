@@ -54,7 +54,13 @@
 // first stored seq is the seq of the first key. A
 // single bucket rather than one sub-bucket per stream means a commit
 // touching N streams dirties about N leaf pages and the branches above
-// them, not also N bucket roots and their headers.
+// them, not also N bucket roots and their headers. Every transaction that
+// writes the streams or bytes bucket packs their pages full
+// (Bucket.FillPercent 1.0, which the file does not store): their keys are
+// written in ascending order at a few points (a stream's end, a
+// conversation's next receipt), where bbolt's default split would leave
+// every page half empty. The values bucket, whose token keys are random,
+// keeps the default.
 //
 // # Opening a file
 //

@@ -106,7 +106,7 @@ func CheckBytes(values []Bytes) error { return checkBytes(values) }
 // PutEntries writes payloads as the entries first, first+1, ... of stream.
 // The stream must have exactly first entries in tx.
 func PutEntries(tx *bolt.Tx, stream string, first uint64, payloads [][]byte) error {
-	sb := tx.Bucket(bucketStreams)
+	sb := streamsBucket(tx)
 	have, err := streamLen(sb.Cursor(), stream)
 	if err != nil {
 		return err

@@ -41,7 +41,13 @@ and reports participantd's rate and p99 as ratios of etcd's.
 --fsync-probe first measures the raw rate of write 200 B + fsync from one
 goroutine in the data directory, so the report carries the physical
 reference of the same run. --idle-connections N and --startup-records N
-are separate modes (see their flags).`,
+are separate modes (see their flags).
+
+--disk-sample 30s --data-dir DIR (DIR the server's data directory, or
+the embedded one) records the size of the data file and of the log every
+30 s of the measured time with the operations counted by then, and reports
+the bytes each operation added: with a server run with a short --retain,
+whether its disk stays bounded under a steady load.`,
 		run: runBench,
 	})
 }
@@ -63,6 +69,7 @@ type benchFlags struct {
 	startupCheckpoints         bool
 	startupFixed               bool
 	etcdCompare                bool
+	diskSample                 time.Duration
 }
 
 func runBench(ctx context.Context, e *env, args []string) error {
@@ -92,6 +99,8 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	fs.IntVar(&f.startupConversations, "startup-conversations", 10000, "conversations of --startup-records")
 	fs.BoolVar(&f.startupFixed, "startup-fixed-conversations", false, "with --startup-records: every size has all --startup-conversations, only the records grow")
 	fs.BoolVar(&f.startupCheckpoints, "startup-checkpoints", false, "with --startup-records: every record acknowledged, and each size also timed from a copy with checkpoints (participantctl compact)")
+	fs.DurationVar(&f.diskSample, "disk-sample", 0, "every this often during the measured time, record the size of --data-dir's data file and log and the operations counted so far, and report them as a table (0: off)")
+	fs.BoolVar(&f.load.randomTokens, "random-tokens", false, "draw every token at random, as the client library does, instead of a counter per client (keys of the token index then land at random, as in production)")
 	fs.BoolVar(&f.etcdCompare, "etcd-compare", false, "after the load, measure an embedded etcd's put rate with the same clients, payload and durations on the same disk, and report the ratios")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -152,7 +161,7 @@ func runBench(ctx context.Context, e *env, args []string) error {
 		}
 		return rep.print(e.stdout, f.json)
 	}
-	if err := runLoad(ctx, &f, rep); err != nil {
+	if err := runLoad(ctx, &f, rep, e.stderr); err != nil {
 		return err
 	}
 	if f.probe {
@@ -240,7 +249,7 @@ func startEmbedded(ctx context.Context, dir string, maxConns int) (*server.Serve
 }
 
 // runLoad runs the load of f and fills rep.
-func runLoad(ctx context.Context, f *benchFlags, rep *benchReport) error {
+func runLoad(ctx context.Context, f *benchFlags, rep *benchReport, progress io.Writer) error {
 	r := &loadRun{cfg: f.load, nonce: newNonce()}
 	if err := r.setup(ctx); err != nil {
 		return err
@@ -277,7 +286,7 @@ func runLoad(ctx context.Context, f *benchFlags, rep *benchReport) error {
 	}
 	t0 := time.Now()
 	r.phase.Store(phaseMeasure)
-	sleep(ctx, f.duration)
+	measure(ctx, f, r, t0, rep, progress)
 	r.phase.Store(phaseDone)
 	elapsed := time.Since(t0)
 	if stopProfile != nil {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	crand "crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -23,6 +24,7 @@ type loadConfig struct {
 	window        int // requests in flight per connection
 	enrollPerConn int // enroll shape: enrolls before the client reconnects
 	verify        int // counted answers to replay after the run
+	randomTokens  bool
 }
 
 const (
@@ -91,6 +93,12 @@ type sample struct {
 func (w *worker) token() wire.Token {
 	w.n++
 	var t wire.Token
+	if w.run.cfg.randomTokens {
+		for t == (wire.Token{}) {
+			_, _ = crand.Read(t[:]) // never fails
+		}
+		return t
+	}
 	binary.BigEndian.PutUint64(t[:8], w.run.nonce^uint64(w.index+1)<<40)
 	binary.BigEndian.PutUint64(t[8:], w.n)
 	return t

@@ -47,6 +47,9 @@ type benchReport struct {
 	Verified       int      `json:"verified_replays"`
 	VerifyFailures []string `json:"verify_failures,omitempty"`
 
+	Disk      []diskSample `json:"disk,omitempty"`
+	DiskError string       `json:"disk_error,omitempty"`
+
 	Etcd    *etcdFigure     `json:"etcd_put,omitempty"`
 	Idle    *idleReport     `json:"idle,omitempty"`
 	Startup []startupFigure `json:"startup,omitempty"`
@@ -162,6 +165,10 @@ func (rep *benchReport) print(w io.Writer, asJSON bool) error {
 			fmt.Fprintf(&b, "  etcd put (embedded, same disk, fsync %v): %d clients, %d B: %.0f puts/s; p50 %.2f ms, p99 %.2f ms; %d errors\n",
 				f.EtcdFsync, f.Clients, f.Payload, f.PutsPerS, f.Latency.P50, f.Latency.P99, f.Errors)
 			fmt.Fprintf(&b, "  vs etcd: %.2f x its put rate, p99 %.2f x its p99\n", f.RatioOps, f.RatioP99)
+		}
+		printDisk(&b, rep.Disk)
+		if rep.DiskError != "" {
+			fmt.Fprintf(&b, "  disk sampling stopped: %s\n", rep.DiskError)
 		}
 		fmt.Fprintf(&b, "  errors: %d", rep.Errors)
 		if rep.FirstError != "" {

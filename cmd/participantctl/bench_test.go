@@ -67,3 +67,33 @@ func TestBench_RefusesBadFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestBench_DiskSampleAndRandomTokens: --disk-sample reports the data
+// file's size at both ends of the measured time and between, with the
+// counted operations growing; --random-tokens' answers replay as the
+// counter's do.
+func TestBench_DiskSampleAndRandomTokens(t *testing.T) {
+	rep := runBenchForTest(t, "--embedded", "--data-dir", t.TempDir(), "--clients", "4", "--random-tokens",
+		"--duration", "600ms", "--warmup", "0s", "--fsync-probe=false", "--disk-sample", "200ms", "--verify", "20")
+	if rep.Ops == 0 || rep.Errors != 0 || len(rep.VerifyFailures) != 0 || rep.Verified == 0 {
+		t.Fatalf("report = ops %d, errors %d (%s), verified %d, failures %v; want ops > 0, no errors, replays verified",
+			rep.Ops, rep.Errors, rep.FirstError, rep.Verified, rep.VerifyFailures)
+	}
+	if rep.DiskError != "" || len(rep.Disk) < 3 {
+		t.Fatalf("disk samples = %+v, error %q; want at least 3", rep.Disk, rep.DiskError)
+	}
+	first, last := rep.Disk[0], rep.Disk[len(rep.Disk)-1]
+	if first.DataFile <= 0 || last.Ops <= first.Ops || last.Ops > rep.Ops || last.Seconds < first.Seconds {
+		t.Fatalf("disk samples = %+v with %d ops counted; want a data file, and ops growing up to the count", rep.Disk, rep.Ops)
+	}
+}
+
+// TestBench_RandomTokensAreNotACounter: two tokens of one client differ
+// beyond the counter's last bytes.
+func TestBench_RandomTokensAreNotACounter(t *testing.T) {
+	w := &worker{run: &loadRun{cfg: loadConfig{randomTokens: true}}}
+	a, b := w.token(), w.token()
+	if a == b || bytes.Equal(a[:8], b[:8]) {
+		t.Fatalf("tokens %x and %x: want independent random tokens", a, b)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/participantd/participantd/oplog"
@@ -13,7 +14,8 @@ import (
 
 // TestCompact_RemovesSettledHistoryAndVerifyStaysOK compacts a stopped
 // server's data whose records were all acknowledged: rows go, verify still
-// reports ok, and a tell's retry still replays its original seq.
+// reports ok, inspect --space accounts for the receipts, and a tell's
+// retry still replays its original seq.
 func TestCompact_RemovesSettledHistoryAndVerifyStaysOK(t *testing.T) {
 	ctx := testCtx(t)
 	bg := context.Background()
@@ -71,6 +73,7 @@ func TestCompact_RemovesSettledHistoryAndVerifyStaysOK(t *testing.T) {
 	if out := mustCtl(t, ctx, "verify", "--data", dir); out != "conversation 1: ok\n" {
 		t.Fatalf("verify after compact = %q", out)
 	}
+	checkSpace(t, ctx, dir)
 
 	st, err = store.Open(filepath.Join(dir, storeFile), store.Options{})
 	if err != nil {
@@ -89,5 +92,38 @@ func TestCompact_RemovesSettledHistoryAndVerifyStaysOK(t *testing.T) {
 		Token: participant.Token{3, 0}, Payload: []byte("hi")})
 	if err != nil || told.Seq != first.Seq || told.Replay != participant.ReplayCommitted {
 		t.Fatalf("retry of the first tell after compact = %+v, %v, want seq %v replayed", told, err, first.Seq)
+	}
+}
+
+// checkSpace runs inspect --space on dir, compacted from 20 tells, and
+// fails t unless it names the receipts, the token index and the streams
+// with their pages, and the same in text.
+func checkSpace(t *testing.T, ctx context.Context, dir string) {
+	t.Helper()
+	var sp store.Space
+	out := mustCtl(t, ctx, "inspect", "--data", dir, "--space", "--json")
+	if err := json.Unmarshal([]byte(out), &sp); err != nil {
+		t.Fatalf("inspect --space --json = %q: %v", out, err)
+	}
+	keys := map[string]int{}
+	var pages int64
+	for _, b := range sp.Buckets {
+		pages += b.LeafAlloc + b.BranchAlloc
+		if b.Keys > 0 && (b.LeafInuse+b.InlineInuse <= 0 || b.LeafInuse > b.LeafAlloc) {
+			t.Errorf("bucket %s: %d keys in %d of %d leaf bytes, %d inline", b.Name, b.Keys, b.LeafInuse, b.LeafAlloc, b.InlineInuse)
+		}
+		for _, p := range b.Prefixes {
+			keys[b.Name+" "+p.Prefix] = p.Keys
+		}
+	}
+	if keys["bytes receipt"] < 20 || keys["bytes checkpoint"] != 1 || keys["values token"] < 22 || keys["streams oplog"] == 0 {
+		t.Errorf("inspect --space keys by bucket and prefix = %v; want the 20 tells' receipts, a checkpoint, 22 tokens and oplog rows", keys)
+	}
+	if sp.FileBytes < sp.HighWaterBytes || pages <= 0 || pages > sp.HighWaterBytes {
+		t.Errorf("inspect --space: file %d B, high water %d B, buckets' pages %d B", sp.FileBytes, sp.HighWaterBytes, pages)
+	}
+	text := mustCtl(t, ctx, "inspect", "--data", dir, "--space")
+	if !strings.Contains(text, "bucket bytes:") || !strings.Contains(text, "receipt") {
+		t.Errorf("inspect --space =\n%s\nwant the bytes bucket and its receipts", text)
 	}
 }

@@ -3,17 +3,19 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 
 	"github.com/participantd/participantd/participant"
+	"github.com/participantd/participantd/store"
 )
 
 func init() {
 	register(&command{
 		name:     "inspect",
 		synopsis: "describe a stopped server's data directory (offline)",
-		usage: `[--data DIR | --etcd-endpoints URLS [--etcd-prefix P] | --from FILE] [--json]
+		usage: `[--data DIR [--space] | --etcd-endpoints URLS [--etcd-prefix P] | --from FILE] [--json]
 
 Reads the store of a STOPPED server (it fails if participantd holds the data
 directory) and prints, per conversation: its participants with generation,
@@ -27,7 +29,15 @@ With --etcd-endpoints it describes a cluster's data set under --etcd-prefix
 revision while the nodes keep serving, without writing or claiming
 anything; "bound" is then as durably recorded at that revision. With
 --from it describes a cluster backup file, checked whole first, without
-etcd. The incarnation is per node in a cluster and is not shown.`,
+etcd. The incarnation is per node in a cluster and is not shown.
+
+--space reports instead where the bytes of the data file go: per bbolt
+bucket its keys and the leaf and branch pages they occupy (allocated and
+in use), split by key prefix (oplog, outbox, token, receipt, checkpoint,
+...) with the average key and value size; and how much of the file no
+bucket occupies (free pages and the freelist). It reads the file alone, so
+stop the server first (it checkpoints its log into the file on the way
+out). It applies to a data directory only.`,
 		run: runInspect,
 	})
 }
@@ -43,11 +53,18 @@ func runInspect(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, commands["inspect"])
 	src := addSourceFlags(fs)
 	asJSON := fs.Bool("json", false, "print one JSON document")
+	space := fs.Bool("space", false, "report where the data file's bytes go, per bucket and key prefix")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	if err := src.check(fs); err != nil {
 		return err
+	}
+	if *space {
+		if src.etcd.set() || *src.from != "" {
+			return &exitError{code: 2, err: errors.New("--space reads a data directory's file: give --data, not --etcd-endpoints or --from")}
+		}
+		return runSpace(e, *src.dir, *asJSON)
 	}
 	inc, info, reports, err := inspectSource(ctx, e, src)
 	if err != nil {
@@ -92,6 +109,57 @@ func printInspect(w io.Writer, rep *inspectReport) {
 				fmt.Fprint(w, " bound")
 			}
 			fmt.Fprintln(w)
+		}
+	}
+}
+
+func runSpace(e *env, dir string, asJSON bool) error {
+	st, err := openData(dir)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	sp, err := st.Space()
+	if err != nil {
+		if errors.Is(err, store.ErrCorrupt) {
+			return damaged(err)
+		}
+		return err
+	}
+	if asJSON {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(sp)
+	}
+	printSpace(e.stdout, sp)
+	return nil
+}
+
+// leafHeader is what bbolt spends per key on a leaf page besides the key
+// and the value.
+const leafHeader = 16
+
+func printSpace(w io.Writer, sp *store.Space) {
+	var pages int64
+	for _, b := range sp.Buckets {
+		pages += b.LeafAlloc + b.BranchAlloc
+	}
+	fmt.Fprintf(w, "data file %.1f MiB, high water %.1f MiB (pages of %d B); buckets' pages %.1f MiB; the rest (free pages, freelist, meta) %.1f MiB\n",
+		mib(sp.FileBytes), mib(sp.HighWaterBytes), sp.PageSize, mib(pages), mib(sp.HighWaterBytes-pages))
+	for _, b := range sp.Buckets {
+		fill := 0.0
+		if b.LeafAlloc > 0 {
+			fill = 100 * float64(b.LeafInuse) / float64(b.LeafAlloc)
+		}
+		if b.LeafAlloc == 0 {
+			fmt.Fprintf(w, "\nbucket %s: %d keys, %d B inline in its parent's page\n", b.Name, b.Keys, b.InlineInuse)
+		} else {
+			fmt.Fprintf(w, "\nbucket %s: %d keys; leaf pages %.1f MiB, %.1f MiB in use (%.0f%%); branch pages %.1f MiB\n",
+				b.Name, b.Keys, mib(b.LeafAlloc), mib(b.LeafInuse), fill, mib(b.BranchAlloc))
+		}
+		for _, p := range b.Prefixes {
+			fmt.Fprintf(w, "  %-14s %10d keys, key %5.1f B, value %7.1f B: %.1f MiB with headers\n", p.Prefix, p.Keys,
+				float64(p.KeyBytes)/float64(p.Keys), float64(p.ValueBytes)/float64(p.Keys), mib(p.KeyBytes+p.ValueBytes+leafHeader*int64(p.Keys)))
 		}
 	}
 }
