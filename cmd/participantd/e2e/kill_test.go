@@ -57,12 +57,20 @@ func buildBinary(t *testing.T) string {
 // startProc runs the binary on dir and waits for /ready.
 func startProc(t *testing.T, bin, dir string) *proc {
 	t.Helper()
+	return startProcEnv(t, bin, dir)
+}
+
+// startProcEnv is startProc with env added to the environment, where it
+// overrides startProc's settings.
+func startProcEnv(t *testing.T, bin, dir string, env ...string) *proc {
+	t.Helper()
 	p := &proc{addr: freePort(t), health: freePort(t), stderr: new(bytes.Buffer)}
 	p.cmd = exec.Command(bin, "--data", dir, "--listen", p.addr, "--health-listen", p.health, "--log-level", "warn")
 	// Checkpoints and compaction run all the time, so that kills land in
 	// their writes too.
 	p.cmd.Env = append(os.Environ(), "PARTICIPANTD_DRAIN_TIMEOUT=5s",
 		"PARTICIPANTD_CHECKPOINT_INTERVAL=10ms", "PARTICIPANTD_CHECKPOINT_ROWS=64", "PARTICIPANTD_RETAIN=1ms")
+	p.cmd.Env = append(p.cmd.Env, env...)
 	p.cmd.Stderr = p.stderr
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
