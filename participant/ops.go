@@ -294,6 +294,7 @@ func (c *Conn) StartEnroll(ctx context.Context, req Enroll) *Call[Bound] {
 				// when it is decided, so that concurrent first enrolls of
 				// different conversations cannot overshoot the cap.
 				if e := c.svc.conversationSlots.reserve(); e != nil {
+					release()
 					return settled(e)
 				}
 				b.reservedSlot = true
