@@ -334,3 +334,88 @@ func TestBacklogFull_RetainedRecordsOfZeroByteTellsStayWithinTheLimit(t *testing
 			tells, float64(grown)/(1<<20), bound>>20)
 	}
 }
+
+// TestBacklogLimits_Admit pins the admission rule of backpressure.go.
+func TestBacklogLimits_Admit(t *testing.T) {
+	l := backlogLimits{conversation: 80, budget: 400} // ceilings 90 and 500
+	for _, tc := range []struct {
+		name         string
+		held, total  int64
+		catchUp      bool
+		wantScope    string
+		wantLimitVal uint64
+	}{
+		{"below every limit", 10, 100, false, "", 0},
+		{"at the conversation's limit", 80, 100, false, backlogScopeConversation, 80},
+		{"a waiting member's attach past it", 85, 100, true, "", 0},
+		{"a waiting member's attach at its ceiling", 90, 100, true, backlogScopeConversation, 80},
+		{"past the budget, a small holder", 10, 420, false, "", 0},
+		{"past the budget, half the headroom or more", 40, 420, false, backlogScopeServer, 400},
+		{"past the budget, just under half the headroom", 39, 420, false, "", 0},
+		{"past the budget, a waiting member's attach", 79, 420, true, "", 0},
+		{"at the server's ceiling, an empty conversation", 0, 500, false, backlogScopeServer, 400},
+		{"at the server's ceiling, a waiting member's attach", 5, 500, true, backlogScopeServer, 400},
+	} {
+		e, scope := l.admit(tc.held, tc.total, tc.catchUp)
+		var limit uint64
+		if e != nil {
+			limit = e.Limit
+			if e.Code != CodeBacklogFull {
+				t.Errorf("%s: admit = %v, want backlog_full", tc.name, e)
+			}
+		}
+		if scope != tc.wantScope || limit != tc.wantLimitVal {
+			t.Errorf("%s: admit(held %d, total %d, catch-up %v) = scope %q limit %d, want %q %d",
+				tc.name, tc.held, tc.total, tc.catchUp, scope, limit, tc.wantScope, tc.wantLimitVal)
+		}
+	}
+}
+
+// TestBacklogFull_RefusedFirstEnrollGivesBackItsSlots: the first enroll of
+// a new conversation refused at the server's ceiling takes neither a
+// conversation slot (MaxConversations) nor a binding slot of its
+// connection: retried once the backlog drained, it commits.
+func TestBacklogFull_RefusedFirstEnrollGivesBackItsSlots(t *testing.T) {
+	const budget = 40
+	svc, err := Open(context.Background(), store.NewMemory(), Options{NodeKey: testKey, BacklogRecords: budget, MaxConversations: 2, MaxConversationsPerConn: 1})
+	must(t, err)
+	t.Cleanup(func() { svc.Close() })
+	ctx := context.Background()
+	deaf, sender := svc.Connect(nil), svc.Connect(nil)
+	rx := mustEnroll(t, deaf, 1, 1)
+	tx := mustEnroll(t, sender, 1, 2)
+	// Tells stop at the budget: conversation 1 then retains more than
+	// half of the headroom.
+	for n := uint64(0); ; n++ {
+		if _, err := sender.Tell(ctx, Tell{Conversation: 1, Participant: tx.Participant, Generation: tx.Generation, Token: seqToken(n, 5)}); err != nil {
+			wantBacklogFull(t, "Tell past the budget", err, budget)
+			break
+		}
+	}
+	// Fill to the ceiling with waiting members' attaches, admitted past the
+	// budget: each one supersedes the previous binding (two records).
+	back := svc.Connect(nil)
+	cur := rx
+	for i := byte(0); svc.Backlog().Records < budget+budget/4; i++ {
+		b, err := back.Attach(ctx, Attach{Conversation: 1, Participant: rx.Participant, Generation: cur.Generation, Secret: cur.Secret, Token: token(100 + i)})
+		if err != nil {
+			wantBacklogFull(t, "a waiting member's attach at the ceiling", err, budget)
+			break
+		}
+		cur = b
+	}
+	newcomer := svc.Connect(nil)
+	req := Enroll{Conversation: 2, Token: token(7)}
+	if _, err := newcomer.Enroll(ctx, req); err == nil {
+		t.Fatal("Enroll into a new conversation at the server's ceiling committed")
+	} else {
+		wantBacklogFull(t, "Enroll into a new conversation at the ceiling", err, budget)
+	}
+	ds := drainNext(back, 1)
+	if _, err := back.Ack(ctx, Ack{Conversation: 1, Participant: rx.Participant, Generation: cur.Generation, Through: ds[len(ds)-1].Seq}); err != nil {
+		t.Fatalf("Ack: %v", err)
+	}
+	if _, err := newcomer.Enroll(ctx, req); err != nil {
+		t.Fatalf("Enroll retried after the backlog drained = %v, want ok (a slot leaked?)", err)
+	}
+}
