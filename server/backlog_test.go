@@ -3,6 +3,7 @@ package server_test
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/participantd/participantd/server"
 	"github.com/participantd/participantd/wire"
@@ -60,4 +61,62 @@ func grepLines(s, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// TestZeroByteTellsToADeafMemberKeepTheHeapBounded pipelines 300,000
+// zero-byte tells to a member that never reads nor acknowledges: they cost
+// no payload, only each retained record's metadata, so without a bound on
+// records the heap grows with every tell. With max-backlog-records the
+// server retains that many, refuses the rest backlog_full, and the heap
+// stays at the limit's worth.
+func TestZeroByteTellsToADeafMemberKeepTheHeapBounded(t *testing.T) {
+	if testing.Short() {
+		t.Skip("sends 300,000 tells")
+	}
+	const (
+		limit  = 10_000
+		n      = 300_000
+		window = 256
+	)
+	h := start(t, server.Config{MaxBacklogRecords: limit, WriteProgressTimeout: time.Minute})
+	deaf := h.dialQuiet(4096)
+	deaf.enroll(1)
+	sender := h.dial()
+	cr := sender.enroll(1)
+	before := heapAlloc()
+	committed, refused := 0, 0
+	for sent := 0; sent < n; sent += window {
+		w := min(window, n-sent)
+		for range w {
+			sender.send(&wire.Tell{ID: sender.id(), Conversation: 1, Participant: cr.p, Generation: cr.gen, Token: token(), Payload: []byte{}})
+		}
+		for range w {
+			switch a := sender.next().(type) {
+			case *wire.Told:
+				committed++
+			case *wire.Error:
+				if a.Code != wire.CodeBacklogFull {
+					t.Fatalf("tell answered %v: %s", a.Code, a.Detail)
+				}
+				refused++
+			default:
+				t.Fatalf("tell answered %#v", a)
+			}
+		}
+	}
+	after := heapAlloc()
+	records := h.metric(server.MetricBacklogRecords)
+	t.Logf("%d zero-byte tells: %d committed, %d refused; %v records retained; heap grew %.1f MiB",
+		n, committed, refused, records, (float64(after)-float64(before))/(1<<20))
+	if records > limit {
+		t.Errorf("%s = %v, want at most max-backlog-records %d", server.MetricBacklogRecords, records, limit)
+	}
+	// The retained records (about 1 MiB), the deaf connection's outbound
+	// queue (4 MiB), the log-first store's uncheckpointed batches and
+	// value cache, and slack; unbounded, 300,000 records cost some 35 MiB.
+	const bound = 20 << 20
+	if after > before && after-before > bound {
+		t.Errorf("%d zero-byte tells to a deaf member grew the heap by %.1f MiB, want < %d MiB",
+			n, float64(after-before)/(1<<20), bound>>20)
+	}
 }
