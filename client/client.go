@@ -502,10 +502,14 @@ func (c *Client) credentialChanged(cred Credential) {
 }
 
 // callOn sends request m on s and returns its answer, retrying an in_doubt
-// answer on s (with a new id, the same body) until the outcome is known.
-// It sets m's id. Errors: errLost, ctx's error.
+// answer on s (with a new id, the same body) until the outcome is known,
+// and a backlog_full answer for up to Options.BacklogWait: both with
+// backoff. It sets m's id. Errors: errLost, ctx's error; a backlog_full
+// answer is returned as the answer once the wait is over or ctx ends
+// (nothing was done, so the outcome is known).
 func (c *Client) callOn(ctx context.Context, s *session, m wire.Message) (wire.Message, error) {
 	b := backoff{min: c.opts.MinBackoff, max: c.opts.MaxBackoff}
+	var fullUntil time.Time
 	for {
 		id := c.ids.Add(1)
 		setID(m, id)
@@ -513,10 +517,30 @@ func (c *Client) callOn(ctx context.Context, s *session, m wire.Message) (wire.M
 		if err != nil {
 			return nil, err
 		}
-		if e, ok := ans.(*wire.Error); ok && e.Code == wire.CodeInDoubt {
+		e, ok := ans.(*wire.Error)
+		switch {
+		case ok && e.Code == wire.CodeInDoubt:
 			if !sleep(ctx, b.next(), s.dead) {
 				if ctx.Err() != nil {
 					return nil, ctx.Err()
+				}
+				return nil, errLost
+			}
+			continue
+		case ok && e.Code == wire.CodeBacklogFull:
+			if c.opts.BacklogWait < 0 {
+				return ans, nil
+			}
+			if fullUntil.IsZero() {
+				fullUntil = time.Now().Add(c.opts.BacklogWait)
+			}
+			d := b.next()
+			if time.Until(fullUntil) < d {
+				return ans, nil
+			}
+			if !sleep(ctx, d, s.dead) {
+				if ctx.Err() != nil {
+					return ans, nil
 				}
 				return nil, errLost
 			}

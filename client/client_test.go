@@ -560,3 +560,82 @@ func TestClient_Deliveries_QueueIsBounded(t *testing.T) {
 		t.Fatalf("Ping after the queue drained: %v", err)
 	}
 }
+
+// TestClient_Tell_BacklogFullRetriedWithSameTokenUntilAdmitted: a tell
+// refused backlog_full is retried with backoff and its token until the
+// server admits it, and commits once.
+func TestClient_Tell_BacklogFullRetriedWithSameTokenUntilAdmitted(t *testing.T) {
+	ctx := testCtx(t)
+	srv := newFakeServer(t)
+	c := dialT(t, srv, client.Options{})
+	cred, err := c.Enroll(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	refusals := 3
+	srv.setHook(func(_ *fconn, m wire.Message) action {
+		if _, ok := m.(*wire.Tell); ok && refusals > 0 {
+			refusals--
+			return backlogFull
+		}
+		return pass
+	})
+	seq, err := c.Tell(ctx, cred, []byte("x"))
+	if err != nil {
+		t.Fatalf("Tell = %v, want it admitted after the backlog drained", err)
+	}
+	ts := tells(srv)
+	if len(ts) != 4 {
+		t.Fatalf("server saw %d tells, want 4 (3 refused, then the commit)", len(ts))
+	}
+	for _, tl := range ts[1:] {
+		if tl.Token != ts[0].Token {
+			t.Fatalf("retry carried token %v, want the first one %v", tl.Token, ts[0].Token)
+		}
+	}
+	if seq != 2 {
+		t.Errorf("Tell = %d, want 2", seq)
+	}
+}
+
+// TestClient_Tell_BacklogFullPastTheWaitIsReturned: past BacklogWait (or
+// at once when it is negative) the refusal reaches the caller as
+// ErrBacklogFull with its limit, not as in_doubt: nothing was done.
+func TestClient_Tell_BacklogFullPastTheWaitIsReturned(t *testing.T) {
+	for _, wait := range []time.Duration{-1, 30 * time.Millisecond} {
+		t.Run(wait.String(), func(t *testing.T) {
+			ctx := testCtx(t)
+			srv := newFakeServer(t)
+			c := dialT(t, srv, client.Options{BacklogWait: wait})
+			cred, err := c.Enroll(ctx, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv.setHook(func(_ *fconn, m wire.Message) action {
+				if _, ok := m.(*wire.Tell); ok {
+					return backlogFull
+				}
+				return pass
+			})
+			_, err = c.Tell(ctx, cred, []byte("x"))
+			var ce *client.Error
+			if !errors.Is(err, client.ErrBacklogFull) || !errors.As(err, &ce) || ce.Limit == nil || *ce.Limit != 100 {
+				t.Fatalf("Tell = %v, want backlog_full with limit 100", err)
+			}
+			if n := len(tells(srv)); wait < 0 && n != 1 {
+				t.Errorf("with a negative BacklogWait the tell was sent %d times, want once", n)
+			}
+			// A context that ends while waiting returns the refusal too.
+			short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+			defer cancel()
+			c2 := dialT(t, srv, client.Options{BacklogWait: time.Hour})
+			cred2, err := c2.Enroll(ctx, 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c2.Tell(short, cred2, []byte("y")); !errors.Is(err, client.ErrBacklogFull) {
+				t.Errorf("Tell whose context ended while the backlog is full = %v, want backlog_full", err)
+			}
+		})
+	}
+}

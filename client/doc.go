@@ -9,6 +9,12 @@
 //     zero), reused on every retry of it. An operation answered in_doubt, or
 //     whose connection drops before its answer, is retried with the same token
 //     until its outcome is known, so it is applied at most once.
+//   - An enroll, tell or attach refused backlog_full (its conversation, or
+//     the server, retains as many unacknowledged records as it may) is
+//     retried with backoff and the same token for up to
+//     Options.BacklogWait, so a sender slows down to the pace its
+//     recipients acknowledge at; past it the call returns ErrBacklogFull
+//     (nothing was done).
 //   - After a lost connection the client reconnects with exponential backoff
 //     and jitter and re-attaches every participant it holds, presenting its
 //     latest credential. Each attach mints a new generation and secret; the

@@ -31,6 +31,7 @@ const (
 	CodeInviteRequired     = wire.CodeInviteRequired
 	CodeInviteInvalid      = wire.CodeInviteInvalid
 	CodeMoved              = wire.CodeMoved
+	CodeBacklogFull        = wire.CodeBacklogFull
 )
 
 // Error is an error answer of the server, or an outcome the client could not
@@ -42,8 +43,9 @@ type Error struct {
 
 	// The extras, nil when the server sent none: Generation for
 	// stale_authority (when the secret was right) and receipt_expired,
-	// Cursor for ack_gap and ack_regression, Limit for too_large and
-	// capacity_exceeded, Participant and Reason for receipt_expired.
+	// Cursor for ack_gap and ack_regression, Limit for too_large,
+	// capacity_exceeded and backlog_full, Participant and Reason for
+	// receipt_expired.
 	Generation  *uint64
 	Cursor      *uint64
 	Limit       *uint64
@@ -103,6 +105,11 @@ var (
 	ErrInviteRequired     = &Error{Code: CodeInviteRequired}
 	ErrInviteInvalid      = &Error{Code: CodeInviteInvalid}
 	ErrMoved              = &Error{Code: CodeMoved}
+	// ErrBacklogFull matches a backlog_full refusal, returned once
+	// Options.BacklogWait of retries did not get the operation in:
+	// nothing was done; retrying later with the same token (WithToken)
+	// is safe.
+	ErrBacklogFull = &Error{Code: CodeBacklogFull}
 )
 
 // Client-side errors.

@@ -18,6 +18,7 @@ const (
 	dropBefore                   // close the connection without applying
 	commitThenDrop               // apply, then close without answering
 	commitInDoubt                // apply, then answer in_doubt
+	backlogFull                  // answer backlog_full without applying
 )
 
 // fakeServer is a small in-memory participantd for the client's tests: it
@@ -207,6 +208,15 @@ func (s *fakeServer) serve(nc net.Conn) {
 		if act == dropBefore {
 			s.mu.Unlock()
 			return
+		}
+		if act == backlogFull {
+			s.mu.Unlock()
+			id, _ := wire.ID(m)
+			limit := uint64(100)
+			if err := wc.WriteMessage(&wire.Error{ID: id, Code: wire.CodeBacklogFull, Detail: "scripted", Limit: &limit}); err != nil {
+				return
+			}
+			continue
 		}
 		ans, pushes := s.applyLocked(fc, m)
 		s.mu.Unlock()

@@ -17,6 +17,8 @@ const (
 	DefaultDialTimeout         = 10 * time.Second
 	// DefaultBindingCheckInterval is the default BindingCheckInterval.
 	DefaultBindingCheckInterval = 30 * time.Second
+	// DefaultBacklogWait is the default BacklogWait.
+	DefaultBacklogWait = 30 * time.Second
 )
 
 // Options configures a Client. The zero value means the defaults.
@@ -95,6 +97,15 @@ type Options struct {
 	// cumulative ack at the cursor, which changes nothing. Default
 	// DefaultBindingCheckInterval; negative: never.
 	BindingCheckInterval time.Duration
+	// BacklogWait is how long an enroll, tell or attach answered
+	// backlog_full (its conversation, or the server, retains as many
+	// unacknowledged records as it may) is retried, with backoff and the
+	// same token, before the call returns that *Error (ErrBacklogFull:
+	// nothing was done). The retries slow the sender down to the pace its
+	// recipients acknowledge at; the call's context bounds them too, and
+	// its end also returns the backlog_full *Error. Default
+	// DefaultBacklogWait; negative: return it at once.
+	BacklogWait time.Duration
 }
 
 func (o *Options) withDefaults() {
@@ -115,6 +126,9 @@ func (o *Options) withDefaults() {
 	}
 	if o.DeliveryBuffer <= 0 {
 		o.DeliveryBuffer = DefaultDeliveryBuffer
+	}
+	if o.BacklogWait == 0 {
+		o.BacklogWait = DefaultBacklogWait
 	}
 	if o.BindingCheckInterval == 0 {
 		o.BindingCheckInterval = DefaultBindingCheckInterval

@@ -28,6 +28,12 @@ type backlog struct {
 	evicted atomic.Int64
 	// evictions counts the payload bytes ever evicted.
 	evictions atomic.Int64
+	// holding counts the published states retaining at least one record.
+	holding atomic.Int64
+	// limits bound the records, refusals counts what they refused (see
+	// backpressure.go).
+	limits   backlogLimits
+	refusals backlogRefusals
 
 	// mu guards holders. It is a leaf: nothing is taken while holding it.
 	mu sync.Mutex
@@ -36,8 +42,8 @@ type backlog struct {
 	holders map[*conversation]int64
 }
 
-func newBacklog(budget int64) *backlog {
-	return &backlog{budget: budget, holders: make(map[*conversation]int64)}
+func newBacklog(budget int64, limits backlogLimits) *backlog {
+	return &backlog{budget: budget, limits: limits, holders: make(map[*conversation]int64)}
 }
 
 // evictCandidates is how many of the largest holders one trim tries.
@@ -52,12 +58,18 @@ func (cv *conversation) setStateLocked(st *outbox.State) {
 	bl := cv.backlog
 	if old := cv.state; old != nil {
 		bl.records.Add(-int64(len(old.Records)))
+		if len(old.Records) > 0 {
+			bl.holding.Add(-1)
+		}
 		bl.bytes.Add(-old.PayloadBytes)
 		bl.evicted.Add(-old.EvictedBytes)
 	}
 	cv.state = st
 	if st != nil {
 		bl.records.Add(int64(len(st.Records)))
+		if len(st.Records) > 0 {
+			bl.holding.Add(1)
+		}
 		bl.bytes.Add(st.PayloadBytes)
 		bl.evicted.Add(st.EvictedBytes)
 		if over := bl.bytes.Load() - (bl.budget + bl.budget/4); over > 0 {
@@ -155,8 +167,8 @@ func (s *Service) trimBacklog() {
 // payload bytes, in memory and read back from the oplog on demand.
 func (s *Service) Backlog() Backlog {
 	b := s.backlog
-	return Backlog{Records: b.records.Load(), MemoryBytes: b.bytes.Load(), EvictedBytes: b.evicted.Load(),
-		EvictedTotal: b.evictions.Load()}
+	return Backlog{Records: b.records.Load(), Conversations: b.holding.Load(), MemoryBytes: b.bytes.Load(), EvictedBytes: b.evicted.Load(),
+		EvictedTotal: b.evictions.Load(), ConversationRefusals: b.refusals.conversation.Load(), ServerRefusals: b.refusals.server.Load()}
 }
 
 // readPayload reads the payload of record seq back from oplog row source

@@ -15,7 +15,8 @@ import (
 // unknown_participant, retired, stale_authority, no_binding,
 // binding_occupied, operation checks, capacity_exceeded (participants,
 // connection bindings, store size; conversations, which the driver
-// reserves, last).
+// reserves, last); then, for enroll, tell and attach, the driver's
+// backlog_full (backpressure.go).
 
 // decider carries what the decisions need besides state and request.
 type decider struct {

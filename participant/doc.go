@@ -95,8 +95,13 @@
 // conversations holding the most drop their oldest payloads
 // (outbox.State.Evict, under the victim's turn, taken without waiting, and
 // its write lock; see backlog.go) and Conn.Next reads such a payload back
-// from its oplog row, outside every lock. Backlog reports the
-// account. A conversation entry exists only for a registered conversation
+// from its oplog row, outside every lock. The records themselves (about
+// 115 bytes of metadata each) are bounded by backpressure
+// (backpressure.go): past Options.MaxBacklogRecords in a conversation, or
+// past Options.BacklogRecords in the service for the conversations that
+// retain the most, enroll, tell and attach are refused backlog_full before
+// anything is written; what settles or ends is never refused. Backlog
+// reports the account. A conversation entry exists only for a registered conversation
 // or while an enroll that may create it is in flight, and a connection's
 // binding slots are reserved when an enroll or attach is decided, so that
 // neither refusals nor pipelining grow memory past the caps.

@@ -294,11 +294,20 @@ func (c *Conn) StartEnroll(ctx context.Context, req Enroll) *Call[Bound] {
 				// when it is decided, so that concurrent first enrolls of
 				// different conversations cannot overshoot the cap.
 				if e := c.svc.conversationSlots.reserve(); e != nil {
+					release()
 					return settled(e)
 				}
 				b.reservedSlot = true
 			}
 			o.genesis = &g
+		}
+		if e := b.admitRecords(false); e != nil {
+			release()
+			if o.genesis != nil && b.reservedSlot && !b.cv.registered {
+				c.svc.conversationSlots.release()
+				b.reservedSlot = false
+			}
+			return settled(e)
 		}
 		return holding(release, b.commit(o, func() { *a = boundAnswer(d.key, b.st.Nonce, b.cv.id, &row, c.svc.opts.ReceiptTTL) }))
 	})
@@ -337,6 +346,10 @@ func (c *Conn) StartAttach(ctx context.Context, req Attach) *Call[Bound] {
 			release()
 			return settled(e)
 		}
+		if e := b.admitRecords(waiting(st, req.Participant)); e != nil {
+			release()
+			return settled(e)
+		}
 		m := st.Member(req.Participant)
 		o := &op{row: row, tok: &tw, binds: true}
 		if m.Bound {
@@ -369,6 +382,9 @@ func (c *Conn) StartTell(ctx context.Context, req Tell) *Call[Told] {
 		}
 		row, e := c.decider(b.cv.id).tell(b.st, &req)
 		if e != nil {
+			return settled(e)
+		}
+		if e := b.admitRecords(false); e != nil {
 			return settled(e)
 		}
 		return b.commit(&op{row: row, tok: &tw}, func() { *t = Told{Conversation: b.cv.id, Seq: row.Seq} })

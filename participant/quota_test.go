@@ -135,3 +135,29 @@ func TestMaxDataBytes(t *testing.T) {
 		t.Fatalf("Tell below the data cap = %v", err)
 	}
 }
+
+// TestRefusedFirstEnrollGivesBackItsBindingSlot: an enroll refused
+// capacity_exceeded because the server holds MaxConversations gives back
+// the binding slot it reserved on its connection, so refusals do not lock
+// the connection out of enrolling.
+func TestRefusedFirstEnrollGivesBackItsBindingSlot(t *testing.T) {
+	svc, err := Open(context.Background(), store.NewMemory(), Options{NodeKey: testKey, MaxConversations: 1, MaxConversationsPerConn: 2})
+	must(t, err)
+	t.Cleanup(func() { svc.Close() })
+	ctx := context.Background()
+	c := svc.Connect(nil)
+	b := mustEnroll(t, c, 1, 1)
+	for i := range 3 {
+		_, err := c.Enroll(ctx, Enroll{Conversation: ConversationID(2 + i), Token: token(byte(10 + i))})
+		var pe *Error
+		if !errors.As(err, &pe) || pe.Code != CodeCapacityExceeded || pe.Limit != 1 {
+			t.Fatalf("Enroll into conversation %d past MaxConversations = %v, want capacity_exceeded limit 1", 2+i, err)
+		}
+	}
+	if _, err := c.Detach(ctx, Detach{Conversation: 1, Participant: b.Participant, Generation: b.Generation, Token: token(20)}); err != nil {
+		t.Fatalf("Detach: %v", err)
+	}
+	if _, err := c.Enroll(ctx, Enroll{Conversation: 1, Token: token(21)}); err != nil {
+		t.Errorf("Enroll after the refusals, with the connection holding no binding = %v, want ok", err)
+	}
+}

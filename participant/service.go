@@ -79,6 +79,15 @@ type Options struct {
 	// memory and read back from the oplog when their recipient catches up
 	// (see backlog.go). Default DefaultMaxBacklogBytes.
 	MaxBacklogBytes int64
+	// MaxBacklogRecords caps the records one conversation retains until
+	// every recipient acknowledged them (or left): past it, enroll, tell
+	// and attach are backlog_full (see backpressure.go). Default
+	// DefaultMaxBacklogRecords.
+	MaxBacklogRecords int
+	// BacklogRecords is the budget of retained records of all
+	// conversations together: past it, a conversation holding its share
+	// of it or more is backlog_full. Default DefaultBacklogRecords.
+	BacklogRecords int
 	// LoadWorkers is how many conversations Open reconciles at once.
 	// Default 64: reconciliations that must commit share group commits.
 	LoadWorkers int
@@ -145,6 +154,12 @@ func (o *Options) withDefaults() {
 	if o.MaxBacklogBytes <= 0 {
 		o.MaxBacklogBytes = DefaultMaxBacklogBytes
 	}
+	if o.MaxBacklogRecords <= 0 {
+		o.MaxBacklogRecords = DefaultMaxBacklogRecords
+	}
+	if o.BacklogRecords <= 0 {
+		o.BacklogRecords = DefaultBacklogRecords
+	}
 	if o.LoadWorkers <= 0 {
 		o.LoadWorkers = max(64, runtime.GOMAXPROCS(0))
 	}
@@ -168,6 +183,10 @@ func (o *Options) withDefaults() {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+}
+
+func (o *Options) backlogLimits() backlogLimits {
+	return backlogLimits{conversation: int64(o.MaxBacklogRecords), budget: int64(o.BacklogRecords)}
 }
 
 // site is a fencing site: one participant of one conversation. Each of its
@@ -248,7 +267,7 @@ func Open(ctx context.Context, st store.DurableStore, opts Options) (*Service, e
 		conns:   make(map[ConnID]*Conn),
 		pages:   pages{budget: newByteBudget(int64(opts.LoadBytes)), bytes: opts.ReadPageBytes},
 	}
-	s.backlog = newBacklog(opts.MaxBacklogBytes)
+	s.backlog = newBacklog(opts.MaxBacklogBytes, opts.backlogLimits())
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	inc, err := st.ReadValue(IncarnationKey)
 	if err != nil {

@@ -178,6 +178,12 @@ const (
 	CodeShuttingDown       Code = "shutting_down"
 	CodeInviteRequired     Code = "invite_required"
 	CodeInviteInvalid      Code = "invite_invalid"
+	// CodeBacklogFull refuses an operation that adds records (enroll,
+	// tell, attach) while its conversation, or the service, retains as
+	// many records awaiting acknowledgement as it may (Limit); nothing
+	// was done, and a retry with the same token may commit once
+	// recipients acknowledge.
+	CodeBacklogFull Code = "backlog_full"
 )
 
 // Sentinels, one per code, for errors.Is. Every *Error matches the sentinel
@@ -198,6 +204,7 @@ var (
 	ErrInDoubt            = &Error{Code: CodeInDoubt}
 	ErrUnavailable        = &Error{Code: CodeUnavailable}
 	ErrShuttingDown       = &Error{Code: CodeShuttingDown}
+	ErrBacklogFull        = &Error{Code: CodeBacklogFull}
 )
 
 // Error is a refusal or failure of an operation, as the protocol's `error`
@@ -213,7 +220,7 @@ type Error struct {
 	HasGeneration bool
 	// Cursor is set for ack_gap and ack_regression.
 	Cursor Seq
-	// Limit is set for too_large and capacity_exceeded.
+	// Limit is set for too_large, capacity_exceeded and backlog_full.
 	Limit uint64
 	// Participant and Reason are set for receipt_expired; Reason is
 	// "superseded" or "deadline".
@@ -275,8 +282,11 @@ const (
 // Backlog describes the records of loaded conversations that a recipient
 // has yet to acknowledge (and those behind them, reclaimed in seq order).
 type Backlog struct {
-	// Records is how many records are retained.
+	// Records is how many records are retained: within
+	// Options.BacklogRecords (see backpressure.go).
 	Records int64
+	// Conversations is how many loaded conversations retain at least one.
+	Conversations int64
 	// MemoryBytes is their payload bytes held in memory: brought back
 	// within Options.MaxBacklogBytes after a commit passes it (unless every
 	// large holder is busy), and never more than 5/4 of it plus the batch
@@ -287,4 +297,9 @@ type Backlog struct {
 	EvictedBytes int64
 	// EvictedTotal is the payload bytes ever dropped from memory.
 	EvictedTotal int64
+	// ConversationRefusals and ServerRefusals count the operations refused
+	// backlog_full since Open, by the limit that refused them:
+	// Options.MaxBacklogRecords, or Options.BacklogRecords.
+	ConversationRefusals int64
+	ServerRefusals       int64
 }

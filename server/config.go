@@ -116,6 +116,15 @@ type Config struct {
 	// service keeps in memory; past it they are read back from the store.
 	// Default participant.DefaultMaxBacklogBytes.
 	MaxBacklogBytes int
+	// MaxBacklogRecords caps the records one conversation retains until
+	// every recipient acknowledged them; past it, enroll, tell and attach
+	// are backlog_full. Default participant.DefaultMaxBacklogRecords.
+	MaxBacklogRecords int
+	// BacklogRecords is the server's budget of retained records: past
+	// it, the conversations retaining the most are backlog_full (see
+	// docs/DESIGN.md, Publication). Default
+	// participant.DefaultBacklogRecords.
+	BacklogRecords int
 	// LogMemoryBytes bounds what the log-first engine holds in memory of
 	// batches committed to its log and not yet checkpointed into the bbolt
 	// file: a Flush waits while it is reached. Default
@@ -241,6 +250,13 @@ func (c Config) withDefaults() (Config, error) {
 	if c.MaxBacklogBytes == 0 {
 		c.MaxBacklogBytes = participant.DefaultMaxBacklogBytes
 	}
+	// Backlog records (backpressure on retained records).
+	if c.MaxBacklogRecords == 0 {
+		c.MaxBacklogRecords = participant.DefaultMaxBacklogRecords
+	}
+	if c.BacklogRecords == 0 {
+		c.BacklogRecords = participant.DefaultBacklogRecords
+	}
 	if c.EnrollPolicy == "" {
 		c.EnrollPolicy = participant.EnrollOpen
 	}
@@ -276,6 +292,10 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("server: log-memory %d is negative", c.LogMemoryBytes)
 	case c.MaxBacklogBytes < 0:
 		return c, fmt.Errorf("server: backlog-memory %d is negative", c.MaxBacklogBytes)
+	case c.MaxBacklogRecords < 0:
+		return c, fmt.Errorf("server: max-backlog-records %d is negative", c.MaxBacklogRecords)
+	case c.BacklogRecords < 0:
+		return c, fmt.Errorf("server: backlog-records %d is negative", c.BacklogRecords)
 	case c.MaxConnections < 0:
 		return c, fmt.Errorf("server: max-connections %d is negative", c.MaxConnections)
 	case c.MaxParticipants < 0:

@@ -228,7 +228,7 @@ func errorAnswer(id uint64, err error) *wire.Error {
 		}
 	case participant.CodeAckGap, participant.CodeAckRegression:
 		e.Cursor = ptr(uint64(pe.Cursor))
-	case participant.CodeTooLarge, participant.CodeCapacityExceeded:
+	case participant.CodeTooLarge, participant.CodeCapacityExceeded, participant.CodeBacklogFull:
 		e.Limit = ptr(pe.Limit)
 	case participant.CodeMoved:
 		if pe.Owner != "" {

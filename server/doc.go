@@ -42,6 +42,8 @@
 //	max-outbound-bytes     frames queued for the writer       answers and pushes wait
 //	write-progress-timeout age of the oldest queued frame     the connection is cut
 //	backlog-memory         payloads awaiting an ack           read back from the oplog
+//	max-backlog-records    records awaiting an ack, per conv  enroll/tell/attach backlog_full
+//	backlog-records        the same, across conversations     backlog_full for the largest holders
 //
 // # Teardown
 //

@@ -65,6 +65,12 @@ const (
 	MetricBacklogEvicted      = "participantd_backlog_evicted_bytes_total"
 )
 
+// Metrics of the backpressure on retained records (backlog_full).
+const (
+	MetricBacklogConversations = "participantd_backlog_conversations"
+	MetricBacklogRefusals      = "participantd_backlog_refusals_total"
+)
+
 func newMetrics(s *Server) *metrics {
 	m := &metrics{
 		reg: prometheus.NewRegistry(),
@@ -174,6 +180,18 @@ func newMetrics(s *Server) *metrics {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: MetricBacklogEvicted, Help: "Payload bytes dropped from memory past backlog-memory since start (each read back from the store when delivered).",
 		}, func() float64 { return float64(backlog().EvictedTotal) }),
+		// Backpressure on retained records.
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: MetricBacklogConversations, Help: "Loaded conversations retaining at least one record.",
+		}, func() float64 { return float64(backlog().Conversations) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: MetricBacklogRefusals, Help: "Operations refused backlog_full, by the limit that refused them: conversation (max-backlog-records) or server (backlog-records).",
+			ConstLabels: prometheus.Labels{"limit": "conversation"},
+		}, func() float64 { return float64(backlog().ConversationRefusals) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: MetricBacklogRefusals, Help: "Operations refused backlog_full, by the limit that refused them: conversation (max-backlog-records) or server (backlog-records).",
+			ConstLabels: prometheus.Labels{"limit": "server"},
+		}, func() float64 { return float64(backlog().ServerRefusals) }),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)

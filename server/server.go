@@ -254,6 +254,8 @@ func (s *Server) serviceOptions(key []byte) participant.Options {
 		MaxParticipants:         s.cfg.MaxParticipants,
 		MaxConversationsPerConn: s.cfg.MaxConversationsPerConn,
 		MaxBacklogBytes:         int64(s.cfg.MaxBacklogBytes),
+		MaxBacklogRecords:       s.cfg.MaxBacklogRecords,
+		BacklogRecords:          s.cfg.BacklogRecords,
 		EnrollPolicy:            s.cfg.EnrollPolicy,
 		MaxConversations:        s.cfg.MaxConversations,
 		MaxDataBytes:            s.cfg.MaxDataBytes,

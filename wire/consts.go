@@ -91,6 +91,11 @@ const (
 	// CodeCompacted refuses an ack of a seq below the oldest record that
 	// still exists; the error's First names that record.
 	CodeCompacted Code = "compacted"
+	// CodeBacklogFull refuses an enroll, tell or attach while the
+	// conversation, or the server, retains as many records awaiting
+	// acknowledgement as it may (the error's Limit); nothing was done, and
+	// a retry with the same token commits once recipients acknowledge.
+	CodeBacklogFull Code = "backlog_full"
 )
 
 // Values of the reason extra of a receipt_expired error.

@@ -74,6 +74,7 @@ func goldenCases() []goldenCase {
 		{"server_error_invite_required", false, &Error{ID: 9, Code: CodeInviteRequired, Detail: "enrolling into conversation 42 needs an invitation"}},
 		{"server_error_invite_invalid", false, &Error{ID: 9, Code: CodeInviteInvalid, Detail: "the invitation does not verify for conversation 42"}},
 		{"server_error_too_large", false, &Error{ID: 9, Code: CodeTooLarge, Detail: "payload too large", Limit: new(uint64(65536))}},
+		{"server_error_backlog_full", false, &Error{ID: 3, Code: CodeBacklogFull, Detail: "backlog full", Limit: new(uint64(100000))}},
 		{"server_error_receipt_expired", false, &Error{ID: 9, Code: CodeReceiptExpired, Detail: "receipt expired", Participant: new(uint64(7)), Generation: new(uint64(6)), Reason: new(ExpiredSuperseded)}},
 		{"server_delivery_record", false, &Delivery{Conversation: 42, Recipient: 1, Seq: 2, Kind: KindRecord, Participant: 0, Payload: []byte("hi")}},
 		{"server_delivery_joined", false, &Delivery{Conversation: 42, Recipient: 0, Seq: 3, Kind: KindJoined, Participant: 1}},

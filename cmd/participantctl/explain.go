@@ -81,6 +81,11 @@ func explain(err error, a about) error {
 		if ce.Limit != nil {
 			msg += fmt.Sprintf(" (limit %d)", *ce.Limit)
 		}
+	case client.CodeBacklogFull:
+		msg = fmt.Sprintf("conversation %d holds as many unacknowledged records as the server allows (a participant is not reading or not acknowledging); nothing was done: run it again once they catch up", conv)
+		if ce.Limit != nil {
+			msg += fmt.Sprintf(" (limit %d)", *ce.Limit)
+		}
 	case client.CodeUnavailable:
 		msg = fmt.Sprintf("the server cannot serve conversation %d right now; nothing was done, retry later", conv)
 	case client.CodeShuttingDown:

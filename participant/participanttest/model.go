@@ -53,7 +53,7 @@ func (m Model) Run(t testing.TB) {
 	t.Logf("outcomes: %v", outcomes)
 }
 
-var modelOpts = participant.Options{ReceiptTTL: 20 * time.Second, MaxRecordBytes: 8, MaxParticipants: 5, MaxConversationsPerConn: 2}
+var modelOpts = participant.Options{ReceiptTTL: 20 * time.Second, MaxRecordBytes: 8, MaxParticipants: 5, MaxConversationsPerConn: 2, MaxBacklogRecords: 16}
 
 // modelConn is a live connection, named by an int that is never reused.
 type modelConn struct {

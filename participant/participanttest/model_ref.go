@@ -137,6 +137,7 @@ type refModel struct {
 	maxRecord            int
 	maxParticipants      int
 	maxConvsPerConn      int
+	maxBacklog           int
 	convs                map[participant.ConversationID]*refConv
 	nextBinding          int
 	secrets              map[refCred]participant.Secret
@@ -150,6 +151,7 @@ func newRefModel(opts participant.Options) *refModel {
 		maxRecord:       opts.MaxRecordBytes,
 		maxParticipants: opts.MaxParticipants,
 		maxConvsPerConn: opts.MaxConversationsPerConn,
+		maxBacklog:      opts.MaxBacklogRecords,
 		convs:           make(map[participant.ConversationID]*refConv),
 		secrets:         make(map[refCred]participant.Secret),
 	}
@@ -226,6 +228,49 @@ func (m *refModel) appendRecord(conv participant.ConversationID, kind participan
 	seq := participant.Seq(len(c.records) + 1)
 	c.records = append(c.records, refRecord{seq: seq, kind: kind, subject: subject, cause: cause, payload: payload, to: to})
 	return seq
+}
+
+// backlogFull is the per-conversation backlog check (the last before the
+// commit) of an operation that adds records to conv: the records from the
+// first one some recipient still needs (has neither acknowledged nor
+// left) on are retained, and at maxBacklog of them the operation is
+// refused, unless it is the attach of participant waiting (a record after
+// its cursor is addressed to it), which is refused an eighth past it.
+// The server-wide budget is left at its default, which the model never
+// reaches.
+func (m *refModel) backlogFull(conv participant.ConversationID, waiting *refMember, p participant.ParticipantID) (refAnswer, bool) {
+	c := m.convs[conv]
+	if c == nil || m.maxBacklog <= 0 {
+		return refAnswer{}, false
+	}
+	first := len(c.records)
+	for i, r := range c.records {
+		settled := true
+		for q := range r.to {
+			if mb := c.members[q]; !mb.retired && mb.cursor < r.seq {
+				settled = false
+				break
+			}
+		}
+		if !settled {
+			first = i
+			break
+		}
+	}
+	held := len(c.records) - first
+	catchUp := false
+	if waiting != nil {
+		for _, r := range c.records[first:] {
+			if r.seq > waiting.cursor && r.to[p] {
+				catchUp = true
+				break
+			}
+		}
+	}
+	if held >= m.maxBacklog+m.maxBacklog/8 || (held >= m.maxBacklog && !catchUp) {
+		return refAnswer{err: semWant{code: participant.CodeBacklogFull, limit: uint64(m.maxBacklog)}}, true
+	}
+	return refAnswer{}, false
 }
 
 func (m *refModel) secretOK(conv participant.ConversationID, p participant.ParticipantID, g participant.Generation, s participant.Secret) bool {
@@ -310,6 +355,9 @@ func (m *refModel) apply(q refReq, conn int) refAnswer {
 		if !here && m.connBindings(conn) >= m.maxConvsPerConn {
 			return refAnswer{err: semWant{code: participant.CodeCapacityExceeded, limit: uint64(m.maxConvsPerConn)}}
 		}
+		if a, full := m.backlogFull(q.conv, mb, q.p); full {
+			return a
+		}
 		if mb.bound {
 			m.appendRecord(q.conv, outbox.KindDetached, q.p, oplog.CauseSuperseded, nil)
 		}
@@ -324,6 +372,9 @@ func (m *refModel) apply(q refReq, conn int) refAnswer {
 	case "tell":
 		if len(q.payload) > m.maxRecord {
 			return refAnswer{err: semWant{code: participant.CodeTooLarge, limit: uint64(m.maxRecord)}}
+		}
+		if a, full := m.backlogFull(q.conv, nil, q.p); full {
+			return a
 		}
 		seq := m.appendRecord(q.conv, outbox.KindRecord, q.p, oplog.CauseNone, bytes.Clone(q.payload))
 		mb.tokens[q.tok] = &refDone{kind: "tell", payload: bytes.Clone(q.payload), seq: seq}
@@ -392,6 +443,9 @@ func (m *refModel) enroll(q refReq, conn int) refAnswer {
 	}
 	if m.connBindings(conn) >= m.maxConvsPerConn {
 		return refAnswer{err: semWant{code: participant.CodeCapacityExceeded, limit: uint64(m.maxConvsPerConn)}}
+	}
+	if a, full := m.backlogFull(q.conv, nil, 0); full {
+		return a
 	}
 	if c == nil {
 		c = &refConv{enrolls: make(map[participant.Token]*refReceipt)}
