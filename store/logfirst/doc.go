@@ -77,6 +77,12 @@
 // record is the unit of both the log and the replay, so a Flush's batch
 // is all or nothing after a crash.
 //
+// bbolt's checkpoint LSN never goes back: segments at or below it may be
+// removed, so a lower one would make the next Open refuse an LSN gap (or
+// apply records twice). A replay that finds nothing after it writes
+// nothing, and a transaction that would lower it fails
+// (errCheckpointBehind), which fails the store.
+//
 // # Locks
 //
 // Store.mu is the only lock. It is never held across a bbolt call, a log

@@ -1,5 +1,11 @@
 package logfirst
 
+import (
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/participantd/participantd/store/wal"
+)
+
 // abandon stops the store as a crash would: the goroutines stop, nothing
 // more is checkpointed, and the files are released as they are.
 func (s *Store) abandon() {
@@ -38,3 +44,12 @@ func Segments(s *Store) int { return s.log.Segments() }
 // CheckpointNow runs a checkpoint; the store must have been opened with
 // checkpoints that never trigger on their own, so that it runs alone.
 func CheckpointNow(s *Store) error { return s.checkpoint() }
+
+// ErrCheckpointBehind is errCheckpointBehind for the external tests.
+var ErrCheckpointBehind = errCheckpointBehind
+
+// PutCheckpointLSN records lsn as bbolt's checkpoint LSN, as a checkpoint
+// transaction does; the store's goroutines must not be checkpointing.
+func PutCheckpointLSN(s *Store, lsn wal.LSN) error {
+	return s.update(func(tx *bolt.Tx) error { return putCheckpointLSN(tx, lsn) })
+}

@@ -1,6 +1,7 @@
 package logfirst_test
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -257,5 +258,88 @@ func TestReadValue_CacheNeverOutlivesACheckpointOfItsKey(t *testing.T) {
 	}
 	if loads := s.Stats().ValueLoads; loads != 6 {
 		t.Fatalf("%d loads from bbolt, want 6: the first and one after each checkpoint, the rest cached", loads)
+	}
+}
+
+// An Open with nothing to replay (the last run closed cleanly, or its
+// checkpoint covered the whole log) must leave bbolt's checkpoint LSN
+// where it is: the log's records at or below it may be gone, so a crash
+// before the next checkpoint must not make the next Open look for them.
+func TestOpen_NothingToReplayKeepsTheCheckpointLSN(t *testing.T) {
+	for _, writes := range []int{0, 1} {
+		t.Run(fmt.Sprintf("%d writes before the crash", writes), func(t *testing.T) {
+			dir := t.TempDir()
+			s := open(t, dir, noCheckpoint)
+			// 1 KiB records: Close's checkpoint removes every 4 KiB segment
+			// but the last, which starts well after LSN 1.
+			for i := range 20 {
+				if _, err := s.Append("s", bytes.Repeat([]byte{byte(i)}, 1024), uint64(i)); err != nil {
+					t.Fatalf("Append(%d): %v", i, err)
+				}
+				if err := s.CAS("k", uint64(i), uint64(i+1)); err != nil {
+					t.Fatalf("CAS(%d): %v", i, err)
+				}
+				if err := s.Flush(); err != nil {
+					t.Fatalf("Flush(%d): %v", i, err)
+				}
+			}
+			wantEntries, wantV := readAll(t, s)
+			if err := s.Close(); err != nil { // checkpoints all 20 records
+				t.Fatalf("Close: %v", err)
+			}
+
+			s = open(t, dir, noCheckpoint)
+			if got := s.Replay(); got.CheckpointLSN != 20 || got.Log.Records != 0 {
+				t.Fatalf("reopen after Close: checkpoint LSN %v, %d records replayed, want 20 and 0", got.CheckpointLSN, got.Log.Records)
+			}
+			for i := range writes {
+				n := uint64(len(wantEntries))
+				p := []byte(fmt.Sprintf("after %d", i))
+				if _, err := s.Append("s", p, n); err != nil {
+					t.Fatalf("Append: %v", err)
+				}
+				if err := s.Flush(); err != nil {
+					t.Fatalf("Flush: %v", err)
+				}
+				wantEntries = append(wantEntries, store.Entry{Seq: n, Payload: p})
+			}
+			logfirst.Abandon(s) // a crash before any checkpoint
+
+			s, err := logfirst.Open(dir, noCheckpoint)
+			if err != nil {
+				t.Fatalf("Open after a crash: %v", err)
+			}
+			t.Cleanup(func() { s.Close() })
+			if got := s.Replay(); got.CheckpointLSN != 20 || got.Log.Records != writes {
+				t.Errorf("Open after a crash: checkpoint LSN %v, %d records replayed, want 20 and %d", got.CheckpointLSN, got.Log.Records, writes)
+			}
+			gotEntries, gotV := readAll(t, s)
+			if diff := cmp.Diff(wantEntries, gotEntries); diff != "" {
+				t.Errorf("entries after the crash (-want +got):\n%s", diff)
+			}
+			if gotV != wantV {
+				t.Errorf("value after the crash = %d, want %d", gotV, wantV)
+			}
+		})
+	}
+}
+
+func TestCheckpointLSN_NeverGoesBack(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir, noCheckpoint)
+	fill(t, s, 3)
+	if err := logfirst.CheckpointNow(s); err != nil {
+		t.Fatalf("checkpoint: %v", err)
+	}
+	if err := logfirst.PutCheckpointLSN(s, 2); !errors.Is(err, logfirst.ErrCheckpointBehind) {
+		t.Fatalf("lowering the checkpoint LSN from 3 to 2: %v, want ErrCheckpointBehind", err)
+	}
+	if err := logfirst.PutCheckpointLSN(s, 3); err != nil {
+		t.Fatalf("recording the same checkpoint LSN again: %v", err)
+	}
+	logfirst.Abandon(s)
+	s = open(t, dir, noCheckpoint)
+	if got := s.Replay().CheckpointLSN; got != 3 {
+		t.Errorf("checkpoint LSN after the refused write = %v, want 3", got)
 	}
 }

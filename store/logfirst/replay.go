@@ -19,15 +19,26 @@ import (
 // transaction it merges the records per stream and per key and writes in
 // key order: bbolt inserts into a node by copying its tail, so random
 // order over a big transaction is quadratic.
+//
+// bbolt's checkpoint LSN never goes back: a replay that adds no record
+// writes nothing, since the log's records at or below the checkpoint may
+// already be removed, and a lower LSN would have the next Open find a gap
+// or apply them twice.
 type replayer struct {
 	db      *bolt.DB
 	lsn     wal.LSN // the last LSN in bbolt
-	last    wal.LSN // the last LSN added
+	last    wal.LSN // the last LSN added; lsn until a record is
 	streams map[string]*wal.StreamAppend
 	values  map[string]uint64
 	trims   map[string]uint64
 	bytes   map[string]bytesState
 	size    int
+}
+
+// newReplayer returns a replayer of the records after ck, bbolt's
+// checkpoint LSN.
+func newReplayer(db *bolt.DB, ck wal.LSN) *replayer {
+	return &replayer{db: db, lsn: ck, last: ck}
 }
 
 func (r *replayer) add(b *wal.Batch) error {

@@ -286,7 +286,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("logfirst: open %s: %w", db.Path(), err)
 	}
-	rp := replayer{db: db, lsn: ck}
+	rp := newReplayer(db, ck)
 	l, info, err := wal.Open(filepath.Join(dir, WALDir), ck, wal.Options{SegmentSize: opts.SegmentSize, FS: opts.FS}, rp.add)
 	if err == nil {
 		err = rp.flush()
@@ -410,7 +410,22 @@ func checkpointLSN(tx *bolt.Tx) (wal.LSN, error) {
 	}
 }
 
+// errCheckpointBehind reports a transaction that would record a
+// checkpoint LSN below the one bbolt holds.
+var errCheckpointBehind = errors.New("logfirst: checkpoint LSN would go back")
+
+// putCheckpointLSN records in tx that bbolt holds every record up to lsn.
+// It refuses to lower the LSN (errCheckpointBehind), which would be a
+// broken invariant: the log's records up to the LSN held may be removed
+// already, so the next Open would find a gap or apply records twice.
 func putCheckpointLSN(tx *bolt.Tx, lsn wal.LSN) error {
+	cur, err := checkpointLSN(tx)
+	if err != nil {
+		return err
+	}
+	if lsn < cur {
+		return fmt.Errorf("%w: %v below %v", errCheckpointBehind, lsn, cur)
+	}
 	raw := make([]byte, 8)
 	binary.BigEndian.PutUint64(raw, uint64(lsn))
 	return store.PutMeta(tx, metaCheckpointLSN, raw)
