@@ -32,7 +32,7 @@ func BenchmarkOpenChecks(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			if err := walkFile(path, m); err != nil {
+			if err := walkFile(path, m, walkAll); err != nil {
 				b.Fatal(err)
 			}
 		}

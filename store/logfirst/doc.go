@@ -77,6 +77,14 @@
 // record is the unit of both the log and the replay, so a Flush's batch
 // is all or nothing after a crash.
 //
+// bbolt writes its freelist at every commit here (no NoFreelistSync): the
+// file is written only by Open's replay and the checkpointer, off the hot
+// path, and a persisted freelist is what keeps Open from growing with the
+// file: bbolt reads that page instead of walking every page, and
+// store.CheckFile checks the freelist and the branch structure instead of
+// every page (see package store, Opening a file). A file without one (from
+// --store bbolt) is walked once by the Open that writes it.
+//
 // # Locks
 //
 // Store.mu is the only lock. It is never held across a bbolt call, a log

@@ -320,7 +320,7 @@ func Open(dir string, opts Options) (*Store, error) {
 func OpenReadOnly(dir string, opts Options) (*Store, error) {
 	opts = opts.withDefaults()
 	path := filepath.Join(dir, DBFile)
-	if err := store.CheckFile(path, true); err != nil {
+	if err := store.CheckFileWhole(path, true); err != nil {
 		return nil, err
 	}
 	db, err := openBolt(path, opts, true)
@@ -356,10 +356,15 @@ func openBolt(path string, opts Options, readOnly bool) (*bolt.DB, error) {
 	err := store.Contain(path, func() error {
 		var err error
 		db, err = bolt.Open(path, 0o600, &bolt.Options{
-			Timeout:        opts.LockTimeout,
-			ReadOnly:       readOnly,
-			FreelistType:   bolt.FreelistMapType,
-			NoFreelistSync: true,
+			Timeout:      opts.LockTimeout,
+			ReadOnly:     readOnly,
+			FreelistType: bolt.FreelistMapType,
+			// Only the checkpointer writes this file, off the hot path, so
+			// it pays the freelist's page per commit: a start then reads
+			// the freelist instead of walking every page (see
+			// store.CheckFile). A file written without one is walked once,
+			// by the first open, which writes it.
+			NoFreelistSync: false,
 		})
 		return err
 	})
