@@ -233,3 +233,58 @@ func sameEntries(a, b []Entry) bool {
 	}
 	return true
 }
+
+// A crash that tears the newest meta page of a file with a persisted
+// freelist leaves bbolt on the previous meta and that meta's freelist,
+// which the last commit did not overwrite (bbolt frees a freelist page
+// only in the commit after the one that wrote it): the file opens for
+// writing, as it was before that commit, and stays whole.
+func TestOpen_PersistedFreelistOfThePreviousMetaAfterATornCommit(t *testing.T) {
+	path := writeFile(t, true)
+	b, err := Open(path, Options{PersistFreelist: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Append("s", []byte("last"), 6000); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.CAS("k", 7, 8); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := chosenMeta(t, path)
+	newest := uint64(0)
+	if p1, err := parseMeta(raw[m.pageSize:]); err == nil && p1.txid == m.txid {
+		newest = 1
+	}
+	raw[newest*uint64(m.pageSize)+metaSumOffset] ^= 0xff // as a torn write leaves it
+	if err := os.WriteFile(path, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if prev := chosenMeta(t, path); prev.txid >= m.txid || prev.freelist == noFreelist {
+		t.Fatalf("after tearing meta txid %d, bbolt would use txid %d (freelist page %d)", m.txid, prev.txid, prev.freelist)
+	}
+	for _, persist := range []bool{true, false} {
+		entries, v := readAll(t, path, Options{PersistFreelist: persist})
+		if len(entries) != 6000 || v != 7 {
+			t.Fatalf("opened with a freelist %v: %d entries, k = %d; want the 6000 entries and k = 7 of the previous commit", persist, len(entries), v)
+		}
+	}
+	b, err = Open(path, Options{PersistFreelist: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if err := b.Check(); err != nil {
+		t.Errorf("Check() = %v", err)
+	}
+}
