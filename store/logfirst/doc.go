@@ -83,7 +83,11 @@
 // file: bbolt reads that page instead of walking every page, and
 // store.CheckFile checks the freelist and the branch structure instead of
 // every page (see package store, Opening a file). A file without one (from
-// --store bbolt) is walked once by the Open that writes it.
+// --store bbolt) is walked once by the Open that writes it. A commit
+// persists the freelist only while it lists at most maxPersistedFreePages
+// ids (bbolt writes every id at every commit that persists it): past that,
+// as after a compaction that freed much of the file, an open walks the
+// reachable pages again until writes have reused the free ones.
 //
 // # Locks
 //

@@ -38,3 +38,11 @@ func Segments(s *Store) int { return s.log.Segments() }
 // CheckpointNow runs a checkpoint; the store must have been opened with
 // checkpoints that never trigger on their own, so that it runs alone.
 func CheckpointNow(s *Store) error { return s.checkpoint() }
+
+// SetMaxPersistedFreePages sets the freelist bound of every store until
+// the returned function restores it.
+func SetMaxPersistedFreePages(n int) (restore func()) {
+	old := maxPersistedFreePages
+	maxPersistedFreePages = n
+	return func() { maxPersistedFreePages = old }
+}

@@ -82,3 +82,49 @@ func TestOpen_FileWithoutAFreelistOpensAndGetsOne(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// The checkpoint persists bbolt's freelist while it is small and stops
+// once it lists more pages than the bound (each commit would write every
+// id), then persists it again once it is back under: the file opens
+// whole after either.
+func TestCheckpoint_PersistsTheFreelistOnlyWhileItIsSmall(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, logfirst.DBFile)
+	s := open(t, dir, noCheckpoint)
+	n := 0
+	checkpoint := func(bound int) bool {
+		t.Helper()
+		defer logfirst.SetMaxPersistedFreePages(bound)()
+		for range 50 {
+			if _, err := s.Append("s", make([]byte, 300), uint64(n)); err != nil {
+				t.Fatal(err)
+			}
+			n++
+		}
+		if err := s.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		if err := logfirst.CheckpointNow(s); err != nil {
+			t.Fatal(err)
+		}
+		return freelistPersisted(t, path)
+	}
+	if !checkpoint(1 << 20) {
+		t.Fatal("a checkpoint under the bound did not persist the freelist")
+	}
+	if checkpoint(0) {
+		t.Fatal("a checkpoint with more free pages than the bound persisted the freelist")
+	}
+	if !checkpoint(1 << 20) {
+		t.Fatal("a checkpoint back under the bound did not persist the freelist")
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = open(t, dir, noCheckpoint)
+	defer s.Close()
+	entries, err := s.ReadFrom("s", 0, 0)
+	if err != nil || len(entries) != n {
+		t.Fatalf("after reopening: %d entries, %v; want %d", len(entries), err, n)
+	}
+}
