@@ -73,6 +73,15 @@ type Options struct {
 	// it when something says the store existed before (see
 	// cmd/participantd), so that a lost file is not silently replaced.
 	MustExist bool
+	// PersistFreelist writes bbolt's freelist at every commit, so that a
+	// later read-write open reads it instead of walking every page of the
+	// file (linear in its size: seconds at gigabytes). The log-first store
+	// always writes its file this way, off its hot path; false (the
+	// default) keeps bbolt's NoFreelistSync, which saves a page write per
+	// commit of Bolt's own group commits. Either kind of file opens either
+	// way: bbolt reads a persisted freelist when it finds one and rebuilds
+	// it otherwise.
+	PersistFreelist bool
 }
 
 // Bolt is the embedded DurableStore: one bbolt file. Appends and CAS writes

@@ -18,8 +18,14 @@ import (
 // (so that it has branch pages) and returns its path.
 func buildFile(t *testing.T) string {
 	t.Helper()
+	return buildFileWith(t, store.Options{})
+}
+
+// buildFileWith is buildFile writing with opts.
+func buildFileWith(t *testing.T, opts store.Options) string {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "data.db")
-	b, err := store.Open(path, store.Options{})
+	b, err := store.Open(path, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -271,7 +277,10 @@ func damageBranchPages(t *testing.T, path string, child func(id uint64) uint64) 
 // TestBolt_Open_DamagedPagesAreErrCorrupt damages branch pages in ways
 // bbolt cannot survive when it walks the file (out of range pages, a
 // page that is its own child, a page referenced twice): Open refuses the
-// file, read-only or not, without crashing or hanging.
+// file, read-only or not, without crashing or hanging, whether bbolt
+// would walk it (no persisted freelist) or only read the pages a
+// transaction touches (a persisted one, where Open checks the structure
+// above the leaves).
 func TestBolt_Open_DamagedPagesAreErrCorrupt(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -281,9 +290,10 @@ func TestBolt_Open_DamagedPagesAreErrCorrupt(t *testing.T) {
 		{"child below the high water mark but a meta page", func(uint64) uint64 { return 1 }},
 		{"own child", func(id uint64) uint64 { return id }},
 	} {
-		for _, ro := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%s/read-only=%v", tc.name, ro), func(t *testing.T) {
-				path := buildFile(t)
+		for _, mode := range []struct{ ro, persist bool }{{false, false}, {true, false}, {false, true}, {true, true}} {
+			t.Run(fmt.Sprintf("%s/read-only=%v/freelist=%v", tc.name, mode.ro, mode.persist), func(t *testing.T) {
+				ro := mode.ro
+				path := buildFileWith(t, store.Options{PersistFreelist: mode.persist})
 				damageBranchPages(t, path, tc.child)
 				b, err := store.Open(path, store.Options{ReadOnly: ro})
 				if err == nil {

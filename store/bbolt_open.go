@@ -24,19 +24,37 @@ func Open(path string, opts Options) (*Bolt, error) {
 	return open(path, opts, hooks{})
 }
 
-// CheckFile runs the checks Open runs on the file at path before bbolt maps
-// it, without opening it, for another writer of the same file (the
-// log-first store, which checkpoints into it): a damaged file is an error
-// naming path and wrapping ErrCorrupt, a file another process is writing
-// ErrLocked, and a missing or 0-byte one ErrNoData when mustExist is set
-// (else nil: the caller creates it).
+// CheckFile runs the checks a read-write Open runs on the file at path
+// before bbolt maps it, without opening it, for another writer of the same
+// file (the log-first store, which checkpoints into it): a damaged file is
+// an error naming path and wrapping ErrCorrupt, a file another process is
+// writing ErrLocked, and a missing or 0-byte one ErrNoData when mustExist
+// is set (else nil: the caller creates it). Like Open, it reads every page
+// of a file without a persisted freelist (bbolt would walk them all
+// itself) and only the page structure above the leaves of one with (see
+// doc.go, Opening a file).
 func CheckFile(path string, mustExist bool) error {
+	return checkFileFor(path, mustExist, false)
+}
+
+// CheckFileWhole is CheckFile reading every page whatever the file, for
+// a read-only open: offline tools, which should see damage before they
+// report on the file.
+func CheckFileWhole(path string, mustExist bool) error {
+	return checkFileFor(path, mustExist, true)
+}
+
+func checkFileFor(path string, mustExist, whole bool) error {
 	state, meta, err := checkFile(path)
 	if err != nil {
 		return fmt.Errorf("store: open: %w", err)
 	}
 	if state == fileValid {
-		if err := walkFile(path, meta); err != nil {
+		mode := walkModeFor(meta)
+		if whole {
+			mode = walkAll
+		}
+		if err := walkFile(path, meta, mode); err != nil {
 			if lockedByWriter(path) {
 				return fmt.Errorf("open %s: %w", path, ErrLocked)
 			}
@@ -64,9 +82,12 @@ func open(path string, opts Options, h hooks) (*Bolt, error) {
 		return nil, fmt.Errorf("store: open: %w", err)
 	}
 	if state == fileValid && !opts.ReadOnly {
-		// bbolt walks every page when it opens a file for writing, in a
-		// goroutine where damage cannot be contained: walk it first.
-		if err := walkFile(path, meta); err != nil {
+		// bbolt walks every page when it opens a file without a persisted
+		// freelist for writing, in a goroutine where damage cannot be
+		// contained: walk it first. With one, bbolt reads the freelist and
+		// the pages a transaction touches: check the freelist and the
+		// structure above the leaves.
+		if err := walkFile(path, meta, walkModeFor(meta)); err != nil {
 			if lockedByWriter(path) {
 				// A writer holds the file: what was read may be a commit
 				// in progress, not damage.
@@ -89,7 +110,7 @@ func open(path string, opts Options, h hooks) (*Bolt, error) {
 			Timeout:        timeout,
 			ReadOnly:       opts.ReadOnly,
 			FreelistType:   bolt.FreelistMapType,
-			NoFreelistSync: true,
+			NoFreelistSync: !opts.PersistFreelist,
 		})
 		return err
 	})

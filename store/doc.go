@@ -79,14 +79,33 @@
 //	file present and > 0 bytes                 ErrNoData, with ReadOnly or MustExist
 //
 // Then the page structure is walked with pread, before bbolt sees it (a
-// read-write open: bbolt itself walks every page there, in a goroutine of
-// its own where a bad page id is a fatal fault and a cycle an endless
-// recursion) or once the shared lock is held (a read-only open): every
-// page reachable from the meta page, through branches and buckets, has an
-// id below the high water mark, a header naming itself, a branch or leaf
-// type, elements and keys inside it, and exactly one reference. A failure
-// is ErrCorrupt, unless a writer holds the file (ErrLocked: what was read
-// may be a commit in progress).
+// read-write open) or once the shared lock is held (a read-only open):
+// every page reachable from the meta page, through branches and buckets,
+// has an id below the high water mark, a header naming itself, a branch or
+// leaf type, elements and keys inside it, and exactly one reference. A
+// failure is ErrCorrupt, unless a writer holds the file (ErrLocked: what
+// was read may be a commit in progress). How much is read depends on the
+// freelist:
+//
+//	file                      bbolt at a read-write open       walk before it
+//	no persisted freelist     walks every page (own goroutine)  every page
+//	persisted freelist        reads the freelist page           the freelist, and every page
+//	(Options.PersistFreelist,                                   but the leaves of nested
+//	 the log-first store)                                       buckets past the first of each
+//	                                                            lowest branch
+//
+// bbolt's own walk runs in a goroutine where a bad page id is a fatal
+// fault and a cycle an endless recursion, so it must never meet damage:
+// that file is walked whole, which is linear in its size. With a persisted
+// freelist bbolt reads only what transactions touch, so the walk covers
+// what no containment can (the branch pages, whose cycles would recurse
+// without end) and the freelist, which bbolt trusts when it allocates: a
+// freelist page, ids below the high water mark in ascending order, none
+// of them a page in use. It reads about one page in a hundred, so a start
+// does not grow with the file. Leaves it does not read (their overflow
+// pages, a flipped type, keys out of place) are found when bbolt reads
+// them, contained as below, or by Check. A read-only open and
+// CheckFileWhole always walk every page.
 //
 // Damage past those checks (key order, garbled values) is found when bbolt
 // reads it: every bbolt call runs with panics and memory faults contained

@@ -19,28 +19,38 @@ func FuzzOpenReadOnly(f *testing.F) { fuzzOpen(f, true) }
 func FuzzOpen(f *testing.F) { fuzzOpen(f, false) }
 
 func fuzzOpen(f *testing.F, readOnly bool) {
-	path := filepath.Join(f.TempDir(), "seed.db")
-	b, err := Open(path, Options{})
-	if err != nil {
-		f.Fatal(err)
-	}
-	for i := uint64(0); i < 60; i++ {
-		if _, err := b.Append("s", bytes.Repeat([]byte{'v'}, 300), i); err != nil {
+	// One seed without a persisted freelist (Open walks every page) and
+	// one with (Open reads the freelist and the structure above the
+	// leaves, and bbolt only what it touches).
+	for _, persist := range []bool{false, true} {
+		path := filepath.Join(f.TempDir(), "seed.db")
+		b, err := Open(path, Options{PersistFreelist: persist})
+		if err != nil {
 			f.Fatal(err)
 		}
+		for i := uint64(0); i < 60; i++ {
+			if _, err := b.Append("s", bytes.Repeat([]byte{'v'}, 300), i); err != nil {
+				f.Fatal(err)
+			}
+			if i%20 == 19 {
+				if err := b.Flush(); err != nil {
+					f.Fatal(err)
+				}
+			}
+		}
+		if err := b.CAS("k", 0, 1); err != nil {
+			f.Fatal(err)
+		}
+		if err := b.Flush(); err != nil {
+			f.Fatal(err)
+		}
+		b.Close()
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(raw)
 	}
-	if err := b.CAS("k", 0, 1); err != nil {
-		f.Fatal(err)
-	}
-	if err := b.Flush(); err != nil {
-		f.Fatal(err)
-	}
-	b.Close()
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Add(raw)
 	dir := f.TempDir()
 	f.Fuzz(func(t *testing.T, data []byte) {
 		p := filepath.Join(dir, "data.db")

@@ -44,30 +44,125 @@ const (
 // fault, a page referenced twice a panic and a cycle an endless recursion,
 // none of which a caller can contain. Key order and values are left to
 // bbolt, whose complaints about them are contained (see contain).
+//
+// A walk reads every page (full), or only the structure above the leaves
+// of the buckets' trees (see walkFile).
 type pageWalker struct {
 	f       *os.File
 	ps      uint64
 	hwm     uint64
+	full    bool
 	visited []uint64 // bitset of page ids seen
 	bufs    [][]byte // one page buffer per level being walked
+	reads   int      // pages read, overflow pages not counted
+}
+
+// walkMode says how much of a file walkFile reads.
+type walkMode int
+
+const (
+	// walkAll reads every reachable page: what bbolt itself reads when it
+	// rebuilds the freelist of a file that has none persisted.
+	walkAll walkMode = iota
+	// walkStructure reads the root bucket's tree whole and, of every
+	// bucket's tree, the branch pages and the first child of each lowest
+	// branch; the other leaves of a bucket are only counted as referenced,
+	// by id, not read. It reads about one page in a hundred of a big file
+	// instead of all of them, and is what a read-write open of a file with
+	// a persisted freelist needs (bbolt then reads that freelist instead
+	// of walking the file).
+	walkStructure
+)
+
+// walkModeFor returns the walk a read-write open of a file whose chosen
+// meta is m needs before bbolt maps it: walkAll when bbolt will walk every
+// page itself (no persisted freelist), else walkStructure.
+func walkModeFor(m boltMeta) walkMode {
+	if m.freelist == noFreelist {
+		return walkAll
+	}
+	return walkStructure
 }
 
 // walkFile checks the page structure of the file at path, whose chosen
-// meta page is m. Damage is an error naming the page, to be wrapped in
-// ErrCorrupt by the caller.
-func walkFile(path string, m boltMeta) error {
+// meta page is m, reading as much of it as mode says. Damage is an error
+// naming the page, to be wrapped in ErrCorrupt by the caller.
+//
+// A persisted freelist is read whole in either mode and checked: a
+// freelist page, page ids below the high water mark in ascending order,
+// none of them a page the walk found referenced. bbolt trusts it when it
+// allocates, so a free id that is in use would let a commit overwrite
+// live data. walkStructure cannot see the overflow pages of the leaves it
+// does not read, nor damage inside them (a flipped type, a key out of
+// place): such damage is found when bbolt reads the leaf (contained, see
+// contain) or by Bolt.Check.
+func walkFile(path string, m boltMeta, mode walkMode) error {
+	_, err := walkPages(path, m, mode)
+	return err
+}
+
+// walkPages is walkFile, also returning how many pages it read.
+func walkPages(path string, m boltMeta, mode walkMode) (int, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer f.Close()
-	w := &pageWalker{f: f, ps: uint64(m.pageSize), hwm: m.hwm, visited: make([]uint64, (m.hwm+63)/64)}
+	w := &pageWalker{f: f, ps: uint64(m.pageSize), hwm: m.hwm, full: mode == walkAll, visited: make([]uint64, (m.hwm+63)/64)}
+	var free []uint64
 	if m.freelist != noFreelist {
-		if err := w.mark(m.freelist, 0); err != nil {
-			return fmt.Errorf("freelist: %w", err)
+		if free, err = w.freelist(m.freelist); err != nil {
+			return w.reads, fmt.Errorf("freelist: %w", err)
 		}
 	}
-	return w.tree(m.root, 0, 0)
+	if _, err := w.tree(m.root, 0, 0); err != nil {
+		return w.reads, err
+	}
+	for _, id := range free {
+		if w.visited[id/64]&(1<<(id%64)) != 0 {
+			return w.reads, fmt.Errorf("freelist: page %d is free and in use", id)
+		}
+	}
+	return w.reads, nil
+}
+
+// freelistPageFlag is the type of bbolt's freelist page.
+const freelistPageFlag = 0x10
+
+// freelist reads and checks the freelist page id (with its overflow) and
+// returns the free page ids it lists, in ascending order.
+func (w *pageWalker) freelist(id uint64) ([]uint64, error) {
+	page, err := w.read(id, 0)
+	if err != nil {
+		return nil, err
+	}
+	if flags := binary.LittleEndian.Uint16(page[8:]); flags != freelistPageFlag {
+		return nil, fmt.Errorf("page %d: type %#x, not a freelist", id, flags)
+	}
+	body := page[pageHeaderSize:]
+	n := uint64(binary.LittleEndian.Uint16(page[10:]))
+	if n == 0xFFFF {
+		// bbolt's escape for a count past 16 bits: the first id slot holds it.
+		if len(body) < 8 {
+			return nil, fmt.Errorf("page %d: no room for the count", id)
+		}
+		n = binary.LittleEndian.Uint64(body)
+		body = body[8:]
+	}
+	if n > uint64(len(body))/8 {
+		return nil, fmt.Errorf("page %d: %d ids do not fit its %d bytes", id, n, len(page))
+	}
+	free := make([]uint64, n)
+	for i := range free {
+		free[i] = binary.LittleEndian.Uint64(body[8*i:])
+		if free[i] < 2 || free[i] >= w.hwm {
+			return nil, fmt.Errorf("page %d: free page %d outside pages 2..%d", id, free[i], w.hwm-1)
+		}
+		if i > 0 && free[i] <= free[i-1] {
+			return nil, fmt.Errorf("page %d: free page %d after %d, not ascending", id, free[i], free[i-1])
+		}
+	}
+	return free, nil
 }
 
 // mark records pages id..id+overflow as referenced, refusing one out of
@@ -95,6 +190,7 @@ func (w *pageWalker) read(id uint64, depth int) ([]byte, error) {
 		w.bufs = append(w.bufs, make([]byte, w.ps))
 	}
 	page := w.bufs[depth]
+	w.reads++
 	if _, err := w.f.ReadAt(page, int64(id*w.ps)); err != nil {
 		return nil, fmt.Errorf("page %d: %w", id, err)
 	}
@@ -115,39 +211,53 @@ func (w *pageWalker) read(id uint64, depth int) ([]byte, error) {
 }
 
 // tree checks the B+tree rooted at page id, depth levels below its
-// bucket's root, in a bucket nested nest levels deep.
-func (w *pageWalker) tree(id uint64, depth, nest int) error {
+// bucket's root, in a bucket nested nest levels deep, and reports whether
+// page id is a leaf. Unless the walk is full, a branch of a nested
+// bucket whose first child is a leaf has its other children counted by
+// id and not read: bbolt's trees are balanced, so they are leaves too,
+// and the leaves are almost all of a big file.
+func (w *pageWalker) tree(id uint64, depth, nest int) (bool, error) {
 	if depth > maxTreeDepth {
-		return fmt.Errorf("page %d: tree deeper than %d", id, maxTreeDepth)
+		return false, fmt.Errorf("page %d: tree deeper than %d", id, maxTreeDepth)
 	}
 	page, err := w.read(id, depth+nest*(maxTreeDepth+1))
 	if err != nil {
-		return err
+		return false, err
 	}
 	flags := binary.LittleEndian.Uint16(page[8:])
 	count := int(binary.LittleEndian.Uint16(page[10:]))
 	if pageHeaderSize+count*elementSize > len(page) {
-		return fmt.Errorf("page %d: %d elements do not fit", id, count)
+		return false, fmt.Errorf("page %d: %d elements do not fit", id, count)
 	}
 	switch flags {
 	case branchFlag:
 		if count == 0 {
-			return fmt.Errorf("page %d: empty branch", id)
+			return false, fmt.Errorf("page %d: empty branch", id)
 		}
+		skipLeaves := false
 		for i := range count {
 			e := page[pageHeaderSize+i*elementSize:]
 			if err := inside(page, pageHeaderSize+i*elementSize, binary.LittleEndian.Uint32(e), uint64(binary.LittleEndian.Uint32(e[4:]))); err != nil {
-				return fmt.Errorf("page %d element %d: %w", id, i, err)
+				return false, fmt.Errorf("page %d element %d: %w", id, i, err)
 			}
-			if err := w.tree(binary.LittleEndian.Uint64(e[8:]), depth+1, nest); err != nil {
-				return err
+			child := binary.LittleEndian.Uint64(e[8:])
+			if skipLeaves {
+				if err := w.mark(child, 0); err != nil {
+					return false, fmt.Errorf("page %d element %d: %w", id, i, err)
+				}
+				continue
 			}
+			leaf, err := w.tree(child, depth+1, nest)
+			if err != nil {
+				return false, err
+			}
+			skipLeaves = leaf && !w.full && nest > 0
 		}
-		return nil
+		return false, nil
 	case leafFlag:
-		return w.leaf(page, count, nest, fmt.Sprintf("page %d", id))
+		return true, w.leaf(page, count, nest, fmt.Sprintf("page %d", id))
 	}
-	return fmt.Errorf("page %d: type %#x, neither branch nor leaf", id, flags)
+	return false, fmt.Errorf("page %d: type %#x, neither branch nor leaf", id, flags)
 }
 
 // leaf checks the count elements of a leaf page (a real one or a bucket's
@@ -172,7 +282,7 @@ func (w *pageWalker) leaf(page []byte, count, nest int, where string) error {
 			return fmt.Errorf("%s element %d: buckets nested deeper than %d", where, i, maxBucketDepth)
 		}
 		if root := binary.LittleEndian.Uint64(v); root != 0 {
-			if err := w.tree(root, 0, nest+1); err != nil {
+			if _, err := w.tree(root, 0, nest+1); err != nil {
 				return err
 			}
 			continue
@@ -212,7 +322,7 @@ func checkAtRest(path string) error {
 	if state != fileValid {
 		return fmt.Errorf("%s: emptied while opening: %w", path, ErrNoData)
 	}
-	if err := walkFile(path, m); err != nil {
+	if err := walkFile(path, m, walkAll); err != nil {
 		return fmt.Errorf("%s: %w: %w", path, err, ErrCorrupt)
 	}
 	return nil

@@ -9,41 +9,56 @@ import (
 
 // BenchmarkOpenChecks compares the pre-open page walk with bbolt's own
 // read-write open of the same file (which walks every page too), so that
-// the walk's cost reads as a ratio: about 1x on a warm page cache.
+// the walk's cost reads as a ratio: about 1x on a warm page cache. The
+// Persisted variants are the same on a file with a persisted freelist,
+// where the walk reads the structure only and bbolt the freelist page:
+// both are a small fraction of the walks, and do not grow with the leaves.
 func BenchmarkOpenChecks(b *testing.B) {
-	path := filepath.Join(b.TempDir(), "bench.db")
-	st, err := Open(path, Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	payload := make([]byte, 1000)
-	for i := uint64(0); i < 20000; i++ {
-		if _, err := st.Append("s", payload, i); err != nil {
+	build := func(opts Options) string {
+		path := filepath.Join(b.TempDir(), "bench.db")
+		st, err := Open(path, opts)
+		if err != nil {
 			b.Fatal(err)
 		}
-	}
-	if err := st.Flush(); err != nil {
-		b.Fatal(err)
-	}
-	st.Close()
-	b.Run("walkFile", func(b *testing.B) {
-		for b.Loop() {
-			_, m, err := checkFile(path)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := walkFile(path, m); err != nil {
+		payload := make([]byte, 1000)
+		for i := uint64(0); i < 20000; i++ {
+			if _, err := st.Append("s", payload, i); err != nil {
 				b.Fatal(err)
 			}
 		}
-	})
-	b.Run("bboltOpen", func(b *testing.B) {
-		for b.Loop() {
-			db, err := bolt.Open(path, 0o600, &bolt.Options{FreelistType: bolt.FreelistMapType, NoFreelistSync: true})
-			if err != nil {
-				b.Fatal(err)
-			}
-			db.Close()
+		if err := st.Flush(); err != nil {
+			b.Fatal(err)
 		}
-	})
+		st.Close()
+		return path
+	}
+	walk := func(path string, mode walkMode) func(b *testing.B) {
+		return func(b *testing.B) {
+			for b.Loop() {
+				_, m, err := checkFile(path)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := walkFile(path, m, mode); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	}
+	open := func(path string, persist bool) func(b *testing.B) {
+		return func(b *testing.B) {
+			for b.Loop() {
+				db, err := bolt.Open(path, 0o600, &bolt.Options{FreelistType: bolt.FreelistMapType, NoFreelistSync: !persist})
+				if err != nil {
+					b.Fatal(err)
+				}
+				db.Close()
+			}
+		}
+	}
+	path, persisted := build(Options{}), build(Options{PersistFreelist: true})
+	b.Run("walkFile", walk(path, walkAll))
+	b.Run("bboltOpen", open(path, false))
+	b.Run("walkFilePersisted", walk(persisted, walkStructure))
+	b.Run("bboltOpenPersisted", open(persisted, true))
 }

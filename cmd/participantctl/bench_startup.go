@@ -168,7 +168,24 @@ func buildDataDir(ctx context.Context, dir string, convs, records, payload int, 
 	if cerr := bolt.Close(); err == nil {
 		err = cerr
 	}
-	return err
+	if err != nil {
+		return err
+	}
+	return persistFreelist(filepath.Join(dir, server.StoreFile))
+}
+
+// persistFreelist writes the freelist of the bbolt file at path, as the
+// log-first store (the default engine) keeps it, so that a timed start
+// reads it instead of walking the file, as the restart of a server that
+// has run does. The builders write without it (bbolt's NoFreelistSync):
+// with it, each of their many small commits would write the whole
+// freelist.
+func persistFreelist(path string) error {
+	st, err := store.Open(path, store.Options{PersistFreelist: true})
+	if err != nil {
+		return err
+	}
+	return st.Close()
 }
 
 const buildChunk = 100
@@ -324,7 +341,8 @@ func checkpointedCopy(ctx context.Context, src, dst string) error {
 			return err
 		}
 	}
-	st, err := store.Open(filepath.Join(dst, server.StoreFile), store.Options{})
+	path := filepath.Join(dst, server.StoreFile)
+	st, err := store.Open(path, store.Options{})
 	if err != nil {
 		return err
 	}
@@ -332,5 +350,8 @@ func checkpointedCopy(ctx context.Context, src, dst string) error {
 	if cerr := st.Close(); err == nil {
 		err = cerr
 	}
-	return err
+	if err != nil {
+		return err
+	}
+	return persistFreelist(path)
 }

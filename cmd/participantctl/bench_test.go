@@ -3,9 +3,14 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/participantd/participantd/server"
 )
 
 // runBenchForTest runs `participantctl bench args...` in process and decodes
@@ -95,5 +100,38 @@ func TestBench_RandomTokensAreNotACounter(t *testing.T) {
 	a, b := w.token(), w.token()
 	if a == b || bytes.Equal(a[:8], b[:8]) {
 		t.Fatalf("tokens %x and %x: want independent random tokens", a, b)
+	}
+}
+
+// The start-up bench times the restart of a server that has run on the
+// log-first store, whose bbolt file has a persisted freelist (so that a
+// start does not walk the file): the directories it builds, plain and
+// checkpointed, have one.
+func TestBench_StartupDataDirsHaveAPersistedFreelist(t *testing.T) {
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "built")
+	if err := buildDataDir(ctx, dir, 4, 40, 16, true); err != nil {
+		t.Fatal(err)
+	}
+	ck := dir + "-checkpointed"
+	if err := checkpointedCopy(ctx, dir, ck); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{dir, ck} {
+		raw, err := os.ReadFile(filepath.Join(d, server.StoreFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// bbolt v1.5's meta pages: page size at 24, freelist page at 48
+		// (2^64-1: none), txid at 64; the higher valid txid is in use.
+		le := binary.LittleEndian
+		ps := int(le.Uint32(raw[24:]))
+		meta := raw[:ps]
+		if m := raw[ps : 2*ps]; le.Uint32(m[16:]) == 0xED0CDAED && le.Uint64(m[64:]) > le.Uint64(meta[64:]) {
+			meta = m
+		}
+		if le.Uint64(meta[48:]) == ^uint64(0) {
+			t.Errorf("%s: the bbolt file has no persisted freelist", d)
+		}
 	}
 }

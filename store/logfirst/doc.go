@@ -83,6 +83,18 @@
 // nothing, and a transaction that would lower it fails
 // (errCheckpointBehind), which fails the store.
 //
+// bbolt writes its freelist at every commit here (no NoFreelistSync): the
+// file is written only by Open's replay and the checkpointer, off the hot
+// path, and a persisted freelist is what keeps Open from growing with the
+// file: bbolt reads that page instead of walking every page, and
+// store.CheckFile checks the freelist and the branch structure instead of
+// every page (see package store, Opening a file). A file without one (from
+// --store bbolt) is walked once by the Open that writes it. A commit
+// persists the freelist only while it lists at most maxPersistedFreePages
+// ids (bbolt writes every id at every commit that persists it): past that,
+// as after a compaction that freed much of the file, an open walks the
+// reachable pages again until writes have reused the free ones.
+//
 // # Locks
 //
 // Store.mu is the only lock. It is never held across a bbolt call, a log

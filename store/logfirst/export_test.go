@@ -53,3 +53,11 @@ var ErrCheckpointBehind = errCheckpointBehind
 func PutCheckpointLSN(s *Store, lsn wal.LSN) error {
 	return s.update(func(tx *bolt.Tx) error { return putCheckpointLSN(tx, lsn) })
 }
+
+// SetMaxPersistedFreePages sets the freelist bound of every store until
+// the returned function restores it.
+func SetMaxPersistedFreePages(n int) (restore func()) {
+	old := maxPersistedFreePages
+	maxPersistedFreePages = n
+	return func() { maxPersistedFreePages = old }
+}

@@ -87,7 +87,7 @@ func (r *replayer) flush() error {
 		return compareKeyOrder(x.Stream, y.Stream)
 	})
 	err := store.Contain(r.db.Path(), func() error {
-		return r.db.Update(func(tx *bolt.Tx) error {
+		return r.db.Update(freelistPolicy(func(tx *bolt.Tx) error {
 			for _, a := range streams {
 				if err := store.PutEntries(tx, a.Stream, a.First, a.Payloads); err != nil {
 					return fmt.Errorf("replay to LSN %v: %w", r.last, err)
@@ -106,7 +106,7 @@ func (r *replayer) flush() error {
 				return fmt.Errorf("replay to LSN %v: %w", r.last, err)
 			}
 			return putCheckpointLSN(tx, r.last)
-		})
+		}))
 	})
 	if err != nil {
 		return err

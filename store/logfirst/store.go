@@ -320,7 +320,7 @@ func Open(dir string, opts Options) (*Store, error) {
 func OpenReadOnly(dir string, opts Options) (*Store, error) {
 	opts = opts.withDefaults()
 	path := filepath.Join(dir, DBFile)
-	if err := store.CheckFile(path, true); err != nil {
+	if err := store.CheckFileWhole(path, true); err != nil {
 		return nil, err
 	}
 	db, err := openBolt(path, opts, true)
@@ -356,10 +356,15 @@ func openBolt(path string, opts Options, readOnly bool) (*bolt.DB, error) {
 	err := store.Contain(path, func() error {
 		var err error
 		db, err = bolt.Open(path, 0o600, &bolt.Options{
-			Timeout:        opts.LockTimeout,
-			ReadOnly:       readOnly,
-			FreelistType:   bolt.FreelistMapType,
-			NoFreelistSync: true,
+			Timeout:      opts.LockTimeout,
+			ReadOnly:     readOnly,
+			FreelistType: bolt.FreelistMapType,
+			// Only the checkpointer writes this file, off the hot path, so
+			// it pays the freelist's page per commit: a start then reads
+			// the freelist instead of walking every page (see
+			// store.CheckFile). A file written without one is walked once,
+			// by the first open, which writes it.
+			NoFreelistSync: false,
 		})
 		return err
 	})
@@ -474,7 +479,30 @@ func (s *Store) view(fn func(*bolt.Tx) error) error {
 
 // update is view for a write transaction.
 func (s *Store) update(fn func(*bolt.Tx) error) error {
-	return store.Contain(s.db.Path(), func() error { return s.db.Update(fn) })
+	return store.Contain(s.db.Path(), func() error { return s.db.Update(freelistPolicy(fn)) })
+}
+
+// maxPersistedFreePages bounds the freelist a commit to bbolt persists:
+// bbolt writes every free page id (8 bytes each) at every commit that
+// persists it, so a file with many free pages (after a compaction freed
+// much of it, until writes reuse them) would pay megabytes per checkpoint.
+// Past the bound a commit persists none, and an open after it walks the
+// file's reachable pages, which are then the smaller part of the file.
+// 32,768 ids is 256 KiB per checkpoint, 128 MiB of free space.
+var maxPersistedFreePages = 1 << 15
+
+// freelistPolicy wraps fn, the body of a write transaction, so that its
+// commit persists bbolt's freelist while that is at most
+// maxPersistedFreePages ids. It sets bbolt's NoFreelistSync inside the
+// transaction, where bbolt's writer lock serializes it with every commit
+// that reads it.
+func freelistPolicy(fn func(*bolt.Tx) error) func(*bolt.Tx) error {
+	return func(tx *bolt.Tx) error {
+		db := tx.DB()
+		st := db.Stats()
+		db.NoFreelistSync = st.FreePageN+st.PendingPageN > maxPersistedFreePages
+		return fn(tx)
+	}
 }
 
 func (s *Store) readErr(err error) error {
