@@ -97,9 +97,17 @@
 // and unfenced values are linearizable; values of a fenced scope are read
 // serializably, which is safe because every value written is compared at
 // commit: a stale read can fail a commit (the scope fails), never fork it.
+// Those reads (one per token lookup in participantd) share requests: a
+// read sends what is queued as one read-only transaction of serializable
+// Gets (at most MaxTxnOps) while fewer than Options.MaxInflightReads such
+// batches are in flight, and otherwise queues for the next, sent by one of
+// the queued readers when a batch returns. A read therefore waits for at
+// most one batch in flight; batches grow with load only, with no timer.
+// A failed batch fails each of its reads, nothing else.
 //
 // # Locks
 //
-// Store.mu is the only lock. It is never held across an etcd call or a
-// channel operation.
+// Store.mu guards the scopes and the committer; Store.rmu guards the queue
+// of batched reads. Neither is held across an etcd call or a channel
+// operation, and they are never held together.
 package etcdstore
