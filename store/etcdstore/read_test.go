@@ -288,3 +288,52 @@ func TestStore_BatchedReadsUnderConcurrentCommits(t *testing.T) {
 		}
 	}
 }
+
+// TestStore_RefusedCommitIsExplainedByAReadBack: a commit carries no Else
+// reads; when etcd refuses it, one read of the compared keys says which
+// scope's compare fails (here a's fence), that scope fails alone and the
+// other commits in the retry. When that read itself fails, nobody can be
+// blamed alone and every scope of the transaction fails (ErrConflict),
+// with nothing written.
+func TestStore_RefusedCommitIsExplainedByAReadBack(t *testing.T) {
+	for _, readFails := range []bool{false, true} {
+		t.Run(fmt.Sprintf("readFails=%v", readFails), func(t *testing.T) {
+			kv := newGatedKV()
+			s := fencedStore(t, kv, 1)
+			deleteKey(t, s.Prefix()+"own/a")
+			mustAppend(t, s, "a/log", "a0", 0)
+			mustAppend(t, s, "b/log", "b0", 0)
+			done := make(chan error, 1)
+			go func() { done <- s.Flush() }()
+			recv(t, kv.entered) // the read back of the refused commit
+			if readFails {
+				kv.release <- errors.New("injected: read back lost")
+			} else {
+				kv.release <- nil
+			}
+			if err := recv(t, done); err == nil {
+				t.Fatal("Flush with a's fence gone = nil, want a's failure")
+			}
+			errA, errB := s.Failed("a"), s.Failed("b")
+			fresh := open(t, etcdstore.Options{Prefix: s.Prefix(), Scope: byFirstSegment})
+			if readFails {
+				if !errors.Is(errA, etcdstore.ErrConflict) || !errors.Is(errB, etcdstore.ErrConflict) {
+					t.Fatalf("Failed(a), Failed(b) = %v, %v; want ErrConflict for both", errA, errB)
+				}
+				if got := readAll(t, fresh, "b/log"); len(got) != 0 {
+					t.Fatalf("b/log = %v, want nothing written", got)
+				}
+			} else {
+				if !errors.Is(errA, etcdstore.ErrFenced) || errB != nil {
+					t.Fatalf("Failed(a), Failed(b) = %v, %v; want ErrFenced, nil", errA, errB)
+				}
+				if got := readAll(t, fresh, "b/log"); fmt.Sprint(got) != "[b0]" {
+					t.Fatalf("b/log = %v, want [b0]", got)
+				}
+			}
+			if got := readAll(t, fresh, "a/log"); len(got) != 0 {
+				t.Fatalf("a/log = %v, want nothing written", got)
+			}
+		})
+	}
+}
