@@ -75,6 +75,13 @@ func (s *Store) readBatched(key string) (uint64, error) {
 func (s *Store) sendReads() {
 	s.rmu.Lock()
 	n := min(len(s.rqueue), s.opts.MaxTxnOps)
+	if n == 0 {
+		// Another sender took this caller's read along with its own
+		// (both got a turn at once): nothing left to send.
+		s.ractive--
+		s.rmu.Unlock()
+		return
+	}
 	batch := s.rqueue[:n:n]
 	s.rqueue = s.rqueue[n:]
 	if len(s.rqueue) == 0 {
