@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/participantd/participantd/store"
@@ -84,7 +85,7 @@ type item struct {
 // txnPlan is the items of one transaction and its cost so far.
 type txnPlan struct {
 	items []item
-	cmps  int // compares (and as many Else reads)
+	cmps  int // compares (and as many reads back if refused)
 	puts  int
 	bytes int
 	has   map[*scopeWork]bool
@@ -364,12 +365,12 @@ func (s *Store) pack(work []*scopeWork) []*txnPlan {
 }
 
 // trimCost is what a trim costs a transaction: the compare of entry below
-// (and its Else read) and one DeleteRange of two keys.
+// (and its read back) and one DeleteRange of two keys.
 func (s *Store) trimCost(sw *scopeWork, tw *trimWork) (cmps, puts, bytes int) {
 	return 1, 1, 4 * kvCost(s.lay.entryPrefix(sw.sc.name, tw.name), 8)
 }
 
-// bytesCost is what a byte value costs: its compare and Else read, and
+// bytesCost is what a byte value costs: its compare and read back, and
 // its put.
 func (s *Store) bytesCost(sw *scopeWork, bw *bytesWork) (cmps, puts, bytes int) {
 	key := s.lay.bytesKey(sw.sc.name, bw.name)
@@ -409,14 +410,17 @@ func (s *Store) scopeCost(sw *scopeWork) (cmps, puts, bytes int) {
 // runTxn runs the items of plan whose scopes have not failed, retrying
 // without the scopes whose compares failed, until it commits, has nothing
 // left, or its outcome is unknown.
+//
+// The transaction carries no Else: on the success path (nearly every
+// commit) Else reads would only be bytes that every member unmarshals and
+// logs. When it is refused, one linearizable read of the compared keys
+// says which compares fail now (see explainRefusal).
 func (s *Store) runTxn(plan *txnPlan) {
 	for {
 		var (
 			cmps   []clientv3.Cmp
 			thens  []clientv3.Op
-			elses  []clientv3.Op
-			checks []*scopeWork
-			evals  []func(kvs []*kvView) bool
+			checks []check
 			live   []item
 		)
 		for _, it := range plan.items {
@@ -429,16 +433,12 @@ func (s *Store) runTxn(plan *txnPlan) {
 			case it.fence:
 				f := it.sw.fence
 				cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(f.Key), "=", f.CreateRevision))
-				elses = append(elses, clientv3.OpGet(f.Key))
-				evals = append(evals, func(kvs []*kvView) bool {
-					return len(kvs) == 1 && kvs[0].createRev == f.CreateRevision
-				})
+				checks = append(checks, check{sw: it.sw, key: f.Key, keysOnly: true, fence: true, createRev: f.CreateRevision})
 			case it.vw != nil:
 				vw := it.vw
 				key := s.lay.valueKey(sc, vw.name)
 				cmps = append(cmps, cmpU64(key, vw.old))
-				elses = append(elses, clientv3.OpGet(key))
-				evals = append(evals, wantU64(vw.old))
+				checks = append(checks, check{sw: it.sw, key: key, u64: true, want: vw.old})
 				if vw.new == 0 {
 					thens = append(thens, clientv3.OpDelete(key))
 				} else {
@@ -450,15 +450,13 @@ func (s *Store) runTxn(plan *txnPlan) {
 				prefix := s.lay.entryPrefix(sc, it.tw.name)
 				floor := entryKey(prefix, it.tw.below)
 				cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(floor), ">", 0))
-				elses = append(elses, clientv3.OpGet(floor, clientv3.WithKeysOnly()))
-				evals = append(evals, func(kvs []*kvView) bool { return len(kvs) == 1 })
+				checks = append(checks, check{sw: it.sw, key: floor, keysOnly: true, exists: true})
 				thens = append(thens, clientv3.OpDelete(prefix, clientv3.WithRange(floor)))
 			case it.bw != nil:
 				bw, rev := it.bw, it.sw.rev
 				key := s.lay.bytesKey(sc, bw.name)
 				cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(key), "<", rev+1))
-				elses = append(elses, clientv3.OpGet(key, clientv3.WithKeysOnly()))
-				evals = append(evals, func(kvs []*kvView) bool { return len(kvs) == 0 || kvs[0].modRev <= rev })
+				checks = append(checks, check{sw: it.sw, key: key, keysOnly: true, maxModRev: rev})
 				if len(bw.val) == 0 {
 					thens = append(thens, clientv3.OpDelete(key))
 				} else {
@@ -469,22 +467,20 @@ func (s *Store) runTxn(plan *txnPlan) {
 				lenKey := s.lay.lenKey(sc, swk.name)
 				base := swk.base + uint64(it.from)
 				cmps = append(cmps, cmpU64(lenKey, base))
-				elses = append(elses, clientv3.OpGet(lenKey))
-				evals = append(evals, wantU64(base))
+				checks = append(checks, check{sw: it.sw, key: lenKey, u64: true, want: base})
 				prefix := s.lay.entryPrefix(sc, swk.name)
 				for k := range it.n {
 					thens = append(thens, clientv3.OpPut(entryKey(prefix, base+uint64(k)), string(swk.ents[it.from+k])))
 				}
 				thens = append(thens, clientv3.OpPut(lenKey, encodeU64(base+uint64(it.n))))
 			}
-			checks = append(checks, it.sw)
 		}
 		if len(live) == 0 {
 			return
 		}
 		ctx, cancel := s.ctx()
 		began := time.Now()
-		resp, err := s.kv.Txn(ctx).If(cmps...).Then(thens...).Else(elses...).Commit()
+		resp, err := s.kv.Txn(ctx).If(cmps...).Then(thens...).Commit()
 		cancel()
 		s.txns.Add(1)
 		if err != nil {
@@ -509,31 +505,11 @@ func (s *Store) runTxn(plan *txnPlan) {
 			s.observeTxn(began, len(cmps)+len(thens), nil)
 			return
 		}
-		// Refused: the Else reads say which compares failed. Their scopes
-		// fail; the others run again without them.
-		var refused error
-		for i, r := range resp.Responses {
-			rr := r.GetResponseRange()
-			var kvs []*kvView
-			if rr != nil {
-				for _, kv := range rr.Kvs {
-					kvs = append(kvs, &kvView{value: kv.Value, createRev: kv.CreateRevision, modRev: kv.ModRevision})
-				}
-			}
-			if evals[i](kvs) || checks[i].err != nil {
-				continue
-			}
-			if live[i].fence {
-				checks[i].err = fmt.Errorf("%w: %w: scope %q", store.ErrFailed, ErrFenced, checks[i].sc.name)
-			} else {
-				checks[i].err = fmt.Errorf("%w: %w: scope %q", store.ErrFailed, ErrConflict, checks[i].sc.name)
-			}
-			refused = checks[i].err
-		}
+		refused := s.explainRefusal(checks)
 		if refused == nil {
-			// Every compare holds in the Else reads of the very transaction
-			// that failed them: etcd broke its contract. Fail all.
-			refused = fmt.Errorf("%w: %w: refused transaction whose compares hold", store.ErrFailed, ErrConflict)
+			// Every compare holds when read back after the refusal: no
+			// scope can be blamed alone. Fail all; nothing was written.
+			refused = fmt.Errorf("%w: %w: refused transaction whose compares hold when read back", store.ErrFailed, ErrConflict)
 			for _, it := range live {
 				it.sw.err = refused
 			}
@@ -542,17 +518,94 @@ func (s *Store) runTxn(plan *txnPlan) {
 	}
 }
 
+// check is one compare of a transaction, as explainRefusal reads it back:
+// the fence's create revision, a value or length (8-byte encoding, absent
+// for 0), a trim floor that must exist, or a byte value's highest mod
+// revision.
+type check struct {
+	sw        *scopeWork
+	key       string
+	keysOnly  bool
+	fence     bool
+	createRev int64
+	u64       bool
+	want      uint64
+	exists    bool
+	maxModRev int64
+}
+
+// holds reports whether the compare holds for what a read of its key
+// returned (nil: absent).
+func (c *check) holds(kv *mvccpb.KeyValue) bool {
+	switch {
+	case c.fence:
+		return kv != nil && kv.CreateRevision == c.createRev
+	case c.u64:
+		if c.want == 0 {
+			return kv == nil
+		}
+		return kv != nil && bytes.Equal(kv.Value, []byte(encodeU64(c.want)))
+	case c.exists:
+		return kv != nil
+	default:
+		return kv == nil || kv.ModRevision <= c.maxModRev
+	}
+}
+
+// explainRefusal reads the compared keys of a refused transaction back
+// (one linearizable read, after the refusal) and fails the scope of every
+// compare that does not hold: ErrFenced for a fence, ErrConflict for the
+// rest. It returns the last error it set, nil when every compare holds or
+// the read fails.
+//
+// The read is later than the refusal, so it sees at least as much: a fence
+// once gone never returns with the same create revision, a stream's length
+// and a byte value's revision only grow, a trimmed entry stays gone; so a
+// compare that failed still fails. A compare that held then may fail now
+// (another writer got in since): its scope fails a commit early that it
+// would have failed at the next. Where nothing fails now (a value changed
+// and changed back; the read itself failed), every scope of the
+// transaction fails: the refusal is never blamed on nobody.
+func (s *Store) explainRefusal(checks []check) error {
+	ops := make([]clientv3.Op, len(checks))
+	for i := range checks {
+		if checks[i].keysOnly {
+			ops[i] = clientv3.OpGet(checks[i].key, clientv3.WithKeysOnly())
+		} else {
+			ops[i] = clientv3.OpGet(checks[i].key)
+		}
+	}
+	ctx, cancel := s.ctx()
+	resp, err := s.kv.Txn(ctx).Then(ops...).Commit()
+	cancel()
+	if err != nil || len(resp.Responses) != len(checks) {
+		s.log.Warn().Err(err).Msg("reading back the compares of a refused transaction failed; failing all its scopes")
+		return nil
+	}
+	var refused error
+	for i, r := range resp.Responses {
+		c := &checks[i]
+		var kv *mvccpb.KeyValue
+		if kvs := r.GetResponseRange().GetKvs(); len(kvs) > 0 {
+			kv = kvs[0]
+		}
+		if c.sw.err != nil || c.holds(kv) {
+			continue
+		}
+		if c.fence {
+			c.sw.err = fmt.Errorf("%w: %w: scope %q", store.ErrFailed, ErrFenced, c.sw.sc.name)
+		} else {
+			c.sw.err = fmt.Errorf("%w: %w: scope %q", store.ErrFailed, ErrConflict, c.sw.sc.name)
+		}
+		refused = c.sw.err
+	}
+	return refused
+}
+
 func (s *Store) observeTxn(began time.Time, ops int, err error) {
 	if s.opts.OnTxn != nil {
 		s.opts.OnTxn(time.Since(began), ops, err)
 	}
-}
-
-// kvView is what an Else read returned of one key.
-type kvView struct {
-	value     []byte
-	createRev int64
-	modRev    int64
 }
 
 // cmpU64 compares key against v in this layout: absent for 0, else the
@@ -562,13 +615,4 @@ func cmpU64(key string, v uint64) clientv3.Cmp {
 		return clientv3.Compare(clientv3.CreateRevision(key), "=", 0)
 	}
 	return clientv3.Compare(clientv3.Value(key), "=", encodeU64(v))
-}
-
-func wantU64(v uint64) func([]*kvView) bool {
-	return func(kvs []*kvView) bool {
-		if v == 0 {
-			return len(kvs) == 0
-		}
-		return len(kvs) == 1 && bytes.Equal(kvs[0].value, []byte(encodeU64(v)))
-	}
 }

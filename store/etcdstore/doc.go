@@ -67,16 +67,28 @@
 //	     each byte value's mod revision <= the scope's revision
 //	Then put the entries, the new lengths, the values (delete for 0),
 //	     the byte values (delete for empty); delete the trimmed ranges
-//	Else read every compared key
 //
+// (no Else: see below)
 // so that no two writers can commit the same seq of a stream: a stream never
 // forks. A scope's revision is the etcd revision its lengths were loaded at,
 // advanced to each transaction of the scope that commits: a byte value that
 // another writer changed since is not overwritten (the scope fails with
-// ErrConflict), while the store rewrites its own freely. The transactions of one commit run concurrently (at most 16 at a
-// time), except the chunks of a split scope, which run in order. When refused, the Else reads show which compares failed; those
-// scopes fail and the transaction runs again without them (at most once per
-// failed scope), so a fenced-off scope fails only itself.
+// ErrConflict), while the store rewrites its own freely. The transactions
+// of one commit run concurrently (at most 16 at a time), except the chunks
+// of a split scope, which run in order.
+//
+// A refused transaction is explained by one linearizable read of its
+// compared keys, made after the refusal rather than as Else reads inside
+// it: nearly every commit succeeds, and Else reads would be bytes every
+// member unmarshals and logs for nothing. The read sees at least what the
+// refusal saw (a fence once gone never returns with its create revision;
+// lengths and byte values' revisions only grow; a trimmed entry stays
+// gone), so a compare that failed still fails: the scopes whose compares
+// fail now fail (ErrFenced for a fence, ErrConflict otherwise) and the
+// transaction runs again without them (at most once per failed scope), so
+// a fenced-off scope fails only itself. When nothing fails in the read
+// (a value changed and back) or the read fails, every scope of the
+// transaction fails with ErrConflict: a refusal is never blamed on nobody.
 //
 // # Atomicity
 //
@@ -97,9 +109,17 @@
 // and unfenced values are linearizable; values of a fenced scope are read
 // serializably, which is safe because every value written is compared at
 // commit: a stale read can fail a commit (the scope fails), never fork it.
+// Those reads (one per token lookup in participantd) share requests: a
+// read sends what is queued as one read-only transaction of serializable
+// Gets (at most MaxTxnOps) while fewer than Options.MaxInflightReads such
+// batches are in flight, and otherwise queues for the next, sent by one of
+// the queued readers when a batch returns. A read therefore waits for at
+// most one batch in flight; batches grow with load only, with no timer.
+// A failed batch fails each of its reads, nothing else.
 //
 // # Locks
 //
-// Store.mu is the only lock. It is never held across an etcd call or a
-// channel operation.
+// Store.mu guards the scopes and the committer; Store.rmu guards the queue
+// of batched reads. Neither is held across an etcd call or a channel
+// operation, and they are never held together.
 package etcdstore

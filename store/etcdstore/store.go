@@ -24,6 +24,9 @@ const (
 	DefaultMaxTxnOps       = 128
 	DefaultMaxRequestBytes = 3 << 19 // 1.5 MiB
 	DefaultTimeout         = 5 * time.Second
+	// DefaultMaxInflightReads lets a read start while one batch is in
+	// flight, so that a lone read never waits for another.
+	DefaultMaxInflightReads = 2
 	// payloadReserve is what a transaction needs beside one payload: its
 	// keys, compares, the fence and the request's framing.
 	payloadReserve = 64 << 10
@@ -86,6 +89,10 @@ type Options struct {
 	// a barrier start without waiting for the commit in flight, which
 	// helps when etcd is bound by its latency rather than its CPU.
 	MaxInflightCommits int
+	// MaxInflightReads is how many batched reads of fenced values may be
+	// in flight at once (see read.go); reads that arrive meanwhile share
+	// the next request. Default DefaultMaxInflightReads.
+	MaxInflightReads int
 	// Logger receives the store's logs; the zero value logs nothing.
 	Logger zerolog.Logger
 	// OnTxn, if set, is told about every commit transaction: its latency,
@@ -118,6 +125,14 @@ type Store struct {
 	appends   atomic.Uint64
 	casWrites atomic.Uint64
 	txns      atomic.Uint64
+	// reads counts the batched read requests sent (see read.go).
+	reads atomic.Uint64
+
+	// rmu guards the batched reads' queue and turns; it is never held
+	// with mu, across an etcd call or a channel operation.
+	rmu     sync.Mutex
+	rqueue  []*readReq
+	ractive int
 
 	// mu guards every field below. It is never held across an etcd call or
 	// a channel operation.
@@ -215,7 +230,9 @@ type value struct {
 
 // Open returns a Store on cli. The caller keeps ownership of cli and closes
 // it after Close.
-func Open(cli *clientv3.Client, opts Options) *Store {
+func Open(cli *clientv3.Client, opts Options) *Store { return open(cli.KV, opts) }
+
+func open(kv clientv3.KV, opts Options) *Store {
 	if opts.Prefix == "" {
 		opts.Prefix = DefaultPrefix
 	}
@@ -231,8 +248,11 @@ func Open(cli *clientv3.Client, opts Options) *Store {
 	if opts.MaxInflightCommits <= 0 {
 		opts.MaxInflightCommits = 1
 	}
+	if opts.MaxInflightReads <= 0 {
+		opts.MaxInflightReads = DefaultMaxInflightReads
+	}
 	s := &Store{
-		kv:         cli.KV,
+		kv:         kv,
 		lay:        layout{prefix: opts.Prefix, scope: opts.Scope},
 		opts:       opts,
 		maxPayload: max(opts.MaxRequestBytes-payloadReserve, 1),
@@ -565,19 +585,19 @@ func (s *Store) CAS(key string, old, new uint64) error {
 
 // loadValue reads value key of scope sc from etcd. In a fenced scope the
 // read is serializable (answered by the member the client talks to, without
-// a round through the leader): the store is the scope's only writer, and
+// a round through the leader) and batched with the reads beside it
+// (read.go): the store is the scope's only writer, and
 // every value it writes is compared at commit, so a stale read can at worst
 // make a commit fail its compare (the scope fails, is reloaded, and the
 // operation answers in_doubt); it can never let a write through. Elsewhere
 // reads are linearizable.
 func (s *Store) loadValue(sc, key string, fenced bool) (uint64, error) {
+	if fenced {
+		return s.readBatched(s.lay.valueKey(sc, key))
+	}
 	ctx, cancel := s.ctx()
 	defer cancel()
-	var opts []clientv3.OpOption
-	if fenced {
-		opts = append(opts, clientv3.WithSerializable())
-	}
-	resp, err := s.kv.Get(ctx, s.lay.valueKey(sc, key), opts...)
+	resp, err := s.kv.Get(ctx, s.lay.valueKey(sc, key))
 	if err != nil {
 		return 0, fmt.Errorf("etcdstore: read value %q: %w", key, err)
 	}
