@@ -89,11 +89,10 @@ func (t refusedTxn) Then(...clientv3.Op) clientv3.Txn       { return t }
 func (t refusedTxn) Else(...clientv3.Op) clientv3.Txn       { return t }
 func (t refusedTxn) Commit() (*clientv3.TxnResponse, error) { return nil, ErrReadOnly }
 
-// OpenKV is Open on a bare clientv3.KV (AtRevision, or a backup file's
-// contents): the Store reads and writes through kv only.
-func OpenKV(kv clientv3.KV, opts Options) *Store {
-	return Open(&clientv3.Client{KV: kv}, opts)
-}
+// OpenKV is Open on a bare clientv3.KV (AtRevision, a backup file's
+// contents, or a test's interposer): the Store reads and writes through kv
+// only.
+func OpenKV(kv clientv3.KV, opts Options) *Store { return open(kv, opts) }
 
 // Scopes returns every non-global scope that has at least one key, in key
 // order, reading one key per scope (each read skips past the scope's whole
