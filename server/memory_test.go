@@ -244,7 +244,7 @@ func TestPendingRequestsPastTheByteBudgetStopTheReader(t *testing.T) {
 	const (
 		pendingBudget = 2 << 20
 		size          = 256 << 10
-		n             = 256 // 64 MiB
+		n             = 512 // 128 MiB
 	)
 	h := start(t, server.Config{WriteProgressTimeout: time.Minute, MaxPendingBytes: pendingBudget, MaxOutboundBytes: 2 << 20})
 	deaf := h.dialQuiet(4096)
@@ -275,11 +275,15 @@ func TestPendingRequestsPastTheByteBudgetStopTheReader(t *testing.T) {
 	}
 	after := heapAlloc()
 	// A pending request's payload exists a few times over while it commits
-	// (decoded request, encoded oplog row, staged store write, bbolt's
-	// dirty pages): the bound is a multiple of the 2 MiB budget, and half
-	// of the 64 MiB sent, which the count cap alone (1,024) let in.
-	if after > before && after-before > 32<<20 {
-		t.Errorf("a connection pipelining %d MiB it never reads answers to grew the heap by %.1f MiB, want < 32 MiB",
+	// (decoded request, the decided row's copy, the log-first store's
+	// frame and memtable until its checkpoint, bbolt's dirty pages during
+	// one): measured growth is 4-22 MiB, at times 33 MiB when a store
+	// checkpoint is in flight. The bound is a multiple of the 2 MiB budget
+	// and well under what is sent (128 MiB), all of which the count cap
+	// alone (1,024) let in.
+	t.Logf("heap grew by %.1f MiB, pipelining up to %d MiB", (float64(after)-float64(before))/(1<<20), n*size>>20)
+	if after > before && after-before > 48<<20 {
+		t.Errorf("a connection pipelining %d MiB it never reads answers to grew the heap by %.1f MiB, want < 48 MiB",
 			n*size>>20, float64(after-before)/(1<<20))
 	}
 	select {
