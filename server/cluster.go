@@ -216,6 +216,9 @@ func (s *Server) openCluster(ctx context.Context) (backend, *participant.Service
 	obs.register(s.metrics.reg, node)
 	opts := s.serviceOptions(key)
 	opts.Ownership = node
+	// Each token lookup is an etcd round trip, and the etcd store shares
+	// concurrent reads in one request: a batch's lookups go together.
+	opts.PrefetchTokens = true
 	svc, err := participant.Open(ctx, node.Store(), opts)
 	if err != nil {
 		b.Close()
