@@ -37,6 +37,9 @@ type batch struct {
 	// tokens are the tokens staged in this batch, by index key, so that a
 	// repeat within the batch replays.
 	tokens map[string]*prior
+	// prefetched are token index values read before the batch's
+	// decisions, by key (prefetchTokens); nil when not prefetching.
+	prefetched map[string]uint64
 	// bindings are the fence tokens of bindings staged in this batch.
 	bindings map[ParticipantID]fence.Token
 	// reservedSlot is set when the batch's first enroll of a new
@@ -112,13 +115,22 @@ func (b *batch) stage(o *op) error {
 }
 
 // lookup resolves token t in scope: a commit staged earlier in this batch,
-// else the store's index.
+// else the store's index, read ahead (prefetchTokens) or now.
 func (b *batch) lookup(scope string, match func(*oplog.Row) bool, t Token) (*prior, tokenWrite, error) {
 	key := tokenKey(b.cv.id, scope, t)
 	if pr, ok := b.tokens[key]; ok && match(&pr.row) {
 		return pr, tokenWrite{key: key}, nil
 	}
-	pr, tw, err := b.s.lookupToken(b.cv.id, b.live.Applied, scope, match, t)
+	var (
+		pr  *prior
+		tw  tokenWrite
+		err error
+	)
+	if v, ok := b.prefetched[key]; ok {
+		pr, tw, err = b.s.indexedRow(b.cv.id, b.live.Applied, match, t, tokenWrite{key: key, old: v})
+	} else {
+		pr, tw, err = b.s.lookupToken(b.cv.id, b.live.Applied, scope, match, t)
+	}
 	if err != nil {
 		return nil, tw, unavailable("reading the token index", err)
 	}

@@ -15,7 +15,9 @@
 // as one batch (batch.go) and, against a working copy of the state,
 //
 //  1. resolves each operation's token (a replay or token_conflict answers
-//     without committing; a token staged earlier in the batch replays too),
+//     without committing; a token staged earlier in the batch replays too;
+//     under Options.PrefetchTokens the index values of all the batch's
+//     tokens are read concurrently first, tokens.go),
 //  2. decides, purely, in docs/PROTOCOL.md's order of checks: a refusal, or the
 //     oplog row to commit (decide.go), which it projects and applies to
 //     the working copy, so the next decision sees it;

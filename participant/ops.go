@@ -48,6 +48,8 @@ func settled(e error) func(error) error {
 // task is one operation waiting in a conversation's queue.
 type task struct {
 	step step
+	// tok names the token index entry step looks up first.
+	tok  tokenRef
 	err  error
 	done chan struct{}
 }
@@ -72,8 +74,9 @@ func (c *Call[T]) Wait() (T, error) {
 
 // start queues step on conversation id for this connection and returns the
 // function that waits for its outcome and reports it to the observer.
-// create admits a conversation that does not exist yet (enroll).
-func (c *Conn) start(ctx context.Context, op string, id ConversationID, create bool, replay *Replay, noop *bool, st step) func() error {
+// create admits a conversation that does not exist yet (enroll); tok names
+// the token index entry step looks up, if any.
+func (c *Conn) start(ctx context.Context, op string, id ConversationID, create bool, tok tokenRef, replay *Replay, noop *bool, st step) func() error {
 	began := time.Now()
 	observed := func(err error) error {
 		c.svc.observe(op, began, &err, replay, noop)
@@ -105,7 +108,7 @@ func (c *Conn) start(ctx context.Context, op string, id ConversationID, create b
 			return refused(refuse(CodeUnknownParticipant, "no conversation %v", id))
 		}
 	}
-	t := cv.enqueue(st)
+	t := cv.enqueue(st, tok)
 	return func() error {
 		defer c.inflight.Done()
 		err := c.svc.await(ctx, cv, t)
@@ -118,12 +121,12 @@ func (c *Conn) start(ctx context.Context, op string, id ConversationID, create b
 
 // submit queues step on cv and waits for its outcome.
 func (s *Service) submit(ctx context.Context, cv *conversation, st step) error {
-	return s.await(ctx, cv, cv.enqueue(st))
+	return s.await(ctx, cv, cv.enqueue(st, tokenRef{}))
 }
 
-// enqueue appends a task for step to cv's queue.
-func (cv *conversation) enqueue(st step) *task {
-	t := &task{step: st, done: make(chan struct{})}
+// enqueue appends a task for step, which looks up tok, to cv's queue.
+func (cv *conversation) enqueue(st step, tok tokenRef) *task {
+	t := &task{step: st, tok: tok, done: make(chan struct{})}
 	cv.qmu.Lock()
 	cv.queue = append(cv.queue, t)
 	cv.qmu.Unlock()
@@ -186,6 +189,9 @@ func (s *Service) lead(cv *conversation) {
 		return
 	}
 	b := s.newBatch(cv, live)
+	if s.opts.PrefetchTokens {
+		b.prefetchTokens(tasks)
+	}
 	completes := make([]func(error) error, len(tasks))
 	firstStaged := len(tasks)
 	for i, t := range tasks {
@@ -264,7 +270,7 @@ func (c *Conn) Enroll(ctx context.Context, req Enroll) (Bound, error) {
 func (c *Conn) StartEnroll(ctx context.Context, req Enroll) *Call[Bound] {
 	call := &Call[Bound]{}
 	a := &call.v
-	call.wait = c.start(ctx, "enroll", req.Conversation, true, &a.Replay, nil, func(b *batch) func(error) error {
+	call.wait = c.start(ctx, "enroll", req.Conversation, true, tokenRef{has: true, enroll: true, t: req.Token}, &a.Replay, nil, func(b *batch) func(error) error {
 		st := b.st
 		pr, tw, err := b.lookup(enrollScope, anyRow, req.Token)
 		if err != nil {
@@ -325,7 +331,7 @@ func (c *Conn) Attach(ctx context.Context, req Attach) (Bound, error) {
 func (c *Conn) StartAttach(ctx context.Context, req Attach) *Call[Bound] {
 	call := &Call[Bound]{}
 	a := &call.v
-	call.wait = c.start(ctx, "attach", req.Conversation, false, &a.Replay, nil, func(b *batch) func(error) error {
+	call.wait = c.start(ctx, "attach", req.Conversation, false, tokenRef{has: true, p: req.Participant, t: req.Token}, &a.Replay, nil, func(b *batch) func(error) error {
 		st := b.st
 		pr, tw, err := b.lookupParticipant(req.Participant, req.Token)
 		if err != nil {
@@ -370,7 +376,7 @@ func (c *Conn) Tell(ctx context.Context, req Tell) (Told, error) {
 func (c *Conn) StartTell(ctx context.Context, req Tell) *Call[Told] {
 	call := &Call[Told]{}
 	t := &call.v
-	call.wait = c.start(ctx, "tell", req.Conversation, false, &t.Replay, nil, func(b *batch) func(error) error {
+	call.wait = c.start(ctx, "tell", req.Conversation, false, tokenRef{has: true, p: req.Participant, t: req.Token}, &t.Replay, nil, func(b *batch) func(error) error {
 		pr, tw, err := b.lookupParticipant(req.Participant, req.Token)
 		if err != nil {
 			return settled(err)
@@ -401,7 +407,7 @@ func (c *Conn) Ack(ctx context.Context, req Ack) (Acked, error) {
 func (c *Conn) StartAck(ctx context.Context, req Ack) *Call[Acked] {
 	call := &Call[Acked]{}
 	a := &call.v
-	call.wait = c.start(ctx, "ack", req.Conversation, false, nil, &a.Noop, func(b *batch) func(error) error {
+	call.wait = c.start(ctx, "ack", req.Conversation, false, tokenRef{}, nil, &a.Noop, func(b *batch) func(error) error {
 		row, noop, e := c.decider(b.cv.id).ack(b.st, &req)
 		if e != nil {
 			return settled(e)
@@ -446,7 +452,7 @@ func (c *Conn) startEnded(ctx context.Context, name string, kind oplog.Kind, con
 	decide func(*decider, *outbox.State) (oplog.Row, *Error)) *Call[Ended] {
 	call := &Call[Ended]{}
 	v := &call.v
-	call.wait = c.start(ctx, name, conv, false, &v.Replay, nil, func(b *batch) func(error) error {
+	call.wait = c.start(ctx, name, conv, false, tokenRef{has: true, p: p, t: tok}, &v.Replay, nil, func(b *batch) func(error) error {
 		pr, tw, err := b.lookupParticipant(p, tok)
 		if err != nil {
 			return settled(err)

@@ -121,6 +121,14 @@ type Options struct {
 	// Ownership decides which conversations this service serves; nil
 	// means a single node that owns them all (see ownership.go).
 	Ownership Ownership
+	// PrefetchTokens makes a batch read the token index entries of all its
+	// token-bearing operations at once, concurrently, before deciding
+	// them, instead of one after another as each is decided (tokens.go).
+	// It pays where a store read is a network round trip and the store
+	// shares concurrent reads (the etcd store of cluster mode); over a
+	// local store the reads are cheap and the goroutines cost more than
+	// they save. Default off.
+	PrefetchTokens bool
 }
 
 // Observer receives one call per finished operation, for metrics. Calls come

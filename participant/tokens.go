@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
+	"sync/atomic"
 
 	"github.com/participantd/participantd/oplog"
 	"github.com/participantd/participantd/store"
@@ -58,6 +60,14 @@ func (s *Service) lookupToken(c ConversationID, applied uint64, scope string, ma
 		return nil, w, err
 	}
 	w.old = v
+	return s.indexedRow(c, applied, match, t, w)
+}
+
+// indexedRow verifies the row the index value w.old names for token t: it
+// returns the row if it is durable (below applied) and committed t, else
+// nil, and w unchanged.
+func (s *Service) indexedRow(c ConversationID, applied uint64, match func(*oplog.Row) bool, t Token, w tokenWrite) (*prior, tokenWrite, error) {
+	v := w.old
 	if v == 0 || v-1 >= applied {
 		return nil, w, nil
 	}
@@ -88,4 +98,86 @@ func (s *Service) lookupToken(c ConversationID, applied uint64, scope string, ma
 		return nil, w, nil
 	}
 	return &prior{idx: v - 1, row: row}, w, nil
+}
+
+// tokenRef names the token index entry an operation looks up first: enroll
+// scope, or participant p's.
+type tokenRef struct {
+	has    bool
+	enroll bool
+	p      ParticipantID
+	t      Token
+}
+
+func (r tokenRef) key(c ConversationID) string {
+	if r.enroll {
+		return tokenKey(c, enrollScope, r.t)
+	}
+	return tokenKey(c, participantScope(r.p), r.t)
+}
+
+// prefetchParallelism bounds the token index reads one batch has in
+// flight at once (Options.PrefetchTokens).
+const prefetchParallelism = 64
+
+// prefetchTokens reads the index values of the tokens tasks will look up,
+// concurrently, into b.prefetched, where lookup takes them instead of
+// reading each in turn. It reads nothing for fewer than two keys, and skips
+// a participant the published state does not hold (lookupParticipant reads
+// nothing for it, or, if the batch enrolls it first, reads in turn). A read
+// that fails is left out, so that the lookup that needs it reads it again
+// and answers unavailable if that fails too, as without prefetching.
+//
+// The values are those the lookups would have read one by one. Every read
+// runs on the goroutine holding the conversation's turn (which waits for
+// them), after the state is loaded and before any decision, so before any
+// write of this batch: its token CASes come in write, after every
+// decision. Nothing else writes this conversation's index entries while
+// its turn is held here: the entries are written only by commits of the
+// turn's holder, and a node that took the conversation over has fenced
+// this one, whose writes then fail whatever it read. Within the batch a
+// token staged by an earlier operation still wins (b.tokens is checked
+// first), and the row an index value names is verified as before
+// (indexedRow).
+func (b *batch) prefetchTokens(tasks []*task) {
+	var keys []string
+	seen := make(map[string]bool, len(tasks))
+	for _, t := range tasks {
+		if !t.tok.has || !t.tok.enroll && b.live.Member(t.tok.p) == nil {
+			continue
+		}
+		k := t.tok.key(b.cv.id)
+		if !seen[k] {
+			seen[k] = true
+			keys = append(keys, k)
+		}
+	}
+	if len(keys) < 2 {
+		return
+	}
+	type read struct {
+		v   uint64
+		err error
+	}
+	reads := make([]read, len(keys))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(len(keys), prefetchParallelism) {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(keys) {
+					return
+				}
+				reads[i].v, reads[i].err = b.s.st.ReadValue(keys[i])
+			}
+		})
+	}
+	wg.Wait()
+	b.prefetched = make(map[string]uint64, len(keys))
+	for i, k := range keys {
+		if reads[i].err == nil {
+			b.prefetched[k] = reads[i].v
+		}
+	}
 }

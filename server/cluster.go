@@ -233,6 +233,9 @@ func (s *Server) openCluster(ctx context.Context) (backend, *participant.Service
 	obs.register(s.metrics.reg, node)
 	opts := s.serviceOptions(key)
 	opts.Ownership = node
+	// Each token lookup is an etcd round trip, and the etcd store shares
+	// concurrent reads in one request: a batch's lookups go together.
+	opts.PrefetchTokens = true
 	w := watch(node.Store())
 	s.watched.Store(w)
 	svc, err := participant.Open(ctx, w, opts)

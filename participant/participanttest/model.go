@@ -97,6 +97,9 @@ func newModelRun(t testing.TB, m Model, seed uint64) *modelRun {
 		// One binding per connection: capacity refusals are frequent.
 		r.opts.MaxConversationsPerConn = 1
 	}
+	// Half the seeds read a batch's token index entries ahead, as cluster
+	// mode does: the answers must not change.
+	r.opts.PrefetchTokens = seed/2%2 == 1
 	r.ref = newRefModel(r.opts)
 	r.open()
 	return r
@@ -840,7 +843,25 @@ func (r *modelRun) batchShape(conv participant.ConversationID) (qs []refReq, con
 		next = participant.ParticipantID(len(rc.members))
 	}
 	c := r.pickConn()
-	switch k := r.rng.IntN(5); {
+	switch k := r.rng.IntN(6); {
+	case k == 5 && rc != nil:
+		// Retries of earlier tells in conv, some with another payload:
+		// replays, token_conflicts and repeats of one token decided
+		// together (and, under PrefetchTokens, read ahead together).
+		var tells []refReq
+		for _, q := range r.issued {
+			if q.kind == "tell" && q.conv == conv {
+				tells = append(tells, q)
+			}
+		}
+		for range min(len(tells), 4) {
+			q := tells[r.rng.IntN(len(tells))]
+			q.payload = bytes.Clone(q.payload)
+			if r.rng.IntN(4) == 0 {
+				q.payload = append(q.payload, 'X')
+			}
+			add(q, r.pickConn())
+		}
 	case k == 0 || rc == nil:
 		add(refReq{kind: "enroll", conv: conv, tok: r.tok()}, c)
 		add(refReq{kind: "detach", conv: conv, p: next, gen: 1, tok: r.tok()}, c)
