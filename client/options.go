@@ -79,7 +79,9 @@ type Options struct {
 	// OnReconnect, if set, is called when a new connection is up after a
 	// disconnect and every held participant that could be re-attached is
 	// bound on it (OnCredential was called for each), with what the server
-	// announced.
+	// announced. A participant whose re-attachment was refused
+	// backlog_full is not bound yet: it is attached in the background
+	// (OnCredential then), see the package documentation.
 	OnReconnect func(Welcome)
 	// OnLost, if set, is called once for each held participant the client
 	// can no longer use, with the last credential it held and why: a
