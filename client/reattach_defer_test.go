@@ -1,8 +1,11 @@
 package client_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"runtime"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,6 +14,25 @@ import (
 	"github.com/participantd/participantd/wire"
 	"go.uber.org/goleak"
 )
+
+// waitGone waits until no goroutine runs fn. It polls the goroutine stacks,
+// as goleak does: the end of a goroutine has no other signal.
+func waitGone(t *testing.T, ctx context.Context, fn string) {
+	t.Helper()
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	buf := make([]byte, 1<<20)
+	for {
+		if n := runtime.Stack(buf, true); !bytes.Contains(buf[:n], []byte(fn)) {
+			return
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			t.Fatalf("a goroutine still runs %s", fn)
+		}
+	}
+}
 
 // dials returns how many connections the fake server accepted.
 func (s *fakeServer) dials() uint64 {
@@ -301,5 +323,76 @@ func TestClient_Reattach_BacklogFullDeferred_PermanentRefusalLoses(t *testing.T)
 	}
 	if n := srv.dials(); n != 2 {
 		t.Errorf("connections = %d, want 2", n)
+	}
+}
+
+// TestClient_Reattach_BacklogFullDeferred_Attach: the caller's Attach of a
+// deferred participant tries at once with the deferred attach's token
+// (backlog_full past BacklogWait, not lost, while the conversation is
+// full), and once it drains attaches it with that token.
+func TestClient_Reattach_BacklogFullDeferred_Attach(t *testing.T) {
+	ctx := testCtx(t)
+	srv := newFakeServer(t)
+	c, a, b := twoMembers(t, srv, client.Options{})
+	f := newFullConv(srv, 2)
+	srv.dropAll()
+	if _, err := c.Tell(ctx, a, []byte("a")); err != nil {
+		t.Fatalf("Tell = %v", err)
+	}
+	f.waitRefused(t, ctx, 2, 2)
+	if _, err := c.Attach(ctx, b); !errors.Is(err, client.ErrBacklogFull) || errors.Is(err, client.ErrParticipantLost) {
+		t.Fatalf("Attach of the deferred participant while full = %v, want backlog_full", err)
+	}
+	f.drain()
+	got, err := c.Attach(ctx, b)
+	if err != nil || got.Generation != 2 {
+		t.Fatalf("Attach once drained = %v, %v; want generation 2", got, err)
+	}
+	as := f.sent()
+	for _, s := range as {
+		if s.Token != as[0].Token || s.Conn != 2 {
+			t.Fatalf("attaches = %v, want one token, all on connection 2", as)
+		}
+	}
+	if _, err := c.Tell(ctx, b, []byte("b")); err != nil {
+		t.Errorf("Tell once attached = %v", err)
+	}
+}
+
+// TestClient_Reattach_BacklogFullDeferred_Leave: a Leave of a deferred
+// participant retires it and ends its retry: no OnLost (its retry would be
+// refused retired), and no attach of it once the backlog drains.
+func TestClient_Reattach_BacklogFullDeferred_Leave(t *testing.T) {
+	ctx := testCtx(t)
+	srv := newFakeServer(t)
+	var lostMu sync.Mutex
+	var lost []error
+	c, a, b := twoMembers(t, srv, client.Options{OnLost: func(_ client.Credential, why error) {
+		lostMu.Lock()
+		lost = append(lost, why)
+		lostMu.Unlock()
+	}})
+	f := newFullConv(srv, 2)
+	srv.dropAll()
+	if _, err := c.Tell(ctx, a, []byte("a")); err != nil {
+		t.Fatalf("Tell = %v", err)
+	}
+	f.waitRefused(t, ctx, 2, 2)
+	if _, err := c.Leave(ctx, b); err != nil {
+		t.Fatalf("Leave of the deferred participant = %v", err)
+	}
+	f.drain()
+	// The retry ends on its own: the client no longer holds the
+	// participant. (Were it to try again, the attach would be refused
+	// retired: OnLost.)
+	waitGone(t, ctx, "client.(*Client).retryAttach")
+	c.Close()
+	lostMu.Lock()
+	defer lostMu.Unlock()
+	if len(lost) != 0 {
+		t.Errorf("OnLost calls = %v, want none", lost)
+	}
+	if _, ok := c.Credential(2, b.Participant); ok {
+		t.Errorf("the client still holds the participant that left")
 	}
 }
