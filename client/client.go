@@ -380,8 +380,11 @@ func (c *Client) retryAttach(s *session, m *member) {
 }
 
 // attachOn attaches m on s, retrying in_doubt on s and backlog_full for
-// backlogWait (as callOnWait), and returns the new credential. It returns errLost if s ends first; a refusal that makes the
-// credential unusable marks m lost and returns its *LostError.
+// backlogWait (as callOnWait), and returns the new credential. It returns
+// errLost if s ends first; a refusal that makes the credential unusable
+// marks m lost and returns its *LostError. A refusal that commits nothing
+// (backlog_full, unavailable, ...) keeps m's intent: the next attempt
+// sends the same token and presented credential.
 func (c *Client) attachOn(ctx context.Context, s *session, m *member, backlogWait time.Duration) (Credential, error) {
 	m.attachMu.Lock()
 	defer m.attachMu.Unlock()

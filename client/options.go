@@ -105,8 +105,11 @@ type Options struct {
 	// same token, before the call returns that *Error (ErrBacklogFull:
 	// nothing was done). The retries slow the sender down to the pace its
 	// recipients acknowledge at; the call's context bounds them too, and
-	// its end also returns the backlog_full *Error. Default
-	// DefaultBacklogWait; negative: return it at once.
+	// its end also returns the backlog_full *Error. The re-attachments
+	// after a reconnect do not wait it out: one refused backlog_full is
+	// deferred and retried in the background (see the package
+	// documentation). Default DefaultBacklogWait; negative: return it at
+	// once.
 	BacklogWait time.Duration
 }
 
