@@ -270,23 +270,44 @@ func (c *Client) reconnect() *session {
 // reattachAll attaches, on s, every member that wants a binding and does not
 // hold one there, then publishes s. A member whose attach is refused is
 // marked lost and skipped; losing s is an error.
+//
+// A member whose attach is refused backlog_full (its conversation, or the
+// server, retains too many unacknowledged records) does not hold the
+// connection hostage: it is deferred, neither lost nor bound, after one
+// try, s is published for every other member, and retryAttach keeps
+// attaching it on s with the same intent. Retrying it here for BacklogWait
+// and then dropping s would end and re-create the bindings of every other
+// member, again and again while that conversation stays full.
 func (c *Client) reattachAll(s *session) error {
+	deferred := make(map[*member]bool)
 	for {
 		c.mu.Lock()
 		var todo []*member
 		for _, m := range c.members {
-			if m.wantBound && m.lost == nil && m.sess != s {
+			if m.wantBound && m.lost == nil && m.sess != s && !deferred[m] {
 				todo = append(todo, m)
 			}
 		}
 		if len(todo) == 0 {
 			c.publish(s)
+			var later []*member
+			for m := range deferred {
+				if c.members[m.cred.key()] == m && m.wantBound && m.lost == nil && m.sess != s {
+					later = append(later, m)
+				}
+			}
+			// The supervisor holds a count of wg, so these Adds cannot
+			// race Close's Wait at zero.
+			c.wg.Add(len(later))
 			c.mu.Unlock()
+			for _, m := range later {
+				go c.retryAttach(s, m)
+			}
 			return nil
 		}
 		c.mu.Unlock()
 		for _, m := range todo {
-			_, err := c.attachOn(c.ctx, s, m)
+			_, err := c.attachOn(c.ctx, s, m, -1)
 			switch {
 			case errors.Is(err, errLost), c.ctx.Err() != nil:
 				return fmt.Errorf("client: re-attach: %w", errLost)
@@ -296,7 +317,11 @@ func (c *Client) reattachAll(s *session) error {
 			case errors.Is(err, ErrMoved):
 				// Its conversation is served by another node now: this
 				// connection no longer holds it (Cluster attaches it there).
-				c.forget(m.cred)
+				c.forget(c.credential(m))
+			case errors.Is(err, ErrBacklogFull):
+				c.log.Warn().Err(err).Stringer("participant", c.credential(m)).
+					Msg("re-attach deferred: backlog full")
+				deferred[m] = true
 			case err != nil:
 				// Not committed (unavailable, shutting_down, ...): retry
 				// on a new connection rather than serve without it.
@@ -306,10 +331,61 @@ func (c *Client) reattachAll(s *session) error {
 	}
 }
 
-// attachOn attaches m on s, retrying in_doubt on s, and returns the new
-// credential. It returns errLost if s ends first; a refusal that makes the
-// credential unusable marks m lost and returns its *LostError.
-func (c *Client) attachOn(ctx context.Context, s *session, m *member) (Credential, error) {
+// retryAttach attaches m on s, whose re-attach reattachAll deferred because
+// it was refused backlog_full, with backoff between MinBackoff and
+// MaxBackoff and the intent (token, presented credential) of the refused
+// attach, until m is attached (by it or by the caller's Attach), lost (a
+// permanent refusal: OnLost), moved, no longer held or wanted bound, s
+// ends (the next reconnect re-attaches m as usual) or Close. Refusals that
+// commit nothing (backlog_full, unavailable, an OnIntent error, ...) are
+// retried. Between attempts it does not hold m.attachMu, so a caller's
+// Attach of m proceeds (with the same intent). It is owned by c.wg.
+func (c *Client) retryAttach(s *session, m *member) {
+	defer c.wg.Done()
+	b := backoff{min: c.opts.MinBackoff, max: c.opts.MaxBackoff}
+	for {
+		if !sleep(c.ctx, b.next(), s.dead) {
+			return
+		}
+		c.mu.Lock()
+		held := c.members[m.cred.key()] == m
+		done := !held || !m.wantBound || m.lost != nil || m.sess == s
+		c.mu.Unlock()
+		if done {
+			return
+		}
+		cred, err := c.attachOn(c.ctx, s, m, -1)
+		switch {
+		case err == nil:
+			c.log.Info().Stringer("participant", cred).Msg("deferred re-attach done")
+			return
+		case errors.Is(err, errLost), c.ctx.Err() != nil:
+			return
+		case errors.Is(err, ErrParticipantLost):
+			c.mu.Lock()
+			held := c.members[m.cred.key()] == m
+			c.mu.Unlock()
+			if held { // not a Leave that raced the attach
+				c.log.Error().Err(err).Msg("participant lost")
+				c.lostCallback(m, err)
+			}
+			return
+		case errors.Is(err, ErrMoved):
+			c.forget(c.credential(m))
+			return
+		case !errors.Is(err, ErrBacklogFull):
+			c.log.Warn().Err(err).Stringer("participant", c.credential(m)).Msg("deferred re-attach refused; retrying")
+		}
+	}
+}
+
+// attachOn attaches m on s, retrying in_doubt on s and backlog_full for
+// backlogWait (as callOnWait), and returns the new credential. It returns
+// errLost if s ends first; a refusal that makes the credential unusable
+// marks m lost and returns its *LostError. A refusal that commits nothing
+// (backlog_full, unavailable, ...) keeps m's intent: the next attempt
+// sends the same token and presented credential.
+func (c *Client) attachOn(ctx context.Context, s *session, m *member, backlogWait time.Duration) (Credential, error) {
 	m.attachMu.Lock()
 	defer m.attachMu.Unlock()
 	for {
@@ -353,8 +429,8 @@ func (c *Client) attachOn(ctx context.Context, s *session, m *member) (Credentia
 			}
 		}
 
-		ans, err := c.callOn(ctx, s, &wire.Attach{Conversation: p.Conversation, Participant: p.Participant,
-			Generation: p.Generation, Secret: p.Secret, Token: in.token})
+		ans, err := c.callOnWait(ctx, s, &wire.Attach{Conversation: p.Conversation, Participant: p.Participant,
+			Generation: p.Generation, Secret: p.Secret, Token: in.token}, backlogWait)
 		if err != nil {
 			return Credential{}, err
 		}
@@ -396,6 +472,13 @@ func (c *Client) attachOn(ctx context.Context, s *session, m *member) (Credentia
 			return Credential{}, fmt.Errorf("%w: %s answers attach", ErrProtocol, ans.Type())
 		}
 	}
+}
+
+// credential returns m's credential.
+func (c *Client) credential(m *member) Credential {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return m.cred
 }
 
 // lostCallback calls OnLost for m, lost with err.
@@ -508,6 +591,12 @@ func (c *Client) credentialChanged(cred Credential) {
 // answer is returned as the answer once the wait is over or ctx ends
 // (nothing was done, so the outcome is known).
 func (c *Client) callOn(ctx context.Context, s *session, m wire.Message) (wire.Message, error) {
+	return c.callOnWait(ctx, s, m, c.opts.BacklogWait)
+}
+
+// callOnWait is callOn retrying backlog_full for backlogWait instead of
+// Options.BacklogWait; a negative backlogWait returns it at once.
+func (c *Client) callOnWait(ctx context.Context, s *session, m wire.Message, backlogWait time.Duration) (wire.Message, error) {
 	b := backoff{min: c.opts.MinBackoff, max: c.opts.MaxBackoff}
 	var fullUntil time.Time
 	for {
@@ -528,11 +617,11 @@ func (c *Client) callOn(ctx context.Context, s *session, m wire.Message) (wire.M
 			}
 			continue
 		case ok && e.Code == wire.CodeBacklogFull:
-			if c.opts.BacklogWait < 0 {
+			if backlogWait < 0 {
 				return ans, nil
 			}
 			if fullUntil.IsZero() {
-				fullUntil = time.Now().Add(c.opts.BacklogWait)
+				fullUntil = time.Now().Add(backlogWait)
 			}
 			d := b.next()
 			if time.Until(fullUntil) < d {

@@ -625,14 +625,23 @@ func TestClient_Tell_BacklogFullPastTheWaitIsReturned(t *testing.T) {
 			if n := len(tells(srv)); wait < 0 && n != 1 {
 				t.Errorf("with a negative BacklogWait the tell was sent %d times, want once", n)
 			}
-			// A context that ends while waiting returns the refusal too.
-			short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
-			defer cancel()
-			c2 := dialT(t, srv, client.Options{BacklogWait: time.Hour})
+			// A context that ends while waiting between retries returns
+			// the refusal too. (One that ends while a retry awaits its
+			// answer is in_doubt, rightly.) The backoff dwarfs the
+			// context, so the context ends during the wait however slow
+			// the shared machine is, unless one round trip takes 200ms.
+			c2, err := client.Dial(ctx, srv.addr(), client.Options{BacklogWait: time.Hour,
+				MinBackoff: 2 * time.Second, MaxBackoff: 2 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { c2.Close() })
 			cred2, err := c2.Enroll(ctx, 2)
 			if err != nil {
 				t.Fatal(err)
 			}
+			short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+			defer cancel()
 			if _, err := c2.Tell(short, cred2, []byte("y")); !errors.Is(err, client.ErrBacklogFull) {
 				t.Errorf("Tell whose context ended while the backlog is full = %v, want backlog_full", err)
 			}

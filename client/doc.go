@@ -21,6 +21,17 @@
 //     client keeps them, and an attach whose answer was lost is retried with
 //     the same token and the same presented credential. Requests wait for the
 //     re-attachment before they are sent again.
+//   - A re-attachment refused backlog_full (its conversation is full) does
+//     not hold the connection back from the other participants: it is
+//     deferred after one try, the connection serves everyone else, and a
+//     background retry (backoff between MinBackoff and MaxBackoff, the same
+//     token and presented credential) attaches it on that connection once
+//     the backlog drains, unless a permanent refusal loses it (OnLost), its
+//     conversation moved, or the connection ends first (the next one
+//     re-attaches it as usual). Until then it is not bound: Tell, Ack and
+//     Detach of it are refused ErrNoBinding (nothing was done; retry
+//     later), and Attach of it tries at once with the same intent, for up
+//     to BacklogWait.
 //   - Deliveries are deduplicated on (conversation, seq) before they reach
 //     the channel returned by Deliveries. Each carries the credential of its
 //     recipient, to Ack it with.
@@ -75,7 +86,9 @@
 //
 // A Client owns a supervisor goroutine (connects, reconnects, re-attaches),
 // one reader goroutine per live connection, one goroutine feeding the
-// deliveries channel and one checking bindings. Close stops and waits for all of them.
+// deliveries channel, one checking bindings, and one per deferred
+// re-attachment, which ends with its connection. Close stops and waits for
+// all of them.
 //
 // # Locks
 //

@@ -209,7 +209,10 @@ func (c *Client) Enroll(ctx context.Context, conv uint64, opts ...CallOption) (C
 // used only when no attach of the participant is in doubt in this client.
 // For a participant the client lost (OnLost), a cred of a newer generation
 // than the one it held (the credential the session that took it over
-// saved) replaces it and takes it up again.
+// saved) replaces it and takes it up again. For a participant whose
+// re-attachment after a reconnect is deferred (backlog_full), Attach tries
+// at once with the deferred attach's token, retrying backlog_full for
+// BacklogWait as any attach.
 //
 // Errors: a *LostError (errors.Is ErrParticipantLost, and
 // ErrStaleAuthority, ErrReceiptExpired, ErrRetired or
@@ -236,7 +239,7 @@ func (c *Client) attach(ctx context.Context, m *member) (Credential, error) {
 		if err != nil {
 			return Credential{}, err
 		}
-		cred, err := c.attachOn(ctx, s, m)
+		cred, err := c.attachOn(ctx, s, m, c.opts.BacklogWait)
 		if errors.Is(err, errLost) {
 			continue
 		}
@@ -247,7 +250,9 @@ func (c *Client) attach(ctx context.Context, m *member) (Credential, error) {
 // Tell appends payload to the participant's conversation and returns the
 // record's seq. cred names the participant; the client uses the latest
 // credential it holds for it. The participant must be bound on this client
-// (Enroll or Attach), else the server answers no_binding.
+// (Enroll or Attach), else the server answers no_binding: so is a
+// participant whose re-attachment after a reconnect is deferred because
+// its conversation's backlog is full (see the package documentation).
 //
 // Errors: *Error (too_large, no_binding, stale_authority, token_conflict,
 // ...), an in_doubt *Error with the token, a *LostError, or ErrClosed.

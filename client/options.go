@@ -79,7 +79,9 @@ type Options struct {
 	// OnReconnect, if set, is called when a new connection is up after a
 	// disconnect and every held participant that could be re-attached is
 	// bound on it (OnCredential was called for each), with what the server
-	// announced.
+	// announced. A participant whose re-attachment was refused
+	// backlog_full is not bound yet: it is attached in the background
+	// (OnCredential then), see the package documentation.
 	OnReconnect func(Welcome)
 	// OnLost, if set, is called once for each held participant the client
 	// can no longer use, with the last credential it held and why: a
@@ -103,8 +105,11 @@ type Options struct {
 	// same token, before the call returns that *Error (ErrBacklogFull:
 	// nothing was done). The retries slow the sender down to the pace its
 	// recipients acknowledge at; the call's context bounds them too, and
-	// its end also returns the backlog_full *Error. Default
-	// DefaultBacklogWait; negative: return it at once.
+	// its end also returns the backlog_full *Error. The re-attachments
+	// after a reconnect do not wait it out: one refused backlog_full is
+	// deferred and retried in the background (see the package
+	// documentation). Default DefaultBacklogWait; negative: return it at
+	// once.
 	BacklogWait time.Duration
 }
 
