@@ -3,7 +3,7 @@ package etcdstore
 import clientv3 "go.etcd.io/etcd/client/v3"
 
 // OpenKV opens a Store on kv, so that tests can interpose on its requests.
-func OpenKV(kv clientv3.KV, opts Options) *Store { return open(kv, opts) }
+func OpenKV(kv clientv3.KV, opts Options) *Store { return open(kv, nil, opts) }
 
 // ReadRequests returns how many batched read requests the store sent.
 func (s *Store) ReadRequests() uint64 { return s.reads.Load() }
@@ -13,4 +13,24 @@ func (s *Store) QueuedReads() int {
 	s.rmu.Lock()
 	defer s.rmu.Unlock()
 	return len(s.rqueue)
+}
+
+// LeaderEndpoint returns the endpoint commits go to with leader affinity,
+// "" while they go through the client given to Open.
+func (s *Store) LeaderEndpoint() string {
+	if s.leader == nil {
+		return ""
+	}
+	if p := s.leader.cur.Load(); p != nil {
+		return p.endpoint
+	}
+	return ""
+}
+
+// LeaderTxns returns how many transactions went through the leader's client.
+func (s *Store) LeaderTxns() uint64 {
+	if s.leader == nil {
+		return 0
+	}
+	return s.leader.txns.Load()
 }
