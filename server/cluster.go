@@ -49,6 +49,11 @@ type ClusterConfig struct {
 	CA, Cert, Key string
 	// Username and Password authenticate to etcd when Username is set.
 	Username, Password string
+	// NoLeaderAffinity sends commits through the client on every endpoint
+	// instead of a second client on the etcd leader (etcdstore
+	// Options.DialLeader, docs/DESIGN.md "Cluster mode"); the zero value
+	// keeps leader affinity on.
+	NoLeaderAffinity bool
 }
 
 func (c ClusterConfig) enabled() bool { return len(c.Endpoints) > 0 }
@@ -194,14 +199,25 @@ func (s *Server) openCluster(ctx context.Context) (backend, *participant.Service
 	if err != nil {
 		return nil, nil, fmt.Errorf("server: etcd client: %w", err)
 	}
+	// The leader's client has the settings of cli (TLS, credentials),
+	// on the leader's endpoint alone.
+	var dialLeader func(string) (*clientv3.Client, error)
+	if !cc.NoLeaderAffinity {
+		dialLeader = func(ep string) (*clientv3.Client, error) {
+			c := ecfg
+			c.Endpoints = []string{ep}
+			return clientv3.New(c)
+		}
+	}
 	obs := newClusterMetrics()
 	node, err := cluster.Start(ctx, cli, cluster.Options{
-		NodeID:    id,
-		Advertise: advertise,
-		Prefix:    cc.Prefix,
-		LeaseTTL:  cc.LeaseTTL,
-		Logger:    s.cfg.Logger,
-		Observer:  obs,
+		NodeID:     id,
+		Advertise:  advertise,
+		Prefix:     cc.Prefix,
+		LeaseTTL:   cc.LeaseTTL,
+		Logger:     s.cfg.Logger,
+		Observer:   obs,
+		DialLeader: dialLeader,
 	})
 	if err != nil {
 		cli.Close()
