@@ -64,7 +64,7 @@ type Options struct {
 	// DialLeader, if set, sends the store's commits to the etcd leader
 	// over clients it dials (etcdstore Options.DialLeader); the node's
 	// lease, claims and reads use the client given to Start.
-	DialLeader func(endpoint string) (*clientv3.Client, error)
+	DialLeader func(ctx context.Context, endpoint string) (*clientv3.Client, error)
 }
 
 // Observer receives the node's events, for metrics. Calls must not block.

@@ -201,11 +201,12 @@ func (s *Server) openCluster(ctx context.Context) (backend, *participant.Service
 	}
 	// The leader's client has the settings of cli (TLS, credentials),
 	// on the leader's endpoint alone.
-	var dialLeader func(string) (*clientv3.Client, error)
+	var dialLeader func(context.Context, string) (*clientv3.Client, error)
 	if !cc.NoLeaderAffinity {
-		dialLeader = func(ep string) (*clientv3.Client, error) {
+		dialLeader = func(ctx context.Context, ep string) (*clientv3.Client, error) {
 			c := ecfg
 			c.Endpoints = []string{ep}
+			c.Context = ctx
 			return clientv3.New(c)
 		}
 	}

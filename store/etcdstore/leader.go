@@ -50,7 +50,7 @@ type pinned struct {
 // the clients it dialled; commits never wait for it.
 type leaderConn struct {
 	main     *clientv3.Client
-	dial     func(endpoint string) (*clientv3.Client, error)
+	dial     func(ctx context.Context, endpoint string) (*clientv3.Client, error)
 	interval time.Duration
 	log      zerolog.Logger
 
@@ -70,7 +70,7 @@ type leaderConn struct {
 	retired []*pinned
 }
 
-func newLeaderConn(main *clientv3.Client, dial func(string) (*clientv3.Client, error), interval time.Duration, log zerolog.Logger) *leaderConn {
+func newLeaderConn(main *clientv3.Client, dial func(context.Context, string) (*clientv3.Client, error), interval time.Duration, log zerolog.Logger) *leaderConn {
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &leaderConn{
 		main:     main,
@@ -243,7 +243,7 @@ func (l *leaderConn) discover() {
 	if cur != nil && cur.member == member && cur.endpoint == ep {
 		return
 	}
-	cli, err := l.dial(ep)
+	cli, err := l.dial(l.ctx, ep)
 	if err != nil {
 		l.log.Warn().Err(err).Str("endpoint", ep).Msg("dialling the etcd leader failed; commits go to every endpoint")
 		if cur != nil && l.cur.CompareAndSwap(cur, nil) {

@@ -1,6 +1,7 @@
 package etcdstore_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -18,7 +19,7 @@ import (
 // leaderCluster starts a 3-member etcd and a client on every member, and
 // returns them with a DialLeader that dials as the client does and counts
 // its dials.
-func leaderCluster(t *testing.T) (*etcdtest.Cluster, *clientv3.Client, func(string) (*clientv3.Client, error), *atomic.Int64) {
+func leaderCluster(t *testing.T) (*etcdtest.Cluster, *clientv3.Client, func(context.Context, string) (*clientv3.Client, error), *atomic.Int64) {
 	t.Helper()
 	etcd, err := etcdtest.Start(t.TempDir(), etcdtest.Options{Members: 3})
 	if err != nil {
@@ -32,10 +33,11 @@ func leaderCluster(t *testing.T) (*etcdtest.Cluster, *clientv3.Client, func(stri
 	}
 	t.Cleanup(func() { cli.Close() })
 	var dials atomic.Int64
-	dial := func(ep string) (*clientv3.Client, error) {
+	dial := func(ctx context.Context, ep string) (*clientv3.Client, error) {
 		dials.Add(1)
 		c := cfg
 		c.Endpoints = []string{ep}
+		c.Context = ctx
 		return clientv3.New(c)
 	}
 	return etcd, cli, dial, &dials
@@ -104,7 +106,7 @@ func TestLeaderAffinity_CommitsGoToLeader(t *testing.T) {
 // DialLeader, everything goes through the client given to Open.
 func TestLeaderAffinity_SingleEndpointOrNoDial(t *testing.T) {
 	var dials atomic.Int64
-	dial := func(string) (*clientv3.Client, error) {
+	dial := func(context.Context, string) (*clientv3.Client, error) {
 		dials.Add(1)
 		return nil, errors.New("not to be called")
 	}

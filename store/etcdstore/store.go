@@ -95,11 +95,12 @@ type Options struct {
 	MaxInflightReads int
 	// DialLeader, if set, turns leader affinity on (see doc.go): commit
 	// transactions go through a client on the etcd leader alone, dialled
-	// as DialLeader(endpoint) with the settings (TLS, credentials) of the
-	// client given to Open, and owned and closed by the Store. Nil, a
+	// as DialLeader(ctx, endpoint) with the settings (TLS, credentials) of
+	// the client given to Open (ctx is cancelled by Close, and should be
+	// the client's Config.Context), and owned and closed by the Store. Nil, a
 	// client with one endpoint, or OpenKV: everything goes through the
 	// client given to Open.
-	DialLeader func(endpoint string) (*clientv3.Client, error)
+	DialLeader func(ctx context.Context, endpoint string) (*clientv3.Client, error)
 	// LeaderCheckInterval is how often the leader is asked for while
 	// DialLeader is set; default DefaultLeaderCheckInterval.
 	LeaderCheckInterval time.Duration
