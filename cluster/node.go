@@ -60,6 +60,10 @@ type Options struct {
 	// Observer, if set, is told about claims, moves, lost leases and
 	// etcd transactions.
 	Observer Observer
+	// DialLeader, if set, sends the store's commits to the etcd leader
+	// over clients it dials (etcdstore Options.DialLeader); the node's
+	// lease, claims and reads use the client given to Start.
+	DialLeader func(ctx context.Context, endpoint string) (*clientv3.Client, error)
 }
 
 // Observer receives the node's events, for metrics. Calls must not block.
@@ -184,6 +188,7 @@ func Start(ctx context.Context, cli *clientv3.Client, opts Options) (*Node, erro
 		Timeout:      opts.Timeout,
 		Logger:       opts.Logger,
 		OnTxn:        func(d time.Duration, ops int, err error) { n.obs.Txn(d, ops, err) },
+		DialLeader:   opts.DialLeader,
 	})
 	n.store = newStore(n.etcd, opts.NodeID, n.ordinal)
 	go n.keepAlive()

@@ -49,6 +49,11 @@ type ClusterConfig struct {
 	CA, Cert, Key string
 	// Username and Password authenticate to etcd when Username is set.
 	Username, Password string
+	// NoLeaderAffinity sends commits through the client on every endpoint
+	// instead of a second client on the etcd leader (etcdstore
+	// Options.DialLeader, docs/DESIGN.md "Cluster mode"); the zero value
+	// keeps leader affinity on.
+	NoLeaderAffinity bool
 }
 
 func (c ClusterConfig) enabled() bool { return len(c.Endpoints) > 0 }
@@ -72,11 +77,25 @@ func (c ClusterConfig) validate() error {
 // server does in cluster mode; the offline tools connect the same way. The
 // caller closes it.
 func (c ClusterConfig) Client() (*clientv3.Client, error) {
-	if err := c.validate(); err != nil {
+	ecfg, err := c.clientConfig()
+	if err != nil {
 		return nil, err
 	}
+	cli, err := clientv3.New(ecfg)
+	if err != nil {
+		return nil, fmt.Errorf("server: etcd client: %w", err)
+	}
+	return cli, nil
+}
+
+// clientConfig is the etcd client configuration of c: its endpoints, TLS
+// and auth. Leader affinity dials with it, on the leader's endpoint alone.
+func (c ClusterConfig) clientConfig() (clientv3.Config, error) {
+	if err := c.validate(); err != nil {
+		return clientv3.Config{}, err
+	}
 	if !c.enabled() {
-		return nil, errors.New("server: no etcd endpoints")
+		return clientv3.Config{}, errors.New("server: no etcd endpoints")
 	}
 	ecfg := clientv3.Config{
 		Endpoints:   c.Endpoints,
@@ -89,16 +108,12 @@ func (c ClusterConfig) Client() (*clientv3.Client, error) {
 		tlsInfo := transport.TLSInfo{TrustedCAFile: c.CA, CertFile: c.Cert, KeyFile: c.Key}
 		tc, err := tlsInfo.ClientConfig()
 		if err != nil {
-			return nil, fmt.Errorf("server: etcd tls: %w", err)
+			return clientv3.Config{}, fmt.Errorf("server: etcd tls: %w", err)
 		}
 		tc.MinVersion = tls.VersionTLS12
 		ecfg.TLS = tc
 	}
-	cli, err := clientv3.New(ecfg)
-	if err != nil {
-		return nil, fmt.Errorf("server: etcd client: %w", err)
-	}
-	return cli, nil
+	return ecfg, nil
 }
 
 // backend is what Run closes after the drain and what metrics read.
@@ -207,18 +222,34 @@ func (s *Server) openCluster(ctx context.Context) (backend, *participant.Service
 	if advertise == "" {
 		advertise = s.ln.Addr().String()
 	}
-	cli, err := cc.Client()
+	ecfg, err := cc.clientConfig()
 	if err != nil {
 		return nil, nil, err
 	}
+	cli, err := clientv3.New(ecfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("server: etcd client: %w", err)
+	}
+	// The leader's client has the settings of cli (TLS, credentials),
+	// on the leader's endpoint alone.
+	var dialLeader func(context.Context, string) (*clientv3.Client, error)
+	if !cc.NoLeaderAffinity {
+		dialLeader = func(ctx context.Context, ep string) (*clientv3.Client, error) {
+			c := ecfg
+			c.Endpoints = []string{ep}
+			c.Context = ctx
+			return clientv3.New(c)
+		}
+	}
 	obs := newClusterMetrics()
 	node, err := cluster.Start(ctx, cli, cluster.Options{
-		NodeID:    id,
-		Advertise: advertise,
-		Prefix:    cc.Prefix,
-		LeaseTTL:  cc.LeaseTTL,
-		Logger:    s.cfg.Logger,
-		Observer:  obs,
+		NodeID:     id,
+		Advertise:  advertise,
+		Prefix:     cc.Prefix,
+		LeaseTTL:   cc.LeaseTTL,
+		Logger:     s.cfg.Logger,
+		Observer:   obs,
+		DialLeader: dialLeader,
 	})
 	if err != nil {
 		cli.Close()

@@ -199,6 +199,15 @@ var settings = []setting{
 		func(o *options, v string) error { o.server.Cluster.Advertise = v; return nil }},
 	{"lease-ttl", "5s", "ownership lease; a dead node's conversations move after about this long",
 		durationSetting(func(o *options) *time.Duration { return &o.server.Cluster.LeaseTTL })},
+	{"etcd-leader-affinity", "true", "send commits to the etcd leader over a connection of their own, falling back to every endpoint while it is unknown (cluster mode)",
+		func(o *options, v string) error {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return errors.New("want true or false")
+			}
+			o.server.Cluster.NoLeaderAffinity = !b
+			return nil
+		}},
 	{"etcd-ca", "", "PEM CA file verifying the etcd servers (TLS to etcd)",
 		func(o *options, v string) error { o.server.Cluster.CA = v; return nil }},
 	{"etcd-cert", "", "PEM client certificate for etcd (with etcd-key)",

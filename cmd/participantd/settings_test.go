@@ -123,3 +123,25 @@ func TestParseOptions_AdmissionAndQuotas(t *testing.T) {
 		}
 	}
 }
+
+func TestParseOptions_EtcdLeaderAffinity(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		off  bool
+	}{
+		{nil, false},
+		{[]string{"--etcd-leader-affinity"}, false},
+		{[]string{"--etcd-leader-affinity=false"}, true},
+	} {
+		o, err := parseOptions(c.args, nil, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := o.server.Cluster.NoLeaderAffinity; got != c.off {
+			t.Errorf("%v: NoLeaderAffinity = %v, want %v", c.args, got, c.off)
+		}
+	}
+	if _, err := parseOptions([]string{"--etcd-leader-affinity=maybe"}, nil, io.Discard); err == nil {
+		t.Error("--etcd-leader-affinity=maybe accepted")
+	}
+}

@@ -478,10 +478,12 @@ func (s *Store) runTxn(plan *txnPlan) {
 		if len(live) == 0 {
 			return
 		}
+		kv, lc := s.commitKV()
 		ctx, cancel := s.ctx()
 		began := time.Now()
-		resp, err := s.kv.Txn(ctx).If(cmps...).Then(thens...).Commit()
+		resp, err := kv.Txn(ctx).If(cmps...).Then(thens...).Commit()
 		cancel()
+		s.commitDone(lc, err)
 		s.txns.Add(1)
 		if err != nil {
 			err = fmt.Errorf("%w: %w: %w", store.ErrFailed, ErrUnknownOutcome, err)
@@ -575,9 +577,11 @@ func (s *Store) explainRefusal(checks []check) error {
 			ops[i] = clientv3.OpGet(checks[i].key)
 		}
 	}
+	kv, lc := s.commitKV()
 	ctx, cancel := s.ctx()
-	resp, err := s.kv.Txn(ctx).Then(ops...).Commit()
+	resp, err := kv.Txn(ctx).Then(ops...).Commit()
 	cancel()
+	s.commitDone(lc, err)
 	if err != nil || len(resp.Responses) != len(checks) {
 		s.log.Warn().Err(err).Msg("reading back the compares of a refused transaction failed; failing all its scopes")
 		return nil

@@ -117,9 +117,34 @@
 // most one batch in flight; batches grow with load only, with no timer.
 // A failed batch fails each of its reads, nothing else.
 //
+// # Leader affinity
+//
+// With Options.DialLeader and more than one endpoint, commit transactions
+// (and the read that explains a refusal) go through a second client
+// connected to the etcd leader alone: a follower forwards every proposal
+// to the leader, which costs etcd a second decode and encode and a hop.
+// Batched and other reads stay on the main client (serializable reads are
+// answered by any member without forwarding). One goroutine, owned by the
+// Store and stopped by Close, finds the leader (Maintenance.Status on each
+// endpoint, the pinned one first: the endpoint whose member is the leader,
+// else the leader's client URL from MemberList) at once, every
+// Options.LeaderCheckInterval and, at most once a second, when a commit
+// asks; it dials the new leader when the leader changed and retires the
+// old client, which it closes once no call runs on it (a call counts
+// itself in and out), so a switch fails no commit in flight.
+//
+// Commits never wait for discovery: they use whatever client is pinned, or
+// the main client when none is. A call on the leader client that fails
+// (the member lost, its leadership lost, a timeout) has the outcome any
+// failed call has (ErrUnknownOutcome; it is never retried) and unpins the
+// client, so later commits go through every endpoint until discovery pins
+// the leader again; so does a leader connection gRPC reports failing,
+// before a commit is sent on it. When discovery fails nothing is pinned.
+//
 // # Locks
 //
 // Store.mu guards the scopes and the committer; Store.rmu guards the queue
 // of batched reads. Neither is held across an etcd call or a channel
-// operation, and they are never held together.
+// operation, and they are never held together. leaderConn.mu guards only
+// its list of retired clients.
 package etcdstore

@@ -9,3 +9,23 @@ func (s *Store) QueuedReads() int {
 	defer s.rmu.Unlock()
 	return len(s.rqueue)
 }
+
+// LeaderEndpoint returns the endpoint commits go to with leader affinity,
+// "" while they go through the client given to Open.
+func (s *Store) LeaderEndpoint() string {
+	if s.leader == nil {
+		return ""
+	}
+	if p := s.leader.cur.Load(); p != nil {
+		return p.endpoint
+	}
+	return ""
+}
+
+// LeaderTxns returns how many transactions went through the leader's client.
+func (s *Store) LeaderTxns() uint64 {
+	if s.leader == nil {
+		return 0
+	}
+	return s.leader.txns.Load()
+}

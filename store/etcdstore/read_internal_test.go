@@ -22,7 +22,7 @@ func (k noKV) Txn(context.Context) clientv3.Txn {
 // sender took along (both held a turn) finds the queue empty; it sends
 // nothing and gives its turn back, so turns are never lost.
 func TestSendReads_EmptyQueueGivesTheTurnBack(t *testing.T) {
-	s := open(noKV{t: t}, Options{})
+	s := open(noKV{t: t}, nil, Options{})
 	defer s.Close()
 	s.rmu.Lock()
 	s.ractive = 1

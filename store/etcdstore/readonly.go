@@ -92,7 +92,7 @@ func (t refusedTxn) Commit() (*clientv3.TxnResponse, error) { return nil, ErrRea
 // OpenKV is Open on a bare clientv3.KV (AtRevision, a backup file's
 // contents, or a test's interposer): the Store reads and writes through kv
 // only.
-func OpenKV(kv clientv3.KV, opts Options) *Store { return open(kv, opts) }
+func OpenKV(kv clientv3.KV, opts Options) *Store { return open(kv, nil, opts) }
 
 // Scopes returns every non-global scope that has at least one key, in key
 // order, reading one key per scope (each read skips past the scope's whole

@@ -93,6 +93,17 @@ type Options struct {
 	// in flight at once (see read.go); reads that arrive meanwhile share
 	// the next request. Default DefaultMaxInflightReads.
 	MaxInflightReads int
+	// DialLeader, if set, turns leader affinity on (see doc.go): commit
+	// transactions go through a client on the etcd leader alone, dialled
+	// as DialLeader(ctx, endpoint) with the settings (TLS, credentials) of
+	// the client given to Open (ctx is cancelled by Close, and should be
+	// the client's Config.Context), and owned and closed by the Store. Nil, a
+	// client with one endpoint, or OpenKV: everything goes through the
+	// client given to Open.
+	DialLeader func(ctx context.Context, endpoint string) (*clientv3.Client, error)
+	// LeaderCheckInterval is how often the leader is asked for while
+	// DialLeader is set; default DefaultLeaderCheckInterval.
+	LeaderCheckInterval time.Duration
 	// Logger receives the store's logs; the zero value logs nothing.
 	Logger zerolog.Logger
 	// OnTxn, if set, is told about every commit transaction: its latency,
@@ -106,9 +117,14 @@ type Options struct {
 // as fenced, compared etcd transactions (see doc.go).
 //
 // A Store owns one committer goroutine, started by Open and stopped by
-// Close. It does not own the etcd client.
+// Close, and with leader affinity the goroutine of its leader connection
+// and the clients that dials. It does not own the etcd client given to
+// Open.
 type Store struct {
-	kv         clientv3.KV
+	kv clientv3.KV
+	// leader is the connection to the etcd leader that commits use; nil
+	// without leader affinity.
+	leader     *leaderConn
 	lay        layout
 	opts       Options
 	maxPayload int
@@ -230,9 +246,11 @@ type value struct {
 
 // Open returns a Store on cli. The caller keeps ownership of cli and closes
 // it after Close.
-func Open(cli *clientv3.Client, opts Options) *Store { return open(cli.KV, opts) }
+func Open(cli *clientv3.Client, opts Options) *Store { return open(cli.KV, cli, opts) }
 
-func open(kv clientv3.KV, opts Options) *Store {
+// open opens a Store on kv; cli, if not nil, is the client kv belongs to,
+// which leader affinity asks for the leader.
+func open(kv clientv3.KV, cli *clientv3.Client, opts Options) *Store {
 	if opts.Prefix == "" {
 		opts.Prefix = DefaultPrefix
 	}
@@ -251,6 +269,9 @@ func open(kv clientv3.KV, opts Options) *Store {
 	if opts.MaxInflightReads <= 0 {
 		opts.MaxInflightReads = DefaultMaxInflightReads
 	}
+	if opts.LeaderCheckInterval <= 0 {
+		opts.LeaderCheckInterval = DefaultLeaderCheckInterval
+	}
 	s := &Store{
 		kv:         kv,
 		lay:        layout{prefix: opts.Prefix, scope: opts.Scope},
@@ -262,6 +283,9 @@ func open(kv clientv3.KV, opts Options) *Store {
 		quit:       make(chan struct{}),
 		done:       make(chan struct{}),
 		scopes:     make(map[string]*scope),
+	}
+	if cli != nil && opts.DialLeader != nil && len(cli.Endpoints()) > 1 {
+		s.leader = newLeaderConn(cli, opts.DialLeader, opts.LeaderCheckInterval, s.log)
 	}
 	go s.run()
 	return s
@@ -380,6 +404,23 @@ func (s *Store) usableLocked(name string) (*scope, error) {
 		return nil, c.err
 	}
 	return c, nil
+}
+
+// commitKV returns the KV a commit transaction goes through: the leader's
+// client with leader affinity, else the one given to Open. The caller
+// gives the handle and the call's error to s.commitDone.
+func (s *Store) commitKV() (clientv3.KV, *pinned) {
+	if s.leader == nil {
+		return s.kv, nil
+	}
+	return s.leader.acquire()
+}
+
+// commitDone ends a call begun with commitKV.
+func (s *Store) commitDone(p *pinned, err error) {
+	if s.leader != nil {
+		s.leader.release(p, err)
+	}
 }
 
 func (s *Store) ctx() (context.Context, context.CancelFunc) {
@@ -803,6 +844,9 @@ func (s *Store) Close() error {
 	s.mu.Unlock()
 	close(s.quit)
 	<-s.done
+	if s.leader != nil {
+		s.leader.stop()
+	}
 	s.mu.Lock()
 	s.broadcastLocked()
 	s.mu.Unlock()

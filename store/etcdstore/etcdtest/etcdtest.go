@@ -175,6 +175,19 @@ func (c *Cluster) Endpoints() []string {
 	return out
 }
 
+// Leader returns the index of the running member that leads, -1 when no
+// running member does (an election is under way, or no quorum runs).
+func (c *Cluster) Leader() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, m := range c.members {
+		if m.etcd != nil && m.etcd.Server.Leader() == m.etcd.Server.MemberID() {
+			return i
+		}
+	}
+	return -1
+}
+
 // Members returns the number of members.
 func (c *Cluster) Members() int { return len(c.members) }
 
