@@ -11,7 +11,12 @@ import (
 // bytes and fsyncing, for d. This is the physical reference every report
 // carries: with no group commit, a two-barrier operation costs about four of
 // these (two bbolt commits of two fsyncs each).
+// dir is created if missing, as the embedded server creates its data
+// directory: the probe runs first.
 func fsyncProbe(dir string, d time.Duration) (perSec float64, err error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return 0, fmt.Errorf("fsync probe: %w", err)
+	}
 	f, err := os.CreateTemp(dir, "fsync-probe-*")
 	if err != nil {
 		return 0, fmt.Errorf("fsync probe: %w", err)

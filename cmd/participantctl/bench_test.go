@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/participantd/participantd/server"
 )
@@ -133,5 +134,15 @@ func TestBench_StartupDataDirsHaveAPersistedFreelist(t *testing.T) {
 		if le.Uint64(meta[48:]) == ^uint64(0) {
 			t.Errorf("%s: the bbolt file has no persisted freelist", d)
 		}
+	}
+}
+
+// TestFsyncProbe_CreatesItsDirectory: `bench --embedded --data-dir NEW`
+// probes before the server creates NEW, so the probe creates it.
+func TestFsyncProbe_CreatesItsDirectory(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "new", "data")
+	rate, err := fsyncProbe(dir, 20*time.Millisecond)
+	if err != nil || rate <= 0 {
+		t.Fatalf("fsyncProbe(%s) = %v, %v; want a rate", dir, rate, err)
 	}
 }
