@@ -104,13 +104,19 @@ func (r *backlogRefusals) add(scope string) {
 }
 
 // admitRecords runs the backlog check for an operation of b that adds
-// records; see admit. It is the last check before the commit
-// (docs/PROTOCOL.md, Order of checks).
-func (b *batch) admitRecords(catchUp bool) *Error {
+// records; see admit. catchUp, nil for operations that never catch up,
+// says whether it is the attach of a participant with records waiting; it
+// is asked only when a soft threshold refuses (a catch-up only relaxes
+// them), since it may scan the retained records. It is the last check
+// before the commit (docs/PROTOCOL.md, Order of checks).
+func (b *batch) admitRecords(catchUp func() bool) *Error {
 	bl := b.s.backlog
 	held := int64(len(b.st.Records))
 	total := bl.records.Load() + held - int64(len(b.live.Records))
-	e, scope := bl.limits.admit(held, total, catchUp)
+	e, scope := bl.limits.admit(held, total, false)
+	if e != nil && catchUp != nil && catchUp() {
+		e, scope = bl.limits.admit(held, total, true)
+	}
 	if e != nil {
 		bl.refusals.add(scope)
 	}

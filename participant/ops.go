@@ -307,7 +307,7 @@ func (c *Conn) StartEnroll(ctx context.Context, req Enroll) *Call[Bound] {
 			}
 			o.genesis = &g
 		}
-		if e := b.admitRecords(false); e != nil {
+		if e := b.admitRecords(nil); e != nil {
 			release()
 			if o.genesis != nil && b.reservedSlot && !b.cv.registered {
 				c.svc.conversationSlots.release()
@@ -352,7 +352,7 @@ func (c *Conn) StartAttach(ctx context.Context, req Attach) *Call[Bound] {
 			release()
 			return settled(e)
 		}
-		if e := b.admitRecords(waiting(st, req.Participant)); e != nil {
+		if e := b.admitRecords(func() bool { return waiting(st, req.Participant) }); e != nil {
 			release()
 			return settled(e)
 		}
@@ -390,7 +390,7 @@ func (c *Conn) StartTell(ctx context.Context, req Tell) *Call[Told] {
 		if e != nil {
 			return settled(e)
 		}
-		if e := b.admitRecords(false); e != nil {
+		if e := b.admitRecords(nil); e != nil {
 			return settled(e)
 		}
 		return b.commit(&op{row: row, tok: &tw}, func() { *t = Told{Conversation: b.cv.id, Seq: row.Seq} })
