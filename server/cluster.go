@@ -56,6 +56,18 @@ type ClusterConfig struct {
 	NoLeaderAffinity bool
 }
 
+// ParseEndpoints splits a comma-separated list of etcd client URLs, as
+// --etcd-endpoints takes it, dropping blanks and surrounding spaces.
+func ParseEndpoints(list string) []string {
+	var out []string
+	for _, e := range strings.Split(list, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
 func (c ClusterConfig) enabled() bool { return len(c.Endpoints) > 0 }
 
 func (c ClusterConfig) validate() error {

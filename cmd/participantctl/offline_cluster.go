@@ -66,11 +66,7 @@ func (f *etcdFlags) config(e *env) server.ClusterConfig {
 	if c.Password == "" && e.getenv != nil {
 		c.Password = e.getenv(etcdPasswordEnv)
 	}
-	for _, ep := range strings.Split(*f.endpoints, ",") {
-		if ep = strings.TrimSpace(ep); ep != "" {
-			c.Endpoints = append(c.Endpoints, ep)
-		}
-	}
+	c.Endpoints = server.ParseEndpoints(*f.endpoints)
 	return c
 }
 

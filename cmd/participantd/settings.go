@@ -176,15 +176,7 @@ var settings = []setting{
 		durationSetting(func(o *options) *time.Duration { return &o.server.Retain })},
 	// Cluster mode (docs/DESIGN.md "Cluster mode"): set etcd-endpoints to turn it on.
 	{"etcd-endpoints", "", "comma-separated etcd client URLs: cluster mode, data in etcd (empty: a single node on its embedded store, see --store)",
-		func(o *options, v string) error {
-			o.server.Cluster.Endpoints = nil
-			for _, e := range strings.Split(v, ",") {
-				if e = strings.TrimSpace(e); e != "" {
-					o.server.Cluster.Endpoints = append(o.server.Cluster.Endpoints, e)
-				}
-			}
-			return nil
-		}},
+		func(o *options, v string) error { o.server.Cluster.Endpoints = server.ParseEndpoints(v); return nil }},
 	{"etcd-prefix", "/participantd/", "etcd key prefix of the data set (cluster mode)",
 		func(o *options, v string) error { o.server.Cluster.Prefix = v; return nonEmpty(v) }},
 	{"node-id", "", "this node's id in the cluster (default: derived once, kept in the data directory as " + server.NodeIDFile + ")",
