@@ -42,6 +42,7 @@ const (
 	DefaultCheckpointRows          = 4096
 	DefaultCheckpointPassRows      = 1 << 16
 	DefaultRetain                  = 7 * 24 * time.Hour
+	DefaultTokenSkew               = time.Minute
 )
 
 // Options configures a Service. The zero value is valid except for NodeKey.
@@ -112,6 +113,17 @@ type Options struct {
 	// Retain is how long history stays after the acknowledgement that
 	// settled it (docs/DESIGN.md, Data lifecycle). Default DefaultRetain.
 	Retain time.Duration
+	// TokenWindow, when positive, bounds deduplication in time
+	// (docs/DESIGN.md, The token window): every token must be a UUIDv7,
+	// whose first 48 bits are the unix ms it was drawn at; a token older
+	// than the window that is not found committed is refused
+	// token_expired instead of committing, so compaction may forget the
+	// tokens older than it and disk stays bounded. Zero (the default)
+	// keeps every token's answer forever.
+	TokenWindow time.Duration
+	// TokenSkew is how far ahead of the server's clock a token's time may
+	// be under a token window. Default DefaultTokenSkew.
+	TokenSkew time.Duration
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 	// Logger receives the service's logs; the zero value logs nothing.
@@ -187,6 +199,9 @@ func (o *Options) withDefaults() {
 	}
 	if o.Retain <= 0 {
 		o.Retain = DefaultRetain
+	}
+	if o.TokenSkew <= 0 {
+		o.TokenSkew = DefaultTokenSkew
 	}
 	if o.Now == nil {
 		o.Now = time.Now

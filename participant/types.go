@@ -184,6 +184,15 @@ const (
 	// was done, and a retry with the same token may commit once
 	// recipients acknowledge.
 	CodeBacklogFull Code = "backlog_full"
+	// CodeTokenExpired refuses, under a token window (Options.TokenWindow),
+	// a token that is not committed and whose time is older than the
+	// window (Oldest): whether an earlier send of it committed can no
+	// longer be told, so nothing was done.
+	CodeTokenExpired Code = "token_expired"
+	// CodeTokenInvalid refuses, under a token window, a token that is not
+	// a UUIDv7, or whose time is more than Options.TokenSkew ahead of the
+	// server's clock (Newest).
+	CodeTokenInvalid Code = "token_invalid"
 )
 
 // Sentinels, one per code, for errors.Is. Every *Error matches the sentinel
@@ -205,6 +214,8 @@ var (
 	ErrUnavailable        = &Error{Code: CodeUnavailable}
 	ErrShuttingDown       = &Error{Code: CodeShuttingDown}
 	ErrBacklogFull        = &Error{Code: CodeBacklogFull}
+	ErrTokenExpired       = &Error{Code: CodeTokenExpired}
+	ErrTokenInvalid       = &Error{Code: CodeTokenInvalid}
 )
 
 // Error is a refusal or failure of an operation, as the protocol's `error`
@@ -229,6 +240,13 @@ type Error struct {
 	// Owner is set for moved: the owner's advertised address, empty when
 	// no node owns the conversation at the moment.
 	Owner string
+	// Oldest is set for token_expired: the oldest token time (unix ms)
+	// the conversation accepts now.
+	Oldest int64
+	// Newest is set for token_invalid when the token's time is ahead of
+	// the server's clock: the newest token time (unix ms) accepted now; 0
+	// when the token is not a UUIDv7.
+	Newest int64
 	// cause is the underlying failure of in_doubt and unavailable, for logs.
 	cause error
 }
