@@ -162,6 +162,17 @@ type Config struct {
 	// Retain is how long settled history is kept after the
 	// acknowledgement that settled it. Default participant.DefaultRetain.
 	Retain time.Duration
+	// TokenWindow, when positive, bounds token deduplication in time
+	// (participant.Options.TokenWindow, docs/DESIGN.md "The token
+	// window"): every token must be a UUIDv7, one older than the window
+	// and not committed is refused token_expired, and compaction forgets
+	// the tokens older than it. Zero (the default) keeps every token's
+	// answer forever; negative is an error.
+	TokenWindow time.Duration
+	// TokenSkew is how far ahead of the server's clock a token's time may
+	// be under a token window. Default participant.DefaultTokenSkew;
+	// negative is an error. It may exceed TokenWindow.
+	TokenSkew time.Duration
 	// Logger receives the server's logs; the zero value logs nothing.
 	Logger zerolog.Logger
 	// WrapStore, when set, wraps the opened store before the service uses
@@ -200,6 +211,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Retain == 0 {
 		c.Retain = participant.DefaultRetain
+	}
+	if c.TokenSkew == 0 {
+		c.TokenSkew = participant.DefaultTokenSkew
 	}
 	if c.DrainTimeout == 0 {
 		c.DrainTimeout = DefaultDrainTimeout
@@ -276,6 +290,12 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("server: max-frame %d is outside [1024, 2^32-1]", c.MaxFrame)
 	case c.MaxRecordBytes < 0 || c.MaxRecordBytes > c.MaxFrame-frameOverhead:
 		return c, fmt.Errorf("server: max-record-bytes %d must be in [0, max-frame - %d = %d]", c.MaxRecordBytes, frameOverhead, c.MaxFrame-frameOverhead)
+	case c.Retain < 0:
+		return c, fmt.Errorf("server: retain %v is negative", c.Retain)
+	case c.TokenWindow < 0:
+		return c, fmt.Errorf("server: token-window %v is negative (0 turns the window off)", c.TokenWindow)
+	case c.TokenSkew < 0:
+		return c, fmt.Errorf("server: token-skew %v is negative", c.TokenSkew)
 	case c.ReceiptTTL < 0:
 		return c, fmt.Errorf("server: receipt-ttl %v is negative", c.ReceiptTTL)
 	case c.DrainTimeout < 0:

@@ -238,6 +238,14 @@ func errorAnswer(id uint64, err error) *wire.Error {
 		e.Participant = ptr(uint64(pe.Participant))
 		e.Generation = ptr(uint64(pe.Generation))
 		e.Reason = ptr(pe.Reason)
+	case participant.CodeTokenExpired:
+		e.Oldest = ptr(uint64(max(pe.Oldest, 0)))
+	case participant.CodeTokenInvalid:
+		// Newest is set only when the token was a UUIDv7 ahead of the
+		// clock; a token that is not one gets no bound to aim at.
+		if pe.Newest > 0 {
+			e.Newest = ptr(uint64(pe.Newest))
+		}
 	}
 	return e
 }

@@ -262,6 +262,8 @@ func (s *Server) serviceOptions(key []byte) participant.Options {
 		CheckpointInterval:      s.cfg.CheckpointInterval,
 		CheckpointRows:          s.cfg.CheckpointRows,
 		Retain:                  s.cfg.Retain,
+		TokenWindow:             s.cfg.TokenWindow,
+		TokenSkew:               s.cfg.TokenSkew,
 		Logger:                  s.cfg.Logger,
 		Observer:                s.metrics,
 	}

@@ -91,7 +91,9 @@ type Pong struct {
 // when absent: Generation for stale_authority (when the secret was right)
 // and receipt_expired, Cursor for ack_gap and ack_regression, Limit for
 // too_large, capacity_exceeded and backlog_full, Participant and Reason (ExpiredSuperseded
-// or ExpiredDeadline) for receipt_expired, First for compacted.
+// or ExpiredDeadline) for receipt_expired, First for compacted, Oldest for
+// token_expired, Newest for token_invalid (when the token was ahead of the
+// server's clock).
 //
 // *Error implements the error interface, so a client may return it as is.
 type Error struct {
@@ -108,6 +110,11 @@ type Error struct {
 	// nil when no node owns the conversation at the moment.
 	Owner *string
 	First *uint64
+	// Oldest and Newest bound, in unix ms, the token times a server
+	// running a token window accepts now: the oldest (token_expired) and
+	// the newest (token_invalid of a token ahead of its clock).
+	Oldest *uint64
+	Newest *uint64
 }
 
 // Delivery pushes one record to a bound participant. It carries no id.
@@ -362,7 +369,7 @@ func (m *Left) decode(d *decoder) {
 func (m *Pong) appendBody(b []byte) []byte { return kvUint(head(b, 2, TypePong), "id", m.ID) }
 
 func (m *Error) appendBody(b []byte) []byte {
-	n := 4 + count(m.Cursor) + count(m.Limit) + count(m.Participant) + count(m.Generation) + count(m.Reason) + count(m.Owner) + count(m.First)
+	n := 4 + count(m.Cursor) + count(m.Limit) + count(m.Participant) + count(m.Generation) + count(m.Reason) + count(m.Owner) + count(m.First) + count(m.Oldest) + count(m.Newest)
 	b = kvUint(head(b, n, TypeError), "id", m.ID)
 	b = kvStr(b, "code", string(m.Code))
 	b = kvStr(b, "detail", m.Detail)
@@ -387,6 +394,12 @@ func (m *Error) appendBody(b []byte) []byte {
 	if m.First != nil {
 		b = kvUint(b, "first", *m.First)
 	}
+	if m.Oldest != nil {
+		b = kvUint(b, "oldest", *m.Oldest)
+	}
+	if m.Newest != nil {
+		b = kvUint(b, "newest", *m.Newest)
+	}
 	return b
 }
 
@@ -400,6 +413,8 @@ func (m *Error) decode(d *decoder) {
 	m.Reason = d.optStr(kReason)
 	m.Owner = d.optStr(kOwner)
 	m.First = d.optUint(kFirst)
+	m.Oldest = d.optUint(kOldest)
+	m.Newest = d.optUint(kNewest)
 }
 
 func (m *Delivery) appendBody(b []byte) []byte {

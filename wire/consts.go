@@ -96,6 +96,18 @@ const (
 	// acknowledgement as it may (the error's Limit); nothing was done, and
 	// a retry with the same token commits once recipients acknowledge.
 	CodeBacklogFull Code = "backlog_full"
+	// CodeTokenExpired refuses, on a server running a token window
+	// (docs/PROTOCOL.md, The token window), a request whose token is not
+	// found committed and whose time is older than the window: the error's
+	// Oldest is the oldest token time the server accepts now. Nothing was
+	// done, and whether an earlier send of the token committed can no
+	// longer be told.
+	CodeTokenExpired Code = "token_expired"
+	// CodeTokenInvalid refuses, on a server running a token window, a
+	// request whose token is not a UUIDv7, or whose time is too far ahead
+	// of the server's clock: then the error's Newest is the newest token
+	// time the server accepts now. Nothing was done.
+	CodeTokenInvalid Code = "token_invalid"
 )
 
 // Values of the reason extra of a receipt_expired error.

@@ -42,6 +42,8 @@ const (
 	kOwner
 	kInvite
 	kFirst
+	kOldest
+	kNewest
 	numKeys
 )
 
@@ -80,6 +82,8 @@ var keyNames = [numKeys]string{
 	kOwner:            "owner",
 	kInvite:           "invite",
 	kFirst:            "first",
+	kOldest:           "oldest",
+	kNewest:           "newest",
 }
 
 // lookupKey maps a key's bytes to its index without allocating.
@@ -153,6 +157,10 @@ func lookupKey(s []byte) (key, bool) {
 		return kInvite, true
 	case "first":
 		return kFirst, true
+	case "oldest":
+		return kOldest, true
+	case "newest":
+		return kNewest, true
 	}
 	return 0, false
 }

@@ -88,6 +88,9 @@ func goldenCases() []goldenCase {
 		{"server_error_moved_no_owner", false, &Error{ID: 9, Code: CodeMoved, Detail: "no node owns conversation 42"}},
 		{"server_compacted", false, &Compacted{Conversation: 42, Recipient: 1, First: 300}},
 		{"server_error_compacted", false, &Error{ID: 4, Code: CodeCompacted, Detail: "records below #300 were compacted", First: new(uint64(300))}},
+		{"server_error_token_expired", false, &Error{ID: 3, Code: CodeTokenExpired, Detail: "token older than the token window", Oldest: new(uint64(1767225600000))}},
+		{"server_error_token_invalid", false, &Error{ID: 3, Code: CodeTokenInvalid, Detail: "token ahead of the server's clock", Newest: new(uint64(1767225660000))}},
+		{"server_error_token_invalid_not_v7", false, &Error{ID: 3, Code: CodeTokenInvalid, Detail: "token is not a UUIDv7"}},
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/participantd/participantd/participant"
 	"github.com/participantd/participantd/server"
 )
 
@@ -47,7 +48,10 @@ are separate modes (see their flags).
 the embedded one) records the size of the data file and of the log every
 30 s of the measured time with the operations counted by then, and reports
 the bytes each operation added: with a server run with a short --retain,
-whether its disk stays bounded under a steady load.`,
+whether its disk stays bounded under a steady load. --retain and
+--token-window set the embedded server's (with --addr, give them to
+participantd). Every token the bench sends is a UUIDv7 of the time it was
+sent, so it runs against a server with a token window as without.`,
 		run: runBench,
 	})
 }
@@ -70,6 +74,7 @@ type benchFlags struct {
 	startupFixed               bool
 	etcdCompare                bool
 	diskSample                 time.Duration
+	retain, tokenWindow        time.Duration // the embedded server's
 }
 
 func runBench(ctx context.Context, e *env, args []string) error {
@@ -101,6 +106,8 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	fs.BoolVar(&f.startupCheckpoints, "startup-checkpoints", false, "with --startup-records: every record acknowledged, and each size also timed from a copy with checkpoints (participantctl compact)")
 	fs.DurationVar(&f.diskSample, "disk-sample", 0, "every this often during the measured time, record the size of --data-dir's data file and log and the operations counted so far, and report them as a table (0: off)")
 	fs.BoolVar(&f.load.randomTokens, "random-tokens", false, "draw every token at random, as the client library does, instead of a counter per client (keys of the token index then land at random, as in production)")
+	fs.DurationVar(&f.retain, "retain", participant.DefaultRetain, "with --embedded: the server's --retain (settled history kept this long, then compacted)")
+	fs.DurationVar(&f.tokenWindow, "token-window", 0, "with --embedded: the server's --token-window (0: off); every token the bench sends is a UUIDv7, so it runs against a window as it does without")
 	fs.BoolVar(&f.etcdCompare, "etcd-compare", false, "after the load, measure an embedded etcd's put rate with the same clients, payload and durations on the same disk, and report the ratios")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -146,7 +153,7 @@ func runBench(ctx context.Context, e *env, args []string) error {
 		rep.FsyncPerSec = rate
 	}
 	if f.embedded {
-		srv, stop, err := startEmbedded(ctx, f.dataDir, 0)
+		srv, stop, err := startEmbedded(ctx, server.Config{DataDir: f.dataDir, Retain: f.retain, TokenWindow: f.tokenWindow})
 		if err != nil {
 			return err
 		}
@@ -204,6 +211,12 @@ func (f *benchFlags) check() error {
 	if f.embedded == (f.addr != "") {
 		return errors.New("give exactly one of --addr and --embedded")
 	}
+	if f.retain <= 0 || f.tokenWindow < 0 {
+		return errors.New("--retain must be positive, --token-window not negative")
+	}
+	if !f.embedded && (f.retain != participant.DefaultRetain || f.tokenWindow != 0) {
+		return errors.New("--retain and --token-window configure the embedded server: give them to participantd with --addr")
+	}
 	switch f.load.op {
 	case opTell, opEnroll, opMixed:
 	default:
@@ -218,10 +231,11 @@ func (f *benchFlags) check() error {
 	return nil
 }
 
-// startEmbedded runs an in-process server on dir until stop is called, and
-// waits until it is ready.
-func startEmbedded(ctx context.Context, dir string, maxConns int) (*server.Server, func(), error) {
-	srv, err := server.New(server.Config{DataDir: dir, Listen: "127.0.0.1:0", HealthListen: "127.0.0.1:0", MaxConnections: maxConns})
+// startEmbedded runs an in-process server of cfg, listening on loopback
+// ports of its own, until stop is called, and waits until it is ready.
+func startEmbedded(ctx context.Context, cfg server.Config) (*server.Server, func(), error) {
+	cfg.Listen, cfg.HealthListen = "127.0.0.1:0", "127.0.0.1:0"
+	srv, err := server.New(cfg)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -80,7 +80,9 @@ func runIdle(ctx context.Context, f *benchFlags, rep *benchReport) error {
 				errs <- err
 				return
 			}
-			tok := wire.Token{0: 1} // one enroll per conversation: any token
+			// One enroll per conversation: any token will do, as long as
+			// a server running a token window takes it.
+			tok := wire.TokenV7(time.Now().UnixMilli(), 0, 1)
 			if err := c.wc.WriteMessage(&wire.Enroll{ID: 1, Conversation: nonce | uint64(i), Token: tok}); err != nil {
 				c.wc.Close()
 				errs <- err

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/participantd/participantd/server"
+	"github.com/participantd/participantd/wire"
 )
 
 // runBenchForTest runs `participantctl bench args...` in process and decodes
@@ -67,6 +68,9 @@ func TestBench_RefusesBadFlags(t *testing.T) {
 		{"bench"},
 		{"bench", "--embedded", "--addr", "127.0.0.1:1"},
 		{"bench", "--embedded", "--op", "dance"},
+		{"bench", "--embedded", "--token-window", "-1s"},
+		{"bench", "--embedded", "--retain", "0s"},
+		{"bench", "--addr", "127.0.0.1:1", "--token-window", "1m"},
 	} {
 		if code := run(context.Background(), e, args); code != 2 {
 			t.Errorf("%v = exit %d, want 2", args, code)
@@ -95,12 +99,53 @@ func TestBench_DiskSampleAndRandomTokens(t *testing.T) {
 }
 
 // TestBench_RandomTokensAreNotACounter: two tokens of one client differ
-// beyond the counter's last bytes.
+// beyond the counter's bits.
 func TestBench_RandomTokensAreNotACounter(t *testing.T) {
 	w := &worker{run: &loadRun{cfg: loadConfig{randomTokens: true}}}
 	a, b := w.token(), w.token()
-	if a == b || bytes.Equal(a[:8], b[:8]) {
+	if a == b || bytes.Equal(a[8:12], b[8:12]) {
 		t.Fatalf("tokens %x and %x: want independent random tokens", a, b)
+	}
+}
+
+// Every token the bench sends, counter or random, is a UUIDv7 of the time
+// it was minted, so that a server running a token window accepts it; the
+// counter's are distinct across workers and runs.
+func TestBench_TokensAreUUIDv7OfNow(t *testing.T) {
+	seen := make(map[wire.Token]bool)
+	for _, random := range []bool{false, true} {
+		for run := range 2 {
+			r := &loadRun{cfg: loadConfig{randomTokens: random}, nonce: newNonce()}
+			for i := range 3 {
+				w := &worker{run: r, index: i}
+				for range 100 {
+					before := time.Now().UnixMilli()
+					tok := w.token()
+					after := time.Now().UnixMilli()
+					ms, ok := tok.UnixMilli()
+					if !ok || ms < before || ms > after {
+						t.Fatalf("random %v, run %d, worker %d: token %s UnixMilli = %d, %v; want a v7 in [%d, %d]",
+							random, run, i, tok, ms, ok, before, after)
+					}
+					if seen[tok] {
+						t.Fatalf("random %v, run %d, worker %d: token %s minted twice", random, run, i, tok)
+					}
+					seen[tok] = true
+				}
+			}
+		}
+	}
+}
+
+// --retain and --token-window reach the embedded server: a run with a
+// window counts and replays as one without (its tokens are all UUIDv7).
+func TestBench_EmbeddedTokenWindow(t *testing.T) {
+	rep := runBenchForTest(t, "--embedded", "--data-dir", t.TempDir(), "--op", opMixed, "--clients", "4",
+		"--retain", "1s", "--token-window", "1m", "--duration", "500ms", "--warmup", "0s", "--fsync-probe=false",
+		"--enroll-per-conn", "8", "--verify", "20")
+	if rep.Ops == 0 || rep.Errors != 0 || len(rep.VerifyFailures) != 0 || rep.Verified == 0 {
+		t.Fatalf("report = ops %d, errors %d (%s), verified %d, failures %v; want ops > 0, no errors, replays verified",
+			rep.Ops, rep.Errors, rep.FirstError, rep.Verified, rep.VerifyFailures)
 	}
 }
 

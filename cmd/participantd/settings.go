@@ -174,6 +174,10 @@ var settings = []setting{
 		intSetting(func(o *options) *int { return &o.server.CheckpointRows })},
 	{"retain", "168h", "keep settled history (records every recipient acknowledged) this long after the last acknowledgement, then compact it; token replays survive compaction",
 		durationSetting(func(o *options) *time.Duration { return &o.server.Retain })},
+	{"token-window", "0s", "bound token deduplication in time: every token must then be a UUIDv7 (the Go client's client.NewToken draws them), a token older than this that is not committed is refused token_expired, and compaction forgets older tokens so disk stays bounded (0: off, every token's answer is kept forever)",
+		nonNegativeDurationSetting(func(o *options) *time.Duration { return &o.server.TokenWindow })},
+	{"token-skew", participant.DefaultTokenSkew.String(), "with token-window: how far ahead of this server's clock a token's time may be before it is refused token_invalid",
+		durationSetting(func(o *options) *time.Duration { return &o.server.TokenSkew })},
 	// Cluster mode (docs/DESIGN.md "Cluster mode"): set etcd-endpoints to turn it on.
 	{"etcd-endpoints", "", "comma-separated etcd client URLs: cluster mode, data in etcd (empty: a single node on its embedded store, see --store)",
 		func(o *options, v string) error { o.server.Cluster.Endpoints = server.ParseEndpoints(v); return nil }},
@@ -244,6 +248,18 @@ func durationSetting(field func(*options) *time.Duration) func(*options, string)
 		d, err := time.ParseDuration(v)
 		if err != nil || d <= 0 {
 			return errors.New("want a positive duration such as 10s or 24h")
+		}
+		*field(o) = d
+		return nil
+	}
+}
+
+// nonNegativeDurationSetting is a durationSetting for which 0 means off.
+func nonNegativeDurationSetting(field func(*options) *time.Duration) func(*options, string) error {
+	return func(o *options, v string) error {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			return errors.New("want 0 (off) or a positive duration such as 10m or 24h")
 		}
 		*field(o) = d
 		return nil

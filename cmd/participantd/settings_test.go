@@ -145,3 +145,52 @@ func TestParseOptions_EtcdLeaderAffinity(t *testing.T) {
 		t.Error("--etcd-leader-affinity=maybe accepted")
 	}
 }
+
+func TestParseOptions_TokenWindow(t *testing.T) {
+	o, err := parseOptions(nil, nil, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := o.server; s.TokenWindow != 0 || s.TokenSkew != participant.DefaultTokenSkew {
+		t.Errorf("defaults: token-window %v, token-skew %v; want 0 (off) and %v", s.TokenWindow, s.TokenSkew, participant.DefaultTokenSkew)
+	}
+	file := filepath.Join(t.TempDir(), "participantd.conf")
+	if err := os.WriteFile(file, []byte("token-window = 2h\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name         string
+		args, env    []string
+		window, skew time.Duration
+	}{
+		{"flags", []string{"--token-window", "10m", "--token-skew", "30s"}, nil, 10 * time.Minute, 30 * time.Second},
+		{"env", nil, []string{"PARTICIPANTD_TOKEN_WINDOW=1h", "PARTICIPANTD_TOKEN_SKEW=2m"}, time.Hour, 2 * time.Minute},
+		{"config file", []string{"--config", file}, nil, 2 * time.Hour, participant.DefaultTokenSkew},
+		{"explicitly off", []string{"--token-window", "0"}, nil, 0, participant.DefaultTokenSkew},
+		// A window below the skew is a valid, if odd, choice: the skew
+		// bounds the future, the window the past.
+		{"window below skew", []string{"--token-window", "10s", "--token-skew", "1m"}, nil, 10 * time.Second, time.Minute},
+	} {
+		o, err := parseOptions(c.args, c.env, io.Discard)
+		if err != nil {
+			t.Errorf("%s: %v", c.name, err)
+			continue
+		}
+		if s := o.server; s.TokenWindow != c.window || s.TokenSkew != c.skew {
+			t.Errorf("%s: token-window %v, token-skew %v; want %v, %v", c.name, s.TokenWindow, s.TokenSkew, c.window, c.skew)
+		}
+	}
+	for _, c := range []struct {
+		args, env []string
+		wantErr   string
+	}{
+		{[]string{"--token-window", "-1m"}, nil, "token-window"},
+		{[]string{"--token-window", "soon"}, nil, "token-window"},
+		{nil, []string{"PARTICIPANTD_TOKEN_SKEW=-5s"}, "PARTICIPANTD_TOKEN_SKEW"},
+		{[]string{"--token-skew", "0"}, nil, "token-skew"},
+	} {
+		if _, err := parseOptions(c.args, c.env, io.Discard); err == nil || !strings.Contains(err.Error(), c.wantErr) {
+			t.Errorf("parseOptions(%q, %q) = %v, want an error naming %s", c.args, c.env, err, c.wantErr)
+		}
+	}
+}
