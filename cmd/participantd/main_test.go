@@ -93,7 +93,7 @@ func TestLogConfig_OneLineWithEffectiveSettingsSecretsRedacted(t *testing.T) {
 			t.Errorf("the start-up line lacks setting %s", s.name)
 		}
 	}
-	for k, want := range map[string]string{"auth-token": "(redacted)", "max-frame": "2048", "listen": "127.0.0.1:9999", "data": "data"} {
+	for k, want := range map[string]string{"auth-token": "(redacted)", "token-window": "0s", "max-frame": "2048", "listen": "127.0.0.1:9999", "data": "data"} {
 		if got := line.Config[k]; got != want {
 			t.Errorf("config[%s] = %q, want %q", k, got, want)
 		}

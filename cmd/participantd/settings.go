@@ -49,13 +49,15 @@ type effectiveSetting struct {
 	name, value, from string
 }
 
-// secretSetting says whether a setting's value must never be logged: a
-// token, a password or a secret, whatever its name adds.
+// secretSetting says whether a setting's value must never be logged: one
+// whose last word is token, password or secret (auth-token,
+// etcd-password; not token-window, nor a -file naming where one is).
 func secretSetting(name string) bool {
-	for _, w := range []string{"token", "password", "secret"} {
-		if strings.Contains(name, w) && !strings.HasSuffix(name, "-file") {
-			return true
-		}
+	// The last word names what the setting holds: auth-token holds a
+	// token, token-window a duration.
+	switch name[strings.LastIndexByte(name, '-')+1:] {
+	case "token", "password", "secret":
+		return true
 	}
 	return false
 }
