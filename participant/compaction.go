@@ -63,6 +63,8 @@ func (s *Service) compactPass(ctx context.Context) (out Compacted, full bool, er
 	s.mu.Unlock()
 	now := s.now()
 	cutoff := now.Add(-s.retention()).UnixMilli()
+	// The pinned gauge keeps its meaning, --retain, under a window too.
+	pinCutoff := now.Add(-s.opts.Retain).UnixMilli()
 	// Under the token window, the tokens of the rows a pass trims are
 	// forgotten (no receipt) when they are older than forget, a floor
 	// persisted first (see retention). A row whose token is not (a clock
@@ -98,7 +100,7 @@ func (s *Service) compactPass(ctx context.Context) (out Compacted, full bool, er
 		if err != nil {
 			return out, budget == 0, err
 		}
-		if s.pinnedBy(cv.id, ck, cutoff) {
+		if s.pinnedBy(cv.id, ck, pinCutoff) {
 			pinned++
 		}
 		m, ok := floorMark(ck.Marks, cutoff)
