@@ -40,11 +40,30 @@ var (
 // twice the file for the same data. At 1.0 a split leaves the left page
 // full and the appends go on in the right one. Bucket.FillPercent is not
 // stored in the file, so every transaction that writes these buckets sets
-// it (streamsBucket, putBytes). The values bucket keeps the default: its
-// token index keys are client-chosen random tokens, and a random insert
-// into a page packed full splits it again and again into full pages and
-// near-empty ones.
+// it (streamsBucket, putBytes). The values bucket is valuesBucket's.
 const appendFillPercent = 1.0
+
+// valuesFillPercent is the values bucket's: its keys are the token index,
+// token/<conversation>/<scope>/<hex token>, and the token decides where
+// an insert lands. A UUIDv7 token (what the client library draws) starts
+// with its time, so each scope's inserts come in ascending order at the
+// end of its range, as appends do; a random token (what other clients
+// may send) lands anywhere, and a random insert into a page packed full
+// splits it into a full page and a near-empty one again and again.
+// Measured on 300,000 keys over 64 scopes, bytes of leaf pages per key
+// (UUIDv7, random): 0.5: 143, 101; 0.8: 89, 135; 1.0: 75, 393. 0.8 takes
+// most of the gain for UUIDv7 tokens at a bounded cost for random ones.
+const valuesFillPercent = 0.8
+
+// valuesBucket returns tx's values bucket, set to valuesFillPercent when
+// tx writes.
+func valuesBucket(tx *bolt.Tx) *bolt.Bucket {
+	vb := tx.Bucket(bucketValues)
+	if vb != nil && tx.Writable() {
+		vb.FillPercent = valuesFillPercent
+	}
+	return vb
+}
 
 // streamsBucket returns tx's streams bucket, set to pack its pages full
 // (appendFillPercent).

@@ -187,7 +187,7 @@ func writeBatch(tx *bolt.Tx, streams []streamWrite, values map[string]uint64) er
 			}
 		}
 	}
-	vb := tx.Bucket(bucketValues)
+	vb := valuesBucket(tx)
 	for _, k := range slices.Sorted(maps.Keys(values)) {
 		v := values[k]
 		var err error

@@ -130,7 +130,7 @@ func ReadValueTx(tx *bolt.Tx, key string) (uint64, error) {
 
 // PutValue sets value key in tx; 0 deletes it.
 func PutValue(tx *bolt.Tx, key string, v uint64) error {
-	vb := tx.Bucket(bucketValues)
+	vb := valuesBucket(tx)
 	var err error
 	if v == 0 {
 		err = vb.Delete([]byte(key))
