@@ -59,8 +59,9 @@
 // (Bucket.FillPercent 1.0, which the file does not store): their keys are
 // written in ascending order at a few points (a stream's end, a
 // conversation's next receipt), where bbolt's default split would leave
-// every page half empty. The values bucket, whose token keys are random,
-// keeps the default.
+// every page half empty. The values bucket, the token index, packs them
+// to 80%: a UUIDv7 token's key comes after its scope's earlier ones, a
+// random token's anywhere (valuesFillPercent weighs the two).
 //
 // # Opening a file
 //
