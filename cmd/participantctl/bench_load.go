@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	crand "crypto/rand"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -11,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/participantd/participantd/client"
 	"github.com/participantd/participantd/wire"
 )
 
@@ -91,19 +90,17 @@ type sample struct {
 }
 
 // token mints the next token of w: a UUIDv7 of the current time, so that
-// a server running a token window accepts it. With --random-tokens its
-// other 74 bits are random, as the client library's; else they are this
+// a server running a token window accepts it. With --random-tokens it is
+// the client library's (client.NewToken); else its other 74 bits are this
 // run's nonce (24 bits), the worker (20 bits) and its counter (30 bits),
 // unique in the run even where the counter wraps, since 2^30 tokens never
 // share a millisecond.
 func (w *worker) token() wire.Token {
 	w.n++
-	now := time.Now().UnixMilli()
 	if w.run.cfg.randomTokens {
-		var r [10]byte
-		_, _ = crand.Read(r[:]) // never fails
-		return wire.TokenV7(now, binary.BigEndian.Uint16(r[:2]), binary.BigEndian.Uint64(r[2:]))
+		return client.NewToken()
 	}
+	now := time.Now().UnixMilli()
 	nonce := w.run.nonce >> 40 // its 24 bits
 	idx := uint64(w.index) & (1<<20 - 1)
 	return wire.TokenV7(now, uint16(nonce>>12), (nonce&0xfff)<<50|idx<<30|w.n&(1<<30-1))

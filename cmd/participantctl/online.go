@@ -128,7 +128,7 @@ func runEnroll(ctx context.Context, e *env, args []string) error {
 	}
 	defer s.Close()
 	cred, err := s.Enroll(octx, *conv, opts...)
-	if err != nil && replaying && errors.Is(err, client.ErrReceiptExpired) {
+	if err != nil && replaying && (errors.Is(err, client.ErrReceiptExpired) || errors.Is(err, client.ErrTokenExpired) || errors.Is(err, client.ErrTokenInvalid)) {
 		return fmt.Errorf("%w\nthe enroll saved in %s may have created a participant whose answer the server no longer replays; use --force to enroll anew", err, cf.creds)
 	}
 	if err != nil {

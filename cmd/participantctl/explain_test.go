@@ -1,0 +1,39 @@
+package main
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/participantd/participantd/client"
+)
+
+// The token window's refusals are told in the user's terms, with the bound
+// the server sent as a time, and still match their sentinels.
+func TestExplain_TokenWindowRefusals(t *testing.T) {
+	ms := func(v uint64) *uint64 { return &v }
+	a := about{cred: client.Credential{Conversation: 4, Participant: 2, Generation: 1}, creds: "alice.json"}
+	for _, c := range []struct {
+		name     string
+		err      *client.Error
+		sentinel error
+		want     []string
+	}{
+		{"expired", &client.Error{Code: client.CodeTokenExpired, Oldest: ms(1767225600000)}, client.ErrTokenExpired,
+			[]string{"older than the server's token window", "2026-01-01T00:00:00.000Z", "only if you know the first attempt was not done", "[token_expired]"}},
+		{"ahead", &client.Error{Code: client.CodeTokenInvalid, Newest: ms(1767225660000)}, client.ErrTokenInvalid,
+			[]string{"ahead of the server's clock", "2026-01-01T00:01:00.000Z", "[token_invalid]"}},
+		{"not a UUIDv7", &client.Error{Code: client.CodeTokenInvalid}, client.ErrTokenInvalid,
+			[]string{"only UUIDv7 tokens", "alice.json", "[token_invalid]"}},
+	} {
+		err := explain(c.err, a)
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: explain = %q, want it to contain %q", c.name, err, w)
+			}
+		}
+		if !errors.Is(err, c.sentinel) {
+			t.Errorf("%s: explain = %v, does not match %v", c.name, err, c.sentinel)
+		}
+	}
+}
