@@ -14,6 +14,7 @@ func TestScope(t *testing.T) {
 		"oplog/12":                           "12",
 		"outbox/12":                          "12",
 		"token/12/abc":                       "12",
+		"token/12/window":                    "12",
 		"checkpoint/12":                      "12",
 		"receipt/12/00000000000000000007":    "12",
 		"receipt/12":                         "",

@@ -115,7 +115,8 @@ func (b *batch) stage(o *op) error {
 }
 
 // lookup resolves token t in scope: a commit staged earlier in this batch,
-// else the store's index, read ahead (prefetchTokens) or now.
+// else the store's index, read ahead (prefetchTokens) or now. A token
+// not committed must pass the token window (admitToken).
 func (b *batch) lookup(scope string, match func(*oplog.Row) bool, t Token) (*prior, tokenWrite, error) {
 	key := tokenKey(b.cv.id, scope, t)
 	if pr, ok := b.tokens[key]; ok && match(&pr.row) {
@@ -133,6 +134,11 @@ func (b *batch) lookup(scope string, match func(*oplog.Row) bool, t Token) (*pri
 	}
 	if err != nil {
 		return nil, tw, unavailable("reading the token index", err)
+	}
+	if pr == nil {
+		if err := b.s.admitToken(b.cv, t); err != nil {
+			return nil, tw, err
+		}
 	}
 	return pr, tw, nil
 }

@@ -209,7 +209,7 @@ func (s *Service) checkpointPass(ctx context.Context) (written int, full bool, e
 			continue
 		}
 		to := min(applied, from+budget)
-		ck, err := deriveCheckpoint(ctx, s.st, cv.id, s.pages, base, to, s.now(), s.opts.Retain)
+		ck, err := deriveCheckpoint(ctx, s.st, cv.id, s.pages, base, to, s.now(), s.retention())
 		switch {
 		case errors.As(err, &ref):
 			s.passes.skipped(SkipUnderivable)

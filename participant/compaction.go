@@ -19,6 +19,9 @@ type Compacted struct {
 	OplogRows, OutboxRows uint64
 	// Receipts counts the receipts written for trimmed token rows.
 	Receipts int
+	// Forgotten counts the token index entries deleted under the token
+	// window: tokens of trimmed rows older than it, which get no receipt.
+	Forgotten int
 }
 
 // trimStep bounds the rows of each stream one hold of a conversation's
@@ -58,7 +61,17 @@ func (s *Service) compactPass(ctx context.Context) (out Compacted, full bool, er
 		convs = append(convs, cv)
 	}
 	s.mu.Unlock()
-	cutoff := s.now().Add(-s.opts.Retain).UnixMilli()
+	now := s.now()
+	cutoff := now.Add(-s.retention()).UnixMilli()
+	// Under the token window, the tokens of the rows a pass trims are
+	// forgotten (no receipt) when they are older than forget, a floor
+	// persisted first (see retention). A row whose token is not (a clock
+	// that went back, a token from before the window) gets its receipt,
+	// as without a window.
+	var forget int64
+	if w := s.opts.TokenWindow; w > 0 {
+		forget = now.Add(-w).UnixMilli()
+	}
 	budget := uint64(s.opts.CheckpointPassRows)
 	pinned, visitedAll := 0, true
 	defer func() {
@@ -116,14 +129,29 @@ func (s *Service) compactPass(ctx context.Context) (out Compacted, full bool, er
 		// discarded receipts staged below; the trims check it under the
 		// turn, so that no row goes whose receipt is not durable.
 		resets := cv.resets.Load()
-		n, opBytes, err := s.writeReceipts(ctx, cs, cv.id, opFirst, opFloor)
+		if forget > 0 && opFloor > opFirst {
+			ok, err := s.raiseFloor(ctx, cv, forget, resets)
+			if err != nil {
+				return out, budget == 0, err
+			}
+			if !ok {
+				continue
+			}
+		}
+		n, forgot, opBytes, err := s.writeReceipts(ctx, cs, cv.id, opFirst, opFloor, forget)
 		s.passes.receipts.Add(uint64(n))
+		s.passes.forgotten.Add(uint64(forgot))
 		if err != nil {
 			return out, budget == 0, err
 		}
 		out.Receipts += n
+		out.Forgotten += forgot
 		// The receipts (and the checkpoint they rely on) must be durable
-		// before the rows they stand in for are trimmed.
+		// before the rows they stand in for are trimmed; so must the
+		// deletions of forgotten tokens, which a retry would otherwise
+		// find again in rows restored by nothing (harmless, but the
+		// order keeps one rule: a trimmed row's token is answered from
+		// its receipt or refused by the floor, never from the row).
 		if err := s.flush(cv.id); err != nil {
 			return out, budget == 0, fmt.Errorf("participant: write receipts of %v: %w", cv.id, err)
 		}
@@ -167,6 +195,21 @@ func (s *Service) compactPass(ctx context.Context) (out Compacted, full bool, er
 	return out, budget == 0, nil
 }
 
+// retention is how old a compaction mark must be for the rows below it to
+// go: Options.Retain, or under the token window at least the window plus
+// the skew and a millisecond. A row below a mark of time m committed by m,
+// so its token's time is at most m+TokenSkew (admitToken), and a mark
+// older than that makes every token it trims older than now-window: a
+// pass forgets them all and writes no receipt. The checkpointer keeps
+// marks by the same age.
+func (s *Service) retention() time.Duration {
+	r := s.opts.Retain
+	if w := s.opts.TokenWindow; w > 0 {
+		r = max(r, w+s.opts.TokenSkew+time.Millisecond)
+	}
+	return r
+}
+
 // floorMark returns the newest mark at or before cutoff (unix ms).
 func floorMark(marks []mark, cutoff int64) (mark, bool) {
 	var m mark
@@ -198,21 +241,60 @@ func (s *Service) pinnedBy(c ConversationID, ck *checkpoint, cutoff int64) bool 
 	return err == nil && row.At <= cutoff
 }
 
+// raiseFloor persists forget as cv's token floor (windowKey) and flushes
+// it, before any token below it is forgotten. It takes cv's turn for the
+// write, as a commit does, so that admitToken sees the new floor no later
+// than the store does. It reports false, with nothing forgotten, when cv
+// was reset since resets or another writer moved the floor (cluster mode:
+// cv is another node's now); a later pass retries.
+func (s *Service) raiseFloor(ctx context.Context, cv *conversation, forget int64, resets uint64) (bool, error) {
+	if err := cv.acquire(ctx); err != nil {
+		return false, err
+	}
+	if cv.resets.Load() != resets {
+		s.release(cv)
+		return false, nil
+	}
+	floor, err := s.floorLocked(cv)
+	if err == nil && forget > floor {
+		err = s.st.CAS(windowKey(cv.id), uint64(floor), uint64(forget))
+		if err == nil {
+			cv.tokenFloor = forget
+		} else {
+			cv.tokenFloorAt = 0
+		}
+	}
+	s.release(cv)
+	if errors.Is(err, store.ErrCASConflict) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("participant: raise the token floor of %v: %w", cv.id, err)
+	}
+	if err := s.flush(cv.id); err != nil {
+		return false, fmt.Errorf("participant: raise the token floor of %v: %w", cv.id, err)
+	}
+	return cv.resets.Load() == resets, nil
+}
+
 // writeReceipts writes a receipt for every token-bearing row of c's oplog
-// in [from, to), in byte-bounded pages and batches, without flushing. It
-// returns how many it wrote and the stored bytes of the rows it read.
-func (s *Service) writeReceipts(ctx context.Context, cs store.Compactor, c ConversationID, from, to uint64) (written int, rowBytes int64, err error) {
+// in [from, to), in byte-bounded pages and batches, without flushing;
+// except that a row whose token is a UUIDv7 older than forget (unix ms,
+// a persisted floor; 0: none) gets no receipt, and its token index entry
+// is deleted instead. It returns how many receipts it wrote, how many
+// entries it deleted, and the stored bytes of the rows it read.
+func (s *Service) writeReceipts(ctx context.Context, cs store.Compactor, c ConversationID, from, to uint64, forget int64) (written, forgot int, rowBytes int64, err error) {
 	if from >= to {
-		return 0, 0, nil
+		return 0, 0, 0, nil
 	}
 	held, err := s.pages.budget.acquire(ctx, int64(s.pages.bytes))
 	if err != nil {
-		return 0, 0, fmt.Errorf("participant: waiting to read %v: %w", c, err)
+		return 0, 0, 0, fmt.Errorf("participant: waiting to read %v: %w", c, err)
 	}
 	defer s.pages.budget.release(held)
 	ops, err := newPageReader(s.st, oplog.Stream(c), s.pages.bytes, from)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	ops.end = min(ops.end, to)
 	var batch []store.Bytes
@@ -231,30 +313,51 @@ func (s *Service) writeReceipts(ctx context.Context, cs store.Compactor, c Conve
 	for i := from; ops.more(); i++ {
 		b, err := ops.entry()
 		if err != nil {
-			return written, rowBytes, err
+			return written, forgot, rowBytes, err
 		}
 		rowBytes += int64(len(b))
 		row, err := oplog.Decode(b)
 		if err != nil {
 			// Covered by a checkpoint, so it derived once: a row that no
 			// longer decodes is damage, and stays for verify to report.
-			return written, rowBytes, fmt.Errorf("participant: compacting %v: oplog row %d: %w", c, i, err)
+			return written, forgot, rowBytes, fmt.Errorf("participant: compacting %v: oplog row %d: %w", c, i, err)
 		}
 		if !row.Kind.HasToken() {
 			continue
 		}
+		if ms, v7 := tokenTime(row.Token); v7 && ms < forget {
+			// The entry names this row, unless a commit of the token
+			// failed after this one (it cannot: the row made the token
+			// committed) or a pass before deleted it already.
+			err := s.st.CAS(rowTokenKey(c, &row), i+1, 0)
+			switch {
+			case err == nil:
+				forgot++
+			case !errors.Is(err, store.ErrCASConflict):
+				return written, forgot, rowBytes, fmt.Errorf("participant: forget a token of %v: %w", c, err)
+			}
+			continue
+		}
 		enc, err := encodeReceipt(&row)
 		if err != nil {
-			return written, rowBytes, err
+			return written, forgot, rowBytes, err
 		}
 		batch = append(batch, store.Bytes{Key: receiptKey(c, i), Value: enc})
 		if size += len(enc); size >= receiptBatchBytes {
 			if err := put(); err != nil {
-				return written, rowBytes, err
+				return written, forgot, rowBytes, err
 			}
 		}
 	}
-	return written, rowBytes, put()
+	return written, forgot, rowBytes, put()
+}
+
+// rowTokenKey is the token index entry of row, a token-bearing row of c.
+func rowTokenKey(c ConversationID, row *oplog.Row) string {
+	if row.Kind == oplog.KindEnroll {
+		return tokenKey(c, enrollScope, row.Token)
+	}
+	return tokenKey(c, participantScope(row.Participant), row.Token)
 }
 
 // trimLocked trims c's streams from their firsts to the given floors and

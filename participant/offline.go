@@ -87,6 +87,7 @@ func Compact(ctx context.Context, st store.DurableStore, opts Options) (CompactR
 		rep.Compacted.OplogRows += got.OplogRows
 		rep.Compacted.OutboxRows += got.OutboxRows
 		rep.Compacted.Receipts += got.Receipts
+		rep.Compacted.Forgotten += got.Forgotten
 		if err != nil {
 			return rep, err
 		}

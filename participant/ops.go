@@ -252,10 +252,11 @@ func byParticipant(p ParticipantID) func(*oplog.Row) bool {
 }
 
 // lookupParticipant resolves a participant-scoped token; a participant that does not
-// exist has committed nothing.
+// exist has committed nothing (its token still passes the token window
+// first, as the order of checks puts the token before the participant).
 func (b *batch) lookupParticipant(p ParticipantID, t Token) (*prior, tokenWrite, error) {
 	if b.st.Member(p) == nil {
-		return nil, tokenWrite{}, nil
+		return nil, tokenWrite{}, b.s.admitToken(b.cv, t)
 	}
 	return b.lookup(participantScope(p), byParticipant(p), t)
 }

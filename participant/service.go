@@ -635,6 +635,11 @@ type conversation struct {
 
 	// backlog is the service's in-memory backlog account.
 	backlog *backlog
+
+	// tokenFloor is the token window's persisted floor (windowKey), as
+	// read when resets was tokenFloorAt-1 (0: not read). Turn holder only.
+	tokenFloor   int64
+	tokenFloorAt uint64
 }
 
 func (s *Service) newConversation(id ConversationID, registered bool) *conversation {

@@ -143,6 +143,10 @@ type Lifecycle struct {
 	OplogRowsTrimmed, OutboxRowsTrimmed, OplogBytesTrimmed uint64
 	// ReceiptsWritten counts the receipts written for trimmed token rows.
 	ReceiptsWritten uint64
+	// TokensForgotten counts the token index entries compaction deleted
+	// under the token window (Options.TokenWindow), instead of writing
+	// receipts for their rows.
+	TokensForgotten uint64
 	// LastCheckpointPass and LastCompactionPass are when the last
 	// successful pass of each kind ended; zero before the first.
 	LastCheckpointPass, LastCompactionPass time.Time
@@ -160,6 +164,7 @@ type passStats struct {
 	ckWritten, ckBytes                   atomic.Uint64
 	ckSkipped                            [numSkipReasons]atomic.Uint64
 	opRows, obRows, opBytes, receipts    atomic.Uint64
+	forgotten                            atomic.Uint64
 	// lastCk and lastK are unix nanoseconds, 0 before the first.
 	lastCk, lastK atomic.Int64
 	// pinned is Lifecycle.Pinned + 1, so that its zero value means none
@@ -175,8 +180,8 @@ func (s *Service) Lifecycle() Lifecycle {
 		CompactionPasses: p.kPasses.Load(), CompactionPassesFailed: p.kFailed.Load(),
 		CheckpointsWritten: p.ckWritten.Load(), CheckpointBytes: p.ckBytes.Load(),
 		OplogRowsTrimmed: p.opRows.Load(), OutboxRowsTrimmed: p.obRows.Load(), OplogBytesTrimmed: p.opBytes.Load(),
-		ReceiptsWritten: p.receipts.Load(),
-		Pinned:          int(p.pinned.Load()) - 1,
+		ReceiptsWritten: p.receipts.Load(), TokensForgotten: p.forgotten.Load(),
+		Pinned: int(p.pinned.Load()) - 1,
 	}
 	for i := range p.ckSkipped {
 		l.CheckpointsSkipped[i] = p.ckSkipped[i].Load()

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/participantd/participantd/oplog"
 	"github.com/participantd/participantd/store"
@@ -180,4 +181,91 @@ func (b *batch) prefetchTokens(tasks []*task) {
 			b.prefetched[k] = reads[i].v
 		}
 	}
+}
+
+// The token window (Options.TokenWindow; docs/DESIGN.md, The token
+// window) bounds deduplication in time. Every token is then a UUIDv7, so
+// it carries the time it was drawn at, and the service can tell a token
+// too old to be deduplicated from a new one without remembering it:
+//
+//	value token/<conversation>/window = the conversation's token floor,
+//	  unix ms: every token whose time is below it may have been
+//	  forgotten
+//
+// A token that is not found committed is refused token_expired when its
+// time is below the floor or below now minus the window, whichever is
+// later, and token_invalid when it is not a UUIDv7 or is more than
+// Options.TokenSkew ahead of the clock. Compaction persists a floor before
+// it deletes the index entry of a token below it, so a retry of a
+// forgotten token is refused, never committed twice, even after the
+// clock went back or on a node whose clock is behind: the persisted
+// floor, not the clock, is what the forgetting relied on.
+
+// windowKey is where conversation c's token floor is kept.
+func windowKey(c ConversationID) string {
+	return "token/" + c.String() + "/window"
+}
+
+// tokenTime returns the unix ms a UUIDv7 token was drawn at, and whether
+// t is a UUIDv7 at all (RFC 9562: version 7, variant 10).
+func tokenTime(t Token) (int64, bool) {
+	if t[6]>>4 != 7 || t[8]>>6 != 0b10 {
+		return 0, false
+	}
+	var ms int64
+	for _, b := range t[:6] {
+		ms = ms<<8 | int64(b)
+	}
+	return ms, true
+}
+
+// floorLocked returns cv's persisted token floor, read once per reset of
+// cv (in cluster mode another node may have moved it meanwhile). The
+// caller holds cv's turn.
+func (s *Service) floorLocked(cv *conversation) (int64, error) {
+	at := cv.resets.Load() + 1
+	if cv.tokenFloorAt == at {
+		return cv.tokenFloor, nil
+	}
+	v, err := s.st.ReadValue(windowKey(cv.id))
+	if err != nil {
+		return 0, err
+	}
+	cv.tokenFloor, cv.tokenFloorAt = int64(v), at
+	return cv.tokenFloor, nil
+}
+
+// admitToken refuses token t of a new operation in cv under the token
+// window: token_invalid, token_expired, or nil when t may commit. Without
+// a window every token is admitted, except a UUIDv7 below a floor that a
+// window persisted earlier (its entry may be gone). The caller holds
+// cv's turn and found t not committed.
+func (s *Service) admitToken(cv *conversation, t Token) error {
+	floor, err := s.floorLocked(cv)
+	if err != nil {
+		return unavailable("reading the token window", err)
+	}
+	w := s.opts.TokenWindow
+	if w <= 0 && floor == 0 {
+		return nil
+	}
+	ms, v7 := tokenTime(t)
+	now := s.now().UnixMilli()
+	if w > 0 {
+		if !v7 {
+			return &Error{Code: CodeTokenInvalid, Detail: "under the token window a token must be a UUIDv7"}
+		}
+		floor = max(floor, now-w.Milliseconds())
+	}
+	// Below the floor first: a clock that went back must not turn a
+	// forgotten token into one "ahead" of it.
+	if v7 && ms < floor {
+		return &Error{Code: CodeTokenExpired, Oldest: floor,
+			Detail: "the token is older than the token window: whether it committed can no longer be told"}
+	}
+	if newest := now + s.opts.TokenSkew.Milliseconds(); w > 0 && ms > newest {
+		return &Error{Code: CodeTokenInvalid, Newest: newest,
+			Detail: fmt.Sprintf("the token's time is %v ahead of the server's clock", time.Duration(ms-now)*time.Millisecond)}
+	}
+	return nil
 }

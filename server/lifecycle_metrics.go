@@ -23,6 +23,7 @@ const (
 	MetricCompactedRows          = "participantd_compacted_rows_total"
 	MetricCompactedOplogBytes    = "participantd_compacted_oplog_bytes_total"
 	MetricReceiptsWritten        = "participantd_receipts_written_total"
+	MetricTokensForgotten        = "participantd_tokens_forgotten_total"
 	MetricCompactionLastSuccess  = "participantd_compaction_last_success_timestamp_seconds"
 	MetricConversationsPinned    = "participantd_conversations_pinned"
 )
@@ -46,6 +47,8 @@ var (
 		"Stored bytes of the oplog rows compaction removed (outbox rows are trimmed unread, so their bytes are not counted; bbolt reuses the freed pages rather than shrinking the file).", nil, nil)
 	receiptsWrittenDesc = prometheus.NewDesc(MetricReceiptsWritten,
 		"Token receipts written for compacted rows (each keeps a retry's original answer).", nil, nil)
+	tokensForgottenDesc = prometheus.NewDesc(MetricTokensForgotten,
+		"Token index entries compaction deleted under --token-window: tokens older than the window, whose retries are refused token_expired.", nil, nil)
 	compactionLastDesc = prometheus.NewDesc(MetricCompactionLastSuccess,
 		"Unix time the last successful compaction pass ended; 0 before the first.", nil, nil)
 	conversationsPinnedDesc = prometheus.NewDesc(MetricConversationsPinned,
@@ -96,7 +99,7 @@ func (m *metrics) Pass(kind participant.PassKind, d time.Duration, _ error) {
 func (l *lifecycleMetrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{checkpointPassesDesc, checkpointsWrittenDesc, checkpointBytesDesc, checkpointsSkippedDesc,
 		checkpointLastDesc, compactionPassesDesc, compactedRowsDesc, compactedOplogBytesDesc, receiptsWrittenDesc,
-		compactionLastDesc, conversationsPinnedDesc} {
+		tokensForgottenDesc, compactionLastDesc, conversationsPinnedDesc} {
 		ch <- d
 	}
 }
@@ -133,6 +136,7 @@ func (l *lifecycleMetrics) Collect(ch chan<- prometheus.Metric) {
 	counter(compactedRowsDesc, lc.OutboxRowsTrimmed, "outbox")
 	counter(compactedOplogBytesDesc, lc.OplogBytesTrimmed)
 	counter(receiptsWrittenDesc, lc.ReceiptsWritten)
+	counter(tokensForgottenDesc, lc.TokensForgotten)
 	gauge(compactionLastDesc, unix(lc.LastCompactionPass))
 	if lc.Pinned >= 0 {
 		gauge(conversationsPinnedDesc, float64(lc.Pinned))

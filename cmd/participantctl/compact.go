@@ -36,6 +36,7 @@ type compactLine struct {
 	OplogRows     uint64   `json:"oplog_rows_removed"`
 	OutboxRows    uint64   `json:"outbox_rows_removed"`
 	Receipts      int      `json:"receipts_written"`
+	Forgotten     int      `json:"tokens_forgotten"`
 	Skipped       []string `json:"skipped,omitempty"`
 }
 
@@ -43,12 +44,16 @@ func runCompact(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, commands["compact"])
 	dir := addDataFlag(fs)
 	retain := fs.Duration("retain", participant.DefaultRetain, "keep settled history this long after the acknowledgement that settled it")
+	window := fs.Duration("token-window", 0, "the daemon's --token-window: forget the tokens of compacted rows older than it instead of writing their receipts (0: keep every token's answer forever)")
 	asJSON := fs.Bool("json", false, "print the result as one JSON object")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	if *retain <= 0 {
 		return &exitError{code: 2, err: errors.New("--retain must be positive")}
+	}
+	if *window < 0 {
+		return &exitError{code: 2, err: errors.New("--token-window must not be negative")}
 	}
 	path := filepath.Join(*dir, storeFile)
 	if _, err := os.Stat(path); err != nil {
@@ -61,7 +66,7 @@ func runCompact(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	rep, err := participant.Compact(ctx, st, participant.Options{Retain: *retain, Now: time.Now})
+	rep, err := participant.Compact(ctx, st, participant.Options{Retain: *retain, TokenWindow: *window, Now: time.Now})
 	if cerr := st.Close(); err == nil {
 		err = cerr
 	}
@@ -69,7 +74,7 @@ func runCompact(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	l := compactLine{Checkpoints: rep.Checkpoints, Conversations: rep.Compacted.Conversations,
-		OplogRows: rep.Compacted.OplogRows, OutboxRows: rep.Compacted.OutboxRows, Receipts: rep.Compacted.Receipts}
+		OplogRows: rep.Compacted.OplogRows, OutboxRows: rep.Compacted.OutboxRows, Receipts: rep.Compacted.Receipts, Forgotten: rep.Compacted.Forgotten}
 	for _, u := range rep.Skipped {
 		l.Skipped = append(l.Skipped, fmt.Sprintf("conversation %d: %s: %s", u.Conversation, u.Class, u.Reason))
 	}
@@ -80,8 +85,8 @@ func runCompact(ctx context.Context, e *env, args []string) error {
 		}
 		fmt.Fprintf(e.stdout, "%s\n", b)
 	} else {
-		fmt.Fprintf(e.stdout, "%d checkpoints written; %d conversations compacted: %d oplog rows and %d outbox rows removed, %d receipts written\n",
-			l.Checkpoints, l.Conversations, l.OplogRows, l.OutboxRows, l.Receipts)
+		fmt.Fprintf(e.stdout, "%d checkpoints written; %d conversations compacted: %d oplog rows and %d outbox rows removed, %d receipts written, %d tokens forgotten\n",
+			l.Checkpoints, l.Conversations, l.OplogRows, l.OutboxRows, l.Receipts, l.Forgotten)
 		for _, s := range l.Skipped {
 			fmt.Fprintf(e.stdout, "left alone: %s\n", s)
 		}

@@ -1,0 +1,144 @@
+package cluster_test
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/participantd/participantd/cluster"
+	"github.com/participantd/participantd/oplog"
+	"github.com/participantd/participantd/participant"
+	"github.com/participantd/participantd/store/etcdstore"
+)
+
+// v7 returns a UUIDv7 token drawn at t, its random part n.
+func v7(at time.Time, n uint64) participant.Token {
+	var tk participant.Token
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], uint64(at.UnixMilli()))
+	copy(tk[:6], b[2:])
+	binary.BigEndian.PutUint64(tk[8:], n)
+	tk[6] = 0x70
+	tk[8] = 0x80 | tk[8]&0x3f
+	return tk
+}
+
+// TestCluster_TokenWindowFloorFailsOver: node a, under a token window,
+// compacts a conversation and forgets its old tokens; node b, whose clock
+// is an hour behind a's, claims the conversation: the floor a persisted
+// (in the conversation's fenced scope) still refuses every forgotten
+// token token_expired, where b's clock alone would have let them commit
+// again; b refuses even tokens drawn at its own clock while that clock is
+// below the floor, and commits new ones once it is right.
+func TestCluster_TokenWindowFloorFailsOver(t *testing.T) {
+	const (
+		conv  = participant.ConversationID(31)
+		tells = 20
+	)
+	pfx := prefix()
+	clkA := &clock{now: time.UnixMilli(1_700_000_000_000)}
+	optsA := participant.Options{CheckpointRows: 1, Retain: time.Second, TokenWindow: time.Minute, TokenSkew: time.Second, Now: clkA.Now}
+	a := startMemberWith(t, pfx, "a", time.Second, optsA)
+	ctx := context.Background()
+
+	ca, cr := a.svc.Connect(func() {}), a.svc.Connect(func() {})
+	sender, err := ca.Enroll(ctx, participant.Enroll{Conversation: conv, Token: v7(clkA.Now(), 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reader, err := cr.Enroll(ctx, participant.Enroll{Conversation: conv, Token: v7(clkA.Now(), 2)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ca.Ack(ctx, participant.Ack{Conversation: conv, Participant: sender.Participant, Generation: sender.Generation, Through: 2}); err != nil {
+		t.Fatal(err)
+	}
+	var reqs []participant.Tell
+	for i := range tells {
+		req := participant.Tell{Conversation: conv, Participant: sender.Participant, Generation: sender.Generation,
+			Token: v7(clkA.Now(), uint64(10+i)), Payload: []byte(fmt.Sprintf("tell %d", i))}
+		told, err := ca.Tell(ctx, req)
+		if err != nil {
+			t.Fatalf("tell %d: %v", i, err)
+		}
+		if _, err := cr.Ack(ctx, participant.Ack{Conversation: conv, Participant: reader.Participant, Generation: reader.Generation, Through: told.Seq}); err != nil {
+			t.Fatalf("ack %d: %v", i, err)
+		}
+		reqs = append(reqs, req)
+	}
+	if _, err := a.svc.CheckpointPass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	clkA.advance(2 * time.Minute)
+	got, err := a.svc.CompactPass(ctx)
+	if err != nil || got.Forgotten != tells+2 || got.Receipts != 0 {
+		t.Fatalf("CompactPass on a = %+v, %v, want %d tokens forgotten and no receipt", got, err, tells+2)
+	}
+	ro := etcdstore.Open(shared.Client, etcdstore.Options{Prefix: pfx + "d/", Scope: cluster.Scope})
+	defer ro.Close()
+	// oplogLen reads the committed length from etcd, with a store of its
+	// own each time (a store caches what it read).
+	oplogLen := func(t *testing.T, c participant.ConversationID) uint64 {
+		t.Helper()
+		st := etcdstore.Open(shared.Client, etcdstore.Options{Prefix: pfx + "d/", Scope: cluster.Scope})
+		defer st.Close()
+		n, err := st.Len(oplog.Stream(c))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if first, err := ro.First(oplog.Stream(conv)); err != nil || first == 0 {
+		t.Fatalf("First(oplog) read back = %d, %v, want the old rows trimmed", first, err)
+	}
+
+	// Failover to b, an hour behind: now-window there is far below every
+	// forgotten token.
+	a.node.PauseKeepAlive()
+	waitDeleted(t, pfx+"own/"+conv.String())
+	clkB := &clock{now: clkA.Now().Add(-time.Hour)}
+	optsB := optsA
+	optsB.Now = clkB.Now
+	b := startMemberWith(t, pfx, "b", 5*time.Second, optsB)
+	cb := b.svc.Connect(func() {})
+	retry := func(i int) {
+		t.Helper()
+		_, err := cb.Tell(ctx, reqs[i])
+		var pe *participant.Error
+		if !errors.As(err, &pe) || pe.Code != participant.CodeTokenExpired {
+			t.Fatalf("retry of forgotten tell %d on b = %v, want token_expired", i, err)
+		}
+	}
+	// The first retry loads the conversation on b, which ends a's
+	// bindings (two rows); the rows after that are the ones to keep.
+	retry(0)
+	rows := oplogLen(t, conv)
+	for i := range reqs {
+		retry(i)
+	}
+	if n := oplogLen(t, conv); n != rows {
+		t.Fatalf("oplog length after the retries on b = %d, want %d: a forgotten token committed again", n, rows)
+	}
+	// b's clock is so far behind that even a token drawn at it is below
+	// the floor: b refuses rather than guess, until its clock is right.
+	att := participant.Attach{Conversation: conv, Participant: sender.Participant,
+		Generation: sender.Generation, Secret: sender.Secret, Token: v7(clkB.Now(), 99)}
+	_, err = cb.Attach(ctx, att)
+	var pe *participant.Error
+	if !errors.As(err, &pe) || pe.Code != participant.CodeTokenExpired {
+		t.Fatalf("attach on b with a token drawn at its clock, below the floor = %v, want token_expired", err)
+	}
+	clkB.advance(time.Hour)
+	att.Token = v7(clkB.Now(), 99)
+	sb, err := cb.Attach(ctx, att)
+	if err != nil {
+		t.Fatalf("sender's Attach on b with a token above the floor: %v", err)
+	}
+	if _, err := cb.Tell(ctx, participant.Tell{Conversation: conv, Participant: sb.Participant, Generation: sb.Generation,
+		Token: v7(clkB.Now(), 100), Payload: []byte("after failover")}); err != nil {
+		t.Fatalf("new tell on b = %v", err)
+	}
+}

@@ -1,0 +1,364 @@
+package participant
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/participantd/participantd/faultstore"
+	"github.com/participantd/participantd/oplog"
+	"github.com/participantd/participantd/store"
+)
+
+// v7Token returns a UUIDv7 token drawn at unix ms ms, its random part n.
+func v7Token(ms int64, n uint64) Token {
+	var t Token
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], uint64(ms))
+	copy(t[:6], b[2:])
+	binary.BigEndian.PutUint64(t[8:], n)
+	t[6] = 0x70 | byte(n>>60)&0x0f
+	t[8] = 0x80 | t[8]&0x3f
+	return t
+}
+
+func TestTokenTime(t *testing.T) {
+	ms := int64(1_700_000_123_456)
+	if got, ok := tokenTime(v7Token(ms, 42)); !ok || got != ms {
+		t.Fatalf("tokenTime(v7 at %d) = %d, %v", ms, got, ok)
+	}
+	v4 := v7Token(ms, 42)
+	v4[6] = 0x40 | v4[6]&0x0f
+	if _, ok := tokenTime(v4); ok {
+		t.Fatalf("tokenTime(a version 4 token) reports a UUIDv7")
+	}
+	badVariant := v7Token(ms, 42)
+	badVariant[8] &= 0x3f
+	if _, ok := tokenTime(badVariant); ok {
+		t.Fatalf("tokenTime(a v7 token of another variant) reports a UUIDv7")
+	}
+}
+
+func codeOf(err error) *Error {
+	var pe *Error
+	if errors.As(err, &pe) {
+		return pe
+	}
+	return nil
+}
+
+// TestTokenWindow_Admission: under a window, a token not committed is
+// refused unless it is a UUIDv7 within [now-window, now+skew]; a refusal
+// writes nothing; a committed token replays whatever its age; and the
+// token comes first in the order of checks (an unknown participant's
+// expired token is token_expired).
+func TestTokenWindow_Admission(t *testing.T) {
+	ctx := context.Background()
+	clk := &clock{now: time.UnixMilli(1_700_000_000_000)}
+	mem := store.NewMemory()
+	svc, err := Open(ctx, mem, Options{NodeKey: testKey, TokenWindow: time.Hour, TokenSkew: time.Minute, Now: clk.Now})
+	must(t, err)
+	defer svc.Close()
+	c := svc.Connect(nil)
+	now := clk.now.UnixMilli()
+	enrollTok := v7Token(now-30*60_000, 1)
+	b, err := c.Enroll(ctx, Enroll{Conversation: 1, Token: enrollTok})
+	must(t, err)
+	rows := oplogLen(t, mem, 1)
+
+	tests := []struct {
+		name string
+		tok  Token
+		p    ParticipantID
+		want Error
+	}{
+		{"not a UUIDv7", token(0x42), b.Participant, Error{Code: CodeTokenInvalid}},
+		{"ahead of the clock by more than the skew", v7Token(now+2*60_000, 2), b.Participant, Error{Code: CodeTokenInvalid, Newest: now + 60_000}},
+		{"older than the window", v7Token(now-2*3_600_000, 3), b.Participant, Error{Code: CodeTokenExpired, Oldest: now - 3_600_000}},
+		{"older than the window, unknown participant", v7Token(now-2*3_600_000, 4), 99, Error{Code: CodeTokenExpired, Oldest: now - 3_600_000}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := c.Tell(ctx, Tell{Conversation: 1, Participant: tt.p, Generation: 1, Token: tt.tok, Payload: []byte("x")})
+			pe := codeOf(err)
+			if pe == nil {
+				t.Fatalf("Tell = %v, want %s", err, tt.want.Code)
+			}
+			got := Error{Code: pe.Code, Oldest: pe.Oldest, Newest: pe.Newest}
+			if diff := cmp.Diff(tt.want, got, cmp.AllowUnexported(Error{})); diff != "" {
+				t.Fatalf("Tell refusal (-want +got):\n%s", diff)
+			}
+			if n := oplogLen(t, mem, 1); n != rows {
+				t.Fatalf("a refused tell changed the oplog: %d rows, want %d", n, rows)
+			}
+		})
+	}
+	_, err = c.Enroll(ctx, Enroll{Conversation: 2, Token: token(7)})
+	if pe := codeOf(err); pe == nil || pe.Code != CodeTokenInvalid {
+		t.Fatalf("Enroll with a random token = %v, want token_invalid", err)
+	}
+
+	// Within the window and the skew: commits.
+	told, err := c.Tell(ctx, Tell{Conversation: 1, Participant: b.Participant, Generation: 1, Token: v7Token(now+30_000, 5), Payload: []byte("x")})
+	must(t, err)
+	// Long after, while the index still holds them, both replay.
+	clk.advance(3 * time.Hour)
+	again, err := c.Tell(ctx, Tell{Conversation: 1, Participant: b.Participant, Generation: 1, Token: v7Token(now+30_000, 5), Payload: []byte("x")})
+	if err != nil || again.Seq != told.Seq || again.Replay != ReplayCommitted {
+		t.Fatalf("retry of a committed tell past the window = %+v, %v, want seq %v replayed", again, err, told.Seq)
+	}
+	rb, err := svc.Connect(nil).Enroll(ctx, Enroll{Conversation: 1, Token: enrollTok})
+	if err != nil || rb.Participant != b.Participant || rb.Replay == ReplayNone {
+		t.Fatalf("retry of a committed enroll past the window = %+v, %v, want a replay", rb, err)
+	}
+}
+
+// windowHistory enrolls a sender and a reader in conv with tokens drawn
+// at the clock, tells n records, the reader acknowledging each, and
+// returns the tell requests.
+func windowHistory(t *testing.T, svc *Service, clk *clock, conv ConversationID, n int) []Tell {
+	t.Helper()
+	ctx := context.Background()
+	cs, cr := svc.Connect(nil), svc.Connect(nil)
+	now := clk.Now().UnixMilli()
+	s, err := cs.Enroll(ctx, Enroll{Conversation: conv, Token: v7Token(now, 1)})
+	must(t, err)
+	r, err := cr.Enroll(ctx, Enroll{Conversation: conv, Token: v7Token(now, 2)})
+	must(t, err)
+	_, err = cs.Ack(ctx, Ack{Conversation: conv, Participant: s.Participant, Generation: 1, Through: 2})
+	must(t, err)
+	var tells []Tell
+	for i := range n {
+		req := Tell{Conversation: conv, Participant: s.Participant, Generation: 1,
+			Token: v7Token(clk.Now().UnixMilli(), uint64(100+i)), Payload: []byte(fmt.Sprintf("tell %d", i))}
+		told, err := cs.Tell(ctx, req)
+		must(t, err)
+		_, err = cr.Ack(ctx, Ack{Conversation: conv, Participant: r.Participant, Generation: 1, Through: told.Seq})
+		must(t, err)
+		tells = append(tells, req)
+	}
+	return tells
+}
+
+// TestTokenWindow_CompactionForgetsOldTokens: compaction under a window
+// deletes the index entries of the trimmed rows' tokens and writes no
+// receipts for them, after persisting the floor; a retry of a forgotten
+// token is token_expired and commits nothing, after a restart, after the
+// clock went back an hour, and on a service opened without a window.
+// Tokens from before the window (not UUIDv7) keep their receipts and
+// replay.
+func TestTokenWindow_CompactionForgetsOldTokens(t *testing.T) {
+	ctx := context.Background()
+	clk := &clock{now: time.UnixMilli(1_700_000_000_000)}
+	mem := store.NewMemory()
+
+	// History from before the window was set, in conversation 1: random
+	// tokens. Conversation 2 gets its history under the window.
+	plain := Options{NodeKey: testKey, CheckpointRows: 1, Retain: time.Minute, Now: clk.Now}
+	svc, err := Open(ctx, mem, plain)
+	must(t, err)
+	h := buildHistory(t, svc, 1, 10, 0)
+	must(t, svc.Close())
+
+	opts := plain
+	opts.TokenWindow, opts.TokenSkew = time.Minute, 10*time.Second
+	svc, err = Open(ctx, mem, opts)
+	must(t, err)
+	tells := windowHistory(t, svc, clk, 2, 20)
+	if _, err := svc.CheckpointPass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Past retain, but not past window+skew: nothing is trimmed yet, since
+	// the trimmed tokens must all be forgettable.
+	clk.advance(65 * time.Second)
+	got, err := svc.CompactPass(ctx)
+	must(t, err)
+	if got.OplogRows != 0 {
+		t.Fatalf("CompactPass() before window+skew = %+v, want nothing trimmed", got)
+	}
+	clk.advance(10 * time.Second)
+	got, err = svc.CompactPass(ctx)
+	must(t, err)
+	if got.OplogRows == 0 || got.Forgotten != 22 || got.Receipts != 12 {
+		t.Fatalf("CompactPass() = %+v, want rows trimmed, 22 tokens forgotten (2 enrolls, 20 tells), 12 receipts (the tokens from before the window)", got)
+	}
+	floor, err := mem.ReadValue(windowKey(2))
+	must(t, err)
+	if want := clk.Now().Add(-time.Minute).UnixMilli(); int64(floor) != want {
+		t.Fatalf("persisted floor = %d, want %d", floor, want)
+	}
+	for _, req := range tells {
+		if v, err := mem.ReadValue(tokenKey(2, participantScope(req.Participant), req.Token)); err != nil || v != 0 {
+			t.Fatalf("the index entry of a forgotten token = %d, %v, want deleted", v, err)
+		}
+	}
+	check := func(name string, svc *Service) {
+		t.Helper()
+		c := svc.Connect(nil)
+		rows := oplogLen(t, mem, 2)
+		for _, req := range tells {
+			_, err := c.Tell(ctx, req)
+			if pe := codeOf(err); pe == nil || pe.Code != CodeTokenExpired {
+				t.Fatalf("%s: retry of a forgotten tell = %v, want token_expired", name, err)
+			}
+		}
+		if n := oplogLen(t, mem, 2); n != rows {
+			t.Fatalf("%s: retries of forgotten tokens committed: %d oplog rows, want %d", name, n, rows)
+		}
+		// The tokens from before the window replay from their receipts.
+		for i := range 10 {
+			req := Tell{Conversation: 1, Participant: h.sender.Participant, Generation: 1,
+				Token: benchToken(1, uint64(i)), Payload: []byte(fmt.Sprintf("tell %d of %v", i, ConversationID(1)))}
+			told, err := c.Tell(ctx, req)
+			if err != nil || told.Replay != ReplayCommitted || told.Seq != Seq(3+i) {
+				t.Fatalf("%s: retry of pre-window tell %d = %+v, %v, want seq %d replayed", name, i, told, err, 3+i)
+			}
+		}
+	}
+	check("same service", svc)
+	must(t, svc.Close())
+
+	svc, err = Open(ctx, mem, opts)
+	must(t, err)
+	check("after a restart", svc)
+	must(t, svc.Close())
+
+	clk.advance(-time.Hour)
+	svc, err = Open(ctx, mem, opts)
+	must(t, err)
+	check("with the clock an hour back", svc)
+	must(t, svc.Close())
+
+	svc, err = Open(ctx, mem, plain)
+	must(t, err)
+	defer svc.Close()
+	check("without a window", svc)
+	// Without a window, a random token is a new operation as before.
+	c := svc.Connect(nil)
+	b, err := c.Attach(ctx, Attach{Conversation: 1, Participant: h.sender.Participant, Generation: 1, Secret: h.sender.Secret, Token: token(0x99)})
+	if err != nil {
+		// The sender attached since (windowHistory enrolled others):
+		// generation 1 is still its current one, so this must commit.
+		t.Fatalf("attach with a random token without a window = %v", err)
+	}
+	if _, err := c.Tell(ctx, Tell{Conversation: 1, Participant: b.Participant, Generation: b.Generation, Token: token(0x9a), Payload: []byte("y")}); err != nil {
+		t.Fatalf("tell with a random token without a window = %v", err)
+	}
+}
+
+// TestTokenWindow_CrashCut cuts a compaction under the window at every
+// store operation: after the restart, a retry of every answered operation
+// is its replay or token_expired, never a second commit, and every token
+// whose index entry is gone lies below the persisted floor.
+func TestTokenWindow_CrashCut(t *testing.T) {
+	type answered struct {
+		req  Tell
+		seq  Seq
+		conv ConversationID
+	}
+	var log []answered
+	var clk *clock
+	opts := func() Options {
+		return Options{NodeKey: testKey, CheckpointRows: 1, Retain: time.Second, TokenWindow: time.Minute, TokenSkew: time.Second, Now: clk.Now}
+	}
+	runs := 0
+	faultstore.CutLoop{
+		Workload: func(s *faultstore.Store) error {
+			ctx := context.Background()
+			log = log[:0]
+			clk = &clock{now: time.UnixMilli(1_700_000_000_000)}
+			svc, err := Open(ctx, s, opts())
+			if err != nil {
+				return err
+			}
+			defer svc.Close()
+			cs, cr := svc.Connect(nil), svc.Connect(nil)
+			now := clk.Now().UnixMilli()
+			snd, err := cs.Enroll(ctx, Enroll{Conversation: 1, Token: v7Token(now, 1)})
+			if err != nil {
+				return err
+			}
+			rcv, err := cr.Enroll(ctx, Enroll{Conversation: 1, Token: v7Token(now, 2)})
+			if err != nil {
+				return err
+			}
+			if _, err := cs.Ack(ctx, Ack{Conversation: 1, Participant: snd.Participant, Generation: 1, Through: 2}); err != nil {
+				return err
+			}
+			for i := range 6 {
+				req := Tell{Conversation: 1, Participant: snd.Participant, Generation: 1, Token: v7Token(clk.Now().UnixMilli(), uint64(10+i)), Payload: []byte{byte(i)}}
+				told, err := cs.Tell(ctx, req)
+				if err != nil {
+					return err
+				}
+				log = append(log, answered{req: req, seq: told.Seq, conv: 1})
+				if _, err := cr.Ack(ctx, Ack{Conversation: 1, Participant: rcv.Participant, Generation: 1, Through: told.Seq}); err != nil {
+					return err
+				}
+				clk.advance(20 * time.Second)
+				if i%2 == 1 {
+					if _, err := svc.CheckpointPass(ctx); err != nil {
+						return err
+					}
+					if _, err := svc.CompactPass(ctx); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		},
+		Check: func(t faultstore.TB, mem *store.Memory, run faultstore.CutRun) {
+			runs++
+			ctx := context.Background()
+			floor, err := mem.ReadValue(windowKey(1))
+			if err != nil {
+				t.Fatalf("read the floor: %v", err)
+			}
+			for _, a := range log {
+				v, err := mem.ReadValue(tokenKey(1, participantScope(a.req.Participant), a.req.Token))
+				if err != nil {
+					t.Fatalf("read an index entry: %v", err)
+				}
+				if ms, _ := tokenTime(a.req.Token); v == 0 && ms >= int64(floor) {
+					t.Fatalf("the entry of the tell of seq %v (token time %d) is gone, above the persisted floor %d", a.seq, ms, floor)
+				}
+			}
+			svc, err := Open(ctx, mem, opts())
+			if err != nil {
+				t.Fatalf("Open after the cut: %v", err)
+			}
+			defer svc.Close()
+			if unl := svc.Unloadable(); len(unl) != 0 {
+				t.Fatalf("the cut made conversations unloadable: %+v", unl)
+			}
+			rows, err := mem.Len(oplog.Stream(1))
+			if err != nil {
+				t.Fatalf("oplog length: %v", err)
+			}
+			c := svc.Connect(nil)
+			for _, a := range log {
+				told, err := c.Tell(ctx, a.req)
+				switch pe := codeOf(err); {
+				case err == nil && told.Replay == ReplayCommitted && told.Seq == a.seq:
+				case pe != nil && pe.Code == CodeTokenExpired:
+				default:
+					t.Fatalf("retry of the tell of seq %v = %+v, %v, want its replay or token_expired", a.seq, told, err)
+				}
+			}
+			if n, _ := mem.Len(oplog.Stream(1)); n != rows {
+				t.Fatalf("retries of answered tells committed: %d oplog rows, want %d", n, rows)
+			}
+			if run.Completed && floor == 0 {
+				t.Fatalf("the completed run persisted no token floor")
+			}
+		},
+	}.Run(t)
+	if runs < 50 {
+		t.Fatalf("the cut loop ran %d times; the workload should make far more store operations", runs)
+	}
+}
