@@ -161,7 +161,7 @@ func runAttach(ctx context.Context, e *env, args []string) error {
 func runTell(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, commands["tell"])
 	cf := addConnFlags(fs, e)
-	tokenHex := fs.String("token", "", "the operation's token, 32 hex digits (default: a fresh one)")
+	tokenHex := fs.String("token", "", "the operation's token, 32 hex digits, to learn the outcome of an earlier tell (default: a fresh UUIDv7, which a server with a token window requires)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
