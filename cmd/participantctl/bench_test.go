@@ -124,9 +124,11 @@ func TestBench_TokensAreUUIDv7OfNow(t *testing.T) {
 					tok := w.token()
 					after := time.Now().UnixMilli()
 					ms, ok := tok.UnixMilli()
-					if !ok || ms < before || ms > after {
+					// client.NewToken's sub-millisecond counter may carry a
+					// token a little past the clock (see its test).
+					if !ok || ms < before || ms > after+1000 {
 						t.Fatalf("random %v, run %d, worker %d: token %s UnixMilli = %d, %v; want a v7 in [%d, %d]",
-							random, run, i, tok, ms, ok, before, after)
+							random, run, i, tok, ms, ok, before, after+1000)
 					}
 					if seen[tok] {
 						t.Fatalf("random %v, run %d, worker %d: token %s minted twice", random, run, i, tok)
