@@ -460,7 +460,11 @@ func (c *Client) attachOn(ctx context.Context, s *session, m *member, backlogWai
 		case *wire.Error:
 			e := fromWire(a)
 			switch e.Code {
-			case CodeReceiptExpired, CodeStaleAuthority, CodeRetired, CodeUnknownParticipant:
+			case CodeReceiptExpired, CodeStaleAuthority, CodeRetired, CodeUnknownParticipant,
+				// Final answers about the intent's token: whether an
+				// earlier send of it committed (and moved the
+				// credential on) cannot be told, as for receipt_expired.
+				CodeTokenExpired, CodeTokenInvalid:
 				lost := &LostError{Conversation: p.Conversation, Participant: p.Participant, Err: e}
 				c.mu.Lock()
 				m.lost, m.intent, m.sess = lost, nil, nil

@@ -1,10 +1,11 @@
 package client
 
 import (
-	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+
+	"github.com/google/uuid"
 
 	"github.com/participantd/participantd/wire"
 )
@@ -16,17 +17,23 @@ type Token = wire.Token
 // Secret is a credential's 32-byte attach secret.
 type Secret = wire.Secret
 
-// NewToken returns a fresh random token, never all zero.
+// NewToken returns a fresh token, never all zero: a UUIDv7 (RFC 9562)
+// whose first 48 bits are the current unix time in ms and whose other 74
+// are random (the sub-millisecond part ordered within this process), so no
+// two draws are equal. Time-ordered tokens land next to each other in the
+// server's token index, whose pages they fill densely instead of touching
+// one at random per operation, and a server running a token window
+// (docs/PROTOCOL.md, The token window) accepts no other kind: its
+// window, and the refusal token_expired, count from the time the token
+// was drawn, not from when it was sent.
 func NewToken() Token {
-	var t Token
-	for t.IsZero() {
-		if _, err := rand.Read(t[:]); err != nil {
-			// crypto/rand does not fail on supported platforms; a token
-			// that is not random would break exact-retry deduplication.
-			panic("client: crypto/rand: " + err.Error())
-		}
+	u, err := uuid.NewV7()
+	if err != nil {
+		// crypto/rand does not fail on supported platforms; a token that
+		// is not random would break exact-retry deduplication.
+		panic("client: uuid.NewV7: " + err.Error())
 	}
-	return t
+	return Token(u)
 }
 
 // ParseToken parses the 32 hex digits of a token, as Token.String formats

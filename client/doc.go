@@ -5,10 +5,20 @@
 //
 // # Guarantees
 //
-//   - Every intended operation gets one token (16 random bytes, never all
-//     zero), reused on every retry of it. An operation answered in_doubt, or
-//     whose connection drops before its answer, is retried with the same token
-//     until its outcome is known, so it is applied at most once.
+//   - Every intended operation gets one token (NewToken: a UUIDv7, the time
+//     it was drawn then 74 random bits, never all zero), reused on every
+//     retry of it. An operation answered in_doubt, or whose connection
+//     drops before its answer, is retried with the same token until its
+//     outcome is known, so it is applied at most once.
+//   - A server running a token window (docs/PROTOCOL.md, The token window)
+//     refuses a token older than the window that it does not find
+//     committed (token_expired), and one that is not a UUIDv7 or is ahead
+//     of its clock (token_invalid). Both are final: nothing was done, the
+//     client never retries them, and the call returns ErrTokenExpired or
+//     ErrTokenInvalid. After token_expired an earlier send of the token
+//     may have committed: send again, with a new token, only an operation
+//     known not to have committed. A re-attachment refused either loses
+//     its participant (OnLost, a *LostError), as receipt_expired does.
 //   - An enroll, tell or attach refused backlog_full (its conversation, or
 //     the server, retains as many unacknowledged records as it may) is
 //     retried with backoff and the same token for up to

@@ -32,6 +32,25 @@ const (
 	CodeInviteInvalid      = wire.CodeInviteInvalid
 	CodeMoved              = wire.CodeMoved
 	CodeBacklogFull        = wire.CodeBacklogFull
+	// CodeTokenExpired: a server running a token window did not find the
+	// token committed and its time (the time NewToken drew it) is older
+	// than the window (Error.Oldest is the oldest token time it accepts
+	// now, unix ms). Nothing was done, and whether an earlier send of
+	// this token committed can no longer be told: the client does not
+	// retry it. A caller that knows the first send did not commit (it was
+	// never sent, or was refused with nothing done) may send the
+	// operation again with a new token; one that does not know must treat
+	// the outcome as unknown, as for in_doubt past its retries (check the
+	// conversation's records, or give the operation up).
+	CodeTokenExpired = wire.CodeTokenExpired
+	// CodeTokenInvalid: a server running a token window refused the token
+	// because it is not a UUIDv7 (a token of WithToken not drawn by
+	// NewToken, such as one an older client persisted), or because its
+	// time is ahead of the server's clock by more than the server allows
+	// (Error.Newest is the newest token time it accepts now, unix ms:
+	// this machine's clock is ahead, or the server's behind). Nothing was
+	// done, and the client does not retry it; fix the clock or the token.
+	CodeTokenInvalid = wire.CodeTokenInvalid
 )
 
 // Error is an error answer of the server, or an outcome the client could not
@@ -45,12 +64,15 @@ type Error struct {
 	// stale_authority (when the secret was right) and receipt_expired,
 	// Cursor for ack_gap and ack_regression, Limit for too_large,
 	// capacity_exceeded and backlog_full, Participant and Reason for
-	// receipt_expired.
+	// receipt_expired, Oldest for token_expired, Newest for token_invalid
+	// of a token ahead of the server's clock (both unix ms).
 	Generation  *uint64
 	Cursor      *uint64
 	Limit       *uint64
 	Participant *uint64
 	Reason      string
+	Oldest      *uint64
+	Newest      *uint64
 	// Owner is, for moved, the owner node's address; empty when no node
 	// owns the conversation at the moment. Cluster follows it.
 	Owner string
@@ -110,6 +132,13 @@ var (
 	// nothing was done; retrying later with the same token (WithToken)
 	// is safe.
 	ErrBacklogFull = &Error{Code: CodeBacklogFull}
+	// ErrTokenExpired matches a token_expired refusal (see
+	// CodeTokenExpired): nothing was done now, but an earlier send of the
+	// token may have committed.
+	ErrTokenExpired = &Error{Code: CodeTokenExpired}
+	// ErrTokenInvalid matches a token_invalid refusal (see
+	// CodeTokenInvalid): nothing was done.
+	ErrTokenInvalid = &Error{Code: CodeTokenInvalid}
 )
 
 // Client-side errors.
@@ -173,6 +202,8 @@ func fromWire(m *wire.Error) *Error {
 		Cursor:      m.Cursor,
 		Limit:       m.Limit,
 		Participant: m.Participant,
+		Oldest:      m.Oldest,
+		Newest:      m.Newest,
 	}
 	if m.Reason != nil {
 		e.Reason = *m.Reason

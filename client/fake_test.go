@@ -19,6 +19,7 @@ const (
 	commitThenDrop               // apply, then close without answering
 	commitInDoubt                // apply, then answer in_doubt
 	backlogFull                  // answer backlog_full without applying
+	refuse                       // answer fakeServer.refusal without applying
 )
 
 // fakeServer is a small in-memory participantd for the client's tests: it
@@ -38,6 +39,7 @@ type fakeServer struct {
 	convs    map[uint64]*fconv
 	requests []wire.Message
 	hook     func(fc *fconn, m wire.Message) action
+	refusal  wire.Error // the answer of refuse, its ID set per request
 }
 
 type fconn struct {
@@ -208,6 +210,15 @@ func (s *fakeServer) serve(nc net.Conn) {
 		if act == dropBefore {
 			s.mu.Unlock()
 			return
+		}
+		if act == refuse {
+			e := s.refusal
+			s.mu.Unlock()
+			e.ID, _ = wire.ID(m)
+			if err := wc.WriteMessage(&e); err != nil {
+				return
+			}
+			continue
 		}
 		if act == backlogFull {
 			s.mu.Unlock()

@@ -146,7 +146,9 @@ func (c *Client) current(cred Credential) (Credential, error) {
 // changes the credential (see Credential and Options.OnCredential).
 //
 // Errors are *Error (capacity_exceeded, binding_occupied, invite_required,
-// invite_invalid, unavailable, shutting_down, ...), an in_doubt *Error carrying the token when ctx ended
+// invite_invalid, unavailable, shutting_down, token_expired and
+// token_invalid from a server running a token window, which are final: see
+// CodeTokenExpired, ...), an in_doubt *Error carrying the token when ctx ended
 // before the outcome was known, or ErrClosed.
 func (c *Client) Enroll(ctx context.Context, conv uint64, opts ...CallOption) (Credential, error) {
 	tok, invite := tokenOf(opts), inviteOf(opts)
@@ -215,8 +217,10 @@ func (c *Client) Enroll(ctx context.Context, conv uint64, opts ...CallOption) (C
 // BacklogWait as any attach.
 //
 // Errors: a *LostError (errors.Is ErrParticipantLost, and
-// ErrStaleAuthority, ErrReceiptExpired, ErrRetired or
-// ErrUnknownParticipant) when the credential cannot be used, other *Error
+// ErrStaleAuthority, ErrReceiptExpired, ErrRetired,
+// ErrUnknownParticipant, or, from a server running a token window,
+// ErrTokenExpired or ErrTokenInvalid for the attach's token) when the
+// credential cannot be used, other *Error
 // refusals, the error of Options.OnIntent, or ErrClosed.
 func (c *Client) Attach(ctx context.Context, cred Credential, opts ...CallOption) (Credential, error) {
 	m := c.member(cred, true)
@@ -255,7 +259,8 @@ func (c *Client) attach(ctx context.Context, m *member) (Credential, error) {
 // its conversation's backlog is full (see the package documentation).
 //
 // Errors: *Error (too_large, no_binding, stale_authority, token_conflict,
-// ...), an in_doubt *Error with the token, a *LostError, or ErrClosed.
+// token_expired, token_invalid, ...), an in_doubt *Error with the token, a
+// *LostError, or ErrClosed.
 func (c *Client) Tell(ctx context.Context, cred Credential, payload []byte, opts ...CallOption) (uint64, error) {
 	tok := tokenOf(opts)
 	if payload == nil {

@@ -27,7 +27,10 @@ Drives a server with pipelined requests from --clients connections and
 prints operations/s, latency percentiles, and, from the server's /metrics,
 store commits per second and operations per commit. Every counted answer
 is a success answer the server gave after both barriers; after the run a
-sample of them is re-sent with the same token and must replay.
+sample of them (the first and the latest) is re-sent with the same token
+and must replay. A server with a token window may have forgotten the
+first ones by then: their token_expired is reported as forgotten, not as
+a failure.
 
 --op tell: --conversations conversations (default clients/2), the clients
 spread over them; every tell is delivered to the other participants, which
@@ -105,7 +108,7 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	fs.BoolVar(&f.startupFixed, "startup-fixed-conversations", false, "with --startup-records: every size has all --startup-conversations, only the records grow")
 	fs.BoolVar(&f.startupCheckpoints, "startup-checkpoints", false, "with --startup-records: every record acknowledged, and each size also timed from a copy with checkpoints (participantctl compact)")
 	fs.DurationVar(&f.diskSample, "disk-sample", 0, "every this often during the measured time, record the size of --data-dir's data file and log and the operations counted so far, and report them as a table (0: off)")
-	fs.BoolVar(&f.load.randomTokens, "random-tokens", false, "draw every token at random, as the client library does, instead of a counter per client (keys of the token index then land at random, as in production)")
+	fs.BoolVar(&f.load.randomTokens, "random-tokens", false, "draw every token as the client library does (client.NewToken: a UUIDv7, the time then 74 random bits) instead of a UUIDv7 whose random part is a counter per client")
 	fs.DurationVar(&f.retain, "retain", participant.DefaultRetain, "with --embedded: the server's --retain (settled history kept this long, then compacted)")
 	fs.DurationVar(&f.tokenWindow, "token-window", 0, "with --embedded: the server's --token-window (0: off); every token the bench sends is a UUIDv7, so it runs against a window as it does without")
 	fs.BoolVar(&f.etcdCompare, "etcd-compare", false, "after the load, measure an embedded etcd's put rate with the same clients, payload and durations on the same disk, and report the ratios")
@@ -335,7 +338,7 @@ func runLoad(ctx context.Context, f *benchFlags, rep *benchReport, progress io.W
 	}
 	verifyCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	rep.Verified, rep.VerifyFailures = r.verify(verifyCtx)
+	rep.Verified, rep.Forgotten, rep.VerifyFailures = r.verify(verifyCtx)
 	if len(rep.VerifyFailures) > 5 {
 		rep.VerifyFailures = rep.VerifyFailures[:5]
 	}

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	crand "crypto/rand"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -11,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/participantd/participantd/client"
 	"github.com/participantd/participantd/wire"
 )
 
@@ -72,8 +71,15 @@ type worker struct {
 	count    atomic.Uint64
 	errCount atomic.Uint64
 	lat      latencies
-	samples  []sample
-	firstErr atomic.Pointer[string]
+	// samples are the counted answers to replay after the run: the first
+	// ones, which replay across everything the run did to the store
+	// (compaction included), and in recent, a ring of the latest, which a
+	// server running a token window still deduplicates however long the
+	// run (it may forget the first ones by then: see verify).
+	samples    []sample
+	recent     []sample
+	recentNext int
+	firstErr   atomic.Pointer[string]
 
 	// ack state: the reader records the highest seq delivered; the acker
 	// sends cumulative acks, one in flight at a time.
@@ -91,19 +97,17 @@ type sample struct {
 }
 
 // token mints the next token of w: a UUIDv7 of the current time, so that
-// a server running a token window accepts it. With --random-tokens its
-// other 74 bits are random, as the client library's; else they are this
+// a server running a token window accepts it. With --random-tokens it is
+// the client library's (client.NewToken); else its other 74 bits are this
 // run's nonce (24 bits), the worker (20 bits) and its counter (30 bits),
 // unique in the run even where the counter wraps, since 2^30 tokens never
 // share a millisecond.
 func (w *worker) token() wire.Token {
 	w.n++
-	now := time.Now().UnixMilli()
 	if w.run.cfg.randomTokens {
-		var r [10]byte
-		_, _ = crand.Read(r[:]) // never fails
-		return wire.TokenV7(now, binary.BigEndian.Uint16(r[:2]), binary.BigEndian.Uint64(r[2:]))
+		return client.NewToken()
 	}
+	now := time.Now().UnixMilli()
 	nonce := w.run.nonce >> 40 // its 24 bits
 	idx := uint64(w.index) & (1<<20 - 1)
 	return wire.TokenV7(now, uint16(nonce>>12), (nonce&0xfff)<<50|idx<<30|w.n&(1<<30-1))
@@ -140,14 +144,27 @@ func (w *worker) answered(m wire.Message, sent time.Time, ok func(wire.Message) 
 	}
 	n := w.count.Add(1)
 	w.lat = append(w.lat, time.Since(sent))
-	if len(w.samples) < w.run.samplesPerWorker() && n%7 == 1 {
-		s.worker = w
+	if n%7 != 1 {
+		return
+	}
+	s.worker = w
+	first, last := w.run.samplesPerWorker()
+	switch {
+	case len(w.samples) < first:
 		w.samples = append(w.samples, s)
+	case len(w.recent) < last:
+		w.recent = append(w.recent, s)
+	case last > 0:
+		w.recent[w.recentNext] = s
+		w.recentNext = (w.recentNext + 1) % last
 	}
 }
 
-func (r *loadRun) samplesPerWorker() int {
-	return (r.cfg.verify + len(r.workers) - 1) / len(r.workers)
+// samplesPerWorker splits a worker's share of --verify between the first
+// counted answers and the latest.
+func (r *loadRun) samplesPerWorker() (first, last int) {
+	n := (r.cfg.verify + len(r.workers) - 1) / len(r.workers)
+	return n - n/2, n / 2
 }
 
 // setup dials every worker and binds the tell shape's participants.
@@ -388,21 +405,53 @@ func (w *worker) drainHeld() {
 
 // verify replays every sample with its original token and checks that the
 // server answers with the original result, marked as a replay: proof that
-// each sampled counted answer was a committed, durable operation.
-func (r *loadRun) verify(ctx context.Context) (checked int, failures []string) {
+// each sampled counted answer was a committed, durable operation. A server
+// running a token window may have forgotten a sample's token once it was
+// older than the window and its history compacted; the replay is then
+// refused token_expired, which it may only be for a token older than the
+// window: such a sample is counted as forgotten, neither verified nor
+// failed.
+func (r *loadRun) verify(ctx context.Context) (verified, forgotten int, failures []string) {
 	for _, w := range r.workers {
-		for _, s := range w.samples {
-			checked++
-			if err := w.replay(ctx, s); err != nil {
+		for _, s := range append(append([]sample(nil), w.samples...), w.recent...) {
+			err := w.replay(ctx, s)
+			switch {
+			case errors.Is(err, errForgotten):
+				forgotten++
+				continue
+			case err != nil:
 				failures = append(failures, err.Error())
 			}
+			verified++
 		}
 	}
-	return checked, failures
+	return verified, forgotten, failures
 }
+
+// requestToken returns the token of a sampled request (tell or enroll).
+func requestToken(m wire.Message) wire.Token {
+	switch m := m.(type) {
+	case *wire.Tell:
+		return m.Token
+	case *wire.Enroll:
+		return m.Token
+	}
+	return wire.Token{}
+}
+
+// errForgotten is a replay refused token_expired for a token older than
+// the window the server announced (its oldest).
+var errForgotten = errors.New("the server's token window forgot the token")
 
 func (w *worker) replay(ctx context.Context, s sample) error {
 	m, err := w.conn.call(ctx, s.req)
+	if e, ok := errors.AsType[*wire.Error](err); ok && e.Code == wire.CodeTokenExpired {
+		ms, _ := requestToken(s.req).UnixMilli()
+		if e.Oldest != nil && ms < int64(*e.Oldest) {
+			return errForgotten
+		}
+		return fmt.Errorf("replay %s: token_expired with oldest %v for a token of %d ms", s.req.Type(), e.Oldest, ms)
+	}
 	if err != nil {
 		return fmt.Errorf("replay %s: %w", s.req.Type(), err)
 	}

@@ -42,9 +42,13 @@ type benchReport struct {
 	CPUSecondsPer1000 float64 `json:"cpu_seconds_per_1000_ops,omitempty"`
 	CPUIncludesClient bool    `json:"cpu_includes_client,omitempty"`
 
-	Errors         uint64   `json:"errors"`
-	FirstError     string   `json:"first_error,omitempty"`
-	Verified       int      `json:"verified_replays"`
+	Errors     uint64 `json:"errors"`
+	FirstError string `json:"first_error,omitempty"`
+	Verified   int    `json:"verified_replays"`
+	// Forgotten counts samples whose replay a server running a token
+	// window refused token_expired: older than its window, so forgotten
+	// by design (not a failure, not verified either).
+	Forgotten      int      `json:"forgotten_replays,omitempty"`
 	VerifyFailures []string `json:"verify_failures,omitempty"`
 
 	Disk      []diskSample `json:"disk,omitempty"`
@@ -175,6 +179,9 @@ func (rep *benchReport) print(w io.Writer, asJSON bool) error {
 			fmt.Fprintf(&b, " (first: %s)", rep.FirstError)
 		}
 		fmt.Fprintf(&b, "\n  verified: %d counted answers replayed with their token, %d failures\n", rep.Verified, len(rep.VerifyFailures))
+		if rep.Forgotten > 0 {
+			fmt.Fprintf(&b, "  forgotten: %d more were refused token_expired, older than the server's token window\n", rep.Forgotten)
+		}
 		for _, f := range rep.VerifyFailures {
 			fmt.Fprintf(&b, "    %s\n", f)
 		}

@@ -214,6 +214,10 @@ func (s *session) attachSaved(ctx context.Context, cred client.Credential) (clie
 		return cred, &userError{msg: fmt.Sprintf("an earlier attach (token %v, saved in %s) may have minted a newer generation whose answer the server no longer replays: "+
 			"this credential cannot attach again; enroll anew", f.pending.token, s.creds), err: err}
 	}
+	if err != nil && len(opts) > 0 && (errors.Is(err, client.ErrTokenExpired) || errors.Is(err, client.ErrTokenInvalid)) {
+		return cred, &userError{msg: fmt.Sprintf("an earlier attach (token %v, saved in %s) is outside the server's token window (too old, or not a UUIDv7): "+
+			"whether it minted a newer generation can no longer be told, so this credential cannot attach again; enroll anew", f.pending.token, s.creds), err: err}
+	}
 	if err == nil {
 		err = s.saved()
 	}

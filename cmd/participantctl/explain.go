@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/participantd/participantd/client"
 )
@@ -24,6 +25,11 @@ func (u *userError) Error() string {
 }
 
 func (u *userError) Unwrap() error { return u.err }
+
+// unixMilliString formats a token time of the protocol (unix ms) in UTC.
+func unixMilliString(ms uint64) string {
+	return time.UnixMilli(int64(min(ms, 1<<62))).UTC().Format("2006-01-02T15:04:05.000Z")
+}
 
 // what a refused request was about, for explain.
 type about struct {
@@ -90,6 +96,21 @@ func explain(err error, a about) error {
 		msg = fmt.Sprintf("the server cannot serve conversation %d right now; nothing was done, retry later", conv)
 	case client.CodeShuttingDown:
 		msg = "the server is shutting down; nothing was done, retry once it is back"
+	case client.CodeTokenExpired:
+		msg = "the operation's token is older than the server's token window"
+		if ce.Oldest != nil {
+			msg += fmt.Sprintf(" (it answers for tokens drawn from %s on)", unixMilliString(*ce.Oldest))
+		}
+		msg += ", and the server no longer knows whether that operation was done; nothing was done now. " +
+			"Run it again with a new token (no --token, or --force for a pending enroll) only if you know the first attempt was not done"
+	case client.CodeTokenInvalid:
+		if ce.Newest != nil {
+			msg = fmt.Sprintf("the operation's token is dated ahead of the server's clock by more than it allows (it takes tokens drawn up to %s): "+
+				"this machine's clock is ahead, or the server's behind; nothing was done", unixMilliString(*ce.Newest))
+			break
+		}
+		msg = "the server runs a token window and takes only UUIDv7 tokens, such as participantctl draws; this one is not " +
+			"(a --token of your own, or a pending operation an older participantctl saved in " + a.creds + "?); nothing was done"
 	default:
 		return err
 	}

@@ -128,7 +128,7 @@ func runEnroll(ctx context.Context, e *env, args []string) error {
 	}
 	defer s.Close()
 	cred, err := s.Enroll(octx, *conv, opts...)
-	if err != nil && replaying && errors.Is(err, client.ErrReceiptExpired) {
+	if err != nil && replaying && (errors.Is(err, client.ErrReceiptExpired) || errors.Is(err, client.ErrTokenExpired) || errors.Is(err, client.ErrTokenInvalid)) {
 		return fmt.Errorf("%w\nthe enroll saved in %s may have created a participant whose answer the server no longer replays; use --force to enroll anew", err, cf.creds)
 	}
 	if err != nil {
@@ -161,7 +161,7 @@ func runAttach(ctx context.Context, e *env, args []string) error {
 func runTell(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, commands["tell"])
 	cf := addConnFlags(fs, e)
-	tokenHex := fs.String("token", "", "the operation's token, 32 hex digits (default: a fresh one)")
+	tokenHex := fs.String("token", "", "the operation's token, 32 hex digits, to learn the outcome of an earlier tell (default: a fresh UUIDv7, which a server with a token window requires)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
