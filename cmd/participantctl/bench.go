@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/time/rate"
+
 	"github.com/participantd/participantd/participant"
 	"github.com/participantd/participantd/server"
 )
@@ -54,7 +56,9 @@ the bytes each operation added: with a server run with a short --retain,
 whether its disk stays bounded under a steady load. --retain and
 --token-window set the embedded server's (with --addr, give them to
 participantd). Every token the bench sends is a UUIDv7 of the time it was
-sent, so it runs against a server with a token window as without.`,
+sent, so it runs against a server with a token window as without.
+--rate N paces all clients together to N requests per second, so that
+such a run's load does not follow how busy a shared machine is.`,
 		run: runBench,
 	})
 }
@@ -93,6 +97,7 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	fs.IntVar(&f.load.conversations, "conversations", 0, "conversations of the tell shape (default clients/2: two participants each)")
 	fs.IntVar(&f.load.payload, "payload", 200, "tell payload, bytes")
 	fs.IntVar(&f.load.window, "window", 4, "requests in flight per connection")
+	fs.Float64Var(&f.load.rate, "rate", 0, "requests per second of all clients together (0: as fast as the server answers); a steady load, for --disk-sample runs on a shared machine")
 	fs.IntVar(&f.load.enrollPerConn, "enroll-per-conn", 512, "enroll shape: enrolls per connection before it says bye and reconnects")
 	fs.IntVar(&f.load.verify, "verify", 1000, "counted answers to replay with their token after the run")
 	fs.DurationVar(&f.duration, "duration", 10*time.Second, "measured time")
@@ -225,8 +230,8 @@ func (f *benchFlags) check() error {
 	default:
 		return fmt.Errorf("--op %q: want tell, enroll or mixed", f.load.op)
 	}
-	if f.load.clients <= 0 || f.load.window <= 0 || f.load.payload < 0 || f.duration <= 0 || f.load.enrollPerConn <= 0 {
-		return errors.New("--clients, --window, --duration and --enroll-per-conn must be positive, --payload not negative")
+	if f.load.clients <= 0 || f.load.window <= 0 || f.load.payload < 0 || f.duration <= 0 || f.load.enrollPerConn <= 0 || f.load.rate < 0 {
+		return errors.New("--clients, --window, --duration and --enroll-per-conn must be positive, --payload and --rate not negative")
 	}
 	if f.load.op == opMixed && f.load.clients < 2 {
 		return errors.New("--op mixed needs at least 2 clients")
@@ -268,6 +273,11 @@ func startEmbedded(ctx context.Context, cfg server.Config) (*server.Server, func
 // runLoad runs the load of f and fills rep.
 func runLoad(ctx context.Context, f *benchFlags, rep *benchReport, progress io.Writer) error {
 	r := &loadRun{cfg: f.load, nonce: newNonce()}
+	if f.load.rate > 0 {
+		// A burst of one request per client: the clients start together,
+		// and then each waits its turn.
+		r.limiter = rate.NewLimiter(rate.Limit(f.load.rate), f.load.clients)
+	}
 	if err := r.setup(ctx); err != nil {
 		return err
 	}

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/time/rate"
+
 	"github.com/participantd/participantd/client"
 	"github.com/participantd/participantd/wire"
 )
@@ -24,6 +26,10 @@ type loadConfig struct {
 	enrollPerConn int // enroll shape: enrolls before the client reconnects
 	verify        int // counted answers to replay after the run
 	randomTokens  bool
+	// rate caps the requests all clients send per second together (0: as
+	// fast as the server answers), for a steady load whose effect on disk
+	// does not depend on how busy the machine is.
+	rate float64
 }
 
 const (
@@ -47,6 +53,9 @@ type loadRun struct {
 	// against one long-lived server never collide.
 	nonce uint64
 	body  []byte
+	// limiter paces every worker's sends when cfg.rate is set; nil
+	// otherwise.
+	limiter *rate.Limiter
 
 	workers []*worker
 }
@@ -317,6 +326,10 @@ func (w *worker) drive(ctx context.Context) {
 		select {
 		case w.sem <- struct{}{}:
 		case <-ctx.Done():
+			return
+		}
+		if lim := w.run.limiter; lim != nil && lim.Wait(ctx) != nil {
+			<-w.sem
 			return
 		}
 		var err error

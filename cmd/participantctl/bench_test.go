@@ -217,3 +217,19 @@ func TestBench_VerifyUnderATokenWindowThatForgets(t *testing.T) {
 			rep.Ops, rep.Errors, rep.FirstError, rep.Verified, rep.Forgotten, rep.VerifyFailures)
 	}
 }
+
+// TestBench_RateCapsTheLoad: --rate paces all clients together, so the
+// measured operations stay within the rate times the measured time, plus
+// one request per client of burst (an upper bound only: a busy machine
+// may fall short of the rate, never above it).
+func TestBench_RateCapsTheLoad(t *testing.T) {
+	const rate, clients = 100, 4
+	rep := runBenchForTest(t, "--embedded", "--data-dir", t.TempDir(), "--clients", "4", "--rate", "100",
+		"--duration", "1s", "--warmup", "200ms", "--fsync-probe=false", "--verify", "5")
+	if rep.Ops == 0 || rep.Errors != 0 || len(rep.VerifyFailures) != 0 {
+		t.Fatalf("report = ops %d, errors %d (%s), failures %v; want ops, no errors", rep.Ops, rep.Errors, rep.FirstError, rep.VerifyFailures)
+	}
+	if limit := uint64(rate*rep.Seconds) + clients + 1; rep.Ops > limit {
+		t.Fatalf("--rate %d for %.2f s counted %d operations, want at most %d", rate, rep.Seconds, rep.Ops, limit)
+	}
+}
