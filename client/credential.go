@@ -18,12 +18,12 @@ type Token = wire.Token
 type Secret = wire.Secret
 
 // NewToken returns a fresh token, never all zero: a UUIDv7 (RFC 9562)
-// whose first 48 bits are the current unix time in ms and whose other 74
-// are random (the sub-millisecond part ordered within this process), so no
-// two draws are equal. Time-ordered tokens land next to each other in the
-// server's token index, whose pages they fill densely instead of touching
+// whose first 48 bits are the current unix time in ms, then 12 bits that
+// order the draws of one millisecond in this process, and 62 random bits.
+// Time-ordered tokens land next to each other in the server's token index,
+// whose pages they fill (to the values bucket's 80%) instead of touching
 // one at random per operation, and a server running a token window
-// (docs/PROTOCOL.md, The token window) accepts no other kind: its
+// (docs/PROTOCOL.md, Token window) accepts no other kind: its
 // window, and the refusal token_expired, count from the time the token
 // was drawn, not from when it was sent.
 func NewToken() Token {

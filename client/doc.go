@@ -10,7 +10,7 @@
 //     retry of it. An operation answered in_doubt, or whose connection
 //     drops before its answer, is retried with the same token until its
 //     outcome is known, so it is applied at most once.
-//   - A server running a token window (docs/PROTOCOL.md, The token window)
+//   - A server running a token window (docs/PROTOCOL.md, Token window)
 //     refuses a token older than the window that it does not find
 //     committed (token_expired), and one that is not a UUIDv7 or is ahead
 //     of its clock (token_invalid). Both are final: nothing was done, the

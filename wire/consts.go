@@ -97,7 +97,7 @@ const (
 	// a retry with the same token commits once recipients acknowledge.
 	CodeBacklogFull Code = "backlog_full"
 	// CodeTokenExpired refuses, on a server running a token window
-	// (docs/PROTOCOL.md, The token window), a request whose token is not
+	// (docs/PROTOCOL.md, Token window), a request whose token is not
 	// found committed and whose time is older than the window: the error's
 	// Oldest is the oldest token time the server accepts now. Nothing was
 	// done, and whether an earlier send of the token committed can no

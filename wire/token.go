@@ -9,7 +9,7 @@ import (
 // reuses on every retry of it. On the wire it is a bin of exactly 16 bytes
 // that are not all zero.
 //
-// A server running a token window (docs/PROTOCOL.md, The token window)
+// A server running a token window (docs/PROTOCOL.md, Token window)
 // accepts only UUIDv7 tokens (RFC 9562), laid out as:
 //
 //	bits     field
