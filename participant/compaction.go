@@ -36,7 +36,7 @@ const receiptBatchBytes = 4 << 20
 // outbox rows below the newest compaction mark at least Options.Retain
 // old, and never the last row a checkpoint covers. It reads at most
 // Options.CheckpointPassRows oplog rows in all. For each conversation it
-// writes the receipts of the token-bearing rows about to go and flushes,
+// settles the tokens of the rows about to go (settleTokens) and flushes,
 // then trims in steps, each under the conversation's turn for a few
 // thousand rows and one flush, about as long as a commit holds it: a reconciliation or a token lookup (which run
 // under the turn) never sees rows go from under it. Removed rows are gone
@@ -140,7 +140,7 @@ func (s *Service) compactPass(ctx context.Context) (out Compacted, full bool, er
 				continue
 			}
 		}
-		n, forgot, opBytes, err := s.writeReceipts(ctx, cs, cv.id, opFirst, opFloor, forget)
+		n, forgot, opBytes, err := s.settleTokens(ctx, cs, cv.id, opFirst, opFloor, forget)
 		s.passes.receipts.Add(uint64(n))
 		s.passes.forgotten.Add(uint64(forgot))
 		if err != nil {
@@ -149,11 +149,11 @@ func (s *Service) compactPass(ctx context.Context) (out Compacted, full bool, er
 		out.Receipts += n
 		out.Forgotten += forgot
 		// The receipts (and the checkpoint they rely on) must be durable
-		// before the rows they stand in for are trimmed; so must the
-		// deletions of forgotten tokens, which a retry would otherwise
-		// find again in rows restored by nothing (harmless, but the
-		// order keeps one rule: a trimmed row's token is answered from
-		// its receipt or refused by the floor, never from the row).
+		// before the rows they stand in for are trimmed. The deletions
+		// of forgotten entries need not precede the trims (an entry
+		// naming a trimmed row without a receipt reads as not committed,
+		// and the floor refuses its token), but the one flush orders
+		// them too.
 		if err := s.flush(cv.id); err != nil {
 			return out, budget == 0, fmt.Errorf("participant: write receipts of %v: %w", cv.id, err)
 		}
@@ -279,13 +279,14 @@ func (s *Service) raiseFloor(ctx context.Context, cv *conversation, forget int64
 	return cv.resets.Load() == resets, nil
 }
 
-// writeReceipts writes a receipt for every token-bearing row of c's oplog
-// in [from, to), in byte-bounded pages and batches, without flushing;
-// except that a row whose token is a UUIDv7 older than forget (unix ms,
-// a persisted floor; 0: none) gets no receipt, and its token index entry
-// is deleted instead. It returns how many receipts it wrote, how many
+// settleTokens settles the tokens of c's oplog rows in [from, to), about
+// to be trimmed: it writes a receipt for every token-bearing row, in
+// byte-bounded pages and batches, without flushing; except that a row
+// whose token is a UUIDv7 older than forget (unix ms, a persisted floor;
+// 0: none) gets no receipt, and its token index entry is deleted
+// instead. It returns how many receipts it wrote, how many
 // entries it deleted, and the stored bytes of the rows it read.
-func (s *Service) writeReceipts(ctx context.Context, cs store.Compactor, c ConversationID, from, to uint64, forget int64) (written, forgot int, rowBytes int64, err error) {
+func (s *Service) settleTokens(ctx context.Context, cs store.Compactor, c ConversationID, from, to uint64, forget int64) (written, forgot int, rowBytes int64, err error) {
 	if from >= to {
 		return 0, 0, 0, nil
 	}
