@@ -34,7 +34,8 @@ const receiptBatchBytes = 4 << 20
 // CompactPass removes, for every conversation with a checkpoint, the rows
 // that nothing can need any more (docs/DESIGN.md, Data lifecycle): oplog and
 // outbox rows below the newest compaction mark at least Options.Retain
-// old, and never the last row a checkpoint covers. It reads at most
+// old (under a token window, at least the window and the skew: see
+// retention), and never the last row a checkpoint covers. It reads at most
 // Options.CheckpointPassRows oplog rows in all. For each conversation it
 // settles the tokens of the rows about to go (settleTokens) and flushes,
 // then trims in steps, each under the conversation's turn for a few
