@@ -51,7 +51,11 @@
 //     oplog; nothing of a conversation is published before it is reconciled.
 //   - A token commits at most once per scope (enroll: the conversation;
 //     other operations: the participant); every retry of it replays the
-//     original answer, for the life of the data.
+//     original answer, for the life of the data, or, under a token window
+//     (Options.TokenWindow), until the window passes and then is refused
+//     token_expired: never committed again.
+//   - Under a token window, a committed token's index entry is gone only
+//     if the token's time is below the conversation's persisted floor.
 //   - Each binding ends exactly once, and never before its own row is
 //     durable: bindings are generations of the fence site (conversation,
 //     participant) in package fence.
@@ -71,7 +75,10 @@
 // The token index lives in the store (see tokens.go): one value per
 // committed token, pointing at its oplog row, written in the row's barrier
 // and verified against the row on every lookup. The heap holds no token
-// set, so memory does not grow with the number of operations.
+// set, so memory does not grow with the number of operations. Compaction
+// replaces the entries' rows with receipts (receipt.go), or, under the
+// token window, forgets the entries of tokens older than a floor it
+// persists first (tokens.go, compaction.go).
 //
 // # Reconciliation and containment
 //
