@@ -41,3 +41,27 @@ func TestCutLoop_MemoryBackend(t *testing.T) {
 		t.Fatalf("the loop checked %d runs; the workload should make far more store operations", runs)
 	}
 }
+
+// TestCrashCut_TokenWindow cuts participanttest.WindowWorkload, whose
+// compaction passes forget tokens under a token window, at every store
+// operation: after the restart every answered tell replays or is
+// token_expired, never committed again, and the contract holds
+// (Inspect, which CheckInvariants runs, also finds any committed token
+// whose index entry is gone above the floor).
+func TestCrashCut_TokenWindow(t *testing.T) {
+	var log []participanttest.Answered
+	runs := 0
+	faultstore.CutLoop{
+		Workload: func(s *faultstore.Store) error { return participanttest.WindowWorkload(s, &log) },
+		Check: func(t faultstore.TB, mem *store.Memory, run faultstore.CutRun) {
+			runs++
+			participanttest.CheckInvariants(t, mem, log)
+			if run.Completed {
+				participanttest.CheckForgotten(t, mem)
+			}
+		},
+	}.Run(t)
+	if runs < 50 {
+		t.Fatalf("the cut loop ran %d times; the workload should make far more store operations", runs)
+	}
+}

@@ -26,6 +26,11 @@ func powerCutOptions(ffs *faultfs.FS) logfirst.Options {
 // powerCutRun runs the cut workload on a log-first store whose log lives
 // on ffs, in dir, and returns what it answered.
 func powerCutRun(t *testing.T, ffs *faultfs.FS, dir string) []participanttest.Answered {
+	return powerCutRunOf(t, ffs, dir, participanttest.CutWorkload)
+}
+
+// powerCutRunOf is powerCutRun with another workload.
+func powerCutRunOf(t *testing.T, ffs *faultfs.FS, dir string, workload func(store.DurableStore, *[]participanttest.Answered) error) []participanttest.Answered {
 	t.Helper()
 	st, err := logfirst.Open(dir, powerCutOptions(ffs))
 	if _, cut := ffs.CutOp(); cut && err != nil {
@@ -35,7 +40,7 @@ func powerCutRun(t *testing.T, ffs *faultfs.FS, dir string) []participanttest.An
 		t.Fatalf("Open before the cut: %v", err)
 	}
 	var log []participanttest.Answered
-	werr := participanttest.CutWorkload(faultstore.New(st), &log)
+	werr := workload(faultstore.New(st), &log)
 	if _, cut := ffs.CutOp(); !cut && werr != nil {
 		t.Fatalf("workload without a power cut: %v", werr)
 	}
@@ -128,4 +133,59 @@ func (p prefixed) Errorf(format string, args ...any) {
 func (p prefixed) Fatalf(format string, args ...any) {
 	p.T.Helper()
 	p.T.Fatalf("cut at %v: "+format, append([]any{p.op}, args...)...)
+}
+
+// TestPowerCut_TokenWindow is TestPowerCut for participanttest's
+// WindowWorkload, whose compaction passes raise the token floor and
+// forget tokens through the log: at every one of its file-system calls,
+// several times over, every answered tell replays or is token_expired
+// after the power cut, never committed again.
+func TestPowerCut_TokenWindow(t *testing.T) {
+	ffs := faultfs.New()
+	cleanDir := t.TempDir()
+	powerCutRunOf(t, ffs, cleanDir, participanttest.WindowWorkload)
+	total := ffs.Ops()
+	st, err := logfirst.Open(cleanDir, powerCutOptions(ffs))
+	if err != nil {
+		t.Fatalf("Open after the clean run: %v", err)
+	}
+	participanttest.CheckForgotten(t, st)
+	if err := st.Close(); err != nil {
+		t.Fatalf("Close after the clean run: %v", err)
+	}
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 2))
+	// Every call is a cut point, visited again and again as in
+	// TestPowerCut (the checkpointer's timing and the torn length differ).
+	want := 500
+	if *powerCutLong {
+		want *= 10
+	}
+	var cuts []uint64
+	for len(cuts) < want {
+		for i := range total + 10 {
+			cuts = append(cuts, i)
+		}
+	}
+	runs := 0
+	for _, at := range cuts {
+		ffs := faultfs.New()
+		ffs.SetRule(faultfs.CutAt(at))
+		dir := t.TempDir()
+		log := powerCutRunOf(t, ffs, dir, participanttest.WindowWorkload)
+		op, cut := ffs.CutOp()
+		ffs.Crash(rng)
+		st, err := logfirst.Open(dir, powerCutOptions(ffs))
+		if err != nil {
+			t.Fatalf("cut at %v (cut=%v): Open after the power cut: %v", op, cut, err)
+		}
+		participanttest.CheckInvariants(prefixed{t, op}, st, log)
+		if !cut {
+			participanttest.CheckForgotten(prefixed{t, op}, st)
+		}
+		if err := st.Close(); err != nil {
+			t.Fatalf("Close after the check: %v", err)
+		}
+		runs++
+	}
+	t.Logf("%d power cuts over %d file-system calls", runs, total)
 }

@@ -1,0 +1,127 @@
+package participanttest
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/participantd/participantd/faultstore"
+	"github.com/participantd/participantd/oplog"
+	"github.com/participantd/participantd/participant"
+	"github.com/participantd/participantd/store"
+)
+
+// V7Token returns a UUIDv7 token drawn at t (RFC 9562: t's unix ms, version
+// 7, variant 10), its random part n.
+func V7Token(t time.Time, n uint64) participant.Token {
+	var tk participant.Token
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], uint64(t.UnixMilli()))
+	copy(tk[:6], b[2:])
+	binary.BigEndian.PutUint64(tk[8:], n)
+	tk[6] = 0x70
+	tk[8] = 0x80 | tk[8]&0x3f
+	return tk
+}
+
+// windowClock is the clock WindowWorkload advances.
+type windowClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *windowClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *windowClock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+// WindowWorkload drives a service under a token window of one minute
+// over s, on a clock it advances twenty seconds a tell, with checkpoint
+// and compaction passes between tells, so that its first tokens age out
+// of the window and compaction forgets them (raising the token floor
+// first) while later ones are still deduplicated. Every answered tell is
+// in *log; its Check accepts the original answer replayed or
+// token_expired (a forgotten token), never a new commit. Like
+// CutWorkload it stops at the first failure and closes the service
+// before it returns.
+func WindowWorkload(s store.DurableStore, log *[]Answered) error {
+	ctx := context.Background()
+	*log = (*log)[:0]
+	clk := &windowClock{now: time.UnixMilli(1_700_000_000_000)}
+	svc, err := participant.Open(ctx, s, participant.Options{NodeKey: NodeKey, CheckpointRows: 1,
+		Retain: time.Second, TokenWindow: time.Minute, TokenSkew: time.Second, Now: clk.Now})
+	if err != nil {
+		return err
+	}
+	defer svc.Close()
+	cs, cr := svc.Connect(nil), svc.Connect(nil)
+	snd, err := cs.Enroll(ctx, participant.Enroll{Conversation: 1, Token: V7Token(clk.Now(), 1)})
+	if err != nil {
+		return err
+	}
+	rcv, err := cr.Enroll(ctx, participant.Enroll{Conversation: 1, Token: V7Token(clk.Now(), 2)})
+	if err != nil {
+		return err
+	}
+	if _, err := cs.Ack(ctx, participant.Ack{Conversation: 1, Participant: snd.Participant, Generation: 1, Through: 2}); err != nil {
+		return err
+	}
+	for i := range 6 {
+		req := participant.Tell{Conversation: 1, Participant: snd.Participant, Generation: 1,
+			Token: V7Token(clk.Now(), uint64(10+i)), Payload: []byte{byte(i)}}
+		told, err := cs.Tell(ctx, req)
+		if err != nil {
+			return err
+		}
+		*log = append(*log, Answered{fmt.Sprintf("tell %d", i), func(ctx context.Context, c *participant.Conn, _ store.DurableStore) error {
+			r, err := c.Tell(ctx, req)
+			if errors.Is(err, participant.ErrTokenExpired) {
+				return nil
+			}
+			if err != nil || r.Seq != told.Seq || r.Replay != participant.ReplayCommitted {
+				return fmt.Errorf("retry = %+v, %v; want seq %v replayed, or token_expired", r, err, told.Seq)
+			}
+			return nil
+		}})
+		if _, err := cr.Ack(ctx, participant.Ack{Conversation: 1, Participant: rcv.Participant, Generation: 1, Through: told.Seq}); err != nil {
+			return err
+		}
+		clk.advance(20 * time.Second)
+		if i%2 == 1 {
+			if _, err := svc.CheckpointPass(ctx); err != nil {
+				return err
+			}
+			if _, err := svc.CompactPass(ctx); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// CheckForgotten fails unless st holds what the completed
+// WindowWorkload's passes wrote: conversation 1's token floor, and its
+// oplog trimmed.
+func CheckForgotten(t faultstore.TB, st store.DurableStore) {
+	t.Helper()
+	if v, err := st.ReadValue("token/1/window"); err != nil || v == 0 {
+		t.Fatalf("after the completed window workload, conversation 1 has no token floor (%d, %v)", v, err)
+	}
+	cs, ok := store.AsCompactor(st)
+	if !ok {
+		t.Fatalf("the store %T does not compact", st)
+	}
+	if first, err := cs.First(oplog.Stream(1)); err != nil || first == 0 {
+		t.Fatalf("after the completed window workload, conversation 1 was not compacted (first row %d, %v)", first, err)
+	}
+}
