@@ -55,3 +55,24 @@ func TestCrashCutOverEtcd(t *testing.T) {
 	}
 	t.Logf("checked %d runs", runs)
 }
+
+// TestCrashCutOverEtcd_TokenWindow runs participanttest.WindowWorkload
+// through the same loop over etcd: the token floor and the deletions of
+// forgotten tokens' entries are staged in the conversation's scope and
+// committed by its flushes, and a cut anywhere leaves every answered tell
+// replayed or token_expired, never committed again. -short cuts at every
+// fourth operation from a random offset.
+func TestCrashCutOverEtcd_TokenWindow(t *testing.T) {
+	stride := uint64(1)
+	if testing.Short() {
+		stride = 4
+	}
+	offset := rand.Uint64N(stride)
+	t.Logf("stride %d, offset %d", stride, offset)
+	runs := participanttest.CutLoop{Backend: etcdBackend(), Stride: stride, Offset: offset,
+		Workload: participanttest.WindowWorkload, Completed: participanttest.CheckForgotten}.Run(t)
+	if runs < 10 {
+		t.Fatalf("the loop checked %d runs; the workload should make far more store operations", runs)
+	}
+	t.Logf("checked %d runs", runs)
+}

@@ -20,11 +20,11 @@ type Backend struct {
 	Release func(t faultstore.TB, st store.DurableStore)
 }
 
-// CutLoop is faultstore.CutLoop over any Backend: it runs CutWorkload
-// over and over, cutting it at store operation Offset, Offset+Stride,
+// CutLoop is faultstore.CutLoop over any Backend: it runs CutWorkload (or
+// Workload) over and over, cutting it at store operation Offset, Offset+Stride,
 // Offset+2·Stride, ... in turn, crashes the store, and checks what the
-// restart finds with CheckInvariants (and CheckCompacted after the run
-// the cut did not reach, which ends the loop).
+// restart finds with CheckInvariants (and CheckCompacted, or Completed,
+// after the run the cut did not reach, which ends the loop).
 //
 // A Stride above one samples the cut points, for backends whose
 // operations are too slow to cut at every one.
@@ -37,6 +37,11 @@ type CutLoop struct {
 	// MaxCuts bounds the runs that reach their cut; zero means
 	// faultstore.DefaultMaxCuts.
 	MaxCuts uint64
+	// Workload is what the loop cuts; nil means CutWorkload.
+	Workload func(store.DurableStore, *[]Answered) error
+	// Completed checks the run the cut did not reach; nil means
+	// CheckCompacted (WindowWorkload's is CheckForgotten).
+	Completed func(faultstore.TB, store.DurableStore)
 }
 
 // Run runs the loop and returns how many runs it checked.
@@ -47,13 +52,20 @@ func (l CutLoop) Run(t faultstore.TB) int {
 	if maxCuts == 0 {
 		maxCuts = faultstore.DefaultMaxCuts
 	}
+	workload, completed := l.Workload, l.Completed
+	if workload == nil {
+		workload = CutWorkload
+	}
+	if completed == nil {
+		completed = CheckCompacted
+	}
 	runs := 0
 	for i := l.Offset; ; i += stride {
 		st := l.Backend.Fresh(t)
 		fs := faultstore.New(st)
 		fs.SetRules(faultstore.OnIndex(i, faultstore.Cut))
 		var log []Answered
-		err := CutWorkload(fs, &log)
+		err := workload(fs, &log)
 		cutAt, cut := fs.CutAt()
 		// The process is dead: a restart finds only what was flushed.
 		st = l.Backend.Crash(t, st)
@@ -67,7 +79,7 @@ func (l CutLoop) Run(t faultstore.TB) int {
 		pt := prefixTB{TB: t, prefix: label}
 		CheckInvariants(pt, st, log)
 		if !cut {
-			CheckCompacted(pt, st)
+			completed(pt, st)
 		}
 		if l.Backend.Release != nil {
 			l.Backend.Release(t, st)
