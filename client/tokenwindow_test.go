@@ -363,3 +363,76 @@ func TestClient_Attach_TokenExpired(t *testing.T) {
 		})
 	}
 }
+
+// An OnIntent error for the token that renews an expired one stops the
+// attach before that token is sent; the intent keeps it and its renewal
+// spent, so the next Attach asks OnIntent again with the same token and
+// sends it, and a second token_expired loses the participant.
+func TestClient_Attach_TokenExpired_OnIntentFailsForTheRenewal(t *testing.T) {
+	for _, expiresAgain := range []bool{false, true} {
+		name := "renewal commits"
+		if expiresAgain {
+			name = "renewal expires"
+		}
+		t.Run(name, func(t *testing.T) {
+			ctx := testCtx(t)
+			srv := newFakeServer(t)
+			a := dialT(t, srv, client.Options{})
+			cred, err := a.Enroll(ctx, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			diskFull := errors.New("disk full")
+			var (
+				mu     sync.Mutex
+				tokens []client.Token
+			)
+			b := dialT(t, srv, client.Options{OnIntent: func(in client.Intent) error {
+				mu.Lock()
+				defer mu.Unlock()
+				tokens = append(tokens, in.Token)
+				if len(tokens) == 2 {
+					return diskFull
+				}
+				return nil
+			}})
+			srv.mu.Lock()
+			srv.refusal = wire.Error{Code: wire.CodeTokenExpired, Detail: "scripted", Oldest: ptr[uint64](1)}
+			srv.mu.Unlock()
+			refused := 0
+			srv.setHook(func(_ *fconn, m wire.Message) action {
+				if a, ok := m.(*wire.Attach); ok && a.Conversation == 1 && (refused == 0 || expiresAgain) {
+					refused++
+					return refuse
+				}
+				return pass
+			})
+			if _, err := b.Attach(ctx, cred); !errors.Is(err, diskFull) {
+				t.Fatalf("Attach with OnIntent failing for the renewal = %v, want %v", err, diskFull)
+			}
+			got, err := b.Attach(ctx, cred)
+			sent := attachesIn(srv, 1)
+			if len(sent) != 2 {
+				t.Fatalf("the server saw %d attaches, want 2 (the expired token, its renewal)", len(sent))
+			}
+			mu.Lock()
+			want := []client.Token{client.Token(sent[0].Token), client.Token(sent[1].Token), client.Token(sent[1].Token)}
+			if diff := cmp.Diff(want, tokens); diff != "" {
+				t.Errorf("OnIntent tokens (-want +got):\n%s", diff)
+			}
+			mu.Unlock()
+			if sent[0].Token == sent[1].Token {
+				t.Errorf("the renewal reused token %v", sent[1].Token)
+			}
+			if expiresAgain {
+				if !errors.Is(err, client.ErrTokenExpired) || !errors.Is(err, client.ErrParticipantLost) {
+					t.Errorf("Attach after the renewal expired = %v, %v; want participant lost by token_expired", got, err)
+				}
+				return
+			}
+			if err != nil || got.Generation != cred.Generation+1 {
+				t.Errorf("Attach after OnIntent recovered = %v, %v; want generation %d", got, err, cred.Generation+1)
+			}
+		})
+	}
+}
