@@ -61,16 +61,44 @@ type member struct {
 	cursor    uint64 // the durable cursor, as last answered
 }
 
-// attachIntent is one intended attach: its token and the credential it
-// presents stay the same on every retry.
+// attachIntent is one intended attach: the credential it presents stays
+// the same on every retry, and so does its token, but for one renewal:
+// a token refused token_expired is replaced once by a fresh one (see
+// renewExpiredLocked). Its fields are guarded by Client.mu.
 type attachIntent struct {
 	token     Token
 	presented Credential
-	sentOn    map[uint64]bool // session ordinals it was sent on
+	sentOn    map[uint64]bool // session ordinals token was sent on
+	// intended marks a token OnIntent accepted; a token is sent only
+	// once it is intended.
+	intended bool
+	// renewed marks an intent whose first token expired and was
+	// replaced; a second token_expired loses the participant.
+	renewed bool
 	// supplied marks a token the caller gave (WithToken): it may have
 	// been sent by another process, so a replay marked bound names a
-	// binding that is not this client's.
+	// binding that is not this client's, and it is never renewed.
 	supplied bool
+}
+
+// renewExpiredLocked replaces in's token, refused token_expired, with a
+// fresh one and reports whether it did: at most once per intent, and
+// never for a token the caller supplied, whose meaning is the caller's.
+//
+// Safe because an attach presents a credential: if an earlier send of
+// the expired token committed, the presented generation is no longer the
+// current one and the new token's attach is refused stale_authority
+// (nothing done; lost, as the minted secret never arrived); if none
+// committed, the new token's attach is the first to. It never commits
+// twice. The new token has gone out on no session yet, and is sent only
+// after OnIntent accepts it. c.mu is held.
+func (in *attachIntent) renewExpiredLocked() bool {
+	if in.supplied || in.renewed {
+		return false
+	}
+	in.token, in.renewed, in.intended = NewToken(), true, false
+	in.sentOn = make(map[uint64]bool)
+	return true
 }
 
 // Dial connects to addr, runs the handshake and returns a Client that keeps
@@ -384,7 +412,8 @@ func (c *Client) retryAttach(s *session, m *member) {
 // errLost if s ends first; a refusal that makes the credential unusable
 // marks m lost and returns its *LostError. A refusal that commits nothing
 // (backlog_full, unavailable, ...) keeps m's intent: the next attempt
-// sends the same token and presented credential.
+// sends the same token and presented credential. A token_expired refusal
+// renews the intent's token once (renewExpiredLocked) and tries again.
 func (c *Client) attachOn(ctx context.Context, s *session, m *member, backlogWait time.Duration) (Credential, error) {
 	m.attachMu.Lock()
 	defer m.attachMu.Unlock()
@@ -405,32 +434,38 @@ func (c *Client) attachOn(ctx context.Context, s *session, m *member, backlogWai
 			return cred, nil
 		}
 		in := m.intent
-		fresh := in == nil
-		if fresh {
+		if in == nil {
 			in = &attachIntent{token: NewToken(), presented: m.cred, sentOn: make(map[uint64]bool)}
 			if m.nextToken != nil {
 				in.token, in.supplied, m.nextToken = *m.nextToken, true, nil
 			}
 			m.intent = in
 		}
-		in.sentOn[s.seq] = true
-		p := in.presented
+		p, tok, intended := in.presented, in.token, in.intended
 		c.mu.Unlock()
 
-		if fresh {
-			err := c.intend(Intent{Op: IntentAttach, Conversation: p.Conversation, Presented: p, Token: in.token})
-			if err != nil {
+		// OnIntent sees every token before its first send: an intent's
+		// first, and the one that renewed it.
+		if !intended {
+			if err := c.intend(Intent{Op: IntentAttach, Conversation: p.Conversation, Presented: p, Token: tok}); err != nil {
+				// An intent never sent is in doubt nowhere: drop it. A
+				// renewed one is kept with its renewal spent; the next
+				// attempt asks OnIntent again.
 				c.mu.Lock()
-				if m.intent == in {
+				if m.intent == in && !in.renewed {
 					m.intent = nil
 				}
 				c.mu.Unlock()
 				return Credential{}, err
 			}
 		}
+		c.mu.Lock()
+		in.intended = true
+		in.sentOn[s.seq] = true
+		c.mu.Unlock()
 
 		ans, err := c.callOnWait(ctx, s, &wire.Attach{Conversation: p.Conversation, Participant: p.Participant,
-			Generation: p.Generation, Secret: p.Secret, Token: in.token}, backlogWait)
+			Generation: p.Generation, Secret: p.Secret, Token: tok}, backlogWait)
 		if err != nil {
 			return Credential{}, err
 		}
@@ -459,11 +494,21 @@ func (c *Client) attachOn(ctx context.Context, s *session, m *member, backlogWai
 			// attach again with the credential it minted.
 		case *wire.Error:
 			e := fromWire(a)
+			if e.Code == CodeTokenExpired {
+				c.mu.Lock()
+				renewed := m.intent == in && in.renewExpiredLocked()
+				c.mu.Unlock()
+				if renewed {
+					c.log.Info().Stringer("participant", p).Msg("attach token expired; retrying with a new token")
+					continue
+				}
+			}
 			switch e.Code {
 			case CodeReceiptExpired, CodeStaleAuthority, CodeRetired, CodeUnknownParticipant,
-				// Final answers about the intent's token: whether an
-				// earlier send of it committed (and moved the
-				// credential on) cannot be told, as for receipt_expired.
+				// Final answers about the intent's token: an invalid
+				// one, or one that expired again after its renewal or
+				// that the caller supplied, whose earlier sends may
+				// have committed (and moved the credential on).
 				CodeTokenExpired, CodeTokenInvalid:
 				lost := &LostError{Conversation: p.Conversation, Participant: p.Participant, Err: e}
 				c.mu.Lock()

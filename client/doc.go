@@ -17,8 +17,16 @@
 //     client never retries them, and the call returns ErrTokenExpired or
 //     ErrTokenInvalid. After token_expired an earlier send of the token
 //     may have committed: send again, with a new token, only an operation
-//     known not to have committed. A re-attachment refused either loses
-//     its participant (OnLost, a *LostError), as receipt_expired does.
+//     known not to have committed. The exception is an attach (a
+//     re-attachment after a reconnect, or Attach) refused token_expired
+//     for a token the client drew: it is retried once with a new token
+//     (passed to OnIntent before it is sent) and the same presented
+//     credential, which is safe because an earlier committed send moved
+//     the generation on, so the retry is then refused stale_authority
+//     instead of attaching twice. An attach whose renewed token expires
+//     too, whose token the caller supplied (WithToken), or that is refused
+//     token_invalid loses its participant (OnLost after a reconnect, a
+//     *LostError), as receipt_expired does.
 //   - An enroll, tell or attach refused backlog_full (its conversation, or
 //     the server, retains as many unacknowledged records as it may) is
 //     retried with backoff and the same token for up to

@@ -37,11 +37,17 @@ const (
 	// than the window (Error.Oldest is the oldest token time it accepts
 	// now, unix ms). Nothing was done, and whether an earlier send of
 	// this token committed can no longer be told: the client does not
-	// retry it. A caller that knows the first send did not commit (it was
-	// never sent, or was refused with nothing done) may send the
-	// operation again with a new token; one that does not know must treat
-	// the outcome as unknown, as for in_doubt past its retries (check the
-	// conversation's records, or give the operation up).
+	// retry it, but for an attach. A caller that knows the first send did
+	// not commit (it was never sent, or was refused with nothing done)
+	// may send the operation again with a new token; one that does not
+	// know must treat the outcome as unknown, as for in_doubt past its
+	// retries (check the conversation's records, or give the operation
+	// up). An attach (Attach, or a re-attachment after a reconnect) of a
+	// token the client drew is retried once with a new token and the same
+	// presented credential: had an earlier send committed, the retry is
+	// refused stale_authority, so it never attaches twice. Its second
+	// token_expired, or the first for a token of WithToken, loses the
+	// participant (a *LostError).
 	CodeTokenExpired = wire.CodeTokenExpired
 	// CodeTokenInvalid: a server running a token window refused the token
 	// because it is not a UUIDv7 (a token of WithToken not drawn by

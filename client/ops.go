@@ -216,10 +216,16 @@ func (c *Client) Enroll(ctx context.Context, conv uint64, opts ...CallOption) (C
 // at once with the deferred attach's token, retrying backlog_full for
 // BacklogWait as any attach.
 //
+// An attach refused token_expired (a server running a token window, and
+// an attach retried for longer than the window) is retried once with a new
+// token, which OnIntent sees first, and the same presented credential; not
+// one whose token came from WithToken (see CodeTokenExpired).
+//
 // Errors: a *LostError (errors.Is ErrParticipantLost, and
 // ErrStaleAuthority, ErrReceiptExpired, ErrRetired,
 // ErrUnknownParticipant, or, from a server running a token window,
-// ErrTokenExpired or ErrTokenInvalid for the attach's token) when the
+// ErrTokenExpired (for a WithToken token, or a renewed token that expired
+// again) or ErrTokenInvalid for the attach's token) when the
 // credential cannot be used, other *Error
 // refusals, the error of Options.OnIntent, or ErrClosed.
 func (c *Client) Attach(ctx context.Context, cred Credential, opts ...CallOption) (Credential, error) {

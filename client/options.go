@@ -64,10 +64,12 @@ type Options struct {
 	// the first time (not before its retries, which reuse the token), also
 	// for the re-attachments after a reconnect, so that a caller can
 	// persist the token and recover the answer after a crash of its own;
-	// see Intent. If it returns an error the request is not sent and the
-	// call fails with it (a re-attachment is tried again on the next
-	// connection). It is called without locks held and must not call the
-	// Client.
+	// see Intent. It is called again, with the new token, before the
+	// first send of the token that replaces an attach's expired one (see
+	// CodeTokenExpired). If it returns an error the request is not sent
+	// and the call fails with it (a re-attachment is tried again on the
+	// next connection). It is called without locks held and must not call
+	// the Client.
 	OnIntent func(Intent) error
 	// DiscardDeliveries drops every delivery, for clients that only send.
 	DiscardDeliveries bool

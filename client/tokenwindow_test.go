@@ -3,6 +3,7 @@ package client_test
 import (
 	"bytes"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -96,12 +97,20 @@ func TestClient_TokenWindowRefusalsAreNotRetried(t *testing.T) {
 	}
 }
 
-// A re-attachment refused token_expired or token_invalid after a
-// reconnect loses its participant, as receipt_expired does, with one try
-// and without churning the new connection, which serves the rest.
+// A re-attachment after a reconnect whose token is refused token_invalid,
+// or token_expired for the fresh token that replaced an expired one, loses
+// its participant, as receipt_expired does, without churning the new
+// connection, which serves the rest.
 func TestClient_Reattach_TokenWindowRefusal_ParticipantLost(t *testing.T) {
-	for _, code := range []wire.Code{wire.CodeTokenExpired, wire.CodeTokenInvalid} {
-		t.Run(string(code), func(t *testing.T) {
+	for _, tc := range []struct {
+		code  wire.Code
+		sends int // attaches sent before the participant is lost
+	}{
+		{wire.CodeTokenExpired, 2}, // the first token, then its one renewal
+		{wire.CodeTokenInvalid, 1},
+	} {
+		t.Run(string(tc.code), func(t *testing.T) {
+			code := tc.code
 			ctx := testCtx(t)
 			srv := newFakeServer(t)
 			ev := newEvents()
@@ -148,17 +157,281 @@ func TestClient_Reattach_TokenWindowRefusal_ParticipantLost(t *testing.T) {
 			if _, err := c.Tell(ctx, lost, []byte("x")); !errors.Is(err, client.ErrParticipantLost) {
 				t.Errorf("Tell of the lost participant = %v, want participant lost", err)
 			}
-			n := 0
-			for _, a := range attaches(srv) {
-				if a.Conversation == 1 {
-					n++
-				}
+			sent := attachesIn(srv, 1)
+			if len(sent) != tc.sends {
+				t.Fatalf("the lost participant's attach was sent %d times, want %d", len(sent), tc.sends)
 			}
-			if n != 1 {
-				t.Errorf("the lost participant's attach was sent %d times, want 1", n)
+			if tc.sends == 2 && sent[0].Token == sent[1].Token {
+				t.Errorf("the retry after token_expired reused token %v, want a new one", sent[1].Token)
 			}
 			if got := c.Welcome().Connection; got != conn {
 				t.Errorf("connection %d, want %d: the refusal churned the connection", got, conn)
+			}
+		})
+	}
+}
+
+// attachesIn returns the attaches of conversation conv the server saw, in
+// the order it saw them.
+func attachesIn(srv *fakeServer, conv uint64) []*wire.Attach {
+	var out []*wire.Attach
+	for _, a := range attaches(srv) {
+		if a.Conversation == conv {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// expireFirstAttach makes the server refuse the first attach of
+// conversation conv token_expired; before refusing it, commit (when set)
+// commits it and then forgets its token, as a server whose window passed
+// over a committed attach does.
+func expireFirstAttach(srv *fakeServer, conv uint64, commit bool) {
+	srv.mu.Lock()
+	srv.refusal = wire.Error{Code: wire.CodeTokenExpired, Detail: "scripted", Oldest: ptr[uint64](1)}
+	srv.mu.Unlock()
+	done := false
+	srv.setHook(func(fc *fconn, m wire.Message) action {
+		a, ok := m.(*wire.Attach)
+		if !ok || a.Conversation != conv || done {
+			return pass
+		}
+		done = true
+		if commit {
+			srv.applyLocked(fc, m)
+			delete(srv.convs[conv].members[a.Participant].tokens, a.Token)
+		}
+		return refuse
+	})
+}
+
+// A re-attachment after a reconnect refused token_expired is retried once
+// with a new token presenting the same credential, which OnIntent sees
+// before it is sent: the participant is re-attached, not lost, and the
+// connection serves on.
+func TestClient_Reattach_TokenExpired_RetriedWithNewToken(t *testing.T) {
+	ctx := testCtx(t)
+	srv := newFakeServer(t)
+	ev := newEvents()
+	opts := ev.options()
+	type seenIntent struct {
+		in        client.Intent
+		sentFirst bool // the server had seen an attach with its token
+	}
+	var (
+		mu      sync.Mutex
+		intents []seenIntent
+	)
+	opts.OnIntent = func(in client.Intent) error {
+		if in.Op != client.IntentAttach {
+			return nil
+		}
+		sent := false
+		for _, a := range attaches(srv) {
+			sent = sent || client.Token(a.Token) == in.Token
+		}
+		mu.Lock()
+		intents = append(intents, seenIntent{in, sent})
+		mu.Unlock()
+		return nil
+	}
+	c := dialT(t, srv, opts)
+	cred, err := c.Enroll(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	expireFirstAttach(srv, 1, false)
+	srv.dropAll()
+	ev.waitFor(t, "credential g2", "reconnect")
+	conn := c.Welcome().Connection
+	if conn != 2 {
+		t.Errorf("connection %d after one drop, want 2: the refusal churned the connection", conn)
+	}
+	if _, err := c.Tell(ctx, cred, []byte("x")); err != nil {
+		t.Errorf("Tell after the re-attachment = %v, want the participant bound", err)
+	}
+	ev.mu.Lock()
+	nlost := len(ev.lost)
+	ev.mu.Unlock()
+	if nlost != 0 {
+		t.Errorf("OnLost called %d times, want 0", nlost)
+	}
+	sent := attachesIn(srv, 1)
+	if len(sent) != 2 {
+		t.Fatalf("the server saw %d attaches, want 2 (the expired token, its renewal)", len(sent))
+	}
+	if sent[0].Token == sent[1].Token {
+		t.Errorf("the retry reused token %v, want a new one", sent[1].Token)
+	}
+	for i, a := range sent {
+		if a.Generation != cred.Generation || a.Secret != cred.Secret {
+			t.Errorf("attach %d presented generation %d, want the held credential's %d", i, a.Generation, cred.Generation)
+		}
+	}
+	want := []seenIntent{
+		{client.Intent{Op: client.IntentAttach, Conversation: 1, Presented: cred, Token: client.Token(sent[0].Token)}, false},
+		{client.Intent{Op: client.IntentAttach, Conversation: 1, Presented: cred, Token: client.Token(sent[1].Token)}, false},
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if diff := cmp.Diff(want, intents, cmp.AllowUnexported(seenIntent{})); diff != "" {
+		t.Errorf("OnIntent calls (-want +got):\n%s", diff)
+	}
+	if got := c.Welcome().Connection; got != conn {
+		t.Errorf("connection %d, want %d", got, conn)
+	}
+}
+
+// When the expired token of a re-attachment had committed (the server
+// forgot it), the retry with a new token presents a generation that is no
+// longer current: it is refused stale_authority and the participant is
+// lost, never attached twice.
+func TestClient_Reattach_TokenExpiredThenStaleAuthority_ParticipantLost(t *testing.T) {
+	ctx := testCtx(t)
+	srv := newFakeServer(t)
+	ev := newEvents()
+	c := dialT(t, srv, ev.options())
+	cred, err := c.Enroll(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	expireFirstAttach(srv, 1, true)
+	srv.dropAll()
+	ev.waitFor(t, "lost p"+itoa(cred.Participant)+" g1", "reconnect")
+	ev.mu.Lock()
+	reasons := append([]error(nil), ev.lost...)
+	ev.mu.Unlock()
+	if len(reasons) != 1 || !errors.Is(reasons[0], client.ErrParticipantLost) || !errors.Is(reasons[0], client.ErrStaleAuthority) {
+		t.Errorf("OnLost reasons = %v, want one participant lost by stale_authority", reasons)
+	}
+	if _, err := c.Tell(ctx, cred, []byte("x")); !errors.Is(err, client.ErrParticipantLost) {
+		t.Errorf("Tell of the lost participant = %v, want participant lost", err)
+	}
+	sent := attachesIn(srv, 1)
+	if len(sent) != 2 || sent[0].Token == sent[1].Token {
+		t.Fatalf("the server saw attaches %v, want two with different tokens", sent)
+	}
+	if got := srv.member(1, cred.Participant).gen; got != 2 {
+		t.Errorf("the participant's generation is %d, want 2: attached once", got)
+	}
+}
+
+// An explicit Attach whose own token expired is retried once with a new
+// token; one whose token the caller supplied (WithToken) is not: the
+// caller owns that token's meaning, and gets token_expired.
+func TestClient_Attach_TokenExpired(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		opts    []client.CallOption
+		wantErr error
+		sends   int
+	}{
+		{"drawn by the client", nil, nil, 2},
+		{"WithToken", []client.CallOption{client.WithToken(client.NewToken())}, client.ErrTokenExpired, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := testCtx(t)
+			srv := newFakeServer(t)
+			a := dialT(t, srv, client.Options{})
+			cred, err := a.Enroll(ctx, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := dialT(t, srv, client.Options{})
+			expireFirstAttach(srv, 1, false)
+			got, err := b.Attach(ctx, cred, tc.opts...)
+			sent := attachesIn(srv, 1)
+			if len(sent) != tc.sends {
+				t.Fatalf("the server saw %d attaches, want %d", len(sent), tc.sends)
+			}
+			if tc.wantErr != nil {
+				if !errors.Is(err, tc.wantErr) || !errors.Is(err, client.ErrParticipantLost) {
+					t.Errorf("Attach = %v, %v; want %v", got, err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || got.Generation != cred.Generation+1 {
+				t.Fatalf("Attach = %v, %v; want generation %d", got, err, cred.Generation+1)
+			}
+			if sent[0].Token == sent[1].Token {
+				t.Errorf("the retry reused token %v, want a new one", sent[1].Token)
+			}
+			if _, err := b.Tell(ctx, got, []byte("x")); err != nil {
+				t.Errorf("Tell after the Attach = %v", err)
+			}
+		})
+	}
+}
+
+// An OnIntent error for the token that renews an expired one stops the
+// attach before that token is sent; the intent keeps it and its renewal
+// spent, so the next Attach asks OnIntent again with the same token and
+// sends it, and a second token_expired loses the participant.
+func TestClient_Attach_TokenExpired_OnIntentFailsForTheRenewal(t *testing.T) {
+	for _, expiresAgain := range []bool{false, true} {
+		name := "renewal commits"
+		if expiresAgain {
+			name = "renewal expires"
+		}
+		t.Run(name, func(t *testing.T) {
+			ctx := testCtx(t)
+			srv := newFakeServer(t)
+			a := dialT(t, srv, client.Options{})
+			cred, err := a.Enroll(ctx, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			diskFull := errors.New("disk full")
+			var (
+				mu     sync.Mutex
+				tokens []client.Token
+			)
+			b := dialT(t, srv, client.Options{OnIntent: func(in client.Intent) error {
+				mu.Lock()
+				defer mu.Unlock()
+				tokens = append(tokens, in.Token)
+				if len(tokens) == 2 {
+					return diskFull
+				}
+				return nil
+			}})
+			srv.mu.Lock()
+			srv.refusal = wire.Error{Code: wire.CodeTokenExpired, Detail: "scripted", Oldest: ptr[uint64](1)}
+			srv.mu.Unlock()
+			refused := 0
+			srv.setHook(func(_ *fconn, m wire.Message) action {
+				if a, ok := m.(*wire.Attach); ok && a.Conversation == 1 && (refused == 0 || expiresAgain) {
+					refused++
+					return refuse
+				}
+				return pass
+			})
+			if _, err := b.Attach(ctx, cred); !errors.Is(err, diskFull) {
+				t.Fatalf("Attach with OnIntent failing for the renewal = %v, want %v", err, diskFull)
+			}
+			got, err := b.Attach(ctx, cred)
+			sent := attachesIn(srv, 1)
+			if len(sent) != 2 {
+				t.Fatalf("the server saw %d attaches, want 2 (the expired token, its renewal)", len(sent))
+			}
+			mu.Lock()
+			want := []client.Token{client.Token(sent[0].Token), client.Token(sent[1].Token), client.Token(sent[1].Token)}
+			if diff := cmp.Diff(want, tokens); diff != "" {
+				t.Errorf("OnIntent tokens (-want +got):\n%s", diff)
+			}
+			mu.Unlock()
+			if sent[0].Token == sent[1].Token {
+				t.Errorf("the renewal reused token %v", sent[1].Token)
+			}
+			if expiresAgain {
+				if !errors.Is(err, client.ErrTokenExpired) || !errors.Is(err, client.ErrParticipantLost) {
+					t.Errorf("Attach after the renewal expired = %v, %v; want participant lost by token_expired", got, err)
+				}
+				return
+			}
+			if err != nil || got.Generation != cred.Generation+1 {
+				t.Errorf("Attach after OnIntent recovered = %v, %v; want generation %d", got, err, cred.Generation+1)
 			}
 		})
 	}
