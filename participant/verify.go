@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/participantd/participantd/oplog"
@@ -120,12 +122,14 @@ func Inspect(st store.DurableStore) ([]Report, error) {
 // entry a retry of its token looks up, naming that row; except a row
 // whose token is a UUIDv7 below floor, c's persisted token floor, whose
 // entry compaction may have deleted (docs/DESIGN.md, The token window)
-// before trimming the row. A row that breaks it is a
-// ClassTokenIndexMissing refusal, one that does not decode a
+// before trimming the row. The first row, by index, that breaks it is a
+// ClassTokenIndexMissing refusal; one that does not decode a
 // ClassOplogCorrupt one (rows below a checkpoint are not replayed, so it
 // may be the first to read them). It reads the rows a page at a time,
-// holding one page of p's budget, and one index entry per token-bearing
-// row, so a start does not run it.
+// holding one page of p's budget, and the entries of up to
+// tokenCheckRows rows at once, prefetchParallelism at a time (one round
+// trip each on etcd). Reading every row's entry is why a start does not
+// run it.
 func checkTokens(ctx context.Context, st store.DurableStore, c ConversationID, p pages, floor int64) error {
 	held, err := p.budget.acquire(ctx, int64(p.bytes))
 	if err != nil {
@@ -140,6 +144,7 @@ func checkTokens(ctx context.Context, st store.DurableStore, c ConversationID, p
 	if err != nil {
 		return err
 	}
+	batch := make([]tokenCheck, 0, tokenCheckRows)
 	for i := first; ops.more(); i++ {
 		b, err := ops.entry()
 		if err != nil {
@@ -147,30 +152,77 @@ func checkTokens(ctx context.Context, st store.DurableStore, c ConversationID, p
 		}
 		row, err := oplog.Decode(b)
 		if err != nil {
+			if err := checkTokenBatch(st, batch, floor); err != nil {
+				return err
+			}
 			return &refusal{ClassOplogCorrupt, fmt.Sprintf("oplog row %d: %v", i, err)}
 		}
 		if !row.Kind.HasToken() {
 			continue
 		}
-		key := rowTokenKey(c, &row)
-		v, err := st.ReadValue(key)
-		if err != nil {
-			return fmt.Errorf("participant: read %s: %w", key, err)
+		batch = append(batch, tokenCheck{idx: i, kind: row.Kind, p: row.Participant, t: row.Token, key: rowTokenKey(c, &row)})
+		if len(batch) == cap(batch) {
+			if err := checkTokenBatch(st, batch, floor); err != nil {
+				return err
+			}
+			batch = batch[:0]
 		}
-		if v == i+1 {
+	}
+	return checkTokenBatch(st, batch, floor)
+}
+
+// tokenCheckRows bounds the rows whose index entries checkTokens holds
+// and reads at once.
+const tokenCheckRows = 1024
+
+// tokenCheck is a token-bearing oplog row checkTokens checks: its index,
+// what names it in a finding, and its index entry's key and value.
+type tokenCheck struct {
+	idx  uint64
+	kind oplog.Kind
+	p    ParticipantID
+	t    Token
+	key  string
+	v    uint64
+	err  error
+}
+
+// checkTokenBatch reads the index entries of batch, concurrently, and
+// returns the first failed read or finding, in row order (checkTokens).
+func checkTokenBatch(st store.DurableStore, batch []tokenCheck, floor int64) error {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(len(batch), prefetchParallelism) {
+		wg.Go(func() {
+			for {
+				k := int(next.Add(1) - 1)
+				if k >= len(batch) {
+					return
+				}
+				batch[k].v, batch[k].err = st.ReadValue(batch[k].key)
+			}
+		})
+	}
+	wg.Wait()
+	for k := range batch {
+		r := &batch[k]
+		if r.err != nil {
+			return fmt.Errorf("participant: read %s: %w", r.key, r.err)
+		}
+		if r.v == r.idx+1 {
 			continue
 		}
-		if ms, v7 := tokenTime(row.Token); v7 && ms < floor {
+		if ms, v7 := tokenTime(r.t); v7 && ms < floor {
 			// Forgotten under the window; the row awaits its trim.
 			continue
 		}
 		names := "is absent"
-		if v > 0 {
-			names = fmt.Sprintf("names oplog row %d", v-1)
+		if r.v > 0 {
+			names = fmt.Sprintf("names oplog row %d", r.v-1)
 		}
 		return &refusal{ClassTokenIndexMissing, fmt.Sprintf(
 			"oplog row %d (%v of participant %d, token %v): its token index entry %s; a retry of the token would commit again",
-			i, row.Kind, row.Participant, row.Token, names)}
+			r.idx, r.kind, r.p, r.t, names)}
 	}
 	return nil
 }

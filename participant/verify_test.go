@@ -301,3 +301,25 @@ func TestInspect_TokenWindow_CrashCut(t *testing.T) {
 		t.Fatalf("the cut loop ran %d times and forgot %d tokens; the workload should make far more store operations and forget tokens", runs, forgotten)
 	}
 }
+
+// TestInspect_TokenIndex_ReportsTheFirstFindingAcrossBatches damages two
+// entries past the first batch of entries checkTokens reads at once:
+// Inspect names the lower row.
+func TestInspect_TokenIndex_ReportsTheFirstFindingAcrossBatches(t *testing.T) {
+	mem := store.NewMemory()
+	svc := openService(t, mem)
+	h := buildHistory(t, svc, 1, tokenCheckRows+100, 0)
+	must(t, svc.Close())
+	var want uint64
+	for _, i := range []uint64{tokenCheckRows + 90, tokenCheckRows + 50} {
+		key := tokenKey(1, participantScope(h.sender.Participant), benchToken(1, i))
+		v, err := mem.ReadValue(key)
+		must(t, err)
+		must(t, mem.CAS(key, v, 0))
+		want = v - 1
+	}
+	r := inspectOne(t, mem, 1)
+	if r.Refused == nil || r.Refused.Class != ClassTokenIndexMissing || !strings.Contains(r.Refused.Reason, fmt.Sprintf("oplog row %d ", want)) {
+		t.Fatalf("Inspect = refused %+v, want %s naming oplog row %d", r.Refused, ClassTokenIndexMissing, want)
+	}
+}
