@@ -93,7 +93,10 @@
 // batch. A finding that forbids loading contains the conversation: it is
 // listed by Unloadable with a stable class and answers unavailable, and
 // nothing of it is published. Inspect runs the same reconciliation
-// without writing, for the offline tools.
+// without writing, for the offline tools, and then a check a start does
+// not make, since it reads every stored row's token index entry: each
+// names its row unless the row's UUIDv7 token is below the conversation's
+// persisted token floor (else token_index_missing).
 //
 // # Memory
 //

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/participantd/participantd/oplog"
 	"github.com/participantd/participantd/outbox"
@@ -26,7 +29,17 @@ type Report struct {
 	LastSeq Seq `json:"last_seq"`
 	// Participants describes every participant, by id.
 	Participants []ParticipantReport `json:"participants"`
+	// TokenFloor is the conversation's persisted token floor (The token
+	// window): tokens drawn before it may have been forgotten. Zero when
+	// no window ever compacted the conversation.
+	TokenFloor time.Time `json:"token_floor,omitzero"`
 }
+
+// ClassTokenIndexMissing is a finding of Inspect only (a start does not
+// look for it): a stored token-bearing oplog row whose token index entry
+// does not name it, although the token window did not forget its token.
+// A retry of that token would commit a second time.
+const ClassTokenIndexMissing = "token_index_missing"
 
 // ParticipantReport describes one participant in a Report.
 type ParticipantReport struct {
@@ -41,7 +54,10 @@ type ParticipantReport struct {
 
 // Inspect reconciles every registered conversation of st in dry run and
 // reports what it finds; a conversation with a checkpoint is also replayed
-// from row 0, while that row is stored, and compared with it. It only reads: it neither repairs nor ends
+// from row 0, while that row is stored, and compared with it. Of a
+// conversation that reconciles it then checks the token index
+// (checkTokens): a stored row's token that a retry would not find is
+// refused ClassTokenIndexMissing. It only reads: it neither repairs nor ends
 // bindings. An unreadable registry or a failing store is an error; a
 // conversation that would be refused is reported with Refused set.
 func Inspect(st store.DurableStore) ([]Report, error) {
@@ -59,9 +75,19 @@ func Inspect(st store.DurableStore) ([]Report, error) {
 		if rep.OutboxRows, err = st.Len(outbox.Stream(id)); err != nil {
 			return nil, fmt.Errorf("participant: inspect %v: %w", id, err)
 		}
+		floor, err := st.ReadValue(windowKey(id))
+		if err != nil {
+			return nil, fmt.Errorf("participant: inspect %v: token floor: %w", id, err)
+		}
+		if floor > 0 {
+			rep.TokenFloor = time.UnixMilli(int64(floor)).UTC()
+		}
 		r, err := reconcile(context.Background(), st, id, p)
 		if err == nil {
 			err = rederive(context.Background(), st, id, p)
+		}
+		if err == nil {
+			err = checkTokens(context.Background(), st, id, p, int64(floor))
 		}
 		var ref *refusal
 		switch {
@@ -89,4 +115,114 @@ func Inspect(st store.DurableStore) ([]Report, error) {
 		out = append(out, rep)
 	}
 	return out, nil
+}
+
+// checkTokens checks that every token-bearing row of c's oplog still
+// stored, from the stream's first row to its end, has the token index
+// entry a retry of its token looks up, naming that row; except a row
+// whose token is a UUIDv7 below floor, c's persisted token floor, whose
+// entry compaction may have deleted (docs/DESIGN.md, The token window)
+// before trimming the row. The first row, by index, that breaks it is a
+// ClassTokenIndexMissing refusal; one that does not decode a
+// ClassOplogCorrupt one (rows below a checkpoint are not replayed, so it
+// may be the first to read them). It reads the rows a page at a time,
+// holding one page of p's budget, and the entries of up to
+// tokenCheckRows rows at once, prefetchParallelism at a time (one round
+// trip each on etcd). Reading every row's entry is why a start does not
+// run it.
+func checkTokens(ctx context.Context, st store.DurableStore, c ConversationID, p pages, floor int64) error {
+	held, err := p.budget.acquire(ctx, int64(p.bytes))
+	if err != nil {
+		return fmt.Errorf("participant: waiting to read %v: %w", c, err)
+	}
+	defer p.budget.release(held)
+	first, err := streamFirst(st, oplog.Stream(c))
+	if err != nil {
+		return err
+	}
+	ops, err := newPageReader(st, oplog.Stream(c), p.bytes, first)
+	if err != nil {
+		return err
+	}
+	batch := make([]tokenCheck, 0, tokenCheckRows)
+	for i := first; ops.more(); i++ {
+		b, err := ops.entry()
+		if err != nil {
+			return err
+		}
+		row, err := oplog.Decode(b)
+		if err != nil {
+			if err := checkTokenBatch(st, batch, floor); err != nil {
+				return err
+			}
+			return &refusal{ClassOplogCorrupt, fmt.Sprintf("oplog row %d: %v", i, err)}
+		}
+		if !row.Kind.HasToken() {
+			continue
+		}
+		batch = append(batch, tokenCheck{idx: i, kind: row.Kind, p: row.Participant, t: row.Token, key: rowTokenKey(c, &row)})
+		if len(batch) == cap(batch) {
+			if err := checkTokenBatch(st, batch, floor); err != nil {
+				return err
+			}
+			batch = batch[:0]
+		}
+	}
+	return checkTokenBatch(st, batch, floor)
+}
+
+// tokenCheckRows bounds the rows whose index entries checkTokens holds
+// and reads at once.
+const tokenCheckRows = 1024
+
+// tokenCheck is a token-bearing oplog row checkTokens checks: its index,
+// what names it in a finding, and its index entry's key and value.
+type tokenCheck struct {
+	idx  uint64
+	kind oplog.Kind
+	p    ParticipantID
+	t    Token
+	key  string
+	v    uint64
+	err  error
+}
+
+// checkTokenBatch reads the index entries of batch, concurrently, and
+// returns the first failed read or finding, in row order (checkTokens).
+func checkTokenBatch(st store.DurableStore, batch []tokenCheck, floor int64) error {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(len(batch), prefetchParallelism) {
+		wg.Go(func() {
+			for {
+				k := int(next.Add(1) - 1)
+				if k >= len(batch) {
+					return
+				}
+				batch[k].v, batch[k].err = st.ReadValue(batch[k].key)
+			}
+		})
+	}
+	wg.Wait()
+	for k := range batch {
+		r := &batch[k]
+		if r.err != nil {
+			return fmt.Errorf("participant: read %s: %w", r.key, r.err)
+		}
+		if r.v == r.idx+1 {
+			continue
+		}
+		if ms, v7 := tokenTime(r.t); v7 && ms < floor {
+			// Forgotten under the window; the row awaits its trim.
+			continue
+		}
+		names := "is absent"
+		if r.v > 0 {
+			names = fmt.Sprintf("names oplog row %d", r.v-1)
+		}
+		return &refusal{ClassTokenIndexMissing, fmt.Sprintf(
+			"oplog row %d (%v of participant %d, token %v): its token index entry %s; a retry of the token would commit again",
+			r.idx, r.kind, r.p, r.t, names)}
+	}
+	return nil
 }

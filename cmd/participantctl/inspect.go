@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/participantd/participantd/participant"
 	"github.com/participantd/participantd/store"
@@ -21,8 +22,9 @@ Reads the store of a STOPPED server (it fails if participantd holds the data
 directory) and prints, per conversation: its participants with generation,
 retired, bound (as durably recorded: a stopped server's bindings end as
 died/unclean_restart at its next start) and cursor; the last seq; the oplog
-and outbox row counts; and, for an unloadable conversation, its class and
-reason. Never writes.
+and outbox row counts; the token floor, when a token window has compacted
+it (tokens drawn before it may have been forgotten); and, for an
+unloadable conversation, its class and reason. Never writes.
 
 With --etcd-endpoints it describes a cluster's data set under --etcd-prefix
 (TLS and auth: the --etcd-* flags of participantd), read at one etcd
@@ -93,6 +95,7 @@ func printInspect(w io.Writer, rep *inspectReport) {
 		fmt.Fprintf(w, "\nconversation %d: oplog %d rows, outbox %d rows", c.Conversation, c.OplogRows, c.OutboxRows)
 		if c.Refused != nil {
 			fmt.Fprintf(w, "\n  UNLOADABLE %s: %s\n", c.Refused.Class, c.Refused.Reason)
+			printTokenFloor(w, c.TokenFloor)
 			continue
 		}
 		fmt.Fprintf(w, ", last seq %d", c.LastSeq)
@@ -100,6 +103,7 @@ func printInspect(w io.Writer, rep *inspectReport) {
 			fmt.Fprintf(w, ", %d outbox rows to repair at next start", c.Repairs)
 		}
 		fmt.Fprintln(w)
+		printTokenFloor(w, c.TokenFloor)
 		for _, p := range c.Participants {
 			fmt.Fprintf(w, "  participant %d: generation %d cursor %d", p.Participant, p.Generation, p.Cursor)
 			if p.Retired {
@@ -110,6 +114,14 @@ func printInspect(w io.Writer, rep *inspectReport) {
 			}
 			fmt.Fprintln(w)
 		}
+	}
+}
+
+// printTokenFloor prints a conversation's token floor, if it has one.
+func printTokenFloor(w io.Writer, floor time.Time) {
+	if !floor.IsZero() {
+		fmt.Fprintf(w, "  token floor %s (tokens drawn before it may be forgotten: their retries are token_expired)\n",
+			floor.UTC().Format("2006-01-02T15:04:05.000Z07:00"))
 	}
 }
 

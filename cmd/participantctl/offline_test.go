@@ -4,12 +4,18 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/participantd/participantd/oplog"
 	"github.com/participantd/participantd/outbox"
 	"github.com/participantd/participantd/participant"
 	"github.com/participantd/participantd/store"
@@ -129,7 +135,8 @@ func TestVerify_MissingOutboxSuffix_WouldRepair(t *testing.T) {
 	ctx := testCtx(t)
 	dir := buildData(t, func(st *store.Bolt) {
 		// A later oplog row whose outbox rows never got written: copy of
-		// conversation 1's history into conversation 3 without its outbox.
+		// conversation 1's history into conversation 3 without its outbox
+		// (with its token index, which every commit writes first).
 		oplogRows, err := readStream(st, "oplog/1")
 		if err != nil {
 			t.Fatal(err)
@@ -139,6 +146,19 @@ func TestVerify_MissingOutboxSuffix_WouldRepair(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i, b := range oplogRows {
+			row, err := oplog.Decode(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if row.Kind.HasToken() {
+				scope := strconv.FormatUint(uint64(row.Participant), 10)
+				if row.Kind == oplog.KindEnroll {
+					scope = "e"
+				}
+				if err := st.CAS("token/3/"+scope+"/"+row.Token.String(), 0, uint64(i)+1); err != nil {
+					t.Fatal(err)
+				}
+			}
 			if _, err := st.Append("oplog/3", b, uint64(i)); err != nil {
 				t.Fatal(err)
 			}
@@ -284,5 +304,54 @@ func TestVerify_CorruptBranchPage_ReportsExit1(t *testing.T) {
 	_, errs, code := ctl(ctx, "", "verify", "--data", dir)
 	if code != 1 || !strings.Contains(errs, path) || !strings.Contains(errs, "damaged") {
 		t.Errorf("verify = exit %d, %q; want 1 and the damage named", code, errs)
+	}
+}
+
+// TestVerify_TokenIndexMissing_RefusedAndInspectShowsTheFloor deletes the
+// token index entry of conversation 1's tell (a random token, which no
+// window forgets) and persists a token floor for conversation 2: verify
+// refuses 1 token_index_missing and exits 1; inspect prints 2's floor, in
+// text and in JSON.
+func TestVerify_TokenIndexMissing_RefusedAndInspectShowsTheFloor(t *testing.T) {
+	ctx := testCtx(t)
+	floor := time.UnixMilli(1_700_000_000_123).UTC()
+	dir := buildData(t, func(st *store.Bolt) {
+		key := "token/1/0/" + participant.Token{1, 3}.String()
+		v, err := st.ReadValue(key)
+		if err != nil || v == 0 {
+			t.Fatalf("ReadValue(%s) = %d, %v; want the tell's entry", key, v, err)
+		}
+		if err := st.CAS(key, v, 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.CAS("token/2/window", 0, uint64(floor.UnixMilli())); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	})
+	out, _, code := ctl(ctx, "", "verify", "--data", dir)
+	if code != 1 || !strings.Contains(out, "conversation 1: refused "+participant.ClassTokenIndexMissing+": oplog row 3 ") ||
+		!strings.Contains(out, "conversation 2: ok\n") {
+		t.Errorf("verify = %d, %q; want exit 1, conversation 1 refused %s naming oplog row 3, 2 ok", code, out, participant.ClassTokenIndexMissing)
+	}
+	out = mustCtl(t, ctx, "inspect", "--data", dir)
+	if want := "conversation 2: oplog 4 rows, outbox 3 rows, last seq 3\n  token floor 2023-11-14T22:13:20.123Z "; !strings.Contains(out, want) {
+		t.Errorf("inspect = %q, want %q in it", out, want)
+	}
+	if strings.Count(out, "token floor") != 1 {
+		t.Errorf("inspect = %q, want one token floor (conversation 1 has none)", out)
+	}
+	var rep inspectReport
+	if err := json.Unmarshal([]byte(mustCtl(t, ctx, "inspect", "--data", dir, "--json")), &rep); err != nil {
+		t.Fatal(err)
+	}
+	var floors []time.Time
+	for _, c := range rep.Conversations {
+		floors = append(floors, c.TokenFloor)
+	}
+	if diff := cmp.Diff([]time.Time{{}, floor}, floors); diff != "" {
+		t.Errorf("inspect --json token floors of conversations 1, 2 (-want +got):\n%s", diff)
 	}
 }

@@ -16,7 +16,9 @@ Reads every page of a STOPPED server's store (opened read-only: not a byte
 changes; a write-ahead log is replayed in memory and checked, a corrupt log
 is an error naming the segment and offset), then reconciles every conversation as the server does at start,
 without writing anything, and reports each as "ok", "would repair N outbox
-rows" or "refused CLASS: REASON". Exits 1 when the store is missing, empty
+rows" or "refused CLASS: REASON". It also checks the token index: a stored
+row whose token a retry would not find (not forgotten below the token
+floor) is refused token_index_missing. Exits 1 when the store is missing, empty
 or damaged (naming the file and what to do), or when any conversation is
 refused (the server would contain it as unloadable), else 0.
 
