@@ -40,6 +40,9 @@ type fakeServer struct {
 	requests []wire.Message
 	hook     func(fc *fconn, m wire.Message) action
 	refusal  wire.Error // the answer of refuse, its ID set per request
+	// tokenWindow and tokenSkew are announced in the welcome of the
+	// connections accepted after they are set.
+	tokenWindow, tokenSkew *uint64
 }
 
 type fconn struct {
@@ -84,6 +87,14 @@ func (s *fakeServer) close() {
 	s.ln.Close()
 	s.dropAll()
 	s.wg.Wait()
+}
+
+// setTokenWindow makes the welcome of later connections announce window
+// and skew (milliseconds); nil and nil announce none.
+func (s *fakeServer) setTokenWindow(window, skew *uint64) {
+	s.mu.Lock()
+	s.tokenWindow, s.tokenSkew = window, skew
+	s.mu.Unlock()
 }
 
 func (s *fakeServer) setHook(h func(fc *fconn, m wire.Message) action) {
@@ -187,10 +198,12 @@ func (s *fakeServer) serve(nc net.Conn) {
 	s.ordinal++
 	fc := &fconn{wc: wc, n: s.ordinal}
 	s.conns[fc] = true
+	window, skew := s.tokenWindow, s.tokenSkew
 	s.mu.Unlock()
 	defer s.lost(fc)
 	if err := wc.WriteMessage(&wire.Welcome{Version: 1, Server: "fake", Incarnation: s.incarnation,
-		Connection: fc.n, MaxFrame: wire.DefaultMaxFrame, MaxRecordBytes: 16}); err != nil {
+		Connection: fc.n, MaxFrame: wire.DefaultMaxFrame, MaxRecordBytes: 16,
+		TokenWindow: window, TokenSkew: skew}); err != nil {
 		return
 	}
 	for {

@@ -80,3 +80,30 @@ func TestIntegration_RestartReattachesAndResumes(t *testing.T) {
 		t.Errorf("Ack(%d) = %v", s2, err)
 	}
 }
+
+// A real server reports its token window through Welcome, and one run
+// without a window reports none.
+func TestIntegration_WelcomeReportsTheTokenWindow(t *testing.T) {
+	ctx := testCtx(t)
+	for _, tc := range []struct {
+		name         string
+		cfg          server.Config
+		window, skew time.Duration
+	}{
+		{"without a window", server.Config{}, 0, 0},
+		{"with a window", server.Config{TokenWindow: time.Hour, TokenSkew: 30 * time.Second}, time.Hour, 30 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.cfg.DataDir, tc.cfg.Listen = t.TempDir(), "127.0.0.1:0"
+			srv := servertest.Start(t, tc.cfg)
+			c, err := client.Dial(ctx, srv.Addr().String(), client.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			if w := c.Welcome(); w.TokenWindow != tc.window || w.TokenSkew != tc.skew {
+				t.Errorf("Welcome() = %+v, want TokenWindow %v, TokenSkew %v", w, tc.window, tc.skew)
+			}
+		})
+	}
+}

@@ -22,7 +22,10 @@ type callOptions struct {
 // WithToken makes the call use token t instead of a fresh one: pass the
 // Token of an in_doubt *Error, or of a persisted Intent, to learn the
 // outcome of that operation without applying it twice. Ignored by Ack and
-// Ping, which carry no token.
+// Ping, which carry no token. t is sent as is even to a server that
+// announces a token window (Welcome.TokenWindow) and t is not a UUIDv7:
+// the server replays a committed token before it checks the window, so
+// such a token may still learn an outcome.
 func WithToken(t Token) CallOption {
 	return func(o *callOptions) { o.token, o.hasToken = t, true }
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"sync"
 	"time"
@@ -19,6 +20,43 @@ type Welcome struct {
 	Connection     uint64 // the connection's ordinal within the incarnation
 	MaxFrame       uint64
 	MaxRecordBytes uint64
+	// TokenWindow is the server's token window (docs/PROTOCOL.md, Token
+	// window), zero when the server runs none. Under a window every token
+	// must be a UUIDv7, which NewToken always draws, and one older than
+	// TokenWindow that the server does not find committed is refused
+	// ErrTokenExpired: keep the retries of one operation far shorter.
+	// The server announces it in whole milliseconds, so a window shorter
+	// than one is reported as zero too.
+	TokenWindow time.Duration
+	// TokenSkew is how far ahead of the server's clock a token's time may
+	// be under the window before it is refused ErrTokenInvalid; zero
+	// when the server runs no window.
+	TokenSkew time.Duration
+}
+
+// welcomeOf returns what m announces.
+func welcomeOf(m *wire.Welcome) Welcome {
+	w := Welcome{
+		Server: m.Server, Incarnation: m.Incarnation, Connection: m.Connection,
+		MaxFrame: m.MaxFrame, MaxRecordBytes: m.MaxRecordBytes,
+	}
+	if m.TokenWindow != nil {
+		w.TokenWindow = msDuration(*m.TokenWindow)
+	}
+	if m.TokenSkew != nil {
+		w.TokenSkew = msDuration(*m.TokenSkew)
+	}
+	return w
+}
+
+// msDuration converts ms milliseconds to a Duration, saturating at the
+// largest one (about 292 years) rather than overflowing.
+func msDuration(ms uint64) time.Duration {
+	const most = uint64(math.MaxInt64 / int64(time.Millisecond))
+	if ms > most {
+		return math.MaxInt64
+	}
+	return time.Duration(ms) * time.Millisecond
 }
 
 // errLost is a session's end as seen by a call on it.
@@ -93,12 +131,9 @@ func dial(ctx context.Context, addr string, o *Options, seq uint64) (*session, e
 			wc.SetMaxWriteFrame(int(min(m.MaxFrame, 1<<32-1)))
 		}
 		return &session{
-			wc:  wc,
-			seq: seq,
-			welcome: Welcome{
-				Server: m.Server, Incarnation: m.Incarnation, Connection: m.Connection,
-				MaxFrame: m.MaxFrame, MaxRecordBytes: m.MaxRecordBytes,
-			},
+			wc:      wc,
+			seq:     seq,
+			welcome: welcomeOf(m),
 			dead:    make(chan struct{}),
 			pending: make(map[uint64]chan wire.Message),
 		}, nil

@@ -436,3 +436,43 @@ func TestClient_Attach_TokenExpired_OnIntentFailsForTheRenewal(t *testing.T) {
 		})
 	}
 }
+
+// Welcome reports the token window and skew a server announces, as
+// durations, zero when it announces none, and the largest duration for a
+// window too long for one; a reconnect picks up the new server's.
+func TestClient_WelcomeReportsTheTokenWindow(t *testing.T) {
+	ctx := testCtx(t)
+	srv := newFakeServer(t)
+	reconnected := make(chan client.Welcome, 1)
+	c := dialT(t, srv, client.Options{MinBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond,
+		OnReconnect: func(w client.Welcome) { reconnected <- w }})
+	if w := c.Welcome(); w.TokenWindow != 0 || w.TokenSkew != 0 {
+		t.Fatalf("Welcome() without a window = %+v, want TokenWindow and TokenSkew 0", w)
+	}
+	for _, tc := range []struct {
+		name         string
+		window, skew uint64
+		want         client.Welcome
+	}{
+		{"an hour and a minute", 3_600_000, 60_000, client.Welcome{TokenWindow: time.Hour, TokenSkew: time.Minute}},
+		{"zero long", 0, 1, client.Welcome{TokenSkew: time.Millisecond}},
+		{"beyond a Duration", 1 << 63, 1<<64 - 1, client.Welcome{TokenWindow: 1<<63 - 1, TokenSkew: 1<<63 - 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv.setTokenWindow(&tc.window, &tc.skew)
+			srv.dropAll()
+			var w client.Welcome
+			select {
+			case w = <-reconnected:
+			case <-ctx.Done():
+				t.Fatal("no reconnect after the connection dropped")
+			}
+			if got := c.Welcome(); got != w {
+				t.Errorf("Welcome() = %+v after the reconnect, OnReconnect had %+v", got, w)
+			}
+			if diff := cmp.Diff(tc.want, w, cmpopts.IgnoreFields(client.Welcome{}, "Server", "Incarnation", "Connection", "MaxFrame", "MaxRecordBytes")); diff != "" {
+				t.Errorf("Welcome() mismatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

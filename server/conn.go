@@ -118,6 +118,7 @@ func (c *conn) serve() {
 		client = *hello.Client
 	}
 	c.out = newOutq(c.nc, c.srv.cfg.WriteProgressTimeout, newBudget(int64(c.srv.cfg.MaxOutboundBytes)), c.srv.outBytes, c.quit)
+	window, skew := c.srv.tokenWindow()
 	c.out.send(&wire.Welcome{
 		Version:        wire.Version,
 		Server:         "participantd " + Version,
@@ -126,6 +127,8 @@ func (c *conn) serve() {
 		MaxFrame:       uint64(c.srv.cfg.MaxFrame),
 		MaxRecordBytes: uint64(c.srv.cfg.MaxRecordBytes),
 		Node:           c.srv.nodeID(),
+		TokenWindow:    window,
+		TokenSkew:      skew,
 	})
 	c.log.Info().Str("client", client).Msg("connection opened")
 	go c.pump()
@@ -137,6 +140,18 @@ func (c *conn) serve() {
 	}
 	cl := c.readLoop()
 	c.teardown(cl)
+}
+
+// tokenWindow is welcome.token_window and welcome.token_skew: the window
+// and skew in the milliseconds the service enforces them in
+// (participant's admitToken truncates both to milliseconds), or nil and
+// nil when the server runs no window, so that such a server's welcome is
+// the one it sent before the fields existed.
+func (s *Server) tokenWindow() (window, skew *uint64) {
+	if s.cfg.TokenWindow <= 0 {
+		return nil, nil
+	}
+	return new(uint64(s.cfg.TokenWindow.Milliseconds())), new(uint64(s.cfg.TokenSkew.Milliseconds()))
 }
 
 // handshake reads hello and checks it. It returns the rejection reason

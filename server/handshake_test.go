@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+	"github.com/participantd/participantd/participant"
 	"github.com/participantd/participantd/server"
 	"github.com/participantd/participantd/wire"
 )
@@ -30,6 +32,32 @@ func TestHandshake_Welcome(t *testing.T) {
 	}
 	if b.Welcome.Connection <= w.Connection {
 		t.Errorf("second connection ordinal %d, want > %d", b.Welcome.Connection, w.Connection)
+	}
+	if w.TokenWindow != nil || w.TokenSkew != nil {
+		t.Errorf("welcome of a server without a token window announces token_window %v, token_skew %v; want both absent", w.TokenWindow, w.TokenSkew)
+	}
+}
+
+// A server run with a token window announces it, and the skew, in
+// milliseconds in its welcome; the skew defaults as the service's does.
+func TestHandshake_WelcomeAnnouncesTokenWindow(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		cfg          server.Config
+		window, skew uint64
+	}{
+		{"window and skew", server.Config{TokenWindow: time.Hour, TokenSkew: 30 * time.Second}, 3_600_000, 30_000},
+		{"default skew", server.Config{TokenWindow: 10 * time.Minute}, 600_000, uint64(participant.DefaultTokenSkew.Milliseconds())},
+		{"skew above the window", server.Config{TokenWindow: 10 * time.Second, TokenSkew: time.Minute}, 10_000, 60_000},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := start(t, tc.cfg).dial().Welcome
+			if diff := cmp.Diff(&wire.Welcome{Version: 1, Server: "participantd " + server.Version, Incarnation: 1,
+				Connection: w.Connection, MaxFrame: wire.DefaultMaxFrame, MaxRecordBytes: uint64(participant.DefaultMaxRecordBytes),
+				TokenWindow: new(tc.window), TokenSkew: new(tc.skew)}, w); diff != "" {
+				t.Errorf("welcome mismatch (-want +got):\n%s", diff)
+			}
+		})
 	}
 }
 

@@ -11,6 +11,12 @@ type Welcome struct {
 	// Node is this node's id in cluster mode (then Incarnation counts
 	// that node's starts); empty, and absent on the wire, otherwise.
 	Node string
+	// TokenWindow and TokenSkew are the server's token window and the
+	// skew it allows a token's time ahead of its clock, in milliseconds
+	// (docs/PROTOCOL.md, Token window). Both are set, and on the wire,
+	// only when the server runs a window; nil (absent) otherwise.
+	TokenWindow *uint64
+	TokenSkew   *uint64
 }
 
 // Rejected refuses the connection; the server closes it right after.
@@ -202,7 +208,7 @@ func (m *Error) Error() string {
 }
 
 func (m *Welcome) appendBody(b []byte) []byte {
-	n := 7
+	n := 7 + count(m.TokenWindow) + count(m.TokenSkew)
 	if m.Node != "" {
 		n++
 	}
@@ -214,6 +220,12 @@ func (m *Welcome) appendBody(b []byte) []byte {
 	b = kvUint(b, "max_record_bytes", m.MaxRecordBytes)
 	if m.Node != "" {
 		b = kvStr(b, "node", m.Node)
+	}
+	if m.TokenWindow != nil {
+		b = kvUint(b, "token_window", *m.TokenWindow)
+	}
+	if m.TokenSkew != nil {
+		b = kvUint(b, "token_skew", *m.TokenSkew)
 	}
 	return b
 }
@@ -228,6 +240,8 @@ func (m *Welcome) decode(d *decoder) {
 	if node := d.optStr(kNode); node != nil {
 		m.Node = *node
 	}
+	m.TokenWindow = d.optUint(kTokenWindow)
+	m.TokenSkew = d.optUint(kTokenSkew)
 }
 
 func (m *Rejected) appendBody(b []byte) []byte {

@@ -44,6 +44,8 @@ const (
 	kFirst
 	kOldest
 	kNewest
+	kTokenWindow
+	kTokenSkew
 	numKeys
 )
 
@@ -84,6 +86,8 @@ var keyNames = [numKeys]string{
 	kFirst:            "first",
 	kOldest:           "oldest",
 	kNewest:           "newest",
+	kTokenWindow:      "token_window",
+	kTokenSkew:        "token_skew",
 }
 
 // lookupKey maps a key's bytes to its index without allocating.
@@ -161,6 +165,10 @@ func lookupKey(s []byte) (key, bool) {
 		return kOldest, true
 	case "newest":
 		return kNewest, true
+	case "token_window":
+		return kTokenWindow, true
+	case "token_skew":
+		return kTokenSkew, true
 	}
 	return 0, false
 }

@@ -228,6 +228,8 @@ func TestDecodeServerMessage_Errors(t *testing.T) {
 		{"enrolled 31-byte secret", mpMap(8, kv("t", mpS("enrolled")), kv("id", mpU(1)), kv("conversation", mpU(1)), kv("participant", mpU(0)), kv("generation", mpU(1)), kv("secret", mpB(filled(31))), kv("cursor", mpU(0)), kv("receipt_expires_at", mpU(1))), BadRequest, "secret"},
 		{"error cursor not a uint", mpMap(5, kv("t", mpS("error")), kv("id", mpU(1)), kv("code", mpS("ack_gap")), kv("detail", mpS("")), kv("cursor", mpS("3"))), BadRequest, "cursor"},
 		{"welcome without max_record_bytes", mpMap(6, kv("t", mpS("welcome")), kv("version", mpU(1)), kv("server", mpS("x")), kv("incarnation", mpU(3)), kv("connection", mpU(1)), kv("max_frame", mpU(1<<20))), BadRequest, "max_record_bytes"},
+		{"welcome token_window not a uint", mpMap(8, kv("t", mpS("welcome")), kv("version", mpU(1)), kv("server", mpS("x")), kv("incarnation", mpU(3)), kv("connection", mpU(1)), kv("max_frame", mpU(1<<20)), kv("max_record_bytes", mpU(1<<16)), kv("token_window", mpS("1h"))), BadRequest, "token_window"},
+		{"welcome token_skew negative", mpMap(8, kv("t", mpS("welcome")), kv("version", mpU(1)), kv("server", mpS("x")), kv("incarnation", mpU(3)), kv("connection", mpU(1)), kv("max_frame", mpU(1<<20)), kv("max_record_bytes", mpU(1<<16)), kv("token_skew", raw(0xff))), BadRequest, "token_skew"},
 		{"acked noop not a bool", mpMap(6, kv("t", mpS("acked")), kv("id", mpU(1)), kv("conversation", mpU(1)), kv("participant", mpU(0)), kv("cursor", mpU(0)), kv("noop", mpU(1))), BadRequest, "noop"},
 		{"rejected without detail", mpMap(2, kv("t", mpS("rejected")), kv("reason", mpS("malformed"))), BadRequest, "detail"},
 	}
@@ -259,6 +261,10 @@ func TestDecodeServerMessage_OptionalFields(t *testing.T) {
 			&Delivery{Conversation: 1, Recipient: 1, Seq: 2, Kind: "renamed"}},
 		{"unknown replay value kept", mpMap(5, kv("t", mpS("told")), kv("id", mpU(1)), kv("conversation", mpU(1)), kv("seq", mpU(2)), kv("replay", mpS("maybe"))),
 			&Told{ID: 1, Conversation: 1, Seq: 2, Replay: new(Replay("maybe"))}},
+		{"welcome with nil token window is without one", mpMap(9, kv("t", mpS("welcome")), kv("version", mpU(1)), kv("server", mpS("x")), kv("incarnation", mpU(3)), kv("connection", mpU(1)), kv("max_frame", mpU(1<<20)), kv("max_record_bytes", mpU(1<<16)), kv("token_window", raw(0xc0)), kv("token_skew", raw(0xc0))),
+			&Welcome{Version: 1, Server: "x", Incarnation: 3, Connection: 1, MaxFrame: 1 << 20, MaxRecordBytes: 1 << 16}},
+		{"welcome with a zero token window", mpMap(9, kv("t", mpS("welcome")), kv("version", mpU(1)), kv("server", mpS("x")), kv("incarnation", mpU(3)), kv("connection", mpU(1)), kv("max_frame", mpU(1<<20)), kv("max_record_bytes", mpU(1<<16)), kv("token_window", mpU(0)), kv("token_skew", mpU(60000))),
+			&Welcome{Version: 1, Server: "x", Incarnation: 3, Connection: 1, MaxFrame: 1 << 20, MaxRecordBytes: 1 << 16, TokenWindow: new(uint64(0)), TokenSkew: new(uint64(60000))}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

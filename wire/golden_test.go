@@ -84,6 +84,7 @@ func goldenCases() []goldenCase {
 		{"server_delivery_left", false, &Delivery{Conversation: 42, Recipient: 1, Seq: 7, Kind: KindLeft, Participant: 0}},
 		{"server_bye", false, &ServerBye{Reason: ByeShutdown}},
 		{"server_welcome_cluster", false, &Welcome{Version: 1, Server: "participantd 0.1.0", Incarnation: 1<<40 | 3, Connection: 1, MaxFrame: DefaultMaxFrame, MaxRecordBytes: 65536, Node: "node-a"}},
+		{"server_welcome_token_window", false, &Welcome{Version: 1, Server: "participantd 0.1.0", Incarnation: 3, Connection: 1, MaxFrame: DefaultMaxFrame, MaxRecordBytes: 65536, TokenWindow: new(uint64(3600000)), TokenSkew: new(uint64(60000))}},
 		{"server_error_moved", false, &Error{ID: 9, Code: CodeMoved, Detail: "conversation 42 is owned by node \"node-b\"", Owner: new("127.0.0.1:7402")}},
 		{"server_error_moved_no_owner", false, &Error{ID: 9, Code: CodeMoved, Detail: "no node owns conversation 42"}},
 		{"server_compacted", false, &Compacted{Conversation: 42, Recipient: 1, First: 300}},

@@ -28,8 +28,10 @@ func TestMain(m *testing.M) {
 // its own server (data in $WORK/data), its address in PARTICIPANTCTL_ADDR
 // and credentials in $WORK/creds, and these commands:
 //
-//	server restart [AUTH-TOKEN]   drain the server and start it again on the
-//	                              same address (with that auth token)
+//	server restart [--token-window D] [AUTH-TOKEN]
+//	                              drain the server and start it again on the
+//	                              same address (with that token window and
+//	                              auth token)
 //	waitgen FILE N                wait until the credential FILE (a bare
 //	                              name: in $PARTICIPANTCTL_CREDS_DIR) has
 //	                              generation N or more
@@ -38,7 +40,7 @@ func TestScripts(t *testing.T) {
 		Dir: filepath.Join("testdata", "script"),
 		Setup: func(env *testscript.Env) error {
 			sc := &scriptServer{t: t, dir: filepath.Join(env.WorkDir, "data"), listen: "127.0.0.1:0"}
-			if err := sc.start(""); err != nil {
+			if err := sc.start("", 0); err != nil {
 				return err
 			}
 			env.Defer(sc.stop)
@@ -64,8 +66,8 @@ type scriptServer struct {
 	srv    *servertest.Server // nil when stopped
 }
 
-func (s *scriptServer) start(auth string) error {
-	srv, err := servertest.TryStart(s.t, server.Config{DataDir: s.dir, Listen: s.listen, AuthToken: auth})
+func (s *scriptServer) start(auth string, window time.Duration) error {
+	srv, err := servertest.TryStart(s.t, server.Config{DataDir: s.dir, Listen: s.listen, AuthToken: auth, TokenWindow: window})
 	if err != nil {
 		return err
 	}
@@ -82,12 +84,24 @@ func (s *scriptServer) stop() {
 }
 
 func cmdServer(ts *testscript.TestScript, neg bool, args []string) {
-	if neg || len(args) < 1 || len(args) > 2 || args[0] != "restart" {
-		ts.Fatalf("usage: server restart [AUTH-TOKEN]")
+	const usage = "usage: server restart [--token-window D] [AUTH-TOKEN]"
+	if neg || len(args) < 1 || args[0] != "restart" {
+		ts.Fatalf(usage)
+	}
+	args = args[1:]
+	var window time.Duration
+	if len(args) >= 2 && args[0] == "--token-window" {
+		var err error
+		window, err = time.ParseDuration(args[1])
+		ts.Check(err)
+		args = args[2:]
+	}
+	if len(args) > 1 {
+		ts.Fatalf(usage)
 	}
 	auth := ""
-	if len(args) == 2 {
-		auth = args[1]
+	if len(args) == 1 {
+		auth = args[0]
 	}
 	sc := ts.Value(scriptServerKey{}).(*scriptServer)
 	sc.stop()
@@ -95,7 +109,7 @@ func cmdServer(ts *testscript.TestScript, neg bool, args []string) {
 	// test's connection (scripts run in parallel): retry the bind a while.
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		err := sc.start(auth)
+		err := sc.start(auth, window)
 		if err == nil || !errors.Is(err, syscall.EADDRINUSE) || time.Now().After(deadline) {
 			ts.Check(err)
 			return

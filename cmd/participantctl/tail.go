@@ -93,7 +93,7 @@ func runTail(ctx context.Context, e *env, args []string) error {
 		o.BindingCheckInterval = *check
 		o.OnDisconnect = func(err error) { out.say("connection lost (%v); reconnecting", err) }
 		o.OnReconnect = func(w client.Welcome) {
-			out.say("reconnected to %s (server incarnation %d, connection %d)", w.Server, w.Incarnation, w.Connection)
+			out.say("reconnected to %s (%s)", w.Server, welcomeNote(w))
 		}
 		save := o.OnCredential
 		o.OnCredential = func(c client.Credential) {
@@ -251,4 +251,14 @@ func payloadText(p []byte) (string, bool) {
 		}
 	}
 	return s, true
+}
+
+// welcomeNote describes what the server announced for a reconnect line:
+// its incarnation, the connection, and its token window when it runs one.
+func welcomeNote(w client.Welcome) string {
+	note := fmt.Sprintf("server incarnation %d, connection %d", w.Incarnation, w.Connection)
+	if w.TokenWindow > 0 {
+		note += fmt.Sprintf(", token window %v, token skew %v", w.TokenWindow, w.TokenSkew)
+	}
+	return note
 }
