@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/participantd/participantd/faultstore"
 	"github.com/participantd/participantd/oplog"
 	"github.com/participantd/participantd/store"
 )
@@ -218,87 +217,6 @@ func TestInspect_TokenIndex_ForgottenBelowTheFloorWhileStoredIsNoFinding(t *test
 	must(t, mem.CAS(windowKey(1), floor, uint64(ms)))
 	if r := inspectOne(t, mem, 1); r.Refused == nil || r.Refused.Class != ClassTokenIndexMissing {
 		t.Fatalf("Inspect with the floor at the first tell's token = refused %+v, want %s", r.Refused, ClassTokenIndexMissing)
-	}
-}
-
-// TestInspect_TokenWindow_CrashCut cuts a history told under the token
-// window, with checkpoint and compaction passes between its tells, at
-// every store operation: Inspect of what the cut leaves finds every
-// stored row's token indexed or forgotten below the persisted floor, and
-// nothing else to refuse or repair that a start would not repair. The
-// cut loops of participanttest (CheckInvariants) run Inspect the same way
-// without a window.
-func TestInspect_TokenWindow_CrashCut(t *testing.T) {
-	var clk *clock
-	opts := func() Options {
-		return Options{NodeKey: testKey, CheckpointRows: 1, Retain: time.Second, TokenWindow: time.Minute, TokenSkew: time.Second, Now: clk.Now}
-	}
-	runs, forgotten := 0, 0
-	faultstore.CutLoop{
-		Workload: func(s *faultstore.Store) error {
-			ctx := context.Background()
-			clk = &clock{now: time.UnixMilli(1_700_000_000_000)}
-			svc, err := Open(ctx, s, opts())
-			if err != nil {
-				return err
-			}
-			defer svc.Close()
-			cs, cr := svc.Connect(nil), svc.Connect(nil)
-			now := clk.Now().UnixMilli()
-			snd, err := cs.Enroll(ctx, Enroll{Conversation: 1, Token: v7Token(now, 1)})
-			if err != nil {
-				return err
-			}
-			rcv, err := cr.Enroll(ctx, Enroll{Conversation: 1, Token: v7Token(now, 2)})
-			if err != nil {
-				return err
-			}
-			if _, err := cs.Ack(ctx, Ack{Conversation: 1, Participant: snd.Participant, Generation: 1, Through: 2}); err != nil {
-				return err
-			}
-			for i := range 6 {
-				told, err := cs.Tell(ctx, Tell{Conversation: 1, Participant: snd.Participant, Generation: 1,
-					Token: v7Token(clk.Now().UnixMilli(), uint64(10+i)), Payload: []byte{byte(i)}})
-				if err != nil {
-					return err
-				}
-				if _, err := cr.Ack(ctx, Ack{Conversation: 1, Participant: rcv.Participant, Generation: 1, Through: told.Seq}); err != nil {
-					return err
-				}
-				clk.advance(20 * time.Second)
-				if i%2 == 1 {
-					if _, err := svc.CheckpointPass(ctx); err != nil {
-						return err
-					}
-					got, err := svc.CompactPass(ctx)
-					if err != nil {
-						return err
-					}
-					forgotten += got.Forgotten
-				}
-			}
-			// A detach whose token stays stored, above the floor.
-			_, err = cr.Detach(ctx, Detach{Conversation: 1, Participant: rcv.Participant, Generation: 1, Token: v7Token(clk.Now().UnixMilli(), 99)})
-			return err
-		},
-		Check: func(t faultstore.TB, mem *store.Memory, run faultstore.CutRun) {
-			runs++
-			reports, err := Inspect(mem)
-			if err != nil {
-				t.Fatalf("Inspect after the cut: %v", err)
-			}
-			for _, r := range reports {
-				if r.Refused != nil {
-					t.Fatalf("Inspect after the cut: conversation %v refused %s: %s", r.Conversation, r.Refused.Class, r.Refused.Reason)
-				}
-			}
-			if run.Completed && (len(reports) != 1 || reports[0].TokenFloor.IsZero()) {
-				t.Fatalf("Inspect after the completed run = %+v, want conversation 1 with a token floor", reports)
-			}
-		},
-	}.Run(t)
-	if runs < 50 || forgotten == 0 {
-		t.Fatalf("the cut loop ran %d times and forgot %d tokens; the workload should make far more store operations and forget tokens", runs, forgotten)
 	}
 }
 

@@ -10,8 +10,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/participantd/participantd/faultstore"
-	"github.com/participantd/participantd/oplog"
 	"github.com/participantd/participantd/store"
 )
 
@@ -248,117 +246,5 @@ func TestTokenWindow_CompactionForgetsOldTokens(t *testing.T) {
 	}
 	if _, err := c.Tell(ctx, Tell{Conversation: 1, Participant: b.Participant, Generation: b.Generation, Token: token(0x9a), Payload: []byte("y")}); err != nil {
 		t.Fatalf("tell with a random token without a window = %v", err)
-	}
-}
-
-// TestTokenWindow_CrashCut cuts a compaction under the window at every
-// store operation: after the restart, a retry of every answered operation
-// is its replay or token_expired, never a second commit, and every token
-// whose index entry is gone lies below the persisted floor.
-func TestTokenWindow_CrashCut(t *testing.T) {
-	type answered struct {
-		req  Tell
-		seq  Seq
-		conv ConversationID
-	}
-	var log []answered
-	var clk *clock
-	opts := func() Options {
-		return Options{NodeKey: testKey, CheckpointRows: 1, Retain: time.Second, TokenWindow: time.Minute, TokenSkew: time.Second, Now: clk.Now}
-	}
-	runs := 0
-	faultstore.CutLoop{
-		Workload: func(s *faultstore.Store) error {
-			ctx := context.Background()
-			log = log[:0]
-			clk = &clock{now: time.UnixMilli(1_700_000_000_000)}
-			svc, err := Open(ctx, s, opts())
-			if err != nil {
-				return err
-			}
-			defer svc.Close()
-			cs, cr := svc.Connect(nil), svc.Connect(nil)
-			now := clk.Now().UnixMilli()
-			snd, err := cs.Enroll(ctx, Enroll{Conversation: 1, Token: v7Token(now, 1)})
-			if err != nil {
-				return err
-			}
-			rcv, err := cr.Enroll(ctx, Enroll{Conversation: 1, Token: v7Token(now, 2)})
-			if err != nil {
-				return err
-			}
-			if _, err := cs.Ack(ctx, Ack{Conversation: 1, Participant: snd.Participant, Generation: 1, Through: 2}); err != nil {
-				return err
-			}
-			for i := range 6 {
-				req := Tell{Conversation: 1, Participant: snd.Participant, Generation: 1, Token: v7Token(clk.Now().UnixMilli(), uint64(10+i)), Payload: []byte{byte(i)}}
-				told, err := cs.Tell(ctx, req)
-				if err != nil {
-					return err
-				}
-				log = append(log, answered{req: req, seq: told.Seq, conv: 1})
-				if _, err := cr.Ack(ctx, Ack{Conversation: 1, Participant: rcv.Participant, Generation: 1, Through: told.Seq}); err != nil {
-					return err
-				}
-				clk.advance(20 * time.Second)
-				if i%2 == 1 {
-					if _, err := svc.CheckpointPass(ctx); err != nil {
-						return err
-					}
-					if _, err := svc.CompactPass(ctx); err != nil {
-						return err
-					}
-				}
-			}
-			return nil
-		},
-		Check: func(t faultstore.TB, mem *store.Memory, run faultstore.CutRun) {
-			runs++
-			ctx := context.Background()
-			floor, err := mem.ReadValue(windowKey(1))
-			if err != nil {
-				t.Fatalf("read the floor: %v", err)
-			}
-			for _, a := range log {
-				v, err := mem.ReadValue(tokenKey(1, participantScope(a.req.Participant), a.req.Token))
-				if err != nil {
-					t.Fatalf("read an index entry: %v", err)
-				}
-				if ms, _ := tokenTime(a.req.Token); v == 0 && ms >= int64(floor) {
-					t.Fatalf("the entry of the tell of seq %v (token time %d) is gone, above the persisted floor %d", a.seq, ms, floor)
-				}
-			}
-			svc, err := Open(ctx, mem, opts())
-			if err != nil {
-				t.Fatalf("Open after the cut: %v", err)
-			}
-			defer svc.Close()
-			if unl := svc.Unloadable(); len(unl) != 0 {
-				t.Fatalf("the cut made conversations unloadable: %+v", unl)
-			}
-			rows, err := mem.Len(oplog.Stream(1))
-			if err != nil {
-				t.Fatalf("oplog length: %v", err)
-			}
-			c := svc.Connect(nil)
-			for _, a := range log {
-				told, err := c.Tell(ctx, a.req)
-				switch pe := codeOf(err); {
-				case err == nil && told.Replay == ReplayCommitted && told.Seq == a.seq:
-				case pe != nil && pe.Code == CodeTokenExpired:
-				default:
-					t.Fatalf("retry of the tell of seq %v = %+v, %v, want its replay or token_expired", a.seq, told, err)
-				}
-			}
-			if n, _ := mem.Len(oplog.Stream(1)); n != rows {
-				t.Fatalf("retries of answered tells committed: %d oplog rows, want %d", n, rows)
-			}
-			if run.Completed && floor == 0 {
-				t.Fatalf("the completed run persisted no token floor")
-			}
-		},
-	}.Run(t)
-	if runs < 50 {
-		t.Fatalf("the cut loop ran %d times; the workload should make far more store operations", runs)
 	}
 }
