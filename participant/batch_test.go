@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"sync"
 	"testing"
 
@@ -13,35 +12,18 @@ import (
 	"github.com/participantd/participantd/store"
 )
 
-// countingStore counts flushes that reach the store. If gate is set, the
-// next flush runs it first, once.
+// countingStore counts flushes that reach the store.
 type countingStore struct {
 	store.DurableStore
 	mu      sync.Mutex
 	flushes int
-	gate    func()
 }
 
 func (c *countingStore) Flush() error {
 	c.mu.Lock()
 	c.flushes++
-	gate := c.gate
-	c.gate = nil
 	c.mu.Unlock()
-	if gate != nil {
-		gate()
-	}
 	return c.DurableStore.Flush()
-}
-
-// queued reports how many operations wait in conversation id's queue.
-func queued(s *Service, id ConversationID) int {
-	s.mu.Lock()
-	cv := s.convs[id]
-	s.mu.Unlock()
-	cv.qmu.Lock()
-	defer cv.qmu.Unlock()
-	return len(cv.queue)
 }
 
 // TestConcurrentOperationsOnOneConversationShareBarriers sends many tells
@@ -63,15 +45,16 @@ func TestConcurrentOperationsOnOneConversationShareBarriers(t *testing.T) {
 	const workers, each = 16, 25
 	cs.mu.Lock()
 	before := cs.flushes
-	// The first batch's flush waits until every other worker's first tell
-	// is queued behind it, so that at least one later batch holds many
-	// operations however the scheduler runs the workers.
-	cs.gate = func() {
-		for queued(svc, 1) < workers-1 {
-			runtime.Gosched()
-		}
-	}
 	cs.mu.Unlock()
+	// The turn is held until every worker's first tell is queued, so that
+	// the first batch holds all of them however the scheduler runs the
+	// workers. (A gate on the first flush that waited for the others to
+	// queue behind it hung whenever that batch already held two: a worker
+	// sends its next tell only once its last is answered.)
+	cv := svc.existing(1)
+	if err := cv.acquire(ctx); err != nil {
+		t.Fatal(err)
+	}
 	seqs := make(chan Seq, workers*each)
 	var wg sync.WaitGroup
 	for w := range workers {
@@ -90,6 +73,8 @@ func TestConcurrentOperationsOnOneConversationShareBarriers(t *testing.T) {
 			}
 		}()
 	}
+	waitQueued(t, cv, workers)
+	svc.release(cv)
 	wg.Wait()
 	close(seqs)
 	seen := map[Seq]bool{}
