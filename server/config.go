@@ -294,6 +294,10 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("server: retain %v is negative", c.Retain)
 	case c.TokenWindow < 0:
 		return c, fmt.Errorf("server: token-window %v is negative (0 turns the window off)", c.TokenWindow)
+	case c.TokenWindow > 0 && c.TokenWindow < time.Millisecond:
+		// Tokens carry milliseconds, and welcome announces the window in
+		// them: a shorter window would be announced as none.
+		return c, fmt.Errorf("server: token-window %v is below 1ms (0 turns the window off)", c.TokenWindow)
 	case c.TokenSkew < 0:
 		return c, fmt.Errorf("server: token-skew %v is negative", c.TokenSkew)
 	case c.ReceiptTTL < 0:

@@ -35,6 +35,7 @@ func TestConfig_TokenWindowReachesTheService(t *testing.T) {
 		name string
 	}{
 		{Config{TokenWindow: -time.Minute}, "token-window"},
+		{Config{TokenWindow: time.Microsecond}, "below 1ms"},
 		{Config{TokenSkew: -time.Second}, "token-skew"},
 		{Config{Retain: -time.Hour}, "retain"},
 	} {
