@@ -248,3 +248,39 @@ func TestTokenWindow_CompactionForgetsOldTokens(t *testing.T) {
 		t.Fatalf("tell with a random token without a window = %v", err)
 	}
 }
+
+// TestTokenWindow_OfflineCompactForgets: participantctl compact's
+// Compact, given the daemon's window, forgets tokens as the background
+// passes do: its first run checkpoints (a mark now), a run past
+// window+skew later trims and forgets, and the retries are token_expired.
+func TestTokenWindow_OfflineCompactForgets(t *testing.T) {
+	ctx := context.Background()
+	clk := &clock{now: time.UnixMilli(1_700_000_000_000)}
+	mem := store.NewMemory()
+	opts := Options{NodeKey: testKey, Retain: time.Nanosecond, TokenWindow: time.Minute, TokenSkew: time.Second, Now: clk.Now}
+	svc, err := Open(ctx, mem, opts)
+	must(t, err)
+	tells := windowHistory(t, svc, clk, 1, 10)
+	must(t, svc.Close())
+
+	rep, err := Compact(ctx, mem, opts)
+	must(t, err)
+	if rep.Checkpoints != 1 || rep.Compacted.OplogRows != 0 {
+		t.Fatalf("Compact at once = %+v, want a checkpoint and nothing trimmed (its mark is not window+skew old)", rep)
+	}
+	clk.advance(2 * time.Minute)
+	rep, err = Compact(ctx, mem, opts)
+	must(t, err)
+	if rep.Compacted.OplogRows == 0 || rep.Compacted.Forgotten != 12 || rep.Compacted.Receipts != 0 {
+		t.Fatalf("Compact past window+skew = %+v, want rows trimmed and 12 tokens forgotten (2 enrolls, 10 tells), no receipt", rep.Compacted)
+	}
+	svc, err = Open(ctx, mem, opts)
+	must(t, err)
+	defer svc.Close()
+	c := svc.Connect(nil)
+	for _, req := range tells {
+		if _, err := c.Tell(ctx, req); !errors.Is(err, ErrTokenExpired) {
+			t.Fatalf("retry of a tell forgotten offline = %v, want token_expired", err)
+		}
+	}
+}
