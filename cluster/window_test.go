@@ -2,7 +2,6 @@ package cluster_test
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"testing"
@@ -11,20 +10,9 @@ import (
 	"github.com/participantd/participantd/cluster"
 	"github.com/participantd/participantd/oplog"
 	"github.com/participantd/participantd/participant"
+	"github.com/participantd/participantd/participant/participanttest"
 	"github.com/participantd/participantd/store/etcdstore"
 )
-
-// v7 returns a UUIDv7 token drawn at t, its random part n.
-func v7(at time.Time, n uint64) participant.Token {
-	var tk participant.Token
-	var b [8]byte
-	binary.BigEndian.PutUint64(b[:], uint64(at.UnixMilli()))
-	copy(tk[:6], b[2:])
-	binary.BigEndian.PutUint64(tk[8:], n)
-	tk[6] = 0x70
-	tk[8] = 0x80 | tk[8]&0x3f
-	return tk
-}
 
 // TestCluster_TokenWindowFloorFailsOver: node a, under a token window,
 // compacts a conversation and forgets its old tokens; node b, whose clock
@@ -45,11 +33,11 @@ func TestCluster_TokenWindowFloorFailsOver(t *testing.T) {
 	ctx := context.Background()
 
 	ca, cr := a.svc.Connect(func() {}), a.svc.Connect(func() {})
-	sender, err := ca.Enroll(ctx, participant.Enroll{Conversation: conv, Token: v7(clkA.Now(), 1)})
+	sender, err := ca.Enroll(ctx, participant.Enroll{Conversation: conv, Token: participanttest.V7Token(clkA.Now(), 1)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	reader, err := cr.Enroll(ctx, participant.Enroll{Conversation: conv, Token: v7(clkA.Now(), 2)})
+	reader, err := cr.Enroll(ctx, participant.Enroll{Conversation: conv, Token: participanttest.V7Token(clkA.Now(), 2)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +47,7 @@ func TestCluster_TokenWindowFloorFailsOver(t *testing.T) {
 	var reqs []participant.Tell
 	for i := range tells {
 		req := participant.Tell{Conversation: conv, Participant: sender.Participant, Generation: sender.Generation,
-			Token: v7(clkA.Now(), uint64(10+i)), Payload: []byte(fmt.Sprintf("tell %d", i))}
+			Token: participanttest.V7Token(clkA.Now(), uint64(10+i)), Payload: []byte(fmt.Sprintf("tell %d", i))}
 		told, err := ca.Tell(ctx, req)
 		if err != nil {
 			t.Fatalf("tell %d: %v", i, err)
@@ -125,20 +113,20 @@ func TestCluster_TokenWindowFloorFailsOver(t *testing.T) {
 	// b's clock is so far behind that even a token drawn at it is below
 	// the floor: b refuses rather than guess, until its clock is right.
 	att := participant.Attach{Conversation: conv, Participant: sender.Participant,
-		Generation: sender.Generation, Secret: sender.Secret, Token: v7(clkB.Now(), 99)}
+		Generation: sender.Generation, Secret: sender.Secret, Token: participanttest.V7Token(clkB.Now(), 99)}
 	_, err = cb.Attach(ctx, att)
 	var pe *participant.Error
 	if !errors.As(err, &pe) || pe.Code != participant.CodeTokenExpired {
 		t.Fatalf("attach on b with a token drawn at its clock, below the floor = %v, want token_expired", err)
 	}
 	clkB.advance(time.Hour)
-	att.Token = v7(clkB.Now(), 99)
+	att.Token = participanttest.V7Token(clkB.Now(), 99)
 	sb, err := cb.Attach(ctx, att)
 	if err != nil {
 		t.Fatalf("sender's Attach on b with a token above the floor: %v", err)
 	}
 	if _, err := cb.Tell(ctx, participant.Tell{Conversation: conv, Participant: sb.Participant, Generation: sb.Generation,
-		Token: v7(clkB.Now(), 100), Payload: []byte("after failover")}); err != nil {
+		Token: participanttest.V7Token(clkB.Now(), 100), Payload: []byte("after failover")}); err != nil {
 		t.Fatalf("new tell on b = %v", err)
 	}
 }
