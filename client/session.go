@@ -25,8 +25,8 @@ type Welcome struct {
 	// must be a UUIDv7, which NewToken always draws, and one older than
 	// TokenWindow that the server does not find committed is refused
 	// ErrTokenExpired: keep the retries of one operation far shorter.
-	// The server announces it in whole milliseconds, so a window shorter
-	// than one is reported as zero too.
+	// The server announces it in whole milliseconds (a window is at least
+	// one).
 	TokenWindow time.Duration
 	// TokenSkew is how far ahead of the server's clock a token's time may
 	// be under the window before it is refused ErrTokenInvalid; zero
