@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,27 +13,10 @@ import (
 	"github.com/participantd/participantd/oplog"
 	"github.com/participantd/participantd/outbox"
 	"github.com/participantd/participantd/participant"
+	"github.com/participantd/participantd/participant/participanttest"
 	"github.com/participantd/participantd/store"
 	"github.com/participantd/participantd/store/etcdstore"
 )
-
-// clock is a settable clock both nodes share.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
 
 // TestCluster_CompactedConversationFailsOver: node a checkpoints and
 // compacts a conversation in etcd (its checkpoint and receipts in the
@@ -51,7 +33,7 @@ func TestCluster_CompactedConversationFailsOver(t *testing.T) {
 		unacked = 3
 	)
 	pfx := prefix()
-	clk := &clock{now: time.UnixMilli(1_700_000_000_000)}
+	clk := participanttest.NewClock(time.UnixMilli(1_700_000_000_000))
 	opts := participant.Options{CheckpointRows: 1, Retain: time.Minute, Now: clk.Now}
 	a := startMemberWith(t, pfx, "a", time.Second, opts)
 	if _, ok := any(a.node.Store()).(store.Compactor); !ok {
@@ -94,7 +76,7 @@ func TestCluster_CompactedConversationFailsOver(t *testing.T) {
 	if n, err := a.svc.CheckpointPass(ctx); err != nil || n != 1 {
 		t.Fatalf("CheckpointPass on a = %d, %v, want 1, nil", n, err)
 	}
-	clk.advance(2 * time.Minute)
+	clk.Advance(2 * time.Minute)
 	got, err := a.svc.CompactPass(ctx)
 	if err != nil || got.Conversations != 1 || got.OplogRows == 0 || got.Receipts == 0 {
 		t.Fatalf("CompactPass on a = %+v, %v, want the settled history removed", got, err)
@@ -195,7 +177,7 @@ func drain(c *participant.Conn, conv participant.ConversationID) []participant.D
 func TestCluster_PassesRunAfterALoss(t *testing.T) {
 	const kept, lost = participant.ConversationID(31), participant.ConversationID(32)
 	pfx := prefix()
-	clk := &clock{now: time.UnixMilli(1_700_000_000_000)}
+	clk := participanttest.NewClock(time.UnixMilli(1_700_000_000_000))
 	opts := participant.Options{CheckpointRows: 1, Retain: time.Minute, Now: clk.Now}
 	a := startMemberWith(t, pfx, "a", 5*time.Second, opts)
 	b := startMemberWith(t, pfx, "b", 5*time.Second, opts)
@@ -243,7 +225,7 @@ func TestCluster_PassesRunAfterALoss(t *testing.T) {
 	if n, err := a.svc.CheckpointPass(ctx); err != nil || n != 1 {
 		t.Fatalf("CheckpointPass on a after losing %v = %d, %v, want 1 (of %v), nil", lost, n, err, kept)
 	}
-	clk.advance(2 * time.Minute)
+	clk.Advance(2 * time.Minute)
 	if got, err := a.svc.CompactPass(ctx); err != nil || got.Conversations != 1 || got.OplogRows == 0 {
 		t.Fatalf("CompactPass on a after losing %v = %+v, %v, want %v compacted", lost, got, err, kept)
 	}

@@ -27,7 +27,7 @@ func TestCluster_TokenWindowFloorFailsOver(t *testing.T) {
 		tells = 20
 	)
 	pfx := prefix()
-	clkA := &clock{now: time.UnixMilli(1_700_000_000_000)}
+	clkA := participanttest.NewClock(time.UnixMilli(1_700_000_000_000))
 	optsA := participant.Options{CheckpointRows: 1, Retain: time.Second, TokenWindow: time.Minute, TokenSkew: time.Second, Now: clkA.Now}
 	a := startMemberWith(t, pfx, "a", time.Second, optsA)
 	ctx := context.Background()
@@ -60,7 +60,7 @@ func TestCluster_TokenWindowFloorFailsOver(t *testing.T) {
 	if _, err := a.svc.CheckpointPass(ctx); err != nil {
 		t.Fatal(err)
 	}
-	clkA.advance(2 * time.Minute)
+	clkA.Advance(2 * time.Minute)
 	got, err := a.svc.CompactPass(ctx)
 	if err != nil || got.Forgotten != tells+2 || got.Receipts != 0 {
 		t.Fatalf("CompactPass on a = %+v, %v, want %d tokens forgotten and no receipt", got, err, tells+2)
@@ -87,7 +87,7 @@ func TestCluster_TokenWindowFloorFailsOver(t *testing.T) {
 	// forgotten token.
 	a.node.PauseKeepAlive()
 	waitDeleted(t, pfx+"own/"+conv.String())
-	clkB := &clock{now: clkA.Now().Add(-time.Hour)}
+	clkB := participanttest.NewClock(clkA.Now().Add(-time.Hour))
 	optsB := optsA
 	optsB.Now = clkB.Now
 	b := startMemberWith(t, pfx, "b", 5*time.Second, optsB)
@@ -119,7 +119,7 @@ func TestCluster_TokenWindowFloorFailsOver(t *testing.T) {
 	if !errors.As(err, &pe) || pe.Code != participant.CodeTokenExpired {
 		t.Fatalf("attach on b with a token drawn at its clock, below the floor = %v, want token_expired", err)
 	}
-	clkB.advance(time.Hour)
+	clkB.Advance(time.Hour)
 	att.Token = participanttest.V7Token(clkB.Now(), 99)
 	sb, err := cb.Attach(ctx, att)
 	if err != nil {

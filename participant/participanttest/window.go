@@ -27,19 +27,25 @@ func V7Token(t time.Time, n uint64) participant.Token {
 	return tk
 }
 
-// windowClock is the clock WindowWorkload advances.
-type windowClock struct {
+// Clock is a settable clock for participant.Options.Now, safe for
+// concurrent use.
+type Clock struct {
 	mu  sync.Mutex
 	now time.Time
 }
 
-func (c *windowClock) Now() time.Time {
+// NewClock returns a Clock at t.
+func NewClock(t time.Time) *Clock { return &Clock{now: t} }
+
+// Now returns the clock's time.
+func (c *Clock) Now() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.now
 }
 
-func (c *windowClock) advance(d time.Duration) {
+// Advance moves the clock by d (back when d is negative).
+func (c *Clock) Advance(d time.Duration) {
 	c.mu.Lock()
 	c.now = c.now.Add(d)
 	c.mu.Unlock()
@@ -57,7 +63,7 @@ func (c *windowClock) advance(d time.Duration) {
 func WindowWorkload(s store.DurableStore, log *[]Answered) error {
 	ctx := context.Background()
 	*log = (*log)[:0]
-	clk := &windowClock{now: time.UnixMilli(1_700_000_000_000)}
+	clk := NewClock(time.UnixMilli(1_700_000_000_000))
 	svc, err := participant.Open(ctx, s, participant.Options{NodeKey: NodeKey, CheckpointRows: 1,
 		Retain: time.Second, TokenWindow: time.Minute, TokenSkew: time.Second, Now: clk.Now})
 	if err != nil {
@@ -96,7 +102,7 @@ func WindowWorkload(s store.DurableStore, log *[]Answered) error {
 		if _, err := cr.Ack(ctx, participant.Ack{Conversation: 1, Participant: rcv.Participant, Generation: 1, Through: told.Seq}); err != nil {
 			return err
 		}
-		clk.advance(20 * time.Second)
+		clk.Advance(20 * time.Second)
 		if i%2 == 1 {
 			if _, err := svc.CheckpointPass(ctx); err != nil {
 				return err
