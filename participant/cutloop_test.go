@@ -49,19 +49,9 @@ func TestCutLoop_MemoryBackend(t *testing.T) {
 // (Inspect, which CheckInvariants runs, also finds any committed token
 // whose index entry is gone above the floor).
 func TestCrashCut_TokenWindow(t *testing.T) {
-	var log []participanttest.Answered
-	runs := 0
-	faultstore.CutLoop{
-		Workload: func(s *faultstore.Store) error { return participanttest.WindowWorkload(s, &log) },
-		Check: func(t faultstore.TB, mem *store.Memory, run faultstore.CutRun) {
-			runs++
-			participanttest.CheckInvariants(t, mem, log)
-			if run.Completed {
-				participanttest.CheckForgotten(t, mem)
-			}
-		},
-	}.Run(t)
+	runs := participanttest.CutLoop{Backend: memoryBackend(),
+		Workload: participanttest.WindowWorkload, Completed: participanttest.CheckForgotten}.Run(t)
 	if runs < 50 {
-		t.Fatalf("the cut loop ran %d times; the workload should make far more store operations", runs)
+		t.Fatalf("the loop checked %d runs; the workload should make far more store operations", runs)
 	}
 }
