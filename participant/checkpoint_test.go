@@ -44,25 +44,44 @@ func (r *rowCounter) reset() map[string]int {
 }
 
 // history is a conversation built through the service: a sender, a reader
-// that acknowledged all but the last `unacked` tells, and what the reader
-// must still be offered.
+// that acknowledged all but the last `unacked` tells, the tells as sent,
+// and what the reader must still be offered.
 type history struct {
 	sender, reader Bound
+	tells          []Tell
 	pending        []string
 }
 
 func buildHistory(t *testing.T, svc *Service, conv ConversationID, tells, unacked int) history {
 	t.Helper()
+	return buildHistoryTokens(t, svc, conv, tells, unacked, func(n int) Token {
+		if n < 2 {
+			return token(byte(n + 1))
+		}
+		return benchToken(uint64(conv), uint64(n-2))
+	})
+}
+
+// buildHistoryTokens is buildHistory with the tokens tok draws: n 0 and 1
+// for the sender's and the reader's enrolls, 2+i for tell i.
+func buildHistoryTokens(t *testing.T, svc *Service, conv ConversationID, tells, unacked int, tok func(n int) Token) history {
+	t.Helper()
 	ctx := context.Background()
 	cs, cr := svc.Connect(nil), svc.Connect(nil)
-	h := history{sender: mustEnroll(t, cs, conv, 1), reader: mustEnroll(t, cr, conv, 2)}
-	_, err := cs.Ack(ctx, Ack{Conversation: conv, Participant: h.sender.Participant, Generation: 1, Through: 2})
+	var h history
+	var err error
+	h.sender, err = cs.Enroll(ctx, Enroll{Conversation: conv, Token: tok(0)})
+	must(t, err)
+	h.reader, err = cr.Enroll(ctx, Enroll{Conversation: conv, Token: tok(1)})
+	must(t, err)
+	_, err = cs.Ack(ctx, Ack{Conversation: conv, Participant: h.sender.Participant, Generation: 1, Through: 2})
 	must(t, err)
 	for i := range tells {
 		body := fmt.Sprintf("tell %d of %v", i, conv)
-		told, err := cs.Tell(ctx, Tell{Conversation: conv, Participant: h.sender.Participant, Generation: 1,
-			Token: benchToken(uint64(conv), uint64(i)), Payload: []byte(body)})
+		req := Tell{Conversation: conv, Participant: h.sender.Participant, Generation: 1, Token: tok(2 + i), Payload: []byte(body)}
+		told, err := cs.Tell(ctx, req)
 		must(t, err)
+		h.tells = append(h.tells, req)
 		if i < tells-unacked {
 			_, err := cr.Ack(ctx, Ack{Conversation: conv, Participant: h.reader.Participant, Generation: 1, Through: told.Seq})
 			must(t, err)

@@ -121,26 +121,9 @@ func TestTokenWindow_Admission(t *testing.T) {
 // returns the tell requests.
 func windowHistory(t *testing.T, svc *Service, clk *clock, conv ConversationID, n int) []Tell {
 	t.Helper()
-	ctx := context.Background()
-	cs, cr := svc.Connect(nil), svc.Connect(nil)
-	now := clk.Now().UnixMilli()
-	s, err := cs.Enroll(ctx, Enroll{Conversation: conv, Token: v7Token(now, 1)})
-	must(t, err)
-	r, err := cr.Enroll(ctx, Enroll{Conversation: conv, Token: v7Token(now, 2)})
-	must(t, err)
-	_, err = cs.Ack(ctx, Ack{Conversation: conv, Participant: s.Participant, Generation: 1, Through: 2})
-	must(t, err)
-	var tells []Tell
-	for i := range n {
-		req := Tell{Conversation: conv, Participant: s.Participant, Generation: 1,
-			Token: v7Token(clk.Now().UnixMilli(), uint64(100+i)), Payload: []byte(fmt.Sprintf("tell %d", i))}
-		told, err := cs.Tell(ctx, req)
-		must(t, err)
-		_, err = cr.Ack(ctx, Ack{Conversation: conv, Participant: r.Participant, Generation: 1, Through: told.Seq})
-		must(t, err)
-		tells = append(tells, req)
-	}
-	return tells
+	return buildHistoryTokens(t, svc, conv, n, 0, func(i int) Token {
+		return v7Token(clk.Now().UnixMilli(), uint64(100+i))
+	}).tells
 }
 
 // TestTokenWindow_CompactionForgetsOldTokens: compaction under a window
