@@ -1,12 +1,14 @@
 package server
 
 import (
+	"crypto/sha256"
 	"crypto/subtle"
 	"errors"
 	"io"
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/participantd/participantd/cluster/backup"
 	"github.com/participantd/participantd/store"
@@ -42,9 +44,7 @@ func (s *Server) registerAdmin(mux *http.ServeMux) {
 		return
 	}
 	mux.HandleFunc("POST /admin/backup", func(w http.ResponseWriter, r *http.Request) {
-		if !s.adminAuthorized(r) {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="participantd admin"`)
-			http.Error(w, "admin token required", http.StatusUnauthorized)
+		if !s.requireAdmin(w, r) {
 			return
 		}
 		ref := s.st.Load()
@@ -86,11 +86,48 @@ func (s *Server) registerAdmin(mux *http.ServeMux) {
 	})
 }
 
-// adminAuthorized reports whether r carries the admin token, compared in
-// constant time.
+// adminOnly serves h to requests that carry the admin token.
+func (s *Server) adminOnly(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.requireAdmin(w, r) {
+			h.ServeHTTP(w, r)
+		}
+	})
+}
+
+// adminLogInterval is the least time between two log lines of refused
+// admin requests; the ones in between are counted in the next line.
+const adminLogInterval = time.Second
+
+// requireAdmin reports whether r carries the admin token. When it does
+// not, it answers 401, counts the refusal and logs it, at most one line
+// per adminLogInterval (a peer can send refusals as fast as it likes).
+func (s *Server) requireAdmin(w http.ResponseWriter, r *http.Request) bool {
+	if s.adminAuthorized(r) {
+		return true
+	}
+	s.metrics.adminAuthFailed()
+	if ok, held := s.adminLog.allow(time.Now(), adminLogInterval); ok {
+		s.log.Warn().Str("remote", r.RemoteAddr).Str("method", r.Method).Str("path", clip(r.URL.Path)).
+			Bool("token_presented", r.Header.Get("Authorization") != "").Int("refusals_not_logged", held).
+			Msg("admin request refused: wrong or missing admin token")
+	}
+	w.Header().Set("WWW-Authenticate", `Bearer realm="participantd admin"`)
+	http.Error(w, "admin token required", http.StatusUnauthorized)
+	return false
+}
+
+// adminAuthorized reports whether r carries the admin token. Both sides
+// are hashed first, so the comparison takes the same time whatever the
+// length or content of what was presented.
 func (s *Server) adminAuthorized(r *http.Request) bool {
+	if s.cfg.AdminToken == "" {
+		return false
+	}
 	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	return ok && subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.AdminToken)) == 1
+	want := sha256.Sum256([]byte(s.cfg.AdminToken))
+	have := sha256.Sum256([]byte(got))
+	return subtle.ConstantTimeCompare(want[:], have[:]) == 1 && ok
 }
 
 // ClusterBackupContentType is the media type of a cluster backup.

@@ -26,6 +26,18 @@ const (
 	DefaultMaxPendingBytesTotal = 64 << 20
 	DefaultMaxOutboundBytes     = 4 << 20
 	DefaultMaxOutboundTotal     = 64 << 20
+	// DefaultMaxConnectionsPerAddress lets no one address hold more than
+	// about a tenth of DefaultMaxConnections.
+	DefaultMaxConnectionsPerAddress = 1024
+	// DefaultConnectionRate is the new connections one address may open
+	// a second.
+	DefaultConnectionRate = 100
+	// DefaultIdleTimeout closes a connection that holds no binding and
+	// did nothing for that long.
+	DefaultIdleTimeout = 5 * time.Minute
+	// DefaultFrameReadTimeout bounds how long a frame's body may take to
+	// arrive once its header did.
+	DefaultFrameReadTimeout = 30 * time.Second
 	// DefaultLogMemoryBytes bounds the log-first engine's uncheckpointed
 	// batches in memory: two checkpoints' worth.
 	DefaultLogMemoryBytes = 8 << 20
@@ -65,8 +77,50 @@ type Config struct {
 	// constant time).
 	AuthToken string
 	// TLSCert and TLSKey are PEM files; both or neither. When set the wire
-	// listener serves TLS.
+	// listener serves TLS. Server.ReloadTLS reads them again.
 	TLSCert, TLSKey string
+	// TLSClientCA, with TLSCert, is a PEM file of the CAs that client
+	// certificates must chain to: every wire connection must then present
+	// one (mutual TLS). It adds to AuthToken, not replaces it.
+	TLSClientCA string
+	// HealthTLSCert and HealthTLSKey, both or neither, serve the health
+	// listener over HTTPS. They are required for the admin endpoints or
+	// pprof on a health listener beyond loopback (AdminRemote).
+	HealthTLSCert, HealthTLSKey string
+	// AdminRemote allows the admin endpoints (AdminToken) and pprof on a
+	// health listener that is not bound to a loopback address, with
+	// HealthTLSCert; without it New refuses that configuration.
+	AdminRemote bool
+	// HealthHosts are the host names the health listener answers to
+	// besides IP literals and localhost: a request whose Host header
+	// names anything else is refused (421), except /health and /ready,
+	// so that a web page cannot reach the listener by DNS rebinding.
+	HealthHosts []string
+	// MaxConnectionsPerAddress caps the connections one peer address (an
+	// IPv6 /64) holds; one more is rejected{overloaded}. Default
+	// DefaultMaxConnectionsPerAddress. Loopback peers are exempt unless
+	// LimitLoopback.
+	MaxConnectionsPerAddress int
+	// ConnectionRate is how many new connections a second one peer
+	// address may open (a bucket of one second's worth, at least one);
+	// past it they are rejected{overloaded}. Default
+	// DefaultConnectionRate. Loopback peers are exempt unless
+	// LimitLoopback.
+	ConnectionRate float64
+	// LimitLoopback applies MaxConnectionsPerAddress and ConnectionRate to
+	// loopback peers too. Off by default: they are this machine, or a
+	// proxy in front of it.
+	LimitLoopback bool
+	// IdleTimeout closes, with bye{idle}, a connection that holds no
+	// binding, has no request queued or running and nothing to write,
+	// and read no frame for that long. Default DefaultIdleTimeout;
+	// negative turns it off.
+	IdleTimeout time.Duration
+	// FrameReadTimeout bounds how long a frame's body may take to arrive
+	// once its header did: the frame holds its size of the pending
+	// budgets meanwhile. Past it the connection is closed (died,
+	// connection_lost). Default DefaultFrameReadTimeout.
+	FrameReadTimeout time.Duration
 	// MaxFrame is the largest frame body accepted, announced in welcome.
 	// Default wire.DefaultMaxFrame.
 	MaxFrame int
@@ -150,7 +204,9 @@ type Config struct {
 	// below the free space of the data directory's disk.
 	MaxDataBytes int64
 	// AdminToken, when set, enables the admin endpoints of the health
-	// listener (admin.go) for requests that carry it as a bearer token.
+	// listener (admin.go) and pprof for requests that carry it as a bearer
+	// token, and shows conversation ids in /unloadable-conversations to
+	// them.
 	AdminToken string
 	// CheckpointInterval is how often conversation checkpoints are
 	// written in the background; negative disables them. Default
@@ -179,7 +235,9 @@ type Config struct {
 	// it, for fault drills and tests (faultstore); nil uses it as is.
 	WrapStore func(store.DurableStore) store.DurableStore
 	// Pprof serves Go's profiles under /debug/pprof/ on the health
-	// listener. Off by default: a profile costs CPU and shows internals.
+	// listener, to requests that carry AdminToken (which it needs), with
+	// profile and trace durations capped at MaxProfileSeconds and no
+	// cmdline. Off by default: a profile costs CPU and shows internals.
 	Pprof bool
 	// Cluster turns cluster mode on; the zero value is single-node mode.
 	Cluster ClusterConfig
@@ -229,6 +287,18 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.MaxConnections == 0 {
 		c.MaxConnections = DefaultMaxConnections
+	}
+	if c.MaxConnectionsPerAddress == 0 {
+		c.MaxConnectionsPerAddress = DefaultMaxConnectionsPerAddress
+	}
+	if c.ConnectionRate == 0 {
+		c.ConnectionRate = DefaultConnectionRate
+	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = DefaultIdleTimeout
+	}
+	if c.FrameReadTimeout == 0 {
+		c.FrameReadTimeout = DefaultFrameReadTimeout
 	}
 	switch c.Engine {
 	case "":
@@ -286,6 +356,16 @@ func (c Config) withDefaults() (Config, error) {
 	switch {
 	case (c.TLSCert == "") != (c.TLSKey == ""):
 		return c, errors.New("server: tls-cert and tls-key must be given together")
+	case (c.HealthTLSCert == "") != (c.HealthTLSKey == ""):
+		return c, errors.New("server: health-tls-cert and health-tls-key must be given together")
+	case c.Pprof && c.AdminToken == "":
+		return c, errors.New("server: pprof needs admin-token: profiles are served only to requests that carry it")
+	case c.MaxConnectionsPerAddress < 0:
+		return c, fmt.Errorf("server: max-connections-per-address %d is negative", c.MaxConnectionsPerAddress)
+	case c.ConnectionRate < 0:
+		return c, fmt.Errorf("server: connection-rate %v is negative", c.ConnectionRate)
+	case c.FrameReadTimeout < 0:
+		return c, fmt.Errorf("server: frame-read-timeout %v is negative", c.FrameReadTimeout)
 	case c.MaxFrame < 1024 || uint64(c.MaxFrame) > 1<<32-1:
 		return c, fmt.Errorf("server: max-frame %d is outside [1024, 2^32-1]", c.MaxFrame)
 	case c.MaxRecordBytes < 0 || c.MaxRecordBytes > c.MaxFrame-frameOverhead:

@@ -4,15 +4,19 @@ import (
 	"bufio"
 	"crypto/sha256"
 	"crypto/subtle"
+	"crypto/tls"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/rs/zerolog"
 
@@ -24,14 +28,28 @@ import (
 // conn serves one accepted connection; see the package documentation for
 // its goroutines and teardown.
 type conn struct {
-	srv   *Server
-	nc    net.Conn
+	srv *Server
+	nc  net.Conn
+	// br buffers the socket; hrd reads hello from it, rd every frame after.
+	br    *bufio.Reader
+	hrd   *wire.Reader
 	rd    *wire.Reader
 	start time.Time
 	log   zerolog.Logger
+	// peer is the key of the connection's address in Server.peers, which
+	// counts it when limited.
+	peer    netip.Prefix
+	limited bool
 
 	// shutdown is set when the server drains this connection.
 	shutdown atomic.Bool
+	// idle is set when the idle timer closes the connection.
+	idle atomic.Bool
+	// active is when the connection last read a frame or answered a
+	// request, in unix nanoseconds.
+	active atomic.Int64
+	// idleTimer checks idleness; nil when IdleTimeout is off.
+	idleTimer *time.Timer
 	// abandon makes workers drop the requests still queued.
 	abandon atomic.Bool
 
@@ -62,6 +80,14 @@ type request struct {
 	held int64
 }
 
+// ByeIdle is the reason of the bye the server sends before closing an idle
+// connection (Config.IdleTimeout).
+const ByeIdle = "idle"
+
+// reasonTLSHandshake counts, among the refused connections, those whose TLS
+// handshake failed or timed out: they get no rejected frame.
+const reasonTLSHandshake wire.Reason = "tls_handshake"
+
 // closing says how a connection ended.
 type closing struct {
 	cause  oplog.Cause
@@ -70,13 +96,27 @@ type closing struct {
 	err    error
 }
 
-func newConn(s *Server, nc net.Conn) *conn {
+// maxHelloFrame bounds the first frame, read before the client is known
+// (before auth), far below max_frame: a hello holds at most 256 versions, a
+// token and a client name.
+const maxHelloFrame = 16 << 10
+
+// maxLoggedString bounds a client-supplied string (hello.client, a type
+// name in a refusal) in the log and in a rejected detail.
+const maxLoggedString = 128
+
+func newConn(s *Server, nc net.Conn, peer netip.Prefix, limited bool) *conn {
+	br := bufio.NewReaderSize(nc, 64<<10)
 	return &conn{
-		srv:   s,
-		nc:    nc,
-		rd:    wire.NewReader(bufio.NewReaderSize(nc, 64<<10), s.cfg.MaxFrame),
-		start: time.Now(),
-		log:   s.log.With().Str("remote", nc.RemoteAddr().String()).Logger(),
+		srv:     s,
+		nc:      nc,
+		br:      br,
+		hrd:     wire.NewReader(br, maxHelloFrame),
+		rd:      wire.NewReader(br, s.cfg.MaxFrame),
+		start:   time.Now(),
+		log:     s.log.With().Str("remote", nc.RemoteAddr().String()).Logger(),
+		peer:    peer,
+		limited: limited,
 	}
 }
 
@@ -87,10 +127,34 @@ func (c *conn) requestShutdown() {
 	c.nc.SetReadDeadline(time.Now())
 }
 
-// serve runs the connection to its end.
+// clip bounds a client-supplied string before it is logged or echoed.
+func clip(s string) string {
+	if len(s) <= maxLoggedString {
+		return s
+	}
+	cut := maxLoggedString
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s... (%d bytes)", s[:cut], len(s))
+}
+
+// serve runs the connection to its end. The TLS handshake and hello run
+// under the deadline admit set.
 func (c *conn) serve() {
+	if tc, ok := c.nc.(*tls.Conn); ok {
+		if err := tc.Handshake(); err != nil {
+			// Nothing can be said to a peer without TLS.
+			c.srv.metrics.refused(reasonTLSHandshake)
+			c.log.Debug().Err(err).Msg("TLS handshake failed")
+			c.nc.Close()
+			return
+		}
+	}
 	reason, detail, hello := c.handshake()
 	if reason != "" {
+		// The hello deadline may be what ended the handshake.
+		c.nc.SetDeadline(time.Now().Add(c.srv.refuseTimeout()))
 		c.srv.refuse(c.nc, reason, detail)
 		return
 	}
@@ -115,7 +179,7 @@ func (c *conn) serve() {
 	c.log = c.log.With().Uint64("connection", ordinal).Logger()
 	client := ""
 	if hello.Client != nil {
-		client = *hello.Client
+		client = clip(*hello.Client)
 	}
 	c.out = newOutq(c.nc, c.srv.cfg.WriteProgressTimeout, newBudget(int64(c.srv.cfg.MaxOutboundBytes)), c.srv.outBytes, c.quit)
 	window, skew := c.srv.tokenWindow()
@@ -133,13 +197,37 @@ func (c *conn) serve() {
 	c.log.Info().Str("client", client).Msg("connection opened")
 	go c.pump()
 
-	// Lift the hello deadline, unless a drain set its own meanwhile.
-	c.nc.SetReadDeadline(time.Time{})
+	// Lift the hello deadline, unless a drain set its own meanwhile; the
+	// writer sets write deadlines of its own.
+	c.nc.SetDeadline(time.Time{})
 	if c.shutdown.Load() {
 		c.nc.SetReadDeadline(time.Now())
 	}
+	c.touch()
+	if d := c.srv.cfg.IdleTimeout; d > 0 {
+		c.idleTimer = time.AfterFunc(d, c.checkIdle)
+	}
 	cl := c.readLoop()
 	c.teardown(cl)
+}
+
+// touch records activity: a frame read or a request answered.
+func (c *conn) touch() { c.active.Store(time.Now().UnixNano()) }
+
+// checkIdle runs on the idle timer. A connection is idle when it holds no
+// binding (so no delivery can be due to it), has no request queued or
+// running and nothing queued to write, and read no frame and answered no
+// request for IdleTimeout: it is then closed with bye{idle}. Otherwise the
+// timer is set again for when it could first be.
+func (c *conn) checkIdle() {
+	d := c.srv.cfg.IdleTimeout
+	since := time.Since(time.Unix(0, c.active.Load()))
+	if since >= d && len(c.pending) == 0 && c.out.empty() && len(c.pc.Bindings()) == 0 {
+		c.idle.Store(true)
+		c.nc.SetReadDeadline(time.Now())
+		return
+	}
+	c.idleTimer.Reset(max(d-since, d/8))
 }
 
 // tokenWindow is welcome.token_window and welcome.token_skew: the window
@@ -154,11 +242,10 @@ func (s *Server) tokenWindow() (window, skew *uint64) {
 	return new(uint64(s.cfg.TokenWindow.Milliseconds())), new(uint64(s.cfg.TokenSkew.Milliseconds()))
 }
 
-// handshake reads hello and checks it. It returns the rejection reason
-// and detail, or hello.
+// handshake reads hello and checks it, under the deadline admit set. It
+// returns the rejection reason and detail, or hello.
 func (c *conn) handshake() (wire.Reason, string, *wire.Hello) {
-	c.nc.SetReadDeadline(time.Now().Add(c.srv.cfg.HelloTimeout))
-	body, err := c.rd.ReadFrame()
+	body, err := c.hrd.ReadFrame()
 	if c.shutdown.Load() {
 		return wire.ReasonShuttingDown, "the server is shutting down", nil
 	}
@@ -179,18 +266,18 @@ func (c *conn) handshake() (wire.Reason, string, *wire.Hello) {
 		errors.As(err, &de)
 		switch {
 		case de == nil:
-			return wire.ReasonMalformed, err.Error(), nil
+			return wire.ReasonMalformed, clip(err.Error()), nil
 		case de.Type == wire.TypeHello:
-			return wire.ReasonMalformed, de.Detail, nil
+			return wire.ReasonMalformed, clip(de.Detail), nil
 		case de.Type != "":
-			return wire.ReasonHelloRequired, fmt.Sprintf("the first frame is %q, not hello", de.Type), nil
+			return wire.ReasonHelloRequired, fmt.Sprintf("the first frame is %q, not hello", clip(de.Type)), nil
 		default:
-			return wire.ReasonMalformed, de.Detail, nil
+			return wire.ReasonMalformed, clip(de.Detail), nil
 		}
 	}
 	hello, ok := m.(*wire.Hello)
 	if !ok {
-		return wire.ReasonHelloRequired, fmt.Sprintf("the first frame is %q, not hello", m.Type()), nil
+		return wire.ReasonHelloRequired, fmt.Sprintf("the first frame is %q, not hello", clip(m.Type())), nil
 	}
 	if !slices.Contains(hello.Versions, wire.Version) {
 		return wire.ReasonUnsupportedVersion, fmt.Sprintf("this server speaks version %d only", wire.Version), nil
@@ -216,11 +303,23 @@ func (c *conn) handshake() (wire.Reason, string, *wire.Hello) {
 // readLoop reads requests until the connection ends, and says how.
 func (c *conn) readLoop() closing {
 	for {
+		held, ok := c.reserve()
+		if !ok {
+			return closing{cause: oplog.CauseConnectionLost, reason: "write failed"}
+		}
 		body, err := c.rd.ReadFrame()
+		if held > 0 {
+			c.endBodyDeadline()
+		}
 		if err != nil {
+			c.release(held)
 			switch {
 			case c.shutdown.Load():
 				return closing{cause: oplog.CauseShutdown, final: &wire.ServerBye{Reason: wire.ByeShutdown}, reason: "shutdown"}
+			case c.idle.Load():
+				return closing{cause: oplog.CauseConnectionLost, final: &wire.ServerBye{Reason: ByeIdle}, reason: "idle"}
+			case errors.Is(err, os.ErrDeadlineExceeded):
+				return closing{cause: oplog.CauseConnectionLost, reason: "frame read timeout", err: err}
 			case errors.Is(err, wire.ErrFrameTooLarge):
 				return c.violation(wire.ReasonFrameTooLarge, err.Error())
 			case errors.Is(err, io.EOF):
@@ -229,28 +328,88 @@ func (c *conn) readLoop() closing {
 				return closing{cause: oplog.CauseConnectionLost, reason: "read error", err: err}
 			}
 		}
+		c.touch()
 		m, err := wire.DecodeRequest(body)
 		if err != nil {
+			c.release(held)
 			var de *wire.DecodeError
 			if errors.As(err, &de) && de.Class == wire.BadRequest && de.HasID {
 				c.srv.metrics.badRequest()
-				c.out.send(&wire.Error{ID: de.ID, Code: wire.CodeBadRequest, Detail: de.Detail})
+				c.out.send(&wire.Error{ID: de.ID, Code: wire.CodeBadRequest, Detail: clip(de.Detail)})
 				continue
 			}
-			return c.violation(wire.ReasonMalformed, err.Error())
+			return c.violation(wire.ReasonMalformed, clip(err.Error()))
 		}
 		switch m := m.(type) {
 		case *wire.Hello:
+			c.release(held)
 			return c.violation(wire.ReasonMalformed, "a second hello")
 		case *wire.Bye:
+			c.release(held)
 			return closing{cause: oplog.CauseClean, reason: "bye"}
 		case *wire.Ping:
+			c.release(held)
 			c.out.send(&wire.Pong{ID: m.ID})
 		default:
-			if !c.submit(conversationOf(m), m, int64(len(body))) {
+			if !c.submit(conversationOf(m), m, held) {
 				return closing{cause: oplog.CauseConnectionLost, reason: "write failed"}
 			}
 		}
+	}
+}
+
+// reserve waits for the next frame's header and takes its announced size
+// of the pending budgets (the connection's and the server's) before its
+// body is read, so that frames still arriving count as much as frames
+// read: a peer cannot make the server hold more than the budgets by
+// sending many bodies slowly. The body must then arrive within
+// FrameReadTimeout, so that a slow peer cannot sit on the budget either.
+// It returns the bytes held (0 when the header could not be read or
+// announces more than MaxFrame: ReadFrame then reports it), and false if
+// the connection's writer is gone while it waited.
+func (c *conn) reserve() (int64, bool) {
+	hdr, err := c.br.Peek(wire.HeaderLen)
+	if err != nil {
+		return 0, true
+	}
+	n := int64(binary.BigEndian.Uint32(hdr))
+	if n > int64(c.srv.cfg.MaxFrame) {
+		return 0, true
+	}
+	held := min(n, c.pendingBytes.limit)
+	if held == 0 {
+		return 0, true
+	}
+	if !take(held, c.out.done, nil, c.pendingBytes, c.srv.pendingBytes) {
+		return 0, false
+	}
+	if c.br.Buffered() < wire.HeaderLen+int(n) {
+		c.nc.SetReadDeadline(time.Now().Add(c.srv.cfg.FrameReadTimeout))
+		c.recheckDeadline()
+	}
+	return held, true
+}
+
+// endBodyDeadline lifts the deadline reserve set on reading a body.
+func (c *conn) endBodyDeadline() {
+	c.nc.SetReadDeadline(time.Time{})
+	c.recheckDeadline()
+}
+
+// recheckDeadline keeps the read deadline a drain or the idle timer set
+// while the reader changed it.
+func (c *conn) recheckDeadline() {
+	if c.shutdown.Load() || c.idle.Load() {
+		c.nc.SetReadDeadline(time.Now())
+	}
+}
+
+// release gives back bytes reserve took for a frame that is not a queued
+// request.
+func (c *conn) release(held int64) {
+	if held > 0 {
+		c.pendingBytes.give(held)
+		c.srv.pendingBytes.give(held)
 	}
 }
 
@@ -268,7 +427,12 @@ func (c *conn) violation(reason wire.Reason, detail string) closing {
 
 // teardown ends the connection as cl says: see the package documentation.
 func (c *conn) teardown(cl closing) {
-	if cl.cause == oplog.CauseConnectionLost || cl.cause == oplog.CauseProtocolError {
+	if c.idleTimer != nil {
+		c.idleTimer.Stop()
+	}
+	// A connection closed for idleness answers what it read, as a drain
+	// does: the peer gets bye, not a cut.
+	if cl.cause == oplog.CauseConnectionLost && cl.final == nil || cl.cause == oplog.CauseProtocolError {
 		c.abandon.Store(true)
 	}
 	// Requests read before the end are answered (or dropped) before the

@@ -27,22 +27,19 @@ func conversationOf(m wire.Message) uint64 {
 	panic("server: conversationOf(" + m.Type() + ")")
 }
 
-// submit queues m, read from a frame of size bytes, behind the earlier
-// requests of conversation conv, starting that conversation's worker if it
-// has none. It blocks while MaxPending requests are queued or running, or
-// while their frames would hold more than MaxPendingBytes of this
-// connection or MaxPendingBytesTotal of the server: the reader then stops
-// reading (TCP backpressure). It returns false if the connection's writer
+// submit queues m, whose frame holds held bytes of the pending budgets
+// (reserve took them before its body was read; the request gives them
+// back once answered), behind the earlier requests of conversation conv,
+// starting that conversation's worker if it has none. It blocks while
+// MaxPending requests are queued or running: the reader then stops reading
+// (TCP backpressure), as it does while reserve waits for budget. It
+// returns false, having given the bytes back, if the connection's writer
 // is gone meanwhile.
-func (c *conn) submit(conv uint64, m wire.Message, size int64) bool {
+func (c *conn) submit(conv uint64, m wire.Message, held int64) bool {
 	select {
 	case c.pending <- struct{}{}:
 	case <-c.out.done:
-		return false
-	}
-	held := min(size, c.pendingBytes.limit)
-	if !take(held, c.out.done, nil, c.pendingBytes, c.srv.pendingBytes) {
-		<-c.pending
+		c.release(held)
 		return false
 	}
 	c.mu.Lock()
@@ -85,10 +82,10 @@ func (c *conn) work(conv uint64) {
 			if !c.abandon.Load() {
 				c.out.send(a)
 			}
-			c.pendingBytes.give(q[i].held)
-			c.srv.pendingBytes.give(q[i].held)
+			c.release(q[i].held)
 			q[i], answers[i] = request{}, nil // let the request's bytes go
 			<-c.pending
+			c.touch()
 		}
 	}
 }

@@ -3,9 +3,14 @@ package server
 import (
 	"cmp"
 	"encoding/json"
+	"fmt"
+	"net"
 	"net/http"
 	"net/http/pprof"
+	"net/netip"
 	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -18,19 +23,31 @@ import (
 //	GET /ready                     200 once reconciled and accepting; 503 before, while draining,
 //	                               and once the store failed ("store failed: ..."); in cluster
 //	                               mode also 503 while etcd does not answer or the lease is not held
-//	GET /metrics                   Prometheus text format
-//	GET /unloadable-conversations  {"count": n, "conversations": [{"conversation_id", "class", "reason"}]};
+//	GET /metrics                   Prometheus text format (no conversation ids)
+//	GET /unloadable-conversations  {"count": n}; with the admin token (Authorization: Bearer)
+//	                               also "conversations": [{"conversation_id", "class", "reason"}];
 //	                               503 before the service is open
-//	GET /debug/pprof/...           Go's profiles, only with Config.Pprof (--pprof)
+//	GET /debug/pprof/...           Go's profiles, only with Config.Pprof (--pprof) and the admin
+//	                               token; seconds at most MaxProfileSeconds; no cmdline
 //	POST /admin/backup             see admin.go (only with an admin token)
+//
+// Every endpoint but /health and /ready answers only requests whose Host
+// header is an IP literal, localhost or one of Config.HealthHosts (421
+// otherwise): a web page that rebinds its own name to this listener's
+// address gets nothing from it. A request that presents a wrong admin
+// token is refused 401, logged (at most one line a second) and counted in
+// participantd_admin_auth_failures_total.
 func (s *Server) healthHandler() http.Handler {
 	mux := http.NewServeMux()
 	if s.cfg.Pprof {
-		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
-		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
-		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
-		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+		mux.Handle("GET /debug/pprof/", s.adminOnly(capSeconds(http.HandlerFunc(pprof.Index))))
+		mux.Handle("GET /debug/pprof/profile", s.adminOnly(capSeconds(http.HandlerFunc(pprof.Profile))))
+		mux.Handle("GET /debug/pprof/symbol", s.adminOnly(http.HandlerFunc(pprof.Symbol)))
+		mux.Handle("GET /debug/pprof/trace", s.adminOnly(capSeconds(http.HandlerFunc(pprof.Trace))))
+		// The command line may carry secrets (--auth-token): never served.
+		mux.HandleFunc("GET /debug/pprof/cmdline", func(w http.ResponseWriter, r *http.Request) {
+			http.Error(w, "not served: the command line may hold secrets", http.StatusNotFound)
+		})
 	}
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
 		w.Write([]byte("ok\n"))
@@ -48,24 +65,122 @@ func (s *Server) healthHandler() http.Handler {
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /unloadable-conversations", func(w http.ResponseWriter, r *http.Request) {
+		// Ids are for the operator: shown to the admin token only, and a
+		// request that presents a wrong one is refused as at /admin.
+		authorized := false
+		if r.Header.Get("Authorization") != "" {
+			if !s.requireAdmin(w, r) {
+				return
+			}
+			authorized = true
+		}
 		svc := s.svc.Load()
 		if svc == nil {
 			http.Error(w, "not open yet", http.StatusServiceUnavailable)
 			return
 		}
 		list := svc.Unloadable()
+		w.Header().Set("Content-Type", "application/json")
+		if !authorized {
+			json.NewEncoder(w).Encode(struct {
+				Count int `json:"count"`
+			}{len(list)})
+			return
+		}
 		slices.SortFunc(list, func(a, b participant.Unloadable) int { return cmp.Compare(a.Conversation, b.Conversation) })
 		if list == nil {
 			list = []participant.Unloadable{}
 		}
-		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(struct {
 			Count         int                      `json:"count"`
 			Conversations []participant.Unloadable `json:"conversations"`
 		}{len(list), list})
 	})
 	s.registerAdmin(mux)
-	return mux
+	return s.checkHost(mux)
+}
+
+// MaxProfileSeconds caps the seconds parameter of the pprof endpoints: a
+// CPU profile or a trace runs, and costs, that long.
+const MaxProfileSeconds = 60
+
+// capSeconds refuses a profile whose seconds parameter exceeds
+// MaxProfileSeconds.
+func capSeconds(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if v := r.URL.Query().Get("seconds"); v != "" {
+			if sec, err := strconv.ParseFloat(v, 64); err != nil || sec > MaxProfileSeconds {
+				http.Error(w, fmt.Sprintf("seconds must be a number of at most %d", MaxProfileSeconds), http.StatusBadRequest)
+				return
+			}
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// checkHost refuses requests whose Host header names anything but an IP
+// literal, localhost or one of Config.HealthHosts, except /health and
+// /ready, which say nothing worth rebinding a name for (and which probes
+// send with whatever name they know the pod by).
+func (s *Server) checkHost(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/health" && r.URL.Path != "/ready" && !s.hostAllowed(r.Host) {
+			http.Error(w, "unknown host name; add it to --health-hosts", http.StatusMisdirectedRequest)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// hostAllowed reports whether a Host header value may reach the health
+// listener's endpoints.
+func (s *Server) hostAllowed(hostport string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.ToLower(host), ".")
+	if _, err := netip.ParseAddr(strings.Trim(host, "[]")); err == nil {
+		return true
+	}
+	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
+		return true
+	}
+	for _, name := range s.cfg.HealthHosts {
+		if strings.EqualFold(strings.TrimSuffix(name, "."), host) {
+			return true
+		}
+	}
+	return false
+}
+
+// checkHealthExposure refuses the admin endpoints and pprof on a health
+// listener bound beyond loopback (addr), unless Config.AdminRemote says
+// so and the listener serves TLS (hasTLS): they hand out the node's data
+// (a cluster backup holds the cluster secret) to whoever has the token,
+// which must then not travel in the clear.
+func checkHealthExposure(cfg Config, addr net.Addr, hasTLS bool) error {
+	if (cfg.AdminToken == "" && !cfg.Pprof) || isLoopback(addr) {
+		return nil
+	}
+	what := "the admin endpoints (admin-token)"
+	if cfg.AdminToken == "" || cfg.Pprof {
+		what = "the admin endpoints and pprof (admin-token, pprof)"
+	}
+	switch {
+	case !cfg.AdminRemote:
+		return fmt.Errorf("server: health-listen %s is beyond loopback and would serve %s: keep health-listen on loopback, or set admin-remote with health-tls-cert and health-tls-key to mean it", addr, what)
+	case !hasTLS:
+		return fmt.Errorf("server: admin-remote: %s beyond loopback need TLS on the health listener (health-tls-cert, health-tls-key): the admin token must not travel in the clear", what)
+	}
+	return nil
+}
+
+// isLoopback reports whether addr is a loopback address (an unspecified
+// one, 0.0.0.0 or ::, listens on every interface: it is not).
+func isLoopback(addr net.Addr) bool {
+	ta, ok := addr.(*net.TCPAddr)
+	return ok && ta.IP.IsLoopback()
 }
 
 // storeFailed returns the store's sticky failure once the service saw it,

@@ -23,6 +23,7 @@ type metrics struct {
 	connsOpen    prometheus.Gauge
 	connsTotal   prometheus.Counter
 	refusedTotal *prometheus.CounterVec
+	adminRefused prometheus.Counter
 	badRequests  prometheus.Counter
 	operations   *prometheus.CounterVec
 	commitSecs   *prometheus.HistogramVec
@@ -41,6 +42,7 @@ const (
 	MetricConnectionsOpen   = "participantd_connections_open"
 	MetricConnectionsTotal  = "participantd_connections_total"
 	MetricRefusedTotal      = "participantd_connections_refused_total"
+	MetricAdminAuthFailures = "participantd_admin_auth_failures_total"
 	MetricBadRequestsTotal  = "participantd_bad_requests_total"
 	MetricOperationsTotal   = "participantd_operations_total"
 	MetricCommitDuration    = "participantd_commit_duration_seconds"
@@ -81,8 +83,11 @@ func newMetrics(s *Server) *metrics {
 			Name: MetricConnectionsTotal, Help: "Wire connections admitted since start.",
 		}),
 		refusedTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: MetricRefusedTotal, Help: "Connections rejected, by the reason of the rejected frame.",
+			Name: MetricRefusedTotal, Help: "Connections rejected, by the reason of the rejected frame (tls_handshake: the TLS handshake failed or timed out, no frame).",
 		}, []string{"reason"}),
+		adminRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: MetricAdminAuthFailures, Help: "Requests to admin-token endpoints of the health listener refused for a wrong or missing token.",
+		}),
 		badRequests: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: MetricBadRequestsTotal, Help: "Requests answered bad_request.",
 		}),
@@ -114,7 +119,7 @@ func newMetrics(s *Server) *metrics {
 		return participant.Backlog{}
 	}
 	m.reg.MustRegister(
-		m.connsOpen, m.connsTotal, m.refusedTotal, m.badRequests, m.operations, m.commitSecs, m.committed, m.deliveries,
+		m.connsOpen, m.connsTotal, m.refusedTotal, m.adminRefused, m.badRequests, m.operations, m.commitSecs, m.committed, m.deliveries,
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: MetricStoreFlushes, Help: "Store Flush calls (group commit: many per store commit).",
 		}, func() float64 { return float64(stats().Flushes) }),
@@ -273,4 +278,5 @@ func (m *metrics) connOpened() {
 func (m *metrics) connClosed()                { m.connsOpen.Dec() }
 func (m *metrics) refused(reason wire.Reason) { m.refusedTotal.WithLabelValues(string(reason)).Inc() }
 func (m *metrics) badRequest()                { m.badRequests.Inc() }
+func (m *metrics) adminAuthFailed()           { m.adminRefused.Inc() }
 func (m *metrics) delivered()                 { m.deliveries.Inc() }

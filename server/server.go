@@ -41,11 +41,18 @@ var (
 // Server is one participantd: a wire listener and a health listener over one
 // participant service. Create it with New, then call Run once.
 type Server struct {
-	cfg     Config
-	log     zerolog.Logger
-	ln      net.Listener
-	hln     net.Listener
-	metrics *metrics
+	cfg Config
+	log zerolog.Logger
+	// ln is the plain TCP wire listener: a TLS connection is wrapped
+	// after accept (wireTLS), so that its handshake runs under the
+	// connection's deadline rather than inside Accept or a first Read.
+	ln        net.Listener
+	hln       net.Listener
+	wireTLS   *certs
+	healthTLS *certs
+	metrics   *metrics
+	// adminLog rate-limits the log lines of refused admin requests.
+	adminLog logLimiter
 
 	// readyCh is closed once the service is open and accepting.
 	readyCh chan struct{}
@@ -75,7 +82,12 @@ type Server struct {
 	// mu guards the fields below.
 	mu sync.Mutex
 	// conns are the connections being served.
-	conns    map[*conn]struct{}
+	conns map[*conn]struct{}
+	// refusing are the connections being sent rejected{...}; the drain
+	// cuts them short.
+	refusing map[net.Conn]struct{}
+	// peers are the per-address connection counts and rates.
+	peers    *peerLimits
 	draining bool
 }
 
@@ -90,13 +102,13 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.Cluster.validate(); err != nil {
 		return nil, err
 	}
-	var tlsConf *tls.Config
-	if cfg.TLSCert != "" {
-		cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
-		if err != nil {
-			return nil, fmt.Errorf("server: tls-cert/tls-key: %w", err)
-		}
-		tlsConf = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	wireTLS, err := loadTLS(cfg.TLSCert, cfg.TLSKey, cfg.TLSClientCA, "tls")
+	if err != nil {
+		return nil, err
+	}
+	healthTLS, err := loadTLS(cfg.HealthTLSCert, cfg.HealthTLSKey, "", "health-tls")
+	if err != nil {
+		return nil, err
 	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
@@ -107,16 +119,22 @@ func New(cfg Config) (*Server, error) {
 		ln.Close()
 		return nil, fmt.Errorf("server: health-listen: %w", err)
 	}
-	if tlsConf != nil {
-		ln = tls.NewListener(ln, tlsConf)
+	if err := checkHealthExposure(cfg, hln.Addr(), healthTLS != nil); err != nil {
+		ln.Close()
+		hln.Close()
+		return nil, err
 	}
 	s := &Server{
-		cfg:     cfg,
-		log:     cfg.Logger.With().Str("component", "server").Logger(),
-		ln:      ln,
-		hln:     hln,
-		readyCh: make(chan struct{}),
-		conns:   make(map[*conn]struct{}),
+		cfg:       cfg,
+		log:       cfg.Logger.With().Str("component", "server").Logger(),
+		ln:        ln,
+		hln:       hln,
+		wireTLS:   wireTLS,
+		healthTLS: healthTLS,
+		readyCh:   make(chan struct{}),
+		conns:     make(map[*conn]struct{}),
+		refusing:  make(map[net.Conn]struct{}),
+		peers:     newPeerLimits(cfg),
 
 		outBytes:     newBudget(int64(cfg.MaxOutboundTotal)),
 		pendingBytes: newBudget(int64(cfg.MaxPendingBytesTotal)),
@@ -153,11 +171,18 @@ func (s *Server) Service() *participant.Service { return s.svc.Load() }
 // open and the data directory locked until the process exits.
 func (s *Server) Run(ctx context.Context) error {
 	defer s.opCancel()
-	hsrv := &http.Server{Handler: s.healthHandler(), ReadHeaderTimeout: 10 * time.Second}
+	// Requests carry no body: reading one, and a keep-alive, are bounded;
+	// writing is not, since a backup streams for as long as it takes.
+	hsrv := &http.Server{Handler: s.healthHandler(), ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout: 30 * time.Second, IdleTimeout: time.Minute, MaxHeaderBytes: 64 << 10}
+	hln := s.hln
+	if s.healthTLS != nil {
+		hln = tls.NewListener(hln, s.healthTLS.config())
+	}
 	hdone := make(chan struct{})
 	go func() {
 		defer close(hdone)
-		if err := hsrv.Serve(s.hln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := hsrv.Serve(hln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.log.Error().Err(err).Msg("health listener failed")
 		}
 	}()
@@ -177,6 +202,10 @@ func (s *Server) Run(ctx context.Context) error {
 	close(s.readyCh)
 	s.log.Info().Str("listen", s.ln.Addr().String()).Str("health", s.hln.Addr().String()).
 		Uint64("incarnation", svc.Incarnation()).Str("enroll_policy", string(s.cfg.EnrollPolicy)).Msg("serving")
+	if s.cfg.AdminRemote && (s.cfg.AdminToken != "" || s.cfg.Pprof) && !isLoopback(s.hln.Addr()) {
+		s.log.Warn().Str("health", s.hln.Addr().String()).Bool("pprof", s.cfg.Pprof).
+			Msg("the admin endpoints are reachable beyond loopback (admin-remote): whoever holds the admin token can take a backup, which holds every conversation (and in cluster mode the cluster secret)")
+	}
 	if openAdmission(s.cfg, s.ln.Addr()) {
 		s.log.Warn().Str("listen", s.ln.Addr().String()).
 			Msg("listening beyond loopback with no auth token and the open enroll policy: anyone who can connect can enroll into any conversation and read it; set --auth-token or --enroll-policy invite")
@@ -300,31 +329,62 @@ func isTemporary(err error) bool {
 	return errors.As(err, &t) && t.Temporary()
 }
 
+// maxRefusing bounds the refusals being written at once: each one over TLS
+// runs a handshake and holds a goroutine until it ends or its deadline
+// passes. Past it, a refused connection is closed without a word.
+const maxRefusing = 256
+
 // admit starts serving nc, or refuses it when the server is full or
-// draining.
-func (s *Server) admit(nc net.Conn) {
+// draining, or when its address holds or opened too many connections.
+//
+// Every connection gets its deadline here, before any byte is read or
+// written: the TLS handshake and hello must both finish within
+// HelloTimeout of the accept, and a refusal within refuseTimeout.
+func (s *Server) admit(raw net.Conn) {
+	now := time.Now()
+	key, limited := s.peers.key(raw.RemoteAddr())
 	s.mu.Lock()
 	var reason wire.Reason
+	var detail string
 	switch {
 	case s.draining:
-		reason = wire.ReasonShuttingDown
+		reason, detail = wire.ReasonShuttingDown, "the server is shutting down"
 	case len(s.conns) >= s.cfg.MaxConnections:
-		reason = wire.ReasonOverloaded
+		reason, detail = wire.ReasonOverloaded, fmt.Sprintf("the server is at its limit of %d connections", s.cfg.MaxConnections)
+	case limited:
+		detail = s.peers.admitLocked(key, now)
+		if detail != "" {
+			reason = wire.ReasonOverloaded
+		}
+	}
+	nc := raw
+	if s.wireTLS != nil {
+		nc = tls.Server(raw, s.wireTLS.config())
 	}
 	var c *conn
-	if reason == "" {
-		c = newConn(s, nc)
+	switch {
+	case reason == "":
+		raw.SetDeadline(now.Add(s.cfg.HelloTimeout))
+		c = newConn(s, nc, key, limited)
 		s.conns[c] = struct{}{}
+	case len(s.refusing) < maxRefusing:
+		raw.SetDeadline(now.Add(s.refuseTimeout()))
+		s.refusing[nc] = struct{}{}
+	default:
+		s.mu.Unlock()
+		s.metrics.refused(reason)
+		raw.Close()
+		return
 	}
 	s.connWG.Add(1)
 	s.mu.Unlock()
 	if c == nil {
 		go func() {
 			defer s.connWG.Done()
-			s.refuse(nc, reason, "the server is "+map[wire.Reason]string{
-				wire.ReasonShuttingDown: "shutting down",
-				wire.ReasonOverloaded:   fmt.Sprintf("at its limit of %d connections", s.cfg.MaxConnections),
-			}[reason])
+			s.refuse(nc, reason, detail)
+			s.mu.Lock()
+			delete(s.refusing, nc)
+			s.mu.Unlock()
 		}()
 		return
 	}
@@ -335,19 +395,28 @@ func (s *Server) admit(nc net.Conn) {
 		defer func() {
 			s.mu.Lock()
 			delete(s.conns, c)
+			if c.limited {
+				s.peers.releaseLocked(c.peer)
+			}
 			s.mu.Unlock()
 		}()
 		c.serve()
 	}()
 }
 
+// refuseTimeout bounds a refusal: over TLS it runs a whole handshake
+// before rejected{...} can be written. It stays within half the drain, so
+// that the refusals of a drain end inside it.
+func (s *Server) refuseTimeout() time.Duration {
+	return min(s.cfg.HelloTimeout, s.cfg.DrainTimeout/2)
+}
+
 // refuse sends rejected{reason} on a connection that never got a welcome,
-// then closes it.
+// then closes it, within the deadline its caller set.
 func (s *Server) refuse(nc net.Conn, reason wire.Reason, detail string) {
 	s.metrics.refused(reason)
 	s.log.Info().Str("remote", nc.RemoteAddr().String()).Str("reason", string(reason)).
 		Str("detail", detail).Msg("connection refused")
-	nc.SetWriteDeadline(time.Now().Add(s.cfg.HelloTimeout))
 	nc.Write(wire.AppendFrame(nil, &wire.Rejected{Reason: reason, Detail: detail}))
 	lingerClose(nc)
 }
@@ -372,6 +441,10 @@ func (s *Server) drain(acceptDone <-chan error, acceptStopped bool) (<-chan stru
 	conns := make([]*conn, 0, len(s.conns))
 	for c := range s.conns {
 		conns = append(conns, c)
+	}
+	// A refusal still in its TLS handshake has nothing worth waiting for.
+	for nc := range s.refusing {
+		nc.SetDeadline(time.Now())
 	}
 	s.mu.Unlock()
 	s.log.Info().Int("connections", len(conns)).Msg("draining")
@@ -501,8 +574,7 @@ func (s *Server) oldestStoreCall() (storeCall, int, bool) {
 // required, and the enroll policy is open.
 func openAdmission(cfg Config, addr net.Addr) bool {
 	ta, ok := addr.(*net.TCPAddr)
-	loopback := ok && ta.IP.IsLoopback()
-	return !loopback && cfg.AuthToken == "" && cfg.EnrollPolicy == participant.EnrollOpen
+	return !(ok && ta.IP.IsLoopback()) && cfg.AuthToken == "" && cfg.EnrollPolicy == participant.EnrollOpen
 }
 
 // fileSize returns a probe of the size of the file at path, 0 while it

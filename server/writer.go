@@ -66,6 +66,9 @@ func newOutq(nc net.Conn, progress time.Duration, own, shared *budget, quit <-ch
 	return q
 }
 
+// empty reports whether no frame is queued or being written.
+func (q *outq) empty() bool { return q.own.inUse() == 0 }
+
 // send queues m, waiting while the connection's or the server's outbound
 // budget has no room for it. It returns false when the writer has stopped,
 // or quit was closed while it waited; m is then dropped.

@@ -1,0 +1,102 @@
+package server_test
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/participantd/participantd/server"
+	"github.com/participantd/participantd/wire"
+)
+
+// silentConns opens n TCP connections to addr that never send a byte: over
+// TLS, connections stuck before their ClientHello.
+func silentConns(t *testing.T, addr string, n int) []net.Conn {
+	t.Helper()
+	out := make([]net.Conn, n)
+	for i := range out {
+		nc, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatalf("dial %d: %v", i, err)
+		}
+		t.Cleanup(func() { nc.Close() })
+		out[i] = nc
+	}
+	return out
+}
+
+// closedWithin reports how many of conns the server closed within d: a
+// read that ends in EOF or a reset rather than the test's own deadline.
+func closedWithin(conns []net.Conn, d time.Duration) int {
+	deadline := time.Now().Add(d)
+	done := make(chan bool, len(conns))
+	for _, nc := range conns {
+		go func() {
+			nc.SetReadDeadline(deadline)
+			var b [512]byte
+			for {
+				if _, err := nc.Read(b[:]); err != nil {
+					ne, ok := err.(net.Error)
+					done <- !(ok && ne.Timeout())
+					return
+				}
+			}
+		}()
+	}
+	n := 0
+	for range conns {
+		if <-done {
+			n++
+		}
+	}
+	return n
+}
+
+// TestTLS_RefusedSilentConnectionsAreClosed is the probe of issue 18 item 3:
+// a TLS server at its connection limit must still close the connections it
+// refuses when their peer never sends a ClientHello. The refusal is written
+// through TLS, so it runs the handshake, and every step of it has a
+// deadline.
+func TestTLS_RefusedSilentConnectionsAreClosed(t *testing.T) {
+	certFile, keyFile, pool := selfSigned(t, t.TempDir())
+	h := start(t, server.Config{TLSCert: certFile, TLSKey: keyFile, MaxConnections: 1, HelloTimeout: 200 * time.Millisecond})
+	holder := dialTLS(t, h, pool)
+	const n = 20
+	silent := silentConns(t, h.srv.Addr().String(), n)
+	if got := closedWithin(silent, 5*time.Second); got != n {
+		t.Errorf("the server closed %d of %d refused silent TLS connections within 5 s, want all", got, n)
+	}
+	holder.ping()
+}
+
+// TestTLS_DrainWithConnectionsStuckInTheHandshake: connections stuck in the
+// TLS handshake, refused or admitted, do not hold the drain up.
+func TestTLS_DrainWithConnectionsStuckInTheHandshake(t *testing.T) {
+	certFile, keyFile, pool := selfSigned(t, t.TempDir())
+	h := start(t, server.Config{TLSCert: certFile, TLSKey: keyFile, MaxConnections: 2,
+		HelloTimeout: time.Minute, DrainTimeout: 3 * time.Second, StoreCloseTimeout: time.Second})
+	holder := dialTLS(t, h, pool)
+	silentConns(t, h.srv.Addr().String(), 20)
+	holder.ping()
+	start := time.Now()
+	if err := h.shutdown(); err != nil {
+		t.Fatalf("Run after a drain with 20 connections stuck in the TLS handshake = %v (after %v), want nil", err, time.Since(start).Round(time.Millisecond))
+	}
+}
+
+// dialTLS completes a TLS handshake and hello with the harness's server.
+func dialTLS(t *testing.T, h *harness, pool *x509.CertPool) *client {
+	t.Helper()
+	nc, err := tls.Dial("tcp", h.srv.Addr().String(), &tls.Config{RootCAs: pool, ServerName: "127.0.0.1"})
+	if err != nil {
+		t.Fatalf("tls.Dial: %v", err)
+	}
+	c := newClient(t, nc)
+	c.send(&wire.Hello{Versions: []uint64{1}, Auth: authOf(h.cfg.AuthToken)})
+	if m, ok := c.next().(*wire.Welcome); !ok {
+		t.Fatalf("hello over TLS answered %#v", m)
+	}
+	return c
+}
