@@ -2,12 +2,16 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/participantd/participantd/cluster/backup"
 	"github.com/participantd/participantd/server"
@@ -21,7 +25,7 @@ func init() {
 	register(&command{
 		name:     "backup",
 		synopsis: "copy a running server's data, consistently, to a file (online)",
-		usage: `--out FILE [--health ADDR] [--admin-token TOKEN]
+		usage: `--out FILE [--health ADDR|URL] [--health-ca FILE] [--admin-token TOKEN]
 
 Asks the running server's health listener (POST /admin/backup; the server
 needs --admin-token) for a consistent copy of its data file: every answered
@@ -29,6 +33,10 @@ operation is in it, and the server keeps serving while it streams. The copy
 is written to FILE.partial, checked against the announced size, fsync'd,
 and renamed to FILE, so FILE is either whole or absent. The token comes
 from --admin-token or ` + adminTokenEnv + `.
+
+A health listener served over HTTPS (participantd --health-tls-cert) is
+reached with --health https://HOST:PORT, or with --health-ca FILE (the PEM
+CA that signed its certificate; it implies https).
 
 The copy does not hold the node key (node.key in the data directory): it
 never changes; back it up once, apart, and give it to restore.
@@ -46,7 +54,8 @@ restore --etcd-endpoints, verify it with verify --from.`,
 func runBackup(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, commands["backup"])
 	out := fs.String("out", "", "the file to write the copy to (must not exist)")
-	health := fs.String("health", server.DefaultHealthListen, "the server's health listener address")
+	health := fs.String("health", server.DefaultHealthListen, "the server's health listener: host:port, or a URL http://host:port or https://host:port")
+	healthCA := fs.String("health-ca", "", "PEM CA verifying the health listener's certificate (implies https)")
 	token := fs.String("admin-token", "", "the server's admin token (default $"+adminTokenEnv+")")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -63,12 +72,16 @@ func runBackup(ctx context.Context, e *env, args []string) error {
 	if _, err := os.Stat(*out); err == nil {
 		return fmt.Errorf("%s exists; backup never overwrites", *out)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+*health+"/admin/backup", nil)
+	base, hc, err := healthClient(*health, *healthCA)
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/admin/backup", nil)
 	if err != nil {
 		return err
 	}
 	req.Header.Set("Authorization", "Bearer "+*token)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		return fmt.Errorf("backup: %w", err)
 	}
@@ -101,6 +114,41 @@ func runBackup(ctx context.Context, e *env, args []string) error {
 	}
 	fmt.Fprintf(e.stdout, "backup of %d bytes written to %s\n", n, *out)
 	return nil
+}
+
+// healthClient returns the base URL of the health listener at health
+// (host:port, or an http:// or https:// URL) and the client to reach it
+// with: over HTTPS when the URL says so or ca (a PEM file of the CAs that
+// verify the listener's certificate) is set.
+func healthClient(health, ca string) (string, *http.Client, error) {
+	base := health
+	if !strings.Contains(base, "://") {
+		base = "http://" + base
+		if ca != "" {
+			base = "https://" + health
+		}
+	}
+	u, err := url.Parse(base)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return "", nil, fmt.Errorf("--health %q: want host:port or http(s)://host:port", health)
+	}
+	if ca == "" {
+		return strings.TrimSuffix(base, "/"), http.DefaultClient, nil
+	}
+	if u.Scheme != "https" {
+		return "", nil, fmt.Errorf("--health-ca with --health %q: the CA verifies https only", health)
+	}
+	pem, err := os.ReadFile(ca)
+	if err != nil {
+		return "", nil, fmt.Errorf("--health-ca: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return "", nil, fmt.Errorf("--health-ca %s: no PEM certificate in it", ca)
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	return strings.TrimSuffix(base, "/"), &http.Client{Transport: tr}, nil
 }
 
 // writeDurably copies r to path through path.partial: it checks that

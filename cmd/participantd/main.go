@@ -12,6 +12,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -55,7 +56,7 @@ func run(args, environ []string, stdout io.Writer, stderr *os.File) int {
 		fmt.Fprint(stdout, buildinfo.Read().String("participantd", server.Version))
 		return 0
 	case o.healthcheck:
-		if err := healthcheck(o.server.HealthListen, 5*time.Second); err != nil {
+		if err := healthcheck(o.server.HealthListen, o.server.HealthTLSCert != "", 5*time.Second); err != nil {
 			fmt.Fprintf(stderr, "participantd: healthcheck: %v\n", err)
 			return 1
 		}
@@ -64,6 +65,9 @@ func run(args, environ []string, stdout io.Writer, stderr *os.File) int {
 	log := newLogger(stderr, o.logLevel, o.logFormat)
 	o.server.Logger = log
 	logConfig(log, o)
+	for _, w := range o.warnings {
+		log.Warn().Msg(w)
+	}
 	if testHook != nil {
 		testHook(&o.server, log)
 	}
@@ -84,6 +88,21 @@ func run(args, environ []string, stdout io.Writer, stderr *os.File) int {
 		sig = <-sigs
 		log.Warn().Stringer("signal", sig).Msg("second signal: exiting without draining")
 		os.Exit(2)
+	}()
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer func() {
+		signal.Stop(hup)
+		close(hup)
+	}()
+	go func() {
+		for range hup {
+			if err := srv.ReloadTLS(); err != nil {
+				log.Error().Err(err).Msg("SIGHUP: reloading the TLS certificates failed; serving the previous ones")
+				continue
+			}
+			log.Info().Msg("SIGHUP: TLS certificates reloaded")
+		}
 	}()
 	if err := srv.Run(ctx); err != nil {
 		log.Error().Err(err).Msg("participantd failed")
@@ -121,10 +140,10 @@ func logConfig(log zerolog.Logger, o options) {
 		Dict("config", cfg).Dict("config_from", from).Msg("starting")
 }
 
-// healthcheck asks GET /ready of the health listener at addr and returns
-// nil on 200. An unspecified host (0.0.0.0, [::] or none) means this
-// machine.
-func healthcheck(addr string, timeout time.Duration) error {
+// healthcheck asks GET /ready of the health listener at addr, over HTTPS
+// when overTLS, and returns nil on 200. An unspecified host (0.0.0.0, [::]
+// or none) means this machine.
+func healthcheck(addr string, overTLS bool, timeout time.Duration) error {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return fmt.Errorf("health-listen %q: %w", addr, err)
@@ -132,8 +151,15 @@ func healthcheck(addr string, timeout time.Duration) error {
 	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
 		host = "127.0.0.1"
 	}
-	url := "http://" + net.JoinHostPort(host, port) + "/ready"
+	scheme := "http"
 	c := &http.Client{Timeout: timeout}
+	if overTLS {
+		// The probe runs on the server's own machine and reads only
+		// /ready: whose certificate answers does not matter to it.
+		scheme = "https"
+		c.Transport = &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}
+	}
+	url := scheme + "://" + net.JoinHostPort(host, port) + "/ready"
 	resp, err := c.Get(url)
 	if err != nil {
 		return err

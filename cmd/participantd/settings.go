@@ -38,6 +38,12 @@ type options struct {
 	// effective lists every setting's value and where it came from, in
 	// the order of settings, for the start-up log line.
 	effective []effectiveSetting
+	// warnings are logged once the logger exists: settings that work but
+	// expose something (a secret on the command line).
+	warnings []string
+	// secretFiles name the files the secrets are read from (auth-token-file,
+	// admin-token-file, etcd-password-file), by the setting they fill.
+	secretFiles map[string]string
 
 	// Flag-only modes, not settings.
 	version     bool // --version: print the build and exit
@@ -85,14 +91,28 @@ var settings = []setting{
 		func(o *options, v string) error { o.server.Listen = v; return nonEmpty(v) }},
 	{"health-listen", server.DefaultHealthListen, "health/metrics HTTP listen address",
 		func(o *options, v string) error { o.server.HealthListen = v; return nonEmpty(v) }},
-	{"auth-token", "", "shared token every hello must carry in auth (empty: no auth)",
+	{"auth-token", "", "shared token every hello must carry in auth (empty: no auth); prefer auth-token-file or the environment: a flag is visible to every local user",
 		func(o *options, v string) error { o.server.AuthToken = v; return nil }},
-	{"admin-token", "", "bearer token that enables the admin endpoints of the health listener (POST /admin/backup); empty: disabled",
+	{"auth-token-file", "", "file holding auth-token (one line; a trailing newline is dropped)",
+		secretFileSetting("auth-token")},
+	{"admin-token", "", "bearer token that enables the admin endpoints of the health listener (POST /admin/backup, pprof, conversation ids in /unloadable-conversations); empty: disabled; prefer admin-token-file",
 		func(o *options, v string) error { o.server.AdminToken = v; return nil }},
-	{"tls-cert", "", "PEM certificate: serve the wire listener over TLS (with tls-key)",
+	{"admin-token-file", "", "file holding admin-token (one line; a trailing newline is dropped)",
+		secretFileSetting("admin-token")},
+	{"admin-remote", "false", "allow the admin endpoints and pprof on a health-listen beyond loopback (needs health-tls-cert); without it such a start is refused",
+		boolSetting(func(o *options) *bool { return &o.server.AdminRemote })},
+	{"tls-cert", "", "PEM certificate: serve the wire listener over TLS (with tls-key); SIGHUP reloads it",
 		func(o *options, v string) error { o.server.TLSCert = v; return nil }},
 	{"tls-key", "", "PEM private key of tls-cert",
 		func(o *options, v string) error { o.server.TLSKey = v; return nil }},
+	{"tls-client-ca", "", "PEM CA file: with tls-cert, every wire connection must present a client certificate it signed (mutual TLS)",
+		func(o *options, v string) error { o.server.TLSClientCA = v; return nil }},
+	{"health-tls-cert", "", "PEM certificate: serve the health listener over HTTPS (with health-tls-key); SIGHUP reloads it",
+		func(o *options, v string) error { o.server.HealthTLSCert = v; return nil }},
+	{"health-tls-key", "", "PEM private key of health-tls-cert",
+		func(o *options, v string) error { o.server.HealthTLSKey = v; return nil }},
+	{"health-hosts", "", "comma-separated host names the health listener answers to besides IP literals and localhost (a request naming another Host gets 421, except /health and /ready: DNS rebinding)",
+		func(o *options, v string) error { o.server.HealthHosts = server.ParseEndpoints(v); return nil }},
 	{"max-frame", strconv.Itoa(1 << 20), "largest frame body accepted, bytes (announced in welcome)",
 		intSetting(func(o *options) *int { return &o.server.MaxFrame })},
 	{"max-record-bytes", strconv.Itoa(512 << 10), "largest tell payload, bytes",
@@ -125,6 +145,33 @@ var settings = []setting{
 		intSetting(func(o *options) *int { return &o.server.BacklogRecords })},
 	{"max-connections", strconv.Itoa(server.DefaultMaxConnections), "open connections; one more is rejected overloaded",
 		intSetting(func(o *options) *int { return &o.server.MaxConnections })},
+	{"max-connections-per-address", strconv.Itoa(server.DefaultMaxConnectionsPerAddress), "open connections of one peer address (an IPv6 /64); one more is rejected overloaded (loopback exempt unless limit-loopback)",
+		intSetting(func(o *options) *int { return &o.server.MaxConnectionsPerAddress })},
+	{"connection-rate", strconv.Itoa(server.DefaultConnectionRate), "new connections a second one peer address may open (a burst of one second's worth); past it they are rejected overloaded (loopback exempt unless limit-loopback)",
+		func(o *options, v string) error {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil || !(f > 0) {
+				return errors.New("want a positive number")
+			}
+			o.server.ConnectionRate = f
+			return nil
+		}},
+	{"limit-loopback", "false", "apply max-connections-per-address and connection-rate to loopback peers too (exempt by default: this machine, or a proxy in front of it)",
+		boolSetting(func(o *options) *bool { return &o.server.LimitLoopback })},
+	{"idle-timeout", server.DefaultIdleTimeout.String(), "close, with bye{idle}, a connection that holds no binding and sent nothing for this long (0: never)",
+		func(o *options, v string) error {
+			d, err := time.ParseDuration(v)
+			if err != nil || d < 0 {
+				return errors.New("want 0 (off) or a positive duration such as 5m")
+			}
+			if d == 0 {
+				d = -1 // off; the zero Config means the default
+			}
+			o.server.IdleTimeout = d
+			return nil
+		}},
+	{"frame-read-timeout", server.DefaultFrameReadTimeout.String(), "how long a frame's body may take to arrive once its header did (it holds its size of the pending budgets meanwhile); past it the connection is closed",
+		durationSetting(func(o *options) *time.Duration { return &o.server.FrameReadTimeout })},
 	{"max-pending", strconv.Itoa(server.DefaultMaxPending), "requests of one connection queued or running before reading pauses",
 		intSetting(func(o *options) *int { return &o.server.MaxPending })},
 	{"max-participants", strconv.Itoa(participant.DefaultMaxParticipants), "participants per conversation (capacity_exceeded past it)",
@@ -140,15 +187,8 @@ var settings = []setting{
 			}
 			return errors.New("want json, console or auto")
 		}},
-	{"pprof", "false", "serve Go's profiles under /debug/pprof/ on the health listener",
-		func(o *options, v string) error {
-			b, err := strconv.ParseBool(v)
-			if err != nil {
-				return errors.New("want true or false")
-			}
-			o.server.Pprof = b
-			return nil
-		}},
+	{"pprof", "false", "serve Go's profiles under /debug/pprof/ on the health listener, to requests carrying admin-token (which it needs); at most " + strconv.Itoa(server.MaxProfileSeconds) + " s a profile, no cmdline",
+		boolSetting(func(o *options) *bool { return &o.server.Pprof })},
 	// Admission and quotas.
 	{"enroll-policy", string(participant.EnrollOpen), "who may enroll: open (anyone who can connect) or invite (an invitation from participantctl invite); open beyond loopback without auth-token logs a warning",
 		func(o *options, v string) error {
@@ -214,8 +254,10 @@ var settings = []setting{
 		func(o *options, v string) error { o.server.Cluster.Key = v; return nil }},
 	{"etcd-username", "", "etcd user (with etcd-password)",
 		func(o *options, v string) error { o.server.Cluster.Username = v; return nil }},
-	{"etcd-password", "", "etcd password",
+	{"etcd-password", "", "etcd password; prefer etcd-password-file or the environment",
 		func(o *options, v string) error { o.server.Cluster.Password = v; return nil }},
+	{"etcd-password-file", "", "file holding etcd-password (one line; a trailing newline is dropped)",
+		secretFileSetting("etcd-password")},
 	{"log-level", "info", "debug (adds one line per request), info, warn or error",
 		func(o *options, v string) error {
 			l, err := zerolog.ParseLevel(v)
@@ -225,6 +267,60 @@ var settings = []setting{
 			o.logLevel = l
 			return nil
 		}},
+}
+
+// secretFileSetting is a setting naming the file that holds the secret
+// setting secret; readSecretFiles reads it once every setting is resolved.
+func secretFileSetting(secret string) func(*options, string) error {
+	return func(o *options, v string) error {
+		if v != "" {
+			o.secretFiles[secret] = v
+		}
+		return nil
+	}
+}
+
+// readSecretFiles fills each secret given as a file, refusing one given
+// both ways or a file that is empty. A trailing newline is dropped, as
+// editors and `echo` add one.
+func readSecretFiles(o *options) error {
+	for _, secret := range []struct {
+		name  string
+		field *string
+	}{
+		{"auth-token", &o.server.AuthToken},
+		{"admin-token", &o.server.AdminToken},
+		{"etcd-password", &o.server.Cluster.Password},
+	} {
+		path, ok := o.secretFiles[secret.name]
+		if !ok {
+			continue
+		}
+		if *secret.field != "" {
+			return fmt.Errorf("%s and %s-file are both given: give one", secret.name, secret.name)
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return fmt.Errorf("%s-file: %w", secret.name, err)
+		}
+		v := strings.TrimRight(string(b), "\r\n")
+		if v == "" {
+			return fmt.Errorf("%s-file %s is empty", secret.name, path)
+		}
+		*secret.field = v
+	}
+	return nil
+}
+
+func boolSetting(field func(*options) *bool) func(*options, string) error {
+	return func(o *options, v string) error {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return errors.New("want true or false")
+		}
+		*field(o) = b
+		return nil
+	}
 }
 
 func nonEmpty(v string) error {
@@ -349,7 +445,7 @@ func parseOptions(args, environ []string, usageOut io.Writer) (options, error) {
 		}
 	}
 
-	o := options{version: *version, healthcheck: *healthcheck}
+	o := options{version: *version, healthcheck: *healthcheck, secretFiles: make(map[string]string)}
 	for _, s := range settings {
 		v, from := s.def, "default"
 		if given[s.name] {
@@ -367,9 +463,15 @@ func parseOptions(args, environ []string, usageOut io.Writer) (options, error) {
 			return options{}, fmt.Errorf("invalid %s %s (from %s): %w", s.name, shown, from, err)
 		}
 		if secretSetting(s.name) && v != "" {
+			if given[s.name] {
+				o.warnings = append(o.warnings, fmt.Sprintf("--%s is on the command line, which every local user can read (ps, /proc/PID/cmdline): use --%s-file or %s", s.name, s.name, envName(s.name)))
+			}
 			v = "(redacted)"
 		}
 		o.effective = append(o.effective, effectiveSetting{s.name, v, from})
+	}
+	if err := readSecretFiles(&o); err != nil {
+		return options{}, err
 	}
 	return o, nil
 }
@@ -445,8 +547,12 @@ values are start-up errors.
 	}
 	fmt.Fprint(w, `
 Endpoints on --health-listen: GET /health, /ready, /metrics,
-/unloadable-conversations, /debug/pprof/ with --pprof, and POST
-/admin/backup with --admin-token (participantctl backup).
+/unloadable-conversations (conversation ids only with the admin token),
+/debug/pprof/ with --pprof and the admin token, and POST /admin/backup with
+--admin-token (participantctl backup). Secrets (auth-token, admin-token,
+etcd-password) are best given as files (--auth-token-file, ...) or in the
+environment: a flag is visible to every local user. SIGHUP reloads the TLS
+certificates.
 Start-up logs one line with the effective configuration (secrets redacted).
 Signals: SIGTERM or SIGINT drains (exit 0 within --drain-timeout, then
 --store-close-timeout for the store; exit 1 if the store stopped answering);

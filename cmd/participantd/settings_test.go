@@ -194,3 +194,74 @@ func TestParseOptions_TokenWindow(t *testing.T) {
 		}
 	}
 }
+
+// Issue 18 item 4: every secret can come from a file, so that none need be
+// on the command line, where every local user reads it.
+func TestParseOptions_SecretsFromFiles(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		os.WriteFile(p, []byte(content), 0o600)
+		return p
+	}
+	auth, admin, etcd := write("auth", "a-token\n"), write("admin", "admin-token\r\n"), write("etcd", "pw")
+	o, err := parseOptions([]string{"--auth-token-file", auth, "--etcd-password-file", etcd},
+		[]string{"PARTICIPANTD_ADMIN_TOKEN_FILE=" + admin}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.server.AuthToken != "a-token" || o.server.AdminToken != "admin-token" || o.server.Cluster.Password != "pw" {
+		t.Errorf("secrets from files = %q, %q, %q; want a-token, admin-token, pw", o.server.AuthToken, o.server.AdminToken, o.server.Cluster.Password)
+	}
+	if len(o.warnings) != 0 {
+		t.Errorf("secrets from files warned %q", o.warnings)
+	}
+	for _, e := range o.effective {
+		if strings.Contains(e.value, "a-token") || strings.Contains(e.value, "admin-token") || e.value == "pw" {
+			t.Errorf("the effective configuration shows a secret: %s = %q", e.name, e.value)
+		}
+	}
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		wantErr string
+	}{
+		{"both", []string{"--auth-token", "x", "--auth-token-file", auth}, "both"},
+		{"missing", []string{"--admin-token-file", filepath.Join(dir, "nope")}, "admin-token-file"},
+		{"empty", []string{"--etcd-password-file", write("empty", "\n")}, "empty"},
+	} {
+		if _, err := parseOptions(tc.args, nil, io.Discard); err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+			t.Errorf("%s: parseOptions = %v, want an error naming %q", tc.name, err, tc.wantErr)
+		}
+	}
+	o, err = parseOptions([]string{"--auth-token", "on-the-command-line"}, nil, io.Discard)
+	if err != nil || len(o.warnings) != 1 || !strings.Contains(o.warnings[0], "--auth-token-file") || strings.Contains(o.warnings[0], "on-the-command-line") {
+		t.Errorf("--auth-token on the command line: warnings %q, %v; want one naming --auth-token-file, without the token", o.warnings, err)
+	}
+}
+
+// The new exposure settings parse from flags, the environment and files
+// alike, and their defaults keep a bare start working.
+func TestParseOptions_ExposureSettings(t *testing.T) {
+	o, err := parseOptions(nil, nil, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := o.server; s.IdleTimeout != server.DefaultIdleTimeout || s.MaxConnectionsPerAddress != server.DefaultMaxConnectionsPerAddress ||
+		s.ConnectionRate != server.DefaultConnectionRate || s.FrameReadTimeout != server.DefaultFrameReadTimeout ||
+		s.AdminRemote || s.LimitLoopback || s.HealthHosts != nil {
+		t.Errorf("defaults = %+v", s)
+	}
+	o, err = parseOptions([]string{"--idle-timeout", "0", "--connection-rate", "2.5", "--limit-loopback", "--health-hosts", "a.internal, b.internal",
+		"--max-connections-per-address", "7", "--frame-read-timeout", "3s", "--admin-remote", "--tls-client-ca", "ca.pem"},
+		[]string{"PARTICIPANTD_HEALTH_TLS_CERT=h.pem", "PARTICIPANTD_HEALTH_TLS_KEY=h.key"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := o.server
+	if s.IdleTimeout >= 0 || s.ConnectionRate != 2.5 || !s.LimitLoopback || len(s.HealthHosts) != 2 || s.HealthHosts[1] != "b.internal" ||
+		s.MaxConnectionsPerAddress != 7 || s.FrameReadTimeout != 3*time.Second || !s.AdminRemote || s.TLSClientCA != "ca.pem" ||
+		s.HealthTLSCert != "h.pem" || s.HealthTLSKey != "h.key" {
+		t.Errorf("exposure settings = %+v", s)
+	}
+}
