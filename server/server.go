@@ -5,9 +5,11 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log"
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -174,7 +176,8 @@ func (s *Server) Run(ctx context.Context) error {
 	// Requests carry no body: reading one, and a keep-alive, are bounded;
 	// writing is not, since a backup streams for as long as it takes.
 	hsrv := &http.Server{Handler: s.healthHandler(), ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout: 30 * time.Second, IdleTimeout: time.Minute, MaxHeaderBytes: 64 << 10}
+		ReadTimeout: 30 * time.Second, IdleTimeout: time.Minute, MaxHeaderBytes: 64 << 10,
+		ErrorLog: log.New(httpErrorLog{s.log}, "", 0)}
 	hln := s.hln
 	if s.healthTLS != nil {
 		hln = tls.NewListener(hln, s.healthTLS.config())
@@ -575,6 +578,16 @@ func (s *Server) oldestStoreCall() (storeCall, int, bool) {
 func openAdmission(cfg Config, addr net.Addr) bool {
 	ta, ok := addr.(*net.TCPAddr)
 	return !(ok && ta.IP.IsLoopback()) && cfg.AuthToken == "" && cfg.EnrollPolicy == participant.EnrollOpen
+}
+
+// httpErrorLog sends net/http's own error lines (a failed TLS handshake,
+// a peer gone mid-request) to the server's log at debug level, since any
+// peer can cause them at will.
+type httpErrorLog struct{ log zerolog.Logger }
+
+func (l httpErrorLog) Write(p []byte) (int, error) {
+	l.log.Debug().Str("error", clip(strings.TrimSpace(string(p)))).Msg("health listener")
+	return len(p), nil
 }
 
 // fileSize returns a probe of the size of the file at path, 0 while it

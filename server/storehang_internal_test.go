@@ -82,7 +82,7 @@ func TestCloseStore_GivesUpOnAHungClose(t *testing.T) {
 		t.Errorf("/ready after giving up = %d %q, want 503 store failed", rec.Code, rec.Body.String())
 	}
 	rec = httptest.NewRecorder()
-	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "http://127.0.0.1/metrics", nil))
 	if !strings.Contains(rec.Body.String(), "\n"+MetricStoreFailed+" 1\n") {
 		t.Errorf("/metrics after giving up lacks %s 1", MetricStoreFailed)
 	}
