@@ -48,8 +48,10 @@ type conn struct {
 	// active is when the connection last read a frame or answered a
 	// request, in unix nanoseconds.
 	active atomic.Int64
-	// idleTimer checks idleness; nil when IdleTimeout is off.
+	// idleTimer checks idleness; nil when IdleTimeout is off. ended, set
+	// by teardown, keeps it from being set again.
 	idleTimer *time.Timer
+	ended     atomic.Bool
 	// abandon makes workers drop the requests still queued.
 	abandon atomic.Bool
 
@@ -220,6 +222,9 @@ func (c *conn) touch() { c.active.Store(time.Now().UnixNano()) }
 // request for IdleTimeout: it is then closed with bye{idle}. Otherwise the
 // timer is set again for when it could first be.
 func (c *conn) checkIdle() {
+	if c.ended.Load() {
+		return
+	}
 	d := c.srv.cfg.IdleTimeout
 	since := time.Since(time.Unix(0, c.active.Load()))
 	if since >= d && len(c.pending) == 0 && c.out.empty() && len(c.pc.Bindings()) == 0 {
@@ -428,6 +433,7 @@ func (c *conn) violation(reason wire.Reason, detail string) closing {
 // teardown ends the connection as cl says: see the package documentation.
 func (c *conn) teardown(cl closing) {
 	if c.idleTimer != nil {
+		c.ended.Store(true)
 		c.idleTimer.Stop()
 	}
 	// A connection closed for idleness answers what it read, as a drain

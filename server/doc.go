@@ -17,6 +17,17 @@
 //
 // # One connection
 //
+// Every step has a deadline. The accept sets one for the TLS handshake
+// (run after the accept, never inside it) and hello together:
+// HelloTimeout. A refused connection (the server full, draining, or its
+// address over MaxConnectionsPerAddress or ConnectionRate) gets rejected
+// under a deadline of its own, the shorter of HelloTimeout and half the
+// DrainTimeout, which a drain cuts short; at most maxRefusing are written
+// at once. After welcome, reading the next frame's header waits without a
+// deadline (the idle timer and a drain interrupt it), its body must arrive
+// within FrameReadTimeout, and every write within WriteProgressTimeout of
+// being queued.
+//
 //	goroutine   owns                          ends when
 //	serve       handshake, reading, teardown  the peer goes, says bye, breaks the protocol, or the server drains
 //	writer      the socket's write side       teardown hands it the last frame (or a write fails)
@@ -38,7 +49,8 @@
 // reads nothing or a trickle is cut, giving its budget back.
 //
 //	budget                 holds                              past it
-//	max-pending-bytes      request frames read, not answered  the reader stops reading
+//	max-pending-bytes      request frames being read or read, the reader stops reading
+//	                       not answered (from the header on)
 //	max-outbound-bytes     frames queued for the writer       answers and pushes wait
 //	write-progress-timeout age of the oldest queued frame     the connection is cut
 //	backlog-memory         payloads awaiting an ack           read back from the oplog
@@ -49,6 +61,8 @@
 //
 //	how it ended        queued requests  last frame               bindings end as
 //	read error or EOF   dropped          none                     died/connection_lost
+//	frame read timeout  dropped          none                     died/connection_lost
+//	idle timeout        answered         bye{reason:"idle"}       died/connection_lost (none held)
 //	protocol violation  dropped          rejected{reason}         died/protocol_error
 //	client bye          answered         none                     detached/clean
 //	server drain        answered         bye{reason:"shutdown"}   detached/shutdown
