@@ -308,12 +308,12 @@ func (c *conn) handshake() (wire.Reason, string, *wire.Hello) {
 // readLoop reads requests until the connection ends, and says how.
 func (c *conn) readLoop() closing {
 	for {
-		held, ok := c.reserve()
+		held, waited, ok := c.reserve()
 		if !ok {
 			return closing{cause: oplog.CauseConnectionLost, reason: "write failed"}
 		}
 		body, err := c.rd.ReadFrame()
-		if held > 0 {
+		if waited {
 			c.endBodyDeadline()
 		}
 		if err != nil {
@@ -370,29 +370,29 @@ func (c *conn) readLoop() closing {
 // sending many bodies slowly. The body must then arrive within
 // FrameReadTimeout, so that a slow peer cannot sit on the budget either.
 // It returns the bytes held (0 when the header could not be read or
-// announces more than MaxFrame: ReadFrame then reports it), and false if
-// the connection's writer is gone while it waited.
-func (c *conn) reserve() (int64, bool) {
+// announces more than MaxFrame: ReadFrame then reports it), whether it set
+// a deadline on the body (not when the body is buffered already, as
+// pipelined frames are), and false if the connection's writer is gone
+// while it waited.
+func (c *conn) reserve() (held int64, deadline, ok bool) {
 	hdr, err := c.br.Peek(wire.HeaderLen)
 	if err != nil {
-		return 0, true
+		return 0, false, true
 	}
 	n := int64(binary.BigEndian.Uint32(hdr))
-	if n > int64(c.srv.cfg.MaxFrame) {
-		return 0, true
+	if n == 0 || n > int64(c.srv.cfg.MaxFrame) {
+		return 0, false, true
 	}
-	held := min(n, c.pendingBytes.limit)
-	if held == 0 {
-		return 0, true
-	}
+	held = min(n, c.pendingBytes.limit)
 	if !take(held, c.out.done, nil, c.pendingBytes, c.srv.pendingBytes) {
-		return 0, false
+		return 0, false, false
 	}
 	if c.br.Buffered() < wire.HeaderLen+int(n) {
 		c.nc.SetReadDeadline(time.Now().Add(c.srv.cfg.FrameReadTimeout))
 		c.recheckDeadline()
+		deadline = true
 	}
-	return held, true
+	return held, deadline, true
 }
 
 // endBodyDeadline lifts the deadline reserve set on reading a body.
