@@ -1,0 +1,72 @@
+package server
+
+import (
+	"net"
+	"testing"
+	"time"
+)
+
+func TestPeerLimits_Key(t *testing.T) {
+	l := newPeerLimits(Config{})
+	for _, tc := range []struct {
+		ip      string
+		want    string
+		limited bool
+	}{
+		{"192.0.2.7", "192.0.2.7/32", true},
+		{"::ffff:192.0.2.7", "192.0.2.7/32", true},
+		{"2001:db8:1:2:3:4:5:6", "2001:db8:1:2::/64", true},
+		{"2001:db8:1:2:ffff::1", "2001:db8:1:2::/64", true},
+		{"127.0.0.1", "", false},
+		{"::1", "", false},
+	} {
+		key, limited := l.key(&net.TCPAddr{IP: net.ParseIP(tc.ip), Port: 1})
+		if limited != tc.limited || (limited && key.String() != tc.want) {
+			t.Errorf("key(%s) = %v, %v; want %s, %v", tc.ip, key, limited, tc.want, tc.limited)
+		}
+	}
+	if _, limited := newPeerLimits(Config{LimitLoopback: true}).key(&net.TCPAddr{IP: net.ParseIP("127.0.0.1")}); !limited {
+		t.Error("with LimitLoopback, 127.0.0.1 is exempt")
+	}
+}
+
+func TestPeerLimits_AdmitReleaseRateAndSweep(t *testing.T) {
+	l := newPeerLimits(Config{MaxConnectionsPerAddress: 2, ConnectionRate: 2})
+	key, _ := l.key(&net.TCPAddr{IP: net.ParseIP("192.0.2.7")})
+	now := time.Unix(1000, 0)
+	steps := []struct {
+		at      time.Duration
+		release bool
+		refused bool
+	}{
+		{0, false, false},                      // bucket 2 -> 1, open 1
+		{0, false, false},                      // bucket 1 -> 0, open 2
+		{0, false, true},                       // open 2 = the limit
+		{0, true, false},                       // release: open 1
+		{0, false, true},                       // bucket empty: the rate refuses
+		{500 * time.Millisecond, false, false}, // one token back after 0.5 s at 2/s
+	}
+	for i, st := range steps {
+		at := now.Add(st.at)
+		if st.release {
+			l.releaseLocked(key)
+			continue
+		}
+		if refused := l.admitLocked(key, at) != ""; refused != st.refused {
+			t.Fatalf("step %d: refused %v, want %v", i, refused, st.refused)
+		}
+	}
+	l.releaseLocked(key)
+	l.releaseLocked(key)
+	l.admitLocked(key, now.Add(time.Hour)) // sweeps, then counts this one
+	if len(l.peers) != 1 {
+		t.Errorf("after an hour, %d peers kept, want the one admitted now", len(l.peers))
+	}
+	other, _ := l.key(&net.TCPAddr{IP: net.ParseIP("198.51.100.1")})
+	l.admitLocked(other, now.Add(time.Hour+time.Second))
+	l.releaseLocked(other)
+	l.admitLocked(key, now.Add(2*time.Hour)) // the other peer is full again and holds nothing
+	if _, ok := l.peers[other]; ok {
+		t.Error("a peer holding nothing, its bucket full, survived the sweep")
+	}
+}
