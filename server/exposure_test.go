@@ -221,12 +221,25 @@ func TestExposure_PerAddressLimits(t *testing.T) {
 		b.ping()
 	})
 	t.Run("rate", func(t *testing.T) {
-		h := start(t, server.Config{LimitLoopback: true, ConnectionRate: 0.001})
+		var buf lockedBuffer
+		h := start(t, server.Config{LimitLoopback: true, ConnectionRate: 0.001, Logger: zerolog.New(&buf)})
 		a := h.dial()
-		second := h.dialRaw()
-		second.t = t
-		second.expectRejected(wire.ReasonOverloaded)
+		const n = 50
+		for range n {
+			c := h.dialRaw()
+			c.t = t
+			c.expectRejected(wire.ReasonOverloaded)
+		}
 		a.ping()
+		logged := 0
+		for _, l := range buf.lines() {
+			if l["message"] == "connection refused" {
+				logged++
+			}
+		}
+		if logged >= n {
+			t.Errorf("%d refused connections logged %d lines, want them rate limited", n, logged)
+		}
 	})
 	t.Run("loopback exempt by default", func(t *testing.T) {
 		h := start(t, server.Config{MaxConnectionsPerAddress: 1, ConnectionRate: 0.001})

@@ -53,8 +53,9 @@ type Server struct {
 	wireTLS   *certs
 	healthTLS *certs
 	metrics   *metrics
-	// adminLog rate-limits the log lines of refused admin requests.
-	adminLog logLimiter
+	// adminLog and refuseLog rate-limit the log lines of refused admin
+	// requests and of refused connections, which any peer can cause.
+	adminLog, refuseLog logLimiter
 
 	// readyCh is closed once the service is open and accepting.
 	readyCh chan struct{}
@@ -414,12 +415,18 @@ func (s *Server) refuseTimeout() time.Duration {
 	return min(s.cfg.HelloTimeout, s.cfg.DrainTimeout/2)
 }
 
+// refuseLogInterval is the least time between two log lines of refused
+// connections (participantd_connections_refused_total counts them all).
+const refuseLogInterval = 100 * time.Millisecond
+
 // refuse sends rejected{reason} on a connection that never got a welcome,
 // then closes it, within the deadline its caller set.
 func (s *Server) refuse(nc net.Conn, reason wire.Reason, detail string) {
 	s.metrics.refused(reason)
-	s.log.Info().Str("remote", nc.RemoteAddr().String()).Str("reason", string(reason)).
-		Str("detail", detail).Msg("connection refused")
+	if ok, held := s.refuseLog.allow(time.Now(), refuseLogInterval); ok {
+		s.log.Info().Str("remote", nc.RemoteAddr().String()).Str("reason", string(reason)).
+			Str("detail", detail).Int("refusals_not_logged", held).Msg("connection refused")
+	}
 	nc.Write(wire.AppendFrame(nil, &wire.Rejected{Reason: reason, Detail: detail}))
 	lingerClose(nc)
 }
