@@ -1,5 +1,5 @@
 // Package offline is how participantctl's offline tools (inspect, verify,
-// compact, floor, restore) open a stopped server's data directory. It is a
+// compact, backup --data, restore) open a stopped server's data directory. It is a
 // package, not part of the binary, so that the crash loops of the tests
 // run exactly what an operator runs on a directory a crash left.
 //
@@ -21,7 +21,7 @@
 //	inspect, verify      OpenReadOnly: the file read     nothing
 //	                     only, the log replayed in
 //	                     memory over it
-//	compact, floor       OpenWritable: as the daemon     the log replayed into
+//	compact, backup      OpenWritable: as the daemon     the log replayed into
 //	                     does, the log replayed into     the file, then the
 //	                     the file, every write through   tool's writes, through
 //	                     the log                         the log, checkpointed

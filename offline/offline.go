@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	iofs "io/fs"
 	"path/filepath"
 	"time"
@@ -159,4 +160,32 @@ func Compact(ctx context.Context, dir string, opts Options, popts participant.Op
 		err = cerr
 	}
 	return rep, err
+}
+
+// backuper is what both engines' stores offer for a consistent copy.
+type backuper interface {
+	Backup(w io.Writer, begin store.BackupSize) (int64, error)
+}
+
+// Backup writes a consistent copy of the store of data directory dir to
+// w, one bbolt file that is the whole store (restore it with no log
+// beside it), through OpenWritable: the log is replayed into the file
+// first, so the copy holds every record the log held, which a copy of the
+// file alone would not. begin, if set, learns the size first. The store
+// is closed when it returns.
+func Backup(dir string, opts Options, w io.Writer, begin store.BackupSize) (int64, error) {
+	st, err := OpenWritable(dir, opts)
+	if err != nil {
+		return 0, err
+	}
+	b, ok := st.(backuper)
+	if !ok {
+		st.Close()
+		return 0, fmt.Errorf("offline: backup: %T: %w", st, store.ErrUnsupported)
+	}
+	n, err := b.Backup(w, begin)
+	if cerr := st.Close(); err == nil {
+		err = cerr
+	}
+	return n, err
 }

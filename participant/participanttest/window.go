@@ -51,6 +51,9 @@ func (c *Clock) Advance(d time.Duration) {
 	c.mu.Unlock()
 }
 
+// WindowEpoch is the time WindowWorkload's clock starts at.
+var WindowEpoch = time.UnixMilli(1_700_000_000_000)
+
 // WindowWorkload drives a service under a token window of one minute
 // over s, on a clock it advances twenty seconds a tell, with checkpoint
 // and compaction passes between tells, so that its first tokens age out
@@ -63,7 +66,7 @@ func (c *Clock) Advance(d time.Duration) {
 func WindowWorkload(s store.DurableStore, log *[]Answered) error {
 	ctx := context.Background()
 	*log = (*log)[:0]
-	clk := NewClock(time.UnixMilli(1_700_000_000_000))
+	clk := NewClock(WindowEpoch)
 	svc, err := participant.Open(ctx, s, participant.Options{NodeKey: NodeKey, CheckpointRows: 1,
 		Retain: time.Second, TokenWindow: time.Minute, TokenSkew: time.Second, Now: clk.Now})
 	if err != nil {
