@@ -137,6 +137,9 @@ func TestOfflineWriters_CrashImage_TakeTheLog(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := crashImage(t)
+	if out := mustCtl(t, ctx, "inspect", "--data", dir, "--space"); !strings.Contains(out, "records after the file's checkpoint are not in these figures") {
+		t.Fatalf("inspect --space of a crash image = %q, want the log's records named", out)
+	}
 	_, stderr, code := ctl(ctx, "", "restore", "--from", filepath.Join(dir, storeFile), "--node-key", key, "--data", filepath.Join(t.TempDir(), "r"))
 	if code != 1 || !strings.Contains(stderr, "records after it") {
 		t.Fatalf("restore of a crash image's data file = exit %d, %q; want refused for the log's records", code, stderr)
