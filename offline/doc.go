@@ -1,7 +1,8 @@
-// Package offline is how participantctl's offline tools (inspect, verify,
-// compact, backup --data, restore) open a stopped server's data directory. It is a
-// package, not part of the binary, so that the crash loops of the tests
-// run exactly what an operator runs on a directory a crash left.
+// Package offline is how participantctl's offline tools (inspect,
+// verify, compact, backup --data, restore) open a stopped server's data
+// directory. It is a package, not part of the binary, so that the crash
+// loops of the tests run exactly what an operator runs on a directory a
+// crash left.
 //
 // A data directory the log-first engine wrote is two things:
 //
