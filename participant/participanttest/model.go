@@ -503,7 +503,7 @@ func (r *modelRun) step() {
 	case k < 3:
 		r.restart()
 		return
-	case k < 8 && r.clocks == clockJumpsWindow && r.rng.IntN(2) == 0:
+	case k < 8 && r.clocks == clockJumpsWindow && r.rng.IntN(3) != 0:
 		r.passes()
 		return
 	case k < 8:
