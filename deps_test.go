@@ -27,6 +27,7 @@ func TestDependenciesPointOneWay(t *testing.T) {
 		"store/wal":       {"store/vfs"},
 		"store/logfirst":  {"store"},
 		"faultfs":         {"store/vfs"},
+		"offline":         {"participant", "store"},
 		"server":          {"wire", "participant", "oplog", "store", "cluster", "internal"},
 	}
 	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}} {{join .Imports " "}}`, "./...").Output()

@@ -67,10 +67,10 @@ func (s *Service) compactPass(ctx context.Context) (out Compacted, full bool, er
 	// The pinned gauge keeps its meaning, --retain, under a window too.
 	pinCutoff := now.Add(-s.opts.Retain).UnixMilli()
 	// Under the token window, the tokens of the rows a pass trims are
-	// forgotten (no receipt) when they are older than forget, a floor
-	// persisted first (see retention). A row whose token is not (a clock
-	// that went back, a token from before the window) gets its receipt,
-	// as without a window.
+	// forgotten (no receipt) when they are older than forget (see
+	// retention), after a floor past the newest of them is persisted. A
+	// row whose token is not (a clock that went back, a token from before
+	// the window) gets its receipt, as without a window.
 	var forget int64
 	if w := s.opts.TokenWindow; w > 0 {
 		forget = now.Add(-w).UnixMilli()
@@ -132,23 +132,31 @@ func (s *Service) compactPass(ctx context.Context) (out Compacted, full bool, er
 		// discarded receipts staged below; the trims check it under the
 		// turn, so that no row goes whose receipt is not durable.
 		resets := cv.resets.Load()
-		if forget > 0 && opFloor > opFirst {
-			ok, err := s.raiseFloor(ctx, cv, forget, resets)
+		n, forgettable, opBytes, err := s.settleTokens(ctx, cs, cv.id, opFirst, opFloor, forget)
+		s.passes.receipts.Add(uint64(n))
+		if err != nil {
+			return out, budget == 0, err
+		}
+		out.Receipts += n
+		if len(forgettable.entries) > 0 {
+			// The floor goes just past the newest token forgotten, never
+			// to forget itself: a clock that ran ahead would otherwise
+			// persist a floor in the future, and every fresh token would
+			// be token_expired until real time passed it.
+			ok, err := s.raiseFloor(ctx, cv, forgettable.newest+1, resets)
 			if err != nil {
 				return out, budget == 0, err
 			}
 			if !ok {
 				continue
 			}
+			forgot, err := s.forgetTokens(forgettable.entries)
+			s.passes.forgotten.Add(uint64(forgot))
+			out.Forgotten += forgot
+			if err != nil {
+				return out, budget == 0, fmt.Errorf("participant: forget a token of %v: %w", cv.id, err)
+			}
 		}
-		n, forgot, opBytes, err := s.settleTokens(ctx, cs, cv.id, opFirst, opFloor, forget)
-		s.passes.receipts.Add(uint64(n))
-		s.passes.forgotten.Add(uint64(forgot))
-		if err != nil {
-			return out, budget == 0, err
-		}
-		out.Receipts += n
-		out.Forgotten += forgot
 		// The receipts (and the checkpoint they rely on) must be durable
 		// before the rows they stand in for are trimmed. The deletions
 		// of forgotten entries need not precede the trims (an entry
@@ -244,13 +252,14 @@ func (s *Service) pinnedBy(c ConversationID, ck *checkpoint, cutoff int64) bool 
 	return err == nil && row.At <= cutoff
 }
 
-// raiseFloor persists forget as cv's token floor (windowKey) and flushes
-// it, before any token below it is forgotten. It takes cv's turn for the
+// raiseFloor persists floor as cv's token floor (windowKey), unless the
+// floor is at least that already, and flushes it, before any token below
+// it is forgotten. It takes cv's turn for the
 // write, as a commit does, so that admitToken sees the new floor no later
 // than the store does. It reports false, with nothing forgotten, when cv
 // was reset since resets or another writer moved the floor (cluster mode:
 // cv is another node's now); a later pass retries.
-func (s *Service) raiseFloor(ctx context.Context, cv *conversation, forget int64, resets uint64) (bool, error) {
+func (s *Service) raiseFloor(ctx context.Context, cv *conversation, to int64, resets uint64) (bool, error) {
 	if err := cv.acquire(ctx); err != nil {
 		return false, err
 	}
@@ -259,10 +268,10 @@ func (s *Service) raiseFloor(ctx context.Context, cv *conversation, forget int64
 		return false, nil
 	}
 	floor, err := s.floorLocked(cv)
-	if err == nil && forget > floor {
-		err = s.st.CAS(windowKey(cv.id), uint64(floor), uint64(forget))
+	if err == nil && to > floor {
+		err = s.st.CAS(windowKey(cv.id), uint64(floor), uint64(to))
 		if err == nil {
-			cv.tokenFloor = forget
+			cv.tokenFloor = to
 		} else {
 			cv.tokenFloorAt = 0
 		}
@@ -280,25 +289,34 @@ func (s *Service) raiseFloor(ctx context.Context, cv *conversation, forget int64
 	return cv.resets.Load() == resets, nil
 }
 
+// forgettable is what settleTokens leaves to forget: the index entries of
+// the token-bearing rows it wrote no receipt for, and the newest of their
+// tokens' times (unix ms).
+type forgettable struct {
+	entries []tokenWrite // key, and the value naming the row (its index + 1)
+	newest  int64
+}
+
 // settleTokens settles the tokens of c's oplog rows in [from, to), about
 // to be trimmed: it writes a receipt for every token-bearing row, in
 // byte-bounded pages and batches, without flushing; except that a row
-// whose token is a UUIDv7 older than forget (unix ms, a persisted floor;
-// 0: none) gets no receipt, and its token index entry is deleted
-// instead. It returns how many receipts it wrote, how many
-// entries it deleted, and the stored bytes of the rows it read.
-func (s *Service) settleTokens(ctx context.Context, cs store.Compactor, c ConversationID, from, to uint64, forget int64) (written, forgot int, rowBytes int64, err error) {
+// whose token is a UUIDv7 older than forget (unix ms; 0: none) gets no
+// receipt, and is returned in forgettable instead, for the caller to
+// persist a floor past the newest of them and then delete their entries
+// (forgetTokens). It returns how many receipts it wrote and the stored
+// bytes of the rows it read.
+func (s *Service) settleTokens(ctx context.Context, cs store.Compactor, c ConversationID, from, to uint64, forget int64) (written int, f forgettable, rowBytes int64, err error) {
 	if from >= to {
-		return 0, 0, 0, nil
+		return 0, f, 0, nil
 	}
 	held, err := s.pages.budget.acquire(ctx, int64(s.pages.bytes))
 	if err != nil {
-		return 0, 0, 0, fmt.Errorf("participant: waiting to read %v: %w", c, err)
+		return 0, f, 0, fmt.Errorf("participant: waiting to read %v: %w", c, err)
 	}
 	defer s.pages.budget.release(held)
 	ops, err := newPageReader(s.st, oplog.Stream(c), s.pages.bytes, from)
 	if err != nil {
-		return 0, 0, 0, err
+		return 0, f, 0, err
 	}
 	ops.end = min(ops.end, to)
 	var batch []store.Bytes
@@ -317,43 +335,54 @@ func (s *Service) settleTokens(ctx context.Context, cs store.Compactor, c Conver
 	for i := from; ops.more(); i++ {
 		b, err := ops.entry()
 		if err != nil {
-			return written, forgot, rowBytes, err
+			return written, f, rowBytes, err
 		}
 		rowBytes += int64(len(b))
 		row, err := oplog.Decode(b)
 		if err != nil {
 			// Covered by a checkpoint, so it derived once: a row that no
 			// longer decodes is damage, and stays for verify to report.
-			return written, forgot, rowBytes, fmt.Errorf("participant: compacting %v: oplog row %d: %w", c, i, err)
+			return written, f, rowBytes, fmt.Errorf("participant: compacting %v: oplog row %d: %w", c, i, err)
 		}
 		if !row.Kind.HasToken() {
 			continue
 		}
 		if ms, v7 := tokenTime(row.Token); v7 && ms < forget {
-			// The entry names this row, unless a commit of the token
-			// failed after this one (it cannot: the row made the token
-			// committed) or a pass before deleted it already.
-			err := s.st.CAS(rowTokenKey(c, &row), i+1, 0)
-			switch {
-			case err == nil:
-				forgot++
-			case !errors.Is(err, store.ErrCASConflict):
-				return written, forgot, rowBytes, fmt.Errorf("participant: forget a token of %v: %w", c, err)
-			}
+			f.entries = append(f.entries, tokenWrite{key: rowTokenKey(c, &row), old: i + 1})
+			f.newest = max(f.newest, ms)
 			continue
 		}
 		enc, err := encodeReceipt(&row)
 		if err != nil {
-			return written, forgot, rowBytes, err
+			return written, f, rowBytes, err
 		}
 		batch = append(batch, store.Bytes{Key: receiptKey(c, i), Value: enc})
 		if size += len(enc); size >= receiptBatchBytes {
 			if err := put(); err != nil {
-				return written, forgot, rowBytes, err
+				return written, f, rowBytes, err
 			}
 		}
 	}
-	return written, forgot, rowBytes, put()
+	return written, f, rowBytes, put()
+}
+
+// forgetTokens deletes the index entries ws, each from the row it names
+// to absent, without flushing, and returns how many it deleted. An entry
+// that no longer names its row is left: a pass before deleted it already
+// (a commit of the same token after the row cannot happen, the row made
+// it committed). The caller persisted a floor above every entry's token.
+func (s *Service) forgetTokens(ws []tokenWrite) (int, error) {
+	forgot := 0
+	for _, w := range ws {
+		err := s.st.CAS(w.key, w.old, 0)
+		switch {
+		case err == nil:
+			forgot++
+		case !errors.Is(err, store.ErrCASConflict):
+			return forgot, err
+		}
+	}
+	return forgot, nil
 }
 
 // rowTokenKey is the token index entry of row, a token-bearing row of c.

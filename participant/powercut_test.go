@@ -1,14 +1,20 @@
 package participant_test
 
 import (
+	"bytes"
+	"context"
 	"errors"
 	"flag"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/participantd/participantd/faultfs"
 	"github.com/participantd/participantd/faultstore"
+	"github.com/participantd/participantd/offline"
+	"github.com/participantd/participantd/participant"
 	"github.com/participantd/participantd/participant/participanttest"
 	"github.com/participantd/participantd/store"
 	"github.com/participantd/participantd/store/logfirst"
@@ -100,6 +106,7 @@ func TestPowerCut(t *testing.T) {
 		log := powerCutRun(t, ffs, dir)
 		op, cut := ffs.CutOp()
 		ffs.Crash(rng)
+		dir = offlineTools(prefixed{t, op}, n, ffs, dir, participant.Options{Retain: time.Nanosecond, Now: time.Now})
 		st, err := logfirst.Open(dir, powerCutOptions(ffs))
 		if err != nil {
 			t.Fatalf("run %d, cut at %v (cut=%v): Open after the power cut: %v", n, op, cut, err)
@@ -113,6 +120,65 @@ func TestPowerCut(t *testing.T) {
 		}
 	}
 	t.Logf("%d power cuts over %d file-system calls", len(cuts), total)
+}
+
+// offlineTools runs participantctl's offline tools (package offline) on
+// dir, the data directory a power cut left, as an operator would before
+// the next start: every run inspects and verifies it, which must change
+// no byte of the file or the log and refuse nothing; run n then, in turn,
+// compacts it with compact (participant.Options of the workload's window
+// and a clock past its end), or takes a backup of it and restores that
+// into a new directory. It returns the directory the next start opens:
+// dir, or the restored one. The caller checks the invariants there, so
+// that a tool that loses a log record (a floor or a checkpoint written
+// back under what compact removed, a backup without the log's tail)
+// fails the loop.
+func offlineTools(t prefixed, n int, ffs *faultfs.FS, dir string, compact participant.Options) string {
+	t.Helper()
+	ctx := context.Background()
+	opts := offline.Options{LogFS: ffs, LogSegmentSize: powerCutOptions(ffs).SegmentSize}
+	file := filepath.Join(dir, offline.StoreFile)
+	before, err := os.ReadFile(file)
+	if errors.Is(err, os.ErrNotExist) {
+		return dir // the power failed before the first start made the file
+	}
+	if err != nil {
+		t.Fatalf("read the data file: %v", err)
+	}
+	ops := ffs.Ops()
+	_, reports, err := offline.Inspect(dir, opts)
+	switch {
+	case errors.Is(err, store.ErrNoData):
+		return dir // the file exists, empty: the first start's layout is not written
+	case err != nil:
+		t.Fatalf("inspect after the power cut: %v", err)
+	}
+	for _, r := range reports {
+		if r.Refused != nil {
+			t.Fatalf("verify after the power cut: conversation %v refused %+v", r.Conversation, r.Refused)
+		}
+	}
+	if after, err := os.ReadFile(file); err != nil || !bytes.Equal(after, before) || ffs.Ops() != ops {
+		t.Fatalf("inspect changed the data directory (file changed: %v, %v; log calls %d, want %d)", !bytes.Equal(after, before), err, ffs.Ops(), ops)
+	}
+	if n%2 == 0 {
+		if _, err := offline.Compact(ctx, dir, opts, compact); err != nil {
+			t.Fatalf("compact after the power cut: %v", err)
+		}
+		return dir
+	}
+	var copy bytes.Buffer
+	if _, err := offline.Backup(dir, opts, &copy, nil); err != nil {
+		t.Fatalf("backup after the power cut: %v", err)
+	}
+	restored := filepath.Join(t.TempDir(), "restored")
+	if err := os.MkdirAll(restored, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(restored, offline.StoreFile), copy.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return restored
 }
 
 // powerCutRuns is how many power cuts a normal run makes at least; -long
@@ -174,6 +240,11 @@ func TestPowerCut_TokenWindow(t *testing.T) {
 		log := powerCutRunOf(t, ffs, dir, participanttest.WindowWorkload)
 		op, cut := ffs.CutOp()
 		ffs.Crash(rng)
+		// Offline compact runs ten minutes after the workload's clock
+		// stopped: it forgets every token the live passes did not.
+		later := participanttest.NewClock(participanttest.WindowEpoch.Add(10 * time.Minute))
+		dir = offlineTools(prefixed{t, op}, runs, ffs, dir, participant.Options{Retain: time.Second,
+			TokenWindow: time.Minute, TokenSkew: time.Second, Now: later.Now})
 		st, err := logfirst.Open(dir, powerCutOptions(ffs))
 		if err != nil {
 			t.Fatalf("cut at %v (cut=%v): Open after the power cut: %v", op, cut, err)

@@ -199,7 +199,10 @@ func (b *batch) prefetchTokens(tasks []*task) {
 // it deletes the index entry of a token below it, so a retry of a
 // forgotten token is refused, never committed twice, even after the
 // clock went back or on a node whose clock is behind: the persisted
-// floor, not the clock, is what the forgetting relied on.
+// floor, not the clock, is what the forgetting relied on. The floor is
+// just past the newest token forgotten, never the clock's now minus the
+// window, so that a clock that ran ahead never leaves a floor in the
+// future that refuses every fresh token once it is corrected.
 
 // windowKey is where conversation c's token floor is kept.
 func windowKey(c ConversationID) string {

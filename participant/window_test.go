@@ -170,8 +170,14 @@ func TestTokenWindow_CompactionForgetsOldTokens(t *testing.T) {
 	}
 	floor, err := mem.ReadValue(windowKey(2))
 	must(t, err)
-	if want := clk.Now().Add(-time.Minute).UnixMilli(); int64(floor) != want {
-		t.Fatalf("persisted floor = %d, want %d", floor, want)
+	// Just past the newest token forgotten, not now minus the window.
+	var newest int64
+	for _, req := range tells {
+		ms, _ := tokenTime(req.Token)
+		newest = max(newest, ms)
+	}
+	if int64(floor) != newest+1 {
+		t.Fatalf("persisted floor = %d, want %d, just past the newest token forgotten", floor, newest+1)
 	}
 	for _, req := range tells {
 		if v, err := mem.ReadValue(tokenKey(2, participantScope(req.Participant), req.Token)); err != nil || v != 0 {
@@ -265,5 +271,48 @@ func TestTokenWindow_OfflineCompactForgets(t *testing.T) {
 		if _, err := c.Tell(ctx, req); !errors.Is(err, ErrTokenExpired) {
 			t.Fatalf("retry of a tell forgotten offline = %v, want token_expired", err)
 		}
+	}
+}
+
+// TestTokenWindow_ClockStepAheadNeverLocksTheConversation is issue 17's
+// failure 14: while the clock is an hour ahead, a compaction pass forgets
+// the tokens it trims; once the clock is corrected, a fresh token must
+// commit, with the window and without it: the floor went just past the
+// newest token forgotten, not to the wrong clock's now minus the window.
+// The forgotten tokens stay token_expired.
+func TestTokenWindow_ClockStepAheadNeverLocksTheConversation(t *testing.T) {
+	ctx := context.Background()
+	clk := &clock{now: time.UnixMilli(1_700_000_000_000)}
+	mem := store.NewMemory()
+	opts := Options{NodeKey: testKey, CheckpointRows: 1, Retain: time.Second, TokenWindow: time.Minute, TokenSkew: time.Second, Now: clk.Now}
+	svc, err := Open(ctx, mem, opts)
+	must(t, err)
+	h := buildHistoryTokens(t, svc, 1, 10, 0, func(i int) Token { return v7Token(clk.Now().UnixMilli(), uint64(100+i)) })
+	if _, err := svc.CheckpointPass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	clk.advance(time.Hour)
+	got, err := svc.CompactPass(ctx)
+	must(t, err)
+	if got.Forgotten == 0 {
+		t.Fatalf("CompactPass() with the clock an hour ahead = %+v, want tokens forgotten", got)
+	}
+	must(t, svc.Close())
+	clk.advance(-time.Hour + 2*time.Minute)
+
+	for i, o := range []Options{opts, {NodeKey: testKey, Now: clk.Now}} {
+		svc, err := Open(ctx, mem, o)
+		must(t, err)
+		c := svc.Connect(nil)
+		b, err := c.Attach(ctx, Attach{Conversation: 1, Participant: h.sender.Participant, Generation: h.sender.Generation,
+			Secret: h.sender.Secret, Token: v7Token(clk.Now().UnixMilli(), uint64(200+i))})
+		if err != nil {
+			t.Fatalf("window %v: attach with a fresh token after the clock was corrected = %v, want it committed", o.TokenWindow, err)
+		}
+		h.sender = b
+		if _, err := c.Tell(ctx, h.tells[0]); !errors.Is(err, ErrTokenExpired) {
+			t.Fatalf("window %v: retry of a forgotten tell = %v, want token_expired", o.TokenWindow, err)
+		}
+		must(t, svc.Close())
 	}
 }

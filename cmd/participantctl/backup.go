@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/participantd/participantd/cluster/backup"
+	"github.com/participantd/participantd/offline"
 	"github.com/participantd/participantd/server"
 )
 
@@ -26,6 +27,7 @@ func init() {
 		name:     "backup",
 		synopsis: "copy a running server's data, consistently, to a file (online)",
 		usage: `--out FILE [--health ADDR|URL] [--health-ca FILE] [--admin-token TOKEN]
+       --out FILE --data DIR
 
 Asks the running server's health listener (POST /admin/backup; the server
 needs --admin-token) for a consistent copy of its data file: every answered
@@ -40,6 +42,11 @@ CA that signed its certificate; it implies https).
 
 The copy does not hold the node key (node.key in the data directory): it
 never changes; back it up once, apart, and give it to restore.
+
+With --data it copies a STOPPED server's data directory instead (offline):
+the write-ahead log is first replayed into the data file, as participantd's
+start does, so the copy holds every record the log held. After a crash or
+a kill the data file alone does not: never copy it by hand.
 
 Against a node of a cluster (participantd --etcd-endpoints), the copy is a
 cluster backup of the whole data set under the etcd prefix, read at one
@@ -57,8 +64,15 @@ func runBackup(ctx context.Context, e *env, args []string) error {
 	health := fs.String("health", server.DefaultHealthListen, "the server's health listener: host:port, or a URL http://host:port or https://host:port")
 	healthCA := fs.String("health-ca", "", "PEM CA verifying the health listener's certificate (implies https)")
 	token := fs.String("admin-token", "", "the server's admin token (default $"+adminTokenEnv+")")
+	data := fs.String("data", "", "copy this stopped server's data directory instead of asking a running server")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	if *data != "" {
+		if *out == "" {
+			return &exitError{code: 2, err: errors.New("--out is required")}
+		}
+		return backupOffline(e, *data, *out)
 	}
 	if *token == "" {
 		*token = e.getenv(adminTokenEnv)
@@ -149,6 +163,34 @@ func healthClient(health, ca string) (string, *http.Client, error) {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	return strings.TrimSuffix(base, "/"), &http.Client{Transport: tr}, nil
+}
+
+// backupOffline writes a backup of the stopped server's data directory dir
+// to out (offline.Backup), as durably as an online one.
+func backupOffline(e *env, dir, out string) error {
+	if _, err := os.Stat(out); err == nil {
+		return fmt.Errorf("%s exists; backup never overwrites", out)
+	}
+	pr, pw := io.Pipe()
+	size := int64(-1)
+	go func() {
+		_, err := offline.Backup(dir, offlineOptions, pw, func(n int64) { size = n })
+		pw.CloseWithError(explainOpen(dir, err))
+	}()
+	n, err := writeDurablyChecked(out, pr, -1, func(f *os.File) error {
+		// The pipe is drained, so the copy ended and announced its size.
+		fi, err := f.Stat()
+		if err == nil && fi.Size() != size {
+			err = fmt.Errorf("got %d bytes, want %d", fi.Size(), size)
+		}
+		return err
+	})
+	pr.Close()
+	if err != nil {
+		return fmt.Errorf("backup: %w", err)
+	}
+	fmt.Fprintf(e.stdout, "backup of %d bytes of %s written to %s\n", n, dir, out)
+	return nil
 }
 
 // writeDurably copies r to path through path.partial: it checks that

@@ -5,10 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"time"
 
+	"github.com/participantd/participantd/offline"
 	"github.com/participantd/participantd/participant"
 	"github.com/participantd/participantd/store"
 )
@@ -25,7 +24,12 @@ settled more than --retain ago (default 168h, as the server), keeping a
 receipt for every committed token so that its retries still replay. A
 conversation that would be refused, or that needs a repair at the next
 start, is left alone and listed. Exits 1 when any conversation was left
-alone, else 0.`,
+alone, else 0.
+
+A data directory with a write-ahead log (participantd's default engine)
+is first brought up to date with it, as participantd's start does, and
+compact writes through the log: a directory a crash or kill left is
+compacted whole, and the next start finds what compact wrote.`,
 		run: runCompact,
 	})
 }
@@ -55,23 +59,16 @@ func runCompact(ctx context.Context, e *env, args []string) error {
 	if *window < 0 {
 		return &exitError{code: 2, err: errors.New("--token-window must not be negative")}
 	}
-	path := filepath.Join(*dir, storeFile)
-	if _, err := os.Stat(path); err != nil {
-		return fmt.Errorf("no store in %s: %w", *dir, err)
-	}
-	st, err := store.Open(path, store.Options{LockTimeout: offlineLockTimeout})
+	// The daemon's open, the log replayed into the file first: a log
+	// record the file lacks would otherwise be replayed over what compact
+	// writes at the next start (an older token floor under forgotten
+	// entries; an older checkpoint over trimmed rows).
+	rep, err := offline.Compact(ctx, *dir, offlineOptions, participant.Options{Retain: *retain, TokenWindow: *window, Now: time.Now})
 	if errors.Is(err, store.ErrLocked) {
 		return fmt.Errorf("%s is in use: stop participantd first (compact needs the data at rest): %w", *dir, err)
 	}
 	if err != nil {
-		return err
-	}
-	rep, err := participant.Compact(ctx, st, participant.Options{Retain: *retain, TokenWindow: *window, Now: time.Now})
-	if cerr := st.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return err
+		return explainOpen(*dir, err)
 	}
 	l := compactLine{Checkpoints: rep.Checkpoints, Conversations: rep.Compacted.Conversations,
 		OplogRows: rep.Compacted.OplogRows, OutboxRows: rep.Compacted.OutboxRows, Receipts: rep.Compacted.Receipts, Forgotten: rep.Compacted.Forgotten}

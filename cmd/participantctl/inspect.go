@@ -8,6 +8,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/participantd/participantd/offline"
 	"github.com/participantd/participantd/participant"
 	"github.com/participantd/participantd/store"
 )
@@ -39,7 +40,8 @@ in use), split by key prefix (oplog, outbox, token, receipt, checkpoint,
 ...) with the average key and value size; and how much of the file no
 bucket occupies (free pages and the freelist). It reads the file alone, so
 stop the server first (it checkpoints its log into the file on the way
-out). It applies to a data directory only.`,
+out; after a crash it names the log's records the figures leave out). It
+applies to a data directory only.`,
 		run: runInspect,
 	})
 }
@@ -144,6 +146,11 @@ func runSpace(e *env, dir string, asJSON bool) error {
 		return enc.Encode(sp)
 	}
 	printSpace(e.stdout, sp)
+	// After a crash the file lacks the log's records: say so, since the
+	// figures are the file's alone.
+	if n, err := offline.Pending(dir, offlineOptions); err == nil && n > 0 {
+		fmt.Fprintf(e.stdout, "\nlog: %d records after the file's checkpoint are not in these figures (a crash left them; the next start, or compact, applies them)\n", n)
+	}
 	return nil
 }
 

@@ -5,49 +5,55 @@ import (
 	"flag"
 	"fmt"
 	"path/filepath"
-	"time"
 
+	"github.com/participantd/participantd/offline"
 	"github.com/participantd/participantd/participant"
 	"github.com/participantd/participantd/server"
 	"github.com/participantd/participantd/store"
 	"github.com/participantd/participantd/store/logfirst"
 )
 
-// The offline tools read a stopped server's data directory. They open the
-// store read-only (store.Options.ReadOnly: O_RDONLY, a shared lock, no
-// layout transaction), so the data is exactly as the server left it, byte
-// for byte, and a missing or empty store is an error, never a new store.
-// What they report comes from participant.Inspect, the server's own
-// reconciliation run in dry mode, after store.Bolt.Check read every page.
+// The offline tools read a stopped server's data directory through package
+// offline: the readers open the file read-only (store.Options.ReadOnly:
+// O_RDONLY, a shared lock, no layout transaction) with the log replayed in
+// memory over it, so the data is exactly as the server left it, byte for
+// byte, and a missing or empty store is an error, never a new store; the
+// writers (compact, floor) open it as the daemon does, the log replayed
+// into the file first. What they report comes from participant.Inspect,
+// the server's own reconciliation run in dry mode.
 
 // storeFile is the store's file name inside the data directory.
 const storeFile = server.StoreFile
 
-// offlineLockTimeout is how long to wait for the data file's lock: a running
-// server holds it for good, so waiting long only delays the diagnosis.
-const offlineLockTimeout = 200 * time.Millisecond
+// offlineOptions opens a data directory for the offline tools.
+var offlineOptions = offline.Options{LockTimeout: offline.DefaultLockTimeout}
 
 func addDataFlag(fs *flag.FlagSet) *string {
 	return fs.String("data", "./data", "the stopped server's data directory")
 }
 
-// openData opens the store of data directory dir read-only. It reports a
-// running server (store.ErrLocked), a missing or empty store
-// (store.ErrNoData) and a damaged one (store.ErrCorrupt) plainly.
-func openData(dir string) (*store.Bolt, error) {
-	path := filepath.Join(dir, storeFile)
-	st, err := store.Open(path, store.Options{LockTimeout: offlineLockTimeout, ReadOnly: true})
+// explainOpen explains an error of opening data directory dir to the
+// operator: a running server (store.ErrLocked), a missing or empty store
+// (store.ErrNoData), a damaged one (store.ErrCorrupt).
+func explainOpen(dir string, err error) error {
 	switch {
 	case err == nil:
-		return st, nil
+		return nil
 	case errors.Is(err, store.ErrLocked):
-		return nil, fmt.Errorf("%s is in use: stop participantd first (the offline tools need the data at rest): %w", dir, err)
+		return fmt.Errorf("%s is in use: stop participantd first (the offline tools need the data at rest): %w", dir, err)
 	case errors.Is(err, store.ErrNoData):
-		return nil, fmt.Errorf("no store in %s: %w", dir, err)
+		return fmt.Errorf("no store in %s: %w", dir, err)
 	case errors.Is(err, store.ErrCorrupt):
-		return nil, damaged(err)
+		return damaged(err)
 	}
-	return nil, err
+	return err
+}
+
+// openData opens the bbolt file of data directory dir alone, read-only
+// (inspect --space, which reports where the file's bytes go).
+func openData(dir string) (*store.Bolt, error) {
+	st, err := store.Open(filepath.Join(dir, storeFile), store.Options{LockTimeout: offline.DefaultLockTimeout, ReadOnly: true})
+	return st, explainOpen(dir, err)
 }
 
 // damaged explains a damaged store to the operator.
@@ -65,44 +71,14 @@ func openLog(dir string) (*logfirst.Store, error) {
 	if err != nil || len(segs) == 0 {
 		return nil, err
 	}
-	st, err := logfirst.OpenReadOnly(dir, logfirst.Options{LockTimeout: offlineLockTimeout})
-	if errors.Is(err, store.ErrLocked) {
-		return nil, fmt.Errorf("%s is in use: stop participantd first (the offline tools need the data at rest): %w", dir, err)
-	}
-	return st, err
+	st, err := logfirst.OpenReadOnly(dir, logfirst.Options{LockTimeout: offline.DefaultLockTimeout})
+	return st, explainOpen(dir, err)
 }
 
-// inspectData reconciles the data directory dir in dry run: the server
-// incarnation recorded there and what participant.Inspect reports.
+// inspectData reconciles the data directory dir in dry run
+// (offline.Inspect): the server incarnation recorded there and what
+// participant.Inspect reports.
 func inspectData(dir string) (incarnation uint64, reports []participant.Report, err error) {
-	st, err := openData(dir)
-	if err != nil {
-		return 0, nil, err
-	}
-	defer st.Close()
-	if err := st.Check(); err != nil {
-		if errors.Is(err, store.ErrCorrupt) {
-			return 0, nil, damaged(err)
-		}
-		return 0, nil, err
-	}
-	// The file is sound; what the server would start from is the file
-	// with its log replayed over it, when it has one.
-	var view store.DurableStore = st
-	lg, err := openLog(dir)
-	if err != nil {
-		return 0, nil, err
-	}
-	if lg != nil {
-		defer lg.Close()
-		view = lg
-	}
-	if incarnation, err = view.ReadValue(participant.IncarnationKey); err != nil {
-		return 0, nil, fmt.Errorf("read incarnation: %w", err)
-	}
-	reports, err = participant.Inspect(view)
-	if errors.Is(err, store.ErrCorrupt) {
-		err = damaged(err)
-	}
-	return incarnation, reports, err
+	incarnation, reports, err = offline.Inspect(dir, offlineOptions)
+	return incarnation, reports, explainOpen(dir, err)
 }

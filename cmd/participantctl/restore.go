@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/participantd/participantd/cluster/backup"
+	"github.com/participantd/participantd/offline"
 	"github.com/participantd/participantd/participant"
 )
 
@@ -26,7 +27,9 @@ DIR, which must be absent or empty, durably (each file fsync'd, renamed,
 and the directory fsync'd), then reconciles the restored data in dry run as
 verify does. Exits 1 when verify refuses a conversation; the restored data
 is left in place for inspection either way. Start participantd on DIR to
-serve it: bindings of the backup's time end as died/unclean_restart.
+serve it: bindings of the backup's time end as died/unclean_restart. It
+refuses the data file of a data directory whose write-ahead log holds
+records after it (a crash left them there): take backup --data first.
 
 With --etcd-endpoints it restores a cluster backup (backup against a
 cluster node) into the etcd prefix P (TLS and auth: the --etcd-* flags of
@@ -69,6 +72,17 @@ func runRestore(ctx context.Context, e *env, args []string) error {
 		return fmt.Errorf("%s is not empty: restore only into an empty data directory", *dir)
 	} else if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
+	}
+	// The data file of a data directory is the whole store only with its
+	// log: after a crash, the records after its checkpoint are in the log
+	// alone.
+	if filepath.Base(*from) != storeFile {
+		// Not a data directory's file.
+	} else if n, err := offline.Pending(filepath.Dir(*from), offlineOptions); err != nil {
+		return fmt.Errorf("%s is in a data directory whose log cannot be read: %w", *from, explainOpen(filepath.Dir(*from), err))
+	} else if n > 0 {
+		return fmt.Errorf("%s is the data file of a data directory whose log holds %d records after it, which the file alone would lose: copy the directory with backup --data %s (a stopped server) or backup (a running one), and restore that",
+			*from, n, filepath.Dir(*from))
 	}
 	src, err := os.Open(*from)
 	if err != nil {

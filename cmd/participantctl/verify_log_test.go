@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/participantd/participantd/offline"
 	"github.com/participantd/participantd/participant"
 	"github.com/participantd/participantd/store/logfirst"
 )
@@ -122,5 +123,42 @@ func TestVerify_CorruptLog_NamesSegmentAndOffset(t *testing.T) {
 	out, errs, code := ctl(ctx, "", "verify", "--data", dir)
 	if code == 0 || !strings.Contains(errs, filepath.Base(segs[0])+" offset 16") {
 		t.Fatalf("verify of a corrupt log = exit %d, stdout %q, stderr %q; want a failure naming %s offset 16", code, out, errs, filepath.Base(segs[0]))
+	}
+}
+
+// TestOfflineWriters_CrashImage_TakeTheLog: on a directory a crash left,
+// compact and backup --data bring the file up to date with the log first
+// (both conversations survive, and no record is left after the file's
+// checkpoint), and restore refuses the data file alone.
+func TestOfflineWriters_CrashImage_TakeTheLog(t *testing.T) {
+	ctx := testCtx(t)
+	key := filepath.Join(t.TempDir(), "node.key")
+	if err := os.WriteFile(key, make([]byte, participant.NodeKeySize), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dir := crashImage(t)
+	if out := mustCtl(t, ctx, "inspect", "--data", dir, "--space"); !strings.Contains(out, "records after the file's checkpoint are not in these figures") {
+		t.Fatalf("inspect --space of a crash image = %q, want the log's records named", out)
+	}
+	_, stderr, code := ctl(ctx, "", "restore", "--from", filepath.Join(dir, storeFile), "--node-key", key, "--data", filepath.Join(t.TempDir(), "r"))
+	if code != 1 || !strings.Contains(stderr, "records after it") {
+		t.Fatalf("restore of a crash image's data file = exit %d, %q; want refused for the log's records", code, stderr)
+	}
+
+	copy := filepath.Join(t.TempDir(), "copy.db")
+	mustCtl(t, ctx, "backup", "--data", dir, "--out", copy)
+	restored := filepath.Join(t.TempDir(), "r")
+	out := mustCtl(t, ctx, "restore", "--from", copy, "--node-key", key, "--data", restored)
+	if !strings.Contains(out, "conversation 1: ok\nconversation 2: ok\n") {
+		t.Fatalf("restore of backup --data = %q, want both conversations ok", out)
+	}
+
+	dir = crashImage(t)
+	mustCtl(t, ctx, "compact", "--data", dir, "--retain", "1ns")
+	if n, err := offline.Pending(dir, offline.Options{}); err != nil || n != 0 {
+		t.Fatalf("after compact, the log holds %d records after the file (%v); want 0", n, err)
+	}
+	if out := mustCtl(t, ctx, "verify", "--data", dir); out != "conversation 1: ok\nconversation 2: ok\n" {
+		t.Fatalf("verify after compact = %q, want both conversations ok", out)
 	}
 }

@@ -5,8 +5,14 @@
 //
 // It holds two drivers. Model is the randomized model test: it feeds the
 // same random operations to a service and to a reference model written
-// from docs/PROTOCOL.md (model_ref.go), with crash-restarts and in_doubt
-// faults, and compares every answer, the records the service retains with
+// from docs/PROTOCOL.md (model_ref.go), with crash-restarts, in_doubt
+// faults and, by seed, a clock fault model (a steady clock; a clock that
+// steps forward past the token window and the receipts' lifetime, back
+// to the true time and an hour behind it, a restart being a node with a
+// skewed clock; the same under a token window, with checkpoint and
+// compaction passes forgetting tokens while the clock is wrong, and
+// UUIDv7 tokens drawn on clients' clocks a little ahead of the true
+// time), and compares every answer, the records the service retains with
 // their recipients, every delivery and every wake. It is white-box where
 // the comparison needs it (a conversation's published state, its turn to
 // queue a pipelined batch, the secret derivation), through the hooks of

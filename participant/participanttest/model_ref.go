@@ -143,6 +143,8 @@ type refModel struct {
 	secrets              map[refCred]participant.Secret
 	nowMs                int64
 	pendingSecretToLearn []refCred
+	// windowMs and skewMs are the token window and skew (0: no window).
+	windowMs, skewMs int64
 }
 
 func newRefModel(opts participant.Options) *refModel {
@@ -152,6 +154,8 @@ func newRefModel(opts participant.Options) *refModel {
 		maxParticipants: opts.MaxParticipants,
 		maxConvsPerConn: opts.MaxConversationsPerConn,
 		maxBacklog:      opts.MaxBacklogRecords,
+		windowMs:        opts.TokenWindow.Milliseconds(),
+		skewMs:          opts.TokenSkew.Milliseconds(),
 		convs:           make(map[participant.ConversationID]*refConv),
 		secrets:         make(map[refCred]participant.Secret),
 	}
@@ -318,12 +322,22 @@ func (m *refModel) apply(q refReq, conn int) refAnswer {
 	}
 	mb := m.member(q.conv, q.p)
 	if mb == nil {
+		// A conversation that exists admits the token first.
+		if m.convs[q.conv] != nil {
+			if a, ok := m.admit(q); !ok {
+				return a
+			}
+		}
 		return refErr(participant.CodeUnknownParticipant)
 	}
-	// 1. the token, whatever the authority.
+	// 1. the token, whatever the authority: committed, it replays; not,
+	// it must pass the token window.
 	if q.kind != "ack" {
 		if done := mb.tokens[q.tok]; done != nil {
 			return m.replay(q, mb, done)
+		}
+		if a, ok := m.admit(q); !ok {
+			return a
 		}
 	}
 	// 3. retired.
@@ -406,6 +420,53 @@ func (m *refModel) apply(q refReq, conn int) refAnswer {
 	panic("refModel: unknown request " + q.kind)
 }
 
+// admit is the token window's check of a token not found committed:
+// token_invalid when it is not a UUIDv7 or is more than the skew ahead of
+// the clock, token_expired when it is older than the window. The model's
+// runs never retry a token a compaction pass may have forgotten, nor draw
+// one below a floor a pass may have persisted (modelRun.retriable), so
+// the floor never decides; a floor in the future would refuse what this
+// admits.
+func (m *refModel) admit(q refReq) (refAnswer, bool) {
+	if m.windowMs <= 0 || q.kind == "ack" {
+		return refAnswer{}, true
+	}
+	ms, v7 := tokenTime(q.tok)
+	switch {
+	case !v7 || ms > m.nowMs+m.skewMs:
+		return refErr(participant.CodeTokenInvalid), false
+	case ms < m.nowMs-m.windowMs:
+		return refErr(participant.CodeTokenExpired), false
+	}
+	return refAnswer{}, true
+}
+
+// unknownEither accepts got for want when q names a participant of a
+// conversation the model does not hold: the service answers
+// unknown_participant, or, when it holds the conversation's empty state
+// (a refused enroll of a pipelined batch loaded it), the token window's
+// refusal first. Both are refusals that change nothing.
+func (m *refModel) unknownEither(q refReq, got, want refAnswer) bool {
+	if want.err.code != participant.CodeUnknownParticipant || m.convs[q.conv] != nil {
+		return false
+	}
+	a, ok := m.admit(q)
+	return !ok && got.comparable() == a.comparable()
+}
+
+// tokenTime returns the unix ms a UUIDv7 token was drawn at, and whether
+// t is a UUIDv7 at all (version 7, variant 10).
+func tokenTime(t participant.Token) (int64, bool) {
+	if t[6]>>4 != 7 || t[8]>>6 != 0b10 {
+		return 0, false
+	}
+	var ms int64
+	for _, b := range t[:6] {
+		ms = ms<<8 | int64(b)
+	}
+	return ms, true
+}
+
 func (m *refModel) replay(q refReq, mb *refMember, done *refDone) refAnswer {
 	if done.kind != q.kind {
 		return refErr(participant.CodeTokenConflict)
@@ -434,6 +495,9 @@ func (m *refModel) enroll(q refReq, conn int) refAnswer {
 		if rc := c.enrolls[q.tok]; rc != nil {
 			return m.receiptAnswer(q, c.members[rc.p], rc)
 		}
+	}
+	if a, ok := m.admit(q); !ok {
+		return a
 	}
 	if _, ok := m.boundOn(q.conv, conn); ok {
 		return refErr(participant.CodeBindingOccupied)

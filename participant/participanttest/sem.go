@@ -27,6 +27,7 @@ func newSemClock() *semClock {
 
 func (c *semClock) Now() time.Time          { return time.UnixMilli(c.ms.Load()) }
 func (c *semClock) Advance(d time.Duration) { c.ms.Add(d.Milliseconds()) }
+func (c *semClock) Set(ms int64)            { c.ms.Store(ms) }
 
 // semConn is a connection that counts its wakes.
 type semConn struct {

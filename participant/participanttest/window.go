@@ -51,11 +51,16 @@ func (c *Clock) Advance(d time.Duration) {
 	c.mu.Unlock()
 }
 
+// WindowEpoch is the time WindowWorkload's clock starts at.
+var WindowEpoch = time.UnixMilli(1_700_000_000_000)
+
 // WindowWorkload drives a service under a token window of one minute
 // over s, on a clock it advances twenty seconds a tell, with checkpoint
 // and compaction passes between tells, so that its first tokens age out
 // of the window and compaction forgets them (raising the token floor
-// first) while later ones are still deduplicated. Every answered tell is
+// first) while later ones are still deduplicated; then its clock steps
+// ten minutes ahead for one pair of passes and back, and a last tell with
+// a fresh token must commit. Every answered tell is
 // in *log; its Check accepts the original answer replayed or
 // token_expired (a forgotten token), never a new commit. Like
 // CutWorkload it stops at the first failure and closes the service
@@ -63,7 +68,7 @@ func (c *Clock) Advance(d time.Duration) {
 func WindowWorkload(s store.DurableStore, log *[]Answered) error {
 	ctx := context.Background()
 	*log = (*log)[:0]
-	clk := NewClock(time.UnixMilli(1_700_000_000_000))
+	clk := NewClock(WindowEpoch)
 	svc, err := participant.Open(ctx, s, participant.Options{NodeKey: NodeKey, CheckpointRows: 1,
 		Retain: time.Second, TokenWindow: time.Minute, TokenSkew: time.Second, Now: clk.Now})
 	if err != nil {
@@ -82,7 +87,14 @@ func WindowWorkload(s store.DurableStore, log *[]Answered) error {
 	if _, err := cs.Ack(ctx, participant.Ack{Conversation: 1, Participant: snd.Participant, Generation: 1, Through: 2}); err != nil {
 		return err
 	}
-	for i := range 6 {
+	passes := func() error {
+		if _, err := svc.CheckpointPass(ctx); err != nil {
+			return err
+		}
+		_, err := svc.CompactPass(ctx)
+		return err
+	}
+	tell := func(i int) error {
 		req := participant.Tell{Conversation: 1, Participant: snd.Participant, Generation: 1,
 			Token: V7Token(clk.Now(), uint64(10+i)), Payload: []byte{byte(i)}}
 		told, err := cs.Tell(ctx, req)
@@ -99,18 +111,30 @@ func WindowWorkload(s store.DurableStore, log *[]Answered) error {
 			}
 			return nil
 		}})
-		if _, err := cr.Ack(ctx, participant.Ack{Conversation: 1, Participant: rcv.Participant, Generation: 1, Through: told.Seq}); err != nil {
+		_, err = cr.Ack(ctx, participant.Ack{Conversation: 1, Participant: rcv.Participant, Generation: 1, Through: told.Seq})
+		return err
+	}
+	for i := range 6 {
+		if err := tell(i); err != nil {
 			return err
 		}
 		clk.Advance(20 * time.Second)
 		if i%2 == 1 {
-			if _, err := svc.CheckpointPass(ctx); err != nil {
-				return err
-			}
-			if _, err := svc.CompactPass(ctx); err != nil {
+			if err := passes(); err != nil {
 				return err
 			}
 		}
+	}
+	// The clock steps ten minutes ahead, past the window, for one pair of
+	// passes, and is corrected: the floor they persist is the forgotten
+	// tokens' time, not the wrong clock's, so a fresh token commits.
+	clk.Advance(10 * time.Minute)
+	if err := passes(); err != nil {
+		return err
+	}
+	clk.Advance(-10 * time.Minute)
+	if err := tell(6); err != nil {
+		return fmt.Errorf("a fresh tell after the clock was corrected: %w", err)
 	}
 	return nil
 }

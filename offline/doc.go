@@ -1,0 +1,38 @@
+// Package offline is how participantctl's offline tools (inspect,
+// verify, compact, backup --data, restore) open a stopped server's data
+// directory. It is a package, not part of the binary, so that the crash
+// loops of the tests run exactly what an operator runs on a directory a
+// crash left.
+//
+// A data directory the log-first engine wrote is two things:
+//
+//	path                      content
+//	<dir>/participantd.db     bbolt: every record up to its checkpoint LSN
+//	<dir>/wal/                the log: the records after it
+//
+// After a SIGKILL or a power cut the records after the checkpoint LSN are
+// in the log alone, and the next open of the daemon replays them into the
+// file, each value as the log holds it. The file alone is therefore not
+// the store, and a tool must never write it alone: a value it wrote would
+// be overwritten by the replay of an older one (a token floor lowered
+// under entries already forgotten, an older checkpoint put back over
+// trimmed rows), and a retry would commit twice. So:
+//
+//	tool                 opens                           changes on disk
+//	inspect, verify      OpenReadOnly: the file read     nothing
+//	                     only, the log replayed in
+//	                     memory over it
+//	compact, backup      OpenWritable: as the daemon     the log replayed into
+//	                     does, the log replayed into     the file, then the
+//	                     the file, every write through   tool's writes, through
+//	                     the log                         the log, checkpointed
+//	                                                     by Close
+//
+// A directory with no wal/ (one only --store bbolt ever served) is the
+// bbolt file alone, opened with package store.
+//
+// A directory whose log holds records after the file's checkpoint is
+// served whole only through the log: Pending reports how many, so that a
+// tool that copies the file alone (restore --from <dir>/participantd.db)
+// refuses it.
+package offline
