@@ -82,7 +82,9 @@
 //
 // # Durability
 //
-// When Append returns nil the record is durable. RemoveBelow's removals
+// Open creates a missing log directory, and any missing parent, and syncs
+// the directory holding each before anything goes in it. When Append
+// returns nil the record is durable. RemoveBelow's removals
 // are not synced: a removed segment that reappears after a crash holds
 // only records the caller's checkpoint already covers, which replay skips.
 package wal

@@ -93,7 +93,10 @@ func Replay(dir string, after LSN, opts Options, apply func(*Batch) error) (Info
 // after, the LSN the caller already holds (a checkpoint).
 func Open(dir string, after LSN, opts Options, apply func(*Batch) error) (*Log, Info, error) {
 	fsys := opts.fs()
-	if err := fsys.MkdirAll(dir); err != nil {
+	// dir's entry must be durable in its parent before a record in it is
+	// acknowledged: a crash that lost it would lose the log, and the next
+	// Open would start after the checkpoint with no error.
+	if err := vfs.MkdirAll(fsys, dir); err != nil {
 		return nil, Info{}, fmt.Errorf("wal: create %s: %w", dir, err)
 	}
 	info, segs, last, err := scan(fsys, dir, after, apply)
