@@ -1,9 +1,14 @@
 package logfirst_test
 
 import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/participantd/participantd/faultfs"
+	"github.com/participantd/participantd/store"
 	"github.com/participantd/participantd/store/logfirst"
 )
 
@@ -44,5 +49,54 @@ func TestOpen_ANewDataDirectorySurvivesAPowerCut(t *testing.T) {
 		if err := s.Close(); err != nil {
 			t.Fatalf("Close: %v", err)
 		}
+	}
+}
+
+// A log that was made durable in a directory and then lost, the directory
+// or every segment in it, is refused ErrLogLost rather than started anew
+// after the checkpoint; a bbolt file alone in a new directory (a restore)
+// starts a new log.
+func TestOpen_RefusesALostLog(t *testing.T) {
+	for _, lose := range []string{"directory", "segments"} {
+		dir := t.TempDir()
+		s := open(t, dir, noCheckpoint)
+		fill(t, s, 5)
+		logfirst.Abandon(s)
+		walDir := filepath.Join(dir, logfirst.WALDir)
+		if lose == "directory" {
+			if err := os.RemoveAll(walDir); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			segs, _ := filepath.Glob(filepath.Join(walDir, "*.wal"))
+			for _, seg := range segs {
+				if err := os.Remove(seg); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if _, err := logfirst.Open(dir, noCheckpoint); !errors.Is(err, logfirst.ErrLogLost) || !errors.Is(err, store.ErrCorrupt) {
+			t.Fatalf("lost %s: Open = %v, want ErrLogLost (store.ErrCorrupt)", lose, err)
+		}
+		if _, err := logfirst.OpenReadOnly(dir, noCheckpoint); !errors.Is(err, logfirst.ErrLogLost) {
+			t.Fatalf("lost %s: OpenReadOnly = %v, want ErrLogLost", lose, err)
+		}
+	}
+
+	// A restore: the bbolt file (a backup) alone in a new directory.
+	src := t.TempDir()
+	s := open(t, src, noCheckpoint)
+	fill(t, s, 5)
+	var backup bytes.Buffer
+	if _, err := s.Backup(&backup, nil); err != nil {
+		t.Fatalf("Backup: %v", err)
+	}
+	dst := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dst, logfirst.DBFile), backup.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := open(t, dst, noCheckpoint)
+	if entries, v := readAll(t, r); len(entries) != 5 || v != 5 {
+		t.Fatalf("restored: %d entries, value %d; want 5 and 5", len(entries), v)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
@@ -28,7 +29,19 @@ const (
 	DBFile = "participantd.db"
 	// WALDir is the directory of the write-ahead log's segments.
 	WALDir = "wal"
+	// LogMarkerFile records that WALDir and its first segment were made
+	// durable in this directory: from then on a WALDir without a segment
+	// is a lost log, refused with ErrLogLost. It is written once, after
+	// the first Open's log is durable; a directory that never had one (a
+	// restore, a file moved from another directory, an older version)
+	// gets it then.
+	LogMarkerFile = "wal.created"
 )
+
+// ErrLogLost reports a data directory whose log was made durable once and
+// is now missing or holds no segment: the writes acknowledged after the
+// bbolt file's checkpoint were in it. It wraps store.ErrCorrupt.
+var ErrLogLost = fmt.Errorf("logfirst: the write-ahead log is lost: %w", store.ErrCorrupt)
 
 // metaCheckpointLSN is the meta key holding the LSN of the last record a
 // checkpoint applied: 8 bytes, big-endian.
@@ -321,6 +334,11 @@ func Open(dir string, opts Options) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("logfirst: open %s: %w", db.Path(), err)
 	}
+	marked, err := checkLogPresent(fsys, dir, ck)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
 	rp := newReplayer(db, fsys, ck)
 	l, info, err := wal.Open(filepath.Join(dir, WALDir), ck, wal.Options{SegmentSize: opts.SegmentSize, FS: opts.FS}, rp.add)
 	if err == nil {
@@ -332,6 +350,13 @@ func Open(dir string, opts Options) (*Store, error) {
 		}
 		db.Close()
 		return nil, fmt.Errorf("logfirst: replay %s: %w", dir, err)
+	}
+	if !marked {
+		if err := markLog(fsys, dir); err != nil {
+			l.Close()
+			db.Close()
+			return nil, err
+		}
 	}
 	s.log = l
 	s.lastLSN, s.ckLSN = rp.lsn, rp.lsn
@@ -377,6 +402,10 @@ func OpenReadOnly(dir string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("logfirst: open %s: %w", path, err)
 	}
 	s.lastLSN, s.ckLSN = ck, ck
+	if _, err := checkLogPresent(opts.fs(), dir, ck); err != nil {
+		db.Close()
+		return nil, err
+	}
 	info, err := wal.Replay(filepath.Join(dir, WALDir), ck, wal.Options{FS: opts.FS}, s.replayIntoMemory)
 	if err != nil {
 		db.Close()
@@ -384,6 +413,58 @@ func OpenReadOnly(dir string, opts Options) (*Store, error) {
 	}
 	s.replay = ReplayStats{CheckpointLSN: ck, Log: info, Duration: time.Since(start)}
 	return s, nil
+}
+
+// checkLogPresent reports whether dir holds LogMarkerFile, and fails with
+// ErrLogLost when it does but the log holds no segment: Open always leaves
+// one, so the log was lost (a directory entry a crash dropped, or a
+// removal), and with it whatever was acknowledged after checkpoint LSN ck.
+func checkLogPresent(fsys vfs.FS, dir string, ck wal.LSN) (bool, error) {
+	marker := filepath.Join(dir, LogMarkerFile)
+	f, err := fsys.Open(marker)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("logfirst: %w", err)
+	}
+	f.Close()
+	walDir := filepath.Join(dir, WALDir)
+	has, err := wal.HasSegments(walDir, wal.Options{FS: fsys})
+	if err != nil {
+		return true, fmt.Errorf("logfirst: %w", err)
+	}
+	if !has {
+		return true, fmt.Errorf("%w: %s holds no log segment, though %s says the log was created: "+
+			"the writes acknowledged after checkpoint LSN %v of %s are gone; restore the directory from a backup "+
+			"(if %s was removed on purpose after a clean stop, which checkpoints every write, remove %s to start a new log)",
+			ErrLogLost, walDir, marker, ck, DBFile, walDir, marker)
+	}
+	return true, nil
+}
+
+// markLog writes LogMarkerFile durably, once the log is: the log's
+// directory and first segment are in place before the marker says so.
+func markLog(fsys vfs.FS, dir string) error {
+	path := filepath.Join(dir, LogMarkerFile)
+	f, err := fsys.Create(path)
+	if errors.Is(err, fs.ErrExist) {
+		return nil
+	}
+	if err == nil {
+		err = f.Sync()
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err == nil {
+		// The marker's entry: durable, or the check it enables is lost.
+		err = fsys.SyncDir(dir)
+	}
+	if err != nil {
+		return fmt.Errorf("logfirst: mark the log created in %s: %w", dir, err)
+	}
+	return nil
 }
 
 func openBolt(path string, opts Options, readOnly bool) (*bolt.DB, error) {

@@ -86,6 +86,16 @@ func Replay(dir string, after LSN, opts Options, apply func(*Batch) error) (Info
 	return info, err
 }
 
+// HasSegments reports whether dir holds a segment file; a missing dir
+// holds none.
+func HasSegments(dir string, opts Options) (bool, error) {
+	segs, err := listSegments(opts.fs(), dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	return len(segs) > 0, err
+}
+
 // Open replays the log in dir as Replay does, creating dir if needed, then
 // cuts off a torn tail (truncating the last segment to its last valid
 // record, or removing a last segment without one) and starts a new
