@@ -49,6 +49,13 @@
 // that the same FS serves the restarted process. Handles opened before a
 // Crash fail with ErrStale.
 //
+// # Space
+//
+// SetCapacity bounds the bytes all files hold together: a WriteAt,
+// Preallocate or Truncate that would pass it fails with ErrNoSpace
+// (wrapping syscall.ENOSPC) and changes nothing, and Available
+// (vfs.Spacer) reports what is left, as statfs does on a real disk.
+//
 // # External files
 //
 // A file another library writes through the operating system (bbolt's

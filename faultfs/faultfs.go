@@ -7,11 +7,13 @@ import (
 	"io"
 	iofs "io/fs"
 	"maps"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
 	"sync"
+	"syscall"
 
 	"github.com/participantd/participantd/store/vfs"
 )
@@ -102,6 +104,9 @@ var (
 	ErrCut = errors.New("faultfs: power cut")
 	// ErrStale is the error of a handle opened before a Crash.
 	ErrStale = errors.New("faultfs: handle from before a crash")
+	// ErrNoSpace is the error of a write, Preallocate or Truncate that
+	// would take the files past the capacity; it wraps syscall.ENOSPC.
+	ErrNoSpace = fmt.Errorf("faultfs: %w", syscall.ENOSPC)
 	// ErrNotExist and ErrExist mirror the os errors.
 	ErrNotExist = fmt.Errorf("faultfs: %w", iofs.ErrNotExist)
 	ErrExist    = fmt.Errorf("faultfs: %w", iofs.ErrExist)
@@ -159,6 +164,8 @@ type FS struct {
 	cutOp       Op
 	epoch       uint64
 	model       Model
+	// capacity bounds the bytes of every file's content; 0 is no bound.
+	capacity int64
 }
 
 // file is one file's content: data as the process sees it, synced as a
@@ -194,12 +201,56 @@ func New() *FS {
 
 var _ vfs.FS = (*FS)(nil)
 var _ vfs.Committer = (*FS)(nil)
+var _ vfs.Spacer = (*FS)(nil)
 
 // SetModel sets the model of every later Crash.
 func (fs *FS) SetModel(m Model) {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	fs.model = m
+}
+
+// SetCapacity bounds the bytes all files together may hold (an external
+// file counts at its size after its last Commit); 0 removes the bound. A
+// WriteAt, Preallocate or Truncate that would pass it fails with
+// ErrNoSpace and changes nothing, as a full disk refuses.
+func (fs *FS) SetCapacity(n int64) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	fs.capacity = n
+}
+
+// Available implements vfs.Spacer: the capacity left, or the most an
+// int64 holds when there is no bound.
+func (fs *FS) Available(string) (int64, error) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if fs.capacity == 0 {
+		return math.MaxInt64, nil
+	}
+	return max(fs.capacity-fs.usedLocked(), 0), nil
+}
+
+// usedLocked returns the bytes the files hold. fs.mu must be held.
+func (fs *FS) usedLocked() int64 {
+	var n int64
+	for _, f := range fs.names {
+		if f.external {
+			n += int64(len(f.synced))
+		} else {
+			n += int64(len(f.data))
+		}
+	}
+	return n
+}
+
+// growLocked fails with ErrNoSpace when f growing to size would pass the
+// capacity. fs.mu must be held.
+func (fs *FS) growLocked(f *file, kind OpKind, name string, size int64) error {
+	if grow := size - int64(len(f.data)); fs.capacity > 0 && grow > 0 && fs.usedLocked()+grow > fs.capacity {
+		return &OpError{Op: Op{Index: fs.ops - 1, Kind: kind, Path: name}, Err: ErrNoSpace}
+	}
+	return nil
 }
 
 // SetRule installs the rule consulted for every later op; nil means None
@@ -636,6 +687,9 @@ func (h *handle) WriteAt(p []byte, off int64) (int, error) {
 	if err := h.fs.admitLocked(OpWrite, h.name); err != nil {
 		return 0, err
 	}
+	if err := h.fs.growLocked(h.f, OpWrite, h.name, off+int64(len(p))); err != nil {
+		return 0, err
+	}
 	if end := off + int64(len(p)); end > int64(len(h.f.data)) {
 		h.f.data = append(h.f.data, make([]byte, end-int64(len(h.f.data)))...)
 	}
@@ -667,6 +721,9 @@ func (h *handle) Preallocate(size int64) error {
 	if err := h.fs.admitLocked(OpPreallocate, h.name); err != nil {
 		return err
 	}
+	if err := h.fs.growLocked(h.f, OpPreallocate, h.name, size); err != nil {
+		return err
+	}
 	if size > int64(len(h.f.data)) {
 		h.f.data = append(h.f.data, make([]byte, size-int64(len(h.f.data)))...)
 	}
@@ -680,6 +737,9 @@ func (h *handle) Truncate(size int64) error {
 		return err
 	}
 	if err := h.fs.admitLocked(OpTruncate, h.name); err != nil {
+		return err
+	}
+	if err := h.fs.growLocked(h.f, OpTruncate, h.name, size); err != nil {
 		return err
 	}
 	if size <= int64(len(h.f.data)) {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -268,4 +269,27 @@ func TestCommit_CutTearsTheCommitOnTheOSFile(t *testing.T) {
 			t.Fatalf("byte %d after a torn commit is %q: neither old nor new", i, c)
 		}
 	}
+}
+
+func TestCapacity_RefusesGrowthPastItAndChangesNothing(t *testing.T) {
+	fs := New()
+	fs.SetCapacity(100)
+	mkdir(t, fs, "/d")
+	f, err := fs.Create("/d/a")
+	must(t, err)
+	must(t, f.Preallocate(60))
+	if n, err := fs.Available("/d"); err != nil || n != 40 {
+		t.Fatalf("Available = %d, %v; want 40", n, err)
+	}
+	if _, err := f.WriteAt(make([]byte, 50), 55); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("a write past the capacity = %v, want ENOSPC", err)
+	}
+	if err := f.Preallocate(101); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("Preallocate past the capacity = %v, want ErrNoSpace", err)
+	}
+	if n, _ := f.Size(); n != 60 {
+		t.Fatalf("size after refused growth = %d, want 60", n)
+	}
+	_, err = f.WriteAt(make([]byte, 10), 50) // inside the file: no growth
+	must(t, err)
 }

@@ -159,7 +159,7 @@ func openEngine(dir, path string, cfg Config, mustExist bool, log zerolog.Logger
 	case EngineLog:
 		// logfirst.Open runs store.Open's checks on the bbolt file before
 		// it maps it, with the same errors.
-		st, err := logfirst.Open(dir, logfirst.Options{Logger: log, MustExist: mustExist, MaxUncheckpointed: int64(cfg.LogMemoryBytes)})
+		st, err := logfirst.Open(dir, logfirst.Options{Logger: log, MustExist: mustExist, MaxUncheckpointed: int64(cfg.LogMemoryBytes), SegmentSize: int64(cfg.WALSegmentSize)})
 		if err != nil {
 			return nil, err
 		}

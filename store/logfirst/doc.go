@@ -78,6 +78,10 @@
 // record is the unit of both the log and the replay, so a Flush's batch
 // is all or nothing after a crash.
 //
+// Open refuses, with ErrNoSpace and both numbers, a disk (vfs.Spacer)
+// with less free space than StartSpace: the segment it preallocates and
+// the bbolt file's next growth; it writes nothing before that check.
+//
 // Every directory entry is durable before a write is acknowledged: Open
 // syncs the parent of each directory it creates (the data directory,
 // wal/) and, for a new bbolt file, the data directory. A lost entry would

@@ -38,6 +38,53 @@ const (
 	LogMarkerFile = "wal.created"
 )
 
+// ErrNoSpace reports a disk without the room Open needs: a new log
+// segment and the bbolt file's next growth (see StartSpace).
+var ErrNoSpace = errors.New("logfirst: not enough disk space to start")
+
+// bbolt grows its file to the next power of two while it is small, then
+// by its allocation size (16 MiB) at a time.
+const (
+	boltMinGrowth = 32 << 10
+	boltMaxGrowth = 16 << 20
+)
+
+// StartSpace returns the free bytes Open needs in a directory whose bbolt
+// file has dbSize bytes, with segments of segmentSize (0: the default):
+// the segment Open preallocates for the records to come, and the bbolt
+// file's next growth (its size, from 32 KiB up to 16 MiB), which the
+// replay or the first checkpoint may take.
+func StartSpace(segmentSize, dbSize int64) (segment, bbolt int64) {
+	if segmentSize <= 0 {
+		segmentSize = wal.DefaultSegmentSize
+	}
+	return segmentSize, min(max(dbSize, boltMinGrowth), boltMaxGrowth)
+}
+
+// checkSpace fails with ErrNoSpace, saying what is needed and what is
+// there, when fsys has less room in dir than StartSpace: a start that
+// would stop half-way on a full disk is refused before it writes.
+func checkSpace(fsys vfs.FS, dir, dbPath string, segmentSize int64) error {
+	avail, ok, err := vfs.Available(fsys, dir)
+	if err != nil {
+		return fmt.Errorf("logfirst: %w", err)
+	}
+	if !ok {
+		return nil
+	}
+	var dbSize int64
+	if fi, err := os.Stat(dbPath); err == nil {
+		dbSize = fi.Size()
+	}
+	seg, growth := StartSpace(segmentSize, dbSize)
+	if need := seg + growth; avail < need {
+		return fmt.Errorf("%w: %s has %d bytes available and start-up needs %d: %d for a new log segment "+
+			"(the segment size) and %d for the growth of %s (%d bytes); free space, or lower the segment size "+
+			"(participantd --wal-segment-size)", ErrNoSpace, dir, avail, need, seg, growth, DBFile, dbSize)
+	}
+	return nil
+}
+
 // ErrLogLost reports a data directory whose log was made durable once and
 // is now missing or holds no segment: the writes acknowledged after the
 // bbolt file's checkpoint were in it. It wraps store.ErrCorrupt.
@@ -333,6 +380,10 @@ func Open(dir string, opts Options) (*Store, error) {
 	}); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("logfirst: open %s: %w", db.Path(), err)
+	}
+	if err := checkSpace(fsys, dir, path, opts.SegmentSize); err != nil {
+		db.Close()
+		return nil, err
 	}
 	marked, err := checkLogPresent(fsys, dir, ck)
 	if err != nil {

@@ -122,8 +122,36 @@ func MkdirAll(fs FS, dir string) error {
 	return nil
 }
 
+// Spacer is implemented by a file system that can say how much space is
+// left: OS, and faultfs with a capacity.
+type Spacer interface {
+	// Available returns the bytes that files in dir can still grow by.
+	Available(dir string) (int64, error)
+}
+
+// Available returns the bytes left for files in dir on fs, and false when
+// fs cannot say.
+func Available(fs FS, dir string) (int64, bool, error) {
+	s, ok := fs.(Spacer)
+	if !ok {
+		return 0, false, nil
+	}
+	n, err := s.Available(dir)
+	return n, err == nil, err
+}
+
 // OS is the operating system's file system.
 var OS FS = osFS{}
+
+// Available implements Spacer with statfs: the blocks available to an
+// unprivileged user.
+func (osFS) Available(dir string) (int64, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return 0, &os.PathError{Op: "statfs", Path: dir, Err: err}
+	}
+	return int64(st.Bavail) * int64(st.Bsize), nil
+}
 
 type osFS struct{}
 
