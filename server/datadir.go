@@ -13,6 +13,7 @@ import (
 	"github.com/participantd/participantd/participant"
 	"github.com/participantd/participantd/store"
 	"github.com/participantd/participantd/store/logfirst"
+	"github.com/participantd/participantd/store/vfs"
 )
 
 // LockFile is the data directory's lock file: a participantd holds an
@@ -96,7 +97,10 @@ var errNoBackup = errors.New("server: this store engine has no online backup")
 // (participant.LoadOrCreateNodeKey) after the lock, so the key served is
 // the key on disk.
 func openDataDir(dir string, cfg Config, log zerolog.Logger) (*dataDir, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	// vfs.MkdirAll syncs the parent of each directory it creates: a data
+	// directory whose entry a crash can lose takes every synced file in
+	// it along.
+	if err := vfs.MkdirAll(vfs.OS, dir); err != nil {
 		return nil, fmt.Errorf("server: data directory: %w", err)
 	}
 	lock, err := lockDataDir(dir, store.DefaultLockTimeout)
