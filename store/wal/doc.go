@@ -71,8 +71,9 @@
 // reach of a torn record proves nothing: it counts only past the end the
 // record's length field gives (or anywhere when that field is one no tear
 // leaves: running past the segment, or zero with bytes beside it in its
-// sector), or where the bad record's CRC shows it whole but for a damaged
-// length. A length field straddling two sectors gives no reach, and a
+// sector), or where the bad record is whole but for a damaged length: its
+// CRC holds and its body decodes, LSN included, up to that frame (a
+// strict prefix of a body never decodes, so a payload cannot pose as one). A length field straddling two sectors gives no reach, and a
 // record damaged there is cut like a torn one.
 //
 // Corruption is a *CorruptionError naming the segment and the offset;

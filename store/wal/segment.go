@@ -175,7 +175,7 @@ const sectorSize = 512
 func laterRecord(buf []byte, off, limit int64, expect LSN) (int64, bool) {
 	reach := tornReach(buf, off)
 	return validFrameAfter(buf, off, limit, expect, func(p int64) bool {
-		return p >= reach || wholeBut(buf, off, p)
+		return p >= reach || wholeBut(buf, off, p, expect)
 	})
 }
 
@@ -234,15 +234,26 @@ func tornReach(buf []byte, off int64) int64 {
 	return end
 }
 
-// wholeBut reports whether the record at off has a valid CRC for a length
-// ending at p: a whole record whose length field alone was damaged.
-func wholeBut(buf []byte, off, p int64) bool {
+// wholeBut reports whether the record at off is whole but for its length
+// field, and ends at p: its CRC holds for the length p-off-8, and the
+// bytes up to p decode as a body of LSN expect. Neither alone is proof
+// enough against a payload crafted to look like the end of a record: a
+// CRC-32C can be forged by whoever knows the record's bytes, and a
+// strict prefix of a body never decodes (the encoding is self-delimiting
+// and must be consumed exactly), so together they leave a torn record's
+// payload no way in.
+func wholeBut(buf []byte, off, p int64, expect LSN) bool {
 	if p < off+frameHeaderLen+minBodyLen {
 		return false
 	}
+	body := buf[off+frameHeaderLen : p]
 	var lenField [4]byte
-	binary.LittleEndian.PutUint32(lenField[:], uint32(p-off-frameHeaderLen))
-	return binary.LittleEndian.Uint32(buf[off+4:]) == frameCRC(lenField[:], buf[off+frameHeaderLen:p])
+	binary.LittleEndian.PutUint32(lenField[:], uint32(len(body)))
+	if binary.LittleEndian.Uint32(buf[off+4:]) != frameCRC(lenField[:], body) {
+		return false
+	}
+	b, err := decodeBody(body)
+	return err == nil && b.LSN == expect
 }
 
 // ErrCorrupt reports a log that lost or damaged a record that may have
