@@ -264,8 +264,47 @@ func TestCommit_CutTearsTheCommitOnTheOSFile(t *testing.T) {
 	must(t, fs.Crash(rand.New(rand.NewPCG(5, 6))))
 	got, err := os.ReadFile(path)
 	must(t, err)
+	checkTornCommit(t, old, cur, got)
+
+	// Over many crashes the torn commit takes every shape: the meta pages
+	// old with data pages mixed, or the data new with the meta torn.
+	rng := rand.New(rand.NewPCG(7, 8))
+	oldMeta, torn := 0, 0
+	for range 100 {
+		fs := New()
+		mkdir(t, fs, dir)
+		must(t, fs.Commit(path, func() error { return os.WriteFile(path, old, 0o600) }))
+		must(t, fs.SyncDir(dir))
+		fs.SetRule(CutAt(fs.Ops()))
+		cur := bytes.Repeat([]byte{'n'}, 4*4096)
+		if err := fs.Commit(path, func() error { return os.WriteFile(path, cur, 0o600) }); !errors.Is(err, ErrCut) {
+			t.Fatalf("Commit at the cut = %v, want ErrCut", err)
+		}
+		must(t, fs.Crash(rng))
+		got, err := os.ReadFile(path)
+		must(t, err)
+		checkTornCommit(t, old, cur, got)
+		meta := got[:2*4096]
+		switch {
+		case bytes.Equal(meta, old[:2*4096]):
+			oldMeta++
+		case !bytes.Equal(meta, cur[:2*4096]):
+			torn++
+		}
+	}
+	if oldMeta == 0 || torn == 0 {
+		t.Fatalf("of 100 torn commits, %d kept the old meta pages and %d tore them; want some of each", oldMeta, torn)
+	}
+}
+
+// checkTornCommit checks that every byte of got is old's, cur's or zero.
+func checkTornCommit(t *testing.T, old, cur, got []byte) {
+	t.Helper()
+	if len(got) != len(cur) {
+		t.Fatalf("size after a torn commit = %d, want the new size %d (bbolt syncs a growth first)", len(got), len(cur))
+	}
 	for i, c := range got {
-		if (i >= len(old) || c != old[i]) && (i >= len(cur) || c != cur[i]) && c != 0 {
+		if (i >= len(old) || c != old[i]) && c != cur[i] && c != 0 {
 			t.Fatalf("byte %d after a torn commit is %q: neither old nor new", i, c)
 		}
 	}
