@@ -182,13 +182,24 @@ func openEngine(dir, path string, cfg Config, mustExist bool, log zerolog.Logger
 // checkNoPendingLog refuses, with ErrLogPending, a directory whose log (a
 // run of EngineLog that did not close cleanly) holds records after the
 // store file's checkpoint: EngineBolt would serve the file without them.
-// A directory without log segments, or whose log the file covers, passes.
+// A directory without log segments, or whose log the file covers, passes,
+// unless its log was made durable and is now lost (logfirst.ErrLogLost).
 func checkNoPendingLog(dir, path string) error {
 	segs, err := filepath.Glob(filepath.Join(dir, logfirst.WALDir, "*.wal"))
-	if err != nil || len(segs) == 0 {
+	if err != nil {
 		return err
 	}
+	if len(segs) == 0 {
+		// No log, unless one was made durable here and is now lost:
+		// OpenReadOnly refuses that (logfirst.ErrLogLost).
+		if _, err := os.Stat(filepath.Join(dir, logfirst.LogMarkerFile)); err != nil {
+			return nil
+		}
+	}
 	st, err := logfirst.OpenReadOnly(dir, logfirst.Options{})
+	if errors.Is(err, logfirst.ErrLogLost) {
+		return err
+	}
 	if err != nil {
 		// store.Open reports a missing or damaged file itself; a corrupt
 		// log is refused here.
