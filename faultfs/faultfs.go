@@ -1,15 +1,10 @@
 package faultfs
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	iofs "io/fs"
-	"maps"
-	"math"
-	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -124,27 +119,6 @@ func (e *OpError) Error() string { return fmt.Sprintf("%v: %v", e.Op, e.Err) }
 // Unwrap returns the cause.
 func (e *OpError) Unwrap() error { return e.Err }
 
-// Model is how Crash treats what a file was written since its last Sync.
-type Model uint8
-
-const (
-	// Strict picks, per file and per Crash, one of TornPrefix and Blocks.
-	// It is the default.
-	Strict Model = iota
-	// TornPrefix loses every unsynced write but the last, which survives
-	// up to a random byte.
-	TornPrefix
-	// Blocks keeps or loses each BlockSize block that changed since the
-	// last Sync, independently, at its newest content: a disk that
-	// writes a file's dirty sectors back in any order (the ALICE and
-	// CrashMonkey model).
-	Blocks
-)
-
-// BlockSize is the unit the Blocks model keeps or loses whole: a disk
-// sector, the most a disk writes atomically.
-const BlockSize = 512
-
 // FS is the fault-injecting in-memory file system. The zero value is not
 // usable; call New.
 type FS struct {
@@ -210,49 +184,6 @@ func (fs *FS) SetModel(m Model) {
 	fs.model = m
 }
 
-// SetCapacity bounds the bytes all files together may hold (an external
-// file counts at its size after its last Commit); 0 removes the bound. A
-// WriteAt, Preallocate or Truncate that would pass it fails with
-// ErrNoSpace and changes nothing, as a full disk refuses.
-func (fs *FS) SetCapacity(n int64) {
-	fs.mu.Lock()
-	defer fs.mu.Unlock()
-	fs.capacity = n
-}
-
-// Available implements vfs.Spacer: the capacity left, or the most an
-// int64 holds when there is no bound.
-func (fs *FS) Available(string) (int64, error) {
-	fs.mu.Lock()
-	defer fs.mu.Unlock()
-	if fs.capacity == 0 {
-		return math.MaxInt64, nil
-	}
-	return max(fs.capacity-fs.usedLocked(), 0), nil
-}
-
-// usedLocked returns the bytes the files hold. fs.mu must be held.
-func (fs *FS) usedLocked() int64 {
-	var n int64
-	for _, f := range fs.names {
-		if f.external {
-			n += int64(len(f.synced))
-		} else {
-			n += int64(len(f.data))
-		}
-	}
-	return n
-}
-
-// growLocked fails with ErrNoSpace when f growing to size would pass the
-// capacity. fs.mu must be held.
-func (fs *FS) growLocked(f *file, kind OpKind, name string, size int64) error {
-	if grow := size - int64(len(f.data)); fs.capacity > 0 && grow > 0 && fs.usedLocked()+grow > fs.capacity {
-		return &OpError{Op: Op{Index: fs.ops - 1, Kind: kind, Path: name}, Err: ErrNoSpace}
-	}
-	return nil
-}
-
 // SetRule installs the rule consulted for every later op; nil means None
 // for all.
 func (fs *FS) SetRule(r Rule) {
@@ -294,223 +225,6 @@ func (fs *FS) admitLocked(kind OpKind, path string) error {
 		return &OpError{Op: op, Err: ErrCut}
 	}
 	return nil
-}
-
-// Crash simulates the restart after a power cut (whether or not a rule
-// cut it): the namespace goes back to its last synced state, a directory
-// whose entry was never synced into its parent is lost with everything
-// in it, every file goes back to its synced content, and the cut is
-// cleared, so that the same FS serves the restarted process. With rng
-// non-nil, what was written since a file's last Sync survives in part, as
-// the FS's Model says; with rng nil none of it does. An external file is
-// rewritten on the operating system's disk as Crash leaves it, or
-// removed if its entry is lost; an error doing so is returned.
-func (fs *FS) Crash(rng *rand.Rand) error {
-	fs.mu.Lock()
-	defer fs.mu.Unlock()
-	dirs := map[string]bool{}
-	for d := range fs.durableDirs {
-		if fs.survivesLocked(d) {
-			dirs[d] = true
-		}
-	}
-	names := make(map[string]*file, len(fs.durable))
-	for name, f := range fs.durable {
-		if !dirs[filepath.Dir(name)] {
-			continue
-		}
-		var data []byte
-		if f.external {
-			data = crashExternal(f, rng)
-		} else {
-			data = crashFile(f, rng, fs.model)
-		}
-		names[name] = &file{data: data, synced: slices.Clone(data), external: f.external}
-	}
-	var errs []error
-	for name, f := range fs.names {
-		if f.external && names[name] == nil {
-			if err := os.Remove(name); err != nil && !errors.Is(err, iofs.ErrNotExist) {
-				errs = append(errs, err)
-			}
-		}
-	}
-	for name, f := range names {
-		if f.external {
-			if err := os.WriteFile(name, f.data, 0o600); err != nil {
-				errs = append(errs, err)
-			}
-			f.data = nil
-		}
-	}
-	fs.names, fs.durable = names, maps.Clone(names)
-	fs.dirs, fs.durableDirs = dirs, maps.Clone(dirs)
-	fs.cut, fs.rule = false, nil
-	fs.epoch++
-	return errors.Join(errs...)
-}
-
-// survivesLocked reports whether directory d and every directory above it
-// are durable. fs.mu must be held.
-func (fs *FS) survivesLocked(d string) bool {
-	for {
-		if !fs.durableDirs[d] {
-			return false
-		}
-		parent := filepath.Dir(d)
-		if parent == d {
-			return true
-		}
-		d = parent
-	}
-}
-
-// crashFile returns what a crash leaves of f under model m.
-func crashFile(f *file, rng *rand.Rand, m Model) []byte {
-	if rng == nil {
-		return slices.Clone(f.synced)
-	}
-	if m == Strict {
-		m = TornPrefix + Model(rng.IntN(2))
-	}
-	if m == Blocks {
-		return keepBlocks(f.synced, f.data, rng)
-	}
-	data := slices.Clone(f.synced)
-	if w := f.lastWrite; w != nil {
-		n := rng.IntN(len(w.data) + 1)
-		if end := w.off + int64(n); end > int64(len(data)) {
-			data = append(data, make([]byte, end-int64(len(data)))...)
-		}
-		copy(data[w.off:], w.data[:n])
-	}
-	return data
-}
-
-// keepBlocks returns old with each BlockSize block in which cur differs
-// from it replaced, at random, by cur's. The file keeps old's size unless
-// a kept block of cur lies past it.
-func keepBlocks(old, cur []byte, rng *rand.Rand) []byte {
-	out := slices.Clone(old)
-	span := func(b []byte, lo, hi int) []byte { return b[min(lo, len(b)):min(hi, len(b))] }
-	for lo := 0; lo < max(len(old), len(cur)); lo += BlockSize {
-		hi := lo + BlockSize
-		if bytes.Equal(span(old, lo, hi), span(cur, lo, hi)) || rng.IntN(2) == 0 {
-			continue
-		}
-		if end := min(hi, len(cur)); end > len(out) {
-			out = append(out, make([]byte, end-len(out))...)
-		}
-		// A block cur has cut short reads as zeros past cur's end.
-		clear(out[lo:min(hi, len(out))])
-		copy(out[lo:], span(cur, lo, hi))
-	}
-	return out
-}
-
-// crashExternal returns what a crash leaves of an external file: its
-// content after the last Commit, or, when the power was cut during one,
-// that commit torn as a crash tears a bbolt commit: bbolt writes the data
-// pages, syncs, writes the meta page, syncs. Pages 0 and 1 are its meta
-// pages (page size 4096).
-func crashExternal(f *file, rng *rand.Rand) []byte {
-	if f.pending == nil || rng == nil {
-		return slices.Clone(f.synced)
-	}
-	const metaEnd = 2 * 4096
-	old, cur := f.synced, f.pending
-	split := func(b []byte) ([]byte, []byte) {
-		if len(b) <= metaEnd {
-			return b, nil
-		}
-		return b[:metaEnd], b[metaEnd:]
-	}
-	oldMeta, oldData := split(old)
-	curMeta, curData := split(cur)
-	var meta, data []byte
-	if rng.IntN(2) == 0 {
-		// Cut before the first sync: the data pages in any state, the meta
-		// pages as they were. bbolt grows a file (truncate, fsync) before
-		// it writes pages there, so the size is the new one.
-		meta, data = slices.Clone(oldMeta), keepBlocks(oldData, curData, rng)
-		if len(data) < len(curData) {
-			data = append(data, make([]byte, len(curData)-len(data))...)
-		}
-	} else {
-		// Cut before the second: the data pages written, the meta page
-		// torn, at a random byte or sector by sector.
-		data = slices.Clone(curData)
-		meta = crashFile(&file{synced: oldMeta, data: curMeta, lastWrite: metaWrite(oldMeta, curMeta)}, rng, Strict)
-	}
-	if len(meta) < metaEnd && len(data) > 0 {
-		meta = append(meta, make([]byte, metaEnd-len(meta))...)
-	}
-	return append(meta, data...)
-}
-
-// metaWrite is the write that turned old into cur: the span of the bytes
-// that differ.
-func metaWrite(old, cur []byte) *torn {
-	lo, hi := -1, 0
-	for i := range cur {
-		if i >= len(old) || old[i] != cur[i] {
-			if lo < 0 {
-				lo = i
-			}
-			hi = i + 1
-		}
-	}
-	if lo < 0 {
-		return nil
-	}
-	return &torn{off: int64(lo), data: slices.Clone(cur[lo:hi])}
-}
-
-// Commit implements vfs.Committer: it counts an OpCommit of path and runs
-// write, which changes the operating system's file at path and makes the
-// change durable. A rule's Fail or Cut there returns an error without
-// running write, except that a Cut runs it first, so that Crash can tear
-// the commit it interrupted. The file's directory entry becomes durable
-// with a SyncDir of its directory, as a created file's does.
-func (fs *FS) Commit(path string, write func() error) error {
-	path = clean(path)
-	fs.mu.Lock()
-	err := fs.admitLocked(OpCommit, path)
-	wasCut := fs.cut && fs.cutOp.Kind == OpCommit && fs.cutOp.Path == path && fs.cutOp.Index == fs.ops-1
-	if err == nil && !fs.dirs[filepath.Dir(path)] {
-		err = &OpError{Op: Op{Kind: OpCommit, Path: path}, Err: ErrNotExist}
-	}
-	fs.mu.Unlock()
-	if err != nil && !wasCut {
-		return err
-	}
-	// write runs without the lock: it is another library's I/O.
-	werr := write()
-	content, rerr := os.ReadFile(path)
-	if errors.Is(rerr, iofs.ErrNotExist) {
-		rerr = nil
-	}
-	fs.mu.Lock()
-	defer fs.mu.Unlock()
-	f := fs.names[path]
-	if f == nil && (rerr != nil || content != nil) {
-		f = &file{external: true}
-		fs.names[path] = f
-	}
-	switch {
-	case f == nil:
-	case wasCut:
-		f.pending = content
-	case werr == nil && rerr == nil:
-		f.synced = content
-	}
-	if werr != nil {
-		return werr
-	}
-	if err != nil {
-		return err
-	}
-	return rerr
 }
 
 func clean(name string) string { return filepath.Clean(name) }
