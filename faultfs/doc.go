@@ -19,6 +19,7 @@
 //	File.Sync               OpSync
 //	File.Preallocate        OpPreallocate
 //	File.Truncate           OpTruncate
+//	FS.Commit               OpCommit (a bbolt transaction, see below)
 //
 // A Rule decides per op: None runs it, Fail returns an error wrapping
 // ErrInjected without running it, and Cut is a power cut: that op and
@@ -28,15 +29,47 @@
 //
 //	state                              survives Crash
 //	bytes written, then File.Sync      yes
-//	bytes written, not synced          no (Crash may keep a random prefix
-//	                                   of the last such write: a torn write)
-//	size changes (Truncate,            only after File.Sync
-//	  Preallocate)
-//	a created or removed name          only after SyncDir of its directory
-//	MkdirAll                           yes, at once
+//	bytes written, not synced          as the Model says (below)
+//	size changes (Truncate,            only after File.Sync (or with a
+//	  Preallocate)                     block kept past the old size)
+//	a created or removed name, of a    only after SyncDir of its directory
+//	  file or a directory (MkdirAll)
+//	anything in a lost directory       no, however well synced
 //
-// Crash applies the model: it rolls every file back to its synced content
-// and the namespace back to its last synced state, and clears the cut, so
+// The Model decides what survives of a file's writes since its last Sync:
+// TornPrefix keeps a random prefix of the last one and nothing of earlier
+// ones; Blocks keeps or loses each BlockSize block that changed, each at
+// its newest content, independently (a disk writing dirty sectors back in
+// any order: the ALICE and CrashMonkey model); Strict, the default, picks
+// one of the two per file at every Crash. The choices come from the rng
+// given to Crash, so a seed replays them.
+//
+// Crash applies the model: it rolls every file back to what survives and
+// the namespace back to its last synced state, and clears the cut, so
 // that the same FS serves the restarted process. Handles opened before a
 // Crash fail with ErrStale.
+//
+// # Space
+//
+// SetCapacity bounds the bytes all files hold together: a WriteAt,
+// Preallocate or Truncate that would pass it fails with ErrNoSpace
+// (wrapping syscall.ENOSPC) and changes nothing, and Available
+// (vfs.Spacer) reports what is left, as statfs does on a real disk.
+//
+// # External files
+//
+// A file another library writes through the operating system (bbolt's
+// data file, which it maps) cannot live in memory. Commit covers it: the
+// caller wraps each durable change of it (bbolt's Open of a new file, each
+// transaction) in Commit, which is one op. Commit reads the file back
+// after each change as its synced content; its name joins the namespace
+// like a created file's, durable after SyncDir of its directory. A cut
+// during a Commit runs the change and then fails it, and Crash tears it as
+// a crash tears a bbolt commit: either before bbolt's first fdatasync
+// (the data pages past the two meta pages kept or lost per block, at the
+// new size bbolt synced first, the meta pages as they were) or before its
+// second (the data pages written, the changed meta page torn at a random
+// byte or per block). Crash then rewrites the file on disk as it survives,
+// or removes it if its entry did not. Writes bbolt makes outside Commit
+// are not modelled: the log-first store routes all of them through it.
 package faultfs

@@ -5,11 +5,10 @@ import (
 	"fmt"
 	"io"
 	iofs "io/fs"
-	"maps"
-	"math/rand/v2"
 	"path/filepath"
 	"slices"
 	"sync"
+	"syscall"
 
 	"github.com/participantd/participantd/store/vfs"
 )
@@ -28,6 +27,7 @@ const (
 	OpSync
 	OpPreallocate
 	OpTruncate
+	OpCommit
 )
 
 func (k OpKind) String() string {
@@ -50,6 +50,8 @@ func (k OpKind) String() string {
 		return "preallocate"
 	case OpTruncate:
 		return "truncate"
+	case OpCommit:
+		return "commit"
 	}
 	return fmt.Sprintf("op(%d)", uint8(k))
 }
@@ -97,6 +99,9 @@ var (
 	ErrCut = errors.New("faultfs: power cut")
 	// ErrStale is the error of a handle opened before a Crash.
 	ErrStale = errors.New("faultfs: handle from before a crash")
+	// ErrNoSpace is the error of a write, Preallocate or Truncate that
+	// would take the files past the capacity; it wraps syscall.ENOSPC.
+	ErrNoSpace = fmt.Errorf("faultfs: %w", syscall.ENOSPC)
 	// ErrNotExist and ErrExist mirror the os errors.
 	ErrNotExist = fmt.Errorf("faultfs: %w", iofs.ErrNotExist)
 	ErrExist    = fmt.Errorf("faultfs: %w", iofs.ErrExist)
@@ -119,24 +124,38 @@ func (e *OpError) Unwrap() error { return e.Err }
 type FS struct {
 	// mu guards every field below and every file's content.
 	mu sync.Mutex
-	// names is the current namespace; durable the one a Crash returns to.
+	// names is the current namespace; durable the one a Crash returns to,
+	// before the directories it loses take their entries with them.
 	names   map[string]*file
 	durable map[string]*file
-	dirs    map[string]bool
-	ops     uint64
-	rule    Rule
-	cut     bool
-	cutOp   Op
-	epoch   uint64
+	// dirs are the current directories; durableDirs those whose entry in
+	// their parent a SyncDir of the parent made durable.
+	dirs        map[string]bool
+	durableDirs map[string]bool
+	ops         uint64
+	rule        Rule
+	cut         bool
+	cutOp       Op
+	epoch       uint64
+	model       Model
+	// capacity bounds the bytes of every file's content; 0 is no bound.
+	capacity int64
 }
 
 // file is one file's content: data as the process sees it, synced as a
 // Crash leaves it, and the last write since the last Sync, which a Crash
 // may tear.
+//
+// An external file lives on the operating system's disk at its name,
+// written there by another library (bbolt) inside Commit; synced is its
+// content after the last Commit, and pending the content a Commit cut by
+// the power left, which Crash tears.
 type file struct {
 	data      []byte
 	synced    []byte
 	lastWrite *torn
+	external  bool
+	pending   []byte
 }
 
 type torn struct {
@@ -144,12 +163,26 @@ type torn struct {
 	data []byte
 }
 
-// New returns an empty FS.
+// New returns an empty FS with the Strict model.
 func New() *FS {
-	return &FS{names: map[string]*file{}, durable: map[string]*file{}, dirs: map[string]bool{"/": true, ".": true}}
+	return &FS{
+		names:       map[string]*file{},
+		durable:     map[string]*file{},
+		dirs:        map[string]bool{"/": true, ".": true},
+		durableDirs: map[string]bool{"/": true, ".": true},
+	}
 }
 
 var _ vfs.FS = (*FS)(nil)
+var _ vfs.Committer = (*FS)(nil)
+var _ vfs.Spacer = (*FS)(nil)
+
+// SetModel sets the model of every later Crash.
+func (fs *FS) SetModel(m Model) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	fs.model = m
+}
 
 // SetRule installs the rule consulted for every later op; nil means None
 // for all.
@@ -192,32 +225,6 @@ func (fs *FS) admitLocked(kind OpKind, path string) error {
 		return &OpError{Op: op, Err: ErrCut}
 	}
 	return nil
-}
-
-// Crash simulates the restart after a power cut (whether or not a rule
-// cut it): every file goes back to its synced content, the namespace to
-// its last synced state, and the cut is cleared. With rng non-nil, the
-// last unsynced write of each file survives in part, up to a random byte.
-func (fs *FS) Crash(rng *rand.Rand) {
-	fs.mu.Lock()
-	defer fs.mu.Unlock()
-	names := make(map[string]*file, len(fs.durable))
-	for name, f := range fs.durable {
-		data := slices.Clone(f.synced)
-		if w := f.lastWrite; rng != nil && w != nil {
-			n := rng.IntN(len(w.data) + 1)
-			if end := w.off + int64(n); end > int64(len(data)) {
-				data = append(data, make([]byte, end-int64(len(data)))...)
-			}
-			copy(data[w.off:], w.data[:n])
-		}
-		nf := &file{data: data, synced: slices.Clone(data)}
-		names[name] = nf
-	}
-	fs.names = names
-	fs.durable = maps.Clone(names)
-	fs.cut, fs.rule = false, nil
-	fs.epoch++
 }
 
 func clean(name string) string { return filepath.Clean(name) }
@@ -301,7 +308,8 @@ func (fs *FS) List(dir string) ([]string, error) {
 	return out, nil
 }
 
-// MkdirAll implements vfs.FS. Directories are durable at once.
+// MkdirAll implements vfs.FS. A new directory's entry is durable once a
+// SyncDir of its parent covers it.
 func (fs *FS) MkdirAll(dir string) error {
 	dir = clean(dir)
 	fs.mu.Lock()
@@ -315,14 +323,22 @@ func (fs *FS) MkdirAll(dir string) error {
 	return nil
 }
 
-// SyncDir implements vfs.FS: the creates and removes in dir become
-// durable.
+// SyncDir implements vfs.FS: the creates and removes in dir, of files
+// and directories, become durable.
 func (fs *FS) SyncDir(dir string) error {
 	dir = clean(dir)
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	if err := fs.admitLocked(OpSyncDir, dir); err != nil {
 		return err
+	}
+	if !fs.dirs[dir] {
+		return &OpError{Op: Op{Kind: OpSyncDir, Path: dir}, Err: ErrNotExist}
+	}
+	for d := range fs.dirs {
+		if filepath.Dir(d) == dir && d != dir {
+			fs.durableDirs[d] = true
+		}
 	}
 	for name := range fs.durable {
 		if filepath.Dir(name) == dir && fs.names[name] == nil {
@@ -385,6 +401,9 @@ func (h *handle) WriteAt(p []byte, off int64) (int, error) {
 	if err := h.fs.admitLocked(OpWrite, h.name); err != nil {
 		return 0, err
 	}
+	if err := h.fs.growLocked(h.f, OpWrite, h.name, off+int64(len(p))); err != nil {
+		return 0, err
+	}
 	if end := off + int64(len(p)); end > int64(len(h.f.data)) {
 		h.f.data = append(h.f.data, make([]byte, end-int64(len(h.f.data)))...)
 	}
@@ -416,6 +435,9 @@ func (h *handle) Preallocate(size int64) error {
 	if err := h.fs.admitLocked(OpPreallocate, h.name); err != nil {
 		return err
 	}
+	if err := h.fs.growLocked(h.f, OpPreallocate, h.name, size); err != nil {
+		return err
+	}
 	if size > int64(len(h.f.data)) {
 		h.f.data = append(h.f.data, make([]byte, size-int64(len(h.f.data)))...)
 	}
@@ -429,6 +451,9 @@ func (h *handle) Truncate(size int64) error {
 		return err
 	}
 	if err := h.fs.admitLocked(OpTruncate, h.name); err != nil {
+		return err
+	}
+	if err := h.fs.growLocked(h.f, OpTruncate, h.name, size); err != nil {
 		return err
 	}
 	if size <= int64(len(h.f.data)) {

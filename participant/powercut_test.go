@@ -59,9 +59,10 @@ func powerCutRunOf(t *testing.T, ffs *faultfs.FS, dir string, workload func(stor
 }
 
 // TestPowerCut runs the real service on the log-first store with its log
-// on faultfs, cuts the power at a file-system call, drops every byte no
-// completed fsync covered (tearing the last write at a random byte),
-// reopens and checks the cut loop's invariants: every answered operation
+// on faultfs (and its bbolt commits through it), cuts the power at a
+// file-system call, keeps what faultfs's strict model says survives (no
+// unsynced directory entry; of unsynced writes a torn prefix or any
+// subset of sectors; a bbolt commit in progress torn), reopens and checks the cut loop's invariants: every answered operation
 // is there and replays, the outbox is the projection of the oplog, seqs
 // have no gap or duplicate, bindings end at most once.
 func TestPowerCut(t *testing.T) {
@@ -85,7 +86,9 @@ func TestPowerCut(t *testing.T) {
 		t.Fatalf("Close after the clean run: %v", err)
 	}
 
-	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("crash seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 1))
 	// Every call is a cut point, visited again and again: the
 	// checkpointer's timing and the torn length differ between visits.
 	// The points past total cover a run that a late cut leaves complete.
@@ -105,7 +108,9 @@ func TestPowerCut(t *testing.T) {
 		dir := t.TempDir()
 		log := powerCutRun(t, ffs, dir)
 		op, cut := ffs.CutOp()
-		ffs.Crash(rng)
+		if err := ffs.Crash(rng); err != nil {
+			t.Fatalf("cut at %v: Crash: %v", op, err)
+		}
 		dir = offlineTools(prefixed{t, op}, n, ffs, dir, participant.Options{Retain: time.Nanosecond, Now: time.Now})
 		st, err := logfirst.Open(dir, powerCutOptions(ffs))
 		if err != nil {
@@ -219,7 +224,9 @@ func TestPowerCut_TokenWindow(t *testing.T) {
 	if err := st.Close(); err != nil {
 		t.Fatalf("Close after the clean run: %v", err)
 	}
-	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 2))
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("crash seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 2))
 	// Every call is a cut point, visited again and again as in
 	// TestPowerCut (the checkpointer's timing and the torn length differ).
 	want := 500
@@ -239,7 +246,9 @@ func TestPowerCut_TokenWindow(t *testing.T) {
 		dir := t.TempDir()
 		log := powerCutRunOf(t, ffs, dir, participanttest.WindowWorkload)
 		op, cut := ffs.CutOp()
-		ffs.Crash(rng)
+		if err := ffs.Crash(rng); err != nil {
+			t.Fatalf("cut at %v: Crash: %v", op, err)
+		}
 		// Offline compact runs ten minutes after the workload's clock
 		// stopped: it forgets every token the live passes did not.
 		later := participanttest.NewClock(participanttest.WindowEpoch.Add(10 * time.Minute))

@@ -41,6 +41,13 @@ const (
 	// DefaultLogMemoryBytes bounds the log-first engine's uncheckpointed
 	// batches in memory: two checkpoints' worth.
 	DefaultLogMemoryBytes = 8 << 20
+	// DefaultWALSegmentSize is the size the log-first engine preallocates
+	// each log segment to: 64 MiB.
+	DefaultWALSegmentSize = 64 << 20
+	// MinWALSegmentSize is the smallest WALSegmentSize: each segment costs
+	// a file creation and two fsyncs, which a megabyte of records
+	// amortizes.
+	MinWALSegmentSize = 1 << 20
 	// DefaultMaxDataBytes caps the store file's size: 32 GiB.
 	DefaultMaxDataBytes = 32 << 30
 	// Version is announced in welcome.server as "participantd <Version>".
@@ -184,6 +191,11 @@ type Config struct {
 	// file: a Flush waits while it is reached. Default
 	// DefaultLogMemoryBytes.
 	LogMemoryBytes int
+	// WALSegmentSize is the size the log-first engine preallocates each
+	// log segment to; a start needs that much free space, plus the bbolt
+	// file's next growth (see logfirst.StartSpace). At least
+	// MinWALSegmentSize. Default DefaultWALSegmentSize.
+	WALSegmentSize int
 	// MaxParticipants caps participants per conversation. Default
 	// participant.DefaultMaxParticipants.
 	MaxParticipants int
@@ -331,6 +343,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.LogMemoryBytes == 0 {
 		c.LogMemoryBytes = DefaultLogMemoryBytes
 	}
+	if c.WALSegmentSize == 0 {
+		c.WALSegmentSize = DefaultWALSegmentSize
+	}
 	if c.MaxBacklogBytes == 0 {
 		c.MaxBacklogBytes = participant.DefaultMaxBacklogBytes
 	}
@@ -370,6 +385,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("server: max-frame %d is outside [1024, 2^32-1]", c.MaxFrame)
 	case c.MaxRecordBytes < 0 || c.MaxRecordBytes > c.MaxFrame-frameOverhead:
 		return c, fmt.Errorf("server: max-record-bytes %d must be in [0, max-frame - %d = %d]", c.MaxRecordBytes, frameOverhead, c.MaxFrame-frameOverhead)
+	case c.WALSegmentSize < MinWALSegmentSize:
+		return c, fmt.Errorf("server: wal-segment-size %d is below the minimum %d (1 MiB)", c.WALSegmentSize, MinWALSegmentSize)
 	case c.Retain < 0:
 		return c, fmt.Errorf("server: retain %v is negative", c.Retain)
 	case c.TokenWindow < 0:

@@ -13,6 +13,7 @@ import (
 	"github.com/participantd/participantd/participant"
 	"github.com/participantd/participantd/store"
 	"github.com/participantd/participantd/store/logfirst"
+	"github.com/participantd/participantd/store/vfs"
 )
 
 // LockFile is the data directory's lock file: a participantd holds an
@@ -96,7 +97,10 @@ var errNoBackup = errors.New("server: this store engine has no online backup")
 // (participant.LoadOrCreateNodeKey) after the lock, so the key served is
 // the key on disk.
 func openDataDir(dir string, cfg Config, log zerolog.Logger) (*dataDir, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	// vfs.MkdirAll syncs the parent of each directory it creates: a data
+	// directory whose entry a crash can lose takes every synced file in
+	// it along.
+	if err := vfs.MkdirAll(vfs.OS, dir); err != nil {
 		return nil, fmt.Errorf("server: data directory: %w", err)
 	}
 	lock, err := lockDataDir(dir, store.DefaultLockTimeout)
@@ -159,7 +163,7 @@ func openEngine(dir, path string, cfg Config, mustExist bool, log zerolog.Logger
 	case EngineLog:
 		// logfirst.Open runs store.Open's checks on the bbolt file before
 		// it maps it, with the same errors.
-		st, err := logfirst.Open(dir, logfirst.Options{Logger: log, MustExist: mustExist, MaxUncheckpointed: int64(cfg.LogMemoryBytes)})
+		st, err := logfirst.Open(dir, logfirst.Options{Logger: log, MustExist: mustExist, MaxUncheckpointed: int64(cfg.LogMemoryBytes), SegmentSize: int64(cfg.WALSegmentSize)})
 		if err != nil {
 			return nil, err
 		}
@@ -178,13 +182,24 @@ func openEngine(dir, path string, cfg Config, mustExist bool, log zerolog.Logger
 // checkNoPendingLog refuses, with ErrLogPending, a directory whose log (a
 // run of EngineLog that did not close cleanly) holds records after the
 // store file's checkpoint: EngineBolt would serve the file without them.
-// A directory without log segments, or whose log the file covers, passes.
+// A directory without log segments, or whose log the file covers, passes,
+// unless its log was made durable and is now lost (logfirst.ErrLogLost).
 func checkNoPendingLog(dir, path string) error {
 	segs, err := filepath.Glob(filepath.Join(dir, logfirst.WALDir, "*.wal"))
-	if err != nil || len(segs) == 0 {
+	if err != nil {
 		return err
 	}
+	if len(segs) == 0 {
+		// No log, unless one was made durable here and is now lost:
+		// OpenReadOnly refuses that (logfirst.ErrLogLost).
+		if _, err := os.Stat(filepath.Join(dir, logfirst.LogMarkerFile)); err != nil {
+			return nil
+		}
+	}
 	st, err := logfirst.OpenReadOnly(dir, logfirst.Options{})
+	if errors.Is(err, logfirst.ErrLogLost) {
+		return err
+	}
 	if err != nil {
 		// store.Open reports a missing or damaged file itself; a corrupt
 		// log is refused here.

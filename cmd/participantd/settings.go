@@ -137,6 +137,8 @@ var settings = []setting{
 		intSetting(func(o *options) *int { return &o.server.MaxPendingBytesTotal })},
 	{"log-memory", strconv.Itoa(server.DefaultLogMemoryBytes), "bytes of committed batches the log-first store holds in memory until a checkpoint writes them to the bbolt file; past it commits wait",
 		intSetting(func(o *options) *int { return &o.server.LogMemoryBytes })},
+	{"wal-segment-size", strconv.Itoa(server.DefaultWALSegmentSize), "bytes each log segment of the log-first store is preallocated to (at least 1 MiB); a start needs this much free space plus the bbolt file's next growth (its size, 32 KiB to 16 MiB), and refuses, saying both, on a disk without it",
+		intSetting(func(o *options) *int { return &o.server.WALSegmentSize })},
 	{"backlog-memory", strconv.Itoa(participant.DefaultMaxBacklogBytes), "payload bytes of unacknowledged records kept in memory; past it they are read back from the store",
 		intSetting(func(o *options) *int { return &o.server.MaxBacklogBytes })},
 	{"max-backlog-records", strconv.Itoa(participant.DefaultMaxBacklogRecords), "records one conversation retains until every recipient acknowledged them; past it enroll, tell and attach are backlog_full (retry later), ack, detach and leave still commit",

@@ -11,6 +11,7 @@
 //	                          meta "checkpoint_lsn": 8-byte BE LSN of the last
 //	                          log record applied to the file
 //	<dir>/wal/<lsn>.wal       log segments (see package wal)
+//	<dir>/wal.created         empty: the log was made durable here once
 //
 // The bbolt file is what a user backs up, inspects and verifies; with the
 // log beside it, it is the whole store. OpenReadOnly replays the log in
@@ -76,6 +77,23 @@
 // refuses a corrupt log (wal.ErrCorrupt, naming segment and offset). A
 // record is the unit of both the log and the replay, so a Flush's batch
 // is all or nothing after a crash.
+//
+// Open refuses, with ErrNoSpace and both numbers, a disk (vfs.Spacer)
+// with less free space than StartSpace: the segment it preallocates and
+// the bbolt file's next growth; it writes nothing before that check.
+//
+// Every directory entry is durable before a write is acknowledged: Open
+// syncs the parent of each directory it creates (the data directory,
+// wal/) and, for a new bbolt file, the data directory. A lost entry would
+// lose the whole log: the next Open would start after the checkpoint with
+// no error. Once the first Open's log is durable it writes wal.created; a
+// later Open (or OpenReadOnly) that finds it but no segment in wal/
+// refuses ErrLogLost, naming the checkpoint LSN after which writes are
+// gone, rather than start a new log over the loss. A directory holding
+// only the bbolt file (a restore) has no marker and starts a new log.
+// The bbolt file is complete at every commit and backups are byte copies
+// of it, so only a file beside it, which restores do not copy, can say
+// that a log existed.
 //
 // bbolt's checkpoint LSN never goes back: segments at or below it may be
 // removed, so a lower one would make the next Open refuse an LSN gap (or

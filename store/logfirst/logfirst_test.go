@@ -93,7 +93,9 @@ func TestStore_ConformanceOnFaultFS(t *testing.T) {
 			lf := s.(*logfirst.Store)
 			logfirst.Abandon(lf)
 			ffs := fsOf[s]
-			ffs.Crash(nil)
+			if err := ffs.Crash(nil); err != nil {
+				t.Fatalf("Crash: %v", err)
+			}
 			return openOn(t, ffs, lf.Dir())
 		},
 		CrashDuringFlush: func(t *testing.T, s store.DurableStore, i int) (store.DurableStore, bool) {
@@ -106,7 +108,9 @@ func TestStore_ConformanceOnFaultFS(t *testing.T) {
 				t.Fatalf("Flush without a crash: %v", err)
 			}
 			logfirst.Abandon(lf)
-			ffs.Crash(rng)
+			if err := ffs.Crash(rng); err != nil {
+				t.Fatalf("Crash: %v", err)
+			}
 			return openOn(t, ffs, lf.Dir()), crashed
 		},
 	})

@@ -28,6 +28,13 @@ const (
 	DBFile = "participantd.db"
 	// WALDir is the directory of the write-ahead log's segments.
 	WALDir = "wal"
+	// LogMarkerFile records that WALDir and its first segment were made
+	// durable in this directory: from then on a WALDir without a segment
+	// is a lost log, refused with ErrLogLost. It is written once, after
+	// the first Open's log is durable; a directory that never had one (a
+	// restore, a file moved from another directory, an older version)
+	// gets it then.
+	LogMarkerFile = "wal.created"
 )
 
 // metaCheckpointLSN is the meta key holding the LSN of the last record a
@@ -63,7 +70,9 @@ type Options struct {
 	// wal.DefaultSegmentSize.
 	SegmentSize int64
 	// FS is the file system of the log; nil means the operating system's.
-	// The bbolt file is always on the operating system's.
+	// The bbolt file is always on the operating system's, but its
+	// creation and commits go through FS when FS is a vfs.Committer, and
+	// its directory entry is synced with FS.SyncDir.
 	FS vfs.FS
 	// Logger receives the store's logs; the zero value logs nothing.
 	Logger zerolog.Logger
@@ -72,6 +81,13 @@ type Options struct {
 	// held data must not silently start over). OpenReadOnly always
 	// requires it.
 	MustExist bool
+}
+
+func (o Options) fs() vfs.FS {
+	if o.FS == nil {
+		return vfs.OS
+	}
+	return o.FS
 }
 
 func (o Options) withDefaults() Options {
@@ -262,6 +278,14 @@ type ReplayStats struct {
 // 0-byte file is store.ErrNoData when opts.MustExist is set.
 func Open(dir string, opts Options) (*Store, error) {
 	opts = opts.withDefaults()
+	fsys := opts.fs()
+	// A data directory's entry must be durable before anything in it is:
+	// vfs.MkdirAll syncs the parent of each directory it creates. The
+	// bbolt file is on the operating system's file system whatever the
+	// log's (the same directory when fsys is vfs.OS).
+	if err := vfs.MkdirAll(fsys, dir); err != nil {
+		return nil, fmt.Errorf("logfirst: %w", err)
+	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("logfirst: %w", err)
 	}
@@ -269,9 +293,27 @@ func Open(dir string, opts Options) (*Store, error) {
 	if err := store.CheckFile(path, opts.MustExist); err != nil {
 		return nil, err
 	}
-	db, err := openBolt(path, opts, false)
-	if err != nil {
+	fi, err := os.Stat(path)
+	created := err != nil || fi.Size() == 0
+	var db *bolt.DB
+	if err := vfs.Commit(fsys, path, func() error {
+		var err error
+		db, err = openBolt(path, opts, false)
+		return err
+	}); err != nil {
+		if db != nil {
+			db.Close()
+		}
 		return nil, err
+	}
+	if created {
+		// bbolt synced the new file's pages, not its directory entry:
+		// without this a crash could lose the file, and every checkpoint
+		// in it, after the log's segments below them were removed.
+		if err := fsys.SyncDir(dir); err != nil {
+			db.Close()
+			return nil, fmt.Errorf("logfirst: open %s: sync directory: %w", path, err)
+		}
 	}
 	s := newStore(dir, db, opts)
 	start := time.Now()
@@ -286,7 +328,16 @@ func Open(dir string, opts Options) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("logfirst: open %s: %w", db.Path(), err)
 	}
-	rp := newReplayer(db, ck)
+	if err := checkSpace(fsys, dir, path, opts.SegmentSize); err != nil {
+		db.Close()
+		return nil, err
+	}
+	marked, err := checkLogPresent(fsys, dir, ck)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	rp := newReplayer(db, fsys, ck)
 	l, info, err := wal.Open(filepath.Join(dir, WALDir), ck, wal.Options{SegmentSize: opts.SegmentSize, FS: opts.FS}, rp.add)
 	if err == nil {
 		err = rp.flush()
@@ -297,6 +348,13 @@ func Open(dir string, opts Options) (*Store, error) {
 		}
 		db.Close()
 		return nil, fmt.Errorf("logfirst: replay %s: %w", dir, err)
+	}
+	if !marked {
+		if err := markLog(fsys, dir); err != nil {
+			l.Close()
+			db.Close()
+			return nil, err
+		}
 	}
 	s.log = l
 	s.lastLSN, s.ckLSN = rp.lsn, rp.lsn
@@ -342,6 +400,10 @@ func OpenReadOnly(dir string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("logfirst: open %s: %w", path, err)
 	}
 	s.lastLSN, s.ckLSN = ck, ck
+	if _, err := checkLogPresent(opts.fs(), dir, ck); err != nil {
+		db.Close()
+		return nil, err
+	}
 	info, err := wal.Replay(filepath.Join(dir, WALDir), ck, wal.Options{FS: opts.FS}, s.replayIntoMemory)
 	if err != nil {
 		db.Close()
@@ -477,9 +539,13 @@ func (s *Store) view(fn func(*bolt.Tx) error) error {
 	return store.Contain(s.db.Path(), func() error { return s.db.View(fn) })
 }
 
-// update is view for a write transaction.
+// update is view for a write transaction, whose commit goes through the
+// log's file system (vfs.Commit), so that a test's faultfs can cut the
+// power there.
 func (s *Store) update(fn func(*bolt.Tx) error) error {
-	return store.Contain(s.db.Path(), func() error { return s.db.Update(freelistPolicy(fn)) })
+	return vfs.Commit(s.opts.fs(), s.db.Path(), func() error {
+		return store.Contain(s.db.Path(), func() error { return s.db.Update(freelistPolicy(fn)) })
+	})
 }
 
 // maxPersistedFreePages bounds the freelist a commit to bbolt persists:

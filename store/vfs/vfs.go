@@ -9,8 +9,11 @@
 //	File.Sync            the file's data and size (fdatasync)
 //	File.Preallocate     nothing until the next Sync
 //	File.Truncate        nothing until the next Sync
-//	FS.Create, Remove    nothing until SyncDir of the parent directory
+//	FS.Create, Remove,   nothing until SyncDir of the parent directory
+//	  MkdirAll
 //	FS.SyncDir           every create and remove in the directory
+//	MkdirAll (func)      the directory and every one it created, at once
+//	Commit (func)        what write made durable
 //
 // A failed Sync leaves the file's durable contents unknown; callers treat
 // it as fatal.
@@ -20,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	iofs "io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -63,8 +67,91 @@ type FS interface {
 	SyncDir(dir string) error
 }
 
+// Committer is implemented by a file system that models crashes
+// (faultfs) and must see the writes another library makes to a file
+// through the operating system, bbolt's data file, as one operation each.
+type Committer interface {
+	// Commit runs write, which changes the operating system's file at
+	// path and makes the change durable before it returns nil (a bbolt
+	// transaction). An injected fault fails Commit, with write run or
+	// not. The file's directory entry is durable only after SyncDir of its
+	// directory, as a created file's.
+	Commit(path string, write func() error) error
+}
+
+// Commit runs write, a durable change to the operating system's file at
+// path made by another library, through fs when fs is a Committer.
+func Commit(fs FS, path string, write func() error) error {
+	if c, ok := fs.(Committer); ok {
+		return c.Commit(path, write)
+	}
+	return write()
+}
+
+// MkdirAll creates dir and its missing parents on fs, and makes each new
+// entry durable before it returns nil, by syncing the directory that
+// holds it: a directory whose entry a crash can lose takes every file
+// in it along, however well those were synced.
+func MkdirAll(fs FS, dir string) error {
+	dir = filepath.Clean(dir)
+	var missing []string
+	for d := dir; ; d = filepath.Dir(d) {
+		if _, err := fs.List(d); err == nil {
+			break
+		} else if !errors.Is(err, iofs.ErrNotExist) {
+			return err
+		}
+		missing = append(missing, d)
+		if filepath.Dir(d) == d {
+			break
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	if err := fs.MkdirAll(dir); err != nil {
+		return err
+	}
+	// The top one first: its parent's sync makes it durable, then each
+	// new directory's sync makes the next.
+	for i := len(missing) - 1; i >= 0; i-- {
+		if err := fs.SyncDir(filepath.Dir(missing[i])); err != nil {
+			return fmt.Errorf("sync %s: %w", filepath.Dir(missing[i]), err)
+		}
+	}
+	return nil
+}
+
+// Spacer is implemented by a file system that can say how much space is
+// left: OS, and faultfs with a capacity.
+type Spacer interface {
+	// Available returns the bytes that files in dir can still grow by.
+	Available(dir string) (int64, error)
+}
+
+// Available returns the bytes left for files in dir on fs, and false when
+// fs cannot say.
+func Available(fs FS, dir string) (int64, bool, error) {
+	s, ok := fs.(Spacer)
+	if !ok {
+		return 0, false, nil
+	}
+	n, err := s.Available(dir)
+	return n, err == nil, err
+}
+
 // OS is the operating system's file system.
 var OS FS = osFS{}
+
+// Available implements Spacer with statfs: the blocks available to an
+// unprivileged user.
+func (osFS) Available(dir string) (int64, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return 0, &os.PathError{Op: "statfs", Path: dir, Err: err}
+	}
+	return int64(st.Bavail) * int64(st.Bsize), nil
+}
 
 type osFS struct{}
 

@@ -59,10 +59,22 @@
 //	  (Open truncates it away durably)
 //	a bad last-segment header                          an unfinished creation:
 //	                                                   cut off (removed)
-//	a bad record with a valid record after it          corruption: refused
+//	a bad record with a valid record after it, past    corruption: refused
+//	  where a torn write of the bad one could reach
 //	bad bytes at the end of an earlier segment         corruption: refused
 //	an LSN gap (between records or segments, or        corruption: refused
 //	  between the checkpoint and the log)
+//
+// A torn write keeps a prefix of the record, or any subset of its
+// 512-byte sectors, over the segment's zeros; its bytes are its own, and
+// a client's payload may hold any frame. So a valid frame inside the
+// reach of a torn record proves nothing: it counts only past the end the
+// record's length field gives (or anywhere when that field is one no tear
+// leaves: running past the segment, or zero with bytes beside it in its
+// sector), or where the bad record is whole but for a damaged length: its
+// CRC holds and its body decodes, LSN included, up to that frame (a
+// strict prefix of a body never decodes, so a payload cannot pose as one). A length field straddling two sectors gives no reach, and a
+// record damaged there is cut like a torn one.
 //
 // Corruption is a *CorruptionError naming the segment and the offset;
 // the log is never repaired by dropping records that may have been
@@ -71,7 +83,9 @@
 //
 // # Durability
 //
-// When Append returns nil the record is durable. RemoveBelow's removals
+// Open creates a missing log directory, and any missing parent, and syncs
+// the directory holding each before anything goes in it. When Append
+// returns nil the record is durable. RemoveBelow's removals
 // are not synced: a removed segment that reappears after a crash holds
 // only records the caller's checkpoint already covers, which replay skips.
 package wal

@@ -110,7 +110,8 @@ func scanSegment(seg segment, buf []byte, expect LSN, apply func(*Batch) error) 
 	if len(buf) < segmentHeaderLen || [8]byte(buf[:8]) != segmentMagic {
 		// A header is synced before any record goes in, so a bad header
 		// with a valid record after it was damaged, not left unfinished.
-		if at, ok := validFrameAfter(buf, segmentHeaderLen-1, int64(len(buf))-1, seg.first); ok {
+		anywhere := func(int64) bool { return true }
+		if at, ok := validFrameAfter(buf, segmentHeaderLen-1, int64(len(buf))-1, seg.first, anywhere); ok {
 			return sc, corrupt(seg, 0, fmt.Sprintf("bad segment header followed by a valid record at offset %d", at))
 		}
 		return sc, nil
@@ -154,27 +155,105 @@ func scanSegment(seg segment, buf []byte, expect LSN, apply func(*Batch) error) 
 		return sc, nil
 	}
 	sc.torn = true
-	if at, ok := validFrameAfter(buf, off, last, expect); ok {
+	if at, ok := laterRecord(buf, off, last, expect); ok {
 		return sc, corrupt(seg, off, fmt.Sprintf("bad record followed by a valid one at offset %d", at))
 	}
 	return sc, nil
 }
 
-// validFrameAfter reports whether a valid frame with LSN expect or
-// expect+1 starts in buf after off and at or before limit: either would be
-// a record written after the bad one at off, so the bad one is not a torn
-// tail.
-func validFrameAfter(buf []byte, off, limit int64, expect LSN) (int64, bool) {
+// sectorSize is the unit a disk writes atomically, and faultfs's block:
+// a torn write keeps or loses each of a record's sectors whole, or keeps
+// a prefix of the record.
+const sectorSize = 512
+
+// laterRecord reports whether a valid frame after the bad record at off,
+// at or before limit, proves that record damaged rather than torn. The
+// bytes of a torn record are its own, and a client's payload may hold any
+// frame at all: a frame within the record's reach is no evidence, unless
+// the record's CRC shows it whole but for its length field, which should
+// have ended where the frame starts.
+func laterRecord(buf []byte, off, limit int64, expect LSN) (int64, bool) {
+	reach := tornReach(buf, off)
+	return validFrameAfter(buf, off, limit, expect, func(p int64) bool {
+		return p >= reach || wholeBut(buf, off, p, expect)
+	})
+}
+
+// validFrameAfter returns the first p after off and at or before limit
+// where a valid frame with LSN expect or expect+1 starts and evidence(p)
+// holds: such a frame would be a record written after the bad one at off.
+func validFrameAfter(buf []byte, off, limit int64, expect LSN, evidence func(p int64) bool) (int64, bool) {
 	for p := off + 1; p <= limit && p+frameHeaderLen+minBodyLen <= int64(len(buf)); p++ {
 		lsn, ok := peekLSN(buf, p)
 		if !ok || (lsn != expect && lsn != expect+1) {
 			continue
 		}
-		if _, _, err := readFrame(buf, p); err == nil {
+		if _, _, err := readFrame(buf, p); err == nil && evidence(p) {
 			return p, true
 		}
 	}
 	return 0, false
+}
+
+// tornReach returns the offset below which a torn write of the record at
+// off may have left bytes: off+1 when its length field proves it damaged
+// (no torn write leaves it so), len(buf)+1 when the reach is unknown.
+//
+// A record is written in one pwrite over the segment's preallocated zeros
+// and never past the segment's end. A torn write (a prefix, or any subset
+// of whole sectors) leaves each of its bytes written or zero; a length
+// field inside one sector is then either the record's own or zero. So:
+//
+//	length field                       reach
+//	runs past the segment's end        damaged: off+1 (tearing only lowers it)
+//	straddles two sectors              unknown: one part may be lost
+//	zero, its sector otherwise zero    unknown: the sector was lost
+//	zero, with bytes in its sector     damaged: off+1
+//	n                                  off+8+n, the record's own end
+func tornReach(buf []byte, off int64) int64 {
+	size := int64(len(buf))
+	if off+4 > size {
+		return size + 1
+	}
+	n := int64(binary.LittleEndian.Uint32(buf[off:]))
+	end := off + frameHeaderLen + n
+	sectorEnd := (off/sectorSize + 1) * sectorSize
+	switch {
+	case end > size:
+		return off + 1
+	case off+4 > sectorEnd:
+		return size + 1
+	case n == 0:
+		for _, c := range buf[off:min(sectorEnd, size)] {
+			if c != 0 {
+				return off + 1
+			}
+		}
+		return size + 1
+	}
+	return end
+}
+
+// wholeBut reports whether the record at off is whole but for its length
+// field, and ends at p: its CRC holds for the length p-off-8, and the
+// bytes up to p decode as a body of LSN expect. Neither alone is proof
+// enough against a payload crafted to look like the end of a record: a
+// CRC-32C can be forged by whoever knows the record's bytes, and a
+// strict prefix of a body never decodes (the encoding is self-delimiting
+// and must be consumed exactly), so together they leave a torn record's
+// payload no way in.
+func wholeBut(buf []byte, off, p int64, expect LSN) bool {
+	if p < off+frameHeaderLen+minBodyLen {
+		return false
+	}
+	body := buf[off+frameHeaderLen : p]
+	var lenField [4]byte
+	binary.LittleEndian.PutUint32(lenField[:], uint32(len(body)))
+	if binary.LittleEndian.Uint32(buf[off+4:]) != frameCRC(lenField[:], body) {
+		return false
+	}
+	b, err := decodeBody(body)
+	return err == nil && b.LSN == expect
 }
 
 // ErrCorrupt reports a log that lost or damaged a record that may have

@@ -86,6 +86,16 @@ func Replay(dir string, after LSN, opts Options, apply func(*Batch) error) (Info
 	return info, err
 }
 
+// HasSegments reports whether dir holds a segment file; a missing dir
+// holds none.
+func HasSegments(dir string, opts Options) (bool, error) {
+	segs, err := listSegments(opts.fs(), dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	return len(segs) > 0, err
+}
+
 // Open replays the log in dir as Replay does, creating dir if needed, then
 // cuts off a torn tail (truncating the last segment to its last valid
 // record, or removing a last segment without one) and starts a new
@@ -93,7 +103,10 @@ func Replay(dir string, after LSN, opts Options, apply func(*Batch) error) (Info
 // after, the LSN the caller already holds (a checkpoint).
 func Open(dir string, after LSN, opts Options, apply func(*Batch) error) (*Log, Info, error) {
 	fsys := opts.fs()
-	if err := fsys.MkdirAll(dir); err != nil {
+	// dir's entry must be durable in its parent before a record in it is
+	// acknowledged: a crash that lost it would lose the log, and the next
+	// Open would start after the checkpoint with no error.
+	if err := vfs.MkdirAll(fsys, dir); err != nil {
 		return nil, Info{}, fmt.Errorf("wal: create %s: %w", dir, err)
 	}
 	info, segs, last, err := scan(fsys, dir, after, apply)

@@ -1,0 +1,115 @@
+package faultfs
+
+import (
+	"errors"
+	iofs "io/fs"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+)
+
+// crashExternal returns what a crash leaves of an external file: its
+// content after the last Commit, or, when the power was cut during one,
+// that commit torn as a crash tears a bbolt commit: bbolt writes the data
+// pages, syncs, writes the meta page, syncs. Pages 0 and 1 are its meta
+// pages (page size 4096).
+func crashExternal(f *file, rng *rand.Rand) []byte {
+	if f.pending == nil || rng == nil {
+		return slices.Clone(f.synced)
+	}
+	const metaEnd = 2 * 4096
+	old, cur := f.synced, f.pending
+	split := func(b []byte) ([]byte, []byte) {
+		if len(b) <= metaEnd {
+			return b, nil
+		}
+		return b[:metaEnd], b[metaEnd:]
+	}
+	oldMeta, oldData := split(old)
+	curMeta, curData := split(cur)
+	var meta, data []byte
+	if rng.IntN(2) == 0 {
+		// Cut before the first sync: the data pages in any state, the meta
+		// pages as they were. bbolt grows a file (truncate, fsync) before
+		// it writes pages there, so the size is the new one.
+		meta, data = slices.Clone(oldMeta), keepBlocks(oldData, curData, rng)
+		if len(data) < len(curData) {
+			data = append(data, make([]byte, len(curData)-len(data))...)
+		}
+	} else {
+		// Cut before the second: the data pages written, the meta page
+		// torn, at a random byte or sector by sector.
+		data = slices.Clone(curData)
+		meta = crashFile(&file{synced: oldMeta, data: curMeta, lastWrite: metaWrite(oldMeta, curMeta)}, rng, Strict)
+	}
+	if len(meta) < metaEnd && len(data) > 0 {
+		meta = append(meta, make([]byte, metaEnd-len(meta))...)
+	}
+	return append(meta, data...)
+}
+
+// metaWrite is the write that turned old into cur: the span of the bytes
+// that differ.
+func metaWrite(old, cur []byte) *torn {
+	lo, hi := -1, 0
+	for i := range cur {
+		if i >= len(old) || old[i] != cur[i] {
+			if lo < 0 {
+				lo = i
+			}
+			hi = i + 1
+		}
+	}
+	if lo < 0 {
+		return nil
+	}
+	return &torn{off: int64(lo), data: slices.Clone(cur[lo:hi])}
+}
+
+// Commit implements vfs.Committer: it counts an OpCommit of path and runs
+// write, which changes the operating system's file at path and makes the
+// change durable. A rule's Fail or Cut there returns an error without
+// running write, except that a Cut runs it first, so that Crash can tear
+// the commit it interrupted. The file's directory entry becomes durable
+// with a SyncDir of its directory, as a created file's does.
+func (fs *FS) Commit(path string, write func() error) error {
+	path = clean(path)
+	fs.mu.Lock()
+	err := fs.admitLocked(OpCommit, path)
+	wasCut := fs.cut && fs.cutOp.Kind == OpCommit && fs.cutOp.Path == path && fs.cutOp.Index == fs.ops-1
+	if err == nil && !fs.dirs[filepath.Dir(path)] {
+		err = &OpError{Op: Op{Kind: OpCommit, Path: path}, Err: ErrNotExist}
+	}
+	fs.mu.Unlock()
+	if err != nil && !wasCut {
+		return err
+	}
+	// write runs without the lock: it is another library's I/O.
+	werr := write()
+	content, rerr := os.ReadFile(path)
+	if errors.Is(rerr, iofs.ErrNotExist) {
+		rerr = nil
+	}
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	f := fs.names[path]
+	if f == nil && (rerr != nil || content != nil) {
+		f = &file{external: true}
+		fs.names[path] = f
+	}
+	switch {
+	case f == nil:
+	case wasCut:
+		f.pending = content
+	case werr == nil && rerr == nil:
+		f.synced = content
+	}
+	if werr != nil {
+		return werr
+	}
+	if err != nil {
+		return err
+	}
+	return rerr
+}

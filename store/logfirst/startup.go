@@ -1,0 +1,117 @@
+package logfirst
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/participantd/participantd/store"
+	"github.com/participantd/participantd/store/vfs"
+	"github.com/participantd/participantd/store/wal"
+)
+
+// ErrNoSpace reports a disk without the room Open needs: a new log
+// segment and the bbolt file's next growth (see StartSpace).
+var ErrNoSpace = errors.New("logfirst: not enough disk space to start")
+
+// bbolt grows its file to the next power of two while it is small, then
+// by its allocation size (16 MiB) at a time.
+const (
+	boltMinGrowth = 32 << 10
+	boltMaxGrowth = 16 << 20
+)
+
+// StartSpace returns the free bytes Open needs in a directory whose bbolt
+// file has dbSize bytes, with segments of segmentSize (0: the default):
+// the segment Open preallocates for the records to come, and the bbolt
+// file's next growth (its size, from 32 KiB up to 16 MiB), which the
+// replay or the first checkpoint may take.
+func StartSpace(segmentSize, dbSize int64) (segment, bbolt int64) {
+	if segmentSize <= 0 {
+		segmentSize = wal.DefaultSegmentSize
+	}
+	return segmentSize, min(max(dbSize, boltMinGrowth), boltMaxGrowth)
+}
+
+// checkSpace fails with ErrNoSpace, saying what is needed and what is
+// there, when fsys has less room in dir than StartSpace: a start that
+// would stop half-way on a full disk is refused before it writes.
+func checkSpace(fsys vfs.FS, dir, dbPath string, segmentSize int64) error {
+	avail, ok, err := vfs.Available(fsys, dir)
+	if err != nil {
+		return fmt.Errorf("logfirst: %w", err)
+	}
+	if !ok {
+		return nil
+	}
+	var dbSize int64
+	if fi, err := os.Stat(dbPath); err == nil {
+		dbSize = fi.Size()
+	}
+	seg, growth := StartSpace(segmentSize, dbSize)
+	if need := seg + growth; avail < need {
+		return fmt.Errorf("%w: %s has %d bytes available and start-up needs %d: %d for a new log segment "+
+			"(the segment size) and %d for the growth of %s (%d bytes); free space, or lower the segment size "+
+			"(participantd --wal-segment-size)", ErrNoSpace, dir, avail, need, seg, growth, DBFile, dbSize)
+	}
+	return nil
+}
+
+// ErrLogLost reports a data directory whose log was made durable once and
+// is now missing or holds no segment: the writes acknowledged after the
+// bbolt file's checkpoint were in it. It wraps store.ErrCorrupt.
+var ErrLogLost = fmt.Errorf("logfirst: the write-ahead log is lost: %w", store.ErrCorrupt)
+
+// checkLogPresent reports whether dir holds LogMarkerFile, and fails with
+// ErrLogLost when it does but the log holds no segment: Open always leaves
+// one, so the log was lost (a directory entry a crash dropped, or a
+// removal), and with it whatever was acknowledged after checkpoint LSN ck.
+func checkLogPresent(fsys vfs.FS, dir string, ck wal.LSN) (bool, error) {
+	marker := filepath.Join(dir, LogMarkerFile)
+	f, err := fsys.Open(marker)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("logfirst: %w", err)
+	}
+	f.Close()
+	walDir := filepath.Join(dir, WALDir)
+	has, err := wal.HasSegments(walDir, wal.Options{FS: fsys})
+	if err != nil {
+		return true, fmt.Errorf("logfirst: %w", err)
+	}
+	if !has {
+		return true, fmt.Errorf("%w: %s holds no log segment, though %s says the log was created: "+
+			"the writes acknowledged after checkpoint LSN %v of %s are gone; restore the directory from a backup "+
+			"(if %s was removed on purpose after a clean stop, which checkpoints every write, remove %s to start a new log)",
+			ErrLogLost, walDir, marker, ck, DBFile, walDir, marker)
+	}
+	return true, nil
+}
+
+// markLog writes LogMarkerFile durably, once the log is: the log's
+// directory and first segment are in place before the marker says so.
+func markLog(fsys vfs.FS, dir string) error {
+	path := filepath.Join(dir, LogMarkerFile)
+	f, err := fsys.Create(path)
+	if errors.Is(err, fs.ErrExist) {
+		return nil
+	}
+	if err == nil {
+		err = f.Sync()
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err == nil {
+		// The marker's entry: durable, or the check it enables is lost.
+		err = fsys.SyncDir(dir)
+	}
+	if err != nil {
+		return fmt.Errorf("logfirst: mark the log created in %s: %w", dir, err)
+	}
+	return nil
+}
