@@ -1,8 +1,10 @@
 package etcdstore
 
 import (
+	"errors"
 	"fmt"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -21,6 +23,14 @@ import (
 // flight, and batches grow only with load; no goroutine or timer is
 // involved.
 //
+// Each read is pinned at its scope's revision (see Store.loadValue), so a
+// member behind it refuses the batch (etcd's "required revision is a
+// future revision") rather than answering stale data; the batch is then
+// sent once more as linearizable Gets of the newest values, which the
+// member answers only once it has caught up with the leader. The same
+// happens when etcd compacted a pinned revision away. So a read costs one
+// request while the member has applied the scope's revision, two when not.
+//
 // A batch that fails (timeout, lost connection) fails each of its reads
 // with that error, as a Get of its own would have; nothing is cached here.
 
@@ -30,6 +40,7 @@ import (
 // or lead. Guarded by Store.rmu.
 type readReq struct {
 	key  string
+	rev  int64
 	val  uint64
 	err  error
 	done bool
@@ -37,10 +48,10 @@ type readReq struct {
 	wake chan struct{}
 }
 
-// readBatched reads value key (its etcd key) serializably, sharing a
-// request with the reads queued beside it.
-func (s *Store) readBatched(key string) (uint64, error) {
-	r := &readReq{key: key, wake: make(chan struct{}, 1)}
+// readBatched reads value key (its etcd key) at revision rev, serializably,
+// sharing a request with the reads queued beside it.
+func (s *Store) readBatched(key string, rev int64) (uint64, error) {
+	r := &readReq{key: key, rev: rev, wake: make(chan struct{}, 1)}
 	s.rmu.Lock()
 	s.rqueue = append(s.rqueue, r)
 	lead := s.ractive < s.opts.MaxInflightReads
@@ -126,15 +137,22 @@ type readResult struct {
 }
 
 // getValues reads the keys of batch in one read-only transaction of
-// serializable Gets.
+// serializable Gets, each at its revision, or, when the member has not
+// reached one of them (or etcd compacted one away), in a second one of
+// linearizable Gets.
 func (s *Store) getValues(batch []*readReq) ([]readResult, error) {
 	ops := make([]clientv3.Op, len(batch))
 	for i, r := range batch {
-		ops[i] = clientv3.OpGet(r.key, clientv3.WithSerializable())
+		ops[i] = clientv3.OpGet(r.key, clientv3.WithSerializable(), clientv3.WithRev(r.rev))
 	}
-	ctx, cancel := s.ctx()
-	defer cancel()
-	resp, err := s.kv.Txn(ctx).Then(ops...).Commit()
+	resp, err := s.readTxn(ops)
+	if errors.Is(err, rpctypes.ErrFutureRev) || errors.Is(err, rpctypes.ErrCompacted) {
+		s.caughtUp.Add(1)
+		for i, r := range batch {
+			ops[i] = clientv3.OpGet(r.key)
+		}
+		resp, err = s.readTxn(ops)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("etcdstore: read %d values: %w", len(batch), err)
 	}
@@ -155,4 +173,11 @@ func (s *Store) getValues(batch []*readReq) ([]readResult, error) {
 		out[i].val = v
 	}
 	return out, nil
+}
+
+// readTxn sends ops as one read-only transaction.
+func (s *Store) readTxn(ops []clientv3.Op) (*clientv3.TxnResponse, error) {
+	ctx, cancel := s.ctx()
+	defer cancel()
+	return s.kv.Txn(ctx).Then(ops...).Commit()
 }
