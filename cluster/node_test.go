@@ -31,8 +31,14 @@ func startMember(t *testing.T, pfx, id string, ttl time.Duration) *member {
 // Ownership are set here).
 func startMemberWith(t *testing.T, pfx, id string, ttl time.Duration, opts participant.Options) *member {
 	t.Helper()
+	return startMemberOn(t, shared.Client, pfx, id, ttl, opts)
+}
+
+// startMemberOn is startMemberWith on client cli (a lagging one, say).
+func startMemberOn(t *testing.T, cli *clientv3.Client, pfx, id string, ttl time.Duration, opts participant.Options) *member {
+	t.Helper()
 	ctx := context.Background()
-	n, err := cluster.Start(ctx, shared.Client, cluster.Options{NodeID: id, Advertise: id + ":7000", Prefix: pfx, LeaseTTL: ttl})
+	n, err := cluster.Start(ctx, cli, cluster.Options{NodeID: id, Advertise: id + ":7000", Prefix: pfx, LeaseTTL: ttl})
 	if err != nil {
 		t.Fatalf("Start(%s): %v", id, err)
 	}

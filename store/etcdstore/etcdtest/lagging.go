@@ -43,8 +43,8 @@ import (
 type Lagging struct {
 	kv clientv3.KV
 
-	// stale counts the reads answered behind the cluster, refused those
-	// refused as future revisions.
+	// stale counts the unpinned reads answered at the lagging member's
+	// revision, refused those refused as future revisions.
 	stale   atomic.Uint64
 	refused atomic.Uint64
 
@@ -58,6 +58,11 @@ type Lagging struct {
 	latest int64
 	// applied is the frozen member's revision; 0 while it is in step.
 	applied int64
+	// frozen, set by Freeze, replaces the random model: every
+	// serializable read of a key frozenKeys matches reaches a member at
+	// frozen.
+	frozen     int64
+	frozenKeys func(key string) bool
 }
 
 // lagHistory is how many of the last revisions seen a frozen member may
@@ -70,13 +75,35 @@ func Lag(kv clientv3.KV, seed uint64) *Lagging {
 	return &Lagging{kv: kv, rng: rand.New(rand.NewPCG(seed, seed^0x5bd1e995)), seen: make([]int64, 0, lagHistory)}
 }
 
-// Stale returns how many reads the lagging member answered behind the
-// newest revision seen.
+// Stale returns how many unpinned reads the lagging member answered at its
+// own revision, behind the newest one seen.
 func (l *Lagging) Stale() uint64 { return l.stale.Load() }
 
 // Refused returns how many reads the lagging member refused as future
 // revisions.
 func (l *Lagging) Refused() uint64 { return l.refused.Load() }
+
+// Freeze replaces the random model, until Thaw, by one member frozen at
+// rev that answers every serializable read of a key keys matches (nil:
+// every key; a transaction goes there when any of its keys matches), for
+// a test that needs one schedule: one read reaching a lagging member, the
+// one beside it an up-to-date one.
+func (l *Lagging) Freeze(rev int64, keys func(key string) bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if keys == nil {
+		keys = func(string) bool { return true }
+	}
+	l.frozen, l.frozenKeys = rev, keys
+}
+
+// Thaw brings the frozen member of Freeze in step and the random model
+// back.
+func (l *Lagging) Thaw() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.frozen, l.frozenKeys = 0, nil
+}
 
 // observe records a revision an answer carried.
 func (l *Lagging) observe(rev int64) {
@@ -97,11 +124,20 @@ func (l *Lagging) observe(rev int64) {
 	}
 }
 
-// route decides where one serializable read goes: 0 for an up-to-date
-// member, else the revision of the frozen member that answers it.
-func (l *Lagging) route() int64 {
+// route decides where one serializable read of keys goes: 0 for an
+// up-to-date member, else the revision of the frozen member that answers
+// it.
+func (l *Lagging) route(keys ...[]byte) int64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.frozenKeys != nil {
+		for _, k := range keys {
+			if l.frozenKeys(string(k)) {
+				return l.frozen
+			}
+		}
+		return 0
+	}
 	if l.rng.IntN(2) == 0 || len(l.seen) == 0 {
 		return 0
 	}
@@ -121,7 +157,7 @@ func (l *Lagging) route() int64 {
 // away: a real member never holds less than the cluster compacted).
 func (l *Lagging) catchUp() {
 	l.mu.Lock()
-	l.applied = 0
+	l.applied, l.frozen = 0, 0
 	l.mu.Unlock()
 }
 
@@ -141,7 +177,7 @@ func pin(rev, applied int64) (int64, error) {
 func (l *Lagging) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
 	op := clientv3.OpGet(key, opts...)
 	if op.IsSerializable() {
-		if applied := l.route(); applied != 0 {
+		if applied := l.route(op.KeyBytes()); applied != 0 {
 			rev, err := pin(op.Rev(), applied)
 			if err != nil {
 				l.refused.Add(1)
@@ -155,7 +191,9 @@ func (l *Lagging) Get(ctx context.Context, key string, opts ...clientv3.OpOption
 			if err != nil {
 				return nil, err
 			}
-			l.stale.Add(1)
+			if op.Rev() == 0 {
+				l.stale.Add(1)
+			}
 			resp.Header.Revision = applied
 			return resp, nil
 		}
@@ -235,9 +273,15 @@ func (t *lagTxn) serializableReads() bool {
 func (t *lagTxn) Commit() (*clientv3.TxnResponse, error) {
 	l := t.l
 	if t.serializableReads() {
-		if applied := l.route(); applied != 0 {
+		keys := make([][]byte, len(t.thens))
+		for i, op := range t.thens {
+			keys[i] = op.KeyBytes()
+		}
+		if applied := l.route(keys...); applied != 0 {
 			ops := make([]clientv3.Op, len(t.thens))
+			unpinned := false
 			for i, op := range t.thens {
+				unpinned = unpinned || op.Rev() == 0
 				rev, err := pin(op.Rev(), applied)
 				if err != nil {
 					// etcd checks every range of a transaction before it
@@ -255,7 +299,9 @@ func (t *lagTxn) Commit() (*clientv3.TxnResponse, error) {
 			if err != nil {
 				return nil, err
 			}
-			l.stale.Add(1)
+			if unpinned {
+				l.stale.Add(1)
+			}
 			resp.Header.Revision = applied
 			return resp, nil
 		}
