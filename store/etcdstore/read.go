@@ -25,11 +25,17 @@ import (
 //
 // Each read is pinned at its scope's revision (see Store.loadValue), so a
 // member behind it refuses the batch (etcd's "required revision is a
-// future revision") rather than answering stale data; the batch is then
-// sent once more as linearizable Gets of the newest values, which the
-// member answers only once it has caught up with the leader. The same
-// happens when etcd compacted a pinned revision away. So a read costs one
-// request while the member has applied the scope's revision, two when not.
+// future revision") rather than answering stale data. The batch then goes
+// to the leader as it is (with leader affinity: the leader answered the
+// commits that advanced the revisions only once it had applied them, so it
+// answers from its own store, without a round of heartbeats), or else as
+// linearizable Gets of the newest values, which a member answers only once
+// it has caught up with the leader; so does a batch whose pinned revision
+// etcd compacted away. So a read costs one request while the member has
+// applied the scope's revision, two when not. A member is often one
+// commit behind right after a commit of the scope (a follower learns that
+// an entry committed with the leader's next message), so a scope read
+// just after its own commit takes the second request on a follower.
 //
 // A batch that fails (timeout, lost connection) fails each of its reads
 // with that error, as a Get of its own would have; nothing is cached here.
@@ -137,21 +143,36 @@ type readResult struct {
 }
 
 // getValues reads the keys of batch in one read-only transaction of
-// serializable Gets, each at its revision, or, when the member has not
-// reached one of them (or etcd compacted one away), in a second one of
-// linearizable Gets.
+// serializable Gets, each at its revision. When the member has not reached
+// one of them, it sends the same again to the leader (with leader
+// affinity), and when that fails too, or etcd compacted a revision away,
+// as linearizable Gets of the newest values.
 func (s *Store) getValues(batch []*readReq) ([]readResult, error) {
 	ops := make([]clientv3.Op, len(batch))
 	for i, r := range batch {
 		ops[i] = clientv3.OpGet(r.key, clientv3.WithSerializable(), clientv3.WithRev(r.rev))
 	}
-	resp, err := s.readTxn(ops)
-	if errors.Is(err, rpctypes.ErrFutureRev) || errors.Is(err, rpctypes.ErrCompacted) {
+	resp, err := s.readTxn(s.kv, ops)
+	if behind(err) && s.leader != nil {
+		// The commits the revisions come from were answered by the
+		// leader once it had applied them: it has them, unless the
+		// leadership moved since.
+		if kv, lc := s.commitKV(); lc != nil {
+			s.caughtUp.Add(1)
+			resp, err = s.readTxn(kv, ops)
+			if behind(err) {
+				s.commitDone(lc, nil)
+			} else {
+				s.commitDone(lc, err)
+			}
+		}
+	}
+	if behind(err) {
 		s.caughtUp.Add(1)
 		for i, r := range batch {
 			ops[i] = clientv3.OpGet(r.key)
 		}
-		resp, err = s.readTxn(ops)
+		resp, err = s.readTxn(s.kv, ops)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("etcdstore: read %d values: %w", len(batch), err)
@@ -175,9 +196,15 @@ func (s *Store) getValues(batch []*readReq) ([]readResult, error) {
 	return out, nil
 }
 
-// readTxn sends ops as one read-only transaction.
-func (s *Store) readTxn(ops []clientv3.Op) (*clientv3.TxnResponse, error) {
+// readTxn sends ops as one read-only transaction through kv.
+func (s *Store) readTxn(kv clientv3.KV, ops []clientv3.Op) (*clientv3.TxnResponse, error) {
 	ctx, cancel := s.ctx()
 	defer cancel()
-	return s.kv.Txn(ctx).Then(ops...).Commit()
+	return kv.Txn(ctx).Then(ops...).Commit()
+}
+
+// behind reports whether a pinned read failed because the member has not
+// reached its revision, or etcd compacted it away.
+func behind(err error) bool {
+	return errors.Is(err, rpctypes.ErrFutureRev) || errors.Is(err, rpctypes.ErrCompacted)
 }

@@ -58,9 +58,11 @@ var (
 )
 
 // Fence guards every commit of one scope: the transaction also compares
-// that Key exists with create revision CreateRevision (the revision of the
-// claim that created it). A lease that expired deletes the key and a newer
-// claim recreates it, so either refuses the commit in etcd itself.
+// that Key has the mod revision the store last gave it, CreateRevision
+// (the revision of the claim that created it) until the store settles the
+// scope (see doc.go). A lease that expired deletes the key and a newer
+// claim recreates it, so either refuses the commit in etcd itself. Nothing
+// but the store may write Key while the claim lasts.
 type Fence struct {
 	Key            string
 	CreateRevision int64
@@ -351,7 +353,8 @@ func (s *Store) SetFence(sc string, f Fence) {
 // Reset forgets everything of scope sc: its sticky error, cached lengths
 // and values, and staged writes not yet taken by a commit (a commit in
 // progress completes, but its result no longer updates the scope). The
-// next use reads the scope from etcd again. The fence stays. The caller
+// next use reads the scope from etcd again, after settling it when a
+// commit's outcome was unknown (see doc.go). The fence stays. The caller
 // makes sure nothing writes sc meanwhile (the participant holds the
 // conversation's turn).
 func (s *Store) Reset(sc string) {
