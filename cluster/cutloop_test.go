@@ -2,6 +2,7 @@ package cluster_test
 
 import (
 	"context"
+	"flag"
 	"math/rand/v2"
 	"strconv"
 	"sync"
@@ -40,7 +41,7 @@ func etcdBackend(t *testing.T, seed uint64) participanttest.Backend {
 	t.Cleanup(func() {
 		mu.Lock()
 		defer mu.Unlock()
-		t.Logf("lagging members (seeds from %d): %d reads answered stale, %d refused as future revisions", seed, stale, refused)
+		t.Logf("lagging members (seeds from %d, -lag.seed to rerun a cut loop): %d reads answered stale, %d refused as future revisions", seed, stale, refused)
 	})
 	open := func(t faultstore.TB, pfx string) *etcdstore.Store {
 		mu.Lock()
@@ -105,6 +106,16 @@ func claimConvs(t faultstore.TB, st *etcdstore.Store, pfx string) {
 	}
 }
 
+var lagSeed = flag.Uint64("lag.seed", 0, "first seed of the etcd cut loops' lagging members; 0 picks one")
+
+// cutLagSeed returns the first seed of a cut loop's lagging members.
+func cutLagSeed() uint64 {
+	if *lagSeed != 0 {
+		return *lagSeed
+	}
+	return rand.Uint64()
+}
+
 // TestCrashCutOverEtcd runs participant's crash-cut loop over the etcd
 // store: the workload is cut at a store operation, the store crashes, and
 // a new store on the same prefix must satisfy the same invariants as over
@@ -118,7 +129,7 @@ func TestCrashCutOverEtcd(t *testing.T) {
 	}
 	offset := rand.Uint64N(stride)
 	t.Logf("stride %d, offset %d", stride, offset)
-	runs := participanttest.CutLoop{Backend: etcdBackend(t, rand.Uint64()), Stride: stride, Offset: offset}.Run(t)
+	runs := participanttest.CutLoop{Backend: etcdBackend(t, cutLagSeed()), Stride: stride, Offset: offset}.Run(t)
 	if runs < 10 {
 		t.Fatalf("the loop checked %d runs; the workload should make far more store operations", runs)
 	}
@@ -138,7 +149,7 @@ func TestCrashCutOverEtcd_TokenWindow(t *testing.T) {
 	}
 	offset := rand.Uint64N(stride)
 	t.Logf("stride %d, offset %d", stride, offset)
-	runs := participanttest.CutLoop{Backend: etcdBackend(t, rand.Uint64()), Stride: stride, Offset: offset,
+	runs := participanttest.CutLoop{Backend: etcdBackend(t, cutLagSeed()), Stride: stride, Offset: offset,
 		Workload: participanttest.WindowWorkload, Completed: participanttest.CheckForgotten}.Run(t)
 	if runs < 10 {
 		t.Fatalf("the loop checked %d runs; the workload should make far more store operations", runs)
