@@ -9,6 +9,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/participantd/participantd/store"
 	"github.com/participantd/participantd/store/etcdstore"
@@ -234,5 +235,52 @@ func TestStore_SettleOfALostClaimFencesTheScope(t *testing.T) {
 	}
 	if late.apply(t) {
 		t.Fatal("the held transaction committed without its claim")
+	}
+}
+
+// TestStore_PinnedReadPastCompactionReadsLinearizably: etcd compacted the
+// revision a fenced scope's reads are pinned at (the scope idle while
+// others write); the read goes linearizable and answers the current value.
+func TestStore_PinnedReadPastCompactionReadsLinearizably(t *testing.T) {
+	c, err := etcdtest.Start(t.TempDir(), etcdtest.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	ctx := context.Background()
+	s := etcdstore.Open(cli, etcdstore.Options{Scope: byFirstSegment, RequireFence: true})
+	t.Cleanup(func() { s.Close() })
+	claim, err := cli.Put(ctx, "own/a", "owner")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.SetFence("a", etcdstore.Fence{Key: "own/a", CreateRevision: claim.Header.Revision})
+	if err := s.CAS("a/token", 0, 7); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	var last int64
+	for i := range 3 {
+		resp, err := cli.Put(ctx, fmt.Sprintf("elsewhere/%d", i), "x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = resp.Header.Revision
+	}
+	if _, err := cli.Compact(ctx, last); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := s.ReadValue("a/token"); err != nil || v != 7 {
+		t.Fatalf("ReadValue(a/token) past compaction = %d, %v, want 7", v, err)
+	}
+	if s.CaughtUpReads() != 1 {
+		t.Fatalf("%d reads sent again, want 1 (linearizably)", s.CaughtUpReads())
 	}
 }

@@ -146,14 +146,16 @@ type readResult struct {
 // serializable Gets, each at its revision. When the member has not reached
 // one of them, it sends the same again to the leader (with leader
 // affinity), and when that fails too, or etcd compacted a revision away,
-// as linearizable Gets of the newest values.
+// as linearizable Gets of the newest values (a scope's revision advances
+// only with its commits and loads, so an idle scope's reads past etcd's
+// compaction cost two requests each).
 func (s *Store) getValues(batch []*readReq) ([]readResult, error) {
 	ops := make([]clientv3.Op, len(batch))
 	for i, r := range batch {
 		ops[i] = clientv3.OpGet(r.key, clientv3.WithSerializable(), clientv3.WithRev(r.rev))
 	}
 	resp, err := s.readTxn(s.kv, ops)
-	if behind(err) && s.leader != nil {
+	if errors.Is(err, rpctypes.ErrFutureRev) && s.leader != nil {
 		// The commits the revisions come from were answered by the
 		// leader once it had applied them: it has them, unless the
 		// leadership moved since.
