@@ -23,9 +23,9 @@ type scopeWork struct {
 	epoch  uint64
 	staged uint64 // the scope's staged count when taken: durable on success
 	fence  *Fence
-	// fenceMod is the fence key's mod revision the commit compares;
-	// resettle is set when a refusal found the claim standing at another
-	// one (see explainRefusal).
+	// fenceMod is the fence key's mod revision the commit compares.
+	// resettle is set when a refusal found the claim's key at another mod
+	// revision (written behind the store, see explainRefusal).
 	fenceMod int64
 	resettle bool
 	streams  []*streamWork
@@ -560,7 +560,7 @@ func (s *Store) settle(sc string, f Fence) (int64, error) {
 }
 
 // check is one compare of a transaction, as explainRefusal reads it back:
-// the fence's create revision, a value or length (8-byte encoding, absent
+// the fence's mod revision (and the claim's create revision), a value or length (8-byte encoding, absent
 // for 0), a trim floor that must exist, or a byte value's highest mod
 // revision.
 type check struct {

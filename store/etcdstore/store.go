@@ -144,8 +144,9 @@ type Store struct {
 	casWrites atomic.Uint64
 	txns      atomic.Uint64
 	// reads counts the batched read requests sent (see read.go), and
-	// caughtUp those sent again linearizably because the member had not
-	// reached their revision; settles counts the settles made.
+	// caughtUp the requests that sent a batch again because the member
+	// had not reached its revision (or etcd compacted it); settles counts
+	// the settles that reached etcd.
 	reads    atomic.Uint64
 	caughtUp atomic.Uint64
 	settles  atomic.Uint64
