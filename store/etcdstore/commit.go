@@ -601,7 +601,7 @@ func (c *check) holds(kv *mvccpb.KeyValue) bool {
 // the read fails.
 //
 // The read is later than the refusal, so it sees at least as much: a fence
-// once gone never returns with the same create revision, a stream's length
+// once gone or moved never returns to the same mod revision, a stream's length
 // and a byte value's revision only grow, a trimmed entry stays gone; so a
 // compare that failed still fails. A compare that held then may fail now
 // (another writer got in since): its scope fails a commit early that it
