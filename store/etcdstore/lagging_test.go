@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
@@ -282,5 +283,61 @@ func TestStore_PinnedReadPastCompactionReadsLinearizably(t *testing.T) {
 	}
 	if s.CaughtUpReads() != 1 {
 		t.Fatalf("%d reads sent again, want 1 (linearizably)", s.CaughtUpReads())
+	}
+}
+
+// TestLag_AnswersAsAMemberBehind checks the fault model itself: a frozen
+// member answers unpinned serializable reads at its revision (header
+// included), refuses reads pinned past it as future revisions, answers
+// reads pinned at or before it, and leaves linearizable reads and reads of
+// other keys to an up-to-date member.
+func TestLag_AnswersAsAMemberBehind(t *testing.T) {
+	ctx := context.Background()
+	pfx := prefix()
+	lag := etcdtest.Lag(shared.Client.KV, 1)
+	old, err := lag.Put(ctx, pfx+"k", "old")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur, err := lag.Put(ctx, pfx+"k", "new")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lag.Freeze(old.Header.Revision, func(key string) bool { return key == pfx+"k" })
+
+	get := func(opts ...clientv3.OpOption) (string, int64, error) {
+		t.Helper()
+		resp, err := lag.Get(ctx, pfx+"k", opts...)
+		if err != nil {
+			return "", 0, err
+		}
+		return string(resp.Kvs[0].Value), resp.Header.Revision, nil
+	}
+	if v, rev, err := get(clientv3.WithSerializable()); err != nil || v != "old" || rev != old.Header.Revision {
+		t.Fatalf("serializable Get = %q at %d, %v, want \"old\" at %d", v, rev, err, old.Header.Revision)
+	}
+	if _, _, err := get(clientv3.WithSerializable(), clientv3.WithRev(cur.Header.Revision)); !errors.Is(err, rpctypes.ErrFutureRev) {
+		t.Fatalf("serializable Get pinned past the member = %v, want ErrFutureRev", err)
+	}
+	if v, _, err := get(clientv3.WithSerializable(), clientv3.WithRev(old.Header.Revision)); err != nil || v != "old" {
+		t.Fatalf("serializable Get pinned at the member = %q, %v, want \"old\"", v, err)
+	}
+	if v, _, err := get(); err != nil || v != "new" {
+		t.Fatalf("linearizable Get = %q, %v, want \"new\"", v, err)
+	}
+	resp, err := lag.Txn(ctx).Then(clientv3.OpGet(pfx+"k", clientv3.WithSerializable(), clientv3.WithRev(cur.Header.Revision))).Commit()
+	if !errors.Is(err, rpctypes.ErrFutureRev) {
+		t.Fatalf("read-only transaction pinned past the member = %v, %v, want ErrFutureRev", resp, err)
+	}
+	resp, err = lag.Txn(ctx).Then(clientv3.OpGet(pfx+"k", clientv3.WithSerializable())).Commit()
+	if err != nil || string(resp.Responses[0].GetResponseRange().Kvs[0].Value) != "old" {
+		t.Fatalf("read-only transaction = %v, %v, want \"old\"", resp, err)
+	}
+	lag.Thaw()
+	if v, _, err := get(clientv3.WithSerializable()); err != nil || v != "new" {
+		t.Fatalf("serializable Get after Thaw with the member in step = %q, %v, want \"new\"", v, err)
+	}
+	if lag.Stale() != 2 || lag.Refused() != 2 {
+		t.Fatalf("Stale, Refused = %d, %d, want 2, 2", lag.Stale(), lag.Refused())
 	}
 }
