@@ -1,39 +1,119 @@
 package cluster_test
 
 import (
+	"context"
+	"flag"
 	"math/rand/v2"
+	"strconv"
+	"sync"
 	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/participantd/participantd/cluster"
 	"github.com/participantd/participantd/faultstore"
 	"github.com/participantd/participantd/participant/participanttest"
 	"github.com/participantd/participantd/store"
 	"github.com/participantd/participantd/store/etcdstore"
+	"github.com/participantd/participantd/store/etcdstore/etcdtest"
 )
 
 // etcdBackend makes etcd stores laid out as cluster mode lays them out
 // (one scope per conversation), each run under a prefix of its own. A
 // crash closes the store without flushing, which loses what was staged as
 // a process crash does, and opens a new store on the same prefix.
-func etcdBackend() participanttest.Backend {
-	open := func(pfx string) *etcdstore.Store {
-		return etcdstore.Open(shared.Client, etcdstore.Options{Prefix: pfx, Scope: cluster.Scope})
+//
+// Every store reads through a lagging member (etcdtest.Lag, one per run
+// and kept across its crashes, its seed drawn from seed), and fences the
+// scopes of conversations 1 to fencedConvs with a claim of its own, as a
+// node does when it claims a conversation after a failover: the reads of
+// a fenced scope are the serializable ones a lagging member answers, so a
+// store that reads its own scope older than what it committed, or than
+// what the previous store committed before the claim, shows as an answer
+// the invariants refuse.
+func etcdBackend(t *testing.T, seed uint64) participanttest.Backend {
+	var (
+		mu             sync.Mutex
+		lags           = make(map[string]*etcdtest.Lagging)
+		stale, refused uint64
+	)
+	t.Cleanup(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		t.Logf("lagging members (seeds from %d, -lag.seed to rerun a cut loop): %d reads answered stale, %d refused as future revisions", seed, stale, refused)
+	})
+	open := func(t faultstore.TB, pfx string) *etcdstore.Store {
+		mu.Lock()
+		lag := lags[pfx]
+		if lag == nil {
+			lag = etcdtest.Lag(shared.Client.KV, seed+uint64(len(lags)))
+			lags[pfx] = lag
+		}
+		mu.Unlock()
+		st := etcdstore.OpenKV(lag, etcdstore.Options{Prefix: pfx, Scope: cluster.Scope})
+		claimConvs(t, st, pfx)
+		return st
 	}
 	return participanttest.Backend{
-		Fresh: func(faultstore.TB) store.DurableStore { return open(prefix()) },
+		Fresh: func(t faultstore.TB) store.DurableStore { return open(t, prefix()) },
 		Crash: func(t faultstore.TB, st store.DurableStore) store.DurableStore {
 			es := st.(*etcdstore.Store)
 			if err := es.Close(); err != nil {
 				t.Fatalf("Close: %v", err)
 			}
-			return open(es.Prefix())
+			return open(t, es.Prefix())
 		},
 		Release: func(t faultstore.TB, st store.DurableStore) {
 			if err := st.(*etcdstore.Store).Close(); err != nil {
 				t.Fatalf("Close: %v", err)
 			}
+			mu.Lock()
+			pfx := st.(*etcdstore.Store).Prefix()
+			stale, refused = stale+lags[pfx].Stale(), refused+lags[pfx].Refused()
+			delete(lags, pfx)
+			mu.Unlock()
 		},
 	}
+}
+
+// fencedConvs is how many conversations (1, 2, …) etcdBackend fences:
+// more than the workloads use.
+const fencedConvs = 16
+
+// claimConvs claims conversations 1 to fencedConvs for st as a node's
+// claims would: the previous claims go, new ones are created (new create
+// revisions, so a transaction of the previous store can no longer
+// commit), and st fences each scope with its claim.
+func claimConvs(t faultstore.TB, st *etcdstore.Store, pfx string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	own := pfx + "own/"
+	if _, err := shared.Client.Delete(ctx, own, clientv3.WithPrefix()); err != nil {
+		t.Fatalf("release claims: %v", err)
+	}
+	var puts []clientv3.Op
+	for c := range fencedConvs {
+		puts = append(puts, clientv3.OpPut(own+strconv.Itoa(c+1), "claim"))
+	}
+	resp, err := shared.Client.Txn(ctx).Then(puts...).Commit()
+	if err != nil {
+		t.Fatalf("claim: %v", err)
+	}
+	for c := range fencedConvs {
+		sc := strconv.Itoa(c + 1)
+		st.SetFence(sc, etcdstore.Fence{Key: own + sc, CreateRevision: resp.Header.Revision})
+	}
+}
+
+var lagSeed = flag.Uint64("lag.seed", 0, "first seed of the etcd cut loops' lagging members; 0 picks one")
+
+// cutLagSeed returns the first seed of a cut loop's lagging members.
+func cutLagSeed() uint64 {
+	if *lagSeed != 0 {
+		return *lagSeed
+	}
+	return rand.Uint64()
 }
 
 // TestCrashCutOverEtcd runs participant's crash-cut loop over the etcd
@@ -49,7 +129,7 @@ func TestCrashCutOverEtcd(t *testing.T) {
 	}
 	offset := rand.Uint64N(stride)
 	t.Logf("stride %d, offset %d", stride, offset)
-	runs := participanttest.CutLoop{Backend: etcdBackend(), Stride: stride, Offset: offset}.Run(t)
+	runs := participanttest.CutLoop{Backend: etcdBackend(t, cutLagSeed()), Stride: stride, Offset: offset}.Run(t)
 	if runs < 10 {
 		t.Fatalf("the loop checked %d runs; the workload should make far more store operations", runs)
 	}
@@ -69,7 +149,7 @@ func TestCrashCutOverEtcd_TokenWindow(t *testing.T) {
 	}
 	offset := rand.Uint64N(stride)
 	t.Logf("stride %d, offset %d", stride, offset)
-	runs := participanttest.CutLoop{Backend: etcdBackend(), Stride: stride, Offset: offset,
+	runs := participanttest.CutLoop{Backend: etcdBackend(t, cutLagSeed()), Stride: stride, Offset: offset,
 		Workload: participanttest.WindowWorkload, Completed: participanttest.CheckForgotten}.Run(t)
 	if runs < 10 {
 		t.Fatalf("the loop checked %d runs; the workload should make far more store operations", runs)

@@ -29,7 +29,7 @@ func TestModelOverEtcd(t *testing.T) {
 		iters = min(iters, 10)
 	}
 	participanttest.Model{
-		Backend: etcdBackend(),
+		Backend: etcdBackend(t, seed),
 		Iters:   iters,
 		Ops:     60,
 		Seed:    seed,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"strings"
 	"testing"
 	"time"
@@ -28,11 +29,26 @@ func startMember(t *testing.T, pfx, id string, ttl time.Duration) *member {
 }
 
 // startMemberWith is startMember with the service's options (NodeKey and
-// Ownership are set here).
+// Ownership are set here). The node's client reads through a lagging
+// member of its own (etcdtest.Lag, seeded from the test's name and id),
+// as a node's client of a real cluster may.
 func startMemberWith(t *testing.T, pfx, id string, ttl time.Duration, opts participant.Options) *member {
 	t.Helper()
+	h := fnv.New64a()
+	h.Write([]byte(t.Name() + "/" + id))
+	cli, _, err := shared.LaggingClient(h.Sum64())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return startMemberOn(t, cli, pfx, id, ttl, opts)
+}
+
+// startMemberOn is startMemberWith on client cli (a lagging one, say).
+func startMemberOn(t *testing.T, cli *clientv3.Client, pfx, id string, ttl time.Duration, opts participant.Options) *member {
+	t.Helper()
 	ctx := context.Background()
-	n, err := cluster.Start(ctx, shared.Client, cluster.Options{NodeID: id, Advertise: id + ":7000", Prefix: pfx, LeaseTTL: ttl})
+	n, err := cluster.Start(ctx, cli, cluster.Options{NodeID: id, Advertise: id + ":7000", Prefix: pfx, LeaseTTL: ttl})
 	if err != nil {
 		t.Fatalf("Start(%s): %v", id, err)
 	}

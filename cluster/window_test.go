@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -21,7 +22,19 @@ import (
 // token token_expired, where b's clock alone would have let them commit
 // again; b refuses even tokens drawn at its own clock while that clock is
 // below the floor, and commits new ones once it is right.
+//
+// In the lagging variant, b is 90 s behind a (its clock alone would admit
+// the forgotten tokens), and b's reads of the floor reach a member frozen
+// before a's compaction while its other reads reach an up-to-date one,
+// where the forgotten tokens' index entries are gone: b must still read
+// the floor a persisted, not the member's older one.
 func TestCluster_TokenWindowFloorFailsOver(t *testing.T) {
+	for _, lagging := range []bool{false, true} {
+		t.Run(fmt.Sprintf("lagging=%v", lagging), func(t *testing.T) { tokenWindowFloorFailsOver(t, lagging) })
+	}
+}
+
+func tokenWindowFloorFailsOver(t *testing.T, lagging bool) {
 	const (
 		conv  = participant.ConversationID(31)
 		tells = 20
@@ -61,6 +74,10 @@ func TestCluster_TokenWindowFloorFailsOver(t *testing.T) {
 		t.Fatal(err)
 	}
 	clkA.Advance(2 * time.Minute)
+	beforeCompaction, err := shared.Client.Get(ctx, pfx)
+	if err != nil {
+		t.Fatal(err)
+	}
 	got, err := a.svc.CompactPass(ctx)
 	if err != nil || got.Forgotten != tells+2 || got.Receipts != 0 {
 		t.Fatalf("CompactPass on a = %+v, %v, want %d tokens forgotten and no receipt", got, err, tells+2)
@@ -87,10 +104,26 @@ func TestCluster_TokenWindowFloorFailsOver(t *testing.T) {
 	// forgotten token.
 	a.node.PauseKeepAlive()
 	waitDeleted(t, pfx+"own/"+conv.String())
-	clkB := participanttest.NewClock(clkA.Now().Add(-time.Hour))
+	behind := time.Hour
+	if lagging {
+		// Close enough that b's clock alone admits the forgotten tokens:
+		// only the floor refuses them.
+		behind = 90 * time.Second
+	}
+	clkB := participanttest.NewClock(clkA.Now().Add(-behind))
 	optsB := optsA
 	optsB.Now = clkB.Now
-	b := startMemberWith(t, pfx, "b", 5*time.Second, optsB)
+	cli := shared.Client
+	if lagging {
+		lcli, lag, err := shared.LaggingClient(1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { lcli.Close() })
+		lag.Freeze(beforeCompaction.Header.Revision, func(key string) bool { return strings.HasSuffix(key, "/window") })
+		cli = lcli
+	}
+	b := startMemberOn(t, cli, pfx, "b", 5*time.Second, optsB)
 	cb := b.svc.Connect(func() {})
 	retry := func(i int) {
 		t.Helper()
@@ -119,7 +152,7 @@ func TestCluster_TokenWindowFloorFailsOver(t *testing.T) {
 	if !errors.As(err, &pe) || pe.Code != participant.CodeTokenExpired {
 		t.Fatalf("attach on b with a token drawn at its clock, below the floor = %v, want token_expired", err)
 	}
-	clkB.Advance(time.Hour)
+	clkB.Advance(behind)
 	att.Token = participanttest.V7Token(clkB.Now(), 99)
 	sb, err := cb.Attach(ctx, att)
 	if err != nil {

@@ -2,6 +2,7 @@ package etcdstore
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -18,14 +19,19 @@ import (
 
 // scopeWork is what one commit writes of one scope.
 type scopeWork struct {
-	sc      *scope
-	epoch   uint64
-	staged  uint64 // the scope's staged count when taken: durable on success
-	fence   *Fence
-	streams []*streamWork
-	values  []*valueWork
-	trims   []*trimWork
-	bytes   []*bytesWork
+	sc     *scope
+	epoch  uint64
+	staged uint64 // the scope's staged count when taken: durable on success
+	fence  *Fence
+	// fenceMod is the fence key's mod revision the commit compares.
+	// resettle is set when a refusal found the claim's key at another mod
+	// revision (written behind the store, see explainRefusal).
+	fenceMod int64
+	resettle bool
+	streams  []*streamWork
+	values   []*valueWork
+	trims    []*trimWork
+	bytes    []*bytesWork
 	// rev is the scope's revision when the commit began: a byte value
 	// commits only if etcd's copy is no newer. committed is the highest
 	// revision a transaction of the scope committed at.
@@ -151,7 +157,7 @@ func (s *Store) takeLocked() []*scopeWork {
 		sw := &scopeWork{sc: c, epoch: c.epoch, staged: c.staged, rev: c.rev}
 		if c.fence != nil {
 			f := *c.fence
-			sw.fence = &f
+			sw.fence, sw.fenceMod = &f, c.fenceMod
 		}
 		for name, st := range c.dirtyStreams {
 			st.taken = len(st.pending)
@@ -186,6 +192,12 @@ func (s *Store) applyLocked(work []*scopeWork) {
 		clear(c.reads)
 		if c.inflight == sw {
 			c.inflight = nil
+		}
+		if sw.fence != nil && *sw.fence == c.claim && (sw.resettle || errors.Is(sw.err, ErrUnknownOutcome)) {
+			// The transaction may yet apply (or the fence key moved on):
+			// whatever the scope's state, it is settled before it is read
+			// again.
+			c.unsettled = true
 		}
 		if c.epoch != sw.epoch {
 			// Reset or failed meanwhile: the scope starts over from etcd.
@@ -431,9 +443,11 @@ func (s *Store) runTxn(plan *txnPlan) {
 			sc := it.sw.sc.name
 			switch {
 			case it.fence:
+				// The mod revision names one version of the claim's key: a
+				// claim gone or recreated, or a settle since, refuses it.
 				f := it.sw.fence
-				cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(f.Key), "=", f.CreateRevision))
-				checks = append(checks, check{sw: it.sw, key: f.Key, keysOnly: true, fence: true, createRev: f.CreateRevision})
+				cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(f.Key), "=", it.sw.fenceMod))
+				checks = append(checks, check{sw: it.sw, key: f.Key, keysOnly: true, fence: true, createRev: f.CreateRevision, modRev: it.sw.fenceMod})
 			case it.vw != nil:
 				vw := it.vw
 				key := s.lay.valueKey(sc, vw.name)
@@ -520,8 +534,33 @@ func (s *Store) runTxn(plan *txnPlan) {
 	}
 }
 
+// settle makes sure that no transaction sent under fence f before the call
+// can commit afterwards: it writes f's key (its value and lease kept), so
+// that the key's mod revision passes every one those transactions compare.
+// A transaction whose outcome was unknown has then either applied before
+// the settle, and a linearizable read after it sees it, or never will. It
+// returns the key's new mod revision, or an error wrapping ErrFenced when
+// f's claim is gone (nothing written), or the call's error (the settle's
+// own outcome is unknown; settling again is safe).
+func (s *Store) settle(sc string, f Fence) (int64, error) {
+	kv, lc := s.commitKV()
+	ctx, cancel := s.ctx()
+	resp, err := kv.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(f.Key), "=", f.CreateRevision)).
+		Then(clientv3.OpPut(f.Key, "", clientv3.WithIgnoreValue(), clientv3.WithIgnoreLease())).Commit()
+	cancel()
+	s.commitDone(lc, err)
+	if err != nil {
+		return 0, fmt.Errorf("etcdstore: settle scope %q after a commit of unknown outcome: %w", sc, err)
+	}
+	s.settles.Add(1)
+	if !resp.Succeeded {
+		return 0, fmt.Errorf("%w: %w: scope %q", store.ErrFailed, ErrFenced, sc)
+	}
+	return resp.Header.Revision, nil
+}
+
 // check is one compare of a transaction, as explainRefusal reads it back:
-// the fence's create revision, a value or length (8-byte encoding, absent
+// the fence's mod revision (and the claim's create revision), a value or length (8-byte encoding, absent
 // for 0), a trim floor that must exist, or a byte value's highest mod
 // revision.
 type check struct {
@@ -530,6 +569,7 @@ type check struct {
 	keysOnly  bool
 	fence     bool
 	createRev int64
+	modRev    int64
 	u64       bool
 	want      uint64
 	exists    bool
@@ -541,7 +581,7 @@ type check struct {
 func (c *check) holds(kv *mvccpb.KeyValue) bool {
 	switch {
 	case c.fence:
-		return kv != nil && kv.CreateRevision == c.createRev
+		return kv != nil && kv.ModRevision == c.modRev
 	case c.u64:
 		if c.want == 0 {
 			return kv == nil
@@ -561,7 +601,7 @@ func (c *check) holds(kv *mvccpb.KeyValue) bool {
 // the read fails.
 //
 // The read is later than the refusal, so it sees at least as much: a fence
-// once gone never returns with the same create revision, a stream's length
+// once gone or moved never returns to the same mod revision, a stream's length
 // and a byte value's revision only grow, a trimmed entry stays gone; so a
 // compare that failed still fails. A compare that held then may fail now
 // (another writer got in since): its scope fails a commit early that it
@@ -596,9 +636,16 @@ func (s *Store) explainRefusal(checks []check) error {
 		if c.sw.err != nil || c.holds(kv) {
 			continue
 		}
-		if c.fence {
+		switch {
+		case c.fence && kv != nil && kv.CreateRevision == c.createRev:
+			// The claim stands, written since at a revision this commit
+			// did not compare: not fenced off. The scope settles again,
+			// which learns the fence's mod revision anew.
+			c.sw.err = fmt.Errorf("%w: %w: scope %q: its fence key was written behind the store", store.ErrFailed, ErrConflict, c.sw.sc.name)
+			c.sw.resettle = true
+		case c.fence:
 			c.sw.err = fmt.Errorf("%w: %w: scope %q", store.ErrFailed, ErrFenced, c.sw.sc.name)
-		} else {
+		default:
 			c.sw.err = fmt.Errorf("%w: %w: scope %q", store.ErrFailed, ErrConflict, c.sw.sc.name)
 		}
 		refused = c.sw.err

@@ -62,7 +62,7 @@
 //
 //	If   each touched stream's length key = the length last committed or read
 //	     each CAS'd value = its last committed or read value
-//	     each touched scope's fence key has the fence's create revision
+//	     each touched scope's fence key has the fence's mod revision
 //	     each trim's floor entry exists
 //	     each byte value's mod revision <= the scope's revision
 //	Then put the entries, the new lengths, the values (delete for 0),
@@ -81,10 +81,12 @@
 // compared keys, made after the refusal rather than as Else reads inside
 // it: nearly every commit succeeds, and Else reads would be bytes every
 // member unmarshals and logs for nothing. The read sees at least what the
-// refusal saw (a fence once gone never returns with its create revision;
+// refusal saw (a fence once gone or moved never returns to its mod revision;
 // lengths and byte values' revisions only grow; a trimmed entry stays
 // gone), so a compare that failed still fails: the scopes whose compares
-// fail now fail (ErrFenced for a fence, ErrConflict otherwise) and the
+// fail now fail (ErrFenced for a fence, ErrConflict otherwise, and for a
+// fence key that still holds the claim but was written behind the store,
+// which then settles the scope) and the
 // transaction runs again without them (at most once per failed scope), so
 // a fenced-off scope fails only itself. When nothing fails in the read
 // (a value changed and back) or the read fails, every scope of the
@@ -102,20 +104,42 @@
 //
 // # Reads
 //
-// A scope's stream lengths load together, in one range read, on first use;
-// afterwards the store knows them (it is the scope's only writer). Values
-// read are cached per scope until that scope's next commit, so memory stays
-// bounded by what is read between two commits. Reads of entries, lengths
-// and unfenced values are linearizable; values of a fenced scope are read
-// serializably, which is safe because every value written is compared at
-// commit: a stale read can fail a commit (the scope fails), never fork it.
-// Those reads (one per token lookup in participantd) share requests: a
-// read sends what is queued as one read-only transaction of serializable
-// Gets (at most MaxTxnOps) while fewer than Options.MaxInflightReads such
-// batches are in flight, and otherwise queues for the next, sent by one of
-// the queued readers when a batch returns. A read therefore waits for at
-// most one batch in flight; batches grow with load only, with no timer.
-// A failed batch fails each of its reads, nothing else.
+// A scope's stream lengths load together, in one linearizable range read,
+// on first use; afterwards the store knows them (it is the scope's only
+// writer). Values read are cached per scope until that scope's next
+// commit, so memory stays bounded by what is read between two commits.
+// Reads of entries, lengths, byte values and unfenced values are
+// linearizable. Values of a fenced scope are read serializably, pinned at
+// the scope's revision (loaded first if need be): the store being the
+// scope's only writer, the value there is the current one, and a read
+// never sees less than what the store committed or loaded after its
+// claim, which matters because the caller decides on reads without a
+// commit (a token index entry absent: a new request). A member that has
+// not applied that revision (lagging, cut off from its peers) refuses the
+// read as a future revision instead of answering stale data, and the
+// batch is read again linearizably; so is one whose revision etcd
+// compacted away. Those reads (one per token lookup in participantd) share
+// requests: a read sends what is queued as one read-only transaction of
+// serializable Gets (at most MaxTxnOps) while fewer than
+// Options.MaxInflightReads such batches are in flight, and otherwise
+// queues for the next, sent by one of the queued readers when a batch
+// returns. A read therefore waits for at most one batch in flight; batches
+// grow with load only, with no timer. A failed batch fails each of its
+// reads, nothing else.
+//
+// # Settling
+//
+// A transaction whose outcome is unknown may still apply in etcd at any
+// later time. A fenced scope one left behind is settled before it is read
+// again (on the first use after its Reset): one transaction "if the fence
+// key has the claim's create revision, put it again with its value and
+// lease", which moves the key's mod revision past the one every earlier
+// transaction compares. The lost transaction has then either applied,
+// and the reload that follows sees it, or never will: what the caller
+// reconciles from is final. A settle whose own outcome is unknown leaves
+// the scope to settle again; one refused (the claim gone) fails the scope
+// with ErrFenced. Settling costs one write after an unknown outcome only.
+// A scope without a fence is not settled.
 //
 // # Leader affinity
 //

@@ -29,3 +29,10 @@ func (s *Store) LeaderTxns() uint64 {
 	}
 	return s.leader.txns.Load()
 }
+
+// CaughtUpReads returns how many read batches were sent again
+// linearizably because the member had not reached their revision.
+func (s *Store) CaughtUpReads() uint64 { return s.caughtUp.Load() }
+
+// Settles returns how many settles the store made.
+func (s *Store) Settles() uint64 { return s.settles.Load() }

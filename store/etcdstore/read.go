@@ -1,8 +1,10 @@
 package etcdstore
 
 import (
+	"errors"
 	"fmt"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -21,6 +23,20 @@ import (
 // flight, and batches grow only with load; no goroutine or timer is
 // involved.
 //
+// Each read is pinned at its scope's revision (see Store.loadValue), so a
+// member behind it refuses the batch (etcd's "required revision is a
+// future revision") rather than answering stale data. The batch then goes
+// to the leader as it is (with leader affinity: the leader answered the
+// commits that advanced the revisions only once it had applied them, so it
+// answers from its own store, without a round of heartbeats), or else as
+// linearizable Gets of the newest values, which a member answers only once
+// it has caught up with the leader; so does a batch whose pinned revision
+// etcd compacted away. So a read costs one request while the member has
+// applied the scope's revision, two when not. A member is often one
+// commit behind right after a commit of the scope (a follower learns that
+// an entry committed with the leader's next message), so a scope read
+// just after its own commit takes the second request on a follower.
+//
 // A batch that fails (timeout, lost connection) fails each of its reads
 // with that error, as a Get of its own would have; nothing is cached here.
 
@@ -30,6 +46,7 @@ import (
 // or lead. Guarded by Store.rmu.
 type readReq struct {
 	key  string
+	rev  int64
 	val  uint64
 	err  error
 	done bool
@@ -37,10 +54,10 @@ type readReq struct {
 	wake chan struct{}
 }
 
-// readBatched reads value key (its etcd key) serializably, sharing a
-// request with the reads queued beside it.
-func (s *Store) readBatched(key string) (uint64, error) {
-	r := &readReq{key: key, wake: make(chan struct{}, 1)}
+// readBatched reads value key (its etcd key) at revision rev, serializably,
+// sharing a request with the reads queued beside it.
+func (s *Store) readBatched(key string, rev int64) (uint64, error) {
+	r := &readReq{key: key, rev: rev, wake: make(chan struct{}, 1)}
 	s.rmu.Lock()
 	s.rqueue = append(s.rqueue, r)
 	lead := s.ractive < s.opts.MaxInflightReads
@@ -126,15 +143,39 @@ type readResult struct {
 }
 
 // getValues reads the keys of batch in one read-only transaction of
-// serializable Gets.
+// serializable Gets, each at its revision. When the member has not reached
+// one of them, it sends the same again to the leader (with leader
+// affinity), and when that fails too, or etcd compacted a revision away,
+// as linearizable Gets of the newest values (a scope's revision advances
+// only with its commits and loads, so an idle scope's reads past etcd's
+// compaction cost two requests each).
 func (s *Store) getValues(batch []*readReq) ([]readResult, error) {
 	ops := make([]clientv3.Op, len(batch))
 	for i, r := range batch {
-		ops[i] = clientv3.OpGet(r.key, clientv3.WithSerializable())
+		ops[i] = clientv3.OpGet(r.key, clientv3.WithSerializable(), clientv3.WithRev(r.rev))
 	}
-	ctx, cancel := s.ctx()
-	defer cancel()
-	resp, err := s.kv.Txn(ctx).Then(ops...).Commit()
+	resp, err := s.readTxn(s.kv, ops)
+	if errors.Is(err, rpctypes.ErrFutureRev) && s.leader != nil {
+		// The commits the revisions come from were answered by the
+		// leader once it had applied them: it has them, unless the
+		// leadership moved since.
+		if kv, lc := s.commitKV(); lc != nil {
+			s.caughtUp.Add(1)
+			resp, err = s.readTxn(kv, ops)
+			if behind(err) {
+				s.commitDone(lc, nil)
+			} else {
+				s.commitDone(lc, err)
+			}
+		}
+	}
+	if behind(err) {
+		s.caughtUp.Add(1)
+		for i, r := range batch {
+			ops[i] = clientv3.OpGet(r.key)
+		}
+		resp, err = s.readTxn(s.kv, ops)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("etcdstore: read %d values: %w", len(batch), err)
 	}
@@ -155,4 +196,17 @@ func (s *Store) getValues(batch []*readReq) ([]readResult, error) {
 		out[i].val = v
 	}
 	return out, nil
+}
+
+// readTxn sends ops as one read-only transaction through kv.
+func (s *Store) readTxn(kv clientv3.KV, ops []clientv3.Op) (*clientv3.TxnResponse, error) {
+	ctx, cancel := s.ctx()
+	defer cancel()
+	return kv.Txn(ctx).Then(ops...).Commit()
+}
+
+// behind reports whether a pinned read failed because the member has not
+// reached its revision, or etcd compacted it away.
+func behind(err error) bool {
+	return errors.Is(err, rpctypes.ErrFutureRev) || errors.Is(err, rpctypes.ErrCompacted)
 }

@@ -58,9 +58,11 @@ var (
 )
 
 // Fence guards every commit of one scope: the transaction also compares
-// that Key exists with create revision CreateRevision (the revision of the
-// claim that created it). A lease that expired deletes the key and a newer
-// claim recreates it, so either refuses the commit in etcd itself.
+// that Key has the mod revision the store last gave it, CreateRevision
+// (the revision of the claim that created it) until the store settles the
+// scope (see doc.go). A lease that expired deletes the key and a newer
+// claim recreates it, so either refuses the commit in etcd itself. Nothing
+// but the store may write Key while the claim lasts.
 type Fence struct {
 	Key            string
 	CreateRevision int64
@@ -141,8 +143,13 @@ type Store struct {
 	appends   atomic.Uint64
 	casWrites atomic.Uint64
 	txns      atomic.Uint64
-	// reads counts the batched read requests sent (see read.go).
-	reads atomic.Uint64
+	// reads counts the batched read requests sent (see read.go), and
+	// caughtUp the requests that sent a batch again because the member
+	// had not reached its revision (or etcd compacted it); settles counts
+	// the settles that reached etcd.
+	reads    atomic.Uint64
+	caughtUp atomic.Uint64
+	settles  atomic.Uint64
 
 	// rmu guards the batched reads' queue and turns; it is never held
 	// with mu, across an etcd call or a channel operation.
@@ -166,6 +173,18 @@ type Store struct {
 type scope struct {
 	name  string
 	fence *Fence
+	// fenceMod is the mod revision of the fence key claim as this store
+	// last wrote it: the claim's create revision, or the revision of the
+	// store's last settle (see settle). Commits compare it, so a settle
+	// refuses every transaction sent before it. claim, fenceMod and
+	// unsettled survive a reset and a Drop: they describe the last fence
+	// set, whose transactions may still be in flight.
+	claim    Fence
+	fenceMod int64
+	// unsettled is set when a commit of the scope ended with its outcome
+	// unknown: the transaction may still apply in etcd, so the scope is
+	// settled (a write that refuses it) before it is read again.
+	unsettled bool
 	// err is the sticky error of a failed commit (wraps store.ErrFailed).
 	err error
 	// epoch advances at every reset and failure, so that a commit or a load
@@ -318,16 +337,25 @@ func (s *Store) Stats() store.Stats {
 
 // SetFence makes every later commit of scope sc compare f. It does not
 // reset the scope; a claim that follows a loss calls Reset too.
+//
+// A new fence (another key or create revision) also ends the need to
+// settle the scope: a transaction sent under the old one can no longer
+// commit.
 func (s *Store) SetFence(sc string, f Fence) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.scopeLocked(sc).fence = &f
+	c := s.scopeLocked(sc)
+	if c.claim != f {
+		c.claim, c.fenceMod, c.unsettled = f, f.CreateRevision, false
+	}
+	c.fence = &f
 }
 
 // Reset forgets everything of scope sc: its sticky error, cached lengths
 // and values, and staged writes not yet taken by a commit (a commit in
 // progress completes, but its result no longer updates the scope). The
-// next use reads the scope from etcd again. The fence stays. The caller
+// next use reads the scope from etcd again, after settling it when a
+// commit's outcome was unknown (see doc.go). The fence stays. The caller
 // makes sure nothing writes sc meanwhile (the participant holds the
 // conversation's turn).
 func (s *Store) Reset(sc string) {
@@ -467,8 +495,31 @@ func (s *Store) streamLocked(c *scope, name string) (*scope, *stream, error) {
 // loadedLocked returns the scope of name with its stream lengths (and its
 // revision) loaded, loading them first if needed. It may release and
 // retake s.mu, as streamLocked.
+//
+// A scope whose last commit's outcome is unknown is settled first (see
+// settle): the lengths read afterwards are final, since no transaction
+// sent before can commit any more.
 func (s *Store) loadedLocked(c *scope, name string) (*scope, error) {
 	for !c.lensLoaded {
+		if c.unsettled && c.fence != nil {
+			f := *c.fence
+			s.mu.Unlock()
+			mod, err := s.settle(c.name, f)
+			s.mu.Lock()
+			if err != nil && errors.Is(err, ErrFenced) && c.claim == f {
+				s.failLocked(c, err)
+			}
+			if err != nil {
+				return nil, err
+			}
+			if c.claim == f {
+				c.fenceMod, c.unsettled = max(c.fenceMod, mod), false
+			}
+			if c, err = s.usableLocked(name); err != nil {
+				return nil, err
+			}
+			continue
+		}
 		epoch := c.epoch
 		s.mu.Unlock()
 		lens, rev, err := s.loadLens(c.name)
@@ -593,13 +644,20 @@ func (s *Store) CAS(key string, old, new uint64) error {
 		return fmt.Errorf("%w: %q", ErrNotFenced, c.name)
 	}
 	for c.values[key] == nil {
+		if c.fence != nil && !c.lensLoaded {
+			// A fenced read is pinned at the scope's revision.
+			if c, err = s.loadedLocked(c, key); err != nil {
+				return err
+			}
+			continue
+		}
 		if v, ok := c.reads[key]; ok {
 			c.values[key] = &value{committed: v, cur: v}
 			break
 		}
-		epoch, readEpoch, fenced := c.epoch, c.readEpoch, c.fence != nil
+		epoch, readEpoch, pin := c.epoch, c.readEpoch, c.pinLocked()
 		s.mu.Unlock()
-		v, err := s.loadValue(c.name, key, fenced)
+		v, err := s.loadValue(c.name, key, pin)
 		s.mu.Lock()
 		if err != nil {
 			return err
@@ -624,17 +682,30 @@ func (s *Store) CAS(key string, old, new uint64) error {
 	return nil
 }
 
-// loadValue reads value key of scope sc from etcd. In a fenced scope the
-// read is serializable (answered by the member the client talks to, without
-// a round through the leader) and batched with the reads beside it
-// (read.go): the store is the scope's only writer, and
-// every value it writes is compared at commit, so a stale read can at worst
-// make a commit fail its compare (the scope fails, is reloaded, and the
-// operation answers in_doubt); it can never let a write through. Elsewhere
-// reads are linearizable.
-func (s *Store) loadValue(sc, key string, fenced bool) (uint64, error) {
-	if fenced {
-		return s.readBatched(s.lay.valueKey(sc, key))
+// pinLocked returns the revision a read of c is pinned at: c's revision
+// when c is fenced (its lengths loaded), else 0 for a linearizable read.
+func (c *scope) pinLocked() int64 {
+	if c.fence == nil {
+		return 0
+	}
+	return c.rev
+}
+
+// loadValue reads value key of scope sc from etcd: at revision pin when pin
+// is not 0, else linearizably.
+//
+// A fenced scope's reads are pinned at its revision, which covers what the
+// store committed and what it loaded after its claim: the store is the
+// scope's only writer, so the value there is the current one, and a read
+// must never see less, because the participant decides on it without a
+// commit (a token's index entry absent: decided as new). The read is
+// serializable and batched with the reads beside it (read.go): a member
+// that has applied pin answers it without a round through the leader,
+// and one that has not (lagging, cut off from its peers) refuses it as a
+// future revision instead of answering stale data.
+func (s *Store) loadValue(sc, key string, pin int64) (uint64, error) {
+	if pin != 0 {
+		return s.readBatched(s.lay.valueKey(sc, key), pin)
 	}
 	ctx, cancel := s.ctx()
 	defer cancel()
@@ -656,6 +727,9 @@ func (s *Store) loadValue(sc, key string, fenced bool) (uint64, error) {
 func (s *Store) ReadValue(key string) (uint64, error) {
 	s.mu.Lock()
 	c, err := s.usableLocked(key)
+	if err == nil && c.fence != nil {
+		c, err = s.loadedLocked(c, key)
+	}
 	if err != nil {
 		s.mu.Unlock()
 		return 0, err
@@ -668,9 +742,9 @@ func (s *Store) ReadValue(key string) (uint64, error) {
 		s.mu.Unlock()
 		return v, nil
 	}
-	epoch, readEpoch, fenced := c.epoch, c.readEpoch, c.fence != nil
+	epoch, readEpoch, pin := c.epoch, c.readEpoch, c.pinLocked()
 	s.mu.Unlock()
-	v, err := s.loadValue(c.name, key, fenced)
+	v, err := s.loadValue(c.name, key, pin)
 	if err != nil {
 		return 0, err
 	}
@@ -712,7 +786,7 @@ func (s *Store) Scan(prefix string) ([]store.Value, error) {
 			if !ok || !strings.HasPrefix(name, prefix) || s.lay.valueKey(s.lay.scopeOf(name), name) != string(kv.Key) {
 				continue
 			}
-			v, err := s.loadValue(s.lay.scopeOf(name), name, false)
+			v, err := s.loadValue(s.lay.scopeOf(name), name, 0)
 			if err != nil {
 				return nil, err
 			}

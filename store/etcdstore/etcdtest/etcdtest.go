@@ -7,6 +7,11 @@
 // cheats) and use the default limits of a real etcd (128 operations per
 // transaction, 1.5 MiB per request), so that code tested here meets the
 // limits it meets in production.
+//
+// A test member is never behind its peers, so the package also models the
+// member that is: Lag wraps a clientv3.KV so that some serializable reads
+// are answered as a member cut off from its peers answers them, at an old
+// revision (Shared.LaggingClient gives a client whose KV does that).
 package etcdtest
 
 import (

@@ -69,3 +69,17 @@ func RunMain(m *testing.M, name string, shared **Shared, ignore ...goleak.Option
 	}
 	return code
 }
+
+// LaggingClient returns a new client of the shared member whose KV reads
+// through a lagging member (Lag, seeded with seed): everything built on the
+// client (a cluster node's claims, its store) meets it. The caller closes
+// the client.
+func (s *Shared) LaggingClient(seed uint64) (*clientv3.Client, *Lagging, error) {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: s.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return nil, nil, err
+	}
+	lag := Lag(cli.KV, seed)
+	cli.KV = lag
+	return cli, lag, nil
+}
