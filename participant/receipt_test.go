@@ -217,7 +217,9 @@ func TestReceipt_FileCompactedBeforeVersion2Replays(t *testing.T) {
 		t.Fatalf("fixture: oplog first %d (%v), %d version 1 receipts; want the 40 tells compacted", first, err, v1)
 	}
 	clk := &clock{now: time.Now()}
-	svc, err := Open(ctx, st, Options{NodeKey: testKey, CheckpointRows: 1, Retain: time.Minute, Now: clk.Now})
+	// The fixture's enrolls committed when it was made: a receipt lifetime
+	// of a century keeps their secrets replayable whenever this runs.
+	svc, err := Open(ctx, st, Options{NodeKey: testKey, CheckpointRows: 1, Retain: time.Minute, ReceiptTTL: 100 * 365 * 24 * time.Hour, Now: clk.Now})
 	must(t, err)
 	defer svc.Close()
 	a, b := svc.Connect(nil), svc.Connect(nil)
