@@ -32,6 +32,12 @@ type Ownership interface {
 	// anything held in memory of c is stale: the service reconciles c from
 	// the store before using it.
 	Acquire(ctx context.Context, c ConversationID) (fresh bool, err error)
+	// Holds reports whether the right to serve c that the last Acquire
+	// granted still holds by the local clock: false from the instant it
+	// may have lapsed (another node may own c by then), before the loss
+	// is noticed and c forgotten. The service pushes nothing of c while
+	// it is false. It must be cheap: it is asked for every delivery.
+	Holds(c ConversationID) bool
 	// Flush returns nil only when every write of c made before the call is
 	// durable under c's ownership. A failure concerns c only.
 	Flush(c ConversationID) error
@@ -46,6 +52,7 @@ type single struct{ st store.DurableStore }
 
 func (single) Acquire(context.Context, ConversationID) (bool, error) { return false, nil }
 func (o single) Flush(ConversationID) error                          { return o.st.Flush() }
+func (single) Holds(ConversationID) bool                             { return true }
 func (single) Exists(context.Context, ConversationID) (bool, error)  { return false, nil }
 
 // ownership returns the configured Ownership, or the single-node one.
