@@ -182,19 +182,20 @@ func parseConv(scope string) (participant.ConversationID, bool) {
 }
 
 // TestOwnershipLoss runs the fault model (see above) over the shared
-// etcd. It injects at every tenth step from an offset the seed picks, at every
-// step with -ownloss.full; -ownloss.seed replays a schedule.
+// etcd. It injects at every sixteenth step from an offset the seed picks
+// (every fortieth with -short), at every step with -ownloss.full;
+// -ownloss.seed replays a schedule.
 func TestOwnershipLoss(t *testing.T) {
 	seed := *ownlossSeed
 	if seed == 0 {
 		seed = uint64(time.Now().UnixNano())
 	}
-	stride := uint64(10)
+	stride := uint64(16)
 	if *ownlossFull {
 		stride = 1
 	}
 	if testing.Short() {
-		stride = 30
+		stride = 40
 	}
 	offset := seed % stride
 	t.Logf("seed %d, stride %d, offset %d (rerun: go test ./cluster -run TestOwnershipLoss -ownloss.seed %d)", seed, stride, offset, seed)
@@ -207,13 +208,13 @@ func TestOwnershipLoss(t *testing.T) {
 		r := m.newRun(run, i)
 		steps := r.workload()
 		r.check()
-		lapsesChecked += r.lapseChecked
+		lapsesChecked += int(r.lapseChecked.Load())
 		if t.Failed() {
 			t.Fatalf("%s (seed %d)", r.label(), seed)
 		}
 		if !r.fired.Load() {
 			t.Logf("%d runs; the last one, with no fault, took %d steps; %d lapses checked a push", run+1, steps, lapsesChecked)
-			if run < 10 {
+			if run < 5 {
 				t.Fatalf("only %d runs: the workload should take far more steps", run+1)
 			}
 			return
@@ -248,8 +249,9 @@ type lossRun struct {
 	kind   lossKind
 	steps  atomic.Uint64
 	fired  atomic.Bool
-	// firedAt names the step the fault was injected at.
-	firedAt string
+	// firedAt names the step the fault was injected at. The fault may
+	// fire on any goroutine of a (a background reload among them).
+	firedAt atomic.Pointer[string]
 	// reclaims are a's claims back that had to wait for the turn the
 	// interrupted step holds.
 	reclaims sync.WaitGroup
@@ -260,8 +262,9 @@ type lossRun struct {
 	// creds are the workload's participants (b takes them over).
 	creds []*cred
 	// conns are a's connections, for the push check at a lapse.
-	conns        []*participant.Conn
-	lapseChecked int
+	conns []*participant.Conn
+	// lapseChecked counts lapses injected while a had something to push.
+	lapseChecked atomic.Int32
 }
 
 func (m *lossModel) newRun(run int, target uint64) *lossRun {
@@ -278,7 +281,11 @@ func (r *lossRun) label() string {
 	if !r.fired.Load() {
 		return fmt.Sprintf("run without a fault (%d steps)", r.steps.Load())
 	}
-	return fmt.Sprintf("%s at step %d (%s)", r.kind, r.target, r.firedAt)
+	at := "?"
+	if p := r.firedAt.Load(); p != nil {
+		at = *p
+	}
+	return fmt.Sprintf("%s at step %d (%s)", r.kind, r.target, at)
 }
 
 func (r *lossRun) token() participant.Token {
@@ -302,7 +309,8 @@ func (r *lossRun) at(step string, c participant.ConversationID) {
 	if i != r.target || !r.fired.CompareAndSwap(false, true) {
 		return
 	}
-	r.firedAt = fmt.Sprintf("%s of %v", step, c)
+	at := fmt.Sprintf("%s of %v", step, c)
+	r.firedAt.Store(&at)
 	a := r.m.a
 	switch r.kind {
 	case lapseStall, lapseSuspend:
@@ -313,7 +321,7 @@ func (r *lossRun) at(step string, c participant.ConversationID) {
 			a.clock.Suspend(2 * lossTTL)
 		}
 		if pushable > 0 {
-			r.lapseChecked++
+			r.lapseChecked.Add(1)
 		}
 		r.mu.Lock()
 		conns := r.conns
