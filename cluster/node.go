@@ -249,13 +249,15 @@ func (n *Node) currentLease() clientv3.LeaseID {
 // StartWait (a previous process of this node whose lease has not expired),
 // so that two live processes never share a node id.
 func (n *Node) acquireLease(ctx context.Context) error {
+	// etcd counts the TTL from when it grants, after the request was
+	// sent: the local deadline counts from the send.
+	sent := n.now()
 	cctx, cancel := n.ctx(ctx)
 	g, err := n.cli.Grant(cctx, int64((n.opts.LeaseTTL+time.Second-1)/time.Second))
 	cancel()
 	if err != nil {
 		return fmt.Errorf("cluster: grant lease: %w", err)
 	}
-	sent := n.now()
 	key := n.key("node", n.opts.NodeID)
 	wait := time.NewTimer(n.opts.StartWait)
 	defer wait.Stop()
