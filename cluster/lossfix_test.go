@@ -6,6 +6,9 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/participantd/participantd/cluster"
 	"github.com/participantd/participantd/oplog"
@@ -306,4 +309,76 @@ func TestCluster_SuspendedNodeServesNothing(t *testing.T) {
 	l := newLapse(t, 64)
 	l.a.clock.Suspend(2 * lossTTL)
 	l.check(t)
+}
+
+// TestCluster_RefusedEnrollCostsNothing: under the invite policy, enrolls
+// without a valid invitation into conversations that exist nowhere are
+// refused with no claim, no etcd write and nothing held in memory, so
+// that refusals cannot fill etcd and the node's memory (issue 18); an
+// enroll with its invitation still creates the conversation, and its
+// retry without the invitation still replays.
+func TestCluster_RefusedEnrollCostsNothing(t *testing.T) {
+	pfx := prefix()
+	ctx := context.Background()
+	n, err := cluster.Start(ctx, shared.Client, cluster.Options{NodeID: "a", Prefix: pfx, LeaseTTL: lossTTL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := n.NodeKey(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := participant.Open(ctx, n.Store(), participant.Options{NodeKey: key, Ownership: n, EnrollPolicy: participant.EnrollInvite})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.OnLost(svc.Forget)
+	t.Cleanup(func() {
+		svc.Close()
+		n.Close()
+	})
+	rev := func() int64 {
+		resp, err := shared.Client.Get(ctx, pfx, clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Header.Revision
+	}
+	wrong, err := participant.MintInvite(key, 1, time.Now(), time.Now().Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cn := svc.Connect(nil)
+	before := rev()
+	for i := range 50 {
+		req := participant.Enroll{Conversation: participant.ConversationID(100 + i), Token: tok(7, i)}
+		want := participant.CodeInviteRequired
+		if i%2 == 1 {
+			req.Invite, want = wrong, participant.CodeInviteInvalid
+		}
+		if _, err := cn.Enroll(ctx, req); !errors.Is(err, &participant.Error{Code: want}) {
+			t.Fatalf("Enroll %d = %v, want %s", i, err, want)
+		}
+	}
+	if after := rev(); after != before {
+		t.Errorf("refused enrolls moved the etcd revision from %d to %d", before, after)
+	}
+	if s := n.Stats(); s.Claims != 0 || s.Owned != 0 {
+		t.Errorf("node stats after refused enrolls = %+v, want no claim", s)
+	}
+	if s := svc.Stats(); s.Conversations != 0 {
+		t.Errorf("service stats after refused enrolls = %+v, want no conversation held", s)
+	}
+	inv, err := participant.MintInvite(key, 1, time.Now(), time.Now().Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := cn.Enroll(ctx, participant.Enroll{Conversation: 1, Token: tok(8, 0), Invite: inv})
+	if err != nil {
+		t.Fatalf("Enroll with its invitation = %v", err)
+	}
+	r, err := svc.Connect(nil).Enroll(ctx, participant.Enroll{Conversation: 1, Token: tok(8, 0)})
+	if err != nil || r.Participant != b.Participant || r.Replay == participant.ReplayNone {
+		t.Fatalf("retry without the invitation = %+v, %v; want participant %v replayed", r, err, b.Participant)
+	}
 }

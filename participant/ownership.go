@@ -102,6 +102,30 @@ func (s *Service) adopt(ctx context.Context, id ConversationID) (*conversation, 
 	return s.conversation(id), nil
 }
 
+// refuseUninvited refuses, under the invite policy, an enroll without a
+// valid invitation to its conversation when that conversation exists
+// nowhere: no token of it can have committed, so nothing could replay, and
+// the refusal needs no state. It is decided before the conversation is
+// touched, so it costs none: in cluster mode a touch claims the
+// conversation (an etcd write, and a claim that stays) and loads it; here
+// the cost is at most a read (Exists). An enroll into a conversation that
+// exists goes the usual way, where a committed token replays first
+// (PROTOCOL.md, admission). A failed lookup lets the enroll go the usual
+// way too.
+func (s *Service) refuseUninvited(ctx context.Context, req *Enroll) error {
+	if s.opts.EnrollPolicy != EnrollInvite {
+		return nil
+	}
+	e := checkInvite(s.opts.NodeKey, req.Conversation, s.now(), req.Invite)
+	if e == nil || s.existing(req.Conversation) != nil {
+		return nil
+	}
+	if ok, err := s.ownership().Exists(ctx, req.Conversation); err != nil || ok {
+		return nil
+	}
+	return e
+}
+
 // Forget drops what memory holds of conversation id, because this service
 // lost the right to serve it: nothing more of it is pushed, and the next
 // operation on it asks the Ownership again. Correctness does not rest on
