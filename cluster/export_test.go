@@ -12,7 +12,7 @@ import (
 func (n *Node) PauseKeepAlive() {
 	n.paused.Store(true)
 	n.mu.Lock()
-	n.deadline = time.Now().Add(time.Hour)
+	n.deadline = n.now().add(time.Hour)
 	n.mu.Unlock()
 }
 
@@ -25,3 +25,7 @@ func (n *Node) LoseLease(ctx context.Context) error {
 	n.loseLease(n.currentLease(), errors.New("cluster: lease lost in a test"))
 	return n.acquireLease(ctx)
 }
+
+// StopKeepAlive stops the node from refreshing or checking its lease,
+// leaving its deadline as it is: a keep-alive that has not ticked yet.
+func (n *Node) StopKeepAlive() { n.paused.Store(true) }

@@ -64,6 +64,9 @@ type Options struct {
 	// over clients it dials (etcdstore Options.DialLeader); the node's
 	// lease, claims and reads use the client given to Start.
 	DialLeader func(ctx context.Context, endpoint string) (*clientv3.Client, error)
+	// Clock measures the lease's local deadline; nil means the system's
+	// monotonic and boot clocks (see Clock).
+	Clock Clock
 }
 
 // Observer receives the node's events, for metrics. Calls must not block.
@@ -122,10 +125,11 @@ type Node struct {
 	// mu guards the fields below. It is never held across an etcd call.
 	mu sync.Mutex
 	// lease is the lease the node holds, 0 while it holds none; deadline
-	// is when it expires at the latest, by the local clock, counted from
-	// the send time of the last successful keep-alive.
+	// is when it expires at the latest, by the local clocks (both must
+	// say it holds), counted from the send time of the grant or of the
+	// last successful keep-alive.
 	lease    clientv3.LeaseID
-	deadline time.Time
+	deadline reading
 	// stale are the leases this node lost: keys still held under one of
 	// them (their revoke failed while etcd had no quorum) are this node's
 	// own leftovers, deleted rather than waited out.
@@ -153,6 +157,9 @@ func Start(ctx context.Context, cli *clientv3.Client, opts Options) (*Node, erro
 	}
 	if opts.StartWait <= 0 {
 		opts.StartWait = 2 * opts.LeaseTTL
+	}
+	if opts.Clock == nil {
+		opts.Clock = systemClock{start: time.Now()}
 	}
 	n := &Node{
 		cli:          cli,
@@ -203,7 +210,8 @@ func (n *Node) Store() *Store { return n.store }
 func (n *Node) ID() string { return n.opts.NodeID }
 
 // OnLost sets the function told about every conversation the node stops
-// owning because it lost its lease (participant.Service.Forget).
+// owning because it lost its lease or released it
+// (participant.Service.Forget).
 func (n *Node) OnLost(f func(participant.ConversationID)) { n.forgetf.Store(&f) }
 
 func (n *Node) ctx(parent context.Context) (context.Context, context.CancelFunc) {
@@ -223,6 +231,13 @@ func (n *Node) key(parts ...string) string {
 
 func (n *Node) ownKey(c participant.ConversationID) string { return n.key("own", c.String()) }
 
+// now reads the node's clocks.
+func (n *Node) now() reading { return readClock(n.opts.Clock) }
+
+// heldLocked reports whether the node holds a lease whose local deadline
+// has not passed; n.mu is held.
+func (n *Node) heldLocked() bool { return n.lease != 0 && n.now().before(n.deadline) }
+
 func (n *Node) currentLease() clientv3.LeaseID {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -234,13 +249,15 @@ func (n *Node) currentLease() clientv3.LeaseID {
 // StartWait (a previous process of this node whose lease has not expired),
 // so that two live processes never share a node id.
 func (n *Node) acquireLease(ctx context.Context) error {
+	// etcd counts the TTL from when it grants, after the request was
+	// sent: the local deadline counts from the send.
+	sent := n.now()
 	cctx, cancel := n.ctx(ctx)
 	g, err := n.cli.Grant(cctx, int64((n.opts.LeaseTTL+time.Second-1)/time.Second))
 	cancel()
 	if err != nil {
 		return fmt.Errorf("cluster: grant lease: %w", err)
 	}
-	sent := time.Now()
 	key := n.key("node", n.opts.NodeID)
 	wait := time.NewTimer(n.opts.StartWait)
 	defer wait.Stop()
@@ -255,7 +272,7 @@ func (n *Node) acquireLease(ctx context.Context) error {
 		}
 		if resp.Succeeded {
 			n.mu.Lock()
-			n.lease, n.deadline = g.ID, sent.Add(time.Duration(g.TTL)*time.Second)
+			n.lease, n.deadline = g.ID, sent.add(time.Duration(g.TTL)*time.Second)
 			n.mu.Unlock()
 			return nil
 		}
@@ -364,8 +381,11 @@ func (n *Node) NodeKey(ctx context.Context) ([]byte, error) {
 }
 
 // keepAlive refreshes the lease every third of its TTL. A lease that etcd
-// no longer knows, or that passed its deadline without a refresh, is lost:
-// every owned conversation is dropped at once, and a new lease is taken.
+// no longer knows, or whose local deadline passed (by either clock: a
+// stall, a partition, a suspended VM), is lost for good, even if a later
+// refresh would succeed: the node stopped serving and pushing its
+// conversations at the deadline (Holds), so it drops every owned
+// conversation at once and takes a new lease.
 func (n *Node) keepAlive() {
 	defer close(n.done)
 	tick := time.NewTicker(n.opts.LeaseTTL / 3)
@@ -386,22 +406,42 @@ func (n *Node) keepAlive() {
 			}
 			continue
 		}
-		sent := time.Now()
+		if n.lapsed(lease) {
+			n.loseLease(lease, errLapsed)
+			continue
+		}
+		sent := n.now()
 		ctx, cancel := context.WithTimeout(context.Background(), n.opts.LeaseTTL/3)
 		resp, err := n.cli.KeepAliveOnce(ctx, lease)
 		cancel()
 		n.mu.Lock()
 		switch {
-		case err == nil && n.lease == lease:
-			n.deadline = sent.Add(time.Duration(resp.TTL) * time.Second)
+		case n.lease != lease:
 			n.mu.Unlock()
-		case errors.Is(err, rpctypes.ErrLeaseNotFound) || time.Now().After(n.deadline):
+		case !n.heldLocked():
+			n.mu.Unlock()
+			n.loseLease(lease, errLapsed)
+		case err == nil:
+			n.deadline = sent.add(time.Duration(resp.TTL) * time.Second)
+			n.mu.Unlock()
+		case errors.Is(err, rpctypes.ErrLeaseNotFound):
 			n.mu.Unlock()
 			n.loseLease(lease, err)
 		default:
 			n.mu.Unlock()
 		}
 	}
+}
+
+// errLapsed is the cause of a lease lost at its local deadline.
+var errLapsed = errors.New("cluster: the lease's local deadline passed without a refresh")
+
+// lapsed reports whether lease is the node's lease and its local deadline
+// passed.
+func (n *Node) lapsed(lease clientv3.LeaseID) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.lease == lease && !n.heldLocked()
 }
 
 // loseLease drops every conversation owned under lease.
@@ -465,7 +505,7 @@ func (n *Node) revokeID(id clientv3.LeaseID) {
 func (n *Node) LeaseHeld() bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return n.lease != 0 && time.Now().Before(n.deadline)
+	return n.heldLocked()
 }
 
 // Stats are the node's counters, for metrics.
@@ -482,8 +522,8 @@ func (n *Node) Stats() Stats {
 }
 
 // Release gives up every owned conversation (deleting its ownership key if
-// it is still this node's claim) and the lease, so that other nodes take
-// over at once. The daemon calls it on drain, after ending bindings.
+// it is still this node's claim; the service is told, as for a lost lease)
+// and the lease, so that other nodes take over at once. The daemon calls it on drain, after ending bindings.
 func (n *Node) Release(ctx context.Context) error {
 	n.mu.Lock()
 	if n.closed {
@@ -495,8 +535,12 @@ func (n *Node) Release(ctx context.Context) error {
 	n.owned.Store(0)
 	n.mu.Unlock()
 	var first error
+	forget := n.forgetf.Load()
 	for c, rev := range owned {
 		n.etcd.Drop(scopeOf(c))
+		if forget != nil {
+			(*forget)(c)
+		}
 		k := n.ownKey(c)
 		cctx, cancel := n.ctx(ctx)
 		_, err := n.cli.Txn(cctx).If(clientv3.Compare(clientv3.CreateRevision(k), "=", rev)).Then(clientv3.OpDelete(k)).Commit()

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -27,7 +26,7 @@ func (n *Node) Acquire(ctx context.Context, c participant.ConversationID) (bool,
 		n.mu.Unlock()
 		return false, ErrClosed
 	}
-	if n.lease == 0 || !time.Now().Before(n.deadline) {
+	if !n.heldLocked() {
 		n.mu.Unlock()
 		return false, ErrNoLease
 	}
@@ -116,6 +115,18 @@ func (n *Node) Acquire(ctx context.Context, c participant.ConversationID) (bool,
 	n.claims.Add(1)
 	n.obs.Claimed()
 	return true, nil
+}
+
+// Holds reports whether the node still holds c: claimed, under a lease
+// whose local deadline has not passed by either clock. Past the deadline
+// etcd may have expired the lease and another node claimed c, so the
+// node pushes nothing more of c (participant.Conn.Next asks) from that
+// instant, not from when its keep-alive notices.
+func (n *Node) Holds(c participant.ConversationID) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	_, ok := n.claimsByConv[c]
+	return ok && n.heldLocked()
 }
 
 // Flush makes c's writes and the node's own global writes durable; its

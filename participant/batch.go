@@ -263,6 +263,14 @@ func (b *batch) write() error {
 		return failed(CodeInDoubt, "outbox flush", err)
 	}
 	cv.mu.Lock()
+	if !cv.currentLocked() {
+		// Forgotten under the batch (its ownership lost): the rows are
+		// durable, so the operations are answered, but nothing is
+		// installed or published; whoever owns the conversation next
+		// reconciles it from them.
+		cv.mu.Unlock()
+		return nil
+	}
 	cv.setStateLocked(b.st)
 	for _, o := range b.ops {
 		if o.ending != nil {

@@ -107,8 +107,12 @@ func deriveCheckpoint(ctx context.Context, st store.DurableStore, c Conversation
 // published state is at least Options.CheckpointRows rows past its
 // checkpoint, reading at most Options.CheckpointPassRows oplog rows in all
 // (a conversation further behind gets a checkpoint part of the way). It
-// never takes a conversation's turn: it reads only rows a published state
-// covers, which are durable and never change. It returns how many
+// derives without the conversation's turn: it reads only rows a published
+// state covers, which are durable and never change. It takes the turn only
+// to stage the write, and writes nothing when the conversation was
+// forgotten since it read the stored checkpoint (its ownership lost, and
+// perhaps regained after another node checkpointed and compacted it): a
+// checkpoint is never written over a newer one. It returns how many
 // checkpoints it wrote, durable once it returns. The background
 // checkpointer calls it every Options.CheckpointInterval; it is exported
 // for offline tools and tests. A conversation whose rows do not derive is
@@ -133,58 +137,46 @@ func (s *Service) checkpointPass(ctx context.Context) (written int, full bool, e
 	}
 	s.mu.Unlock()
 	budget := uint64(s.opts.CheckpointPassRows)
-	var batch []store.Bytes
-	var batchConvs []ConversationID
-	batchBytes := 0
+	type stagedCheckpoint struct {
+		cv     *conversation
+		resets uint64
+		bytes  int
+	}
+	var staged []stagedCheckpoint
+	stagedBytes := 0
+	// flush makes the staged checkpoints durable. A checkpoint must be
+	// durable before anything relies on it (a compaction's trim of the
+	// rows it replaces). Each conversation's barrier is its own
+	// (Ownership.Flush), so that in cluster mode a conversation lost to
+	// another node fails only itself: the first flush commits every
+	// staged checkpoint, the others find theirs done. A conversation
+	// forgotten since it was staged (its ownership lost: the scope and
+	// what was staged in it dropped) fails only its own checkpoint,
+	// never the pass: its next owner writes one.
 	flush := func() error {
-		if len(batch) == 0 {
-			return nil
-		}
-		bytes := batchBytes
-		if err := cs.PutBytes(batch); errors.Is(err, store.ErrTooLarge) {
-			// A store whose values are bounded (etcd's request size) took
-			// none of the batch: write them one by one, so that one
-			// conversation's oversized checkpoint does not hold back the
-			// others' (and their compaction) pass after pass.
-			kept := batchConvs[:0]
-			for i, b := range batch {
-				err := cs.PutBytes([]store.Bytes{b})
-				if errors.Is(err, store.ErrTooLarge) {
-					s.passes.skipped(SkipTooLarge)
-					bytes -= len(b.Value)
-					s.log.Warn().Uint64("conversation", uint64(batchConvs[i])).Int("bytes", len(b.Value)).Err(err).
-						Msg("checkpoint larger than the store takes; the conversation is not checkpointed")
-					continue
-				}
-				if err != nil {
-					return fmt.Errorf("participant: write checkpoints: %w", err)
-				}
-				kept = append(kept, batchConvs[i])
+		for _, sc := range staged {
+			err := s.flush(sc.cv.id)
+			if sc.cv.resets.Load() != sc.resets {
+				s.passes.skipped(SkipForgotten)
+				continue
 			}
-			batchConvs = kept
-		} else if err != nil {
-			return fmt.Errorf("participant: write checkpoints: %w", err)
-		}
-		// A checkpoint must be durable before anything relies on it (a
-		// compaction's trim of the rows it replaces). Each conversation's
-		// barrier is its own (Ownership.Flush), so that in cluster mode a
-		// conversation lost to another node fails only itself: the first
-		// flush commits the whole batch, the others find it done.
-		for _, c := range batchConvs {
-			if err := s.flush(c); err != nil {
-				return fmt.Errorf("participant: write the checkpoint of %v: %w", c, err)
+			if err != nil {
+				return fmt.Errorf("participant: write the checkpoint of %v: %w", sc.cv.id, err)
 			}
+			written++
+			s.passes.ckWritten.Add(1)
+			s.passes.ckBytes.Add(uint64(sc.bytes))
 		}
-		written += len(batchConvs)
-		s.passes.ckWritten.Add(uint64(len(batchConvs)))
-		s.passes.ckBytes.Add(uint64(bytes))
-		batch, batchConvs, batchBytes = batch[:0], batchConvs[:0], 0
+		staged, stagedBytes = staged[:0], 0
 		return nil
 	}
 	for _, cv := range convs {
 		if budget == 0 || ctx.Err() != nil {
 			break
 		}
+		// Read before the state and the stored checkpoint, so that a
+		// forgetting after either is seen when the write is staged.
+		resets := cv.resets.Load()
 		live := cv.loaded()
 		if live == nil {
 			continue
@@ -199,6 +191,9 @@ func (s *Service) checkpointPass(ctx context.Context) (written int, full bool, e
 			continue
 		}
 		if err != nil {
+			if cv.resets.Load() != resets {
+				continue
+			}
 			return written, budget == 0, err
 		}
 		var from uint64
@@ -219,6 +214,8 @@ func (s *Service) checkpointPass(ctx context.Context) (written int, full bool, e
 		case errors.Is(err, errNotDurable):
 			s.passes.skipped(SkipNotDurable)
 			continue
+		case err != nil && cv.resets.Load() != resets:
+			continue
 		case err != nil:
 			return written, budget == 0, err
 		}
@@ -227,9 +224,15 @@ func (s *Service) checkpointPass(ctx context.Context) (written int, full bool, e
 		if err != nil {
 			return written, budget == 0, err
 		}
-		batch = append(batch, store.Bytes{Key: checkpointKey(cv.id), Value: enc})
-		batchConvs = append(batchConvs, cv.id)
-		if batchBytes += len(enc); batchBytes >= checkpointBatchBytes {
+		ok, err := s.stageCheckpoint(ctx, cs, cv, resets, enc)
+		if err != nil {
+			return written, budget == 0, err
+		}
+		if !ok {
+			continue
+		}
+		staged = append(staged, stagedCheckpoint{cv, resets, len(enc)})
+		if stagedBytes += len(enc); stagedBytes >= checkpointBatchBytes {
 			if err := flush(); err != nil {
 				return written, budget == 0, err
 			}
@@ -237,6 +240,38 @@ func (s *Service) checkpointPass(ctx context.Context) (written int, full bool, e
 	}
 	err = flush()
 	return written, budget == 0, err
+}
+
+// stageCheckpoint writes enc as cv's checkpoint unless cv was forgotten
+// since resets: under cv's turn, so that no reset can come between the
+// check and the write (a claim, the only way to serve cv again, takes the
+// turn), and a forgetting after the write discards it with the scope
+// (cluster mode) before anything could commit it under a newer claim. It
+// reports whether it staged the write. A checkpoint larger than the store
+// takes is logged and skipped.
+func (s *Service) stageCheckpoint(ctx context.Context, cs store.Compactor, cv *conversation, resets uint64, enc []byte) (bool, error) {
+	if err := cv.acquire(ctx); err != nil {
+		return false, err
+	}
+	defer s.release(cv)
+	if cv.resets.Load() != resets {
+		s.passes.skipped(SkipForgotten)
+		return false, nil
+	}
+	err := cs.PutBytes([]store.Bytes{{Key: checkpointKey(cv.id), Value: enc}})
+	if errors.Is(err, store.ErrTooLarge) {
+		// A store whose values are bounded (etcd's request size) took
+		// none of it: the others' checkpoints (and their compaction) do
+		// not wait for it.
+		s.passes.skipped(SkipTooLarge)
+		s.log.Warn().Uint64("conversation", uint64(cv.id)).Int("bytes", len(enc)).Err(err).
+			Msg("checkpoint larger than the store takes; the conversation is not checkpointed")
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("participant: write the checkpoint of %v: %w", cv.id, err)
+	}
+	return true, nil
 }
 
 // runCheckpoints is the background checkpointer: a CheckpointPass, then a

@@ -153,8 +153,11 @@ func (c *Conn) endingCause() (bool, Cause) {
 // holds bound in conv: the first record addressed to it after
 // max(its durable cursor, offered.Through if offered is of this binding),
 // in ascending seq. ok is false when there is none, when this connection
-// holds no binding there, or while the conversation is not reconciled
-// (reconciliation wakes the connection when it is).
+// holds no binding there, while the conversation is not reconciled
+// (reconciliation wakes the connection when it is), or once the right to
+// serve it may have lapsed (Ownership.Holds; in cluster mode a node
+// pushes nothing after its lease's local deadline, and the
+// reconciliation of its next claim wakes the connection).
 //
 // A payload the backlog budget dropped from memory is read back from the
 // oplog here, on the caller's goroutine, with no lock held. If that read
@@ -168,7 +171,7 @@ func (c *Conn) Next(conv ConversationID, offered Offered) (d Delivery, ok bool) 
 	c.mu.Lock()
 	p, bound := c.bindings[conv]
 	c.mu.Unlock()
-	if !bound {
+	if !bound || !c.svc.ownership().Holds(conv) {
 		return Delivery{}, false
 	}
 	cv.mu.RLock()

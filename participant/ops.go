@@ -271,6 +271,12 @@ func (c *Conn) Enroll(ctx context.Context, req Enroll) (Bound, error) {
 func (c *Conn) StartEnroll(ctx context.Context, req Enroll) *Call[Bound] {
 	call := &Call[Bound]{}
 	a := &call.v
+	if e := c.svc.refuseUninvited(ctx, &req); e != nil {
+		var err error = e
+		c.svc.observe("enroll", time.Now(), &err, nil, nil)
+		call.wait = func() error { return err }
+		return call
+	}
 	call.wait = c.start(ctx, "enroll", req.Conversation, true, tokenRef{has: true, enroll: true, t: req.Token}, &a.Replay, nil, func(b *batch) func(error) error {
 		st := b.st
 		pr, tw, err := b.lookup(enrollScope, anyRow, req.Token)

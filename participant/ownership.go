@@ -32,6 +32,12 @@ type Ownership interface {
 	// anything held in memory of c is stale: the service reconciles c from
 	// the store before using it.
 	Acquire(ctx context.Context, c ConversationID) (fresh bool, err error)
+	// Holds reports whether the right to serve c that the last Acquire
+	// granted still holds by the local clock: false from the instant it
+	// may have lapsed (another node may own c by then), before the loss
+	// is noticed and c forgotten. The service pushes nothing of c while
+	// it is false. It must be cheap: it is asked for every delivery.
+	Holds(c ConversationID) bool
 	// Flush returns nil only when every write of c made before the call is
 	// durable under c's ownership. A failure concerns c only.
 	Flush(c ConversationID) error
@@ -46,6 +52,7 @@ type single struct{ st store.DurableStore }
 
 func (single) Acquire(context.Context, ConversationID) (bool, error) { return false, nil }
 func (o single) Flush(ConversationID) error                          { return o.st.Flush() }
+func (single) Holds(ConversationID) bool                             { return true }
 func (single) Exists(context.Context, ConversationID) (bool, error)  { return false, nil }
 
 // ownership returns the configured Ownership, or the single-node one.
@@ -93,6 +100,30 @@ func (s *Service) adopt(ctx context.Context, id ConversationID) (*conversation, 
 		return nil, nil
 	}
 	return s.conversation(id), nil
+}
+
+// refuseUninvited refuses, under the invite policy, an enroll without a
+// valid invitation to its conversation when that conversation exists
+// nowhere: no token of it can have committed, so nothing could replay, and
+// the refusal needs no state. It is decided before the conversation is
+// touched, so it costs none: in cluster mode a touch claims the
+// conversation (an etcd write, and a claim that stays) and loads it; here
+// the cost is at most a read (Exists). An enroll into a conversation that
+// exists goes the usual way, where a committed token replays first
+// (PROTOCOL.md, admission). A failed lookup lets the enroll go the usual
+// way too.
+func (s *Service) refuseUninvited(ctx context.Context, req *Enroll) error {
+	if s.opts.EnrollPolicy != EnrollInvite {
+		return nil
+	}
+	e := checkInvite(s.opts.NodeKey, req.Conversation, s.now(), req.Invite)
+	if e == nil || s.existing(req.Conversation) != nil {
+		return nil
+	}
+	if ok, err := s.ownership().Exists(ctx, req.Conversation); err != nil || ok {
+		return nil
+	}
+	return e
 }
 
 // Forget drops what memory holds of conversation id, because this service

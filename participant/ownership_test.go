@@ -44,6 +44,12 @@ func (f *fakeOwnership) Flush(c ConversationID) error {
 	return f.st.Flush()
 }
 
+func (f *fakeOwnership) Holds(c ConversationID) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.owner[c] == ""
+}
+
 func (f *fakeOwnership) Exists(_ context.Context, c ConversationID) (bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -28,6 +28,18 @@ func init() {
 		}
 		return queued, func() { <-cv.turn }
 	}
+	peek.TryTurn = func(svc any, conv oplog.ConversationID) (func(), bool) {
+		cv := svc.(*Service).existing(conv)
+		if cv == nil {
+			return nil, false
+		}
+		select {
+		case cv.turn <- struct{}{}:
+			return func() { <-cv.turn }, true
+		default:
+			return nil, false
+		}
+	}
 	peek.DeriveSecret = func(key []byte, nonce [16]byte, c oplog.ConversationID, p oplog.ParticipantID, g oplog.Generation) [32]byte {
 		return deriveSecret(key, nonce, c, p, g)
 	}

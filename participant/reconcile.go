@@ -252,6 +252,10 @@ func validateOutbox(st store.DurableStore, c ConversationID, pageBytes int, from
 	return boundary, nil
 }
 
+// errForgotten refuses an operation whose conversation was forgotten (its
+// ownership lost) while it was being reconciled; nothing was committed.
+var errForgotten = &Error{Code: CodeUnavailable, Detail: "the conversation's ownership was lost while loading it"}
+
 // ensureLoadedTurn returns cv's state, reconciling it first when it is not
 // loaded. The caller holds cv's turn. Loading ends the bindings that cannot
 // be live any more — those of an earlier server incarnation
@@ -262,6 +266,7 @@ func (s *Service) ensureLoadedTurn(ctx context.Context, cv *conversation) (*outb
 	if err := s.acquireTurn(ctx, cv); err != nil {
 		return nil, err
 	}
+	cv.heldAt = cv.resets.Load()
 	cv.mu.RLock()
 	st, unl := cv.state, cv.unloadable
 	cv.mu.RUnlock()
@@ -273,11 +278,18 @@ func (s *Service) ensureLoadedTurn(ctx context.Context, cv *conversation) (*outb
 	}
 	if !cv.registered {
 		// Never registered, so nothing of it is stored.
+		st := &outbox.State{}
 		cv.mu.Lock()
-		cv.state = &outbox.State{}
-		cv.bindingTokens = make(map[ParticipantID]fenceToken)
+		current := cv.currentLocked()
+		if current {
+			cv.state = st
+			cv.bindingTokens = make(map[ParticipantID]fenceToken)
+		}
 		cv.mu.Unlock()
-		return cv.state, nil
+		if !current {
+			return nil, errForgotten
+		}
+		return st, nil
 	}
 	r, err := reconcile(ctx, s.st, cv.id, s.pages)
 	var ref *refusal
@@ -345,9 +357,15 @@ func (s *Service) ensureLoadedTurn(ctx context.Context, cv *conversation) (*outb
 		}
 	}
 	cv.mu.Lock()
-	cv.setStateLocked(st)
-	cv.bindingTokens = tokens
+	current := cv.currentLocked()
+	if current {
+		cv.setStateLocked(st)
+		cv.bindingTokens = tokens
+	}
 	cv.mu.Unlock()
+	if !current {
+		return nil, errForgotten
+	}
 	s.forgetStaleBindings(cv.id, st)
 	if len(ends) > 0 {
 		b := s.newBatch(cv, st)

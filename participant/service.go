@@ -612,8 +612,13 @@ type conversation struct {
 	// only.
 	registered bool
 	dropped    bool
-	// resets counts forgetLocked calls.
+	// resets counts forgetLocked calls. heldAt is its value when the
+	// turn's holder began to use the conversation (ensureLoadedTurn):
+	// once they differ, the conversation was forgotten under the holder
+	// (Forget, its ownership lost), and the holder installs nothing more
+	// (current). Turn holder only.
 	resets atomic.Uint64
+	heldAt uint64
 	// pins counts the queued or running operations that may create the
 	// conversation; guarded by Service.mu. See Service.pin.
 	pins int
@@ -688,6 +693,14 @@ func (cv *conversation) forgetLocked() {
 	cv.bindingTokens = nil
 	cv.resets.Add(1)
 }
+
+// currentLocked reports whether nothing forgot the conversation since its
+// turn's holder began to use it, so that the holder may install state;
+// cv.mu is held. Forget does not wait for the turn (the keep-alive that
+// calls it must not wait on a commit in flight): a holder whose batch or
+// reconciliation was overtaken by it finds it here, and leaves the
+// conversation forgotten.
+func (cv *conversation) currentLocked() bool { return cv.resets.Load() == cv.heldAt }
 
 // fenceToken is the fence token of one binding.
 type fenceToken = fence.Token

@@ -99,15 +99,19 @@ const (
 	// SkipNotDurable: outbox rows of the range are not stored yet; a later
 	// pass retries.
 	SkipNotDurable
+	// SkipForgotten: the conversation was forgotten (its ownership lost)
+	// since the pass read its checkpoint, which may no longer be the
+	// newest; the next owner's pass writes one.
+	SkipForgotten
 
 	numSkipReasons
 )
 
 // SkipReasons lists every SkipReason, in order.
-var SkipReasons = [numSkipReasons]SkipReason{SkipTooLarge, SkipUnreadable, SkipUnderivable, SkipNotDurable}
+var SkipReasons = [numSkipReasons]SkipReason{SkipTooLarge, SkipUnreadable, SkipUnderivable, SkipNotDurable, SkipForgotten}
 
 // String returns the reason's label: too_large, unreadable, underivable,
-// not_durable.
+// not_durable, forgotten.
 func (r SkipReason) String() string {
 	switch r {
 	case SkipTooLarge:
@@ -118,6 +122,8 @@ func (r SkipReason) String() string {
 		return "underivable"
 	case SkipNotDurable:
 		return "not_durable"
+	case SkipForgotten:
+		return "forgotten"
 	}
 	return fmt.Sprintf("SkipReason(%d)", uint8(r))
 }

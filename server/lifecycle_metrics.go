@@ -36,7 +36,7 @@ var (
 	checkpointBytesDesc = prometheus.NewDesc(MetricCheckpointBytes,
 		"Encoded bytes of the checkpoints made durable.", nil, nil)
 	checkpointsSkippedDesc = prometheus.NewDesc(MetricCheckpointsSkipped,
-		"Checkpoints due and not written, by reason: too_large (more than the store takes in one value), unreadable (the stored checkpoint does not decode), underivable (the stored rows do not derive: damage), not_durable (retried next pass).", []string{"reason"}, nil)
+		"Checkpoints due and not written, by reason: too_large (more than the store takes in one value), unreadable (the stored checkpoint does not decode), underivable (the stored rows do not derive: damage), not_durable (retried next pass), forgotten (the ownership was lost meanwhile).", []string{"reason"}, nil)
 	checkpointLastDesc = prometheus.NewDesc(MetricCheckpointLastSuccess,
 		"Unix time the last successful checkpoint pass ended; 0 before the first.", nil, nil)
 	compactionPassesDesc = prometheus.NewDesc(MetricCompactionPasses,

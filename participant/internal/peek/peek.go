@@ -24,6 +24,10 @@ var (
 	// conversation when svc holds none), so that operations on it queue
 	// until release. queued reports how many operations wait.
 	HoldTurn func(svc any, conv oplog.ConversationID) (queued func() int, release func())
+	// TryTurn takes the turn of conversation conv of svc if it is free,
+	// without waiting; ok reports whether it did (then release gives it
+	// back). False when svc holds no such conversation.
+	TryTurn func(svc any, conv oplog.ConversationID) (release func(), ok bool)
 	// DeriveSecret is the derivation of a binding's secret from the node
 	// key and the conversation's nonce.
 	DeriveSecret func(key []byte, nonce [16]byte, c oplog.ConversationID, p oplog.ParticipantID, g oplog.Generation) [32]byte
