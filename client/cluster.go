@@ -3,7 +3,7 @@ package client
 import (
 	"context"
 	"errors"
-
+	"fmt"
 	"sync"
 	"time"
 
@@ -15,12 +15,28 @@ const DefaultAttemptTimeout = 3 * time.Second
 
 // ClusterOptions configures a Cluster. The zero value means the defaults.
 type ClusterOptions struct {
-	// Options configures the Client of every node.
+	// Options configures the Client of every node. Its OnLost is called
+	// once for a participant the Cluster can no longer use, whichever
+	// node's Client or follow-up attach found out.
 	Options
 	// AttemptTimeout bounds one attempt of an operation on one node: past
 	// it the node counts as unreachable and the operation is tried again,
 	// with the same token, on another. Default DefaultAttemptTimeout.
 	AttemptTimeout time.Duration
+	// OnFollow, if set, is called when a participant the Cluster holds
+	// lost its binding without being lost (its node went away, drained,
+	// or no longer owns its conversation) and the Cluster starts to
+	// attach it on its conversation's owner, with why; and again, with a
+	// nil error, once it is bound there. It is called without locks held
+	// and must not call the Cluster.
+	OnFollow func(cred Credential, why error)
+	// OnWait, if set, is called when an operation (or a participant's
+	// follow-up attach) cannot reach its conversation's owner and waits
+	// for one, with the conversation and why: the owner's node cannot be
+	// reached, or no node owns the conversation yet (a failover waits for
+	// the old owner's lease to expire). Called at most once per operation;
+	// without locks held; it must not call the Cluster.
+	OnWait func(conversation uint64, why error)
 }
 
 // Cluster is a client of a participantd cluster (docs/DESIGN.md, "Cluster
@@ -34,10 +50,27 @@ type ClusterOptions struct {
 // conversation's new owner serves it.
 //
 // The guarantees of Client hold across nodes: every operation keeps one
-// token on every node it is tried on, so it is applied at most once.
+// token on every node it is tried on, so it is applied at most once. An
+// attach too: the Clients of a Cluster share one attach intent per
+// participant (token and presented credential), whichever node it is sent
+// to and whichever sends it (Attach, the attach before a bound operation
+// on a new owner, a node Client's re-attachment after a reconnect), so an
+// attach that committed on a node that died before answering replays on
+// the new owner instead of being refused stale_authority.
 //
-// A Cluster owns its Clients and one goroutine per Client that forwards
-// deliveries; Close stops them all.
+// A participant the Cluster holds bound follows its conversation: when its
+// binding ends without it being lost (its node's connection ended, the
+// node drained and said bye, or it answered that it no longer owns the
+// conversation), the Cluster attaches it on the conversation's owner by
+// itself, with backoff and the latest credential, so that a reader that
+// never sends keeps receiving after a failover. Deliveries resume from the
+// durable cursor and are deduplicated on (conversation, seq) across nodes,
+// so the application sees each once, in order. Detach, Leave and the
+// participant's loss end the following.
+//
+// A Cluster owns its Clients, one goroutine per Client that forwards
+// deliveries and one per participant it is re-attaching; Close stops them
+// all.
 type Cluster struct {
 	seeds []string
 	opts  ClusterOptions
@@ -48,18 +81,34 @@ type Cluster struct {
 	wg     sync.WaitGroup
 	out    chan Delivery
 
-	// mu guards the fields below. Never held across I/O.
+	// intents is the attach in doubt of each participant, shared by every
+	// node's Client.
+	intents *intents
+	// turn is held (a value in it) by the one forwarder that dedups and
+	// sends a delivery, so that deliveries of one conversation arriving
+	// through two nodes' Clients reach out in seq order.
+	turn chan struct{}
+
+	// mu guards the fields below. Never held across I/O; taken before a
+	// Client's mu, never after.
 	mu      sync.Mutex
 	clients map[string]*Client
 	// routes is the node last known to own each conversation.
 	routes map[uint64]string
-	// holders is the node whose Client holds each participant's binding.
+	// holders is the node whose Client holds each participant's binding
+	// on a live connection: set only while it does (hold), cleared when
+	// that Client reports the binding gone (unbound).
 	holders map[key]string
 	// creds is the latest credential of each participant held.
-	creds  map[key]Credential
-	seen   map[uint64]uint64 // conversation -> highest seq delivered
-	next   int               // seed rotation
-	closed bool
+	creds map[key]Credential
+	// follow is each participant kept bound: attached again on its
+	// conversation's owner after its binding ends, until Detach, Leave or
+	// its loss. following marks those a follower goroutine runs for.
+	follow    map[key]bool
+	following map[key]bool
+	seen      map[uint64]uint64 // conversation -> highest seq delivered
+	next      int               // seed rotation
+	closed    bool
 }
 
 // DialCluster connects to the first seed that answers and returns a
@@ -74,15 +123,19 @@ func DialCluster(ctx context.Context, seeds []string, opts ClusterOptions) (*Clu
 	}
 	opts.withDefaults()
 	c := &Cluster{
-		seeds:   append([]string(nil), seeds...),
-		opts:    opts,
-		log:     opts.Logger.With().Str("component", "client-cluster").Logger(),
-		out:     make(chan Delivery, opts.DeliveryBuffer),
-		clients: make(map[string]*Client),
-		routes:  make(map[uint64]string),
-		holders: make(map[key]string),
-		creds:   make(map[key]Credential),
-		seen:    make(map[uint64]uint64),
+		seeds:     append([]string(nil), seeds...),
+		opts:      opts,
+		log:       opts.Logger.With().Str("component", "client-cluster").Logger(),
+		out:       make(chan Delivery, opts.DeliveryBuffer),
+		clients:   make(map[string]*Client),
+		routes:    make(map[uint64]string),
+		holders:   make(map[key]string),
+		creds:     make(map[key]Credential),
+		follow:    make(map[key]bool),
+		following: make(map[key]bool),
+		seen:      make(map[uint64]uint64),
+		intents:   newIntents(),
+		turn:      make(chan struct{}, 1),
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	var first error
@@ -141,8 +194,10 @@ func (c *Cluster) clientFor(ctx context.Context, addr string) (*Client, error) {
 		return cl, nil
 	}
 	c.mu.Unlock()
+	opts := c.opts.Options
+	opts.OnLost = func(cred Credential, why error) { c.lose(cred, why) }
 	dctx, cancel := context.WithTimeout(ctx, c.opts.AttemptTimeout)
-	cl, err := Dial(dctx, addr, c.opts.Options)
+	cl, err := dialClient(dctx, addr, opts, c.intents, func(cred Credential) { c.unbound(addr, cred) })
 	cancel()
 	if err != nil {
 		return nil, err
@@ -164,40 +219,60 @@ func (c *Cluster) clientFor(ctx context.Context, addr string) (*Client, error) {
 }
 
 // forward moves cl's deliveries to the Cluster's channel, deduplicated.
+// The dedup and the send happen in one turn, so that a delivery a dead
+// node's Client still had queued cannot overtake, or follow, the same
+// conversation's later deliveries through the new owner out of order.
 func (c *Cluster) forward(cl *Client) {
 	defer c.wg.Done()
 	for d := range cl.Deliveries() {
+		select {
+		case c.turn <- struct{}{}:
+		case <-c.ctx.Done():
+			return
+		}
 		c.mu.Lock()
 		dup := d.Seq <= c.seen[d.Conversation]
 		if !dup {
 			c.seen[d.Conversation] = d.Seq
 		}
 		c.mu.Unlock()
-		if dup {
-			continue
+		if !dup {
+			select {
+			case c.out <- d:
+			case <-c.ctx.Done():
+				<-c.turn
+				return
+			}
 		}
-		select {
-		case c.out <- d:
-		case <-c.ctx.Done():
-			return
-		}
+		<-c.turn
 	}
 }
 
 // attempt is one try of an operation on the node at addr.
 type attempt func(ctx context.Context, addr string, cl *Client) error
 
+// waitNotice is how long an operation waits for its conversation's owner
+// before OnWait tells the caller.
+const waitNotice = time.Second
+
 // run tries op on conversation conv's owner until it is answered by the
-// owner, following moved and skipping unreachable nodes. When ctx ends
-// after a token-bearing request may have been applied, the error is an
-// in_doubt *Error carrying the token.
+// owner, following moved and skipping unreachable nodes (one whose Client
+// fails to reconnect is skipped at once). When ctx ends after a
+// token-bearing request may have been applied, the error is an in_doubt
+// *Error carrying the token.
 func (c *Cluster) run(ctx context.Context, conv uint64, tok *Token, op attempt) error {
 	b := backoff{min: c.opts.MinBackoff, max: c.opts.MaxBackoff}
 	c.mu.Lock()
 	addr := c.routes[conv]
 	c.mu.Unlock()
-	sent := false
-	wait := func() bool { return sleep(ctx, b.next(), c.ctx.Done()) }
+	sent, told, start := false, false, time.Now()
+	wait := func(why error) bool {
+		if !told && c.opts.OnWait != nil && time.Since(start) >= waitNotice {
+			told = true
+			c.opts.OnWait(conv, why)
+		}
+		return sleep(ctx, b.next(), c.ctx.Done())
+	}
 	for {
 		if addr == "" {
 			addr = c.nextSeed()
@@ -206,14 +281,18 @@ func (c *Cluster) run(ctx context.Context, conv uint64, tok *Token, op attempt) 
 		if errors.Is(err, ErrClosed) {
 			return ErrClosed
 		}
+		if err == nil && cl.unreachable.Load() {
+			err = errors.New("its connection is down and reconnecting fails")
+		}
 		if err != nil {
 			var rej *RejectedError
 			if errors.As(err, &rej) && rej.Reason != "shutting_down" && rej.Reason != "overloaded" {
 				return err
 			}
 			c.log.Debug().Err(err).Str("addr", addr).Msg("node unreachable; trying another")
+			why := fmt.Errorf("node %s unreachable: %w", addr, err)
 			addr = ""
-			if !wait() {
+			if !wait(why) {
 				return c.ended(ctx, sent, tok)
 			}
 			continue
@@ -232,22 +311,27 @@ func (c *Cluster) run(ctx context.Context, conv uint64, tok *Token, op attempt) 
 		case ctx.Err() != nil || errors.Is(err, ErrClosed):
 			return c.ended(ctx, sent, tok)
 		case errors.As(err, &e) && e.Code == CodeMoved:
+			from := addr
 			addr = e.Owner
 			c.mu.Lock()
 			c.routes[conv] = addr
 			c.mu.Unlock()
-			if addr == "" && !wait() {
+			if addr == "" && !wait(fmt.Errorf("no node owns conversation %d yet (asked %s)", conv, from)) {
 				return c.ended(ctx, sent, tok)
 			}
 		case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &e) && (e.Code == CodeInDoubt || e.Code == CodeShuttingDown):
 			// The node did not answer in time, or is going away: the
 			// same token goes to another node.
+			why := fmt.Errorf("node %s: %w", addr, err)
+			if errors.Is(err, context.DeadlineExceeded) {
+				why = fmt.Errorf("node %s did not answer within %v", addr, c.opts.AttemptTimeout)
+			}
 			addr = ""
-			if !wait() {
+			if !wait(why) {
 				return c.ended(ctx, sent, tok)
 			}
-		case errors.Is(err, errRebind), errors.As(err, &e) && e.Code == CodeUnavailable:
-			if !wait() {
+		case errors.Is(err, errRebind), errors.Is(err, errForgotten), errors.As(err, &e) && e.Code == CodeUnavailable:
+			if !wait(fmt.Errorf("node %s: %w", addr, err)) {
 				return c.ended(ctx, sent, tok)
 			}
 		default:
@@ -270,11 +354,15 @@ func (c *Cluster) ended(ctx context.Context, sent bool, tok *Token) error {
 // latest returns the newest credential known for cred's participant: the
 // highest generation of cred itself (a caller may present one newer than
 // any this Cluster saw: the credential another session saved), the
-// recorded one and the holder Client's (its re-attachments change it).
+// recorded one, the holder Client's (its re-attachments change it) and
+// the newest any node's Client learned.
 func (c *Cluster) latest(cred Credential) Credential {
+	k := cred.key()
+	if cur, ok := c.intents.newestOf(k); ok && cur.Generation > cred.Generation {
+		cred = cur
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	k := cred.key()
 	if cur, ok := c.creds[k]; ok && cur.Generation > cred.Generation {
 		cred = cur
 	}
@@ -286,18 +374,36 @@ func (c *Cluster) latest(cred Credential) Credential {
 	return cred
 }
 
-// hold records that the Client at addr now holds cred's binding, and makes
-// the previous holder forget the participant.
-func (c *Cluster) hold(cred Credential, addr string) {
-	c.mu.Lock()
+// hold records that the Client cl, at addr, now holds cred's binding, and
+// makes every other node's Client forget the participant. It reports
+// false, recording nothing, when cl's connection holding it ended
+// meanwhile: cl then reports the binding gone (unbound), or already did.
+func (c *Cluster) hold(cred Credential, addr string, cl *Client) bool {
 	k := cred.key()
-	prev := c.holders[k]
-	c.holders[k], c.creds[k] = addr, cred
-	old := c.clients[prev]
-	c.mu.Unlock()
-	if prev != addr && old != nil {
-		old.forget(cred)
+	c.mu.Lock()
+	// cl.boundLive takes cl.mu under c.mu: a binding seen live here is
+	// reported gone by cl's supervisor only after, when c.mu is free, so
+	// unbound never misses the holder recorded here.
+	if !cl.boundLive(k) {
+		c.mu.Unlock()
+		return false
 	}
+	c.holders[k] = addr
+	if cred.Generation >= c.creds[k].Generation {
+		c.creds[k] = cred
+	}
+	c.follow[k] = true
+	var others []*Client
+	for a, o := range c.clients {
+		if a != addr {
+			others = append(others, o)
+		}
+	}
+	c.mu.Unlock()
+	for _, o := range others {
+		o.forget(cred)
+	}
+	return true
 }
 
 func (c *Cluster) holder(cred Credential) string {
@@ -308,7 +414,8 @@ func (c *Cluster) holder(cred Credential) string {
 
 // errRebind reports a bound operation answered no_binding by a node the
 // Cluster believed held the binding (the conversation moved away and back,
-// and the binding was ended meanwhile): attach again, then retry.
+// and the binding was ended meanwhile), or an attach whose connection
+// ended as it answered: attach again, then retry.
 var errRebind = errors.New("client: binding gone; attach again")
 
 // checkBound turns no_binding into errRebind, forgetting the holder.
@@ -325,7 +432,8 @@ func (c *Cluster) checkBound(err error, cred Credential, addr string) error {
 }
 
 // bindOn makes sure the Client at addr holds cred's binding, attaching it
-// there (with its latest credential) when it does not.
+// there (with its latest credential, and the participant's attach intent
+// if one is in doubt on any node) when it does not.
 func (c *Cluster) bindOn(ctx context.Context, addr string, cl *Client, cred Credential) (Credential, error) {
 	cur := c.latest(cred)
 	if c.holder(cred) == addr {
@@ -335,8 +443,101 @@ func (c *Cluster) bindOn(ctx context.Context, addr string, cl *Client, cred Cred
 	if err != nil {
 		return Credential{}, err
 	}
-	c.hold(nc, addr)
+	if !c.hold(nc, addr, cl) {
+		return Credential{}, errRebind
+	}
 	return nc, nil
+}
+
+// unbound is told by the Client at addr that the participant of cred is
+// no longer bound by it: the Cluster follows it to its conversation's
+// owner, if it keeps it bound.
+func (c *Cluster) unbound(addr string, cred Credential) {
+	k := cred.key()
+	c.mu.Lock()
+	if c.holders[k] == addr {
+		delete(c.holders, k)
+	}
+	start := c.follow[k] && !c.following[k] && !c.closed && c.holders[k] == ""
+	if start {
+		c.following[k] = true
+		c.wg.Add(1)
+	}
+	c.mu.Unlock()
+	if !start {
+		return
+	}
+	c.log.Info().Stringer("participant", cred).Str("from", addr).Msg("binding gone; following the conversation to its owner")
+	if c.opts.OnFollow != nil {
+		c.opts.OnFollow(cred, fmt.Errorf("client: binding on %s gone", addr))
+	}
+	go c.followLoop(k)
+}
+
+// followLoop attaches the participant k on its conversation's owner until
+// it is bound there (by it, or by an operation that attached it), no
+// longer followed, lost, or Close. It is owned by c.wg; unbound starts it.
+func (c *Cluster) followLoop(k key) {
+	defer c.wg.Done()
+	b := backoff{min: c.opts.MinBackoff, max: c.opts.MaxBackoff}
+	for {
+		c.mu.Lock()
+		cred := c.creds[k]
+		if c.closed || !c.follow[k] || c.holders[k] != "" {
+			bound := !c.closed && c.follow[k]
+			delete(c.following, k)
+			c.mu.Unlock()
+			if bound && c.opts.OnFollow != nil {
+				c.opts.OnFollow(c.latest(cred), nil)
+			}
+			return
+		}
+		c.mu.Unlock()
+		err := c.run(c.ctx, k.conv, nil, func(ctx context.Context, addr string, cl *Client) error {
+			_, err := c.bindOn(ctx, addr, cl, cred)
+			return err
+		})
+		switch {
+		case err == nil:
+		case c.ctx.Err() != nil:
+			c.mu.Lock()
+			delete(c.following, k)
+			c.mu.Unlock()
+			return
+		case errors.Is(err, ErrParticipantLost):
+			c.lose(c.latest(cred), err)
+		default:
+			c.log.Warn().Err(err).Stringer("participant", cred).Msg("following the conversation: attach refused; retrying")
+			if !sleep(c.ctx, b.next(), nil) {
+				c.mu.Lock()
+				delete(c.following, k)
+				c.mu.Unlock()
+				return
+			}
+		}
+	}
+}
+
+// lose records that the participant of cred is lost (why, a *LostError)
+// and calls OnLost, once.
+func (c *Cluster) lose(cred Credential, why error) {
+	k := cred.key()
+	c.mu.Lock()
+	was := c.follow[k]
+	delete(c.follow, k)
+	delete(c.holders, k)
+	c.mu.Unlock()
+	if was && c.opts.OnLost != nil {
+		c.opts.OnLost(cred, why)
+	}
+}
+
+// unfollow stops keeping the participant of cred bound (Detach, Leave).
+func (c *Cluster) unfollow(cred Credential) {
+	c.mu.Lock()
+	delete(c.follow, cred.key())
+	delete(c.holders, cred.key())
+	c.mu.Unlock()
 }
 
 // Enroll is Client.Enroll on the conversation's owner.
@@ -349,7 +550,11 @@ func (c *Cluster) Enroll(ctx context.Context, conv uint64, opts ...CallOption) (
 		cr, err := cl.Enroll(ctx, conv, append(append([]CallOption(nil), opts...), WithToken(tok))...)
 		if err == nil {
 			cred = cr
-			c.hold(cr, addr)
+			if !c.hold(cr, addr, cl) {
+				// Enrolled, its binding gone with the connection: the
+				// token replays it, then it is attached again.
+				return errRebind
+			}
 		}
 		return err
 	})
@@ -357,14 +562,18 @@ func (c *Cluster) Enroll(ctx context.Context, conv uint64, opts ...CallOption) (
 }
 
 // Attach is Client.Attach on the conversation's owner, with its options
-// (WithToken) on every node it is tried on.
+// (WithToken) on every node it is tried on. The attach is one intended
+// operation: its token and presented credential are the same on every
+// node it is tried on.
 func (c *Cluster) Attach(ctx context.Context, cred Credential, opts ...CallOption) (Credential, error) {
 	var out Credential
 	err := c.run(ctx, cred.Conversation, nil, func(ctx context.Context, addr string, cl *Client) error {
 		nc, err := cl.Attach(ctx, c.latest(cred), opts...)
 		if err == nil {
+			if !c.hold(nc, addr, cl) {
+				return errRebind
+			}
 			out = nc
-			c.hold(nc, addr)
 		}
 		return err
 	})
@@ -413,6 +622,9 @@ func (c *Cluster) Detach(ctx context.Context, cred Credential, opts ...CallOptio
 		seq, err = cl.Detach(ctx, cur, WithToken(tok))
 		return c.checkBound(err, cred, addr)
 	})
+	if err == nil {
+		c.unfollow(cred)
+	}
 	return seq, err
 }
 
@@ -425,6 +637,10 @@ func (c *Cluster) Leave(ctx context.Context, cred Credential, opts ...CallOption
 		seq, err = cl.Leave(ctx, c.latest(cred), WithToken(tok))
 		return err
 	})
+	if err == nil {
+		c.unfollow(cred)
+		c.intents.forget(cred.key())
+	}
 	return seq, err
 }
 
@@ -441,9 +657,20 @@ func (c *Cluster) Credential(conversation, participant uint64) (Credential, bool
 }
 
 // forget drops the participant of cred from this Client: its conversation
-// moved to another node, so this connection must not re-attach it.
+// moved to another node, so this connection must not re-attach it. Its
+// attach in doubt, if any, stays in the intents table: a Cluster sends it
+// to the new owner.
 func (c *Client) forget(cred Credential) {
 	c.mu.Lock()
 	delete(c.members, cred.key())
 	c.mu.Unlock()
+}
+
+// boundLive reports whether the Client holds k bound on a live
+// connection.
+func (c *Client) boundLive(k key) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m := c.members[k]
+	return m != nil && m.lost == nil && m.sess != nil && m.sess.alive()
 }
