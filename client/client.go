@@ -50,10 +50,6 @@ type Client struct {
 	// connection ended, or its conversation moved. The Cluster follows
 	// it to the conversation's owner.
 	unbound func(Credential)
-	// unreachable is set while the Client's reconnection attempts fail to
-	// connect (the node is down, draining or refusing), so that a Cluster
-	// tries another node at once rather than wait for this one.
-	unreachable atomic.Bool
 }
 
 // member is a participant the client holds.
@@ -268,11 +264,9 @@ func (c *Client) reconnect() *session {
 			if c.ctx.Err() != nil {
 				return nil
 			}
-			c.unreachable.Store(true)
 			c.log.Warn().Err(err).Msg("reconnect failed")
 			continue
 		}
-		c.unreachable.Store(false)
 		c.startReader(s)
 		if err := c.reattachAll(s); err != nil {
 			s.end(err)

@@ -256,8 +256,7 @@ type attempt func(ctx context.Context, addr string, cl *Client) error
 const waitNotice = time.Second
 
 // run tries op on conversation conv's owner until it is answered by the
-// owner, following moved and skipping unreachable nodes (one whose Client
-// fails to reconnect is skipped at once). When ctx ends after a
+// owner, following moved and skipping unreachable nodes. When ctx ends after a
 // token-bearing request may have been applied, the error is an in_doubt
 // *Error carrying the token.
 func (c *Cluster) run(ctx context.Context, conv uint64, tok *Token, op attempt) error {
@@ -266,13 +265,19 @@ func (c *Cluster) run(ctx context.Context, conv uint64, tok *Token, op attempt) 
 	addr := c.routes[conv]
 	c.mu.Unlock()
 	sent, told, start := false, false, time.Now()
+	// last is why the latest attempt did not get the operation done:
+	// what a node answered, or why none could be asked. A caller whose
+	// context ends while waiting learns it with the context's error.
+	var last error
 	wait := func(why error) bool {
+		last = why
 		if !told && c.opts.OnWait != nil && time.Since(start) >= waitNotice {
 			told = true
 			c.opts.OnWait(conv, why)
 		}
 		return sleep(ctx, b.next(), c.ctx.Done())
 	}
+	ended := func() error { return c.ended(ctx, sent, tok, conv, last) }
 	for {
 		if addr == "" {
 			addr = c.nextSeed()
@@ -280,9 +285,6 @@ func (c *Cluster) run(ctx context.Context, conv uint64, tok *Token, op attempt) 
 		cl, err := c.clientFor(ctx, addr)
 		if errors.Is(err, ErrClosed) {
 			return ErrClosed
-		}
-		if err == nil && cl.unreachable.Load() {
-			err = errors.New("its connection is down and reconnecting fails")
 		}
 		if err != nil {
 			var rej *RejectedError
@@ -293,7 +295,7 @@ func (c *Cluster) run(ctx context.Context, conv uint64, tok *Token, op attempt) 
 			why := fmt.Errorf("node %s unreachable: %w", addr, err)
 			addr = ""
 			if !wait(why) {
-				return c.ended(ctx, sent, tok)
+				return ended()
 			}
 			continue
 		}
@@ -309,7 +311,7 @@ func (c *Cluster) run(ctx context.Context, conv uint64, tok *Token, op attempt) 
 			c.mu.Unlock()
 			return nil
 		case ctx.Err() != nil || errors.Is(err, ErrClosed):
-			return c.ended(ctx, sent, tok)
+			return ended()
 		case errors.As(err, &e) && e.Code == CodeMoved:
 			from := addr
 			addr = e.Owner
@@ -317,7 +319,7 @@ func (c *Cluster) run(ctx context.Context, conv uint64, tok *Token, op attempt) 
 			c.routes[conv] = addr
 			c.mu.Unlock()
 			if addr == "" && !wait(fmt.Errorf("no node owns conversation %d yet (asked %s)", conv, from)) {
-				return c.ended(ctx, sent, tok)
+				return ended()
 			}
 		case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &e) && (e.Code == CodeInDoubt || e.Code == CodeShuttingDown):
 			// The node did not answer in time, or is going away: the
@@ -328,11 +330,11 @@ func (c *Cluster) run(ctx context.Context, conv uint64, tok *Token, op attempt) 
 			}
 			addr = ""
 			if !wait(why) {
-				return c.ended(ctx, sent, tok)
+				return ended()
 			}
 		case errors.Is(err, errRebind), errors.Is(err, errForgotten), errors.As(err, &e) && e.Code == CodeUnavailable:
 			if !wait(fmt.Errorf("node %s: %w", addr, err)) {
-				return c.ended(ctx, sent, tok)
+				return ended()
 			}
 		default:
 			return err
@@ -340,10 +342,17 @@ func (c *Cluster) run(ctx context.Context, conv uint64, tok *Token, op attempt) 
 	}
 }
 
-func (c *Cluster) ended(ctx context.Context, sent bool, tok *Token) error {
+// ended is the error of an operation on conversation conv whose ctx ended,
+// or whose Cluster closed, while it waited: ctx's error (or ErrClosed)
+// with last, why it was waiting; an in_doubt *Error carrying the token
+// when a token-bearing request may have been applied.
+func (c *Cluster) ended(ctx context.Context, sent bool, tok *Token, conv uint64, last error) error {
 	err := ctx.Err()
 	if err == nil {
 		err = ErrClosed
+	}
+	if last != nil {
+		err = fmt.Errorf("%w (waiting for the owner of conversation %d: %v)", err, conv, last)
 	}
 	if !sent || tok == nil {
 		return err
