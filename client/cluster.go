@@ -236,6 +236,11 @@ func (c *Cluster) forward(cl *Client) {
 			c.seen[d.Conversation] = d.Seq
 		}
 		c.mu.Unlock()
+		if !dup && d.Credential.Generation == 0 {
+			// Its node's Client forgot the recipient (it moved to
+			// another node): the Cluster's latest credential acks it.
+			d.Credential = c.latest(Credential{Conversation: d.Conversation, Participant: d.Recipient})
+		}
 		if !dup {
 			select {
 			case c.out <- d:
@@ -384,24 +389,28 @@ func (c *Cluster) latest(cred Credential) Credential {
 }
 
 // hold records that the Client cl, at addr, now holds cred's binding, and
-// makes every other node's Client forget the participant. It reports
-// false, recording nothing, when cl's connection holding it ended
-// meanwhile: cl then reports the binding gone (unbound), or already did.
-func (c *Cluster) hold(cred Credential, addr string, cl *Client) bool {
+// makes every other node's Client forget the participant; with want, the
+// caller's operation bound it, and the Cluster keeps it bound from now on
+// (follows it). When cl's connection holding it ended meanwhile, cl's
+// report of the binding gone (unbound) may have come already: no holder
+// is recorded, and the Cluster follows the participant as unbound would.
+func (c *Cluster) hold(cred Credential, addr string, cl *Client, want bool) {
 	k := cred.key()
 	c.mu.Lock()
-	// cl.boundLive takes cl.mu under c.mu: a binding seen live here is
-	// reported gone by cl's supervisor only after, when c.mu is free, so
-	// unbound never misses the holder recorded here.
-	if !cl.boundLive(k) {
-		c.mu.Unlock()
-		return false
-	}
-	c.holders[k] = addr
 	if cred.Generation >= c.creds[k].Generation {
 		c.creds[k] = cred
 	}
-	c.follow[k] = true
+	if want {
+		c.follow[k] = true
+	}
+	// cl.boundLive takes cl.mu under c.mu: a binding seen live here is
+	// reported gone by cl's supervisor only after, when c.mu is free, so
+	// unbound never misses the holder recorded here.
+	live := cl.boundLive(k)
+	if live {
+		c.holders[k] = addr
+	}
+	start := !live && c.startFollowLocked(k)
 	var others []*Client
 	for a, o := range c.clients {
 		if a != addr {
@@ -412,7 +421,9 @@ func (c *Cluster) hold(cred Credential, addr string, cl *Client) bool {
 	for _, o := range others {
 		o.forget(cred)
 	}
-	return true
+	if start {
+		c.followFrom(addr, cred)
+	}
 }
 
 func (c *Cluster) holder(cred Credential) string {
@@ -423,8 +434,7 @@ func (c *Cluster) holder(cred Credential) string {
 
 // errRebind reports a bound operation answered no_binding by a node the
 // Cluster believed held the binding (the conversation moved away and back,
-// and the binding was ended meanwhile), or an attach whose connection
-// ended as it answered: attach again, then retry.
+// and the binding was ended meanwhile): attach again, then retry.
 var errRebind = errors.New("client: binding gone; attach again")
 
 // checkBound turns no_binding into errRebind, forgetting the holder.
@@ -442,8 +452,8 @@ func (c *Cluster) checkBound(err error, cred Credential, addr string) error {
 
 // bindOn makes sure the Client at addr holds cred's binding, attaching it
 // there (with its latest credential, and the participant's attach intent
-// if one is in doubt on any node) when it does not.
-func (c *Cluster) bindOn(ctx context.Context, addr string, cl *Client, cred Credential) (Credential, error) {
+// if one is in doubt on any node) when it does not; want as for hold.
+func (c *Cluster) bindOn(ctx context.Context, addr string, cl *Client, cred Credential, want bool) (Credential, error) {
 	cur := c.latest(cred)
 	if c.holder(cred) == addr {
 		return cur, nil
@@ -452,9 +462,7 @@ func (c *Cluster) bindOn(ctx context.Context, addr string, cl *Client, cred Cred
 	if err != nil {
 		return Credential{}, err
 	}
-	if !c.hold(nc, addr, cl) {
-		return Credential{}, errRebind
-	}
+	c.hold(nc, addr, cl, want)
 	return nc, nil
 }
 
@@ -467,20 +475,33 @@ func (c *Cluster) unbound(addr string, cred Credential) {
 	if c.holders[k] == addr {
 		delete(c.holders, k)
 	}
+	start := c.startFollowLocked(k)
+	c.mu.Unlock()
+	if start {
+		c.followFrom(addr, cred)
+	}
+}
+
+// startFollowLocked reports whether a follower of k must start (it is
+// followed, held nowhere, and none runs), and if so counts it as running.
+// c.mu is held.
+func (c *Cluster) startFollowLocked(k key) bool {
 	start := c.follow[k] && !c.following[k] && !c.closed && c.holders[k] == ""
 	if start {
 		c.following[k] = true
 		c.wg.Add(1)
 	}
-	c.mu.Unlock()
-	if !start {
-		return
-	}
+	return start
+}
+
+// followFrom runs the follower of cred's participant, whose binding on
+// addr is gone; startFollowLocked counted it.
+func (c *Cluster) followFrom(addr string, cred Credential) {
 	c.log.Info().Stringer("participant", cred).Str("from", addr).Msg("binding gone; following the conversation to its owner")
 	if c.opts.OnFollow != nil {
 		c.opts.OnFollow(cred, fmt.Errorf("client: binding on %s gone", addr))
 	}
-	go c.followLoop(k)
+	go c.followLoop(cred.key())
 }
 
 // followLoop attaches the participant k on its conversation's owner until
@@ -503,11 +524,17 @@ func (c *Cluster) followLoop(k key) {
 		}
 		c.mu.Unlock()
 		err := c.run(c.ctx, k.conv, nil, func(ctx context.Context, addr string, cl *Client) error {
-			_, err := c.bindOn(ctx, addr, cl, cred)
+			c.mu.Lock()
+			want := c.follow[k]
+			c.mu.Unlock()
+			if !want { // Detach or Leave meanwhile
+				return errUnfollowed
+			}
+			_, err := c.bindOn(ctx, addr, cl, cred, false)
 			return err
 		})
 		switch {
-		case err == nil:
+		case err == nil, errors.Is(err, errUnfollowed):
 		case c.ctx.Err() != nil:
 			c.mu.Lock()
 			delete(c.following, k)
@@ -526,6 +553,9 @@ func (c *Cluster) followLoop(k key) {
 		}
 	}
 }
+
+// errUnfollowed stops a follower whose participant was detached or left.
+var errUnfollowed = errors.New("client: participant no longer followed")
 
 // lose records that the participant of cred is lost (why, a *LostError)
 // and calls OnLost, once.
@@ -559,11 +589,7 @@ func (c *Cluster) Enroll(ctx context.Context, conv uint64, opts ...CallOption) (
 		cr, err := cl.Enroll(ctx, conv, append(append([]CallOption(nil), opts...), WithToken(tok))...)
 		if err == nil {
 			cred = cr
-			if !c.hold(cr, addr, cl) {
-				// Enrolled, its binding gone with the connection: the
-				// token replays it, then it is attached again.
-				return errRebind
-			}
+			c.hold(cr, addr, cl, true)
 		}
 		return err
 	})
@@ -579,9 +605,7 @@ func (c *Cluster) Attach(ctx context.Context, cred Credential, opts ...CallOptio
 	err := c.run(ctx, cred.Conversation, nil, func(ctx context.Context, addr string, cl *Client) error {
 		nc, err := cl.Attach(ctx, c.latest(cred), opts...)
 		if err == nil {
-			if !c.hold(nc, addr, cl) {
-				return errRebind
-			}
+			c.hold(nc, addr, cl, true)
 			out = nc
 		}
 		return err
@@ -595,7 +619,7 @@ func (c *Cluster) Tell(ctx context.Context, cred Credential, payload []byte, opt
 	tok := tokenOf(opts)
 	var seq uint64
 	err := c.run(ctx, cred.Conversation, &tok, func(ctx context.Context, addr string, cl *Client) error {
-		cur, err := c.bindOn(ctx, addr, cl, cred)
+		cur, err := c.bindOn(ctx, addr, cl, cred, true)
 		if err != nil {
 			return err
 		}
@@ -609,7 +633,7 @@ func (c *Cluster) Tell(ctx context.Context, cred Credential, payload []byte, opt
 func (c *Cluster) Ack(ctx context.Context, cred Credential, through uint64) (uint64, error) {
 	var cursor uint64
 	err := c.run(ctx, cred.Conversation, nil, func(ctx context.Context, addr string, cl *Client) error {
-		cur, err := c.bindOn(ctx, addr, cl, cred)
+		cur, err := c.bindOn(ctx, addr, cl, cred, true)
 		if err != nil {
 			return err
 		}
@@ -624,7 +648,7 @@ func (c *Cluster) Detach(ctx context.Context, cred Credential, opts ...CallOptio
 	tok := tokenOf(opts)
 	var seq uint64
 	err := c.run(ctx, cred.Conversation, &tok, func(ctx context.Context, addr string, cl *Client) error {
-		cur, err := c.bindOn(ctx, addr, cl, cred)
+		cur, err := c.bindOn(ctx, addr, cl, cred, true)
 		if err != nil {
 			return err
 		}
