@@ -34,8 +34,9 @@ type ClusterOptions struct {
 	// follow-up attach) cannot reach its conversation's owner and waits
 	// for one, with the conversation and why: the owner's node cannot be
 	// reached, or no node owns the conversation yet (a failover waits for
-	// the old owner's lease to expire). Called at most once per operation;
-	// without locks held; it must not call the Cluster.
+	// the old owner's lease to expire). Called once per operation that
+	// has waited longer than a second, without locks held; it must not
+	// call the Cluster.
 	OnWait func(conversation uint64, why error)
 }
 
