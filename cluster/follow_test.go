@@ -101,16 +101,26 @@ func TestCluster_AttachInDoubtReplaysOnTheNewOwner(t *testing.T) {
 // conversation's owner is lost, abruptly (listener and connections cut,
 // nothing released) or by a graceful drain (bye, ownership released):
 // every record told, before and after, reaches the application once, in
-// seq order.
+// seq order. So does a reader whose node loses its lease while the
+// connection stays up: the node forgets the binding without a word, and
+// only the reader's binding check (an ack at its cursor, which changes
+// nothing) finds it gone.
 func TestCluster_ReaderFollowsItsConversation(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		lose func(t *testing.T, d *daemon)
+		name  string
+		check time.Duration // the reader's BindingCheckInterval
+		lose  func(t *testing.T, d *daemon, lease clientv3.LeaseID)
 	}{
-		{"owner killed", func(t *testing.T, d *daemon) { d.srv.Abandon(); d.cancel() }},
-		{"owner drained", func(t *testing.T, d *daemon) {
+		{"owner killed", -1, func(t *testing.T, d *daemon, _ clientv3.LeaseID) { d.srv.Abandon(); d.cancel() }},
+		{"owner drained", -1, func(t *testing.T, d *daemon, _ clientv3.LeaseID) {
 			if err := d.shutdown(); err != nil {
 				t.Fatalf("drain = %v", err)
+			}
+		}},
+		{"owner's lease lost", 500 * time.Millisecond, func(t *testing.T, _ *daemon, lease clientv3.LeaseID) {
+			cli := etcdClient(t)
+			if _, err := cli.Revoke(context.Background(), lease); err != nil {
+				t.Fatalf("revoke the owner's lease: %v", err)
 			}
 		}},
 	} {
@@ -122,7 +132,9 @@ func TestCluster_ReaderFollowsItsConversation(t *testing.T) {
 			defer cancel()
 			const conv = 42
 
-			readers, err := client.DialCluster(ctx, seeds, fastCluster)
+			ropts := fastCluster
+			ropts.BindingCheckInterval = tc.check
+			readers, err := client.DialCluster(ctx, seeds, ropts)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -143,9 +155,10 @@ func TestCluster_ReaderFollowsItsConversation(t *testing.T) {
 			}
 			r := readRecords(readers)
 			var told []string
+			via := writers
 			tell := func(p string) {
 				t.Helper()
-				if err := tellOnce(ctx, writers, writer, p); err != nil {
+				if err := tellOnce(ctx, via, writer, p); err != nil {
 					t.Fatal(err)
 				}
 				told = append(told, p)
@@ -155,7 +168,7 @@ func TestCluster_ReaderFollowsItsConversation(t *testing.T) {
 			}
 			r.await(t, ctx, told)
 
-			owner := ownerOf(t, pfx, conv)
+			owner, lease := ownerOf(t, pfx, conv)
 			victim := -1
 			for i, d := range nodes {
 				if d.srv.Addr().String() == owner {
@@ -165,7 +178,15 @@ func TestCluster_ReaderFollowsItsConversation(t *testing.T) {
 			if victim < 0 {
 				t.Fatalf("owner %q is no node of the test", owner)
 			}
-			tc.lose(t, nodes[victim])
+			tc.lose(t, nodes[victim], lease)
+			// The tells after go through the survivor alone, which
+			// claims the conversation at the first.
+			via, err = client.DialCluster(ctx, []string{seeds[1-victim]}, wopts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer via.Close()
+			writer, _ = writers.Credential(writer.Conversation, writer.Participant)
 			for i := range 10 {
 				tell(fmt.Sprintf("after/%d", i))
 			}
@@ -273,15 +294,11 @@ func (r *records) awaitConv(t *testing.T, ctx context.Context, conv uint64, want
 	}
 }
 
-// ownerOf returns the advertised address of the owner of conv under pfx.
-func ownerOf(t *testing.T, pfx string, conv uint64) string {
+// ownerOf returns the advertised address of the owner of conv under pfx,
+// and the lease it owns it under.
+func ownerOf(t *testing.T, pfx string, conv uint64) (string, clientv3.LeaseID) {
 	t.Helper()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: shared.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
-	resp, err := cli.Get(context.Background(), fmt.Sprintf("%sown/%d", pfx, conv))
+	resp, err := etcdClient(t).Get(context.Background(), fmt.Sprintf("%sown/%d", pfx, conv))
 	if err != nil || len(resp.Kvs) != 1 {
 		t.Fatalf("owner of %d: %v, %d keys", conv, err, len(resp.Kvs))
 	}
@@ -289,5 +306,16 @@ func ownerOf(t *testing.T, pfx string, conv uint64) string {
 	if err := jsonUnmarshal(resp.Kvs[0].Value, &rec); err != nil {
 		t.Fatal(err)
 	}
-	return rec.Addr
+	return rec.Addr, clientv3.LeaseID(resp.Kvs[0].Lease)
+}
+
+// etcdClient returns a client of the shared etcd, closed at the test's end.
+func etcdClient(t *testing.T) *clientv3.Client {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: shared.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
 }
