@@ -14,46 +14,6 @@ import (
 	"github.com/participantd/participantd/wire"
 )
 
-// attachIntent is one intended attach: the credential it presents stays
-// the same on every retry, and so does its token, but for one renewal:
-// a token refused token_expired is replaced once by a fresh one (see
-// renewExpiredLocked). Its fields are guarded by Client.mu.
-type attachIntent struct {
-	token     Token
-	presented Credential
-	sentOn    map[uint64]bool // session ordinals token was sent on
-	// intended marks a token OnIntent accepted; a token is sent only
-	// once it is intended.
-	intended bool
-	// renewed marks an intent whose first token expired and was
-	// replaced; a second token_expired loses the participant.
-	renewed bool
-	// supplied marks a token the caller gave (WithToken): it may have
-	// been sent by another process, so a replay marked bound names a
-	// binding that is not this client's, and it is never renewed.
-	supplied bool
-}
-
-// renewExpiredLocked replaces in's token, refused token_expired, with a
-// fresh one and reports whether it did: at most once per intent, and
-// never for a token the caller supplied, whose meaning is the caller's.
-//
-// Safe because an attach presents a credential: if an earlier send of
-// the expired token committed, the presented generation is no longer the
-// current one and the new token's attach is refused stale_authority
-// (nothing done; lost, as the minted secret never arrived); if none
-// committed, the new token's attach is the first to. It never commits
-// twice. The new token has gone out on no session yet, and is sent only
-// after OnIntent accepts it. c.mu is held.
-func (in *attachIntent) renewExpiredLocked() bool {
-	if in.supplied || in.renewed {
-		return false
-	}
-	in.token, in.renewed, in.intended = NewToken(), true, false
-	in.sentOn = make(map[uint64]bool)
-	return true
-}
-
 // reattachAll attaches, on s, every member that wants a binding and does not
 // hold one there, then publishes s. A member whose attach is refused is
 // marked lost and skipped; losing s is an error.
@@ -104,7 +64,11 @@ func (c *Client) reattachAll(s *session) error {
 			case errors.Is(err, ErrMoved):
 				// Its conversation is served by another node now: this
 				// connection no longer holds it (Cluster attaches it there).
-				c.forget(c.credential(m))
+				cred := c.credential(m)
+				c.forget(cred)
+				c.unboundAll([]Credential{cred})
+			case errors.Is(err, errForgotten):
+				// A Cluster moved it to another node's Client meanwhile.
 			case errors.Is(err, ErrBacklogFull):
 				c.log.Warn().Err(err).Stringer("participant", c.credential(m)).
 					Msg("re-attach deferred: backlog full")
@@ -158,7 +122,11 @@ func (c *Client) retryAttach(s *session, m *member) {
 			}
 			return
 		case errors.Is(err, ErrMoved):
-			c.forget(c.credential(m))
+			cred := c.credential(m)
+			c.forget(cred)
+			c.unboundAll([]Credential{cred})
+			return
+		case errors.Is(err, errForgotten):
 			return
 		case !errors.Is(err, ErrBacklogFull):
 			c.log.Warn().Err(err).Stringer("participant", c.credential(m)).Msg("deferred re-attach refused; retrying")
@@ -166,13 +134,19 @@ func (c *Client) retryAttach(s *session, m *member) {
 	}
 }
 
+// errForgotten is an attach of a member the Client no longer holds: it
+// left, or its Cluster moved it to another node's Client.
+var errForgotten = errors.New("client: participant no longer held by this connection")
+
 // attachOn attaches m on s, retrying in_doubt on s and backlog_full for
 // backlogWait (as callOnWait), and returns the new credential. It returns
-// errLost if s ends first; a refusal that makes the credential unusable
-// marks m lost and returns its *LostError. A refusal that commits nothing
-// (backlog_full, unavailable, ...) keeps m's intent: the next attempt
-// sends the same token and presented credential. A token_expired refusal
-// renews the intent's token once (renewExpiredLocked) and tries again.
+// errLost if s ends first, errForgotten if m is no longer held; a refusal
+// that makes the credential unusable marks m lost and returns its
+// *LostError. A refusal that commits nothing (backlog_full, unavailable,
+// moved, ...) keeps the participant's intent: the next attempt, on this
+// node or, in a Cluster, on any other, sends the same token and presented
+// credential. A token_expired refusal renews the intent's token once
+// (renewExpiredLocked) and tries again.
 func (c *Client) attachOn(ctx context.Context, s *session, m *member, backlogWait time.Duration) (Credential, error) {
 	m.attachMu.Lock()
 	defer m.attachMu.Unlock()
@@ -184,6 +158,11 @@ func (c *Client) attachOn(ctx context.Context, s *session, m *member, backlogWai
 			c.mu.Unlock()
 			return Credential{}, err
 		}
+		if c.members[m.cred.key()] != m {
+			m.nextToken = nil
+			c.mu.Unlock()
+			return Credential{}, errForgotten
+		}
 		if m.sess == s && s.alive() {
 			// Bound here already: a supplied token is not needed, and
 			// must not name a later attach.
@@ -192,16 +171,10 @@ func (c *Client) attachOn(ctx context.Context, s *session, m *member, backlogWai
 			c.mu.Unlock()
 			return cred, nil
 		}
-		in := m.intent
-		if in == nil {
-			in = &attachIntent{token: NewToken(), presented: m.cred, sentOn: make(map[uint64]bool)}
-			if m.nextToken != nil {
-				in.token, in.supplied, m.nextToken = *m.nextToken, true, nil
-			}
-			m.intent = in
-		}
-		p, tok, intended := in.presented, in.token, in.intended
+		cur, supplied := m.cred, m.nextToken
+		m.nextToken = nil
 		c.mu.Unlock()
+		in, p, tok, intended := c.intents.intend(cur, supplied)
 
 		// OnIntent sees every token before its first send: an intent's
 		// first, and the one that renewed it.
@@ -210,18 +183,11 @@ func (c *Client) attachOn(ctx context.Context, s *session, m *member, backlogWai
 				// An intent never sent is in doubt nowhere: drop it. A
 				// renewed one is kept with its renewal spent; the next
 				// attempt asks OnIntent again.
-				c.mu.Lock()
-				if m.intent == in && !in.renewed {
-					m.intent = nil
-				}
-				c.mu.Unlock()
+				c.intents.drop(in, func(in *attachIntent) bool { return in.renewed })
 				return Credential{}, err
 			}
 		}
-		c.mu.Lock()
-		in.intended = true
-		in.sentOn[s.seq] = true
-		c.mu.Unlock()
+		c.intents.sending(in, s)
 
 		ans, err := c.callOnWait(ctx, s, &wire.Attach{Conversation: p.Conversation, Participant: p.Participant,
 			Generation: p.Generation, Secret: p.Secret, Token: tok}, backlogWait)
@@ -230,14 +196,22 @@ func (c *Client) attachOn(ctx context.Context, s *session, m *member, backlogWai
 		}
 		switch a := ans.(type) {
 		case *wire.Attached:
-			c.mu.Lock()
-			m.cred.Generation, m.cred.Secret = a.Generation, a.Secret
-			m.intent = nil
-			m.cursor = max(m.cursor, a.Cursor)
+			minted := Credential{Conversation: p.Conversation, Participant: p.Participant, Generation: a.Generation, Secret: a.Secret}
 			// A replay marked bound names a binding made by this token;
-			// it is this session's only if the token never went out on
-			// another one.
-			here := a.Replay == nil || (*a.Replay == wire.ReplayBound && len(in.sentOn) == 1 && !in.supplied)
+			// it is this session's only if the token went out on no
+			// other session, of this Client or of any other of its
+			// Cluster.
+			only := c.intents.settle(in, s, minted)
+			c.mu.Lock()
+			newer := minted.Generation >= m.cred.Generation
+			if newer {
+				m.cred = minted
+			}
+			m.cursor = max(m.cursor, a.Cursor)
+			// Bound on s only while s is alive, under c.mu: the
+			// supervisor, which looks under c.mu once s is dead, then
+			// sees the binding end with s.
+			here := newer && s.alive() && (a.Replay == nil || (*a.Replay == wire.ReplayBound && only))
 			if here {
 				m.sess = s
 			} else {
@@ -249,18 +223,16 @@ func (c *Client) attachOn(ctx context.Context, s *session, m *member, backlogWai
 			if here {
 				return cred, nil
 			}
+			if !s.alive() {
+				return Credential{}, errLost
+			}
 			// The attach committed, but its binding is elsewhere or gone:
 			// attach again with the credential it minted.
 		case *wire.Error:
 			e := fromWire(a)
-			if e.Code == CodeTokenExpired {
-				c.mu.Lock()
-				renewed := m.intent == in && in.renewExpiredLocked()
-				c.mu.Unlock()
-				if renewed {
-					c.log.Info().Stringer("participant", p).Msg("attach token expired; retrying with a new token")
-					continue
-				}
+			if e.Code == CodeTokenExpired && c.intents.renew(in) {
+				c.log.Info().Stringer("participant", p).Msg("attach token expired; retrying with a new token")
+				continue
 			}
 			switch e.Code {
 			case CodeReceiptExpired, CodeStaleAuthority, CodeRetired, CodeUnknownParticipant,
@@ -269,9 +241,10 @@ func (c *Client) attachOn(ctx context.Context, s *session, m *member, backlogWai
 				// that the caller supplied, whose earlier sends may
 				// have committed (and moved the credential on).
 				CodeTokenExpired, CodeTokenInvalid:
+				c.intents.settle(in, s, Credential{})
 				lost := &LostError{Conversation: p.Conversation, Participant: p.Participant, Err: e}
 				c.mu.Lock()
-				m.lost, m.intent, m.sess = lost, nil, nil
+				m.lost, m.sess = lost, nil
 				c.mu.Unlock()
 				return Credential{}, lost
 			}

@@ -40,6 +40,16 @@ type Client struct {
 	members map[key]*member
 	seen    map[uint64]uint64 // conversation -> highest seq delivered
 	closed  bool
+
+	// intents is the attach in doubt of each participant: the Client's
+	// own, or its Cluster's, shared by all of the Cluster's Clients.
+	intents *intents
+	// unbound, set by a Cluster, is told (without locks held) of each
+	// participant that wants a binding and that this Client no longer
+	// holds bound and will not bind again by itself on this node: its
+	// connection ended, or its conversation moved. The Cluster follows
+	// it to the conversation's owner.
+	unbound func(Credential)
 }
 
 // member is a participant the client holds.
@@ -50,11 +60,10 @@ type member struct {
 
 	// Guarded by Client.mu.
 	cred      Credential
-	wantBound bool          // re-attach after a reconnect
-	sess      *session      // the session holding its binding, nil if none
-	intent    *attachIntent // an attach sent whose outcome is unknown
-	// nextToken, when set, is the token the next new intent uses (Attach
-	// with WithToken).
+	wantBound bool     // re-attach after a reconnect
+	sess      *session // the session holding its binding, nil if none
+	// nextToken, when set, is the token of the next new intent (Attach
+	// with WithToken), consumed by the next attempt.
 	nextToken *Token
 	lost      error  // a *LostError once the participant is lost
 	cursor    uint64 // the durable cursor, as last answered
@@ -67,11 +76,19 @@ type member struct {
 // background.
 func Dial(ctx context.Context, addr string, opts Options) (*Client, error) {
 	opts.withDefaults()
+	return dialClient(ctx, addr, opts, newIntents(), nil)
+}
+
+// dialClient is Dial with the intents table to use and the unbound hook
+// (both a Cluster's). opts has its defaults.
+func dialClient(ctx context.Context, addr string, opts Options, in *intents, unbound func(Credential)) (*Client, error) {
 	s, err := dial(ctx, addr, &opts, 1)
 	if err != nil {
 		return nil, err
 	}
 	c := &Client{
+		intents: in,
+		unbound: unbound,
 		addr:    addr,
 		opts:    opts,
 		log:     opts.Logger.With().Str("component", "client").Str("addr", addr).Logger(),
@@ -199,9 +216,20 @@ func (c *Client) supervise(s *session) {
 		}
 		c.mu.Lock()
 		c.unpublishLocked(s)
+		// Every binding of s ended with it. attachOn binds a member on s
+		// only while s is alive, under c.mu, so none is missed here.
+		var gone []Credential
+		for _, m := range c.members {
+			if m.sess == s && m.wantBound && m.lost == nil {
+				gone = append(gone, m.cred)
+			}
+		}
 		c.mu.Unlock()
 		if c.ctx.Err() == nil && c.opts.OnDisconnect != nil {
 			c.opts.OnDisconnect(s.reason())
+		}
+		if c.ctx.Err() == nil {
+			c.unboundAll(gone)
 		}
 		if s = c.reconnect(); s == nil {
 			return
@@ -274,14 +302,32 @@ func (c *Client) lostCallback(m *member, err error) {
 
 // noticeRefusal looks at the refusal e of a request that needed the
 // binding of the participant k at generation gen, sent on s. When the
-// client believed that binding was on s, the refusal shows it is gone
-// (superseded, or the participant left): the participant is marked lost,
-// OnLost is called, and the *LostError is returned. Otherwise e is
-// returned as is.
+// client believed that binding was on s, the refusal shows it is gone:
+//
+//   - moved: this node no longer serves the conversation. The participant
+//     is no longer bound here; a Cluster follows it to the new owner (a
+//     plain Client re-attaches it on its next connection, which forgets
+//     it if the conversation is still elsewhere). e is returned.
+//   - no_binding at the current generation, for a Cluster's Client: the
+//     node ended the binding without a newer attach (its conversation
+//     moved away and back); the Cluster attaches it again. e is returned.
+//   - otherwise (superseded, or the participant left) the participant is
+//     marked lost, OnLost is called, and the *LostError is returned.
+//
+// Any other e is returned as is.
 func (c *Client) noticeRefusal(s *session, k key, gen uint64, e *Error) error {
 	var why error
 	switch e.Code {
-	case CodeStaleAuthority, CodeNoBinding:
+	case CodeMoved:
+		c.noticeUnbound(s, k, gen)
+		return e
+	case CodeNoBinding:
+		if c.unbound != nil {
+			c.noticeUnbound(s, k, gen)
+			return e
+		}
+		why = fmt.Errorf("%w: %w", ErrBindingSuperseded, e)
+	case CodeStaleAuthority:
 		why = fmt.Errorf("%w: %w", ErrBindingSuperseded, e)
 	case CodeRetired, CodeUnknownParticipant:
 		why = e
@@ -290,7 +336,7 @@ func (c *Client) noticeRefusal(s *session, k key, gen uint64, e *Error) error {
 	}
 	c.mu.Lock()
 	m := c.members[k]
-	if m == nil || m.lost != nil || m.sess != s || m.intent != nil || m.cred.Generation != gen {
+	if m == nil || m.lost != nil || m.sess != s || c.intents.inDoubt(k) || m.cred.Generation != gen {
 		c.mu.Unlock()
 		return e
 	}
@@ -300,6 +346,33 @@ func (c *Client) noticeRefusal(s *session, k key, gen uint64, e *Error) error {
 	c.log.Warn().Err(lost).Msg("participant lost")
 	c.lostCallback(m, lost)
 	return lost
+}
+
+// noticeUnbound records that the participant k, believed bound on s at
+// generation gen, is not bound there any more, and tells the Cluster.
+func (c *Client) noticeUnbound(s *session, k key, gen uint64) {
+	c.mu.Lock()
+	m := c.members[k]
+	if m == nil || m.lost != nil || m.sess != s || m.cred.Generation != gen {
+		c.mu.Unlock()
+		return
+	}
+	m.sess = nil
+	cred := m.cred
+	c.mu.Unlock()
+	c.log.Info().Stringer("participant", cred).Msg("binding gone from this node")
+	c.unboundAll([]Credential{cred})
+}
+
+// unboundAll tells the Cluster, if any, that the participants of creds
+// are not bound by this Client any more.
+func (c *Client) unboundAll(creds []Credential) {
+	if c.unbound == nil {
+		return
+	}
+	for _, cred := range creds {
+		c.unbound(cred)
+	}
 }
 
 // checkBindings probes, every BindingCheckInterval, the binding of each
@@ -324,7 +397,7 @@ func (c *Client) checkBindings() {
 		s := c.cur
 		var probes []probe
 		for k, m := range c.members {
-			if s != nil && m.sess == s && m.lost == nil && m.intent == nil {
+			if s != nil && m.sess == s && m.lost == nil && !c.intents.inDoubt(k) {
 				probes = append(probes, probe{k, m.cred.Generation, m.cursor})
 			}
 		}

@@ -3,7 +3,7 @@ package client
 import (
 	"context"
 	"errors"
-
+	"fmt"
 	"sync"
 	"time"
 
@@ -15,12 +15,29 @@ const DefaultAttemptTimeout = 3 * time.Second
 
 // ClusterOptions configures a Cluster. The zero value means the defaults.
 type ClusterOptions struct {
-	// Options configures the Client of every node.
+	// Options configures the Client of every node. Its OnLost is called
+	// once for a participant the Cluster can no longer use, whichever
+	// node's Client or follow-up attach found out.
 	Options
 	// AttemptTimeout bounds one attempt of an operation on one node: past
 	// it the node counts as unreachable and the operation is tried again,
 	// with the same token, on another. Default DefaultAttemptTimeout.
 	AttemptTimeout time.Duration
+	// OnFollow, if set, is called when a participant the Cluster holds
+	// lost its binding without being lost (its node went away, drained,
+	// or no longer owns its conversation) and the Cluster starts to
+	// attach it on its conversation's owner, with why; and again, with a
+	// nil error, once it is bound there. It is called without locks held
+	// and must not call the Cluster.
+	OnFollow func(cred Credential, why error)
+	// OnWait, if set, is called when an operation (or a participant's
+	// follow-up attach) cannot reach its conversation's owner and waits
+	// for one, with the conversation and why: the owner's node cannot be
+	// reached, or no node owns the conversation yet (a failover waits for
+	// the old owner's lease to expire). Called once per operation that
+	// has waited longer than a second, without locks held; it must not
+	// call the Cluster.
+	OnWait func(conversation uint64, why error)
 }
 
 // Cluster is a client of a participantd cluster (docs/DESIGN.md, "Cluster
@@ -34,10 +51,27 @@ type ClusterOptions struct {
 // conversation's new owner serves it.
 //
 // The guarantees of Client hold across nodes: every operation keeps one
-// token on every node it is tried on, so it is applied at most once.
+// token on every node it is tried on, so it is applied at most once. An
+// attach too: the Clients of a Cluster share one attach intent per
+// participant (token and presented credential), whichever node it is sent
+// to and whichever sends it (Attach, the attach before a bound operation
+// on a new owner, a node Client's re-attachment after a reconnect), so an
+// attach that committed on a node that died before answering replays on
+// the new owner instead of being refused stale_authority.
 //
-// A Cluster owns its Clients and one goroutine per Client that forwards
-// deliveries; Close stops them all.
+// A participant the Cluster holds bound follows its conversation: when its
+// binding ends without it being lost (its node's connection ended, the
+// node drained and said bye, or it answered that it no longer owns the
+// conversation), the Cluster attaches it on the conversation's owner by
+// itself, with backoff and the latest credential, so that a reader that
+// never sends keeps receiving after a failover. Deliveries resume from the
+// durable cursor and are deduplicated on (conversation, seq) across nodes,
+// so the application sees each once, in order. Detach, Leave and the
+// participant's loss end the following.
+//
+// A Cluster owns its Clients, one goroutine per Client that forwards
+// deliveries and one per participant it is re-attaching; Close stops them
+// all.
 type Cluster struct {
 	seeds []string
 	opts  ClusterOptions
@@ -48,18 +82,34 @@ type Cluster struct {
 	wg     sync.WaitGroup
 	out    chan Delivery
 
-	// mu guards the fields below. Never held across I/O.
+	// intents is the attach in doubt of each participant, shared by every
+	// node's Client.
+	intents *intents
+	// turn is held (a value in it) by the one forwarder that dedups and
+	// sends a delivery, so that deliveries of one conversation arriving
+	// through two nodes' Clients reach out in seq order.
+	turn chan struct{}
+
+	// mu guards the fields below. Never held across I/O; taken before a
+	// Client's mu, never after.
 	mu      sync.Mutex
 	clients map[string]*Client
 	// routes is the node last known to own each conversation.
 	routes map[uint64]string
-	// holders is the node whose Client holds each participant's binding.
+	// holders is the node whose Client holds each participant's binding
+	// on a live connection: set only while it does (hold), cleared when
+	// that Client reports the binding gone (unbound).
 	holders map[key]string
 	// creds is the latest credential of each participant held.
-	creds  map[key]Credential
-	seen   map[uint64]uint64 // conversation -> highest seq delivered
-	next   int               // seed rotation
-	closed bool
+	creds map[key]Credential
+	// follow is each participant kept bound: attached again on its
+	// conversation's owner after its binding ends, until Detach, Leave or
+	// its loss. following marks those a follower goroutine runs for.
+	follow    map[key]bool
+	following map[key]bool
+	seen      map[uint64]uint64 // conversation -> highest seq delivered
+	next      int               // seed rotation
+	closed    bool
 }
 
 // DialCluster connects to the first seed that answers and returns a
@@ -74,15 +124,19 @@ func DialCluster(ctx context.Context, seeds []string, opts ClusterOptions) (*Clu
 	}
 	opts.withDefaults()
 	c := &Cluster{
-		seeds:   append([]string(nil), seeds...),
-		opts:    opts,
-		log:     opts.Logger.With().Str("component", "client-cluster").Logger(),
-		out:     make(chan Delivery, opts.DeliveryBuffer),
-		clients: make(map[string]*Client),
-		routes:  make(map[uint64]string),
-		holders: make(map[key]string),
-		creds:   make(map[key]Credential),
-		seen:    make(map[uint64]uint64),
+		seeds:     append([]string(nil), seeds...),
+		opts:      opts,
+		log:       opts.Logger.With().Str("component", "client-cluster").Logger(),
+		out:       make(chan Delivery, opts.DeliveryBuffer),
+		clients:   make(map[string]*Client),
+		routes:    make(map[uint64]string),
+		holders:   make(map[key]string),
+		creds:     make(map[key]Credential),
+		follow:    make(map[key]bool),
+		following: make(map[key]bool),
+		seen:      make(map[uint64]uint64),
+		intents:   newIntents(),
+		turn:      make(chan struct{}, 1),
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	var first error
@@ -141,8 +195,10 @@ func (c *Cluster) clientFor(ctx context.Context, addr string) (*Client, error) {
 		return cl, nil
 	}
 	c.mu.Unlock()
+	opts := c.opts.Options
+	opts.OnLost = func(cred Credential, why error) { c.lose(cred, why) }
 	dctx, cancel := context.WithTimeout(ctx, c.opts.AttemptTimeout)
-	cl, err := Dial(dctx, addr, c.opts.Options)
+	cl, err := dialClient(dctx, addr, opts, c.intents, func(cred Credential) { c.unbound(addr, cred) })
 	cancel()
 	if err != nil {
 		return nil, err
@@ -164,40 +220,70 @@ func (c *Cluster) clientFor(ctx context.Context, addr string) (*Client, error) {
 }
 
 // forward moves cl's deliveries to the Cluster's channel, deduplicated.
+// The dedup and the send happen in one turn, so that a delivery a dead
+// node's Client still had queued cannot overtake, or follow, the same
+// conversation's later deliveries through the new owner out of order.
 func (c *Cluster) forward(cl *Client) {
 	defer c.wg.Done()
 	for d := range cl.Deliveries() {
+		select {
+		case c.turn <- struct{}{}:
+		case <-c.ctx.Done():
+			return
+		}
 		c.mu.Lock()
 		dup := d.Seq <= c.seen[d.Conversation]
 		if !dup {
 			c.seen[d.Conversation] = d.Seq
 		}
 		c.mu.Unlock()
-		if dup {
-			continue
+		if !dup && d.Credential.Generation == 0 {
+			// Its node's Client forgot the recipient (it moved to
+			// another node): the Cluster's latest credential acks it.
+			d.Credential = c.latest(Credential{Conversation: d.Conversation, Participant: d.Recipient})
 		}
-		select {
-		case c.out <- d:
-		case <-c.ctx.Done():
-			return
+		if !dup {
+			select {
+			case c.out <- d:
+			case <-c.ctx.Done():
+				<-c.turn
+				return
+			}
 		}
+		<-c.turn
 	}
 }
 
 // attempt is one try of an operation on the node at addr.
 type attempt func(ctx context.Context, addr string, cl *Client) error
 
+// waitNotice is how long an operation waits for its conversation's owner
+// before OnWait tells the caller.
+const waitNotice = time.Second
+
 // run tries op on conversation conv's owner until it is answered by the
-// owner, following moved and skipping unreachable nodes. When ctx ends
-// after a token-bearing request may have been applied, the error is an
-// in_doubt *Error carrying the token.
+// owner, following moved and skipping unreachable nodes. When ctx ends after a
+// token-bearing request may have been applied, the error is an in_doubt
+// *Error carrying the token.
 func (c *Cluster) run(ctx context.Context, conv uint64, tok *Token, op attempt) error {
 	b := backoff{min: c.opts.MinBackoff, max: c.opts.MaxBackoff}
 	c.mu.Lock()
 	addr := c.routes[conv]
 	c.mu.Unlock()
-	sent := false
-	wait := func() bool { return sleep(ctx, b.next(), c.ctx.Done()) }
+	sent, told, start := false, false, time.Now()
+	// last is why the latest attempt did not get the operation done:
+	// what a node answered, or why none could be asked. A caller whose
+	// context ends while waiting learns it with the context's error.
+	var last error
+	wait := func(why error) bool {
+		last = why
+		if !told && c.opts.OnWait != nil && time.Since(start) >= waitNotice {
+			told = true
+			c.opts.OnWait(conv, why)
+		}
+		return sleep(ctx, b.next(), c.ctx.Done())
+	}
+	ended := func() error { return c.ended(ctx, sent, tok, conv, last) }
 	for {
 		if addr == "" {
 			addr = c.nextSeed()
@@ -212,9 +298,10 @@ func (c *Cluster) run(ctx context.Context, conv uint64, tok *Token, op attempt) 
 				return err
 			}
 			c.log.Debug().Err(err).Str("addr", addr).Msg("node unreachable; trying another")
+			why := fmt.Errorf("node %s unreachable: %w", addr, err)
 			addr = ""
-			if !wait() {
-				return c.ended(ctx, sent, tok)
+			if !wait(why) {
+				return ended()
 			}
 			continue
 		}
@@ -230,25 +317,30 @@ func (c *Cluster) run(ctx context.Context, conv uint64, tok *Token, op attempt) 
 			c.mu.Unlock()
 			return nil
 		case ctx.Err() != nil || errors.Is(err, ErrClosed):
-			return c.ended(ctx, sent, tok)
+			return ended()
 		case errors.As(err, &e) && e.Code == CodeMoved:
+			from := addr
 			addr = e.Owner
 			c.mu.Lock()
 			c.routes[conv] = addr
 			c.mu.Unlock()
-			if addr == "" && !wait() {
-				return c.ended(ctx, sent, tok)
+			if addr == "" && !wait(fmt.Errorf("no node owns conversation %d yet (asked %s)", conv, from)) {
+				return ended()
 			}
 		case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &e) && (e.Code == CodeInDoubt || e.Code == CodeShuttingDown):
 			// The node did not answer in time, or is going away: the
 			// same token goes to another node.
-			addr = ""
-			if !wait() {
-				return c.ended(ctx, sent, tok)
+			why := fmt.Errorf("node %s: %w", addr, err)
+			if errors.Is(err, context.DeadlineExceeded) {
+				why = fmt.Errorf("node %s did not answer within %v", addr, c.opts.AttemptTimeout)
 			}
-		case errors.Is(err, errRebind), errors.As(err, &e) && e.Code == CodeUnavailable:
-			if !wait() {
-				return c.ended(ctx, sent, tok)
+			addr = ""
+			if !wait(why) {
+				return ended()
+			}
+		case errors.Is(err, errRebind), errors.Is(err, errForgotten), errors.As(err, &e) && e.Code == CodeUnavailable:
+			if !wait(fmt.Errorf("node %s: %w", addr, err)) {
+				return ended()
 			}
 		default:
 			return err
@@ -256,10 +348,17 @@ func (c *Cluster) run(ctx context.Context, conv uint64, tok *Token, op attempt) 
 	}
 }
 
-func (c *Cluster) ended(ctx context.Context, sent bool, tok *Token) error {
+// ended is the error of an operation on conversation conv whose ctx ended,
+// or whose Cluster closed, while it waited: ctx's error (or ErrClosed)
+// with last, why it was waiting; an in_doubt *Error carrying the token
+// when a token-bearing request may have been applied.
+func (c *Cluster) ended(ctx context.Context, sent bool, tok *Token, conv uint64, last error) error {
 	err := ctx.Err()
 	if err == nil {
 		err = ErrClosed
+	}
+	if last != nil {
+		err = fmt.Errorf("%w (waiting for the owner of conversation %d: %v)", err, conv, last)
 	}
 	if !sent || tok == nil {
 		return err
@@ -270,11 +369,15 @@ func (c *Cluster) ended(ctx context.Context, sent bool, tok *Token) error {
 // latest returns the newest credential known for cred's participant: the
 // highest generation of cred itself (a caller may present one newer than
 // any this Cluster saw: the credential another session saved), the
-// recorded one and the holder Client's (its re-attachments change it).
+// recorded one, the holder Client's (its re-attachments change it) and
+// the newest any node's Client learned.
 func (c *Cluster) latest(cred Credential) Credential {
+	k := cred.key()
+	if cur, ok := c.intents.newestOf(k); ok && cur.Generation > cred.Generation {
+		cred = cur
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	k := cred.key()
 	if cur, ok := c.creds[k]; ok && cur.Generation > cred.Generation {
 		cred = cur
 	}
@@ -286,17 +389,41 @@ func (c *Cluster) latest(cred Credential) Credential {
 	return cred
 }
 
-// hold records that the Client at addr now holds cred's binding, and makes
-// the previous holder forget the participant.
-func (c *Cluster) hold(cred Credential, addr string) {
-	c.mu.Lock()
+// hold records that the Client cl, at addr, now holds cred's binding, and
+// makes every other node's Client forget the participant; with want, the
+// caller's operation bound it, and the Cluster keeps it bound from now on
+// (follows it). When cl's connection holding it ended meanwhile, cl's
+// report of the binding gone (unbound) may have come already: no holder
+// is recorded, and the Cluster follows the participant as unbound would.
+func (c *Cluster) hold(cred Credential, addr string, cl *Client, want bool) {
 	k := cred.key()
-	prev := c.holders[k]
-	c.holders[k], c.creds[k] = addr, cred
-	old := c.clients[prev]
+	c.mu.Lock()
+	if cred.Generation >= c.creds[k].Generation {
+		c.creds[k] = cred
+	}
+	if want {
+		c.follow[k] = true
+	}
+	// cl.boundLive takes cl.mu under c.mu: a binding seen live here is
+	// reported gone by cl's supervisor only after, when c.mu is free, so
+	// unbound never misses the holder recorded here.
+	live := cl.boundLive(k)
+	if live {
+		c.holders[k] = addr
+	}
+	start := !live && c.startFollowLocked(k)
+	var others []*Client
+	for a, o := range c.clients {
+		if a != addr {
+			others = append(others, o)
+		}
+	}
 	c.mu.Unlock()
-	if prev != addr && old != nil {
-		old.forget(cred)
+	for _, o := range others {
+		o.forget(cred)
+	}
+	if start {
+		c.followFrom(addr, cred)
 	}
 }
 
@@ -325,8 +452,9 @@ func (c *Cluster) checkBound(err error, cred Credential, addr string) error {
 }
 
 // bindOn makes sure the Client at addr holds cred's binding, attaching it
-// there (with its latest credential) when it does not.
-func (c *Cluster) bindOn(ctx context.Context, addr string, cl *Client, cred Credential) (Credential, error) {
+// there (with its latest credential, and the participant's attach intent
+// if one is in doubt on any node) when it does not; want as for hold.
+func (c *Cluster) bindOn(ctx context.Context, addr string, cl *Client, cred Credential, want bool) (Credential, error) {
 	cur := c.latest(cred)
 	if c.holder(cred) == addr {
 		return cur, nil
@@ -335,8 +463,121 @@ func (c *Cluster) bindOn(ctx context.Context, addr string, cl *Client, cred Cred
 	if err != nil {
 		return Credential{}, err
 	}
-	c.hold(nc, addr)
+	c.hold(nc, addr, cl, want)
 	return nc, nil
+}
+
+// unbound is told by the Client at addr that the participant of cred is
+// no longer bound by it: the Cluster follows it to its conversation's
+// owner, if it keeps it bound.
+func (c *Cluster) unbound(addr string, cred Credential) {
+	k := cred.key()
+	c.mu.Lock()
+	if c.holders[k] == addr {
+		delete(c.holders, k)
+	}
+	start := c.startFollowLocked(k)
+	c.mu.Unlock()
+	if start {
+		c.followFrom(addr, cred)
+	}
+}
+
+// startFollowLocked reports whether a follower of k must start (it is
+// followed, held nowhere, and none runs), and if so counts it as running.
+// c.mu is held.
+func (c *Cluster) startFollowLocked(k key) bool {
+	start := c.follow[k] && !c.following[k] && !c.closed && c.holders[k] == ""
+	if start {
+		c.following[k] = true
+		c.wg.Add(1)
+	}
+	return start
+}
+
+// followFrom runs the follower of cred's participant, whose binding on
+// addr is gone; startFollowLocked counted it.
+func (c *Cluster) followFrom(addr string, cred Credential) {
+	c.log.Info().Stringer("participant", cred).Str("from", addr).Msg("binding gone; following the conversation to its owner")
+	if c.opts.OnFollow != nil {
+		c.opts.OnFollow(cred, fmt.Errorf("client: binding on %s gone", addr))
+	}
+	go c.followLoop(cred.key())
+}
+
+// followLoop attaches the participant k on its conversation's owner until
+// it is bound there (by it, or by an operation that attached it), no
+// longer followed, lost, or Close. It is owned by c.wg; unbound starts it.
+func (c *Cluster) followLoop(k key) {
+	defer c.wg.Done()
+	b := backoff{min: c.opts.MinBackoff, max: c.opts.MaxBackoff}
+	for {
+		c.mu.Lock()
+		cred := c.creds[k]
+		if c.closed || !c.follow[k] || c.holders[k] != "" {
+			bound := !c.closed && c.follow[k]
+			delete(c.following, k)
+			c.mu.Unlock()
+			if bound && c.opts.OnFollow != nil {
+				c.opts.OnFollow(c.latest(cred), nil)
+			}
+			return
+		}
+		c.mu.Unlock()
+		err := c.run(c.ctx, k.conv, nil, func(ctx context.Context, addr string, cl *Client) error {
+			c.mu.Lock()
+			want := c.follow[k]
+			c.mu.Unlock()
+			if !want { // Detach or Leave meanwhile
+				return errUnfollowed
+			}
+			_, err := c.bindOn(ctx, addr, cl, cred, false)
+			return err
+		})
+		switch {
+		case err == nil, errors.Is(err, errUnfollowed):
+		case c.ctx.Err() != nil:
+			c.mu.Lock()
+			delete(c.following, k)
+			c.mu.Unlock()
+			return
+		case errors.Is(err, ErrParticipantLost):
+			c.lose(c.latest(cred), err)
+		default:
+			c.log.Warn().Err(err).Stringer("participant", cred).Msg("following the conversation: attach refused; retrying")
+			if !sleep(c.ctx, b.next(), nil) {
+				c.mu.Lock()
+				delete(c.following, k)
+				c.mu.Unlock()
+				return
+			}
+		}
+	}
+}
+
+// errUnfollowed stops a follower whose participant was detached or left.
+var errUnfollowed = errors.New("client: participant no longer followed")
+
+// lose records that the participant of cred is lost (why, a *LostError)
+// and calls OnLost, once.
+func (c *Cluster) lose(cred Credential, why error) {
+	k := cred.key()
+	c.mu.Lock()
+	was := c.follow[k]
+	delete(c.follow, k)
+	delete(c.holders, k)
+	c.mu.Unlock()
+	if was && c.opts.OnLost != nil {
+		c.opts.OnLost(cred, why)
+	}
+}
+
+// unfollow stops keeping the participant of cred bound (Detach, Leave).
+func (c *Cluster) unfollow(cred Credential) {
+	c.mu.Lock()
+	delete(c.follow, cred.key())
+	delete(c.holders, cred.key())
+	c.mu.Unlock()
 }
 
 // Enroll is Client.Enroll on the conversation's owner.
@@ -349,7 +590,7 @@ func (c *Cluster) Enroll(ctx context.Context, conv uint64, opts ...CallOption) (
 		cr, err := cl.Enroll(ctx, conv, append(append([]CallOption(nil), opts...), WithToken(tok))...)
 		if err == nil {
 			cred = cr
-			c.hold(cr, addr)
+			c.hold(cr, addr, cl, true)
 		}
 		return err
 	})
@@ -357,14 +598,16 @@ func (c *Cluster) Enroll(ctx context.Context, conv uint64, opts ...CallOption) (
 }
 
 // Attach is Client.Attach on the conversation's owner, with its options
-// (WithToken) on every node it is tried on.
+// (WithToken) on every node it is tried on. The attach is one intended
+// operation: its token and presented credential are the same on every
+// node it is tried on.
 func (c *Cluster) Attach(ctx context.Context, cred Credential, opts ...CallOption) (Credential, error) {
 	var out Credential
 	err := c.run(ctx, cred.Conversation, nil, func(ctx context.Context, addr string, cl *Client) error {
 		nc, err := cl.Attach(ctx, c.latest(cred), opts...)
 		if err == nil {
+			c.hold(nc, addr, cl, true)
 			out = nc
-			c.hold(nc, addr)
 		}
 		return err
 	})
@@ -377,7 +620,7 @@ func (c *Cluster) Tell(ctx context.Context, cred Credential, payload []byte, opt
 	tok := tokenOf(opts)
 	var seq uint64
 	err := c.run(ctx, cred.Conversation, &tok, func(ctx context.Context, addr string, cl *Client) error {
-		cur, err := c.bindOn(ctx, addr, cl, cred)
+		cur, err := c.bindOn(ctx, addr, cl, cred, true)
 		if err != nil {
 			return err
 		}
@@ -391,7 +634,7 @@ func (c *Cluster) Tell(ctx context.Context, cred Credential, payload []byte, opt
 func (c *Cluster) Ack(ctx context.Context, cred Credential, through uint64) (uint64, error) {
 	var cursor uint64
 	err := c.run(ctx, cred.Conversation, nil, func(ctx context.Context, addr string, cl *Client) error {
-		cur, err := c.bindOn(ctx, addr, cl, cred)
+		cur, err := c.bindOn(ctx, addr, cl, cred, true)
 		if err != nil {
 			return err
 		}
@@ -406,13 +649,16 @@ func (c *Cluster) Detach(ctx context.Context, cred Credential, opts ...CallOptio
 	tok := tokenOf(opts)
 	var seq uint64
 	err := c.run(ctx, cred.Conversation, &tok, func(ctx context.Context, addr string, cl *Client) error {
-		cur, err := c.bindOn(ctx, addr, cl, cred)
+		cur, err := c.bindOn(ctx, addr, cl, cred, true)
 		if err != nil {
 			return err
 		}
 		seq, err = cl.Detach(ctx, cur, WithToken(tok))
 		return c.checkBound(err, cred, addr)
 	})
+	if err == nil {
+		c.unfollow(cred)
+	}
 	return seq, err
 }
 
@@ -425,6 +671,10 @@ func (c *Cluster) Leave(ctx context.Context, cred Credential, opts ...CallOption
 		seq, err = cl.Leave(ctx, c.latest(cred), WithToken(tok))
 		return err
 	})
+	if err == nil {
+		c.unfollow(cred)
+		c.intents.forget(cred.key())
+	}
 	return seq, err
 }
 
@@ -441,9 +691,20 @@ func (c *Cluster) Credential(conversation, participant uint64) (Credential, bool
 }
 
 // forget drops the participant of cred from this Client: its conversation
-// moved to another node, so this connection must not re-attach it.
+// moved to another node, so this connection must not re-attach it. Its
+// attach in doubt, if any, stays in the intents table: a Cluster sends it
+// to the new owner.
 func (c *Client) forget(cred Credential) {
 	c.mu.Lock()
 	delete(c.members, cred.key())
 	c.mu.Unlock()
+}
+
+// boundLive reports whether the Client holds k bound on a live
+// connection.
+func (c *Client) boundLive(k key) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m := c.members[k]
+	return m != nil && m.lost == nil && m.sess != nil && m.sess.alive()
 }

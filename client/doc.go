@@ -97,20 +97,33 @@
 // participantd cluster: one Client per node it needs, each conversation
 // routed to its owner, moved{owner} followed with the same token, a
 // participant re-attached on its conversation's new owner, and unreachable
-// nodes skipped with backoff. A plain Client's re-attachment answered moved
-// forgets the participant instead of retrying it on that node.
+// nodes skipped with backoff. The Clients of a Cluster share one attach
+// intent per participant, so an attach keeps its token and presented
+// credential on every node it is tried on. A participant the Cluster
+// holds bound follows its conversation by itself: when its node's
+// connection ends (EOF, bye) or the node no longer owns the conversation
+// (moved, or no_binding at the current generation), the Cluster attaches
+// it on the new owner, and deliveries resume there, deduplicated across
+// nodes (ClusterOptions.OnFollow, OnWait say so). A plain Client's
+// re-attachment answered moved forgets the participant instead of
+// retrying it on that node; its binding check answered moved marks it
+// unbound, to be re-attached on the next connection.
 //
 // # Goroutines
 //
 // A Client owns a supervisor goroutine (connects, reconnects, re-attaches),
 // one reader goroutine per live connection, one goroutine feeding the
 // deliveries channel, one checking bindings, and one per deferred
-// re-attachment, which ends with its connection. Close stops and waits for
-// all of them.
+// re-attachment, which ends with its connection. A Cluster owns its
+// Clients, one forwarder per Client and one follower per participant it
+// is attaching on a new owner. Close stops and waits for all of them.
 //
 // # Locks
 //
-// Client.mu is taken alone, never across I/O. session.mu is taken alone.
-// member.attachMu serializes the attaches of one participant and is held
-// across I/O; it is taken before Client.mu, never after.
+// Cluster.mu is never held across I/O; it is taken before a Client.mu,
+// never after. Client.mu is never held across I/O. session.mu is taken
+// alone. intents.mu (the attach intents, shared by a Cluster's Clients) is
+// a leaf: taken with either held, nothing taken under it.
+// member.attachMu serializes one Client's attaches of one participant and
+// is held across I/O; it is taken before Client.mu, never after.
 package client

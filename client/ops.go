@@ -181,11 +181,12 @@ func (c *Client) Enroll(ctx context.Context, conv uint64, opts ...CallOption) (C
 		}
 		m.wantBound = true
 		m.cursor = max(m.cursor, a.Cursor)
-		if here && c.cur == s && m.intent == nil && m.cred.Generation == cred.Generation {
+		if here && c.cur == s && s.alive() && !c.intents.inDoubt(cred.key()) && m.cred.Generation == cred.Generation {
 			m.sess = s
 		}
 		bound := m.sess == s && s.alive()
 		c.mu.Unlock()
+		c.intents.learn(cred)
 		c.credentialChanged(cred)
 		if bound {
 			return cred, nil
@@ -235,10 +236,10 @@ func (c *Client) Attach(ctx context.Context, cred Credential, opts ...CallOption
 	m := c.member(cred, true)
 	c.mu.Lock()
 	if m.lost != nil && cred.Generation > m.cred.Generation {
-		m.cred, m.lost, m.sess, m.intent = cred, nil, nil, nil
+		m.cred, m.lost, m.sess = cred, nil, nil
 	}
 	m.wantBound = true
-	if o := callOptionsOf(opts); o.hasToken && !o.token.IsZero() && m.intent == nil {
+	if o := callOptionsOf(opts); o.hasToken && !o.token.IsZero() && !c.intents.inDoubt(cred.key()) {
 		t := o.token
 		m.nextToken = &t
 	}
@@ -383,6 +384,7 @@ func (c *Client) Leave(ctx context.Context, cred Credential, opts ...CallOption)
 		c.mu.Lock()
 		delete(c.members, cred.key())
 		c.mu.Unlock()
+		c.intents.forget(cred.key())
 		return a.Seq, nil
 	case *wire.Error:
 		return 0, fromWire(a)

@@ -5,9 +5,11 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/participantd/participantd/wire"
@@ -92,7 +94,7 @@ func dial(ctx context.Context, addr string, o *Options, seq uint64) (*session, e
 		nc, err = d.DialContext(ctx, "tcp", addr)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("client: dial %s: %w", addr, err)
+		return nil, fmt.Errorf("client: dial %s: %w%s", addr, err, tlsHint(o, err))
 	}
 	if dl, ok := ctx.Deadline(); ok {
 		_ = nc.SetDeadline(dl)
@@ -114,7 +116,7 @@ func dial(ctx context.Context, addr string, o *Options, seq uint64) (*session, e
 	m, err := wc.ReadServerMessage()
 	if err != nil {
 		wc.Close()
-		return nil, fmt.Errorf("client: handshake with %s: %w", addr, err)
+		return nil, fmt.Errorf("client: handshake with %s: %w%s", addr, err, tlsHint(o, err))
 	}
 	switch m := m.(type) {
 	case *wire.Welcome:
@@ -144,6 +146,21 @@ func dial(ctx context.Context, addr string, o *Options, seq uint64) (*session, e
 		wc.Close()
 		return nil, fmt.Errorf("%w: %s before welcome", ErrProtocol, m.Type())
 	}
+}
+
+// tlsHint is what to add to the error of a handshake that failed the way
+// a TLS mismatch fails: a server that serves TLS closes a plaintext
+// connection at its first bytes (the client reads EOF or a reset); a
+// plaintext server cannot answer a TLS client hello.
+func tlsHint(o *Options, err error) string {
+	var rec tls.RecordHeaderError
+	switch {
+	case o.TLS == nil && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET)):
+		return " (the server closed the connection at once: does it serve TLS? connect with TLS, Options.TLS or participantctl --tls-ca)"
+	case o.TLS != nil && (errors.As(err, &rec) || errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)):
+		return " (the TLS handshake failed: does the server serve TLS? a server without --tls-cert speaks plaintext)"
+	}
+	return ""
 }
 
 // run reads the connection until it ends: answers go to their pending call,

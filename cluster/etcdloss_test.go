@@ -24,6 +24,11 @@ import (
 // loses nothing; with two down nothing can commit, so
 // every tell answers in_doubt or unavailable (never success); once the
 // members return, the same tokens commit exactly once and service resumes.
+// A reader per conversation, which sends nothing but its binding check,
+// receives every committed tell once, in seq order, through it all: when
+// the nodes lose their leases with the quorum, their connections stay up
+// but their bindings are gone, which the binding check finds (moved or
+// no_binding), and its Cluster attaches it again on the owner.
 //
 // Where a phase must succeed, a tell answered in_doubt or unavailable is
 // retried with its token (a bounded number of times, within the phase's
@@ -57,9 +62,22 @@ func TestCluster_EtcdMemberLoss(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cl.Close()
+	rd, err := client.DialCluster(ctx, seeds, client.ClusterOptions{
+		Options: client.Options{MinBackoff: 10 * time.Millisecond, MaxBackoff: 200 * time.Millisecond,
+			BindingCheckInterval: 500 * time.Millisecond},
+		AttemptTimeout: time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	read := readRecords(rd)
 	creds := make([]client.Credential, convs)
 	for c := range convs {
 		if creds[c], err = cl.Enroll(ctx, uint64(500+c)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := rd.Enroll(ctx, uint64(500+c)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -104,6 +122,7 @@ func TestCluster_EtcdMemberLoss(t *testing.T) {
 		return out
 	}
 	var committed []string
+	committedIn := make(map[int][]string)
 	mustAll := func(phase string, os []outcome) {
 		t.Helper()
 		for _, o := range os {
@@ -114,6 +133,9 @@ func TestCluster_EtcdMemberLoss(t *testing.T) {
 				t.Logf("%s: tell %s took %d attempts", phase, o.payload, o.attempts)
 			}
 			committed = append(committed, o.payload)
+		}
+		for c, o := range os {
+			committedIn[c] = append(committedIn[c], o.payload)
 		}
 	}
 
@@ -154,6 +176,10 @@ func TestCluster_EtcdMemberLoss(t *testing.T) {
 	// exactly once.
 	mustAll("members back, retried", tellAll("c", 60*time.Second, toks, true))
 	mustAll("members back", tellAll("d", 30*time.Second, nil, true))
+	for c := range convs {
+		read.awaitConv(t, ctx, uint64(500+c), committedIn[c])
+	}
+	rd.Close()
 
 	cli, err := clientv3.New(clientv3.Config{Endpoints: etcd.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {

@@ -21,12 +21,17 @@ import (
 )
 
 // TestCluster_FailoverLosesNothing: 3 etcd members and 3 nodes; clients
-// pipeline tells on 20 conversations through every node; the node owning
-// the most conversations is stopped abruptly (listener and connections
-// cut, lease keep-alive stopped, nothing drained or released). Afterwards
-// every answered tell is in its conversation's oplog exactly once, every
-// retried token committed once, every binding ended at most once, and the
-// moved conversations serve again within lease-ttl + 2 s.
+// pipeline tells on 20 conversations through every node, and a reader per
+// conversation, which never sends (no tell, no ack, no binding check),
+// listens through a Cluster of its own; the node owning the most
+// conversations is stopped abruptly (listener and connections cut, lease
+// keep-alive stopped, nothing drained or released). Afterwards every
+// answered tell is in its conversation's oplog exactly once, every retried
+// token committed once, every binding ended at most once, the moved
+// conversations serve again within lease-ttl + 2 s, and every reader
+// received every answered tell of its conversation, before and after the
+// failover, once and in seq order: its Cluster followed the conversation to
+// the new owner by itself.
 func TestCluster_FailoverLosesNothing(t *testing.T) {
 	if testing.Short() {
 		t.Skip("3 etcd members and 3 nodes")
@@ -62,10 +67,23 @@ func TestCluster_FailoverLosesNothing(t *testing.T) {
 	}
 	defer cl.Close()
 
+	rd, err := client.DialCluster(ctx, seeds, client.ClusterOptions{
+		Options:        client.Options{MinBackoff: 10 * time.Millisecond, MaxBackoff: 200 * time.Millisecond, BindingCheckInterval: -1},
+		AttemptTimeout: time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	read := readRecords(rd)
+
 	creds := make([]client.Credential, convs)
 	for c := range convs {
 		if creds[c], err = cl.Enroll(ctx, uint64(1000+c)); err != nil {
 			t.Fatalf("Enroll(%d): %v", 1000+c, err)
+		}
+		if _, err := rd.Enroll(ctx, uint64(1000+c)); err != nil {
+			t.Fatalf("reader's Enroll(%d): %v", 1000+c, err)
 		}
 	}
 	owners := ownersOf(t, etcd, convs)
@@ -89,13 +107,23 @@ func TestCluster_FailoverLosesNothing(t *testing.T) {
 		firstErr error
 	)
 	progress := make(chan struct{}, convs*senders)
+	killed := make(chan struct{})
 	var wg sync.WaitGroup
 	for c := range convs {
 		for g := range senders {
 			wg.Go(func() {
 				for i := range perSender {
-					if i == killAfter {
+					switch i {
+					case killAfter:
 						progress <- struct{}{}
+					case killAfter + 4:
+						// The tells between may race the kill; those
+						// from here on follow it, on every
+						// conversation, however fast its senders ran.
+						select {
+						case <-killed:
+						case <-ctx.Done():
+						}
 					}
 					p := fmt.Sprintf("c%d/g%d/%d", c, g, i)
 					tok := client.NewToken()
@@ -128,6 +156,7 @@ func TestCluster_FailoverLosesNothing(t *testing.T) {
 	mu.Unlock()
 	nodes[victim].srv.Abandon()
 	nodes[victim].cancel()
+	close(killed)
 	wg.Wait()
 	if firstErr != nil {
 		t.Fatal(firstErr)
@@ -167,6 +196,16 @@ func TestCluster_FailoverLosesNothing(t *testing.T) {
 	if len(answered) != convs*senders*perSender {
 		t.Fatalf("%d tells answered, want %d", len(answered), convs*senders*perSender)
 	}
+	for c := range convs {
+		var want []string
+		for _, a := range answered {
+			if a.conv == c {
+				want = append(want, a.payload)
+			}
+		}
+		read.awaitConv(t, ctx, uint64(1000+c), want)
+	}
+	rd.Close()
 
 	// Drain the survivors, then read the oplogs back from etcd.
 	cl.Close()

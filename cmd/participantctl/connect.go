@@ -101,9 +101,11 @@ type session struct {
 
 // dial connects. Every credential the client mints (enroll, attach, the
 // re-attachments after a reconnect) is written to f.creds before the call
-// that minted it returns. mods adjust the client's options, after the
-// credential saver is set (a mod may wrap OnCredential).
-func (f *connFlags) dial(ctx context.Context, e *env, discard bool, mods ...func(*client.Options)) (*session, error) {
+// that minted it returns. An operation that waits for its conversation's
+// owner (a failover) says so on standard error. mods adjust the client's
+// options, after the credential saver is set (a mod may wrap
+// OnCredential).
+func (f *connFlags) dial(ctx context.Context, e *env, discard bool, mods ...func(*client.ClusterOptions)) (*session, error) {
 	tc, err := f.tlsConfig()
 	if err != nil {
 		return nil, err
@@ -119,7 +121,7 @@ func (f *connFlags) dial(ctx context.Context, e *env, discard bool, mods ...func
 			seeds = append(seeds, a)
 		}
 	}
-	opts := client.Options{
+	opts := client.ClusterOptions{Options: client.Options{
 		AuthToken:         tok,
 		TLS:               tc,
 		ClientName:        "participantctl",
@@ -135,11 +137,14 @@ func (f *connFlags) dial(ctx context.Context, e *env, discard bool, mods ...func
 				s.mu.Unlock()
 			}
 		},
+	}}
+	opts.OnWait = func(conv uint64, why error) {
+		fmt.Fprintf(e.stderr, "participantctl: waiting for the owner of conversation %d (%v)\n", conv, why)
 	}
 	for _, mod := range mods {
 		mod(&opts)
 	}
-	c, err := client.DialCluster(ctx, seeds, client.ClusterOptions{Options: opts})
+	c, err := client.DialCluster(ctx, seeds, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -183,7 +188,7 @@ func (f *connFlags) opContext(ctx context.Context) (context.Context, context.Can
 // attached dials and attaches the participant of the credential file,
 // for the subcommands that need the binding. An attach left pending in the
 // file by an earlier run is retried first, with its token (see creds.go).
-func (f *connFlags) attached(ctx context.Context, e *env, discard bool, mods ...func(*client.Options)) (*session, client.Credential, error) {
+func (f *connFlags) attached(ctx context.Context, e *env, discard bool, mods ...func(*client.ClusterOptions)) (*session, client.Credential, error) {
 	cred, err := readCreds(f.creds)
 	if err != nil {
 		return nil, cred, err

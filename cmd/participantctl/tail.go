@@ -44,7 +44,10 @@ and its bytes in hex. --json prints one JSON object per line instead.
 
 What happens to the connection goes to standard error: the attach and its
 generation, a lost connection, the reconnect and the re-attachment with its
-new generation. tail follows until interrupted, or until --count printed
+new generation. In cluster mode (--addr with several nodes) tail follows
+the conversation to its new owner by itself when its node dies, drains or
+no longer owns it, and says so; deliveries resume there, each printed
+once, in order. tail follows until interrupted, or until --count printed
 lines.
 
 The participant has one binding. When another session attaches it (another
@@ -89,9 +92,19 @@ func runTail(ctx context.Context, e *env, args []string) error {
 	out := &tailErr{w: e.stderr}
 	lost := make(chan error, 1)
 	var following atomic.Bool // set once the first attach is done
-	mod := func(o *client.Options) {
+	mod := func(o *client.ClusterOptions) {
 		o.BindingCheckInterval = *check
 		o.OnDisconnect = func(err error) { out.say("connection lost (%v); reconnecting", err) }
+		o.OnFollow = func(c client.Credential, why error) {
+			if why != nil {
+				out.say("%v; following conversation %d to its owner", why, c.Conversation)
+			} else {
+				out.say("participant %d of conversation %d is bound on its conversation's owner; following", c.Participant, c.Conversation)
+			}
+		}
+		o.OnWait = func(conv uint64, why error) {
+			out.say("waiting for the owner of conversation %d (%v)", conv, why)
+		}
 		o.OnReconnect = func(w client.Welcome) {
 			out.say("reconnected to %s (%s)", w.Server, welcomeNote(w))
 		}
