@@ -17,7 +17,9 @@ import (
 
 // RestoringKey, under the cluster prefix, exists while `participantctl
 // restore` is writing a backup into the prefix: Start refuses a prefix that
-// has it, so that no node serves a half-restored data set.
+// has it, and every claim compares that it is absent (a node that started
+// just before the restore began claims nothing until it ends), so that no
+// node serves a half-restored data set.
 const RestoringKey = "restoring"
 
 // ErrRestoring reports a prefix that a restore is writing, or that a
