@@ -205,3 +205,16 @@ func TestRestore_NodeStartingAtTheSameTimeServesNothingHalfRestored(t *testing.T
 		}
 	})
 }
+
+// TestRestore_DefaultLimitsFitEtcd: a backup larger than one transaction
+// restores with the default limits into an etcd with its default
+// --max-txn-ops (128): no transaction, the first with its extra compare
+// included, has more operations than etcd takes.
+func TestRestore_DefaultLimitsFitEtcd(t *testing.T) {
+	file := raceBackup(t, 300)
+	q := shared.Prefix()
+	sum, err := backup.Restore(context.Background(), shared.Client.KV, q, bytes.NewReader(file), backup.RestoreOptions{})
+	if err != nil || sum.Keys != 300 {
+		t.Fatalf("Restore = %+v, %v; want 300 keys", sum, err)
+	}
+}

@@ -113,7 +113,9 @@ func Restore(ctx context.Context, kv clientv3.KV, prefix string, src io.ReadSeek
 		}
 		key := prefix + string(e.Key)
 		n := 2*len(key) + len(e.Value) + 64
-		if len(puts) > 0 && (len(puts)+1 > opts.MaxTxnOps || size+n > opts.MaxRequestBytes-txnReserve) {
+		// Compares outnumber puts by one in the first transaction (the
+		// empty prefix), so they are what the limit is checked on.
+		if len(puts) > 0 && (len(cmps)+1 > opts.MaxTxnOps || size+n > opts.MaxRequestBytes-txnReserve) {
 			if err := commit(); err != nil {
 				return sum, err
 			}
@@ -123,7 +125,7 @@ func Restore(ctx context.Context, kv clientv3.KV, prefix string, src io.ReadSeek
 		size += n
 		sum.Keys++
 	}
-	if len(puts) > 0 && len(puts)+1 > opts.MaxTxnOps {
+	if len(puts) > 0 && len(cmps)+1 > opts.MaxTxnOps {
 		if err := commit(); err != nil {
 			return sum, err
 		}
