@@ -22,16 +22,20 @@
 // # Nemeses
 //
 // A schedule drawn from the seed, one fault at a time, each followed by
-// a settling time of one to two leases:
+// a settling time of half a lease to a lease, the kinds in rounds that
+// each hold every nemesis once:
 //
-//	kill               SIGKILL a node; restart it after up to one lease
-//	pause              SIGSTOP a node for 1.5 to 3 leases, then SIGCONT
+//	kill               SIGKILL a node; restart it after up to half a lease
+//	pause              SIGSTOP a node for 1.5 to 2.5 leases, then SIGCONT
 //	partition-etcd     drop every byte between a node and every etcd member
 //	partition-clients  drop every byte between the clients and a node
 //	clock              offset a node's wall clock by up to ±45 s (it stays)
 //
 // and, after the traffic, a restore: the data set is backed up and
-// restored into a fresh prefix while a new node starts on it.
+// restored into a fresh prefix while a new node starts on it, both over a
+// network slowed by 50 ms each way and started a seeded delay apart, and
+// a client tries to attach through the new node all along: nothing may be
+// answered before the restore ends.
 //
 // # Invariants
 //
@@ -52,6 +56,10 @@
 //
 //	go test ./robustness -run TestRobustness -timeout 0 \
 //		-robustness.duration=30m -robustness.seeds=11,12,13
+//
+// -robustness.nemeses=pause,kill restricts the schedule to the nemeses
+// named, to tell which fault finds a failure; -robustness.keep keeps the
+// report of a run that passed.
 //
 // A failed seed leaves a directory (named in the failure) holding
 // REPORT.md (the violations, the schedule, what happened when, the

@@ -30,7 +30,7 @@ func between(r *rand.Rand, lo, hi time.Duration) time.Duration {
 var nemeses = []nemesis{
 	{
 		name: "kill",
-		hold: func(r *rand.Rand) time.Duration { return between(r, 0, leaseTTL) },
+		hold: func(r *rand.Rand) time.Duration { return between(r, 0, leaseTTL/2) },
 		inject: func(_ context.Context, nd *node, _ *rand.Rand) (string, func() error, error) {
 			nd.kill()
 			return "SIGKILL " + nd.id, nd.start, nil
@@ -41,7 +41,7 @@ var nemeses = []nemesis{
 		// conversations, and the paused one wakes up believing it owns
 		// them until its own deadline check.
 		name: "pause",
-		hold: func(r *rand.Rand) time.Duration { return between(r, leaseTTL*3/2, 3*leaseTTL) },
+		hold: func(r *rand.Rand) time.Duration { return between(r, leaseTTL*3/2, 5*leaseTTL/2) },
 		inject: func(_ context.Context, nd *node, _ *rand.Rand) (string, func() error, error) {
 			if !nd.signal(syscall.SIGSTOP) {
 				return "", nil, fmt.Errorf("SIGSTOP %s: not running", nd.id)
@@ -51,7 +51,7 @@ var nemeses = []nemesis{
 	},
 	{
 		name: "partition-etcd",
-		hold: func(r *rand.Rand) time.Duration { return between(r, leaseTTL, 3*leaseTTL) },
+		hold: func(r *rand.Rand) time.Duration { return between(r, leaseTTL, 5*leaseTTL/2) },
 		inject: func(ctx context.Context, nd *node, _ *rand.Rand) (string, func() error, error) {
 			var heals []func()
 			for _, p := range nd.toEtcd {
@@ -74,7 +74,7 @@ var nemeses = []nemesis{
 	},
 	{
 		name: "partition-clients",
-		hold: func(r *rand.Rand) time.Duration { return between(r, leaseTTL/2, 3*leaseTTL) },
+		hold: func(r *rand.Rand) time.Duration { return between(r, leaseTTL/2, 2*leaseTTL) },
 		inject: func(ctx context.Context, nd *node, _ *rand.Rand) (string, func() error, error) {
 			heal, err := partitionProxy(ctx, nd.front)
 			if err != nil {
@@ -112,20 +112,27 @@ func (e event) String() string {
 }
 
 // plan draws the seed's schedule for a run of length d: one fault at a
-// time, each followed by a settling time of one to two leases, so that
-// failover completes between faults and traffic makes progress.
-func plan(seed uint64, d time.Duration, nodes int) []event {
+// time, each followed by a settling time of half a lease to a lease, so
+// that failover completes between faults and traffic makes progress. The
+// kinds come in rounds, each a permutation of every nemesis, so that even
+// a short run meets most of them.
+func plan(seed uint64, d time.Duration, nodes int, kinds []nemesis) []event {
 	r := rand.New(rand.NewPCG(seed, 0x726f62757374))
 	var out []event
-	at := between(r, leaseTTL, 2*leaseTTL)
+	var round []int
+	at := between(r, leaseTTL/2, leaseTTL)
 	for {
-		n := nemeses[r.IntN(len(nemeses))]
+		if len(round) == 0 {
+			round = r.Perm(len(kinds))
+		}
+		n := kinds[round[0]]
+		round = round[1:]
 		e := event{At: at, Nemesis: n.name, Node: r.IntN(nodes), Hold: n.hold(r)}
 		if e.At+e.Hold > d {
 			return out
 		}
 		out = append(out, e)
-		at = e.At + e.Hold + between(r, leaseTTL, 2*leaseTTL)
+		at = e.At + e.Hold + between(r, leaseTTL/2, leaseTTL)
 	}
 }
 

@@ -97,8 +97,12 @@ func (r *report) write(dir string) string {
 
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Robustness run, seed %d\n\n", r.seed)
-	fmt.Fprintf(&b, "Run it again: `go test ./robustness -run 'TestRobustness/seed=%d$' -robustness.seeds=%d -robustness.duration=%v -v`\n\n",
-		r.seed, r.seed, r.duration)
+	nem := ""
+	if *only != "" {
+		nem = " -robustness.nemeses=" + *only
+	}
+	fmt.Fprintf(&b, "Run it again: `go test ./robustness -run 'TestRobustness/seed=%d$' -robustness.seeds=%d -robustness.duration=%v%s -v`\n\n",
+		r.seed, r.seed, r.duration, nem)
 	fmt.Fprintf(&b, "%d nodes (lease %v) over a 3-member etcd; %d conversations, %d writers and %d reader(s) each; traffic for %v.\n\n",
 		nodeCount, leaseTTL, conversations, writersPer, readersPer, r.duration)
 

@@ -22,6 +22,7 @@ var (
 	duration = flag.Duration("robustness.duration", 0, "how long each seed's traffic and nemesis run (0: the short run, 20s a seed)")
 	seedList = flag.String("robustness.seeds", "", "comma-separated seeds (empty: the short run's fixed seeds 1,2)")
 	keep     = flag.Bool("robustness.keep", false, "keep every run's report directory, not only those of failed runs")
+	only     = flag.String("robustness.nemeses", "", "comma-separated nemeses the schedule draws from (empty: all), to tell which fault finds a failure")
 )
 
 // The short run of `go test ./...`: two fixed seeds of 20 s each, about
@@ -83,6 +84,26 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// chosenNemeses returns the nemeses -robustness.nemeses names.
+func chosenNemeses(t *testing.T) []nemesis {
+	if *only == "" {
+		return nemeses
+	}
+	var out []nemesis
+	for _, name := range strings.Split(*only, ",") {
+		found := false
+		for _, n := range nemeses {
+			if n.name == strings.TrimSpace(name) {
+				out, found = append(out, n), true
+			}
+		}
+		if !found {
+			t.Fatalf("-robustness.nemeses: no nemesis %q", name)
+		}
+	}
+	return out
+}
+
 func seeds(t *testing.T) []uint64 {
 	if *seedList == "" {
 		return shortSeeds
@@ -138,7 +159,7 @@ func runSeed(t *testing.T, bin, dir string, seed uint64, d time.Duration) *repor
 	h := newHarness(t, dir, bin, nodeCount)
 	hist := newHistory()
 	tl := &timeline{}
-	events := plan(seed, d, nodeCount)
+	events := plan(seed, d, nodeCount, chosenNemeses(t))
 	r := &report{seed: seed, duration: d, events: events, hist: hist, tl: tl, h: h}
 
 	ctx, cancel := context.WithTimeout(context.Background(), d+5*time.Minute)
@@ -221,7 +242,7 @@ func runSeed(t *testing.T, bin, dir string, seed uint64, d time.Duration) *repor
 	r.violations = append(r.violations, checkHistory(ops, dels, logs)...)
 	r.logs = logs
 
-	r.violations = append(r.violations, checkRestore(ctx, h, hist, tl, logs, convs, writers)...)
+	r.violations = append(r.violations, checkRestore(ctx, seed, h, hist, tl, logs, convs, writers)...)
 	return r
 }
 
