@@ -51,8 +51,8 @@
 //
 // # Runs
 //
-// `go test ./robustness` runs two fixed seeds of 20 s each (about 90 s
-// on a 2-core machine); -short skips them. A long run:
+// `go test ./robustness` runs two fixed seeds of 15 s of traffic each
+// (about 90 s on a 2-core machine, under -race too); -short skips them. A long run:
 //
 //	go test ./robustness -run TestRobustness -timeout 0 \
 //		-robustness.duration=30m -robustness.seeds=11,12,13
