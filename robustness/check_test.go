@@ -41,6 +41,7 @@ const (
 	InvReaderMatches  = "reader-sees-the-log"    // a delivered record is the log's record at its seq
 	InvReaderComplete = "reader-gets-everything" // every record addressed to a reader is delivered
 	InvNodeAlive      = "node-never-crashes"     // no node process ends by itself
+	InvNodeRestarts   = "killed-node-restarts"   // a killed node starts again (its id's old lease expiring meanwhile)
 	InvRestore        = "restore-is-the-backup"  // a restored data set serves what was backed up
 )
 

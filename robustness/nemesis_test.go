@@ -155,9 +155,11 @@ func (tl *timeline) lines() []string {
 }
 
 // runNemesis carries out events; it returns when they are done (every
-// fault healed) or ctx ends (the fault in progress is healed first). An
-// error is a node that could not be brought back.
-func runNemesis(ctx context.Context, h *harness, hist *history, tl *timeline, seed uint64, events []event) error {
+// fault healed) or ctx ends (the fault in progress is healed first). A
+// heal that fails (a killed node that does not start again) is a
+// violation; the node is started once more, as a supervisor would, and
+// an error is a node that could not be brought back at all.
+func runNemesis(ctx context.Context, h *harness, hist *history, tl *timeline, seed uint64, events []event, violate func(inv, detail string)) error {
 	r := rand.New(rand.NewPCG(seed, 0x6e656d65736973))
 	byName := map[string]nemesis{}
 	for _, n := range nemeses {
@@ -177,7 +179,13 @@ func runNemesis(ctx context.Context, h *harness, hist *history, tl *timeline, se
 		pause(context.WithoutCancel(ctx), e.Hold)
 		if err := heal(); err != nil {
 			tl.add(hist, "heal %s FAILED: %v", what, err)
-			return fmt.Errorf("heal %s: %w", what, err)
+			violate(InvNodeRestarts, fmt.Sprintf("at %d ms, heal %s: %v", hist.ms(time.Now()), what, err))
+			if !nd.running() {
+				if err := nd.start(); err != nil {
+					return fmt.Errorf("%s does not start again: %w", nd.id, err)
+				}
+				tl.add(hist, "started %s again", nd.id)
+			}
 		}
 		if e.Hold > 0 {
 			tl.add(hist, "healed %s", what)

@@ -48,6 +48,7 @@ var hints = map[string]string{
 	InvReaderMatches:  "a push of state another owner replaced (#6, #7)",
 	InvReaderComplete: "a reader that does not follow its conversation to the new owner (#9)",
 	InvNodeAlive:      "a node crash on a lease loss (#5)",
+	InvNodeRestarts:   "a restart within a lease of the crash: the new lease expires while Start waits for the old registration (cluster/node.go acquireLease)",
 	InvRestore:        "the restore race (#11), or a backup that is not one revision",
 }
 

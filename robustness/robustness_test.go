@@ -206,7 +206,7 @@ func runSeed(t *testing.T, bin, dir string, seed uint64, d time.Duration) *repor
 	for _, w := range writers {
 		wg.Go(func() { w.run(tctx) })
 	}
-	if err := runNemesis(tctx, h, hist, tl, seed, events); err != nil {
+	if err := runNemesis(tctx, h, hist, tl, seed, events, r.violate); err != nil {
 		r.violate(InvNodeAlive, err.Error())
 	}
 	<-tctx.Done()
