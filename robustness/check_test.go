@@ -140,14 +140,33 @@ func checkHistory(ops []Op, deliveries []Delivery, logs map[uint64]*convLog) []V
 		}
 	}
 
+	// A lost participant, once per participant: every later call on it
+	// fails the same way.
+	type who struct {
+		client      string
+		participant uint64
+	}
+	lost := map[who]int{}
+	var lostOrder []Op
+	for _, op := range ops {
+		if op.Outcome == Lost {
+			k := who{op.Client, op.Participant}
+			if lost[k] == 0 {
+				lostOrder = append(lostOrder, op)
+			}
+			lost[k]++
+		}
+	}
+	for _, op := range lostOrder {
+		add(InvKeepsBinding, "%s lost its participant %d of conversation %d on a %s (%q, token %s, attempt %d, at %d ms; %d calls failed so): %s",
+			op.Client, op.Participant, op.Conversation, op.Kind, op.Payload, op.Token, op.Attempt, op.Start, lost[who{op.Client, op.Participant}], op.Err)
+	}
+
 	// Per token: its attempts in order.
 	attempts := map[string][]Op{}
 	var tokens []string
 	for _, op := range ops {
 		if op.Kind != "tell" && op.Kind != "replay" {
-			if op.Outcome == Lost {
-				add(InvKeepsBinding, "%s lost its participant on %s (attempt %d of token %s, at %d ms): %s", op.Client, op.Kind, op.Attempt, op.Token, op.Start, op.Err)
-			}
 			continue
 		}
 		if _, ok := attempts[op.Token]; !ok {
@@ -163,8 +182,6 @@ func checkHistory(ops []Op, deliveries []Delivery, logs map[uint64]*convLog) []V
 			switch a.Outcome {
 			case Answered:
 				answered = append(answered, a)
-			case Lost:
-				add(InvKeepsBinding, "%s lost its participant %d telling %q (token %s, attempt %d, at %d ms): %s", a.Client, a.Participant, a.Payload, tok, a.Attempt, a.Start, a.Err)
 			case Refused:
 				if len(committed) > 0 && a.Kind == "tell" {
 					add(InvRefusedNotDone, "%s's %q (token %s) was refused on attempt %d at %d ms (%s) but is committed at seq %d", a.Client, a.Payload, tok, a.Attempt, a.Start, a.Err, committed[0].row.seq)

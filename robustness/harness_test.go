@@ -81,7 +81,8 @@ func freeAddr(t *testing.T) string {
 func newHarness(t *testing.T, dir, bin string, n int) *harness {
 	t.Helper()
 	h := &harness{t: t, dir: dir, bin: bin, prefix: "/robustness/"}
-	c, err := etcdtest.Start(filepath.Join(dir, "etcd"), etcdtest.Options{Members: 3})
+	// etcd logs only what ends it (a fatal exits the test binary: say why).
+	c, err := etcdtest.Start(filepath.Join(dir, "etcd"), etcdtest.Options{Members: 3, LogLevel: "panic"})
 	if err != nil {
 		t.Fatalf("etcd: %v", err)
 	}

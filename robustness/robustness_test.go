@@ -190,15 +190,24 @@ func runSeed(t *testing.T, bin, dir string, seed uint64, d time.Duration) *repor
 		for i := range writersPer {
 			wopts := opts
 			wopts.DiscardDeliveries = true
-			cl, err := client.DialCluster(ctx, h.seeds(), wopts)
+			dial := func(ctx context.Context) (*client.Cluster, error) {
+				dctx, cancel := context.WithTimeout(ctx, callTimeout)
+				defer cancel()
+				return client.DialCluster(dctx, h.seeds(), wopts)
+			}
+			cl, err := dial(ctx)
 			if err != nil {
 				t.Fatalf("writer: %v", err)
 			}
-			defer cl.Close()
-			writers = append(writers, &writer{name: fmt.Sprintf("writer-c%d-%d", conv, i), conv: conv, hist: hist, cl: cl})
+			writers = append(writers, &writer{name: fmt.Sprintf("writer-c%d-%d", conv, i), conv: conv, hist: hist, cl: cl, dial: dial})
 		}
 	}
 
+	defer func() {
+		for _, w := range writers {
+			w.cl.Close()
+		}
+	}()
 	tl.add(hist, "traffic starts: %d writers, %d readers, %d conversations", len(writers), len(readers), conversations)
 	tctx, stopTraffic := context.WithTimeout(ctx, d)
 	defer stopTraffic()

@@ -123,6 +123,10 @@ type writer struct {
 	conv uint64
 	hist *history
 	cl   *client.Cluster
+	// dial connects a new client: after a lost participant the old
+	// client's connection may still hold a binding in the conversation
+	// (binding_occupied for a new enroll on it).
+	dial func(ctx context.Context) (*client.Cluster, error)
 
 	cred    client.Credential
 	bound   bool
@@ -194,11 +198,25 @@ func (w *writer) run(ctx context.Context) {
 			}
 			if op.Outcome == Lost {
 				w.bound = false
+				w.redial(ctx)
 			}
 			if op.Outcome != Unknown || ctx.Err() != nil {
 				break
 			}
 		}
+	}
+}
+
+// redial replaces the writer's client with a new one, until ctx ends.
+func (w *writer) redial(ctx context.Context) {
+	for ctx.Err() == nil {
+		cl, err := w.dial(ctx)
+		if err == nil {
+			w.cl.Close()
+			w.cl = cl
+			return
+		}
+		pause(ctx, 200*time.Millisecond)
 	}
 }
 
@@ -221,6 +239,9 @@ func (w *writer) replay(ctx context.Context) {
 			op.Err = err.Error()
 		}
 		w.hist.add(op)
+		if op.Outcome == Lost {
+			return // every other resend would fail the same way
+		}
 	}
 }
 
