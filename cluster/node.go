@@ -258,17 +258,26 @@ func (n *Node) acquireLease(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("cluster: grant lease: %w", err)
 	}
-	key := n.key("node", n.opts.NodeID)
+	key, marker := n.key("node", n.opts.NodeID), n.key(RestoringKey)
 	wait := time.NewTimer(n.opts.StartWait)
 	defer wait.Stop()
 	for {
+		// No registration while a restore writes the prefix (checked in
+		// the transaction: Start's early check can be overtaken).
 		cctx, cancel := n.ctx(ctx)
-		resp, err := n.cli.Txn(cctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-			Then(clientv3.OpPut(key, n.rec, clientv3.WithLease(g.ID))).Else(clientv3.OpGet(key)).Commit()
+		resp, err := n.cli.Txn(cctx).If(
+			clientv3.Compare(clientv3.CreateRevision(key), "=", 0),
+			clientv3.Compare(clientv3.CreateRevision(marker), "=", 0),
+		).Then(clientv3.OpPut(key, n.rec, clientv3.WithLease(g.ID))).
+			Else(clientv3.OpGet(key), clientv3.OpGet(marker, clientv3.WithCountOnly())).Commit()
 		cancel()
 		if err != nil {
 			n.revokeID(g.ID)
 			return fmt.Errorf("cluster: register node: %w", err)
+		}
+		if !resp.Succeeded && resp.Responses[1].GetResponseRange().Count > 0 {
+			n.revokeID(g.ID)
+			return fmt.Errorf("%w: %s exists; let the restore finish, or delete the prefix and restore again", ErrRestoring, marker)
 		}
 		if resp.Succeeded {
 			n.mu.Lock()

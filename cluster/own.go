@@ -55,12 +55,18 @@ func (n *Node) Acquire(ctx context.Context, c participant.ConversationID) (bool,
 	lease := n.lease
 	n.mu.Unlock()
 
-	key := n.ownKey(c)
+	key, marker := n.ownKey(c), n.key(RestoringKey)
 	var rev int64
 	for attempt := 0; ; attempt++ {
+		// The claim itself checks that no restore is writing the prefix:
+		// a node that started before the restore's first transaction
+		// must not load a half-restored conversation.
 		cctx, cancel := n.ctx(ctx)
-		resp, err := n.cli.Txn(cctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-			Then(clientv3.OpPut(key, n.rec, clientv3.WithLease(lease))).Else(clientv3.OpGet(key)).Commit()
+		resp, err := n.cli.Txn(cctx).If(
+			clientv3.Compare(clientv3.CreateRevision(key), "=", 0),
+			clientv3.Compare(clientv3.CreateRevision(marker), "=", 0),
+		).Then(clientv3.OpPut(key, n.rec, clientv3.WithLease(lease))).
+			Else(clientv3.OpGet(key), clientv3.OpGet(marker, clientv3.WithCountOnly())).Commit()
 		cancel()
 		if err != nil {
 			// The claim may have been made; a retry finds it under this lease.
@@ -69,6 +75,9 @@ func (n *Node) Acquire(ctx context.Context, c participant.ConversationID) (bool,
 		if resp.Succeeded {
 			rev = resp.Header.Revision
 			break
+		}
+		if resp.Responses[1].GetResponseRange().Count > 0 {
+			return false, fmt.Errorf("cluster: claim %v: %w", c, ErrRestoring)
 		}
 		kvs := resp.Responses[0].GetResponseRange().Kvs
 		if len(kvs) != 1 {

@@ -17,7 +17,10 @@ import (
 
 // RestoringKey, under the cluster prefix, exists while `participantctl
 // restore` is writing a backup into the prefix: Start refuses a prefix that
-// has it, so that no node serves a half-restored data set.
+// has it, and every registration and every claim compares, in its
+// transaction, that it is absent (a node that began its start just before
+// the restore neither registers nor claims until it ends), so that no node
+// serves a half-restored data set.
 const RestoringKey = "restoring"
 
 // ErrRestoring reports a prefix that a restore is writing, or that a

@@ -246,6 +246,10 @@ type Config struct {
 	// WrapStore, when set, wraps the opened store before the service uses
 	// it, for fault drills and tests (faultstore); nil uses it as is.
 	WrapStore func(store.DurableStore) store.DurableStore
+	// Now, when set, is the service's wall clock (participant.Options.Now:
+	// token times, receipts, retention), for fault drills and tests of
+	// clock skew; nil uses time.Now.
+	Now func() time.Time
 	// Pprof serves Go's profiles under /debug/pprof/ on the health
 	// listener, to requests that carry AdminToken (which it needs), with
 	// profile and trace durations capped at MaxProfileSeconds and no

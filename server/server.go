@@ -299,6 +299,7 @@ func (s *Server) serviceOptions(key []byte) participant.Options {
 		TokenSkew:               s.cfg.TokenSkew,
 		Logger:                  s.cfg.Logger,
 		Observer:                s.metrics,
+		Now:                     s.cfg.Now,
 	}
 }
 

@@ -35,9 +35,13 @@ const txnReserve = 64 << 10
 // nothing is written from a damaged file), then refuses a prefix that holds
 // any key (ErrNotEmpty), then writes the entries in transactions within the
 // limits, each creating its keys only where absent. The first transaction
-// also creates cluster.RestoringKey and the last deletes it: until then no
-// node starts on the prefix (cluster.ErrRestoring). A restore that fails
-// midway leaves that key: delete the prefix and restore again.
+// also creates cluster.RestoringKey, and commits only if the prefix is still
+// empty then (no live node, claim or key of any writer); the last deletes
+// the marker. Until then no node starts on the prefix, and a node that
+// started before the first transaction claims no conversation
+// (cluster.ErrRestoring): no node serves a half-restored data set. A
+// restore that fails midway leaves the marker: delete the prefix and
+// restore again.
 //
 // The keys are written relative to prefix, which need not be the backup's.
 func Restore(ctx context.Context, kv clientv3.KV, prefix string, src io.ReadSeeker, opts RestoreOptions) (Summary, error) {
@@ -67,9 +71,17 @@ func Restore(ctx context.Context, kv clientv3.KV, prefix string, src io.ReadSeek
 	}
 	sum := Summary{Header: br.Header()}
 	marker := prefix + cluster.RestoringKey
-	// The marker is created with the first transaction, so that a second
-	// restore racing this one is refused by etcd.
-	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(marker), "=", 0)}
+	// The first transaction creates the marker and compares that the
+	// whole prefix is still empty, in etcd, at its commit: the count above
+	// is only a friendly early refusal. A node that registered (node/),
+	// claimed (own/) or wrote anything since, or a second restore racing
+	// this one, makes it fail with nothing written; a node that registers
+	// after it finds the marker in its claim transactions and claims
+	// nothing until the last transaction deletes it.
+	cmps := []clientv3.Cmp{
+		clientv3.Compare(clientv3.CreateRevision(prefix), "=", 0).WithPrefix(),
+		clientv3.Compare(clientv3.CreateRevision(marker), "=", 0),
+	}
 	puts := []clientv3.Op{clientv3.OpPut(marker, fmt.Sprintf("restoring a backup at revision %d", sum.Header.Revision))}
 	size := 2*len(marker) + 64
 	commit := func() error {
@@ -101,7 +113,9 @@ func Restore(ctx context.Context, kv clientv3.KV, prefix string, src io.ReadSeek
 		}
 		key := prefix + string(e.Key)
 		n := 2*len(key) + len(e.Value) + 64
-		if len(puts) > 0 && (len(puts)+1 > opts.MaxTxnOps || size+n > opts.MaxRequestBytes-txnReserve) {
+		// Compares outnumber puts by one in the first transaction (the
+		// empty prefix), so they are what the limit is checked on.
+		if len(puts) > 0 && (len(cmps)+1 > opts.MaxTxnOps || size+n > opts.MaxRequestBytes-txnReserve) {
 			if err := commit(); err != nil {
 				return sum, err
 			}
@@ -111,7 +125,7 @@ func Restore(ctx context.Context, kv clientv3.KV, prefix string, src io.ReadSeek
 		size += n
 		sum.Keys++
 	}
-	if len(puts) > 0 && len(puts)+1 > opts.MaxTxnOps {
+	if len(puts) > 0 && len(cmps)+1 > opts.MaxTxnOps {
 		if err := commit(); err != nil {
 			return sum, err
 		}

@@ -1,0 +1,305 @@
+package robustness_test
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/participantd/participantd/client"
+	"github.com/participantd/participantd/oplog"
+)
+
+var (
+	duration = flag.Duration("robustness.duration", 0, "how long each seed's traffic and nemesis run (0: the short run, 15s a seed)")
+	seedList = flag.String("robustness.seeds", "", "comma-separated seeds (empty: the short run's fixed seeds 1,2)")
+	keep     = flag.Bool("robustness.keep", false, "keep every run's report directory, not only those of failed runs")
+	only     = flag.String("robustness.nemeses", "", "comma-separated nemeses the schedule draws from (empty: all), to tell which fault finds a failure")
+)
+
+// The short run of `go test ./...`: two fixed seeds of 15 s of traffic
+// each, about 90 s in all with the starts, checks and restores on a 2-core
+// machine (the build and, while a reader does not follow a failover, the
+// readers' wait come on top).
+const shortDuration = 15 * time.Second
+
+var shortSeeds = []uint64{1, 2}
+
+// The shape of the traffic: conversations, writers per conversation,
+// readers per conversation.
+const (
+	conversations = 2
+	writersPer    = 2
+	readersPer    = 1
+	nodeCount     = 3
+)
+
+// deliveryWait bounds how long the check waits, after the traffic and
+// the replays ended (every fault healed), for the readers to receive
+// every record addressed to them: a reader that follows its conversation
+// catches up within a failover.
+const deliveryWait = 5 * leaseTTL
+
+// bin is the participantd binary, built once per test binary with the
+// faulthook tag (the clock hook).
+var (
+	binOnce sync.Once
+	binPath string
+	binErr  error
+)
+
+func buildBinary(t *testing.T) string {
+	t.Helper()
+	binOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "robustness-bin-")
+		if err != nil {
+			binErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "participantd")
+		out, err := exec.Command("go", "build", "-tags", "faulthook", "-o", binPath,
+			"github.com/participantd/participantd/cmd/participantd").CombinedOutput()
+		if err != nil {
+			binErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if binErr != nil {
+		t.Fatal(binErr)
+	}
+	return binPath
+}
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	code := m.Run()
+	if binPath != "" {
+		os.RemoveAll(filepath.Dir(binPath))
+	}
+	os.Exit(code)
+}
+
+// chosenNemeses returns the nemeses -robustness.nemeses names.
+func chosenNemeses(t *testing.T) []nemesis {
+	if *only == "" {
+		return nemeses
+	}
+	var out []nemesis
+	for _, name := range strings.Split(*only, ",") {
+		found := false
+		for _, n := range nemeses {
+			if n.name == strings.TrimSpace(name) {
+				out, found = append(out, n), true
+			}
+		}
+		if !found {
+			t.Fatalf("-robustness.nemeses: no nemesis %q", name)
+		}
+	}
+	return out
+}
+
+func seeds(t *testing.T) []uint64 {
+	if *seedList == "" {
+		return shortSeeds
+	}
+	var out []uint64
+	for _, s := range strings.Split(*seedList, ",") {
+		n, err := strconv.ParseUint(strings.TrimSpace(s), 10, 64)
+		if err != nil {
+			t.Fatalf("-robustness.seeds: %v", err)
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+// TestRobustness runs, per seed, three participantd processes over a
+// 3-member etcd with writers and readers as traffic and the seed's
+// nemesis schedule, then checks the history against every invariant of
+// check_test.go. A failed seed leaves a report directory (named in the
+// failure) with the seed, the schedule, the history and the node logs.
+func TestRobustness(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs real processes for minutes; skipped under -short")
+	}
+	d := *duration
+	if d == 0 {
+		d = shortDuration
+	}
+	bin := buildBinary(t)
+	for _, seed := range seeds(t) {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			dir, err := os.MkdirTemp("", fmt.Sprintf("robustness-seed%d-", seed))
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := runSeed(t, bin, dir, seed, d)
+			if len(r.violations) == 0 && !t.Failed() {
+				if !*keep {
+					os.RemoveAll(dir)
+				} else {
+					t.Logf("report: %s", r.write(dir))
+				}
+				return
+			}
+			path := r.write(dir)
+			t.Errorf("seed %d: %d violation(s); report %s\n%s", seed, len(r.violations), path, r.brief())
+		})
+	}
+}
+
+// runSeed is one run: start, traffic under the nemesis, heal, check.
+func runSeed(t *testing.T, bin, dir string, seed uint64, d time.Duration) *report {
+	h := newHarness(t, dir, bin, nodeCount)
+	hist := newHistory()
+	tl := &timeline{}
+	events := plan(seed, d, nodeCount, chosenNemeses(t))
+	r := &report{seed: seed, duration: d, events: events, hist: hist, tl: tl, h: h}
+
+	ctx, cancel := context.WithTimeout(context.Background(), d+5*time.Minute)
+	defer cancel()
+	opts := client.ClusterOptions{Options: client.Options{ClientName: "robustness", MaxBackoff: 500 * time.Millisecond}}
+
+	var writers []*writer
+	var readers []*reader
+	var readWG sync.WaitGroup
+	for c := range conversations {
+		conv := 1000*seed + uint64(c) + 1
+		// A reader joins first, so that every tell is addressed to it.
+		for i := range readersPer {
+			cl, err := client.DialCluster(ctx, h.seeds(), opts)
+			if err != nil {
+				t.Fatalf("reader: %v", err)
+			}
+			defer cl.Close()
+			rd := &reader{name: fmt.Sprintf("reader-c%d-%d", conv, i), conv: conv, hist: hist, cl: cl}
+			readWG.Go(rd.read)
+			if err := rd.enroll(ctx); err != nil {
+				t.Fatal(err)
+			}
+			readers = append(readers, rd)
+		}
+		for i := range writersPer {
+			wopts := opts
+			wopts.DiscardDeliveries = true
+			dial := func(ctx context.Context) (*client.Cluster, error) {
+				dctx, cancel := context.WithTimeout(ctx, callTimeout)
+				defer cancel()
+				return client.DialCluster(dctx, h.seeds(), wopts)
+			}
+			cl, err := dial(ctx)
+			if err != nil {
+				t.Fatalf("writer: %v", err)
+			}
+			writers = append(writers, &writer{name: fmt.Sprintf("writer-c%d-%d", conv, i), conv: conv, hist: hist, cl: cl, dial: dial})
+		}
+	}
+
+	defer func() {
+		for _, w := range writers {
+			w.cl.Close()
+		}
+	}()
+	tl.add(hist, "traffic starts: %d writers, %d readers, %d conversations", len(writers), len(readers), conversations)
+	tctx, stopTraffic := context.WithTimeout(ctx, d)
+	defer stopTraffic()
+	var wg sync.WaitGroup
+	for _, w := range writers {
+		wg.Go(func() { w.run(tctx) })
+	}
+	if err := runNemesis(tctx, h, hist, tl, seed, events, r.violate); err != nil {
+		r.violate(InvNodeAlive, err.Error())
+	}
+	<-tctx.Done()
+	wg.Wait()
+	tl.add(hist, "traffic ended")
+
+	// Every node must still run (none crashed by itself); then every
+	// answered tell is resent with its token.
+	for _, nd := range h.nodes {
+		if !nd.running() {
+			r.violate(InvNodeAlive, fmt.Sprintf("node %s is not running (%s); see %s", nd.id, nd.exitStatus(), nd.logPath))
+			if err := nd.start(); err != nil {
+				r.violate(InvNodeAlive, fmt.Sprintf("node %s does not start again: %v", nd.id, err))
+			}
+		}
+	}
+	for _, w := range writers {
+		wg.Go(func() { w.replay(ctx) })
+	}
+	wg.Wait()
+	tl.add(hist, "replays ended")
+
+	convs := make([]uint64, conversations)
+	for c := range convs {
+		convs[c] = 1000*seed + uint64(c) + 1
+	}
+	logs, vs, err := readLogs(ctx, h.cli, h.prefix, convs)
+	if err != nil {
+		t.Fatalf("read the logs: %v", err)
+	}
+	r.violations = append(r.violations, vs...)
+	r.waitDeliveries(ctx, logs, readers)
+	tl.add(hist, "check")
+	ops, dels := hist.snapshot()
+	r.violations = append(r.violations, checkHistory(ops, dels, logs)...)
+	r.logs = logs
+
+	r.violations = append(r.violations, checkRestore(ctx, seed, h, hist, tl, logs, convs, writers)...)
+	return r
+}
+
+// waitDeliveries waits, up to deliveryWait, until every reader received
+// every record addressed to it in logs.
+func (r *report) waitDeliveries(ctx context.Context, logs map[uint64]*convLog, readers []*reader) {
+	deadline := time.NewTimer(deliveryWait)
+	defer deadline.Stop()
+	for {
+		_, dels := r.hist.snapshot()
+		n := missing(logs, dels, readers)
+		if n == 0 {
+			return
+		}
+		select {
+		case <-r.hist.delivered:
+		case <-deadline.C:
+			r.tl.add(r.hist, "the readers still miss %d records %v after the traffic ended", n, deliveryWait)
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// missing counts the records addressed to a reader in logs that it has
+// not received.
+func missing(logs map[uint64]*convLog, dels []Delivery, readers []*reader) int {
+	got := map[string]map[uint64]bool{}
+	for _, d := range dels {
+		if got[d.Reader] == nil {
+			got[d.Reader] = map[uint64]bool{}
+		}
+		got[d.Reader][d.Seq] = true
+	}
+	n := 0
+	for _, rd := range readers {
+		l := logs[rd.conv]
+		if l == nil {
+			continue
+		}
+		for _, rec := range l.records {
+			if slices.Contains(rec.Recipients, oplog.ParticipantID(rd.participant)) && !got[rd.name][uint64(rec.Seq)] {
+				n++
+			}
+		}
+	}
+	return n
+}
