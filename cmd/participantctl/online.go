@@ -49,13 +49,14 @@ command exits.`,
 		synopsis: "send a record to the conversation (attaches first)",
 		usage: `--creds FILE [--token HEX] MESSAGE|-
 
-Sends MESSAGE (or standard input, for -) as a record. Standard input is
-sent byte for byte, so "echo hi | participantctl tell ... -" sends "hi\n":
-tail prints it as the text hi, and tail --json shows the newline. A tell
-needs the participant's binding, which belongs to a connection, so tell
-first attaches on its own connection: that mints a new generation (FILE is
-rewritten) and supersedes any binding the participant holds elsewhere,
-e.g. a running tail. Prints "told: conversation C participant P seq S".
+Sends MESSAGE (or standard input, for -) as a record. A tell needs the
+participant's binding, which belongs to a connection, so tell first attaches
+on its own connection: that mints a new generation (FILE is rewritten) and
+supersedes any binding the participant holds elsewhere, e.g. a running tail.
+Prints "told: conversation C participant P seq S".
+
+Standard input is sent byte for byte: "echo hi | participantctl tell ... -"
+sends "hi\n", which tail prints as the text hi and tail --json exactly.
 
 --token names the operation: re-running with the token printed by a tell
 whose outcome was unknown (in_doubt) answers the original seq instead of
