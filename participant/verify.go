@@ -18,9 +18,13 @@ import (
 // `verify`) print.
 type Report struct {
 	Conversation ConversationID `json:"conversation_id"`
-	// OplogRows and OutboxRows count the stored rows.
-	OplogRows  uint64 `json:"oplog_rows"`
-	OutboxRows uint64 `json:"outbox_rows"`
+	// OplogRows and OutboxRows count the stored rows: those appended
+	// minus those compaction trimmed, which OplogCompacted and
+	// OutboxCompacted count.
+	OplogRows       uint64 `json:"oplog_rows"`
+	OutboxRows      uint64 `json:"outbox_rows"`
+	OplogCompacted  uint64 `json:"oplog_compacted,omitempty"`
+	OutboxCompacted uint64 `json:"outbox_compacted,omitempty"`
 	// Repairs is how many outbox rows reconciliation would append.
 	Repairs int `json:"repairs"`
 	// Refused is set when the conversation would be unloadable.
@@ -69,10 +73,10 @@ func Inspect(st store.DurableStore) ([]Report, error) {
 	out := make([]Report, 0, len(ids))
 	for _, id := range ids {
 		rep := Report{Conversation: id}
-		if rep.OplogRows, err = st.Len(oplog.Stream(id)); err != nil {
+		if rep.OplogRows, rep.OplogCompacted, err = storedRows(st, oplog.Stream(id)); err != nil {
 			return nil, fmt.Errorf("participant: inspect %v: %w", id, err)
 		}
-		if rep.OutboxRows, err = st.Len(outbox.Stream(id)); err != nil {
+		if rep.OutboxRows, rep.OutboxCompacted, err = storedRows(st, outbox.Stream(id)); err != nil {
 			return nil, fmt.Errorf("participant: inspect %v: %w", id, err)
 		}
 		floor, err := st.ReadValue(windowKey(id))
@@ -115,6 +119,21 @@ func Inspect(st store.DurableStore) ([]Report, error) {
 		out = append(out, rep)
 	}
 	return out, nil
+}
+
+// storedRows returns how many rows of stream st still stores and how many
+// compaction trimmed: Len counts every row ever appended, since seqs never
+// move, and First is where the stored ones begin.
+func storedRows(st store.DurableStore, stream string) (stored, trimmed uint64, err error) {
+	n, err := st.Len(stream)
+	if err != nil {
+		return 0, 0, err
+	}
+	first, err := streamFirst(st, stream)
+	if err != nil {
+		return 0, 0, err
+	}
+	return n - first, first, nil
 }
 
 // checkTokens checks that every token-bearing row of c's oplog still

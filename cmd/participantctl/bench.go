@@ -121,12 +121,10 @@ func runBench(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(e.stderr, "participantctl bench: unexpected argument %q\n", fs.Arg(0))
-		return errUsage
+		return &exitError{exitUsage, fmt.Errorf("unexpected argument %q", fs.Arg(0))}
 	}
 	if err := f.check(); err != nil {
-		fmt.Fprintf(e.stderr, "participantctl bench: %v\n", err)
-		return errUsage
+		return &exitError{exitUsage, err}
 	}
 	if f.startupRecords > 0 {
 		return runStartup(ctx, e, &f)

@@ -3,11 +3,13 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/participantd/participantd/oplog"
+	"github.com/participantd/participantd/outbox"
 	"github.com/participantd/participantd/participant"
 	"github.com/participantd/participantd/store"
 )
@@ -74,6 +76,11 @@ func TestCompact_RemovesSettledHistoryAndVerifyStaysOK(t *testing.T) {
 		t.Fatalf("verify after compact = %q", out)
 	}
 	checkSpace(t, ctx, dir)
+	var rep inspectReport
+	if err := json.Unmarshal([]byte(mustCtl(t, ctx, "inspect", "--data", dir, "--json")), &rep); err != nil || len(rep.Conversations) != 1 {
+		t.Fatalf("inspect --json after compact = %+v, %v", rep, err)
+	}
+	text := mustCtl(t, ctx, "inspect", "--data", dir)
 
 	st, err = store.Open(filepath.Join(dir, storeFile), store.Options{})
 	if err != nil {
@@ -82,6 +89,21 @@ func TestCompact_RemovesSettledHistoryAndVerifyStaysOK(t *testing.T) {
 	defer st.Close()
 	if n, err := st.First(oplog.Stream(1)); err != nil || n == 0 {
 		t.Fatalf("First(oplog/1) after compact = %d, %v, want > 0", n, err)
+	}
+	// inspect counts the rows still stored, not every row ever appended.
+	c := rep.Conversations[0]
+	for _, s := range []struct {
+		stream            string
+		stored, compacted uint64
+	}{{oplog.Stream(1), c.OplogRows, c.OplogCompacted}, {outbox.Stream(1), c.OutboxRows, c.OutboxCompacted}} {
+		n, _ := st.Len(s.stream)
+		first, _ := st.First(s.stream)
+		if s.stored != n-first || s.compacted != first {
+			t.Errorf("inspect of %s = %d rows, %d compacted; want %d stored of %d appended", s.stream, s.stored, s.compacted, n-first, n)
+		}
+	}
+	if want := fmt.Sprintf("oplog %d rows (%d compacted)", c.OplogRows, c.OplogCompacted); !strings.Contains(text, want) {
+		t.Errorf("inspect =\n%s\nwant %q", text, want)
 	}
 	svc, err = participant.Open(bg, st, participant.Options{NodeKey: key})
 	if err != nil {

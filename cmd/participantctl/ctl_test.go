@@ -227,3 +227,30 @@ func TestTail_SupersededExitsWithStatus3(t *testing.T) {
 		t.Errorf("superseded tail = exit %d, %q; want %d and a message", r.code, r.errs, exitSuperseded)
 	}
 }
+
+func TestRun_UsageErrorsAreOneLineAndAPointerToHelp(t *testing.T) {
+	ctx := testCtx(t)
+	for _, args := range [][]string{
+		{"tell", "--no-such-flag"},
+		{"bench", "--no-such-flag"},
+		{"invite"},
+	} {
+		out, errs, code := ctl(ctx, "", args...)
+		if code != 2 || out != "" {
+			t.Errorf("participantctl %s = exit %d, stdout %q; want 2 and nothing", strings.Join(args, " "), code, out)
+		}
+		lines := strings.Split(strings.TrimSuffix(errs, "\n"), "\n")
+		if len(lines) != 2 || !strings.HasPrefix(lines[0], "participantctl "+args[0]+": ") ||
+			lines[1] != "participantctl "+args[0]+" -h describes its arguments and flags." {
+			t.Errorf("participantctl %s printed\n%s\nwant the error and one line pointing at -h", strings.Join(args, " "), errs)
+		}
+	}
+	// -h prints the subcommand's whole usage and succeeds.
+	if _, errs, code := ctl(ctx, "", "tell", "-h"); code != 0 || !strings.HasPrefix(errs, "usage: participantctl tell ") || !strings.Contains(errs, "-token") {
+		t.Errorf("tell -h = exit %d, %q; want 0 and the usage with its flags", code, errs)
+	}
+	// No subcommand at all is a usage error that lists the subcommands.
+	if _, errs, code := ctl(ctx, ""); code != 2 || !strings.Contains(errs, "subcommands:") {
+		t.Errorf("participantctl alone = exit %d, %q; want 2 and the list of subcommands", code, errs)
+	}
+}

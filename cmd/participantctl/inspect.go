@@ -23,7 +23,7 @@ Reads the store of a STOPPED server (it fails if participantd holds the data
 directory) and prints, per conversation: its participants with generation,
 retired, bound (as durably recorded: a stopped server's bindings end as
 died/unclean_restart at its next start) and cursor; the last seq; the oplog
-and outbox row counts; the token floor, when a token window has compacted
+and outbox rows stored (and how many compaction removed); the token floor, when a token window has compacted
 it (tokens drawn before it may have been forgotten); and, for an
 unloadable conversation, its class and reason. Never writes.
 
@@ -94,7 +94,8 @@ func printInspect(w io.Writer, rep *inspectReport) {
 		fmt.Fprintf(w, "server incarnation %d, %d conversations\n", rep.Incarnation, len(rep.Conversations))
 	}
 	for _, c := range rep.Conversations {
-		fmt.Fprintf(w, "\nconversation %d: oplog %d rows, outbox %d rows", c.Conversation, c.OplogRows, c.OutboxRows)
+		fmt.Fprintf(w, "\nconversation %d: oplog %s, outbox %s", c.Conversation,
+			rowCount(c.OplogRows, c.OplogCompacted), rowCount(c.OutboxRows, c.OutboxCompacted))
 		if c.Refused != nil {
 			fmt.Fprintf(w, "\n  UNLOADABLE %s: %s\n", c.Refused.Class, c.Refused.Reason)
 			printTokenFloor(w, c.TokenFloor)
@@ -117,6 +118,15 @@ func printInspect(w io.Writer, rep *inspectReport) {
 			fmt.Fprintln(w)
 		}
 	}
+}
+
+// rowCount describes a stream's stored rows and, when compaction trimmed
+// some, how many.
+func rowCount(stored, compacted uint64) string {
+	if compacted == 0 {
+		return fmt.Sprintf("%d rows", stored)
+	}
+	return fmt.Sprintf("%d rows (%d compacted)", stored, compacted)
 }
 
 // printTokenFloor prints a conversation's token floor, if it has one.

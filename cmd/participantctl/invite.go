@@ -37,12 +37,10 @@ func runInvite(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	if !fsHasFlag(fs, "conversation") {
-		fmt.Fprintln(e.stderr, "participantctl invite: --conversation is required")
-		return errUsage
+		return &exitError{exitUsage, errors.New("--conversation is required")}
 	}
 	if *expires <= 0 {
-		fmt.Fprintln(e.stderr, "participantctl invite: --expires must be positive")
-		return errUsage
+		return &exitError{exitUsage, errors.New("--expires must be positive")}
 	}
 	key, err := readNodeKey(*dir)
 	if err != nil {

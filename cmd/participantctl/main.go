@@ -75,8 +75,9 @@ func (e *exitError) Error() string {
 
 func (e *exitError) Unwrap() error { return e.err }
 
-// errUsage is a usage error; the flag package already printed why.
-var errUsage = &exitError{code: 2}
+// exitUsage is the exit status of a usage error: run prints the error and
+// one line pointing at the subcommand's -h, never the whole help.
+const exitUsage = 2
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -114,6 +115,9 @@ func run(ctx context.Context, e *env, args []string) int {
 		if ee.err != nil {
 			fmt.Fprintf(e.stderr, "participantctl %s: %v\n", c.name, ee.err)
 		}
+		if ee.code == exitUsage {
+			fmt.Fprintf(e.stderr, "participantctl %s -h describes its arguments and flags.\n", c.name)
+		}
 		return ee.code
 	default:
 		fmt.Fprintf(e.stderr, "participantctl %s: %v\n", c.name, err)
@@ -134,7 +138,8 @@ func printCommands(w io.Writer) {
 	fmt.Fprintf(w, "\nparticipantctl <subcommand> -h describes one; participantctl --version prints the build.\n")
 }
 
-// newFlagSet returns the flag set of c, printing c's usage on -h.
+// newFlagSet returns the flag set of c, printing c's usage on -h (and only
+// then: parse turns a bad flag into a one-line usage error).
 func newFlagSet(e *env, c *command) *flag.FlagSet {
 	fs := flag.NewFlagSet(c.name, flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
@@ -145,13 +150,24 @@ func newFlagSet(e *env, c *command) *flag.FlagSet {
 	return fs
 }
 
-// parse parses args into fs and maps a parse failure to errUsage.
+// parse parses args into fs. On -h it prints fs's usage and returns
+// flag.ErrHelp; a parse failure is a usage error carrying the flag
+// package's reason, which run prints with a pointer to -h. The flag package
+// would print the reason and then the whole usage: parse silences it while
+// it runs.
 func parse(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return errUsage
+	usage, out := fs.Usage, fs.Output()
+	fs.Usage = func() {}
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(args)
+	fs.Usage = usage
+	fs.SetOutput(out)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, flag.ErrHelp):
+		usage()
+		return err
 	}
-	return nil
+	return &exitError{code: exitUsage, err: err}
 }

@@ -55,6 +55,9 @@ on its own connection: that mints a new generation (FILE is rewritten) and
 supersedes any binding the participant holds elsewhere, e.g. a running tail.
 Prints "told: conversation C participant P seq S".
 
+Standard input is sent byte for byte: "echo hi | participantctl tell ... -"
+sends "hi\n", which tail prints as the text hi and tail --json exactly.
+
 --token names the operation: re-running with the token printed by a tell
 whose outcome was unknown (in_doubt) answers the original seq instead of
 sending twice.`,

@@ -13,6 +13,7 @@ import (
 	"github.com/participantd/participantd/cluster/backup"
 	"github.com/participantd/participantd/offline"
 	"github.com/participantd/participantd/participant"
+	"github.com/participantd/participantd/store"
 )
 
 func init() {
@@ -22,10 +23,12 @@ func init() {
 		usage: `--from FILE --node-key FILE --data DIR
        --from FILE --etcd-endpoints URLS [--etcd-prefix P]
 
-Copies a backup (participantctl backup) and the node key it belongs to into
-DIR, which must be absent or empty, durably (each file fsync'd, renamed,
-and the directory fsync'd), then reconciles the restored data in dry run as
-verify does. Exits 1 when verify refuses a conversation; the restored data
+Checks the backup (participantctl backup) first, reading every page and
+key of it, and the node key it belongs to: from a file that is not a whole
+participantd data file nothing is written. Then copies both into DIR, which
+must be absent or empty, durably (each file fsync'd, renamed, and the
+directory fsync'd), and reconciles the restored data in dry run as verify
+does. Exits 1 when verify refuses a conversation; the restored data
 is left in place for inspection either way. Start participantd on DIR to
 serve it: bindings of the backup's time end as died/unclean_restart. It
 refuses the data file of a data directory whose write-ahead log holds
@@ -92,6 +95,9 @@ func runRestore(ctx context.Context, e *env, args []string) error {
 	if isClusterBackup(src) {
 		return fmt.Errorf("%s is a cluster backup: restore it into etcd with --etcd-endpoints (converting it to a data directory is not supported)", *from)
 	}
+	if err := checkBackup(*from); err != nil {
+		return err
+	}
 	key, err := os.ReadFile(*keyFile)
 	if err != nil {
 		return err
@@ -111,6 +117,30 @@ func runRestore(ctx context.Context, e *env, args []string) error {
 	}
 	fmt.Fprintf(e.stdout, "restored %d bytes into %s; verifying\n", n, *dir)
 	return runVerify(ctx, e, []string{"--data", *dir})
+}
+
+// checkBackup reads the whole backup file at path (store.Bolt.Check: every
+// page reachable from its meta page, every key and value in this store's
+// layout) before restore writes anything, and explains a file it refuses
+// in terms of the file given: it is the backup that is wrong, not a data
+// directory. The caller has opened path, so it exists and is readable.
+func checkBackup(path string) error {
+	st, err := store.Open(path, store.Options{ReadOnly: true, LockTimeout: offline.DefaultLockTimeout})
+	if err == nil {
+		err = st.Check()
+		if cerr := st.Close(); err == nil {
+			err = cerr
+		}
+	}
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, store.ErrLocked):
+		return fmt.Errorf("%s is in use by a running server: take a backup of it with participantctl backup, and restore that: %w", path, err)
+	}
+	// The caller opened the file, so what fails here is its content:
+	// empty, damaged (store.ErrCorrupt), or not this store's layout.
+	return fmt.Errorf("%s is not a whole participantd backup, so nothing was restored (it is empty, damaged or another kind of file; participantctl backup makes one): %w", path, err)
 }
 
 // isClusterBackup reports whether f starts with the cluster backup magic,

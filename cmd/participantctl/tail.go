@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -38,8 +39,11 @@ printing it. Records and lifecycle events look different:
   [SEQ] * pP KIND (CAUSE)         participant P joined, attached, detached,
                                   died or left (CAUSE for detached and died)
 
-PAYLOAD is the text of a record when it is printable UTF-8, else "hex:"
-and its bytes in hex. --json prints one JSON object per line instead.
+PAYLOAD is the text of a record when it is printable UTF-8 (tabs allowed)
+on one line, without its line ending ("\n" or "\r\n", as tell - of
+"echo hi" sends), else "hex:" and its bytes in hex. --json prints one JSON
+object per line instead, with the payload exact: "payload" (text, its line
+ending included) or "payload_hex".
 --records-only prints records only (events are still acknowledged).
 
 What happens to the connection goes to standard error: the attach and its
@@ -244,7 +248,11 @@ func printDelivery(w io.Writer, d client.Delivery, asJSON bool) error {
 		_, err := fmt.Fprintln(w, line)
 		return err
 	}
-	if !printable {
+	if printable {
+		// The line's own newline stands for the payload's line ending;
+		// --json keeps the payload exact.
+		text = trimLineEnding(text)
+	} else {
 		text = "hex:" + hex.EncodeToString(d.Payload)
 	}
 	_, err := fmt.Fprintf(w, "[%d] p%d: %s\n", d.Seq, d.Participant, text)
@@ -252,18 +260,31 @@ func printDelivery(w io.Writer, d client.Delivery, asJSON bool) error {
 }
 
 // payloadText returns p as text when it is valid UTF-8 of printable
-// characters and spaces (no tabs or newlines, which would break the line).
+// characters, spaces and tabs, ended by at most one line ending ("\n" or
+// "\r\n"), which text piped into tell - usually has: a line of text is
+// text. Any other control character, an inner newline included (it would
+// break tail's one line per delivery), makes p binary.
 func payloadText(p []byte) (string, bool) {
 	if !utf8.Valid(p) {
 		return "", false
 	}
 	s := string(p)
-	for _, r := range s {
-		if !unicode.IsPrint(r) && r != ' ' {
+	body := trimLineEnding(s)
+	for _, r := range body {
+		if !unicode.IsPrint(r) && r != ' ' && r != '\t' {
 			return "", false
 		}
 	}
 	return s, true
+}
+
+// trimLineEnding returns s without one trailing "\n" or "\r\n".
+func trimLineEnding(s string) string {
+	s, ok := strings.CutSuffix(s, "\n")
+	if ok {
+		s = strings.TrimSuffix(s, "\r")
+	}
+	return s
 }
 
 // welcomeNote describes what the server announced for a reconnect line:

@@ -48,7 +48,7 @@ func run(args, environ []string, stdout io.Writer, stderr *os.File) int {
 		return 0
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "participantd: %v\n", err)
+		fmt.Fprintf(stderr, "participantd: %v\nparticipantd -h lists every setting.\n", err)
 		return 2
 	}
 	switch {
@@ -112,13 +112,15 @@ func run(args, environ []string, stdout io.Writer, stderr *os.File) int {
 }
 
 // newLogger logs to w: JSON lines, or human-readable lines for format
-// "console", or for "auto" when w is a terminal. Durations are logged in
-// milliseconds, in fields named *_ms.
+// "console", or for "auto" when w is a terminal. Console lines are coloured
+// only on a terminal: in a file or a pipe the escape codes would be noise
+// in every line. Durations are logged in milliseconds, in fields named *_ms.
 func newLogger(w *os.File, level zerolog.Level, format string) zerolog.Logger {
 	zerolog.DurationFieldUnit = time.Millisecond
 	var out io.Writer = w
-	if format == "console" || (format == "auto" && isatty.IsTerminal(w.Fd())) {
-		out = zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly}
+	tty := isatty.IsTerminal(w.Fd())
+	if format == "console" || (format == "auto" && tty) {
+		out = zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly, NoColor: !tty}
 	}
 	return zerolog.New(out).Level(level).With().Timestamp().Str("service", "participantd").Logger()
 }

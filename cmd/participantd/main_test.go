@@ -112,3 +112,52 @@ func TestParseOptions_LogFormatAndPprof(t *testing.T) {
 		t.Errorf("--log-format xml = %v, want an error naming log-format", err)
 	}
 }
+
+func TestRun_BadFlagPrintsTheErrorAndAPointerToHelp(t *testing.T) {
+	stderr, err := os.CreateTemp(t.TempDir(), "stderr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stderr.Close()
+	if code := run([]string{"--no-such-flag"}, nil, &bytes.Buffer{}, stderr); code != 2 {
+		t.Errorf("--no-such-flag = exit %d, want 2", code)
+	}
+	b, err := os.ReadFile(stderr.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "participantd: flag provided but not defined: -no-such-flag\nparticipantd -h lists every setting.\n"
+	if string(b) != want {
+		t.Errorf("--no-such-flag printed\n%s\nwant\n%s", b, want)
+	}
+}
+
+func TestParseOptions_HelpPrintsUsage(t *testing.T) {
+	var out bytes.Buffer
+	if _, err := parseOptions([]string{"-h"}, nil, &out); err != errHelp {
+		t.Fatalf("-h = %v, want errHelp", err)
+	}
+	if !strings.HasPrefix(out.String(), "Usage: participantd") || !strings.Contains(out.String(), "--log-format") {
+		t.Errorf("-h printed %q, want the usage with every setting", out.String())
+	}
+}
+
+func TestNewLogger_ConsoleIntoAFileHasNoColour(t *testing.T) {
+	f, err := os.CreateTemp(t.TempDir(), "log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	log := newLogger(f, zerolog.InfoLevel, "console")
+	log.Info().Str("k", "v").Msg("hello")
+	b, err := os.ReadFile(f.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), "hello") {
+		t.Fatalf("console log = %q, want the message", b)
+	}
+	if strings.Contains(string(b), "\x1b[") {
+		t.Errorf("console log into a file holds colour codes: %q", b)
+	}
+}

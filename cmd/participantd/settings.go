@@ -180,7 +180,7 @@ var settings = []setting{
 		intSetting(func(o *options) *int { return &o.server.MaxParticipants })},
 	{"max-conversations-per-connection", strconv.Itoa(participant.DefaultMaxConversationsPerConn), "bindings one connection may hold (capacity_exceeded past it)",
 		intSetting(func(o *options) *int { return &o.server.MaxConversationsPerConn })},
-	{"log-format", "auto", "json (one object per line), console (human-readable), or auto: console when standard error is a terminal, else json",
+	{"log-format", "auto", "json (one object per line), console (human-readable; coloured only on a terminal), or auto: console when standard error is a terminal, else json",
 		func(o *options, v string) error {
 			switch v {
 			case "json", "console", "auto":
@@ -394,7 +394,6 @@ func (boolValue) IsBoolFlag() bool { return true }
 // name the key and where it came from.
 func parseOptions(args, environ []string, usageOut io.Writer) (options, error) {
 	fs := flag.NewFlagSet("participantd", flag.ContinueOnError)
-	fs.SetOutput(usageOut)
 	flags := make(map[string]*string)
 	for _, s := range append([]setting{{name: configKey}}, settings...) {
 		v := new(string)
@@ -407,8 +406,14 @@ func parseOptions(args, environ []string, usageOut io.Writer) (options, error) {
 	}
 	version := fs.Bool("version", false, "print the version and build, then exit")
 	healthcheck := fs.Bool("healthcheck", false, "probe /ready of the server at health-listen; exit 0 when ready, 1 otherwise")
-	fs.Usage = func() { usage(usageOut) }
+	// The flag package prints a bad flag's error and then the whole usage:
+	// silence it, so that run prints the error and a pointer to -h alone.
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			usage(usageOut)
+		}
 		return options{}, err
 	}
 	if fs.NArg() > 0 {
