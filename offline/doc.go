@@ -28,8 +28,18 @@
 //	                     the log                         the log, checkpointed
 //	                                                     by Close
 //
-// A directory with no wal/ (one only --store bbolt ever served) is the
-// bbolt file alone, opened with package store.
+// Which of the two a directory is, and whether it can be opened at all,
+// is decided by package logfirst, as at the daemon's start: a directory
+// the log-first engine started in (logfirst.Started: wal/ or
+// wal.created) is opened only with its log, and one whose log was made
+// durable and is now lost fails with logfirst.ErrLogLost for every tool.
+// Any other (one only --store bbolt ever served, a restore) is the bbolt
+// file alone: the readers still go through logfirst.OpenReadOnly, which
+// finds no log, and the writers open it with package store. A file a
+// power cut left as bbolt created it, before the first start committed
+// the store's layout, is the empty store the next start lays out: the
+// readers report it without writing, the writers lay it out first. A
+// missing or 0-byte file is store.ErrNoData: no tool creates a store.
 //
 // A directory whose log holds records after the file's checkpoint is
 // served whole only through the log: Pending reports how many, so that a

@@ -2,10 +2,8 @@ package offline
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	iofs "io/fs"
 	"path/filepath"
 	"time"
 
@@ -51,57 +49,53 @@ func (o Options) logfirst() logfirst.Options {
 	return logfirst.Options{LockTimeout: o.LockTimeout, FS: o.LogFS, SegmentSize: o.LogSegmentSize, MustExist: true}
 }
 
-// hasLog reports whether dir has a log directory: the log-first engine
-// wrote it, and its file is whole only with the log's records.
-func hasLog(dir string, o Options) (bool, error) {
-	_, err := o.LogFS.List(filepath.Join(dir, logfirst.WALDir))
-	if errors.Is(err, iofs.ErrNotExist) {
-		return false, nil
-	}
-	return err == nil, err
-}
-
 // OpenReadOnly opens the store of data directory dir without changing
-// any file: the file read-only after store.Bolt.Check read every page,
-// and the log's records after its checkpoint, if it has a log, replayed
-// in memory over it. A running server is store.ErrLocked; a missing or
-// empty file store.ErrNoData; a damaged file or log store.ErrCorrupt (or
-// wal.ErrCorrupt, naming the segment and offset).
+// any file, as the daemon's start would find it: logfirst.OpenReadOnly,
+// the file read-only and the log's records after its checkpoint, if it
+// has a log, replayed in memory over it; then store.Bolt.Check reads
+// every key and value of the file. A file a power cut left as bbolt
+// created it, before the first start wrote the store's layout, is the
+// empty store the start would lay out. A running server is
+// store.ErrLocked; a missing or empty file store.ErrNoData; a damaged
+// file or log store.ErrCorrupt (or wal.ErrCorrupt, naming the segment and
+// offset); a log made durable and now lost logfirst.ErrLogLost.
 func OpenReadOnly(dir string, opts Options) (store.DurableStore, error) {
 	o := opts.withDefaults()
-	bt, err := store.Open(filepath.Join(dir, StoreFile), store.Options{LockTimeout: o.LockTimeout, ReadOnly: true})
+	st, err := logfirst.OpenReadOnly(dir, o.logfirst())
 	if err != nil {
 		return nil, err
 	}
-	if err := bt.Check(); err != nil {
-		bt.Close()
-		return nil, err
+	if st.Fresh() {
+		// No bucket to read: its pages were walked by the open.
+		return st, nil
 	}
-	logged, err := hasLog(dir, o)
-	if err != nil || !logged {
-		if err != nil {
-			bt.Close()
-			return nil, err
+	// The shared locks of both opens keep writers out: the file is at rest.
+	bt, err := store.Open(filepath.Join(dir, StoreFile), store.Options{LockTimeout: o.LockTimeout, ReadOnly: true})
+	if err == nil {
+		err = bt.Check()
+		if cerr := bt.Close(); err == nil {
+			err = cerr
 		}
-		return bt, nil
 	}
-	// The file is sound; the store is the file with its log over it.
-	if err := bt.Close(); err != nil {
+	if err != nil {
+		st.Close()
 		return nil, err
 	}
-	return logfirst.OpenReadOnly(dir, o.logfirst())
+	return st, nil
 }
 
 // OpenWritable opens the store of data directory dir for an offline tool
-// that writes, as the daemon's open does: with a log, logfirst.Open
-// replays the records after the file's checkpoint into it first, and
-// every write goes through the log (Close checkpoints them into the
-// file); without one, the file alone is the store. It never creates a
-// store: a missing or empty file is store.ErrNoData. A running server is
-// store.ErrLocked.
+// that writes, as the daemon's open does: in a directory the log-first
+// engine started in (logfirst.Started), logfirst.Open replays the
+// records after the file's checkpoint into it first, and every write
+// goes through the log (Close checkpoints them into the file), or fails
+// with logfirst.ErrLogLost when the log is lost; in any other, the file
+// alone is the store. A file without the store's layout yet gets it, as
+// at the daemon's start. It never creates a store: a missing or empty
+// file is store.ErrNoData. A running server is store.ErrLocked.
 func OpenWritable(dir string, opts Options) (store.DurableStore, error) {
 	o := opts.withDefaults()
-	logged, err := hasLog(dir, o)
+	logged, err := logfirst.Started(dir, o.LogFS)
 	if err != nil {
 		return nil, err
 	}
@@ -113,11 +107,12 @@ func OpenWritable(dir string, opts Options) (store.DurableStore, error) {
 
 // Pending reports how many records the log of data directory dir holds
 // after its file's checkpoint: records the file alone does not hold, so
-// that a copy of the file alone would lose them. A directory without a
-// log has none. It changes no file.
+// that a copy of the file alone would lose them. A directory the
+// log-first engine never started in has none; a lost log is
+// logfirst.ErrLogLost. It changes no file.
 func Pending(dir string, opts Options) (int, error) {
 	o := opts.withDefaults()
-	logged, err := hasLog(dir, o)
+	logged, err := logfirst.Started(dir, o.LogFS)
 	if err != nil || !logged {
 		return 0, err
 	}

@@ -63,12 +63,13 @@ func damaged(err error) error {
 
 // openLog opens the log-first store of data directory dir read-only: the
 // bbolt file with the write-ahead log replayed over it in memory, so that
-// nothing on disk changes. It returns nil, nil when dir has no log (a
-// server run on bbolt alone); a corrupt log fails with an error naming
-// the segment and offset.
+// nothing on disk changes. It returns nil, nil when the log-first engine
+// never started in dir (logfirst.Started: a server run on bbolt alone); a
+// corrupt log fails with an error naming the segment and offset, a lost
+// one with logfirst.ErrLogLost.
 func openLog(dir string) (*logfirst.Store, error) {
-	segs, err := filepath.Glob(filepath.Join(dir, logfirst.WALDir, "*"))
-	if err != nil || len(segs) == 0 {
+	logged, err := logfirst.Started(dir, nil)
+	if err != nil || !logged {
 		return nil, err
 	}
 	st, err := logfirst.OpenReadOnly(dir, logfirst.Options{LockTimeout: offline.DefaultLockTimeout})

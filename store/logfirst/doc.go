@@ -93,7 +93,17 @@
 // only the bbolt file (a restore) has no marker and starts a new log.
 // The bbolt file is complete at every commit and backups are byte copies
 // of it, so only a file beside it, which restores do not copy, can say
-// that a log existed.
+// that a log existed. Started tells the offline tools whether a
+// directory is this engine's (wal/ or the marker), so that they open it
+// through Open or OpenReadOnly and meet the same refusal.
+//
+// Open and OpenReadOnly start the same way (startLSN), and Open refuses
+// before it writes: it reads the layout and checkpoint LSN in a read
+// transaction, checks the disk's space and the log's presence, and only
+// then writes the layout. A power cut between bbolt's creation of the
+// file and the layout's commit leaves a valid bbolt file without a
+// bucket: Open lays it out, the empty store, and OpenReadOnly reads it as
+// that empty store (Fresh), without writing.
 //
 // bbolt's checkpoint LSN never goes back: segments at or below it may be
 // removed, so a lower one would make the next Open refuse an LSN gap (or

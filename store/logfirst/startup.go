@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 
+	bolt "go.etcd.io/bbolt"
+
 	"github.com/participantd/participantd/store"
 	"github.com/participantd/participantd/store/vfs"
 	"github.com/participantd/participantd/store/wal"
@@ -59,6 +61,60 @@ func checkSpace(fsys vfs.FS, dir, dbPath string, segmentSize int64) error {
 	return nil
 }
 
+// startLSN reads in tx what a start needs of the bbolt file: whether it
+// is laid out, and the checkpoint LSN the log is replayed after. A file
+// without a bucket is one bbolt created whose layout the first start
+// never committed (a power cut between the two commits): Open lays it
+// out, so it is the empty store, at LSN 0. Any other file must have the
+// store's layout.
+func startLSN(tx *bolt.Tx) (laid bool, ck wal.LSN, err error) {
+	if k, _ := tx.Cursor().First(); k == nil {
+		return false, 0, nil
+	}
+	if err := store.CheckLayout(tx); err != nil {
+		return true, 0, err
+	}
+	ck, err = checkpointLSN(tx)
+	return true, ck, err
+}
+
+// Started reports whether the log-first engine has started in data
+// directory dir, whose log is on fsys (nil: the operating system's): its
+// log directory or LogMarkerFile is there. Open and OpenReadOnly read
+// such a directory only with its log, and refuse it with ErrLogLost when
+// the log is gone. A directory it has not started in is its bbolt file
+// alone: a restore, or one only package store (--store bbolt) served.
+func Started(dir string, fsys vfs.FS) (bool, error) {
+	if fsys == nil {
+		fsys = vfs.OS
+	}
+	marked, err := exists(fsys, filepath.Join(dir, LogMarkerFile))
+	if err != nil || marked {
+		return marked, err
+	}
+	_, err = fsys.List(filepath.Join(dir, WALDir))
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("logfirst: %w", err)
+	}
+	return true, nil
+}
+
+// exists reports whether fsys has a file at path.
+func exists(fsys vfs.FS, path string) (bool, error) {
+	f, err := fsys.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("logfirst: %w", err)
+	}
+	f.Close()
+	return true, nil
+}
+
 // ErrLogLost reports a data directory whose log was made durable once and
 // is now missing or holds no segment: the writes acknowledged after the
 // bbolt file's checkpoint were in it. It wraps store.ErrCorrupt.
@@ -70,14 +126,9 @@ var ErrLogLost = fmt.Errorf("logfirst: the write-ahead log is lost: %w", store.E
 // removal), and with it whatever was acknowledged after checkpoint LSN ck.
 func checkLogPresent(fsys vfs.FS, dir string, ck wal.LSN) (bool, error) {
 	marker := filepath.Join(dir, LogMarkerFile)
-	f, err := fsys.Open(marker)
-	if errors.Is(err, fs.ErrNotExist) {
-		return false, nil
+	if marked, err := exists(fsys, marker); err != nil || !marked {
+		return false, err
 	}
-	if err != nil {
-		return false, fmt.Errorf("logfirst: %w", err)
-	}
-	f.Close()
 	walDir := filepath.Join(dir, WALDir)
 	has, err := wal.HasSegments(walDir, wal.Options{FS: fsys})
 	if err != nil {

@@ -120,7 +120,11 @@ type Store struct {
 	opts     Options
 	logger   zerolog.Logger
 	readOnly bool
-	replay   ReplayStats
+	// fresh is set by OpenReadOnly on a file without the store's layout
+	// (see startLSN): view then reads nothing from it, as from the empty
+	// store Open would lay out.
+	fresh  bool
+	replay ReplayStats
 
 	// kick wakes the committer, ckKick the checkpointer; both have
 	// capacity 1 so that wakes coalesce and senders never block.
@@ -317,16 +321,15 @@ func Open(dir string, opts Options) (*Store, error) {
 	}
 	s := newStore(dir, db, opts)
 	start := time.Now()
+	// What OpenReadOnly reads and refuses, refused here before the layout
+	// transaction writes the file.
 	var ck wal.LSN
-	if err := s.update(func(tx *bolt.Tx) error {
-		if err := store.InitLayout(tx); err != nil {
-			return err
-		}
-		ck, err = checkpointLSN(tx)
+	if err := s.view(func(tx *bolt.Tx) (err error) {
+		_, ck, err = startLSN(tx)
 		return err
 	}); err != nil {
 		db.Close()
-		return nil, fmt.Errorf("logfirst: open %s: %w", db.Path(), err)
+		return nil, fmt.Errorf("logfirst: open %s: %w", path, err)
 	}
 	if err := checkSpace(fsys, dir, path, opts.SegmentSize); err != nil {
 		db.Close()
@@ -336,6 +339,10 @@ func Open(dir string, opts Options) (*Store, error) {
 	if err != nil {
 		db.Close()
 		return nil, err
+	}
+	if err := s.update(store.InitLayout); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("logfirst: open %s: %w", path, err)
 	}
 	rp := newReplayer(db, fsys, ck)
 	l, info, err := wal.Open(filepath.Join(dir, WALDir), ck, wal.Options{SegmentSize: opts.SegmentSize, FS: opts.FS}, rp.add)
@@ -374,7 +381,10 @@ func Open(dir string, opts Options) (*Store, error) {
 // writable Open would; Append and CAS fail with ErrReadOnly, Flush
 // succeeds with nothing to do. A torn tail is left in place and reported
 // in Replay. The data file must exist and pass Open's checks: a missing
-// or 0-byte one is store.ErrNoData, a damaged one store.ErrCorrupt.
+// or 0-byte one is store.ErrNoData, a damaged one store.ErrCorrupt. A
+// file a cut first start left without its layout is read as the empty
+// store Open would lay out (Fresh). A lost log is ErrLogLost, as for
+// Open.
 func OpenReadOnly(dir string, opts Options) (*Store, error) {
 	opts = opts.withDefaults()
 	path := filepath.Join(dir, DBFile)
@@ -389,16 +399,15 @@ func OpenReadOnly(dir string, opts Options) (*Store, error) {
 	s.readOnly = true
 	start := time.Now()
 	var ck wal.LSN
-	if err := s.view(func(tx *bolt.Tx) error {
-		if err := store.CheckLayout(tx); err != nil {
-			return err
-		}
-		ck, err = checkpointLSN(tx)
+	var laid bool
+	if err := s.view(func(tx *bolt.Tx) (err error) {
+		laid, ck, err = startLSN(tx)
 		return err
 	}); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("logfirst: open %s: %w", path, err)
 	}
+	s.fresh = !laid
 	s.lastLSN, s.ckLSN = ck, ck
 	if _, err := checkLogPresent(opts.fs(), dir, ck); err != nil {
 		db.Close()
@@ -501,6 +510,11 @@ func putCheckpointLSN(tx *bolt.Tx, lsn wal.LSN) error {
 // Dir returns the data directory.
 func (s *Store) Dir() string { return s.dir }
 
+// Fresh reports whether the store was opened read-only on a file bbolt
+// created whose layout a cut first start never committed: the empty store
+// Open would lay out, with the log, if any, replayed over it.
+func (s *Store) Fresh() bool { return s.fresh }
+
 // Replay returns what Open replayed from the log.
 func (s *Store) Replay() ReplayStats { return s.replay }
 
@@ -534,8 +548,13 @@ func (s *Store) usableLocked() error {
 
 // view runs fn in a bbolt read transaction with bbolt's panics and
 // faults on a damaged page contained (store.Contain): they come back as
-// errors wrapping store.ErrCorrupt.
+// errors wrapping store.ErrCorrupt. On a fresh store it does not run fn.
 func (s *Store) view(fn func(*bolt.Tx) error) error {
+	if s.fresh {
+		// Every reader finds nothing when fn does not run: no stream, no
+		// value, checkpoint LSN 0.
+		return nil
+	}
 	return store.Contain(s.db.Path(), func() error { return s.db.View(fn) })
 }
 
