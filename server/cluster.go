@@ -200,20 +200,23 @@ func (s *Server) nodeID() string {
 	return ""
 }
 
-// clusterReady is the cluster part of /ready: etcd answers and the lease is
-// held. Always true in single-node mode.
-func (s *Server) clusterReady(ctx context.Context) bool {
+// clusterUnready is the cluster part of /ready: why the node is not ready
+// (the lease is not held, or etcd does not answer), empty when it is.
+// Always empty in single-node mode.
+func (s *Server) clusterUnready(ctx context.Context) string {
 	cs := s.clusterOf()
 	if cs == nil {
-		return true
+		return ""
 	}
 	if !cs.node.LeaseHeld() {
-		return false
+		return ReasonLeaseLost
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	_, err := cs.cli.Get(ctx, "health", clientv3.WithCountOnly())
-	return err == nil
+	if _, err := cs.cli.Get(ctx, "health", clientv3.WithCountOnly()); err != nil {
+		return ReasonEtcdUnreachable + ": " + err.Error()
+	}
+	return ""
 }
 
 // openCluster joins the etcd cluster and opens the service on the node's

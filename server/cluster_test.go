@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -67,4 +68,33 @@ func TestCluster_MovedWelcomeNodeAndReady(t *testing.T) {
 		t.Fatalf("attach on b: generation %d, want %d", re.gen, cr.gen+1)
 	}
 	cb.tell(re, "after the move")
+}
+
+// TestCluster_ReadySaysEtcdOrLease: /ready answers {"ready":true} while
+// etcd answers, and once etcd is gone 503 with the reason: etcd
+// unreachable, or lease lost once the lease expired.
+func TestCluster_ReadySaysEtcdOrLease(t *testing.T) {
+	etcd := startEtcd(t)
+	h := start(t, server.Config{Cluster: server.ClusterConfig{Endpoints: etcd.Endpoints(), NodeID: "a", Prefix: "/pd/", LeaseTTL: 2 * time.Second}})
+	if code, body := h.get("/ready"); code != 200 || strings.TrimSpace(body) != `{"ready":true}` {
+		t.Fatalf("/ready = %d %q, want 200 {\"ready\":true}", code, body)
+	}
+	etcd.Stop(0)
+	deadline := time.Now().Add(waitFor)
+	for {
+		code, body := h.get("/ready")
+		var got server.Readiness
+		if err := json.Unmarshal([]byte(body), &got); err != nil {
+			t.Fatalf("/ready body %q is not JSON: %v", body, err)
+		}
+		if code == 503 {
+			if got.Ready || !(strings.HasPrefix(got.Reason, server.ReasonEtcdUnreachable+": ") || got.Reason == server.ReasonLeaseLost) {
+				t.Fatalf("/ready with etcd stopped = %d %q, want ready false, reason etcd unreachable or lease lost", code, body)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/ready still %d %q %v after etcd stopped", code, body, waitFor)
+		}
+	}
 }

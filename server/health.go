@@ -2,6 +2,7 @@ package server
 
 import (
 	"cmp"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -20,9 +21,10 @@ import (
 // Health endpoints.
 //
 //	GET /health                    200 while the process serves HTTP
-//	GET /ready                     200 once reconciled and accepting; 503 before, while draining,
-//	                               and once the store failed ("store failed: ..."); in cluster
-//	                               mode also 503 while etcd does not answer or the lease is not held
+//	GET /ready                     200 {"ready":true} once reconciled and accepting; else 503
+//	                               {"ready":false,"reason":"..."}, reason one of Readiness's
+//	                               (starting, draining, store failed: ..., lease lost,
+//	                               etcd unreachable: ...)
 //	GET /metrics                   Prometheus text format (no conversation ids)
 //	GET /unloadable-conversations  {"count": n}; with the admin token (Authorization: Bearer)
 //	                               also "conversations": [{"conversation_id", "class", "reason"}];
@@ -53,15 +55,12 @@ func (s *Server) healthHandler() http.Handler {
 		w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("GET /ready", func(w http.ResponseWriter, r *http.Request) {
-		if err := s.storeFailed(); err != nil {
-			http.Error(w, "store failed: "+err.Error(), http.StatusServiceUnavailable)
-			return
+		st := s.readiness(r.Context())
+		w.Header().Set("Content-Type", "application/json")
+		if !st.Ready {
+			w.WriteHeader(http.StatusServiceUnavailable)
 		}
-		if !s.ready.Load() || !s.clusterReady(r.Context()) {
-			http.Error(w, "not ready", http.StatusServiceUnavailable)
-			return
-		}
-		w.Write([]byte("ready\n"))
+		json.NewEncoder(w).Encode(st)
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /unloadable-conversations", func(w http.ResponseWriter, r *http.Request) {
@@ -196,4 +195,44 @@ func (s *Server) storeFailed() error {
 		return ErrStoreHung
 	}
 	return nil
+}
+
+// Readiness is the body of /ready.
+type Readiness struct {
+	Ready bool `json:"ready"`
+	// Reason says why not, empty when ready: "starting" (not yet
+	// reconciled), "draining", "store failed: <error>", and in cluster
+	// mode "lease lost" (the ownership lease is not held) or
+	// "etcd unreachable: <error>".
+	Reason string `json:"reason,omitempty"`
+}
+
+// Reasons /ready gives when not ready; a failed store or an unreachable
+// etcd adds ": " and the error.
+const (
+	ReasonStarting        = "starting"
+	ReasonDraining        = "draining"
+	ReasonStoreFailed     = "store failed"
+	ReasonLeaseLost       = "lease lost"
+	ReasonEtcdUnreachable = "etcd unreachable"
+)
+
+// readiness decides /ready: a failed store first (it outlasts everything
+// else), then the server's own state, then the cluster's.
+func (s *Server) readiness(ctx context.Context) Readiness {
+	if err := s.storeFailed(); err != nil {
+		return Readiness{Reason: ReasonStoreFailed + ": " + err.Error()}
+	}
+	if !s.ready.Load() {
+		select {
+		case <-s.readyCh:
+			return Readiness{Reason: ReasonDraining}
+		default:
+			return Readiness{Reason: ReasonStarting}
+		}
+	}
+	if reason := s.clusterUnready(ctx); reason != "" {
+		return Readiness{Reason: reason}
+	}
+	return Readiness{Ready: true}
 }

@@ -58,6 +58,10 @@ const (
 	MetricUnloadable        = "participantd_unloadable_conversations"
 	MetricReady             = "participantd_ready"
 	MetricStoreFailed       = "participantd_store_failed"
+	// The bounds the gauges above are measured against, for alerts
+	// (deploy/prometheus/alerts.yml): --max-data-bytes and --backlog-records.
+	MetricMaxDataBytes        = "participantd_max_data_bytes"
+	MetricBacklogRecordsLimit = "participantd_backlog_records_limit"
 
 	MetricOutboundQueuedBytes = "participantd_outbound_queued_bytes"
 	MetricPendingRequestBytes = "participantd_pending_request_bytes"
@@ -167,6 +171,12 @@ func newMetrics(s *Server) *metrics {
 			}
 			return 0
 		}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: MetricMaxDataBytes, Help: "max-data-bytes: the size of the store file past which enroll and tell are capacity_exceeded, bytes.",
+		}, func() float64 { return float64(s.cfg.MaxDataBytes) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: MetricBacklogRecordsLimit, Help: "backlog-records: the records all conversations may retain together before those retaining the most are backlog_full.",
+		}, func() float64 { return float64(s.cfg.BacklogRecords) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: MetricOutboundQueuedBytes, Help: "Bytes of frames queued for the connections' writers (bounded by max-outbound-bytes-total).",
 		}, func() float64 { return float64(s.outBytes.inUse()) }),

@@ -3,6 +3,10 @@
 // installed: N members (default 3) on loopback, data under --data, client
 // URLs printed on stdout as one comma-separated line (what
 // participantd --etcd-endpoints takes). It runs until SIGINT or SIGTERM.
+// The members' addresses are recorded in the data directory (etcd-dev.json)
+// when it is created, and a later run on the same directory listens on
+// them again: an etcd member's peer address is part of the membership its
+// data holds.
 //
 // `etcd-dev put-bench --endpoints URLS` is the plain etcd put benchmark that
 // BENCHMARKS.md compares cluster mode with.
@@ -18,8 +22,6 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
-
-	"github.com/participantd/participantd/store/etcdstore/etcdtest"
 )
 
 func main() {
@@ -38,14 +40,28 @@ func main() {
 		fmt.Fprintf(os.Stderr, "etcd-dev: %v\n", err)
 		os.Exit(1)
 	}
-	c, err := etcdtest.Start(*data, etcdtest.Options{Members: *members, LogLevel: *logLevel})
+	l, existing, err := loadOrCreateLayout(*data, *members)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "etcd-dev: %v\n", err)
 		os.Exit(1)
 	}
-	fmt.Println(strings.Join(c.Endpoints(), ","))
+	if existing {
+		fmt.Fprintf(os.Stderr, "etcd-dev: restarting the %d members of %s on the ports they were created with\n", len(l.Members), *data)
+	}
+	running, err := startMembers(*data, l, existing, *logLevel)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "etcd-dev: %v\n", err)
+		os.Exit(1)
+	}
+	var endpoints []string
+	for _, m := range l.Members {
+		endpoints = append(endpoints, m.Client)
+	}
+	fmt.Println(strings.Join(endpoints, ","))
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	<-sigs
-	c.Close()
+	for _, e := range running {
+		e.Close()
+	}
 }

@@ -13,6 +13,7 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -168,6 +169,10 @@ func healthcheck(addr string, overTLS bool, timeout time.Duration) error {
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
+		var body server.Readiness
+		if json.NewDecoder(io.LimitReader(resp.Body, 4096)).Decode(&body) == nil && body.Reason != "" {
+			return fmt.Errorf("GET %s: %s: %s", url, resp.Status, body.Reason)
+		}
 		return fmt.Errorf("GET %s: %s", url, resp.Status)
 	}
 	return nil

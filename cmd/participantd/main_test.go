@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 )
@@ -159,5 +160,19 @@ func TestNewLogger_ConsoleIntoAFileHasNoColour(t *testing.T) {
 	}
 	if strings.Contains(string(b), "\x1b[") {
 		t.Errorf("console log into a file holds colour codes: %q", b)
+	}
+}
+
+// TestHealthcheck_SaysWhyNotReady: the probe's error carries /ready's
+// reason, which is what a container's health log then shows.
+func TestHealthcheck_SaysWhyNotReady(t *testing.T) {
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		w.Write([]byte(`{"ready":false,"reason":"lease lost"}` + "\n"))
+	}))
+	defer hs.Close()
+	err := healthcheck(hs.Listener.Addr().String(), false, 5*time.Second)
+	if err == nil || !strings.HasSuffix(err.Error(), ": lease lost") {
+		t.Errorf("healthcheck = %v, want an error ending in the reason, lease lost", err)
 	}
 }

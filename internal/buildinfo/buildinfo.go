@@ -1,6 +1,7 @@
 // Package buildinfo says which build a binary is: the module version and
 // the VCS revision the Go toolchain stamped into it (debug.ReadBuildInfo),
-// for --version and the participantd_build_info metric. It is a leaf.
+// or that the release build stamped in with -ldflags -X, for --version and
+// the participantd_build_info metric. It is a leaf.
 package buildinfo
 
 import (
@@ -25,14 +26,35 @@ type Info struct {
 
 const unknown = "unknown"
 
+// version and revision are stamped by the release build (make release):
+//
+//	-ldflags "-X github.com/participantd/participantd/internal/buildinfo.version=v0.2.0
+//	          -X github.com/participantd/participantd/internal/buildinfo.revision=<commit>"
+//
+// A build from a work tree records "(devel)" as the module version, and a
+// release is built with -buildvcs=false (reproducible, no .git needed): the
+// stamps then say what the toolchain could not. Empty means not stamped.
+var version, revision string
+
 // Read returns the running binary's build information.
 func Read() Info {
 	info := Info{Module: unknown, Version: unknown, Revision: unknown, Time: unknown, GoVersion: runtime.Version()}
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return info
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		info = fromBuildInfo(bi)
 	}
-	return fromBuildInfo(bi)
+	return info.stamped(version, revision)
+}
+
+// stamped returns i with the release build's stamps, where given, in
+// place of what the toolchain recorded.
+func (i Info) stamped(version, revision string) Info {
+	if version != "" {
+		i.Version = version
+	}
+	if revision != "" {
+		i.Revision = revision
+	}
+	return i
 }
 
 func fromBuildInfo(bi *debug.BuildInfo) Info {

@@ -44,3 +44,14 @@ func TestRead_InATestBinary(t *testing.T) {
 		t.Errorf("Read() = %+v", got)
 	}
 }
+
+func TestStamped_ReleaseVersionReplacesDevel(t *testing.T) {
+	devel := Info{Module: "m", Version: "(devel)", Revision: unknown, Time: unknown, GoVersion: "go1.26.8"}
+	got := devel.stamped("v0.2.0", "abc123")
+	if got.Version != "v0.2.0" || got.Revision != "abc123" {
+		t.Errorf("stamped = %+v, want version v0.2.0 and revision abc123", got)
+	}
+	if got := devel.stamped("", ""); got != devel {
+		t.Errorf("stamped with nothing = %+v, want %+v unchanged", got, devel)
+	}
+}
