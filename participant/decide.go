@@ -32,20 +32,23 @@ type decider struct {
 	maxConnBindings int
 	// requireInvite is set under EnrollInvite.
 	requireInvite bool
-	// dataBytes reports the store's size, checked against maxDataBytes by
-	// the operations that add data (enroll, tell); nil means no cap.
+	// dataBytes reports the store's bytes in use, checked against
+	// maxDataBytes by the operations that add data (enroll, tell); nil
+	// means no cap.
 	dataBytes    func() int64
 	maxDataBytes int64
 }
 
-// dataCapacity refuses an operation that adds data once the store's size
-// reached its cap.
+// dataCapacity refuses an operation that adds data once the store's bytes
+// in use reached their cap, saying how they come down again.
 func (d *decider) dataCapacity() *Error {
 	if d.dataBytes == nil || d.maxDataBytes <= 0 {
 		return nil
 	}
 	if n := d.dataBytes(); n >= d.maxDataBytes {
-		e := refuse(CodeCapacityExceeded, "the store holds %d bytes", n)
+		e := refuse(CodeCapacityExceeded, "the store holds %d bytes in use, the limit is %d: "+
+			"records go once every recipient acknowledged them (or left, or they are older than the unacknowledged-record age bound) "+
+			"and compaction removed them after the retention period; or raise the limit", n, d.maxDataBytes)
 		e.Limit = uint64(d.maxDataBytes)
 		return e
 	}

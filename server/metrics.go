@@ -54,6 +54,7 @@ const (
 	MetricConversations     = "participantd_conversations"
 	MetricBindings          = "participantd_bindings"
 	MetricStoreFileBytes    = "participantd_store_file_bytes"
+	MetricStoreBytesInUse   = "participantd_store_bytes_in_use"
 	MetricDataDirBytes      = "participantd_data_dir_bytes"
 	MetricUnloadable        = "participantd_unloadable_conversations"
 	MetricReady             = "participantd_ready"
@@ -139,6 +140,17 @@ func newMetrics(s *Server) *metrics {
 				return 0
 			}
 			return float64(fi.Size())
+		}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: MetricStoreBytesInUse, Help: "Bytes the store holds, what --max-data-bytes caps: the store file's pages in use (its free pages, which compaction freed and writes reuse, not counted) plus the log not yet checkpointed into it; 0 in cluster mode.",
+		}, func() float64 {
+			if ref := s.st.Load(); ref != nil {
+				if d, ok := ref.backend.(*dataDir); ok {
+					n, _ := d.st.InUse()
+					return float64(n)
+				}
+			}
+			return 0
 		}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: MetricDataDirBytes, Help: "Size on disk of every file in the data directory (the store file, its logs, the node key), bytes.",

@@ -203,7 +203,7 @@ var settings = []setting{
 		}},
 	{"max-conversations", strconv.Itoa(participant.DefaultMaxConversations), "conversations the store may hold; the first enroll of one more is capacity_exceeded",
 		intSetting(func(o *options) *int { return &o.server.MaxConversations })},
-	{"max-data-bytes", strconv.FormatInt(server.DefaultMaxDataBytes, 10), "size of " + server.StoreFile + " on disk past which enroll and tell are capacity_exceeded (ack, detach, leave still commit); keep it below the disk's free space",
+	{"max-data-bytes", strconv.FormatInt(server.DefaultMaxDataBytes, 10), "bytes the store holds (" + server.StoreFile + "'s pages in use, free pages not counted, plus the log not yet checkpointed) past which enroll and tell are capacity_exceeded until compaction frees enough (ack, detach, leave still commit); keep it below the disk's free space",
 		func(o *options, v string) error {
 			n, err := strconv.ParseInt(v, 10, 64)
 			if err != nil || n <= 0 {
