@@ -231,6 +231,11 @@ func (d *decider) ack(st *outbox.State, req *Ack) (row oplog.Row, noop bool, e *
 	case req.Through == m.Cursor:
 		return row, true, nil
 	}
+	if req.Through <= m.Released {
+		e := refuse(CodeCompacted, "records through %v were released unacknowledged", m.Released)
+		e.First = m.Released + 1
+		return row, false, e
+	}
 	if rec := st.Record(req.Through); rec == nil || !rec.Addressed(req.Participant) {
 		e := refuse(CodeAckGap, "%v is not a record addressed to %v", req.Through, req.Participant)
 		e.Cursor = m.Cursor

@@ -233,6 +233,11 @@ type Config struct {
 	// Retain is how long settled history is kept after the
 	// acknowledgement that settled it. Default participant.DefaultRetain.
 	Retain time.Duration
+	// MaxUnackedAge, when positive, bounds how long a record waits for
+	// its recipients' acknowledgements (participant.Options.MaxUnackedAge):
+	// older ones are released, and a recipient that had not acknowledged
+	// them gets a compacted notice. Zero (the default) waits forever.
+	MaxUnackedAge time.Duration
 	// TokenWindow, when positive, bounds token deduplication in time
 	// (participant.Options.TokenWindow, docs/DESIGN.md "The token
 	// window"): every token must be a UUIDv7, one older than the window
@@ -392,6 +397,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("server: wal-segment-size %d is below the minimum %d (1 MiB)", c.WALSegmentSize, MinWALSegmentSize)
 	case c.Retain < 0:
 		return c, fmt.Errorf("server: retain %v is negative", c.Retain)
+	case c.MaxUnackedAge < 0:
+		return c, fmt.Errorf("server: max-unacked-age %v is negative (0 turns the bound off)", c.MaxUnackedAge)
 	case c.TokenWindow < 0:
 		return c, fmt.Errorf("server: token-window %v is negative (0 turns the window off)", c.TokenWindow)
 	case c.TokenWindow > 0 && c.TokenWindow < time.Millisecond:

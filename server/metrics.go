@@ -29,6 +29,7 @@ type metrics struct {
 	commitSecs   *prometheus.HistogramVec
 	committed    prometheus.Counter
 	deliveries   prometheus.Counter
+	notices      prometheus.Counter
 	// lifecycle reports checkpoints and compaction (lifecycle_metrics.go).
 	lifecycle *lifecycleMetrics
 }
@@ -48,6 +49,7 @@ const (
 	MetricCommitDuration    = "participantd_commit_duration_seconds"
 	MetricCommittedOpsTotal = "participantd_store_committed_ops_total"
 	MetricDeliveriesPushed  = "participantd_deliveries_pushed_total"
+	MetricCompactedNotices  = "participantd_compacted_notices_total"
 	MetricStoreFlushes      = "participantd_store_flushes_total"
 	MetricStoreCommits      = "participantd_store_commits_total"
 	MetricStoreAppends      = "participantd_store_appends_total"
@@ -106,6 +108,9 @@ func newMetrics(s *Server) *metrics {
 		deliveries: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: MetricDeliveriesPushed, Help: "Delivery frames pushed to connections.",
 		}),
+		notices: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: MetricCompactedNotices, Help: "Compacted notices pushed to bindings whose records were released unacknowledged (--max-unacked-age).",
+		}),
 	}
 	stats := func() store.Stats {
 		if st := s.st.Load(); st != nil {
@@ -120,7 +125,7 @@ func newMetrics(s *Server) *metrics {
 		return participant.Backlog{}
 	}
 	m.reg.MustRegister(
-		m.connsOpen, m.connsTotal, m.refusedTotal, m.adminRefused, m.badRequests, m.operations, m.commitSecs, m.committed, m.deliveries,
+		m.connsOpen, m.connsTotal, m.refusedTotal, m.adminRefused, m.badRequests, m.operations, m.commitSecs, m.committed, m.deliveries, m.notices,
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: MetricStoreFlushes, Help: "Store Flush calls (group commit: many per store commit).",
 		}, func() float64 { return float64(stats().Flushes) }),
@@ -292,3 +297,4 @@ func (m *metrics) refused(reason wire.Reason) { m.refusedTotal.WithLabelValues(s
 func (m *metrics) badRequest()                { m.badRequests.Inc() }
 func (m *metrics) adminAuthFailed()           { m.adminRefused.Inc() }
 func (m *metrics) delivered()                 { m.deliveries.Inc() }
+func (m *metrics) compactedNotice()           { m.notices.Inc() }

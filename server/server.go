@@ -295,6 +295,7 @@ func (s *Server) serviceOptions(key []byte) participant.Options {
 		CheckpointInterval:      s.cfg.CheckpointInterval,
 		CheckpointRows:          s.cfg.CheckpointRows,
 		Retain:                  s.cfg.Retain,
+		MaxUnackedAge:           s.cfg.MaxUnackedAge,
 		TokenWindow:             s.cfg.TokenWindow,
 		TokenSkew:               s.cfg.TokenSkew,
 		Logger:                  s.cfg.Logger,
