@@ -27,10 +27,11 @@ type Member struct {
 	Bound         bool
 	Conn          oplog.ConnID
 	BindingSource uint64
-	// Released is the last seq of a Release that gave up records
-	// addressed to this member above its cursor: while Cursor is below
-	// it, the member's next delivery is a notice that every record
-	// through Released is gone (PROTOCOL.md, Compacted history). 0: none.
+	// Released is the last record addressed to this member above its
+	// cursor that a Release gave up: while Cursor is below it, the
+	// member's binding is told, before its next delivery, that every
+	// record through Released is gone (PROTOCOL.md, Compacted history).
+	// 0: none.
 	Released oplog.Seq
 }
 
@@ -331,13 +332,14 @@ func (s *State) firstSeq() oplog.Seq {
 
 // release gives up the retained records through seq q, acknowledged or
 // not: each member that had one of them to receive above its cursor
-// learns it in Released, and the records go as reclaim drops them.
+// learns, in Released, the last such record, and the records go.
 func (s *State) release(q oplog.Seq) {
 	n := 0
 	for ; n < len(s.Records) && s.Records[n].Seq <= q; n++ {
-		for _, p := range s.Records[n].Recipients {
-			if m := &s.Members[p]; !m.Retired && m.Cursor < s.Records[n].Seq {
-				m.Released = q
+		rec := &s.Records[n]
+		for _, p := range rec.Recipients {
+			if m := &s.Members[p]; !m.Retired && m.Cursor < rec.Seq {
+				m.Released = rec.Seq
 			}
 		}
 	}
