@@ -232,8 +232,9 @@ func (c *Cluster) forward(cl *Client) {
 			return
 		}
 		c.mu.Lock()
-		dup := d.Seq <= c.seen[d.Conversation]
-		if !dup {
+		// A compacted notice carries no seq of its own: never a repeat.
+		dup := d.Kind != KindCompacted && d.Seq <= c.seen[d.Conversation]
+		if !dup && d.Kind != KindCompacted {
 			c.seen[d.Conversation] = d.Seq
 		}
 		c.mu.Unlock()

@@ -8,8 +8,8 @@ import (
 )
 
 // TestClient_CompactedPushKeepsTheSession: a compacted push (docs/PROTOCOL.md,
-// Compacted history) is informational; the session goes on and the
-// deliveries after it arrive.
+// Compacted history) reaches the caller as a KindCompacted delivery, in
+// order; the session goes on and the deliveries after it arrive.
 func TestClient_CompactedPushKeepsTheSession(t *testing.T) {
 	srv := newFakeServer(t)
 	c := dialT(t, srv, client.Options{})
@@ -28,6 +28,9 @@ func TestClient_CompactedPushKeepsTheSession(t *testing.T) {
 		}
 	}
 	srv.push(&wire.Delivery{Conversation: 9, Recipient: 0, Seq: 5, Kind: wire.KindRecord, Participant: 1, Payload: []byte{5}})
+	if d := next(t, c); d.Kind != client.KindCompacted || d.Conversation != 9 || d.First != 5 {
+		t.Fatalf("first delivery after a compacted push = %+v, want KindCompacted of conversation 9, first 5", d)
+	}
 	if d := next(t, c); d.Conversation != 9 || d.Seq != 5 {
 		t.Fatalf("delivery after a compacted push = %+v, want conversation 9 seq 5", d)
 	}

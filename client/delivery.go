@@ -8,8 +8,17 @@ import (
 )
 
 // Kind is the kind of a delivered record: wire.KindRecord, wire.KindJoined,
-// wire.KindAttached, wire.KindDetached, wire.KindDied or wire.KindLeft.
+// wire.KindAttached, wire.KindDetached, wire.KindDied or wire.KindLeft;
+// or KindCompacted.
 type Kind = wire.Kind
+
+// KindCompacted is the kind of the Delivery that stands for the server's
+// compacted push (docs/PROTOCOL.md, Compacted history): every record of
+// the conversation below First no longer exists, and some addressed to
+// Recipient were never delivered (the server released them
+// unacknowledged, under its --max-unacked-age). The deliveries that
+// follow continue from First. It carries no record: do not Ack it.
+const KindCompacted Kind = "compacted"
 
 // Cause is why a binding ended, for detached and died deliveries.
 type Cause = wire.Cause
@@ -27,6 +36,9 @@ type Delivery struct {
 	Payload []byte
 	// Cause is set for KindDetached and KindDied, else empty.
 	Cause Cause
+	// First is set for KindCompacted only: the seq from which records of
+	// Conversation still exist.
+	First uint64
 	// Credential is the latest credential the client held for Recipient
 	// when the delivery arrived: pass it to Ack. (Ack always presents the
 	// latest credential held, so it stays right after a re-attachment.)
@@ -36,6 +48,13 @@ type Delivery struct {
 // deliver takes a delivery from a reader: it drops a repeat (a seq at or
 // below the highest delivered in its conversation) and queues the rest.
 func (c *Client) deliver(m *wire.Delivery) {
+	if m.Kind == KindCompacted {
+		// Not a record: never a repeat to drop, and no seq to remember.
+		if !c.opts.DiscardDeliveries {
+			c.queue.push(c.ctx, Delivery{Conversation: m.Conversation, Recipient: m.Recipient, Kind: KindCompacted, First: m.Seq + 1})
+		}
+		return
+	}
 	c.mu.Lock()
 	if m.Seq <= c.seen[m.Conversation] {
 		c.mu.Unlock()

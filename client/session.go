@@ -182,9 +182,10 @@ func (s *session) run(deliver func(*wire.Delivery)) error {
 		case *wire.Delivery:
 			deliver(m)
 		case *wire.Compacted:
-			// History below m.First is gone; the deliveries that follow
-			// continue from there, and the client deduplicates on seq as
-			// ever, so there is nothing to do.
+			// History below m.First is gone, some of it addressed to
+			// m.Recipient and never delivered: the caller learns it in
+			// order with the deliveries, as a KindCompacted delivery.
+			deliver(&wire.Delivery{Conversation: m.Conversation, Recipient: m.Recipient, Seq: m.First - 1, Kind: KindCompacted})
 		case *wire.ServerBye:
 			return s.end(fmt.Errorf("client: server said bye (%s)", m.Reason))
 		case *wire.Rejected:

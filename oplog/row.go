@@ -17,7 +17,9 @@ type Kind uint8
 
 // Operation kinds. Genesis is the conversation's first row; End records the
 // end of a binding that no client request ended (a lost connection, a clean
-// goodbye, a drain, an unclean restart).
+// goodbye, a drain, an unclean restart); Release records that the server
+// gave up the records through Through, acknowledged or not (the bound on
+// unacknowledged records' age), so that compaction may remove them.
 const (
 	KindGenesis Kind = iota + 1
 	KindEnroll
@@ -27,9 +29,10 @@ const (
 	KindDetach
 	KindLeave
 	KindEnd
+	KindRelease
 )
 
-var kindNames = [...]string{"", "genesis", "enroll", "attach", "tell", "ack", "detach", "leave", "end"}
+var kindNames = [...]string{"", "genesis", "enroll", "attach", "tell", "ack", "detach", "leave", "end", "release"}
 
 func (k Kind) String() string {
 	if int(k) < len(kindNames) && k != 0 {
@@ -62,15 +65,15 @@ type Row struct {
 	// Generation is the generation the operation ran under: 1 for Enroll,
 	// the newly minted one for Attach, the binding's for the others.
 	Generation Generation
-	// Token is the client's token (zero for Genesis, Ack and End).
+	// Token is the client's token (zero for Genesis, Ack, End and Release).
 	Token Token
 	// Conn is the connection incarnation of the binding an Enroll or Attach
 	// created, or of the binding an End ended.
 	Conn ConnID
-	// Through is an Ack's new cursor.
+	// Through is an Ack's new cursor, or the last seq a Release gives up.
 	Through Seq
-	// Seq is the seq of the operation's last record (0 for Genesis and
-	// Ack), kept so a replay answers `told`, `detached` and `left` without
+	// Seq is the seq of the operation's last record (0 for Genesis, Ack
+	// and Release), kept so a replay answers `told`, `detached` and `left` without
 	// reading the outbox.
 	Seq Seq
 	// Cursor is the participant's durable cursor when an Attach committed,
@@ -119,7 +122,7 @@ func Decode(b []byte) (Row, error) {
 	if err := msgpack.Unmarshal(b[1:], &r); err != nil {
 		return r, fmt.Errorf("%w: %v", ErrCorrupt, err)
 	}
-	if r.Kind < KindGenesis || r.Kind > KindEnd {
+	if r.Kind < KindGenesis || r.Kind > KindRelease {
 		return r, fmt.Errorf("%w: kind %d", ErrCorrupt, r.Kind)
 	}
 	return r, nil

@@ -27,6 +27,12 @@ type Member struct {
 	Bound         bool
 	Conn          oplog.ConnID
 	BindingSource uint64
+	// Released is the last record addressed to this member above its
+	// cursor that a Release gave up: while Cursor is below it, the
+	// member's binding is told, before its next delivery, that every
+	// record through Released is gone (PROTOCOL.md, Compacted history).
+	// 0: none.
+	Released oplog.Seq
 }
 
 // Retained is a record kept in memory for publication, with the payload of
@@ -159,6 +165,14 @@ func Project(s *State, idx uint64, r *oplog.Row) ([]Row, error) {
 		}
 		return []Row{{Kind: Produced, Source: idx, Records: records}}, nil
 	}
+	if r.Kind == oplog.KindRelease {
+		// A Release gives up retained records, the oldest first, and
+		// produces none.
+		if len(s.Records) == 0 || r.Through < s.Records[0].Seq || r.Through > s.LastSeq || r.Seq != 0 {
+			return nil, fmt.Errorf("%w: release through %v of records %v..%v", ErrInconsistent, r.Through, s.firstSeq(), s.LastSeq)
+		}
+		return nil, nil
+	}
 	m := s.Member(r.Participant)
 	switch r.Kind {
 	case oplog.KindGenesis:
@@ -247,7 +261,11 @@ func Apply(s *State, idx uint64, r *oplog.Row, rows []Row) {
 		m := &s.Members[r.Participant]
 		m.Generation, m.Bound, m.Conn, m.BindingSource = r.Generation, true, r.Conn, idx
 	case oplog.KindAck:
-		s.Members[r.Participant].Cursor = r.Through
+		m := &s.Members[r.Participant]
+		m.Cursor = r.Through
+		if m.Released <= m.Cursor {
+			m.Released = 0
+		}
 	case oplog.KindDetach, oplog.KindEnd:
 		m := &s.Members[r.Participant]
 		m.Bound, m.Conn = false, oplog.ConnID{}
@@ -255,6 +273,8 @@ func Apply(s *State, idx uint64, r *oplog.Row, rows []Row) {
 		m := &s.Members[r.Participant]
 		m.Retired, m.Bound, m.Conn = true, false, oplog.ConnID{}
 		s.recipients = nil // the membership changed
+	case oplog.KindRelease:
+		s.release(r.Through)
 	}
 	// After every row, not only acks and leaves: a record addressed to
 	// nobody is settled as soon as it exists.
@@ -270,14 +290,21 @@ const compactGarbageBytes = 1 << 20
 func (s *State) reclaim() {
 	n := 0
 	for n < len(s.Records) && s.settled(&s.Records[n].Record) {
-		switch rec := &s.Records[n]; {
+		n++
+	}
+	s.dropFirst(n)
+}
+
+// dropFirst drops the n oldest retained records.
+func (s *State) dropFirst(n int) {
+	for i := range n {
+		switch rec := &s.Records[i]; {
 		case rec.Evicted:
 			s.EvictedBytes -= rec.evictedLen
 		default:
 			s.PayloadBytes -= int64(len(rec.Payload))
 			s.garbageBytes += int64(len(rec.Payload))
 		}
-		n++
 	}
 	if n == 0 {
 		return
@@ -293,6 +320,30 @@ func (s *State) reclaim() {
 		s.Records = append(make([]Retained, 0, len(s.Records)+len(s.Records)/4+8), s.Records...)
 		s.garbage, s.garbageBytes = 0, 0
 	}
+}
+
+// firstSeq is the seq of the oldest retained record, 0 when none is.
+func (s *State) firstSeq() oplog.Seq {
+	if len(s.Records) == 0 {
+		return 0
+	}
+	return s.Records[0].Seq
+}
+
+// release gives up the retained records through seq q, acknowledged or
+// not: each member that had one of them to receive above its cursor
+// learns, in Released, the last such record, and the records go.
+func (s *State) release(q oplog.Seq) {
+	n := 0
+	for ; n < len(s.Records) && s.Records[n].Seq <= q; n++ {
+		rec := &s.Records[n]
+		for _, p := range rec.Recipients {
+			if m := &s.Members[p]; !m.Retired && m.Cursor < rec.Seq {
+				m.Released = rec.Seq
+			}
+		}
+	}
+	s.dropFirst(n)
 }
 
 // Evict drops payloads from memory, oldest record first, until at least

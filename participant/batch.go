@@ -315,8 +315,16 @@ func (b *batch) publish() {
 			}
 		}
 		if o.binds {
-			if m := st.Member(o.row.Participant); m.Bound && st.Next(o.row.Participant, m.Cursor) != nil {
+			if m := st.Member(o.row.Participant); m.Bound && (m.Released > m.Cursor || st.Next(o.row.Participant, m.Cursor) != nil) {
 				wake[m.Conn] = struct{}{}
+			}
+		}
+		if o.row.Kind == oplog.KindRelease {
+			// Each bound member that lost records gets its notice.
+			for i := range st.Members {
+				if m := &st.Members[i]; m.Bound && m.Released > m.Cursor {
+					wake[m.Conn] = struct{}{}
+				}
 			}
 		}
 	}

@@ -21,9 +21,13 @@ import (
 // stored as the byte value checkpoint/<conversation> (store.Compactor),
 // which each newer checkpoint replaces (docs/DESIGN.md, Data lifecycle):
 //
-//	byte 0        checkpointVersion
-//	bytes 1..n-4  msgpack array of checkpoint, deterministic
+//	byte 0        checkpointVersion, or checkpointVersionReleased
+//	bytes 1..n-4  msgpack array of checkpoint, deterministic; under
+//	              checkpointVersionReleased an array [checkpoint, released]
 //	last 4 bytes  CRC-32C (Castagnoli) of the msgpack body, big-endian
+//
+// A checkpoint with no member waiting for a compacted notice is written
+// in version 1, byte for byte as before releases existed.
 //
 // It is derived by replaying the stored rows through outbox.Project and
 // outbox.Apply, matching the stored outbox byte for byte, exactly as a
@@ -32,7 +36,10 @@ import (
 // of each stream it covers). A checkpoint that fails is a refusal, never a
 // fallback to another starting point.
 
-const checkpointVersion byte = 1
+const (
+	checkpointVersion         byte = 1
+	checkpointVersionReleased byte = 2
+)
 
 // CheckpointPrefix starts the key of every checkpoint.
 const CheckpointPrefix = "checkpoint/"
@@ -72,6 +79,37 @@ type checkpoint struct {
 	OutboxDigest [32]byte
 	// Marks are compaction marks, oldest first (see mark).
 	Marks []mark
+	// Released lists, by member, the members a Release gave up records
+	// of above their cursor (outbox.Member.Released), while their cursor
+	// is below it; encoded only under checkpointVersionReleased.
+	Released []ckReleased `msgpack:"-"`
+}
+
+// ckReleased is one member's outbox.Member.Released.
+type ckReleased struct {
+	_msgpack struct{} `msgpack:",as_array"`
+
+	Member  ParticipantID
+	Through Seq
+}
+
+// ckWithReleased is the body of a checkpoint of version
+// checkpointVersionReleased.
+type ckWithReleased struct {
+	_msgpack struct{} `msgpack:",as_array"`
+
+	Checkpoint *checkpoint
+	Released   []ckReleased
+}
+
+// encodeBody returns ck's version and msgpack body.
+func (ck *checkpoint) encodeBody() (byte, []byte, error) {
+	if len(ck.Released) == 0 {
+		body, err := msgpack.Marshal(ck)
+		return checkpointVersion, body, err
+	}
+	body, err := msgpack.Marshal(&ckWithReleased{Checkpoint: ck, Released: ck.Released})
+	return checkpointVersionReleased, body, err
 }
 
 type ckMember struct {
@@ -113,12 +151,12 @@ var (
 )
 
 func encodeCheckpoint(ck *checkpoint) ([]byte, error) {
-	body, err := msgpack.Marshal(ck)
+	version, body, err := ck.encodeBody()
 	if err != nil {
 		return nil, fmt.Errorf("participant: encode checkpoint: %w", err)
 	}
 	out := make([]byte, 0, 1+len(body)+4)
-	out = append(out, checkpointVersion)
+	out = append(out, version)
 	out = append(out, body...)
 	return binary.BigEndian.AppendUint32(out, crc32.Checksum(body, crcTable)), nil
 }
@@ -130,7 +168,7 @@ func decodeCheckpoint(b []byte) (*checkpoint, error) {
 	if len(b) < 1+4 {
 		return nil, fmt.Errorf("%w: %d bytes", errCheckpointCorrupt, len(b))
 	}
-	if b[0] != checkpointVersion {
+	if b[0] != checkpointVersion && b[0] != checkpointVersionReleased {
 		return nil, fmt.Errorf("%w: unknown version %d", errCheckpointCorrupt, b[0])
 	}
 	body := b[1 : len(b)-4]
@@ -138,10 +176,23 @@ func decodeCheckpoint(b []byte) (*checkpoint, error) {
 		return nil, fmt.Errorf("%w: crc %08x, stored %08x", errCheckpointCorrupt, got, want)
 	}
 	ck := &checkpoint{}
-	if err := msgpack.Unmarshal(body, ck); err != nil {
+	var err error
+	if b[0] == checkpointVersion {
+		err = msgpack.Unmarshal(body, ck)
+	} else {
+		w := ckWithReleased{Checkpoint: ck}
+		if err = msgpack.Unmarshal(body, &w); err == nil && (w.Checkpoint == nil || len(w.Released) == 0) {
+			err = errors.New("a release list without releases")
+		}
+		if w.Checkpoint != nil {
+			ck = w.Checkpoint
+		}
+		ck.Released = w.Released
+	}
+	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errCheckpointCorrupt, err)
 	}
-	if again, err := msgpack.Marshal(ck); err != nil || !bytes.Equal(again, body) {
+	if version, again, err := ck.encodeBody(); err != nil || version != b[0] || !bytes.Equal(again, body) {
 		return nil, fmt.Errorf("%w: body is not in canonical form", errCheckpointCorrupt)
 	}
 	if err := ck.wellFormed(); err != nil {
@@ -190,6 +241,16 @@ func (ck *checkpoint) wellFormed() error {
 	if len(ck.Records) > 0 && ck.Records[len(ck.Records)-1].Record.Seq != ck.LastSeq {
 		return fmt.Errorf("last record %v is not the last seq %v", ck.Records[len(ck.Records)-1].Record.Seq, ck.LastSeq)
 	}
+	for k, r := range ck.Released {
+		switch {
+		case uint64(r.Member) >= n || (k > 0 && r.Member <= ck.Released[k-1].Member):
+			return fmt.Errorf("release %d names member %v out of order or range", k, r.Member)
+		case r.Through <= ck.Members[r.Member].Cursor || r.Through > ck.LastSeq:
+			return fmt.Errorf("release %d of member %v through %v outside its cursor and the last seq", k, r.Member, r.Through)
+		case len(ck.Records) > 0 && r.Through >= ck.Records[0].Record.Seq:
+			return fmt.Errorf("release %d of member %v through %v, a retained record", k, r.Member, r.Through)
+		}
+	}
 	for k, m := range ck.Marks {
 		if m.Oplog > ck.Index || m.Outbox > ck.Produced {
 			return fmt.Errorf("mark %d past the rows covered", k)
@@ -209,6 +270,9 @@ func (ck *checkpoint) state() *outbox.State {
 	for i, m := range ck.Members {
 		st.Members[i] = outbox.Member{Generation: m.Generation, Retired: m.Retired, Cursor: m.Cursor,
 			Bound: m.Bound, Conn: m.Conn, BindingSource: m.BindingSource}
+	}
+	for _, r := range ck.Released {
+		st.Members[r.Member].Released = r.Through
 	}
 	st.Records = make([]outbox.Retained, len(ck.Records))
 	for i, r := range ck.Records {

@@ -87,6 +87,9 @@ func deriveCheckpoint(ctx context.Context, st store.DurableStore, c Conversation
 	for i, m := range s.Members {
 		ck.Members[i] = ckMember{Generation: m.Generation, Retired: m.Retired, Cursor: m.Cursor,
 			Bound: m.Bound, Conn: m.Conn, BindingSource: m.BindingSource}
+		if m.Released > m.Cursor {
+			ck.Released = append(ck.Released, ckReleased{Member: ParticipantID(i), Through: m.Released})
+		}
 	}
 	ck.Records = make([]ckRecord, len(s.Records))
 	for i, r := range s.Records {

@@ -22,6 +22,10 @@ type Compacted struct {
 	// Forgotten counts the token index entries deleted under the token
 	// window: tokens of trimmed rows older than it, which get no receipt.
 	Forgotten int
+	// Released counts the retained records given up unacknowledged under
+	// Options.MaxUnackedAge (their rows go in a later pass, after the
+	// retention).
+	Released uint64
 }
 
 // trimStep bounds the rows of each stream one hold of a conversation's
@@ -92,6 +96,14 @@ func (s *Service) compactPass(ctx context.Context) (out Compacted, full bool, er
 			// mode, perhaps owned by another node); a later pass
 			// compacts it once it is loaded again.
 			continue
+		}
+		if age := s.opts.MaxUnackedAge; age > 0 {
+			n, err := s.releaseStale(ctx, cv, now.Add(-age).UnixMilli())
+			s.passes.released.Add(n)
+			out.Released += n
+			if err != nil {
+				return out, budget == 0, err
+			}
 		}
 		ck, err := loadCheckpoint(s.st, cv.id)
 		var ref *refusal

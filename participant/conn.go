@@ -207,6 +207,12 @@ func (c *Conn) nextLocked(cv *conversation, p ParticipantID, offered Offered) (d
 	if offered.Epoch == epoch && offered.Through > after {
 		after = offered.Through
 	}
+	if after < m.Released {
+		// Records addressed to p above what it acknowledged or was
+		// offered were released unacknowledged: the binding learns it
+		// once, before the records that follow.
+		return Delivery{Conversation: cv.id, Recipient: p, Seq: m.Released, First: m.Released + 1, Epoch: epoch}, 0, false, true
+	}
 	rec := st.Next(p, after)
 	if rec == nil {
 		return Delivery{}, 0, false, false

@@ -55,3 +55,16 @@ func TestCrashCut_TokenWindow(t *testing.T) {
 		t.Fatalf("the loop checked %d runs; the workload should make far more store operations", runs)
 	}
 }
+
+// TestCrashCut_MaxUnackedAge cuts participanttest.ReleaseWorkload, whose
+// compaction passes release records a deaf recipient never acknowledged
+// and then trim them, at every store operation: after the restart every
+// answered tell replays, the contract holds (CheckInvariants), and the
+// completed run trimmed the deaf recipient's history.
+func TestCrashCut_MaxUnackedAge(t *testing.T) {
+	runs := participanttest.CutLoop{Backend: memoryBackend(),
+		Workload: participanttest.ReleaseWorkload, Completed: participanttest.CheckReleased}.Run(t)
+	if runs < 50 {
+		t.Fatalf("the loop checked %d runs; the workload should make far more store operations", runs)
+	}
+}

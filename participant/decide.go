@@ -32,20 +32,23 @@ type decider struct {
 	maxConnBindings int
 	// requireInvite is set under EnrollInvite.
 	requireInvite bool
-	// dataBytes reports the store's size, checked against maxDataBytes by
-	// the operations that add data (enroll, tell); nil means no cap.
+	// dataBytes reports the store's bytes in use, checked against
+	// maxDataBytes by the operations that add data (enroll, tell); nil
+	// means no cap.
 	dataBytes    func() int64
 	maxDataBytes int64
 }
 
-// dataCapacity refuses an operation that adds data once the store's size
-// reached its cap.
+// dataCapacity refuses an operation that adds data once the store's bytes
+// in use reached their cap, saying how they come down again.
 func (d *decider) dataCapacity() *Error {
 	if d.dataBytes == nil || d.maxDataBytes <= 0 {
 		return nil
 	}
 	if n := d.dataBytes(); n >= d.maxDataBytes {
-		e := refuse(CodeCapacityExceeded, "the store holds %d bytes", n)
+		e := refuse(CodeCapacityExceeded, "the store holds %d bytes in use, the limit is %d: "+
+			"records go once every recipient acknowledged them (or left, or they are older than the unacknowledged-record age bound) "+
+			"and compaction removed them after the retention period; or raise the limit", n, d.maxDataBytes)
 		e.Limit = uint64(d.maxDataBytes)
 		return e
 	}
@@ -227,6 +230,11 @@ func (d *decider) ack(st *outbox.State, req *Ack) (row oplog.Row, noop bool, e *
 		return row, false, e
 	case req.Through == m.Cursor:
 		return row, true, nil
+	}
+	if req.Through <= m.Released {
+		e := refuse(CodeCompacted, "records through %v were released unacknowledged", m.Released)
+		e.First = m.Released + 1
+		return row, false, e
 	}
 	if rec := st.Record(req.Through); rec == nil || !rec.Addressed(req.Participant) {
 		e := refuse(CodeAckGap, "%v is not a record addressed to %v", req.Through, req.Participant)

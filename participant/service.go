@@ -121,6 +121,14 @@ type Options struct {
 	// tokens older than it and disk stays bounded. Zero (the default)
 	// keeps every token's answer forever.
 	TokenWindow time.Duration
+	// MaxUnackedAge bounds how long a record waits for its recipients'
+	// acknowledgements: each compaction pass gives up (releases) the
+	// records that committed longer ago, acknowledged or not, and a
+	// recipient that had not acknowledged one gets the compacted notice
+	// before its next delivery (docs/DESIGN.md, Compaction). Their rows
+	// go after Retain, like settled history. Zero (the default) waits
+	// forever.
+	MaxUnackedAge time.Duration
 	// TokenSkew is how far ahead of the server's clock a token's time may
 	// be under a token window. Default DefaultTokenSkew.
 	TokenSkew time.Duration

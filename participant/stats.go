@@ -153,6 +153,9 @@ type Lifecycle struct {
 	// under the token window (Options.TokenWindow), instead of writing
 	// receipts for their rows.
 	TokensForgotten uint64
+	// RecordsReleased counts the retained records compaction passes gave
+	// up unacknowledged under Options.MaxUnackedAge.
+	RecordsReleased uint64
 	// LastCheckpointPass and LastCompactionPass are when the last
 	// successful pass of each kind ended; zero before the first.
 	LastCheckpointPass, LastCompactionPass time.Time
@@ -170,7 +173,7 @@ type passStats struct {
 	ckWritten, ckBytes                   atomic.Uint64
 	ckSkipped                            [numSkipReasons]atomic.Uint64
 	opRows, obRows, opBytes, receipts    atomic.Uint64
-	forgotten                            atomic.Uint64
+	forgotten, released                  atomic.Uint64
 	// lastCk and lastK are unix nanoseconds, 0 before the first.
 	lastCk, lastK atomic.Int64
 	// pinned is Lifecycle.Pinned + 1, so that its zero value means none
@@ -187,7 +190,8 @@ func (s *Service) Lifecycle() Lifecycle {
 		CheckpointsWritten: p.ckWritten.Load(), CheckpointBytes: p.ckBytes.Load(),
 		OplogRowsTrimmed: p.opRows.Load(), OutboxRowsTrimmed: p.obRows.Load(), OplogBytesTrimmed: p.opBytes.Load(),
 		ReceiptsWritten: p.receipts.Load(), TokensForgotten: p.forgotten.Load(),
-		Pinned: int(p.pinned.Load()) - 1,
+		RecordsReleased: p.released.Load(),
+		Pinned:          int(p.pinned.Load()) - 1,
 	}
 	for i := range p.ckSkipped {
 		l.CheckpointsSkipped[i] = p.ckSkipped[i].Load()

@@ -140,6 +140,12 @@ type Delivery struct {
 	// Epoch identifies the binding this delivery was offered through; hand
 	// it back in Offered.
 	Epoch Epoch
+	// First, when set, makes this delivery a compacted notice instead of
+	// a record: every record below First is gone, some addressed to
+	// Recipient were released unacknowledged (Options.MaxUnackedAge), and
+	// deliveries continue after Seq (First-1). Only Conversation,
+	// Recipient, Seq, First and Epoch are set.
+	First Seq
 }
 
 // Epoch identifies one binding: the connection that holds it and the
@@ -178,6 +184,10 @@ const (
 	CodeShuttingDown       Code = "shutting_down"
 	CodeInviteRequired     Code = "invite_required"
 	CodeInviteInvalid      Code = "invite_invalid"
+	// CodeCompacted refuses an ack of a record the server released
+	// unacknowledged (Options.MaxUnackedAge): First is the seq from which
+	// records still exist; ack a delivered seq at or after it.
+	CodeCompacted Code = "compacted"
 	// CodeBacklogFull refuses an operation that adds records (enroll,
 	// tell, attach) while its conversation, or the service, retains as
 	// many records awaiting acknowledgement as it may (Limit); nothing
@@ -233,6 +243,8 @@ type Error struct {
 	Cursor Seq
 	// Limit is set for too_large, capacity_exceeded and backlog_full.
 	Limit uint64
+	// First is set for compacted: the seq from which records exist.
+	First Seq
 	// Participant and Reason are set for receipt_expired; Reason is
 	// "superseded" or "deadline".
 	Participant ParticipantID

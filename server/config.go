@@ -48,7 +48,7 @@ const (
 	// a file creation and two fsyncs, which a megabyte of records
 	// amortizes.
 	MinWALSegmentSize = 1 << 20
-	// DefaultMaxDataBytes caps the store file's size: 32 GiB.
+	// DefaultMaxDataBytes caps the store's bytes in use: 32 GiB.
 	DefaultMaxDataBytes = 32 << 30
 	// Version is announced in welcome.server as "participantd <Version>".
 	Version = "0.1.0"
@@ -209,11 +209,14 @@ type Config struct {
 	// MaxConversations caps the conversations of the store. Default
 	// participant.DefaultMaxConversations.
 	MaxConversations int
-	// MaxDataBytes caps the size of the store file (StoreFile) on disk:
-	// once reached, enroll and tell are capacity_exceeded. bbolt grows the
-	// file ahead of use, by up to 16 MiB at a time, so the cap can be
-	// reached that much early. Default DefaultMaxDataBytes; set it well
-	// below the free space of the data directory's disk.
+	// MaxDataBytes caps the bytes the store holds (single node): the
+	// store file's pages in use, its free pages not counted, plus what
+	// the log-first engine logged and not yet checkpointed into it. Once
+	// reached, enroll and tell are capacity_exceeded until compaction
+	// frees enough (the file never shrinks, but writes reuse its free
+	// pages before it grows). Default DefaultMaxDataBytes; set it well
+	// below the free space of the data directory's disk, less the file's
+	// growth step and a log segment.
 	MaxDataBytes int64
 	// AdminToken, when set, enables the admin endpoints of the health
 	// listener (admin.go) and pprof for requests that carry it as a bearer
@@ -230,6 +233,11 @@ type Config struct {
 	// Retain is how long settled history is kept after the
 	// acknowledgement that settled it. Default participant.DefaultRetain.
 	Retain time.Duration
+	// MaxUnackedAge, when positive, bounds how long a record waits for
+	// its recipients' acknowledgements (participant.Options.MaxUnackedAge):
+	// older ones are released, and a recipient that had not acknowledged
+	// them gets a compacted notice. Zero (the default) waits forever.
+	MaxUnackedAge time.Duration
 	// TokenWindow, when positive, bounds token deduplication in time
 	// (participant.Options.TokenWindow, docs/DESIGN.md "The token
 	// window"): every token must be a UUIDv7, one older than the window
@@ -393,6 +401,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("server: wal-segment-size %d is below the minimum %d (1 MiB)", c.WALSegmentSize, MinWALSegmentSize)
 	case c.Retain < 0:
 		return c, fmt.Errorf("server: retain %v is negative", c.Retain)
+	case c.MaxUnackedAge < 0:
+		return c, fmt.Errorf("server: max-unacked-age %v is negative (0 turns the bound off)", c.MaxUnackedAge)
 	case c.TokenWindow < 0:
 		return c, fmt.Errorf("server: token-window %v is negative (0 turns the window off)", c.TokenWindow)
 	case c.TokenWindow > 0 && c.TokenWindow < time.Millisecond:

@@ -57,6 +57,9 @@ const (
 type dataStore interface {
 	store.DurableStore
 	Stats() store.Stats
+	// InUse is the bytes the store holds, its file's free pages not
+	// counted: what MaxDataBytes caps.
+	InUse() (int64, error)
 }
 
 // dataDir is an open data directory: held locked, with its node key and

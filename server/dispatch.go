@@ -227,6 +227,8 @@ func errorAnswer(id uint64, err error) *wire.Error {
 		e.Cursor = ptr(uint64(pe.Cursor))
 	case participant.CodeTooLarge, participant.CodeCapacityExceeded, participant.CodeBacklogFull:
 		e.Limit = ptr(pe.Limit)
+	case participant.CodeCompacted:
+		e.First = ptr(uint64(pe.First))
 	case participant.CodeMoved:
 		if pe.Owner != "" {
 			e.Owner = ptr(pe.Owner)

@@ -34,7 +34,7 @@ func TestHealth_Endpoints(t *testing.T) {
 		server.MetricCommitDuration + "_bucket", server.MetricCommittedOpsTotal, server.MetricDeliveriesPushed,
 		server.MetricStoreFlushes, server.MetricStoreCommits, server.MetricStoreAppends,
 		server.MetricUnloadable, server.MetricReady, server.MetricBuildInfo, server.MetricConversations,
-		server.MetricBindings, server.MetricStoreFileBytes, server.MetricDataDirBytes,
+		server.MetricBindings, server.MetricStoreFileBytes, server.MetricStoreBytesInUse, server.MetricDataDirBytes,
 	} {
 		if !strings.Contains(body, "\n"+name) {
 			t.Errorf("/metrics lacks %s", name)
@@ -59,6 +59,9 @@ func TestHealth_Endpoints(t *testing.T) {
 	}
 	if size := metricValue(t, body, server.MetricStoreFileBytes); size <= 0 {
 		t.Errorf("%s = %v, want the store file's size", server.MetricStoreFileBytes, size)
+	}
+	if used := metricValue(t, body, server.MetricStoreBytesInUse); used <= 0 {
+		t.Errorf("%s = %v, want the bytes the store holds", server.MetricStoreBytesInUse, used)
 	}
 	if !strings.Contains(body, server.MetricOperationsTotal+`{op="tell",outcome="ok"} 1`) {
 		t.Errorf("/metrics does not count the tell:\n%s", grep(body, server.MetricOperationsTotal))

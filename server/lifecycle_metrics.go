@@ -24,6 +24,7 @@ const (
 	MetricCompactedOplogBytes    = "participantd_compacted_oplog_bytes_total"
 	MetricReceiptsWritten        = "participantd_receipts_written_total"
 	MetricTokensForgotten        = "participantd_tokens_forgotten_total"
+	MetricRecordsReleased        = "participantd_records_released_unacknowledged_total"
 	MetricCompactionLastSuccess  = "participantd_compaction_last_success_timestamp_seconds"
 	MetricConversationsPinned    = "participantd_conversations_pinned"
 )
@@ -49,6 +50,8 @@ var (
 		"Token receipts written for compacted rows (each keeps a retry's original answer).", nil, nil)
 	tokensForgottenDesc = prometheus.NewDesc(MetricTokensForgotten,
 		"Token index entries compaction deleted under --token-window: tokens older than the window, whose retries are refused token_expired.", nil, nil)
+	recordsReleasedDesc = prometheus.NewDesc(MetricRecordsReleased,
+		"Records given up before every recipient acknowledged them, under --max-unacked-age; each recipient that lost some gets a compacted notice ("+MetricCompactedNotices+").", nil, nil)
 	compactionLastDesc = prometheus.NewDesc(MetricCompactionLastSuccess,
 		"Unix time the last successful compaction pass ended; 0 before the first.", nil, nil)
 	conversationsPinnedDesc = prometheus.NewDesc(MetricConversationsPinned,
@@ -98,7 +101,7 @@ func (m *metrics) Pass(kind participant.PassKind, d time.Duration, _ error) {
 
 func (l *lifecycleMetrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{checkpointPassesDesc, checkpointsWrittenDesc, checkpointBytesDesc, checkpointsSkippedDesc,
-		checkpointLastDesc, compactionPassesDesc, compactedRowsDesc, compactedOplogBytesDesc, receiptsWrittenDesc,
+		checkpointLastDesc, compactionPassesDesc, compactedRowsDesc, compactedOplogBytesDesc, receiptsWrittenDesc, recordsReleasedDesc,
 		tokensForgottenDesc, compactionLastDesc, conversationsPinnedDesc} {
 		ch <- d
 	}
@@ -137,6 +140,7 @@ func (l *lifecycleMetrics) Collect(ch chan<- prometheus.Metric) {
 	counter(compactedOplogBytesDesc, lc.OplogBytesTrimmed)
 	counter(receiptsWrittenDesc, lc.ReceiptsWritten)
 	counter(tokensForgottenDesc, lc.TokensForgotten)
+	counter(recordsReleasedDesc, lc.RecordsReleased)
 	gauge(compactionLastDesc, unix(lc.LastCompactionPass))
 	if lc.Pinned >= 0 {
 		gauge(conversationsPinnedDesc, float64(lc.Pinned))

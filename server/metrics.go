@@ -29,6 +29,7 @@ type metrics struct {
 	commitSecs   *prometheus.HistogramVec
 	committed    prometheus.Counter
 	deliveries   prometheus.Counter
+	notices      prometheus.Counter
 	// lifecycle reports checkpoints and compaction (lifecycle_metrics.go).
 	lifecycle *lifecycleMetrics
 }
@@ -48,12 +49,14 @@ const (
 	MetricCommitDuration    = "participantd_commit_duration_seconds"
 	MetricCommittedOpsTotal = "participantd_store_committed_ops_total"
 	MetricDeliveriesPushed  = "participantd_deliveries_pushed_total"
+	MetricCompactedNotices  = "participantd_compacted_notices_total"
 	MetricStoreFlushes      = "participantd_store_flushes_total"
 	MetricStoreCommits      = "participantd_store_commits_total"
 	MetricStoreAppends      = "participantd_store_appends_total"
 	MetricConversations     = "participantd_conversations"
 	MetricBindings          = "participantd_bindings"
 	MetricStoreFileBytes    = "participantd_store_file_bytes"
+	MetricStoreBytesInUse   = "participantd_store_bytes_in_use"
 	MetricDataDirBytes      = "participantd_data_dir_bytes"
 	MetricUnloadable        = "participantd_unloadable_conversations"
 	MetricReady             = "participantd_ready"
@@ -109,6 +112,9 @@ func newMetrics(s *Server) *metrics {
 		deliveries: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: MetricDeliveriesPushed, Help: "Delivery frames pushed to connections.",
 		}),
+		notices: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: MetricCompactedNotices, Help: "Compacted notices pushed to bindings whose records were released unacknowledged (--max-unacked-age).",
+		}),
 	}
 	stats := func() store.Stats {
 		if st := s.st.Load(); st != nil {
@@ -123,7 +129,7 @@ func newMetrics(s *Server) *metrics {
 		return participant.Backlog{}
 	}
 	m.reg.MustRegister(
-		m.connsOpen, m.connsTotal, m.refusedTotal, m.adminRefused, m.badRequests, m.operations, m.commitSecs, m.committed, m.deliveries,
+		m.connsOpen, m.connsTotal, m.refusedTotal, m.adminRefused, m.badRequests, m.operations, m.commitSecs, m.committed, m.deliveries, m.notices,
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: MetricStoreFlushes, Help: "Store Flush calls (group commit: many per store commit).",
 		}, func() float64 { return float64(stats().Flushes) }),
@@ -143,6 +149,17 @@ func newMetrics(s *Server) *metrics {
 				return 0
 			}
 			return float64(fi.Size())
+		}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: MetricStoreBytesInUse, Help: "Bytes the store holds, what --max-data-bytes caps: the store file's pages in use (its free pages, which compaction freed and writes reuse, not counted) plus the log not yet checkpointed into it; 0 in cluster mode.",
+		}, func() float64 {
+			if ref := s.st.Load(); ref != nil {
+				if d, ok := ref.backend.(*dataDir); ok {
+					n, _ := d.st.InUse()
+					return float64(n)
+				}
+			}
+			return 0
 		}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: MetricDataDirBytes, Help: "Size on disk of every file in the data directory (the store file, its logs, the node key), bytes.",
@@ -290,3 +307,4 @@ func (m *metrics) refused(reason wire.Reason) { m.refusedTotal.WithLabelValues(s
 func (m *metrics) badRequest()                { m.badRequests.Inc() }
 func (m *metrics) adminAuthFailed()           { m.adminRefused.Inc() }
 func (m *metrics) delivered()                 { m.deliveries.Inc() }
+func (m *metrics) compactedNotice()           { m.notices.Inc() }

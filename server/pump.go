@@ -49,7 +49,11 @@ func (c *conn) pump() {
 				if !c.out.send(delivery(d)) {
 					return
 				}
-				c.srv.metrics.delivered()
+				if d.First != 0 {
+					c.srv.metrics.compactedNotice()
+				} else {
+					c.srv.metrics.delivered()
+				}
 				offered[conv] = participant.Offered{Epoch: d.Epoch, Through: d.Seq}
 			}
 			if more {
@@ -67,8 +71,12 @@ func (c *conn) pump() {
 	}
 }
 
-// delivery converts a service delivery to its push.
-func delivery(d participant.Delivery) *wire.Delivery {
+// delivery converts a service delivery to its push: a delivery, or the
+// compacted notice.
+func delivery(d participant.Delivery) wire.Message {
+	if d.First != 0 {
+		return &wire.Compacted{Conversation: uint64(d.Conversation), Recipient: uint64(d.Recipient), First: uint64(d.First)}
+	}
 	w := &wire.Delivery{
 		Conversation: uint64(d.Conversation),
 		Recipient:    uint64(d.Recipient),

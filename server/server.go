@@ -268,7 +268,7 @@ func (s *Server) open(ctx context.Context) (backend, *participant.Service, error
 	w := watch(dst)
 	s.watched.Store(w)
 	opts := s.serviceOptions(dd.key)
-	opts.DataBytes = fileSize(dd.path)
+	opts.DataBytes = inUse(dd.st)
 	svc, err := participant.Open(ctx, w, opts)
 	if err != nil {
 		dd.Close()
@@ -295,6 +295,7 @@ func (s *Server) serviceOptions(key []byte) participant.Options {
 		CheckpointInterval:      s.cfg.CheckpointInterval,
 		CheckpointRows:          s.cfg.CheckpointRows,
 		Retain:                  s.cfg.Retain,
+		MaxUnackedAge:           s.cfg.MaxUnackedAge,
 		TokenWindow:             s.cfg.TokenWindow,
 		TokenSkew:               s.cfg.TokenSkew,
 		Logger:                  s.cfg.Logger,
@@ -598,14 +599,14 @@ func (l httpErrorLog) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// fileSize returns a probe of the size of the file at path, 0 while it
-// cannot be read.
-func fileSize(path string) func() int64 {
+// inUse returns a probe of the bytes st holds (its file's free pages not
+// counted), 0 while it cannot tell: a failed store refuses writes anyway.
+func inUse(st dataStore) func() int64 {
 	return func() int64 {
-		fi, err := os.Stat(path)
+		n, err := st.InUse()
 		if err != nil {
 			return 0
 		}
-		return fi.Size()
+		return n
 	}
 }

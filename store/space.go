@@ -102,3 +102,31 @@ func keyPrefix(k []byte, stream bool) string {
 	p, _, _ := strings.Cut(string(k), "/")
 	return p
 }
+
+// InUse returns the bytes of the file's pages that hold data: its pages up
+// to the last in use, less those on bbolt's freelist (free, or pending
+// until no reader needs them). Unlike the file's size, which never
+// shrinks, it falls when a compaction frees pages, and writes reuse them
+// before the file grows. It is what --max-data-bytes is checked against.
+// It reads one meta page (a read transaction) and never fails on a
+// healthy store.
+func (b *Bolt) InUse() (int64, error) {
+	if err := b.usable(); err != nil {
+		return 0, err
+	}
+	var n int64
+	if err := b.view(func(tx *bolt.Tx) error { n = PagesInUse(tx); return nil }); err != nil {
+		return 0, b.readErr(err)
+	}
+	return n, nil
+}
+
+// PagesInUse is Bolt.InUse as of read transaction tx: the file's high
+// water mark less the pages bbolt's last write transaction left free or
+// pending. For a store built on a bbolt file (logfirst).
+func PagesInUse(tx *bolt.Tx) int64 {
+	db := tx.DB()
+	st := db.Stats()
+	free := int64(st.FreePageN+st.PendingPageN) * int64(db.Info().PageSize)
+	return max(tx.Size()-free, 0)
+}

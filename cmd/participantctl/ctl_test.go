@@ -254,3 +254,48 @@ func TestRun_UsageErrorsAreOneLineAndAPointerToHelp(t *testing.T) {
 		t.Errorf("participantctl alone = exit %d, %q; want 2 and the list of subcommands", code, errs)
 	}
 }
+
+// A participant whose records the server released unacknowledged
+// (--max-unacked-age) sees, when it tails again, a line saying which
+// records are gone, then the records that follow.
+func TestTail_SaysWhenRecordsWereReleased(t *testing.T) {
+	ctx := testCtx(t)
+	srv := servertest.Start(t, server.Config{DataDir: t.TempDir(), CheckpointInterval: 10 * time.Millisecond,
+		CheckpointRows: 1, Retain: time.Millisecond, MaxUnackedAge: 50 * time.Millisecond})
+	addr := srv.Addr().String()
+	a, b := filepath.Join(t.TempDir(), "a.json"), filepath.Join(t.TempDir(), "b.json")
+	mustCtl(t, ctx, "enroll", "--addr", addr, "--conversation", "1", "--creds", a)
+	mustCtl(t, ctx, "enroll", "--addr", addr, "--conversation", "1", "--creds", b)
+	mustCtl(t, ctx, "tell", "--addr", addr, "--creds", a, "gone")
+	// Nobody acknowledges anything: once the server retains no record,
+	// it released them all, "gone" included.
+	for srv.Service().Backlog().Records != 0 {
+		select {
+		case <-ctx.Done():
+			t.Fatal("the server never released the unacknowledged records")
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	type result struct {
+		out, errs string
+		code      int
+	}
+	done := make(chan result, 1)
+	go func() {
+		out, errs, code := ctl(ctx, "", "tail", "--addr", addr, "--creds", b, "--records-only", "--count", "1")
+		done <- result{out, errs, code}
+	}()
+	for readCredsT(t, b).Generation < 2 {
+		select {
+		case r := <-done:
+			t.Fatalf("tail ended before attaching: %d, %q", r.code, r.errs)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	mustCtl(t, ctx, "tell", "--addr", addr, "--creds", a, "after")
+	r := <-done
+	if r.code != 0 || !strings.Contains(r.errs, "are gone") || !strings.Contains(r.errs, "max-unacked-age") ||
+		strings.Contains(r.out, "gone") || !strings.Contains(r.out, "after") {
+		t.Errorf("tail after a release = exit %d, stdout %q, stderr %q; want the released line on stderr, then the record after", r.code, r.out, r.errs)
+	}
+}

@@ -147,6 +147,12 @@ func runTail(ctx context.Context, e *env, args []string) error {
 			continue
 		case d = <-s.Deliveries():
 		}
+		if d.Kind == client.KindCompacted {
+			out.say("conversation %d: the records below seq %d are gone, some of them never delivered to participant %d "+
+				"(the server released them unacknowledged, past its --max-unacked-age); continuing from seq %d",
+				d.Conversation, d.First, d.Recipient, d.First)
+			continue
+		}
 		shown := !*recordsOnly || d.Kind == wire.KindRecord
 		if shown {
 			if err := printDelivery(e.stdout, d, *asJSON); err != nil {

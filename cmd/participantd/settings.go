@@ -203,7 +203,7 @@ var settings = []setting{
 		}},
 	{"max-conversations", strconv.Itoa(participant.DefaultMaxConversations), "conversations the store may hold; the first enroll of one more is capacity_exceeded",
 		intSetting(func(o *options) *int { return &o.server.MaxConversations })},
-	{"max-data-bytes", strconv.FormatInt(server.DefaultMaxDataBytes, 10), "size of " + server.StoreFile + " on disk past which enroll and tell are capacity_exceeded (ack, detach, leave still commit); keep it below the disk's free space",
+	{"max-data-bytes", strconv.FormatInt(server.DefaultMaxDataBytes, 10), "bytes the store holds (" + server.StoreFile + "'s pages in use, free pages not counted, plus the log not yet checkpointed) past which enroll and tell are capacity_exceeded until compaction frees enough (ack, detach, leave still commit); keep it below the disk's free space",
 		func(o *options, v string) error {
 			n, err := strconv.ParseInt(v, 10, 64)
 			if err != nil || n <= 0 {
@@ -218,6 +218,8 @@ var settings = []setting{
 		intSetting(func(o *options) *int { return &o.server.CheckpointRows })},
 	{"retain", "168h", "keep settled history (records every recipient acknowledged) this long after the last acknowledgement, then compact it; token replays survive compaction",
 		durationSetting(func(o *options) *time.Duration { return &o.server.Retain })},
+	{"max-unacked-age", "0s", "release records some recipient has not acknowledged this long after they committed: compaction may then remove them (after retain), and that recipient's next delivery is a compacted notice (0: off, records wait for every acknowledgement forever)",
+		nonNegativeDurationSetting(func(o *options) *time.Duration { return &o.server.MaxUnackedAge })},
 	{"token-window", "0s", "bound token deduplication in time: every token must then be a UUIDv7 (the Go client's client.NewToken draws them), a token older than this that is not committed is refused token_expired, and compaction forgets older tokens so disk stays bounded (0: off, every token's answer is kept forever)",
 		nonNegativeDurationSetting(func(o *options) *time.Duration { return &o.server.TokenWindow })},
 	{"token-skew", participant.DefaultTokenSkew.String(), "with token-window: how far ahead of this server's clock a token's time may be before it is refused token_invalid",

@@ -907,3 +907,22 @@ func (s *Store) Scan(prefix string) ([]store.Value, error) {
 	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
 	return out, nil
 }
+
+// InUse returns the bytes the store holds: the bbolt file's pages in use
+// (store.PagesInUse: its free pages do not count) plus the bytes logged
+// and not yet checkpointed, which a checkpoint moves there. While a
+// checkpoint commits, the bytes it moves count twice for a moment. It
+// fails with the sticky error, or store.ErrClosed after Close.
+func (s *Store) InUse() (int64, error) {
+	s.mu.Lock()
+	err, logged := s.usableLocked(), s.memBytes
+	s.mu.Unlock()
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	if err := s.view(func(tx *bolt.Tx) error { n = store.PagesInUse(tx); return nil }); err != nil {
+		return 0, s.readErr(err)
+	}
+	return n + logged, nil
+}
