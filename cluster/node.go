@@ -248,42 +248,47 @@ func (n *Node) currentLease() clientv3.LeaseID {
 // create-if-absent; a registration of another lease is waited out for up to
 // StartWait (a previous process of this node whose lease has not expired),
 // so that two live processes never share a node id.
+//
+// Each attempt grants a lease of its own, and an attempt that finds the key
+// taken revokes it before waiting: nothing keeps a lease alive during the
+// wait, which can outlast the TTL (the old lease was refreshed just before
+// its process died, or an etcd leader change extended it), and a
+// registration under a lease etcd already expired would fail.
 func (n *Node) acquireLease(ctx context.Context) error {
-	// etcd counts the TTL from when it grants, after the request was
-	// sent: the local deadline counts from the send.
-	sent := n.now()
-	cctx, cancel := n.ctx(ctx)
-	g, err := n.cli.Grant(cctx, int64((n.opts.LeaseTTL+time.Second-1)/time.Second))
-	cancel()
-	if err != nil {
-		return fmt.Errorf("cluster: grant lease: %w", err)
-	}
 	key, marker := n.key("node", n.opts.NodeID), n.key(RestoringKey)
 	wait := time.NewTimer(n.opts.StartWait)
 	defer wait.Stop()
 	for {
+		// etcd counts the TTL from when it grants, after the request was
+		// sent: the local deadline counts from the send.
+		sent := n.now()
+		cctx, cancel := n.ctx(ctx)
+		g, err := n.cli.Grant(cctx, int64((n.opts.LeaseTTL+time.Second-1)/time.Second))
+		cancel()
+		if err != nil {
+			return fmt.Errorf("cluster: grant lease: %w", err)
+		}
 		// No registration while a restore writes the prefix (checked in
 		// the transaction: Start's early check can be overtaken).
-		cctx, cancel := n.ctx(ctx)
+		cctx, cancel = n.ctx(ctx)
 		resp, err := n.cli.Txn(cctx).If(
 			clientv3.Compare(clientv3.CreateRevision(key), "=", 0),
 			clientv3.Compare(clientv3.CreateRevision(marker), "=", 0),
 		).Then(clientv3.OpPut(key, n.rec, clientv3.WithLease(g.ID))).
 			Else(clientv3.OpGet(key), clientv3.OpGet(marker, clientv3.WithCountOnly())).Commit()
 		cancel()
-		if err != nil {
-			n.revokeID(g.ID)
-			return fmt.Errorf("cluster: register node: %w", err)
-		}
-		if !resp.Succeeded && resp.Responses[1].GetResponseRange().Count > 0 {
-			n.revokeID(g.ID)
-			return fmt.Errorf("%w: %s exists; let the restore finish, or delete the prefix and restore again", ErrRestoring, marker)
-		}
-		if resp.Succeeded {
+		if err == nil && resp.Succeeded {
 			n.mu.Lock()
 			n.lease, n.deadline = g.ID, sent.add(time.Duration(g.TTL)*time.Second)
 			n.mu.Unlock()
 			return nil
+		}
+		n.revokeID(g.ID)
+		if err != nil {
+			return fmt.Errorf("cluster: register node: %w", err)
+		}
+		if resp.Responses[1].GetResponseRange().Count > 0 {
+			return fmt.Errorf("%w: %s exists; let the restore finish, or delete the prefix and restore again", ErrRestoring, marker)
 		}
 		kvs := resp.Responses[0].GetResponseRange().Kvs
 		if len(kvs) == 0 {
@@ -291,38 +296,39 @@ func (n *Node) acquireLease(ctx context.Context) error {
 		}
 		if n.isStale(kvs[0].Lease) {
 			if err := n.deleteIfUnchanged(ctx, key, kvs[0].ModRevision); err != nil {
-				n.revokeID(g.ID)
 				return fmt.Errorf("cluster: register node: %w", err)
 			}
 			continue
 		}
 		// Wait for the holder's key to go (its lease expiring), then try again.
-		wctx, wcancel := context.WithCancel(ctx)
-		ch := n.cli.Watch(wctx, key, clientv3.WithRev(kvs[0].ModRevision+1))
-		gone := false
-		for !gone {
-			select {
-			case wr, ok := <-ch:
-				if !ok {
-					gone = true
-					break
-				}
-				for _, ev := range wr.Events {
-					if ev.Type == clientv3.EventTypeDelete {
-						gone = true
-					}
-				}
-			case <-wait.C:
-				wcancel()
-				n.revokeID(g.ID)
-				return fmt.Errorf("%w: %s", ErrNodeIDInUse, n.opts.NodeID)
-			case <-ctx.Done():
-				wcancel()
-				n.revokeID(g.ID)
-				return ctx.Err()
-			}
+		if err := n.awaitDeleted(ctx, key, kvs[0].ModRevision, wait.C); err != nil {
+			return err
 		}
-		wcancel()
+	}
+}
+
+// awaitDeleted blocks until key, last modified at rev, is deleted; it
+// returns ErrNodeIDInUse when expired fires first, or ctx's error.
+func (n *Node) awaitDeleted(ctx context.Context, key string, rev int64, expired <-chan time.Time) error {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ch := n.cli.Watch(wctx, key, clientv3.WithRev(rev+1))
+	for {
+		select {
+		case wr, ok := <-ch:
+			if !ok {
+				return nil
+			}
+			for _, ev := range wr.Events {
+				if ev.Type == clientv3.EventTypeDelete {
+					return nil
+				}
+			}
+		case <-expired:
+			return fmt.Errorf("%w: %s", ErrNodeIDInUse, n.opts.NodeID)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 }
 

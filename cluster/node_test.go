@@ -322,3 +322,35 @@ func TestNode_PrefixIsADirectory(t *testing.T) {
 		t.Fatalf("Get(%s/node/a) = %v, %v; want the node key under %s/", pfx, resp, err, pfx)
 	}
 }
+
+// TestNode_RestartWaitsOutAPreviousRegistrationLongerThanItsLease: a node
+// restarted while its previous process's node key is still live (here
+// under a longer lease; in production an etcd leader change extends it,
+// or the crash came just after a refresh) waits for the key to go, then
+// registers under a lease that is still alive: the wait may outlast the
+// new lease's TTL, and nothing refreshes a lease while it waits.
+func TestNode_RestartWaitsOutAPreviousRegistrationLongerThanItsLease(t *testing.T) {
+	pfx := prefix()
+	ctx := context.Background()
+	old, err := cluster.Start(ctx, shared.Client, cluster.Options{NodeID: "a", Prefix: pfx, LeaseTTL: 4 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old.Abandon() // SIGKILL: node/a stays until its 4 s lease expires
+	n, err := cluster.Start(ctx, shared.Client, cluster.Options{NodeID: "a", Prefix: pfx, LeaseTTL: time.Second, StartWait: 30 * time.Second})
+	if err != nil {
+		t.Fatalf("restart within the previous process's lease: %v", err)
+	}
+	defer n.Close()
+	resp, err := shared.Client.Get(ctx, pfx+"node/a")
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("Get(node/a) = %v, %v; want the new process's registration", resp, err)
+	}
+	ttl, err := shared.Client.TimeToLive(ctx, clientv3.LeaseID(resp.Kvs[0].Lease))
+	if err != nil || ttl.TTL < 0 || ttl.GrantedTTL == 0 {
+		t.Fatalf("lease of node/a: %+v, %v; want a live lease", ttl, err)
+	}
+	if !n.LeaseHeld() {
+		t.Fatal("the restarted node holds no lease")
+	}
+}

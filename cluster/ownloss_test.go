@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -26,7 +27,8 @@ import (
 // every call into the ownership seam, participant.Ownership: before and
 // after each Acquire and each Flush, which are a batch's barriers and a
 // pass's) and, run after run, injects one fault at step i = 0, 1, 2, ...
-// (a sample of them, from a random offset, unless -ownloss.full), its kind
+// (a sample of them from a random offset, plus every seam step, unless
+// -ownloss.full), its kind
 // drawn from a seeded schedule:
 //
 //	kind          what happens at the step
@@ -156,7 +158,9 @@ func startLossNode(t *testing.T, pfx, id string, at func(string, participant.Con
 		opts.Ownership = hookedOwnership{Node: n, at: at}
 		st.SetObserver(func(op faultstore.Op, _ faultstore.Action, _ error) {
 			c, _ := parseConv(cluster.Scope(op.Name))
-			at(op.String(), c)
+			// The step's kind: the op and the kind of key it is on.
+			kind, _, _ := strings.Cut(op.Name, "/")
+			at(op.Kind.String()+" "+kind, c)
 		})
 	} else {
 		opts.Ownership = n
@@ -182,8 +186,11 @@ func parseConv(scope string) (participant.ConversationID, bool) {
 }
 
 // TestOwnershipLoss runs the fault model (see above) over the shared
-// etcd. It injects at every sixteenth step from an offset the seed picks
-// (every fortieth with -short), at every step with -ownloss.full;
+// etcd. A first run, without a fault, surveys the workload's steps. Then
+// each run injects at one target: every sixteenth step from an offset the
+// seed picks (every fortieth with -short; every step with -ownloss.full),
+// and, whatever the sample, the seam steps (seamSteps), where a loss
+// finds a batch or a pass acting on an ownership it no longer holds.
 // -ownloss.seed replays a schedule.
 func TestOwnershipLoss(t *testing.T) {
 	seed := *ownlossSeed
@@ -203,23 +210,78 @@ func TestOwnershipLoss(t *testing.T) {
 	m.a = startLossNode(t, m.pfx, "a", m.at)
 	m.b = startLossNode(t, m.pfx, "b", nil)
 	m.c = startLossNode(t, m.pfx, "c", nil)
+	survey := m.newRun(0, noFault)
+	steps := survey.workload()
+	survey.check()
+	if t.Failed() {
+		t.Fatalf("%s (seed %d)", survey.label(), seed)
+	}
+	if steps < 5*stride {
+		t.Fatalf("the workload took %d steps: it should take far more", steps)
+	}
+	seams := seamSteps(survey.labels)
+	targets := map[uint64]lossKind{}
+	for i := offset; i < steps; i += stride {
+		targets[i] = drawKind(rand.New(rand.NewPCG(seed, i)))
+	}
+	for _, i := range seams {
+		targets[i] = lossStolenBack
+	}
 	var lapsesChecked int
-	for i, run := offset, 0; ; i, run = i+stride, run+1 {
+	run := 1
+	for i := range steps {
+		kind, ok := targets[i]
+		if !ok {
+			continue
+		}
 		r := m.newRun(run, i)
-		steps := r.workload()
+		r.kind = kind
+		run++
+		r.workload()
 		r.check()
 		lapsesChecked += int(r.lapseChecked.Load())
 		if t.Failed() {
 			t.Fatalf("%s (seed %d)", r.label(), seed)
 		}
-		if !r.fired.Load() {
-			t.Logf("%d runs; the last one, with no fault, took %d steps; %d lapses checked a push", run+1, steps, lapsesChecked)
-			if run < 5 {
-				t.Fatalf("only %d runs: the workload should take far more steps", run+1)
-			}
-			return
+	}
+	t.Logf("%d runs over %d steps (%d seam steps: %v); %d lapses checked a push", run, steps, len(seams), seams, lapsesChecked)
+}
+
+// noFault is the target of a run that injects nothing.
+const noFault = ^uint64(0)
+
+// seamSteps returns the steps of a fault-free run (labels, one per step)
+// where a loss exposes a belief in an ownership the node no longer holds,
+// the first occurrence of each kind:
+//
+//   - the return of each barrier ("flushed"), per kind of write it made
+//     durable: a batch past it installs state and answers, a pass trims;
+//   - a checkpoint pass's staging: every step from its read of a stored
+//     checkpoint to its write of the new one, the window in which another
+//     node can checkpoint and compact past what the pass derived.
+//
+// A loss there, with another node's claim, commit, checkpoint and
+// compaction and a reclaim (lossStolenBack), is what a batch or a pass
+// must survive; the sample of other steps covers the rest.
+func seamSteps(labels []string) []uint64 {
+	var out []uint64
+	seen := map[string]bool{}
+	for i, l := range labels {
+		if l == "flushed" && i >= 2 && !seen[labels[i-2]] {
+			seen[labels[i-2]] = true
+			out = append(out, uint64(i))
 		}
 	}
+	for i, l := range labels {
+		if l != "pass: read checkpoint" {
+			continue
+		}
+		for j := i; j < len(labels) && labels[j] != "pass: put_bytes checkpoint"; j++ {
+			out = append(out, uint64(j))
+		}
+		break
+	}
+	return out
 }
 
 // lossModel holds the nodes the runs share: a runs the workload, b steals
@@ -256,6 +318,11 @@ type lossRun struct {
 	// interrupted step holds.
 	reclaims sync.WaitGroup
 	tokens   atomic.Uint32
+	// inCheckpointPass is set while the workload runs a checkpoint pass;
+	// labels are the kinds of the steps of a run without a fault, "pass: "
+	// prefixed in a checkpoint pass (for seamSteps).
+	inCheckpointPass atomic.Bool
+	labels           []string
 
 	mu  sync.Mutex
 	log []participanttest.Answered
@@ -306,6 +373,18 @@ func (r *lossRun) answered(what string, check func(context.Context, *participant
 // at is the hook: the fault fires at step target, once.
 func (r *lossRun) at(step string, c participant.ConversationID) {
 	i := r.steps.Add(1) - 1
+	if r.target == noFault {
+		if r.inCheckpointPass.Load() {
+			step = "pass: " + step
+		}
+		r.mu.Lock()
+		for uint64(len(r.labels)) <= i {
+			r.labels = append(r.labels, "")
+		}
+		r.labels[i] = step
+		r.mu.Unlock()
+		return
+	}
 	if i != r.target || !r.fired.CompareAndSwap(false, true) {
 		return
 	}
@@ -512,7 +591,10 @@ func (r *lossRun) workload() uint64 {
 }
 
 func (r *lossRun) passes() {
-	if _, err := r.m.a.svc.CheckpointPass(r.ctx); err != nil {
+	r.inCheckpointPass.Store(true)
+	_, err := r.m.a.svc.CheckpointPass(r.ctx)
+	r.inCheckpointPass.Store(false)
+	if err != nil {
 		r.t.Logf("%s: a's checkpoint pass: %v", r.label(), err)
 	}
 	if _, err := r.m.a.svc.CompactPass(r.ctx); err != nil {

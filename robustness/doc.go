@@ -17,7 +17,9 @@
 // each with its own token, resent with that token until answered) and
 // readers that enroll once and then only read their deliveries: no ack,
 // no tell, so that a reader follows its conversation to a new owner only
-// if the client does so by itself.
+// if the client does so by itself. Their binding check runs every lease:
+// a node that lost its lease with its connections up (a pause) ends their
+// bindings without a word, and only the check finds them gone.
 //
 // # Nemeses
 //
@@ -40,7 +42,8 @@
 // # Invariants
 //
 // After the traffic every node must still run, every answered tell is
-// resent with its token, and the readers get five leases to catch up; then
+// resent with its token, and the readers get a failover and two binding
+// checks (deliveryWait) to catch up; then
 // etcd's data set, read through the offline tools' view, is checked
 // against the clients' history (check_test.go): every answered tell is in
 // the log exactly once at its answered seq, no token commits twice, every

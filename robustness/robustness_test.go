@@ -42,11 +42,19 @@ const (
 	nodeCount     = 3
 )
 
+// readerCheck is the readers' BindingCheckInterval. A node that lost its
+// lease while its connections stayed up (a pause longer than the lease)
+// forgets their bindings without a word; a reader that sends nothing
+// learns it only from its binding check, and then follows its
+// conversation. The client's default (30 s) is longer than a run.
+const readerCheck = leaseTTL
+
 // deliveryWait bounds how long the check waits, after the traffic and
 // the replays ended (every fault healed), for the readers to receive
 // every record addressed to them: a reader that follows its conversation
-// catches up within a failover.
-const deliveryWait = 5 * leaseTTL
+// catches up within a failover (a lease to expire, a claim) and a
+// binding check, with room for a loaded machine.
+const deliveryWait = 4*leaseTTL + 2*readerCheck
 
 // bin is the participantd binary, built once per test binary with the
 // faulthook tag (the clock hook).
@@ -175,7 +183,9 @@ func runSeed(t *testing.T, bin, dir string, seed uint64, d time.Duration) *repor
 		conv := 1000*seed + uint64(c) + 1
 		// A reader joins first, so that every tell is addressed to it.
 		for i := range readersPer {
-			cl, err := client.DialCluster(ctx, h.seeds(), opts)
+			ropts := opts
+			ropts.BindingCheckInterval = readerCheck
+			cl, err := client.DialCluster(ctx, h.seeds(), ropts)
 			if err != nil {
 				t.Fatalf("reader: %v", err)
 			}
