@@ -263,7 +263,7 @@ func (s *Server) openCluster(ctx context.Context) (backend, *participant.Service
 		Prefix:     cc.Prefix,
 		LeaseTTL:   cc.LeaseTTL,
 		Logger:     s.cfg.Logger,
-		Observer:   obs,
+		Observer:   leaseObserver{obs, s},
 		DialLeader: dialLeader,
 	})
 	if err != nil {
@@ -377,6 +377,21 @@ func (m *clusterMetrics) register(reg *prometheus.Registry, node *cluster.Node) 
 func (m *clusterMetrics) Claimed()      {}
 func (m *clusterMetrics) Moved()        {}
 func (m *clusterMetrics) LeaseLost(int) {}
+
+// leaseObserver is the node's cluster.Observer: its metrics, and on a lost
+// lease every connection holding a binding is ended with bye{lease_lost}
+// (PROTOCOL.md, Cluster mode), so that a client that only reads follows
+// its conversation to the next owner at once, not at its next binding
+// check.
+type leaseObserver struct {
+	*clusterMetrics
+	srv *Server
+}
+
+func (o leaseObserver) LeaseLost(owned int) {
+	o.clusterMetrics.LeaseLost(owned)
+	o.srv.leaseLost()
+}
 func (m *clusterMetrics) Txn(d time.Duration, _ int, err error) {
 	outcome := "ok"
 	if err != nil {

@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -9,6 +10,7 @@ import (
 	"github.com/participantd/participantd/server"
 	"github.com/participantd/participantd/store/etcdstore/etcdtest"
 	"github.com/participantd/participantd/wire"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // startEtcd runs a one-member etcd for the test.
@@ -97,4 +99,38 @@ func TestCluster_ReadySaysEtcdOrLease(t *testing.T) {
 			t.Fatalf("/ready still %d %q %v after etcd stopped", code, body, waitFor)
 		}
 	}
+}
+
+// TestCluster_LeaseLossSaysByeToBoundConnections: when the node loses its
+// lease, a connection holding a binding gets bye{lease_lost} and is closed
+// at once, so that a client that only reads follows its conversation to
+// the next owner without waiting for its binding check; a connection
+// without a binding keeps being served.
+func TestCluster_LeaseLossSaysByeToBoundConnections(t *testing.T) {
+	etcd := startEtcd(t)
+	h := start(t, server.Config{Cluster: server.ClusterConfig{Endpoints: etcd.Endpoints(), NodeID: "a", Prefix: "/pd/", LeaseTTL: 2 * time.Second}})
+	reader, idle := h.dial(), h.dial()
+	reader.enroll(42)
+
+	cli, err := clientv3.New(clientv3.Config{Endpoints: etcd.Endpoints(), DialTimeout: waitFor})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	leases, err := cli.Leases(ctx)
+	if err != nil || len(leases.Leases) == 0 {
+		t.Fatalf("the node's lease: %v, %v", leases, err)
+	}
+	for _, l := range leases.Leases {
+		if _, err := cli.Revoke(ctx, l.ID); err != nil {
+			t.Fatalf("revoke: %v", err)
+		}
+	}
+	if bye, ok := reader.next().(*wire.ServerBye); !ok || bye.Reason != server.ByeLeaseLost {
+		t.Fatalf("the bound connection got %#v, want bye{%s}", bye, server.ByeLeaseLost)
+	}
+	reader.expectClosed()
+	idle.ping()
 }

@@ -45,6 +45,12 @@ type conn struct {
 	shutdown atomic.Bool
 	// idle is set when the idle timer closes the connection.
 	idle atomic.Bool
+	// leaseLost is set when the node lost its lease while this
+	// connection held a binding: the read loop ends with bye{lease_lost}.
+	leaseLost atomic.Bool
+	// served is pc once the hello is welcomed, for requestLeaseLost,
+	// which runs on another goroutine.
+	served atomic.Pointer[participant.Conn]
 	// active is when the connection last read a frame or answered a
 	// request, in unix nanoseconds.
 	active atomic.Int64
@@ -86,6 +92,12 @@ type request struct {
 // connection (Config.IdleTimeout).
 const ByeIdle = "idle"
 
+// ByeLeaseLost is the reason of the bye a cluster node sends to every
+// connection that holds a binding when it loses its lease: the bindings
+// now belong to whichever node owns their conversation next, and a client
+// that only reads would otherwise learn it only at its next binding check.
+const ByeLeaseLost = "lease_lost"
+
 // reasonTLSHandshake counts, among the refused connections, those whose TLS
 // handshake failed or timed out: they get no rejected frame.
 const reasonTLSHandshake wire.Reason = "tls_handshake"
@@ -126,6 +138,16 @@ func newConn(s *Server, nc net.Conn, peer netip.Prefix, limited bool) *conn {
 // read fails at once, and serve, seeing the flag, sends bye.
 func (c *conn) requestShutdown() {
 	c.shutdown.Store(true)
+	c.nc.SetReadDeadline(time.Now())
+}
+
+// requestLeaseLost ends the connection with bye{lease_lost} if it holds a
+// binding; it never blocks (the node's keep-alive calls it).
+func (c *conn) requestLeaseLost() {
+	if pc := c.served.Load(); pc == nil || len(pc.Bindings()) == 0 {
+		return
+	}
+	c.leaseLost.Store(true)
 	c.nc.SetReadDeadline(time.Now())
 }
 
@@ -177,6 +199,7 @@ func (c *conn) serve() {
 		default:
 		}
 	})
+	c.served.Store(c.pc)
 	ordinal := c.pc.ID().Ordinal
 	c.log = c.log.With().Uint64("connection", ordinal).Logger()
 	client := ""
@@ -323,6 +346,8 @@ func (c *conn) readLoop() closing {
 				return closing{cause: oplog.CauseShutdown, final: &wire.ServerBye{Reason: wire.ByeShutdown}, reason: "shutdown"}
 			case c.idle.Load():
 				return closing{cause: oplog.CauseConnectionLost, final: &wire.ServerBye{Reason: ByeIdle}, reason: "idle"}
+			case c.leaseLost.Load():
+				return closing{cause: oplog.CauseConnectionLost, final: &wire.ServerBye{Reason: ByeLeaseLost}, reason: "lease lost"}
 			case errors.Is(err, os.ErrDeadlineExceeded):
 				return closing{cause: oplog.CauseConnectionLost, reason: "frame read timeout", err: err}
 			case errors.Is(err, wire.ErrFrameTooLarge):

@@ -438,6 +438,16 @@ func (s *Server) refuse(nc net.Conn, reason wire.Reason, detail string) {
 // once every connection's goroutines are gone: already closed after a
 // clean drain; after ErrDrainTimeout, when those whose sockets it closed
 // get out of the operations they were in (closeStore bounds that wait).
+// leaseLost ends every connection that holds a binding with
+// bye{lease_lost}; it never blocks (the node's keep-alive calls it).
+func (s *Server) leaseLost() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for c := range s.conns {
+		c.requestLeaseLost()
+	}
+}
+
 func (s *Server) drain(acceptDone <-chan error, acceptStopped bool) (<-chan struct{}, error) {
 	start := time.Now()
 	s.ready.Store(false)
