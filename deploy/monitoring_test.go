@@ -90,11 +90,15 @@ func scrapeSingle(t *testing.T) string {
 	} else {
 		resp.Body.Close()
 	}
-	// Wait for a checkpoint and a compaction pass to end.
+	// Wait for a checkpoint and a compaction pass to end, and for the
+	// gauge the complete pass sets.
 	for deadline := time.Now().Add(30 * time.Second); ; {
 		body := get(t, h, "/metrics")
 		if strings.Contains(body, server.MetricCheckpointPasses+`{outcome="ok"}`) &&
-			strings.Contains(body, server.MetricCompactionPasses+`{outcome="ok"}`) {
+			strings.Contains(body, server.MetricCompactionPasses+`{outcome="ok"}`) &&
+			// Exported once a pass visited every conversation, which may
+			// be the pass after the first.
+			strings.Contains(body, server.MetricConversationsPinned+" ") {
 			return body
 		}
 		if time.Now().After(deadline) {
