@@ -1,0 +1,190 @@
+package server_test
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"flag"
+	"net"
+	"net/http"
+	"testing"
+
+	"github.com/coder/websocket"
+
+	"github.com/participantd/participantd/server"
+	"github.com/participantd/participantd/wire"
+)
+
+// overWS runs every wire test over the WebSocket listener: go test
+// ./server -args -ws.
+var overWS = flag.Bool("ws", false, "dial the wire tests over the WebSocket listener")
+
+// dialWS opens a WebSocket to the server with the request headers hdr and
+// returns it as a stream of frames, each write of whole frames sent as one
+// binary message a frame (PROTOCOL.md, WebSocket).
+func (h *harness) dialWS(hdr http.Header) net.Conn {
+	h.t.Helper()
+	ws := h.dialWSConn(hdr)
+	return &wsFrames{Conn: websocket.NetConn(context.Background(), ws, websocket.MessageBinary)}
+}
+
+func (h *harness) dialWSConn(hdr http.Header) *websocket.Conn {
+	h.t.Helper()
+	ws, _, err := websocket.Dial(context.Background(), "ws://"+h.srv.WSAddr().String()+"/", &websocket.DialOptions{HTTPHeader: hdr})
+	if err != nil {
+		h.t.Fatalf("websocket dial: %v", err)
+	}
+	ws.SetReadLimit(-1)
+	return ws
+}
+
+// wsFrames sends each whole frame written as one binary message.
+type wsFrames struct {
+	net.Conn
+	pending []byte
+}
+
+func (w *wsFrames) Write(p []byte) (int, error) {
+	w.pending = append(w.pending, p...)
+	for len(w.pending) >= 4 {
+		n := 4 + int(binary.BigEndian.Uint32(w.pending))
+		if len(w.pending) < n {
+			break
+		}
+		if _, err := w.Conn.Write(w.pending[:n]); err != nil {
+			return 0, err
+		}
+		w.pending = w.pending[n:]
+	}
+	return len(p), nil
+}
+
+func startWS(t *testing.T, cfg server.Config) *harness {
+	h := start(t, cfg)
+	h.ws = true
+	return h
+}
+
+// The wire exchange of a client over WebSocket: hello, welcome, enroll,
+// tell, delivery, as over TCP.
+func TestWS_Exchange(t *testing.T) {
+	h := startWS(t, server.Config{AuthToken: "tok"})
+	a, b := h.dial(), h.dial()
+	cr := a.enroll(1)
+	a.tell(cr, "over websocket")
+	crb := b.attach(b.enroll(1))
+	_ = crb
+	if d := b.delivery(); string(d.Payload) != "over websocket" {
+		t.Fatalf("delivery %q", d.Payload)
+	}
+}
+
+// A wrong auth token over WebSocket is rejected as over TCP.
+func TestWS_AuthFailed(t *testing.T) {
+	h := startWS(t, server.Config{AuthToken: "tok"})
+	c := h.dialRaw()
+	bad := "nope"
+	c.send(&wire.Hello{Versions: []uint64{1}, Auth: &bad})
+	c.expectRejected(wire.ReasonAuthFailed)
+}
+
+// A frame header announcing more than max_frame is refused from the header
+// alone.
+func TestWS_OversizedFrame(t *testing.T) {
+	h := startWS(t, server.Config{})
+	c := h.dial()
+	c.sendBytes(append(header(uint32(c.Welcome.MaxFrame+1)), 0x80))
+	c.expectRejected(wire.ReasonFrameTooLarge)
+}
+
+// closeStatus reads from ws until it ends and returns the close code.
+func closeStatus(t *testing.T, ws *websocket.Conn) (websocket.StatusCode, [][]byte) {
+	var msgs [][]byte
+	for {
+		_, b, err := ws.Read(context.Background())
+		if err != nil {
+			return websocket.CloseStatus(err), msgs
+		}
+		msgs = append(msgs, b)
+	}
+}
+
+func hello(t *testing.T) []byte {
+	return wire.AppendFrame(nil, &wire.Hello{Versions: []uint64{1}})
+}
+
+// A text message is a protocol error: the server closes with 1003.
+func TestWS_TextMessageRefused(t *testing.T) {
+	h := startWS(t, server.Config{})
+	ws := h.dialWSConn(nil)
+	if err := ws.Write(context.Background(), websocket.MessageText, hello(t)); err != nil {
+		t.Fatal(err)
+	}
+	if code, _ := closeStatus(t, ws); code != websocket.StatusUnsupportedData {
+		t.Fatalf("close code %v, want %v", code, websocket.StatusUnsupportedData)
+	}
+}
+
+// A message holding a frame and more, or half a frame, is refused.
+func TestWS_MessageNotOneFrame(t *testing.T) {
+	h := startWS(t, server.Config{})
+	for _, msg := range [][]byte{append(hello(t), 0), hello(t)[:6]} {
+		ws := h.dialWSConn(nil)
+		if err := ws.Write(context.Background(), websocket.MessageBinary, msg); err != nil {
+			t.Fatal(err)
+		}
+		if code, _ := closeStatus(t, ws); code != websocket.StatusPolicyViolation {
+			t.Fatalf("close code %v, want %v", code, websocket.StatusPolicyViolation)
+		}
+	}
+}
+
+// A page of another site is refused at the upgrade; a client with no
+// Origin, or of the listener's own host, is served.
+func TestWS_CrossOriginRefused(t *testing.T) {
+	h := startWS(t, server.Config{WSAllowedOrigins: []string{"app.example.com"}})
+	_, resp, err := websocket.Dial(context.Background(), "ws://"+h.srv.WSAddr().String()+"/",
+		&websocket.DialOptions{HTTPHeader: http.Header{"Origin": {"https://evil.example.org"}}})
+	if err == nil || resp == nil || resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("cross-origin dial: %v, %v; want 403", err, resp)
+	}
+	for _, o := range []string{"https://app.example.com", "http://" + h.srv.WSAddr().String()} {
+		c := newClient(t, h.dialWS(http.Header{"Origin": {o}}))
+		c.send(&wire.Hello{Versions: []uint64{1}})
+		if _, ok := c.next().(*wire.Welcome); !ok {
+			t.Fatalf("origin %s not welcomed", o)
+		}
+	}
+}
+
+// A drain sends bye, then a close frame with 1001 (going away).
+func TestWS_DrainByeThenClose(t *testing.T) {
+	h := startWS(t, server.Config{})
+	ws := h.dialWSConn(nil)
+	if err := ws.Write(context.Background(), websocket.MessageBinary, hello(t)); err != nil {
+		t.Fatal(err)
+	}
+	if _, b, err := ws.Read(context.Background()); err != nil {
+		t.Fatal(err)
+	} else if m, err := wire.DecodeServerMessage(b[4:]); err != nil {
+		t.Fatal(err)
+	} else if _, ok := m.(*wire.Welcome); !ok {
+		t.Fatalf("got %#v, want welcome", m)
+	}
+	done := make(chan error, 1)
+	go func() { done <- h.shutdown() }()
+	code, msgs := closeStatus(t, ws)
+	if code != websocket.StatusGoingAway {
+		t.Fatalf("close code %v, want going away", code)
+	}
+	if len(msgs) == 0 {
+		t.Fatal("no bye before the close")
+	}
+	m, err := wire.DecodeServerMessage(msgs[len(msgs)-1][4:])
+	if bye, ok := m.(*wire.ServerBye); err != nil || !ok || bye.Reason != wire.ByeShutdown {
+		t.Fatalf("last message %#v (%v), want bye shutdown", m, err)
+	}
+	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatalf("shutdown: %v", err)
+	}
+}
