@@ -46,6 +46,8 @@ type wsConn struct {
 	ws      *websocket.Conn
 	upErr   error
 	msg     io.Reader // the message being read; nil between messages
+	msgEOF  bool      // msg reported its end (reading on would read the next one)
+	rerr    error     // the error that ended reading, returned from then on
 	left    int64     // bytes of msg's frame still to pass on
 	hdr     [4]byte   // the header of msg's frame, as read
 	hdrN    int       // bytes of hdr read so far
@@ -93,6 +95,17 @@ func (w *wsConn) upgrade() error {
 
 // Read passes on the frames of the binary messages, one frame a message.
 func (w *wsConn) Read(p []byte) (int, error) {
+	if w.rerr != nil {
+		return 0, w.rerr
+	}
+	n, err := w.read(p)
+	// An error is sticky: bufio.Reader reports it once, and a read after
+	// it would go on into the next message as though this one were whole.
+	w.rerr = err
+	return n, err
+}
+
+func (w *wsConn) read(p []byte) (int, error) {
 	if err := w.upgrade(); err != nil {
 		return 0, err
 	}
@@ -106,51 +119,63 @@ func (w *wsConn) Read(p []byte) (int, error) {
 				w.code.Store(int32(websocket.StatusUnsupportedData))
 				return 0, errWSText
 			}
-			w.msg, w.hdrN, w.left = r, 0, -1
+			w.msg, w.msgEOF, w.hdrN, w.left = r, false, 0, -1
 		}
 		if w.hdrN < len(w.hdr) {
+			if w.msgEOF {
+				return 0, w.split()
+			}
 			n, err := w.msg.Read(w.hdr[w.hdrN:])
 			w.hdrN += n
+			if err := w.readErr(err); err != nil {
+				return 0, err
+			}
 			if w.hdrN == len(w.hdr) {
 				w.left = int64(binary.BigEndian.Uint32(w.hdr[:]))
 				return copy(p, w.hdr[:]), nil
-			}
-			if err == io.EOF {
-				return 0, w.split()
-			}
-			if err != nil {
-				return 0, err
 			}
 			continue
 		}
 		if w.left == 0 {
 			// The frame is whole: the message must end with it.
-			var one [1]byte
-			n, err := io.ReadFull(w.msg, one[:])
-			if n != 0 {
-				return 0, w.split()
-			}
-			if err != io.EOF && err != io.ErrUnexpectedEOF {
-				return 0, err
+			for !w.msgEOF {
+				var one [1]byte
+				n, err := w.msg.Read(one[:])
+				if n != 0 {
+					return 0, w.split()
+				}
+				if err := w.readErr(err); err != nil {
+					return 0, err
+				}
 			}
 			w.msg = nil
 			continue
+		}
+		if w.msgEOF {
+			return 0, w.split()
 		}
 		if int64(len(p)) > w.left {
 			p = p[:w.left]
 		}
 		n, err := w.msg.Read(p)
 		w.left -= int64(n)
+		if err := w.readErr(err); err != nil {
+			return 0, err
+		}
 		if n > 0 {
 			return n, nil
 		}
-		if err == io.EOF {
-			return 0, w.split()
-		}
-		if err != nil {
-			return 0, err
-		}
 	}
+}
+
+// readErr records the end of the message (io.EOF, which may come with
+// bytes) and returns any other error.
+func (w *wsConn) readErr(err error) error {
+	if err == io.EOF {
+		w.msgEOF = true
+		return nil
+	}
+	return err
 }
 
 func (w *wsConn) split() error {
@@ -198,8 +223,16 @@ func (w *wsConn) CloseWrite() error {
 	return w.ws.Close(websocket.StatusCode(w.code.Load()), "")
 }
 
+// Close closes the connection. After a message that broke the mapping
+// (a text message, not one frame) it first sends the close frame with the
+// code saying so, within a short deadline; otherwise at once, as a TCP
+// connection is cut.
 func (w *wsConn) Close() error {
 	if w.ws != nil {
+		if code := websocket.StatusCode(w.code.Load()); code == websocket.StatusUnsupportedData || code == websocket.StatusPolicyViolation {
+			w.raw.SetDeadline(time.Now().Add(100 * time.Millisecond))
+			w.ws.Close(code, "")
+		}
 		w.ws.CloseNow()
 	}
 	return w.raw.Close()

@@ -71,9 +71,8 @@ func TestWS_Exchange(t *testing.T) {
 	h := startWS(t, server.Config{AuthToken: "tok"})
 	a, b := h.dial(), h.dial()
 	cr := a.enroll(1)
+	b.attach(b.enroll(1))
 	a.tell(cr, "over websocket")
-	crb := b.attach(b.enroll(1))
-	_ = crb
 	if d := b.delivery(); string(d.Payload) != "over websocket" {
 		t.Fatalf("delivery %q", d.Payload)
 	}
@@ -92,9 +91,15 @@ func TestWS_AuthFailed(t *testing.T) {
 // alone.
 func TestWS_OversizedFrame(t *testing.T) {
 	h := startWS(t, server.Config{})
-	c := h.dial()
-	c.sendBytes(append(header(uint32(c.Welcome.MaxFrame+1)), 0x80))
-	c.expectRejected(wire.ReasonFrameTooLarge)
+	ws := h.dialWSConn(nil)
+	ctx := context.Background()
+	ws.Write(ctx, websocket.MessageBinary, hello(t))
+	ws.Write(ctx, websocket.MessageBinary, append(header(uint32(wire.DefaultMaxFrame+1)), 0x80))
+	_, msgs := closeStatus(t, ws)
+	m, err := wire.DecodeServerMessage(msgs[len(msgs)-1][4:])
+	if r, ok := m.(*wire.Rejected); err != nil || !ok || r.Reason != wire.ReasonFrameTooLarge {
+		t.Fatalf("last message %#v (%v), want rejected frame_too_large", m, err)
+	}
 }
 
 // closeStatus reads from ws until it ends and returns the close code.
@@ -128,7 +133,8 @@ func TestWS_TextMessageRefused(t *testing.T) {
 // A message holding a frame and more, or half a frame, is refused.
 func TestWS_MessageNotOneFrame(t *testing.T) {
 	h := startWS(t, server.Config{})
-	for _, msg := range [][]byte{append(hello(t), 0), hello(t)[:6]} {
+	for i, msg := range [][]byte{append(hello(t), 0), hello(t)[:6]} {
+		t.Logf("case %d", i)
 		ws := h.dialWSConn(nil)
 		if err := ws.Write(context.Background(), websocket.MessageBinary, msg); err != nil {
 			t.Fatal(err)
