@@ -197,6 +197,12 @@ func (c *client) sendBytes(b []byte) {
 	c.t.Helper()
 	c.wm.Lock()
 	defer c.wm.Unlock()
+	if ws, ok := c.nc.(*wsFrames); ok {
+		if err := ws.writeRaw(b); err != nil {
+			c.t.Fatalf("write: %v", err)
+		}
+		return
+	}
 	if _, err := c.nc.Write(b); err != nil {
 		c.t.Fatalf("write: %v", err)
 	}

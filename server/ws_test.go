@@ -5,9 +5,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"flag"
+	"io"
 	"net"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/coder/websocket"
 
@@ -57,6 +59,20 @@ func (w *wsFrames) Write(p []byte) (int, error) {
 		w.pending = w.pending[n:]
 	}
 	return len(p), nil
+}
+
+// writeRaw sends the whole frames of b one message each, and what is left
+// (a bare header, half a frame) as one message more.
+func (w *wsFrames) writeRaw(b []byte) error {
+	if _, err := w.Write(b); err != nil {
+		return err
+	}
+	if len(w.pending) == 0 {
+		return nil
+	}
+	_, err := w.Conn.Write(w.pending)
+	w.pending = w.pending[:0]
+	return err
 }
 
 func startWS(t *testing.T, cfg server.Config) *harness {
@@ -193,4 +209,43 @@ func TestWS_DrainByeThenClose(t *testing.T) {
 	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
 		t.Fatalf("shutdown: %v", err)
 	}
+}
+
+// A peer that opens a TCP connection to the WebSocket listener and sends
+// half an upgrade request is closed at HelloTimeout: the upgrade runs
+// under the hello's deadline.
+func TestWS_SlowUpgradeIsClosed(t *testing.T) {
+	h := startWS(t, server.Config{HelloTimeout: 200 * time.Millisecond})
+	nc, err := net.Dial("tcp", h.srv.WSAddr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	io.WriteString(nc, "GET / HTTP/1.1\r\nHost: x\r\n")
+	nc.SetReadDeadline(time.Now().Add(waitFor))
+	if _, err := io.Copy(io.Discard, nc); err != nil {
+		t.Fatalf("the connection was not closed: %v", err)
+	}
+}
+
+// A WebSocket peer that stops reading while deliveries pile up is cut at
+// WriteProgressTimeout, as over TCP, and the server stays well.
+func TestWS_PeerThatStopsReadingIsCut(t *testing.T) {
+	h := startWS(t, server.Config{WriteProgressTimeout: 300 * time.Millisecond})
+	ws := h.dialWSConn(nil)
+	ctx := context.Background()
+	ws.Write(ctx, websocket.MessageBinary, hello(t))
+	enroll := wire.AppendFrame(nil, &wire.Enroll{ID: 1, Conversation: 1, Token: token()})
+	ws.Write(ctx, websocket.MessageBinary, enroll)
+	sender := h.dial()
+	cr := sender.enroll(1)
+	big := string(make([]byte, 64<<10))
+	deadline := time.Now().Add(waitFor)
+	for h.metric(server.MetricConnectionsOpen+`{transport="ws"}`) == 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the deaf WebSocket peer was not cut")
+		}
+		sender.tell(cr, big)
+	}
+	sender.ping()
 }
