@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"flag"
@@ -248,4 +249,22 @@ func TestWS_PeerThatStopsReadingIsCut(t *testing.T) {
 		sender.tell(cr, big)
 	}
 	sender.ping()
+}
+
+// wss: the WebSocket listener serves TLS with the wire listener's
+// certificate.
+func TestWS_TLS(t *testing.T) {
+	certFile, keyFile, pool := selfSigned(t, t.TempDir())
+	h := start(t, server.Config{TLSCert: certFile, TLSKey: keyFile})
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: "127.0.0.1"}}}
+	ws, _, err := websocket.Dial(context.Background(), "wss://"+h.srv.WSAddr().String()+"/", &websocket.DialOptions{HTTPClient: hc})
+	if err != nil {
+		t.Fatalf("wss dial: %v", err)
+	}
+	c := newClient(t, &wsFrames{Conn: websocket.NetConn(context.Background(), ws, websocket.MessageBinary)})
+	c.send(&wire.Hello{Versions: []uint64{1}})
+	if m, ok := c.next().(*wire.Welcome); !ok {
+		t.Fatalf("hello over wss answered %#v", m)
+	}
+	c.ping()
 }
