@@ -90,6 +90,15 @@ type Config struct {
 	// certificates must chain to: every wire connection must then present
 	// one (mutual TLS). It adds to AuthToken, not replaces it.
 	TLSClientCA string
+	// WSListen is the WebSocket listener's address (PROTOCOL.md,
+	// WebSocket); empty, the default, leaves it off. It serves the same
+	// protocol under the same limits and TLS settings (wss with TLSCert).
+	WSListen string
+	// WSAllowedOrigins are the host patterns (path.Match, such as
+	// "app.example.com" or "*.example.com") of the browser pages allowed
+	// to connect besides the listener's own host. A request without an
+	// Origin header (not a browser) is always allowed.
+	WSAllowedOrigins []string
 	// HealthTLSCert and HealthTLSKey, both or neither, serve the health
 	// listener over HTTPS. They are required for the admin endpoints or
 	// pprof on a health listener beyond loopback (AdminRemote).

@@ -40,6 +40,8 @@ type conn struct {
 	// counts it when limited.
 	peer    netip.Prefix
 	limited bool
+	// ws is set when the connection came in on the WebSocket listener.
+	ws bool
 
 	// shutdown is set when the server drains this connection.
 	shutdown atomic.Bool
@@ -138,6 +140,9 @@ func newConn(s *Server, nc net.Conn, peer netip.Prefix, limited bool) *conn {
 // read fails at once, and serve, seeing the flag, sends bye.
 func (c *conn) requestShutdown() {
 	c.shutdown.Store(true)
+	if w, ok := c.nc.(*wsConn); ok {
+		w.goingAway()
+	}
 	c.nc.SetReadDeadline(time.Now())
 }
 

@@ -36,6 +36,9 @@ type harness struct {
 	done chan error
 	once sync.Once
 	err  error
+	// ws makes dialRaw connect over the WebSocket listener (as -ws does
+	// for every test).
+	ws bool
 }
 
 // start runs a server with cfg on 127.0.0.1 port 0; DataDir defaults to a
@@ -47,6 +50,7 @@ func start(t *testing.T, cfg server.Config) *harness {
 	}
 	cfg.Listen = "127.0.0.1:0"
 	cfg.HealthListen = "127.0.0.1:0"
+	cfg.WSListen = "127.0.0.1:0"
 	srv, err := server.New(cfg)
 	if err != nil {
 		t.Fatalf("server.New: %v", err)
@@ -109,6 +113,9 @@ type client struct {
 // dialRaw connects without a hello.
 func (h *harness) dialRaw() *client {
 	h.t.Helper()
+	if *overWS || h.ws {
+		return newClient(h.t, h.dialWS(nil))
+	}
 	nc, err := net.Dial("tcp", h.srv.Addr().String())
 	if err != nil {
 		h.t.Fatalf("dial: %v", err)
@@ -190,6 +197,12 @@ func (c *client) sendBytes(b []byte) {
 	c.t.Helper()
 	c.wm.Lock()
 	defer c.wm.Unlock()
+	if ws, ok := c.nc.(*wsFrames); ok {
+		if err := ws.writeRaw(b); err != nil {
+			c.t.Fatalf("write: %v", err)
+		}
+		return
+	}
 	if _, err := c.nc.Write(b); err != nil {
 		c.t.Fatalf("write: %v", err)
 	}

@@ -182,7 +182,7 @@ func TestASlowReaderThatTricklesIsCut(t *testing.T) {
 	payload := bytes.Repeat([]byte{0x33}, 32<<10)
 	deadline := time.Now().Add(waitFor)
 	for i := 0; ; i++ {
-		if i%50 == 0 && h.metric(server.MetricConnectionsOpen) == 1 {
+		if i%50 == 0 && h.metric(server.MetricConnectionsOpen+`{transport="tcp"}`) == 1 {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -228,7 +228,7 @@ func TestAReaderThatNeverReadsKeepsTheHeapBounded(t *testing.T) {
 		t.Errorf("%s = %v, above the server's budget %d", server.MetricOutboundQueuedBytes, got, server.DefaultMaxOutboundTotal)
 	}
 	eventually(t, "the recipient that never reads is cut", func() bool {
-		return h.metric(server.MetricConnectionsOpen) == 1
+		return h.metric(server.MetricConnectionsOpen+`{transport="tcp"}`) == 1
 	})
 	if got := h.metric(server.MetricOutboundQueuedBytes); got != 0 {
 		t.Errorf("%s = %v after the cut, want 0: a cut connection gives its bytes back", server.MetricOutboundQueuedBytes, got)

@@ -20,8 +20,8 @@ import (
 type metrics struct {
 	reg *prometheus.Registry
 
-	connsOpen    prometheus.Gauge
-	connsTotal   prometheus.Counter
+	connsOpen    *prometheus.GaugeVec
+	connsTotal   *prometheus.CounterVec
 	refusedTotal *prometheus.CounterVec
 	adminRefused prometheus.Counter
 	badRequests  prometheus.Counter
@@ -83,12 +83,12 @@ const (
 func newMetrics(s *Server) *metrics {
 	m := &metrics{
 		reg: prometheus.NewRegistry(),
-		connsOpen: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: MetricConnectionsOpen, Help: "Wire connections being served.",
-		}),
-		connsTotal: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: MetricConnectionsTotal, Help: "Wire connections admitted since start.",
-		}),
+		connsOpen: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: MetricConnectionsOpen, Help: "Wire connections being served, by transport (tcp, ws).",
+		}, []string{"transport"}),
+		connsTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: MetricConnectionsTotal, Help: "Wire connections admitted since start, by transport (tcp, ws).",
+		}, []string{"transport"}),
 		refusedTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: MetricRefusedTotal, Help: "Connections rejected, by the reason of the rejected frame (tls_handshake: the TLS handshake failed or timed out, no frame).",
 		}, []string{"reason"}),
@@ -297,12 +297,20 @@ func dirBytes(dir string) int64 {
 	return n
 }
 
-func (m *metrics) connOpened() {
-	m.connsOpen.Inc()
-	m.connsTotal.Inc()
+// transportLabel is the label of a connection's transport.
+func transportLabel(ws bool) string {
+	if ws {
+		return "ws"
+	}
+	return "tcp"
 }
 
-func (m *metrics) connClosed()                { m.connsOpen.Dec() }
+func (m *metrics) connOpened(ws bool) {
+	m.connsOpen.WithLabelValues(transportLabel(ws)).Inc()
+	m.connsTotal.WithLabelValues(transportLabel(ws)).Inc()
+}
+
+func (m *metrics) connClosed(ws bool)         { m.connsOpen.WithLabelValues(transportLabel(ws)).Dec() }
 func (m *metrics) refused(reason wire.Reason) { m.refusedTotal.WithLabelValues(string(reason)).Inc() }
 func (m *metrics) badRequest()                { m.badRequests.Inc() }
 func (m *metrics) adminAuthFailed()           { m.adminRefused.Inc() }

@@ -48,7 +48,10 @@ type Server struct {
 	// ln is the plain TCP wire listener: a TLS connection is wrapped
 	// after accept (wireTLS), so that its handshake runs under the
 	// connection's deadline rather than inside Accept or a first Read.
-	ln        net.Listener
+	ln net.Listener
+	// wsln is the WebSocket listener, nil unless WSListen is set: its
+	// connections are served by the same code (wsConn).
+	wsln      net.Listener
 	hln       net.Listener
 	wireTLS   *certs
 	healthTLS *certs
@@ -127,10 +130,19 @@ func New(cfg Config) (*Server, error) {
 		hln.Close()
 		return nil, err
 	}
+	var wsln net.Listener
+	if cfg.WSListen != "" {
+		if wsln, err = net.Listen("tcp", cfg.WSListen); err != nil {
+			ln.Close()
+			hln.Close()
+			return nil, fmt.Errorf("server: ws-listen: %w", err)
+		}
+	}
 	s := &Server{
 		cfg:       cfg,
 		log:       cfg.Logger.With().Str("component", "server").Logger(),
 		ln:        ln,
+		wsln:      wsln,
 		hln:       hln,
 		wireTLS:   wireTLS,
 		healthTLS: healthTLS,
@@ -149,6 +161,14 @@ func New(cfg Config) (*Server, error) {
 
 // Addr returns the wire listener's address.
 func (s *Server) Addr() net.Addr { return s.ln.Addr() }
+
+// WSAddr returns the WebSocket listener's address, nil when it is off.
+func (s *Server) WSAddr() net.Addr {
+	if s.wsln == nil {
+		return nil
+	}
+	return s.wsln.Addr()
+}
 
 // HealthAddr returns the health listener's address.
 func (s *Server) HealthAddr() net.Addr { return s.hln.Addr() }
@@ -198,6 +218,9 @@ func (s *Server) Run(ctx context.Context) error {
 	st, svc, err := s.open(ctx)
 	if err != nil {
 		s.ln.Close()
+		if s.wsln != nil {
+			s.wsln.Close()
+		}
 		return err
 	}
 	s.st.Store(&backendRef{st})
@@ -215,8 +238,18 @@ func (s *Server) Run(ctx context.Context) error {
 			Msg("listening beyond loopback with no auth token and the open enroll policy: anyone who can connect can enroll into any conversation and read it; set --auth-token or --enroll-policy invite")
 	}
 
+	if s.wsln != nil {
+		s.log.Info().Str("ws_listen", s.wsln.Addr().String()).Strs("ws_allowed_origins", s.cfg.WSAllowedOrigins).Msg("serving WebSocket")
+	}
+	// acceptDone reports the first accept loop to stop; with a
+	// WebSocket listener the other one's end is waited for by drain.
 	acceptDone := make(chan error, 1)
-	go func() { acceptDone <- s.acceptLoop() }()
+	var wsDone chan error
+	go func() { acceptDone <- s.acceptLoop(s.ln, false) }()
+	if s.wsln != nil {
+		wsDone = make(chan error, 1)
+		go func() { wsDone <- s.acceptLoop(s.wsln, true) }()
+	}
 	var acceptErr, storeErr error
 	acceptStopped := false
 	select {
@@ -226,12 +259,15 @@ func (s *Server) Run(ctx context.Context) error {
 		// or was closed under it; either way it is not waited for again.
 		acceptStopped = true
 		s.log.Error().Err(acceptErr).Msg("wire listener stopped; draining")
+	case acceptErr = <-wsDone:
+		wsDone = nil
+		s.log.Error().Err(acceptErr).Msg("WebSocket listener stopped; draining")
 	case <-svc.StoreFailed():
 		// The service logged the failure itself, once.
 		storeErr = svc.Failed()
 		s.log.Info().Msg("draining because the store failed; restart to reconcile")
 	}
-	connsDone, err := s.drain(acceptDone, acceptStopped)
+	connsDone, err := s.drain(acceptDone, acceptStopped, wsDone)
 	switch cerr := s.closeStore(connsDone, svc, st); {
 	case errors.Is(cerr, ErrStoreHung):
 		err = errors.Join(cerr, err)
@@ -306,10 +342,10 @@ func (s *Server) serviceOptions(key []byte) participant.Options {
 
 // acceptLoop accepts until the listener closes; it returns nil then, or
 // the error that stopped it.
-func (s *Server) acceptLoop() error {
+func (s *Server) acceptLoop(ln net.Listener, ws bool) error {
 	var backoff time.Duration
 	for {
-		nc, err := s.ln.Accept()
+		nc, err := ln.Accept()
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				return nil
@@ -324,7 +360,7 @@ func (s *Server) acceptLoop() error {
 			return err
 		}
 		backoff = 0
-		s.admit(nc)
+		s.admit(nc, ws)
 	}
 }
 
@@ -346,7 +382,10 @@ const maxRefusing = 256
 // Every connection gets its deadline here, before any byte is read or
 // written: the TLS handshake and hello must both finish within
 // HelloTimeout of the accept, and a refusal within refuseTimeout.
-func (s *Server) admit(raw net.Conn) {
+//
+// A WebSocket connection (ws) is served by the same code through wsConn,
+// whose upgrade runs inside the first read of hello, under its deadline.
+func (s *Server) admit(raw net.Conn, ws bool) {
 	now := time.Now()
 	key, limited := s.peers.key(raw.RemoteAddr())
 	s.mu.Lock()
@@ -367,11 +406,15 @@ func (s *Server) admit(raw net.Conn) {
 	if s.wireTLS != nil {
 		nc = tls.Server(raw, s.wireTLS.config())
 	}
+	if ws {
+		nc = newWSConn(nc, s.cfg.WSAllowedOrigins)
+	}
 	var c *conn
 	switch {
 	case reason == "":
 		raw.SetDeadline(now.Add(s.cfg.HelloTimeout))
 		c = newConn(s, nc, key, limited)
+		c.ws = ws
 		s.conns[c] = struct{}{}
 	case len(s.refusing) < maxRefusing:
 		raw.SetDeadline(now.Add(s.refuseTimeout()))
@@ -394,10 +437,10 @@ func (s *Server) admit(raw net.Conn) {
 		}()
 		return
 	}
-	s.metrics.connOpened()
+	s.metrics.connOpened(ws)
 	go func() {
 		defer s.connWG.Done()
-		defer s.metrics.connClosed()
+		defer s.metrics.connClosed(ws)
 		defer func() {
 			s.mu.Lock()
 			delete(s.conns, c)
@@ -433,11 +476,6 @@ func (s *Server) refuse(nc net.Conn, reason wire.Reason, detail string) {
 	lingerClose(nc)
 }
 
-// drain stops accepting and tears every connection down (see the package
-// documentation), waiting at most DrainTimeout. It returns a channel closed
-// once every connection's goroutines are gone: already closed after a
-// clean drain; after ErrDrainTimeout, when those whose sockets it closed
-// get out of the operations they were in (closeStore bounds that wait).
 // leaseLost ends every connection that holds a binding with
 // bye{lease_lost}; it never blocks (the node's keep-alive calls it).
 func (s *Server) leaseLost() {
@@ -448,12 +486,23 @@ func (s *Server) leaseLost() {
 	}
 }
 
-func (s *Server) drain(acceptDone <-chan error, acceptStopped bool) (<-chan struct{}, error) {
+// drain stops accepting and tears every connection down (see the package
+// documentation), waiting at most DrainTimeout. It returns a channel closed
+// once every connection's goroutines are gone: already closed after a
+// clean drain; after ErrDrainTimeout, when those whose sockets it closed
+// get out of the operations they were in (closeStore bounds that wait).
+func (s *Server) drain(acceptDone <-chan error, acceptStopped bool, wsDone <-chan error) (<-chan struct{}, error) {
 	start := time.Now()
 	s.ready.Store(false)
 	s.ln.Close()
+	if s.wsln != nil {
+		s.wsln.Close()
+	}
 	if !acceptStopped {
 		<-acceptDone
+	}
+	if wsDone != nil {
+		<-wsDone
 	}
 	if svc := s.svc.Load(); svc != nil {
 		svc.Drain()

@@ -1,0 +1,270 @@
+package server_test
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/binary"
+	"errors"
+	"flag"
+	"io"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/participantd/participantd/server"
+	"github.com/participantd/participantd/wire"
+)
+
+// overWS runs every wire test over the WebSocket listener: go test
+// ./server -args -ws.
+var overWS = flag.Bool("ws", false, "dial the wire tests over the WebSocket listener")
+
+// dialWS opens a WebSocket to the server with the request headers hdr and
+// returns it as a stream of frames, each write of whole frames sent as one
+// binary message a frame (PROTOCOL.md, WebSocket).
+func (h *harness) dialWS(hdr http.Header) net.Conn {
+	h.t.Helper()
+	ws := h.dialWSConn(hdr)
+	return &wsFrames{Conn: websocket.NetConn(context.Background(), ws, websocket.MessageBinary)}
+}
+
+func (h *harness) dialWSConn(hdr http.Header) *websocket.Conn {
+	h.t.Helper()
+	ws, _, err := websocket.Dial(context.Background(), "ws://"+h.srv.WSAddr().String()+"/", &websocket.DialOptions{HTTPHeader: hdr})
+	if err != nil {
+		h.t.Fatalf("websocket dial: %v", err)
+	}
+	ws.SetReadLimit(-1)
+	return ws
+}
+
+// wsFrames sends each whole frame written as one binary message.
+type wsFrames struct {
+	net.Conn
+	pending []byte
+}
+
+func (w *wsFrames) Write(p []byte) (int, error) {
+	w.pending = append(w.pending, p...)
+	for len(w.pending) >= 4 {
+		n := 4 + int(binary.BigEndian.Uint32(w.pending))
+		if len(w.pending) < n {
+			break
+		}
+		if _, err := w.Conn.Write(w.pending[:n]); err != nil {
+			return 0, err
+		}
+		w.pending = w.pending[n:]
+	}
+	return len(p), nil
+}
+
+// writeRaw sends the whole frames of b one message each, and what is left
+// (a bare header, half a frame) as one message more.
+func (w *wsFrames) writeRaw(b []byte) error {
+	if _, err := w.Write(b); err != nil {
+		return err
+	}
+	if len(w.pending) == 0 {
+		return nil
+	}
+	_, err := w.Conn.Write(w.pending)
+	w.pending = w.pending[:0]
+	return err
+}
+
+func startWS(t *testing.T, cfg server.Config) *harness {
+	h := start(t, cfg)
+	h.ws = true
+	return h
+}
+
+// The wire exchange of a client over WebSocket: hello, welcome, enroll,
+// tell, delivery, as over TCP.
+func TestWS_Exchange(t *testing.T) {
+	h := startWS(t, server.Config{AuthToken: "tok"})
+	a, b := h.dial(), h.dial()
+	cr := a.enroll(1)
+	b.attach(b.enroll(1))
+	a.tell(cr, "over websocket")
+	if d := b.delivery(); string(d.Payload) != "over websocket" {
+		t.Fatalf("delivery %q", d.Payload)
+	}
+}
+
+// A wrong auth token over WebSocket is rejected as over TCP.
+func TestWS_AuthFailed(t *testing.T) {
+	h := startWS(t, server.Config{AuthToken: "tok"})
+	c := h.dialRaw()
+	bad := "nope"
+	c.send(&wire.Hello{Versions: []uint64{1}, Auth: &bad})
+	c.expectRejected(wire.ReasonAuthFailed)
+}
+
+// A frame header announcing more than max_frame is refused from the header
+// alone.
+func TestWS_OversizedFrame(t *testing.T) {
+	h := startWS(t, server.Config{})
+	ws := h.dialWSConn(nil)
+	ctx := context.Background()
+	ws.Write(ctx, websocket.MessageBinary, hello(t))
+	ws.Write(ctx, websocket.MessageBinary, append(header(uint32(wire.DefaultMaxFrame+1)), 0x80))
+	_, msgs := closeStatus(t, ws)
+	m, err := wire.DecodeServerMessage(msgs[len(msgs)-1][4:])
+	if r, ok := m.(*wire.Rejected); err != nil || !ok || r.Reason != wire.ReasonFrameTooLarge {
+		t.Fatalf("last message %#v (%v), want rejected frame_too_large", m, err)
+	}
+}
+
+// closeStatus reads from ws until it ends and returns the close code.
+func closeStatus(t *testing.T, ws *websocket.Conn) (websocket.StatusCode, [][]byte) {
+	var msgs [][]byte
+	for {
+		_, b, err := ws.Read(context.Background())
+		if err != nil {
+			return websocket.CloseStatus(err), msgs
+		}
+		msgs = append(msgs, b)
+	}
+}
+
+func hello(t *testing.T) []byte {
+	return wire.AppendFrame(nil, &wire.Hello{Versions: []uint64{1}})
+}
+
+// A text message is a protocol error: the server closes with 1003.
+func TestWS_TextMessageRefused(t *testing.T) {
+	h := startWS(t, server.Config{})
+	ws := h.dialWSConn(nil)
+	if err := ws.Write(context.Background(), websocket.MessageText, hello(t)); err != nil {
+		t.Fatal(err)
+	}
+	if code, _ := closeStatus(t, ws); code != websocket.StatusUnsupportedData {
+		t.Fatalf("close code %v, want %v", code, websocket.StatusUnsupportedData)
+	}
+}
+
+// A message holding a frame and more, or half a frame, is refused.
+func TestWS_MessageNotOneFrame(t *testing.T) {
+	h := startWS(t, server.Config{})
+	for i, msg := range [][]byte{append(hello(t), 0), hello(t)[:6]} {
+		t.Logf("case %d", i)
+		ws := h.dialWSConn(nil)
+		if err := ws.Write(context.Background(), websocket.MessageBinary, msg); err != nil {
+			t.Fatal(err)
+		}
+		if code, _ := closeStatus(t, ws); code != websocket.StatusPolicyViolation {
+			t.Fatalf("close code %v, want %v", code, websocket.StatusPolicyViolation)
+		}
+	}
+}
+
+// A page of another site is refused at the upgrade; a client with no
+// Origin, or of the listener's own host, is served.
+func TestWS_CrossOriginRefused(t *testing.T) {
+	h := startWS(t, server.Config{WSAllowedOrigins: []string{"app.example.com"}})
+	_, resp, err := websocket.Dial(context.Background(), "ws://"+h.srv.WSAddr().String()+"/",
+		&websocket.DialOptions{HTTPHeader: http.Header{"Origin": {"https://evil.example.org"}}})
+	if err == nil || resp == nil || resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("cross-origin dial: %v, %v; want 403", err, resp)
+	}
+	for _, o := range []string{"https://app.example.com", "http://" + h.srv.WSAddr().String()} {
+		c := newClient(t, h.dialWS(http.Header{"Origin": {o}}))
+		c.send(&wire.Hello{Versions: []uint64{1}})
+		if _, ok := c.next().(*wire.Welcome); !ok {
+			t.Fatalf("origin %s not welcomed", o)
+		}
+	}
+}
+
+// A drain sends bye, then a close frame with 1001 (going away).
+func TestWS_DrainByeThenClose(t *testing.T) {
+	h := startWS(t, server.Config{})
+	ws := h.dialWSConn(nil)
+	if err := ws.Write(context.Background(), websocket.MessageBinary, hello(t)); err != nil {
+		t.Fatal(err)
+	}
+	if _, b, err := ws.Read(context.Background()); err != nil {
+		t.Fatal(err)
+	} else if m, err := wire.DecodeServerMessage(b[4:]); err != nil {
+		t.Fatal(err)
+	} else if _, ok := m.(*wire.Welcome); !ok {
+		t.Fatalf("got %#v, want welcome", m)
+	}
+	done := make(chan error, 1)
+	go func() { done <- h.shutdown() }()
+	code, msgs := closeStatus(t, ws)
+	if code != websocket.StatusGoingAway {
+		t.Fatalf("close code %v, want going away", code)
+	}
+	if len(msgs) == 0 {
+		t.Fatal("no bye before the close")
+	}
+	m, err := wire.DecodeServerMessage(msgs[len(msgs)-1][4:])
+	if bye, ok := m.(*wire.ServerBye); err != nil || !ok || bye.Reason != wire.ByeShutdown {
+		t.Fatalf("last message %#v (%v), want bye shutdown", m, err)
+	}
+	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatalf("shutdown: %v", err)
+	}
+}
+
+// A peer that opens a TCP connection to the WebSocket listener and sends
+// half an upgrade request is closed at HelloTimeout: the upgrade runs
+// under the hello's deadline.
+func TestWS_SlowUpgradeIsClosed(t *testing.T) {
+	h := startWS(t, server.Config{HelloTimeout: 200 * time.Millisecond})
+	nc, err := net.Dial("tcp", h.srv.WSAddr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	io.WriteString(nc, "GET / HTTP/1.1\r\nHost: x\r\n")
+	nc.SetReadDeadline(time.Now().Add(waitFor))
+	if _, err := io.Copy(io.Discard, nc); err != nil {
+		t.Fatalf("the connection was not closed: %v", err)
+	}
+}
+
+// A WebSocket peer that stops reading while deliveries pile up is cut at
+// WriteProgressTimeout, as over TCP, and the server stays well.
+func TestWS_PeerThatStopsReadingIsCut(t *testing.T) {
+	h := startWS(t, server.Config{WriteProgressTimeout: 300 * time.Millisecond})
+	ws := h.dialWSConn(nil)
+	ctx := context.Background()
+	ws.Write(ctx, websocket.MessageBinary, hello(t))
+	enroll := wire.AppendFrame(nil, &wire.Enroll{ID: 1, Conversation: 1, Token: token()})
+	ws.Write(ctx, websocket.MessageBinary, enroll)
+	sender := h.dial()
+	cr := sender.enroll(1)
+	big := string(make([]byte, 64<<10))
+	deadline := time.Now().Add(waitFor)
+	for h.metric(server.MetricConnectionsOpen+`{transport="ws"}`) == 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the deaf WebSocket peer was not cut")
+		}
+		sender.tell(cr, big)
+	}
+	sender.ping()
+}
+
+// wss: the WebSocket listener serves TLS with the wire listener's
+// certificate.
+func TestWS_TLS(t *testing.T) {
+	certFile, keyFile, pool := selfSigned(t, t.TempDir())
+	h := start(t, server.Config{TLSCert: certFile, TLSKey: keyFile})
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: "127.0.0.1"}}}
+	ws, _, err := websocket.Dial(context.Background(), "wss://"+h.srv.WSAddr().String()+"/", &websocket.DialOptions{HTTPClient: hc})
+	if err != nil {
+		t.Fatalf("wss dial: %v", err)
+	}
+	c := newClient(t, &wsFrames{Conn: websocket.NetConn(context.Background(), ws, websocket.MessageBinary)})
+	c.send(&wire.Hello{Versions: []uint64{1}})
+	if m, ok := c.next().(*wire.Welcome); !ok {
+		t.Fatalf("hello over wss answered %#v", m)
+	}
+	c.ping()
+}
