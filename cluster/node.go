@@ -118,6 +118,11 @@ type Node struct {
 
 	stop chan struct{}
 	done chan struct{}
+	// run bounds the keep-alive loop's etcd calls; halt cancels it, so
+	// that a close never waits out a call to an etcd that stopped
+	// answering.
+	run       context.Context
+	cancelRun context.CancelFunc
 	// paused, when set (tests only), stops the keep-alive loop from
 	// refreshing or checking the lease, as a paused process would.
 	paused atomic.Bool
@@ -170,6 +175,7 @@ func Start(ctx context.Context, cli *clientv3.Client, opts Options) (*Node, erro
 		done:         make(chan struct{}),
 		claimsByConv: make(map[participant.ConversationID]int64),
 	}
+	n.run, n.cancelRun = context.WithCancel(context.Background())
 	if n.obs == nil {
 		n.obs = nopObserver{}
 	}
@@ -283,7 +289,7 @@ func (n *Node) acquireLease(ctx context.Context) error {
 			n.mu.Unlock()
 			return nil
 		}
-		n.revokeID(g.ID)
+		n.revokeIn(ctx, g.ID)
 		if err != nil {
 			return fmt.Errorf("cluster: register node: %w", err)
 		}
@@ -416,7 +422,7 @@ func (n *Node) keepAlive() {
 		}
 		lease := n.currentLease()
 		if lease == 0 {
-			if err := n.acquireLease(context.Background()); err != nil {
+			if err := n.acquireLease(n.run); err != nil {
 				n.log.Warn().Err(err).Msg("no lease; retrying")
 			}
 			continue
@@ -426,7 +432,7 @@ func (n *Node) keepAlive() {
 			continue
 		}
 		sent := n.now()
-		ctx, cancel := context.WithTimeout(context.Background(), n.opts.LeaseTTL/3)
+		ctx, cancel := context.WithTimeout(n.run, n.opts.LeaseTTL/3)
 		resp, err := n.cli.KeepAliveOnce(ctx, lease)
 		cancel()
 		n.mu.Lock()
@@ -485,7 +491,7 @@ func (n *Node) loseLease(lease clientv3.LeaseID, cause error) {
 			(*forget)(c)
 		}
 	}
-	n.revokeID(lease)
+	n.revokeIn(n.run, lease)
 }
 
 func (n *Node) revoke() { n.revokeID(n.currentLease()) }
@@ -505,11 +511,15 @@ func (n *Node) deleteIfUnchanged(ctx context.Context, key string, rev int64) err
 	return err
 }
 
-func (n *Node) revokeID(id clientv3.LeaseID) {
+func (n *Node) revokeID(id clientv3.LeaseID) { n.revokeIn(context.Background(), id) }
+
+// revokeIn revokes lease id, within parent and Timeout; a lease etcd no
+// longer knows is no error.
+func (n *Node) revokeIn(parent context.Context, id clientv3.LeaseID) {
 	if id == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), n.opts.Timeout)
+	ctx, cancel := context.WithTimeout(parent, n.opts.Timeout)
 	defer cancel()
 	if _, err := n.cli.Revoke(ctx, id); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		n.log.Warn().Err(err).Msg("revoke lease")
@@ -595,6 +605,7 @@ func (n *Node) halt() bool {
 	n.closed = true
 	n.mu.Unlock()
 	close(n.stop)
+	n.cancelRun()
 	<-n.done
 	return true
 }
