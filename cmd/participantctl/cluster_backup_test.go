@@ -140,6 +140,23 @@ func TestCluster_BackupVerifyRestore(t *testing.T) {
 	if _, errs, code := ctl(ctx, "", "restore", "--etcd-endpoints", eps, "--etcd-prefix", "/live/", "--from", file); code == 0 || !strings.Contains(errs, "not empty") {
 		t.Fatalf("restore into the live prefix = exit %d, %q; want a refusal", code, errs)
 	}
+	// A prefix wiped but for another node key: refused without
+	// --replace-node-key, nothing written; restored with it.
+	if _, err := cli.Put(ctx, "/rekeyed/"+backup.NodeKeyKey, strings.Repeat("k", participant.NodeKeySize)); err != nil {
+		t.Fatal(err)
+	}
+	if _, errs, code := ctl(ctx, "", "restore", "--etcd-endpoints", eps, "--etcd-prefix", "/rekeyed/", "--from", file); code == 0 || !strings.Contains(errs, "--replace-node-key") {
+		t.Fatalf("restore over another node key = exit %d, %q; want a refusal naming --replace-node-key", code, errs)
+	}
+	if n := count("/rekeyed/"); n != 1 {
+		t.Fatalf("refused restore left %d keys, want the node key alone", n)
+	}
+	if _, errs, code := ctl(ctx, "", "restore", "--from", file, "--replace-node-key"); code != 2 || !strings.Contains(errs, "needs --etcd-endpoints") {
+		t.Fatalf("--replace-node-key without --etcd-endpoints = exit %d, %q; want a usage error", code, errs)
+	}
+	if got := mustCtl(t, ctx, "restore", "--etcd-endpoints", eps, "--etcd-prefix", "/rekeyed/", "--from", file, "--replace-node-key"); !strings.Contains(got, "conversation 7: ok") {
+		t.Fatalf("restore --replace-node-key = %q, want conversation 7 verified ok", got)
+	}
 
 	// Restore into an empty prefix and serve it from a new node.
 	if got := mustCtl(t, ctx, "restore", "--etcd-endpoints", eps, "--etcd-prefix", "/restored/", "--from", file); !strings.Contains(got, "conversation 7: ok") {
