@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -72,6 +73,25 @@ func TestCluster_BackupVerifyRestore(t *testing.T) {
 	mustCtl(t, ctx, "enroll", "--addr", addr, "--conversation", "7", "--creds", creds)
 	tok := client.NewToken().String()
 	seq := strings.TrimSpace(mustCtl(t, ctx, "tell", "--addr", addr, "--creds", creds, "--token", tok, "kept"))
+
+	// invite against the cluster mints under the secret in etcd, and
+	// creates none where there is none.
+	text := strings.TrimSpace(mustCtl(t, ctx, "invite", "--etcd-endpoints", eps, "--etcd-prefix", "/live/", "--conversation", "7"))
+	inv, err := client.ParseInvite(text)
+	if err != nil {
+		t.Fatalf("invite --etcd-endpoints printed %q: %v", text, err)
+	}
+	kv, err := cli.Get(ctx, "/live/"+backup.NodeKeyKey)
+	if err != nil || len(kv.Kvs) != 1 {
+		t.Fatalf("read the cluster secret: %v, %d keys", err, len(kv.Kvs))
+	}
+	until := time.UnixMilli(int64(binary.BigEndian.Uint64(inv[9:17])))
+	if want, err := participant.MintInvite(kv.Kvs[0].Value, 7, time.Now(), until); err != nil || !bytes.Equal(inv, want) {
+		t.Fatalf("invite --etcd-endpoints = %x, want %x minted under the cluster secret (%v)", inv, want, err)
+	}
+	if _, errs, code := ctl(ctx, "", "invite", "--etcd-endpoints", eps, "--etcd-prefix", "/nokey/", "--conversation", "7"); code == 0 || !strings.Contains(errs, "no /nokey/secret/node-key") || count("/nokey/") != 0 {
+		t.Fatalf("invite against a prefix without a secret = exit %d, %q; want a refusal that creates nothing", code, errs)
+	}
 
 	file := filepath.Join(work, "cluster.backup")
 	if _, errs, code := ctl(ctx, "", "backup", "--health", a.HealthAddr().String(), "--admin-token", "wrong", "--out", file); code == 0 || !strings.Contains(errs, "401") {
