@@ -19,7 +19,9 @@ type Secret = wire.Secret
 
 // NewToken returns a fresh token, never all zero: a UUIDv7 (RFC 9562)
 // whose first 48 bits are the current unix time in ms, then 12 bits that
-// order the draws of one millisecond in this process, and 62 random bits.
+// order the draws of one millisecond in this process, and 62 random bits
+// from crypto/rand: an enroll's or attach's token is a bearer secret until
+// its receipt expires (docs/PROTOCOL.md, Tokens are bearer secrets).
 // Time-ordered tokens land next to each other in the server's token index,
 // whose pages they fill (to the values bucket's 80%) instead of touching
 // one at random per operation, and a server running a token window

@@ -376,8 +376,8 @@ func TestCluster_RefusedEnrollCostsNothing(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Enroll with its invitation = %v", err)
 	}
-	r, err := svc.Connect(nil).Enroll(ctx, participant.Enroll{Conversation: 1, Token: tok(8, 0)})
+	r, err := svc.Connect(nil).Enroll(ctx, participant.Enroll{Conversation: 1, Token: tok(8, 0), Invite: inv})
 	if err != nil || r.Participant != b.Participant || r.Replay == participant.ReplayNone {
-		t.Fatalf("retry without the invitation = %+v, %v; want participant %v replayed", r, err, b.Participant)
+		t.Fatalf("retry with the invitation = %+v, %v; want participant %v replayed", r, err, b.Participant)
 	}
 }

@@ -317,13 +317,18 @@ func end(st *outbox.State, p ParticipantID, conn ConnID, cause Cause, now time.T
 // replay answers a request whose token already committed prior. It never
 // re-checks authority (a client may retry after its generation moved on),
 // except that an attach's secret must verify for the generation it
-// presented. The returned error is token_conflict, stale_authority or
+// presented and, under EnrollInvite, an enroll must present an invitation
+// to the conversation again: the answer holds the participant's secret, so
+// the token alone must not be enough to get it. The returned error is
+// invite_required, invite_invalid, token_conflict, stale_authority or
 // receipt_expired.
 type replayer struct {
 	key  []byte
 	conv ConversationID
 	now  time.Time
 	ttl  time.Duration
+	// requireInvite is set under EnrollInvite.
+	requireInvite bool
 }
 
 // bound answers a replayed enroll or attach from its row.
@@ -368,7 +373,18 @@ func conflict(kind oplog.Kind) *Error {
 	return refuse(CodeTokenConflict, "the token committed a different %v", kind)
 }
 
-func (r *replayer) enroll(st *outbox.State, pr *prior) (Bound, *Error) {
+// enroll answers a replayed enroll. Under EnrollInvite the invitation is
+// checked first, so that a request without one learns nothing of the
+// token, not even what it committed. It is checked at the commit's time,
+// not now: a retry repeats its request unchanged, so an invitation that
+// admitted the enroll admits its replays for the receipt's lifetime, even
+// once expired.
+func (r *replayer) enroll(st *outbox.State, pr *prior, req *Enroll) (Bound, *Error) {
+	if r.requireInvite {
+		if e := checkInvite(r.key, r.conv, time.UnixMilli(pr.row.At), req.Invite); e != nil {
+			return Bound{}, e
+		}
+	}
 	if pr.row.Kind != oplog.KindEnroll {
 		return Bound{}, conflict(pr.row.Kind)
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -66,18 +67,26 @@ func TestCheckInvite(t *testing.T) {
 
 // Under EnrollInvite an enroll without an invitation, or with one to
 // another conversation, is refused and commits nothing; one with a valid
-// invitation enrolls, and its retry replays without presenting it again
-// (the token comes first).
+// invitation enrolls. Its retry must present the invitation again (the
+// answer holds the secret, which the token alone must not give away), and
+// replays with it even once the invitation expired: it is checked at the
+// commit's time.
 func TestEnrollInvitePolicy(t *testing.T) {
 	ctx := context.Background()
-	now := time.Now()
-	svc, err := Open(ctx, store.NewMemory(), Options{NodeKey: testKey, EnrollPolicy: EnrollInvite})
+	var nowMs atomic.Int64
+	nowMs.Store(time.Now().UnixMilli())
+	now := time.UnixMilli(nowMs.Load())
+	svc, err := Open(ctx, store.NewMemory(), Options{NodeKey: testKey, EnrollPolicy: EnrollInvite, Now: func() time.Time { return time.UnixMilli(nowMs.Load()) }})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer svc.Close()
 	c := svc.Connect(nil)
 	inv, err := MintInvite(testKey, 1, now, now.Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	forOther, err := MintInvite(testKey, 2, now, now.Add(time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,9 +103,23 @@ func TestEnrollInvitePolicy(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Enroll with a valid invitation = %v", err)
 	}
-	r, err := c.Enroll(ctx, Enroll{Conversation: 1, Token: token(3)})
+	other := svc.Connect(nil)
+	for _, tc := range []struct {
+		name   string
+		invite []byte
+		want   Code
+	}{
+		{"no invitation", nil, CodeInviteRequired},
+		{"an invitation to another conversation", forOther, CodeInviteInvalid},
+	} {
+		if r, err := other.Enroll(ctx, Enroll{Conversation: 1, Token: token(3), Invite: tc.invite}); !errors.Is(err, &Error{Code: tc.want}) {
+			t.Fatalf("retry of the enroll with %s = %+v, %v, want %s", tc.name, r, err, tc.want)
+		}
+	}
+	nowMs.Add((2 * time.Hour).Milliseconds())
+	r, err := c.Enroll(ctx, Enroll{Conversation: 1, Token: token(3), Invite: inv})
 	if err != nil || r.Replay != ReplayBound {
-		t.Fatalf("retry of the enroll without the invitation = %+v, %v, want a bound replay", r, err)
+		t.Fatalf("retry of the enroll with its expired invitation = %+v, %v, want a bound replay", r, err)
 	}
 	if diff := cmp.Diff(b.Secret, r.Secret); diff != "" {
 		t.Errorf("replayed secret differs (-first +replay):\n%s", diff)

@@ -230,7 +230,7 @@ func (c *Conn) decider(conv ConversationID) *decider {
 }
 
 func (s *Service) replayer(conv ConversationID) *replayer {
-	return &replayer{key: s.opts.NodeKey, conv: conv, now: s.now(), ttl: s.opts.ReceiptTTL}
+	return &replayer{key: s.opts.NodeKey, conv: conv, now: s.now(), ttl: s.opts.ReceiptTTL, requireInvite: s.opts.EnrollPolicy == EnrollInvite}
 }
 
 // asError turns a nil *Error into a nil error.
@@ -284,7 +284,7 @@ func (c *Conn) StartEnroll(ctx context.Context, req Enroll) *Call[Bound] {
 			return settled(err)
 		}
 		if pr != nil {
-			bound, e := c.svc.replayer(b.cv.id).enroll(st, pr)
+			bound, e := c.svc.replayer(b.cv.id).enroll(st, pr, &req)
 			*a = bound
 			return settled(asError(e))
 		}

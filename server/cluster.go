@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -292,7 +293,38 @@ func (s *Server) openCluster(ctx context.Context) (backend, *participant.Service
 	node.OnLost(svc.Forget)
 	s.cl.Store(&clusterState{node: node, cli: cli})
 	s.log.Info().Str("node", id).Str("advertise", advertise).Strs("etcd", cc.Endpoints).Msg("cluster mode")
+	warnPlaintextEtcd(s.log, cc)
 	return b, svc, nil
+}
+
+// warnPlaintextEtcd warns when cc reaches etcd without TLS, and again when
+// it sends the etcd password that way.
+func warnPlaintextEtcd(log zerolog.Logger, cc ClusterConfig) {
+	plain := cc.plaintext()
+	if len(plain) == 0 {
+		return
+	}
+	log.Warn().Strs("etcd", plain).Msg("etcd endpoints without TLS: whoever can read or change the traffic to etcd has every conversation and the cluster secret (secret/node-key); use https:// endpoints and --etcd-ca")
+	if cc.Password != "" {
+		log.Warn().Strs("etcd", plain).Msg("the etcd password goes to endpoints without TLS, in the clear")
+	}
+}
+
+// plaintext returns the endpoints of c that the etcd client reaches without
+// TLS: http:// ones, and those without a scheme when no TLS file is set
+// (with one, the client dials them over TLS). unix:// sockets stay on the
+// host and are left out.
+func (c ClusterConfig) plaintext() []string {
+	var out []string
+	for _, e := range c.Endpoints {
+		switch scheme, _, found := strings.Cut(e, "://"); {
+		case found && strings.EqualFold(scheme, "http"):
+			out = append(out, e)
+		case !found && c.CA == "" && c.Cert == "":
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 // loadOrCreateNodeID returns the node id kept in dir, creating a random one

@@ -1,8 +1,13 @@
 package server
 
 import (
+	"bytes"
 	"net"
+	"slices"
+	"strings"
 	"testing"
+
+	"github.com/rs/zerolog"
 
 	"github.com/participantd/participantd/participant"
 )
@@ -27,6 +32,57 @@ func TestOpenAdmissionWarning(t *testing.T) {
 	} {
 		if got := openAdmission(tc.cfg, tc.addr); got != tc.warned {
 			t.Errorf("%s: openAdmission = %v, want %v", tc.name, got, tc.warned)
+		}
+	}
+}
+
+func TestClusterConfig_Plaintext(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  ClusterConfig
+		want []string
+	}{
+		{"http", ClusterConfig{Endpoints: []string{"http://etcd:2379"}}, []string{"http://etcd:2379"}},
+		{"HTTP with a CA still plain", ClusterConfig{Endpoints: []string{"HTTP://etcd:2379"}, CA: "ca.pem"}, []string{"HTTP://etcd:2379"}},
+		{"https", ClusterConfig{Endpoints: []string{"https://etcd:2379"}}, nil},
+		{"no scheme, no TLS", ClusterConfig{Endpoints: []string{"etcd:2379"}}, []string{"etcd:2379"}},
+		{"no scheme with a CA", ClusterConfig{Endpoints: []string{"etcd:2379"}, CA: "ca.pem"}, nil},
+		{"unix socket", ClusterConfig{Endpoints: []string{"unix://etcd.sock"}}, nil},
+		{"mixed", ClusterConfig{Endpoints: []string{"https://a:2379", "http://b:2379"}}, []string{"http://b:2379"}},
+	} {
+		if got := tc.cfg.plaintext(); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: plaintext = %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestWarnPlaintextEtcd(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  ClusterConfig
+		want []string
+	}{
+		{"TLS", ClusterConfig{Endpoints: []string{"https://etcd:2379"}, Password: "p"}, nil},
+		{"plain", ClusterConfig{Endpoints: []string{"http://etcd:2379"}}, []string{"etcd endpoints without TLS"}},
+		{"plain with a password", ClusterConfig{Endpoints: []string{"http://etcd:2379"}, Username: "u", Password: "p"}, []string{"etcd endpoints without TLS", "etcd password goes to endpoints without TLS"}},
+	} {
+		var buf bytes.Buffer
+		warnPlaintextEtcd(zerolog.New(&buf), tc.cfg)
+		lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+		if len(tc.want) == 0 {
+			if buf.Len() != 0 {
+				t.Errorf("%s: warned %q", tc.name, buf.String())
+			}
+			continue
+		}
+		if len(lines) != len(tc.want) {
+			t.Errorf("%s: logged %q, want %d warnings", tc.name, buf.String(), len(tc.want))
+			continue
+		}
+		for i, w := range tc.want {
+			if !strings.Contains(lines[i], w) || !strings.Contains(lines[i], `"level":"warn"`) || strings.Contains(lines[i], `"p"`) {
+				t.Errorf("%s: line %d = %s, want a warning containing %q and no password", tc.name, i, lines[i], w)
+			}
 		}
 	}
 }

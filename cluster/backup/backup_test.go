@@ -404,3 +404,46 @@ func TestView_CompactedRevisionIsAnError(t *testing.T) {
 		t.Fatalf("Len at a compacted revision = %v, want ErrCompacted", err)
 	}
 }
+
+// TestRestore_KeepsThePrefixNodeKey: a prefix holding only its node key
+// (the cluster's identity, kept across a wipe) refuses a backup that carries
+// another key, with nothing written, unless ReplaceNodeKey; a backup with
+// the same key restores around it.
+func TestRestore_KeepsThePrefixNodeKey(t *testing.T) {
+	ctx := context.Background()
+	const ours, theirs = "0123456789abcdef0123456789abcdef", "fedcba9876543210fedcba9876543210"
+	p := shared.Prefix()
+	put(t, p+"d/g/v/a", "x")
+	put(t, p+backup.NodeKeyKey, theirs)
+	var buf bytes.Buffer
+	if _, err := backup.Export(ctx, shared.Client.KV, p, &buf, backup.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	want := dump(t, p, 0)
+
+	q := shared.Prefix()
+	put(t, q+backup.NodeKeyKey, ours)
+	_, err := backup.Restore(ctx, shared.Client.KV, q, bytes.NewReader(buf.Bytes()), backup.RestoreOptions{})
+	if !errors.Is(err, backup.ErrNodeKeyDiffers) {
+		t.Fatalf("Restore over another node key = %v, want ErrNodeKeyDiffers", err)
+	}
+	if diff := cmp.Diff(map[string]string{backup.NodeKeyKey: ours}, dump(t, q, 0)); diff != "" {
+		t.Fatalf("refused restore changed the prefix:\n%s", diff)
+	}
+	if _, err := backup.Restore(ctx, shared.Client.KV, q, bytes.NewReader(buf.Bytes()), backup.RestoreOptions{ReplaceNodeKey: true}); err != nil {
+		t.Fatalf("Restore with ReplaceNodeKey = %v", err)
+	}
+	if diff := cmp.Diff(want, dump(t, q, 0)); diff != "" {
+		t.Fatalf("restored prefix differs from the backup (-backup +restored):\n%s", diff)
+	}
+
+	r := shared.Prefix()
+	put(t, r+backup.NodeKeyKey, theirs)
+	sum, err := backup.Restore(ctx, shared.Client.KV, r, bytes.NewReader(buf.Bytes()), backup.RestoreOptions{})
+	if err != nil {
+		t.Fatalf("Restore over the same node key = %v", err)
+	}
+	if diff := cmp.Diff(want, dump(t, r, 0)); diff != "" || sum.Keys != int64(len(want)-1) {
+		t.Fatalf("restore around the same key wrote %d keys, want %d (-backup +restored):\n%s", sum.Keys, len(want)-1, diff)
+	}
+}

@@ -45,7 +45,14 @@ var (
 	ErrCompacted = errors.New("backup: the backup's revision was compacted during the read")
 	// ErrNotEmpty reports a restore into a prefix that holds keys.
 	ErrNotEmpty = errors.New("backup: the target prefix is not empty")
+	// ErrNodeKeyDiffers reports a restore into a prefix that holds a node
+	// key (NodeKeyKey) other than the backup's, without
+	// RestoreOptions.ReplaceNodeKey.
+	ErrNodeKeyDiffers = errors.New("backup: the target prefix holds another node key")
 )
+
+// NodeKeyKey is the cluster secret's key, relative to the prefix.
+const NodeKeyKey = "secret/node-key"
 
 // Header is the first frame of a backup.
 type Header struct {

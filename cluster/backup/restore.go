@@ -1,6 +1,7 @@
 package backup
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -17,6 +18,9 @@ type RestoreOptions struct {
 	// defaults etcdstore.DefaultMaxTxnOps and DefaultMaxRequestBytes.
 	MaxTxnOps       int
 	MaxRequestBytes int
+	// ReplaceNodeKey lets the backup's node key replace another one the
+	// target prefix holds; without it that restore is ErrNodeKeyDiffers.
+	ReplaceNodeKey bool
 }
 
 // Summary describes a finished restore.
@@ -33,11 +37,18 @@ const txnReserve = 64 << 10
 // Restore writes the backup src into the EMPTY prefix (normalized as
 // cluster.Start does) of kv. It first reads src whole to check it (Check:
 // nothing is written from a damaged file), then refuses a prefix that holds
-// any key (ErrNotEmpty), then writes the entries in transactions within the
-// limits, each creating its keys only where absent. The first transaction
-// also creates cluster.RestoringKey, and commits only if the prefix is still
-// empty then (no live node, claim or key of any writer); the last deletes
-// the marker. Until then no node starts on the prefix, and a node that
+// any key (ErrNotEmpty) but the node key (NodeKeyKey), then writes the
+// entries in transactions within the limits, each creating its keys only
+// where absent. The first transaction also creates cluster.RestoringKey,
+// and commits only if the prefix is still empty then but for the node key
+// it read (no live node, claim or key of any writer); the last deletes the
+// marker.
+//
+// A node key the prefix holds is the cluster's identity, which every
+// credential and invitation was derived from: kept across a wipe, it makes
+// a backup that carries another key (a crafted one, or another cluster's)
+// ErrNodeKeyDiffers, with nothing written, unless opts.ReplaceNodeKey. A
+// backup with the same key, or none, restores around it. Until then no node starts on the prefix, and a node that
 // started before the first transaction claims no conversation
 // (cluster.ErrRestoring): no node serves a half-restored data set. A
 // restore that fails midway leaves the marker: delete the prefix and
@@ -58,12 +69,32 @@ func Restore(ctx context.Context, kv clientv3.KV, prefix string, src io.ReadSeek
 	if _, err := src.Seek(0, io.SeekStart); err != nil {
 		return Summary{}, err
 	}
-	resp, err := kv.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	keyKey := prefix + NodeKeyKey
+	resp, err := kv.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithLimit(1))
 	if err != nil {
 		return Summary{}, fmt.Errorf("backup: read the target prefix: %w", err)
 	}
-	if resp.Count > 0 {
-		return Summary{}, fmt.Errorf("%w: %s holds %d keys; restore only into an empty prefix", ErrNotEmpty, prefix, resp.Count)
+	var held []byte // the node key the prefix holds, if any
+	var heldRev int64
+	switch {
+	case resp.Count == 1 && string(resp.Kvs[0].Key) == keyKey:
+		held, heldRev = resp.Kvs[0].Value, resp.Kvs[0].ModRevision
+	case resp.Count > 0:
+		return Summary{}, fmt.Errorf("%w: %s holds %d keys; restore only into an empty prefix (or one holding only its node key)", ErrNotEmpty, prefix, resp.Count)
+	}
+	// keepHeld: the held key stays, and the backup's is not written.
+	keepHeld := held != nil
+	if held != nil {
+		theirs, err := nodeKeyOf(src)
+		if err != nil {
+			return Summary{}, err
+		}
+		if theirs != nil && !bytes.Equal(theirs, held) {
+			if !opts.ReplaceNodeKey {
+				return Summary{}, fmt.Errorf("%w: %s holds a node key that differs from the backup's; restoring would void every credential and invitation of that key (allow it explicitly to replace it)", ErrNodeKeyDiffers, prefix)
+			}
+			keepHeld = false
+		}
 	}
 	br, err := NewReader(src)
 	if err != nil {
@@ -79,7 +110,9 @@ func Restore(ctx context.Context, kv clientv3.KV, prefix string, src io.ReadSeek
 	// after it finds the marker in its claim transactions and claims
 	// nothing until the last transaction deletes it.
 	cmps := []clientv3.Cmp{
-		clientv3.Compare(clientv3.CreateRevision(prefix), "=", 0).WithPrefix(),
+		clientv3.Compare(clientv3.CreateRevision(prefix), "=", 0).WithRange(keyKey),
+		clientv3.Compare(clientv3.CreateRevision(keyKey+"\x00"), "=", 0).WithRange(clientv3.GetPrefixRangeEnd(prefix)),
+		clientv3.Compare(clientv3.ModRevision(keyKey), "=", heldRev),
 		clientv3.Compare(clientv3.CreateRevision(marker), "=", 0),
 	}
 	puts := []clientv3.Op{clientv3.OpPut(marker, fmt.Sprintf("restoring a backup at revision %d", sum.Header.Revision))}
@@ -112,15 +145,23 @@ func Restore(ctx context.Context, kv clientv3.KV, prefix string, src io.ReadSeek
 			continue
 		}
 		key := prefix + string(e.Key)
+		if key == keyKey && keepHeld {
+			continue
+		}
 		n := 2*len(key) + len(e.Value) + 64
-		// Compares outnumber puts by one in the first transaction (the
-		// empty prefix), so they are what the limit is checked on.
+		// Compares outnumber puts in the first transaction (the empty
+		// prefix), so they are what the limit is checked on.
 		if len(puts) > 0 && (len(cmps)+1 > opts.MaxTxnOps || size+n > opts.MaxRequestBytes-txnReserve) {
 			if err := commit(); err != nil {
 				return sum, err
 			}
 		}
-		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(key), "=", 0))
+		if key == keyKey {
+			// Absent (0) or the held key being replaced, as read.
+			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(key), "=", heldRev))
+		} else {
+			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(key), "=", 0))
+		}
 		puts = append(puts, clientv3.OpPut(key, string(e.Value)))
 		size += n
 		sum.Keys++
@@ -142,4 +183,26 @@ func Restore(ctx context.Context, kv clientv3.KV, prefix string, src io.ReadSeek
 		return sum, err
 	}
 	return sum, nil
+}
+
+// nodeKeyOf returns the node key the backup src holds, nil if none, and
+// rewinds src. src was checked whole before.
+func nodeKeyOf(src io.ReadSeeker) ([]byte, error) {
+	defer src.Seek(0, io.SeekStart)
+	br, err := NewReader(src)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		e, err := br.Next()
+		if err == io.EOF {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		if string(e.Key) == NodeKeyKey {
+			return bytes.Clone(e.Value), nil
+		}
+	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -73,6 +74,25 @@ func TestCluster_BackupVerifyRestore(t *testing.T) {
 	tok := client.NewToken().String()
 	seq := strings.TrimSpace(mustCtl(t, ctx, "tell", "--addr", addr, "--creds", creds, "--token", tok, "kept"))
 
+	// invite against the cluster mints under the secret in etcd, and
+	// creates none where there is none.
+	text := strings.TrimSpace(mustCtl(t, ctx, "invite", "--etcd-endpoints", eps, "--etcd-prefix", "/live/", "--conversation", "7"))
+	inv, err := client.ParseInvite(text)
+	if err != nil {
+		t.Fatalf("invite --etcd-endpoints printed %q: %v", text, err)
+	}
+	kv, err := cli.Get(ctx, "/live/"+backup.NodeKeyKey)
+	if err != nil || len(kv.Kvs) != 1 {
+		t.Fatalf("read the cluster secret: %v, %d keys", err, len(kv.Kvs))
+	}
+	until := time.UnixMilli(int64(binary.BigEndian.Uint64(inv[9:17])))
+	if want, err := participant.MintInvite(kv.Kvs[0].Value, 7, time.Now(), until); err != nil || !bytes.Equal(inv, want) {
+		t.Fatalf("invite --etcd-endpoints = %x, want %x minted under the cluster secret (%v)", inv, want, err)
+	}
+	if _, errs, code := ctl(ctx, "", "invite", "--etcd-endpoints", eps, "--etcd-prefix", "/nokey/", "--conversation", "7"); code == 0 || !strings.Contains(errs, "no /nokey/secret/node-key") || count("/nokey/") != 0 {
+		t.Fatalf("invite against a prefix without a secret = exit %d, %q; want a refusal that creates nothing", code, errs)
+	}
+
 	file := filepath.Join(work, "cluster.backup")
 	if _, errs, code := ctl(ctx, "", "backup", "--health", a.HealthAddr().String(), "--admin-token", "wrong", "--out", file); code == 0 || !strings.Contains(errs, "401") {
 		t.Fatalf("cluster backup with a wrong token = exit %d, %q; want a 401 refusal", code, errs)
@@ -139,6 +159,23 @@ func TestCluster_BackupVerifyRestore(t *testing.T) {
 	}
 	if _, errs, code := ctl(ctx, "", "restore", "--etcd-endpoints", eps, "--etcd-prefix", "/live/", "--from", file); code == 0 || !strings.Contains(errs, "not empty") {
 		t.Fatalf("restore into the live prefix = exit %d, %q; want a refusal", code, errs)
+	}
+	// A prefix wiped but for another node key: refused without
+	// --replace-node-key, nothing written; restored with it.
+	if _, err := cli.Put(ctx, "/rekeyed/"+backup.NodeKeyKey, strings.Repeat("k", participant.NodeKeySize)); err != nil {
+		t.Fatal(err)
+	}
+	if _, errs, code := ctl(ctx, "", "restore", "--etcd-endpoints", eps, "--etcd-prefix", "/rekeyed/", "--from", file); code == 0 || !strings.Contains(errs, "--replace-node-key") {
+		t.Fatalf("restore over another node key = exit %d, %q; want a refusal naming --replace-node-key", code, errs)
+	}
+	if n := count("/rekeyed/"); n != 1 {
+		t.Fatalf("refused restore left %d keys, want the node key alone", n)
+	}
+	if _, errs, code := ctl(ctx, "", "restore", "--from", file, "--replace-node-key"); code != 2 || !strings.Contains(errs, "needs --etcd-endpoints") {
+		t.Fatalf("--replace-node-key without --etcd-endpoints = exit %d, %q; want a usage error", code, errs)
+	}
+	if got := mustCtl(t, ctx, "restore", "--etcd-endpoints", eps, "--etcd-prefix", "/rekeyed/", "--from", file, "--replace-node-key"); !strings.Contains(got, "conversation 7: ok") {
+		t.Fatalf("restore --replace-node-key = %q, want conversation 7 verified ok", got)
 	}
 
 	// Restore into an empty prefix and serve it from a new node.

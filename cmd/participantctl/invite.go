@@ -8,14 +8,16 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/participantd/participantd/cluster/backup"
 	"github.com/participantd/participantd/participant"
+	"github.com/participantd/participantd/server"
 )
 
 func init() {
 	register(&command{
 		name:     "invite",
 		synopsis: "mint an invitation to enroll into a conversation (offline)",
-		usage: `--conversation C [--expires DURATION] [--data DIR]
+		usage: `--conversation C [--expires DURATION] [--data DIR | --etcd-endpoints URLS [--etcd-prefix P]]
 
 Mints an invitation to conversation C, valid for DURATION (default 24h),
 and prints it on stdout in its text form (base64url), for a server run with
@@ -23,7 +25,12 @@ and prints it on stdout in its text form (base64url), for a server run with
 client.WithInvite). It is an HMAC under the data directory's node.key, so
 it is minted where that key is, and needs no running server; it reads the
 key and writes nothing. Anyone holding the invitation may enroll into C,
-any number of times, until it expires.`,
+any number of times, until it expires.
+
+With --etcd-endpoints it mints under the cluster secret (secret/node-key
+in the etcd prefix P), read with the operator's etcd credentials (the
+--etcd-* flags of participantd): one read, nothing written, and no key is
+ever created there.`,
 		run: runInvite,
 	})
 }
@@ -33,8 +40,12 @@ func runInvite(ctx context.Context, e *env, args []string) error {
 	dir := fs.String("data", "./data", "the server's data directory (its node.key)")
 	conv := fs.Uint64("conversation", 0, "the conversation the invitation admits to (required)")
 	expires := fs.Duration("expires", 24*time.Hour, "how long the invitation is valid")
+	etcd := addEtcdFlags(fs)
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	if etcd.set() && fsHasFlag(fs, "data") {
+		return &exitError{exitUsage, errors.New("--data and --etcd-endpoints: the key is either in a data directory or in etcd")}
 	}
 	if !fsHasFlag(fs, "conversation") {
 		return &exitError{exitUsage, errors.New("--conversation is required")}
@@ -42,7 +53,13 @@ func runInvite(ctx context.Context, e *env, args []string) error {
 	if *expires <= 0 {
 		return &exitError{exitUsage, errors.New("--expires must be positive")}
 	}
-	key, err := readNodeKey(*dir)
+	var key []byte
+	var err error
+	if etcd.set() {
+		key, err = readClusterNodeKey(ctx, etcd.config(e))
+	} else {
+		key, err = readNodeKey(*dir)
+	}
 	if err != nil {
 		return err
 	}
@@ -72,4 +89,28 @@ func readNodeKey(dir string) ([]byte, error) {
 		return nil, fmt.Errorf("%s has %d bytes, want %d", path, len(key), participant.NodeKeySize)
 	}
 	return key, nil
+}
+
+// readClusterNodeKey reads the cluster secret of cc's prefix, never
+// creating one (as readNodeKey).
+func readClusterNodeKey(ctx context.Context, cc server.ClusterConfig) ([]byte, error) {
+	cli, err := cc.Client()
+	if err != nil {
+		return nil, err
+	}
+	defer cli.Close()
+	k := cc.Prefix + backup.NodeKeyKey
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	resp, err := cli.Get(ctx, k)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", k, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, fmt.Errorf("no %s in etcd: start a participantd node on prefix %s once to create it", k, cc.Prefix)
+	}
+	if key := resp.Kvs[0].Value; len(key) == participant.NodeKeySize {
+		return key, nil
+	}
+	return nil, fmt.Errorf("%s has %d bytes, want %d", k, len(resp.Kvs[0].Value), participant.NodeKeySize)
 }

@@ -36,7 +36,11 @@ records after it (a crash left them there): take backup --data first.
 
 With --etcd-endpoints it restores a cluster backup (backup against a
 cluster node) into the etcd prefix P (TLS and auth: the --etcd-* flags of
-participantd), which must hold no key. The whole file is checked first
+participantd), which must hold no key but, optionally, its node key
+(secret/node-key, kept when the prefix was wiped): a backup carrying
+another node key is then refused, nothing written, unless
+--replace-node-key (it would void every credential and invitation of the
+key held). The whole file is checked first
 (count and SHA-256): nothing is written from a damaged file. The keys are
 written in transactions within etcd's limits, each creating its keys only
 where absent; while it runs, P/restoring exists and no node starts on P
@@ -55,6 +59,7 @@ func runRestore(ctx context.Context, e *env, args []string) error {
 	from := fs.String("from", "", "the backup file")
 	keyFile := fs.String("node-key", "", "the node key (node.key) of the server the backup comes from")
 	dir := fs.String("data", "", "the data directory to restore into (absent or empty)")
+	replaceKey := fs.Bool("replace-node-key", false, "cluster backups: let the backup's node key replace a different one the prefix holds")
 	etcd := addEtcdFlags(fs)
 	if err := parse(fs, args); err != nil {
 		return err
@@ -66,7 +71,10 @@ func runRestore(ctx context.Context, e *env, args []string) error {
 		if *from == "" {
 			return &exitError{code: 2, err: errors.New("--from is required")}
 		}
-		return restoreCluster(ctx, e, *from, etcd)
+		return restoreCluster(ctx, e, *from, etcd, *replaceKey)
+	}
+	if *replaceKey {
+		return &exitError{code: 2, err: errors.New("--replace-node-key restores a cluster backup: it needs --etcd-endpoints")}
 	}
 	if *from == "" || *keyFile == "" || *dir == "" {
 		return &exitError{code: 2, err: errors.New("--from, --node-key and --data are required")}
@@ -154,7 +162,7 @@ func isClusterBackup(f *os.File) bool {
 
 // restoreCluster restores the cluster backup from into the empty prefix of
 // the etcd cluster of ef, then verifies the restored prefix.
-func restoreCluster(ctx context.Context, e *env, from string, ef *etcdFlags) error {
+func restoreCluster(ctx context.Context, e *env, from string, ef *etcdFlags, replaceKey bool) error {
 	cc := ef.config(e)
 	src, err := os.Open(from)
 	if err != nil {
@@ -169,7 +177,10 @@ func restoreCluster(ctx context.Context, e *env, from string, ef *etcdFlags) err
 		return err
 	}
 	defer cli.Close()
-	sum, err := backup.Restore(ctx, cli.KV, cc.Prefix, src, backup.RestoreOptions{})
+	sum, err := backup.Restore(ctx, cli.KV, cc.Prefix, src, backup.RestoreOptions{ReplaceNodeKey: replaceKey})
+	if errors.Is(err, backup.ErrNodeKeyDiffers) {
+		return fmt.Errorf("restore %s: %w; --replace-node-key replaces it", from, err)
+	}
 	if err != nil {
 		return fmt.Errorf("restore %s: %w", from, err)
 	}
