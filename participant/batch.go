@@ -179,7 +179,7 @@ func (b *batch) write() error {
 		return nil
 	}
 	failed := func(code Code, what string, err error) error {
-		if b.reservedSlot && !cv.registered {
+		if b.reservedSlot && !cv.registered.Load() {
 			s.conversationSlots.release()
 		}
 		cv.drop()
@@ -208,11 +208,11 @@ func (b *batch) write() error {
 				return failed(CodeUnavailable, "encoding genesis", err)
 			}
 			oplogRows = append(oplogRows, enc)
-			if !cv.registered {
+			if !cv.registered.Load() {
 				if err := s.register(cv.id); err != nil {
 					return failed(CodeUnavailable, "registering the conversation", err)
 				}
-				cv.registered = true
+				cv.registered.Store(true)
 			}
 		}
 		enc, err := oplog.Encode(&o.row)

@@ -96,7 +96,7 @@ func TestEnrollInvitePolicy(t *testing.T) {
 	if _, err := c.Enroll(ctx, Enroll{Conversation: 2, Token: token(2), Invite: inv}); !errors.Is(err, &Error{Code: CodeInviteInvalid}) {
 		t.Fatalf("Enroll into conversation 2 with an invitation to 1 = %v, want invite_invalid", err)
 	}
-	if got := svc.existing(2); got != nil && got.registered {
+	if got := svc.existing(2); got != nil && got.registered.Load() {
 		t.Fatal("a refused enroll registered its conversation")
 	}
 	b, err := c.Enroll(ctx, Enroll{Conversation: 1, Token: token(3), Invite: inv})

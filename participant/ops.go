@@ -302,7 +302,7 @@ func (c *Conn) StartEnroll(ctx context.Context, req Enroll) *Call[Bound] {
 				release()
 				return settled(unavailable("minting the conversation nonce", err))
 			}
-			if !b.cv.registered {
+			if !b.cv.registered.Load() {
 				// A new conversation takes a slot of MaxConversations now,
 				// when it is decided, so that concurrent first enrolls of
 				// different conversations cannot overshoot the cap.
@@ -316,7 +316,7 @@ func (c *Conn) StartEnroll(ctx context.Context, req Enroll) *Call[Bound] {
 		}
 		if e := b.admitRecords(nil); e != nil {
 			release()
-			if o.genesis != nil && b.reservedSlot && !b.cv.registered {
+			if o.genesis != nil && b.reservedSlot && !b.cv.registered.Load() {
 				c.svc.conversationSlots.release()
 				b.reservedSlot = false
 			}

@@ -80,7 +80,7 @@ func (s *Service) acquireTurn(ctx context.Context, cv *conversation) error {
 		return unavailable("deciding the conversation's owner", err)
 	}
 	if fresh {
-		cv.registered = true
+		cv.registered.Store(true)
 		cv.mu.Lock()
 		cv.forgetLocked()
 		cv.unloadable = nil

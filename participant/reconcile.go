@@ -276,7 +276,7 @@ func (s *Service) ensureLoadedTurn(ctx context.Context, cv *conversation) (*outb
 	if st != nil {
 		return st, nil
 	}
-	if !cv.registered {
+	if !cv.registered.Load() {
 		// Never registered, so nothing of it is stored.
 		st := &outbox.State{}
 		cv.mu.Lock()

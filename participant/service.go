@@ -515,13 +515,15 @@ func (s *Service) pin(id ConversationID) *conversation {
 // stored and no operation that could create it is queued. Operations that
 // need the conversation to exist (attach, tell, …) may still hold the
 // forgotten entry; they find no participant and are refused, as they would
-// have been. Reading registered here is safe: it is written only by the
-// batch of a pinned operation, which is answered before its unpin.
+// have been. A pinned operation's batch writes registered before the
+// operation is answered, so its own unpin sees it; a background reload
+// pins the entry for as long as it holds the turn (release), so an entry
+// is never forgotten under a reload that might register it.
 func (s *Service) unpin(cv *conversation) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	cv.pins--
-	if cv.pins == 0 && !cv.registered && s.convs[cv.id] == cv {
+	if cv.pins == 0 && !cv.registered.Load() && s.convs[cv.id] == cv {
 		delete(s.convs, cv.id)
 	}
 }
@@ -583,15 +585,21 @@ func (s *Service) release(cv *conversation) {
 	if !reload {
 		return
 	}
+	// The reload pins the entry, as an operation does: an entry that no
+	// operation pins and nothing registered would otherwise be forgotten
+	// (unpin) while the reload holds its turn and perhaps registers it.
+	// An entry already forgotten has nobody waiting for it.
 	s.mu.Lock()
-	if s.closed {
+	if s.closed || s.convs[cv.id] != cv {
 		s.mu.Unlock()
 		return
 	}
+	cv.pins++
 	s.bg.Add(1)
 	s.mu.Unlock()
 	go func() {
 		defer s.bg.Done()
+		defer s.unpin(cv)
 		if err := cv.acquire(s.ctx); err != nil {
 			return
 		}
@@ -616,9 +624,11 @@ type conversation struct {
 	// its holder; the state under mu is written only by its holder.
 	turn chan struct{}
 	// registered is set once the registry entry is appended (barrier 1
-	// makes it durable before, or with, the genesis row). Turn holder
-	// only.
-	registered bool
+	// makes it durable before, or with, the genesis row), or when a fresh
+	// ownership grant says it may exist. Written by the turn holder only;
+	// atomic because unpin reads it without the turn, while a background
+	// reload (release) may hold it.
+	registered atomic.Bool
 	dropped    bool
 	// resets counts forgetLocked calls. heldAt is its value when the
 	// turn's holder began to use the conversation (ensureLoadedTurn):
@@ -656,7 +666,9 @@ type conversation struct {
 }
 
 func (s *Service) newConversation(id ConversationID, registered bool) *conversation {
-	return &conversation{id: id, turn: make(chan struct{}, 1), registered: registered, backlog: s.backlog}
+	cv := &conversation{id: id, turn: make(chan struct{}, 1), backlog: s.backlog}
+	cv.registered.Store(registered)
+	return cv
 }
 
 func (cv *conversation) acquire(ctx context.Context) error {
