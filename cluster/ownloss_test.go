@@ -210,7 +210,7 @@ func TestOwnershipLoss(t *testing.T) {
 	m.a = startLossNode(t, m.pfx, "a", m.at)
 	m.b = startLossNode(t, m.pfx, "b", nil)
 	m.c = startLossNode(t, m.pfx, "c", nil)
-	survey := m.newRun(0, noFault)
+	survey := m.newRun(0, noFault, 0)
 	steps := survey.workload()
 	survey.check()
 	if t.Failed() {
@@ -234,8 +234,7 @@ func TestOwnershipLoss(t *testing.T) {
 		if !ok {
 			continue
 		}
-		r := m.newRun(run, i)
-		r.kind = kind
+		r := m.newRun(run, i, kind)
 		run++
 		r.workload()
 		r.check()
@@ -334,11 +333,12 @@ type lossRun struct {
 	lapseChecked atomic.Int32
 }
 
-func (m *lossModel) newRun(run int, target uint64) *lossRun {
-	rng := rand.New(rand.NewPCG(m.seed, target))
+// newRun starts run number run, which injects a fault of kind at step
+// target (noFault: none).
+func (m *lossModel) newRun(run int, target uint64, kind lossKind) *lossRun {
 	base := participant.ConversationID(1000 + 10*run)
 	r := &lossRun{m: m, t: m.t, ctx: context.Background(), convs: []participant.ConversationID{base + 1, base + 2},
-		target: target, kind: drawKind(rng)}
+		target: target, kind: kind}
 	r.tokens.Store(uint32(run) << 12)
 	m.run.Store(r)
 	return r
