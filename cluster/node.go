@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -261,7 +262,7 @@ func (n *Node) currentLease() clientv3.LeaseID {
 // its process died, or an etcd leader change extended it), and a
 // registration under a lease etcd already expired would fail.
 func (n *Node) acquireLease(ctx context.Context) error {
-	key, marker := n.key("node", n.opts.NodeID), n.key(RestoringKey)
+	key := n.key("node", n.opts.NodeID)
 	wait := time.NewTimer(n.opts.StartWait)
 	defer wait.Stop()
 	for {
@@ -274,43 +275,62 @@ func (n *Node) acquireLease(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("cluster: grant lease: %w", err)
 		}
-		// No registration while a restore writes the prefix (checked in
-		// the transaction: Start's early check can be overtaken).
-		cctx, cancel = n.ctx(ctx)
-		resp, err := n.cli.Txn(cctx).If(
-			clientv3.Compare(clientv3.CreateRevision(key), "=", 0),
-			clientv3.Compare(clientv3.CreateRevision(marker), "=", 0),
-		).Then(clientv3.OpPut(key, n.rec, clientv3.WithLease(g.ID))).
-			Else(clientv3.OpGet(key), clientv3.OpGet(marker, clientv3.WithCountOnly())).Commit()
-		cancel()
-		if err == nil && resp.Succeeded {
+		rev, held, err := n.create(ctx, key, g.ID)
+		if rev != 0 {
 			n.mu.Lock()
 			n.lease, n.deadline = g.ID, sent.add(time.Duration(g.TTL)*time.Second)
 			n.mu.Unlock()
 			return nil
 		}
 		n.revokeIn(ctx, g.ID)
-		if err != nil {
+		switch {
+		case errors.Is(err, ErrRestoring):
+			return fmt.Errorf("%w: %s exists; let the restore finish, or delete the prefix and restore again", ErrRestoring, n.key(RestoringKey))
+		case err != nil:
 			return fmt.Errorf("cluster: register node: %w", err)
-		}
-		if resp.Responses[1].GetResponseRange().Count > 0 {
-			return fmt.Errorf("%w: %s exists; let the restore finish, or delete the prefix and restore again", ErrRestoring, marker)
-		}
-		kvs := resp.Responses[0].GetResponseRange().Kvs
-		if len(kvs) == 0 {
+		case held == nil:
 			continue
 		}
-		if n.isStale(kvs[0].Lease) {
-			if err := n.deleteIfUnchanged(ctx, key, kvs[0].ModRevision); err != nil {
+		if n.isStale(held.Lease) {
+			if err := n.deleteIfUnchanged(ctx, key, held.ModRevision); err != nil {
 				return fmt.Errorf("cluster: register node: %w", err)
 			}
 			continue
 		}
 		// Wait for the holder's key to go (its lease expiring), then try again.
-		if err := n.awaitDeleted(ctx, key, kvs[0].ModRevision, wait.C); err != nil {
+		if err := n.awaitDeleted(ctx, key, held.ModRevision, wait.C); err != nil {
 			return err
 		}
 	}
+}
+
+// create puts the node's record at key under lease if key is absent and
+// no restore is writing the prefix, both compared in the one transaction:
+// a check before it (Start's) can be overtaken by a restore's first
+// transaction. It returns the revision it created key at; else (rev 0)
+// key as it stands (nil if absent), or ErrRestoring while a restore runs,
+// or the call's error (the put may have been made).
+func (n *Node) create(ctx context.Context, key string, lease clientv3.LeaseID) (rev int64, held *mvccpb.KeyValue, err error) {
+	marker := n.key(RestoringKey)
+	cctx, cancel := n.ctx(ctx)
+	defer cancel()
+	resp, err := n.cli.Txn(cctx).If(
+		clientv3.Compare(clientv3.CreateRevision(key), "=", 0),
+		clientv3.Compare(clientv3.CreateRevision(marker), "=", 0),
+	).Then(clientv3.OpPut(key, n.rec, clientv3.WithLease(lease))).
+		Else(clientv3.OpGet(key), clientv3.OpGet(marker, clientv3.WithCountOnly())).Commit()
+	switch {
+	case err != nil:
+		return 0, nil, err
+	case resp.Succeeded:
+		return resp.Header.Revision, nil, nil
+	case resp.Responses[1].GetResponseRange().Count > 0:
+		return 0, nil, ErrRestoring
+	}
+	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+		return 0, kvs[0], nil
+	}
+	return 0, nil, nil
 }
 
 // awaitDeleted blocks until key, last modified at rev, is deleted; it
