@@ -514,7 +514,8 @@ func (n *Node) loseLease(lease clientv3.LeaseID, cause error) {
 	n.revokeIn(n.run, lease)
 }
 
-func (n *Node) revoke() { n.revokeID(n.currentLease()) }
+// revoke revokes the node's lease, if it holds one.
+func (n *Node) revoke() { n.revokeIn(context.Background(), n.currentLease()) }
 
 // isStale reports whether lease is one this node lost.
 func (n *Node) isStale(lease int64) bool {
@@ -530,8 +531,6 @@ func (n *Node) deleteIfUnchanged(ctx context.Context, key string, rev int64) err
 	_, err := n.cli.Txn(cctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).Then(clientv3.OpDelete(key)).Commit()
 	return err
 }
-
-func (n *Node) revokeID(id clientv3.LeaseID) { n.revokeIn(context.Background(), id) }
 
 // revokeIn revokes lease id, within parent and Timeout; a lease etcd no
 // longer knows is no error.
@@ -568,7 +567,8 @@ func (n *Node) Stats() Stats {
 
 // Release gives up every owned conversation (deleting its ownership key if
 // it is still this node's claim; the service is told, as for a lost lease)
-// and the lease, so that other nodes take over at once. The daemon calls it on drain, after ending bindings.
+// and the lease, so that other nodes take over at once. The daemon calls
+// it on drain, after ending bindings.
 func (n *Node) Release(ctx context.Context) error {
 	n.mu.Lock()
 	if n.closed {
