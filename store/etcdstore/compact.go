@@ -151,11 +151,7 @@ func (s *Store) PutBytes(values []store.Bytes) error {
 // the newest one).
 func (s *Store) GetBytes(key string) ([]byte, error) {
 	s.mu.Lock()
-	c, err := s.usableLocked(key)
-	if err == nil && c.fence != nil {
-		// After a commit of unknown outcome the scope is settled first.
-		c, err = s.loadedLocked(c, key)
-	}
+	c, err := s.readableLocked(key)
 	if err != nil {
 		s.mu.Unlock()
 		return nil, err

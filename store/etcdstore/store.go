@@ -434,6 +434,18 @@ func (s *Store) usableLocked(name string) (*scope, error) {
 	return c, nil
 }
 
+// readableLocked is usableLocked for a read: a fenced scope is loaded
+// first (see loadedLocked), so that the scope is settled after a commit of
+// unknown outcome and its reads are pinned at its revision. It may release
+// and retake s.mu.
+func (s *Store) readableLocked(name string) (*scope, error) {
+	c, err := s.usableLocked(name)
+	if err != nil || c.fence == nil {
+		return c, err
+	}
+	return s.loadedLocked(c, name)
+}
+
 // commitKV returns the KV a commit transaction goes through: the leader's
 // client with leader affinity, else the one given to Open. The caller
 // gives the handle and the call's error to s.commitDone.
@@ -726,10 +738,7 @@ func (s *Store) loadValue(sc, key string, pin int64) (uint64, error) {
 // ReadValue returns the current value of key, 0 when absent.
 func (s *Store) ReadValue(key string) (uint64, error) {
 	s.mu.Lock()
-	c, err := s.usableLocked(key)
-	if err == nil && c.fence != nil {
-		c, err = s.loadedLocked(c, key)
-	}
+	c, err := s.readableLocked(key)
 	if err != nil {
 		s.mu.Unlock()
 		return 0, err
