@@ -518,10 +518,10 @@ func (s *Store) loadedLocked(c *scope, name string) (*scope, error) {
 			s.mu.Unlock()
 			mod, err := s.settle(c.name, f)
 			s.mu.Lock()
-			if err != nil && errors.Is(err, ErrFenced) && c.claim == f {
-				s.failLocked(c, err)
-			}
 			if err != nil {
+				if errors.Is(err, ErrFenced) && c.claim == f {
+					s.failLocked(c, err)
+				}
 				return nil, err
 			}
 			if c.claim == f {
