@@ -504,14 +504,19 @@ func (n *Node) loseLease(lease clientv3.LeaseID, cause error) {
 	n.lost.Add(1)
 	n.obs.LeaseLost(len(owned))
 	n.log.Error().Err(cause).Int("conversations", len(owned)).Msg("lease lost; every owned conversation dropped")
-	forget := n.forgetf.Load()
 	for c := range owned {
-		n.etcd.Drop(scopeOf(c))
-		if forget != nil {
-			(*forget)(c)
-		}
+		n.drop(c)
 	}
 	n.revokeIn(n.run, lease)
+}
+
+// drop ends what the node holds of c, which it no longer owns: the store
+// refuses c's scope, and the service (OnLost) forgets c.
+func (n *Node) drop(c participant.ConversationID) {
+	n.etcd.Drop(scopeOf(c))
+	if forget := n.forgetf.Load(); forget != nil {
+		(*forget)(c)
+	}
 }
 
 // revoke revokes the node's lease, if it holds one.
@@ -580,12 +585,8 @@ func (n *Node) Release(ctx context.Context) error {
 	n.owned.Store(0)
 	n.mu.Unlock()
 	var first error
-	forget := n.forgetf.Load()
 	for c, rev := range owned {
-		n.etcd.Drop(scopeOf(c))
-		if forget != nil {
-			(*forget)(c)
-		}
+		n.drop(c)
 		k := n.ownKey(c)
 		cctx, cancel := n.ctx(ctx)
 		_, err := n.cli.Txn(cctx).If(clientv3.Compare(clientv3.CreateRevision(k), "=", rev)).Then(clientv3.OpDelete(k)).Commit()
