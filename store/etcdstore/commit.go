@@ -155,8 +155,8 @@ func (s *Store) takeLocked() []*scopeWork {
 			continue
 		}
 		sw := &scopeWork{sc: c, epoch: c.epoch, staged: c.staged, rev: c.rev}
-		if c.fence != nil {
-			f := *c.fence
+		if c.fenced {
+			f := c.claim
 			sw.fence, sw.fenceMod = &f, c.fenceMod
 		}
 		for name, st := range c.dirtyStreams {

@@ -38,7 +38,7 @@ func (s *Store) Trim(name string, below uint64) error {
 	if below >= st.committed {
 		return fmt.Errorf("trim %q below %d with %d flushed entries: %w", name, below, st.committed, store.ErrTrimRange)
 	}
-	if s.opts.RequireFence && c.name != "" && c.fence == nil {
+	if s.opts.RequireFence && c.name != "" && !c.fenced {
 		return fmt.Errorf("%w: %q", ErrNotFenced, c.name)
 	}
 	st.first = below
@@ -117,7 +117,7 @@ func (s *Store) PutBytes(values []store.Bytes) error {
 			if err != nil {
 				return err
 			}
-			if s.opts.RequireFence && c.name != "" && c.fence == nil {
+			if s.opts.RequireFence && c.name != "" && !c.fenced {
 				return fmt.Errorf("%w: %q", ErrNotFenced, c.name)
 			}
 			if !c.lensLoaded {
