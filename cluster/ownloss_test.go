@@ -59,7 +59,6 @@ const (
 	lossStolenBack
 	lapseStall
 	lapseSuspend
-	numLossKinds
 )
 
 func (k lossKind) String() string {
@@ -638,10 +637,10 @@ func (r *lossRun) attach(cr *cred) bool {
 	return false
 }
 
-func (r *lossRun) tell(cr *cred, k int) (participant.Seq, bool) {
+func (r *lossRun) tell(cr *cred, k int) {
 	cur, ok := r.get(cr)
 	if !ok {
-		return 0, false
+		return
 	}
 	req := participant.Tell{Conversation: cur.Conversation, Participant: cur.Participant, Generation: cur.Generation,
 		Token: r.token(), Payload: []byte(fmt.Sprintf("tell %d", k))}
@@ -649,14 +648,13 @@ func (r *lossRun) tell(cr *cred, k int) (participant.Seq, bool) {
 		told, err := cr.conn.Tell(r.ctx, req)
 		if err == nil {
 			r.answered(fmt.Sprintf("tell %d in %v", k, req.Conversation), tellReplays(req, told))
-			return told.Seq, true
+			return
 		}
 		if try == 0 && r.attach(cr) {
 			cur, _ = r.get(cr)
 			req.Generation = cur.Generation
 		}
 	}
-	return 0, false
 }
 
 // ack acknowledges everything the participant was offered.
