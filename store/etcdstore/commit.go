@@ -560,9 +560,9 @@ func (s *Store) settle(sc string, f Fence) (int64, error) {
 }
 
 // check is one compare of a transaction, as explainRefusal reads it back:
-// the fence's mod revision (and the claim's create revision), a value or length (8-byte encoding, absent
-// for 0), a trim floor that must exist, or a byte value's highest mod
-// revision.
+// the fence's mod revision (and the claim's create revision), a value or
+// length (8-byte encoding, absent for 0), a trim floor that must exist, or
+// a byte value's highest mod revision.
 type check struct {
 	sw        *scopeWork
 	key       string
