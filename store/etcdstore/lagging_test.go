@@ -20,11 +20,11 @@ import (
 // calls are sequential, so it makes one schedule of stale answers.
 const lagSeed = 17
 
-// openLagging opens a store on a lagging member (etcdtest.Lag) whose scope
-// "a" is fenced by a fresh claim.
-func openLagging(t *testing.T, lag *etcdtest.Lagging, pfx string) *etcdstore.Store {
+// openFenced opens a store on kv (a lagging member, a hold-back wrapper)
+// whose scope "a" is fenced by a fresh claim of key pfx+"own/a".
+func openFenced(t *testing.T, kv clientv3.KV, pfx string) *etcdstore.Store {
 	t.Helper()
-	s := etcdstore.OpenKV(lag, etcdstore.Options{Prefix: pfx, Scope: byFirstSegment, RequireFence: true})
+	s := etcdstore.OpenKV(kv, etcdstore.Options{Prefix: pfx, Scope: byFirstSegment, RequireFence: true})
 	t.Cleanup(func() { s.Close() })
 	key := pfx + "own/a"
 	deleteKey(t, key)
@@ -39,7 +39,7 @@ func openLagging(t *testing.T, lag *etcdtest.Lagging, pfx string) *etcdstore.Sto
 // read pinned at the scope's revision, and the store reads linearizably.
 func TestStore_FencedReadSeesOwnCommitThroughALaggingMember(t *testing.T) {
 	lag := etcdtest.Lag(shared.Client.KV, lagSeed)
-	s := openLagging(t, lag, prefix())
+	s := openFenced(t, lag, prefix())
 	for i := range 40 {
 		key := fmt.Sprintf("a/token/%d", i)
 		if err := s.CAS(key, 0, uint64(i+1)); err != nil {
@@ -67,7 +67,7 @@ func TestStore_FencedReadAfterAClaimSeesThePreviousOwner(t *testing.T) {
 	pfx := prefix()
 	lag := etcdtest.Lag(shared.Client.KV, lagSeed)
 	for i := range 20 {
-		prev := openLagging(t, lag, pfx)
+		prev := openFenced(t, lag, pfx)
 		if err := prev.CAS("a/token/window", uint64(i), uint64(i+1)); err != nil {
 			t.Fatalf("CAS(window, %d, %d) = %v", i, i+1, err)
 		}
@@ -75,7 +75,7 @@ func TestStore_FencedReadAfterAClaimSeesThePreviousOwner(t *testing.T) {
 			t.Fatalf("Flush() = %v", err)
 		}
 		prev.Close()
-		next := openLagging(t, lag, pfx)
+		next := openFenced(t, lag, pfx)
 		if v, err := next.ReadValue("a/token/window"); err != nil || v != uint64(i+1) {
 			t.Fatalf("claim %d: ReadValue(window) = %d, %v, want %d (lagging member: %d stale, %d refused)",
 				i, v, err, i+1, lag.Stale(), lag.Refused())
@@ -99,10 +99,7 @@ func TestStore_LateTransactionAfterUnknownOutcomeCannotCommit(t *testing.T) {
 		t.Run(fmt.Sprintf("appliedBeforeReset=%v", before), func(t *testing.T) {
 			pfx := prefix()
 			late := etcdtest.HoldLate(shared.Client.KV)
-			s := etcdstore.OpenKV(late, etcdstore.Options{Prefix: pfx, Scope: byFirstSegment, RequireFence: true})
-			t.Cleanup(func() { s.Close() })
-			key := pfx + "own/a"
-			s.SetFence("a", etcdstore.Fence{Key: key, CreateRevision: claim(t, key)})
+			s := openFenced(t, late, pfx)
 			mustAppend(t, s, "a/log", "e0", 0)
 			if err := s.Flush(); err != nil {
 				t.Fatal(err)
@@ -159,16 +156,13 @@ func TestStore_LateTransactionAfterUnknownOutcomeCannotCommit(t *testing.T) {
 func TestStore_SettleOfALostClaimFencesTheScope(t *testing.T) {
 	pfx := prefix()
 	late := etcdtest.HoldLate(shared.Client.KV)
-	s := etcdstore.OpenKV(late, etcdstore.Options{Prefix: pfx, Scope: byFirstSegment, RequireFence: true})
-	t.Cleanup(func() { s.Close() })
-	key := pfx + "own/a"
-	s.SetFence("a", etcdstore.Fence{Key: key, CreateRevision: claim(t, key)})
+	s := openFenced(t, late, pfx)
 	late.Arm(s.ScopePrefix("a"))
 	mustAppend(t, s, "a/log", "e0", 0)
 	if err := s.Flush(); !errors.Is(err, etcdstore.ErrUnknownOutcome) {
 		t.Fatalf("Flush() = %v, want ErrUnknownOutcome", err)
 	}
-	deleteKey(t, key)
+	deleteKey(t, pfx+"own/a")
 	s.Reset("a")
 	if _, err := s.Len("a/log"); !errors.Is(err, etcdstore.ErrFenced) || !errors.Is(err, store.ErrFailed) {
 		t.Fatalf("Len after the claim was lost = %v, want ErrFenced", err)
