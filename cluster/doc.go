@@ -15,23 +15,28 @@
 //	ordinal/<id>, ordinals   the node's ordinal, the last one   forever
 //	own/<conversation>       {"node","addr"} of the owner       under the owner's lease
 //	secret/node-key          32 random bytes                    forever, create-if-absent
-//	restoring                what a restore is writing          while a restore runs (Start refuses the prefix)
+//	restoring                what a restore is writing          while a restore runs (no start, registration or claim)
 //	d/…                      the data (package etcdstore)       forever
 //
 // node/<id> and own/<conversation> live under a lease: they are claims, not
 // data (Ephemeral), and backups (package backup) leave them out. View reads
 // a whole data set read-only, for the offline tools.
+//
 // # Invariants
 //
 //   - A node serves (decides, replays, commits, pushes) a conversation only
 //     while it holds its claim under a live lease: Acquire grants nothing
-//     else, and every commit compares the claim's create revision, so a
-//     commit after the claim is gone is refused by etcd and writes nothing.
+//     else, and every commit compares the claim key's mod revision (its
+//     create revision until the store settles the scope, see etcdstore),
+//     so a commit after the claim is gone is refused by etcd and writes
+//     nothing. Pushes stop at the lease's local deadline (Holds), by the
+//     monotonic and the boot clock, before etcd can expire the lease.
 //   - A claim is fresh: the store forgets what it cached of the
 //     conversation and the service reconciles it from etcd, ending the
 //     previous owner's bindings as died/unclean_restart.
-//   - A lost lease drops every owned conversation at once; the node takes a
-//     new lease and claims again on the next touch.
+//   - A lost lease (unknown to etcd, or past its local deadline) drops
+//     every owned conversation at once; the node takes a new lease and
+//     claims again on the next touch.
 //   - A conversation's failed scope (fenced off, unknown outcome, conflict)
 //     fails that conversation only: the service sees a *ConversationError,
 //     never store.ErrFailed, and the next Acquire resets the scope (or

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"github.com/participantd/participantd/client"
 	"github.com/participantd/participantd/server"
@@ -118,8 +117,7 @@ func TestCluster_ReaderFollowsItsConversation(t *testing.T) {
 			}
 		}},
 		{"owner's lease lost", 500 * time.Millisecond, func(t *testing.T, _ *daemon, lease clientv3.LeaseID) {
-			cli := etcdClient(t)
-			if _, err := cli.Revoke(context.Background(), lease); err != nil {
+			if _, err := shared.Client.Revoke(context.Background(), lease); err != nil {
 				t.Fatalf("revoke the owner's lease: %v", err)
 			}
 		}},
@@ -298,7 +296,7 @@ func (r *records) awaitConv(t *testing.T, ctx context.Context, conv uint64, want
 // and the lease it owns it under.
 func ownerOf(t *testing.T, pfx string, conv uint64) (string, clientv3.LeaseID) {
 	t.Helper()
-	resp, err := etcdClient(t).Get(context.Background(), fmt.Sprintf("%sown/%d", pfx, conv))
+	resp, err := shared.Client.Get(context.Background(), fmt.Sprintf("%sown/%d", pfx, conv))
 	if err != nil || len(resp.Kvs) != 1 {
 		t.Fatalf("owner of %d: %v, %d keys", conv, err, len(resp.Kvs))
 	}
@@ -307,15 +305,4 @@ func ownerOf(t *testing.T, pfx string, conv uint64) (string, clientv3.LeaseID) {
 		t.Fatal(err)
 	}
 	return rec.Addr, clientv3.LeaseID(resp.Kvs[0].Lease)
-}
-
-// etcdClient returns a client of the shared etcd, closed at the test's end.
-func etcdClient(t *testing.T) *clientv3.Client {
-	t.Helper()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: shared.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
-	return cli
 }

@@ -3,8 +3,6 @@ package cluster_test
 import (
 	"context"
 	"errors"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,75 +13,8 @@ import (
 	"github.com/participantd/participantd/oplog"
 	"github.com/participantd/participantd/participant"
 	"github.com/participantd/participantd/store/etcdstore"
+	"github.com/participantd/participantd/store/etcdstore/etcdtest"
 )
-
-// holdKV holds back the first transaction after arm that writes under
-// prefix hold: its commit fails as a timeout does (outcome unknown), and
-// the test sends it to etcd later, as a request stuck in the network or in
-// a member's queue applies after its client gave up.
-type holdKV struct {
-	clientv3.KV
-	mu    sync.Mutex
-	hold  string // armed while not ""
-	held  *holdTxn
-	ready chan struct{} // closed once a transaction is held
-}
-
-func (h *holdKV) arm(prefix string) {
-	h.mu.Lock()
-	h.hold, h.ready = prefix, make(chan struct{})
-	h.mu.Unlock()
-}
-
-func (h *holdKV) Txn(ctx context.Context) clientv3.Txn { return &holdTxn{h: h, ctx: ctx} }
-
-// apply sends the held transaction and reports whether it committed.
-func (h *holdKV) apply(t *testing.T) bool {
-	t.Helper()
-	h.mu.Lock()
-	txn := h.held
-	h.mu.Unlock()
-	if txn == nil {
-		t.Fatal("no transaction held back")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	resp, err := shared.Client.Txn(ctx).If(txn.cmps...).Then(txn.thens...).Commit()
-	if err != nil {
-		t.Fatalf("late transaction: %v", err)
-	}
-	return resp.Succeeded
-}
-
-type holdTxn struct {
-	h           *holdKV
-	ctx         context.Context
-	cmps        []clientv3.Cmp
-	thens, elss []clientv3.Op
-}
-
-func (t *holdTxn) If(cs ...clientv3.Cmp) clientv3.Txn   { t.cmps = append(t.cmps, cs...); return t }
-func (t *holdTxn) Then(ops ...clientv3.Op) clientv3.Txn { t.thens = append(t.thens, ops...); return t }
-func (t *holdTxn) Else(ops ...clientv3.Op) clientv3.Txn { t.elss = append(t.elss, ops...); return t }
-
-func (t *holdTxn) Commit() (*clientv3.TxnResponse, error) {
-	t.h.mu.Lock()
-	hold := false
-	if t.h.hold != "" && len(t.elss) == 0 {
-		for _, op := range t.thens {
-			hold = hold || op.IsPut() && strings.HasPrefix(string(op.KeyBytes()), t.h.hold)
-		}
-	}
-	if hold {
-		t.h.hold, t.h.held = "", t
-		close(t.h.ready)
-	}
-	t.h.mu.Unlock()
-	if hold {
-		return nil, context.DeadlineExceeded
-	}
-	return t.h.KV.Txn(t.ctx).If(t.cmps...).Then(t.thens...).Else(t.elss...).Commit()
-}
 
 // TestCluster_LateCommitAfterAnUnknownOutcomeCannotApply: a pipelined
 // [attach, tell] commits in one transaction whose outcome is unknown (both
@@ -101,7 +32,7 @@ func TestCluster_LateCommitAfterAnUnknownOutcomeCannotApply(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cli.Close() })
-	hold := &holdKV{KV: cli.KV}
+	hold := etcdtest.HoldLate(cli.KV)
 	cli.KV = hold
 	a := startMemberOn(t, cli, pfx, "a", 5*time.Second, participant.Options{})
 	ctx := context.Background()
@@ -115,7 +46,7 @@ func TestCluster_LateCommitAfterAnUnknownOutcomeCannotApply(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	hold.arm(pfx + "d/c/" + conv.String() + "/")
+	hold.Arm(pfx + "d/c/" + conv.String() + "/")
 	att := c2.StartAttach(ctx, participant.Attach{Conversation: conv, Participant: b.Participant, Generation: b.Generation, Secret: b.Secret, Token: tok(0x44, 3)})
 	tell := participant.Tell{Conversation: conv, Participant: b.Participant, Generation: b.Generation + 1, Token: tok(0x44, 4), Payload: []byte("late")}
 	told := c2.StartTell(ctx, tell)
@@ -131,7 +62,7 @@ func TestCluster_LateCommitAfterAnUnknownOutcomeCannotApply(t *testing.T) {
 	if !errors.As(err, &pe) || pe.Code == participant.CodeInDoubt || pe.Code == participant.CodeUnavailable {
 		t.Fatalf("retried tell, decided from etcd without the attach = %v, want a definitive refusal", err)
 	}
-	if hold.apply(t) {
+	if hold.Apply(t) {
 		t.Fatalf("the lost transaction committed after the retry was refused %s", pe.Code)
 	}
 	st := etcdstore.Open(shared.Client, etcdstore.Options{Prefix: pfx + "d/", Scope: cluster.Scope})

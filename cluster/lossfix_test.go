@@ -319,23 +319,12 @@ func TestCluster_SuspendedNodeServesNothing(t *testing.T) {
 func TestCluster_RefusedEnrollCostsNothing(t *testing.T) {
 	pfx := prefix()
 	ctx := context.Background()
-	n, err := cluster.Start(ctx, shared.Client, cluster.Options{NodeID: "a", Prefix: pfx, LeaseTTL: lossTTL})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := startMemberOn(t, shared.Client, pfx, "a", lossTTL, participant.Options{EnrollPolicy: participant.EnrollInvite})
+	n, svc := a.node, a.svc
 	key, err := n.NodeKey(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := participant.Open(ctx, n.Store(), participant.Options{NodeKey: key, Ownership: n, EnrollPolicy: participant.EnrollInvite})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.OnLost(svc.Forget)
-	t.Cleanup(func() {
-		svc.Close()
-		n.Close()
-	})
 	rev := func() int64 {
 		resp, err := shared.Client.Get(ctx, pfx, clientv3.WithPrefix(), clientv3.WithCountOnly())
 		if err != nil {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -261,7 +262,7 @@ func (n *Node) currentLease() clientv3.LeaseID {
 // its process died, or an etcd leader change extended it), and a
 // registration under a lease etcd already expired would fail.
 func (n *Node) acquireLease(ctx context.Context) error {
-	key, marker := n.key("node", n.opts.NodeID), n.key(RestoringKey)
+	key := n.key("node", n.opts.NodeID)
 	wait := time.NewTimer(n.opts.StartWait)
 	defer wait.Stop()
 	for {
@@ -274,43 +275,62 @@ func (n *Node) acquireLease(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("cluster: grant lease: %w", err)
 		}
-		// No registration while a restore writes the prefix (checked in
-		// the transaction: Start's early check can be overtaken).
-		cctx, cancel = n.ctx(ctx)
-		resp, err := n.cli.Txn(cctx).If(
-			clientv3.Compare(clientv3.CreateRevision(key), "=", 0),
-			clientv3.Compare(clientv3.CreateRevision(marker), "=", 0),
-		).Then(clientv3.OpPut(key, n.rec, clientv3.WithLease(g.ID))).
-			Else(clientv3.OpGet(key), clientv3.OpGet(marker, clientv3.WithCountOnly())).Commit()
-		cancel()
-		if err == nil && resp.Succeeded {
+		rev, held, err := n.create(ctx, key, g.ID)
+		if rev != 0 {
 			n.mu.Lock()
 			n.lease, n.deadline = g.ID, sent.add(time.Duration(g.TTL)*time.Second)
 			n.mu.Unlock()
 			return nil
 		}
 		n.revokeIn(ctx, g.ID)
-		if err != nil {
+		switch {
+		case errors.Is(err, ErrRestoring):
+			return fmt.Errorf("%w: %s exists; let the restore finish, or delete the prefix and restore again", ErrRestoring, n.key(RestoringKey))
+		case err != nil:
 			return fmt.Errorf("cluster: register node: %w", err)
-		}
-		if resp.Responses[1].GetResponseRange().Count > 0 {
-			return fmt.Errorf("%w: %s exists; let the restore finish, or delete the prefix and restore again", ErrRestoring, marker)
-		}
-		kvs := resp.Responses[0].GetResponseRange().Kvs
-		if len(kvs) == 0 {
+		case held == nil:
 			continue
 		}
-		if n.isStale(kvs[0].Lease) {
-			if err := n.deleteIfUnchanged(ctx, key, kvs[0].ModRevision); err != nil {
+		if n.isStale(held.Lease) {
+			if err := n.deleteIfUnchanged(ctx, key, held.ModRevision); err != nil {
 				return fmt.Errorf("cluster: register node: %w", err)
 			}
 			continue
 		}
 		// Wait for the holder's key to go (its lease expiring), then try again.
-		if err := n.awaitDeleted(ctx, key, kvs[0].ModRevision, wait.C); err != nil {
+		if err := n.awaitDeleted(ctx, key, held.ModRevision, wait.C); err != nil {
 			return err
 		}
 	}
+}
+
+// create puts the node's record at key under lease if key is absent and
+// no restore is writing the prefix, both compared in the one transaction:
+// a check before it (Start's) can be overtaken by a restore's first
+// transaction. It returns the revision it created key at; else (rev 0)
+// key as it stands (nil if absent), or ErrRestoring while a restore runs,
+// or the call's error (the put may have been made).
+func (n *Node) create(ctx context.Context, key string, lease clientv3.LeaseID) (rev int64, held *mvccpb.KeyValue, err error) {
+	marker := n.key(RestoringKey)
+	cctx, cancel := n.ctx(ctx)
+	defer cancel()
+	resp, err := n.cli.Txn(cctx).If(
+		clientv3.Compare(clientv3.CreateRevision(key), "=", 0),
+		clientv3.Compare(clientv3.CreateRevision(marker), "=", 0),
+	).Then(clientv3.OpPut(key, n.rec, clientv3.WithLease(lease))).
+		Else(clientv3.OpGet(key), clientv3.OpGet(marker, clientv3.WithCountOnly())).Commit()
+	switch {
+	case err != nil:
+		return 0, nil, err
+	case resp.Succeeded:
+		return resp.Header.Revision, nil, nil
+	case resp.Responses[1].GetResponseRange().Count > 0:
+		return 0, nil, ErrRestoring
+	}
+	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+		return 0, kvs[0], nil
+	}
+	return 0, nil, nil
 }
 
 // awaitDeleted blocks until key, last modified at rev, is deleted; it
@@ -484,17 +504,23 @@ func (n *Node) loseLease(lease clientv3.LeaseID, cause error) {
 	n.lost.Add(1)
 	n.obs.LeaseLost(len(owned))
 	n.log.Error().Err(cause).Int("conversations", len(owned)).Msg("lease lost; every owned conversation dropped")
-	forget := n.forgetf.Load()
 	for c := range owned {
-		n.etcd.Drop(scopeOf(c))
-		if forget != nil {
-			(*forget)(c)
-		}
+		n.drop(c)
 	}
 	n.revokeIn(n.run, lease)
 }
 
-func (n *Node) revoke() { n.revokeID(n.currentLease()) }
+// drop ends what the node holds of c, which it no longer owns: the store
+// refuses c's scope, and the service (OnLost) forgets c.
+func (n *Node) drop(c participant.ConversationID) {
+	n.etcd.Drop(scopeOf(c))
+	if forget := n.forgetf.Load(); forget != nil {
+		(*forget)(c)
+	}
+}
+
+// revoke revokes the node's lease, if it holds one.
+func (n *Node) revoke() { n.revokeIn(context.Background(), n.currentLease()) }
 
 // isStale reports whether lease is one this node lost.
 func (n *Node) isStale(lease int64) bool {
@@ -510,8 +536,6 @@ func (n *Node) deleteIfUnchanged(ctx context.Context, key string, rev int64) err
 	_, err := n.cli.Txn(cctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).Then(clientv3.OpDelete(key)).Commit()
 	return err
 }
-
-func (n *Node) revokeID(id clientv3.LeaseID) { n.revokeIn(context.Background(), id) }
 
 // revokeIn revokes lease id, within parent and Timeout; a lease etcd no
 // longer knows is no error.
@@ -548,7 +572,8 @@ func (n *Node) Stats() Stats {
 
 // Release gives up every owned conversation (deleting its ownership key if
 // it is still this node's claim; the service is told, as for a lost lease)
-// and the lease, so that other nodes take over at once. The daemon calls it on drain, after ending bindings.
+// and the lease, so that other nodes take over at once. The daemon calls
+// it on drain, after ending bindings.
 func (n *Node) Release(ctx context.Context) error {
 	n.mu.Lock()
 	if n.closed {
@@ -560,12 +585,8 @@ func (n *Node) Release(ctx context.Context) error {
 	n.owned.Store(0)
 	n.mu.Unlock()
 	var first error
-	forget := n.forgetf.Load()
 	for c, rev := range owned {
-		n.etcd.Drop(scopeOf(c))
-		if forget != nil {
-			(*forget)(c)
-		}
+		n.drop(c)
 		k := n.ownKey(c)
 		cctx, cancel := n.ctx(ctx)
 		_, err := n.cli.Txn(cctx).If(clientv3.Compare(clientv3.CreateRevision(k), "=", rev)).Then(clientv3.OpDelete(k)).Commit()

@@ -55,46 +55,37 @@ func (n *Node) Acquire(ctx context.Context, c participant.ConversationID) (bool,
 	lease := n.lease
 	n.mu.Unlock()
 
-	key, marker := n.ownKey(c), n.key(RestoringKey)
+	key := n.ownKey(c)
 	var rev int64
 	for attempt := 0; ; attempt++ {
-		// The claim itself checks that no restore is writing the prefix:
-		// a node that started before the restore's first transaction
-		// must not load a half-restored conversation.
-		cctx, cancel := n.ctx(ctx)
-		resp, err := n.cli.Txn(cctx).If(
-			clientv3.Compare(clientv3.CreateRevision(key), "=", 0),
-			clientv3.Compare(clientv3.CreateRevision(marker), "=", 0),
-		).Then(clientv3.OpPut(key, n.rec, clientv3.WithLease(lease))).
-			Else(clientv3.OpGet(key), clientv3.OpGet(marker, clientv3.WithCountOnly())).Commit()
-		cancel()
+		// The claim itself checks that no restore is writing the prefix
+		// (ErrRestoring): a node that started before the restore's first
+		// transaction must not load a half-restored conversation.
+		made, held, err := n.create(ctx, key, lease)
 		if err != nil {
-			// The claim may have been made; a retry finds it under this lease.
+			// ErrRestoring, or else the claim may have been made: a retry
+			// finds it under this lease.
 			return false, fmt.Errorf("cluster: claim %v: %w", c, err)
 		}
-		if resp.Succeeded {
-			rev = resp.Header.Revision
+		if made != 0 {
+			rev = made
 			break
 		}
-		if resp.Responses[1].GetResponseRange().Count > 0 {
-			return false, fmt.Errorf("cluster: claim %v: %w", c, ErrRestoring)
-		}
-		kvs := resp.Responses[0].GetResponseRange().Kvs
-		if len(kvs) != 1 {
+		if held == nil {
 			return false, fmt.Errorf("cluster: claim %v: owner vanished while claiming; retry", c)
 		}
-		if attempt == 0 && n.isStale(kvs[0].Lease) {
+		if attempt == 0 && n.isStale(held.Lease) {
 			// This node's own claim under a lease it lost: nothing can
 			// commit under it any more (the store dropped the scope), so
 			// it goes now rather than when etcd expires that lease.
-			if err := n.deleteIfUnchanged(ctx, key, kvs[0].ModRevision); err != nil {
+			if err := n.deleteIfUnchanged(ctx, key, held.ModRevision); err != nil {
 				return false, fmt.Errorf("cluster: claim %v: %w", c, err)
 			}
 			continue
 		}
-		if clientv3.LeaseID(kvs[0].Lease) != lease {
+		if clientv3.LeaseID(held.Lease) != lease {
 			var r record
-			if err := json.Unmarshal(kvs[0].Value, &r); err != nil {
+			if err := json.Unmarshal(held.Value, &r); err != nil {
 				// Another node's record this one cannot read (a newer
 				// version, say): moved without an owner sends the client
 				// to any node rather than to a wrong address.
@@ -107,7 +98,7 @@ func (n *Node) Acquire(ctx context.Context, c participant.ConversationID) (bool,
 				Detail: fmt.Sprintf("conversation %v is owned by node %q", c, r.Node)}
 		}
 		// An earlier claim of ours whose answer was lost.
-		rev = kvs[0].CreateRevision
+		rev = held.CreateRevision
 		break
 	}
 	n.mu.Lock()

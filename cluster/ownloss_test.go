@@ -59,7 +59,6 @@ const (
 	lossStolenBack
 	lapseStall
 	lapseSuspend
-	numLossKinds
 )
 
 func (k lossKind) String() string {
@@ -210,7 +209,7 @@ func TestOwnershipLoss(t *testing.T) {
 	m.a = startLossNode(t, m.pfx, "a", m.at)
 	m.b = startLossNode(t, m.pfx, "b", nil)
 	m.c = startLossNode(t, m.pfx, "c", nil)
-	survey := m.newRun(0, noFault)
+	survey := m.newRun(0, noFault, 0)
 	steps := survey.workload()
 	survey.check()
 	if t.Failed() {
@@ -234,8 +233,7 @@ func TestOwnershipLoss(t *testing.T) {
 		if !ok {
 			continue
 		}
-		r := m.newRun(run, i)
-		r.kind = kind
+		r := m.newRun(run, i, kind)
 		run++
 		r.workload()
 		r.check()
@@ -334,11 +332,12 @@ type lossRun struct {
 	lapseChecked atomic.Int32
 }
 
-func (m *lossModel) newRun(run int, target uint64) *lossRun {
-	rng := rand.New(rand.NewPCG(m.seed, target))
+// newRun starts run number run, which injects a fault of kind at step
+// target (noFault: none).
+func (m *lossModel) newRun(run int, target uint64, kind lossKind) *lossRun {
 	base := participant.ConversationID(1000 + 10*run)
 	r := &lossRun{m: m, t: m.t, ctx: context.Background(), convs: []participant.ConversationID{base + 1, base + 2},
-		target: target, kind: drawKind(rng)}
+		target: target, kind: kind}
 	r.tokens.Store(uint32(run) << 12)
 	m.run.Store(r)
 	return r
@@ -638,10 +637,10 @@ func (r *lossRun) attach(cr *cred) bool {
 	return false
 }
 
-func (r *lossRun) tell(cr *cred, k int) (participant.Seq, bool) {
+func (r *lossRun) tell(cr *cred, k int) {
 	cur, ok := r.get(cr)
 	if !ok {
-		return 0, false
+		return
 	}
 	req := participant.Tell{Conversation: cur.Conversation, Participant: cur.Participant, Generation: cur.Generation,
 		Token: r.token(), Payload: []byte(fmt.Sprintf("tell %d", k))}
@@ -649,14 +648,13 @@ func (r *lossRun) tell(cr *cred, k int) (participant.Seq, bool) {
 		told, err := cr.conn.Tell(r.ctx, req)
 		if err == nil {
 			r.answered(fmt.Sprintf("tell %d in %v", k, req.Conversation), tellReplays(req, told))
-			return told.Seq, true
+			return
 		}
 		if try == 0 && r.attach(cr) {
 			cur, _ = r.get(cr)
 			req.Generation = cur.Generation
 		}
 	}
-	return 0, false
 }
 
 // ack acknowledges everything the participant was offered.

@@ -19,7 +19,7 @@ type proxy struct {
 
 	// mu guards the fields below.
 	mu     sync.Mutex
-	target string // the node's address; connections wait for it
+	target string // the node's address; a connection accepted before it is set is closed
 	deaf   bool
 	conns  map[net.Conn]bool
 }

@@ -278,15 +278,28 @@ func (r *Reader) Next() (Entry, error) {
 // Check reads the whole backup r and returns its header when it is intact:
 // framing, order, count and checksum.
 func Check(r io.Reader) (Header, error) {
+	h, _, err := check(r)
+	return h, err
+}
+
+// check is Check, and also returns the node key (NodeKeyKey) the backup
+// holds, nil if none.
+func check(r io.Reader) (Header, []byte, error) {
 	br, err := NewReader(r)
 	if err != nil {
-		return Header{}, err
+		return Header{}, nil, err
 	}
+	var nodeKey []byte
 	for {
-		if _, err := br.Next(); err == io.EOF {
-			return br.Header(), nil
-		} else if err != nil {
-			return Header{}, err
+		e, err := br.Next()
+		if err == io.EOF {
+			return br.Header(), nodeKey, nil
+		}
+		if err != nil {
+			return Header{}, nil, err
+		}
+		if string(e.Key) == NodeKeyKey {
+			nodeKey = bytes.Clone(e.Value)
 		}
 	}
 }

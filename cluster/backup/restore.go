@@ -42,17 +42,17 @@ const txnReserve = 64 << 10
 // where absent. The first transaction also creates cluster.RestoringKey,
 // and commits only if the prefix is still empty then but for the node key
 // it read (no live node, claim or key of any writer); the last deletes the
-// marker.
+// marker. Until then no node starts on the prefix, and a node that started
+// before the first transaction claims no conversation
+// (cluster.ErrRestoring): no node serves a half-restored data set. A
+// restore that fails midway leaves the marker: delete the prefix and
+// restore again.
 //
 // A node key the prefix holds is the cluster's identity, which every
 // credential and invitation was derived from: kept across a wipe, it makes
 // a backup that carries another key (a crafted one, or another cluster's)
 // ErrNodeKeyDiffers, with nothing written, unless opts.ReplaceNodeKey. A
-// backup with the same key, or none, restores around it. Until then no node starts on the prefix, and a node that
-// started before the first transaction claims no conversation
-// (cluster.ErrRestoring): no node serves a half-restored data set. A
-// restore that fails midway leaves the marker: delete the prefix and
-// restore again.
+// backup with the same key, or none, restores around it.
 //
 // The keys are written relative to prefix, which need not be the backup's.
 func Restore(ctx context.Context, kv clientv3.KV, prefix string, src io.ReadSeeker, opts RestoreOptions) (Summary, error) {
@@ -63,7 +63,9 @@ func Restore(ctx context.Context, kv clientv3.KV, prefix string, src io.ReadSeek
 	if opts.MaxRequestBytes <= 0 {
 		opts.MaxRequestBytes = etcdstore.DefaultMaxRequestBytes
 	}
-	if _, err := Check(src); err != nil {
+	// One read checks the file whole and finds its node key.
+	_, theirs, err := check(src)
+	if err != nil {
 		return Summary{}, err
 	}
 	if _, err := src.Seek(0, io.SeekStart); err != nil {
@@ -84,17 +86,11 @@ func Restore(ctx context.Context, kv clientv3.KV, prefix string, src io.ReadSeek
 	}
 	// keepHeld: the held key stays, and the backup's is not written.
 	keepHeld := held != nil
-	if held != nil {
-		theirs, err := nodeKeyOf(src)
-		if err != nil {
-			return Summary{}, err
+	if held != nil && theirs != nil && !bytes.Equal(theirs, held) {
+		if !opts.ReplaceNodeKey {
+			return Summary{}, fmt.Errorf("%w: %s holds a node key that differs from the backup's; restoring would void every credential and invitation of that key (allow it explicitly to replace it)", ErrNodeKeyDiffers, prefix)
 		}
-		if theirs != nil && !bytes.Equal(theirs, held) {
-			if !opts.ReplaceNodeKey {
-				return Summary{}, fmt.Errorf("%w: %s holds a node key that differs from the backup's; restoring would void every credential and invitation of that key (allow it explicitly to replace it)", ErrNodeKeyDiffers, prefix)
-			}
-			keepHeld = false
-		}
+		keepHeld = false
 	}
 	br, err := NewReader(src)
 	if err != nil {
@@ -183,26 +179,4 @@ func Restore(ctx context.Context, kv clientv3.KV, prefix string, src io.ReadSeek
 		return sum, err
 	}
 	return sum, nil
-}
-
-// nodeKeyOf returns the node key the backup src holds, nil if none, and
-// rewinds src. src was checked whole before.
-func nodeKeyOf(src io.ReadSeeker) ([]byte, error) {
-	defer src.Seek(0, io.SeekStart)
-	br, err := NewReader(src)
-	if err != nil {
-		return nil, err
-	}
-	for {
-		e, err := br.Next()
-		if err == io.EOF {
-			return nil, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-		if string(e.Key) == NodeKeyKey {
-			return bytes.Clone(e.Value), nil
-		}
-	}
 }

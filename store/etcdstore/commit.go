@@ -155,8 +155,8 @@ func (s *Store) takeLocked() []*scopeWork {
 			continue
 		}
 		sw := &scopeWork{sc: c, epoch: c.epoch, staged: c.staged, rev: c.rev}
-		if c.fence != nil {
-			f := *c.fence
+		if c.fenced {
+			f := c.claim
 			sw.fence, sw.fenceMod = &f, c.fenceMod
 		}
 		for name, st := range c.dirtyStreams {
@@ -560,9 +560,9 @@ func (s *Store) settle(sc string, f Fence) (int64, error) {
 }
 
 // check is one compare of a transaction, as explainRefusal reads it back:
-// the fence's mod revision (and the claim's create revision), a value or length (8-byte encoding, absent
-// for 0), a trim floor that must exist, or a byte value's highest mod
-// revision.
+// the fence's mod revision (and the claim's create revision), a value or
+// length (8-byte encoding, absent for 0), a trim floor that must exist, or
+// a byte value's highest mod revision.
 type check struct {
 	sw        *scopeWork
 	key       string

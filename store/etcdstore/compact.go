@@ -38,7 +38,7 @@ func (s *Store) Trim(name string, below uint64) error {
 	if below >= st.committed {
 		return fmt.Errorf("trim %q below %d with %d flushed entries: %w", name, below, st.committed, store.ErrTrimRange)
 	}
-	if s.opts.RequireFence && c.name != "" && c.fence == nil {
+	if s.opts.RequireFence && c.name != "" && !c.fenced {
 		return fmt.Errorf("%w: %q", ErrNotFenced, c.name)
 	}
 	st.first = below
@@ -117,7 +117,7 @@ func (s *Store) PutBytes(values []store.Bytes) error {
 			if err != nil {
 				return err
 			}
-			if s.opts.RequireFence && c.name != "" && c.fence == nil {
+			if s.opts.RequireFence && c.name != "" && !c.fenced {
 				return fmt.Errorf("%w: %q", ErrNotFenced, c.name)
 			}
 			if !c.lensLoaded {
@@ -151,11 +151,7 @@ func (s *Store) PutBytes(values []store.Bytes) error {
 // the newest one).
 func (s *Store) GetBytes(key string) ([]byte, error) {
 	s.mu.Lock()
-	c, err := s.usableLocked(key)
-	if err == nil && c.fence != nil {
-		// After a commit of unknown outcome the scope is settled first.
-		c, err = s.loadedLocked(c, key)
-	}
+	c, err := s.readableLocked(key)
 	if err != nil {
 		s.mu.Unlock()
 		return nil, err

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,11 +20,11 @@ import (
 // calls are sequential, so it makes one schedule of stale answers.
 const lagSeed = 17
 
-// openLagging opens a store on a lagging member (etcdtest.Lag) whose scope
-// "a" is fenced by a fresh claim.
-func openLagging(t *testing.T, lag *etcdtest.Lagging, pfx string) *etcdstore.Store {
+// openFenced opens a store on kv (a lagging member, a hold-back wrapper)
+// whose scope "a" is fenced by a fresh claim of key pfx+"own/a".
+func openFenced(t *testing.T, kv clientv3.KV, pfx string) *etcdstore.Store {
 	t.Helper()
-	s := etcdstore.OpenKV(lag, etcdstore.Options{Prefix: pfx, Scope: byFirstSegment, RequireFence: true})
+	s := etcdstore.OpenKV(kv, etcdstore.Options{Prefix: pfx, Scope: byFirstSegment, RequireFence: true})
 	t.Cleanup(func() { s.Close() })
 	key := pfx + "own/a"
 	deleteKey(t, key)
@@ -40,7 +39,7 @@ func openLagging(t *testing.T, lag *etcdtest.Lagging, pfx string) *etcdstore.Sto
 // read pinned at the scope's revision, and the store reads linearizably.
 func TestStore_FencedReadSeesOwnCommitThroughALaggingMember(t *testing.T) {
 	lag := etcdtest.Lag(shared.Client.KV, lagSeed)
-	s := openLagging(t, lag, prefix())
+	s := openFenced(t, lag, prefix())
 	for i := range 40 {
 		key := fmt.Sprintf("a/token/%d", i)
 		if err := s.CAS(key, 0, uint64(i+1)); err != nil {
@@ -68,7 +67,7 @@ func TestStore_FencedReadAfterAClaimSeesThePreviousOwner(t *testing.T) {
 	pfx := prefix()
 	lag := etcdtest.Lag(shared.Client.KV, lagSeed)
 	for i := range 20 {
-		prev := openLagging(t, lag, pfx)
+		prev := openFenced(t, lag, pfx)
 		if err := prev.CAS("a/token/window", uint64(i), uint64(i+1)); err != nil {
 			t.Fatalf("CAS(window, %d, %d) = %v", i, i+1, err)
 		}
@@ -76,7 +75,7 @@ func TestStore_FencedReadAfterAClaimSeesThePreviousOwner(t *testing.T) {
 			t.Fatalf("Flush() = %v", err)
 		}
 		prev.Close()
-		next := openLagging(t, lag, pfx)
+		next := openFenced(t, lag, pfx)
 		if v, err := next.ReadValue("a/token/window"); err != nil || v != uint64(i+1) {
 			t.Fatalf("claim %d: ReadValue(window) = %d, %v, want %d (lagging member: %d stale, %d refused)",
 				i, v, err, i+1, lag.Stale(), lag.Refused())
@@ -86,62 +85,6 @@ func TestStore_FencedReadAfterAClaimSeesThePreviousOwner(t *testing.T) {
 	if lag.Refused() == 0 {
 		t.Fatalf("the lagging member refused no read: the test proves nothing")
 	}
-}
-
-// lateKV holds back the first commit transaction after arm: the commit
-// fails as a timeout does (its outcome unknown), and the test sends the
-// transaction to etcd itself later, as a request stuck in the network or
-// in a member's queue applies after its client gave up.
-type lateKV struct {
-	clientv3.KV
-	mu    sync.Mutex
-	armed bool
-	held  *lateTxn
-}
-
-func (l *lateKV) Txn(ctx context.Context) clientv3.Txn { return &lateTxn{l: l, ctx: ctx} }
-
-// apply sends the held transaction to etcd and reports whether it
-// committed.
-func (l *lateKV) apply(t *testing.T) bool {
-	t.Helper()
-	l.mu.Lock()
-	h := l.held
-	l.mu.Unlock()
-	if h == nil {
-		t.Fatal("no transaction held back")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	resp, err := shared.Client.Txn(ctx).If(h.cmps...).Then(h.thens...).Commit()
-	if err != nil {
-		t.Fatalf("late transaction: %v", err)
-	}
-	return resp.Succeeded
-}
-
-type lateTxn struct {
-	l     *lateKV
-	ctx   context.Context
-	cmps  []clientv3.Cmp
-	thens []clientv3.Op
-}
-
-func (t *lateTxn) If(cs ...clientv3.Cmp) clientv3.Txn   { t.cmps = append(t.cmps, cs...); return t }
-func (t *lateTxn) Then(ops ...clientv3.Op) clientv3.Txn { t.thens = append(t.thens, ops...); return t }
-func (t *lateTxn) Else(...clientv3.Op) clientv3.Txn     { panic("the store sends no Else") }
-
-func (t *lateTxn) Commit() (*clientv3.TxnResponse, error) {
-	t.l.mu.Lock()
-	hold := t.l.armed && len(t.cmps) > 0
-	if hold {
-		t.l.armed, t.l.held = false, t
-	}
-	t.l.mu.Unlock()
-	if hold {
-		return nil, context.DeadlineExceeded
-	}
-	return t.l.KV.Txn(t.ctx).If(t.cmps...).Then(t.thens...).Commit()
 }
 
 // TestStore_LateTransactionAfterUnknownOutcomeCannotCommit: a commit whose
@@ -155,19 +98,14 @@ func TestStore_LateTransactionAfterUnknownOutcomeCannotCommit(t *testing.T) {
 	for _, before := range []bool{false, true} {
 		t.Run(fmt.Sprintf("appliedBeforeReset=%v", before), func(t *testing.T) {
 			pfx := prefix()
-			late := &lateKV{KV: shared.Client.KV}
-			s := etcdstore.OpenKV(late, etcdstore.Options{Prefix: pfx, Scope: byFirstSegment, RequireFence: true})
-			t.Cleanup(func() { s.Close() })
-			key := pfx + "own/a"
-			s.SetFence("a", etcdstore.Fence{Key: key, CreateRevision: claim(t, key)})
+			late := etcdtest.HoldLate(shared.Client.KV)
+			s := openFenced(t, late, pfx)
 			mustAppend(t, s, "a/log", "e0", 0)
 			if err := s.Flush(); err != nil {
 				t.Fatal(err)
 			}
 
-			late.mu.Lock()
-			late.armed = true
-			late.mu.Unlock()
+			late.Arm(s.ScopePrefix("a"))
 			mustAppend(t, s, "a/log", "late", 1)
 			if err := s.CAS("a/token", 0, 1); err != nil {
 				t.Fatal(err)
@@ -175,7 +113,7 @@ func TestStore_LateTransactionAfterUnknownOutcomeCannotCommit(t *testing.T) {
 			if err := s.Flush(); !errors.Is(err, etcdstore.ErrUnknownOutcome) {
 				t.Fatalf("Flush() with the transaction held back = %v, want ErrUnknownOutcome", err)
 			}
-			if before && !late.apply(t) {
+			if before && !late.Apply(t) {
 				t.Fatal("the held transaction, applied before the reset, was refused")
 			}
 			s.Reset("a")
@@ -189,7 +127,7 @@ func TestStore_LateTransactionAfterUnknownOutcomeCannotCommit(t *testing.T) {
 			if v, err := s.ReadValue("a/token"); err != nil || v != wantTok {
 				t.Fatalf("ReadValue(a/token) after the reset = %d, %v, want %d", v, err, wantTok)
 			}
-			if !before && late.apply(t) {
+			if !before && late.Apply(t) {
 				t.Fatal("the held transaction committed after the store reconciled from etcd without it")
 			}
 			if s.Settles() != 1 {
@@ -217,24 +155,19 @@ func TestStore_LateTransactionAfterUnknownOutcomeCannotCommit(t *testing.T) {
 // ErrFenced (the node claims afresh).
 func TestStore_SettleOfALostClaimFencesTheScope(t *testing.T) {
 	pfx := prefix()
-	late := &lateKV{KV: shared.Client.KV}
-	s := etcdstore.OpenKV(late, etcdstore.Options{Prefix: pfx, Scope: byFirstSegment, RequireFence: true})
-	t.Cleanup(func() { s.Close() })
-	key := pfx + "own/a"
-	s.SetFence("a", etcdstore.Fence{Key: key, CreateRevision: claim(t, key)})
-	late.mu.Lock()
-	late.armed = true
-	late.mu.Unlock()
+	late := etcdtest.HoldLate(shared.Client.KV)
+	s := openFenced(t, late, pfx)
+	late.Arm(s.ScopePrefix("a"))
 	mustAppend(t, s, "a/log", "e0", 0)
 	if err := s.Flush(); !errors.Is(err, etcdstore.ErrUnknownOutcome) {
 		t.Fatalf("Flush() = %v, want ErrUnknownOutcome", err)
 	}
-	deleteKey(t, key)
+	deleteKey(t, pfx+"own/a")
 	s.Reset("a")
 	if _, err := s.Len("a/log"); !errors.Is(err, etcdstore.ErrFenced) || !errors.Is(err, store.ErrFailed) {
 		t.Fatalf("Len after the claim was lost = %v, want ErrFenced", err)
 	}
-	if late.apply(t) {
+	if late.Apply(t) {
 		t.Fatal("the held transaction committed without its claim")
 	}
 }

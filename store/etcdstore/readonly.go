@@ -60,7 +60,16 @@ func (p pinnedKV) Do(ctx context.Context, op clientv3.Op) (clientv3.OpResponse, 
 
 func (p pinnedKV) Txn(context.Context) clientv3.Txn { return refusedTxn{} }
 
-// getOptions rebuilds the options of a Get op that the store's reads use.
+// OpAtRevision returns Get op op read at revision rev instead, with the
+// options of op that the store's reads use (getOptions): what a member
+// behind the cluster answers op with, for a test's model of one.
+func OpAtRevision(op clientv3.Op, rev int64) clientv3.Op {
+	return clientv3.OpGet(string(op.KeyBytes()), append(getOptions(op), clientv3.WithRev(rev))...)
+}
+
+// getOptions rebuilds the options of a Get op that the store's reads use:
+// range, limit, keys or count only, serializable (sorting and revision
+// filters are not carried over; the store does not use them).
 func getOptions(op clientv3.Op) []clientv3.OpOption {
 	var opts []clientv3.OpOption
 	if end := op.RangeBytes(); len(end) > 0 {

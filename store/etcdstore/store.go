@@ -171,15 +171,17 @@ type Store struct {
 
 // scope is the state of one scope. Guarded by Store.mu.
 type scope struct {
-	name  string
-	fence *Fence
-	// fenceMod is the mod revision of the fence key claim as this store
-	// last wrote it: the claim's create revision, or the revision of the
-	// store's last settle (see settle). Commits compare it, so a settle
-	// refuses every transaction sent before it. claim, fenceMod and
-	// unsettled survive a reset and a Drop: they describe the last fence
-	// set, whose transactions may still be in flight.
+	name string
+	// claim is the last fence set (SetFence); fenced reports whether it
+	// still guards the scope's commits (Drop ends that). fenceMod is the
+	// mod revision of the claim's key as this store last wrote it: the
+	// claim's create revision, or the revision of the store's last settle
+	// (see settle). Commits compare it, so a settle refuses every
+	// transaction sent before it. claim, fenceMod and unsettled survive a
+	// reset and a Drop: they describe the last fence set, whose
+	// transactions may still be in flight.
 	claim    Fence
+	fenced   bool
 	fenceMod int64
 	// unsettled is set when a commit of the scope ended with its outcome
 	// unknown: the transaction may still apply in etcd, so the scope is
@@ -348,7 +350,7 @@ func (s *Store) SetFence(sc string, f Fence) {
 	if c.claim != f {
 		c.claim, c.fenceMod, c.unsettled = f, f.CreateRevision, false
 	}
-	c.fence = &f
+	c.fenced = true
 }
 
 // Reset forgets everything of scope sc: its sticky error, cached lengths
@@ -372,7 +374,7 @@ func (s *Store) Drop(sc string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c := s.scopeLocked(sc)
-	c.fence = nil
+	c.fenced = false
 	c.err = fmt.Errorf("%w: %w: scope %q was released", store.ErrFailed, ErrFenced, sc)
 	c.clearLocked()
 }
@@ -432,6 +434,18 @@ func (s *Store) usableLocked(name string) (*scope, error) {
 		return nil, c.err
 	}
 	return c, nil
+}
+
+// readableLocked is usableLocked for a read: a fenced scope is loaded
+// first (see loadedLocked), so that the scope is settled after a commit of
+// unknown outcome and its reads are pinned at its revision. It may release
+// and retake s.mu.
+func (s *Store) readableLocked(name string) (*scope, error) {
+	c, err := s.usableLocked(name)
+	if err != nil || !c.fenced {
+		return c, err
+	}
+	return s.loadedLocked(c, name)
 }
 
 // commitKV returns the KV a commit transaction goes through: the leader's
@@ -501,15 +515,15 @@ func (s *Store) streamLocked(c *scope, name string) (*scope, *stream, error) {
 // sent before can commit any more.
 func (s *Store) loadedLocked(c *scope, name string) (*scope, error) {
 	for !c.lensLoaded {
-		if c.unsettled && c.fence != nil {
-			f := *c.fence
+		if c.unsettled && c.fenced {
+			f := c.claim
 			s.mu.Unlock()
 			mod, err := s.settle(c.name, f)
 			s.mu.Lock()
-			if err != nil && errors.Is(err, ErrFenced) && c.claim == f {
-				s.failLocked(c, err)
-			}
 			if err != nil {
+				if errors.Is(err, ErrFenced) && c.claim == f {
+					s.failLocked(c, err)
+				}
 				return nil, err
 			}
 			if c.claim == f {
@@ -590,7 +604,7 @@ func (s *Store) Append(name string, payload []byte, expectedSeq uint64) (uint64,
 	if err != nil {
 		return 0, err
 	}
-	if s.opts.RequireFence && c.name != "" && c.fence == nil {
+	if s.opts.RequireFence && c.name != "" && !c.fenced {
 		return 0, fmt.Errorf("%w: %q", ErrNotFenced, c.name)
 	}
 	c, st, err := s.streamLocked(c, name)
@@ -640,11 +654,11 @@ func (s *Store) CAS(key string, old, new uint64) error {
 	if err != nil {
 		return err
 	}
-	if s.opts.RequireFence && c.name != "" && c.fence == nil {
+	if s.opts.RequireFence && c.name != "" && !c.fenced {
 		return fmt.Errorf("%w: %q", ErrNotFenced, c.name)
 	}
 	for c.values[key] == nil {
-		if c.fence != nil && !c.lensLoaded {
+		if c.fenced && !c.lensLoaded {
 			// A fenced read is pinned at the scope's revision.
 			if c, err = s.loadedLocked(c, key); err != nil {
 				return err
@@ -685,7 +699,7 @@ func (s *Store) CAS(key string, old, new uint64) error {
 // pinLocked returns the revision a read of c is pinned at: c's revision
 // when c is fenced (its lengths loaded), else 0 for a linearizable read.
 func (c *scope) pinLocked() int64 {
-	if c.fence == nil {
+	if !c.fenced {
 		return 0
 	}
 	return c.rev
@@ -726,10 +740,7 @@ func (s *Store) loadValue(sc, key string, pin int64) (uint64, error) {
 // ReadValue returns the current value of key, 0 when absent.
 func (s *Store) ReadValue(key string) (uint64, error) {
 	s.mu.Lock()
-	c, err := s.usableLocked(key)
-	if err == nil && c.fence != nil {
-		c, err = s.loadedLocked(c, key)
-	}
+	c, err := s.readableLocked(key)
 	if err != nil {
 		s.mu.Unlock()
 		return 0, err

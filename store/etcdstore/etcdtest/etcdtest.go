@@ -11,7 +11,10 @@
 // A test member is never behind its peers, so the package also models the
 // member that is: Lag wraps a clientv3.KV so that some serializable reads
 // are answered as a member cut off from its peers answers them, at an old
-// revision (Shared.LaggingClient gives a client whose KV does that).
+// revision (Shared.LaggingClient gives a client whose KV does that); and
+// a write that applies late: HoldLate wraps a clientv3.KV so that one
+// transaction fails as a timeout does and reaches etcd only when the test
+// sends it.
 package etcdtest
 
 import (

@@ -9,6 +9,8 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/participantd/participantd/store/etcdstore"
 )
 
 // Lagging is a clientv3.KV that answers some serializable reads as an etcd
@@ -289,7 +291,7 @@ func (t *lagTxn) Commit() (*clientv3.TxnResponse, error) {
 					l.refused.Add(1)
 					return nil, err
 				}
-				ops[i] = clientv3.OpGet(string(op.KeyBytes()), append(getOptions(op), clientv3.WithRev(rev))...)
+				ops[i] = etcdstore.OpAtRevision(op, rev)
 			}
 			resp, err := l.kv.Txn(t.ctx).Then(ops...).Commit()
 			if errors.Is(err, rpctypes.ErrCompacted) {
@@ -311,29 +313,6 @@ func (t *lagTxn) Commit() (*clientv3.TxnResponse, error) {
 		l.observe(resp.Header.Revision)
 	}
 	return resp, err
-}
-
-// getOptions rebuilds the options of a Get op that this model supports:
-// range, limit, keys or count only, serializable (sorting and revision
-// filters are not carried over; the store does not use them).
-func getOptions(op clientv3.Op) []clientv3.OpOption {
-	var opts []clientv3.OpOption
-	if end := op.RangeBytes(); len(end) > 0 {
-		opts = append(opts, clientv3.WithRange(string(end)))
-	}
-	if op.Limit() > 0 {
-		opts = append(opts, clientv3.WithLimit(op.Limit()))
-	}
-	if op.IsKeysOnly() {
-		opts = append(opts, clientv3.WithKeysOnly())
-	}
-	if op.IsCountOnly() {
-		opts = append(opts, clientv3.WithCountOnly())
-	}
-	if op.IsSerializable() {
-		opts = append(opts, clientv3.WithSerializable())
-	}
-	return opts
 }
 
 var _ clientv3.KV = (*Lagging)(nil)
