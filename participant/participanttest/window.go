@@ -3,13 +3,11 @@ package participanttest
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
 
 	"github.com/participantd/participantd/faultstore"
-	"github.com/participantd/participantd/oplog"
 	"github.com/participantd/participantd/participant"
 	"github.com/participantd/participantd/store"
 )
@@ -69,49 +67,21 @@ func WindowWorkload(s store.DurableStore, log *[]Answered) error {
 	ctx := context.Background()
 	*log = (*log)[:0]
 	clk := NewClock(WindowEpoch)
-	svc, err := participant.Open(ctx, s, participant.Options{NodeKey: NodeKey, CheckpointRows: 1,
-		Retain: time.Second, TokenWindow: time.Minute, TokenSkew: time.Second, Now: clk.Now})
+	p, err := openPair(ctx, s, participant.Options{NodeKey: NodeKey, CheckpointRows: 1,
+		Retain: time.Second, TokenWindow: time.Minute, TokenSkew: time.Second, Now: clk.Now}, func(n uint64) participant.Token { return V7Token(clk.Now(), n) })
 	if err != nil {
 		return err
 	}
-	defer svc.Close()
-	cs, cr := svc.Connect(nil), svc.Connect(nil)
-	snd, err := cs.Enroll(ctx, participant.Enroll{Conversation: 1, Token: V7Token(clk.Now(), 1)})
-	if err != nil {
-		return err
-	}
-	rcv, err := cr.Enroll(ctx, participant.Enroll{Conversation: 1, Token: V7Token(clk.Now(), 2)})
-	if err != nil {
-		return err
-	}
-	if _, err := cs.Ack(ctx, participant.Ack{Conversation: 1, Participant: snd.Participant, Generation: 1, Through: 2}); err != nil {
-		return err
-	}
-	passes := func() error {
-		if _, err := svc.CheckpointPass(ctx); err != nil {
-			return err
-		}
-		_, err := svc.CompactPass(ctx)
-		return err
-	}
+	defer p.svc.Close()
 	tell := func(i int) error {
-		req := participant.Tell{Conversation: 1, Participant: snd.Participant, Generation: 1,
+		req := participant.Tell{Conversation: 1, Participant: p.snd.Participant, Generation: 1,
 			Token: V7Token(clk.Now(), uint64(10+i)), Payload: []byte{byte(i)}}
-		told, err := cs.Tell(ctx, req)
+		told, err := p.cs.Tell(ctx, req)
 		if err != nil {
 			return err
 		}
-		*log = append(*log, Answered{fmt.Sprintf("tell %d", i), func(ctx context.Context, c *participant.Conn, _ store.DurableStore) error {
-			r, err := c.Tell(ctx, req)
-			if errors.Is(err, participant.ErrTokenExpired) {
-				return nil
-			}
-			if err != nil || r.Seq != told.Seq || r.Replay != participant.ReplayCommitted {
-				return fmt.Errorf("retry = %+v, %v; want seq %v replayed, or token_expired", r, err, told.Seq)
-			}
-			return nil
-		}})
-		_, err = cr.Ack(ctx, participant.Ack{Conversation: 1, Participant: rcv.Participant, Generation: 1, Through: told.Seq})
+		*log = append(*log, toldAnswered(fmt.Sprintf("tell %d", i), req, told, true))
+		_, err = p.cr.Ack(ctx, participant.Ack{Conversation: 1, Participant: p.rcv.Participant, Generation: 1, Through: told.Seq})
 		return err
 	}
 	for i := range 6 {
@@ -120,7 +90,7 @@ func WindowWorkload(s store.DurableStore, log *[]Answered) error {
 		}
 		clk.Advance(20 * time.Second)
 		if i%2 == 1 {
-			if err := passes(); err != nil {
+			if err := passes(ctx, p.svc); err != nil {
 				return err
 			}
 		}
@@ -129,7 +99,7 @@ func WindowWorkload(s store.DurableStore, log *[]Answered) error {
 	// passes, and is corrected: the floor they persist is the forgotten
 	// tokens' time, not the wrong clock's, so a fresh token commits.
 	clk.Advance(10 * time.Minute)
-	if err := passes(); err != nil {
+	if err := passes(ctx, p.svc); err != nil {
 		return err
 	}
 	clk.Advance(-10 * time.Minute)
@@ -147,11 +117,7 @@ func CheckForgotten(t faultstore.TB, st store.DurableStore) {
 	if v, err := st.ReadValue("token/1/window"); err != nil || v == 0 {
 		t.Fatalf("after the completed window workload, conversation 1 has no token floor (%d, %v)", v, err)
 	}
-	cs, ok := store.AsCompactor(st)
-	if !ok {
-		t.Fatalf("the store %T does not compact", st)
-	}
-	if first, err := cs.First(oplog.Stream(1)); err != nil || first == 0 {
-		t.Fatalf("after the completed window workload, conversation 1 was not compacted (first row %d, %v)", first, err)
+	if firstOplogRow(t, st) == 0 {
+		t.Fatalf("after the completed window workload, conversation 1 was not compacted (first row 0)")
 	}
 }
