@@ -16,13 +16,20 @@ import (
 // 7, variant 10), its random part n.
 func V7Token(t time.Time, n uint64) participant.Token {
 	var tk participant.Token
-	var b [8]byte
-	binary.BigEndian.PutUint64(b[:], uint64(t.UnixMilli()))
-	copy(tk[:6], b[2:])
 	binary.BigEndian.PutUint64(tk[8:], n)
+	stampV7(&tk, t.UnixMilli())
+	return tk
+}
+
+// stampV7 makes tk a UUIDv7 drawn at ms, unix milliseconds: it sets the
+// time, the version (7, and byte 6's low bits 0) and the variant (10),
+// and keeps the other bits.
+func stampV7(tk *participant.Token, ms int64) {
+	for i := range 6 {
+		tk[i] = byte(ms >> (8 * (5 - i)))
+	}
 	tk[6] = 0x70
 	tk[8] = 0x80 | tk[8]&0x3f
-	return tk
 }
 
 // Clock is a settable clock for participant.Options.Now, safe for
