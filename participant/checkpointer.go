@@ -133,12 +133,7 @@ func (s *Service) checkpointPass(ctx context.Context) (written int, full bool, e
 		return 0, false, nil
 	}
 	defer s.passEnded(ctx, PassCheckpoint, time.Now(), &err)
-	s.mu.Lock()
-	convs := make([]*conversation, 0, len(s.convs))
-	for _, cv := range s.convs {
-		convs = append(convs, cv)
-	}
-	s.mu.Unlock()
+	convs := s.conversations()
 	budget := uint64(s.opts.CheckpointPassRows)
 	type stagedCheckpoint struct {
 		cv     *conversation

@@ -60,12 +60,7 @@ func (s *Service) compactPass(ctx context.Context) (out Compacted, full bool, er
 		return out, false, nil
 	}
 	defer s.passEnded(ctx, PassCompaction, time.Now(), &err)
-	s.mu.Lock()
-	convs := make([]*conversation, 0, len(s.convs))
-	for _, cv := range s.convs {
-		convs = append(convs, cv)
-	}
-	s.mu.Unlock()
+	convs := s.conversations()
 	now := s.now()
 	cutoff := now.Add(-s.retention()).UnixMilli()
 	// The pinned gauge keeps its meaning, --retain, under a window too.
