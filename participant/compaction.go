@@ -100,12 +100,18 @@ func (s *Service) compactPass(ctx context.Context) (out Compacted, full bool, er
 				return out, budget == 0, err
 			}
 		}
+		forgets := cv.resets.Load()
 		ck, err := loadCheckpoint(s.st, cv.id)
 		var ref *refusal
-		if errors.As(err, &ref) || ck == nil {
+		switch {
+		case errors.As(err, &ref), err == nil && ck == nil:
+			// Unreadable (its next load refuses it), or none yet.
 			continue
-		}
-		if err != nil {
+		case err != nil && cv.resets.Load() != forgets:
+			// Forgotten meanwhile (its ownership lost): its next owner
+			// compacts it.
+			continue
+		case err != nil:
 			return out, budget == 0, err
 		}
 		if s.pinnedBy(cv.id, ck, pinCutoff) {
