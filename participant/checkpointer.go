@@ -16,8 +16,8 @@ import (
 // not all stored yet; the caller tries again on a later pass.
 var errNotDurable = errors.New("participant: outbox rows of the checkpoint's range are missing")
 
-// checkpointBatchBytes bounds the checkpoints a pass writes with one
-// PutBytes.
+// checkpointBatchBytes bounds the checkpoints a pass stages (each with a
+// PutBytes of its own) before it flushes them together.
 const checkpointBatchBytes = 4 << 20
 
 // deriveCheckpoint replays conversation c's rows from base (nil: from row
