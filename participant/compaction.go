@@ -40,13 +40,17 @@ const receiptBatchBytes = 4 << 20
 // outbox rows below the newest compaction mark at least Options.Retain
 // old (under a token window, at least the window and the skew: see
 // retention), and never the last row a checkpoint covers. It reads at most
-// Options.CheckpointPassRows oplog rows in all. For each conversation it
-// settles the tokens of the rows about to go (settleTokens) and flushes,
-// then trims in steps, each under the conversation's turn for a few
-// thousand rows and one flush, about as long as a commit holds it: a reconciliation or a token lookup (which run
-// under the turn) never sees rows go from under it. Removed rows are gone
-// when it returns. A conversation whose checkpoint does not decode is
-// skipped (its next load refuses it); a failing store is returned.
+// Options.CheckpointPassRows oplog rows in all to settle tokens. For each
+// conversation it first, under Options.MaxUnackedAge, commits the release
+// of the records older than that (releaseStale: their rows go in a later
+// pass); then it settles the tokens of the rows about to go
+// (settleTokens) and flushes, raising the token floor first when it
+// forgets some; then it trims in steps, each under the conversation's
+// turn for a few thousand rows and one flush, about as long as a commit
+// holds it: a reconciliation or a token lookup (which run under the turn)
+// never sees rows go from under it. Removed rows are gone when it
+// returns. A conversation whose checkpoint does not decode is skipped
+// (its next load refuses it); a failing store is returned.
 func (s *Service) CompactPass(ctx context.Context) (Compacted, error) {
 	out, _, err := s.compactPass(ctx)
 	return out, err
@@ -265,11 +269,10 @@ func (s *Service) pinnedBy(c ConversationID, ck *checkpoint, cutoff int64) bool 
 	return err == nil && row.At <= cutoff
 }
 
-// raiseFloor persists floor as cv's token floor (windowKey), unless the
-// floor is at least that already, and flushes it, before any token below
-// it is forgotten. It takes cv's turn for the
-// write, as a commit does, so that admitToken sees the new floor no later
-// than the store does. It reports false, with nothing forgotten, when cv
+// raiseFloor raises cv's token floor (windowKey) to to, unless it is
+// there already, and flushes it, before any token below it is forgotten.
+// It takes cv's turn for the write, as a commit does, so that admitToken
+// sees the new floor no later than the store does. It reports false, with nothing forgotten, when cv
 // was reset since resets or another writer moved the floor (cluster mode:
 // cv is another node's now); a later pass retries.
 func (s *Service) raiseFloor(ctx context.Context, cv *conversation, to int64, resets uint64) (bool, error) {
