@@ -261,12 +261,23 @@ func (s *Service) pinnedBy(c ConversationID, ck *checkpoint, cutoff int64) bool 
 	if len(ck.Records) == 0 {
 		return false
 	}
-	b, err := readOne(s.st, oplog.Stream(c), ck.Records[0].Oplog)
+	at, stored, err := s.committedAt(c, ck.Records[0].Oplog)
+	return err == nil && stored && at <= cutoff
+}
+
+// committedAt returns when oplog row i of c committed (unix ms), read
+// from the store; stored is false when the row is not stored (compacted,
+// or past the end).
+func (s *Service) committedAt(c ConversationID, i uint64) (at int64, stored bool, err error) {
+	b, err := readOne(s.st, oplog.Stream(c), i)
 	if err != nil || b == nil {
-		return false
+		return 0, false, err
 	}
 	row, err := oplog.Decode(b)
-	return err == nil && row.At <= cutoff
+	if err != nil {
+		return 0, false, fmt.Errorf("participant: oplog row %d of %v: %w", i, c, err)
+	}
+	return row.At, true, nil
 }
 
 // raiseFloor raises cv's token floor (windowKey) to to, unless it is
