@@ -181,17 +181,15 @@ func decodeCheckpoint(b []byte) (*checkpoint, error) {
 		err = msgpack.Unmarshal(body, ck)
 	} else {
 		w := ckWithReleased{Checkpoint: ck}
-		if err = msgpack.Unmarshal(body, &w); err == nil && (w.Checkpoint == nil || len(w.Released) == 0) {
-			err = errors.New("a release list without releases")
-		}
-		if w.Checkpoint != nil {
-			ck = w.Checkpoint
-		}
+		err = msgpack.Unmarshal(body, &w)
 		ck.Released = w.Released
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errCheckpointCorrupt, err)
 	}
+	// Encoded again, a version 2 body without releases is version 1's, and
+	// one without a checkpoint holds the zero checkpoint: neither is
+	// canonical.
 	if version, again, err := ck.encodeBody(); err != nil || version != b[0] || !bytes.Equal(again, body) {
 		return nil, fmt.Errorf("%w: body is not in canonical form", errCheckpointCorrupt)
 	}

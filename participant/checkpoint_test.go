@@ -355,6 +355,10 @@ func TestDecodeCheckpoint_RejectsMalformed(t *testing.T) {
 		{"unknown record kind", func(ck *checkpoint) { ck.Records[0].Record.Kind = 42 }},
 		{"mark past the rows", func(ck *checkpoint) { ck.Marks[0].Oplog = 4 }},
 		{"mark going back", func(ck *checkpoint) { ck.Marks = append(ck.Marks, mark{At: 4, Oplog: 1, Outbox: 1}) }},
+		{"release of an unknown member", func(ck *checkpoint) { ck.Released = []ckReleased{{Member: 2, Through: 1}} }},
+		{"release at its member's cursor", func(ck *checkpoint) { ck.Released = []ckReleased{{Member: 0, Through: 2}} }},
+		{"release of a retained record", func(ck *checkpoint) { ck.Released = []ckReleased{{Member: 1, Through: 2}} }},
+		{"releases out of order", func(ck *checkpoint) { ck.Released = []ckReleased{{Member: 1, Through: 1}, {Member: 1, Through: 1}} }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -370,13 +374,45 @@ func TestDecodeCheckpoint_RejectsMalformed(t *testing.T) {
 	}
 	// Trailing bytes inside a valid CRC are not canonical.
 	body := append(bytes.Clone(enc[1:len(enc)-4]), 0xc0)
-	b := append([]byte{checkpointVersion}, body...)
-	b = append(b, 0, 0, 0, 0)
-	crc := crcOf(body)
-	copy(b[len(b)-4:], crc)
-	if _, err := decodeCheckpoint(b); !errors.Is(err, errCheckpointCorrupt) {
+	if _, err := decodeCheckpoint(framed(checkpointVersion, body)); !errors.Is(err, errCheckpointCorrupt) {
 		t.Fatalf("decodeCheckpoint(trailing bytes) = %v, want errCheckpointCorrupt", err)
 	}
+
+	// A release makes the checkpoint version 2, which decodes only with
+	// releases, and only as version 2.
+	released := *good
+	released.Released = []ckReleased{{Member: 1, Through: 1}}
+	enc2, err := encodeCheckpoint(&released)
+	must(t, err)
+	if enc2[0] != checkpointVersionReleased {
+		t.Fatalf("encodeCheckpoint(with a release) is version %d, want %d", enc2[0], checkpointVersionReleased)
+	}
+	if got, err := decodeCheckpoint(enc2); err != nil || !cmp.Equal(got.Released, released.Released) {
+		t.Fatalf("decodeCheckpoint(version 2) = %+v, %v; want releases %+v", got, err, released.Released)
+	}
+	empty, err := msgpack.Marshal(&ckWithReleased{Checkpoint: good})
+	must(t, err)
+	noCheckpoint, err := msgpack.Marshal(&ckWithReleased{Released: released.Released})
+	must(t, err)
+	for _, tt := range []struct {
+		name string
+		b    []byte
+	}{
+		{"version 2 without releases", framed(checkpointVersionReleased, empty)},
+		{"version 2 without a checkpoint", framed(checkpointVersionReleased, noCheckpoint)},
+		{"version 1 with releases", framed(checkpointVersion, enc2[1:len(enc2)-4])},
+		{"version 2 of a version 1 body", framed(checkpointVersionReleased, enc[1:len(enc)-4])},
+	} {
+		if _, err := decodeCheckpoint(tt.b); !errors.Is(err, errCheckpointCorrupt) {
+			t.Errorf("decodeCheckpoint(%s) = %v, want errCheckpointCorrupt", tt.name, err)
+		}
+	}
+}
+
+// framed is body framed as a checkpoint of version v, with a valid CRC.
+func framed(v byte, body []byte) []byte {
+	b := append([]byte{v}, body...)
+	return append(b, crcOf(body)...)
 }
 
 // TestCheckpointer_RunsInTheBackgroundUntilClose starts the background

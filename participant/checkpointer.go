@@ -16,8 +16,8 @@ import (
 // not all stored yet; the caller tries again on a later pass.
 var errNotDurable = errors.New("participant: outbox rows of the checkpoint's range are missing")
 
-// checkpointBatchBytes bounds the checkpoints a pass writes with one
-// PutBytes.
+// checkpointBatchBytes bounds the checkpoints a pass stages (each with a
+// PutBytes of its own) before it flushes them together.
 const checkpointBatchBytes = 4 << 20
 
 // deriveCheckpoint replays conversation c's rows from base (nil: from row
@@ -133,12 +133,7 @@ func (s *Service) checkpointPass(ctx context.Context) (written int, full bool, e
 		return 0, false, nil
 	}
 	defer s.passEnded(ctx, PassCheckpoint, time.Now(), &err)
-	s.mu.Lock()
-	convs := make([]*conversation, 0, len(s.convs))
-	for _, cv := range s.convs {
-		convs = append(convs, cv)
-	}
-	s.mu.Unlock()
+	convs := s.conversations()
 	budget := uint64(s.opts.CheckpointPassRows)
 	type stagedCheckpoint struct {
 		cv     *conversation

@@ -40,13 +40,17 @@ const receiptBatchBytes = 4 << 20
 // outbox rows below the newest compaction mark at least Options.Retain
 // old (under a token window, at least the window and the skew: see
 // retention), and never the last row a checkpoint covers. It reads at most
-// Options.CheckpointPassRows oplog rows in all. For each conversation it
-// settles the tokens of the rows about to go (settleTokens) and flushes,
-// then trims in steps, each under the conversation's turn for a few
-// thousand rows and one flush, about as long as a commit holds it: a reconciliation or a token lookup (which run
-// under the turn) never sees rows go from under it. Removed rows are gone
-// when it returns. A conversation whose checkpoint does not decode is
-// skipped (its next load refuses it); a failing store is returned.
+// Options.CheckpointPassRows oplog rows in all to settle tokens. For each
+// conversation it first, under Options.MaxUnackedAge, commits the release
+// of the records older than that (releaseStale: their rows go in a later
+// pass); then it settles the tokens of the rows about to go
+// (settleTokens) and flushes, raising the token floor first when it
+// forgets some; then it trims in steps, each under the conversation's
+// turn for a few thousand rows and one flush, about as long as a commit
+// holds it: a reconciliation or a token lookup (which run under the turn)
+// never sees rows go from under it. Removed rows are gone when it
+// returns. A conversation whose checkpoint does not decode is skipped
+// (its next load refuses it); a failing store is returned.
 func (s *Service) CompactPass(ctx context.Context) (Compacted, error) {
 	out, _, err := s.compactPass(ctx)
 	return out, err
@@ -60,12 +64,7 @@ func (s *Service) compactPass(ctx context.Context) (out Compacted, full bool, er
 		return out, false, nil
 	}
 	defer s.passEnded(ctx, PassCompaction, time.Now(), &err)
-	s.mu.Lock()
-	convs := make([]*conversation, 0, len(s.convs))
-	for _, cv := range s.convs {
-		convs = append(convs, cv)
-	}
-	s.mu.Unlock()
+	convs := s.conversations()
 	now := s.now()
 	cutoff := now.Add(-s.retention()).UnixMilli()
 	// The pinned gauge keeps its meaning, --retain, under a window too.
@@ -105,12 +104,18 @@ func (s *Service) compactPass(ctx context.Context) (out Compacted, full bool, er
 				return out, budget == 0, err
 			}
 		}
+		forgets := cv.resets.Load()
 		ck, err := loadCheckpoint(s.st, cv.id)
 		var ref *refusal
-		if errors.As(err, &ref) || ck == nil {
+		switch {
+		case errors.As(err, &ref), err == nil && ck == nil:
+			// Unreadable (its next load refuses it), or none yet.
 			continue
-		}
-		if err != nil {
+		case err != nil && cv.resets.Load() != forgets:
+			// Forgotten meanwhile (its ownership lost): its next owner
+			// compacts it.
+			continue
+		case err != nil:
 			return out, budget == 0, err
 		}
 		if s.pinnedBy(cv.id, ck, pinCutoff) {
@@ -256,19 +261,29 @@ func (s *Service) pinnedBy(c ConversationID, ck *checkpoint, cutoff int64) bool 
 	if len(ck.Records) == 0 {
 		return false
 	}
-	b, err := readOne(s.st, oplog.Stream(c), ck.Records[0].Oplog)
-	if err != nil || b == nil {
-		return false
-	}
-	row, err := oplog.Decode(b)
-	return err == nil && row.At <= cutoff
+	at, stored, err := s.committedAt(c, ck.Records[0].Oplog)
+	return err == nil && stored && at <= cutoff
 }
 
-// raiseFloor persists floor as cv's token floor (windowKey), unless the
-// floor is at least that already, and flushes it, before any token below
-// it is forgotten. It takes cv's turn for the
-// write, as a commit does, so that admitToken sees the new floor no later
-// than the store does. It reports false, with nothing forgotten, when cv
+// committedAt returns when oplog row i of c committed (unix ms), read
+// from the store; stored is false when the row is not stored (compacted,
+// or past the end).
+func (s *Service) committedAt(c ConversationID, i uint64) (at int64, stored bool, err error) {
+	b, err := readOne(s.st, oplog.Stream(c), i)
+	if err != nil || b == nil {
+		return 0, false, err
+	}
+	row, err := oplog.Decode(b)
+	if err != nil {
+		return 0, false, fmt.Errorf("participant: oplog row %d of %v: %w", i, c, err)
+	}
+	return row.At, true, nil
+}
+
+// raiseFloor raises cv's token floor (windowKey) to to, unless it is
+// there already, and flushes it, before any token below it is forgotten.
+// It takes cv's turn for the write, as a commit does, so that admitToken
+// sees the new floor no later than the store does. It reports false, with nothing forgotten, when cv
 // was reset since resets or another writer moved the floor (cluster mode:
 // cv is another node's now); a later pass retries.
 func (s *Service) raiseFloor(ctx context.Context, cv *conversation, to int64, resets uint64) (bool, error) {

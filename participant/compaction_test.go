@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/participantd/participantd/faultstore"
 	"github.com/participantd/participantd/oplog"
 	"github.com/participantd/participantd/outbox"
 	"github.com/participantd/participantd/store"
@@ -251,5 +252,33 @@ func TestCompaction_AResetBetweenReceiptsAndTrimsTrimsNothing(t *testing.T) {
 		Payload: []byte(fmt.Sprintf("tell %d of %v", 0, ConversationID(1)))})
 	if err != nil || told.Replay != ReplayCommitted {
 		t.Fatalf("retry of tell 0 after compaction = %+v, %v, want a replay", told, err)
+	}
+}
+
+// TestCompactPass_AFailedCheckpointReadFailsThePass: a store that fails
+// to read a conversation's checkpoint fails the pass, which trims nothing
+// of it, rather than passing over it as if it had no checkpoint; the next
+// pass compacts it.
+func TestCompactPass_AFailedCheckpointReadFailsThePass(t *testing.T) {
+	ctx := context.Background()
+	clk := &clock{now: time.UnixMilli(1_700_000_000_000)}
+	mem := store.NewMemory()
+	fs := faultstore.New(mem)
+	svc, err := Open(ctx, fs, Options{NodeKey: testKey, CheckpointRows: 1, Retain: time.Minute, Now: clk.Now})
+	must(t, err)
+	defer svc.Close()
+	buildHistory(t, svc, 1, 10, 0)
+	if n, err := svc.CheckpointPass(ctx); err != nil || n != 1 {
+		t.Fatalf("CheckpointPass() = %d, %v, want 1, nil", n, err)
+	}
+	clk.advance(2 * time.Minute)
+	fs.SetRules(faultstore.When(faultstore.Fail, faultstore.Kind(faultstore.OpRead), faultstore.Name(checkpointKey(1))))
+	got, err := svc.CompactPass(ctx)
+	if !errors.Is(err, faultstore.ErrInjected) || got.Conversations != 0 || firstOf(t, mem, oplog.Stream(1)) != 0 {
+		t.Fatalf("CompactPass() with the checkpoint unreadable = %+v, %v; want the read's failure and nothing trimmed", got, err)
+	}
+	fs.SetRules()
+	if got, err := svc.CompactPass(ctx); err != nil || got.Conversations != 1 {
+		t.Fatalf("CompactPass() once the checkpoint reads = %+v, %v; want the conversation compacted", got, err)
 	}
 }

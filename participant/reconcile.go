@@ -256,6 +256,21 @@ func validateOutbox(st store.DurableStore, c ConversationID, pageBytes int, from
 // ownership lost) while it was being reconciled; nothing was committed.
 var errForgotten = &Error{Code: CodeUnavailable, Detail: "the conversation's ownership was lost while loading it"}
 
+// install publishes st, loaded or reconciled, as cv's state with its
+// bindings' fence tokens, unless cv was forgotten since its turn's holder
+// began to use it: then it installs nothing and returns errForgotten. The
+// caller holds cv's turn.
+func (cv *conversation) install(st *outbox.State, tokens map[ParticipantID]fenceToken) error {
+	cv.mu.Lock()
+	defer cv.mu.Unlock()
+	if !cv.currentLocked() {
+		return errForgotten
+	}
+	cv.setStateLocked(st)
+	cv.bindingTokens = tokens
+	return nil
+}
+
 // ensureLoadedTurn returns cv's state, reconciling it first when it is not
 // loaded. The caller holds cv's turn. Loading ends the bindings that cannot
 // be live any more — those of an earlier server incarnation
@@ -279,15 +294,8 @@ func (s *Service) ensureLoadedTurn(ctx context.Context, cv *conversation) (*outb
 	if !cv.registered.Load() {
 		// Never registered, so nothing of it is stored.
 		st := &outbox.State{}
-		cv.mu.Lock()
-		current := cv.currentLocked()
-		if current {
-			cv.state = st
-			cv.bindingTokens = make(map[ParticipantID]fenceToken)
-		}
-		cv.mu.Unlock()
-		if !current {
-			return nil, errForgotten
+		if err := cv.install(st, make(map[ParticipantID]fenceToken)); err != nil {
+			return nil, err
 		}
 		return st, nil
 	}
@@ -356,15 +364,8 @@ func (s *Service) ensureLoadedTurn(ctx context.Context, cv *conversation) (*outb
 			}
 		}
 	}
-	cv.mu.Lock()
-	current := cv.currentLocked()
-	if current {
-		cv.setStateLocked(st)
-		cv.bindingTokens = tokens
-	}
-	cv.mu.Unlock()
-	if !current {
-		return nil, errForgotten
+	if err := cv.install(st, tokens); err != nil {
+		return nil, err
 	}
 	s.forgetStaleBindings(cv.id, st)
 	if len(ends) > 0 {

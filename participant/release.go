@@ -97,16 +97,10 @@ func (s *Service) committedBy(cv *conversation, q Seq, cutoff int64) (bool, erro
 	if rec == nil {
 		return true, nil
 	}
-	b, err := readOne(s.st, oplog.Stream(cv.id), source)
+	at, stored, err := s.committedAt(cv.id, source)
 	if err != nil {
 		return false, err
 	}
-	if b == nil {
-		return true, nil // compacted: older than anything retained
-	}
-	row, err := oplog.Decode(b)
-	if err != nil {
-		return false, fmt.Errorf("participant: oplog row %d of %v: %w", source, cv.id, err)
-	}
-	return row.At <= cutoff, nil
+	// A row compacted away is older than anything retained.
+	return !stored || at <= cutoff, nil
 }

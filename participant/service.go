@@ -426,12 +426,7 @@ func (s *Service) Options() Options { return s.opts }
 
 // Unloadable lists the contained conversations, in no particular order.
 func (s *Service) Unloadable() []Unloadable {
-	s.mu.Lock()
-	convs := make([]*conversation, 0, len(s.convs))
-	for _, cv := range s.convs {
-		convs = append(convs, cv)
-	}
-	s.mu.Unlock()
+	convs := s.conversations()
 	var out []Unloadable
 	for _, cv := range convs {
 		cv.mu.RLock()
@@ -533,6 +528,18 @@ func (s *Service) existing(id ConversationID) *conversation {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.convs[id]
+}
+
+// conversations returns the conversations memory holds, in no particular
+// order; the slice is the caller's.
+func (s *Service) conversations() []*conversation {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	convs := make([]*conversation, 0, len(s.convs))
+	for _, cv := range s.convs {
+		convs = append(convs, cv)
+	}
+	return convs
 }
 
 func (s *Service) now() time.Time { return s.opts.Now() }

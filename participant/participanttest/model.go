@@ -217,11 +217,7 @@ func (r *modelRun) tok() participant.Token {
 	// ones.
 	ms := r.realMs + r.rng.Int64N(modelSkew.Milliseconds()/2)
 	r.tokTimes = append(r.tokTimes, ms)
-	for i := range 6 {
-		t[i] = byte(ms >> (8 * (5 - i)))
-	}
-	t[6], t[7] = 0x70, 0
-	t[8] = 0x80 | t[8]&0x3f
+	stampV7(&t, ms)
 	t[9] = byte(r.toks >> 6)
 	return t
 }

@@ -3,13 +3,11 @@ package participanttest
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
 
 	"github.com/participantd/participantd/faultstore"
-	"github.com/participantd/participantd/oplog"
 	"github.com/participantd/participantd/participant"
 	"github.com/participantd/participantd/store"
 )
@@ -18,13 +16,20 @@ import (
 // 7, variant 10), its random part n.
 func V7Token(t time.Time, n uint64) participant.Token {
 	var tk participant.Token
-	var b [8]byte
-	binary.BigEndian.PutUint64(b[:], uint64(t.UnixMilli()))
-	copy(tk[:6], b[2:])
 	binary.BigEndian.PutUint64(tk[8:], n)
+	stampV7(&tk, t.UnixMilli())
+	return tk
+}
+
+// stampV7 makes tk a UUIDv7 drawn at ms, unix milliseconds: it sets the
+// time, the version (7, and byte 6's low bits 0) and the variant (10),
+// and keeps the other bits.
+func stampV7(tk *participant.Token, ms int64) {
+	for i := range 6 {
+		tk[i] = byte(ms >> (8 * (5 - i)))
+	}
 	tk[6] = 0x70
 	tk[8] = 0x80 | tk[8]&0x3f
-	return tk
 }
 
 // Clock is a settable clock for participant.Options.Now, safe for
@@ -69,49 +74,21 @@ func WindowWorkload(s store.DurableStore, log *[]Answered) error {
 	ctx := context.Background()
 	*log = (*log)[:0]
 	clk := NewClock(WindowEpoch)
-	svc, err := participant.Open(ctx, s, participant.Options{NodeKey: NodeKey, CheckpointRows: 1,
-		Retain: time.Second, TokenWindow: time.Minute, TokenSkew: time.Second, Now: clk.Now})
+	p, err := openPair(ctx, s, participant.Options{NodeKey: NodeKey, CheckpointRows: 1,
+		Retain: time.Second, TokenWindow: time.Minute, TokenSkew: time.Second, Now: clk.Now}, func(n uint64) participant.Token { return V7Token(clk.Now(), n) })
 	if err != nil {
 		return err
 	}
-	defer svc.Close()
-	cs, cr := svc.Connect(nil), svc.Connect(nil)
-	snd, err := cs.Enroll(ctx, participant.Enroll{Conversation: 1, Token: V7Token(clk.Now(), 1)})
-	if err != nil {
-		return err
-	}
-	rcv, err := cr.Enroll(ctx, participant.Enroll{Conversation: 1, Token: V7Token(clk.Now(), 2)})
-	if err != nil {
-		return err
-	}
-	if _, err := cs.Ack(ctx, participant.Ack{Conversation: 1, Participant: snd.Participant, Generation: 1, Through: 2}); err != nil {
-		return err
-	}
-	passes := func() error {
-		if _, err := svc.CheckpointPass(ctx); err != nil {
-			return err
-		}
-		_, err := svc.CompactPass(ctx)
-		return err
-	}
+	defer p.svc.Close()
 	tell := func(i int) error {
-		req := participant.Tell{Conversation: 1, Participant: snd.Participant, Generation: 1,
+		req := participant.Tell{Conversation: 1, Participant: p.snd.Participant, Generation: 1,
 			Token: V7Token(clk.Now(), uint64(10+i)), Payload: []byte{byte(i)}}
-		told, err := cs.Tell(ctx, req)
+		told, err := p.cs.Tell(ctx, req)
 		if err != nil {
 			return err
 		}
-		*log = append(*log, Answered{fmt.Sprintf("tell %d", i), func(ctx context.Context, c *participant.Conn, _ store.DurableStore) error {
-			r, err := c.Tell(ctx, req)
-			if errors.Is(err, participant.ErrTokenExpired) {
-				return nil
-			}
-			if err != nil || r.Seq != told.Seq || r.Replay != participant.ReplayCommitted {
-				return fmt.Errorf("retry = %+v, %v; want seq %v replayed, or token_expired", r, err, told.Seq)
-			}
-			return nil
-		}})
-		_, err = cr.Ack(ctx, participant.Ack{Conversation: 1, Participant: rcv.Participant, Generation: 1, Through: told.Seq})
+		*log = append(*log, toldAnswered(fmt.Sprintf("tell %d", i), req, told, true))
+		_, err = p.cr.Ack(ctx, participant.Ack{Conversation: 1, Participant: p.rcv.Participant, Generation: 1, Through: told.Seq})
 		return err
 	}
 	for i := range 6 {
@@ -120,7 +97,7 @@ func WindowWorkload(s store.DurableStore, log *[]Answered) error {
 		}
 		clk.Advance(20 * time.Second)
 		if i%2 == 1 {
-			if err := passes(); err != nil {
+			if err := passes(ctx, p.svc); err != nil {
 				return err
 			}
 		}
@@ -129,7 +106,7 @@ func WindowWorkload(s store.DurableStore, log *[]Answered) error {
 	// passes, and is corrected: the floor they persist is the forgotten
 	// tokens' time, not the wrong clock's, so a fresh token commits.
 	clk.Advance(10 * time.Minute)
-	if err := passes(); err != nil {
+	if err := passes(ctx, p.svc); err != nil {
 		return err
 	}
 	clk.Advance(-10 * time.Minute)
@@ -147,11 +124,7 @@ func CheckForgotten(t faultstore.TB, st store.DurableStore) {
 	if v, err := st.ReadValue("token/1/window"); err != nil || v == 0 {
 		t.Fatalf("after the completed window workload, conversation 1 has no token floor (%d, %v)", v, err)
 	}
-	cs, ok := store.AsCompactor(st)
-	if !ok {
-		t.Fatalf("the store %T does not compact", st)
-	}
-	if first, err := cs.First(oplog.Stream(1)); err != nil || first == 0 {
-		t.Fatalf("after the completed window workload, conversation 1 was not compacted (first row %d, %v)", first, err)
+	if firstOplogRow(t, st) == 0 {
+		t.Fatalf("after the completed window workload, conversation 1 was not compacted (first row 0)")
 	}
 }
