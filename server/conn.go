@@ -90,16 +90,6 @@ type request struct {
 	held int64
 }
 
-// ByeIdle is the reason of the bye the server sends before closing an idle
-// connection (Config.IdleTimeout).
-const ByeIdle = "idle"
-
-// ByeLeaseLost is the reason of the bye a cluster node sends to every
-// connection that holds a binding when it loses its lease: the bindings
-// now belong to whichever node owns their conversation next, and a client
-// that only reads would otherwise learn it only at its next binding check.
-const ByeLeaseLost = "lease_lost"
-
 // reasonTLSHandshake counts, among the refused connections, those whose TLS
 // handshake failed or timed out: they get no rejected frame.
 const reasonTLSHandshake wire.Reason = "tls_handshake"
@@ -350,9 +340,9 @@ func (c *conn) readLoop() closing {
 			case c.shutdown.Load():
 				return closing{cause: oplog.CauseShutdown, final: &wire.ServerBye{Reason: wire.ByeShutdown}, reason: "shutdown"}
 			case c.idle.Load():
-				return closing{cause: oplog.CauseConnectionLost, final: &wire.ServerBye{Reason: ByeIdle}, reason: "idle"}
+				return closing{cause: oplog.CauseConnectionLost, final: &wire.ServerBye{Reason: wire.ByeIdle}, reason: "idle"}
 			case c.leaseLost.Load():
-				return closing{cause: oplog.CauseConnectionLost, final: &wire.ServerBye{Reason: ByeLeaseLost}, reason: "lease lost"}
+				return closing{cause: oplog.CauseConnectionLost, final: &wire.ServerBye{Reason: wire.ByeLeaseLost}, reason: "lease lost"}
 			case errors.Is(err, os.ErrDeadlineExceeded):
 				return closing{cause: oplog.CauseConnectionLost, reason: "frame read timeout", err: err}
 			case errors.Is(err, wire.ErrFrameTooLarge):

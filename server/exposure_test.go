@@ -257,7 +257,7 @@ func TestExposure_IdleConnectionClosedWithBye(t *testing.T) {
 	bound.enroll(1)
 	idle := h.dial()
 	m := idle.next()
-	if bye, ok := m.(*wire.ServerBye); !ok || bye.Reason != server.ByeIdle {
+	if bye, ok := m.(*wire.ServerBye); !ok || bye.Reason != wire.ByeIdle {
 		t.Fatalf("an idle connection got %#v, want bye{idle}", m)
 	}
 	idle.expectClosed()
