@@ -2,8 +2,6 @@ package server
 
 import (
 	"bufio"
-	"crypto/sha256"
-	"crypto/subtle"
 	"crypto/tls"
 	"encoding/binary"
 	"errors"
@@ -305,17 +303,8 @@ func (c *conn) handshake() (wire.Reason, string, *wire.Hello) {
 	if !slices.Contains(hello.Versions, wire.Version) {
 		return wire.ReasonUnsupportedVersion, fmt.Sprintf("this server speaks version %d only", wire.Version), nil
 	}
-	if tok := c.srv.cfg.AuthToken; tok != "" {
-		// Hashing first makes the comparison constant-time in the length
-		// too.
-		want := sha256.Sum256([]byte(tok))
-		var got [32]byte
-		if hello.Auth != nil {
-			got = sha256.Sum256([]byte(*hello.Auth))
-		}
-		if hello.Auth == nil || subtle.ConstantTimeCompare(want[:], got[:]) != 1 {
-			return wire.ReasonAuthFailed, "wrong or missing auth token", nil
-		}
+	if tok := c.srv.cfg.AuthToken; tok != "" && (hello.Auth == nil || !tokenEqual(*hello.Auth, tok)) {
+		return wire.ReasonAuthFailed, "wrong or missing auth token", nil
 	}
 	if c.srv.svc.Load() == nil {
 		return wire.ReasonShuttingDown, "the server is not serving", nil
