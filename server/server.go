@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"maps"
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -477,11 +479,14 @@ func (s *Server) refuse(nc net.Conn, reason wire.Reason, detail string) {
 }
 
 // leaseLost ends every connection that holds a binding with
-// bye{lease_lost}; it never blocks (the node's keep-alive calls it).
+// bye{lease_lost}; it never blocks (the node's keep-alive calls it). The
+// connections are asked outside s.mu: asking reads each one's bindings
+// and sets its deadline, which admit need not wait behind.
 func (s *Server) leaseLost() {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	for c := range s.conns {
+	conns := slices.Collect(maps.Keys(s.conns))
+	s.mu.Unlock()
+	for _, c := range conns {
 		c.requestLeaseLost()
 	}
 }
@@ -509,10 +514,7 @@ func (s *Server) drain(acceptDone <-chan error, acceptStopped bool, wsDone <-cha
 	}
 	s.mu.Lock()
 	s.draining = true
-	conns := make([]*conn, 0, len(s.conns))
-	for c := range s.conns {
-		conns = append(conns, c)
-	}
+	conns := slices.Collect(maps.Keys(s.conns))
 	// A refusal still in its TLS handshake has nothing worth waiting for.
 	for nc := range s.refusing {
 		nc.SetDeadline(time.Now())
