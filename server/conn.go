@@ -410,10 +410,10 @@ func (c *conn) endBodyDeadline() {
 	c.recheckDeadline()
 }
 
-// recheckDeadline keeps the read deadline a drain or the idle timer set
-// while the reader changed it.
+// recheckDeadline keeps the read deadline a drain, the idle timer or a
+// lost lease set while the reader changed it.
 func (c *conn) recheckDeadline() {
-	if c.shutdown.Load() || c.idle.Load() {
+	if c.shutdown.Load() || c.idle.Load() || c.leaseLost.Load() {
 		c.nc.SetReadDeadline(time.Now())
 	}
 }
