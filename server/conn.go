@@ -38,8 +38,6 @@ type conn struct {
 	// counts it when limited.
 	peer    netip.Prefix
 	limited bool
-	// ws is set when the connection came in on the WebSocket listener.
-	ws bool
 
 	// shutdown is set when the server drains this connection.
 	shutdown atomic.Bool

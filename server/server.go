@@ -416,7 +416,6 @@ func (s *Server) admit(raw net.Conn, ws bool) {
 	case reason == "":
 		raw.SetDeadline(now.Add(s.cfg.HelloTimeout))
 		c = newConn(s, nc, key, limited)
-		c.ws = ws
 		s.conns[c] = struct{}{}
 	case len(s.refusing) < maxRefusing:
 		raw.SetDeadline(now.Add(s.refuseTimeout()))
@@ -646,8 +645,7 @@ func (s *Server) oldestStoreCall() (storeCall, int, bool) {
 // address, 0.0.0.0 or ::, listens on every interface), no auth token is
 // required, and the enroll policy is open.
 func openAdmission(cfg Config, addr net.Addr) bool {
-	ta, ok := addr.(*net.TCPAddr)
-	return !(ok && ta.IP.IsLoopback()) && cfg.AuthToken == "" && cfg.EnrollPolicy == participant.EnrollOpen
+	return !isLoopback(addr) && cfg.AuthToken == "" && cfg.EnrollPolicy == participant.EnrollOpen
 }
 
 // httpErrorLog sends net/http's own error lines (a failed TLS handshake,
