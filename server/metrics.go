@@ -155,8 +155,7 @@ func newMetrics(s *Server) *metrics {
 		}, func() float64 {
 			if ref := s.st.Load(); ref != nil {
 				if d, ok := ref.backend.(*dataDir); ok {
-					n, _ := d.st.InUse()
-					return float64(n)
+					return float64(inUse(d.st)())
 				}
 			}
 			return 0
