@@ -13,8 +13,11 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/participantd/participantd/cluster"
 	"github.com/participantd/participantd/participant"
 	"github.com/participantd/participantd/server"
+	"github.com/participantd/participantd/store/etcdstore"
+	"github.com/participantd/participantd/wire"
 )
 
 // EnvPrefix starts every environment variable participantd reads.
@@ -117,9 +120,9 @@ var settings = []setting{
 		func(o *options, v string) error { o.server.HealthTLSKey = v; return nil }},
 	{"health-hosts", "", "comma-separated host names the health listener answers to besides IP literals and localhost (a request naming another Host gets 421, except /health and /ready: DNS rebinding)",
 		func(o *options, v string) error { o.server.HealthHosts = server.ParseEndpoints(v); return nil }},
-	{"max-frame", strconv.Itoa(1 << 20), "largest frame body accepted, bytes (announced in welcome)",
+	{"max-frame", strconv.Itoa(wire.DefaultMaxFrame), "largest frame body accepted, bytes (announced in welcome)",
 		intSetting(func(o *options) *int { return &o.server.MaxFrame })},
-	{"max-record-bytes", strconv.Itoa(512 << 10), "largest tell payload, bytes",
+	{"max-record-bytes", strconv.Itoa(participant.DefaultMaxRecordBytes), "largest tell payload, bytes",
 		intSetting(func(o *options) *int { return &o.server.MaxRecordBytes })},
 	{"receipt-ttl", "24h", "how long enroll/attach answers replay their secret",
 		durationSetting(func(o *options) *time.Duration { return &o.server.ReceiptTTL })},
@@ -231,7 +234,7 @@ var settings = []setting{
 	// Cluster mode (docs/DESIGN.md "Cluster mode"): set etcd-endpoints to turn it on.
 	{"etcd-endpoints", "", "comma-separated etcd client URLs: cluster mode, data in etcd (empty: a single node on its embedded store, see --store)",
 		func(o *options, v string) error { o.server.Cluster.Endpoints = server.ParseEndpoints(v); return nil }},
-	{"etcd-prefix", "/participantd/", "etcd key prefix of the data set (cluster mode)",
+	{"etcd-prefix", etcdstore.DefaultPrefix, "etcd key prefix of the data set (cluster mode)",
 		func(o *options, v string) error { o.server.Cluster.Prefix = v; return nonEmpty(v) }},
 	{"node-id", "", "this node's id in the cluster (default: derived once, kept in the data directory as " + server.NodeIDFile + ")",
 		func(o *options, v string) error {
@@ -243,7 +246,7 @@ var settings = []setting{
 		}},
 	{"advertise", "", "wire address clients are sent to (moved) for this node's conversations (default: the listen address)",
 		func(o *options, v string) error { o.server.Cluster.Advertise = v; return nil }},
-	{"lease-ttl", "5s", "ownership lease; a dead node's conversations move after about this long",
+	{"lease-ttl", cluster.DefaultLeaseTTL.String(), "ownership lease; a dead node's conversations move after about this long",
 		durationSetting(func(o *options) *time.Duration { return &o.server.Cluster.LeaseTTL })},
 	{"etcd-leader-affinity", "true", "send commits to the etcd leader over a connection of their own, falling back to every endpoint while it is unknown (cluster mode)",
 		func(o *options, v string) error {
