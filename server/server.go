@@ -203,7 +203,7 @@ func (s *Server) Run(ctx context.Context) error {
 		ErrorLog: log.New(httpErrorLog{s.log}, "", 0)}
 	hln := s.hln
 	if s.healthTLS != nil {
-		hln = tls.NewListener(hln, s.healthTLS.config())
+		hln = tls.NewListener(hln, s.healthTLS.conf)
 	}
 	hdone := make(chan struct{})
 	go func() {
@@ -430,7 +430,7 @@ func (s *Server) admit(raw net.Conn, ws bool) {
 	}
 	nc := raw
 	if s.wireTLS != nil {
-		nc = tls.Server(raw, s.wireTLS.config())
+		nc = tls.Server(raw, s.wireTLS.conf)
 	}
 	if ws {
 		nc = newWSConn(nc, s.cfg.WSAllowedOrigins)

@@ -100,3 +100,28 @@ func dialTLS(t *testing.T, h *harness, pool *x509.CertPool) *client {
 	}
 	return c
 }
+
+// Every TLS connection of a listener is served with the same
+// configuration, so that a client resumes its session on its next
+// connection instead of running a whole handshake again.
+func TestTLS_NextConnectionResumesTheSession(t *testing.T) {
+	certFile, keyFile, pool := selfSigned(t, t.TempDir())
+	h := start(t, server.Config{TLSCert: certFile, TLSKey: keyFile})
+	conf := &tls.Config{RootCAs: pool, ServerName: "127.0.0.1", ClientSessionCache: tls.NewLRUClientSessionCache(1)}
+	for i := range 2 {
+		nc, err := tls.Dial("tcp", h.srv.Addr().String(), conf)
+		if err != nil {
+			t.Fatalf("tls.Dial %d: %v", i, err)
+		}
+		if resumed := nc.ConnectionState().DidResume; resumed != (i > 0) {
+			t.Errorf("connection %d resumed a session: %v, want %v", i, resumed, i > 0)
+		}
+		// Reading welcome takes in the session ticket that TLS 1.3 sends
+		// after the handshake.
+		c := newClient(t, nc)
+		c.send(&wire.Hello{Versions: []uint64{1}})
+		if m, ok := c.next().(*wire.Welcome); !ok {
+			t.Fatalf("hello over TLS answered %#v", m)
+		}
+	}
+}
