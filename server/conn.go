@@ -157,7 +157,7 @@ func clip(s string) string {
 // serve runs the connection to its end. The TLS handshake and hello run
 // under the deadline admit set.
 func (c *conn) serve() {
-	if tc, ok := c.nc.(*tls.Conn); ok {
+	if tc := tlsOf(c.nc); tc != nil {
 		if err := tc.Handshake(); err != nil {
 			// Nothing can be said to a peer without TLS.
 			c.srv.metrics.refused(reasonTLSHandshake)
@@ -225,6 +225,16 @@ func (c *conn) serve() {
 	}
 	cl := c.readLoop()
 	c.teardown(cl)
+}
+
+// tlsOf returns the TLS connection nc runs over, beneath a WebSocket's
+// too, or nil.
+func tlsOf(nc net.Conn) *tls.Conn {
+	if w, ok := nc.(*wsConn); ok {
+		nc = w.raw
+	}
+	tc, _ := nc.(*tls.Conn)
+	return tc
 }
 
 // touch records activity: a frame read or a request answered.

@@ -125,3 +125,28 @@ func TestTLS_NextConnectionResumesTheSession(t *testing.T) {
 		}
 	}
 }
+
+// A peer that does not speak TLS to a TLS listener, the wire one or the
+// WebSocket one, is closed without a word and counted as a failed TLS
+// handshake, not as a refused hello.
+func TestTLS_FailedHandshakeCountedOnEveryListener(t *testing.T) {
+	certFile, keyFile, _ := selfSigned(t, t.TempDir())
+	h := start(t, server.Config{TLSCert: certFile, TLSKey: keyFile})
+	addrs := []string{h.srv.Addr().String(), h.srv.WSAddr().String()}
+	for _, addr := range addrs {
+		nc, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		if _, err := nc.Write([]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n")); err != nil {
+			t.Fatal(err)
+		}
+		if got := closedWithin([]net.Conn{nc}, waitFor); got != 1 {
+			t.Fatalf("the server did not close a connection to %s that does not speak TLS", addr)
+		}
+	}
+	eventually(t, "every failed handshake counted", func() bool {
+		return h.metric(server.MetricRefusedTotal+`{reason="tls_handshake"}`) == float64(len(addrs))
+	})
+}
