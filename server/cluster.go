@@ -410,6 +410,14 @@ func (m *clusterMetrics) Claimed()      {}
 func (m *clusterMetrics) Moved()        {}
 func (m *clusterMetrics) LeaseLost(int) {}
 
+func (m *clusterMetrics) Txn(d time.Duration, _ int, err error) {
+	outcome := "ok"
+	if err != nil {
+		outcome = "refused"
+	}
+	m.txn.WithLabelValues(outcome).Observe(d.Seconds())
+}
+
 // leaseObserver is the node's cluster.Observer: its metrics, and on a lost
 // lease every connection holding a binding is ended with bye{lease_lost}
 // (PROTOCOL.md, Cluster mode), so that a client that only reads follows
@@ -423,11 +431,4 @@ type leaseObserver struct {
 func (o leaseObserver) LeaseLost(owned int) {
 	o.clusterMetrics.LeaseLost(owned)
 	o.srv.leaseLost()
-}
-func (m *clusterMetrics) Txn(d time.Duration, _ int, err error) {
-	outcome := "ok"
-	if err != nil {
-		outcome = "refused"
-	}
-	m.txn.WithLabelValues(outcome).Observe(d.Seconds())
 }

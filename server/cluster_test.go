@@ -136,8 +136,8 @@ func TestCluster_LeaseLossSaysByeToBoundConnections(t *testing.T) {
 			t.Fatalf("revoke: %v", err)
 		}
 	}
-	if bye, ok := reader.next().(*wire.ServerBye); !ok || bye.Reason != server.ByeLeaseLost {
-		t.Fatalf("the bound connection got %#v, want bye{%s}", bye, server.ByeLeaseLost)
+	if bye, ok := reader.next().(*wire.ServerBye); !ok || bye.Reason != wire.ByeLeaseLost {
+		t.Fatalf("the bound connection got %#v, want bye{%s}", bye, wire.ByeLeaseLost)
 	}
 	reader.expectClosed()
 	idle.ping()

@@ -279,60 +279,24 @@ type Config struct {
 // withDefaults returns c with the defaults applied, or an error naming the
 // first invalid setting.
 func (c Config) withDefaults() (Config, error) {
-	if c.DataDir == "" {
-		c.DataDir = DefaultDataDir
-	}
-	if c.Listen == "" {
-		c.Listen = DefaultListen
-	}
-	if c.HealthListen == "" {
-		c.HealthListen = DefaultHealthListen
-	}
-	if c.MaxFrame == 0 {
-		c.MaxFrame = wire.DefaultMaxFrame
-	}
-	if c.MaxRecordBytes == 0 {
-		c.MaxRecordBytes = participant.DefaultMaxRecordBytes
-	}
-	if c.ReceiptTTL == 0 {
-		c.ReceiptTTL = participant.DefaultReceiptTTL
-	}
-	if c.CheckpointInterval == 0 {
-		c.CheckpointInterval = participant.DefaultCheckpointInterval
-	}
-	if c.Retain == 0 {
-		c.Retain = participant.DefaultRetain
-	}
-	if c.TokenSkew == 0 {
-		c.TokenSkew = participant.DefaultTokenSkew
-	}
-	if c.DrainTimeout == 0 {
-		c.DrainTimeout = DefaultDrainTimeout
-	}
-	if c.StoreCloseTimeout == 0 {
-		c.StoreCloseTimeout = DefaultStoreCloseTimeout
-	}
-	if c.HelloTimeout == 0 {
-		c.HelloTimeout = DefaultHelloTimeout
-	}
-	if c.WriteProgressTimeout == 0 {
-		c.WriteProgressTimeout = DefaultWriteProgressTimeout
-	}
-	if c.MaxConnections == 0 {
-		c.MaxConnections = DefaultMaxConnections
-	}
-	if c.MaxConnectionsPerAddress == 0 {
-		c.MaxConnectionsPerAddress = DefaultMaxConnectionsPerAddress
-	}
-	if c.ConnectionRate == 0 {
-		c.ConnectionRate = DefaultConnectionRate
-	}
-	if c.IdleTimeout == 0 {
-		c.IdleTimeout = DefaultIdleTimeout
-	}
-	if c.FrameReadTimeout == 0 {
-		c.FrameReadTimeout = DefaultFrameReadTimeout
-	}
+	orDefault(&c.DataDir, DefaultDataDir)
+	orDefault(&c.Listen, DefaultListen)
+	orDefault(&c.HealthListen, DefaultHealthListen)
+	orDefault(&c.MaxFrame, wire.DefaultMaxFrame)
+	orDefault(&c.MaxRecordBytes, participant.DefaultMaxRecordBytes)
+	orDefault(&c.ReceiptTTL, participant.DefaultReceiptTTL)
+	orDefault(&c.CheckpointInterval, participant.DefaultCheckpointInterval)
+	orDefault(&c.Retain, participant.DefaultRetain)
+	orDefault(&c.TokenSkew, participant.DefaultTokenSkew)
+	orDefault(&c.DrainTimeout, DefaultDrainTimeout)
+	orDefault(&c.StoreCloseTimeout, DefaultStoreCloseTimeout)
+	orDefault(&c.HelloTimeout, DefaultHelloTimeout)
+	orDefault(&c.WriteProgressTimeout, DefaultWriteProgressTimeout)
+	orDefault(&c.MaxConnections, DefaultMaxConnections)
+	orDefault(&c.MaxConnectionsPerAddress, DefaultMaxConnectionsPerAddress)
+	orDefault(&c.ConnectionRate, DefaultConnectionRate)
+	orDefault(&c.IdleTimeout, DefaultIdleTimeout)
+	orDefault(&c.FrameReadTimeout, DefaultFrameReadTimeout)
 	switch c.Engine {
 	case "":
 		c.Engine = EngineLog
@@ -340,52 +304,26 @@ func (c Config) withDefaults() (Config, error) {
 	default:
 		return c, fmt.Errorf("server: store %q: want %s or %s", c.Engine, EngineBolt, EngineLog)
 	}
-	if c.MaxPending == 0 {
-		c.MaxPending = DefaultMaxPending
-	}
+	orDefault(&c.MaxPending, DefaultMaxPending)
 	// Each byte budget holds at least one frame, and each server-wide one
 	// at least one connection's: smaller values are raised to that.
-	if c.MaxPendingBytes == 0 {
-		c.MaxPendingBytes = DefaultMaxPendingBytes
-	}
+	orDefault(&c.MaxPendingBytes, DefaultMaxPendingBytes)
 	c.MaxPendingBytes = max(c.MaxPendingBytes, c.MaxFrame)
-	if c.MaxPendingBytesTotal == 0 {
-		c.MaxPendingBytesTotal = DefaultMaxPendingBytesTotal
-	}
+	orDefault(&c.MaxPendingBytesTotal, DefaultMaxPendingBytesTotal)
 	c.MaxPendingBytesTotal = max(c.MaxPendingBytesTotal, c.MaxPendingBytes)
-	if c.MaxOutboundBytes == 0 {
-		c.MaxOutboundBytes = DefaultMaxOutboundBytes
-	}
+	orDefault(&c.MaxOutboundBytes, DefaultMaxOutboundBytes)
 	c.MaxOutboundBytes = max(c.MaxOutboundBytes, c.MaxFrame+wire.HeaderLen)
-	if c.MaxOutboundTotal == 0 {
-		c.MaxOutboundTotal = DefaultMaxOutboundTotal
-	}
+	orDefault(&c.MaxOutboundTotal, DefaultMaxOutboundTotal)
 	c.MaxOutboundTotal = max(c.MaxOutboundTotal, c.MaxOutboundBytes)
-	if c.LogMemoryBytes == 0 {
-		c.LogMemoryBytes = DefaultLogMemoryBytes
-	}
-	if c.WALSegmentSize == 0 {
-		c.WALSegmentSize = DefaultWALSegmentSize
-	}
-	if c.MaxBacklogBytes == 0 {
-		c.MaxBacklogBytes = participant.DefaultMaxBacklogBytes
-	}
+	orDefault(&c.LogMemoryBytes, DefaultLogMemoryBytes)
+	orDefault(&c.WALSegmentSize, DefaultWALSegmentSize)
+	orDefault(&c.MaxBacklogBytes, participant.DefaultMaxBacklogBytes)
 	// Backlog records (backpressure on retained records).
-	if c.MaxBacklogRecords == 0 {
-		c.MaxBacklogRecords = participant.DefaultMaxBacklogRecords
-	}
-	if c.BacklogRecords == 0 {
-		c.BacklogRecords = participant.DefaultBacklogRecords
-	}
-	if c.EnrollPolicy == "" {
-		c.EnrollPolicy = participant.EnrollOpen
-	}
-	if c.MaxConversations == 0 {
-		c.MaxConversations = participant.DefaultMaxConversations
-	}
-	if c.MaxDataBytes == 0 {
-		c.MaxDataBytes = DefaultMaxDataBytes
-	}
+	orDefault(&c.MaxBacklogRecords, participant.DefaultMaxBacklogRecords)
+	orDefault(&c.BacklogRecords, participant.DefaultBacklogRecords)
+	orDefault(&c.EnrollPolicy, participant.EnrollOpen)
+	orDefault(&c.MaxConversations, participant.DefaultMaxConversations)
+	orDefault(&c.MaxDataBytes, DefaultMaxDataBytes)
 	if _, err := participant.ParseEnrollPolicy(string(c.EnrollPolicy)); err != nil {
 		return c, fmt.Errorf("server: enroll-policy %q: want open or invite", c.EnrollPolicy)
 	}
@@ -454,4 +392,13 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("server: max-data-bytes %d is negative", c.MaxDataBytes)
 	}
 	return c, nil
+}
+
+// orDefault sets *v to def when it holds its type's zero value, which in a
+// Config means "the default".
+func orDefault[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
+	}
 }

@@ -2,8 +2,6 @@ package server
 
 import (
 	"bufio"
-	"crypto/sha256"
-	"crypto/subtle"
 	"crypto/tls"
 	"encoding/binary"
 	"errors"
@@ -40,8 +38,6 @@ type conn struct {
 	// counts it when limited.
 	peer    netip.Prefix
 	limited bool
-	// ws is set when the connection came in on the WebSocket listener.
-	ws bool
 
 	// shutdown is set when the server drains this connection.
 	shutdown atomic.Bool
@@ -89,16 +85,6 @@ type request struct {
 	m    wire.Message
 	held int64
 }
-
-// ByeIdle is the reason of the bye the server sends before closing an idle
-// connection (Config.IdleTimeout).
-const ByeIdle = "idle"
-
-// ByeLeaseLost is the reason of the bye a cluster node sends to every
-// connection that holds a binding when it loses its lease: the bindings
-// now belong to whichever node owns their conversation next, and a client
-// that only reads would otherwise learn it only at its next binding check.
-const ByeLeaseLost = "lease_lost"
 
 // reasonTLSHandshake counts, among the refused connections, those whose TLS
 // handshake failed or timed out: they get no rejected frame.
@@ -171,7 +157,7 @@ func clip(s string) string {
 // serve runs the connection to its end. The TLS handshake and hello run
 // under the deadline admit set.
 func (c *conn) serve() {
-	if tc, ok := c.nc.(*tls.Conn); ok {
+	if tc := tlsOf(c.nc); tc != nil {
 		if err := tc.Handshake(); err != nil {
 			// Nothing can be said to a peer without TLS.
 			c.srv.metrics.refused(reasonTLSHandshake)
@@ -239,6 +225,16 @@ func (c *conn) serve() {
 	}
 	cl := c.readLoop()
 	c.teardown(cl)
+}
+
+// tlsOf returns the TLS connection nc runs over, beneath a WebSocket's
+// too, or nil.
+func tlsOf(nc net.Conn) *tls.Conn {
+	if w, ok := nc.(*wsConn); ok {
+		nc = w.raw
+	}
+	tc, _ := nc.(*tls.Conn)
+	return tc
 }
 
 // touch records activity: a frame read or a request answered.
@@ -315,17 +311,8 @@ func (c *conn) handshake() (wire.Reason, string, *wire.Hello) {
 	if !slices.Contains(hello.Versions, wire.Version) {
 		return wire.ReasonUnsupportedVersion, fmt.Sprintf("this server speaks version %d only", wire.Version), nil
 	}
-	if tok := c.srv.cfg.AuthToken; tok != "" {
-		// Hashing first makes the comparison constant-time in the length
-		// too.
-		want := sha256.Sum256([]byte(tok))
-		var got [32]byte
-		if hello.Auth != nil {
-			got = sha256.Sum256([]byte(*hello.Auth))
-		}
-		if hello.Auth == nil || subtle.ConstantTimeCompare(want[:], got[:]) != 1 {
-			return wire.ReasonAuthFailed, "wrong or missing auth token", nil
-		}
+	if tok := c.srv.cfg.AuthToken; tok != "" && (hello.Auth == nil || !tokenEqual(*hello.Auth, tok)) {
+		return wire.ReasonAuthFailed, "wrong or missing auth token", nil
 	}
 	if c.srv.svc.Load() == nil {
 		return wire.ReasonShuttingDown, "the server is not serving", nil
@@ -350,9 +337,9 @@ func (c *conn) readLoop() closing {
 			case c.shutdown.Load():
 				return closing{cause: oplog.CauseShutdown, final: &wire.ServerBye{Reason: wire.ByeShutdown}, reason: "shutdown"}
 			case c.idle.Load():
-				return closing{cause: oplog.CauseConnectionLost, final: &wire.ServerBye{Reason: ByeIdle}, reason: "idle"}
+				return closing{cause: oplog.CauseConnectionLost, final: &wire.ServerBye{Reason: wire.ByeIdle}, reason: "idle"}
 			case c.leaseLost.Load():
-				return closing{cause: oplog.CauseConnectionLost, final: &wire.ServerBye{Reason: ByeLeaseLost}, reason: "lease lost"}
+				return closing{cause: oplog.CauseConnectionLost, final: &wire.ServerBye{Reason: wire.ByeLeaseLost}, reason: "lease lost"}
 			case errors.Is(err, os.ErrDeadlineExceeded):
 				return closing{cause: oplog.CauseConnectionLost, reason: "frame read timeout", err: err}
 			case errors.Is(err, wire.ErrFrameTooLarge):
@@ -431,10 +418,10 @@ func (c *conn) endBodyDeadline() {
 	c.recheckDeadline()
 }
 
-// recheckDeadline keeps the read deadline a drain or the idle timer set
-// while the reader changed it.
+// recheckDeadline keeps the read deadline a drain, the idle timer or a
+// lost lease set while the reader changed it.
 func (c *conn) recheckDeadline() {
-	if c.shutdown.Load() || c.idle.Load() {
+	if c.shutdown.Load() || c.idle.Load() || c.leaseLost.Load() {
 		c.nc.SetReadDeadline(time.Now())
 	}
 }

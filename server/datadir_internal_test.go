@@ -89,24 +89,7 @@ func TestOpenDataDir_SecondHolderIsRefused(t *testing.T) {
 // log-first run that crashed) is refused by the bbolt engine, which would
 // serve the file without them, and served whole by the log engine.
 func TestOpenDataDir_BoltRefusesALogWithPendingRecords(t *testing.T) {
-	src, dir := t.TempDir(), t.TempDir()
-	st, err := logfirst.Open(src, logfirst.Options{CheckpointInterval: time.Hour, CheckpointBytes: 1 << 40})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.Append("s", []byte("acknowledged"), 0); err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	// A copy of the files while the store is open and nothing is
-	// checkpointed is what a crash leaves.
-	copyTree(t, src, dir)
-	if err := st.Close(); err != nil {
-		t.Fatal(err)
-	}
-
+	dir := crashedLogDir(t)
 	if d, err := openDataDir(dir, Config{Engine: EngineBolt}, zerolog.Nop()); !errors.Is(err, ErrLogPending) {
 		if err == nil {
 			d.Close()
@@ -136,6 +119,49 @@ func TestOpenDataDir_BoltRefusesALogWithPendingRecords(t *testing.T) {
 	if err := d.Close(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// A data directory whose log was made durable and then lost (wal/ gone)
+// is refused by both engines: the log engine would start a new log over
+// the loss, the bbolt engine would serve the file without the lost writes.
+func TestOpenDataDir_BothEnginesRefuseALostLog(t *testing.T) {
+	dir := crashedLogDir(t)
+	if err := os.RemoveAll(filepath.Join(dir, logfirst.WALDir)); err != nil {
+		t.Fatal(err)
+	}
+	for _, engine := range []string{EngineLog, EngineBolt} {
+		d, err := openDataDir(dir, Config{Engine: engine}, zerolog.Nop())
+		if err == nil {
+			d.Close()
+		}
+		if !errors.Is(err, logfirst.ErrLogLost) {
+			t.Errorf("openDataDir(%s) on a lost log = %v, want logfirst.ErrLogLost", engine, err)
+		}
+	}
+}
+
+// crashedLogDir returns a data directory as a crash of the log engine
+// leaves it: one record, "acknowledged" in stream "s", durable in the log
+// and not checkpointed into the bbolt file. It is a copy of the files
+// taken while the store is open.
+func crashedLogDir(t *testing.T) string {
+	t.Helper()
+	src, dir := t.TempDir(), t.TempDir()
+	st, err := logfirst.Open(src, logfirst.Options{CheckpointInterval: time.Hour, CheckpointBytes: 1 << 40})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Append("s", []byte("acknowledged"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	copyTree(t, src, dir)
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
 
 func copyTree(t *testing.T, from, to string) {

@@ -44,6 +44,24 @@ func (h *harness) do(method, path, token, host string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
+// healthRequest is a request to the health listener, with an optional
+// bearer token and Host header, and the status it must get.
+type healthRequest struct {
+	method, path, token, host string
+	want                      int
+}
+
+// expectStatuses sends each request and reports every one answered with
+// another status.
+func (h *harness) expectStatuses(reqs []healthRequest) {
+	h.t.Helper()
+	for _, r := range reqs {
+		if code, body := h.do(r.method, r.path, r.token, r.host); code != r.want {
+			h.t.Errorf("%s %s with token %q and Host %q = %d %.60q, want %d", r.method, r.path, r.token, r.host, code, body, r.want)
+		}
+	}
+}
+
 // Item 4: pprof, /debug/pprof/cmdline above all, is served only to the
 // admin token, and cmdline never.
 func TestExposure_PprofNeedsTheAdminTokenAndNeverServesCmdline(t *testing.T) {
@@ -51,22 +69,15 @@ func TestExposure_PprofNeedsTheAdminTokenAndNeverServesCmdline(t *testing.T) {
 		t.Error("New with pprof and no admin token succeeded, want an error naming admin-token")
 	}
 	h := start(t, server.Config{Pprof: true, AdminToken: "s3cret"})
-	for _, tc := range []struct {
-		path, token string
-		want        int
-	}{
-		{"/debug/pprof/goroutine?debug=1", "", http.StatusUnauthorized},
-		{"/debug/pprof/goroutine?debug=1", "wrong", http.StatusUnauthorized},
-		{"/debug/pprof/goroutine?debug=1", "s3cret", http.StatusOK},
-		{"/debug/pprof/cmdline", "", http.StatusNotFound},
-		{"/debug/pprof/cmdline", "s3cret", http.StatusNotFound},
-		{"/debug/pprof/profile?seconds=3600", "s3cret", http.StatusBadRequest},
-		{"/debug/pprof/trace?seconds=61", "s3cret", http.StatusBadRequest},
-	} {
-		if code, body := h.do("GET", tc.path, tc.token, ""); code != tc.want {
-			t.Errorf("GET %s with token %q = %d %.60q, want %d", tc.path, tc.token, code, body, tc.want)
-		}
-	}
+	h.expectStatuses([]healthRequest{
+		{"GET", "/debug/pprof/goroutine?debug=1", "", "", http.StatusUnauthorized},
+		{"GET", "/debug/pprof/goroutine?debug=1", "wrong", "", http.StatusUnauthorized},
+		{"GET", "/debug/pprof/goroutine?debug=1", "s3cret", "", http.StatusOK},
+		{"GET", "/debug/pprof/cmdline", "", "", http.StatusNotFound},
+		{"GET", "/debug/pprof/cmdline", "s3cret", "", http.StatusNotFound},
+		{"GET", "/debug/pprof/profile?seconds=3600", "s3cret", "", http.StatusBadRequest},
+		{"GET", "/debug/pprof/trace?seconds=61", "s3cret", "", http.StatusBadRequest},
+	})
 }
 
 // Item 4: refused admin requests are counted and logged, the log rate
@@ -102,25 +113,16 @@ func TestExposure_AdminRefusalsCountedAndLoggedRateLimited(t *testing.T) {
 // address gets nothing but /health and /ready.
 func TestExposure_HostHeaderCheckedAgainstDNSRebinding(t *testing.T) {
 	h := start(t, server.Config{AdminToken: "s3cret", HealthHosts: []string{"participantd.internal"}})
-	for _, tc := range []struct {
-		path, host string
-		want       int
-	}{
-		{"/metrics", "evil.example:7421", http.StatusMisdirectedRequest},
-		{"/unloadable-conversations", "evil.example", http.StatusMisdirectedRequest},
-		{"/metrics", "localhost:7421", http.StatusOK},
-		{"/metrics", "[::1]:7421", http.StatusOK},
-		{"/metrics", "participantd.internal:7421", http.StatusOK},
-		{"/ready", "evil.example", http.StatusOK},
-		{"/health", "evil.example", http.StatusOK},
-	} {
-		if code, _ := h.do("GET", tc.path, "", tc.host); code != tc.want {
-			t.Errorf("GET %s with Host %s = %d, want %d", tc.path, tc.host, code, tc.want)
-		}
-	}
-	if code, _ := h.do("POST", "/admin/backup", "s3cret", "evil.example"); code != http.StatusMisdirectedRequest {
-		t.Errorf("POST /admin/backup with the token and Host evil.example = %d, want 421", code)
-	}
+	h.expectStatuses([]healthRequest{
+		{"GET", "/metrics", "", "evil.example:7421", http.StatusMisdirectedRequest},
+		{"GET", "/unloadable-conversations", "", "evil.example", http.StatusMisdirectedRequest},
+		{"GET", "/metrics", "", "localhost:7421", http.StatusOK},
+		{"GET", "/metrics", "", "[::1]:7421", http.StatusOK},
+		{"GET", "/metrics", "", "participantd.internal:7421", http.StatusOK},
+		{"GET", "/ready", "", "evil.example", http.StatusOK},
+		{"GET", "/health", "", "evil.example", http.StatusOK},
+		{"POST", "/admin/backup", "s3cret", "evil.example", http.StatusMisdirectedRequest},
+	})
 }
 
 // Item 4: admin or pprof on a health listener beyond loopback is refused
@@ -257,7 +259,7 @@ func TestExposure_IdleConnectionClosedWithBye(t *testing.T) {
 	bound.enroll(1)
 	idle := h.dial()
 	m := idle.next()
-	if bye, ok := m.(*wire.ServerBye); !ok || bye.Reason != server.ByeIdle {
+	if bye, ok := m.(*wire.ServerBye); !ok || bye.Reason != wire.ByeIdle {
 		t.Fatalf("an idle connection got %#v, want bye{idle}", m)
 	}
 	idle.expectClosed()

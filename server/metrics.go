@@ -155,8 +155,7 @@ func newMetrics(s *Server) *metrics {
 		}, func() float64 {
 			if ref := s.st.Load(); ref != nil {
 				if d, ok := ref.backend.(*dataDir); ok {
-					n, _ := d.st.InUse()
-					return float64(n)
+					return float64(inUse(d.st)())
 				}
 			}
 			return 0
@@ -189,7 +188,7 @@ func newMetrics(s *Server) *metrics {
 			return 0
 		}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: MetricMaxDataBytes, Help: "max-data-bytes: the size of the store file past which enroll and tell are capacity_exceeded, bytes.",
+			Name: MetricMaxDataBytes, Help: "max-data-bytes: the bytes in use (" + MetricStoreBytesInUse + ") past which enroll and tell are capacity_exceeded.",
 		}, func() float64 { return float64(s.cfg.MaxDataBytes) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: MetricBacklogRecordsLimit, Help: "backlog-records: the records all conversations may retain together before those retaining the most are backlog_full.",

@@ -57,8 +57,10 @@ func TestReplay_EnrollTokenAloneGivesNothing(t *testing.T) {
 			t.Fatalf("%s: replay answered %#v, want error %s", tc.name, a, tc.want)
 		}
 	}
-	// What the probe did on the old code next: attach with the replayed
-	// secret, which supersedes the victim for good.
+	// On the old code the probe went on to attach with the secret its
+	// replay returned, superseding the victim for good; the loop above
+	// fails first if a replay returns it. Without it, the probe's attach
+	// is refused.
 	if a := probe.call(&wire.Attach{ID: probe.id(), Conversation: conv, Participant: cr.p, Generation: cr.gen, Token: token()}); !isError(a, wire.CodeStaleAuthority) {
 		t.Fatalf("attach without the secret answered %#v, want stale_authority", a)
 	}

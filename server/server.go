@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"maps"
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -201,7 +203,7 @@ func (s *Server) Run(ctx context.Context) error {
 		ErrorLog: log.New(httpErrorLog{s.log}, "", 0)}
 	hln := s.hln
 	if s.healthTLS != nil {
-		hln = tls.NewListener(hln, s.healthTLS.config())
+		hln = tls.NewListener(hln, s.healthTLS.conf)
 	}
 	hdone := make(chan struct{})
 	go func() {
@@ -217,10 +219,7 @@ func (s *Server) Run(ctx context.Context) error {
 
 	st, svc, err := s.open(ctx)
 	if err != nil {
-		s.ln.Close()
-		if s.wsln != nil {
-			s.wsln.Close()
-		}
+		s.closeListeners()
 		return err
 	}
 	s.st.Store(&backendRef{st})
@@ -241,33 +240,29 @@ func (s *Server) Run(ctx context.Context) error {
 	if s.wsln != nil {
 		s.log.Info().Str("ws_listen", s.wsln.Addr().String()).Strs("ws_allowed_origins", s.cfg.WSAllowedOrigins).Msg("serving WebSocket")
 	}
-	// acceptDone reports the first accept loop to stop; with a
-	// WebSocket listener the other one's end is waited for by drain.
-	acceptDone := make(chan error, 1)
-	var wsDone chan error
-	go func() { acceptDone <- s.acceptLoop(s.ln, false) }()
-	if s.wsln != nil {
-		wsDone = make(chan error, 1)
-		go func() { wsDone <- s.acceptLoop(s.wsln, true) }()
+	// Every listener has its accept loop; stopped receives each one's
+	// end, and drain waits for those still running.
+	listeners := s.listeners()
+	stopped := make(chan acceptEnd, len(listeners))
+	for _, l := range listeners {
+		go func() { stopped <- acceptEnd{l.name, s.acceptLoop(l.ln, l.ws)} }()
 	}
+	running := len(listeners)
 	var acceptErr, storeErr error
-	acceptStopped := false
 	select {
 	case <-ctx.Done():
-	case acceptErr = <-acceptDone:
-		// The accept loop ends on its own only when the listener failed
-		// or was closed under it; either way it is not waited for again.
-		acceptStopped = true
-		s.log.Error().Err(acceptErr).Msg("wire listener stopped; draining")
-	case acceptErr = <-wsDone:
-		wsDone = nil
-		s.log.Error().Err(acceptErr).Msg("WebSocket listener stopped; draining")
+	case end := <-stopped:
+		// An accept loop ends on its own only when its listener failed or
+		// was closed under it; either way it is not waited for again.
+		running--
+		acceptErr = end.err
+		s.log.Error().Err(acceptErr).Msg(end.name + " listener stopped; draining")
 	case <-svc.StoreFailed():
 		// The service logged the failure itself, once.
 		storeErr = svc.Failed()
 		s.log.Info().Msg("draining because the store failed; restart to reconcile")
 	}
-	connsDone, err := s.drain(acceptDone, acceptStopped, wsDone)
+	connsDone, err := s.drain(stopped, running)
 	switch cerr := s.closeStore(connsDone, svc, st); {
 	case errors.Is(cerr, ErrStoreHung):
 		err = errors.Join(cerr, err)
@@ -340,6 +335,37 @@ func (s *Server) serviceOptions(key []byte) participant.Options {
 	}
 }
 
+// listener is one wire listener and what it serves: the wire protocol
+// over TCP, or over WebSocket (ws).
+type listener struct {
+	name string // for the log: "wire" or "WebSocket"
+	ln   net.Listener
+	ws   bool
+}
+
+// acceptEnd is how a listener's accept loop ended.
+type acceptEnd struct {
+	name string
+	err  error
+}
+
+// listeners returns the wire listener and, when WSListen is set, the
+// WebSocket one.
+func (s *Server) listeners() []listener {
+	out := []listener{{"wire", s.ln, false}}
+	if s.wsln != nil {
+		out = append(out, listener{"WebSocket", s.wsln, true})
+	}
+	return out
+}
+
+// closeListeners closes the wire listeners, which ends their accept loops.
+func (s *Server) closeListeners() {
+	for _, l := range s.listeners() {
+		l.ln.Close()
+	}
+}
+
 // acceptLoop accepts until the listener closes; it returns nil then, or
 // the error that stopped it.
 func (s *Server) acceptLoop(ln net.Listener, ws bool) error {
@@ -404,7 +430,7 @@ func (s *Server) admit(raw net.Conn, ws bool) {
 	}
 	nc := raw
 	if s.wireTLS != nil {
-		nc = tls.Server(raw, s.wireTLS.config())
+		nc = tls.Server(raw, s.wireTLS.conf)
 	}
 	if ws {
 		nc = newWSConn(nc, s.cfg.WSAllowedOrigins)
@@ -414,7 +440,6 @@ func (s *Server) admit(raw net.Conn, ws bool) {
 	case reason == "":
 		raw.SetDeadline(now.Add(s.cfg.HelloTimeout))
 		c = newConn(s, nc, key, limited)
-		c.ws = ws
 		s.conns[c] = struct{}{}
 	case len(s.refusing) < maxRefusing:
 		raw.SetDeadline(now.Add(s.refuseTimeout()))
@@ -477,42 +502,37 @@ func (s *Server) refuse(nc net.Conn, reason wire.Reason, detail string) {
 }
 
 // leaseLost ends every connection that holds a binding with
-// bye{lease_lost}; it never blocks (the node's keep-alive calls it).
+// bye{lease_lost}; it never blocks (the node's keep-alive calls it). The
+// connections are asked outside s.mu: asking reads each one's bindings
+// and sets its deadline, which admit need not wait behind.
 func (s *Server) leaseLost() {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	for c := range s.conns {
+	conns := slices.Collect(maps.Keys(s.conns))
+	s.mu.Unlock()
+	for _, c := range conns {
 		c.requestLeaseLost()
 	}
 }
 
-// drain stops accepting and tears every connection down (see the package
+// drain stops accepting, waiting for the running accept loops to report
+// their end on stopped, and tears every connection down (see the package
 // documentation), waiting at most DrainTimeout. It returns a channel closed
 // once every connection's goroutines are gone: already closed after a
 // clean drain; after ErrDrainTimeout, when those whose sockets it closed
 // get out of the operations they were in (closeStore bounds that wait).
-func (s *Server) drain(acceptDone <-chan error, acceptStopped bool, wsDone <-chan error) (<-chan struct{}, error) {
+func (s *Server) drain(stopped <-chan acceptEnd, running int) (<-chan struct{}, error) {
 	start := time.Now()
 	s.ready.Store(false)
-	s.ln.Close()
-	if s.wsln != nil {
-		s.wsln.Close()
-	}
-	if !acceptStopped {
-		<-acceptDone
-	}
-	if wsDone != nil {
-		<-wsDone
+	s.closeListeners()
+	for range running {
+		<-stopped
 	}
 	if svc := s.svc.Load(); svc != nil {
 		svc.Drain()
 	}
 	s.mu.Lock()
 	s.draining = true
-	conns := make([]*conn, 0, len(s.conns))
-	for c := range s.conns {
-		conns = append(conns, c)
-	}
+	conns := slices.Collect(maps.Keys(s.conns))
 	// A refusal still in its TLS handshake has nothing worth waiting for.
 	for nc := range s.refusing {
 		nc.SetDeadline(time.Now())
@@ -644,8 +664,7 @@ func (s *Server) oldestStoreCall() (storeCall, int, bool) {
 // address, 0.0.0.0 or ::, listens on every interface), no auth token is
 // required, and the enroll policy is open.
 func openAdmission(cfg Config, addr net.Addr) bool {
-	ta, ok := addr.(*net.TCPAddr)
-	return !(ok && ta.IP.IsLoopback()) && cfg.AuthToken == "" && cfg.EnrollPolicy == participant.EnrollOpen
+	return !isLoopback(addr) && cfg.AuthToken == "" && cfg.EnrollPolicy == participant.EnrollOpen
 }
 
 // httpErrorLog sends net/http's own error lines (a failed TLS handshake,

@@ -10,14 +10,15 @@ import (
 )
 
 // certs is a listener's TLS identity, reloadable while serving: a
-// handshake takes the certificate current when it starts, so Reload
+// handshake takes the certificate current when it starts, so reload
 // changes what new connections see and leaves open ones alone.
 type certs struct {
 	certFile, keyFile string
-	// clientCAs, when set, verify client certificates, which are then
-	// required (mutual TLS).
-	clientCAs *x509.CertPool
-	cert      atomic.Pointer[tls.Certificate]
+	cert              atomic.Pointer[tls.Certificate]
+	// conf is the listener's one server configuration, serving cert: one
+	// for every connection, so that they share its session ticket keys
+	// and a client can resume a session on its next connection.
+	conf *tls.Config
 }
 
 // loadTLS loads the key pair certFile/keyFile and, when clientCA is set,
@@ -35,13 +36,22 @@ func loadTLS(certFile, keyFile, clientCA, name string) (*certs, error) {
 	if err := c.reload(); err != nil {
 		return nil, fmt.Errorf("server: %s-cert/%s-key: %w", name, name, err)
 	}
+	c.conf = &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+			return c.cert.Load(), nil
+		},
+	}
 	if clientCA != "" {
 		pem, err := os.ReadFile(clientCA)
 		if err != nil {
 			return nil, fmt.Errorf("server: %s-client-ca: %w", name, err)
 		}
-		c.clientCAs = x509.NewCertPool()
-		if !c.clientCAs.AppendCertsFromPEM(pem) {
+		// Client certificates are then required, and must chain to it
+		// (mutual TLS).
+		c.conf.ClientCAs = x509.NewCertPool()
+		c.conf.ClientAuth = tls.RequireAndVerifyClientCert
+		if !c.conf.ClientCAs.AppendCertsFromPEM(pem) {
 			return nil, fmt.Errorf("server: %s-client-ca %s: no PEM certificate in it", name, clientCA)
 		}
 	}
@@ -56,21 +66,6 @@ func (c *certs) reload() error {
 	}
 	c.cert.Store(&cert)
 	return nil
-}
-
-// config is the server-side TLS configuration of c.
-func (c *certs) config() *tls.Config {
-	conf := &tls.Config{
-		MinVersion: tls.VersionTLS12,
-		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
-			return c.cert.Load(), nil
-		},
-	}
-	if c.clientCAs != nil {
-		conf.ClientCAs = c.clientCAs
-		conf.ClientAuth = tls.RequireAndVerifyClientCert
-	}
-	return conf
 }
 
 // ReloadTLS reads the certificates and keys of the wire and health

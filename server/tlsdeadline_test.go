@@ -100,3 +100,53 @@ func dialTLS(t *testing.T, h *harness, pool *x509.CertPool) *client {
 	}
 	return c
 }
+
+// Every TLS connection of a listener is served with the same
+// configuration, so that a client resumes its session on its next
+// connection instead of running a whole handshake again.
+func TestTLS_NextConnectionResumesTheSession(t *testing.T) {
+	certFile, keyFile, pool := selfSigned(t, t.TempDir())
+	h := start(t, server.Config{TLSCert: certFile, TLSKey: keyFile})
+	conf := &tls.Config{RootCAs: pool, ServerName: "127.0.0.1", ClientSessionCache: tls.NewLRUClientSessionCache(1)}
+	for i := range 2 {
+		nc, err := tls.Dial("tcp", h.srv.Addr().String(), conf)
+		if err != nil {
+			t.Fatalf("tls.Dial %d: %v", i, err)
+		}
+		if resumed := nc.ConnectionState().DidResume; resumed != (i > 0) {
+			t.Errorf("connection %d resumed a session: %v, want %v", i, resumed, i > 0)
+		}
+		// Reading welcome takes in the session ticket that TLS 1.3 sends
+		// after the handshake.
+		c := newClient(t, nc)
+		c.send(&wire.Hello{Versions: []uint64{1}})
+		if m, ok := c.next().(*wire.Welcome); !ok {
+			t.Fatalf("hello over TLS answered %#v", m)
+		}
+	}
+}
+
+// A peer that does not speak TLS to a TLS listener, the wire one or the
+// WebSocket one, is closed without a word and counted as a failed TLS
+// handshake, not as a refused hello.
+func TestTLS_FailedHandshakeCountedOnEveryListener(t *testing.T) {
+	certFile, keyFile, _ := selfSigned(t, t.TempDir())
+	h := start(t, server.Config{TLSCert: certFile, TLSKey: keyFile})
+	addrs := []string{h.srv.Addr().String(), h.srv.WSAddr().String()}
+	for _, addr := range addrs {
+		nc, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		if _, err := nc.Write([]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n")); err != nil {
+			t.Fatal(err)
+		}
+		if got := closedWithin([]net.Conn{nc}, waitFor); got != 1 {
+			t.Fatalf("the server did not close a connection to %s that does not speak TLS", addr)
+		}
+	}
+	eventually(t, "every failed handshake counted", func() bool {
+		return h.metric(server.MetricRefusedTotal+`{reason="tls_handshake"}`) == float64(len(addrs))
+	})
+}

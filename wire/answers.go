@@ -149,7 +149,8 @@ type Compacted struct {
 }
 
 // ServerBye announces that the server is closing the connection; its Reason
-// is ByeShutdown. Unlike the client's Bye it carries no id.
+// is ByeShutdown, ByeIdle or ByeLeaseLost. Unlike the client's Bye it
+// carries no id.
 type ServerBye struct {
 	Reason string
 }

@@ -116,9 +116,19 @@ const (
 	ExpiredDeadline   = "deadline"   // receipt_ttl passed
 )
 
-// ByeShutdown is the reason of the server's bye push: it is closing the
-// connection because it is shutting down.
-const ByeShutdown = "shutdown"
+// Reasons of the server's bye push (PROTOCOL.md, Pushes): why it is
+// closing the connection.
+const (
+	// ByeShutdown: the server drains.
+	ByeShutdown = "shutdown"
+	// ByeIdle: the connection held no binding and sent nothing for the
+	// server's idle timeout; the requests read before it were answered.
+	ByeIdle = "idle"
+	// ByeLeaseLost: a cluster node lost its lease while the connection
+	// held a binding; every binding on it now belongs to whichever node
+	// owns its conversation next (attach there, as after moved).
+	ByeLeaseLost = "lease_lost"
+)
 
 // Kind is the kind of a delivered record.
 type Kind string

@@ -30,6 +30,14 @@ func servedDataDir(t *testing.T, engine string) string {
 // refuse to start, and returns its exit status and what it logged.
 func runDaemon(t *testing.T, dir, engine string) (int, string) {
 	t.Helper()
+	return runRefused(t, "--data", dir, "--store", engine)
+}
+
+// runRefused runs participantd with args, on loopback ports of its own,
+// expecting it to refuse to start, and returns its exit status and what it
+// logged.
+func runRefused(t *testing.T, args ...string) (int, string) {
+	t.Helper()
 	logf, err := os.Create(filepath.Join(t.TempDir(), "stderr"))
 	if err != nil {
 		t.Fatal(err)
@@ -37,7 +45,7 @@ func runDaemon(t *testing.T, dir, engine string) (int, string) {
 	defer logf.Close()
 	code := make(chan int, 1)
 	go func() {
-		code <- run([]string{"--data", dir, "--store", engine, "--listen", "127.0.0.1:0", "--health-listen", "127.0.0.1:0"}, nil, io.Discard, logf)
+		code <- run(append(args, "--listen", "127.0.0.1:0", "--health-listen", "127.0.0.1:0"), nil, io.Discard, logf)
 	}()
 	select {
 	case c := <-code:
@@ -47,7 +55,7 @@ func runDaemon(t *testing.T, dir, engine string) (int, string) {
 		}
 		return c, string(out)
 	case <-time.After(30 * time.Second):
-		t.Fatalf("participantd --data %s did not refuse to start", dir)
+		t.Fatalf("participantd %s did not refuse to start", strings.Join(args, " "))
 		return 0, ""
 	}
 }

@@ -13,8 +13,11 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/participantd/participantd/cluster"
 	"github.com/participantd/participantd/participant"
 	"github.com/participantd/participantd/server"
+	"github.com/participantd/participantd/store/etcdstore"
+	"github.com/participantd/participantd/wire"
 )
 
 // EnvPrefix starts every environment variable participantd reads.
@@ -41,9 +44,9 @@ type options struct {
 	// warnings are logged once the logger exists: settings that work but
 	// expose something (a secret on the command line).
 	warnings []string
-	// secretFiles name the files the secrets are read from (auth-token-file,
-	// admin-token-file, etcd-password-file), by the setting they fill.
-	secretFiles map[string]string
+	// secretFiles are the secrets given as files (auth-token-file, ...),
+	// read by readSecretFiles once every setting is resolved.
+	secretFiles []secretFile
 
 	// Flag-only modes, not settings.
 	version     bool // --version: print the build and exit
@@ -94,11 +97,11 @@ var settings = []setting{
 	{"auth-token", "", "shared token every hello must carry in auth (empty: no auth); prefer auth-token-file or the environment: a flag is visible to every local user",
 		func(o *options, v string) error { o.server.AuthToken = v; return nil }},
 	{"auth-token-file", "", "file holding auth-token (one line; a trailing newline is dropped)",
-		secretFileSetting("auth-token")},
+		secretFileSetting("auth-token", func(o *options) *string { return &o.server.AuthToken })},
 	{"admin-token", "", "bearer token that enables the admin endpoints of the health listener (POST /admin/backup, pprof, conversation ids in /unloadable-conversations); empty: disabled; prefer admin-token-file",
 		func(o *options, v string) error { o.server.AdminToken = v; return nil }},
 	{"admin-token-file", "", "file holding admin-token (one line; a trailing newline is dropped)",
-		secretFileSetting("admin-token")},
+		secretFileSetting("admin-token", func(o *options) *string { return &o.server.AdminToken })},
 	{"admin-remote", "false", "allow the admin endpoints and pprof on a health-listen beyond loopback (needs health-tls-cert); without it such a start is refused",
 		boolSetting(func(o *options) *bool { return &o.server.AdminRemote })},
 	{"tls-cert", "", "PEM certificate: serve the wire listener over TLS (with tls-key); SIGHUP reloads it",
@@ -117,9 +120,9 @@ var settings = []setting{
 		func(o *options, v string) error { o.server.HealthTLSKey = v; return nil }},
 	{"health-hosts", "", "comma-separated host names the health listener answers to besides IP literals and localhost (a request naming another Host gets 421, except /health and /ready: DNS rebinding)",
 		func(o *options, v string) error { o.server.HealthHosts = server.ParseEndpoints(v); return nil }},
-	{"max-frame", strconv.Itoa(1 << 20), "largest frame body accepted, bytes (announced in welcome)",
+	{"max-frame", strconv.Itoa(wire.DefaultMaxFrame), "largest frame body accepted, bytes (announced in welcome)",
 		intSetting(func(o *options) *int { return &o.server.MaxFrame })},
-	{"max-record-bytes", strconv.Itoa(512 << 10), "largest tell payload, bytes",
+	{"max-record-bytes", strconv.Itoa(participant.DefaultMaxRecordBytes), "largest tell payload, bytes",
 		intSetting(func(o *options) *int { return &o.server.MaxRecordBytes })},
 	{"receipt-ttl", "24h", "how long enroll/attach answers replay their secret",
 		durationSetting(func(o *options) *time.Duration { return &o.server.ReceiptTTL })},
@@ -231,7 +234,7 @@ var settings = []setting{
 	// Cluster mode (docs/DESIGN.md "Cluster mode"): set etcd-endpoints to turn it on.
 	{"etcd-endpoints", "", "comma-separated etcd client URLs: cluster mode, data in etcd (empty: a single node on its embedded store, see --store)",
 		func(o *options, v string) error { o.server.Cluster.Endpoints = server.ParseEndpoints(v); return nil }},
-	{"etcd-prefix", "/participantd/", "etcd key prefix of the data set (cluster mode)",
+	{"etcd-prefix", etcdstore.DefaultPrefix, "etcd key prefix of the data set (cluster mode)",
 		func(o *options, v string) error { o.server.Cluster.Prefix = v; return nonEmpty(v) }},
 	{"node-id", "", "this node's id in the cluster (default: derived once, kept in the data directory as " + server.NodeIDFile + ")",
 		func(o *options, v string) error {
@@ -243,7 +246,7 @@ var settings = []setting{
 		}},
 	{"advertise", "", "wire address clients are sent to (moved) for this node's conversations (default: the listen address)",
 		func(o *options, v string) error { o.server.Cluster.Advertise = v; return nil }},
-	{"lease-ttl", "5s", "ownership lease; a dead node's conversations move after about this long",
+	{"lease-ttl", cluster.DefaultLeaseTTL.String(), "ownership lease; a dead node's conversations move after about this long",
 		durationSetting(func(o *options) *time.Duration { return &o.server.Cluster.LeaseTTL })},
 	{"etcd-leader-affinity", "true", "send commits to the etcd leader over a connection of their own, falling back to every endpoint while it is unknown (cluster mode)",
 		func(o *options, v string) error {
@@ -265,7 +268,7 @@ var settings = []setting{
 	{"etcd-password", "", "etcd password; prefer etcd-password-file or the environment",
 		func(o *options, v string) error { o.server.Cluster.Password = v; return nil }},
 	{"etcd-password-file", "", "file holding etcd-password (one line; a trailing newline is dropped)",
-		secretFileSetting("etcd-password")},
+		secretFileSetting("etcd-password", func(o *options) *string { return &o.server.Cluster.Password })},
 	{"log-level", "info", "debug (adds one line per request), info, warn or error",
 		func(o *options, v string) error {
 			l, err := zerolog.ParseLevel(v)
@@ -277,12 +280,19 @@ var settings = []setting{
 		}},
 }
 
-// secretFileSetting is a setting naming the file that holds the secret
-// setting secret; readSecretFiles reads it once every setting is resolved.
-func secretFileSetting(secret string) func(*options, string) error {
+// secretFile is a secret setting given as the file that holds it.
+type secretFile struct {
+	name  string                 // the secret setting: auth-token, ...
+	path  string                 // the file
+	field func(*options) *string // where the secret goes
+}
+
+// secretFileSetting is the setting secret-file, naming the file that holds
+// the secret setting secret, whose value field points to.
+func secretFileSetting(secret string, field func(*options) *string) func(*options, string) error {
 	return func(o *options, v string) error {
 		if v != "" {
-			o.secretFiles[secret] = v
+			o.secretFiles = append(o.secretFiles, secretFile{secret, v, field})
 		}
 		return nil
 	}
@@ -292,30 +302,20 @@ func secretFileSetting(secret string) func(*options, string) error {
 // both ways or a file that is empty. A trailing newline is dropped, as
 // editors and `echo` add one.
 func readSecretFiles(o *options) error {
-	for _, secret := range []struct {
-		name  string
-		field *string
-	}{
-		{"auth-token", &o.server.AuthToken},
-		{"admin-token", &o.server.AdminToken},
-		{"etcd-password", &o.server.Cluster.Password},
-	} {
-		path, ok := o.secretFiles[secret.name]
-		if !ok {
-			continue
-		}
-		if *secret.field != "" {
+	for _, secret := range o.secretFiles {
+		field := secret.field(o)
+		if *field != "" {
 			return fmt.Errorf("%s and %s-file are both given: give one", secret.name, secret.name)
 		}
-		b, err := os.ReadFile(path)
+		b, err := os.ReadFile(secret.path)
 		if err != nil {
 			return fmt.Errorf("%s-file: %w", secret.name, err)
 		}
 		v := strings.TrimRight(string(b), "\r\n")
 		if v == "" {
-			return fmt.Errorf("%s-file %s is empty", secret.name, path)
+			return fmt.Errorf("%s-file %s is empty", secret.name, secret.path)
 		}
-		*secret.field = v
+		*field = v
 	}
 	return nil
 }
@@ -458,7 +458,7 @@ func parseOptions(args, environ []string, usageOut io.Writer) (options, error) {
 		}
 	}
 
-	o := options{version: *version, healthcheck: *healthcheck, secretFiles: make(map[string]string)}
+	o := options{version: *version, healthcheck: *healthcheck}
 	for _, s := range settings {
 		v, from := s.def, "default"
 		if given[s.name] {

@@ -252,8 +252,12 @@ func TestParseOptions_ExposureSettings(t *testing.T) {
 		s.AdminRemote || s.LimitLoopback || s.HealthHosts != nil {
 		t.Errorf("defaults = %+v", s)
 	}
+	file := filepath.Join(t.TempDir(), "participantd.conf")
+	if err := os.WriteFile(file, []byte("ws-allowed-origins = app.example.com, *.example.com\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	o, err = parseOptions([]string{"--idle-timeout", "0", "--connection-rate", "2.5", "--limit-loopback", "--health-hosts", "a.internal, b.internal",
-		"--max-connections-per-address", "7", "--frame-read-timeout", "3s", "--admin-remote", "--tls-client-ca", "ca.pem"},
+		"--max-connections-per-address", "7", "--frame-read-timeout", "3s", "--admin-remote", "--tls-client-ca", "ca.pem", "--config", file},
 		[]string{"PARTICIPANTD_HEALTH_TLS_CERT=h.pem", "PARTICIPANTD_HEALTH_TLS_KEY=h.key"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -261,7 +265,8 @@ func TestParseOptions_ExposureSettings(t *testing.T) {
 	s := o.server
 	if s.IdleTimeout >= 0 || s.ConnectionRate != 2.5 || !s.LimitLoopback || len(s.HealthHosts) != 2 || s.HealthHosts[1] != "b.internal" ||
 		s.MaxConnectionsPerAddress != 7 || s.FrameReadTimeout != 3*time.Second || !s.AdminRemote || s.TLSClientCA != "ca.pem" ||
-		s.HealthTLSCert != "h.pem" || s.HealthTLSKey != "h.key" {
+		s.HealthTLSCert != "h.pem" || s.HealthTLSKey != "h.key" ||
+		len(s.WSAllowedOrigins) != 2 || s.WSAllowedOrigins[1] != "*.example.com" {
 		t.Errorf("exposure settings = %+v", s)
 	}
 }
