@@ -42,7 +42,8 @@
 // missing or 0-byte file is store.ErrNoData: no tool creates a store.
 //
 // A directory whose log holds records after the file's checkpoint is
-// served whole only through the log: Pending reports how many, so that a
-// tool that copies the file alone (restore --from <dir>/participantd.db)
+// served whole only through the log: Replay reports what the log holds
+// after it (verify prints it), Pending how many records, so that a tool
+// that copies the file alone (restore --from <dir>/participantd.db)
 // refuses it.
 package offline

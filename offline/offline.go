@@ -105,23 +105,34 @@ func OpenWritable(dir string, opts Options) (store.DurableStore, error) {
 	return store.Open(filepath.Join(dir, StoreFile), store.Options{LockTimeout: o.LockTimeout, MustExist: true})
 }
 
-// Pending reports how many records the log of data directory dir holds
-// after its file's checkpoint: records the file alone does not hold, so
-// that a copy of the file alone would lose them. A directory the
-// log-first engine never started in has none; a lost log is
-// logfirst.ErrLogLost. It changes no file.
-func Pending(dir string, opts Options) (int, error) {
+// Replay returns what the log of data directory dir holds after its
+// file's checkpoint, replayed in memory as a start would replay it into
+// the file: how many records, in how many segments, and an unfinished
+// last record. A directory the log-first engine never started in has no
+// log: the zero ReplayStats. It changes no file. Errors are
+// logfirst.OpenReadOnly's: a corrupt log wraps wal.ErrCorrupt, naming the
+// segment and offset; a lost one is logfirst.ErrLogLost.
+func Replay(dir string, opts Options) (logfirst.ReplayStats, error) {
 	o := opts.withDefaults()
 	logged, err := logfirst.Started(dir, o.LogFS)
 	if err != nil || !logged {
-		return 0, err
+		return logfirst.ReplayStats{}, err
 	}
 	st, err := logfirst.OpenReadOnly(dir, o.logfirst())
 	if err != nil {
-		return 0, err
+		return logfirst.ReplayStats{}, err
 	}
-	n := st.Replay().Log.Records
-	return n, st.Close()
+	rp := st.Replay()
+	return rp, st.Close()
+}
+
+// Pending reports how many records the log of data directory dir holds
+// after its file's checkpoint (Replay): records the file alone does not
+// hold, so that a copy of the file alone would lose them. A directory the
+// log-first engine never started in has none. Errors are Replay's.
+func Pending(dir string, opts Options) (int, error) {
+	rp, err := Replay(dir, opts)
+	return rp.Log.Records, err
 }
 
 // Inspect reconciles data directory dir in dry run, changing no file: the
