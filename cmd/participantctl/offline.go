@@ -17,9 +17,9 @@ import (
 // O_RDONLY, a shared lock, no layout transaction) with the log replayed in
 // memory over it, so the data is exactly as the server left it, byte for
 // byte, and a missing or empty store is an error, never a new store; the
-// writers (compact, floor) open it as the daemon does, the log replayed
-// into the file first. What they report comes from participant.Inspect,
-// the server's own reconciliation run in dry mode.
+// writers (compact, backup --data) open it as the daemon does, the log
+// replayed into the file first. What they report comes from
+// participant.Inspect, the server's own reconciliation run in dry mode.
 
 // storeFile is the store's file name inside the data directory.
 const storeFile = server.StoreFile
