@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -152,13 +151,9 @@ func healthClient(health, ca string) (string, *http.Client, error) {
 	if u.Scheme != "https" {
 		return "", nil, fmt.Errorf("--health-ca with --health %q: the CA verifies https only", health)
 	}
-	pem, err := os.ReadFile(ca)
+	pool, err := readCAs("health-ca", ca)
 	if err != nil {
-		return "", nil, fmt.Errorf("--health-ca: %w", err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return "", nil, fmt.Errorf("--health-ca %s: no PEM certificate in it", ca)
+		return "", nil, err
 	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
