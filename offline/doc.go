@@ -46,4 +46,7 @@
 // after it (verify prints it), Pending how many records, so that a tool
 // that copies the file alone (restore --from <dir>/participantd.db)
 // refuses it.
+//
+// CheckFile reads one bbolt file whole, read-only: OpenReadOnly's check of
+// the data file, and restore's of a backup before it writes anything.
 package offline

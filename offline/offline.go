@@ -70,18 +70,29 @@ func OpenReadOnly(dir string, opts Options) (store.DurableStore, error) {
 		return st, nil
 	}
 	// The shared locks of both opens keep writers out: the file is at rest.
-	bt, err := store.Open(filepath.Join(dir, StoreFile), store.Options{LockTimeout: o.LockTimeout, ReadOnly: true})
-	if err == nil {
-		err = bt.Check()
-		if cerr := bt.Close(); err == nil {
-			err = cerr
-		}
-	}
-	if err != nil {
+	if err := CheckFile(filepath.Join(dir, StoreFile), opts); err != nil {
 		st.Close()
 		return nil, err
 	}
 	return st, nil
+}
+
+// CheckFile reads the bbolt file at path whole, opened read-only under a
+// shared lock: store.Bolt.Check reads every page reachable from its meta
+// page and every key and value in the store's layout. It changes no
+// file. A running server holding it is store.ErrLocked; a damaged file
+// store.ErrCorrupt; other errors are store.Open's.
+func CheckFile(path string, opts Options) error {
+	o := opts.withDefaults()
+	bt, err := store.Open(path, store.Options{LockTimeout: o.LockTimeout, ReadOnly: true})
+	if err != nil {
+		return err
+	}
+	err = bt.Check()
+	if cerr := bt.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // OpenWritable opens the store of data directory dir for an offline tool

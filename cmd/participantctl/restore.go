@@ -127,19 +127,13 @@ func runRestore(ctx context.Context, e *env, args []string) error {
 	return runVerify(ctx, e, []string{"--data", *dir})
 }
 
-// checkBackup reads the whole backup file at path (store.Bolt.Check: every
-// page reachable from its meta page, every key and value in this store's
-// layout) before restore writes anything, and explains a file it refuses
+// checkBackup reads the whole backup file at path (offline.CheckFile:
+// every page reachable from its meta page, every key and value in this
+// store's layout) before restore writes anything, and explains a file it refuses
 // in terms of the file given: it is the backup that is wrong, not a data
 // directory. The caller has opened path, so it exists and is readable.
 func checkBackup(path string) error {
-	st, err := store.Open(path, store.Options{ReadOnly: true, LockTimeout: offline.DefaultLockTimeout})
-	if err == nil {
-		err = st.Check()
-		if cerr := st.Close(); err == nil {
-			err = cerr
-		}
-	}
+	err := offline.CheckFile(path, offlineOptions)
 	switch {
 	case err == nil:
 		return nil
