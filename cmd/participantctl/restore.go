@@ -84,16 +84,8 @@ func runRestore(ctx context.Context, e *env, args []string) error {
 	} else if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	// The data file of a data directory is the whole store only with its
-	// log: after a crash, the records after its checkpoint are in the log
-	// alone.
-	if filepath.Base(*from) != storeFile {
-		// Not a data directory's file.
-	} else if n, err := offline.Pending(filepath.Dir(*from), offlineOptions); err != nil {
-		return fmt.Errorf("%s is in a data directory whose log cannot be read: %w", *from, explainOpen(filepath.Dir(*from), err))
-	} else if n > 0 {
-		return fmt.Errorf("%s is the data file of a data directory whose log holds %d records after it, which the file alone would lose: copy the directory with backup --data %s (a stopped server) or backup (a running one), and restore that",
-			*from, n, filepath.Dir(*from))
+	if err := checkNoPendingLog(*from); err != nil {
+		return err
 	}
 	src, err := os.Open(*from)
 	if err != nil {
@@ -125,6 +117,26 @@ func runRestore(ctx context.Context, e *env, args []string) error {
 	}
 	fmt.Fprintf(e.stdout, "restored %d bytes into %s; verifying\n", n, *dir)
 	return runVerify(ctx, e, []string{"--data", *dir})
+}
+
+// checkNoPendingLog refuses from when it is the data file of a data
+// directory whose log holds records after it (offline.Pending): the file
+// is the whole store only with its log, and after a crash the records
+// after its checkpoint are in the log alone.
+func checkNoPendingLog(from string) error {
+	if filepath.Base(from) != storeFile {
+		return nil // not a data directory's file
+	}
+	dir := filepath.Dir(from)
+	n, err := offline.Pending(dir, offlineOptions)
+	switch {
+	case err != nil:
+		return fmt.Errorf("%s is in a data directory whose log cannot be read: %w", from, explainOpen(dir, err))
+	case n > 0:
+		return fmt.Errorf("%s is the data file of a data directory whose log holds %d records after it, which the file alone would lose: copy the directory with backup --data %s (a stopped server) or backup (a running one), and restore that",
+			from, n, dir)
+	}
+	return nil
 }
 
 // checkBackup reads the whole backup file at path (offline.CheckFile:
