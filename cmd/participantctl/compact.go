@@ -9,7 +9,6 @@ import (
 
 	"github.com/participantd/participantd/offline"
 	"github.com/participantd/participantd/participant"
-	"github.com/participantd/participantd/store"
 )
 
 func init() {
@@ -64,9 +63,6 @@ func runCompact(ctx context.Context, e *env, args []string) error {
 	// writes at the next start (an older token floor under forgotten
 	// entries; an older checkpoint over trimmed rows).
 	rep, err := offline.Compact(ctx, *dir, offlineOptions, participant.Options{Retain: *retain, TokenWindow: *window, Now: time.Now})
-	if errors.Is(err, store.ErrLocked) {
-		return fmt.Errorf("%s is in use: stop participantd first (compact needs the data at rest): %w", *dir, err)
-	}
 	if err != nil {
 		return explainOpen(*dir, err)
 	}
