@@ -153,7 +153,7 @@ func (c *Client) startReader(s *session) {
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
-		err := s.run(c.deliver)
+		err := s.run(c.deliver, c.compacted)
 		if c.ctx.Err() == nil {
 			c.log.Info().Err(err).Uint64("session", s.seq).Msg("connection ended")
 		}
