@@ -620,13 +620,9 @@ func (c *Cluster) Attach(ctx context.Context, cred Credential, opts ...CallOptio
 func (c *Cluster) Tell(ctx context.Context, cred Credential, payload []byte, opts ...CallOption) (uint64, error) {
 	tok := tokenOf(opts)
 	var seq uint64
-	err := c.run(ctx, cred.Conversation, &tok, func(ctx context.Context, addr string, cl *Client) error {
-		cur, err := c.bindOn(ctx, addr, cl, cred, true)
-		if err != nil {
-			return err
-		}
+	err := c.runBound(ctx, cred, &tok, func(ctx context.Context, cl *Client, cur Credential) (err error) {
 		seq, err = cl.Tell(ctx, cur, payload, WithToken(tok))
-		return c.checkBound(err, cred, addr)
+		return err
 	})
 	return seq, err
 }
@@ -634,13 +630,9 @@ func (c *Cluster) Tell(ctx context.Context, cred Credential, payload []byte, opt
 // Ack is Client.Ack on the conversation's owner.
 func (c *Cluster) Ack(ctx context.Context, cred Credential, through uint64) (uint64, error) {
 	var cursor uint64
-	err := c.run(ctx, cred.Conversation, nil, func(ctx context.Context, addr string, cl *Client) error {
-		cur, err := c.bindOn(ctx, addr, cl, cred, true)
-		if err != nil {
-			return err
-		}
+	err := c.runBound(ctx, cred, nil, func(ctx context.Context, cl *Client, cur Credential) (err error) {
 		cursor, err = cl.Ack(ctx, cur, through)
-		return c.checkBound(err, cred, addr)
+		return err
 	})
 	return cursor, err
 }
@@ -649,18 +641,30 @@ func (c *Cluster) Ack(ctx context.Context, cred Credential, through uint64) (uin
 func (c *Cluster) Detach(ctx context.Context, cred Credential, opts ...CallOption) (uint64, error) {
 	tok := tokenOf(opts)
 	var seq uint64
-	err := c.run(ctx, cred.Conversation, &tok, func(ctx context.Context, addr string, cl *Client) error {
-		cur, err := c.bindOn(ctx, addr, cl, cred, true)
-		if err != nil {
-			return err
-		}
+	err := c.runBound(ctx, cred, &tok, func(ctx context.Context, cl *Client, cur Credential) (err error) {
 		seq, err = cl.Detach(ctx, cur, WithToken(tok))
-		return c.checkBound(err, cred, addr)
+		return err
 	})
 	if err == nil {
 		c.unfollow(cred)
 	}
 	return seq, err
+}
+
+// runBound runs op, an operation that needs the binding of cred's
+// participant, on the conversation's owner (run, with tok): on each node
+// tried, the participant is bound there first (bindOn, and followed from
+// then on), and op gets that node's Client and the credential to present;
+// a no_binding answer from the node believed to hold the binding makes
+// run attach it again and retry (checkBound).
+func (c *Cluster) runBound(ctx context.Context, cred Credential, tok *Token, op func(ctx context.Context, cl *Client, cur Credential) error) error {
+	return c.run(ctx, cred.Conversation, tok, func(ctx context.Context, addr string, cl *Client) error {
+		cur, err := c.bindOn(ctx, addr, cl, cred, true)
+		if err != nil {
+			return err
+		}
+		return c.checkBound(op(ctx, cl, cur), cred, addr)
+	})
 }
 
 // Leave is Client.Leave on the conversation's owner.
