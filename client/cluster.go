@@ -535,23 +535,16 @@ func (c *Cluster) followLoop(k key) {
 			_, err := c.bindOn(ctx, addr, cl, cred, false)
 			return err
 		})
+		// Each case goes round to the check above, which ends the loop
+		// once Close ran: Close marks the Cluster closed before it
+		// cancels c.ctx.
 		switch {
-		case err == nil, errors.Is(err, errUnfollowed):
-		case c.ctx.Err() != nil:
-			c.mu.Lock()
-			delete(c.following, k)
-			c.mu.Unlock()
-			return
+		case err == nil, errors.Is(err, errUnfollowed), c.ctx.Err() != nil:
 		case errors.Is(err, ErrParticipantLost):
 			c.lose(c.latest(cred), err)
 		default:
 			c.log.Warn().Err(err).Stringer("participant", cred).Msg("following the conversation: attach refused; retrying")
-			if !sleep(c.ctx, b.next(), nil) {
-				c.mu.Lock()
-				delete(c.following, k)
-				c.mu.Unlock()
-				return
-			}
+			sleep(c.ctx, b.next(), nil)
 		}
 	}
 }
