@@ -231,19 +231,12 @@ func (c *Cluster) forward(cl *Client) {
 		case <-c.ctx.Done():
 			return
 		}
-		c.mu.Lock()
-		// A compacted notice carries no seq of its own: never a repeat.
-		dup := d.Kind != KindCompacted && d.Seq <= c.seen[d.Conversation]
-		if !dup && d.Kind != KindCompacted {
-			c.seen[d.Conversation] = d.Seq
-		}
-		c.mu.Unlock()
-		if !dup && d.Credential.Generation == 0 {
-			// Its node's Client forgot the recipient (it moved to
-			// another node): the Cluster's latest credential acks it.
-			d.Credential = c.latest(Credential{Conversation: d.Conversation, Participant: d.Recipient})
-		}
-		if !dup {
+		if c.fresh(d) {
+			if d.Credential.Generation == 0 {
+				// Its node's Client forgot the recipient (it moved to
+				// another node): the Cluster's latest credential acks it.
+				d.Credential = c.latest(Credential{Conversation: d.Conversation, Participant: d.Recipient})
+			}
 			select {
 			case c.out <- d:
 			case <-c.ctx.Done():
@@ -253,6 +246,22 @@ func (c *Cluster) forward(cl *Client) {
 		}
 		<-c.turn
 	}
+}
+
+// fresh reports whether d is no repeat of a delivery forwarded already,
+// and if so records its seq as the conversation's highest. A compacted
+// notice carries no seq of its own: never a repeat.
+func (c *Cluster) fresh(d Delivery) bool {
+	if d.Kind == KindCompacted {
+		return true
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if d.Seq <= c.seen[d.Conversation] {
+		return false
+	}
+	c.seen[d.Conversation] = d.Seq
+	return true
 }
 
 // attempt is one try of an operation on the node at addr.
