@@ -134,7 +134,7 @@ func (c *Client) retryAttach(s *session, m *member) {
 func (c *Client) movedAway(m *member) {
 	cred := c.credential(m)
 	c.forget(cred)
-	c.unboundAll([]Credential{cred})
+	c.unboundAll(cred)
 }
 
 // errForgotten is an attach of a member the Client no longer holds: it
