@@ -186,7 +186,7 @@ func (c *Client) attachOn(ctx context.Context, s *session, m *member, backlogWai
 				// An intent never sent is in doubt nowhere: drop it. A
 				// renewed one is kept with its renewal spent; the next
 				// attempt asks OnIntent again.
-				c.intents.drop(in, func(in *attachIntent) bool { return in.renewed })
+				c.intents.dropUnsent(in)
 				return Credential{}, err
 			}
 		}
