@@ -69,7 +69,7 @@ func runBackup(ctx context.Context, e *env, args []string) error {
 	}
 	if *data != "" {
 		if *out == "" {
-			return &exitError{code: 2, err: errors.New("--out is required")}
+			return &exitError{code: exitUsage, err: errors.New("--out is required")}
 		}
 		return backupOffline(e, *data, *out)
 	}
@@ -78,16 +78,16 @@ func runBackup(ctx context.Context, e *env, args []string) error {
 	}
 	switch {
 	case *out == "":
-		return &exitError{code: 2, err: errors.New("--out is required")}
+		return &exitError{code: exitUsage, err: errors.New("--out is required")}
 	case *token == "":
-		return &exitError{code: 2, err: errors.New("an admin token is required (--admin-token or " + adminTokenEnv + ")")}
+		return &exitError{code: exitUsage, err: errors.New("an admin token is required (--admin-token or " + adminTokenEnv + ")")}
 	}
 	if _, err := os.Stat(*out); err == nil {
 		return fmt.Errorf("%s exists; backup never overwrites", *out)
 	}
 	base, hc, err := healthClient(*health, *healthCA)
 	if err != nil {
-		return &exitError{code: 2, err: err}
+		return &exitError{code: exitUsage, err: err}
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/admin/backup", nil)
 	if err != nil {

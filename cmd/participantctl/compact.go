@@ -53,10 +53,10 @@ func runCompact(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	if *retain <= 0 {
-		return &exitError{code: 2, err: errors.New("--retain must be positive")}
+		return &exitError{code: exitUsage, err: errors.New("--retain must be positive")}
 	}
 	if *window < 0 {
-		return &exitError{code: 2, err: errors.New("--token-window must not be negative")}
+		return &exitError{code: exitUsage, err: errors.New("--token-window must not be negative")}
 	}
 	// The daemon's open, the log replayed into the file first: a log
 	// record the file lacks would otherwise be replayed over what compact

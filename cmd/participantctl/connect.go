@@ -52,7 +52,7 @@ func addConnFlags(fs *flag.FlagSet, e *env) *connFlags {
 func (f *connFlags) token() (string, error) {
 	switch {
 	case f.authTokenFile != "" && f.authToken != "":
-		return "", &exitError{2, errors.New("give --auth-token or --auth-token-file, not both")}
+		return "", &exitError{exitUsage, errors.New("give --auth-token or --auth-token-file, not both")}
 	case f.authTokenFile != "":
 		b, err := os.ReadFile(f.authTokenFile)
 		if err != nil {

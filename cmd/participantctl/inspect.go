@@ -67,7 +67,7 @@ func runInspect(ctx context.Context, e *env, args []string) error {
 	}
 	if *space {
 		if src.etcd.set() || *src.from != "" {
-			return &exitError{code: 2, err: errors.New("--space reads a data directory's file: give --data, not --etcd-endpoints or --from")}
+			return &exitError{code: exitUsage, err: errors.New("--space reads a data directory's file: give --data, not --etcd-endpoints or --from")}
 		}
 		return runSpace(e, *src.dir, *asJSON)
 	}

@@ -66,18 +66,18 @@ func runRestore(ctx context.Context, e *env, args []string) error {
 	}
 	if etcd.set() {
 		if *keyFile != "" || *dir != "" {
-			return &exitError{code: 2, err: errors.New("--etcd-endpoints restores a cluster backup, which holds the cluster secret: no --node-key or --data")}
+			return &exitError{code: exitUsage, err: errors.New("--etcd-endpoints restores a cluster backup, which holds the cluster secret: no --node-key or --data")}
 		}
 		if *from == "" {
-			return &exitError{code: 2, err: errors.New("--from is required")}
+			return &exitError{code: exitUsage, err: errors.New("--from is required")}
 		}
 		return restoreCluster(ctx, e, *from, etcd, *replaceKey)
 	}
 	if *replaceKey {
-		return &exitError{code: 2, err: errors.New("--replace-node-key restores a cluster backup: it needs --etcd-endpoints")}
+		return &exitError{code: exitUsage, err: errors.New("--replace-node-key restores a cluster backup: it needs --etcd-endpoints")}
 	}
 	if *from == "" || *keyFile == "" || *dir == "" {
-		return &exitError{code: 2, err: errors.New("--from, --node-key and --data are required")}
+		return &exitError{code: exitUsage, err: errors.New("--from, --node-key and --data are required")}
 	}
 	if entries, err := os.ReadDir(*dir); err == nil && len(entries) > 0 {
 		return fmt.Errorf("%s is not empty: restore only into an empty data directory", *dir)
