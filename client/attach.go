@@ -62,11 +62,7 @@ func (c *Client) reattachAll(s *session) error {
 				c.log.Error().Err(err).Msg("participant lost")
 				c.lostCallback(m, err)
 			case errors.Is(err, ErrMoved):
-				// Its conversation is served by another node now: this
-				// connection no longer holds it (Cluster attaches it there).
-				cred := c.credential(m)
-				c.forget(cred)
-				c.unboundAll([]Credential{cred})
+				c.movedAway(m)
 			case errors.Is(err, errForgotten):
 				// A Cluster moved it to another node's Client meanwhile.
 			case errors.Is(err, ErrBacklogFull):
@@ -122,9 +118,7 @@ func (c *Client) retryAttach(s *session, m *member) {
 			}
 			return
 		case errors.Is(err, ErrMoved):
-			cred := c.credential(m)
-			c.forget(cred)
-			c.unboundAll([]Credential{cred})
+			c.movedAway(m)
 			return
 		case errors.Is(err, errForgotten):
 			return
@@ -132,6 +126,15 @@ func (c *Client) retryAttach(s *session, m *member) {
 			c.log.Warn().Err(err).Stringer("participant", c.credential(m)).Msg("deferred re-attach refused; retrying")
 		}
 	}
+}
+
+// movedAway forgets m, whose attach was refused moved: its conversation
+// is served by another node now, so this connection no longer holds it.
+// A Cluster is told, and attaches it there.
+func (c *Client) movedAway(m *member) {
+	cred := c.credential(m)
+	c.forget(cred)
+	c.unboundAll(cred)
 }
 
 // errForgotten is an attach of a member the Client no longer holds: it
@@ -183,7 +186,7 @@ func (c *Client) attachOn(ctx context.Context, s *session, m *member, backlogWai
 				// An intent never sent is in doubt nowhere: drop it. A
 				// renewed one is kept with its renewal spent; the next
 				// attempt asks OnIntent again.
-				c.intents.drop(in, func(in *attachIntent) bool { return in.renewed })
+				c.intents.dropUnsent(in)
 				return Credential{}, err
 			}
 		}

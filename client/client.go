@@ -153,7 +153,7 @@ func (c *Client) startReader(s *session) {
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
-		err := s.run(c.deliver)
+		err := s.run(c.deliver, c.compacted)
 		if c.ctx.Err() == nil {
 			c.log.Info().Err(err).Uint64("session", s.seq).Msg("connection ended")
 		}
@@ -229,7 +229,7 @@ func (c *Client) supervise(s *session) {
 			c.opts.OnDisconnect(s.reason())
 		}
 		if c.ctx.Err() == nil {
-			c.unboundAll(gone)
+			c.unboundAll(gone...)
 		}
 		if s = c.reconnect(); s == nil {
 			return
@@ -361,12 +361,12 @@ func (c *Client) noticeUnbound(s *session, k key, gen uint64) {
 	cred := m.cred
 	c.mu.Unlock()
 	c.log.Info().Stringer("participant", cred).Msg("binding gone from this node")
-	c.unboundAll([]Credential{cred})
+	c.unboundAll(cred)
 }
 
 // unboundAll tells the Cluster, if any, that the participants of creds
 // are not bound by this Client any more.
-func (c *Client) unboundAll(creds []Credential) {
+func (c *Client) unboundAll(creds ...Credential) {
 	if c.unbound == nil {
 		return
 	}

@@ -231,19 +231,12 @@ func (c *Cluster) forward(cl *Client) {
 		case <-c.ctx.Done():
 			return
 		}
-		c.mu.Lock()
-		// A compacted notice carries no seq of its own: never a repeat.
-		dup := d.Kind != KindCompacted && d.Seq <= c.seen[d.Conversation]
-		if !dup && d.Kind != KindCompacted {
-			c.seen[d.Conversation] = d.Seq
-		}
-		c.mu.Unlock()
-		if !dup && d.Credential.Generation == 0 {
-			// Its node's Client forgot the recipient (it moved to
-			// another node): the Cluster's latest credential acks it.
-			d.Credential = c.latest(Credential{Conversation: d.Conversation, Participant: d.Recipient})
-		}
-		if !dup {
+		if c.fresh(d) {
+			if d.Credential.Generation == 0 {
+				// Its node's Client forgot the recipient (it moved to
+				// another node): the Cluster's latest credential acks it.
+				d.Credential = c.latest(Credential{Conversation: d.Conversation, Participant: d.Recipient})
+			}
 			select {
 			case c.out <- d:
 			case <-c.ctx.Done():
@@ -253,6 +246,22 @@ func (c *Cluster) forward(cl *Client) {
 		}
 		<-c.turn
 	}
+}
+
+// fresh reports whether d is no repeat of a delivery forwarded already,
+// and if so records its seq as the conversation's highest. A compacted
+// notice carries no seq of its own: never a repeat.
+func (c *Cluster) fresh(d Delivery) bool {
+	if d.Kind == KindCompacted {
+		return true
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if d.Seq <= c.seen[d.Conversation] {
+		return false
+	}
+	c.seen[d.Conversation] = d.Seq
+	return true
 }
 
 // attempt is one try of an operation on the node at addr.
@@ -535,23 +544,16 @@ func (c *Cluster) followLoop(k key) {
 			_, err := c.bindOn(ctx, addr, cl, cred, false)
 			return err
 		})
+		// Each case goes round to the check above, which ends the loop
+		// once Close ran: Close marks the Cluster closed before it
+		// cancels c.ctx.
 		switch {
-		case err == nil, errors.Is(err, errUnfollowed):
-		case c.ctx.Err() != nil:
-			c.mu.Lock()
-			delete(c.following, k)
-			c.mu.Unlock()
-			return
+		case err == nil, errors.Is(err, errUnfollowed), c.ctx.Err() != nil:
 		case errors.Is(err, ErrParticipantLost):
 			c.lose(c.latest(cred), err)
 		default:
 			c.log.Warn().Err(err).Stringer("participant", cred).Msg("following the conversation: attach refused; retrying")
-			if !sleep(c.ctx, b.next(), nil) {
-				c.mu.Lock()
-				delete(c.following, k)
-				c.mu.Unlock()
-				return
-			}
+			sleep(c.ctx, b.next(), nil)
 		}
 	}
 }
@@ -620,13 +622,9 @@ func (c *Cluster) Attach(ctx context.Context, cred Credential, opts ...CallOptio
 func (c *Cluster) Tell(ctx context.Context, cred Credential, payload []byte, opts ...CallOption) (uint64, error) {
 	tok := tokenOf(opts)
 	var seq uint64
-	err := c.run(ctx, cred.Conversation, &tok, func(ctx context.Context, addr string, cl *Client) error {
-		cur, err := c.bindOn(ctx, addr, cl, cred, true)
-		if err != nil {
-			return err
-		}
+	err := c.runBound(ctx, cred, &tok, func(ctx context.Context, cl *Client, cur Credential) (err error) {
 		seq, err = cl.Tell(ctx, cur, payload, WithToken(tok))
-		return c.checkBound(err, cred, addr)
+		return err
 	})
 	return seq, err
 }
@@ -634,13 +632,9 @@ func (c *Cluster) Tell(ctx context.Context, cred Credential, payload []byte, opt
 // Ack is Client.Ack on the conversation's owner.
 func (c *Cluster) Ack(ctx context.Context, cred Credential, through uint64) (uint64, error) {
 	var cursor uint64
-	err := c.run(ctx, cred.Conversation, nil, func(ctx context.Context, addr string, cl *Client) error {
-		cur, err := c.bindOn(ctx, addr, cl, cred, true)
-		if err != nil {
-			return err
-		}
+	err := c.runBound(ctx, cred, nil, func(ctx context.Context, cl *Client, cur Credential) (err error) {
 		cursor, err = cl.Ack(ctx, cur, through)
-		return c.checkBound(err, cred, addr)
+		return err
 	})
 	return cursor, err
 }
@@ -649,18 +643,30 @@ func (c *Cluster) Ack(ctx context.Context, cred Credential, through uint64) (uin
 func (c *Cluster) Detach(ctx context.Context, cred Credential, opts ...CallOption) (uint64, error) {
 	tok := tokenOf(opts)
 	var seq uint64
-	err := c.run(ctx, cred.Conversation, &tok, func(ctx context.Context, addr string, cl *Client) error {
-		cur, err := c.bindOn(ctx, addr, cl, cred, true)
-		if err != nil {
-			return err
-		}
+	err := c.runBound(ctx, cred, &tok, func(ctx context.Context, cl *Client, cur Credential) (err error) {
 		seq, err = cl.Detach(ctx, cur, WithToken(tok))
-		return c.checkBound(err, cred, addr)
+		return err
 	})
 	if err == nil {
 		c.unfollow(cred)
 	}
 	return seq, err
+}
+
+// runBound runs op, an operation that needs the binding of cred's
+// participant, on the conversation's owner (run, with tok): on each node
+// tried, the participant is bound there first (bindOn, and followed from
+// then on), and op gets that node's Client and the credential to present;
+// a no_binding answer from the node believed to hold the binding makes
+// run attach it again and retry (checkBound).
+func (c *Cluster) runBound(ctx context.Context, cred Credential, tok *Token, op func(ctx context.Context, cl *Client, cur Credential) error) error {
+	return c.run(ctx, cred.Conversation, tok, func(ctx context.Context, addr string, cl *Client) error {
+		cur, err := c.bindOn(ctx, addr, cl, cred, true)
+		if err != nil {
+			return err
+		}
+		return c.checkBound(op(ctx, cl, cur), cred, addr)
+	})
 }
 
 // Leave is Client.Leave on the conversation's owner.

@@ -48,13 +48,6 @@ type Delivery struct {
 // deliver takes a delivery from a reader: it drops a repeat (a seq at or
 // below the highest delivered in its conversation) and queues the rest.
 func (c *Client) deliver(m *wire.Delivery) {
-	if m.Kind == KindCompacted {
-		// Not a record: never a repeat to drop, and no seq to remember.
-		if !c.opts.DiscardDeliveries {
-			c.queue.push(c.ctx, Delivery{Conversation: m.Conversation, Recipient: m.Recipient, Kind: KindCompacted, First: m.Seq + 1})
-		}
-		return
-	}
 	c.mu.Lock()
 	if m.Seq <= c.seen[m.Conversation] {
 		c.mu.Unlock()
@@ -78,6 +71,17 @@ func (c *Client) deliver(m *wire.Delivery) {
 		d.Cause = *m.Cause
 	}
 	c.queue.push(c.ctx, d)
+}
+
+// compacted takes a compacted push from a reader: history below m.First
+// is gone, some of it addressed to m.Recipient and never delivered. The
+// caller learns it in order with the deliveries, as a KindCompacted
+// Delivery. It is not a record: never a repeat to drop, and no seq to
+// remember.
+func (c *Client) compacted(m *wire.Compacted) {
+	if !c.opts.DiscardDeliveries {
+		c.queue.push(c.ctx, Delivery{Conversation: m.Conversation, Recipient: m.Recipient, Kind: KindCompacted, First: m.First})
+	}
 }
 
 // queue decouples readers from the deliveries channel, so that a caller

@@ -120,13 +120,15 @@ func (t *intents) settle(in *attachIntent, s *session, cred Credential) bool {
 	return in.onlyOnLocked(s) && !in.supplied
 }
 
-// drop forgets in if it is still the pending intent of its participant
-// and keep does not hold for it.
-func (t *intents) drop(in *attachIntent, keep func(*attachIntent) bool) {
+// dropUnsent forgets in, whose token OnIntent refused, if it is still
+// the pending intent of its participant: a token never sent is in doubt
+// nowhere. A renewed intent is kept, its renewal spent, since its first
+// token was sent.
+func (t *intents) dropUnsent(in *attachIntent) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	k := in.presented.key()
-	if t.pending[k] == in && (keep == nil || !keep(in)) {
+	if t.pending[k] == in && !in.renewed {
 		delete(t.pending, k)
 	}
 }

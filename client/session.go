@@ -164,8 +164,9 @@ func tlsHint(o *Options, err error) string {
 }
 
 // run reads the connection until it ends: answers go to their pending call,
-// deliveries to deliver. It ends the session and returns why.
-func (s *session) run(deliver func(*wire.Delivery)) error {
+// deliveries to deliver and compacted pushes to compacted, in the order
+// they came. It ends the session and returns why.
+func (s *session) run(deliver func(*wire.Delivery), compacted func(*wire.Compacted)) error {
 	for {
 		m, err := s.wc.ReadServerMessage()
 		if errors.Is(err, wire.ErrBadRequest) {
@@ -182,10 +183,7 @@ func (s *session) run(deliver func(*wire.Delivery)) error {
 		case *wire.Delivery:
 			deliver(m)
 		case *wire.Compacted:
-			// History below m.First is gone, some of it addressed to
-			// m.Recipient and never delivered: the caller learns it in
-			// order with the deliveries, as a KindCompacted delivery.
-			deliver(&wire.Delivery{Conversation: m.Conversation, Recipient: m.Recipient, Seq: m.First - 1, Kind: KindCompacted})
+			compacted(m)
 		case *wire.ServerBye:
 			return s.end(fmt.Errorf("client: server said bye (%s)", m.Reason))
 		case *wire.Rejected:

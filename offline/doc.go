@@ -42,7 +42,11 @@
 // missing or 0-byte file is store.ErrNoData: no tool creates a store.
 //
 // A directory whose log holds records after the file's checkpoint is
-// served whole only through the log: Pending reports how many, so that a
-// tool that copies the file alone (restore --from <dir>/participantd.db)
+// served whole only through the log: Replay reports what the log holds
+// after it (verify prints it), Pending how many records, so that a tool
+// that copies the file alone (restore --from <dir>/participantd.db)
 // refuses it.
+//
+// CheckFile reads one bbolt file whole, read-only: OpenReadOnly's check of
+// the data file, and restore's of a backup before it writes anything.
 package offline

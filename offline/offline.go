@@ -70,18 +70,29 @@ func OpenReadOnly(dir string, opts Options) (store.DurableStore, error) {
 		return st, nil
 	}
 	// The shared locks of both opens keep writers out: the file is at rest.
-	bt, err := store.Open(filepath.Join(dir, StoreFile), store.Options{LockTimeout: o.LockTimeout, ReadOnly: true})
-	if err == nil {
-		err = bt.Check()
-		if cerr := bt.Close(); err == nil {
-			err = cerr
-		}
-	}
-	if err != nil {
+	if err := CheckFile(filepath.Join(dir, StoreFile), opts); err != nil {
 		st.Close()
 		return nil, err
 	}
 	return st, nil
+}
+
+// CheckFile reads the bbolt file at path whole, opened read-only under a
+// shared lock: store.Bolt.Check reads every page reachable from its meta
+// page and every key and value in the store's layout. It changes no
+// file. A running server holding it is store.ErrLocked; a damaged file
+// store.ErrCorrupt; other errors are store.Open's.
+func CheckFile(path string, opts Options) error {
+	o := opts.withDefaults()
+	bt, err := store.Open(path, store.Options{LockTimeout: o.LockTimeout, ReadOnly: true})
+	if err != nil {
+		return err
+	}
+	err = bt.Check()
+	if cerr := bt.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // OpenWritable opens the store of data directory dir for an offline tool
@@ -105,23 +116,34 @@ func OpenWritable(dir string, opts Options) (store.DurableStore, error) {
 	return store.Open(filepath.Join(dir, StoreFile), store.Options{LockTimeout: o.LockTimeout, MustExist: true})
 }
 
-// Pending reports how many records the log of data directory dir holds
-// after its file's checkpoint: records the file alone does not hold, so
-// that a copy of the file alone would lose them. A directory the
-// log-first engine never started in has none; a lost log is
-// logfirst.ErrLogLost. It changes no file.
-func Pending(dir string, opts Options) (int, error) {
+// Replay returns what the log of data directory dir holds after its
+// file's checkpoint, replayed in memory as a start would replay it into
+// the file: how many records, in how many segments, and an unfinished
+// last record. A directory the log-first engine never started in has no
+// log: the zero ReplayStats. It changes no file. Errors are
+// logfirst.OpenReadOnly's: a corrupt log wraps wal.ErrCorrupt, naming the
+// segment and offset; a lost one is logfirst.ErrLogLost.
+func Replay(dir string, opts Options) (logfirst.ReplayStats, error) {
 	o := opts.withDefaults()
 	logged, err := logfirst.Started(dir, o.LogFS)
 	if err != nil || !logged {
-		return 0, err
+		return logfirst.ReplayStats{}, err
 	}
 	st, err := logfirst.OpenReadOnly(dir, o.logfirst())
 	if err != nil {
-		return 0, err
+		return logfirst.ReplayStats{}, err
 	}
-	n := st.Replay().Log.Records
-	return n, st.Close()
+	rp := st.Replay()
+	return rp, st.Close()
+}
+
+// Pending reports how many records the log of data directory dir holds
+// after its file's checkpoint (Replay): records the file alone does not
+// hold, so that a copy of the file alone would lose them. A directory the
+// log-first engine never started in has none. Errors are Replay's.
+func Pending(dir string, opts Options) (int, error) {
+	rp, err := Replay(dir, opts)
+	return rp.Log.Records, err
 }
 
 // Inspect reconciles data directory dir in dry run, changing no file: the

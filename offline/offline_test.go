@@ -30,8 +30,10 @@ func killed(t *testing.T, ffs *faultfs.FS, st *logfirst.Store) {
 	if err := st.Flush(); err == nil {
 		t.Fatal("Flush after the cut succeeded")
 	}
-	st.Close()
-	ffs.Crash(rand.New(rand.NewPCG(1, 2)))
+	st.Close() // fails: the store's writes failed at the cut
+	if err := ffs.Crash(rand.New(rand.NewPCG(1, 2))); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // TestCompact_AfterACrash_NeverLowersTheLogsTokenFloor is issue 17's

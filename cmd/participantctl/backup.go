@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -70,7 +69,7 @@ func runBackup(ctx context.Context, e *env, args []string) error {
 	}
 	if *data != "" {
 		if *out == "" {
-			return &exitError{code: 2, err: errors.New("--out is required")}
+			return &exitError{code: exitUsage, err: errors.New("--out is required")}
 		}
 		return backupOffline(e, *data, *out)
 	}
@@ -79,16 +78,16 @@ func runBackup(ctx context.Context, e *env, args []string) error {
 	}
 	switch {
 	case *out == "":
-		return &exitError{code: 2, err: errors.New("--out is required")}
+		return &exitError{code: exitUsage, err: errors.New("--out is required")}
 	case *token == "":
-		return &exitError{code: 2, err: errors.New("an admin token is required (--admin-token or " + adminTokenEnv + ")")}
+		return &exitError{code: exitUsage, err: errors.New("an admin token is required (--admin-token or " + adminTokenEnv + ")")}
 	}
 	if _, err := os.Stat(*out); err == nil {
 		return fmt.Errorf("%s exists; backup never overwrites", *out)
 	}
 	base, hc, err := healthClient(*health, *healthCA)
 	if err != nil {
-		return &exitError{code: 2, err: err}
+		return &exitError{code: exitUsage, err: err}
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/admin/backup", nil)
 	if err != nil {
@@ -152,13 +151,9 @@ func healthClient(health, ca string) (string, *http.Client, error) {
 	if u.Scheme != "https" {
 		return "", nil, fmt.Errorf("--health-ca with --health %q: the CA verifies https only", health)
 	}
-	pem, err := os.ReadFile(ca)
+	pool, err := readCAs("health-ca", ca)
 	if err != nil {
-		return "", nil, fmt.Errorf("--health-ca: %w", err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return "", nil, fmt.Errorf("--health-ca %s: no PEM certificate in it", ca)
+		return "", nil, err
 	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}

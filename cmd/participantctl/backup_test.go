@@ -1,19 +1,10 @@
 package main
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/participantd/participantd/client"
 	"github.com/participantd/participantd/participant"
@@ -76,7 +67,7 @@ func TestBackupRestore_ServesTheSameAnswers(t *testing.T) {
 func TestBackup_OverHTTPS(t *testing.T) {
 	ctx := testCtx(t)
 	dir, work := t.TempDir(), t.TempDir()
-	certFile, keyFile := selfSignedPair(t, work)
+	certFile, keyFile, _ := servertest.SelfSigned(t, work)
 	srv := servertest.Start(t, server.Config{DataDir: dir, AdminToken: "s3cret", HealthTLSCert: certFile, HealthTLSKey: keyFile})
 	health := srv.HealthAddr().String()
 	out := filepath.Join(work, "backup.db")
@@ -90,32 +81,4 @@ func TestBackup_OverHTTPS(t *testing.T) {
 	if _, errs, code := ctl(ctx, "", "backup", "--health", "https://"+health, "--admin-token", "s3cret", "--out", out+"2"); code == 0 || !strings.Contains(errs, "certificate") {
 		t.Fatalf("backup over HTTPS without --health-ca = exit %d, %q; want a certificate error", code, errs)
 	}
-}
-
-// selfSignedPair writes a self-signed certificate for 127.0.0.1, which is
-// its own CA, and its key, to dir.
-func selfSignedPair(t *testing.T, dir string) (certFile, keyFile string) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "participantd test"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, IsCA: true, BasicConstraintsValid: true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kb, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile, keyFile = filepath.Join(dir, "health.pem"), filepath.Join(dir, "health.key")
-	os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
-	os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kb}), 0o600)
-	return certFile, keyFile
 }

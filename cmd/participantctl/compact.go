@@ -9,7 +9,6 @@ import (
 
 	"github.com/participantd/participantd/offline"
 	"github.com/participantd/participantd/participant"
-	"github.com/participantd/participantd/store"
 )
 
 func init() {
@@ -54,19 +53,16 @@ func runCompact(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	if *retain <= 0 {
-		return &exitError{code: 2, err: errors.New("--retain must be positive")}
+		return &exitError{code: exitUsage, err: errors.New("--retain must be positive")}
 	}
 	if *window < 0 {
-		return &exitError{code: 2, err: errors.New("--token-window must not be negative")}
+		return &exitError{code: exitUsage, err: errors.New("--token-window must not be negative")}
 	}
 	// The daemon's open, the log replayed into the file first: a log
 	// record the file lacks would otherwise be replayed over what compact
 	// writes at the next start (an older token floor under forgotten
 	// entries; an older checkpoint over trimmed rows).
 	rep, err := offline.Compact(ctx, *dir, offlineOptions, participant.Options{Retain: *retain, TokenWindow: *window, Now: time.Now})
-	if errors.Is(err, store.ErrLocked) {
-		return fmt.Errorf("%s is in use: stop participantd first (compact needs the data at rest): %w", *dir, err)
-	}
 	if err != nil {
 		return explainOpen(*dir, err)
 	}

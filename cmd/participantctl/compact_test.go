@@ -96,8 +96,14 @@ func TestCompact_RemovesSettledHistoryAndVerifyStaysOK(t *testing.T) {
 		stream            string
 		stored, compacted uint64
 	}{{oplog.Stream(1), c.OplogRows, c.OplogCompacted}, {outbox.Stream(1), c.OutboxRows, c.OutboxCompacted}} {
-		n, _ := st.Len(s.stream)
-		first, _ := st.First(s.stream)
+		n, err := st.Len(s.stream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		first, err := st.First(s.stream)
+		if err != nil {
+			t.Fatal(err)
+		}
 		if s.stored != n-first || s.compacted != first {
 			t.Errorf("inspect of %s = %d rows, %d compacted; want %d stored of %d appended", s.stream, s.stored, s.compacted, n-first, n)
 		}

@@ -33,7 +33,7 @@ func runCompletion(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	if fs.NArg() != 1 {
-		return &exitError{2, errors.New("want exactly one shell: bash or zsh")}
+		return &exitError{exitUsage, errors.New("want exactly one shell: bash or zsh")}
 	}
 	spec, err := readCompletionSpec(ctx)
 	if err != nil {
@@ -45,7 +45,7 @@ func runCompletion(ctx context.Context, e *env, args []string) error {
 	case "zsh":
 		return writeZsh(e.stdout, spec)
 	}
-	return &exitError{2, fmt.Errorf("unknown shell %q: want bash or zsh", fs.Arg(0))}
+	return &exitError{exitUsage, fmt.Errorf("unknown shell %q: want bash or zsh", fs.Arg(0))}
 }
 
 // completionSpec is every subcommand and its flags (without dashes), both

@@ -52,7 +52,7 @@ func addConnFlags(fs *flag.FlagSet, e *env) *connFlags {
 func (f *connFlags) token() (string, error) {
 	switch {
 	case f.authTokenFile != "" && f.authToken != "":
-		return "", &exitError{2, errors.New("give --auth-token or --auth-token-file, not both")}
+		return "", &exitError{exitUsage, errors.New("give --auth-token or --auth-token-file, not both")}
 	case f.authTokenFile != "":
 		b, err := os.ReadFile(f.authTokenFile)
 		if err != nil {
@@ -75,17 +75,27 @@ func (f *connFlags) tlsConfig() (*tls.Config, error) {
 	}
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: f.tlsInsecure}
 	if f.tlsCA != "" {
-		pem, err := os.ReadFile(f.tlsCA)
+		pool, err := readCAs("tls-ca", f.tlsCA)
 		if err != nil {
-			return nil, fmt.Errorf("--tls-ca: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("--tls-ca: no certificate in %s", f.tlsCA)
+			return nil, err
 		}
 		cfg.RootCAs = pool
 	}
 	return cfg, nil
+}
+
+// readCAs reads the PEM file of CAs given by the flag name; its errors
+// name the flag.
+func readCAs(name, file string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("--%s: %w", name, err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("--%s: no certificate in %s", name, file)
+	}
+	return pool, nil
 }
 
 // session is one connection of an online subcommand, saving every new

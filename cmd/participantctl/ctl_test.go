@@ -199,28 +199,39 @@ func TestRun_UnknownAndHelp(t *testing.T) {
 	}
 }
 
-func TestTail_SupersededExitsWithStatus3(t *testing.T) {
-	ctx := testCtx(t)
-	addr, _ := startServer(t, t.TempDir())
-	b := filepath.Join(t.TempDir(), "b.json")
-	mustCtl(t, ctx, "enroll", "--addr", addr, "--conversation", "1", "--creds", b)
-	type result struct {
-		errs string
-		code int
-	}
-	done := make(chan result, 1)
+// ctlResult is what a participantctl run printed, and its exit status.
+type ctlResult struct {
+	out, errs string
+	code      int
+}
+
+// startTail runs participantctl tail --creds creds with args in the
+// background and returns once the tail attached: its attach rewrites
+// creds, enrolled at generation 1, with generation 2. The run's result
+// comes on the channel.
+func startTail(t *testing.T, ctx context.Context, creds string, args ...string) <-chan ctlResult {
+	t.Helper()
+	done := make(chan ctlResult, 1)
 	go func() {
-		_, errs, code := ctl(ctx, "", "tail", "--addr", addr, "--creds", b, "--check-interval", "10ms")
-		done <- result{errs, code}
+		out, errs, code := ctl(ctx, "", append([]string{"tail", "--creds", creds}, args...)...)
+		done <- ctlResult{out, errs, code}
 	}()
-	// The tail's attach rewrites the file with generation 2.
-	for readCredsT(t, b).Generation < 2 {
+	for readCredsT(t, creds).Generation < 2 {
 		select {
 		case r := <-done:
 			t.Fatalf("tail ended before attaching: %d, %q", r.code, r.errs)
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
+	return done
+}
+
+func TestTail_SupersededExitsWithStatus3(t *testing.T) {
+	ctx := testCtx(t)
+	addr, _ := startServer(t, t.TempDir())
+	b := filepath.Join(t.TempDir(), "b.json")
+	mustCtl(t, ctx, "enroll", "--addr", addr, "--conversation", "1", "--creds", b)
+	done := startTail(t, ctx, b, "--addr", addr, "--check-interval", "10ms")
 	mustCtl(t, ctx, "tell", "--addr", addr, "--creds", b, "x")
 	r := <-done
 	if r.code != exitSuperseded || !strings.Contains(r.errs, "binding superseded") {
@@ -276,22 +287,7 @@ func TestTail_SaysWhenRecordsWereReleased(t *testing.T) {
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
-	type result struct {
-		out, errs string
-		code      int
-	}
-	done := make(chan result, 1)
-	go func() {
-		out, errs, code := ctl(ctx, "", "tail", "--addr", addr, "--creds", b, "--records-only", "--count", "1")
-		done <- result{out, errs, code}
-	}()
-	for readCredsT(t, b).Generation < 2 {
-		select {
-		case r := <-done:
-			t.Fatalf("tail ended before attaching: %d, %q", r.code, r.errs)
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
+	done := startTail(t, ctx, b, "--addr", addr, "--records-only", "--count", "1")
 	mustCtl(t, ctx, "tell", "--addr", addr, "--creds", a, "after")
 	r := <-done
 	if r.code != 0 || !strings.Contains(r.errs, "are gone") || !strings.Contains(r.errs, "max-unacked-age") ||

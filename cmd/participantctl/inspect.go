@@ -40,8 +40,9 @@ in use), split by key prefix (oplog, outbox, token, receipt, checkpoint,
 ...) with the average key and value size; and how much of the file no
 bucket occupies (free pages and the freelist). It reads the file alone, so
 stop the server first (it checkpoints its log into the file on the way
-out; after a crash it names the log's records the figures leave out). It
-applies to a data directory only.`,
+out; after a crash it names the log's records the figures leave out, and
+a log it cannot read, which the next start would refuse, fails it after
+the figures). It applies to a data directory only.`,
 		run: runInspect,
 	})
 }
@@ -66,7 +67,7 @@ func runInspect(ctx context.Context, e *env, args []string) error {
 	}
 	if *space {
 		if src.etcd.set() || *src.from != "" {
-			return &exitError{code: 2, err: errors.New("--space reads a data directory's file: give --data, not --etcd-endpoints or --from")}
+			return &exitError{code: exitUsage, err: errors.New("--space reads a data directory's file: give --data, not --etcd-endpoints or --from")}
 		}
 		return runSpace(e, *src.dir, *asJSON)
 	}
@@ -157,8 +158,13 @@ func runSpace(e *env, dir string, asJSON bool) error {
 	}
 	printSpace(e.stdout, sp)
 	// After a crash the file lacks the log's records: say so, since the
-	// figures are the file's alone.
-	if n, err := offline.Pending(dir, offlineOptions); err == nil && n > 0 {
+	// figures are the file's alone. A log that cannot be read (corrupt,
+	// lost) fails the next start: that is an error, not a footnote.
+	n, err := offline.Pending(dir, offlineOptions)
+	if err != nil {
+		return fmt.Errorf("the figures are the data file's alone: its write-ahead log cannot be read: %w", explainOpen(dir, err))
+	}
+	if n > 0 {
 		fmt.Fprintf(e.stdout, "\nlog: %d records after the file's checkpoint are not in these figures (a crash left them; the next start, or compact, applies them)\n", n)
 	}
 	return nil

@@ -10,7 +10,6 @@ import (
 	"github.com/participantd/participantd/participant"
 	"github.com/participantd/participantd/server"
 	"github.com/participantd/participantd/store"
-	"github.com/participantd/participantd/store/logfirst"
 )
 
 // The offline tools read a stopped server's data directory through package
@@ -18,9 +17,9 @@ import (
 // O_RDONLY, a shared lock, no layout transaction) with the log replayed in
 // memory over it, so the data is exactly as the server left it, byte for
 // byte, and a missing or empty store is an error, never a new store; the
-// writers (compact, floor) open it as the daemon does, the log replayed
-// into the file first. What they report comes from participant.Inspect,
-// the server's own reconciliation run in dry mode.
+// writers (compact, backup --data) open it as the daemon does, the log
+// replayed into the file first. What they report comes from
+// participant.Inspect, the server's own reconciliation run in dry mode.
 
 // storeFile is the store's file name inside the data directory.
 const storeFile = server.StoreFile
@@ -59,21 +58,6 @@ func openData(dir string) (*store.Bolt, error) {
 // damaged explains a damaged store to the operator.
 func damaged(err error) error {
 	return fmt.Errorf("%w\nThe store is damaged: restore %s from a backup, or move the data directory aside to start empty (its history is then lost)", err, storeFile)
-}
-
-// openLog opens the log-first store of data directory dir read-only: the
-// bbolt file with the write-ahead log replayed over it in memory, so that
-// nothing on disk changes. It returns nil, nil when the log-first engine
-// never started in dir (logfirst.Started: a server run on bbolt alone); a
-// corrupt log fails with an error naming the segment and offset, a lost
-// one with logfirst.ErrLogLost.
-func openLog(dir string) (*logfirst.Store, error) {
-	logged, err := logfirst.Started(dir, nil)
-	if err != nil || !logged {
-		return nil, err
-	}
-	st, err := logfirst.OpenReadOnly(dir, logfirst.Options{LockTimeout: offline.DefaultLockTimeout})
-	return st, explainOpen(dir, err)
 }
 
 // inspectData reconciles the data directory dir in dry run

@@ -97,7 +97,7 @@ func (s *source) check(fs *flag.FlagSet) error {
 		}
 	}
 	if n > 1 {
-		return &exitError{code: 2, err: errors.New("give one of --data, --etcd-endpoints and --from")}
+		return &exitError{code: exitUsage, err: errors.New("give one of --data, --etcd-endpoints and --from")}
 	}
 	return nil
 }

@@ -100,15 +100,15 @@ func runEnroll(ctx context.Context, e *env, args []string) error {
 	if *inviteText != "" {
 		inv, err := client.ParseInvite(*inviteText)
 		if err != nil {
-			return &exitError{2, err}
+			return &exitError{exitUsage, err}
 		}
 		opts = append(opts, client.WithInvite(inv))
 	}
 	if cf.creds == "" {
-		return &exitError{2, errors.New("--creds is required")}
+		return &exitError{exitUsage, errors.New("--creds is required")}
 	}
 	if !fsHasFlag(fs, "conversation") {
-		return &exitError{2, errors.New("--conversation is required")}
+		return &exitError{exitUsage, errors.New("--conversation is required")}
 	}
 	// A file holding only a pending enroll is an earlier run's enroll
 	// whose answer was not saved: retry it with its token, so that the
@@ -169,7 +169,7 @@ func runTell(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	if fs.NArg() != 1 {
-		return &exitError{2, errors.New("want exactly one MESSAGE, or - for standard input")}
+		return &exitError{exitUsage, errors.New("want exactly one MESSAGE, or - for standard input")}
 	}
 	var payload []byte
 	if m := fs.Arg(0); m == "-" {
@@ -185,7 +185,7 @@ func runTell(ctx context.Context, e *env, args []string) error {
 	if *tokenHex != "" {
 		t, err := client.ParseToken(*tokenHex)
 		if err != nil {
-			return &exitError{2, err}
+			return &exitError{exitUsage, err}
 		}
 		tok = t
 	}
@@ -213,7 +213,7 @@ func runAck(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	if !fsHasFlag(fs, "through") {
-		return &exitError{2, errors.New("--through is required")}
+		return &exitError{exitUsage, errors.New("--through is required")}
 	}
 	s, cred, err := cf.attached(ctx, e, true)
 	if err != nil {

@@ -66,34 +66,26 @@ func runRestore(ctx context.Context, e *env, args []string) error {
 	}
 	if etcd.set() {
 		if *keyFile != "" || *dir != "" {
-			return &exitError{code: 2, err: errors.New("--etcd-endpoints restores a cluster backup, which holds the cluster secret: no --node-key or --data")}
+			return &exitError{code: exitUsage, err: errors.New("--etcd-endpoints restores a cluster backup, which holds the cluster secret: no --node-key or --data")}
 		}
 		if *from == "" {
-			return &exitError{code: 2, err: errors.New("--from is required")}
+			return &exitError{code: exitUsage, err: errors.New("--from is required")}
 		}
 		return restoreCluster(ctx, e, *from, etcd, *replaceKey)
 	}
 	if *replaceKey {
-		return &exitError{code: 2, err: errors.New("--replace-node-key restores a cluster backup: it needs --etcd-endpoints")}
+		return &exitError{code: exitUsage, err: errors.New("--replace-node-key restores a cluster backup: it needs --etcd-endpoints")}
 	}
 	if *from == "" || *keyFile == "" || *dir == "" {
-		return &exitError{code: 2, err: errors.New("--from, --node-key and --data are required")}
+		return &exitError{code: exitUsage, err: errors.New("--from, --node-key and --data are required")}
 	}
 	if entries, err := os.ReadDir(*dir); err == nil && len(entries) > 0 {
 		return fmt.Errorf("%s is not empty: restore only into an empty data directory", *dir)
 	} else if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	// The data file of a data directory is the whole store only with its
-	// log: after a crash, the records after its checkpoint are in the log
-	// alone.
-	if filepath.Base(*from) != storeFile {
-		// Not a data directory's file.
-	} else if n, err := offline.Pending(filepath.Dir(*from), offlineOptions); err != nil {
-		return fmt.Errorf("%s is in a data directory whose log cannot be read: %w", *from, explainOpen(filepath.Dir(*from), err))
-	} else if n > 0 {
-		return fmt.Errorf("%s is the data file of a data directory whose log holds %d records after it, which the file alone would lose: copy the directory with backup --data %s (a stopped server) or backup (a running one), and restore that",
-			*from, n, filepath.Dir(*from))
+	if err := checkNoPendingLog(*from); err != nil {
+		return err
 	}
 	src, err := os.Open(*from)
 	if err != nil {
@@ -127,19 +119,33 @@ func runRestore(ctx context.Context, e *env, args []string) error {
 	return runVerify(ctx, e, []string{"--data", *dir})
 }
 
-// checkBackup reads the whole backup file at path (store.Bolt.Check: every
-// page reachable from its meta page, every key and value in this store's
-// layout) before restore writes anything, and explains a file it refuses
+// checkNoPendingLog refuses from when it is the data file of a data
+// directory whose log holds records after it (offline.Pending): the file
+// is the whole store only with its log, and after a crash the records
+// after its checkpoint are in the log alone.
+func checkNoPendingLog(from string) error {
+	if filepath.Base(from) != storeFile {
+		return nil // not a data directory's file
+	}
+	dir := filepath.Dir(from)
+	n, err := offline.Pending(dir, offlineOptions)
+	switch {
+	case err != nil:
+		return fmt.Errorf("%s is in a data directory whose log cannot be read: %w", from, explainOpen(dir, err))
+	case n > 0:
+		return fmt.Errorf("%s is the data file of a data directory whose log holds %d records after it, which the file alone would lose: copy the directory with backup --data %s (a stopped server) or backup (a running one), and restore that",
+			from, n, dir)
+	}
+	return nil
+}
+
+// checkBackup reads the whole backup file at path (offline.CheckFile:
+// every page reachable from its meta page, every key and value in this
+// store's layout) before restore writes anything, and explains a file it refuses
 // in terms of the file given: it is the backup that is wrong, not a data
 // directory. The caller has opened path, so it exists and is readable.
 func checkBackup(path string) error {
-	st, err := store.Open(path, store.Options{ReadOnly: true, LockTimeout: offline.DefaultLockTimeout})
-	if err == nil {
-		err = st.Check()
-		if cerr := st.Close(); err == nil {
-			err = cerr
-		}
-	}
+	err := offline.CheckFile(path, offlineOptions)
 	switch {
 	case err == nil:
 		return nil

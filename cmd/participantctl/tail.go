@@ -91,7 +91,7 @@ func runTail(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	if *check <= 0 {
-		return &exitError{2, errors.New("--check-interval must be positive")}
+		return &exitError{exitUsage, errors.New("--check-interval must be positive")}
 	}
 	out := &tailErr{w: e.stderr}
 	lost := make(chan error, 1)

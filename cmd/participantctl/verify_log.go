@@ -1,19 +1,21 @@
 package main
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/participantd/participantd/offline"
+)
 
 // logSummary describes the write-ahead log of the stopped data directory
-// dir, replayed read-only: how many records follow the last checkpoint,
-// and an unfinished last record if there is one; "" when the bbolt file
-// holds everything (a clean stop). A corrupt log is an error naming the
-// segment and offset.
+// dir, replayed read-only (offline.Replay): how many records follow the
+// last checkpoint, and an unfinished last record if there is one; "" when
+// the bbolt file holds everything (a clean stop, or no log). A corrupt log
+// is an error naming the segment and offset.
 func logSummary(dir string) (string, error) {
-	st, err := openLog(dir)
-	if err != nil || st == nil {
-		return "", err
+	rp, err := offline.Replay(dir, offlineOptions)
+	if err != nil {
+		return "", explainOpen(dir, err)
 	}
-	defer st.Close()
-	rp := st.Replay()
 	if rp.Log.Records == 0 && !rp.Log.Torn {
 		return "", nil
 	}

@@ -105,9 +105,11 @@ func TestVerify_ReplaysTheLogReadOnly(t *testing.T) {
 	}
 }
 
-func TestVerify_CorruptLog_NamesSegmentAndOffset(t *testing.T) {
-	ctx := testCtx(t)
-	dir := crashImage(t)
+// corruptLogImage is a crash image whose log's first record, with more
+// after it, is damaged at offset 16 of the one segment it returns.
+func corruptLogImage(t *testing.T) (dir, seg string) {
+	t.Helper()
+	dir = crashImage(t)
 	segs, err := filepath.Glob(filepath.Join(dir, logfirst.WALDir, "*.wal"))
 	if err != nil || len(segs) != 1 {
 		t.Fatalf("segments = %v, %v", segs, err)
@@ -120,9 +122,27 @@ func TestVerify_CorruptLog_NamesSegmentAndOffset(t *testing.T) {
 	if err := os.WriteFile(segs[0], raw, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	return dir, segs[0]
+}
+
+func TestVerify_CorruptLog_NamesSegmentAndOffset(t *testing.T) {
+	ctx := testCtx(t)
+	dir, seg := corruptLogImage(t)
 	out, errs, code := ctl(ctx, "", "verify", "--data", dir)
-	if code == 0 || !strings.Contains(errs, filepath.Base(segs[0])+" offset 16") {
-		t.Fatalf("verify of a corrupt log = exit %d, stdout %q, stderr %q; want a failure naming %s offset 16", code, out, errs, filepath.Base(segs[0]))
+	if code == 0 || !strings.Contains(errs, filepath.Base(seg)+" offset 16") {
+		t.Fatalf("verify of a corrupt log = exit %d, stdout %q, stderr %q; want a failure naming %s offset 16", code, out, errs, filepath.Base(seg))
+	}
+}
+
+// inspect --space reports the data file alone, but a log it cannot read
+// (the next start refuses the directory) fails it, naming the damage,
+// rather than going unsaid under figures that look whole.
+func TestInspectSpace_CorruptLog_Fails(t *testing.T) {
+	ctx := testCtx(t)
+	dir, seg := corruptLogImage(t)
+	out, errs, code := ctl(ctx, "", "inspect", "--data", dir, "--space")
+	if code == 0 || !strings.Contains(errs, "log cannot be read") || !strings.Contains(errs, filepath.Base(seg)+" offset 16") {
+		t.Fatalf("inspect --space of a corrupt log = exit %d, stdout %q, stderr %q; want a failure naming %s offset 16", code, out, errs, filepath.Base(seg))
 	}
 }
 

@@ -12,4 +12,7 @@
 //
 // Listen and HealthListen default to 127.0.0.1:0 (a free loopback port)
 // when empty; every other Config field is passed to server.New as is.
+//
+// SelfSigned writes the certificate and key a test serves TLS with, its
+// own CA, for the server, the health listener and their clients alike.
 package servertest
