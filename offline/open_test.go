@@ -13,6 +13,7 @@ import (
 	"github.com/participantd/participantd/offline"
 	"github.com/participantd/participantd/participant"
 	"github.com/participantd/participantd/store/logfirst"
+	"github.com/participantd/participantd/store/logfirst/logfirsttest"
 )
 
 // A data directory whose log was made durable and then lost, the whole
@@ -21,7 +22,7 @@ import (
 // bbolt file alone would hide the writes acknowledged after its
 // checkpoint, and writing it alone would start over them.
 func TestOfflineTools_ALostLog_AreErrLogLost(t *testing.T) {
-	for _, lose := range []string{"directory", "segments"} {
+	for _, lose := range logfirsttest.Losses {
 		t.Run(lose, func(t *testing.T) {
 			dir := t.TempDir()
 			st, err := logfirst.Open(dir, logfirst.Options{SegmentSize: segmentSize})
@@ -34,19 +35,7 @@ func TestOfflineTools_ALostLog_AreErrLogLost(t *testing.T) {
 			if err := st.Close(); err != nil {
 				t.Fatal(err)
 			}
-			walDir := filepath.Join(dir, logfirst.WALDir)
-			if lose == "directory" {
-				if err := os.RemoveAll(walDir); err != nil {
-					t.Fatal(err)
-				}
-			} else {
-				segs, _ := filepath.Glob(filepath.Join(walDir, "*.wal"))
-				for _, seg := range segs {
-					if err := os.Remove(seg); err != nil {
-						t.Fatal(err)
-					}
-				}
-			}
+			logfirsttest.LoseLog(t, dir, lose)
 			file := filepath.Join(dir, offline.StoreFile)
 			before, err := os.ReadFile(file)
 			if err != nil {
@@ -77,7 +66,8 @@ func TestOfflineTools_ALostLog_AreErrLogLost(t *testing.T) {
 			if after, err := os.ReadFile(file); err != nil || !bytes.Equal(after, before) {
 				t.Errorf("the tools changed %s (%v)", file, err)
 			}
-			if _, err := os.Stat(walDir); lose == "directory" && !errors.Is(err, os.ErrNotExist) {
+			walDir := filepath.Join(dir, logfirst.WALDir)
+			if _, err := os.Stat(walDir); lose == logfirsttest.Directory && !errors.Is(err, os.ErrNotExist) {
 				t.Errorf("the tools made %s again (%v): a later start would no longer see the loss", walDir, err)
 			}
 		})

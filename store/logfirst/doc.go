@@ -80,7 +80,9 @@
 //
 // Open refuses, with ErrNoSpace and both numbers, a disk (vfs.Spacer)
 // with less free space than StartSpace: the segment it preallocates and
-// the bbolt file's next growth; it writes nothing before that check.
+// the bbolt file's next growth. Before that check it has written no
+// segment and no layout, only what bbolt's open writes (a new file's
+// first pages).
 //
 // Every directory entry is durable before a write is acknowledged: Open
 // syncs the parent of each directory it creates (the data directory,

@@ -10,6 +10,7 @@ import (
 	"github.com/participantd/participantd/faultfs"
 	"github.com/participantd/participantd/store"
 	"github.com/participantd/participantd/store/logfirst"
+	"github.com/participantd/participantd/store/logfirst/logfirsttest"
 )
 
 // A new data directory's entries, the log directory and the bbolt file,
@@ -57,24 +58,12 @@ func TestOpen_ANewDataDirectorySurvivesAPowerCut(t *testing.T) {
 // after the checkpoint; a bbolt file alone in a new directory (a restore)
 // starts a new log.
 func TestOpen_RefusesALostLog(t *testing.T) {
-	for _, lose := range []string{"directory", "segments"} {
+	for _, lose := range logfirsttest.Losses {
 		dir := t.TempDir()
 		s := open(t, dir, noCheckpoint)
 		fill(t, s, 5)
 		logfirst.Abandon(s)
-		walDir := filepath.Join(dir, logfirst.WALDir)
-		if lose == "directory" {
-			if err := os.RemoveAll(walDir); err != nil {
-				t.Fatal(err)
-			}
-		} else {
-			segs, _ := filepath.Glob(filepath.Join(walDir, "*.wal"))
-			for _, seg := range segs {
-				if err := os.Remove(seg); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
+		logfirsttest.LoseLog(t, dir, lose)
 		if _, err := logfirst.Open(dir, noCheckpoint); !errors.Is(err, logfirst.ErrLogLost) || !errors.Is(err, store.ErrCorrupt) {
 			t.Fatalf("lost %s: Open = %v, want ErrLogLost (store.ErrCorrupt)", lose, err)
 		}

@@ -10,7 +10,6 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/participantd/participantd/store"
-	"github.com/participantd/participantd/store/vfs"
 	"github.com/participantd/participantd/store/wal"
 )
 
@@ -26,8 +25,9 @@ import (
 // already be removed, and a lower LSN would have the next Open find a gap
 // or apply them twice.
 type replayer struct {
-	db      *bolt.DB
-	fs      vfs.FS  // the bbolt file's commits go through it (vfs.Commit)
+	// update commits a transaction to bbolt: Store.update, so that a
+	// replay commits as a checkpoint does (vfs.Commit, store.Contain).
+	update  func(func(*bolt.Tx) error) error
 	lsn     wal.LSN // the last LSN in bbolt
 	last    wal.LSN // the last LSN added; lsn until a record is
 	streams map[string]*wal.StreamAppend
@@ -38,9 +38,9 @@ type replayer struct {
 }
 
 // newReplayer returns a replayer of the records after ck, bbolt's
-// checkpoint LSN.
-func newReplayer(db *bolt.DB, fs vfs.FS, ck wal.LSN) *replayer {
-	return &replayer{db: db, fs: fs, lsn: ck, last: ck}
+// checkpoint LSN, committing with update.
+func newReplayer(update func(func(*bolt.Tx) error) error, ck wal.LSN) *replayer {
+	return &replayer{update: update, lsn: ck, last: ck}
 }
 
 func (r *replayer) add(b *wal.Batch) error {
@@ -88,29 +88,25 @@ func (r *replayer) flush() error {
 	streams := slices.SortedFunc(maps.Values(r.streams), func(x, y *wal.StreamAppend) int {
 		return compareKeyOrder(x.Stream, y.Stream)
 	})
-	err := vfs.Commit(r.fs, r.db.Path(), func() error {
-		return store.Contain(r.db.Path(), func() error {
-			return r.db.Update(freelistPolicy(func(tx *bolt.Tx) error {
-				for _, a := range streams {
-					if err := store.PutEntries(tx, a.Stream, a.First, a.Payloads); err != nil {
-						return fmt.Errorf("replay to LSN %v: %w", r.last, err)
-					}
-				}
-				for _, k := range slices.Sorted(maps.Keys(r.values)) {
-					if err := store.PutValue(tx, k, r.values[k]); err != nil {
-						return fmt.Errorf("replay to LSN %v: %w", r.last, err)
-					}
-				}
-				// As in a checkpoint, trims go after the appends they may cover.
-				if err := applyTrims(tx, r.trims); err != nil {
-					return fmt.Errorf("replay to LSN %v: %w", r.last, err)
-				}
-				if err := store.PutBytesTx(tx, sortedBytes(r.bytes)); err != nil {
-					return fmt.Errorf("replay to LSN %v: %w", r.last, err)
-				}
-				return putCheckpointLSN(tx, r.last)
-			}))
-		})
+	err := r.update(func(tx *bolt.Tx) error {
+		for _, a := range streams {
+			if err := store.PutEntries(tx, a.Stream, a.First, a.Payloads); err != nil {
+				return fmt.Errorf("replay to LSN %v: %w", r.last, err)
+			}
+		}
+		for _, k := range slices.Sorted(maps.Keys(r.values)) {
+			if err := store.PutValue(tx, k, r.values[k]); err != nil {
+				return fmt.Errorf("replay to LSN %v: %w", r.last, err)
+			}
+		}
+		// As in a checkpoint, trims go after the appends they may cover.
+		if err := applyTrims(tx, r.trims); err != nil {
+			return fmt.Errorf("replay to LSN %v: %w", r.last, err)
+		}
+		if err := store.PutBytesTx(tx, sortedBytes(r.bytes)); err != nil {
+			return fmt.Errorf("replay to LSN %v: %w", r.last, err)
+		}
+		return putCheckpointLSN(tx, r.last)
 	})
 	if err != nil {
 		return err

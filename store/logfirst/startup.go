@@ -48,10 +48,13 @@ func checkSpace(fsys vfs.FS, dir, dbPath string, segmentSize int64) error {
 	if !ok {
 		return nil
 	}
-	var dbSize int64
-	if fi, err := os.Stat(dbPath); err == nil {
-		dbSize = fi.Size()
+	// bbolt has the file open: a failed stat is a disk's error, not a
+	// missing file, and would size the growth of an empty one.
+	fi, err := os.Stat(dbPath)
+	if err != nil {
+		return fmt.Errorf("logfirst: %w", err)
 	}
+	dbSize := fi.Size()
 	seg, growth := StartSpace(segmentSize, dbSize)
 	if need := seg + growth; avail < need {
 		return fmt.Errorf("%w: %s has %d bytes available and start-up needs %d: %d for a new log segment "+

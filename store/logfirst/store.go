@@ -344,7 +344,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("logfirst: open %s: %w", path, err)
 	}
-	rp := newReplayer(db, fsys, ck)
+	rp := newReplayer(s.update, ck)
 	l, info, err := wal.Open(filepath.Join(dir, WALDir), ck, wal.Options{SegmentSize: opts.SegmentSize, FS: opts.FS}, rp.add)
 	if err == nil {
 		err = rp.flush()

@@ -73,7 +73,8 @@
 // leaves: running past the segment, or zero with bytes beside it in its
 // sector), or where the bad record is whole but for a damaged length: its
 // CRC holds and its body decodes, LSN included, up to that frame (a
-// strict prefix of a body never decodes, so a payload cannot pose as one). A length field straddling two sectors gives no reach, and a
+// strict prefix of a body never decodes, so a payload cannot pose as
+// one). A length field straddling two sectors gives no reach, and a
 // record damaged there is cut like a torn one.
 //
 // Corruption is a *CorruptionError naming the segment and the offset;

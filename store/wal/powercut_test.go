@@ -12,7 +12,7 @@ import (
 // powerCutWorkload opens the log in dir on ffs and appends n records
 // whose payloads hold valid frames of the record's own LSN and the next,
 // as a client's payload may. It returns the records acknowledged (Append
-// returned nil) and whether Open itself succeeded.
+// returned nil): none when the cut failed Open itself.
 func powerCutWorkload(t *testing.T, ffs *faultfs.FS, dir string, n int) []*Batch {
 	t.Helper()
 	l, _, err := Open(dir, 0, Options{SegmentSize: 16 << 10, FS: ffs}, func(*Batch) error { return nil })
