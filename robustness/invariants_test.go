@@ -7,6 +7,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/participantd/participantd/client"
 	"github.com/participantd/participantd/cluster"
 	"github.com/participantd/participantd/oplog"
 	"github.com/participantd/participantd/outbox"
@@ -59,8 +60,14 @@ func TestCheckHistory_EachInvariantCanFail(t *testing.T) {
 		{"the replay answers another seq", func(ops *[]Op, _ *[]Delivery, _ *convLog) { (*ops)[3].Seq = 4 }, InvRetryReplays},
 		{"a retry of the committed tell refused", func(ops *[]Op, _ *[]Delivery, _ *convLog) {
 			*ops = append(*ops, Op{Client: "writer-1", Kind: "tell", Conversation: 1, Participant: 1, Token: "aa", Payload: "w/1", Attempt: 2,
-				Outcome: Refused})
+				Outcome: Refused, Code: string(client.CodeTokenExpired)})
 		}, InvRefusedNotDone},
+		{"the replay refused token_conflict", func(ops *[]Op, _ *[]Delivery, _ *convLog) {
+			(*ops)[3].Outcome, (*ops)[3].Code = Refused, string(client.CodeTokenConflict)
+		}, InvRefusedNotDone},
+		{"the replay refused token_expired, the window passed", func(ops *[]Op, _ *[]Delivery, _ *convLog) {
+			(*ops)[3].Outcome, (*ops)[3].Code = Refused, string(client.CodeTokenExpired)
+		}, ""},
 		{"the writer lost its participant", func(ops *[]Op, _ *[]Delivery, _ *convLog) { (*ops)[3].Outcome = Lost }, InvKeepsBinding},
 		{"a gap in the records", func(_ *[]Op, _ *[]Delivery, l *convLog) { l.records[2].Seq = 4 }, InvNoFork},
 		{"a repeated record seq", func(_ *[]Op, _ *[]Delivery, l *convLog) { l.records[2].Seq = 2 }, InvNoFork},
