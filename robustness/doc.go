@@ -41,8 +41,9 @@
 //
 // # Invariants
 //
-// After the traffic every node must still run, every answered tell is
-// resent with its token, and the readers get a failover and two binding
+// No node process may end by itself (a kill nemesis's restart does not
+// hide one that did). After the traffic every answered tell is resent
+// with its token, and the readers get a failover and two binding
 // checks (deliveryWait) to catch up; then
 // etcd's data set, read through the offline tools' view, is checked
 // against the clients' history (check_test.go): every answered tell is in

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -60,10 +61,19 @@ type node struct {
 	logPath string
 	clock   string // the clock-offset file of the faulthook build
 
-	// mu guards cmd and exited; exited is closed when cmd's process ended.
-	mu     sync.Mutex
-	cmd    *exec.Cmd
-	exited chan struct{}
+	// mu guards the fields below; exited is closed when cmd's process
+	// ended.
+	mu      sync.Mutex
+	cmd     *exec.Cmd
+	exited  chan struct{}
+	killed  bool    // the harness ends cmd's process
+	crashes []crash // every process that ended by itself
+}
+
+// crash is a node process that ended without the harness ending it.
+type crash struct {
+	at    time.Time
+	state string // its exit status
 }
 
 func freeAddr(t *testing.T) string {
@@ -131,7 +141,7 @@ func (h *harness) newNode(id string) *node {
 			p.Stop()
 		}
 	})
-	t.Cleanup(nd.stop)
+	t.Cleanup(nd.kill)
 	return nd
 }
 
@@ -188,14 +198,19 @@ func (nd *node) startOn(prefix string) error {
 		return err
 	}
 	exited := make(chan struct{})
+	nd.mu.Lock()
+	nd.cmd, nd.exited, nd.killed = cmd, exited, false
+	nd.mu.Unlock()
 	go func() {
 		cmd.Wait()
 		logf.Close()
+		nd.mu.Lock()
+		if !nd.killed {
+			nd.crashes = append(nd.crashes, crash{time.Now(), cmd.ProcessState.String()})
+		}
+		nd.mu.Unlock()
 		close(exited)
 	}()
-	nd.mu.Lock()
-	nd.cmd, nd.exited = cmd, exited
-	nd.mu.Unlock()
 	return nd.waitReady(exited)
 }
 
@@ -240,24 +255,31 @@ func (nd *node) signal(sig syscall.Signal) bool {
 	return nd.cmd.Process.Signal(sig) == nil
 }
 
-// kill SIGKILLs the process and waits for it to end.
+// kill SIGKILLs the process and waits for it to end. It also ends the
+// process at the end of a run: SIGKILL, not a drain, so that teardown
+// takes no time and depends on nothing.
 func (nd *node) kill() {
-	nd.signal(syscall.SIGCONT) // a paused process dies as well, but say so
-	nd.signal(syscall.SIGKILL)
 	nd.mu.Lock()
+	nd.killed = true
 	exited := nd.exited
 	nd.mu.Unlock()
+	nd.signal(syscall.SIGCONT) // a paused process dies as well, but say so
+	nd.signal(syscall.SIGKILL)
 	if exited != nil {
 		<-exited
 	}
 }
 
-// stop ends the process at the end of a run: SIGKILL, not a drain, so
-// that teardown takes no time and depends on nothing.
-func (nd *node) stop() { nd.kill() }
+// crashed returns every process of the node that ended by itself, though
+// a restart (a kill nemesis's) brought the node back since: each is a
+// finding.
+func (nd *node) crashed() []crash {
+	nd.mu.Lock()
+	defer nd.mu.Unlock()
+	return slices.Clone(nd.crashes)
+}
 
-// running reports whether the process is alive (a node that crashed by
-// itself is a finding).
+// running reports whether the process is alive.
 func (nd *node) running() bool {
 	nd.mu.Lock()
 	defer nd.mu.Unlock()

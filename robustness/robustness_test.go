@@ -237,11 +237,14 @@ func runSeed(t *testing.T, bin, dir string, seed uint64, d time.Duration) *repor
 	wg.Wait()
 	tl.add(hist, "traffic ended")
 
-	// Every node must still run (none crashed by itself); then every
-	// answered tell is resent with its token.
+	// No node process may have ended by itself (a kill nemesis may have
+	// restarted it since); every node must run for the replays, in which
+	// every answered tell is resent with its token.
 	for _, nd := range h.nodes {
+		for _, c := range nd.crashed() {
+			r.violate(InvNodeAlive, fmt.Sprintf("node %s ended by itself at %d ms (%s); see %s", nd.id, hist.ms(c.at), c.state, nd.logPath))
+		}
 		if !nd.running() {
-			r.violate(InvNodeAlive, fmt.Sprintf("node %s is not running (%s); see %s", nd.id, nd.exitStatus(), nd.logPath))
 			if err := nd.start(); err != nil {
 				r.violate(InvNodeAlive, fmt.Sprintf("node %s does not start again: %v", nd.id, err))
 			}
