@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
@@ -22,6 +20,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/participantd/participantd/internal/daemontest"
 	"github.com/participantd/participantd/store/etcdstore/etcdtest"
 )
 
@@ -76,16 +75,6 @@ type crash struct {
 	state string // its exit status
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 // newHarness starts etcd, the proxies and n nodes, and registers their
 // teardown.
 func newHarness(t *testing.T, dir, bin string, n int) *harness {
@@ -121,7 +110,7 @@ func newHarness(t *testing.T, dir, bin string, n int) *harness {
 func (h *harness) newNode(id string) *node {
 	t := h.t
 	t.Helper()
-	nd := &node{h: h, id: id, listen: freeAddr(t), health: freeAddr(t)}
+	nd := &node{h: h, id: id, listen: daemontest.FreeAddr(t), health: daemontest.FreeAddr(t)}
 	nd.logPath = filepath.Join(h.dir, "node-"+nd.id+".log")
 	nd.clock = filepath.Join(h.dir, "clock-"+nd.id)
 	if err := os.WriteFile(nd.clock, []byte("0s"), 0o600); err != nil {
@@ -163,7 +152,8 @@ func (h *harness) seeds() []string {
 	return out
 }
 
-// start runs the node's process and waits for /ready.
+// start runs the node's process and waits for /ready; startOn does so
+// on another etcd prefix.
 func (nd *node) start() error {
 	return nd.startOn(nd.h.prefix)
 }
@@ -211,33 +201,10 @@ func (nd *node) startOn(prefix string) error {
 		nd.mu.Unlock()
 		close(exited)
 	}()
-	return nd.waitReady(exited)
-}
-
-// waitReady polls /ready until it answers 200, the process exits, or
-// readyWait passes.
-func (nd *node) waitReady(exited <-chan struct{}) error {
-	deadline := time.NewTimer(readyWait)
-	defer deadline.Stop()
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	hc := &http.Client{Timeout: time.Second}
-	for {
-		resp, err := hc.Get("http://" + nd.health + "/ready")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		select {
-		case <-exited:
-			return fmt.Errorf("node %s exited before it was ready (see %s)", nd.id, nd.logPath)
-		case <-deadline.C:
-			return fmt.Errorf("node %s not ready within %v (see %s)", nd.id, readyWait, nd.logPath)
-		case <-tick.C:
-		}
+	if err := daemontest.WaitReady(nd.health, exited, readyWait); err != nil {
+		return fmt.Errorf("node %s: %w (see %s)", nd.id, err, nd.logPath)
 	}
+	return nil
 }
 
 // signal sends sig to the running process; it reports false when none runs.

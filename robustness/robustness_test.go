@@ -5,8 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,6 +13,7 @@ import (
 	"time"
 
 	"github.com/participantd/participantd/client"
+	"github.com/participantd/participantd/internal/daemontest"
 	"github.com/participantd/participantd/oplog"
 )
 
@@ -56,10 +55,11 @@ const readerCheck = leaseTTL
 // binding check, with room for a loaded machine.
 const deliveryWait = 4*leaseTTL + 2*readerCheck
 
-// bin is the participantd binary, built once per test binary with the
-// faulthook tag (the clock hook).
+// The participantd binary, built once per test binary with the faulthook
+// tag (the clock hook) into binDir, which TestMain removes.
 var (
 	binOnce sync.Once
+	binDir  string
 	binPath string
 	binErr  error
 )
@@ -67,16 +67,8 @@ var (
 func buildBinary(t *testing.T) string {
 	t.Helper()
 	binOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "robustness-bin-")
-		if err != nil {
-			binErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "participantd")
-		out, err := exec.Command("go", "build", "-tags", "faulthook", "-o", binPath,
-			"github.com/participantd/participantd/cmd/participantd").CombinedOutput()
-		if err != nil {
-			binErr = fmt.Errorf("go build: %v\n%s", err, out)
+		if binDir, binErr = os.MkdirTemp("", "robustness-bin-"); binErr == nil {
+			binPath, binErr = daemontest.Build(binDir, "faulthook")
 		}
 	})
 	if binErr != nil {
@@ -88,8 +80,8 @@ func buildBinary(t *testing.T) string {
 func TestMain(m *testing.M) {
 	flag.Parse()
 	code := m.Run()
-	if binPath != "" {
-		os.RemoveAll(filepath.Dir(binPath))
+	if binDir != "" {
+		os.RemoveAll(binDir)
 	}
 	os.Exit(code)
 }
