@@ -173,11 +173,14 @@ func runSeed(t *testing.T, bin, dir string, seed uint64, d time.Duration) *repor
 	defer cancel()
 	opts := client.ClusterOptions{Options: client.Options{ClientName: "robustness", MaxBackoff: 500 * time.Millisecond}}
 
+	convs := make([]uint64, conversations)
+	for c := range convs {
+		convs[c] = 1000*seed + uint64(c) + 1
+	}
 	var writers []*writer
 	var readers []*reader
 	var readWG sync.WaitGroup
-	for c := range conversations {
-		conv := 1000*seed + uint64(c) + 1
+	for _, conv := range convs {
 		// A reader joins first, so that every tell is addressed to it.
 		for i := range readersPer {
 			ropts := opts
@@ -248,10 +251,6 @@ func runSeed(t *testing.T, bin, dir string, seed uint64, d time.Duration) *repor
 	wg.Wait()
 	tl.add(hist, "replays ended")
 
-	convs := make([]uint64, conversations)
-	for c := range convs {
-		convs[c] = 1000*seed + uint64(c) + 1
-	}
 	logs, vs, err := readLogs(ctx, h.cli, h.prefix, convs)
 	if err != nil {
 		t.Fatalf("read the logs: %v", err)
