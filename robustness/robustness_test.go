@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,7 +13,6 @@ import (
 
 	"github.com/participantd/participantd/client"
 	"github.com/participantd/participantd/internal/daemontest"
-	"github.com/participantd/participantd/oplog"
 )
 
 var (
@@ -300,14 +298,8 @@ func missing(logs map[uint64]*convLog, dels []Delivery, readers []*reader) int {
 	}
 	n := 0
 	for _, rd := range readers {
-		l := logs[rd.conv]
-		if l == nil {
-			continue
-		}
-		for _, rec := range l.records {
-			if slices.Contains(rec.Recipients, oplog.ParticipantID(rd.participant)) && !got[rd.name][uint64(rec.Seq)] {
-				n++
-			}
+		if l := logs[rd.conv]; l != nil {
+			n += len(undelivered(l, rd.participant, got[rd.name]))
 		}
 	}
 	return n
