@@ -265,10 +265,15 @@ func (nd *node) running() bool {
 func (nd *node) exitStatus() string {
 	nd.mu.Lock()
 	defer nd.mu.Unlock()
-	if nd.cmd == nil || nd.cmd.ProcessState == nil {
+	if nd.cmd == nil {
+		return "never started"
+	}
+	select {
+	case <-nd.exited: // Wait set ProcessState before exited closed
+		return nd.cmd.ProcessState.String()
+	default:
 		return "running"
 	}
-	return nd.cmd.ProcessState.String()
 }
 
 // setClock writes the node's clock offset and tells the process to read it.
