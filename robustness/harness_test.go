@@ -211,15 +211,7 @@ func (nd *node) startOn(prefix string) error {
 func (nd *node) signal(sig syscall.Signal) bool {
 	nd.mu.Lock()
 	defer nd.mu.Unlock()
-	if nd.cmd == nil {
-		return false
-	}
-	select {
-	case <-nd.exited:
-		return false
-	default:
-	}
-	return nd.cmd.Process.Signal(sig) == nil
+	return nd.runningLocked() && nd.cmd.Process.Signal(sig) == nil
 }
 
 // kill SIGKILLs the process and waits for it to end. It also ends the
@@ -250,6 +242,11 @@ func (nd *node) crashed() []crash {
 func (nd *node) running() bool {
 	nd.mu.Lock()
 	defer nd.mu.Unlock()
+	return nd.runningLocked()
+}
+
+// runningLocked is running with nd.mu held.
+func (nd *node) runningLocked() bool {
 	if nd.cmd == nil {
 		return false
 	}
@@ -265,14 +262,13 @@ func (nd *node) running() bool {
 func (nd *node) exitStatus() string {
 	nd.mu.Lock()
 	defer nd.mu.Unlock()
-	if nd.cmd == nil {
+	switch {
+	case nd.cmd == nil:
 		return "never started"
-	}
-	select {
-	case <-nd.exited: // Wait set ProcessState before exited closed
-		return nd.cmd.ProcessState.String()
-	default:
+	case nd.runningLocked():
 		return "running"
+	default: // Wait set ProcessState before exited closed
+		return nd.cmd.ProcessState.String()
 	}
 }
 
