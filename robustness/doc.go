@@ -41,16 +41,19 @@
 //
 // # Invariants
 //
-// After the traffic every node must still run, every answered tell is
-// resent with its token, and the readers get a failover and two binding
+// No node process may end by itself (a kill nemesis's restart does not
+// hide one that did). After the traffic every answered tell is resent
+// with its token, and the readers get a failover and two binding
 // checks (deliveryWait) to catch up; then
 // etcd's data set, read through the offline tools' view, is checked
 // against the clients' history (check_test.go): every answered tell is in
 // the log exactly once at its answered seq, no token commits twice, every
 // answer of a token names one seq, a refused attempt's token is not in
-// the log, no writer loses its participant, record seqs run without gap
-// or repeat, bindings end once, every conversation loads, and each reader
-// got, in order, exactly the log's records, every one addressed to it.
+// the log (a resend at the end may be refused only token_expired, once
+// the token window passed), no writer loses its participant, record seqs
+// run without gap or repeat, bindings end once, every conversation loads,
+// and each reader got, in order, exactly the log's records, every one
+// addressed to it.
 //
 // # Runs
 //

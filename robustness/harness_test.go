@@ -4,12 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -21,6 +20,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/participantd/participantd/internal/daemontest"
 	"github.com/participantd/participantd/store/etcdstore/etcdtest"
 )
 
@@ -60,20 +60,19 @@ type node struct {
 	logPath string
 	clock   string // the clock-offset file of the faulthook build
 
-	// mu guards cmd and exited; exited is closed when cmd's process ended.
-	mu     sync.Mutex
-	cmd    *exec.Cmd
-	exited chan struct{}
+	// mu guards the fields below; exited is closed when cmd's process
+	// ended.
+	mu      sync.Mutex
+	cmd     *exec.Cmd
+	exited  chan struct{}
+	killed  bool    // the harness ends cmd's process
+	crashes []crash // every process that ended by itself
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
+// crash is a node process that ended without the harness ending it.
+type crash struct {
+	at    time.Time
+	state string // its exit status
 }
 
 // newHarness starts etcd, the proxies and n nodes, and registers their
@@ -111,7 +110,7 @@ func newHarness(t *testing.T, dir, bin string, n int) *harness {
 func (h *harness) newNode(id string) *node {
 	t := h.t
 	t.Helper()
-	nd := &node{h: h, id: id, listen: freeAddr(t), health: freeAddr(t)}
+	nd := &node{h: h, id: id, listen: daemontest.FreeAddr(t), health: daemontest.FreeAddr(t)}
 	nd.logPath = filepath.Join(h.dir, "node-"+nd.id+".log")
 	nd.clock = filepath.Join(h.dir, "clock-"+nd.id)
 	if err := os.WriteFile(nd.clock, []byte("0s"), 0o600); err != nil {
@@ -131,7 +130,7 @@ func (h *harness) newNode(id string) *node {
 			p.Stop()
 		}
 	})
-	t.Cleanup(nd.stop)
+	t.Cleanup(nd.kill)
 	return nd
 }
 
@@ -153,7 +152,8 @@ func (h *harness) seeds() []string {
 	return out
 }
 
-// start runs the node's process and waits for /ready.
+// start runs the node's process and waits for /ready; startOn does so
+// on another etcd prefix.
 func (nd *node) start() error {
 	return nd.startOn(nd.h.prefix)
 }
@@ -188,79 +188,65 @@ func (nd *node) startOn(prefix string) error {
 		return err
 	}
 	exited := make(chan struct{})
+	nd.mu.Lock()
+	nd.cmd, nd.exited, nd.killed = cmd, exited, false
+	nd.mu.Unlock()
 	go func() {
 		cmd.Wait()
 		logf.Close()
+		nd.mu.Lock()
+		if !nd.killed {
+			nd.crashes = append(nd.crashes, crash{time.Now(), cmd.ProcessState.String()})
+		}
+		nd.mu.Unlock()
 		close(exited)
 	}()
-	nd.mu.Lock()
-	nd.cmd, nd.exited = cmd, exited
-	nd.mu.Unlock()
-	return nd.waitReady(exited)
-}
-
-// waitReady polls /ready until it answers 200, the process exits, or
-// readyWait passes.
-func (nd *node) waitReady(exited <-chan struct{}) error {
-	deadline := time.NewTimer(readyWait)
-	defer deadline.Stop()
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	hc := &http.Client{Timeout: time.Second}
-	for {
-		resp, err := hc.Get("http://" + nd.health + "/ready")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		select {
-		case <-exited:
-			return fmt.Errorf("node %s exited before it was ready (see %s)", nd.id, nd.logPath)
-		case <-deadline.C:
-			return fmt.Errorf("node %s not ready within %v (see %s)", nd.id, readyWait, nd.logPath)
-		case <-tick.C:
-		}
+	if err := daemontest.WaitReady(nd.health, exited, readyWait); err != nil {
+		return fmt.Errorf("node %s: %w (see %s)", nd.id, err, nd.logPath)
 	}
+	return nil
 }
 
 // signal sends sig to the running process; it reports false when none runs.
 func (nd *node) signal(sig syscall.Signal) bool {
 	nd.mu.Lock()
 	defer nd.mu.Unlock()
-	if nd.cmd == nil {
-		return false
-	}
-	select {
-	case <-nd.exited:
-		return false
-	default:
-	}
-	return nd.cmd.Process.Signal(sig) == nil
+	return nd.runningLocked() && nd.cmd.Process.Signal(sig) == nil
 }
 
-// kill SIGKILLs the process and waits for it to end.
+// kill SIGKILLs the process and waits for it to end. It also ends the
+// process at the end of a run: SIGKILL, not a drain, so that teardown
+// takes no time and depends on nothing.
 func (nd *node) kill() {
-	nd.signal(syscall.SIGCONT) // a paused process dies as well, but say so
-	nd.signal(syscall.SIGKILL)
 	nd.mu.Lock()
+	nd.killed = true
 	exited := nd.exited
 	nd.mu.Unlock()
+	nd.signal(syscall.SIGCONT) // a paused process dies as well, but say so
+	nd.signal(syscall.SIGKILL)
 	if exited != nil {
 		<-exited
 	}
 }
 
-// stop ends the process at the end of a run: SIGKILL, not a drain, so
-// that teardown takes no time and depends on nothing.
-func (nd *node) stop() { nd.kill() }
+// crashed returns every process of the node that ended by itself, though
+// a restart (a kill nemesis's) brought the node back since: each is a
+// finding.
+func (nd *node) crashed() []crash {
+	nd.mu.Lock()
+	defer nd.mu.Unlock()
+	return slices.Clone(nd.crashes)
+}
 
-// running reports whether the process is alive (a node that crashed by
-// itself is a finding).
+// running reports whether the process is alive.
 func (nd *node) running() bool {
 	nd.mu.Lock()
 	defer nd.mu.Unlock()
+	return nd.runningLocked()
+}
+
+// runningLocked is running with nd.mu held.
+func (nd *node) runningLocked() bool {
 	if nd.cmd == nil {
 		return false
 	}
@@ -276,10 +262,14 @@ func (nd *node) running() bool {
 func (nd *node) exitStatus() string {
 	nd.mu.Lock()
 	defer nd.mu.Unlock()
-	if nd.cmd == nil || nd.cmd.ProcessState == nil {
+	switch {
+	case nd.cmd == nil:
+		return "never started"
+	case nd.runningLocked():
 		return "running"
+	default: // Wait set ProcessState before exited closed
+		return nd.cmd.ProcessState.String()
 	}
-	return nd.cmd.ProcessState.String()
 }
 
 // setClock writes the node's clock offset and tells the process to read it.

@@ -5,9 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,7 +12,7 @@ import (
 	"time"
 
 	"github.com/participantd/participantd/client"
-	"github.com/participantd/participantd/oplog"
+	"github.com/participantd/participantd/internal/daemontest"
 )
 
 var (
@@ -56,10 +53,11 @@ const readerCheck = leaseTTL
 // binding check, with room for a loaded machine.
 const deliveryWait = 4*leaseTTL + 2*readerCheck
 
-// bin is the participantd binary, built once per test binary with the
-// faulthook tag (the clock hook).
+// The participantd binary, built once per test binary with the faulthook
+// tag (the clock hook) into binDir, which TestMain removes.
 var (
 	binOnce sync.Once
+	binDir  string
 	binPath string
 	binErr  error
 )
@@ -67,16 +65,8 @@ var (
 func buildBinary(t *testing.T) string {
 	t.Helper()
 	binOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "robustness-bin-")
-		if err != nil {
-			binErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "participantd")
-		out, err := exec.Command("go", "build", "-tags", "faulthook", "-o", binPath,
-			"github.com/participantd/participantd/cmd/participantd").CombinedOutput()
-		if err != nil {
-			binErr = fmt.Errorf("go build: %v\n%s", err, out)
+		if binDir, binErr = os.MkdirTemp("", "robustness-bin-"); binErr == nil {
+			binPath, binErr = daemontest.Build(binDir, "faulthook")
 		}
 	})
 	if binErr != nil {
@@ -88,8 +78,8 @@ func buildBinary(t *testing.T) string {
 func TestMain(m *testing.M) {
 	flag.Parse()
 	code := m.Run()
-	if binPath != "" {
-		os.RemoveAll(filepath.Dir(binPath))
+	if binDir != "" {
+		os.RemoveAll(binDir)
 	}
 	os.Exit(code)
 }
@@ -181,11 +171,14 @@ func runSeed(t *testing.T, bin, dir string, seed uint64, d time.Duration) *repor
 	defer cancel()
 	opts := client.ClusterOptions{Options: client.Options{ClientName: "robustness", MaxBackoff: 500 * time.Millisecond}}
 
+	convs := make([]uint64, conversations)
+	for c := range convs {
+		convs[c] = 1000*seed + uint64(c) + 1
+	}
 	var writers []*writer
 	var readers []*reader
 	var readWG sync.WaitGroup
-	for c := range conversations {
-		conv := 1000*seed + uint64(c) + 1
+	for _, conv := range convs {
 		// A reader joins first, so that every tell is addressed to it.
 		for i := range readersPer {
 			ropts := opts
@@ -237,11 +230,14 @@ func runSeed(t *testing.T, bin, dir string, seed uint64, d time.Duration) *repor
 	wg.Wait()
 	tl.add(hist, "traffic ended")
 
-	// Every node must still run (none crashed by itself); then every
-	// answered tell is resent with its token.
+	// No node process may have ended by itself (a kill nemesis may have
+	// restarted it since); every node must run for the replays, in which
+	// every answered tell is resent with its token.
 	for _, nd := range h.nodes {
+		for _, c := range nd.crashed() {
+			r.violate(InvNodeAlive, fmt.Sprintf("node %s ended by itself at %d ms (%s); see %s", nd.id, hist.ms(c.at), c.state, nd.logPath))
+		}
 		if !nd.running() {
-			r.violate(InvNodeAlive, fmt.Sprintf("node %s is not running (%s); see %s", nd.id, nd.exitStatus(), nd.logPath))
 			if err := nd.start(); err != nil {
 				r.violate(InvNodeAlive, fmt.Sprintf("node %s does not start again: %v", nd.id, err))
 			}
@@ -253,10 +249,6 @@ func runSeed(t *testing.T, bin, dir string, seed uint64, d time.Duration) *repor
 	wg.Wait()
 	tl.add(hist, "replays ended")
 
-	convs := make([]uint64, conversations)
-	for c := range convs {
-		convs[c] = 1000*seed + uint64(c) + 1
-	}
 	logs, vs, err := readLogs(ctx, h.cli, h.prefix, convs)
 	if err != nil {
 		t.Fatalf("read the logs: %v", err)
@@ -306,14 +298,8 @@ func missing(logs map[uint64]*convLog, dels []Delivery, readers []*reader) int {
 	}
 	n := 0
 	for _, rd := range readers {
-		l := logs[rd.conv]
-		if l == nil {
-			continue
-		}
-		for _, rec := range l.records {
-			if slices.Contains(rec.Recipients, oplog.ParticipantID(rd.participant)) && !got[rd.name][uint64(rec.Seq)] {
-				n++
-			}
+		if l := logs[rd.conv]; l != nil {
+			n += len(undelivered(l, rd.participant, got[rd.name]))
 		}
 	}
 	return n

@@ -37,6 +37,19 @@ type Op struct {
 	Outcome      Outcome `json:"outcome"`
 	Seq          uint64  `json:"seq,omitempty"`
 	Err          string  `json:"error,omitempty"`
+	Code         string  `json:"code,omitempty"` // the server's error code, if it answered one
+}
+
+// failed records err, the attempt's error, if any.
+func (op *Op) failed(err error) {
+	if err == nil {
+		return
+	}
+	op.Err = err.Error()
+	var e *client.Error
+	if errors.As(err, &e) {
+		op.Code = string(e.Code)
+	}
 }
 
 // Delivery is one record a reader received.
@@ -150,9 +163,8 @@ func (w *writer) enroll(ctx context.Context) bool {
 		cancel()
 		op := Op{Client: w.name, Kind: "enroll", Conversation: w.conv, Token: tok.String(), Attempt: attempt,
 			Start: w.hist.ms(start), End: w.hist.ms(time.Now()), Outcome: outcomeOf(err)}
-		if err != nil {
-			op.Err = err.Error()
-		} else {
+		op.failed(err)
+		if err == nil {
 			op.Participant = cred.Participant
 		}
 		w.hist.add(op)
@@ -189,9 +201,7 @@ func (w *writer) run(ctx context.Context) {
 			op := Op{Client: w.name, Kind: "tell", Conversation: w.conv, Participant: w.cred.Participant,
 				Token: tok.String(), Payload: payload, Attempt: attempt,
 				Start: w.hist.ms(start), End: w.hist.ms(time.Now()), Outcome: outcomeOf(err), Seq: seq}
-			if err != nil {
-				op.Err = err.Error()
-			}
+			op.failed(err)
 			w.hist.add(op)
 			if op.Outcome == Answered {
 				w.tokens = append(w.tokens, sentTell{w.cred, tok, payload, seq})
@@ -235,9 +245,7 @@ func (w *writer) replay(ctx context.Context) {
 		op := Op{Client: w.name, Kind: "replay", Conversation: w.conv, Participant: s.cred.Participant,
 			Token: s.tok.String(), Payload: s.payload, Start: w.hist.ms(start), End: w.hist.ms(time.Now()),
 			Outcome: outcomeOf(err), Seq: seq}
-		if err != nil {
-			op.Err = err.Error()
-		}
+		op.failed(err)
 		w.hist.add(op)
 		if op.Outcome == Lost {
 			return // every other resend would fail the same way
@@ -269,9 +277,7 @@ func (r *reader) enroll(ctx context.Context) error {
 		cancel()
 		op := Op{Client: r.name, Kind: "enroll", Conversation: r.conv, Token: tok.String(), Attempt: attempt,
 			Start: r.hist.ms(start), End: r.hist.ms(time.Now()), Outcome: outcomeOf(err), Participant: cred.Participant}
-		if err != nil {
-			op.Err = err.Error()
-		}
+		op.failed(err)
 		r.hist.add(op)
 		if err == nil {
 			r.participant = cred.Participant

@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/yaml"
 
+	"github.com/participantd/participantd/internal/daemontest"
 	"github.com/participantd/participantd/server"
 )
 
@@ -301,10 +302,8 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	daemon = filepath.Join(dir, "participantd")
-	out, err := exec.Command("go", "build", "-o", daemon, "github.com/participantd/participantd/cmd/participantd").CombinedOutput()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
+	if daemon, err = daemontest.Build(dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		os.RemoveAll(dir)
 		os.Exit(1)
 	}

@@ -7,16 +7,15 @@ import (
 	"fmt"
 	"math/big"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/participantd/participantd/internal/daemontest"
 	"github.com/participantd/participantd/oplog"
 	"github.com/participantd/participantd/store"
 	"github.com/participantd/participantd/wire"
@@ -32,16 +31,6 @@ type proc struct {
 	stderr *bytes.Buffer
 }
 
-func freePort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 // buildBinary builds participantd with the given build tags (faulthook:
 // the test hook of cmd/participantd/faulthook.go).
 func buildBinary(t *testing.T, tags ...string) string {
@@ -49,14 +38,9 @@ func buildBinary(t *testing.T, tags ...string) string {
 	if testing.Short() {
 		t.Skip("builds and runs the binary; skipped under -short")
 	}
-	bin := filepath.Join(t.TempDir(), "participantd")
-	args := []string{"build", "-o", bin}
-	if len(tags) > 0 {
-		args = append(args, "-tags", strings.Join(tags, ","))
-	}
-	out, err := exec.Command("go", append(args, "github.com/participantd/participantd/cmd/participantd")...).CombinedOutput()
+	bin, err := daemontest.Build(t.TempDir(), tags...)
 	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+		t.Fatal(err)
 	}
 	return bin
 }
@@ -65,7 +49,7 @@ func buildBinary(t *testing.T, tags ...string) string {
 // settings, override the defaults below.
 func startProc(t *testing.T, bin, dir string, env ...string) *proc {
 	t.Helper()
-	p := &proc{addr: freePort(t), health: freePort(t), stderr: new(bytes.Buffer)}
+	p := &proc{addr: daemontest.FreeAddr(t), health: daemontest.FreeAddr(t), stderr: new(bytes.Buffer)}
 	p.cmd = exec.Command(bin, "--data", dir, "--listen", p.addr, "--health-listen", p.health, "--log-level", "warn")
 	// Checkpoints and compaction run all the time, so that kills land in
 	// their writes too.
@@ -82,22 +66,10 @@ func startProc(t *testing.T, bin, dir string, env ...string) *proc {
 			p.cmd.Wait()
 		}
 	})
-	deadline := time.Now().Add(waitFor)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		resp, err := http.Get("http://" + p.health + "/ready")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return p
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("participantd not ready within %v; stderr:\n%s", waitFor, p.stderr)
-		}
-		<-tick.C
+	if err := daemontest.WaitReady(p.health, nil, waitFor); err != nil {
+		t.Fatalf("participantd: %v; stderr:\n%s", err, p.stderr)
 	}
+	return p
 }
 
 func (p *proc) kill(t *testing.T) {

@@ -1,0 +1,78 @@
+// Package daemontest is what the tests that run the participantd binary
+// as a real process share (cmd/participantd/e2e, robustness,
+// deploy/kubernetes): its build, free loopback addresses to give it, and
+// the wait for its /ready. Each test keeps its own process handling: how
+// it starts, signals and judges the process is what it tests.
+package daemontest
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// pkg is the daemon's import path.
+const pkg = "github.com/participantd/participantd/cmd/participantd"
+
+// ErrExited reports a process that ended before its /ready answered.
+var ErrExited = errors.New("daemontest: the process exited before it was ready")
+
+// Build builds participantd into dir with the build tags given (faulthook:
+// the test hook of cmd/participantd/faulthook.go) and returns the binary's
+// path. Its error holds the compiler's output.
+func Build(dir string, tags ...string) (string, error) {
+	bin := filepath.Join(dir, "participantd")
+	args := []string{"build", "-o", bin}
+	if len(tags) > 0 {
+		args = append(args, "-tags", strings.Join(tags, ","))
+	}
+	out, err := exec.Command("go", append(args, pkg)...).CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
+	}
+	return bin, nil
+}
+
+// FreeAddr returns a loopback address that was free a moment ago.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// WaitReady polls GET /ready of the health listener at addr until it
+// answers 200 (nil), exited is closed (ErrExited; a nil exited is never
+// closed), or timeout passes.
+func WaitReady(addr string, exited <-chan struct{}, timeout time.Duration) error {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	hc := &http.Client{Timeout: time.Second}
+	for {
+		resp, err := hc.Get("http://" + addr + "/ready")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-exited:
+			return ErrExited
+		case <-deadline.C:
+			return fmt.Errorf("daemontest: not ready within %v", timeout)
+		case <-tick.C:
+		}
+	}
+}
