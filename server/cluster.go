@@ -201,6 +201,13 @@ func (s *Server) nodeID() string {
 	return ""
 }
 
+// leaseHeld reports whether the node holds its ownership lease; always
+// true in single-node mode.
+func (s *Server) leaseHeld() bool {
+	cs := s.clusterOf()
+	return cs == nil || cs.node.LeaseHeld()
+}
+
 // clusterUnready is the cluster part of /ready: why the node is not ready
 // (the lease is not held, or etcd does not answer), empty when it is.
 // Always empty in single-node mode.
@@ -209,7 +216,7 @@ func (s *Server) clusterUnready(ctx context.Context) string {
 	if cs == nil {
 		return ""
 	}
-	if !cs.node.LeaseHeld() {
+	if !s.leaseHeld() {
 		return ReasonLeaseLost
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Second)

@@ -74,7 +74,8 @@ func TestCluster_MovedWelcomeNodeAndReady(t *testing.T) {
 
 // TestCluster_ReadySaysEtcdOrLease: /ready answers {"ready":true} while
 // etcd answers, and once etcd is gone 503 with the reason: etcd
-// unreachable, or lease lost once the lease expired.
+// unreachable, then lease lost once the lease expired, when the ready
+// gauge is 0 too.
 func TestCluster_ReadySaysEtcdOrLease(t *testing.T) {
 	etcd := startEtcd(t)
 	h := start(t, server.Config{Cluster: server.ClusterConfig{Endpoints: etcd.Endpoints(), NodeID: "a", Prefix: "/pd/", LeaseTTL: 2 * time.Second}})
@@ -101,10 +102,16 @@ func TestCluster_ReadySaysEtcdOrLease(t *testing.T) {
 			if got.Ready || !(strings.HasPrefix(got.Reason, server.ReasonEtcdUnreachable+": ") || got.Reason == server.ReasonLeaseLost) {
 				t.Fatalf("/ready with etcd stopped = %d %q, want ready false, reason etcd unreachable or lease lost", code, body)
 			}
-			return
+			if got.Reason == server.ReasonLeaseLost {
+				// The gauge says what /ready says, without asking etcd.
+				if _, metrics := h.get("/metrics"); !strings.Contains(metrics, "\n"+server.MetricReady+" 0\n") {
+					t.Fatalf("/metrics with the lease lost lacks %s 0", server.MetricReady)
+				}
+				return
+			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("/ready still %d %q %v after etcd stopped", code, body, waitFor)
+			t.Fatalf("/ready still %d %q %v after etcd stopped, want lease lost once the lease's TTL passed", code, body, waitFor)
 		}
 	}
 }

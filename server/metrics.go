@@ -172,9 +172,9 @@ func newMetrics(s *Server) *metrics {
 			return 0
 		}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: MetricReady, Help: "1 while /ready answers 200.",
+			Name: MetricReady, Help: "1 while the server is ready: started, not draining, its store not failed and, in cluster mode, its lease held (/ready checks too that etcd answers, which a scrape does not wait for).",
 		}, func() float64 {
-			if s.ready.Load() && s.storeFailed() == nil {
+			if s.ready.Load() && s.storeFailed() == nil && s.leaseHeld() {
 				return 1
 			}
 			return 0
