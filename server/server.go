@@ -232,17 +232,13 @@ func (s *Server) Run(ctx context.Context) error {
 		s.log.Warn().Str("health", s.hln.Addr().String()).Bool("pprof", s.cfg.Pprof).
 			Msg("the admin endpoints are reachable beyond loopback (admin-remote): whoever holds the admin token can take a backup, which holds every conversation (and in cluster mode the cluster secret)")
 	}
-	if openAdmission(s.cfg, s.ln.Addr()) {
-		s.log.Warn().Str("listen", s.ln.Addr().String()).
-			Msg("listening beyond loopback with no auth token and the open enroll policy: anyone who can connect can enroll into any conversation and read it; set --auth-token or --enroll-policy invite")
-	}
-
 	if s.wsln != nil {
 		s.log.Info().Str("ws_listen", s.wsln.Addr().String()).Strs("ws_allowed_origins", s.cfg.WSAllowedOrigins).Msg("serving WebSocket")
 	}
+	listeners := s.listeners()
+	warnOpenAdmission(s.log, s.cfg, listeners)
 	// Every listener has its accept loop; stopped receives each one's
 	// end, and drain waits for those still running.
-	listeners := s.listeners()
 	stopped := make(chan acceptEnd, len(listeners))
 	for _, l := range listeners {
 		go func() { stopped <- acceptEnd{l.name, s.acceptLoop(l.ln, l.ws)} }()
@@ -665,6 +661,17 @@ func (s *Server) oldestStoreCall() (storeCall, int, bool) {
 // required, and the enroll policy is open.
 func openAdmission(cfg Config, addr net.Addr) bool {
 	return !isLoopback(addr) && cfg.AuthToken == "" && cfg.EnrollPolicy == participant.EnrollOpen
+}
+
+// warnOpenAdmission warns once for each wire listener, TCP or WebSocket,
+// through which anyone beyond this host may enroll (openAdmission).
+func warnOpenAdmission(log zerolog.Logger, cfg Config, listeners []listener) {
+	for _, l := range listeners {
+		if openAdmission(cfg, l.ln.Addr()) {
+			log.Warn().Str("listener", l.name).Str("listen", l.ln.Addr().String()).
+				Msg("listening beyond loopback with no auth token and the open enroll policy: anyone who can connect can enroll into any conversation and read it; set --auth-token or --enroll-policy invite")
+		}
+	}
 }
 
 // httpErrorLog sends net/http's own error lines (a failed TLS handshake,

@@ -36,6 +36,30 @@ func TestOpenAdmissionWarning(t *testing.T) {
 	}
 }
 
+// addrListener is a listener that is never accepted from, at addr.
+type addrListener struct {
+	net.Listener
+	addr net.Addr
+}
+
+func (l addrListener) Addr() net.Addr { return l.addr }
+
+// TestWarnOpenAdmission_EachListener: a WebSocket listener beyond loopback
+// is as open as a TCP one, and warns by its name.
+func TestWarnOpenAdmission_EachListener(t *testing.T) {
+	loop := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 7420}
+	all := &net.TCPAddr{IP: net.IPv4zero, Port: 7422}
+	var buf bytes.Buffer
+	warnOpenAdmission(zerolog.New(&buf), Config{EnrollPolicy: participant.EnrollOpen}, []listener{
+		{"wire", addrListener{addr: loop}, false},
+		{"WebSocket", addrListener{addr: all}, true},
+	})
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 1 || !strings.Contains(lines[0], `"listener":"WebSocket"`) || !strings.Contains(lines[0], `"level":"warn"`) {
+		t.Fatalf("warnings = %q, want one, for the WebSocket listener", buf.String())
+	}
+}
+
 func TestClusterConfig_Plaintext(t *testing.T) {
 	for _, tc := range []struct {
 		name string
