@@ -56,9 +56,10 @@ lines.
 
 The participant has one binding. When another session attaches it (another
 tail, or a tell, ack or leave with the same FILE), tail says so and exits
-with status 3; with --follow-takeover it waits --check-interval, re-reads
-FILE (which that session rewrote) and takes the binding back, which ends
-the other session's. Do not run two tails of one FILE with
+with status 3; with --follow-takeover it re-reads FILE every
+--check-interval until that session has saved its newer credential there
+(up to --timeout), and takes the binding back, which ends the other
+session's. Do not run two tails of one FILE with
 --follow-takeover: they take it from each other in turn. tail exits with
 status 4 when the participant has left.`,
 		run: runTail,
@@ -193,19 +194,15 @@ func takeBack(ctx context.Context, e *env, cf *connFlags, s *session, out *tailE
 		return cred, &exitError{exitSuperseded, fmt.Errorf("binding superseded: another session attached participant %d of conversation %d; exiting (--follow-takeover takes it back instead)", p, conv)}
 	}
 	out.say("binding superseded: another session attached participant %d of conversation %d; taking it back in %v", p, conv, pause)
-	t := time.NewTimer(pause)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return cred, nil
-	case <-t.C:
-	}
-	newer, err := readCreds(cf.creds)
-	if err != nil {
-		return cred, err
-	}
 	octx, cancel := cf.opContext(ctx)
 	defer cancel()
+	newer, err := savedAfter(octx, cf.creds, cred.Generation, pause)
+	if ctx.Err() != nil {
+		return cred, nil
+	}
+	if err != nil {
+		return cred, fmt.Errorf("take the binding back: %w", err)
+	}
 	got, err := s.Attach(octx, newer)
 	if err == nil {
 		err = s.saved()
@@ -215,6 +212,30 @@ func takeBack(ctx context.Context, e *env, cf *connFlags, s *session, out *tailE
 	}
 	out.say("took participant %d of conversation %d back at generation %d", p, conv, got.Generation)
 	return got, nil
+}
+
+// savedAfter waits until the credential file at path holds a generation
+// past gen, re-reading it every pause: the session that superseded the
+// binding rewrites the file only once its attach is answered, which can be
+// after this tail learned of it. It gives up when ctx ends.
+func savedAfter(ctx context.Context, path string, gen uint64, pause time.Duration) (client.Credential, error) {
+	t := time.NewTimer(pause)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return client.Credential{}, fmt.Errorf("%s still holds generation %d, the one superseded: the session that attached the participant has not saved its credential there (%w)", path, gen, ctx.Err())
+		case <-t.C:
+		}
+		cred, err := readCreds(path)
+		if err != nil {
+			return cred, err
+		}
+		if cred.Generation > gen {
+			return cred, nil
+		}
+		t.Reset(pause)
+	}
 }
 
 // deliveryJSON is tail --json's line.
