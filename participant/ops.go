@@ -96,10 +96,13 @@ func (c *Conn) start(ctx context.Context, op string, id ConversationID, create b
 	if c.svc.isDraining() {
 		return refused(refuse(CodeShuttingDown, "the server is draining"))
 	}
+	// Every operation pins its entry until it is answered, so that no
+	// entry is forgotten (unpin) while an operation may still register it
+	// (an enroll's genesis, a fresh ownership grant).
 	var cv *conversation
 	if create {
 		cv = c.svc.pin(id)
-	} else if cv = c.svc.existing(id); cv == nil {
+	} else if cv = c.svc.pinExisting(id); cv == nil {
 		var err error
 		if cv, err = c.svc.adopt(ctx, id); err != nil {
 			return refused(err)
@@ -112,9 +115,7 @@ func (c *Conn) start(ctx context.Context, op string, id ConversationID, create b
 	return func() error {
 		defer c.inflight.Done()
 		err := c.svc.await(ctx, cv, t)
-		if create {
-			c.svc.unpin(cv)
-		}
+		c.svc.unpin(cv)
 		return observed(err)
 	}
 }

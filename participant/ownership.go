@@ -89,8 +89,9 @@ func (s *Service) acquireTurn(ctx context.Context, cv *conversation) error {
 	return nil
 }
 
-// adopt returns an entry for conversation id, which this service has none
-// of, when the Ownership says it exists elsewhere; nil when it does not.
+// adopt returns a pinned entry for conversation id, which this service has
+// none of, when the Ownership says it exists elsewhere; nil when it does
+// not.
 func (s *Service) adopt(ctx context.Context, id ConversationID) (*conversation, error) {
 	ok, err := s.ownership().Exists(ctx, id)
 	if err != nil {
@@ -99,7 +100,7 @@ func (s *Service) adopt(ctx context.Context, id ConversationID) (*conversation, 
 	if !ok {
 		return nil, nil
 	}
-	return s.conversation(id), nil
+	return s.pin(id), nil
 }
 
 // refuseUninvited refuses, under the invite policy, an enroll without a

@@ -154,3 +154,31 @@ func TestOwnership_FreshGrantReconcilesFromTheStore(t *testing.T) {
 		}
 	}
 }
+
+// TestOwnership_AdoptedEntryOutlivesAnEnrollsUnpin: an operation that
+// adopted an entry (the conversation exists elsewhere) holds it pinned, so
+// the unpin of an enroll on the same, still unregistered, entry does not
+// forget it under the operation: the operation's fresh grant would then
+// register a forgotten entry, and the next request would make a second
+// entry, and a second turn, for the same conversation.
+func TestOwnership_AdoptedEntryOutlivesAnEnrollsUnpin(t *testing.T) {
+	st := store.NewMemory()
+	own := newFakeOwnership(st)
+	svc := openOwned(t, st, own)
+	own.mu.Lock()
+	own.exists[9] = true
+	own.mu.Unlock()
+	held, err := svc.adopt(context.Background(), 9)
+	if err != nil || held == nil {
+		t.Fatalf("adopt = %v, %v", held, err)
+	}
+	enroll := svc.pin(9)
+	svc.unpin(enroll)
+	if got := svc.existing(9); got != held {
+		t.Fatalf("after an enroll's unpin the entry is %p, want the adopted %p: forgotten under the operation holding it", got, held)
+	}
+	svc.unpin(held)
+	if got := svc.existing(9); got != nil {
+		t.Fatalf("after the last unpin of an unregistered entry it is still there")
+	}
+}

@@ -490,9 +490,8 @@ func (s *Service) conversation(id ConversationID) *conversation {
 }
 
 // pin returns the entry of id, creating an unregistered one, and counts
-// one more operation that may create the conversation (an enroll) on it;
-// unpin undoes it. Only such operations keep an unregistered entry in the
-// map, so a refused enroll leaves nothing behind.
+// one more operation on it; unpin undoes it. Only pinned entries stay in
+// the map unregistered, so a refused enroll leaves nothing behind.
 func (s *Service) pin(id ConversationID) *conversation {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -505,15 +504,25 @@ func (s *Service) pin(id ConversationID) *conversation {
 	return cv
 }
 
+// pinExisting pins the entry of id if there is one; nil if not.
+func (s *Service) pinExisting(id ConversationID) *conversation {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cv := s.convs[id]
+	if cv != nil {
+		cv.pins++
+	}
+	return cv
+}
+
 // unpin ends a pin of cv once its operation is answered. The last pin of a
 // conversation that nothing registered forgets the entry: nothing of it is
-// stored and no operation that could create it is queued. Operations that
-// need the conversation to exist (attach, tell, …) may still hold the
-// forgotten entry; they find no participant and are refused, as they would
-// have been. A pinned operation's batch writes registered before the
-// operation is answered, so its own unpin sees it; a background reload
-// pins the entry for as long as it holds the turn (release), so an entry
-// is never forgotten under a reload that might register it.
+// stored and no operation on it is queued. A pinned operation's batch
+// writes registered before the operation is answered, so its own unpin
+// sees it; a background reload pins the entry for as long as it holds the
+// turn (release). So no entry is forgotten while anything that might
+// register it holds it: a forgotten entry's fresh ownership grant would
+// give one conversation two entries and two turns.
 func (s *Service) unpin(cv *conversation) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
