@@ -57,8 +57,10 @@
 //   - Under a token window, a committed token's index entry is gone only
 //     if the token's time is below the conversation's persisted floor.
 //   - Each binding ends exactly once, and never before its own row is
-//     durable: bindings are generations of the fence site (conversation,
-//     participant) in package fence.
+//     durable: the turn orders every ending after the state and barriers
+//     of the batches before it, and bindings are generations of the fence
+//     site (conversation, participant) in package fence, so an ending
+//     decided under a Forget that overtook its batch is refused.
 //   - Record seqs are gap-free from 1; a record is addressed to the members
 //     at its commit except its subject.
 //
