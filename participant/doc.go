@@ -177,4 +177,7 @@
 //
 // Lock order: a conversation's turn, then its mu (or qmu), then a Conn's
 // mu; Service.mu is taken alone. No mutex is held across I/O; the turn is.
+// A method whose name ends in Locked needs the mutex its comment names held
+// when called and holds it when it returns; one ending in Turn needs the
+// conversation's turn (ensureLoadedTurn, trimTurn).
 package participant
