@@ -121,7 +121,7 @@ const (
 )
 
 func (c clockMode) String() string {
-	return [...]string{"steady clock", "jumping clocks", "jumping clocks, token window"}[c]
+	return [...]string{clockSteady: "steady clock", clockJumps: "jumping clocks", clockJumpsWindow: "jumping clocks, token window"}[c]
 }
 
 // modelWindow and modelSkew are the token window and skew of
