@@ -139,6 +139,7 @@
 // an operation, a reconciliation or a reload, is logged once and reported
 // by StoreFailed and Failed (failed.go); at Open it fails Open. The owner
 // stops serving and restarts, and the restart reconciles.
+//
 // # Checkpoints
 //
 // A checkpoint (checkpoint.go) is a conversation's state after its first
