@@ -32,7 +32,7 @@ import (
 // store that reads its own scope older than what it committed, or than
 // what the previous store committed before the claim, shows as an answer
 // the invariants refuse.
-func etcdBackend(t *testing.T, seed uint64) participanttest.Backend {
+func etcdBackend(t *testing.T, seed uint64) faultstore.Backend {
 	var (
 		mu             sync.Mutex
 		lags           = make(map[string]*etcdtest.Lagging)
@@ -55,7 +55,7 @@ func etcdBackend(t *testing.T, seed uint64) participanttest.Backend {
 		claimConvs(t, st, pfx)
 		return st
 	}
-	return participanttest.Backend{
+	return faultstore.Backend{
 		Fresh: func(t faultstore.TB) store.DurableStore { return open(t, prefix()) },
 		Crash: func(t faultstore.TB, st store.DurableStore) store.DurableStore {
 			es := st.(*etcdstore.Store)

@@ -38,78 +38,121 @@ type CutRun struct {
 	Err error
 }
 
-// CutLoop runs a workload over and over, killing it at op 0, 1, 2, ... in
-// turn, and checks after each death what a restarted process would find,
-// in the spirit of pebble's TestErrors. Its zero value is not usable:
-// Workload and Check are required.
+// Backend makes the stores a CutLoop runs over.
+type Backend struct {
+	// Fresh returns the store one run starts from, its own.
+	Fresh func(t TB) store.DurableStore
+	// Crash kills st as a process crash would: what was staged and not
+	// flushed is lost. It returns the store a restarted process opens on
+	// what survived, which may be st itself.
+	Crash func(t TB, st store.DurableStore) store.DurableStore
+	// Release frees a store Crash returned, once it was checked; nil
+	// means there is nothing to free.
+	Release func(t TB, st store.DurableStore)
+}
+
+// MemoryBackend returns the Backend of memory stores made by newMemory
+// (nil means store.NewMemory), which a crash cuts to what was flushed
+// (Memory.Crash). Writes newMemory makes are not ops and cannot be cut.
+func MemoryBackend(newMemory func() *store.Memory) Backend {
+	if newMemory == nil {
+		newMemory = store.NewMemory
+	}
+	return Backend{
+		Fresh: func(TB) store.DurableStore { return newMemory() },
+		Crash: func(_ TB, st store.DurableStore) store.DurableStore {
+			st.(*store.Memory).Crash()
+			return st
+		},
+	}
+}
+
+// CutLoop runs a workload over and over, killing it at op Offset,
+// Offset+Stride, Offset+2·Stride, ... in turn, and checks after each death
+// what a restarted process would find, in the spirit of pebble's
+// TestErrors. Its zero value is not usable: Workload and Check are
+// required.
 //
-// Run i starts from a fresh memory store, wraps it in a Store whose first
-// rule is OnIndex(i, Cut), runs Workload, then calls Crash on the memory
-// store, so that only what was flushed before op i remains, and calls
+// Run i starts from a fresh store of Backend, wraps it in a Store whose
+// first rule is OnIndex(cut point i, Cut), runs Workload, then crashes the
+// store, so that only what was flushed before the cut remains, and calls
 // Check. The loop ends after the first run that returns without reaching
-// its cut; that run is checked too, after its own Crash, so Check also sees
-// the outcome of an uninterrupted workload. A deterministic workload of n
-// ops is therefore run n+1 times, with cuts at 0, 1, ..., n-1 and a
-// completed run whose CutAt is n.
+// its cut; that run is checked too, after its own crash, so Check also
+// sees the outcome of an uninterrupted workload. With a Stride of one, a
+// deterministic workload of n ops is therefore run n+1 times, with cuts at
+// 0, 1, ..., n-1 and a completed run whose CutAt is n.
 type CutLoop struct {
-	// NewMemory returns the memory store a run starts from, for example
-	// one seeded with flushed data. Nil means store.NewMemory. Writes made
-	// to it here are not ops and cannot be cut.
-	NewMemory func() *store.Memory
-	// Workload drives the store. It must be deterministic enough that run
-	// i reaches op i when run i-1 reached op i-1, and must not return
-	// before the goroutines it started are done with s. It may add rules
-	// of its own with AddRule but must not call SetRules, which would drop
-	// the cut. An error it returns after the cut is expected and passed to
-	// Check; an error from the completed run fails the test.
+	// Backend makes and crashes the stores; the zero Backend is
+	// MemoryBackend(nil).
+	Backend Backend
+	// Stride is the distance between cut points; zero means one. A Stride
+	// above one samples the cut points, for backends whose ops are too
+	// slow to cut at every one.
+	Stride uint64
+	// Offset is the first cut point; it should be below Stride.
+	Offset uint64
+	// Workload drives the store. It must be deterministic enough that a
+	// run reaches its cut point when the run before reached its own, and
+	// must not return before the goroutines it started are done with s.
+	// It may add rules of its own with AddRule but must not call
+	// SetRules, which would drop the cut. An error it returns after the
+	// cut is expected and passed to Check; an error from the completed
+	// run fails the test.
 	Workload func(s *Store) error
-	// Check inspects the crashed memory store, which holds exactly what
-	// was flushed before the cut. The TB it gets prefixes every failure
-	// with the cut point.
-	Check func(t TB, mem *store.Memory, run CutRun)
+	// Check inspects the crashed store, which holds exactly what was
+	// flushed before the cut. The TB it gets prefixes every failure with
+	// the cut point.
+	Check func(t TB, st store.DurableStore, run CutRun)
 	// MaxCuts bounds the number of runs that reach their cut; zero means
 	// DefaultMaxCuts.
 	MaxCuts uint64
 }
 
-// Run runs the loop, reporting failures on t.
-func (c CutLoop) Run(t TB) {
+// Run runs the loop, reporting failures on t, and returns how many runs it
+// checked.
+func (c CutLoop) Run(t TB) int {
 	t.Helper()
-	newMemory := c.NewMemory
-	if newMemory == nil {
-		newMemory = store.NewMemory
+	backend := c.Backend
+	if backend.Fresh == nil {
+		backend = MemoryBackend(nil)
 	}
+	stride := max(c.Stride, 1)
 	maxCuts := c.MaxCuts
 	if maxCuts == 0 {
 		maxCuts = DefaultMaxCuts
 	}
-	for i := uint64(0); ; i++ {
-		mem := newMemory()
-		s := New(mem)
+	runs := 0
+	for i := c.Offset; ; i += stride {
+		st := backend.Fresh(t)
+		s := New(st)
 		s.SetRules(OnIndex(i, Cut))
 		err := c.Workload(s)
 		cutAt, cut := s.CutAt()
 		// The process is dead: a restart finds only what was flushed.
-		mem.Crash()
+		st = backend.Crash(t, st)
 		run := CutRun{CutAt: i, Completed: !cut, Ops: s.Ops(), Err: err}
 		if cut {
 			run.CutAt = cutAt
 		}
 		if run.Completed && err != nil {
 			t.Fatalf("faultstore: workload failed without reaching the cut at op %d: %v", i, err)
-			return
+			return runs
 		}
 		label := fmt.Sprintf("cut at op %d: ", run.CutAt)
 		if run.Completed {
 			label = fmt.Sprintf("completed run (%d ops): ", run.Ops)
 		}
-		c.Check(prefixTB{TB: t, prefix: label}, mem, run)
-		if run.Completed {
-			return
+		c.Check(prefixTB{TB: t, prefix: label}, st, run)
+		if backend.Release != nil {
+			backend.Release(t, st)
 		}
-		if i+1 >= maxCuts {
+		runs++
+		if run.Completed {
+			return runs
+		}
+		if uint64(runs) >= maxCuts {
 			t.Fatalf("faultstore: workload still reached its cut after %d runs (MaxCuts)", maxCuts)
-			return
+			return runs
 		}
 	}
 }

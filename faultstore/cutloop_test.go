@@ -60,7 +60,7 @@ func TestCutLoop_VisitsEveryCutPointOnceThenCompletes(t *testing.T) {
 	var visits []visit
 	CutLoop{
 		Workload: twoBarriers,
-		Check: func(t TB, mem *store.Memory, run CutRun) {
+		Check: func(t TB, mem store.DurableStore, run CutRun) {
 			visits = append(visits, visit{run.CutAt, run.Completed, run.Ops})
 			if !run.Completed && !errors.Is(run.Err, ErrCut) {
 				t.Errorf("workload returned %v, want ErrCut", run.Err)
@@ -95,10 +95,45 @@ func TestCutLoop_VisitsEveryCutPointOnceThenCompletes(t *testing.T) {
 	}
 }
 
+func TestCutLoop_StrideSamplesCutPointsAndReleasesEachStore(t *testing.T) {
+	mem := MemoryBackend(nil)
+	var made, released []store.DurableStore
+	var cuts []uint64
+	runs := CutLoop{
+		Backend: Backend{
+			Fresh: func(t TB) store.DurableStore {
+				st := mem.Fresh(t)
+				made = append(made, st)
+				return st
+			},
+			Crash:   mem.Crash,
+			Release: func(_ TB, st store.DurableStore) { released = append(released, st) },
+		},
+		Stride:   3,
+		Offset:   1,
+		Workload: twoBarriers,
+		Check:    func(t TB, st store.DurableStore, run CutRun) { cuts = append(cuts, run.CutAt) },
+	}.Run(t)
+	if diff := cmp.Diff([]uint64{1, 4, 7}, cuts); diff != "" {
+		t.Errorf("cut points (-want +got):\n%s", diff)
+	}
+	if runs != 3 {
+		t.Errorf("Run = %d, want 3 runs checked", runs)
+	}
+	if len(released) != len(made) || len(made) != 3 {
+		t.Fatalf("made %d stores and released %d, want 3 and 3", len(made), len(released))
+	}
+	for i := range made {
+		if made[i] != released[i] {
+			t.Errorf("run %d released another store than the one it made", i)
+		}
+	}
+}
+
 func TestCutLoop_StartsEachRunFromNewMemory(t *testing.T) {
 	runs := 0
 	CutLoop{
-		NewMemory: func() *store.Memory {
+		Backend: MemoryBackend(func() *store.Memory {
 			mem := store.NewMemory()
 			if _, err := mem.Append("seed", []byte("s0"), 0); err != nil {
 				t.Fatal(err)
@@ -107,7 +142,7 @@ func TestCutLoop_StartsEachRunFromNewMemory(t *testing.T) {
 				t.Fatal(err)
 			}
 			return mem
-		},
+		}),
 		Workload: func(s *Store) error {
 			// The seeded entry is there and was not counted as an op.
 			if n, err := s.Len("seed"); err != nil || n != 1 {
@@ -116,7 +151,7 @@ func TestCutLoop_StartsEachRunFromNewMemory(t *testing.T) {
 			_, err := s.Append("seed", []byte("s1"), 1)
 			return err
 		},
-		Check: func(t TB, mem *store.Memory, run CutRun) {
+		Check: func(t TB, mem store.DurableStore, run CutRun) {
 			runs++
 			if diff := cmp.Diff([]string{"s0"}, payloads(t, mem, "seed")); diff != "" {
 				t.Errorf("seed stream (-want +got):\n%s", diff)
@@ -140,7 +175,7 @@ func TestCutLoop_StopsARunawayWorkload(t *testing.T) {
 				}
 			}
 		},
-		Check:   func(t TB, mem *store.Memory, run CutRun) { cuts = append(cuts, run.CutAt) },
+		Check:   func(t TB, mem store.DurableStore, run CutRun) { cuts = append(cuts, run.CutAt) },
 		MaxCuts: 4,
 	}.Run(&tb)
 	if diff := cmp.Diff([]uint64{0, 1, 2, 3}, cuts); diff != "" {
@@ -156,7 +191,7 @@ func TestCutLoop_FailsWhenTheCompletedRunFails(t *testing.T) {
 	checked := 0
 	CutLoop{
 		Workload: func(s *Store) error { return errors.New("boom") },
-		Check:    func(t TB, mem *store.Memory, run CutRun) { checked++ },
+		Check:    func(t TB, mem store.DurableStore, run CutRun) { checked++ },
 	}.Run(&tb)
 	if want := "faultstore: workload failed without reaching the cut at op 0: boom"; tb.fatal != want {
 		t.Errorf("Fatalf(%q), want %q", tb.fatal, want)
@@ -173,7 +208,7 @@ func TestCutLoop_PrefixesFailuresWithTheRun(t *testing.T) {
 			_, err := s.Append("a", nil, 0)
 			return err
 		},
-		Check: func(t TB, mem *store.Memory, run CutRun) { t.Errorf("bad %d", run.Ops) },
+		Check: func(t TB, mem store.DurableStore, run CutRun) { t.Errorf("bad %d", run.Ops) },
 	}.Run(&tb)
 	want := []string{"cut at op 0: bad 1", "completed run (1 ops): bad 1"}
 	if diff := cmp.Diff(want, tb.errors); diff != "" {

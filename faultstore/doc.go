@@ -67,7 +67,9 @@
 // crashed store in a new Store if it wants more faults: a Store cannot see
 // its inner store crash, so an old one would still list the lost appends
 // as pending. CutLoop automates all of that for every cut point of a
-// workload.
+// workload (or every Stride-th), over memory stores or any Backend that can
+// make and crash a store; participanttest.CutLoop is this loop with the
+// service's workloads and invariants.
 //
 // # Rules
 //

@@ -56,7 +56,7 @@ func ExampleCutLoop() {
 			}
 			return s.Flush()
 		},
-		Check: func(t faultstore.TB, mem *store.Memory, run faultstore.CutRun) {
+		Check: func(t faultstore.TB, mem store.DurableStore, run faultstore.CutRun) {
 			oplog, _ := mem.Len("oplog/1")
 			outbox, _ := mem.Len("outbox/1")
 			if outbox > oplog {

@@ -57,6 +57,7 @@ func (k Kind) HasToken() bool {
 // Fields a kind does not use are zero. The msgpack encoding is an array in
 // field order, so encoding the same Row always yields the same bytes.
 type Row struct {
+	//lint:ignore U1000 msgpack reads the field's tag by reflection: encode as an array
 	_msgpack struct{} `msgpack:",as_array"`
 
 	Kind Kind

@@ -41,6 +41,7 @@ func (t Token) String() string { return hex.EncodeToString(t[:]) }
 // the connection and the connection's ordinal within it. A binding's epoch is
 // (ConnID, Generation).
 type ConnID struct {
+	//lint:ignore U1000 msgpack reads the field's tag by reflection: encode as an array
 	_msgpack struct{} `msgpack:",as_array"`
 	Server   uint64
 	Ordinal  uint64

@@ -62,6 +62,7 @@ func (k RecordKind) String() string {
 // Record is one entry of a conversation's delivery sequence as the outbox
 // stores it: the payload of a `record` stays in its oplog row.
 type Record struct {
+	//lint:ignore U1000 msgpack reads the field's tag by reflection: encode as an array
 	_msgpack struct{} `msgpack:",as_array"`
 
 	Seq         oplog.Seq
@@ -85,6 +86,7 @@ func (r *Record) Addressed(p oplog.ParticipantID) bool {
 
 // Row is one outbox row, derived from the oplog row at index Source.
 type Row struct {
+	//lint:ignore U1000 msgpack reads the field's tag by reflection: encode as an array
 	_msgpack struct{} `msgpack:",as_array"`
 
 	Kind RowKind

@@ -144,6 +144,9 @@ func (b *batch) lookup(scope string, match func(*oplog.Row) bool, t Token) (*pri
 }
 
 // endingOf returns the ending of p's current binding in the working state.
+// A binding loaded before a Forget that overtook the batch has no token any
+// more, so the fence refuses its ending (see DESIGN.md, "Bindings and
+// fencing").
 func (b *batch) endingOf(p ParticipantID) *ending {
 	if t, ok := b.bindings[p]; ok {
 		return &ending{site: site{b.cv.id, p}, token: t, held: true}

@@ -60,6 +60,7 @@ const (
 )
 
 type checkpoint struct {
+	//lint:ignore U1000 msgpack reads the field's tag by reflection: encode as an array
 	_msgpack struct{} `msgpack:",as_array"`
 
 	// Conversation is the conversation the checkpoint belongs to.
@@ -87,6 +88,7 @@ type checkpoint struct {
 
 // ckReleased is one member's outbox.Member.Released.
 type ckReleased struct {
+	//lint:ignore U1000 msgpack reads the field's tag by reflection: encode as an array
 	_msgpack struct{} `msgpack:",as_array"`
 
 	Member  ParticipantID
@@ -96,6 +98,7 @@ type ckReleased struct {
 // ckWithReleased is the body of a checkpoint of version
 // checkpointVersionReleased.
 type ckWithReleased struct {
+	//lint:ignore U1000 msgpack reads the field's tag by reflection: encode as an array
 	_msgpack struct{} `msgpack:",as_array"`
 
 	Checkpoint *checkpoint
@@ -113,6 +116,7 @@ func (ck *checkpoint) encodeBody() (byte, []byte, error) {
 }
 
 type ckMember struct {
+	//lint:ignore U1000 msgpack reads the field's tag by reflection: encode as an array
 	_msgpack struct{} `msgpack:",as_array"`
 
 	Generation    Generation
@@ -126,6 +130,7 @@ type ckMember struct {
 // ckRecord is an unreclaimed record with the positions of the rows that
 // produced it: its payload, for a `record`, is in oplog row Oplog.
 type ckRecord struct {
+	//lint:ignore U1000 msgpack reads the field's tag by reflection: encode as an array
 	_msgpack struct{} `msgpack:",as_array"`
 
 	Record outbox.Record
@@ -138,6 +143,7 @@ type ckRecord struct {
 // recipient acknowledged it or left. Compaction removes rows below the
 // newest mark older than its retention.
 type mark struct {
+	//lint:ignore U1000 msgpack reads the field's tag by reflection: encode as an array
 	_msgpack struct{} `msgpack:",as_array"`
 
 	At     int64

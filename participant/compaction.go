@@ -198,7 +198,7 @@ func (s *Service) compactPass(ctx context.Context) (out Compacted, full bool, er
 				reset = true
 				break
 			}
-			err = s.trimLocked(cs, cv.id, opAt, opTo, obAt, obTo)
+			err = s.trimTurn(cs, cv.id, opAt, opTo, obAt, obTo)
 			s.release(cv)
 			if err != nil {
 				return out, budget == 0, err
@@ -294,7 +294,7 @@ func (s *Service) raiseFloor(ctx context.Context, cv *conversation, to int64, re
 		s.release(cv)
 		return false, nil
 	}
-	floor, err := s.floorLocked(cv)
+	floor, err := s.floorTurn(cv)
 	if err == nil && to > floor {
 		err = s.st.CAS(windowKey(cv.id), uint64(floor), uint64(to))
 		if err == nil {
@@ -420,9 +420,9 @@ func rowTokenKey(c ConversationID, row *oplog.Row) string {
 	return tokenKey(c, participantScope(row.Participant), row.Token)
 }
 
-// trimLocked trims c's streams from their firsts to the given floors and
+// trimTurn trims c's streams from their firsts to the given floors and
 // flushes. The caller holds c's turn.
-func (s *Service) trimLocked(cs store.Compactor, c ConversationID, opFirst, opFloor, obFirst, obFloor uint64) error {
+func (s *Service) trimTurn(cs store.Compactor, c ConversationID, opFirst, opFloor, obFirst, obFloor uint64) error {
 	if opFloor > opFirst {
 		if err := cs.Trim(oplog.Stream(c), opFloor); err != nil {
 			return fmt.Errorf("participant: compact %v: %w", c, err)

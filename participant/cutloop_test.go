@@ -18,11 +18,11 @@ func TestCrashCutAtEveryOperation(t *testing.T) {
 	runs := 0
 	faultstore.CutLoop{
 		Workload: func(s *faultstore.Store) error { return participanttest.CutWorkload(s, &log) },
-		Check: func(t faultstore.TB, mem *store.Memory, run faultstore.CutRun) {
+		Check: func(t faultstore.TB, st store.DurableStore, run faultstore.CutRun) {
 			runs++
-			participanttest.CheckInvariants(t, mem, log)
+			participanttest.CheckInvariants(t, st, log)
 			if run.Completed {
-				participanttest.CheckCompacted(t, mem)
+				participanttest.CheckCompacted(t, st)
 			}
 		},
 	}.Run(t)
@@ -36,7 +36,7 @@ func TestCrashCutAtEveryOperation(t *testing.T) {
 // stores run, over the memory store with a stride, so that the loop itself
 // is tested where it is cheap.
 func TestCutLoop_MemoryBackend(t *testing.T) {
-	runs := participanttest.CutLoop{Backend: memoryBackend(), Stride: 7, Offset: 3}.Run(t)
+	runs := participanttest.CutLoop{Backend: faultstore.MemoryBackend(nil), Stride: 7, Offset: 3}.Run(t)
 	if runs < 10 {
 		t.Fatalf("the loop checked %d runs; the workload should make far more store operations", runs)
 	}
@@ -49,7 +49,7 @@ func TestCutLoop_MemoryBackend(t *testing.T) {
 // (Inspect, which CheckInvariants runs, also finds any committed token
 // whose index entry is gone above the floor).
 func TestCrashCut_TokenWindow(t *testing.T) {
-	runs := participanttest.CutLoop{Backend: memoryBackend(),
+	runs := participanttest.CutLoop{Backend: faultstore.MemoryBackend(nil),
 		Workload: participanttest.WindowWorkload, Completed: participanttest.CheckForgotten}.Run(t)
 	if runs < 50 {
 		t.Fatalf("the loop checked %d runs; the workload should make far more store operations", runs)
@@ -62,7 +62,7 @@ func TestCrashCut_TokenWindow(t *testing.T) {
 // answered tell replays, the contract holds (CheckInvariants), and the
 // completed run trimmed the deaf recipient's history.
 func TestCrashCut_MaxUnackedAge(t *testing.T) {
-	runs := participanttest.CutLoop{Backend: memoryBackend(),
+	runs := participanttest.CutLoop{Backend: faultstore.MemoryBackend(nil),
 		Workload: participanttest.ReleaseWorkload, Completed: participanttest.CheckReleased}.Run(t)
 	if runs < 50 {
 		t.Fatalf("the loop checked %d runs; the workload should make far more store operations", runs)

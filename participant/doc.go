@@ -57,8 +57,10 @@
 //   - Under a token window, a committed token's index entry is gone only
 //     if the token's time is below the conversation's persisted floor.
 //   - Each binding ends exactly once, and never before its own row is
-//     durable: bindings are generations of the fence site (conversation,
-//     participant) in package fence.
+//     durable: the turn orders every ending after the state and barriers
+//     of the batches before it, and bindings are generations of the fence
+//     site (conversation, participant) in package fence, so an ending
+//     decided under a Forget that overtook its batch is refused.
 //   - Record seqs are gap-free from 1; a record is addressed to the members
 //     at its commit except its subject.
 //
@@ -137,6 +139,7 @@
 // an operation, a reconciliation or a reload, is logged once and reported
 // by StoreFailed and Failed (failed.go); at Open it fails Open. The owner
 // stops serving and restarts, and the restart reconciles.
+//
 // # Checkpoints
 //
 // A checkpoint (checkpoint.go) is a conversation's state after its first
@@ -175,4 +178,7 @@
 //
 // Lock order: a conversation's turn, then its mu (or qmu), then a Conn's
 // mu; Service.mu is taken alone. No mutex is held across I/O; the turn is.
+// A method whose name ends in Locked needs the mutex its comment names held
+// when called and holds it when it returns; one ending in Turn needs the
+// conversation's turn (ensureLoadedTurn, trimTurn).
 package participant

@@ -7,7 +7,6 @@ import (
 
 	"github.com/participantd/participantd/faultstore"
 	"github.com/participantd/participantd/participant/participanttest"
-	"github.com/participantd/participantd/store"
 )
 
 var (
@@ -15,17 +14,6 @@ var (
 	modelOps   = flag.Int("model.ops", 60, "operations per TestModel sequence")
 	modelSeed  = flag.Uint64("model.seed", 0, "first seed of TestModel; 0 picks one from the clock")
 )
-
-// memoryBackend makes memory stores; a crash drops what was not flushed.
-func memoryBackend() participanttest.Backend {
-	return participanttest.Backend{
-		Fresh: func(faultstore.TB) store.DurableStore { return store.NewMemory() },
-		Crash: func(_ faultstore.TB, st store.DurableStore) store.DurableStore {
-			st.(*store.Memory).Crash()
-			return st
-		},
-	}
-}
 
 // TestModel feeds the same random operations to the service and to
 // participanttest's reference model, with crash-restarts and in_doubt
@@ -40,5 +28,5 @@ func TestModel(t *testing.T) {
 	if testing.Short() {
 		iters = min(iters, 20)
 	}
-	participanttest.Model{Backend: memoryBackend(), Iters: iters, Ops: *modelOps, Seed: seed, Rerun: "go test ./participant -run TestModel"}.Run(t)
+	participanttest.Model{Backend: faultstore.MemoryBackend(nil), Iters: iters, Ops: *modelOps, Seed: seed, Rerun: "go test ./participant -run TestModel"}.Run(t)
 }

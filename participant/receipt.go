@@ -73,6 +73,7 @@ func receiptKeyV1(c ConversationID, idx uint64) string {
 }
 
 type receipt struct {
+	//lint:ignore U1000 msgpack reads the field's tag by reflection: encode as an array
 	_msgpack struct{} `msgpack:",as_array"`
 
 	Kind        oplog.Kind

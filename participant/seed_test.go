@@ -320,9 +320,8 @@ func exerciseRepairAndRetry(t *testing.T, failAppend, failFlush bool, rowsAfterF
 	// one after it changes nothing at all.
 	afterRebind := rawOutbox(t, faults, seedConversation)
 	repaired.Close()
-	restarted := rawOutbox(t, faults, seedConversation)
 	again := openService(t, faults)
-	restarted = rawOutbox(t, faults, seedConversation)
+	restarted := rawOutbox(t, faults, seedConversation)
 	if !equalRows(restarted[:len(afterRebind)], afterRebind) {
 		t.Fatalf("a restart rewrote the outbox")
 	}

@@ -696,7 +696,7 @@ func (cv *conversation) acquire(ctx context.Context) error {
 	}
 }
 
-// snapshot returns the state pointer under the read lock. Only the turn
+// loaded returns the state pointer under the read lock. Only the turn
 // holder may use the returned state without the lock.
 func (cv *conversation) loaded() *outbox.State {
 	cv.mu.RLock()

@@ -222,10 +222,10 @@ func tokenTime(t Token) (int64, bool) {
 	return ms, true
 }
 
-// floorLocked returns cv's persisted token floor, read once per reset of
+// floorTurn returns cv's persisted token floor, read once per reset of
 // cv (in cluster mode another node may have moved it meanwhile). The
 // caller holds cv's turn.
-func (s *Service) floorLocked(cv *conversation) (int64, error) {
+func (s *Service) floorTurn(cv *conversation) (int64, error) {
 	at := cv.resets.Load() + 1
 	if cv.tokenFloorAt == at {
 		return cv.tokenFloor, nil
@@ -244,7 +244,7 @@ func (s *Service) floorLocked(cv *conversation) (int64, error) {
 // window persisted earlier (its entry may be gone). The caller holds
 // cv's turn and found t not committed.
 func (s *Service) admitToken(cv *conversation, t Token) error {
-	floor, err := s.floorLocked(cv)
+	floor, err := s.floorTurn(cv)
 	if err != nil {
 		return unavailable("reading the token window", err)
 	}

@@ -163,6 +163,8 @@ type Offered struct {
 }
 
 // Code is a stable, machine-readable error code, the protocol's `code`.
+// The server sends it as the wire.Code of the same value; every constant
+// has its twin of the same name there (TestErrorCodes_OneList).
 type Code string
 
 // Error codes, with their protocol names.

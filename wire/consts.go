@@ -63,7 +63,9 @@ const (
 )
 
 // Code is the machine-readable code of an error answer. The connection stays
-// open after an error answer.
+// open after an error answer. Its constants are participant.Code's, name for
+// name and value for value, and the rows of docs/PROTOCOL.md's error table
+// (TestErrorCodes_OneList).
 type Code string
 
 // Error codes.

@@ -21,7 +21,6 @@ func raw(b ...byte) []byte         { return b }
 func kv(k string, v []byte) []byte { return append(mpS(k), v...) }
 
 func tok(t Token) []byte  { return mpB(t[:]) }
-func sec(s Secret) []byte { return mpB(s[:]) }
 func zeros(n int) []byte  { return make([]byte, n) }
 func filled(n int) []byte { return bytes.Repeat([]byte{7}, n) }
 

@@ -37,7 +37,7 @@
 //	| each binding ends at most once, after it began| CheckRecords                 |
 //	| every answered operation replays its answer   | the Answered checks          |
 //
-// A Backend says how to make a store and how to crash it: a memory store
+// A faultstore.Backend says how to make a store and how to crash it: a memory store
 // drops what was not flushed; an etcd store is closed without flushing
 // and reopened on the same prefix. participant's tests run both drivers
 // over memory stores (package participant_test, since this package

@@ -26,7 +26,7 @@ import (
 // sequence runs over a fresh store of Backend, and a restart crashes it
 // through Backend.Crash.
 type Model struct {
-	Backend Backend
+	Backend faultstore.Backend
 	// Iters is the number of sequences, Ops the operations of each.
 	Iters, Ops int
 	// Seed is the seed of the first sequence; each next one adds one.
@@ -121,7 +121,7 @@ const (
 )
 
 func (c clockMode) String() string {
-	return [...]string{"steady clock", "jumping clocks", "jumping clocks, token window"}[c]
+	return [...]string{clockSteady: "steady clock", clockJumps: "jumping clocks", clockJumpsWindow: "jumping clocks, token window"}[c]
 }
 
 // modelWindow and modelSkew are the token window and skew of

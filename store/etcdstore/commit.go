@@ -272,7 +272,7 @@ func (s *Store) commit(work []*scopeWork) {
 	wg.Wait()
 }
 
-// cost of a key/value pair in a request, framing included.
+// kvCost is the cost of a key/value pair in a request, framing included.
 func kvCost(key string, val int) int { return len(key) + val + 32 }
 
 func (s *Store) newPlan() *txnPlan { return &txnPlan{has: make(map[*scopeWork]bool)} }

@@ -424,7 +424,8 @@ func (s *Store) failLocked(c *scope, err error) {
 	c.clearLocked()
 }
 
-// usable returns the scope of name, or the error that refuses calls on it.
+// usableLocked returns the scope of name, or the error that refuses calls
+// on it. s.mu must be held.
 func (s *Store) usableLocked(name string) (*scope, error) {
 	if s.closed {
 		return nil, store.ErrClosed

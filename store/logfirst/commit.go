@@ -36,7 +36,7 @@ func (s *Store) Flush() error {
 		if !s.committing && s.next == nil && s.memBytes < s.opts.MaxUncheckpointed {
 			bt = &batch{done: make(chan struct{})}
 			s.committing = true
-			s.commitLocked(bt)
+			s.commitAndUnlock(bt)
 			return bt.err
 		}
 		if s.next == nil {
@@ -114,14 +114,14 @@ func (s *Store) commit() {
 		return
 	}
 	s.committing = true
-	s.commitLocked(bt)
+	s.commitAndUnlock(bt)
 }
 
-// commitLocked writes every staged write as one log record and finishes bt
+// commitAndUnlock writes every staged write as one log record and finishes bt
 // with the result. s.mu must be held and s.committing set by the caller,
 // which makes it the only writer of the log; it returns with s.mu
 // released and s.committing cleared.
-func (s *Store) commitLocked(bt *batch) {
+func (s *Store) commitAndUnlock(bt *batch) {
 	// Everything staged now goes into this record; writes staged from here
 	// on wait for the next one. Each stream's pending payloads are taken
 	// as a prefix and moved to logged only after the record is durable.

@@ -128,5 +128,8 @@
 // # Locks
 //
 // Store.mu is the only lock. It is never held across a bbolt call, a log
-// write or a channel send; memFreed is a condition on it.
+// write or a channel send; memFreed is a condition on it. A method whose
+// name ends in Locked needs Store.mu held when called and holds it when it
+// returns; commitAndUnlock is the one that is called with it and releases
+// it.
 package logfirst
