@@ -117,9 +117,7 @@ func (d *decider) enroll(st *outbox.State, req *Enroll) (oplog.Row, *Error) {
 	if _, ok := d.boundHere(st); ok {
 		return oplog.Row{}, refuse(CodeBindingOccupied, "this connection already holds a binding in conversation %v", d.conv)
 	}
-	if len(st.Members) >= d.maxParticipants {
-		e := refuse(CodeCapacityExceeded, "conversation %v has %d participants", d.conv, len(st.Members))
-		e.Limit = uint64(d.maxParticipants)
+	if e := d.participantCapacity(st); e != nil {
 		return oplog.Row{}, e
 	}
 	if e := d.connCapacity(); e != nil {
@@ -137,6 +135,37 @@ func (d *decider) enroll(st *outbox.State, req *Enroll) (oplog.Row, *Error) {
 		Seq:         st.LastSeq + 1,
 		At:          d.at(),
 	}, nil
+}
+
+// mintedPerSlot is how many participant ids a conversation mints, at
+// most, per slot of MaxParticipants.
+const mintedPerSlot = 16
+
+// participantCapacity refuses an enroll into a conversation whose members
+// who have not left fill MaxParticipants. A participant who left frees its
+// slot but keeps its id (ids are never reused, and its committed answers
+// still replay by token), and a member costs its state whether it left or
+// not; so the ids a conversation mints are capped too, at mintedPerSlot
+// times MaxParticipants, which an enroll-and-leave churn reaches only after
+// that many operations.
+func (d *decider) participantCapacity(st *outbox.State) *Error {
+	live := 0
+	for i := range st.Members {
+		if !st.Members[i].Retired {
+			live++
+		}
+	}
+	if live >= d.maxParticipants {
+		e := refuse(CodeCapacityExceeded, "conversation %v has %d participants who have not left", d.conv, live)
+		e.Limit = uint64(d.maxParticipants)
+		return e
+	}
+	if minted := mintedPerSlot * d.maxParticipants; len(st.Members) >= minted {
+		e := refuse(CodeCapacityExceeded, "conversation %v minted %d participant ids, the most it may", d.conv, len(st.Members))
+		e.Limit = uint64(minted)
+		return e
+	}
+	return nil
 }
 
 func (d *decider) connCapacity() *Error {
