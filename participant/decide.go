@@ -14,8 +14,9 @@ import (
 // for enroll under EnrollInvite, invite_required and invite_invalid; then
 // unknown_participant, retired, stale_authority, no_binding,
 // binding_occupied, operation checks, capacity_exceeded (participants,
-// connection bindings, store size; conversations, which the driver
-// reserves, last); then, for enroll, tell and attach, the driver's
+// connection bindings, store size; then, for an enroll that creates its
+// conversation, the client's creation rate and the conversations, which
+// the driver checks and reserves last); then, for enroll, tell and attach, the driver's
 // backlog_full (backpressure.go).
 
 // decider carries what the decisions need besides state and request.

@@ -38,6 +38,9 @@ type conn struct {
 	// counts it when limited.
 	peer    netip.Prefix
 	limited bool
+	// creates is the conversation bucket of a connection whose address
+	// is exempt from the peer limits; Server.mu guards it.
+	creates bucket
 
 	// shutdown is set when the server drains this connection.
 	shutdown atomic.Bool
@@ -119,7 +122,17 @@ func newConn(s *Server, nc net.Conn, peer netip.Prefix, limited bool) *conn {
 		log:     s.log.With().Str("remote", nc.RemoteAddr().String()).Logger(),
 		peer:    peer,
 		limited: limited,
+		creates: fillBucket(float64(max(1, s.cfg.ConversationBurst)), time.Now()),
 	}
+}
+
+// allowCreate takes one conversation creation from the bucket of the
+// connection's address, or from its own when its address is exempt.
+func (c *conn) allowCreate() bool {
+	s := c.srv
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.peers.createLocked(c.peer, c.limited, &c.creates, time.Now())
 }
 
 // requestShutdown makes the connection tear down as drained: its pending
@@ -189,6 +202,11 @@ func (c *conn) serve() {
 		case c.wake <- struct{}{}:
 		default:
 		}
+	})
+	c.pc.LimitCreates(participant.CreateLimit{
+		Allow: c.allowCreate,
+		Rate:  c.srv.cfg.ConversationRate,
+		Burst: c.srv.cfg.ConversationBurst,
 	})
 	c.served.Store(c.pc)
 	ordinal := c.pc.ID().Ordinal

@@ -1,0 +1,54 @@
+package server_test
+
+import (
+	"testing"
+
+	"github.com/participantd/participantd/server"
+	"github.com/participantd/participantd/wire"
+)
+
+// expectCreationRefused enrolls c into the new conversation conv and
+// expects the creation rate's capacity_exceeded, with the burst as limit.
+func expectCreationRefused(t *testing.T, c *client, conv uint64, burst uint64) {
+	t.Helper()
+	m := c.call(&wire.Enroll{ID: c.id(), Conversation: conv, Token: token()})
+	if e, ok := m.(*wire.Error); !ok || e.Code != wire.CodeCapacityExceeded || e.Limit == nil || *e.Limit != burst {
+		t.Fatalf("enroll creating conversation %d answered %#v, want capacity_exceeded limit %d", conv, m, burst)
+	}
+}
+
+// Issue 18 item 6: one client created ~9,100 conversations a second and
+// filled --max-conversations in minutes. An address creates them at
+// --conversation-rate from a bucket of --conversation-burst, whatever
+// connections it uses; enrolls into existing conversations and replays are
+// not counted.
+func TestCaps_ConversationCreationRate(t *testing.T) {
+	t.Run("per address", func(t *testing.T) {
+		h := start(t, server.Config{LimitLoopback: true, ConnectionRate: 1000, ConversationRate: 0.001, ConversationBurst: 2})
+		a, b := h.dial(), h.dial()
+		first := &wire.Enroll{ID: a.id(), Conversation: 1, Token: token()}
+		if m := a.call(first); !isEnrolled(m) {
+			t.Fatalf("first enroll answered %#v", m)
+		}
+		a.enroll(2)
+		expectCreationRefused(t, a, 3, 2)
+		expectCreationRefused(t, b, 4, 2)
+		b.enroll(1) // an existing conversation
+		first.ID = a.id()
+		if m := a.call(first); !isEnrolled(m) || m.(*wire.Enrolled).Replay == nil {
+			t.Errorf("replayed enroll answered %#v, want its replay", m)
+		}
+	})
+	t.Run("loopback exempt: a bucket per connection", func(t *testing.T) {
+		h := start(t, server.Config{ConversationRate: 0.001, ConversationBurst: 1})
+		a, b := h.dial(), h.dial()
+		a.enroll(1)
+		expectCreationRefused(t, a, 2, 1)
+		b.enroll(3)
+	})
+}
+
+func isEnrolled(m wire.Message) bool {
+	_, ok := m.(*wire.Enrolled)
+	return ok
+}
