@@ -110,9 +110,14 @@ func (d *decider) binding(p ParticipantID, m *outbox.Member) *Error {
 }
 
 func (d *decider) enroll(st *outbox.State, req *Enroll) (oplog.Row, *Error) {
+	var grant inviteGrant
 	if d.requireInvite {
-		if e := checkInvite(d.key, d.conv, d.now, req.Invite); e != nil {
+		var e *Error
+		if grant, e = verifyInvite(d.key, d.conv, d.now, req.Invite); e != nil {
 			return oplog.Row{}, e
+		}
+		if used := st.InviteUses[grant.id]; grant.uses > 0 && used >= grant.uses {
+			return oplog.Row{}, refuse(CodeInviteInvalid, "the invitation admitted %d enrolls, all it allows", used)
 		}
 	}
 	if _, ok := d.boundHere(st); ok {
@@ -135,6 +140,8 @@ func (d *decider) enroll(st *outbox.State, req *Enroll) (oplog.Row, *Error) {
 		Conn:        d.conn,
 		Seq:         st.LastSeq + 1,
 		At:          d.at(),
+		// The use is spent by this row, which commits with the token.
+		Payload: grant.payload(),
 	}, nil
 }
 
