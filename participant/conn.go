@@ -59,7 +59,7 @@ type CreateLimit struct {
 }
 
 // LimitCreates paces the conversations c's enrolls create: an enroll that
-// would create one is capacity_exceeded, with limit l.Burst, when l.Allow
+// would create one is rate_limited, with limit l.Burst, when l.Allow
 // refuses. Call it before c's first operation.
 func (c *Conn) LimitCreates(l CreateLimit) { c.creates = l }
 
@@ -68,7 +68,7 @@ func (c *Conn) admitCreate() *Error {
 	if c.creates.Allow == nil || c.creates.Allow() {
 		return nil
 	}
-	e := refuse(CodeCapacityExceeded, "this client creates conversations faster than %g a second (a burst of %d); retry later",
+	e := refuse(CodeRateLimited, "this client creates conversations faster than %g a second (a burst of %d); retry later",
 		c.creates.Rate, c.creates.Burst)
 	e.Limit = uint64(c.creates.Burst)
 	return e

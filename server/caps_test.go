@@ -8,12 +8,12 @@ import (
 )
 
 // expectCreationRefused enrolls c into the new conversation conv and
-// expects the creation rate's capacity_exceeded, with the burst as limit.
+// expects the creation rate's rate_limited, with the burst as limit.
 func expectCreationRefused(t *testing.T, c *client, conv uint64, burst uint64) {
 	t.Helper()
 	m := c.call(&wire.Enroll{ID: c.id(), Conversation: conv, Token: token()})
-	if e, ok := m.(*wire.Error); !ok || e.Code != wire.CodeCapacityExceeded || e.Limit == nil || *e.Limit != burst {
-		t.Fatalf("enroll creating conversation %d answered %#v, want capacity_exceeded limit %d", conv, m, burst)
+	if e, ok := m.(*wire.Error); !ok || e.Code != wire.CodeRateLimited || e.Limit == nil || *e.Limit != burst {
+		t.Fatalf("enroll creating conversation %d answered %#v, want rate_limited limit %d", conv, m, burst)
 	}
 }
 

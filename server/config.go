@@ -132,7 +132,7 @@ type Config struct {
 	ConnectionRate float64
 	// ConversationRate is how many new conversations a second one peer
 	// address may create by enrolling, from a bucket of ConversationBurst;
-	// past it such an enroll is capacity_exceeded (enrolls into existing
+	// past it such an enroll is rate_limited (enrolls into existing
 	// conversations and replays are not counted). A loopback peer, exempt
 	// unless LimitLoopback, gets a bucket per connection instead. Defaults
 	// DefaultConversationRate and DefaultConversationBurst.

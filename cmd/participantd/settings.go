@@ -165,7 +165,7 @@ var settings = []setting{
 			o.server.ConnectionRate = f
 			return nil
 		}},
-	{"conversation-rate", strconv.Itoa(server.DefaultConversationRate), "new conversations a second one peer address may create by enrolling, from a bucket of conversation-burst; past it such an enroll is capacity_exceeded (a loopback peer, exempt unless limit-loopback, gets a bucket per connection)",
+	{"conversation-rate", strconv.Itoa(server.DefaultConversationRate), "new conversations a second one peer address may create by enrolling, from a bucket of conversation-burst; past it such an enroll is rate_limited (a loopback peer, exempt unless limit-loopback, gets a bucket per connection)",
 		func(o *options, v string) error {
 			f, err := strconv.ParseFloat(v, 64)
 			if err != nil || !(f > 0) {
