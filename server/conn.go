@@ -38,9 +38,9 @@ type conn struct {
 	// counts it when limited.
 	peer    netip.Prefix
 	limited bool
-	// creates is the conversation bucket of a connection whose address
-	// is exempt from the peer limits; Server.mu guards it.
-	creates bucket
+	// creates is the connection's conversation bucket: its address's, or
+	// its own when its address is exempt from the peer limits.
+	creates *creations
 
 	// shutdown is set when the server drains this connection.
 	shutdown atomic.Bool
@@ -110,7 +110,7 @@ const maxHelloFrame = 16 << 10
 // name in a refusal) in the log and in a rejected detail.
 const maxLoggedString = 128
 
-func newConn(s *Server, nc net.Conn, peer netip.Prefix, limited bool) *conn {
+func newConn(s *Server, nc net.Conn, peer netip.Prefix, limited bool, creates *creations) *conn {
 	br := bufio.NewReaderSize(nc, 64<<10)
 	return &conn{
 		srv:     s,
@@ -122,18 +122,13 @@ func newConn(s *Server, nc net.Conn, peer netip.Prefix, limited bool) *conn {
 		log:     s.log.With().Str("remote", nc.RemoteAddr().String()).Logger(),
 		peer:    peer,
 		limited: limited,
-		creates: fillBucket(float64(max(1, s.cfg.ConversationBurst)), time.Now()),
+		creates: creates,
 	}
 }
 
-// allowCreate takes one conversation creation from the bucket of the
-// connection's address, or from its own when its address is exempt.
-func (c *conn) allowCreate() bool {
-	s := c.srv
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.peers.createLocked(c.peer, c.limited, &c.creates, time.Now())
-}
+// allowCreate takes one conversation creation from the connection's
+// bucket.
+func (c *conn) allowCreate() bool { return c.creates.take(time.Now()) }
 
 // requestShutdown makes the connection tear down as drained: its pending
 // read fails at once, and serve, seeing the flag, sends bye.

@@ -30,8 +30,7 @@
 // from its address's conversation bucket (ConversationRate,
 // ConversationBurst; its own bucket for an exempt loopback connection).
 // The service asks for it while deciding, under the conversation's turn,
-// and the bucket is behind Server.mu: so Server.mu is a leaf, never held
-// while calling into the service.
+// so the bucket has a mutex of its own, a leaf, rather than Server.mu.
 //
 //	goroutine   owns                          ends when
 //	serve       handshake, reading, teardown  the peer goes, says bye, breaks the protocol, or the server drains

@@ -36,7 +36,7 @@ type peerLimits struct {
 type peer struct {
 	open    int
 	conns   bucket
-	creates bucket
+	creates *creations
 }
 
 // bucket is a token bucket, brought up to date when it is used.
@@ -47,6 +47,35 @@ type bucket struct {
 
 // fillBucket returns a bucket that is full at now.
 func fillBucket(burst float64, now time.Time) bucket { return bucket{tokens: burst, at: now} }
+
+// creations is a bucket of conversation creations: one address's, shared
+// by its connections, or one exempt connection's own. The service takes
+// from it while deciding an enroll, under the conversation's turn, so it
+// has a mutex of its own, a leaf: Server.mu is never taken there.
+type creations struct {
+	rate, burst float64
+	// mu guards b.
+	mu sync.Mutex
+	b  bucket
+}
+
+func newCreations(rate, burst float64, now time.Time) *creations {
+	return &creations{rate: rate, burst: burst, b: fillBucket(burst, now)}
+}
+
+// take takes one creation at now, reporting whether there was one.
+func (c *creations) take(now time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.b.take(now, c.rate, c.burst)
+}
+
+// full reports whether the bucket is full at now.
+func (c *creations) full(now time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.b.level(now, c.rate, c.burst) >= c.burst
+}
 
 // level returns the tokens b holds at now.
 func (b *bucket) level(now time.Time, rate, burst float64) float64 {
@@ -104,7 +133,7 @@ func (l *peerLimits) admitLocked(key netip.Prefix, now time.Time) string {
 	l.sweepLocked(now)
 	p := l.peers[key]
 	if p == nil {
-		p = &peer{conns: fillBucket(l.burst, now), creates: fillBucket(l.convBurst, now)}
+		p = &peer{conns: fillBucket(l.burst, now), creates: newCreations(l.convRate, l.convBurst, now)}
 		l.peers[key] = p
 	}
 	switch {
@@ -124,21 +153,14 @@ func (l *peerLimits) releaseLocked(key netip.Prefix) {
 	}
 }
 
-// createLocked takes, at now, one conversation creation from the bucket of
-// a connection of key (limited), or from own, the connection's bucket,
-// for an exempt peer; it reports whether there was one.
-func (l *peerLimits) createLocked(key netip.Prefix, limited bool, own *bucket, now time.Time) bool {
-	b := own
-	if limited {
-		p := l.peers[key]
-		if p == nil {
-			// The connection is counted until it ends, so its entry
-			// exists; this keeps a broken count from refusing for good.
-			return true
-		}
-		b = &p.creates
+// creationsLocked returns the conversation bucket of a connection of key
+// admitted at now: its address's when limited (admitLocked made the
+// entry), else one of its own.
+func (l *peerLimits) creationsLocked(key netip.Prefix, limited bool, now time.Time) *creations {
+	if p := l.peers[key]; limited && p != nil {
+		return p.creates
 	}
-	return b.take(now, l.convRate, l.convBurst)
+	return newCreations(l.convRate, l.convBurst, now)
 }
 
 // sweepLocked drops, at most once a second, the peers that hold no
@@ -152,7 +174,7 @@ func (l *peerLimits) sweepLocked(now time.Time) {
 	}
 	l.swept = now
 	for k, p := range l.peers {
-		if p.open == 0 && p.conns.level(now, l.rate, l.burst) >= l.burst && p.creates.level(now, l.convRate, l.convBurst) >= l.convBurst {
+		if p.open == 0 && p.conns.level(now, l.rate, l.burst) >= l.burst && p.creates.full(now) {
 			delete(l.peers, k)
 		}
 	}

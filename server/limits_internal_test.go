@@ -82,8 +82,9 @@ func TestPeerLimits_CreationBucketSurvivesReconnects(t *testing.T) {
 	if d := l.admitLocked(key, now); d != "" {
 		t.Fatalf("admit = %q", d)
 	}
+	cr := l.creationsLocked(key, true, now)
 	for i, want := range []bool{true, true, false} {
-		if got := l.createLocked(key, true, nil, now); got != want {
+		if got := cr.take(now); got != want {
 			t.Fatalf("create %d = %v, want %v", i, got, want)
 		}
 	}
@@ -92,12 +93,11 @@ func TestPeerLimits_CreationBucketSurvivesReconnects(t *testing.T) {
 	if d := l.admitLocked(key, later); d != "" {
 		t.Fatalf("admit a minute later = %q", d)
 	}
-	if l.createLocked(key, true, nil, later) {
+	if l.creationsLocked(key, true, later).take(later) {
 		t.Error("a reconnect refilled the conversation bucket")
 	}
-	own := fillBucket(1, now)
-	exempt := netip.Prefix{}
-	if !l.createLocked(exempt, false, &own, now) || l.createLocked(exempt, false, &own, now) {
-		t.Error("an exempt connection's own bucket of 1 does not allow exactly one")
+	own := l.creationsLocked(netip.Prefix{}, false, now)
+	if own == cr || !own.take(now) || !own.take(now) || own.take(now) {
+		t.Error("an exempt connection's own bucket of 2 does not allow exactly two")
 	}
 }
