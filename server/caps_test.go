@@ -52,3 +52,33 @@ func isEnrolled(m wire.Message) bool {
 	_, ok := m.(*wire.Enrolled)
 	return ok
 }
+
+// Issue 18 item 6: one conversation filled with --max-participants
+// enrolls, and stayed full after they left. Through the listener: a
+// participant who leaves frees its slot, and its leave still replays.
+func TestCaps_LeavingFreesASlotThroughTheListener(t *testing.T) {
+	h := start(t, server.Config{MaxParticipants: 2})
+	a, b, c := h.dial(), h.dial(), h.dial()
+	ca := a.enroll(7)
+	b.enroll(7)
+	m := c.call(&wire.Enroll{ID: c.id(), Conversation: 7, Token: token()})
+	if e, ok := m.(*wire.Error); !ok || e.Code != wire.CodeCapacityExceeded || e.Limit == nil || *e.Limit != 2 {
+		t.Fatalf("third enroll answered %#v, want capacity_exceeded limit 2", m)
+	}
+	leave := &wire.Leave{ID: a.id(), Conversation: 7, Participant: ca.p, Generation: ca.gen, Secret: ca.secret, Token: token()}
+	if m := a.call(leave); !isLeft(m) {
+		t.Fatalf("leave answered %#v", m)
+	}
+	if cc := c.enroll(7); cc.p != 2 {
+		t.Errorf("enroll after a leave got %v, want the new id 2", cc.p)
+	}
+	leave.ID = a.id()
+	if m := a.call(leave); !isLeft(m) || m.(*wire.Left).Replay == nil {
+		t.Errorf("replayed leave answered %#v, want its replay", m)
+	}
+}
+
+func isLeft(m wire.Message) bool {
+	_, ok := m.(*wire.Left)
+	return ok
+}
