@@ -57,6 +57,11 @@ const (
 	// this machine's clock is ahead, or the server's behind). Nothing was
 	// done, and the client does not retry it; fix the clock or the token.
 	CodeTokenInvalid = wire.CodeTokenInvalid
+	// CodeRateLimited: an Enroll that would create a conversation, while
+	// this client's address creates them faster than the server allows
+	// (Error.Limit is the burst). Nothing was done; retrying later with
+	// the same token (WithToken) is safe.
+	CodeRateLimited = wire.CodeRateLimited
 )
 
 // Error is an error answer of the server, or an outcome the client could not
@@ -69,7 +74,7 @@ type Error struct {
 	// The extras, nil when the server sent none: Generation for
 	// stale_authority (when the secret was right) and receipt_expired,
 	// Cursor for ack_gap and ack_regression, Limit for too_large,
-	// capacity_exceeded and backlog_full, Participant and Reason for
+	// capacity_exceeded, backlog_full and rate_limited, Participant and Reason for
 	// receipt_expired, Oldest for token_expired, Newest for token_invalid
 	// of a token ahead of the server's clock (both unix ms).
 	Generation  *uint64
@@ -145,6 +150,9 @@ var (
 	// ErrTokenInvalid matches a token_invalid refusal (see
 	// CodeTokenInvalid): nothing was done.
 	ErrTokenInvalid = &Error{Code: CodeTokenInvalid}
+	// ErrRateLimited matches a rate_limited refusal (see CodeRateLimited):
+	// nothing was done.
+	ErrRateLimited = &Error{Code: CodeRateLimited}
 )
 
 // Client-side errors.

@@ -86,7 +86,8 @@ type Row struct {
 	At int64
 	// Nonce is the conversation's random salt, set on Genesis only.
 	Nonce [16]byte
-	// Payload is a Tell's payload.
+	// Payload is a Tell's payload, or, on an Enroll admitted by an invitation
+	// with a use count, the invitation's 8-byte id (package participant).
 	Payload []byte
 }
 

@@ -1,8 +1,10 @@
 package outbox
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 
 	"github.com/participantd/participantd/oplog"
 )
@@ -73,6 +75,12 @@ type State struct {
 	// EvictedBytes is the total length of the payloads of Records that
 	// Evict dropped from memory.
 	EvictedBytes int64
+	// InviteUses counts, by invitation id, the enrolls that invitations
+	// with a use count admitted: an enroll row whose Payload is 8 bytes
+	// names one (package participant, invite.go). Nil until the first.
+	// Apply replaces the map rather than writing it, so a clone sharing
+	// it stays right.
+	InviteUses map[uint64]uint32
 
 	// garbage and garbageBytes count the records, and their payload bytes,
 	// reclaimed since Records last moved to an array of its own: the
@@ -257,6 +265,12 @@ func Apply(s *State, idx uint64, r *oplog.Row, rows []Row) {
 	case oplog.KindEnroll:
 		s.Members = append(s.Members, Member{Generation: 1, Bound: true, Conn: r.Conn, BindingSource: idx})
 		s.recipients = nil // the membership changed
+		if len(r.Payload) == 8 {
+			uses := make(map[uint64]uint32, len(s.InviteUses)+1)
+			maps.Copy(uses, s.InviteUses)
+			uses[binary.BigEndian.Uint64(r.Payload)]++
+			s.InviteUses = uses
+		}
 	case oplog.KindAttach:
 		m := &s.Members[r.Participant]
 		m.Generation, m.Bound, m.Conn, m.BindingSource = r.Generation, true, r.Conn, idx

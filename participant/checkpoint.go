@@ -21,13 +21,18 @@ import (
 // stored as the byte value checkpoint/<conversation> (store.Compactor),
 // which each newer checkpoint replaces (docs/DESIGN.md, Data lifecycle):
 //
-//	byte 0        checkpointVersion, or checkpointVersionReleased
+//	byte 0        checkpointVersion, checkpointVersionReleased or
+//	              checkpointVersionInvites
 //	bytes 1..n-4  msgpack array of checkpoint, deterministic; under
-//	              checkpointVersionReleased an array [checkpoint, released]
+//	              checkpointVersionReleased an array [checkpoint, released],
+//	              under checkpointVersionInvites [checkpoint, released,
+//	              invites]
 //	last 4 bytes  CRC-32C (Castagnoli) of the msgpack body, big-endian
 //
 // A checkpoint with no member waiting for a compacted notice is written
-// in version 1, byte for byte as before releases existed.
+// in version 1, byte for byte as before releases existed; one whose
+// conversation no invitation with a use count admitted an enroll to, in
+// version 1 or 2, byte for byte as before use counts existed.
 //
 // It is derived by replaying the stored rows through outbox.Project and
 // outbox.Apply, matching the stored outbox byte for byte, exactly as a
@@ -39,6 +44,7 @@ import (
 const (
 	checkpointVersion         byte = 1
 	checkpointVersionReleased byte = 2
+	checkpointVersionInvites  byte = 3
 )
 
 // CheckpointPrefix starts the key of every checkpoint.
@@ -84,6 +90,28 @@ type checkpoint struct {
 	// of above their cursor (outbox.Member.Released), while their cursor
 	// is below it; encoded only under checkpointVersionReleased.
 	Released []ckReleased `msgpack:"-"`
+	// Invites are the uses of invitations with a use count
+	// (outbox.State.InviteUses), by id ascending; encoded only under
+	// checkpointVersionInvites.
+	Invites []ckInvite `msgpack:"-"`
+}
+
+// ckInvite is one invitation's uses.
+type ckInvite struct {
+	_msgpack struct{} `msgpack:",as_array"`
+
+	ID   uint64
+	Uses uint32
+}
+
+// ckWithInvites is the body of a checkpoint of version
+// checkpointVersionInvites.
+type ckWithInvites struct {
+	_msgpack struct{} `msgpack:",as_array"`
+
+	Checkpoint *checkpoint
+	Released   []ckReleased
+	Invites    []ckInvite
 }
 
 // ckReleased is one member's outbox.Member.Released.
@@ -107,6 +135,10 @@ type ckWithReleased struct {
 
 // encodeBody returns ck's version and msgpack body.
 func (ck *checkpoint) encodeBody() (byte, []byte, error) {
+	if len(ck.Invites) > 0 {
+		body, err := msgpack.Marshal(&ckWithInvites{Checkpoint: ck, Released: ck.Released, Invites: ck.Invites})
+		return checkpointVersionInvites, body, err
+	}
 	if len(ck.Released) == 0 {
 		body, err := msgpack.Marshal(ck)
 		return checkpointVersion, body, err
@@ -174,7 +206,7 @@ func decodeCheckpoint(b []byte) (*checkpoint, error) {
 	if len(b) < 1+4 {
 		return nil, fmt.Errorf("%w: %d bytes", errCheckpointCorrupt, len(b))
 	}
-	if b[0] != checkpointVersion && b[0] != checkpointVersionReleased {
+	if b[0] != checkpointVersion && b[0] != checkpointVersionReleased && b[0] != checkpointVersionInvites {
 		return nil, fmt.Errorf("%w: unknown version %d", errCheckpointCorrupt, b[0])
 	}
 	body := b[1 : len(b)-4]
@@ -183,12 +215,17 @@ func decodeCheckpoint(b []byte) (*checkpoint, error) {
 	}
 	ck := &checkpoint{}
 	var err error
-	if b[0] == checkpointVersion {
+	switch b[0] {
+	case checkpointVersion:
 		err = msgpack.Unmarshal(body, ck)
-	} else {
+	case checkpointVersionReleased:
 		w := ckWithReleased{Checkpoint: ck}
 		err = msgpack.Unmarshal(body, &w)
 		ck.Released = w.Released
+	default:
+		w := ckWithInvites{Checkpoint: ck}
+		err = msgpack.Unmarshal(body, &w)
+		ck.Released, ck.Invites = w.Released, w.Invites
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errCheckpointCorrupt, err)
@@ -255,6 +292,11 @@ func (ck *checkpoint) wellFormed() error {
 			return fmt.Errorf("release %d of member %v through %v, a retained record", k, r.Member, r.Through)
 		}
 	}
+	for k, inv := range ck.Invites {
+		if inv.Uses == 0 || inv.Uses > uint32(min(n, 1<<32-1)) || (k > 0 && inv.ID <= ck.Invites[k-1].ID) {
+			return fmt.Errorf("invitation use %d out of order or range", k)
+		}
+	}
 	for k, m := range ck.Marks {
 		if m.Oplog > ck.Index || m.Outbox > ck.Produced {
 			return fmt.Errorf("mark %d past the rows covered", k)
@@ -277,6 +319,12 @@ func (ck *checkpoint) state() *outbox.State {
 	}
 	for _, r := range ck.Released {
 		st.Members[r.Member].Released = r.Through
+	}
+	if len(ck.Invites) > 0 {
+		st.InviteUses = make(map[uint64]uint32, len(ck.Invites))
+		for _, inv := range ck.Invites {
+			st.InviteUses[inv.ID] = inv.Uses
+		}
 	}
 	st.Records = make([]outbox.Retained, len(ck.Records))
 	for i, r := range ck.Records {

@@ -21,6 +21,21 @@ func checkpointSeed(t testing.TB) []byte {
 	return b
 }
 
+// checkpointInvitesSeed is checkpointSeed's checkpoint with invitation
+// uses: version 3.
+func checkpointInvitesSeed(t testing.TB) []byte {
+	ck, err := decodeCheckpoint(checkpointSeed(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ck.Invites = []ckInvite{{ID: 3, Uses: 1}, {ID: 9, Uses: 2}}
+	b, err := encodeCheckpoint(ck)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 // FuzzDecodeCheckpoint: a stored checkpoint never panics the decoder; what
 // decodes is well formed and re-encodes to exactly its bytes.
 func FuzzDecodeCheckpoint(f *testing.F) {
@@ -28,6 +43,7 @@ func FuzzDecodeCheckpoint(f *testing.F) {
 	f.Add(seed)
 	f.Add(seed[:len(seed)/2])
 	f.Add([]byte{checkpointVersion})
+	f.Add(checkpointInvitesSeed(f))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		ck, err := decodeCheckpoint(b)
 		if err != nil {

@@ -5,6 +5,8 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/participantd/participantd/oplog"
@@ -90,6 +92,9 @@ func deriveCheckpoint(ctx context.Context, st store.DurableStore, c Conversation
 		if m.Released > m.Cursor {
 			ck.Released = append(ck.Released, ckReleased{Member: ParticipantID(i), Through: m.Released})
 		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(s.InviteUses)) {
+		ck.Invites = append(ck.Invites, ckInvite{ID: id, Uses: s.InviteUses[id]})
 	}
 	ck.Records = make([]ckRecord, len(s.Records))
 	for i, r := range s.Records {

@@ -16,6 +16,9 @@ type Conn struct {
 	svc  *Service
 	id   ConnID
 	wake func()
+	// creates paces the conversations the connection creates; set before
+	// its first operation (LimitCreates), read-only after.
+	creates CreateLimit
 
 	// mu guards the fields below.
 	mu sync.Mutex
@@ -40,6 +43,36 @@ type Conn struct {
 
 // ID returns the connection incarnation.
 func (c *Conn) ID() ConnID { return c.id }
+
+// CreateLimit paces the conversations one client creates (the server
+// keeps a bucket per peer address).
+type CreateLimit struct {
+	// Allow reports whether the connection may create one more
+	// conversation now, and takes that allowance when it may. It is
+	// called once per enroll that would create a conversation, from the
+	// goroutines deciding operations, so concurrently; it must not block.
+	// Nil allows every one.
+	Allow func() bool
+	// Rate (a second) and Burst describe the pace, for the refusal.
+	Rate  float64
+	Burst int
+}
+
+// LimitCreates paces the conversations c's enrolls create: an enroll that
+// would create one is rate_limited, with limit l.Burst, when l.Allow
+// refuses. Call it before c's first operation.
+func (c *Conn) LimitCreates(l CreateLimit) { c.creates = l }
+
+// admitCreate asks c's CreateLimit for one more conversation.
+func (c *Conn) admitCreate() *Error {
+	if c.creates.Allow == nil || c.creates.Allow() {
+		return nil
+	}
+	e := refuse(CodeRateLimited, "this client creates conversations faster than %g a second (a burst of %d); retry later",
+		c.creates.Rate, c.creates.Burst)
+	e.Limit = uint64(c.creates.Burst)
+	return e
+}
 
 // markReady puts conv in the inbox and wakes the connection if the inbox
 // was empty. Wakes coalesce: one wake per empty-to-non-empty transition.

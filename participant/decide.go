@@ -14,8 +14,9 @@ import (
 // for enroll under EnrollInvite, invite_required and invite_invalid; then
 // unknown_participant, retired, stale_authority, no_binding,
 // binding_occupied, operation checks, capacity_exceeded (participants,
-// connection bindings, store size; conversations, which the driver
-// reserves, last); then, for enroll, tell and attach, the driver's
+// connection bindings, store size; then, for an enroll that creates its
+// conversation, the client's creation rate and the conversations, which
+// the driver checks and reserves last); then, for enroll, tell and attach, the driver's
 // backlog_full (backpressure.go).
 
 // decider carries what the decisions need besides state and request.
@@ -109,17 +110,20 @@ func (d *decider) binding(p ParticipantID, m *outbox.Member) *Error {
 }
 
 func (d *decider) enroll(st *outbox.State, req *Enroll) (oplog.Row, *Error) {
+	var grant inviteGrant
 	if d.requireInvite {
-		if e := checkInvite(d.key, d.conv, d.now, req.Invite); e != nil {
+		var e *Error
+		if grant, e = verifyInvite(d.key, d.conv, d.now, req.Invite); e != nil {
 			return oplog.Row{}, e
+		}
+		if used := st.InviteUses[grant.id]; grant.uses > 0 && used >= grant.uses {
+			return oplog.Row{}, refuse(CodeInviteInvalid, "the invitation admitted %d enrolls, all it allows", used)
 		}
 	}
 	if _, ok := d.boundHere(st); ok {
 		return oplog.Row{}, refuse(CodeBindingOccupied, "this connection already holds a binding in conversation %v", d.conv)
 	}
-	if len(st.Members) >= d.maxParticipants {
-		e := refuse(CodeCapacityExceeded, "conversation %v has %d participants", d.conv, len(st.Members))
-		e.Limit = uint64(d.maxParticipants)
+	if e := d.participantCapacity(st); e != nil {
 		return oplog.Row{}, e
 	}
 	if e := d.connCapacity(); e != nil {
@@ -136,7 +140,40 @@ func (d *decider) enroll(st *outbox.State, req *Enroll) (oplog.Row, *Error) {
 		Conn:        d.conn,
 		Seq:         st.LastSeq + 1,
 		At:          d.at(),
+		// The use is spent by this row, which commits with the token.
+		Payload: grant.payload(),
 	}, nil
+}
+
+// mintedPerSlot is how many participant ids a conversation mints, at
+// most, per slot of MaxParticipants.
+const mintedPerSlot = 16
+
+// participantCapacity refuses an enroll into a conversation whose members
+// who have not left fill MaxParticipants. A participant who left frees its
+// slot but keeps its id (ids are never reused, and its committed answers
+// still replay by token), and a member costs its state whether it left or
+// not; so the ids a conversation mints are capped too, at mintedPerSlot
+// times MaxParticipants, which an enroll-and-leave churn reaches only after
+// that many operations.
+func (d *decider) participantCapacity(st *outbox.State) *Error {
+	live := 0
+	for i := range st.Members {
+		if !st.Members[i].Retired {
+			live++
+		}
+	}
+	if live >= d.maxParticipants {
+		e := refuse(CodeCapacityExceeded, "conversation %v has %d participants who have not left", d.conv, live)
+		e.Limit = uint64(d.maxParticipants)
+		return e
+	}
+	if minted := mintedPerSlot * d.maxParticipants; len(st.Members) >= minted {
+		e := refuse(CodeCapacityExceeded, "conversation %v minted %d participant ids, the most it may", d.conv, len(st.Members))
+		e.Limit = uint64(minted)
+		return e
+	}
+	return nil
 }
 
 func (d *decider) connCapacity() *Error {

@@ -298,6 +298,10 @@ func (c *Conn) StartEnroll(ctx context.Context, req Enroll) *Call[Bound] {
 		}
 		o := &op{row: row, tok: &tw, binds: true}
 		if st.Applied == 0 {
+			if e := c.admitCreate(); e != nil {
+				release()
+				return settled(e)
+			}
 			g := oplog.Row{Kind: oplog.KindGenesis, At: d.at()}
 			if _, err := rand.Read(g.Nonce[:]); err != nil {
 				release()

@@ -205,6 +205,11 @@ const (
 	// a UUIDv7, or whose time is more than Options.TokenSkew ahead of the
 	// server's clock (Newest).
 	CodeTokenInvalid Code = "token_invalid"
+	// CodeRateLimited refuses an enroll that would create a conversation
+	// while its connection's CreateLimit refuses one more (Limit is the
+	// burst); nothing was done, and a retry later with the same token may
+	// commit.
+	CodeRateLimited Code = "rate_limited"
 )
 
 // Sentinels, one per code, for errors.Is. Every *Error matches the sentinel
@@ -228,6 +233,7 @@ var (
 	ErrBacklogFull        = &Error{Code: CodeBacklogFull}
 	ErrTokenExpired       = &Error{Code: CodeTokenExpired}
 	ErrTokenInvalid       = &Error{Code: CodeTokenInvalid}
+	ErrRateLimited        = &Error{Code: CodeRateLimited}
 )
 
 // Error is a refusal or failure of an operation, as the protocol's `error`
@@ -243,7 +249,8 @@ type Error struct {
 	HasGeneration bool
 	// Cursor is set for ack_gap and ack_regression.
 	Cursor Seq
-	// Limit is set for too_large, capacity_exceeded and backlog_full.
+	// Limit is set for too_large, capacity_exceeded, backlog_full and
+	// rate_limited.
 	Limit uint64
 	// First is set for compacted: the seq from which records exist.
 	First Seq

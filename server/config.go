@@ -32,6 +32,13 @@ const (
 	// DefaultConnectionRate is the new connections one address may open
 	// a second.
 	DefaultConnectionRate = 100
+	// DefaultConversationRate is the new conversations one address may
+	// create a second, and DefaultConversationBurst how many at once: at
+	// that pace one address fills DefaultMaxConversations in more than a
+	// day, and a client restarting with a hundred new conversations is
+	// not slowed.
+	DefaultConversationRate  = 10
+	DefaultConversationBurst = 100
 	// DefaultIdleTimeout closes a connection that holds no binding and
 	// did nothing for that long.
 	DefaultIdleTimeout = 5 * time.Minute
@@ -123,9 +130,17 @@ type Config struct {
 	// DefaultConnectionRate. Loopback peers are exempt unless
 	// LimitLoopback.
 	ConnectionRate float64
-	// LimitLoopback applies MaxConnectionsPerAddress and ConnectionRate to
-	// loopback peers too. Off by default: they are this machine, or a
-	// proxy in front of it.
+	// ConversationRate is how many new conversations a second one peer
+	// address may create by enrolling, from a bucket of ConversationBurst;
+	// past it such an enroll is rate_limited (enrolls into existing
+	// conversations and replays are not counted). A loopback peer, exempt
+	// unless LimitLoopback, gets a bucket per connection instead. Defaults
+	// DefaultConversationRate and DefaultConversationBurst.
+	ConversationRate  float64
+	ConversationBurst int
+	// LimitLoopback applies MaxConnectionsPerAddress, ConnectionRate and
+	// ConversationRate to loopback peers as to any address. Off by
+	// default: they are this machine, or a proxy in front of it.
 	LimitLoopback bool
 	// IdleTimeout closes, with bye{idle}, a connection that holds no
 	// binding, has no request queued or running and nothing to write,
@@ -295,6 +310,8 @@ func (c Config) withDefaults() (Config, error) {
 	orDefault(&c.MaxConnections, DefaultMaxConnections)
 	orDefault(&c.MaxConnectionsPerAddress, DefaultMaxConnectionsPerAddress)
 	orDefault(&c.ConnectionRate, DefaultConnectionRate)
+	orDefault(&c.ConversationRate, DefaultConversationRate)
+	orDefault(&c.ConversationBurst, DefaultConversationBurst)
 	orDefault(&c.IdleTimeout, DefaultIdleTimeout)
 	orDefault(&c.FrameReadTimeout, DefaultFrameReadTimeout)
 	switch c.Engine {
@@ -338,6 +355,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("server: max-connections-per-address %d is negative", c.MaxConnectionsPerAddress)
 	case c.ConnectionRate < 0:
 		return c, fmt.Errorf("server: connection-rate %v is negative", c.ConnectionRate)
+	case c.ConversationRate < 0 || c.ConversationBurst < 0:
+		return c, fmt.Errorf("server: conversation-rate %v or conversation-burst %d is negative", c.ConversationRate, c.ConversationBurst)
 	case c.FrameReadTimeout < 0:
 		return c, fmt.Errorf("server: frame-read-timeout %v is negative", c.FrameReadTimeout)
 	case c.MaxFrame < 1024 || uint64(c.MaxFrame) > 1<<32-1:

@@ -38,6 +38,9 @@ type conn struct {
 	// counts it when limited.
 	peer    netip.Prefix
 	limited bool
+	// creates is the connection's conversation bucket: its address's, or
+	// its own when its address is exempt from the peer limits.
+	creates *creations
 
 	// shutdown is set when the server drains this connection.
 	shutdown atomic.Bool
@@ -107,7 +110,7 @@ const maxHelloFrame = 16 << 10
 // name in a refusal) in the log and in a rejected detail.
 const maxLoggedString = 128
 
-func newConn(s *Server, nc net.Conn, peer netip.Prefix, limited bool) *conn {
+func newConn(s *Server, nc net.Conn, peer netip.Prefix, limited bool, creates *creations) *conn {
 	br := bufio.NewReaderSize(nc, 64<<10)
 	return &conn{
 		srv:     s,
@@ -119,8 +122,13 @@ func newConn(s *Server, nc net.Conn, peer netip.Prefix, limited bool) *conn {
 		log:     s.log.With().Str("remote", nc.RemoteAddr().String()).Logger(),
 		peer:    peer,
 		limited: limited,
+		creates: creates,
 	}
 }
+
+// allowCreate takes one conversation creation from the connection's
+// bucket.
+func (c *conn) allowCreate() bool { return c.creates.take(time.Now()) }
 
 // requestShutdown makes the connection tear down as drained: its pending
 // read fails at once, and serve, seeing the flag, sends bye.
@@ -189,6 +197,11 @@ func (c *conn) serve() {
 		case c.wake <- struct{}{}:
 		default:
 		}
+	})
+	c.pc.LimitCreates(participant.CreateLimit{
+		Allow: c.allowCreate,
+		Rate:  c.srv.cfg.ConversationRate,
+		Burst: c.srv.cfg.ConversationBurst,
 	})
 	c.served.Store(c.pc)
 	ordinal := c.pc.ID().Ordinal

@@ -225,7 +225,7 @@ func errorAnswer(id uint64, err error) *wire.Error {
 		}
 	case participant.CodeAckGap, participant.CodeAckRegression:
 		e.Cursor = ptr(uint64(pe.Cursor))
-	case participant.CodeTooLarge, participant.CodeCapacityExceeded, participant.CodeBacklogFull:
+	case participant.CodeTooLarge, participant.CodeCapacityExceeded, participant.CodeBacklogFull, participant.CodeRateLimited:
 		e.Limit = ptr(pe.Limit)
 	case participant.CodeCompacted:
 		e.First = ptr(uint64(pe.First))

@@ -26,7 +26,11 @@
 // at once. After welcome, reading the next frame's header waits without a
 // deadline (the idle timer and a drain interrupt it), its body must arrive
 // within FrameReadTimeout, and every write within WriteProgressTimeout of
-// being queued.
+// being queued. An enroll that would create a conversation takes a token
+// from its address's conversation bucket (ConversationRate,
+// ConversationBurst; its own bucket for an exempt loopback connection).
+// The service asks for it while deciding, under the conversation's turn,
+// so the bucket has a mutex of its own, a leaf, rather than Server.mu.
 //
 //	goroutine   owns                          ends when
 //	serve       handshake, reading, teardown  the peer goes, says bye, breaks the protocol, or the server drains

@@ -9,11 +9,13 @@ import (
 )
 
 // peerLimits bounds what one peer address may hold and open: at most
-// MaxConnectionsPerAddress connections at once, and new ones at
-// ConnectionRate a second (a token bucket of one second's worth, at least
-// one). An IPv6 peer is its /64, what one host is usually given. Loopback
-// peers are exempt unless LimitLoopback: they are this machine, or a proxy
-// in front of it that makes every client look local.
+// MaxConnectionsPerAddress connections at once, new ones at ConnectionRate
+// a second (a token bucket of one second's worth, at least one), and new
+// conversations at ConversationRate a second (a bucket of
+// ConversationBurst). An IPv6 peer is its /64, what one host is usually
+// given. Loopback peers are exempt unless LimitLoopback: they are this
+// machine, or a proxy in front of it that makes every client look local;
+// each of their connections gets a conversation bucket of its own instead.
 //
 // Its methods ending in Locked need Server.mu held.
 type peerLimits struct {
@@ -21,17 +23,73 @@ type peerLimits struct {
 	rate       float64
 	burst      float64
 	loopback   bool
+	// convRate and convBurst pace the conversations a peer creates.
+	convRate  float64
+	convBurst float64
 
 	peers map[netip.Prefix]*peer
 	// swept is when entries that hold nothing were last dropped.
 	swept time.Time
 }
 
-// peer is one address's open connections and connection bucket.
+// peer is one address's open connections and buckets.
 type peer struct {
-	open   int
+	open    int
+	conns   bucket
+	creates *creations
+}
+
+// bucket is a token bucket, brought up to date when it is used.
+type bucket struct {
 	tokens float64
 	at     time.Time // when tokens was last brought up to date
+}
+
+// fillBucket returns a bucket that is full at now.
+func fillBucket(burst float64, now time.Time) bucket { return bucket{tokens: burst, at: now} }
+
+// creations is a bucket of conversation creations: one address's, shared
+// by its connections, or one exempt connection's own. The service takes
+// from it while deciding an enroll, under the conversation's turn, so it
+// has a mutex of its own, a leaf: Server.mu is never taken there.
+type creations struct {
+	rate, burst float64
+	// mu guards b.
+	mu sync.Mutex
+	b  bucket
+}
+
+func newCreations(rate, burst float64, now time.Time) *creations {
+	return &creations{rate: rate, burst: burst, b: fillBucket(burst, now)}
+}
+
+// take takes one creation at now, reporting whether there was one.
+func (c *creations) take(now time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.b.take(now, c.rate, c.burst)
+}
+
+// full reports whether the bucket is full at now.
+func (c *creations) full(now time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.b.level(now, c.rate, c.burst) >= c.burst
+}
+
+// level returns the tokens b holds at now.
+func (b *bucket) level(now time.Time, rate, burst float64) float64 {
+	return min(burst, b.tokens+max(0, now.Sub(b.at).Seconds())*rate)
+}
+
+// take takes a token at now, reporting whether there was one.
+func (b *bucket) take(now time.Time, rate, burst float64) bool {
+	b.tokens, b.at = b.level(now, rate, burst), now
+	if b.tokens < 1 {
+		return false
+	}
+	b.tokens--
+	return true
 }
 
 func newPeerLimits(cfg Config) *peerLimits {
@@ -40,6 +98,8 @@ func newPeerLimits(cfg Config) *peerLimits {
 		rate:       cfg.ConnectionRate,
 		burst:      max(1, cfg.ConnectionRate),
 		loopback:   cfg.LimitLoopback,
+		convRate:   cfg.ConversationRate,
+		convBurst:  float64(max(1, cfg.ConversationBurst)),
 		peers:      make(map[netip.Prefix]*peer),
 	}
 }
@@ -73,18 +133,15 @@ func (l *peerLimits) admitLocked(key netip.Prefix, now time.Time) string {
 	l.sweepLocked(now)
 	p := l.peers[key]
 	if p == nil {
-		p = &peer{tokens: l.burst, at: now}
+		p = &peer{conns: fillBucket(l.burst, now), creates: newCreations(l.convRate, l.convBurst, now)}
 		l.peers[key] = p
 	}
-	p.tokens = min(l.burst, p.tokens+now.Sub(p.at).Seconds()*l.rate)
-	p.at = now
 	switch {
 	case p.open >= l.perAddress:
 		return fmt.Sprintf("your address holds %d connections, the limit of one address", p.open)
-	case p.tokens < 1:
+	case !p.conns.take(now, l.rate, l.burst):
 		return fmt.Sprintf("your address opens connections faster than %g a second", l.rate)
 	}
-	p.tokens--
 	p.open++
 	return ""
 }
@@ -96,17 +153,28 @@ func (l *peerLimits) releaseLocked(key netip.Prefix) {
 	}
 }
 
+// creationsLocked returns the conversation bucket of a connection of key
+// admitted at now: its address's when limited (admitLocked made the
+// entry), else one of its own.
+func (l *peerLimits) creationsLocked(key netip.Prefix, limited bool, now time.Time) *creations {
+	if p := l.peers[key]; limited && p != nil {
+		return p.creates
+	}
+	return newCreations(l.convRate, l.convBurst, now)
+}
+
 // sweepLocked drops, at most once a second, the peers that hold no
-// connection and whose bucket is full again: they are as if never seen.
-// The map so holds the peers with connections plus those that connected
-// within the last burst/rate seconds.
+// connection and whose buckets are full again: they are as if never seen.
+// The map so holds the peers with connections plus those that connected,
+// or created conversations, within the last time their buckets take to
+// fill (convBurst/convRate, ten seconds by default).
 func (l *peerLimits) sweepLocked(now time.Time) {
 	if now.Sub(l.swept) < time.Second {
 		return
 	}
 	l.swept = now
 	for k, p := range l.peers {
-		if p.open == 0 && p.tokens+now.Sub(p.at).Seconds()*l.rate >= l.burst {
+		if p.open == 0 && p.conns.level(now, l.rate, l.burst) >= l.burst && p.creates.full(now) {
 			delete(l.peers, k)
 		}
 	}

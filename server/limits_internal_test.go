@@ -2,6 +2,7 @@ package server
 
 import (
 	"net"
+	"net/netip"
 	"testing"
 	"time"
 )
@@ -68,5 +69,35 @@ func TestPeerLimits_AdmitReleaseRateAndSweep(t *testing.T) {
 	l.admitLocked(key, now.Add(2*time.Hour)) // the other peer is full again and holds nothing
 	if _, ok := l.peers[other]; ok {
 		t.Error("a peer holding nothing, its bucket full, survived the sweep")
+	}
+}
+
+// An address that spent its conversation bucket cannot refill it by
+// closing its connections and coming back once its connection bucket is
+// full: the sweep keeps a peer until both are full.
+func TestPeerLimits_CreationBucketSurvivesReconnects(t *testing.T) {
+	l := newPeerLimits(Config{MaxConnectionsPerAddress: 4, ConnectionRate: 10, ConversationRate: 0.001, ConversationBurst: 2})
+	key, _ := l.key(&net.TCPAddr{IP: net.ParseIP("192.0.2.7")})
+	now := time.Unix(1000, 0)
+	if d := l.admitLocked(key, now); d != "" {
+		t.Fatalf("admit = %q", d)
+	}
+	cr := l.creationsLocked(key, true, now)
+	for i, want := range []bool{true, true, false} {
+		if got := cr.take(now); got != want {
+			t.Fatalf("create %d = %v, want %v", i, got, want)
+		}
+	}
+	l.releaseLocked(key)
+	later := now.Add(time.Minute)
+	if d := l.admitLocked(key, later); d != "" {
+		t.Fatalf("admit a minute later = %q", d)
+	}
+	if l.creationsLocked(key, true, later).take(later) {
+		t.Error("a reconnect refilled the conversation bucket")
+	}
+	own := l.creationsLocked(netip.Prefix{}, false, now)
+	if own == cr || !own.take(now) || !own.take(now) || own.take(now) {
+		t.Error("an exempt connection's own bucket of 2 does not allow exactly two")
 	}
 }

@@ -435,7 +435,7 @@ func (s *Server) admit(raw net.Conn, ws bool) {
 	switch {
 	case reason == "":
 		raw.SetDeadline(now.Add(s.cfg.HelloTimeout))
-		c = newConn(s, nc, key, limited)
+		c = newConn(s, nc, key, limited, s.peers.creationsLocked(key, limited, now))
 		s.conns[c] = struct{}{}
 	case len(s.refusing) < maxRefusing:
 		raw.SetDeadline(now.Add(s.refuseTimeout()))

@@ -96,7 +96,7 @@ type Pong struct {
 // Error refuses a request; the connection stays open. The extras are nil
 // when absent: Generation for stale_authority (when the secret was right)
 // and receipt_expired, Cursor for ack_gap and ack_regression, Limit for
-// too_large, capacity_exceeded and backlog_full, Participant and Reason (ExpiredSuperseded
+// too_large, capacity_exceeded, backlog_full and rate_limited, Participant and Reason (ExpiredSuperseded
 // or ExpiredDeadline) for receipt_expired, First for compacted, Oldest for
 // token_expired, Newest for token_invalid (when the token was ahead of the
 // server's clock).

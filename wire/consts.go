@@ -110,6 +110,11 @@ const (
 	// of the server's clock: then the error's Newest is the newest token
 	// time the server accepts now. Nothing was done.
 	CodeTokenInvalid Code = "token_invalid"
+	// CodeRateLimited refuses an enroll that would create a conversation
+	// while the client's address creates them faster than the server
+	// allows (the error's Limit is the burst): nothing was done, and a
+	// retry later with the same token may commit.
+	CodeRateLimited Code = "rate_limited"
 )
 
 // Values of the reason extra of a receipt_expired error.

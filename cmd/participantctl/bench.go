@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"runtime"
 	"runtime/pprof"
@@ -36,7 +37,9 @@ a failure.
 
 --op tell: --conversations conversations (default clients/2), the clients
 spread over them; every tell is delivered to the other participants, which
-ack cumulatively. --op enroll: every enroll creates a new conversation.
+ack cumulatively. --op enroll: every enroll creates a new conversation
+(with --addr, start participantd with a --conversation-rate and
+--conversation-burst above the load's, or its enrolls are refused).
 --op mixed: half the clients tell, half enroll.
 
 --etcd-compare then runs an embedded single-node etcd (fsync on) on the
@@ -241,6 +244,9 @@ func (f *benchFlags) check() error {
 // ports of its own, until stop is called, and waits until it is ready.
 func startEmbedded(ctx context.Context, cfg server.Config) (*server.Server, func(), error) {
 	cfg.Listen, cfg.HealthListen = "127.0.0.1:0", "127.0.0.1:0"
+	// The enroll shape creates conversations as fast as the server takes
+	// them: that is what it measures, not the per-client creation rate.
+	cfg.ConversationRate, cfg.ConversationBurst = math.MaxInt32, math.MaxInt32
 	srv, err := server.New(cfg)
 	if err != nil {
 		return nil, nil, err

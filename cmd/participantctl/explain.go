@@ -92,6 +92,11 @@ func explain(err error, a about) error {
 		if ce.Limit != nil {
 			msg += fmt.Sprintf(" (limit %d)", *ce.Limit)
 		}
+	case client.CodeRateLimited:
+		msg = fmt.Sprintf("conversation %d does not exist yet and your address creates conversations faster than the server allows; nothing was done: run it again later", conv)
+		if ce.Limit != nil {
+			msg += fmt.Sprintf(" (burst %d)", *ce.Limit)
+		}
 	case client.CodeUnavailable:
 		msg = fmt.Sprintf("the server cannot serve conversation %d right now; nothing was done, retry later", conv)
 	case client.CodeShuttingDown:

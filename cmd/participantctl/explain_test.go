@@ -30,6 +30,8 @@ func TestExplain_TokenWindowRefusals(t *testing.T) {
 			[]string{"ahead of the server's clock", "2026-01-01T00:01:00.000Z", "[token_invalid]"}},
 		{"not a UUIDv7", &client.Error{Code: client.CodeTokenInvalid}, client.ErrTokenInvalid,
 			[]string{"only UUIDv7 tokens", "alice.json", "[token_invalid]"}},
+		{"rate limited", &client.Error{Code: client.CodeRateLimited, Limit: ms(100)}, client.ErrRateLimited,
+			[]string{"creates conversations faster", "run it again later", "(burst 100)", "[rate_limited]"}},
 	} {
 		err := explain(c.err, a)
 		for _, w := range c.want {

@@ -17,15 +17,17 @@ func init() {
 	register(&command{
 		name:     "invite",
 		synopsis: "mint an invitation to enroll into a conversation (offline)",
-		usage: `--conversation C [--expires DURATION] [--data DIR | --etcd-endpoints URLS [--etcd-prefix P]]
+		usage: `--conversation C [--expires DURATION] [--uses N] [--data DIR | --etcd-endpoints URLS [--etcd-prefix P]]
 
 Mints an invitation to conversation C, valid for DURATION (default 24h),
 and prints it on stdout in its text form (base64url), for a server run with
 --enroll-policy invite: an enroll into C must carry it (the Go client:
 client.WithInvite). It is an HMAC under the data directory's node.key, so
 it is minted where that key is, and needs no running server; it reads the
-key and writes nothing. Anyone holding the invitation may enroll into C,
-any number of times, until it expires.
+key and writes nothing. Anyone holding the invitation may enroll into C
+until it expires: any number of times, or with --uses N at most N times
+(the server counts the enrolls it admitted in C's history; a retry of
+one with the same token replays it and spends nothing).
 
 With --etcd-endpoints it mints under the cluster secret (secret/node-key
 in the etcd prefix P), read with the operator's etcd credentials (the
@@ -40,6 +42,7 @@ func runInvite(ctx context.Context, e *env, args []string) error {
 	dir := fs.String("data", "./data", "the server's data directory (its node.key)")
 	conv := fs.Uint64("conversation", 0, "the conversation the invitation admits to (required)")
 	expires := fs.Duration("expires", 24*time.Hour, "how long the invitation is valid")
+	uses := fs.Uint("uses", 0, "how many enrolls the invitation admits (0: any number)")
 	etcd := addEtcdFlags(fs)
 	if err := parse(fs, args); err != nil {
 		return err
@@ -53,6 +56,9 @@ func runInvite(ctx context.Context, e *env, args []string) error {
 	if *expires <= 0 {
 		return &exitError{exitUsage, errors.New("--expires must be positive")}
 	}
+	if *uses > 1<<32-1 {
+		return &exitError{exitUsage, errors.New("--uses must fit 32 bits")}
+	}
 	var key []byte
 	var err error
 	if etcd.set() {
@@ -65,12 +71,16 @@ func runInvite(ctx context.Context, e *env, args []string) error {
 	}
 	now := time.Now()
 	until := now.Add(*expires)
-	inv, err := participant.MintInvite(key, participant.ConversationID(*conv), now, until)
+	inv, err := participant.MintInviteUses(key, participant.ConversationID(*conv), now, until, uint32(*uses))
 	if err != nil {
 		return err
 	}
 	fmt.Fprintln(e.stdout, participant.InviteText(inv))
-	fmt.Fprintf(e.stderr, "invitation to conversation %d, valid until %s\n", *conv, until.UTC().Format(time.RFC3339))
+	admits := "any number of enrolls"
+	if *uses > 0 {
+		admits = fmt.Sprintf("at most %d enrolls", *uses)
+	}
+	fmt.Fprintf(e.stderr, "invitation to conversation %d, valid until %s, for %s\n", *conv, until.UTC().Format(time.RFC3339), admits)
 	return nil
 }
 

@@ -52,6 +52,22 @@ func TestInvite_AdmitsEnrollIntoItsConversation(t *testing.T) {
 		t.Fatalf("participantctl enroll without --invite = exit %d, %q; want invite_required", code, errs)
 	}
 	mustCtl(t, ctx, "enroll", "--addr", srv.Addr().String(), "--conversation", "5", "--creds", creds, "--invite", strings.TrimSpace(text))
+
+	// --uses 1 admits one enroll.
+	once, err := client.ParseInvite(mustCtl(t, ctx, "invite", "--data", dir, "--conversation", "5", "--uses", "1"))
+	if err != nil || len(once) != participant.InviteUsesSize {
+		t.Fatalf("invite --uses 1 = %d bytes, %v, want %d", len(once), err, participant.InviteUsesSize)
+	}
+	for i, want := range []error{nil, client.ErrInviteInvalid} {
+		ci, err := client.Dial(ctx, srv.Addr().String(), client.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ci.Close()
+		if _, err := ci.Enroll(ctx, 5, client.WithInvite(once)); !errors.Is(err, want) {
+			t.Fatalf("Enroll %d with a one-use invitation = %v, want %v", i, err, want)
+		}
+	}
 }
 
 // invite never creates a node key, and checks its flags.

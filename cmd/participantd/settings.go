@@ -165,7 +165,18 @@ var settings = []setting{
 			o.server.ConnectionRate = f
 			return nil
 		}},
-	{"limit-loopback", "false", "apply max-connections-per-address and connection-rate to loopback peers too (exempt by default: this machine, or a proxy in front of it)",
+	{"conversation-rate", strconv.Itoa(server.DefaultConversationRate), "new conversations a second one peer address may create by enrolling, from a bucket of conversation-burst; past it such an enroll is rate_limited (a loopback peer, exempt unless limit-loopback, gets a bucket per connection)",
+		func(o *options, v string) error {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil || !(f > 0) {
+				return errors.New("want a positive number")
+			}
+			o.server.ConversationRate = f
+			return nil
+		}},
+	{"conversation-burst", strconv.Itoa(server.DefaultConversationBurst), "new conversations one peer address may create at once (see conversation-rate)",
+		intSetting(func(o *options) *int { return &o.server.ConversationBurst })},
+	{"limit-loopback", "false", "apply max-connections-per-address, connection-rate and conversation-rate to loopback peers as to any address (exempt by default: this machine, or a proxy in front of it)",
 		boolSetting(func(o *options) *bool { return &o.server.LimitLoopback })},
 	{"idle-timeout", server.DefaultIdleTimeout.String(), "close, with bye{idle}, a connection that holds no binding and sent nothing for this long (0: never)",
 		func(o *options, v string) error {

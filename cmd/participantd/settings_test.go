@@ -249,6 +249,7 @@ func TestParseOptions_ExposureSettings(t *testing.T) {
 	}
 	if s := o.server; s.IdleTimeout != server.DefaultIdleTimeout || s.MaxConnectionsPerAddress != server.DefaultMaxConnectionsPerAddress ||
 		s.ConnectionRate != server.DefaultConnectionRate || s.FrameReadTimeout != server.DefaultFrameReadTimeout ||
+		s.ConversationRate != server.DefaultConversationRate || s.ConversationBurst != server.DefaultConversationBurst ||
 		s.AdminRemote || s.LimitLoopback || s.HealthHosts != nil {
 		t.Errorf("defaults = %+v", s)
 	}
@@ -256,14 +257,14 @@ func TestParseOptions_ExposureSettings(t *testing.T) {
 	if err := os.WriteFile(file, []byte("ws-allowed-origins = app.example.com, *.example.com\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	o, err = parseOptions([]string{"--idle-timeout", "0", "--connection-rate", "2.5", "--limit-loopback", "--health-hosts", "a.internal, b.internal",
+	o, err = parseOptions([]string{"--idle-timeout", "0", "--connection-rate", "2.5", "--conversation-rate", "0.5", "--conversation-burst", "3", "--limit-loopback", "--health-hosts", "a.internal, b.internal",
 		"--max-connections-per-address", "7", "--frame-read-timeout", "3s", "--admin-remote", "--tls-client-ca", "ca.pem", "--config", file},
 		[]string{"PARTICIPANTD_HEALTH_TLS_CERT=h.pem", "PARTICIPANTD_HEALTH_TLS_KEY=h.key"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := o.server
-	if s.IdleTimeout >= 0 || s.ConnectionRate != 2.5 || !s.LimitLoopback || len(s.HealthHosts) != 2 || s.HealthHosts[1] != "b.internal" ||
+	if s.IdleTimeout >= 0 || s.ConnectionRate != 2.5 || s.ConversationRate != 0.5 || s.ConversationBurst != 3 || !s.LimitLoopback || len(s.HealthHosts) != 2 || s.HealthHosts[1] != "b.internal" ||
 		s.MaxConnectionsPerAddress != 7 || s.FrameReadTimeout != 3*time.Second || !s.AdminRemote || s.TLSClientCA != "ca.pem" ||
 		s.HealthTLSCert != "h.pem" || s.HealthTLSKey != "h.key" ||
 		len(s.WSAllowedOrigins) != 2 || s.WSAllowedOrigins[1] != "*.example.com" {

@@ -502,8 +502,19 @@ func (m *refModel) enroll(q refReq, conn int) refAnswer {
 	if _, ok := m.boundOn(q.conv, conn); ok {
 		return refErr(participant.CodeBindingOccupied)
 	}
-	if c != nil && len(c.members) >= m.maxParticipants {
-		return refAnswer{err: semWant{code: participant.CodeCapacityExceeded, limit: uint64(m.maxParticipants)}}
+	if c != nil {
+		live := 0
+		for _, mb := range c.members {
+			if !mb.retired {
+				live++
+			}
+		}
+		switch {
+		case live >= m.maxParticipants:
+			return refAnswer{err: semWant{code: participant.CodeCapacityExceeded, limit: uint64(m.maxParticipants)}}
+		case len(c.members) >= 16*m.maxParticipants:
+			return refAnswer{err: semWant{code: participant.CodeCapacityExceeded, limit: uint64(16 * m.maxParticipants)}}
+		}
 	}
 	if m.connBindings(conn) >= m.maxConvsPerConn {
 		return refAnswer{err: semWant{code: participant.CodeCapacityExceeded, limit: uint64(m.maxConvsPerConn)}}

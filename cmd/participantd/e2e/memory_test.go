@@ -186,7 +186,9 @@ func TestMemoryUnderAnAbusiveClient(t *testing.T) {
 	}
 
 	t.Run("refused enrolls", func(t *testing.T) {
-		p := startProc(t, bin, t.TempDir())
+		// The conversations are created at once: this measures the
+		// refusals, not the creation rate.
+		p := startProc(t, bin, t.TempDir(), "PARTICIPANTD_CONVERSATION_BURST=2000")
 		pid := p.cmd.Process.Pid
 		c := dial(t, p.addr)
 		idle := rss(t, pid)
