@@ -175,8 +175,8 @@ func TestCrashCut_InviteUses(t *testing.T) {
 			enrollAll(svc)
 			return nil
 		},
-		Check: func(t faultstore.TB, mem *store.Memory, run faultstore.CutRun) {
-			svc, err := Open(context.Background(), mem, opts)
+		Check: func(t faultstore.TB, st store.DurableStore, run faultstore.CutRun) {
+			svc, err := Open(context.Background(), st, opts)
 			if err != nil {
 				t.Fatalf("Open after the cut: %v", err)
 			}
