@@ -98,6 +98,7 @@ type checkpoint struct {
 
 // ckInvite is one invitation's uses.
 type ckInvite struct {
+	//lint:ignore U1000 msgpack reads the field's tag by reflection: encode as an array
 	_msgpack struct{} `msgpack:",as_array"`
 
 	ID   uint64
@@ -107,6 +108,7 @@ type ckInvite struct {
 // ckWithInvites is the body of a checkpoint of version
 // checkpointVersionInvites.
 type ckWithInvites struct {
+	//lint:ignore U1000 msgpack reads the field's tag by reflection: encode as an array
 	_msgpack struct{} `msgpack:",as_array"`
 
 	Checkpoint *checkpoint

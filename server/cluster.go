@@ -381,8 +381,7 @@ const (
 // clusterMetrics is the node's cluster.Observer; the counters are read
 // from the node's Stats.
 type clusterMetrics struct {
-	txn      *prometheus.HistogramVec
-	txnTotal atomic.Uint64
+	txn *prometheus.HistogramVec
 }
 
 func newClusterMetrics() *clusterMetrics {

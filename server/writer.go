@@ -118,9 +118,6 @@ func (q *outq) finish(m wire.Message) {
 	<-q.done
 }
 
-// queued returns the bytes waiting for this connection's writer.
-func (q *outq) queued() int64 { return q.own.inUse() }
-
 func (q *outq) run() {
 	var batch []outFrame
 	i := 0 // batch[:i] is written
