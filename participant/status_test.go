@@ -8,6 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/participantd/participantd/oplog"
+	"github.com/participantd/participantd/outbox"
 	"github.com/participantd/participantd/store"
 )
 
@@ -68,5 +69,105 @@ func TestService_Status_ReportsBindingsCursorsAndBacklog(t *testing.T) {
 	}
 	if st.LastSeq != 6 {
 		t.Errorf("LastSeq after the reader died = %v, want #6 (its died record)", st.LastSeq)
+	}
+}
+
+// TestService_Status_ConsistentUnderTraffic takes snapshots while a sender
+// tells and a reader reads and acknowledges, pipelined, so that the race
+// detector sees Status beside commits, publications and Next; every
+// snapshot must be self-consistent, and the last one must show the reader
+// caught up.
+func TestService_Status_ConsistentUnderTraffic(t *testing.T) {
+	ctx := context.Background()
+	// A backlog budget of a few payloads: eviction writes the published
+	// state in place, under its write lock, while Status reads it.
+	svc, err := Open(ctx, store.NewMemory(), Options{NodeKey: testKey, MaxBacklogBytes: 512})
+	must(t, err)
+	t.Cleanup(func() { svc.Close() })
+	wake := make(chan struct{}, 1)
+	sc := svc.Connect(func() {})
+	rc := svc.Connect(func() {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	})
+	sender := mustEnroll(t, sc, 3, 1)
+	reader := mustEnroll(t, rc, 3, 2)
+	const tells = 200
+	var last Seq
+	senderDone := make(chan error, 1)
+	go func() {
+		var calls []*Call[Told]
+		for i := range tells {
+			calls = append(calls, sc.StartTell(ctx, Tell{Conversation: 3, Participant: sender.Participant, Generation: sender.Generation,
+				Token: Token{9, byte(i), byte(i >> 8)}, Payload: make([]byte, 64)}))
+		}
+		for _, c := range calls {
+			if _, err := c.Wait(); err != nil {
+				senderDone <- err
+				return
+			}
+		}
+		senderDone <- nil
+	}()
+	readerDone := make(chan error, 1)
+	go func() {
+		var offered Offered
+		read := 0
+		for read < tells {
+			d, ok := rc.Next(3, offered)
+			if !ok {
+				// Empty the inbox, so that the next publication wakes
+				// the reader, and look again before waiting for it.
+				rc.TakeReady()
+				if d, ok = rc.Next(3, offered); !ok {
+					<-wake
+					continue
+				}
+			}
+			offered = Offered{Epoch: d.Epoch, Through: d.Seq}
+			if d.Kind == outbox.KindRecord {
+				read++
+			}
+			if _, err := rc.Ack(ctx, Ack{Conversation: 3, Participant: reader.Participant, Generation: reader.Generation, Through: d.Seq}); err != nil {
+				readerDone <- err
+				return
+			}
+			last = d.Seq
+		}
+		readerDone <- nil
+	}()
+	check := func(st Status) {
+		t.Helper()
+		if !st.Loaded || len(st.Participants) != 2 || (st.Retained > 0) != (st.FirstRetained != 0) || st.FirstRetained > st.LastSeq {
+			t.Fatalf("inconsistent snapshot %+v", st)
+		}
+		for _, p := range st.Participants {
+			if p.Unacked > st.Retained || p.Acked > st.LastSeq || (p.Bound && p.Offered < p.Acked) {
+				t.Fatalf("inconsistent participant %+v in %+v", p, st)
+			}
+		}
+	}
+	for done := 0; done < 2; {
+		select {
+		case err := <-senderDone:
+			must(t, err)
+			done++
+		case err := <-readerDone:
+			must(t, err)
+			done++
+		default:
+			st, ok := svc.Status(3)
+			if !ok {
+				t.Fatal("Status(3) = not found under traffic")
+			}
+			check(st)
+		}
+	}
+	st, _ := svc.Status(3)
+	check(st)
+	if r := st.Participants[reader.Participant]; r.Acked != last || r.Offered != last || r.Unacked != 0 {
+		t.Errorf("reader after it caught up = %+v, want acked and offered %v, nothing held back", r, last)
 	}
 }

@@ -125,7 +125,8 @@ func mustJSON(t *testing.T, v any) string {
 // answers that it does not serve it and names the owner, with its wire
 // address and the URL of its health listener, without claiming it (the
 // owner keeps serving). Once the owner drained and released it, nobody
-// owns it, and asking still claims nothing.
+// owns it, and asking still claims nothing; with etcd down, the non-owner
+// answers 503 and names etcd.
 func TestAdmin_ConversationStatus_NonOwnerNamesTheOwner(t *testing.T) {
 	etcd := startEtcd(t)
 	cfg := func(id string) server.Config {
@@ -163,5 +164,17 @@ func TestAdmin_ConversationStatus_NonOwnerNamesTheOwner(t *testing.T) {
 	}
 	if again := conversationStatus(t, b, "42"); again.Here || again.Owner != nil {
 		t.Errorf("status asked again = %+v, want still no owner: asking must not claim", again)
+	}
+
+	// Without etcd a node that does not serve the conversation cannot
+	// tell who does: it says so, and says why. etcd comes back before the
+	// shutdown, so that b's drain does not wait out its timeouts.
+	etcd.Stop(0)
+	code, body := getAdmin(t, b.base(), "/admin/conversations/42", "s3cret")
+	if err := etcd.Restart(0); err != nil {
+		t.Fatalf("etcd restart: %v", err)
+	}
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, "etcd") {
+		t.Errorf("status with etcd down = %d %q, want 503 naming etcd", code, body)
 	}
 }
