@@ -92,6 +92,11 @@ type ParticipantStatus struct {
 	Released uint64 `json:"released,omitempty"`
 }
 
+// NoSuchConversation is the body of the 404 for a conversation that does
+// not exist, which tells it from the 404 of a server whose admin endpoints
+// are off.
+const NoSuchConversation = "no such conversation"
+
 // ownerLookupTimeout bounds the etcd read of a conversation's owner.
 const ownerLookupTimeout = 5 * time.Second
 
@@ -114,7 +119,7 @@ func (s *Server) serveConversationStatus(w http.ResponseWriter, r *http.Request)
 	cs := s.clusterOf()
 	switch {
 	case cs == nil && !known:
-		http.Error(w, "no such conversation", http.StatusNotFound)
+		http.Error(w, NoSuchConversation, http.StatusNotFound)
 		return
 	case cs == nil:
 		out.Here = true
@@ -136,7 +141,7 @@ func (s *Server) serveConversationStatus(w http.ResponseWriter, r *http.Request)
 				return
 			}
 			if !exists {
-				http.Error(w, "no such conversation", http.StatusNotFound)
+				http.Error(w, NoSuchConversation, http.StatusNotFound)
 				return
 			}
 		} else {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/participantd/participantd/server"
@@ -98,13 +99,16 @@ func askStatus(ctx context.Context, health, ca, token string, conv uint64) (serv
 		return st, err
 	}
 	defer resp.Body.Close()
-	switch resp.StatusCode {
-	case http.StatusOK:
-	case http.StatusNotFound:
-		return st, fmt.Errorf("no conversation %d at %s", conv, base)
-	default:
+	if resp.StatusCode != http.StatusOK {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return st, fmt.Errorf("%s answered %s: %s", base, resp.Status, msg)
+		switch {
+		case resp.StatusCode == http.StatusNotFound && strings.Contains(string(msg), server.NoSuchConversation):
+			return st, fmt.Errorf("no conversation %d at %s", conv, base)
+		case resp.StatusCode == http.StatusNotFound:
+			// The route itself is missing.
+			return st, fmt.Errorf("%s serves no admin endpoints: start participantd with --admin-token-file (or it predates status)", base)
+		}
+		return st, fmt.Errorf("%s answered %s: %s", base, resp.Status, strings.TrimSpace(string(msg)))
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
 		return st, fmt.Errorf("%s: unreadable answer: %w", base, err)

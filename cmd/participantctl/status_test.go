@@ -16,8 +16,8 @@ import (
 
 // TestStatus_SingleNode: status of a conversation with a sender and a
 // reader prints the owner, the state, the backlog and one row per
-// participant; --json prints the server's answer; an unknown conversation
-// and a missing token are refused.
+// participant; --json prints the server's answer; an unknown conversation,
+// a missing token and a server without admin endpoints are told apart.
 func TestStatus_SingleNode(t *testing.T) {
 	ctx := testCtx(t)
 	srv := servertest.Start(t, server.Config{DataDir: t.TempDir(), AdminToken: "s3cret"})
@@ -71,6 +71,10 @@ func TestStatus_SingleNode(t *testing.T) {
 	}
 	if _, errs, code := ctl(ctx, "", "status", "--health", health, "5"); code != exitUsage || !strings.Contains(errs, "admin token") {
 		t.Errorf("status without a token = exit %d, %q; want %d naming the admin token", code, errs, exitUsage)
+	}
+	off := servertest.Start(t, server.Config{DataDir: t.TempDir()})
+	if _, errs, code := ctl(ctx, "", "status", "--health", off.HealthAddr().String(), "--admin-token", "s3cret", "5"); code != 1 || !strings.Contains(errs, "--admin-token-file") {
+		t.Errorf("status of a server without admin endpoints = exit %d, %q; want 1 naming --admin-token-file", code, errs)
 	}
 }
 
