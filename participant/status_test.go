@@ -171,3 +171,34 @@ func TestService_Status_ConsistentUnderTraffic(t *testing.T) {
 		t.Errorf("reader after it caught up = %+v, want acked and offered %v, nothing held back", r, last)
 	}
 }
+
+// TestService_Status_ContainedConversation: a conversation whose stored
+// outbox is corrupt is contained at start; Status still finds it and says
+// why, with nothing loaded.
+func TestService_Status_ContainedConversation(t *testing.T) {
+	ctx := context.Background()
+	mem := store.NewMemory()
+	svc := openService(t, mem)
+	mustEnroll(t, svc.Connect(nil), 4, 1)
+	if _, err := svc.Connect(nil).Enroll(ctx, Enroll{Conversation: 4, Token: token(2)}); err != nil {
+		t.Fatal(err)
+	}
+	mem.Crash()
+	// A row whose source goes backwards: a corrupt outbox.
+	bad, err := outbox.Encode(&outbox.Row{Kind: outbox.AckAdvanced, Source: 1, Participant: 0, Through: 1})
+	must(t, err)
+	n, err := mem.Len(outbox.Stream(4))
+	must(t, err)
+	_, err = mem.Append(outbox.Stream(4), bad, n)
+	must(t, err)
+	must(t, mem.Flush())
+
+	svc = openService(t, mem)
+	st, ok := svc.Status(4)
+	if !ok {
+		t.Fatal("Status(4) of a contained conversation = not found")
+	}
+	if st.Loaded || st.Unloadable == nil || st.Unloadable.Class != ClassOutboxCorrupt || st.Participants != nil {
+		t.Errorf("Status(4) = %+v (unloadable %+v), want not loaded, contained as %s, no participants", st, st.Unloadable, ClassOutboxCorrupt)
+	}
+}
