@@ -11,16 +11,18 @@
 // Under Options.Prefix:
 //
 //	key                      value                              lifetime
-//	node/<id>                {"node","addr"}                    under the node's lease
+//	node/<id>                {"node","addr","health"}           under the node's lease
 //	ordinal/<id>, ordinals   the node's ordinal, the last one   forever
-//	own/<conversation>       {"node","addr"} of the owner       under the owner's lease
+//	own/<conversation>       node/<id>'s value, of the owner    under the owner's lease
 //	secret/node-key          32 random bytes                    forever, create-if-absent
 //	restoring                what a restore is writing          while a restore runs (no start, registration or claim)
 //	d/…                      the data (package etcdstore)       forever
 //
 // node/<id> and own/<conversation> live under a lease: they are claims, not
-// data (Ephemeral), and backups (package backup) leave them out. View reads
-// a whole data set read-only, for the offline tools.
+// data (Ephemeral), and backups (package backup) leave them out. "addr" is
+// the wire address a moved answer names, "health" the URL of the node's
+// health listener (omitted when not advertised), where Owner sends an
+// operator. View reads a whole data set read-only, for the offline tools.
 //
 // # Invariants
 //

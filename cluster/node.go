@@ -45,6 +45,11 @@ type Options struct {
 	// Advertise is the wire address clients are sent to for conversations
 	// this node owns (moved{owner}).
 	Advertise string
+	// AdvertiseHealth is the URL of the node's health listener
+	// (http://host:port or https://host:port), where an operator is sent
+	// for the status of a conversation this node owns (Owner); empty when
+	// not known.
+	AdvertiseHealth string
 	// Prefix is the etcd key prefix of the whole data set; default
 	// etcdstore.DefaultPrefix. A "/" is appended when it does not end in one.
 	Prefix string
@@ -91,8 +96,9 @@ func (nopObserver) Txn(time.Duration, int, error) {}
 
 // record is the value of an ownership or live-node key.
 type record struct {
-	Node string `json:"node"`
-	Addr string `json:"addr"`
+	Node   string `json:"node"`
+	Addr   string `json:"addr"`
+	Health string `json:"health,omitempty"`
 }
 
 // Node is one participantd node of a cluster: its lease, its identity, the
@@ -180,7 +186,7 @@ func Start(ctx context.Context, cli *clientv3.Client, opts Options) (*Node, erro
 	if n.obs == nil {
 		n.obs = nopObserver{}
 	}
-	rec, err := json.Marshal(record{Node: opts.NodeID, Addr: opts.Advertise})
+	rec, err := json.Marshal(record{Node: opts.NodeID, Addr: opts.Advertise, Health: opts.AdvertiseHealth})
 	if err != nil {
 		return nil, err
 	}

@@ -29,6 +29,10 @@ type Conn struct {
 	// bindings maps each conversation this connection is bound in to the
 	// participant bound.
 	bindings map[ConversationID]ParticipantID
+	// offered holds, per bound conversation, the last delivery Next
+	// handed out, for Status; an entry of an earlier binding is told
+	// apart by its epoch.
+	offered map[ConversationID]Offered
 	// reserved counts the binding slots held by enrolls and attaches that
 	// were decided and are not yet published in bindings or refused: with
 	// pipelining, conversations decide in parallel, so the cap counts them.
@@ -138,6 +142,7 @@ func (c *Conn) unbind(conv ConversationID, p ParticipantID) {
 	c.mu.Lock()
 	if q, ok := c.bindings[conv]; ok && q == p {
 		delete(c.bindings, conv)
+		delete(c.offered, conv)
 	}
 	c.mu.Unlock()
 }
@@ -192,6 +197,9 @@ func (c *Conn) endingCause() (bool, Cause) {
 // pushes nothing after its lease's local deadline, and the
 // reconciliation of its next claim wakes the connection).
 //
+// Next remembers what it returns as offered to the binding, which Status
+// reports.
+//
 // A payload the backlog budget dropped from memory is read back from the
 // oplog here, on the caller's goroutine, with no lock held. If that read
 // fails (a failing store), Next logs it and reports ok false; the next wake
@@ -210,17 +218,34 @@ func (c *Conn) Next(conv ConversationID, offered Offered) (d Delivery, ok bool) 
 	cv.mu.RLock()
 	d, source, evicted, ok := c.nextLocked(cv, p, offered)
 	cv.mu.RUnlock()
-	if !ok || !evicted {
-		return d, ok
+	if ok && evicted {
+		payload, err := c.svc.readPayload(conv, source, d.Seq)
+		if err != nil {
+			c.svc.log.Error().Err(err).Uint64("conversation", uint64(conv)).Stringer("seq", d.Seq).
+				Msg("reading an evicted payload back from the oplog")
+			return Delivery{}, false
+		}
+		d.Payload = payload
 	}
-	payload, err := c.svc.readPayload(conv, source, d.Seq)
-	if err != nil {
-		c.svc.log.Error().Err(err).Uint64("conversation", uint64(conv)).Stringer("seq", d.Seq).
-			Msg("reading an evicted payload back from the oplog")
-		return Delivery{}, false
+	if ok {
+		c.noteOffered(conv, p, d)
 	}
-	d.Payload = payload
-	return d, true
+	return d, ok
+}
+
+// noteOffered remembers d as the last delivery handed to p's binding in
+// conv, for Status, unless the binding ended meanwhile (its entry went
+// with it).
+func (c *Conn) noteOffered(conv ConversationID, p ParticipantID, d Delivery) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if q, bound := c.bindings[conv]; !bound || q != p {
+		return
+	}
+	if c.offered == nil {
+		c.offered = make(map[ConversationID]Offered)
+	}
+	c.offered[conv] = Offered{Epoch: d.Epoch, Through: d.Seq}
 }
 
 // nextLocked finds Next's record in cv's state. When its payload was

@@ -403,6 +403,7 @@ func (s *Service) forgetStaleBindings(id ConversationID, st *outbox.State) {
 		if p, ok := c.bindings[id]; ok {
 			if m := st.Member(p); m == nil || !m.Bound || m.Conn != c.id {
 				delete(c.bindings, id)
+				delete(c.offered, id)
 			}
 		}
 		c.mu.Unlock()

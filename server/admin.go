@@ -84,6 +84,7 @@ func (s *Server) registerAdmin(mux *http.ServeMux) {
 		}
 		s.log.Info().Int64("bytes", n).Str("remote", r.RemoteAddr).Msg("backup served")
 	})
+	mux.Handle("GET /admin/conversations/{id}", s.adminOnly(http.HandlerFunc(s.serveConversationStatus))) // admin_conversation.go
 }
 
 // adminOnly serves h to requests that carry the admin token.

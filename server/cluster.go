@@ -273,6 +273,9 @@ func (s *Server) openCluster(ctx context.Context) (backend, *participant.Service
 		Logger:     s.cfg.Logger,
 		Observer:   leaseObserver{obs, s},
 		DialLeader: dialLeader,
+		// Where an operator asking another node is sent for the status of
+		// a conversation this node owns (admin_conversation.go).
+		AdvertiseHealth: s.healthURL(advertise),
 	})
 	if err != nil {
 		cli.Close()

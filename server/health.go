@@ -32,6 +32,7 @@ import (
 //	GET /debug/pprof/...           Go's profiles, only with Config.Pprof (--pprof) and the admin
 //	                               token; seconds at most MaxProfileSeconds; no cmdline
 //	POST /admin/backup             see admin.go (only with an admin token)
+//	GET /admin/conversations/{id}  see admin_conversation.go (only with an admin token)
 //
 // Every endpoint but /health and /ready answers only requests whose Host
 // header is an IP literal, localhost or one of Config.HealthHosts (421
