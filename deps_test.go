@@ -18,6 +18,7 @@ func TestDependenciesPointOneWay(t *testing.T) {
 	allowed := map[string][]string{
 		"":                            {},
 		"wire":                        {},
+		"wire/wsframe":                {},
 		"fence":                       {},
 		"store":                       {},
 		"store/vfs":                   {},

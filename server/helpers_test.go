@@ -18,6 +18,7 @@ import (
 
 	"github.com/participantd/participantd/server"
 	"github.com/participantd/participantd/wire"
+	"github.com/participantd/participantd/wire/wsframe"
 )
 
 func TestMain(m *testing.M) {
@@ -197,14 +198,15 @@ func (c *client) sendBytes(b []byte) {
 	c.t.Helper()
 	c.wm.Lock()
 	defer c.wm.Unlock()
-	if ws, ok := c.nc.(*wsFrames); ok {
-		if err := ws.writeRaw(b); err != nil {
-			c.t.Fatalf("write: %v", err)
-		}
-		return
-	}
 	if _, err := c.nc.Write(b); err != nil {
 		c.t.Fatalf("write: %v", err)
+	}
+	// Over a WebSocket, what is left of a partial frame goes as one
+	// message, as a TCP write sends it.
+	if ws, ok := c.nc.(*wsframe.Conn); ok {
+		if err := ws.FlushPartial(); err != nil {
+			c.t.Fatalf("write: %v", err)
+		}
 	}
 }
 

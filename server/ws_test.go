@@ -3,7 +3,6 @@ package server_test
 import (
 	"context"
 	"crypto/tls"
-	"encoding/binary"
 	"errors"
 	"flag"
 	"io"
@@ -14,6 +13,8 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/participantd/participantd/wire/wsframe"
+
 	"github.com/participantd/participantd/server"
 	"github.com/participantd/participantd/wire"
 )
@@ -23,12 +24,11 @@ import (
 var overWS = flag.Bool("ws", false, "dial the wire tests over the WebSocket listener")
 
 // dialWS opens a WebSocket to the server with the request headers hdr and
-// returns it as a stream of frames, each write of whole frames sent as one
-// binary message a frame (PROTOCOL.md, WebSocket).
+// returns it as a stream of frames, each whole frame written sent as one
+// binary message (PROTOCOL.md, WebSocket).
 func (h *harness) dialWS(hdr http.Header) net.Conn {
 	h.t.Helper()
-	ws := h.dialWSConn(hdr)
-	return &wsFrames{Conn: websocket.NetConn(context.Background(), ws, websocket.MessageBinary)}
+	return wsframe.New(h.dialWSConn(hdr))
 }
 
 func (h *harness) dialWSConn(hdr http.Header) *websocket.Conn {
@@ -39,41 +39,6 @@ func (h *harness) dialWSConn(hdr http.Header) *websocket.Conn {
 	}
 	ws.SetReadLimit(-1)
 	return ws
-}
-
-// wsFrames sends each whole frame written as one binary message.
-type wsFrames struct {
-	net.Conn
-	pending []byte
-}
-
-func (w *wsFrames) Write(p []byte) (int, error) {
-	w.pending = append(w.pending, p...)
-	for len(w.pending) >= 4 {
-		n := 4 + int(binary.BigEndian.Uint32(w.pending))
-		if len(w.pending) < n {
-			break
-		}
-		if _, err := w.Conn.Write(w.pending[:n]); err != nil {
-			return 0, err
-		}
-		w.pending = w.pending[n:]
-	}
-	return len(p), nil
-}
-
-// writeRaw sends the whole frames of b one message each, and what is left
-// (a bare header, half a frame) as one message more.
-func (w *wsFrames) writeRaw(b []byte) error {
-	if _, err := w.Write(b); err != nil {
-		return err
-	}
-	if len(w.pending) == 0 {
-		return nil
-	}
-	_, err := w.Conn.Write(w.pending)
-	w.pending = w.pending[:0]
-	return err
 }
 
 func startWS(t *testing.T, cfg server.Config) *harness {
@@ -261,7 +226,7 @@ func TestWS_TLS(t *testing.T) {
 	if err != nil {
 		t.Fatalf("wss dial: %v", err)
 	}
-	c := newClient(t, &wsFrames{Conn: websocket.NetConn(context.Background(), ws, websocket.MessageBinary)})
+	c := newClient(t, wsframe.New(ws))
 	c.send(&wire.Hello{Versions: []uint64{1}})
 	if m, ok := c.next().(*wire.Welcome); !ok {
 		t.Fatalf("hello over wss answered %#v", m)
