@@ -24,7 +24,7 @@ func init() {
 	register(&command{
 		name:     "bench",
 		synopsis: "measure durable operations/s, latency and ops per flush against a server",
-		usage: `(--addr HOST:PORT [--metrics-addr HOST:PORT] | --embedded) [flags]
+		usage: `(--addr HOST:PORT [--metrics-addr HOST:PORT] | --embedded) [--ws] [flags]
 
 Drives a server with pipelined requests from --clients connections and
 prints operations/s, latency percentiles, and, from the server's /metrics,
@@ -41,6 +41,10 @@ ack cumulatively. --op enroll: every enroll creates a new conversation
 (with --addr, start participantd with a --conversation-rate and
 --conversation-burst above the load's, or its enrolls are refused).
 --op mixed: half the clients tell, half enroll.
+
+--ws drives the same load over WebSocket, one binary message a frame
+(docs/PROTOCOL.md): --addr is then the server's --ws-listen address, and
+an --embedded server listens for WebSocket too.
 
 --etcd-compare then runs an embedded single-node etcd (fsync on) on the
 same disk and measures its put rate with --clients connections putting
@@ -70,6 +74,7 @@ such a run's load does not follow how busy a shared machine is.`,
 type benchFlags struct {
 	addr, metricsAddr, dataDir string
 	embedded                   bool
+	ws                         bool
 	load                       loadConfig
 	duration, warmup           time.Duration
 	probe                      bool
@@ -93,6 +98,7 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	var f benchFlags
 	fs.StringVar(&f.addr, "addr", "", "the server's wire address")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "the server's health listener, for /metrics (with --addr)")
+	fs.BoolVar(&f.ws, "ws", false, "drive the load over WebSocket (one binary message a frame): --addr is then the server's --ws-listen address; with --embedded the server listens for WebSocket too")
 	fs.BoolVar(&f.embedded, "embedded", false, "start an in-process server on --data-dir (default a temporary directory)")
 	fs.StringVar(&f.dataDir, "data-dir", "", "the data directory: the embedded server's, and where --fsync-probe measures (default: a temporary directory with --embedded, else .)")
 	fs.StringVar(&f.load.op, "op", opTell, "the operation: tell, enroll or mixed")
@@ -162,15 +168,25 @@ func runBench(ctx context.Context, e *env, args []string) error {
 		rep.FsyncPerSec = rate
 	}
 	if f.embedded {
-		srv, stop, err := startEmbedded(ctx, server.Config{DataDir: f.dataDir, Retain: f.retain, TokenWindow: f.tokenWindow})
+		cfg := server.Config{DataDir: f.dataDir, Retain: f.retain, TokenWindow: f.tokenWindow}
+		if f.ws {
+			cfg.WSListen = "127.0.0.1:0"
+		}
+		srv, stop, err := startEmbedded(ctx, cfg)
 		if err != nil {
 			return err
 		}
 		cleanup = append(cleanup, stop)
 		f.addr, f.metricsAddr = srv.Addr().String(), srv.HealthAddr().String()
+		if f.ws {
+			f.addr = srv.WSAddr().String()
+		}
 		f.serverPID = os.Getpid()
 	}
 	f.load.addr = f.addr
+	if f.ws {
+		f.load.addr = "ws://" + f.addr + "/"
+	}
 	if f.idle > 0 {
 		if err := runIdle(ctx, &f, rep); err != nil {
 			return err

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/participantd/participantd/wire"
+	"github.com/participantd/participantd/wire/wsframe"
 )
 
 // benchConn is the bench's own minimal client: one wire.Conn, requests
@@ -33,11 +35,18 @@ type benchConn struct {
 	readDone chan struct{}
 }
 
-// dialBench connects, says hello and reads welcome. The reader is not
-// started: call start once onDelivery is set.
+// dialBench connects to addr (HOST:PORT over TCP, or a ws:// URL over a
+// WebSocket), says hello and reads welcome. The reader is not started:
+// call start once onDelivery is set.
 func dialBench(ctx context.Context, addr string) (*benchConn, error) {
-	var d net.Dialer
-	nc, err := d.DialContext(ctx, "tcp", addr)
+	var nc net.Conn
+	var err error
+	if strings.HasPrefix(addr, "ws://") {
+		nc, err = wsframe.Dial(ctx, addr, nil)
+	} else {
+		var d net.Dialer
+		nc, err = d.DialContext(ctx, "tcp", addr)
+	}
 	if err != nil {
 		return nil, err
 	}

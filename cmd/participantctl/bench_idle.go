@@ -75,7 +75,7 @@ func runIdle(ctx context.Context, f *benchFlags, rep *benchReport) error {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			c, err := dialBench(ctx, f.addr)
+			c, err := dialBench(ctx, f.load.addr)
 			if err != nil {
 				errs <- err
 				return

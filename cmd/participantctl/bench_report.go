@@ -18,6 +18,7 @@ type benchReport struct {
 	FsyncAfterPerSec float64 `json:"fsync_probe_after_per_s,omitempty"`
 
 	Op            string  `json:"op,omitempty"`
+	Transport     string  `json:"transport,omitempty"` // "tcp" or "websocket"
 	Clients       int     `json:"clients,omitempty"`
 	Conversations int     `json:"conversations,omitempty"`
 	Payload       int     `json:"payload_bytes,omitempty"`
@@ -69,6 +70,10 @@ type opFigure struct {
 
 func (rep *benchReport) fill(f *benchFlags, r *loadRun, elapsed time.Duration) {
 	rep.Op, rep.Clients, rep.Payload, rep.Window = f.load.op, f.load.clients, f.load.payload, f.load.window
+	rep.Transport = "tcp"
+	if f.ws {
+		rep.Transport = "websocket"
+	}
 	rep.Seconds = elapsed.Seconds()
 	convs := map[uint64]bool{}
 	var all latencies
@@ -138,8 +143,8 @@ func (rep *benchReport) print(w io.Writer, asJSON bool) error {
 		b.WriteString("\n")
 	}
 	if rep.Op != "" {
-		fmt.Fprintf(&b, "load: --op %s, %d clients, %d tell conversations, payload %d B, window %d, %.1f s measured\n",
-			rep.Op, rep.Clients, rep.Conversations, rep.Payload, rep.Window, rep.Seconds)
+		fmt.Fprintf(&b, "load: --op %s over %s, %d clients, %d tell conversations, payload %d B, window %d, %.1f s measured\n",
+			rep.Op, rep.Transport, rep.Clients, rep.Conversations, rep.Payload, rep.Window, rep.Seconds)
 		fmt.Fprintf(&b, "  %s: %.0f ops/s (%d durable answers); latency p50 %.2f ms, p90 %.2f ms, p99 %.2f ms, max %.2f ms\n",
 			rep.Op, rep.OpsPerSec, rep.Ops, rep.Latency.P50, rep.Latency.P90, rep.Latency.P99, rep.Latency.Max)
 		for k, fig := range rep.ByOp {

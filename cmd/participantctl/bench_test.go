@@ -236,3 +236,14 @@ func TestBench_RateCapsTheLoad(t *testing.T) {
 		t.Fatalf("--rate %d for %.2f s counted %d operations, want at most %d", rate, rep.Seconds, rep.Ops, limit)
 	}
 }
+
+// TestBench_OverWebSocket: --ws drives the load through the server's
+// WebSocket listener; every counted answer verifies by replay as over TCP.
+func TestBench_OverWebSocket(t *testing.T) {
+	rep := runBenchForTest(t, "--embedded", "--ws", "--data-dir", t.TempDir(), "--clients", "2", "--window", "4",
+		"--duration", "300ms", "--warmup", "100ms", "--fsync-probe=false", "--verify", "5")
+	if rep.Transport != "websocket" || rep.Ops == 0 || rep.Errors != 0 || len(rep.VerifyFailures) != 0 || rep.Verified == 0 {
+		t.Fatalf("report = %s, ops %d, errors %d (%s), verified %d, failures %v; want ops over WebSocket, all verified",
+			rep.Transport, rep.Ops, rep.Errors, rep.FirstError, rep.Verified, rep.VerifyFailures)
+	}
+}
