@@ -155,6 +155,7 @@ export class Client {
   private waiter: (() => void) | null = null;
   private paused = false;
   private checker: ReturnType<typeof setInterval> | null = null;
+  private readonly sleepers = new Set<() => void>();
 
   private constructor(nodes: string[], opts: ClientOptions) {
     this.o = {
@@ -326,7 +327,7 @@ export class Client {
   async ping(co: CallOptions = {}): Promise<void> {
     const s = await this.session(this.home, co.signal);
     try {
-      expect(await s.call({ t: "ping" }, this.signal(co.signal)), "pong");
+      expect(await s.call({ t: "ping" }, co.signal), "pong");
     } catch (e) {
       if (e instanceof SessionLost) throw new ConnectionLostError(e.message);
       throw e;
@@ -370,6 +371,7 @@ export class Client {
     if (this.checker) clearInterval(this.checker);
     for (const s of this.sessions.values()) s.bye(++this.ids);
     this.sessions.clear();
+    for (const stop of [...this.sleepers]) stop();
     this.wake();
   }
 
@@ -381,8 +383,10 @@ export class Client {
   // a token-bearing request went out, it throws an InDoubtError with the
   // token.
   private async run<T>(conv: number, callerSignal: AbortSignal | undefined, token: Uint8Array | null,
-    step: (s: Session, sig: AbortSignal) => Promise<T>): Promise<T> {
-    const sig = this.signal(callerSignal);
+    step: (s: Session, sig: AbortSignal | undefined) => Promise<T>): Promise<T> {
+    const sig = callerSignal;
+    const stopped = () => this.closed || sig?.aborted === true;
+    const why = () => (sig?.aborted ? sig.reason : new ClosedError("participantd: client closed"));
     const b = new Backoff(this.o.minBackoffMs, this.o.maxBackoffMs);
     let sent = false;
     let fullUntil = 0;
@@ -394,29 +398,29 @@ export class Client {
         try {
           s = await this.session(addr, sig);
         } catch (e) {
-          if (sig.aborted || e instanceof RejectedError && !["overloaded", "shutting_down"].includes(e.reason)) throw e;
+          if (stopped() || e instanceof RejectedError && !["overloaded", "shutting_down"].includes(e.reason)) throw e;
           this.rotate(conv, addr);
-          await sleep(b.next(), sig);
+          await this.sleep(b.next(), sig);
           continue;
         }
         sent = true;
         return await step(s, sig);
       } catch (e) {
-        if (sig.aborted) throw this.unknown(sig.reason, sent, token);
+        if (stopped()) throw this.unknown(why(), sent, token);
         if (e instanceof SessionLost) {
-          await sleep(b.next(), sig).catch(() => {});
+          await this.sleep(b.next(), sig).catch(() => {});
           continue;
         }
         if (e instanceof MovedError) {
           if (e.owner) this.moveTo(conv, this.o.ownerAddress?.(e.owner) ?? e.owner);
           else {
             this.rotate(conv, this.routeOf(conv));
-            await sleep(b.next(), sig).catch(() => {});
+            await this.sleep(b.next(), sig).catch(() => {});
           }
           continue;
         }
         if (e instanceof InDoubtError || e instanceof ServerError && (e.code === "unavailable" || e.code === "shutting_down")) {
-          await sleep(b.next(), sig).catch(() => {});
+          await this.sleep(b.next(), sig).catch(() => {});
           continue;
         }
         if (e instanceof BacklogFullError && this.o.backlogWaitMs >= 0) {
@@ -424,7 +428,7 @@ export class Client {
           if (fullUntil === 0) fullUntil = now + this.o.backlogWaitMs;
           const d = b.next();
           if (now + d < fullUntil) {
-            await sleep(d, sig).catch(() => {});
+            await this.sleep(d, sig).catch(() => {});
             continue;
           }
         }
@@ -443,7 +447,7 @@ export class Client {
   }
 
   // bound returns the member of cred, bound on s (attaching it there first).
-  private async bound(s: Session, cred: Credential, sig: AbortSignal): Promise<Member> {
+  private async bound(s: Session, cred: Credential, sig: AbortSignal | undefined): Promise<Member> {
     const m = this.members.get(key(cred.conversation, cred.participant));
     if (!m) throw new NoBindingError("no_binding", "this client does not hold the participant: enroll or attach it first");
     if (m.lost) throw m.lost;
@@ -494,13 +498,13 @@ export class Client {
   // is the same request. Throws SessionLost when s ends first, the
   // refusal (MovedError, BacklogFullError, ... which keep the intent),
   // or m's LostError.
-  private attachOn(s: Session, m: Member, sig: AbortSignal): Promise<Credential> {
+  private attachOn(s: Session, m: Member, sig: AbortSignal | undefined): Promise<Credential> {
     const next = m.attachChain.then(() => this.attachOnLocked(s, m, sig));
     m.attachChain = next.catch(() => {});
     return next;
   }
 
-  private async attachOnLocked(s: Session, m: Member, sig: AbortSignal): Promise<Credential> {
+  private async attachOnLocked(s: Session, m: Member, sig: AbortSignal | undefined): Promise<Credential> {
     const b = new Backoff(this.o.minBackoffMs, this.o.maxBackoffMs);
     for (;;) {
       if (m.lost) throw m.lost;
@@ -552,7 +556,7 @@ export class Client {
           m.intent = null;
           throw this.lose(m, e);
         case "in_doubt":
-          await sleep(b.next(), sig);
+          await this.sleep(b.next(), sig);
           continue;
         case "moved":
           if (m.boundOn === s) m.boundOn = null;
@@ -606,10 +610,12 @@ export class Client {
       this.dialing.set(addr, p);
     }
     if (!signal) return p;
+    if (signal.aborted) throw signal.reason;
+    let abort = () => {};
     return Promise.race([p, new Promise<never>((_, reject) => {
-      if (signal.aborted) reject(signal.reason);
-      signal.addEventListener("abort", () => reject(signal.reason), { once: true });
-    })]);
+      abort = () => reject(signal.reason);
+      signal.addEventListener("abort", abort, { once: true });
+    })]).finally(() => signal.removeEventListener("abort", abort));
   }
 
   // ended takes the end of session s: its bindings ended with it; every
@@ -640,8 +646,26 @@ export class Client {
     this.route.set(conv, this.nodes[(i + 1) % this.nodes.length]!);
   }
 
-  private signal(s?: AbortSignal): AbortSignal {
-    return s ? AbortSignal.any([s, this.life.signal]) : this.life.signal;
+  // sleep waits ms; it rejects when signal aborts or the client closes.
+  // Sleepers are kept in a set rather than as listeners of one shared
+  // signal, which a thousand pipelined retries would pile up on.
+  private sleep(ms: number, signal?: AbortSignal): Promise<void> {
+    return new Promise((resolve, reject) => {
+      if (this.closed) return reject(new ClosedError("participantd: client closed"));
+      if (signal?.aborted) return reject(signal.reason);
+      const done = (err?: unknown) => {
+        clearTimeout(t);
+        this.sleepers.delete(stop);
+        signal?.removeEventListener("abort", abort);
+        if (err === undefined) resolve();
+        else reject(err);
+      };
+      const stop = () => done(new ClosedError("participantd: client closed"));
+      const abort = () => done(signal!.reason);
+      const t = setTimeout(() => done(), ms);
+      this.sleepers.add(stop);
+      signal?.addEventListener("abort", abort, { once: true });
+    });
   }
 
   private delivered(_s: Session, m: DeliveryPush): void {
@@ -698,7 +722,7 @@ export class Client {
       if (!s?.alive || m.lost || m.intent) continue;
       const c = m.cred;
       try {
-        const a = await s.call({ t: "ack", conversation: c.conversation, participant: c.participant, generation: c.generation, through: m.cursor }, this.life.signal);
+        const a = await s.call({ t: "ack", conversation: c.conversation, participant: c.participant, generation: c.generation, through: m.cursor });
         if (a.t === "acked") m.cursor = Math.max(m.cursor, a.cursor);
         else if (a.t === "error") {
           const e = this.refused(s, m, c.generation, a);
@@ -731,19 +755,4 @@ class Backoff {
     this.cur = this.cur === 0 ? this.min : Math.min(2 * this.cur, this.max);
     return this.cur / 2 + Math.random() * (this.cur / 2);
   }
-}
-
-function sleep(ms: number, signal: AbortSignal): Promise<void> {
-  return new Promise((resolve, reject) => {
-    if (signal.aborted) return reject(signal.reason);
-    const t = setTimeout(() => {
-      signal.removeEventListener("abort", abort);
-      resolve();
-    }, ms);
-    const abort = () => {
-      clearTimeout(t);
-      reject(signal.reason);
-    };
-    signal.addEventListener("abort", abort, { once: true });
-  });
 }
