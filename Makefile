@@ -1,7 +1,7 @@
 # The README's commands, wrapped. `make test` is what .ci/run runs.
 GO ?= go
 
-.PHONY: test build lint fuzz bench run release release-check
+.PHONY: test build lint fuzz bench run release release-check test-clients
 
 build:
 	$(GO) build ./...
@@ -9,6 +9,17 @@ build:
 test:
 	$(GO) vet ./...
 	$(GO) test -race -timeout 20m ./...
+
+# The TypeScript client (clients/typescript): builds participantd for its
+# integration tests, installs the package's dependencies from its lock
+# file, type-checks (the README's snippet too) and runs the unit,
+# integration (TCP, WebSocket) and browser (headless Chromium at
+# $(CHROMIUM)) tests.
+CHROMIUM ?= /usr/bin/chromium
+test-clients:
+	$(GO) build -o clients/typescript/.bin/participantd ./cmd/participantd
+	cd clients/typescript && npm ci --no-audit --no-fund && \
+		TS_PARTICIPANTD_BIN=$(CURDIR)/clients/typescript/.bin/participantd CHROMIUM=$(CHROMIUM) npm test
 
 lint:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \

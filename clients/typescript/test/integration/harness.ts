@@ -14,9 +14,14 @@ import { FrameReader } from "../../src/index.js";
 const pkg = fileURLToPath(new URL("../../../", import.meta.url));
 const repo = join(pkg, "../..");
 
-/** binary returns the participantd binary: $PARTICIPANTD_BIN, or .bin/participantd, built if absent. */
+/**
+ * binary returns the participantd binary: $TS_PARTICIPANTD_BIN, or
+ * .bin/participantd, built if absent. (Not PARTICIPANTD_*: participantd
+ * refuses to start with an environment variable of its prefix it does not
+ * know, and the child inherits the environment.)
+ */
 export function binary(): string {
-  if (process.env.PARTICIPANTD_BIN) return process.env.PARTICIPANTD_BIN;
+  if (process.env.TS_PARTICIPANTD_BIN) return process.env.TS_PARTICIPANTD_BIN;
   const bin = join(pkg, ".bin/participantd");
   if (!existsSync(bin)) execFileSync("go", ["build", "-o", bin, "./cmd/participantd"], { cwd: repo, stdio: "inherit" });
   return bin;
@@ -52,10 +57,12 @@ export class Server {
     this.exited = new Promise((r) => p.once("exit", () => r()));
     return new Promise((resolve, reject) => {
       let buf = "";
+      let all = "";
       let tcpUp = false;
       let wsUp = false;
       const onData = (chunk: Buffer) => {
         buf += chunk.toString();
+        all = (all + chunk.toString()).slice(-4000);
         let i;
         while ((i = buf.indexOf("\n")) >= 0) {
           const line = buf.slice(0, i);
@@ -82,7 +89,7 @@ export class Server {
         }
       };
       p.stderr!.on("data", onData);
-      p.once("exit", (code) => reject(new Error(`participantd exited (${code}) before serving: ${buf.slice(-2000)}`)));
+      p.once("exit", (code) => reject(new Error(`participantd exited (${code}) before serving: ${all}`)));
     });
   }
 
