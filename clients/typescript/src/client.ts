@@ -99,7 +99,7 @@ export interface ClientOptions {
   onCredential?: (cred: Credential) => void | Promise<void>;
   /** A connection ended other than by close(). */
   onDisconnect?: (addr: string, why: Error) => void;
-  /** A participant was bound again after its connection ended or its conversation moved. */
+  /** A participant held before was bound again: after its connection ended, its conversation moved, or attach(). */
   onReattach?: (cred: Credential, welcome: Welcome) => void;
   /** A participant the client can no longer use (superseded, retired, its credential refused). */
   onLost?: (cred: Credential, why: LostError) => void;
@@ -134,6 +134,8 @@ interface Member {
   nextToken: Uint8Array | null;
   lost: LostError | null;
   following: boolean;
+  /** Bound once already: the next binding is a re-attachment (onReattach). */
+  everBound: boolean;
   attachChain: Promise<unknown>;
 }
 
@@ -229,6 +231,7 @@ export class Client {
       await this.o.onCredential?.(cred);
       if (here && s.alive && m.intent === null && m.cred.generation === cred.generation) {
         m.boundOn = s;
+        m.everBound = true;
         return cred;
       }
       // Committed, but the binding is not on this connection: attach.
@@ -533,6 +536,8 @@ export class Client {
         await this.o.onCredential?.(m.cred);
         if (newer && s.alive && (a.replay === undefined || (a.replay === "bound" && only))) {
           m.boundOn = s;
+          if (m.everBound) this.o.onReattach?.(m.cred, s.welcome);
+          m.everBound = true;
           return m.cred;
         }
         m.boundOn = null;
@@ -577,7 +582,6 @@ export class Client {
       if (m.lost || !m.wantBound || this.members.get(key(conv, m.cred.participant)) !== m) return;
       if (m.boundOn === s && s.alive) return;
       await this.attachOn(s, m, sig);
-      this.o.onReattach?.(m.cred, s.welcome);
     }).catch(() => {
       // Lost (onLost said so), or closed; a refusal that committed
       // nothing is tried again at the next end of a connection.
@@ -736,7 +740,7 @@ export class Client {
 }
 
 function newMember(cred: Credential): Member {
-  return { cred, wantBound: true, boundOn: null, cursor: 0, intent: null, nextToken: null, lost: null, following: false, attachChain: Promise.resolve() };
+  return { cred, wantBound: true, boundOn: null, cursor: 0, intent: null, nextToken: null, lost: null, following: false, everBound: false, attachChain: Promise.resolve() };
 }
 
 // expect returns a if it is an answer of type t, throws the typed error of
