@@ -13,11 +13,11 @@ test:
 # The TypeScript client (clients/typescript): builds participantd for its
 # integration tests, installs the package's dependencies from its lock
 # file, type-checks (the README's snippet too) and runs the unit,
-# integration (TCP, WebSocket) and browser (headless Chromium at
+# integration (TCP, WebSocket, a 3-node cluster over cmd/etcd-dev) and browser (headless Chromium at
 # $(CHROMIUM)) tests.
 CHROMIUM ?= /usr/bin/chromium
 test-clients:
-	$(GO) build -o clients/typescript/.bin/participantd ./cmd/participantd
+	$(GO) build -o clients/typescript/.bin/ ./cmd/participantd ./cmd/etcd-dev
 	cd clients/typescript && npm ci --no-audit --no-fund && \
 		TS_PARTICIPANTD_BIN=$(CURDIR)/clients/typescript/.bin/participantd CHROMIUM=$(CHROMIUM) npm test
 

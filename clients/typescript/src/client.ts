@@ -199,6 +199,11 @@ export class Client {
     return this.sessions.get(conv === undefined ? this.home : this.routeOf(conv))?.welcome;
   }
 
+  /** addressOf returns the address the client sends conversation conv's requests to (its owner, as last learned). */
+  addressOf(conv: number): string {
+    return this.routeOf(conv);
+  }
+
   /** credential returns the latest credential held for the participant. */
   credential(conversation: number, participant: number): Credential | undefined {
     return this.members.get(key(conversation, participant))?.cred;

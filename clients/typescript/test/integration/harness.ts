@@ -20,11 +20,53 @@ const repo = join(pkg, "../..");
  * refuses to start with an environment variable of its prefix it does not
  * know, and the child inherits the environment.)
  */
-export function binary(): string {
-  if (process.env.TS_PARTICIPANTD_BIN) return process.env.TS_PARTICIPANTD_BIN;
-  const bin = join(pkg, ".bin/participantd");
-  if (!existsSync(bin)) execFileSync("go", ["build", "-o", bin, "./cmd/participantd"], { cwd: repo, stdio: "inherit" });
+export function binary(name = "participantd"): string {
+  if (name === "participantd" && process.env.TS_PARTICIPANTD_BIN) return process.env.TS_PARTICIPANTD_BIN;
+  const bin = join(pkg, ".bin", name);
+  if (!existsSync(bin)) execFileSync("go", ["build", "-o", bin, `./cmd/${name}`], { cwd: repo, stdio: "inherit" });
   return bin;
+}
+
+/** freePort returns a loopback port free a moment ago (for a node that must advertise its address). */
+export async function freePort(): Promise<number> {
+  const s = createServer();
+  await new Promise<void>((r) => s.listen(0, "127.0.0.1", r));
+  const port = (s.address() as { port: number }).port;
+  await new Promise((r) => s.close(r));
+  return port;
+}
+
+/** Etcd is cmd/etcd-dev: an embedded etcd of one member, for cluster mode. */
+export class Etcd {
+  endpoints = "";
+  private proc: ChildProcess | null = null;
+  private readonly data = mkdtempSync(join(tmpdir(), "participantd-ts-etcd-"));
+
+  static async start(): Promise<Etcd> {
+    const e = new Etcd();
+    const p = spawn(binary("etcd-dev"), ["--members", "1", "--data", e.data], { stdio: ["ignore", "pipe", "ignore"] });
+    e.proc = p;
+    e.endpoints = await new Promise<string>((resolve, reject) => {
+      let out = "";
+      p.stdout!.on("data", (c: Buffer) => {
+        out += c.toString();
+        const i = out.indexOf("\n");
+        if (i >= 0) resolve(out.slice(0, i).trim());
+      });
+      p.once("exit", (code) => reject(new Error(`etcd-dev exited (${code})`)));
+    });
+    return e;
+  }
+
+  async stop(): Promise<void> {
+    const p = this.proc;
+    if (p && p.exitCode === null) {
+      const exited = new Promise((r) => p.once("exit", r));
+      p.kill("SIGTERM");
+      await exited;
+    }
+    rmSync(this.data, { recursive: true, force: true });
+  }
 }
 
 /** Server is one participantd process over a data directory it keeps across restarts. */
@@ -37,9 +79,9 @@ export class Server {
 
   constructor(private readonly extra: string[] = []) {}
 
-  static async start(extra: string[] = []): Promise<Server> {
+  static async start(extra: string[] = [], listen = "127.0.0.1:0"): Promise<Server> {
     const s = new Server(extra);
-    await s.run("127.0.0.1:0", "127.0.0.1:0");
+    await s.run(listen, "127.0.0.1:0");
     return s;
   }
 
@@ -113,7 +155,7 @@ export class Server {
 
   /** stop ends the process (SIGTERM: a drain) and removes the data. */
   async stop(): Promise<void> {
-    this.proc?.kill("SIGTERM");
+    if (this.proc?.exitCode === null && this.proc.signalCode === null) this.proc.kill("SIGTERM");
     await this.exited;
     rmSync(this.data, { recursive: true, force: true });
   }
