@@ -5,6 +5,11 @@
 let lastMs = 0;
 let seqInMs = 0;
 
+// Random bytes are drawn 4 KiB at a time: one getRandomValues call per
+// 512 tokens rather than per token.
+const pool = new Uint8Array(4096);
+let poolAt = pool.length;
+
 /**
  * newToken returns a UUIDv7 (RFC 9562): 48 bits of unix milliseconds, the
  * version, 12 bits that order the draws of one millisecond in this
@@ -26,7 +31,13 @@ export function newToken(now = Date.now()): Uint8Array {
     }
   }
   const t = new Uint8Array(16);
-  crypto.getRandomValues(t.subarray(8));
+  if (poolAt === pool.length) {
+    crypto.getRandomValues(pool);
+    poolAt = 0;
+  }
+  t.set(pool.subarray(poolAt, poolAt + 8), 8);
+  pool.fill(0, poolAt, poolAt + 8); // a drawn byte is never handed out twice, nor kept
+  poolAt += 8;
   const ms = lastMs;
   t[0] = Math.floor(ms / 2 ** 40) & 0xff;
   t[1] = Math.floor(ms / 2 ** 32) & 0xff;
