@@ -587,11 +587,18 @@ export class Client {
       if (m.lost || !m.wantBound || this.members.get(key(conv, m.cred.participant)) !== m) return;
       if (m.boundOn === s && s.alive) return;
       await this.attachOn(s, m, sig);
-    }).catch(() => {
-      // Lost (onLost said so), or closed; a refusal that committed
-      // nothing is tried again at the next end of a connection.
-    }).finally(() => {
+    }).then(() => false, (e: unknown) => {
+      // Lost (onLost said so), closed, or refused for good (auth_failed):
+      // done. A refusal that committed nothing (backlog_full past
+      // backlogWaitMs, say) is tried again later, as the Go client's
+      // deferred re-attach is.
+      return !(e instanceof LostError || e instanceof ClosedError || e instanceof RejectedError);
+    }).then((again) => {
       m.following = false;
+      if (again && !this.closed && !m.lost && m.wantBound) {
+        const t = setTimeout(() => this.follow(m), this.o.maxBackoffMs);
+        (t as { unref?: () => void }).unref?.();
+      }
     });
   }
 
