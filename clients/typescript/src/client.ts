@@ -266,7 +266,8 @@ export class Client {
     m.wantBound = true;
     if (co.token && m.intent === null) m.nextToken = co.token;
     const mm = m;
-    return this.run(cred.conversation, co.signal, null, (s, sig) => this.attachOn(s, mm, sig));
+    // An attach aborted in flight is in doubt under its intent's token.
+    return this.run(cred.conversation, co.signal, () => mm.intent?.token ?? null, (s, sig) => this.attachOn(s, mm, sig));
   }
 
   /**
@@ -390,7 +391,7 @@ export class Client {
   // backlog_full for backlogWaitMs. When the caller's signal ends after
   // a token-bearing request went out, it throws an InDoubtError with the
   // token.
-  private async run<T>(conv: number, callerSignal: AbortSignal | undefined, token: Uint8Array | null,
+  private async run<T>(conv: number, callerSignal: AbortSignal | undefined, token: Uint8Array | null | (() => Uint8Array | null),
     step: (s: Session, sig: AbortSignal | undefined) => Promise<T>): Promise<T> {
     const sig = callerSignal;
     const stopped = () => this.closed || sig?.aborted === true;
@@ -446,7 +447,8 @@ export class Client {
   }
 
   // unknown turns the end of a wait into the caller's error.
-  private unknown(reason: unknown, sent: boolean, token: Uint8Array | null): unknown {
+  private unknown(reason: unknown, sent: boolean, tokenOf: Uint8Array | null | (() => Uint8Array | null)): unknown {
+    const token = typeof tokenOf === "function" ? tokenOf() : tokenOf;
     if (!sent || token === null) return reason;
     const e = new InDoubtError("in_doubt", `outcome unknown: ${reason instanceof Error ? reason.message : String(reason)}`);
     e.token = token;

@@ -199,6 +199,74 @@ test("a participant taken over by another session is lost: the binding check not
   }
 });
 
+test("a reader's re-attach refused backlog_full past the wait is tried again, and its deliveries resume", async () => {
+  const conv = nextConv++;
+  const writer = await connect(server.tcp);
+  const reader = await connect(proxy.addr, { minBackoffMs: 10, maxBackoffMs: 100, backlogWaitMs: 50 });
+  try {
+    const w = await writer.enroll(conv);
+    await reader.enroll(conv);
+    // For the next 600 ms every attach is refused backlog_full by the
+    // proxy, as a full conversation would: nothing reaches the server.
+    const until = Date.now() + 600;
+    let refused = 0;
+    proxy.fromClient = (m) => {
+      if (m.t === "attach" && Date.now() < until) {
+        refused++;
+        proxy.inject({ t: "error", id: m.id, code: "backlog_full", detail: "backlog full", limit: 1 });
+        return "drop";
+      }
+      return "pass";
+    };
+    proxy.cutAll();
+    const seq = await writer.tell(w, bytes("for the reader"));
+    const [d] = await take(reader.deliveries(), 1, (d) => d.kind === "record" && d.seq === seq, 10_000);
+    proxy.fromClient = () => "pass";
+    assert.equal(text(d!.payload), "for the reader");
+    assert.ok(refused >= 2, `${refused} attaches refused`);
+  } finally {
+    proxy.fromClient = () => "pass";
+    writer.close();
+    reader.close();
+  }
+});
+
+test("a process that dies with an attach in doubt recovers it from its persisted intent", async () => {
+  const conv = nextConv++;
+  const boot = await connect(server.tcp);
+  const cred = await boot.enroll(conv);
+  await boot.detach(cred);
+  boot.close();
+  // The first process persists its intent, sends the attach, and dies
+  // before the answer (the proxy swallows it).
+  let persisted: Intent | null = null;
+  proxy.fromServer = (m) => (m.t === "attached" ? "drop" : "pass");
+  const first = await connect(proxy.addr, { onIntent: (i) => void (persisted = i) });
+  const ac = new AbortController();
+  proxy.fromClient = (m) => {
+    if (m.t === "attach") setTimeout(() => ac.abort(new Error("crash")), 50);
+    return "pass";
+  };
+  const err = await first.attach(cred, { signal: ac.signal }).catch((e: unknown) => e);
+  first.close();
+  assert.ok(err instanceof InDoubtError, String(err));
+  proxy.fromServer = () => "pass";
+  proxy.fromClient = () => "pass";
+  assert.ok(persisted);
+  const intent = persisted as Intent;
+  assert.equal(toHex(err.token!), toHex(intent.token), "the in-doubt error names the intent's token");
+  // Presenting generation 1 with a new token would now be stale_authority:
+  // the attach committed. The intent's token replays it.
+  const second = await connect(server.tcp);
+  try {
+    const again = await second.attach(intent.presented!, { token: intent.token });
+    assert.equal(again.generation, 3, "replayed generation 2, then attached with it");
+    assert.ok((await second.tell(again, bytes("recovered"))) > 0);
+  } finally {
+    second.close();
+  }
+});
+
 test("moved is followed to the owner with the same token", async () => {
   // A fake node that owns nothing: every request is moved to the real one.
   const seen: Record<string, unknown>[] = [];
