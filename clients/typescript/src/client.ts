@@ -89,8 +89,10 @@ export interface ClientOptions {
   backlogWaitMs?: number;
   /** How often each bound participant's binding is checked (an ack at its cursor). Default 30 s; negative: never. */
   bindingCheckIntervalMs?: number;
-  /** Deliveries queued unread before the client stops reading its connections. Default 65536. */
+  /** Deliveries queued unread before the client stops reading its connections (answers then wait too). Default 65536. */
   maxQueuedDeliveries?: number;
+  /** Payload bytes of deliveries queued unread before the client stops reading its connections. Default 64 MiB. */
+  maxQueuedDeliveryBytes?: number;
   /** Maps a moved owner's wire address to the address to dial (a WebSocket URL, say). Default: as is. */
   ownerAddress?: (owner: string) => string;
   /** Called, and awaited, before an enroll's or attach's first send; a throw stops the call before anything is sent. */
@@ -142,7 +144,7 @@ interface Member {
 const key = (conv: number, p: number) => `${conv}/${p}`;
 
 export class Client {
-  private readonly o: Required<Pick<ClientOptions, "minBackoffMs" | "maxBackoffMs" | "dialTimeoutMs" | "backlogWaitMs" | "bindingCheckIntervalMs" | "maxQueuedDeliveries">> & ClientOptions;
+  private readonly o: Required<Pick<ClientOptions, "minBackoffMs" | "maxBackoffMs" | "dialTimeoutMs" | "backlogWaitMs" | "bindingCheckIntervalMs" | "maxQueuedDeliveries" | "maxQueuedDeliveryBytes">> & ClientOptions;
   private readonly nodes: string[];
   private home: string;
   private ids = 0;
@@ -154,6 +156,7 @@ export class Client {
   private readonly members = new Map<string, Member>();
   private readonly seen = new Map<number, number>();
   private readonly queue: Delivery[] = [];
+  private queuedBytes = 0;
   private waiter: (() => void) | null = null;
   private paused = false;
   private checker: ReturnType<typeof setInterval> | null = null;
@@ -162,7 +165,7 @@ export class Client {
   private constructor(nodes: string[], opts: ClientOptions) {
     this.o = {
       minBackoffMs: 50, maxBackoffMs: 5000, dialTimeoutMs: 10_000, backlogWaitMs: 30_000,
-      bindingCheckIntervalMs: 30_000, maxQueuedDeliveries: 65536, ...opts,
+      bindingCheckIntervalMs: 30_000, maxQueuedDeliveries: 65536, maxQueuedDeliveryBytes: 64 << 20, ...opts,
     };
     this.nodes = [...nodes];
     this.home = nodes[0]!;
@@ -352,7 +355,8 @@ export class Client {
     for (;;) {
       const d = this.queue.shift();
       if (d) {
-        if (this.paused && this.queue.length <= this.o.maxQueuedDeliveries / 2) {
+        this.queuedBytes -= d.payload?.length ?? 0;
+        if (this.paused && this.queue.length <= this.o.maxQueuedDeliveries / 2 && this.queuedBytes <= this.o.maxQueuedDeliveryBytes / 2) {
           this.paused = false;
           for (const s of this.sessions.values()) s.resume();
         }
@@ -362,6 +366,11 @@ export class Client {
       if (this.closed) return;
       await new Promise<void>((r) => (this.waiter = r));
     }
+  }
+
+  /** queued returns how many deliveries, and how many payload bytes, wait unread in deliveries(). */
+  get queued(): { deliveries: number; bytes: number } {
+    return { deliveries: this.queue.length, bytes: this.queuedBytes };
   }
 
   [Symbol.asyncIterator](): AsyncGenerator<Delivery, void, undefined> {
@@ -711,7 +720,8 @@ export class Client {
   // stops reading its connections, so the server feels the backpressure.
   private enqueue(d: Delivery): void {
     this.queue.push(d);
-    if (!this.paused && this.queue.length >= this.o.maxQueuedDeliveries) {
+    this.queuedBytes += d.payload?.length ?? 0;
+    if (!this.paused && (this.queue.length >= this.o.maxQueuedDeliveries || this.queuedBytes >= this.o.maxQueuedDeliveryBytes)) {
       this.paused = true;
       for (const s of this.sessions.values()) s.pause();
     }

@@ -34,6 +34,9 @@ export interface WebSocketLike {
   onmessage: ((ev: { data: unknown }) => void) | null;
   onclose: ((ev: { code: number; reason: string }) => void) | null;
   onerror: ((ev: unknown) => void) | null;
+  /** The `ws` package's pause and resume (stop reading the socket); browsers have none. */
+  pause?(): void;
+  resume?(): void;
 }
 
 /**
@@ -54,6 +57,10 @@ export function webSocketDialer(make: (url: string) => WebSocketLike): Dialer {
           if (!ended && ws.readyState === 1) ws.send(frame);
         },
         close: () => ws.close(1000),
+        // A browser's WebSocket cannot stop reading: there the delivery
+        // queue is bounded only by the server's own write limits.
+        pause: ws.pause ? () => ws.pause!() : undefined,
+        resume: ws.resume ? () => ws.resume!() : undefined,
         onFrame: () => {},
         onClose: () => {},
       };

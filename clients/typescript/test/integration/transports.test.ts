@@ -69,6 +69,31 @@ for (const [name, addr] of transports) {
       }
     });
 
+    test("a reader that does not read stops reading its connection: the queue stays bounded, nothing is lost", async () => {
+      const conv = nextConv++;
+      const writer = await connect(addr());
+      const reader = await connect(addr(), { maxQueuedDeliveryBytes: 4096 });
+      try {
+        const w = await writer.enroll(conv);
+        await reader.enroll(conv);
+        const payload = new Uint8Array(1000).fill(7);
+        const seqs = await Promise.all(Array.from({ length: 200 }, () => writer.tell(w, payload)));
+        // Wait for the server to have pushed what the reader will take in:
+        // once paused, the queue stops growing.
+        let last = -1;
+        while (reader.queued.bytes !== last) {
+          last = reader.queued.bytes;
+          await new Promise((r) => setTimeout(r, 200));
+        }
+        assert.ok(reader.queued.bytes < 200 * 1000 / 2, `${reader.queued.bytes} bytes queued unread`);
+        const got = await take(reader.deliveries(), 200, (d) => d.kind === "record");
+        assert.deepEqual(got.map((d) => d.seq), seqs);
+      } finally {
+        writer.close();
+        reader.close();
+      }
+    });
+
     test("SIGKILL and restart in the middle of a stream: every tell answered once, nothing lost, retries replayed", async () => {
       const conv = nextConv++;
       const reattached: Credential[] = [];
