@@ -10,17 +10,6 @@ test:
 	$(GO) vet ./...
 	$(GO) test -race -timeout 20m ./...
 
-# The TypeScript client (clients/typescript): builds participantd for its
-# integration tests, installs the package's dependencies from its lock
-# file, type-checks (the README's snippet too) and runs the unit,
-# integration (TCP, WebSocket, a 3-node cluster over cmd/etcd-dev) and browser (headless Chromium at
-# $(CHROMIUM)) tests.
-CHROMIUM ?= /usr/bin/chromium
-test-clients:
-	$(GO) build -o clients/typescript/.bin/ ./cmd/participantd ./cmd/etcd-dev
-	cd clients/typescript && npm ci --no-audit --no-fund && \
-		TS_PARTICIPANTD_BIN=$(CURDIR)/clients/typescript/.bin/participantd CHROMIUM=$(CHROMIUM) npm test
-
 lint:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
@@ -88,3 +77,14 @@ release-check: release
 	done
 	@for p in $(PLATFORMS); do os=$${p%/*}; arch=$${p#*/}; \
 		test -x $(DIST)/participantd-$(VERSION)-$$os-$$arch || { echo "missing $$os/$$arch"; exit 1; }; done
+
+# The TypeScript client (clients/typescript): builds participantd for its
+# integration tests, installs the package's dependencies from its lock
+# file, type-checks (the README's snippet too) and runs the unit,
+# integration (TCP, WebSocket, a 3-node cluster over cmd/etcd-dev) and browser (headless Chromium at
+# $(CHROMIUM)) tests.
+CHROMIUM ?= /usr/bin/chromium
+test-clients:
+	$(GO) build -o clients/typescript/.bin/ ./cmd/participantd ./cmd/etcd-dev
+	cd clients/typescript && npm ci --no-audit --no-fund && \
+		TS_PARTICIPANTD_BIN=$(CURDIR)/clients/typescript/.bin/participantd CHROMIUM=$(CHROMIUM) npm test
