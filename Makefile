@@ -1,7 +1,7 @@
 # The README's commands, wrapped. `make test` is what .ci/run runs.
 GO ?= go
 
-.PHONY: test build lint fuzz bench run release release-check
+.PHONY: test build lint fuzz bench run release release-check test-clients
 
 build:
 	$(GO) build ./...
@@ -82,3 +82,14 @@ release-check: release
 	done
 	@for p in $(PLATFORMS); do os=$${p%/*}; arch=$${p#*/}; \
 		test -x $(DIST)/participantd-$(VERSION)-$$os-$$arch || { echo "missing $$os/$$arch"; exit 1; }; done
+
+# The TypeScript client (clients/typescript): builds participantd for its
+# integration tests, installs the package's dependencies from its lock
+# file, type-checks (the README's snippet too) and runs the unit,
+# integration (TCP, WebSocket, a 3-node cluster over cmd/etcd-dev) and browser (headless Chromium at
+# $(CHROMIUM)) tests.
+CHROMIUM ?= /usr/bin/chromium
+test-clients:
+	$(GO) build -o clients/typescript/.bin/ ./cmd/participantd ./cmd/etcd-dev
+	cd clients/typescript && npm ci --no-audit --no-fund && \
+		TS_PARTICIPANTD_BIN=$(CURDIR)/clients/typescript/.bin/participantd CHROMIUM=$(CHROMIUM) npm test
