@@ -73,6 +73,11 @@ type Options struct {
 	// Clock measures the lease's local deadline; nil means the system's
 	// monotonic and boot clocks (see Clock).
 	Clock Clock
+	// SealKey, if set (SealKeySize bytes, LoadSealKey), seals the cluster
+	// secret in etcd (see secret.go): NodeKey creates it sealed, opens a
+	// sealed one, and seals one it finds unsealed. Without it a sealed
+	// secret is refused (ErrNodeKeySealed).
+	SealKey []byte
 }
 
 // Observer receives the node's events, for metrics. Calls must not block.
@@ -403,17 +408,25 @@ func (n *Node) loadOrdinal(ctx context.Context) (uint64, error) {
 
 // NodeKey returns the cluster secret that derives every attach secret,
 // creating it (32 random bytes, create-if-absent) on the first call in the
-// cluster, so that credentials verify on every node.
+// cluster, so that credentials verify on every node. With Options.SealKey
+// it is stored sealed, and a secret stored unsealed is sealed in place.
 func (n *Node) NodeKey(ctx context.Context) ([]byte, error) {
 	key := make([]byte, participant.NodeKeySize)
 	if _, err := rand.Read(key); err != nil {
 		return nil, err
 	}
-	k := n.key("secret", "node-key")
+	stored := key
+	if n.opts.SealKey != nil {
+		var err error
+		if stored, err = sealNodeKey(n.opts.SealKey, key); err != nil {
+			return nil, fmt.Errorf("cluster: node key: %w", err)
+		}
+	}
+	k := n.key(NodeKeyName)
 	cctx, cancel := n.ctx(ctx)
 	defer cancel()
 	resp, err := n.cli.Txn(cctx).If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
-		Then(clientv3.OpPut(k, string(key))).Else(clientv3.OpGet(k)).Commit()
+		Then(clientv3.OpPut(k, string(stored))).Else(clientv3.OpGet(k)).Commit()
 	if err != nil {
 		return nil, fmt.Errorf("cluster: node key: %w", err)
 	}
@@ -421,10 +434,32 @@ func (n *Node) NodeKey(ctx context.Context) ([]byte, error) {
 		return key, nil
 	}
 	kvs := resp.Responses[0].GetResponseRange().Kvs
-	if len(kvs) != 1 || len(kvs[0].Value) != participant.NodeKeySize {
-		return nil, fmt.Errorf("cluster: node key in etcd is malformed")
+	if len(kvs) != 1 {
+		return nil, fmt.Errorf("cluster: node key: %s vanished", k)
 	}
-	return kvs[0].Value, nil
+	if key, err = OpenNodeKey(n.opts.SealKey, kvs[0].Value); err != nil {
+		return nil, err
+	}
+	if n.opts.SealKey != nil && !sealed(kvs[0].Value) {
+		n.sealInPlace(cctx, k, key, kvs[0].ModRevision)
+	}
+	return key, nil
+}
+
+// sealInPlace replaces the unsealed secret at k, as it was at revision
+// rev, with key sealed. Failing, it logs: the secret stays usable, and the
+// next start seals it.
+func (n *Node) sealInPlace(ctx context.Context, k string, key []byte, rev int64) {
+	s, err := sealNodeKey(n.opts.SealKey, key)
+	if err == nil {
+		_, err = n.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(k), "=", rev)).
+			Then(clientv3.OpPut(k, string(s))).Commit()
+	}
+	if err != nil {
+		n.log.Warn().Err(err).Msg("the cluster secret in etcd is not sealed, and sealing it failed; the next start tries again")
+		return
+	}
+	n.log.Info().Msg("sealed the cluster secret in etcd under the sealing key")
 }
 
 // keepAlive refreshes the lease every third of its TTL. A lease that etcd

@@ -50,6 +50,10 @@ type ClusterConfig struct {
 	CA, Cert, Key string
 	// Username and Password authenticate to etcd when Username is set.
 	Username, Password string
+	// SealKeyFile, if set, holds the key that seals the cluster secret in
+	// etcd (cluster.LoadSealKey, cluster Options.SealKey): every node of a
+	// cluster is given the same file.
+	SealKeyFile string
 	// NoLeaderAffinity sends commits through the client on every endpoint
 	// instead of a second client on the etcd leader (etcdstore
 	// Options.DialLeader, docs/DESIGN.md "Cluster mode"); the zero value
@@ -245,6 +249,13 @@ func (s *Server) openCluster(ctx context.Context) (backend, *participant.Service
 	if advertise == "" {
 		advertise = s.ln.Addr().String()
 	}
+	var sealKey []byte
+	if cc.SealKeyFile != "" {
+		var err error
+		if sealKey, err = cluster.LoadSealKey(cc.SealKeyFile); err != nil {
+			return nil, nil, fmt.Errorf("server: %w", err)
+		}
+	}
 	ecfg, err := cc.clientConfig()
 	if err != nil {
 		return nil, nil, err
@@ -276,6 +287,7 @@ func (s *Server) openCluster(ctx context.Context) (backend, *participant.Service
 		// Where an operator asking another node is sent for the status of
 		// a conversation this node owns (admin_conversation.go).
 		AdvertiseHealth: s.healthURL(advertise),
+		SealKey:         sealKey,
 	})
 	if err != nil {
 		cli.Close()

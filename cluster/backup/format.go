@@ -11,6 +11,8 @@ import (
 	"io"
 
 	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/participantd/participantd/cluster"
 )
 
 // Magic starts every cluster backup file.
@@ -52,7 +54,7 @@ var (
 )
 
 // NodeKeyKey is the cluster secret's key, relative to the prefix.
-const NodeKeyKey = "secret/node-key"
+const NodeKeyKey = cluster.NodeKeyName
 
 // Header is the first frame of a backup.
 type Header struct {

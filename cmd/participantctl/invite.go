@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/participantd/participantd/cluster"
 	"github.com/participantd/participantd/cluster/backup"
 	"github.com/participantd/participantd/participant"
 	"github.com/participantd/participantd/server"
@@ -119,8 +120,15 @@ func readClusterNodeKey(ctx context.Context, cc server.ClusterConfig) ([]byte, e
 	if len(resp.Kvs) == 0 {
 		return nil, fmt.Errorf("no %s in etcd: start a participantd node on prefix %s once to create it", k, cc.Prefix)
 	}
-	if key := resp.Kvs[0].Value; len(key) == participant.NodeKeySize {
-		return key, nil
+	var seal []byte
+	if cc.SealKeyFile != "" {
+		if seal, err = cluster.LoadSealKey(cc.SealKeyFile); err != nil {
+			return nil, err
+		}
 	}
-	return nil, fmt.Errorf("%s has %d bytes, want %d", k, len(resp.Kvs[0].Value), participant.NodeKeySize)
+	key, err := cluster.OpenNodeKey(seal, resp.Kvs[0].Value)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", k, err)
+	}
+	return key, nil
 }

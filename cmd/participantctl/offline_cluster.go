@@ -38,7 +38,7 @@ const etcdPasswordEnv = "PARTICIPANTD_ETCD_PASSWORD"
 // meanings, resolved into the server's own ClusterConfig (whose Client the
 // daemon uses too).
 type etcdFlags struct {
-	endpoints, prefix, ca, cert, key, user, password *string
+	endpoints, prefix, ca, cert, key, user, password, sealKey *string
 }
 
 func addEtcdFlags(fs *flag.FlagSet) *etcdFlags {
@@ -50,6 +50,7 @@ func addEtcdFlags(fs *flag.FlagSet) *etcdFlags {
 		key:       fs.String("etcd-key", "", "PEM private key of etcd-cert"),
 		user:      fs.String("etcd-username", "", "etcd user (with etcd-password)"),
 		password:  fs.String("etcd-password", "", "etcd password (default $"+etcdPasswordEnv+")"),
+		sealKey:   fs.String("etcd-secret-key-file", "", "the key file the nodes seal the cluster secret with (participantd --etcd-secret-key-file)"),
 	}
 }
 
@@ -62,6 +63,7 @@ func (f *etcdFlags) config(e *env) server.ClusterConfig {
 		Prefix: cluster.NormalizePrefix(*f.prefix),
 		CA:     *f.ca, Cert: *f.cert, Key: *f.key,
 		Username: *f.user, Password: *f.password,
+		SealKeyFile: *f.sealKey,
 	}
 	if c.Password == "" && e.getenv != nil {
 		c.Password = e.getenv(etcdPasswordEnv)

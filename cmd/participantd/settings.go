@@ -280,6 +280,8 @@ var settings = []setting{
 		func(o *options, v string) error { o.server.Cluster.Password = v; return nil }},
 	{"etcd-password-file", "", "file holding etcd-password (one line; a trailing newline is dropped)",
 		secretFileSetting("etcd-password", func(o *options) *string { return &o.server.Cluster.Password })},
+	{"etcd-secret-key-file", "", "file (mode 0600) holding the key that seals the cluster secret in etcd: 32 bytes, or 64 hex digits (openssl rand -hex 32); give every node the same file. A secret found unsealed is sealed; a sealed one is refused without it",
+		func(o *options, v string) error { o.server.Cluster.SealKeyFile = v; return nil }},
 	{"log-level", "info", "debug (adds one line per request), info, warn or error",
 		func(o *options, v string) error {
 			l, err := zerolog.ParseLevel(v)
