@@ -16,6 +16,9 @@ type Conn struct {
 	svc  *Service
 	id   ConnID
 	wake func()
+	// share is the account of the principal the connection acts for, nil
+	// for nobody (see share.go).
+	share *share
 
 	// mu guards the fields below.
 	mu sync.Mutex

@@ -314,7 +314,7 @@ func (c *Conn) StartEnroll(ctx context.Context, req Enroll) *Call[Bound] {
 			}
 			o.genesis = &g
 		}
-		if e := b.admitRecords(nil); e != nil {
+		if e := b.admitRecords(c.share, nil); e != nil {
 			release()
 			if o.genesis != nil && b.reservedSlot && !b.cv.registered.Load() {
 				c.svc.conversationSlots.release()
@@ -359,7 +359,7 @@ func (c *Conn) StartAttach(ctx context.Context, req Attach) *Call[Bound] {
 			release()
 			return settled(e)
 		}
-		if e := b.admitRecords(func() bool { return waiting(st, req.Participant) }); e != nil {
+		if e := b.admitRecords(c.share, func() bool { return waiting(st, req.Participant) }); e != nil {
 			release()
 			return settled(e)
 		}
@@ -397,7 +397,7 @@ func (c *Conn) StartTell(ctx context.Context, req Tell) *Call[Told] {
 		if e != nil {
 			return settled(e)
 		}
-		if e := b.admitRecords(nil); e != nil {
+		if e := b.admitRecords(c.share, nil); e != nil {
 			return settled(e)
 		}
 		return b.commit(&op{row: row, tok: &tw}, func() { *t = Told{Conversation: b.cv.id, Seq: row.Seq} })

@@ -1,0 +1,79 @@
+package participant
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/participantd/participantd/store"
+)
+
+// TestShare_ChargesFollowTheRecords: the conversations of principal a
+// retain at most its share of BacklogRecords; past it a's tells are
+// backlog_full with the share as limit while b's conversation still
+// commits; once a's deaf member acknowledges, the account falls back with
+// the records and a's refused tell commits. A principal's share of
+// MaxConversations refuses one conversation more capacity_exceeded, and
+// not another principal's.
+func TestShare_ChargesFollowTheRecords(t *testing.T) {
+	ctx := context.Background()
+	svc, err := Open(ctx, store.NewMemory(), Options{NodeKey: testKey, BacklogRecords: 100, MaxConversations: 20, ClientShare: 10})
+	must(t, err)
+	t.Cleanup(func() { svc.Close() })
+	deaf, sender := svc.ConnectAs("a", nil), svc.ConnectAs("a", nil)
+	rx := mustEnroll(t, deaf, 1, 1)
+	tx := mustEnroll(t, sender, 1, 2)
+	tell := func(c *Conn, conv ConversationID, b Bound, n uint64) (Told, error) {
+		return c.Tell(ctx, Tell{Conversation: conv, Participant: b.Participant, Generation: b.Generation, Token: seqToken(n, byte(conv))})
+	}
+	var (
+		n    uint64
+		last Told
+	)
+	for ; ; n++ {
+		told, err := tell(sender, 1, tx, n)
+		if err != nil {
+			wantBacklogFull(t, "a's tell past its share", err, 10)
+			break
+		}
+		last = told
+		if n > 100 {
+			t.Fatalf("%d tells retained by principal a, past a share of 10", n)
+		}
+	}
+	a := svc.share("a")
+	if got, want := a.records.Load(), svc.Backlog().Records; got != want || got < 10 {
+		t.Errorf("a is charged %d records, the service retains %d: want equal, at least the share", got, want)
+	}
+	if got := svc.Backlog().ClientRefusals; got != 1 {
+		t.Errorf("ClientRefusals = %d, want 1", got)
+	}
+
+	other := svc.ConnectAs("b", nil)
+	ob := mustEnroll(t, other, 9, 3)
+	if _, err := tell(other, 9, ob, 0); err != nil {
+		t.Fatalf("b's tell while a is at its share = %v, want told", err)
+	}
+
+	if _, err := deaf.Ack(ctx, Ack{Conversation: 1, Participant: rx.Participant, Generation: rx.Generation, Through: last.Seq}); err != nil {
+		t.Fatalf("ack: %v", err)
+	}
+	if got := a.records.Load(); got != 0 {
+		t.Errorf("a is charged %d records once everything was acknowledged, want 0", got)
+	}
+	if _, err := tell(sender, 1, tx, n); err != nil {
+		t.Fatalf("a's refused tell retried after the ack = %v, want told", err)
+	}
+
+	// a holds conversation 1; its share of 20 conversations is 2.
+	mustEnroll(t, sender, 2, 4)
+	_, err = sender.Enroll(ctx, Enroll{Conversation: 3, Token: token(5)})
+	var pe *Error
+	if !errors.As(err, &pe) || pe.Code != CodeCapacityExceeded || pe.Limit != 2 {
+		t.Fatalf("a's third conversation = %v, want capacity_exceeded with limit 2", err)
+	}
+	mustEnroll(t, other, 3, 6)
+	if got := a.conversations.Load(); got != 2 {
+		t.Errorf("a is charged %d conversations, want 2", got)
+	}
+}
