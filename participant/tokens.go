@@ -80,7 +80,7 @@ func (s *Service) indexedRow(c ConversationID, applied uint64, match func(*oplog
 			return nil, w, err
 		}
 		row := r.row()
-		if row.Token != t || !row.Kind.HasToken() || !match(&row) {
+		if row.Token != t || !row.HasToken() || !match(&row) {
 			return nil, w, nil
 		}
 		return &prior{idx: v - 1, row: row, payloadHash: r.PayloadHash}, w, nil
@@ -95,7 +95,7 @@ func (s *Service) indexedRow(c ConversationID, applied uint64, match func(*oplog
 	if err != nil {
 		return nil, w, fmt.Errorf("participant: token index names oplog row %d: %w", v-1, err)
 	}
-	if row.Token != t || !row.Kind.HasToken() || !match(&row) {
+	if row.Token != t || !row.HasToken() || !match(&row) {
 		return nil, w, nil
 	}
 	return &prior{idx: v - 1, row: row}, w, nil
