@@ -271,7 +271,7 @@ func (c *Conn) Enroll(ctx context.Context, req Enroll) (Bound, error) {
 func (c *Conn) StartEnroll(ctx context.Context, req Enroll) *Call[Bound] {
 	call := &Call[Bound]{}
 	a := &call.v
-	if e := c.svc.refuseUninvited(ctx, &req); e != nil {
+	if e := c.svc.refuseStateless(ctx, c, &req); e != nil {
 		var err error = e
 		c.svc.observe("enroll", time.Now(), &err, nil, nil)
 		call.wait = func() error { return err }
