@@ -428,3 +428,28 @@ func TestCluster_StatelessRefusalsCostNothing(t *testing.T) {
 		t.Errorf("an enroll into an existing conversation = %v, want enrolled", err)
 	}
 }
+
+// TestCluster_EvictIsDecidedByTheOwner: the operator's eviction asked of
+// a node that does not own the conversation is moved, with the owner's
+// address, and changes nothing; the owner evicts.
+func TestCluster_EvictIsDecidedByTheOwner(t *testing.T) {
+	pfx := prefix()
+	ctx := context.Background()
+	a := startMemberOn(t, shared.Client, pfx, "a", lossTTL, participant.Options{})
+	b := startMemberOn(t, shared.Client, pfx, "b", lossTTL, participant.Options{})
+	p, err := a.svc.Connect(nil).Enroll(ctx, participant.Enroll{Conversation: 5, Token: tok(6, 0)})
+	if err != nil {
+		t.Fatalf("enroll on a = %v", err)
+	}
+	_, err = b.svc.Evict(ctx, 5, p.Participant)
+	var pe *participant.Error
+	if !errors.As(err, &pe) || pe.Code != participant.CodeMoved || pe.Owner != "a:7000" {
+		t.Fatalf("Evict on b = %v, want moved to a:7000", err)
+	}
+	if _, err := b.svc.Drop(ctx, 5); !errors.Is(err, participant.ErrMoved) {
+		t.Fatalf("Drop on b = %v, want moved", err)
+	}
+	if _, err := a.svc.Evict(ctx, 5, p.Participant); err != nil {
+		t.Fatalf("Evict on the owner = %v", err)
+	}
+}
