@@ -528,6 +528,7 @@ func (c *Conn) End(ctx context.Context, cause Cause) error {
 	wg.Wait()
 	c.svc.mu.Lock()
 	delete(c.svc.conns, c.id)
+	c.svc.unshareLocked(c.share)
 	c.svc.mu.Unlock()
 	return firstErr
 }

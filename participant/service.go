@@ -263,8 +263,8 @@ type Service struct {
 	mu    sync.Mutex
 	convs map[ConversationID]*conversation
 	conns map[ConnID]*Conn
-	// shares holds the account of every principal that connected since
-	// Open.
+	// shares holds the account of every principal with a connection or
+	// a conversation charged to it (share.go).
 	shares      map[Principal]*share
 	nextOrdinal uint64
 	draining    bool
@@ -478,9 +478,9 @@ func (s *Service) Connect(wake func()) *Conn { return s.ConnectAs("", wake) }
 // from the committing goroutine) whenever the connection's inbox of ready
 // conversations goes from empty to non-empty; it must not block.
 func (s *Service) ConnectAs(p Principal, wake func()) *Conn {
-	sh := s.share(p)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	sh := s.shareLocked(p)
 	s.nextOrdinal++
 	c := &Conn{
 		svc:      s,

@@ -36,9 +36,13 @@ type Principal string
 // DefaultClientShare is the default ClientShare, in percent.
 const DefaultClientShare = 10
 
-// share is one principal's account.
+// share is one principal's account. It is kept while the principal has
+// a connection or a conversation charged to it: the map of accounts is
+// bounded by the connections and the conversations.
 type share struct {
 	principal Principal
+	// conns counts the principal's connections; guarded by Service.mu.
+	conns int
 	// records counts the records retained by the published states of the
 	// conversations charged to the principal; conversations counts those
 	// conversations.
@@ -58,19 +62,31 @@ func (o *Options) shareLimits() shareLimits {
 	}
 }
 
-// share returns the account of principal p, nil for nobody.
-func (s *Service) share(p Principal) *share {
+// shareLocked returns the account of principal p, nil for nobody, and
+// counts one more connection of it. s.mu is held.
+func (s *Service) shareLocked(p Principal) *share {
 	if p == "" {
 		return nil
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	sh := s.shares[p]
 	if sh == nil {
 		sh = &share{principal: p}
 		s.shares[p] = sh
 	}
+	sh.conns++
 	return sh
+}
+
+// unshareLocked counts one connection of sh less, and forgets sh when
+// nothing is charged to it any more. s.mu is held.
+func (s *Service) unshareLocked(sh *share) {
+	if sh == nil {
+		return
+	}
+	sh.conns--
+	if sh.conns == 0 && sh.conversations.Load() == 0 && s.shares[sh.principal] == sh {
+		delete(s.shares, sh.principal)
+	}
 }
 
 // Scope of a refusal by a share, for metrics.

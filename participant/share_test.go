@@ -5,6 +5,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/participantd/participantd/oplog"
 	"github.com/participantd/participantd/store"
 )
 
@@ -41,7 +42,7 @@ func TestShare_ChargesFollowTheRecords(t *testing.T) {
 			t.Fatalf("%d tells retained by principal a, past a share of 10", n)
 		}
 	}
-	a := svc.share("a")
+	a := svc.accountOf("a")
 	if got, want := a.records.Load(), svc.Backlog().Records; got != want || got < 10 {
 		t.Errorf("a is charged %d records, the service retains %d: want equal, at least the share", got, want)
 	}
@@ -76,4 +77,21 @@ func TestShare_ChargesFollowTheRecords(t *testing.T) {
 	if got := a.conversations.Load(); got != 2 {
 		t.Errorf("a is charged %d conversations, want 2", got)
 	}
+
+	// An account is kept while something is charged to it or a
+	// connection acts for it.
+	idle := svc.ConnectAs("c", nil)
+	must(t, idle.End(ctx, oplog.CauseClean))
+	must(t, other.End(ctx, oplog.CauseClean))
+	if svc.accountOf("c") != nil || svc.accountOf("b") == nil {
+		t.Errorf("after their connections ended, c (charged nothing) has an account: %v, b (charged conversations) has none: %v",
+			svc.accountOf("c") != nil, svc.accountOf("b") == nil)
+	}
+}
+
+// accountOf returns principal p's account, nil if none.
+func (s *Service) accountOf(p Principal) *share {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.shares[p]
 }
