@@ -119,22 +119,22 @@ func (b *batch) admitRecords(sh *share, catchUp func() bool) *Error {
 	bl := b.s.backlog
 	held := int64(len(b.st.Records))
 	total := bl.records.Load() + held - int64(len(b.live.Records))
-	caughtUp := false
-	e, scope := bl.limits.admit(held, total, false)
-	if e != nil && catchUp != nil {
-		caughtUp = catchUp()
-		if caughtUp {
-			e, scope = bl.limits.admit(held, total, true)
+	asked, caught := false, false
+	catching := func() bool {
+		if catchUp != nil && !asked {
+			asked, caught = true, catchUp()
 		}
+		return caught
+	}
+	e, scope := bl.limits.admit(held, total, false)
+	if e != nil && catching() {
+		e, scope = bl.limits.admit(held, total, true)
 	}
 	if e == nil {
-		if e = b.admitShare(sh, held, false); e != nil && catchUp != nil && !caughtUp && e.Code == CodeBacklogFull {
-			caughtUp = catchUp()
-		}
-		if e != nil && caughtUp && e.Code == CodeBacklogFull {
+		scope = backlogScopeClient
+		if e = b.admitShare(sh, held, false); e != nil && e.Code == CodeBacklogFull && catching() {
 			e = b.admitShare(sh, held, true)
 		}
-		scope = backlogScopeClient
 	}
 	if e != nil {
 		if e.Code == CodeBacklogFull {

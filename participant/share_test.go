@@ -95,3 +95,26 @@ func (s *Service) accountOf(p Principal) *share {
 	defer s.mu.Unlock()
 	return s.shares[p]
 }
+
+// TestShare_CatchUpAttachIsAdmittedPastTheShare: a principal at its share
+// can still re-attach its deaf member, which has records waiting: that is
+// how they get delivered and acknowledged.
+func TestShare_CatchUpAttachIsAdmittedPastTheShare(t *testing.T) {
+	ctx := context.Background()
+	svc, err := Open(ctx, store.NewMemory(), Options{NodeKey: testKey, BacklogRecords: 1000, ClientShare: 10})
+	must(t, err)
+	t.Cleanup(func() { svc.Close() })
+	deaf, sender := svc.ConnectAs("a", nil), svc.ConnectAs("a", nil)
+	rx := mustEnroll(t, deaf, 1, 1)
+	tx := mustEnroll(t, sender, 1, 2)
+	for n := uint64(0); ; n++ {
+		if _, err := sender.Tell(ctx, Tell{Conversation: 1, Participant: tx.Participant, Generation: tx.Generation, Token: seqToken(n, 1)}); err != nil {
+			wantBacklogFull(t, "a's tell past its share", err, 100)
+			break
+		}
+	}
+	must(t, deaf.End(ctx, oplog.CauseConnectionLost))
+	if _, err := svc.ConnectAs("a", nil).Attach(ctx, Attach{Conversation: 1, Participant: rx.Participant, Generation: rx.Generation, Secret: rx.Secret, Token: token(9)}); err != nil {
+		t.Fatalf("the deaf member's attach with records waiting, a at its share = %v, want attached", err)
+	}
+}
