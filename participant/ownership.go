@@ -104,7 +104,7 @@ func (s *Service) adopt(ctx context.Context, id ConversationID) (*conversation, 
 
 // refuseStateless refuses an enroll from c into a conversation that
 // exists nowhere when a check that needs none of its state refuses it:
-// under the invite policy, no valid invitation; then the connection's
+// the token window; under the invite policy, no valid invitation; then the connection's
 // bindings, the store's size, the server's conversations, c's principal's
 // share, and the server's backlog ceiling at their limits (what the usual
 // path would answer, in its order: decide.go, backpressure.go, share.go).
@@ -138,6 +138,13 @@ func (s *Service) refuseStateless(ctx context.Context, c *Conn, req *Enroll) err
 // of its conversation, as if it were new, in the protocol's order. It
 // returns the refusal, and for backlog_full the scope of the limit.
 func (s *Service) statelessEnroll(c *Conn, req *Enroll) (*Error, string) {
+	// The token first: a conversation that exists nowhere has no
+	// persisted floor.
+	if err := s.windowAdmits(0, req.Token); err != nil {
+		var pe *Error
+		errors.As(err, &pe)
+		return pe, ""
+	}
 	d := c.decider(req.Conversation)
 	if d.requireInvite {
 		if e := checkInvite(d.key, d.conv, d.now, req.Invite); e != nil {

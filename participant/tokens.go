@@ -248,6 +248,12 @@ func (s *Service) admitToken(cv *conversation, t Token) error {
 	if err != nil {
 		return unavailable("reading the token window", err)
 	}
+	return s.windowAdmits(floor, t)
+}
+
+// windowAdmits is admitToken's check of t against a conversation whose
+// persisted floor is floor (0: none). It returns nil or an *Error.
+func (s *Service) windowAdmits(floor int64, t Token) error {
 	w := s.opts.TokenWindow
 	if w <= 0 && floor == 0 {
 		return nil
