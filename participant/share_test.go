@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/participantd/participantd/oplog"
 	"github.com/participantd/participantd/store"
@@ -116,5 +117,27 @@ func TestShare_CatchUpAttachIsAdmittedPastTheShare(t *testing.T) {
 	must(t, deaf.End(ctx, oplog.CauseConnectionLost))
 	if _, err := svc.ConnectAs("a", nil).Attach(ctx, Attach{Conversation: 1, Participant: rx.Participant, Generation: rx.Generation, Secret: rx.Secret, Token: token(9)}); err != nil {
 		t.Fatalf("the deaf member's attach with records waiting, a at its share = %v, want attached", err)
+	}
+}
+
+// TestStatelessEnroll_TokenFirst: an enroll into a conversation that exists
+// nowhere, refused before it is touched, is refused in the protocol's
+// order: an expired token is token_expired although the connection's
+// bindings are at their cap too; a fresh token is capacity_exceeded.
+func TestStatelessEnroll_TokenFirst(t *testing.T) {
+	ctx := context.Background()
+	now := time.UnixMilli(1_700_000_000_000)
+	svc, err := Open(ctx, store.NewMemory(), Options{NodeKey: testKey, TokenWindow: time.Minute, MaxConversationsPerConn: 1, Now: func() time.Time { return now }})
+	must(t, err)
+	t.Cleanup(func() { svc.Close() })
+	c := svc.Connect(nil)
+	if _, err := c.Enroll(ctx, Enroll{Conversation: 1, Token: v7Token(now.UnixMilli(), 1)}); err != nil {
+		t.Fatalf("first enroll = %v", err)
+	}
+	if _, err := c.Enroll(ctx, Enroll{Conversation: 2, Token: v7Token(now.Add(-time.Hour).UnixMilli(), 2)}); codeOf(err) == nil || codeOf(err).Code != CodeTokenExpired {
+		t.Errorf("enroll with an expired token, bindings at their cap = %v, want token_expired", err)
+	}
+	if _, err := c.Enroll(ctx, Enroll{Conversation: 2, Token: v7Token(now.UnixMilli(), 3)}); codeOf(err) == nil || codeOf(err).Code != CodeCapacityExceeded {
+		t.Errorf("enroll with a fresh token, bindings at their cap = %v, want capacity_exceeded", err)
 	}
 }
