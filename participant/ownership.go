@@ -118,7 +118,8 @@ func (s *Service) adopt(ctx context.Context, id ConversationID) (*conversation, 
 // lookup fails. The checks are those of an enroll that stages nothing
 // yet, so they refuse nothing the usual path would admit.
 func (s *Service) refuseStateless(ctx context.Context, c *Conn, req *Enroll) error {
-	if s.existing(req.Conversation) != nil {
+	if s.existing(req.Conversation) != nil || s.isDraining() {
+		// A draining service answers shutting_down first (Conn.start).
 		return nil
 	}
 	e, scope := s.statelessEnroll(c, req)
