@@ -20,7 +20,8 @@ type Kind = wire.Kind
 // follow continue from First. It carries no record: do not Ack it.
 const KindCompacted Kind = "compacted"
 
-// Cause is why a binding ended, for detached and died deliveries.
+// Cause is why a binding ended, for detached and died deliveries, or why
+// a participant left, for an evicted one.
 type Cause = wire.Cause
 
 // Delivery is one record pushed to a participant this client holds.
@@ -34,7 +35,8 @@ type Delivery struct {
 	Participant uint64
 	// Payload is the record of a KindRecord delivery; the receiver owns it.
 	Payload []byte
-	// Cause is set for KindDetached and KindDied, else empty.
+	// Cause is set for KindDetached and KindDied, and for KindLeft when
+	// the operator evicted the participant (wire.CauseEvicted); else empty.
 	Cause Cause
 	// First is set for KindCompacted only: the seq from which records of
 	// Conversation still exist.

@@ -370,3 +370,86 @@ func TestCluster_RefusedEnrollCostsNothing(t *testing.T) {
 		t.Fatalf("retry with the invitation = %+v, %v; want participant %v replayed", r, err, b.Participant)
 	}
 }
+
+// TestCluster_StatelessRefusalsCostNothing: enrolls into conversations
+// that exist nowhere, refused for a reason that needs no state of them
+// (the connection's bindings, the client's share of the conversations at
+// their limits), claim nothing and write nothing to etcd, like
+// the uninvited ones (issue 18, item 2); the conversations that exist
+// are still served.
+func TestCluster_StatelessRefusalsCostNothing(t *testing.T) {
+	pfx := prefix()
+	ctx := context.Background()
+	a := startMemberOn(t, shared.Client, pfx, "a", lossTTL, participant.Options{MaxConversationsPerConn: 1, MaxConversations: 40, ClientShare: 5})
+	n, svc := a.node, a.svc
+	rev := func() int64 {
+		resp, err := shared.Client.Get(ctx, pfx, clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Header.Revision
+	}
+	refusals := func(cn *participant.Conn, base, count int, want participant.Code) {
+		t.Helper()
+		before, claims := rev(), n.Stats().Claims
+		for i := range count {
+			_, err := cn.Enroll(ctx, participant.Enroll{Conversation: participant.ConversationID(base + i), Token: tok(9, base+i)})
+			if !errors.Is(err, &participant.Error{Code: want}) {
+				t.Fatalf("Enroll into new conversation %d = %v, want %s", base+i, err, want)
+			}
+		}
+		if after := rev(); after != before {
+			t.Errorf("%d enrolls refused %s moved the etcd revision from %d to %d", count, want, before, after)
+		}
+		if got := n.Stats().Claims; got != claims {
+			t.Errorf("%d enrolls refused %s made %d claims", count, want, got-claims)
+		}
+	}
+
+	// One binding per connection: the second conversation is refused.
+	cn := svc.Connect(nil)
+	if _, err := cn.Enroll(ctx, participant.Enroll{Conversation: 1, Token: tok(8, 1)}); err != nil {
+		t.Fatalf("first enroll = %v", err)
+	}
+	refusals(cn, 1000, 30, participant.CodeCapacityExceeded)
+
+	// Principal p's share of 40 conversations is 2.
+	for i := range 2 {
+		if _, err := svc.ConnectAs("p", nil).Enroll(ctx, participant.Enroll{Conversation: participant.ConversationID(10 + i), Token: tok(8, 10+i)}); err != nil {
+			t.Fatalf("p's enroll %d = %v", i, err)
+		}
+	}
+	refusals(svc.ConnectAs("p", nil), 2000, 30, participant.CodeCapacityExceeded)
+
+	if s := svc.Stats(); s.Conversations != 3 {
+		t.Errorf("service holds %d conversations after the refusals, want the 3 created", s.Conversations)
+	}
+	if _, err := svc.Connect(nil).Enroll(ctx, participant.Enroll{Conversation: 1, Token: tok(8, 2)}); err != nil {
+		t.Errorf("an enroll into an existing conversation = %v, want enrolled", err)
+	}
+}
+
+// TestCluster_EvictIsDecidedByTheOwner: the operator's eviction asked of
+// a node that does not own the conversation is moved, with the owner's
+// address, and changes nothing; the owner evicts.
+func TestCluster_EvictIsDecidedByTheOwner(t *testing.T) {
+	pfx := prefix()
+	ctx := context.Background()
+	a := startMemberOn(t, shared.Client, pfx, "a", lossTTL, participant.Options{})
+	b := startMemberOn(t, shared.Client, pfx, "b", lossTTL, participant.Options{})
+	p, err := a.svc.Connect(nil).Enroll(ctx, participant.Enroll{Conversation: 5, Token: tok(6, 0)})
+	if err != nil {
+		t.Fatalf("enroll on a = %v", err)
+	}
+	_, err = b.svc.Evict(ctx, 5, p.Participant)
+	var pe *participant.Error
+	if !errors.As(err, &pe) || pe.Code != participant.CodeMoved || pe.Owner != "a:7000" {
+		t.Fatalf("Evict on b = %v, want moved to a:7000", err)
+	}
+	if _, err := b.svc.Drop(ctx, 5); !errors.Is(err, participant.ErrMoved) {
+		t.Fatalf("Drop on b = %v, want moved", err)
+	}
+	if _, err := a.svc.Evict(ctx, 5, p.Participant); err != nil {
+		t.Fatalf("Evict on the owner = %v", err)
+	}
+}

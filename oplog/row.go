@@ -50,6 +50,13 @@ func (k Kind) HasToken() bool {
 	return false
 }
 
+// HasToken reports whether r carries a client token: a row of a kind that
+// does, except a Leave the operator committed (an eviction), which has
+// none.
+func (r *Row) HasToken() bool {
+	return r.Kind.HasToken() && !(r.Kind == KindLeave && r.Cause == CauseEvicted)
+}
+
 // Row is one committed operation: its inputs and the positions the server
 // allocated for it. It never holds a secret; secrets are derived from the
 // node key and the row's positions (see package participant).
@@ -80,7 +87,7 @@ type Row struct {
 	// Cursor is the participant's durable cursor when an Attach committed,
 	// kept so a replay answers exactly what the original did.
 	Cursor Seq
-	// Cause is an End's cause.
+	// Cause is an End's cause; on a Leave, CauseEvicted or none.
 	Cause Cause
 	// At is the commit time in unix milliseconds (receipts expire from it).
 	At int64

@@ -53,7 +53,8 @@ func (c ConnID) String() string { return fmt.Sprintf("c%d.%d", c.Server, c.Ordin
 func (c ConnID) IsZero() bool { return c.Server == 0 && c.Ordinal == 0 }
 
 // Cause says why a binding ended. The first three end it as `detached`, the
-// last three as `died`.
+// next three as `died`. CauseEvicted is not an End's: it marks a Leave that
+// the operator committed (participantctl evict), which carries no token.
 type Cause uint8
 
 // Causes, with their protocol names.
@@ -65,9 +66,10 @@ const (
 	CauseConnectionLost
 	CauseProtocolError
 	CauseUncleanRestart
+	CauseEvicted
 )
 
-var causeNames = [...]string{"", "clean", "superseded", "shutdown", "connection_lost", "protocol_error", "unclean_restart"}
+var causeNames = [...]string{"", "clean", "superseded", "shutdown", "connection_lost", "protocol_error", "unclean_restart", "evicted"}
 
 // String returns the protocol name of the cause.
 func (c Cause) String() string {
@@ -83,5 +85,5 @@ func (c Cause) Died() bool {
 	return c == CauseConnectionLost || c == CauseProtocolError || c == CauseUncleanRestart
 }
 
-// Valid reports whether c is a known, non-empty cause.
+// Valid reports whether c is a known, non-empty cause of an End.
 func (c Cause) Valid() bool { return c > CauseNone && c <= CauseUncleanRestart }

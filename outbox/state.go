@@ -207,10 +207,10 @@ func Project(s *State, idx uint64, r *oplog.Row) ([]Row, error) {
 		}
 		return produced(record(KindAttached, oplog.CauseNone))
 	case oplog.KindLeave:
-		if r.Generation != m.Generation {
-			return nil, fmt.Errorf("%w: leave of %v at %v, current %v", ErrInconsistent, r.Participant, r.Generation, m.Generation)
+		if r.Generation != m.Generation || (r.Cause != oplog.CauseNone && r.Cause != oplog.CauseEvicted) {
+			return nil, fmt.Errorf("%w: leave of %v at %v (%v), current %v", ErrInconsistent, r.Participant, r.Generation, r.Cause, m.Generation)
 		}
-		return produced(record(KindLeft, oplog.CauseNone))
+		return produced(record(KindLeft, r.Cause))
 	case oplog.KindAck:
 		if r.Through <= m.Cursor || r.Through > s.LastSeq || r.Seq != 0 {
 			return nil, fmt.Errorf("%w: ack of %v through %v, cursor %v", ErrInconsistent, r.Participant, r.Through, m.Cursor)

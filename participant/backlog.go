@@ -56,8 +56,12 @@ const evictCandidates = 8
 // advanced by anyone else: Evict writes records in place.
 func (cv *conversation) setStateLocked(st *outbox.State) {
 	bl := cv.backlog
+	sh := cv.share.Load()
 	if old := cv.state; old != nil {
 		bl.records.Add(-int64(len(old.Records)))
+		if sh != nil {
+			sh.records.Add(-int64(len(old.Records)))
+		}
 		if len(old.Records) > 0 {
 			bl.holding.Add(-1)
 		}
@@ -67,6 +71,9 @@ func (cv *conversation) setStateLocked(st *outbox.State) {
 	cv.state = st
 	if st != nil {
 		bl.records.Add(int64(len(st.Records)))
+		if sh != nil {
+			sh.records.Add(int64(len(st.Records)))
+		}
 		if len(st.Records) > 0 {
 			bl.holding.Add(1)
 		}
@@ -168,7 +175,8 @@ func (s *Service) trimBacklog() {
 func (s *Service) Backlog() Backlog {
 	b := s.backlog
 	return Backlog{Records: b.records.Load(), Conversations: b.holding.Load(), MemoryBytes: b.bytes.Load(), EvictedBytes: b.evicted.Load(),
-		EvictedTotal: b.evictions.Load(), ConversationRefusals: b.refusals.conversation.Load(), ServerRefusals: b.refusals.server.Load()}
+		EvictedTotal: b.evictions.Load(), ConversationRefusals: b.refusals.conversation.Load(), ServerRefusals: b.refusals.server.Load(),
+		ClientRefusals: b.refusals.client.Load()}
 }
 
 // readPayload reads the payload of record seq back from oplog row source

@@ -93,34 +93,57 @@ func (l backlogLimits) admit(held, total int64, catchUp bool) (*Error, string) {
 type backlogRefusals struct {
 	conversation atomic.Int64
 	server       atomic.Int64
+	client       atomic.Int64
 }
 
 func (r *backlogRefusals) add(scope string) {
-	if scope == backlogScopeConversation {
+	switch scope {
+	case backlogScopeConversation:
 		r.conversation.Add(1)
-	} else {
+	case backlogScopeClient:
+		r.client.Add(1)
+	default:
 		r.server.Add(1)
 	}
 }
 
 // admitRecords runs the backlog check for an operation of b that adds
-// records; see admit. catchUp, nil for operations that never catch up,
-// says whether it is the attach of a participant with records waiting; it
-// is asked only when a soft threshold refuses (a catch-up only relaxes
-// them), since it may scan the retained records. It is the last check
-// before the commit (docs/PROTOCOL.md, Order of checks).
-func (b *batch) admitRecords(catchUp func() bool) *Error {
+// records, from a connection acting for sh (nil: nobody); see admit and
+// admitShare. catchUp, nil for operations that never catch up, says
+// whether it is the attach of a participant with records waiting; it is
+// asked only when a threshold refuses (a catch-up only relaxes them),
+// since it may scan the retained records. It is the last check before the
+// commit (docs/PROTOCOL.md, Order of checks); when it admits, the
+// conversation is charged to sh if it was charged to nobody.
+func (b *batch) admitRecords(sh *share, catchUp func() bool) *Error {
 	bl := b.s.backlog
 	held := int64(len(b.st.Records))
 	total := bl.records.Load() + held - int64(len(b.live.Records))
+	asked, caught := false, false
+	catching := func() bool {
+		if catchUp != nil && !asked {
+			asked, caught = true, catchUp()
+		}
+		return caught
+	}
 	e, scope := bl.limits.admit(held, total, false)
-	if e != nil && catchUp != nil && catchUp() {
+	if e != nil && catching() {
 		e, scope = bl.limits.admit(held, total, true)
 	}
-	if e != nil {
-		bl.refusals.add(scope)
+	if e == nil {
+		scope = backlogScopeClient
+		if e = b.admitShare(sh, held, false); e != nil && e.Code == CodeBacklogFull && catching() {
+			e = b.admitShare(sh, held, true)
+		}
 	}
-	return e
+	if e != nil {
+		if e.Code == CodeBacklogFull {
+			bl.refusals.add(scope)
+		}
+		return e
+	}
+	b.charge(sh)
+	return nil
 }
 
 // waiting reports whether st retains a record addressed to p after its

@@ -371,7 +371,7 @@ func (s *Service) settleTokens(ctx context.Context, cs store.Compactor, c Conver
 			// longer decodes is damage, and stays for verify to report.
 			return written, f, rowBytes, fmt.Errorf("participant: compacting %v: oplog row %d: %w", c, i, err)
 		}
-		if !row.Kind.HasToken() {
+		if !row.HasToken() {
 			continue
 		}
 		if ms, v7 := tokenTime(row.Token); v7 && ms < forget {

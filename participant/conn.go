@@ -19,6 +19,9 @@ type Conn struct {
 	// creates paces the conversations the connection creates; set before
 	// its first operation (LimitCreates), read-only after.
 	creates CreateLimit
+	// share is the account of the principal the connection acts for, nil
+	// for nobody (see share.go).
+	share *share
 
 	// mu guards the fields below.
 	mu sync.Mutex

@@ -114,8 +114,12 @@
 // (backpressure.go): past Options.MaxBacklogRecords in a conversation, or
 // past Options.BacklogRecords in the service for the conversations that
 // retain the most, enroll, tell and attach are refused backlog_full before
-// anything is written; what settles or ends is never refused. Backlog
-// reports the account. A conversation entry exists only for a registered conversation
+// anything is written; what settles or ends is never refused. Each
+// conversation is charged to the Principal (ConnectAs) that first adds to
+// it, and one principal's conversations may take only Options.ClientShare
+// of BacklogRecords and of MaxConversations (share.go), so one client
+// cannot starve the others; Evict and Drop are the operator's way to
+// retire what no client will (evict.go). Backlog reports the account. A conversation entry exists only for a registered conversation
 // or while an enroll that may create it is in flight, and a connection's
 // binding slots are reserved when an enroll or attach is decided, so that
 // neither refusals nor pipelining grow memory past the caps.

@@ -272,7 +272,7 @@ func (c *Conn) Enroll(ctx context.Context, req Enroll) (Bound, error) {
 func (c *Conn) StartEnroll(ctx context.Context, req Enroll) *Call[Bound] {
 	call := &Call[Bound]{}
 	a := &call.v
-	if e := c.svc.refuseUninvited(ctx, &req); e != nil {
+	if e := c.svc.refuseStateless(ctx, c, &req); e != nil {
 		var err error = e
 		c.svc.observe("enroll", time.Now(), &err, nil, nil)
 		call.wait = func() error { return err }
@@ -319,7 +319,7 @@ func (c *Conn) StartEnroll(ctx context.Context, req Enroll) *Call[Bound] {
 			}
 			o.genesis = &g
 		}
-		if e := b.admitRecords(nil); e != nil {
+		if e := b.admitRecords(c.share, nil); e != nil {
 			release()
 			if o.genesis != nil && b.reservedSlot && !b.cv.registered.Load() {
 				c.svc.conversationSlots.release()
@@ -364,7 +364,7 @@ func (c *Conn) StartAttach(ctx context.Context, req Attach) *Call[Bound] {
 			release()
 			return settled(e)
 		}
-		if e := b.admitRecords(func() bool { return waiting(st, req.Participant) }); e != nil {
+		if e := b.admitRecords(c.share, func() bool { return waiting(st, req.Participant) }); e != nil {
 			release()
 			return settled(e)
 		}
@@ -402,7 +402,7 @@ func (c *Conn) StartTell(ctx context.Context, req Tell) *Call[Told] {
 		if e != nil {
 			return settled(e)
 		}
-		if e := b.admitRecords(nil); e != nil {
+		if e := b.admitRecords(c.share, nil); e != nil {
 			return settled(e)
 		}
 		return b.commit(&op{row: row, tok: &tw}, func() { *t = Told{Conversation: b.cv.id, Seq: row.Seq} })
@@ -533,6 +533,7 @@ func (c *Conn) End(ctx context.Context, cause Cause) error {
 	wg.Wait()
 	c.svc.mu.Lock()
 	delete(c.svc.conns, c.id)
+	c.svc.unshareLocked(c.share)
 	c.svc.mu.Unlock()
 	return firstErr
 }

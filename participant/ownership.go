@@ -103,28 +103,82 @@ func (s *Service) adopt(ctx context.Context, id ConversationID) (*conversation, 
 	return s.pin(id), nil
 }
 
-// refuseUninvited refuses, under the invite policy, an enroll without a
-// valid invitation to its conversation when that conversation exists
-// nowhere: no token of it can have committed, so nothing could replay, and
-// the refusal needs no state. It is decided before the conversation is
-// touched, so it costs none: in cluster mode a touch claims the
-// conversation (an etcd write, and a claim that stays) and loads it; here
-// the cost is at most a read (Exists). An enroll into a conversation that
-// exists goes the usual way, where a committed token replays first
-// (PROTOCOL.md, admission). A failed lookup lets the enroll go the usual
-// way too.
-func (s *Service) refuseUninvited(ctx context.Context, req *Enroll) error {
-	if s.opts.EnrollPolicy != EnrollInvite {
+// refuseStateless refuses an enroll from c into a conversation that
+// exists nowhere when a check that needs none of its state refuses it:
+// the token window; under the invite policy, no valid invitation; then the connection's
+// bindings, the store's size, the server's conversations, c's principal's
+// share, and the server's backlog ceiling at their limits (what the usual
+// path would answer, in its order: decide.go, backpressure.go, share.go).
+// No token of a conversation that exists nowhere can have committed, so
+// nothing could replay. It is decided before the conversation is touched,
+// so it costs none: in cluster mode a touch claims the conversation (an
+// etcd write, and a claim that stays) and loads it; here the cost is at
+// most a read (Exists), and only for an enroll that is refused. An enroll
+// into a conversation that exists goes the usual way, where a committed
+// token replays first (PROTOCOL.md, admission); so does one when the
+// lookup fails. The checks are those of an enroll that stages nothing
+// yet, so they refuse nothing the usual path would admit.
+func (s *Service) refuseStateless(ctx context.Context, c *Conn, req *Enroll) error {
+	if s.existing(req.Conversation) != nil || s.isDraining() {
+		// A draining service answers shutting_down first (Conn.start).
 		return nil
 	}
-	e := checkInvite(s.opts.NodeKey, req.Conversation, s.now(), req.Invite)
-	if e == nil || s.existing(req.Conversation) != nil {
+	e, scope := s.statelessEnroll(c, req)
+	if e == nil {
 		return nil
 	}
 	if ok, err := s.ownership().Exists(ctx, req.Conversation); err != nil || ok {
 		return nil
 	}
+	if scope != "" {
+		s.backlog.refusals.add(scope)
+	}
 	return e
+}
+
+// statelessEnroll runs the checks of an enroll from c that need no state
+// of its conversation, as if it were new, in the protocol's order. It
+// returns the refusal, and for backlog_full the scope of the limit.
+func (s *Service) statelessEnroll(c *Conn, req *Enroll) (*Error, string) {
+	// The token first: a conversation that exists nowhere has no
+	// persisted floor.
+	if err := s.windowAdmits(0, req.Token); err != nil {
+		var pe *Error
+		errors.As(err, &pe)
+		return pe, ""
+	}
+	d := c.decider(req.Conversation)
+	if d.requireInvite {
+		if e := checkInvite(d.key, d.conv, d.now, req.Invite); e != nil {
+			return e, ""
+		}
+	}
+	c.mu.Lock()
+	d.connBindings = len(c.bindings) + c.reserved
+	c.mu.Unlock()
+	if e := d.connCapacity(); e != nil {
+		return e, ""
+	}
+	if e := d.dataCapacity(); e != nil {
+		return e, ""
+	}
+	if e := s.conversationSlots.full(); e != nil {
+		return e, ""
+	}
+	if sh := c.share; sh != nil {
+		lim := s.shareLimits
+		if n := sh.conversations.Load(); n >= lim.conversations {
+			e := refuse(CodeCapacityExceeded, "this client's conversations number %d, its share of the server's; leave or finish some first", n)
+			e.Limit = uint64(lim.conversations)
+			return e, ""
+		}
+		if n := sh.records.Load(); n >= lim.records {
+			e := refuse(CodeBacklogFull, "this client's conversations retain %d records awaiting acknowledgement, its share of the server's; nothing was done, retry later with the same token", n)
+			e.Limit = uint64(lim.records)
+			return e, backlogScopeClient
+		}
+	}
+	return s.backlog.limits.admit(0, s.backlog.records.Load(), false)
 }
 
 // Forget drops what memory holds of conversation id, because this service

@@ -26,6 +26,19 @@ func (q *slots) reserve() *Error {
 	return nil
 }
 
+// full refuses with capacity_exceeded, as reserve would, when every slot
+// is taken; it takes none.
+func (q *slots) full() *Error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.n >= q.max {
+		e := refuse(CodeCapacityExceeded, "the server holds %d conversations", q.n)
+		e.Limit = uint64(q.max)
+		return e
+	}
+	return nil
+}
+
 // release gives back a slot whose conversation was not registered.
 func (q *slots) release() {
 	q.mu.Lock()

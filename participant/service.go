@@ -89,6 +89,11 @@ type Options struct {
 	// conversations together: past it, a conversation holding its share
 	// of it or more is backlog_full. Default DefaultBacklogRecords.
 	BacklogRecords int
+	// ClientShare is the percentage of BacklogRecords and of
+	// MaxConversations that the conversations charged to one Principal
+	// may take (see share.go). Default DefaultClientShare; 100 turns the
+	// shares off.
+	ClientShare int
 	// LoadWorkers is how many conversations Open reconciles at once.
 	// Default 64: reconciliations that must commit share group commits.
 	LoadWorkers int
@@ -188,6 +193,10 @@ func (o *Options) withDefaults() {
 	if o.BacklogRecords <= 0 {
 		o.BacklogRecords = DefaultBacklogRecords
 	}
+	if o.ClientShare <= 0 {
+		o.ClientShare = DefaultClientShare
+	}
+	o.ClientShare = min(o.ClientShare, 100)
 	if o.LoadWorkers <= 0 {
 		o.LoadWorkers = max(64, runtime.GOMAXPROCS(0))
 	}
@@ -241,6 +250,8 @@ type Service struct {
 	// conversationSlots counts conversations against MaxConversations.
 	conversationSlots slots
 	backlog           *backlog
+	// shareLimits bound what one principal is charged with (share.go).
+	shareLimits shareLimits
 	// pages bounds what reconciliations read at once (see reconcile).
 	pages pages
 
@@ -249,9 +260,12 @@ type Service struct {
 
 	// mu guards the fields below. It is never held across I/O or while
 	// taking a conversation's lock.
-	mu          sync.Mutex
-	convs       map[ConversationID]*conversation
-	conns       map[ConnID]*Conn
+	mu    sync.Mutex
+	convs map[ConversationID]*conversation
+	conns map[ConnID]*Conn
+	// shares holds the account of every principal with a connection or
+	// a conversation charged to it (share.go).
+	shares      map[Principal]*share
 	nextOrdinal uint64
 	draining    bool
 	closed      bool
@@ -296,9 +310,11 @@ func Open(ctx context.Context, st store.DurableStore, opts Options) (*Service, e
 		failure: newStoreFailure(),
 		convs:   make(map[ConversationID]*conversation),
 		conns:   make(map[ConnID]*Conn),
+		shares:  make(map[Principal]*share),
 		pages:   pages{budget: newByteBudget(int64(opts.LoadBytes)), bytes: opts.ReadPageBytes},
 	}
 	s.backlog = newBacklog(opts.MaxBacklogBytes, opts.backlogLimits())
+	s.shareLimits = opts.shareLimits()
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	inc, err := st.ReadValue(IncarnationKey)
 	if err != nil {
@@ -452,17 +468,24 @@ func (s *Service) isDraining() bool {
 	return s.draining
 }
 
-// Connect registers a new connection and returns its handle. wake is called
-// (without locks held, from the committing goroutine) whenever the
-// connection's inbox of ready conversations goes from empty to non-empty;
-// it must not block.
-func (s *Service) Connect(wake func()) *Conn {
+// Connect registers a new connection that acts for nobody (see
+// ConnectAs).
+func (s *Service) Connect(wake func()) *Conn { return s.ConnectAs("", wake) }
+
+// ConnectAs registers a new connection acting for principal p, whose
+// conversations are held to p's share of the service-wide budgets (see
+// share.go), and returns its handle. wake is called (without locks held,
+// from the committing goroutine) whenever the connection's inbox of ready
+// conversations goes from empty to non-empty; it must not block.
+func (s *Service) ConnectAs(p Principal, wake func()) *Conn {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	sh := s.shareLocked(p)
 	s.nextOrdinal++
 	c := &Conn{
 		svc:      s,
 		id:       ConnID{Server: s.incarnation, Ordinal: s.nextOrdinal},
+		share:    sh,
 		wake:     wake,
 		ready:    make(map[ConversationID]struct{}),
 		bindings: make(map[ConversationID]ParticipantID),
@@ -529,6 +552,7 @@ func (s *Service) unpin(cv *conversation) {
 	cv.pins--
 	if cv.pins == 0 && !cv.registered.Load() && s.convs[cv.id] == cv {
 		delete(s.convs, cv.id)
+		cv.uncharge()
 	}
 }
 
@@ -656,6 +680,9 @@ type conversation struct {
 	// pins counts the queued or running operations that may create the
 	// conversation; guarded by Service.mu. See Service.pin.
 	pins int
+	// share is the account the conversation is charged to, nil while
+	// none (share.go). Set by the turn holder under mu, once.
+	share atomic.Pointer[share]
 
 	// qmu guards queue, the operations waiting for the turn, in order.
 	qmu   sync.Mutex

@@ -80,7 +80,7 @@ func (s *Service) indexedRow(c ConversationID, applied uint64, match func(*oplog
 			return nil, w, err
 		}
 		row := r.row()
-		if row.Token != t || !row.Kind.HasToken() || !match(&row) {
+		if row.Token != t || !row.HasToken() || !match(&row) {
 			return nil, w, nil
 		}
 		return &prior{idx: v - 1, row: row, payloadHash: r.PayloadHash}, w, nil
@@ -95,7 +95,7 @@ func (s *Service) indexedRow(c ConversationID, applied uint64, match func(*oplog
 	if err != nil {
 		return nil, w, fmt.Errorf("participant: token index names oplog row %d: %w", v-1, err)
 	}
-	if row.Token != t || !row.Kind.HasToken() || !match(&row) {
+	if row.Token != t || !row.HasToken() || !match(&row) {
 		return nil, w, nil
 	}
 	return &prior{idx: v - 1, row: row}, w, nil
@@ -248,6 +248,12 @@ func (s *Service) admitToken(cv *conversation, t Token) error {
 	if err != nil {
 		return unavailable("reading the token window", err)
 	}
+	return s.windowAdmits(floor, t)
+}
+
+// windowAdmits is admitToken's check of t against a conversation whose
+// persisted floor is floor (0: none). It returns nil or an *Error.
+func (s *Service) windowAdmits(floor int64, t Token) error {
 	w := s.opts.TokenWindow
 	if w <= 0 && floor == 0 {
 		return nil

@@ -336,9 +336,11 @@ type Backlog struct {
 	EvictedBytes int64
 	// EvictedTotal is the payload bytes ever dropped from memory.
 	EvictedTotal int64
-	// ConversationRefusals and ServerRefusals count the operations refused
-	// backlog_full since Open, by the limit that refused them:
-	// Options.MaxBacklogRecords, or Options.BacklogRecords.
+	// ConversationRefusals, ServerRefusals and ClientRefusals count the
+	// operations refused backlog_full since Open, by the limit that
+	// refused them: Options.MaxBacklogRecords, Options.BacklogRecords, or
+	// a client's share of it (Options.ClientShare).
 	ConversationRefusals int64
 	ServerRefusals       int64
+	ClientRefusals       int64
 }

@@ -176,7 +176,7 @@ func checkTokens(ctx context.Context, st store.DurableStore, c ConversationID, p
 			}
 			return &refusal{ClassOplogCorrupt, fmt.Sprintf("oplog row %d: %v", i, err)}
 		}
-		if !row.Kind.HasToken() {
+		if !row.HasToken() {
 			continue
 		}
 		batch = append(batch, tokenCheck{idx: i, kind: row.Kind, p: row.Participant, t: row.Token, key: rowTokenKey(c, &row)})

@@ -43,6 +43,7 @@ func (s *Server) registerAdmin(mux *http.ServeMux) {
 	if s.cfg.AdminToken == "" {
 		return
 	}
+	s.registerEvict(mux)
 	mux.HandleFunc("POST /admin/backup", func(w http.ResponseWriter, r *http.Request) {
 		if !s.requireAdmin(w, r) {
 			return

@@ -210,6 +210,11 @@ type Config struct {
 	// docs/DESIGN.md, Publication). Default
 	// participant.DefaultBacklogRecords.
 	BacklogRecords int
+	// ClientShare is the percentage of BacklogRecords and of
+	// MaxConversations that the conversations of one peer address (the
+	// key of MaxConnectionsPerAddress) may take; loopback is exempt unless
+	// LimitLoopback. Default participant.DefaultClientShare.
+	ClientShare int
 	// LogMemoryBytes bounds what the log-first engine holds in memory of
 	// batches committed to its log and not yet checkpointed into the bbolt
 	// file: a Flush waits while it is reached. Default
@@ -338,6 +343,7 @@ func (c Config) withDefaults() (Config, error) {
 	// Backlog records (backpressure on retained records).
 	orDefault(&c.MaxBacklogRecords, participant.DefaultMaxBacklogRecords)
 	orDefault(&c.BacklogRecords, participant.DefaultBacklogRecords)
+	orDefault(&c.ClientShare, participant.DefaultClientShare)
 	orDefault(&c.EnrollPolicy, participant.EnrollOpen)
 	orDefault(&c.MaxConversations, participant.DefaultMaxConversations)
 	orDefault(&c.MaxDataBytes, DefaultMaxDataBytes)
@@ -397,6 +403,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("server: max-backlog-records %d is negative", c.MaxBacklogRecords)
 	case c.BacklogRecords < 0:
 		return c, fmt.Errorf("server: backlog-records %d is negative", c.BacklogRecords)
+	case c.ClientShare < 0 || c.ClientShare > 100:
+		return c, fmt.Errorf("server: client-share %d is not a percentage", c.ClientShare)
 	case c.MaxConnections < 0:
 		return c, fmt.Errorf("server: max-connections %d is negative", c.MaxConnections)
 	case c.MaxParticipants < 0:

@@ -192,7 +192,13 @@ func (c *conn) serve() {
 	c.pending = make(chan struct{}, c.srv.cfg.MaxPending)
 	c.pendingBytes = newBudget(int64(c.srv.cfg.MaxPendingBytes))
 	c.queues = make(map[uint64][]request)
-	c.pc = svc.Connect(func() {
+	// A connection acts for its address where the per-address limits
+	// apply, for nobody where they do not (loopback, by default).
+	var principal participant.Principal
+	if c.limited {
+		principal = participant.Principal(c.peer.String())
+	}
+	c.pc = svc.ConnectAs(principal, func() {
 		select {
 		case c.wake <- struct{}{}:
 		default:

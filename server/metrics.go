@@ -216,13 +216,17 @@ func newMetrics(s *Server) *metrics {
 			Name: MetricBacklogConversations, Help: "Loaded conversations retaining at least one record.",
 		}, func() float64 { return float64(backlog().Conversations) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: MetricBacklogRefusals, Help: "Operations refused backlog_full, by the limit that refused them: conversation (max-backlog-records) or server (backlog-records).",
+			Name: MetricBacklogRefusals, Help: "Operations refused backlog_full, by the limit that refused them: conversation (max-backlog-records), server (backlog-records) or client (client-share).",
 			ConstLabels: prometheus.Labels{"limit": "conversation"},
 		}, func() float64 { return float64(backlog().ConversationRefusals) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: MetricBacklogRefusals, Help: "Operations refused backlog_full, by the limit that refused them: conversation (max-backlog-records) or server (backlog-records).",
+			Name: MetricBacklogRefusals, Help: "Operations refused backlog_full, by the limit that refused them: conversation (max-backlog-records), server (backlog-records) or client (client-share).",
 			ConstLabels: prometheus.Labels{"limit": "server"},
 		}, func() float64 { return float64(backlog().ServerRefusals) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: MetricBacklogRefusals, Help: "Operations refused backlog_full, by the limit that refused them: conversation (max-backlog-records), server (backlog-records) or client (client-share).",
+			ConstLabels: prometheus.Labels{"limit": "client"},
+		}, func() float64 { return float64(backlog().ClientRefusals) }),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)

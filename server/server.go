@@ -316,6 +316,7 @@ func (s *Server) serviceOptions(key []byte) participant.Options {
 		MaxBacklogBytes:         int64(s.cfg.MaxBacklogBytes),
 		MaxBacklogRecords:       s.cfg.MaxBacklogRecords,
 		BacklogRecords:          s.cfg.BacklogRecords,
+		ClientShare:             s.cfg.ClientShare,
 		EnrollPolicy:            s.cfg.EnrollPolicy,
 		MaxConversations:        s.cfg.MaxConversations,
 		MaxDataBytes:            s.cfg.MaxDataBytes,

@@ -150,10 +150,13 @@ const (
 	KindLeft     Kind = "left"     // participant left
 )
 
-// Cause is why a binding ended, carried by detached and died deliveries.
+// Cause is why a binding ended, carried by detached and died deliveries,
+// or why a participant left, carried by a left delivery when the operator
+// evicted it.
 type Cause string
 
-// Causes. The first three go with KindDetached, the last three with KindDied.
+// Causes. The first three go with KindDetached, the next three with
+// KindDied, CauseEvicted with KindLeft.
 const (
 	CauseClean          Cause = "clean"
 	CauseSuperseded     Cause = "superseded"
@@ -161,6 +164,7 @@ const (
 	CauseConnectionLost Cause = "connection_lost"
 	CauseProtocolError  Cause = "protocol_error"
 	CauseUncleanRestart Cause = "unclean_restart"
+	CauseEvicted        Cause = "evicted"
 )
 
 // Replay marks an answer that replays an already committed operation.

@@ -132,7 +132,8 @@ func CutWorkload(s store.DurableStore, log *[]Answered) error {
 		}
 		return nil
 	}})
-	if _, err := enroll(ca, 2, 0x13); err != nil {
+	a3, err := enroll(ca, 2, 0x13)
+	if err != nil {
 		return err
 	}
 	b3, err := enroll(cb, 2, 0x14)
@@ -157,6 +158,20 @@ func CutWorkload(s store.DurableStore, log *[]Answered) error {
 	if err := passes(ctx, svc); err != nil {
 		return err
 	}
+	// The operator evicts a3, bound on ca: a leave without a token.
+	if _, err := svc.Evict(ctx, 2, a3.Participant); err != nil {
+		return err
+	}
+	*log = append(*log, Answered{"evict", func(ctx context.Context, c *participant.Conn, st store.DurableStore) error {
+		return recorded(st, 2, func(row outbox.Row) bool {
+			for _, r := range row.Records {
+				if r.Participant == a3.Participant && r.Kind == outbox.KindLeft && r.Cause == oplog.CauseEvicted {
+					return true
+				}
+			}
+			return false
+		})
+	}})
 	if err := ca.End(ctx, oplog.CauseClean); err != nil {
 		return err
 	}

@@ -1,0 +1,143 @@
+package participant
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/participantd/participantd/oplog"
+	"github.com/participantd/participantd/store"
+)
+
+// TestShare_ChargesFollowTheRecords: the conversations of principal a
+// retain at most its share of BacklogRecords; past it a's tells are
+// backlog_full with the share as limit while b's conversation still
+// commits; once a's deaf member acknowledges, the account falls back with
+// the records and a's refused tell commits. A principal's share of
+// MaxConversations refuses one conversation more capacity_exceeded, and
+// not another principal's.
+func TestShare_ChargesFollowTheRecords(t *testing.T) {
+	ctx := context.Background()
+	svc, err := Open(ctx, store.NewMemory(), Options{NodeKey: testKey, BacklogRecords: 100, MaxConversations: 20, ClientShare: 10})
+	must(t, err)
+	t.Cleanup(func() { svc.Close() })
+	deaf, sender := svc.ConnectAs("a", nil), svc.ConnectAs("a", nil)
+	rx := mustEnroll(t, deaf, 1, 1)
+	tx := mustEnroll(t, sender, 1, 2)
+	tell := func(c *Conn, conv ConversationID, b Bound, n uint64) (Told, error) {
+		return c.Tell(ctx, Tell{Conversation: conv, Participant: b.Participant, Generation: b.Generation, Token: seqToken(n, byte(conv))})
+	}
+	var (
+		n    uint64
+		last Told
+	)
+	for ; ; n++ {
+		told, err := tell(sender, 1, tx, n)
+		if err != nil {
+			wantBacklogFull(t, "a's tell past its share", err, 10)
+			break
+		}
+		last = told
+		if n > 100 {
+			t.Fatalf("%d tells retained by principal a, past a share of 10", n)
+		}
+	}
+	a := svc.accountOf("a")
+	if got, want := a.records.Load(), svc.Backlog().Records; got != want || got < 10 {
+		t.Errorf("a is charged %d records, the service retains %d: want equal, at least the share", got, want)
+	}
+	if got := svc.Backlog().ClientRefusals; got != 1 {
+		t.Errorf("ClientRefusals = %d, want 1", got)
+	}
+
+	other := svc.ConnectAs("b", nil)
+	ob := mustEnroll(t, other, 9, 3)
+	if _, err := tell(other, 9, ob, 0); err != nil {
+		t.Fatalf("b's tell while a is at its share = %v, want told", err)
+	}
+
+	if _, err := deaf.Ack(ctx, Ack{Conversation: 1, Participant: rx.Participant, Generation: rx.Generation, Through: last.Seq}); err != nil {
+		t.Fatalf("ack: %v", err)
+	}
+	if got := a.records.Load(); got != 0 {
+		t.Errorf("a is charged %d records once everything was acknowledged, want 0", got)
+	}
+	if _, err := tell(sender, 1, tx, n); err != nil {
+		t.Fatalf("a's refused tell retried after the ack = %v, want told", err)
+	}
+
+	// a holds conversation 1; its share of 20 conversations is 2.
+	mustEnroll(t, sender, 2, 4)
+	_, err = sender.Enroll(ctx, Enroll{Conversation: 3, Token: token(5)})
+	var pe *Error
+	if !errors.As(err, &pe) || pe.Code != CodeCapacityExceeded || pe.Limit != 2 {
+		t.Fatalf("a's third conversation = %v, want capacity_exceeded with limit 2", err)
+	}
+	mustEnroll(t, other, 3, 6)
+	if got := a.conversations.Load(); got != 2 {
+		t.Errorf("a is charged %d conversations, want 2", got)
+	}
+
+	// An account is kept while something is charged to it or a
+	// connection acts for it.
+	idle := svc.ConnectAs("c", nil)
+	must(t, idle.End(ctx, oplog.CauseClean))
+	must(t, other.End(ctx, oplog.CauseClean))
+	if svc.accountOf("c") != nil || svc.accountOf("b") == nil {
+		t.Errorf("after their connections ended, c (charged nothing) has an account: %v, b (charged conversations) has none: %v",
+			svc.accountOf("c") != nil, svc.accountOf("b") == nil)
+	}
+}
+
+// accountOf returns principal p's account, nil if none.
+func (s *Service) accountOf(p Principal) *share {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.shares[p]
+}
+
+// TestShare_CatchUpAttachIsAdmittedPastTheShare: a principal at its share
+// can still re-attach its deaf member, which has records waiting: that is
+// how they get delivered and acknowledged.
+func TestShare_CatchUpAttachIsAdmittedPastTheShare(t *testing.T) {
+	ctx := context.Background()
+	svc, err := Open(ctx, store.NewMemory(), Options{NodeKey: testKey, BacklogRecords: 1000, ClientShare: 10})
+	must(t, err)
+	t.Cleanup(func() { svc.Close() })
+	deaf, sender := svc.ConnectAs("a", nil), svc.ConnectAs("a", nil)
+	rx := mustEnroll(t, deaf, 1, 1)
+	tx := mustEnroll(t, sender, 1, 2)
+	for n := uint64(0); ; n++ {
+		if _, err := sender.Tell(ctx, Tell{Conversation: 1, Participant: tx.Participant, Generation: tx.Generation, Token: seqToken(n, 1)}); err != nil {
+			wantBacklogFull(t, "a's tell past its share", err, 100)
+			break
+		}
+	}
+	must(t, deaf.End(ctx, oplog.CauseConnectionLost))
+	if _, err := svc.ConnectAs("a", nil).Attach(ctx, Attach{Conversation: 1, Participant: rx.Participant, Generation: rx.Generation, Secret: rx.Secret, Token: token(9)}); err != nil {
+		t.Fatalf("the deaf member's attach with records waiting, a at its share = %v, want attached", err)
+	}
+}
+
+// TestStatelessEnroll_TokenFirst: an enroll into a conversation that exists
+// nowhere, refused before it is touched, is refused in the protocol's
+// order: an expired token is token_expired although the connection's
+// bindings are at their cap too; a fresh token is capacity_exceeded.
+func TestStatelessEnroll_TokenFirst(t *testing.T) {
+	ctx := context.Background()
+	now := time.UnixMilli(1_700_000_000_000)
+	svc, err := Open(ctx, store.NewMemory(), Options{NodeKey: testKey, TokenWindow: time.Minute, MaxConversationsPerConn: 1, Now: func() time.Time { return now }})
+	must(t, err)
+	t.Cleanup(func() { svc.Close() })
+	c := svc.Connect(nil)
+	if _, err := c.Enroll(ctx, Enroll{Conversation: 1, Token: v7Token(now.UnixMilli(), 1)}); err != nil {
+		t.Fatalf("first enroll = %v", err)
+	}
+	if _, err := c.Enroll(ctx, Enroll{Conversation: 2, Token: v7Token(now.Add(-time.Hour).UnixMilli(), 2)}); codeOf(err) == nil || codeOf(err).Code != CodeTokenExpired {
+		t.Errorf("enroll with an expired token, bindings at their cap = %v, want token_expired", err)
+	}
+	if _, err := c.Enroll(ctx, Enroll{Conversation: 2, Token: v7Token(now.UnixMilli(), 3)}); codeOf(err) == nil || codeOf(err).Code != CodeCapacityExceeded {
+		t.Errorf("enroll with a fresh token, bindings at their cap = %v, want capacity_exceeded", err)
+	}
+}
