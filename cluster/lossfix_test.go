@@ -421,6 +421,11 @@ func TestCluster_StatelessRefusalsCostNothing(t *testing.T) {
 	}
 	refusals(svc.ConnectAs("p", nil), 2000, 30, participant.CodeCapacityExceeded)
 
+	// A client past its creation rate: its bucket is empty.
+	limited := svc.Connect(nil)
+	limited.LimitCreates(participant.CreateLimit{Allow: func() bool { return false }, Exhausted: func() bool { return true }, Rate: 1, Burst: 1})
+	refusals(limited, 3000, 30, participant.CodeRateLimited)
+
 	if s := svc.Stats(); s.Conversations != 3 {
 		t.Errorf("service holds %d conversations after the refusals, want the 3 created", s.Conversations)
 	}

@@ -60,6 +60,10 @@ type CreateLimit struct {
 	// goroutines deciding operations, so concurrently; it must not block.
 	// Nil allows every one.
 	Allow func() bool
+	// Exhausted reports, without taking anything, whether Allow would
+	// refuse now: the check an enroll makes before it touches a
+	// conversation (refuseStateless). Nil: never.
+	Exhausted func() bool
 	// Rate (a second) and Burst describe the pace, for the refusal.
 	Rate  float64
 	Burst int
@@ -75,6 +79,20 @@ func (c *Conn) admitCreate() *Error {
 	if c.creates.Allow == nil || c.creates.Allow() {
 		return nil
 	}
+	return c.rateLimited()
+}
+
+// createsExhausted is admitCreate's refusal when c's CreateLimit has
+// nothing left now, taking nothing; nil otherwise.
+func (c *Conn) createsExhausted() *Error {
+	if c.creates.Exhausted == nil || !c.creates.Exhausted() {
+		return nil
+	}
+	return c.rateLimited()
+}
+
+// rateLimited is the refusal of c's CreateLimit.
+func (c *Conn) rateLimited() *Error {
 	e := refuse(CodeRateLimited, "this client creates conversations faster than %g a second (a burst of %d); retry later",
 		c.creates.Rate, c.creates.Burst)
 	e.Limit = uint64(c.creates.Burst)

@@ -106,8 +106,10 @@ func (s *Service) adopt(ctx context.Context, id ConversationID) (*conversation, 
 // refuseStateless refuses an enroll from c into a conversation that
 // exists nowhere when a check that needs none of its state refuses it:
 // the token window; under the invite policy, no valid invitation; then the connection's
-// bindings, the store's size, the server's conversations, c's principal's
-// share, and the server's backlog ceiling at their limits (what the usual
+// bindings, the store's size, c's creation rate (its bucket empty: this
+// check takes nothing from it), the server's conversations, c's
+// principal's share, and the server's backlog ceiling at their limits
+// (what the usual
 // path would answer, in its order: decide.go, backpressure.go, share.go).
 // No token of a conversation that exists nowhere can have committed, so
 // nothing could replay. It is decided before the conversation is touched,
@@ -160,6 +162,9 @@ func (s *Service) statelessEnroll(c *Conn, req *Enroll) (*Error, string) {
 		return e, ""
 	}
 	if e := d.dataCapacity(); e != nil {
+		return e, ""
+	}
+	if e := c.createsExhausted(); e != nil {
 		return e, ""
 	}
 	if e := s.conversationSlots.full(); e != nil {

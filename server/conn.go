@@ -130,6 +130,9 @@ func newConn(s *Server, nc net.Conn, peer netip.Prefix, limited bool, creates *c
 // bucket.
 func (c *conn) allowCreate() bool { return c.creates.take(time.Now()) }
 
+// createsExhausted reports whether allowCreate would refuse now.
+func (c *conn) createsExhausted() bool { return c.creates.exhausted(time.Now()) }
+
 // requestShutdown makes the connection tear down as drained: its pending
 // read fails at once, and serve, seeing the flag, sends bye.
 func (c *conn) requestShutdown() {
@@ -205,9 +208,10 @@ func (c *conn) serve() {
 		}
 	})
 	c.pc.LimitCreates(participant.CreateLimit{
-		Allow: c.allowCreate,
-		Rate:  c.srv.cfg.ConversationRate,
-		Burst: c.srv.cfg.ConversationBurst,
+		Allow:     c.allowCreate,
+		Exhausted: c.createsExhausted,
+		Rate:      c.srv.cfg.ConversationRate,
+		Burst:     c.srv.cfg.ConversationBurst,
 	})
 	c.served.Store(c.pc)
 	ordinal := c.pc.ID().Ordinal

@@ -70,6 +70,14 @@ func (c *creations) take(now time.Time) bool {
 	return c.b.take(now, c.rate, c.burst)
 }
 
+// exhausted reports whether the bucket has no creation left at now,
+// taking nothing.
+func (c *creations) exhausted(now time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.b.level(now, c.rate, c.burst) < 1
+}
+
 // full reports whether the bucket is full at now.
 func (c *creations) full(now time.Time) bool {
 	c.mu.Lock()
