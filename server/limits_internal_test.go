@@ -84,9 +84,11 @@ func TestPeerLimits_CreationBucketSurvivesReconnects(t *testing.T) {
 	}
 	cr := l.creationsLocked(key, true, now)
 	for i, want := range []bool{true, true, false} {
-		// exhausted says, taking nothing, whether take refuses.
-		if cr.exhausted(now) == want || cr.exhausted(now) == want {
-			t.Fatalf("before create %d exhausted = %v, want %v", i, !want, !want)
+		// exhausted says, taking nothing (asked twice), whether take
+		// refuses.
+		first, second := cr.exhausted(now), cr.exhausted(now)
+		if first == want || second == want {
+			t.Fatalf("before create %d exhausted = %v then %v, want %v", i, first, second, !want)
 		}
 		if got := cr.take(now); got != want {
 			t.Fatalf("create %d = %v, want %v", i, got, want)
