@@ -108,9 +108,8 @@ func (s *Server) serveConversationStatus(w http.ResponseWriter, r *http.Request)
 		http.Error(w, "the conversation id must be a number", http.StatusBadRequest)
 		return
 	}
-	svc := s.svc.Load()
-	if svc == nil {
-		http.Error(w, "not open yet", http.StatusServiceUnavailable)
+	svc, ok := s.openService(w)
+	if !ok {
 		return
 	}
 	conv := participant.ConversationID(id)

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/participantd/participantd/participant"
 )
 
@@ -40,68 +42,79 @@ type evictedJSON struct {
 }
 
 func (s *Server) registerEvict(mux *http.ServeMux) {
-	mux.HandleFunc("POST /admin/evict", func(w http.ResponseWriter, r *http.Request) {
-		if !s.requireAdmin(w, r) {
-			return
-		}
-		c, ok := queryUint(w, r, "conversation")
-		if !ok {
-			return
-		}
-		p, ok := queryUint(w, r, "participant")
-		if !ok {
-			return
-		}
-		svc := s.svc.Load()
-		if svc == nil {
-			http.Error(w, "service not open yet", http.StatusServiceUnavailable)
-			return
-		}
-		ctx, cancel := context.WithTimeout(r.Context(), evictTimeout)
-		defer cancel()
-		ended, err := svc.Evict(ctx, participant.ConversationID(c), participant.ParticipantID(p))
-		log := s.log.With().Str("remote", r.RemoteAddr).Str("action", "evict").
-			Uint64("conversation", c).Uint64("participant", p).Logger()
-		if err != nil {
-			log.Warn().Err(err).Msg("admin: eviction refused")
-			writeAdminError(w, err)
-			return
-		}
-		log.Info().Uint64("seq", uint64(ended.Seq)).Msg("admin: participant evicted")
-		writeJSON(w, evictedJSON{Conversation: c, Participant: p, Seq: uint64(ended.Seq)})
-	})
-	mux.HandleFunc("POST /admin/drop", func(w http.ResponseWriter, r *http.Request) {
-		if !s.requireAdmin(w, r) {
-			return
-		}
-		c, ok := queryUint(w, r, "conversation")
-		if !ok {
-			return
-		}
-		svc := s.svc.Load()
-		if svc == nil {
-			http.Error(w, "service not open yet", http.StatusServiceUnavailable)
-			return
-		}
-		ctx, cancel := context.WithTimeout(r.Context(), evictTimeout)
-		defer cancel()
-		ended, err := svc.Drop(ctx, participant.ConversationID(c))
-		log := s.log.With().Str("remote", r.RemoteAddr).Str("action", "drop").Uint64("conversation", c).Logger()
-		if err != nil {
-			log.Warn().Err(err).Msg("admin: drop refused")
-			writeAdminError(w, err)
-			return
-		}
-		out := struct {
-			Conversation uint64        `json:"conversation"`
-			Evicted      []evictedJSON `json:"evicted"`
-		}{Conversation: c, Evicted: []evictedJSON{}}
-		for _, e := range ended {
-			out.Evicted = append(out.Evicted, evictedJSON{Participant: uint64(e.Participant), Seq: uint64(e.Seq)})
-		}
-		log.Info().Int("evicted", len(ended)).Msg("admin: conversation dropped")
-		writeJSON(w, out)
-	})
+	mux.Handle("POST /admin/evict", s.adminOnly(http.HandlerFunc(s.serveEvict)))
+	mux.Handle("POST /admin/drop", s.adminOnly(http.HandlerFunc(s.serveDrop)))
+}
+
+// serveEvict evicts ?participant= of ?conversation=.
+func (s *Server) serveEvict(w http.ResponseWriter, r *http.Request) {
+	c, ok := queryUint(w, r, "conversation")
+	if !ok {
+		return
+	}
+	p, ok := queryUint(w, r, "participant")
+	if !ok {
+		return
+	}
+	svc, ok := s.openService(w)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), evictTimeout)
+	defer cancel()
+	ended, err := svc.Evict(ctx, participant.ConversationID(c), participant.ParticipantID(p))
+	log := s.auditLog(r, "evict").With().Uint64("conversation", c).Uint64("participant", p).Logger()
+	if err != nil {
+		log.Warn().Err(err).Msg("admin: eviction refused")
+		writeAdminError(w, err)
+		return
+	}
+	log.Info().Uint64("seq", uint64(ended.Seq)).Msg("admin: participant evicted")
+	writeJSON(w, evictedJSON{Conversation: c, Participant: p, Seq: uint64(ended.Seq)})
+}
+
+// serveDrop evicts every participant of ?conversation=.
+func (s *Server) serveDrop(w http.ResponseWriter, r *http.Request) {
+	c, ok := queryUint(w, r, "conversation")
+	if !ok {
+		return
+	}
+	svc, ok := s.openService(w)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), evictTimeout)
+	defer cancel()
+	ended, err := svc.Drop(ctx, participant.ConversationID(c))
+	log := s.auditLog(r, "drop").With().Uint64("conversation", c).Logger()
+	if err != nil {
+		log.Warn().Err(err).Msg("admin: drop refused")
+		writeAdminError(w, err)
+		return
+	}
+	out := struct {
+		Conversation uint64        `json:"conversation"`
+		Evicted      []evictedJSON `json:"evicted"`
+	}{Conversation: c, Evicted: []evictedJSON{}}
+	for _, e := range ended {
+		out.Evicted = append(out.Evicted, evictedJSON{Participant: uint64(e.Participant), Seq: uint64(e.Seq)})
+	}
+	log.Info().Int("evicted", len(ended)).Msg("admin: conversation dropped")
+	writeJSON(w, out)
+}
+
+// auditLog is the audit logger of one admin request: who asked, and what.
+func (s *Server) auditLog(r *http.Request, action string) zerolog.Logger {
+	return s.log.With().Str("remote", r.RemoteAddr).Str("action", action).Logger()
+}
+
+// openService returns the service, or answers 503 while it is not open.
+func (s *Server) openService(w http.ResponseWriter) (*participant.Service, bool) {
+	svc := s.svc.Load()
+	if svc == nil {
+		http.Error(w, "service not open yet", http.StatusServiceUnavailable)
+	}
+	return svc, svc != nil
 }
 
 // queryUint reads the unsigned integer query parameter name, answering 400

@@ -74,9 +74,8 @@ func (s *Server) healthHandler() http.Handler {
 			}
 			authorized = true
 		}
-		svc := s.svc.Load()
-		if svc == nil {
-			http.Error(w, "not open yet", http.StatusServiceUnavailable)
+		svc, ok := s.openService(w)
+		if !ok {
 			return
 		}
 		list := svc.Unloadable()
