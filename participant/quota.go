@@ -17,9 +17,7 @@ type slots struct {
 func (q *slots) reserve() *Error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.n >= q.max {
-		e := refuse(CodeCapacityExceeded, "the server holds %d conversations", q.n)
-		e.Limit = uint64(q.max)
+	if e := q.fullLocked(); e != nil {
 		return e
 	}
 	q.n++
@@ -31,12 +29,17 @@ func (q *slots) reserve() *Error {
 func (q *slots) full() *Error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.n >= q.max {
-		e := refuse(CodeCapacityExceeded, "the server holds %d conversations", q.n)
-		e.Limit = uint64(q.max)
-		return e
+	return q.fullLocked()
+}
+
+// fullLocked is full's refusal; q.mu is held.
+func (q *slots) fullLocked() *Error {
+	if q.n < q.max {
+		return nil
 	}
-	return nil
+	e := refuse(CodeCapacityExceeded, "the server holds %d conversations", q.n)
+	e.Limit = uint64(q.max)
+	return e
 }
 
 // release gives back a slot whose conversation was not registered.
