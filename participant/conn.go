@@ -33,7 +33,8 @@ type Conn struct {
 	// participant bound.
 	bindings map[ConversationID]ParticipantID
 	// offered holds, per bound conversation, the last delivery Next
-	// handed out, for Status; an entry of an earlier binding is told
+	// handed out: where the connection's pushes continue (LastOffered)
+	// and what Status reports; an entry of an earlier binding is told
 	// apart by its epoch.
 	offered map[ConversationID]Offered
 	// reserved counts the binding slots held by enrolls and attaches that
@@ -252,6 +253,15 @@ func (c *Conn) Next(conv ConversationID, offered Offered) (d Delivery, ok bool) 
 		c.noteOffered(conv, p, d)
 	}
 	return d, ok
+}
+
+// LastOffered is the last delivery Next handed out in conv for the
+// binding that holds it now (zero when none): what a caller that pushes
+// every delivery it gets passes to Next to continue after it.
+func (c *Conn) LastOffered(conv ConversationID) Offered {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.offered[conv]
 }
 
 // noteOffered remembers d as the last delivery handed to p's binding in

@@ -12,12 +12,11 @@ import (
 const pumpBatch = 64
 
 // pump pushes deliveries: woken by the service, it takes the ready
-// conversations and pushes each one's records in order, remembering per
-// conversation what it offered so that Next continues after it. Pushing
-// blocks while the outbound queue is full.
+// conversations and pushes each one's records in order, each continuing
+// after what the connection last offered (the service remembers it per
+// binding). Pushing blocks while the outbound queue is full.
 func (c *conn) pump() {
 	defer close(c.pumpDone)
-	offered := make(map[participant.ConversationID]participant.Offered)
 	var round []participant.ConversationID
 	queued := make(map[participant.ConversationID]bool)
 	for {
@@ -42,7 +41,7 @@ func (c *conn) pump() {
 					more = true
 					break
 				}
-				d, ok := c.pc.Next(conv, offered[conv])
+				d, ok := c.pc.Next(conv, c.pc.LastOffered(conv))
 				if !ok {
 					break
 				}
@@ -54,7 +53,6 @@ func (c *conn) pump() {
 				} else {
 					c.srv.metrics.delivered()
 				}
-				offered[conv] = participant.Offered{Epoch: d.Epoch, Through: d.Seq}
 			}
 			if more {
 				next = append(next, conv)
