@@ -33,7 +33,7 @@ type Conn struct {
 	// participant bound.
 	bindings map[ConversationID]ParticipantID
 	// offered holds, per bound conversation, the last delivery Next
-	// handed out: where the connection's pushes continue (LastOffered)
+	// handed out: where the connection's pushes continue (NextOffered)
 	// and what Status reports; an entry of an earlier binding is told
 	// apart by its epoch.
 	offered map[ConversationID]Offered
@@ -227,13 +227,29 @@ func (c *Conn) endingCause() (bool, Cause) {
 // fails (a failing store), Next logs it and reports ok false; the next wake
 // of the connection retries.
 func (c *Conn) Next(conv ConversationID, offered Offered) (d Delivery, ok bool) {
+	c.mu.Lock()
+	p, bound := c.bindings[conv]
+	c.mu.Unlock()
+	return c.next(conv, p, bound, offered)
+}
+
+// NextOffered is Next after the last delivery this connection offered in
+// conv (kept per binding), read under the same lock as the binding: the call of a
+// caller that pushes every delivery it gets.
+func (c *Conn) NextOffered(conv ConversationID) (d Delivery, ok bool) {
+	c.mu.Lock()
+	p, bound := c.bindings[conv]
+	offered := c.offered[conv]
+	c.mu.Unlock()
+	return c.next(conv, p, bound, offered)
+}
+
+// next is Next for the binding of p (bound false: none).
+func (c *Conn) next(conv ConversationID, p ParticipantID, bound bool, offered Offered) (d Delivery, ok bool) {
 	cv := c.svc.existing(conv)
 	if cv == nil {
 		return Delivery{}, false
 	}
-	c.mu.Lock()
-	p, bound := c.bindings[conv]
-	c.mu.Unlock()
 	if !bound || !c.svc.ownership().Holds(conv) {
 		return Delivery{}, false
 	}
@@ -253,15 +269,6 @@ func (c *Conn) Next(conv ConversationID, offered Offered) (d Delivery, ok bool) 
 		c.noteOffered(conv, p, d)
 	}
 	return d, ok
-}
-
-// LastOffered is the last delivery Next handed out in conv for the
-// binding that holds it now (zero when none): what a caller that pushes
-// every delivery it gets passes to Next to continue after it.
-func (c *Conn) LastOffered(conv ConversationID) Offered {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.offered[conv]
 }
 
 // noteOffered remembers d as the last delivery handed to p's binding in
