@@ -443,18 +443,18 @@ func (c *Client) credentialChanged(cred Credential) {
 // backoff. It sets m's id. Errors: errLost, ctx's error; a backlog_full
 // answer is returned as the answer once the wait is over or ctx ends
 // (nothing was done, so the outcome is known).
-func (c *Client) callOn(ctx context.Context, s *session, m wire.Message) (wire.Message, error) {
+func (c *Client) callOn(ctx context.Context, s *session, m wire.Request) (wire.Message, error) {
 	return c.callOnWait(ctx, s, m, c.opts.BacklogWait)
 }
 
 // callOnWait is callOn retrying backlog_full for backlogWait instead of
 // Options.BacklogWait; a negative backlogWait returns it at once.
-func (c *Client) callOnWait(ctx context.Context, s *session, m wire.Message, backlogWait time.Duration) (wire.Message, error) {
+func (c *Client) callOnWait(ctx context.Context, s *session, m wire.Request, backlogWait time.Duration) (wire.Message, error) {
 	b := backoff{min: c.opts.MinBackoff, max: c.opts.MaxBackoff}
 	var fullUntil time.Time
 	for {
 		id := c.ids.Add(1)
-		setID(m, id)
+		m.SetID(id)
 		ans, err := s.call(ctx, id, m)
 		if err != nil {
 			return nil, err
@@ -519,29 +519,5 @@ func sleep(ctx context.Context, d time.Duration, stop <-chan struct{}) bool {
 		return false
 	case <-stop:
 		return false
-	}
-}
-
-// setID sets the id of request m.
-func setID(m wire.Message, id uint64) {
-	switch m := m.(type) {
-	case *wire.Enroll:
-		m.ID = id
-	case *wire.Attach:
-		m.ID = id
-	case *wire.Tell:
-		m.ID = id
-	case *wire.Ack:
-		m.ID = id
-	case *wire.Detach:
-		m.ID = id
-	case *wire.Leave:
-		m.ID = id
-	case *wire.Ping:
-		m.ID = id
-	case *wire.Bye:
-		m.ID = id
-	default:
-		panic("client: setID of " + m.Type())
 	}
 }
