@@ -129,6 +129,19 @@ type Operation interface {
 	ConversationID() uint64
 }
 
+// Every request that operates on a conversation is an Operation: the
+// server routes it by ConversationID, the client numbers it with SetID.
+var (
+	_ Operation = (*Enroll)(nil)
+	_ Operation = (*Attach)(nil)
+	_ Operation = (*Tell)(nil)
+	_ Operation = (*Ack)(nil)
+	_ Operation = (*Detach)(nil)
+	_ Operation = (*Leave)(nil)
+	_ Request   = (*Ping)(nil)
+	_ Request   = (*Bye)(nil)
+)
+
 func (m *Enroll) msgID() uint64 { return m.ID }
 func (m *Attach) msgID() uint64 { return m.ID }
 func (m *Tell) msgID() uint64   { return m.ID }
