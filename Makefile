@@ -6,9 +6,14 @@ GO ?= go
 build:
 	$(GO) build ./...
 
+# The second run is the server's wire tests again, every client dialling
+# the WebSocket listener (-ws): about a minute. -short leaves out the long
+# variants and the race detector is off, both covered by the first run
+# (the WebSocket adapter's own tests included).
 test:
 	$(GO) vet ./...
 	$(GO) test -race -timeout 20m ./...
+	$(GO) test -short -timeout 10m ./server -args -ws
 
 # staticcheck is pinned, so that lint runs the same checks on every machine;
 # go run fetches it through the module proxy the first time.

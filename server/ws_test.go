@@ -21,7 +21,7 @@ import (
 )
 
 // overWS runs every wire test over the WebSocket listener: go test
-// ./server -args -ws.
+// ./server -args -ws (make test runs it with -short).
 var overWS = flag.Bool("ws", false, "dial the wire tests over the WebSocket listener")
 
 // dialWS opens a WebSocket to the server with the request headers hdr and
