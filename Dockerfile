@@ -11,6 +11,9 @@
 #
 # .ci/run executes this build stage's RUN lines (OUT set to a temporary
 # directory) to check that they build: keep them self-contained shell.
+#
+# participantbench is not in the image: it loads a server from outside,
+# and its --etcd-compare would add an etcd server to the image.
 
 FROM golang:1.26.8 AS build
 ARG OUT=/out

@@ -6,9 +6,14 @@ GO ?= go
 build:
 	$(GO) build ./...
 
+# The second run is the server's wire tests again, every client dialling
+# the WebSocket listener (-ws): about a minute. -short leaves out the long
+# variants and the race detector is off, both covered by the first run
+# (the WebSocket adapter's own tests included).
 test:
 	$(GO) vet ./...
 	$(GO) test -race -timeout 20m ./...
+	$(GO) test -short -timeout 10m ./server -args -ws
 
 # staticcheck is pinned, so that lint runs the same checks on every machine;
 # go run fetches it through the module proxy the first time.
@@ -45,8 +50,8 @@ bench:
 run:
 	$(GO) run ./cmd/participantd
 
-# A release: static binaries (no cgo) of participantd and participantctl for
-# linux and darwin on amd64 and arm64 under $(DIST)/, named
+# A release: static binaries (no cgo) of $(COMMANDS) for linux and darwin
+# on amd64 and arm64 under $(DIST)/, named
 # <cmd>-<VERSION>-<os>-<arch>, and $(DIST)/SHA256SUMS over them. VERSION is
 # stamped into --version (internal/buildinfo); tag the commit with it
 # (git tag v0.2.0) so `go install .../cmd/participantd@v0.2.0` fetches the
@@ -55,6 +60,9 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo v0.0
 REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 DIST ?= dist
 PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
+# participantbench ships too: an operator measures a disk with it (its
+# fsync probe and --etcd-compare) before trusting it with a deployment.
+COMMANDS = participantd participantctl participantbench
 BUILDINFO = github.com/participantd/participantd/internal/buildinfo
 LDFLAGS = -s -w -X $(BUILDINFO).version=$(VERSION) -X $(BUILDINFO).revision=$(REVISION)
 
@@ -62,26 +70,26 @@ release:
 	rm -rf $(DIST) && mkdir -p $(DIST)
 	@set -e; for p in $(PLATFORMS); do \
 		os=$${p%/*}; arch=$${p#*/}; \
-		for cmd in participantd participantctl; do \
+		for cmd in $(COMMANDS); do \
 			echo "build $(DIST)/$$cmd-$(VERSION)-$$os-$$arch"; \
 			CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -buildvcs=false \
 				-ldflags '$(LDFLAGS)' -o $(DIST)/$$cmd-$(VERSION)-$$os-$$arch ./cmd/$$cmd; \
 		done; \
 	done
-	cd $(DIST) && sha256sum participantd-* participantctl-* > SHA256SUMS
+	cd $(DIST) && sha256sum $(addsuffix -*,$(COMMANDS)) > SHA256SUMS
 
 # What CI checks of a release: every binary built, the sums verify, and the
 # host's binaries print the stamped version.
 release-check: release
 	cd $(DIST) && sha256sum -c --quiet SHA256SUMS
 	@set -e; host=$$($(GO) env GOOS)-$$($(GO) env GOARCH); \
-	for cmd in participantd participantctl; do \
+	for cmd in $(COMMANDS); do \
 		out=$$($(DIST)/$$cmd-$(VERSION)-$$host --version); echo "$$out"; \
 		echo "$$out" | grep -q "^module github.com/participantd/participantd $(VERSION)$$" || \
 			{ echo "$$cmd --version does not print $(VERSION)"; exit 1; }; \
 	done
-	@for p in $(PLATFORMS); do os=$${p%/*}; arch=$${p#*/}; \
-		test -x $(DIST)/participantd-$(VERSION)-$$os-$$arch || { echo "missing $$os/$$arch"; exit 1; }; done
+	@for p in $(PLATFORMS); do os=$${p%/*}; arch=$${p#*/}; for cmd in $(COMMANDS); do \
+		test -x $(DIST)/$$cmd-$(VERSION)-$$os-$$arch || { echo "missing $$cmd for $$os/$$arch"; exit 1; }; done; done
 
 # The TypeScript client (clients/typescript): builds participantd for its
 # integration tests, installs the package's dependencies from its lock

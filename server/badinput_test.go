@@ -27,13 +27,8 @@ func TestBadInput_OthersKeepServing(t *testing.T) {
 		{"no id", func(c *client) { c.sendMap(map[string]any{"t": "ping"}) }, wire.ReasonMalformed, wire.CauseProtocolError},
 		{"2 GiB header", func(c *client) { c.sendBytes(header(1 << 31)) }, wire.ReasonFrameTooLarge, wire.CauseProtocolError},
 		{"truncated frame then close", func(c *client) {
-			c.sendBytes(append(header(100), 0x81, 0xa1))
-			// A WebSocket has no half-close: it closes.
-			if cw, ok := c.nc.(interface{ CloseWrite() error }); ok {
-				cw.CloseWrite()
-			} else {
-				c.nc.Close()
-			}
+			c.sendFrameStart(append(header(100), 0x81, 0xa1))
+			c.closeWrite()
 		}, "", wire.CauseConnectionLost},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

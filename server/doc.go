@@ -1,7 +1,7 @@
 // Package server is the participantd daemon without its command line: the
 // wire listener, one goroutine set per connection, the health listener with
 // Prometheus metrics, and the drain. cmd/participantd wraps it with flags,
-// environment and signals; participantctl's `bench --embedded` starts it in
+// environment and signals; participantbench's `--embedded` starts it in
 // process:
 //
 //	srv, err := server.New(server.Config{DataDir: dir, Listen: "127.0.0.1:0", HealthListen: "127.0.0.1:0"})

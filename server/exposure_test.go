@@ -274,7 +274,7 @@ func TestExposure_FramesBeingReadCountAndHaveADeadline(t *testing.T) {
 		FrameReadTimeout: time.Hour})
 	for range 3 {
 		c := h.dial()
-		c.sendBytes(append(header(frame), 0x85))
+		c.sendFrameStart(append(header(frame), 0x85))
 	}
 	eventually(t, "the bodies being read hold the whole pending budget", func() bool {
 		return h.metric(server.MetricPendingRequestBytes) == 2*frame
@@ -282,7 +282,7 @@ func TestExposure_FramesBeingReadCountAndHaveADeadline(t *testing.T) {
 
 	slow := start(t, server.Config{FrameReadTimeout: 100 * time.Millisecond})
 	c := slow.dial()
-	c.sendBytes(append(header(1000), 0x85))
+	c.sendFrameStart(append(header(1000), 0x85))
 	c.expectClosed()
 }
 

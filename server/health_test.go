@@ -40,7 +40,7 @@ func TestHealth_Endpoints(t *testing.T) {
 			t.Errorf("/metrics lacks %s", name)
 		}
 	}
-	if !strings.Contains(body, server.MetricConnectionsOpen+`{transport="tcp"} 2`+"\n") {
+	if !strings.Contains(body, server.MetricConnectionsOpen+`{transport="`+h.transport()+`"} 2`+"\n") {
 		t.Errorf("/metrics does not count 2 open connections:\n%s", grep(body, server.MetricConnectionsOpen))
 	}
 	for _, want := range []string{

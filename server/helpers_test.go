@@ -109,13 +109,38 @@ type client struct {
 
 	nextID  uint64
 	Welcome *wire.Welcome
+	// raw is, over a WebSocket, the TCP connection under it; nil over TCP.
+	raw net.Conn
+}
+
+// overWS reports whether the harness's clients dial the WebSocket
+// listener (-ws, or a WebSocket test).
+func (h *harness) overWS() bool { return *overWS || h.ws }
+
+// transport is the transport label of the connections the harness's
+// clients open.
+func (h *harness) transport() string {
+	if h.overWS() {
+		return "ws"
+	}
+	return "tcp"
+}
+
+// openConnections returns how many connections of the harness's transport
+// the server serves.
+func (h *harness) openConnections() float64 {
+	h.t.Helper()
+	return h.metric(server.MetricConnectionsOpen + `{transport="` + h.transport() + `"}`)
 }
 
 // dialRaw connects without a hello.
 func (h *harness) dialRaw() *client {
 	h.t.Helper()
-	if *overWS || h.ws {
-		return newClient(h.t, h.dialWS(nil))
+	if h.overWS() {
+		ws, raw := h.dialWSTCP(nil, 0)
+		c := newClient(h.t, wsframe.New(ws))
+		c.raw = raw
+		return c
 	}
 	nc, err := net.Dial("tcp", h.srv.Addr().String())
 	if err != nil {
@@ -191,6 +216,37 @@ func (c *client) sendFrame(body []byte) {
 	defer c.wm.Unlock()
 	if err := c.w.WriteFrame(body); err != nil {
 		c.t.Fatalf("write: %v", err)
+	}
+}
+
+// sendFrameStart sends the start of a frame, prefix (its header and the
+// first bytes of its body), and never the rest: over TCP the bytes, over a
+// WebSocket a message whose header announces the whole frame.
+func (c *client) sendFrameStart(prefix []byte) {
+	c.t.Helper()
+	if c.raw == nil {
+		c.sendBytes(prefix)
+		return
+	}
+	size := wire.HeaderLen + int(binary.BigEndian.Uint32(prefix))
+	c.wm.Lock()
+	defer c.wm.Unlock()
+	if _, err := c.raw.Write(wsMessageStart(size, prefix)); err != nil {
+		c.t.Fatalf("write: %v", err)
+	}
+}
+
+// closeWrite ends what the client sends and goes on reading: a TCP
+// half-close; over a WebSocket, which has none of its own, the half-close
+// of the TCP connection under it.
+func (c *client) closeWrite() {
+	c.t.Helper()
+	nc := c.nc
+	if c.raw != nil {
+		nc = c.raw
+	}
+	if err := nc.(interface{ CloseWrite() error }).CloseWrite(); err != nil {
+		c.t.Fatalf("close write: %v", err)
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/participantd/participantd/server"
 	"github.com/participantd/participantd/wire"
+	"github.com/participantd/participantd/wire/wsframe"
 )
 
 // quiet is a raw connection that reads only when told to: it sets up its
@@ -26,14 +27,22 @@ type quiet struct {
 	id uint64
 }
 
+// dialQuiet connects over the harness's transport with a kernel receive
+// buffer of rcvbuf bytes (0: the kernel's) and says hello.
 func (h *harness) dialQuiet(rcvbuf int) *quiet {
 	h.t.Helper()
-	nc, err := net.Dial("tcp", h.srv.Addr().String())
-	if err != nil {
-		h.t.Fatalf("dial: %v", err)
-	}
-	if tc, ok := nc.(*net.TCPConn); ok && rcvbuf > 0 {
-		tc.SetReadBuffer(rcvbuf)
+	var nc net.Conn
+	if h.overWS() {
+		ws, _ := h.dialWSTCP(nil, rcvbuf)
+		nc = wsframe.New(ws)
+	} else {
+		var err error
+		if nc, err = net.Dial("tcp", h.srv.Addr().String()); err != nil {
+			h.t.Fatalf("dial: %v", err)
+		}
+		if tc, ok := nc.(*net.TCPConn); ok && rcvbuf > 0 {
+			tc.SetReadBuffer(rcvbuf)
+		}
 	}
 	h.t.Cleanup(func() { nc.Close() })
 	q := &quiet{t: h.t, nc: nc, r: wire.NewReader(bufio.NewReaderSize(nc, 4096), 16<<20), w: wire.NewWriter(nc, 1<<31), id: 1}
@@ -182,7 +191,7 @@ func TestASlowReaderThatTricklesIsCut(t *testing.T) {
 	payload := bytes.Repeat([]byte{0x33}, 32<<10)
 	deadline := time.Now().Add(waitFor)
 	for i := 0; ; i++ {
-		if i%50 == 0 && h.metric(server.MetricConnectionsOpen+`{transport="tcp"}`) == 1 {
+		if i%50 == 0 && h.openConnections() == 1 {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -228,7 +237,7 @@ func TestAReaderThatNeverReadsKeepsTheHeapBounded(t *testing.T) {
 		t.Errorf("%s = %v, above the server's budget %d", server.MetricOutboundQueuedBytes, got, server.DefaultMaxOutboundTotal)
 	}
 	eventually(t, "the recipient that never reads is cut", func() bool {
-		return h.metric(server.MetricConnectionsOpen+`{transport="tcp"}`) == 1
+		return h.openConnections() == 1
 	})
 	if got := h.metric(server.MetricOutboundQueuedBytes); got != 0 {
 		t.Errorf("%s = %v after the cut, want 0: a cut connection gives its bytes back", server.MetricOutboundQueuedBytes, got)

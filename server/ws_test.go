@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"crypto/tls"
+	"encoding/binary"
 	"errors"
 	"flag"
 	"io"
@@ -20,7 +21,7 @@ import (
 )
 
 // overWS runs every wire test over the WebSocket listener: go test
-// ./server -args -ws.
+// ./server -args -ws (make test runs it with -short).
 var overWS = flag.Bool("ws", false, "dial the wire tests over the WebSocket listener")
 
 // dialWS opens a WebSocket to the server with the request headers hdr and
@@ -33,12 +34,58 @@ func (h *harness) dialWS(hdr http.Header) net.Conn {
 
 func (h *harness) dialWSConn(hdr http.Header) *websocket.Conn {
 	h.t.Helper()
-	ws, _, err := websocket.Dial(context.Background(), "ws://"+h.srv.WSAddr().String()+"/", &websocket.DialOptions{HTTPHeader: hdr})
+	ws, _ := h.dialWSTCP(hdr, 0)
+	return ws
+}
+
+// dialWSTCP is dialWSConn that also returns the TCP connection under the
+// WebSocket, its receive buffer set to rcvbuf bytes (0: the kernel's), so
+// that a test can hold the kernel's share of a reader that does not read
+// as small as over TCP, or write what no library would send.
+func (h *harness) dialWSTCP(hdr http.Header, rcvbuf int) (*websocket.Conn, net.Conn) {
+	h.t.Helper()
+	var raw net.Conn
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		var d net.Dialer
+		nc, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		if tc, ok := nc.(*net.TCPConn); ok && rcvbuf > 0 {
+			tc.SetReadBuffer(rcvbuf)
+		}
+		raw = nc
+		return nc, nil
+	}
+	hc := &http.Client{Transport: &http.Transport{DialContext: dial}}
+	ws, _, err := websocket.Dial(context.Background(), "ws://"+h.srv.WSAddr().String()+"/", &websocket.DialOptions{HTTPHeader: hdr, HTTPClient: hc})
 	if err != nil {
 		h.t.Fatalf("websocket dial: %v", err)
 	}
 	ws.SetReadLimit(-1)
-	return ws
+	return ws, raw
+}
+
+// wsMessageStart returns the start of a masked binary WebSocket message
+// (RFC 6455, 5.2) whose header announces size payload bytes, of which
+// only prefix follows: a message still arriving, as a frame of the
+// protocol is over TCP while its body is on its way.
+func wsMessageStart(size int, prefix []byte) []byte {
+	b := []byte{0x82} // FIN, binary
+	switch {
+	case size < 126:
+		b = append(b, 0x80|byte(size))
+	case size <= 0xffff:
+		b = binary.BigEndian.AppendUint16(append(b, 0x80|126), uint16(size))
+	default:
+		b = binary.BigEndian.AppendUint64(append(b, 0x80|127), uint64(size))
+	}
+	key := [4]byte{0x1f, 0x2e, 0x3d, 0x4c}
+	b = append(b, key[:]...)
+	for i, x := range prefix {
+		b = append(b, x^key[i%4])
+	}
+	return b
 }
 
 func startWS(t *testing.T, cfg server.Config) *harness {

@@ -243,7 +243,6 @@ func TestRun_UsageErrorsAreOneLineAndAPointerToHelp(t *testing.T) {
 	ctx := testCtx(t)
 	for _, args := range [][]string{
 		{"tell", "--no-such-flag"},
-		{"bench", "--no-such-flag"},
 		{"invite"},
 	} {
 		out, errs, code := ctl(ctx, "", args...)
@@ -263,6 +262,22 @@ func TestRun_UsageErrorsAreOneLineAndAPointerToHelp(t *testing.T) {
 	// No subcommand at all is a usage error that lists the subcommands.
 	if _, errs, code := ctl(ctx, ""); code != 2 || !strings.Contains(errs, "subcommands:") {
 		t.Errorf("participantctl alone = exit %d, %q; want 2 and the list of subcommands", code, errs)
+	}
+}
+
+// A subcommand that became a command of its own answers with one line
+// naming it, whatever its flags, and the usage error's status.
+func TestRun_MovedSubcommandPointsAtItsCommand(t *testing.T) {
+	ctx := testCtx(t)
+	for _, args := range [][]string{{"bench"}, {"bench", "--embedded", "--clients", "4"}, {"bench", "-h"}} {
+		out, errs, code := ctl(ctx, "", args...)
+		if code != 2 || out != "" || errs != "participantctl: bench is now a command of its own: participantbench, with the same flags\n" {
+			t.Errorf("participantctl %s = exit %d, stdout %q, stderr %q; want 2 and one line naming participantbench",
+				strings.Join(args, " "), code, out, errs)
+		}
+	}
+	if _, errs, _ := ctl(ctx, "", "help"); strings.Contains(errs, "bench") {
+		t.Errorf("participantctl help lists bench:\n%s", errs)
 	}
 }
 

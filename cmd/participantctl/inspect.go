@@ -198,3 +198,5 @@ func printSpace(w io.Writer, sp *store.Space) {
 		}
 	}
 }
+
+func mib(n int64) float64 { return float64(n) / (1 << 20) }

@@ -45,6 +45,14 @@ type command struct {
 // commands holds every subcommand by name; files register theirs in init.
 var commands = map[string]*command{}
 
+// moved names the subcommands that became commands of their own, with
+// what to run instead: a script written for an earlier release gets one
+// line saying where to go, not the list of subcommands. They are not
+// listed.
+var moved = map[string]string{
+	"bench": "participantbench, with the same flags",
+}
+
 func register(c *command) {
 	if _, dup := commands[c.name]; dup {
 		panic("participantctl: subcommand " + c.name + " registered twice")
@@ -97,6 +105,10 @@ func run(ctx context.Context, e *env, args []string) int {
 			return 2
 		}
 		return 0
+	}
+	if to, ok := moved[args[0]]; ok {
+		fmt.Fprintf(e.stderr, "participantctl: %s is now a command of its own: %s\n", args[0], to)
+		return exitUsage
 	}
 	c, ok := commands[args[0]]
 	if !ok {

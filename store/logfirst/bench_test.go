@@ -15,7 +15,7 @@ import (
 // BenchmarkLogfirst_AppendFlush measures Append then Flush, the shape of
 // one commit barrier, with 1 writer and 64 writers on distinct streams,
 // beside the physical reference of the same run: one goroutine appending
-// 200 B to a file and fsyncing it (participantctl bench's fsync probe).
+// 200 B to a file and fsyncing it (participantbench's fsync probe).
 // Targets: writers=1 at 0.8x the probe or better, writers=64 at 8x
 // writers=1 or better (group commit: one record, one fdatasync, for many
 // flushes).

@@ -16,15 +16,13 @@ import (
 
 	"golang.org/x/time/rate"
 
+	"github.com/participantd/participantd/internal/buildinfo"
 	"github.com/participantd/participantd/participant"
 	"github.com/participantd/participantd/server"
 )
 
-func init() {
-	register(&command{
-		name:     "bench",
-		synopsis: "measure durable operations/s, latency and ops per flush against a server",
-		usage: `(--addr HOST:PORT [--metrics-addr HOST:PORT] | --embedded) [--ws] [flags]
+// usage is printed by -h: the arguments, then what the command does.
+const usage = `(--addr HOST:PORT [--metrics-addr HOST:PORT] | --embedded) [--ws] [flags]
 
 Drives a server with pipelined requests from --clients connections and
 prints operations/s, latency percentiles, and, from the server's /metrics,
@@ -65,10 +63,7 @@ whether its disk stays bounded under a steady load. --retain and
 participantd). Every token the bench sends is a UUIDv7 of the time it was
 sent, so it runs against a server with a token window as without.
 --rate N paces all clients together to N requests per second, so that
-such a run's load does not follow how busy a shared machine is.`,
-		run: runBench,
-	})
-}
+such a run's load does not follow how busy a shared machine is.`
 
 // benchFlags are the bench's settings.
 type benchFlags struct {
@@ -93,9 +88,10 @@ type benchFlags struct {
 }
 
 func runBench(ctx context.Context, e *env, args []string) error {
-	c := commands["bench"]
-	fs := newFlagSet(e, c)
+	fs := newFlagSet(e)
 	var f benchFlags
+	var version bool
+	fs.BoolVar(&version, "version", false, "print the build and exit")
 	fs.StringVar(&f.addr, "addr", "", "the server's wire address")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "the server's health listener, for /metrics (with --addr)")
 	fs.BoolVar(&f.ws, "ws", false, "drive the load over WebSocket (one binary message a frame): --addr is then the server's --ws-listen address; with --embedded the server listens for WebSocket too")
@@ -127,6 +123,10 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	fs.DurationVar(&f.tokenWindow, "token-window", 0, "with --embedded: the server's --token-window (0: off); every token the bench sends is a UUIDv7, so it runs against a window as it does without")
 	fs.BoolVar(&f.etcdCompare, "etcd-compare", false, "after the load, measure an embedded etcd's put rate with the same clients, payload and durations on the same disk, and report the ratios")
 	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if version {
+		_, err := fmt.Fprint(e.stdout, buildinfo.Read().String("participantbench", server.Version))
 		return err
 	}
 	if fs.NArg() > 0 {

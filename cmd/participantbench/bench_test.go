@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -16,13 +15,13 @@ import (
 	"github.com/participantd/participantd/wire"
 )
 
-// runBenchForTest runs `participantctl bench args...` in process and decodes
+// runBenchForTest runs `participantbench args...` in process and decodes
 // its --json report.
 func runBenchForTest(t *testing.T, args ...string) benchReport {
 	t.Helper()
 	var out, errb bytes.Buffer
-	e := &env{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}
-	if code := run(context.Background(), e, append([]string{"bench", "--json"}, args...)); code != 0 {
+	e := &env{stdout: &out, stderr: &errb}
+	if code := run(context.Background(), e, append([]string{"--json"}, args...)); code != 0 {
 		t.Fatalf("bench %v = exit %d, stderr:\n%s\nstdout:\n%s", args, code, errb.String(), out.String())
 	}
 	var rep benchReport
@@ -64,14 +63,14 @@ func TestBench_Startup(t *testing.T) {
 
 func TestBench_RefusesBadFlags(t *testing.T) {
 	var out, errb bytes.Buffer
-	e := &env{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}
+	e := &env{stdout: &out, stderr: &errb}
 	for _, args := range [][]string{
-		{"bench"},
-		{"bench", "--embedded", "--addr", "127.0.0.1:1"},
-		{"bench", "--embedded", "--op", "dance"},
-		{"bench", "--embedded", "--token-window", "-1s"},
-		{"bench", "--embedded", "--retain", "0s"},
-		{"bench", "--addr", "127.0.0.1:1", "--token-window", "1m"},
+		{},
+		{"--embedded", "--addr", "127.0.0.1:1"},
+		{"--embedded", "--op", "dance"},
+		{"--embedded", "--token-window", "-1s"},
+		{"--embedded", "--retain", "0s"},
+		{"--addr", "127.0.0.1:1", "--token-window", "1m"},
 	} {
 		if code := run(context.Background(), e, args); code != 2 {
 			t.Errorf("%v = exit %d, want 2", args, code)
@@ -185,7 +184,7 @@ func TestBench_StartupDataDirsHaveAPersistedFreelist(t *testing.T) {
 	}
 }
 
-// TestFsyncProbe_CreatesItsDirectory: `bench --embedded --data-dir NEW`
+// TestFsyncProbe_CreatesItsDirectory: `participantbench --embedded --data-dir NEW`
 // probes before the server creates NEW, so the probe creates it.
 func TestFsyncProbe_CreatesItsDirectory(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "new", "data")

@@ -51,7 +51,7 @@ func dialBench(ctx context.Context, addr string) (*benchConn, error) {
 		return nil, err
 	}
 	wc := wire.NewConn(nc, wire.ConnOptions{})
-	name := "participantctl bench"
+	name := "participantbench"
 	if err := wc.WriteMessage(&wire.Hello{Versions: []uint64{wire.Version}, Client: &name}); err != nil {
 		wc.Close()
 		return nil, fmt.Errorf("hello: %w", err)
