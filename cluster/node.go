@@ -628,15 +628,48 @@ func (n *Node) Release(ctx context.Context) error {
 	var first error
 	for c, rev := range owned {
 		n.drop(c)
-		k := n.ownKey(c)
-		cctx, cancel := n.ctx(ctx)
-		_, err := n.cli.Txn(cctx).If(clientv3.Compare(clientv3.CreateRevision(k), "=", rev)).Then(clientv3.OpDelete(k)).Commit()
-		cancel()
-		if err != nil && first == nil {
-			first = fmt.Errorf("cluster: release %v: %w", c, err)
+		if err := n.unclaim(ctx, c, rev); err != nil && first == nil {
+			first = err
 		}
 	}
 	return first
+}
+
+// unclaim deletes c's ownership key if it is still the claim of create
+// revision rev, this node's.
+func (n *Node) unclaim(ctx context.Context, c participant.ConversationID, rev int64) error {
+	k := n.ownKey(c)
+	cctx, cancel := n.ctx(ctx)
+	defer cancel()
+	_, err := n.cli.Txn(cctx).If(clientv3.Compare(clientv3.CreateRevision(k), "=", rev)).Then(clientv3.OpDelete(k)).Commit()
+	if err != nil {
+		return fmt.Errorf("cluster: release %v: %w", c, err)
+	}
+	return nil
+}
+
+var _ participant.Disowner = (*Node)(nil)
+
+// Disown lets deleted conversation c go (participant.Disowner): the node
+// forgets its claim, the store its scope, and its ownership key is deleted
+// if it is still this node's. The service has forgotten c already. A
+// failure to delete the key is logged: the key ends with the lease, and
+// until then a request on c is routed here and answered retired.
+func (n *Node) Disown(ctx context.Context, c participant.ConversationID) {
+	n.mu.Lock()
+	rev, ok := n.claimsByConv[c]
+	if ok {
+		delete(n.claimsByConv, c)
+		n.owned.Add(-1)
+	}
+	n.mu.Unlock()
+	if !ok {
+		return
+	}
+	n.etcd.Drop(scopeOf(c))
+	if err := n.unclaim(ctx, c, rev); err != nil {
+		n.log.Warn().Err(err).Uint64("conversation", uint64(c)).Msg("the ownership key of a deleted conversation stays until the lease ends")
+	}
 }
 
 // Close stops the keep-alive, revokes the lease (releasing whatever is

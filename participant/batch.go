@@ -182,7 +182,7 @@ func (b *batch) write() error {
 		return nil
 	}
 	failed := func(code Code, what string, err error) error {
-		if b.reservedSlot && !cv.registered.Load() {
+		if b.reservedSlot && !cv.counted {
 			s.conversationSlots.release()
 		}
 		cv.drop()
@@ -216,6 +216,9 @@ func (b *batch) write() error {
 					return failed(CodeUnavailable, "registering the conversation", err)
 				}
 				cv.registered.Store(true)
+			}
+			if b.reservedSlot {
+				cv.counted = true
 			}
 		}
 		enc, err := oplog.Encode(&o.row)

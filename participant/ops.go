@@ -196,6 +196,11 @@ func (s *Service) lead(cv *conversation) {
 	completes := make([]func(error) error, len(tasks))
 	firstStaged := len(tasks)
 	for i, t := range tasks {
+		if b.st.Deleted {
+			// A Delete staged earlier in this batch ends the conversation.
+			completes[i] = settled(errDeleted(cv.id))
+			continue
+		}
 		staged := len(b.ops)
 		completes[i] = t.step(b)
 		if len(b.ops) > staged && firstStaged == len(tasks) {
@@ -307,10 +312,12 @@ func (c *Conn) StartEnroll(ctx context.Context, req Enroll) *Call[Bound] {
 				release()
 				return settled(unavailable("minting the conversation nonce", err))
 			}
-			if !b.cv.registered.Load() {
+			if !b.cv.counted {
 				// A new conversation takes a slot of MaxConversations now,
 				// when it is decided, so that concurrent first enrolls of
-				// different conversations cannot overshoot the cap.
+				// different conversations cannot overshoot the cap. A fresh
+				// ownership grant (cluster mode) registers the entry but
+				// takes no slot: only what a load finds stored does.
 				if e := c.svc.conversationSlots.reserve(); e != nil {
 					release()
 					return settled(e)
@@ -321,7 +328,7 @@ func (c *Conn) StartEnroll(ctx context.Context, req Enroll) *Call[Bound] {
 		}
 		if e := b.admitRecords(c.share, nil); e != nil {
 			release()
-			if o.genesis != nil && b.reservedSlot && !b.cv.registered.Load() {
+			if o.genesis != nil && b.reservedSlot && !b.cv.counted {
 				c.svc.conversationSlots.release()
 				b.reservedSlot = false
 			}
