@@ -353,6 +353,11 @@ func CheckInvariants(t faultstore.TB, st store.DurableStore, log []Answered) {
 		if r.Refused != nil || r.Repairs != 0 {
 			t.Fatalf("after reconciliation, conversation %v: refused=%+v repairs=%d", r.Conversation, r.Refused, r.Repairs)
 		}
+		if r.Deleted {
+			// The start finished whatever purge the crash cut short.
+			CheckPurged(t, st, r.Conversation)
+			continue
+		}
 		rows, first, err := StoredOutbox(st, r.Conversation)
 		if err != nil {
 			t.Fatalf("outbox of %v: %v", r.Conversation, err)
