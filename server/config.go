@@ -213,7 +213,9 @@ type Config struct {
 	// ClientShare is the percentage of BacklogRecords and of
 	// MaxConversations that the conversations of one peer address (the
 	// key of MaxConnectionsPerAddress) may take; loopback is exempt unless
-	// LimitLoopback. Default participant.DefaultClientShare.
+	// LimitLoopback. Under TLSClientCA a connection's share is its client
+	// certificate identity's instead, whatever its address (conn.principal).
+	// Default participant.DefaultClientShare.
 	ClientShare int
 	// LogMemoryBytes bounds what the log-first engine holds in memory of
 	// batches committed to its log and not yet checkpointed into the bbolt
