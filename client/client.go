@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -31,6 +32,11 @@ type Client struct {
 
 	queue queue
 	out   chan Delivery
+
+	// demand wakes the supervisor, idle after bye{idle}, when a call needs
+	// a session: sent (without blocking) under mu while cur is nil, and
+	// emptied under mu when a session is published.
+	demand chan struct{}
 
 	// mu guards the fields below. Never held across I/O.
 	mu      sync.Mutex
@@ -94,6 +100,7 @@ func dialClient(ctx context.Context, addr string, opts Options, in *intents, unb
 		log:     opts.Logger.With().Str("component", "client").Str("addr", addr).Logger(),
 		out:     make(chan Delivery, opts.DeliveryBuffer),
 		readyCh: make(chan struct{}),
+		demand:  make(chan struct{}, 1),
 		members: make(map[key]*member),
 		seen:    make(map[uint64]uint64),
 	}
@@ -154,18 +161,27 @@ func (c *Client) startReader(s *session) {
 	go func() {
 		defer c.wg.Done()
 		err := s.run(c.deliver, c.compacted)
-		if c.ctx.Err() == nil {
+		switch {
+		case c.ctx.Err() != nil:
+		case errors.Is(err, errIdle):
+			c.log.Debug().Uint64("session", s.seq).Msg("idle connection closed by the server")
+		default:
 			c.log.Info().Err(err).Uint64("session", s.seq).Msg("connection ended")
 		}
 	}()
 }
 
 // publish makes s the ready session. The caller has re-attached every
-// member that wants a binding.
+// member that wants a binding; c.mu is held, or no other goroutine runs
+// yet.
 func (c *Client) publish(s *session) {
 	c.cur = s
 	c.welcome = s.welcome
 	close(c.readyCh)
+	select {
+	case <-c.demand: // served by s
+	default:
+	}
 }
 
 // unpublishLocked forgets s as the ready session. c.mu is held.
@@ -189,6 +205,12 @@ func (c *Client) ready(ctx context.Context) (*session, error) {
 			c.unpublishLocked(s)
 			s, ch = nil, c.readyCh
 		}
+		if s == nil {
+			select {
+			case c.demand <- struct{}{}:
+			default: // already asked
+			}
+		}
 		c.mu.Unlock()
 		if s != nil {
 			return s, nil
@@ -205,6 +227,11 @@ func (c *Client) ready(ctx context.Context) (*session, error) {
 
 // supervise owns the connection: it waits for the session to end and
 // replaces it, until Close.
+//
+// A session the server closed for idleness (bye{idle}) ended normally: it
+// held no binding, so nothing is reported (no OnDisconnect, no
+// OnReconnect) and the next session is dialed at once, without backoff,
+// when a participant wants a binding or as soon as a call needs one.
 func (c *Client) supervise(s *session) {
 	defer c.wg.Done()
 	for {
@@ -214,27 +241,39 @@ func (c *Client) supervise(s *session) {
 			c.goodbye(s)
 			return
 		}
+		idle := errors.Is(s.reason(), errIdle)
 		c.mu.Lock()
 		c.unpublishLocked(s)
 		// Every binding of s ended with it. attachOn binds a member on s
 		// only while s is alive, under c.mu, so none is missed here.
 		var gone []Credential
+		wanted := false
 		for _, m := range c.members {
-			if m.sess == s && m.wantBound && m.lost == nil {
-				gone = append(gone, m.cred)
+			if m.wantBound && m.lost == nil {
+				wanted = true
+				if m.sess == s {
+					gone = append(gone, m.cred)
+				}
 			}
 		}
 		c.mu.Unlock()
-		if c.ctx.Err() == nil && c.opts.OnDisconnect != nil {
+		if c.ctx.Err() == nil && c.opts.OnDisconnect != nil && !idle {
 			c.opts.OnDisconnect(s.reason())
 		}
 		if c.ctx.Err() == nil {
 			c.unboundAll(gone...)
 		}
-		if s = c.reconnect(); s == nil {
+		if idle && !wanted {
+			select {
+			case <-c.demand:
+			case <-c.ctx.Done():
+				return
+			}
+		}
+		if s = c.reconnect(!idle); s == nil {
 			return
 		}
-		if c.opts.OnReconnect != nil {
+		if c.opts.OnReconnect != nil && !idle {
 			c.opts.OnReconnect(s.welcome)
 		}
 	}
@@ -250,14 +289,16 @@ func (c *Client) goodbye(s *session) {
 }
 
 // reconnect dials until a session is up and every member that wants a
-// binding is re-attached on it, then publishes it. It returns nil after
-// Close.
-func (c *Client) reconnect() *session {
+// binding is re-attached on it, then publishes it, backing off before
+// every attempt, or every attempt but the first when backOff is false. It
+// returns nil after Close.
+func (c *Client) reconnect(backOff bool) *session {
 	b := backoff{min: c.opts.MinBackoff, max: c.opts.MaxBackoff}
 	for {
-		if !sleep(c.ctx, b.next(), nil) {
+		if backOff && !sleep(c.ctx, b.next(), nil) {
 			return nil
 		}
+		backOff = true
 		seq := c.sessions.Add(1)
 		s, err := dial(c.ctx, c.addr, &c.opts, seq)
 		if err != nil {
@@ -443,18 +484,18 @@ func (c *Client) credentialChanged(cred Credential) {
 // backoff. It sets m's id. Errors: errLost, ctx's error; a backlog_full
 // answer is returned as the answer once the wait is over or ctx ends
 // (nothing was done, so the outcome is known).
-func (c *Client) callOn(ctx context.Context, s *session, m wire.Message) (wire.Message, error) {
+func (c *Client) callOn(ctx context.Context, s *session, m wire.Request) (wire.Message, error) {
 	return c.callOnWait(ctx, s, m, c.opts.BacklogWait)
 }
 
 // callOnWait is callOn retrying backlog_full for backlogWait instead of
 // Options.BacklogWait; a negative backlogWait returns it at once.
-func (c *Client) callOnWait(ctx context.Context, s *session, m wire.Message, backlogWait time.Duration) (wire.Message, error) {
+func (c *Client) callOnWait(ctx context.Context, s *session, m wire.Request, backlogWait time.Duration) (wire.Message, error) {
 	b := backoff{min: c.opts.MinBackoff, max: c.opts.MaxBackoff}
 	var fullUntil time.Time
 	for {
 		id := c.ids.Add(1)
-		setID(m, id)
+		m.SetID(id)
 		ans, err := s.call(ctx, id, m)
 		if err != nil {
 			return nil, err
@@ -519,29 +560,5 @@ func sleep(ctx context.Context, d time.Duration, stop <-chan struct{}) bool {
 		return false
 	case <-stop:
 		return false
-	}
-}
-
-// setID sets the id of request m.
-func setID(m wire.Message, id uint64) {
-	switch m := m.(type) {
-	case *wire.Enroll:
-		m.ID = id
-	case *wire.Attach:
-		m.ID = id
-	case *wire.Tell:
-		m.ID = id
-	case *wire.Ack:
-		m.ID = id
-	case *wire.Detach:
-		m.ID = id
-	case *wire.Leave:
-		m.ID = id
-	case *wire.Ping:
-		m.ID = id
-	case *wire.Bye:
-		m.ID = id
-	default:
-		panic("client: setID of " + m.Type())
 	}
 }

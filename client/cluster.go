@@ -698,13 +698,20 @@ func (c *Cluster) Credential(conversation, participant uint64) (Credential, bool
 }
 
 // forget drops the participant of cred from this Client: its conversation
-// moved to another node, so this connection must not re-attach it. Its
-// attach in doubt, if any, stays in the intents table: a Cluster sends it
-// to the new owner.
+// moved to another node, so this connection must not re-attach it. In a
+// Cluster its attach in doubt, if any, stays in the shared intents table:
+// the Cluster sends it to the new owner. A plain Client drops it with the
+// participant, since nothing of the Client sends it again; an Attach of
+// the participant later starts a new intent (safe, as an attach presents
+// a credential: if an earlier send committed, the new one is refused
+// stale_authority, never applied twice).
 func (c *Client) forget(cred Credential) {
 	c.mu.Lock()
 	delete(c.members, cred.key())
 	c.mu.Unlock()
+	if c.unbound == nil {
+		c.intents.dropPending(cred.key())
+	}
 }
 
 // boundLive reports whether the Client holds k bound on a live

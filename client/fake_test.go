@@ -116,8 +116,11 @@ func (s *fakeServer) dropAll() {
 	}
 }
 
-// sayBye sends bye on every connection and closes them.
-func (s *fakeServer) sayBye() {
+// sayBye sends bye{shutdown} on every connection and closes them.
+func (s *fakeServer) sayBye() { s.sayByeWith(wire.ByeShutdown) }
+
+// sayByeWith sends bye{reason} on every connection and closes them.
+func (s *fakeServer) sayByeWith(reason string) {
 	s.mu.Lock()
 	var cs []*fconn
 	for c := range s.conns {
@@ -125,7 +128,7 @@ func (s *fakeServer) sayBye() {
 	}
 	s.mu.Unlock()
 	for _, c := range cs {
-		_ = c.wc.WriteMessage(&wire.ServerBye{Reason: wire.ByeShutdown})
+		_ = c.wc.WriteMessage(&wire.ServerBye{Reason: reason})
 		c.wc.Close()
 	}
 }

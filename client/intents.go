@@ -165,6 +165,14 @@ func (t *intents) newestOf(k key) (Credential, bool) {
 	return c, ok
 }
 
+// dropPending forgets the attach of k in doubt, if any (its participant
+// is no longer held).
+func (t *intents) dropPending(k key) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.pending, k)
+}
+
 // forget drops all that is known of k (it left).
 func (t *intents) forget(k key) {
 	t.mu.Lock()

@@ -80,7 +80,7 @@ func tokenOf(opts []CallOption) Token {
 // answer is retried on the same session, a lost connection (when retry is
 // set) on the next one once it is ready. When ctx ends after a token-bearing
 // request went out, the error is an in_doubt *Error carrying the token.
-func (c *Client) do(ctx context.Context, tok *Token, retry bool, build func(s *session) (wire.Message, error)) (wire.Message, *session, error) {
+func (c *Client) do(ctx context.Context, tok *Token, retry bool, build func(s *session) (wire.Request, error)) (wire.Message, *session, error) {
 	sent := false
 	for {
 		s, err := c.ready(ctx)
@@ -159,7 +159,7 @@ func (c *Client) Enroll(ctx context.Context, conv uint64, opts ...CallOption) (C
 		return Credential{}, err
 	}
 	sentOn := make(map[uint64]bool)
-	ans, s, err := c.do(ctx, &tok, true, func(s *session) (wire.Message, error) {
+	ans, s, err := c.do(ctx, &tok, true, func(s *session) (wire.Request, error) {
 		sentOn[s.seq] = true
 		return &wire.Enroll{Conversation: conv, Token: tok, Invite: invite}, nil
 	})
@@ -277,7 +277,7 @@ func (c *Client) Tell(ctx context.Context, cred Credential, payload []byte, opts
 		payload = []byte{}
 	}
 	var sent Credential
-	ans, s, err := c.do(ctx, &tok, true, func(*session) (wire.Message, error) {
+	ans, s, err := c.do(ctx, &tok, true, func(*session) (wire.Request, error) {
 		cur, err := c.current(cred)
 		if err != nil {
 			return nil, err
@@ -305,7 +305,7 @@ func (c *Client) Tell(ctx context.Context, cred Credential, payload []byte, opts
 // Cursor, no_binding, ...), a *LostError, ErrClosed or ctx's error.
 func (c *Client) Ack(ctx context.Context, cred Credential, through uint64) (cursor uint64, err error) {
 	var sent Credential
-	ans, s, err := c.do(ctx, nil, true, func(*session) (wire.Message, error) {
+	ans, s, err := c.do(ctx, nil, true, func(*session) (wire.Request, error) {
 		cur, err := c.current(cred)
 		if err != nil {
 			return nil, err
@@ -338,7 +338,7 @@ func (c *Client) Ack(ctx context.Context, cred Credential, through uint64) (curs
 func (c *Client) Detach(ctx context.Context, cred Credential, opts ...CallOption) (uint64, error) {
 	tok := tokenOf(opts)
 	var sent Credential
-	ans, s, err := c.do(ctx, &tok, true, func(*session) (wire.Message, error) {
+	ans, s, err := c.do(ctx, &tok, true, func(*session) (wire.Request, error) {
 		cur, err := c.current(cred)
 		if err != nil {
 			return nil, err
@@ -370,7 +370,7 @@ func (c *Client) Detach(ctx context.Context, cred Credential, opts ...CallOption
 // even though the participant is retired by then. Errors as for Tell.
 func (c *Client) Leave(ctx context.Context, cred Credential, opts ...CallOption) (uint64, error) {
 	tok := tokenOf(opts)
-	ans, _, err := c.do(ctx, &tok, true, func(*session) (wire.Message, error) {
+	ans, _, err := c.do(ctx, &tok, true, func(*session) (wire.Request, error) {
 		// A lost participant may still have left: the token decides.
 		cur, _ := c.current(cred)
 		return &wire.Leave{Conversation: cur.Conversation, Participant: cur.Participant,
@@ -396,7 +396,7 @@ func (c *Client) Leave(ctx context.Context, cred Credential, opts ...CallOption)
 // Ping asks the server for a pong. It is not retried: a connection lost
 // before the pong is ErrConnectionLost.
 func (c *Client) Ping(ctx context.Context) error {
-	ans, _, err := c.do(ctx, nil, false, func(*session) (wire.Message, error) {
+	ans, _, err := c.do(ctx, nil, false, func(*session) (wire.Request, error) {
 		return &wire.Ping{}, nil
 	})
 	if err != nil {

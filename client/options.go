@@ -75,8 +75,11 @@ type Options struct {
 	DiscardDeliveries bool
 
 	// OnDisconnect, if set, is called when the connection ends other than
-	// by Close, with why. The client then reconnects on its own; calls
-	// wait for it.
+	// by Close or by the server's bye{idle}, with why. The client then
+	// reconnects on its own; calls wait for it. A connection closed for
+	// idleness held no binding: it ends quietly (neither OnDisconnect nor
+	// OnReconnect), and the next one is dialed, without backoff, when a
+	// call needs it.
 	OnDisconnect func(err error)
 	// OnReconnect, if set, is called when a new connection is up after a
 	// disconnect and every held participant that could be re-attached is

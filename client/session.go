@@ -64,6 +64,10 @@ func msDuration(ms uint64) time.Duration {
 // errLost is a session's end as seen by a call on it.
 var errLost = errors.New("client: connection lost before the answer")
 
+// errIdle ends a session the server closed for idleness (bye{idle}): a
+// normal end, which the client neither reports nor backs off from.
+var errIdle = errors.New("client: the server closed the idle connection")
+
 // session is one live connection: the handshake done, a reader goroutine
 // matching answers to pending calls by id.
 type session struct {
@@ -185,6 +189,9 @@ func (s *session) run(deliver func(*wire.Delivery), compacted func(*wire.Compact
 		case *wire.Compacted:
 			compacted(m)
 		case *wire.ServerBye:
+			if m.Reason == wire.ByeIdle {
+				return s.end(errIdle)
+			}
 			return s.end(fmt.Errorf("client: server said bye (%s)", m.Reason))
 		case *wire.Rejected:
 			return s.end(&RejectedError{Reason: m.Reason, Detail: m.Detail})

@@ -406,7 +406,8 @@ func (r *lossRun) at(step string, c participant.ConversationID) {
 		r.mu.Unlock()
 		for _, cn := range conns {
 			for _, b := range cn.Bindings() {
-				if d, ok := cn.Next(b.Conversation, participant.Offered{}); ok {
+				cn.SetOfferedForTest(b.Conversation, participant.Offered{})
+				if d, ok := cn.Next(b.Conversation); ok {
 					r.t.Errorf("%s: a pushed %v seq %v to participant %v after its lease's local deadline passed",
 						r.label(), b.Conversation, d.Seq, d.Recipient)
 				}
@@ -453,7 +454,8 @@ func (r *lossRun) pushable() int {
 	n := 0
 	for _, cn := range conns {
 		for _, b := range cn.Bindings() {
-			if _, ok := cn.Next(b.Conversation, participant.Offered{}); ok {
+			cn.SetOfferedForTest(b.Conversation, participant.Offered{})
+			if _, ok := cn.Next(b.Conversation); ok {
 				n++
 			}
 		}

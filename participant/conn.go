@@ -33,9 +33,8 @@ type Conn struct {
 	// participant bound.
 	bindings map[ConversationID]ParticipantID
 	// offered holds, per bound conversation, the last delivery Next
-	// handed out: where the connection's pushes continue (NextOffered)
-	// and what Status reports; an entry of an earlier binding is told
-	// apart by its epoch.
+	// handed out: where Next continues and what Status reports; an entry
+	// of an earlier binding is told apart by its epoch.
 	offered map[ConversationID]Offered
 	// reserved counts the binding slots held by enrolls and attaches that
 	// were decided and are not yet published in bindings or refused: with
@@ -211,84 +210,91 @@ func (c *Conn) endingCause() (bool, Cause) {
 
 // Next returns the next record to push to the participant this connection
 // holds bound in conv: the first record addressed to it after
-// max(its durable cursor, offered.Through if offered is of this binding),
-// in ascending seq. ok is false when there is none, when this connection
-// holds no binding there, while the conversation is not reconciled
-// (reconciliation wakes the connection when it is), or once the right to
-// serve it may have lapsed (Ownership.Holds; in cluster mode a node
-// pushes nothing after its lease's local deadline, and the
+// max(its durable cursor, the last delivery Next returned for this
+// binding), in ascending seq, and remembers it as offered. Conn is the
+// only owner of that offered cursor: a new binding starts it again at the
+// durable cursor, and Status reports it. ok is false when there is none,
+// when this connection holds no binding there, while the conversation is
+// not reconciled (reconciliation wakes the connection when it is), or
+// once the right to serve it may have lapsed (Ownership.Holds; in cluster
+// mode a node pushes nothing after its lease's local deadline, and the
 // reconciliation of its next claim wakes the connection).
-//
-// Next remembers what it returns as offered to the binding, which Status
-// reports.
 //
 // A payload the backlog budget dropped from memory is read back from the
 // oplog here, on the caller's goroutine, with no lock held. If that read
 // fails (a failing store), Next logs it and reports ok false; the next wake
 // of the connection retries.
-func (c *Conn) Next(conv ConversationID, offered Offered) (d Delivery, ok bool) {
-	c.mu.Lock()
-	p, bound := c.bindings[conv]
-	c.mu.Unlock()
-	return c.next(conv, p, bound, offered)
-}
-
-// NextOffered is Next after the last delivery this connection offered in
-// conv (kept per binding), read under the same lock as the binding: the call of a
-// caller that pushes every delivery it gets.
-func (c *Conn) NextOffered(conv ConversationID) (d Delivery, ok bool) {
-	c.mu.Lock()
-	p, bound := c.bindings[conv]
-	offered := c.offered[conv]
-	c.mu.Unlock()
-	return c.next(conv, p, bound, offered)
-}
-
-// next is Next for the binding of p (bound false: none).
-func (c *Conn) next(conv ConversationID, p ParticipantID, bound bool, offered Offered) (d Delivery, ok bool) {
+func (c *Conn) Next(conv ConversationID) (d Delivery, ok bool) {
 	cv := c.svc.existing(conv)
-	if cv == nil {
+	if cv == nil || !c.svc.ownership().Holds(conv) {
 		return Delivery{}, false
 	}
-	if !bound || !c.svc.ownership().Holds(conv) {
-		return Delivery{}, false
-	}
+	// One hold of c.mu, under cv.mu (the lock order), reads the binding
+	// and its offered cursor and advances the cursor past d.
+	var (
+		p       ParticipantID
+		source  uint64
+		evicted bool
+	)
 	cv.mu.RLock()
-	d, source, evicted, ok := c.nextLocked(cv, p, offered)
-	cv.mu.RUnlock()
-	if ok && evicted {
-		payload, err := c.svc.readPayload(conv, source, d.Seq)
-		if err != nil {
-			c.svc.log.Error().Err(err).Uint64("conversation", uint64(conv)).Stringer("seq", d.Seq).
-				Msg("reading an evicted payload back from the oplog")
-			return Delivery{}, false
+	c.mu.Lock()
+	p, bound := c.bindings[conv]
+	if bound {
+		d, source, evicted, ok = c.nextLocked(cv, p, c.offered[conv])
+		if ok && !evicted {
+			c.offerLocked(conv, d)
 		}
-		d.Payload = payload
 	}
-	if ok {
-		c.noteOffered(conv, p, d)
+	c.mu.Unlock()
+	cv.mu.RUnlock()
+	if !ok || !evicted {
+		return d, ok
 	}
-	return d, ok
+	payload, err := c.svc.readPayload(conv, source, d.Seq)
+	if err != nil {
+		c.svc.log.Error().Err(err).Uint64("conversation", uint64(conv)).Stringer("seq", d.Seq).
+			Msg("reading an evicted payload back from the oplog")
+		return Delivery{}, false
+	}
+	d.Payload = payload
+	c.mu.Lock()
+	if q, bound := c.bindings[conv]; bound && q == p {
+		c.offerLocked(conv, d)
+	}
+	c.mu.Unlock()
+	return d, true
 }
 
-// noteOffered remembers d as the last delivery handed to p's binding in
-// conv, for Status, unless the binding ended meanwhile (its entry went
-// with it).
-func (c *Conn) noteOffered(conv ConversationID, p ParticipantID, d Delivery) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if q, bound := c.bindings[conv]; !bound || q != p {
-		return
-	}
+// offerLocked remembers d as the last delivery offered to the binding in
+// conv. c.mu is held.
+func (c *Conn) offerLocked(conv ConversationID, d Delivery) {
 	if c.offered == nil {
 		c.offered = make(map[ConversationID]Offered)
 	}
 	c.offered[conv] = Offered{Epoch: d.Epoch, Through: d.Seq}
 }
 
+// SetOfferedForTest makes Next continue in conv after o, as if o were the
+// last delivery offered to the binding there (Offered{}: after the
+// durable cursor, as for a new binding), so that a test replays a
+// binding's deliveries from a point it chooses. It does nothing when c
+// holds no binding in conv. Not for production use: the server never
+// rewinds what it offered.
+func (c *Conn) SetOfferedForTest(conv ConversationID, o Offered) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, bound := c.bindings[conv]; !bound {
+		return
+	}
+	if c.offered == nil {
+		c.offered = make(map[ConversationID]Offered)
+	}
+	c.offered[conv] = o
+}
+
 // nextLocked finds Next's record in cv's state. When its payload was
 // evicted, it returns the oplog row to read it from. The caller holds
-// cv.mu for reading.
+// cv.mu for reading and c.mu.
 func (c *Conn) nextLocked(cv *conversation, p ParticipantID, offered Offered) (d Delivery, source uint64, evicted, ok bool) {
 	st := cv.state
 	if st == nil {

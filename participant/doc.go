@@ -44,6 +44,13 @@
 // waits for them in order keeps the protocol's per-conversation order while
 // they share barriers.
 //
+// An operation is its request type (operation.go): Enroll, Tell, … each
+// say what queueing needs (spec: its name, conversation, whether it may
+// create it, its token) and decide it within a batch (decide), and one
+// generic start queues, waits for and observes every one of them. Package
+// wire's Operation and the server's begin are the other two places an
+// operation is named: its codec, and the mapping of its request and answer.
+//
 // # Invariants
 //
 //   - An answer is sent only after both barriers of its operation.

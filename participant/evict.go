@@ -26,7 +26,7 @@ import (
 // unknown_participant (no such conversation or participant), retired (it
 // left already), moved, shutting_down, unavailable or in_doubt.
 func (s *Service) Evict(ctx context.Context, c ConversationID, p ParticipantID) (ended Ended, err error) {
-	defer s.observe("evict", time.Now(), &err, nil, nil)
+	defer s.observe("evict", time.Now(), &err, "")
 	cv, err := s.operatorEntry(ctx, c)
 	if err != nil {
 		return Ended{}, err
@@ -55,7 +55,7 @@ func (s *Service) Evict(ctx context.Context, c ConversationID, p ParticipantID) 
 // go after the retention period like any settled history. Errors are as
 // Evict's, retired aside.
 func (s *Service) Drop(ctx context.Context, c ConversationID) (ended []Ended, err error) {
-	defer s.observe("drop", time.Now(), &err, nil, nil)
+	defer s.observe("drop", time.Now(), &err, "")
 	cv, err := s.operatorEntry(ctx, c)
 	if err != nil {
 		return nil, err

@@ -68,18 +68,18 @@ func oplogLen(t testing.TB, st store.DurableStore, c ConversationID) uint64 {
 	return n
 }
 
-// drainNext offers every record to c's binding in conv, as a pump would,
-// and returns the deliveries in order.
+// drainNext offers every record to c's binding in conv from its durable
+// cursor, as a pump of a new binding would, and returns the deliveries in
+// order.
 func drainNext(c *Conn, conv ConversationID) []Delivery {
+	c.SetOfferedForTest(conv, Offered{})
 	var out []Delivery
-	var offered Offered
 	for {
-		d, ok := c.Next(conv, offered)
+		d, ok := c.Next(conv)
 		if !ok {
 			return out
 		}
 		out = append(out, d)
-		offered = Offered{Epoch: d.Epoch, Through: d.Seq}
 	}
 }
 

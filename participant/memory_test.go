@@ -327,7 +327,7 @@ func TestEvictionUnderConcurrentConversations(t *testing.T) {
 			got := 0
 			for told := range sent {
 				for {
-					d, ok := rxConn.Next(conv, offered)
+					d, ok := rxConn.Next(conv)
 					if !ok {
 						break
 					}
@@ -349,7 +349,7 @@ func TestEvictionUnderConcurrentConversations(t *testing.T) {
 				}
 			}
 			for {
-				d, ok := rxConn.Next(conv, offered)
+				d, ok := rxConn.Next(conv)
 				if !ok {
 					break
 				}

@@ -2,12 +2,10 @@ package participant
 
 import (
 	"context"
-	"crypto/rand"
 	"sync"
 	"time"
 
 	"github.com/participantd/participantd/oplog"
-	"github.com/participantd/participantd/outbox"
 )
 
 // A step decides one operation within a batch (see batch.go). It runs on
@@ -72,26 +70,20 @@ func (c *Call[T]) Wait() (T, error) {
 	return c.v, err
 }
 
-// start queues step on conversation id for this connection and returns the
-// function that waits for its outcome and reports it to the observer.
-// create admits a conversation that does not exist yet (enroll); tok names
-// the token index entry step looks up, if any.
-func (c *Conn) start(ctx context.Context, op string, id ConversationID, create bool, tok tokenRef, replay *Replay, noop *bool, st step) func() error {
-	began := time.Now()
-	observed := func(err error) error {
-		c.svc.observe(op, began, &err, replay, noop)
-		return err
-	}
+// queue queues st, the decision of the operation sp describes, on its
+// conversation for this connection and returns the function that waits
+// for its outcome; or the refusal that kept it from being queued.
+func (c *Conn) queue(ctx context.Context, sp opSpec, st step) (wait func() error, err error) {
 	c.mu.Lock()
 	if c.ended {
 		c.mu.Unlock()
-		return func() error { return observed(refuse(CodeUnavailable, "the connection has ended")) }
+		return nil, refuse(CodeUnavailable, "the connection has ended")
 	}
 	c.inflight.Add(1)
 	c.mu.Unlock()
-	refused := func(e error) func() error {
+	refused := func(e error) (func() error, error) {
 		c.inflight.Done()
-		return func() error { return observed(e) }
+		return nil, e
 	}
 	if c.svc.isDraining() {
 		return refused(refuse(CodeShuttingDown, "the server is draining"))
@@ -100,24 +92,24 @@ func (c *Conn) start(ctx context.Context, op string, id ConversationID, create b
 	// entry is forgotten (unpin) while an operation may still register it
 	// (an enroll's genesis, a fresh ownership grant).
 	var cv *conversation
-	if create {
-		cv = c.svc.pin(id)
-	} else if cv = c.svc.pinExisting(id); cv == nil {
+	if sp.creates {
+		cv = c.svc.pin(sp.conv)
+	} else if cv = c.svc.pinExisting(sp.conv); cv == nil {
 		var err error
-		if cv, err = c.svc.adopt(ctx, id); err != nil {
+		if cv, err = c.svc.adopt(ctx, sp.conv); err != nil {
 			return refused(err)
 		}
 		if cv == nil {
-			return refused(refuse(CodeUnknownParticipant, "no conversation %v", id))
+			return refused(refuse(CodeUnknownParticipant, "no conversation %v", sp.conv))
 		}
 	}
-	t := cv.enqueue(st, tok)
+	t := cv.enqueue(st, sp.tok)
 	return func() error {
 		defer c.inflight.Done()
 		err := c.svc.await(ctx, cv, t)
 		c.svc.unpin(cv)
-		return observed(err)
-	}
+		return err
+	}, nil
 }
 
 // submit queues step on cv and waits for its outcome.
@@ -267,234 +259,6 @@ func (b *batch) lookupParticipant(p ParticipantID, t Token) (*prior, tokenWrite,
 	return b.lookup(participantScope(p), byParticipant(p), t)
 }
 
-// Enroll creates a participant (and the conversation on first use) and
-// binds it to this connection. Errors are *Error.
-func (c *Conn) Enroll(ctx context.Context, req Enroll) (Bound, error) {
-	return c.StartEnroll(ctx, req).Wait()
-}
-
-// StartEnroll queues an Enroll on its conversation and returns at once; see Call.
-func (c *Conn) StartEnroll(ctx context.Context, req Enroll) *Call[Bound] {
-	call := &Call[Bound]{}
-	a := &call.v
-	if e := c.svc.refuseStateless(ctx, c, &req); e != nil {
-		var err error = e
-		c.svc.observe("enroll", time.Now(), &err, nil, nil)
-		call.wait = func() error { return err }
-		return call
-	}
-	call.wait = c.start(ctx, "enroll", req.Conversation, true, tokenRef{has: true, enroll: true, t: req.Token}, &a.Replay, nil, func(b *batch) func(error) error {
-		st := b.st
-		pr, tw, err := b.lookup(enrollScope, anyRow, req.Token)
-		if err != nil {
-			return settled(err)
-		}
-		if pr != nil {
-			bound, e := c.svc.replayer(b.cv.id).enroll(st, pr, &req)
-			*a = bound
-			return settled(asError(e))
-		}
-		d := c.decider(b.cv.id)
-		release := c.reserveBinding(d)
-		row, e := d.enroll(st, &req)
-		if e != nil {
-			release()
-			return settled(e)
-		}
-		o := &op{row: row, tok: &tw, binds: true}
-		if st.Applied == 0 {
-			if e := c.admitCreate(); e != nil {
-				release()
-				return settled(e)
-			}
-			g := oplog.Row{Kind: oplog.KindGenesis, At: d.at()}
-			if _, err := rand.Read(g.Nonce[:]); err != nil {
-				release()
-				return settled(unavailable("minting the conversation nonce", err))
-			}
-			if !b.cv.counted {
-				// A new conversation takes a slot of MaxConversations now,
-				// when it is decided, so that concurrent first enrolls of
-				// different conversations cannot overshoot the cap. A fresh
-				// ownership grant (cluster mode) registers the entry but
-				// takes no slot: only what a load finds stored does.
-				if e := c.svc.conversationSlots.reserve(); e != nil {
-					release()
-					return settled(e)
-				}
-				b.reservedSlot = true
-			}
-			o.genesis = &g
-		}
-		if e := b.admitRecords(c.share, nil); e != nil {
-			release()
-			if o.genesis != nil && b.reservedSlot && !b.cv.counted {
-				c.svc.conversationSlots.release()
-				b.reservedSlot = false
-			}
-			return settled(e)
-		}
-		return holding(release, b.commit(o, func() { *a = boundAnswer(d.key, b.st.Nonce, b.cv.id, &row, c.svc.opts.ReceiptTTL) }))
-	})
-	return call
-}
-
-// Attach presents a credential, mints the next generation and a new secret,
-// and binds the participant to this connection, superseding any binding it
-// held elsewhere (or here). Errors are *Error.
-func (c *Conn) Attach(ctx context.Context, req Attach) (Bound, error) {
-	return c.StartAttach(ctx, req).Wait()
-}
-
-// StartAttach queues an Attach on its conversation and returns at once; see Call.
-func (c *Conn) StartAttach(ctx context.Context, req Attach) *Call[Bound] {
-	call := &Call[Bound]{}
-	a := &call.v
-	call.wait = c.start(ctx, "attach", req.Conversation, false, tokenRef{has: true, p: req.Participant, t: req.Token}, &a.Replay, nil, func(b *batch) func(error) error {
-		st := b.st
-		pr, tw, err := b.lookupParticipant(req.Participant, req.Token)
-		if err != nil {
-			return settled(err)
-		}
-		if pr != nil {
-			bound, e := c.svc.replayer(b.cv.id).attach(st, pr, &req)
-			*a = bound
-			return settled(asError(e))
-		}
-		d := c.decider(b.cv.id)
-		release := func() {}
-		if _, here := d.boundHere(st); !here {
-			release = c.reserveBinding(d)
-		}
-		row, e := d.attach(st, &req)
-		if e != nil {
-			release()
-			return settled(e)
-		}
-		if e := b.admitRecords(c.share, func() bool { return waiting(st, req.Participant) }); e != nil {
-			release()
-			return settled(e)
-		}
-		m := st.Member(req.Participant)
-		o := &op{row: row, tok: &tw, binds: true}
-		if m.Bound {
-			o.ending = b.endingOf(req.Participant)
-			o.ended = &superseded{conn: m.Conn, p: req.Participant}
-		}
-		return holding(release, b.commit(o, func() { *a = boundAnswer(d.key, b.st.Nonce, b.cv.id, &row, c.svc.opts.ReceiptTTL) }))
-	})
-	return call
-}
-
-// Tell appends a record to the conversation. Errors are *Error.
-func (c *Conn) Tell(ctx context.Context, req Tell) (Told, error) {
-	return c.StartTell(ctx, req).Wait()
-}
-
-// StartTell queues a Tell on its conversation and returns at once; see Call.
-func (c *Conn) StartTell(ctx context.Context, req Tell) *Call[Told] {
-	call := &Call[Told]{}
-	t := &call.v
-	call.wait = c.start(ctx, "tell", req.Conversation, false, tokenRef{has: true, p: req.Participant, t: req.Token}, &t.Replay, nil, func(b *batch) func(error) error {
-		pr, tw, err := b.lookupParticipant(req.Participant, req.Token)
-		if err != nil {
-			return settled(err)
-		}
-		if pr != nil {
-			told, e := c.svc.replayer(b.cv.id).tell(pr, &req)
-			*t = told
-			return settled(asError(e))
-		}
-		row, e := c.decider(b.cv.id).tell(b.st, &req)
-		if e != nil {
-			return settled(e)
-		}
-		if e := b.admitRecords(c.share, nil); e != nil {
-			return settled(e)
-		}
-		return b.commit(&op{row: row, tok: &tw}, func() { *t = Told{Conversation: b.cv.id, Seq: row.Seq} })
-	})
-	return call
-}
-
-// Ack advances the participant's cursor. Errors are *Error.
-func (c *Conn) Ack(ctx context.Context, req Ack) (Acked, error) {
-	return c.StartAck(ctx, req).Wait()
-}
-
-// StartAck queues an Ack on its conversation and returns at once; see Call.
-func (c *Conn) StartAck(ctx context.Context, req Ack) *Call[Acked] {
-	call := &Call[Acked]{}
-	a := &call.v
-	call.wait = c.start(ctx, "ack", req.Conversation, false, tokenRef{}, nil, &a.Noop, func(b *batch) func(error) error {
-		row, noop, e := c.decider(b.cv.id).ack(b.st, &req)
-		if e != nil {
-			return settled(e)
-		}
-		if noop {
-			*a = Acked{Conversation: b.cv.id, Participant: req.Participant, Cursor: req.Through, Noop: true}
-			return settled(nil)
-		}
-		return b.commit(&op{row: row}, func() {
-			*a = Acked{Conversation: b.cv.id, Participant: req.Participant, Cursor: row.Through}
-		})
-	})
-	return call
-}
-
-// Detach ends the participant's binding cleanly. Errors are *Error.
-func (c *Conn) Detach(ctx context.Context, req Detach) (Ended, error) {
-	return c.StartDetach(ctx, req).Wait()
-}
-
-// StartDetach queues a Detach on its conversation and returns at once; see Call.
-func (c *Conn) StartDetach(ctx context.Context, req Detach) *Call[Ended] {
-	return c.startEnded(ctx, "detach", oplog.KindDetach, req.Conversation, req.Participant, req.Token,
-		func(d *decider, st *outbox.State) (oplog.Row, *Error) { return d.detach(st, &req) })
-}
-
-// Leave retires the participant, ending its binding if it has one. Errors
-// are *Error.
-func (c *Conn) Leave(ctx context.Context, req Leave) (Ended, error) {
-	return c.StartLeave(ctx, req).Wait()
-}
-
-// StartLeave queues a Leave on its conversation and returns at once; see Call.
-func (c *Conn) StartLeave(ctx context.Context, req Leave) *Call[Ended] {
-	return c.startEnded(ctx, "leave", oplog.KindLeave, req.Conversation, req.Participant, req.Token,
-		func(d *decider, st *outbox.State) (oplog.Row, *Error) { return d.leave(st, &req) })
-}
-
-// startEnded queues the operations answered by Ended, detach and leave:
-// both end p's binding if it has one, and replay from their row's seq.
-func (c *Conn) startEnded(ctx context.Context, name string, kind oplog.Kind, conv ConversationID, p ParticipantID, tok Token,
-	decide func(*decider, *outbox.State) (oplog.Row, *Error)) *Call[Ended] {
-	call := &Call[Ended]{}
-	v := &call.v
-	call.wait = c.start(ctx, name, conv, false, tokenRef{has: true, p: p, t: tok}, &v.Replay, nil, func(b *batch) func(error) error {
-		pr, tw, err := b.lookupParticipant(p, tok)
-		if err != nil {
-			return settled(err)
-		}
-		if pr != nil {
-			ended, e := c.svc.replayer(b.cv.id).ended(pr, kind)
-			*v = ended
-			return settled(asError(e))
-		}
-		row, e := decide(c.decider(b.cv.id), b.st)
-		if e != nil {
-			return settled(e)
-		}
-		o := &op{row: row, tok: &tw}
-		if b.st.Member(p).Bound {
-			o.ending = b.endingOf(p)
-			o.ended = &superseded{conn: row.Conn, p: p}
-		}
-		return b.commit(o, func() { *v = Ended{Conversation: b.cv.id, Participant: p, Seq: row.Seq} })
-	})
-	return call
-}
-
 // endParallelism bounds how many of a connection's bindings End ends at
 // once.
 const endParallelism = 64
@@ -548,7 +312,7 @@ func (c *Conn) End(ctx context.Context, cause Cause) error {
 // endBinding commits the end of p's binding on conn in conversation id, if
 // it still holds it.
 func (s *Service) endBinding(ctx context.Context, id ConversationID, p ParticipantID, conn ConnID, cause Cause) (err error) {
-	defer s.observe("end", time.Now(), &err, nil, nil)
+	defer s.observe("end", time.Now(), &err, "")
 	cv := s.existing(id)
 	if cv == nil {
 		return nil

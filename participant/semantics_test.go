@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -152,20 +153,24 @@ func (e *semEnv) ack(c semConn, b Bound, through Seq) Acked {
 	return a
 }
 
-// semDrain returns every delivery Next offers c in conv, advancing Offered
-// from start.
+// semDrain returns every delivery Next offers c in conv after start.
 func semDrain(c semConn, conv ConversationID, start Offered) []Delivery {
+	c.SetOfferedForTest(conv, start)
 	var out []Delivery
-	off := start
 	for len(out) < 10000 {
-		d, ok := c.Next(conv, off)
+		d, ok := c.Next(conv)
 		if !ok {
 			break
 		}
 		out = append(out, d)
-		off = Offered{Epoch: d.Epoch, Through: d.Seq}
 	}
 	return out
+}
+
+// nextAfter is Next after the chosen point o.
+func nextAfter(c semConn, conv ConversationID, o Offered) (Delivery, bool) {
+	c.SetOfferedForTest(conv, o)
+	return c.Next(conv)
 }
 
 // semShow renders deliveries compactly: "seq kind subject[/cause][=payload]".
@@ -461,7 +466,7 @@ func TestSemantics_OrderOfChecks(t *testing.T) {
 			return err
 		}, semWant{code: CodeTooLarge, limit: 16}},
 		{"ack below the cursor", func(w *semWorld) error {
-			next, _ := w.c2.Next(1, Offered{})
+			next, _ := nextAfter(w.c2, 1, Offered{})
 			w.e.ack(w.c2, w.b, next.Seq)
 			_, err := w.c2.Ack(w.e.ctx, Ack{Conversation: 1, Participant: 1, Generation: 1, Through: next.Seq - 1})
 			return err
@@ -708,6 +713,47 @@ func TestSemantics_Records(t *testing.T) {
 	}
 }
 
+// TestConn_Next_ContinuesAfterWhatItOffered: Conn owns the offered
+// cursor; each Next continues after the last delivery it returned to the
+// binding, and a new binding starts again at the durable cursor.
+func TestConn_Next_ContinuesAfterWhatItOffered(t *testing.T) {
+	e := newSemEnv(t, Options{})
+	c1, c2, c3 := e.conn(), e.conn(), e.conn()
+	w := e.enroll(c1, 1)
+	s := e.enroll(c2, 1)
+	e.tell(c2, s, "a") // seq 3
+	e.tell(c2, s, "b") // seq 4
+	var got []Seq
+	for {
+		d, ok := c1.Next(1)
+		if !ok {
+			break
+		}
+		got = append(got, d.Seq)
+	}
+	if want := []Seq{2, 3, 4}; !slices.Equal(got, want) {
+		t.Fatalf("Next until none = %v, want %v", got, want)
+	}
+	if d, ok := c1.Next(1); ok {
+		t.Fatalf("Next after everything was offered = %v, want none", d.Seq)
+	}
+	st, _ := e.svc.Status(1)
+	for _, p := range st.Participants {
+		if p.Participant == w.Participant && p.Offered != 4 {
+			t.Errorf("Status(1) of p%v: offered %v, want 4", p.Participant, p.Offered)
+		}
+	}
+	e.tell(c2, s, "c") // seq 5
+	if d, ok := c1.Next(1); !ok || d.Seq != 5 {
+		t.Errorf("Next after a new record = %v %v, want 5", d.Seq, ok)
+	}
+	e.ack(c1, w, 3)
+	e.attach(c3, w)
+	if d, ok := c3.Next(1); !ok || d.Seq != 4 {
+		t.Errorf("Next of a new binding acknowledged through 3 = %v %v, want 4", d.Seq, ok)
+	}
+}
+
 // TestSemantics_Deliveries checks ascending order, Offered progress, and
 // restarts from the durable cursor on a new binding.
 func TestSemantics_Deliveries(t *testing.T) {
@@ -731,24 +777,24 @@ func TestSemantics_Deliveries(t *testing.T) {
 			t.Errorf("delivery %+v: wrong recipient, conversation or epoch", d)
 		}
 	}
-	if d, ok := c1.Next(1, Offered{Epoch: ep, Through: 4}); !ok || d.Seq != 5 {
+	if d, ok := nextAfter(c1, 1, Offered{Epoch: ep, Through: 4}); !ok || d.Seq != 5 {
 		t.Errorf("Next after offered 4 = %v %v, want 5", d.Seq, ok)
 	}
-	if _, ok := c1.Next(1, Offered{Epoch: ep, Through: 6}); ok {
+	if _, ok := nextAfter(c1, 1, Offered{Epoch: ep, Through: 6}); ok {
 		t.Errorf("Next after everything offered: ok")
 	}
 	// Another epoch's Offered means nothing.
-	if d, ok := c1.Next(1, Offered{Epoch: Epoch{Conn: c2.ID(), Generation: 1}, Through: 4}); !ok || d.Seq != 2 {
+	if d, ok := nextAfter(c1, 1, Offered{Epoch: Epoch{Conn: c2.ID(), Generation: 1}, Through: 4}); !ok || d.Seq != 2 {
 		t.Errorf("Next with a foreign Offered = %v %v, want 2", d.Seq, ok)
 	}
 	e.ack(c1, w, 3)
-	if d, ok := c1.Next(1, Offered{}); !ok || d.Seq != 4 {
+	if d, ok := nextAfter(c1, 1, Offered{}); !ok || d.Seq != 4 {
 		t.Errorf("Next after ack 3 = %v %v, want 4", d.Seq, ok)
 	}
-	if _, ok := c2.Next(1, Offered{}); ok {
+	if _, ok := nextAfter(c2, 1, Offered{}); ok {
 		t.Errorf("the sender is offered something")
 	}
-	if _, ok := c3.Next(1, Offered{}); ok {
+	if _, ok := nextAfter(c3, 1, Offered{}); ok {
 		t.Errorf("an unbound connection is offered something")
 	}
 	// A new binding restarts from the durable cursor, with repeats identical.
@@ -756,7 +802,7 @@ func TestSemantics_Deliveries(t *testing.T) {
 	if w2.Cursor != 3 {
 		t.Errorf("attach cursor = %v, want 3", w2.Cursor)
 	}
-	if _, ok := c1.Next(1, Offered{Epoch: ep}); ok {
+	if _, ok := nextAfter(c1, 1, Offered{Epoch: ep}); ok {
 		t.Errorf("the superseded connection is still offered records")
 	}
 	again := semDrain(c3, 1, Offered{Epoch: ep, Through: 5})

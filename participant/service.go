@@ -577,10 +577,10 @@ func (s *Service) conversations() []*conversation {
 
 func (s *Service) now() time.Time { return s.opts.Now() }
 
-// observe reports a finished operation. It is deferred with the addresses
-// of the operation's named results, so it sees the final error, replay
-// marker and noop flag (either may be nil).
-func (s *Service) observe(op string, start time.Time, errp *error, replay *Replay, noop *bool) {
+// observe reports a finished operation. It is deferred with the address
+// of the operation's named error result, so it sees the final error;
+// succeeded is the outcome of a success, "" for "ok" (answer.outcome).
+func (s *Service) observe(op string, start time.Time, errp *error, succeeded string) {
 	if s.opts.Observer == nil {
 		return
 	}
@@ -591,10 +591,8 @@ func (s *Service) observe(op string, start time.Time, errp *error, replay *Repla
 		outcome = string(pe.Code)
 	case err != nil:
 		outcome = "error"
-	case replay != nil && *replay != ReplayNone:
-		outcome = "replay"
-	case noop != nil && *noop:
-		outcome = "noop"
+	case succeeded != "":
+		outcome = succeeded
 	}
 	s.opts.Observer.Operation(op, outcome, time.Since(start))
 }

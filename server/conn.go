@@ -86,7 +86,7 @@ type conn struct {
 // request is a request read and not yet answered, with the frame bytes it
 // holds of the pending budgets.
 type request struct {
-	m    wire.Message
+	m    wire.Operation
 	held int64
 }
 
@@ -416,10 +416,12 @@ func (c *conn) readLoop() closing {
 		case *wire.Ping:
 			c.release(held)
 			c.out.send(&wire.Pong{ID: m.ID})
-		default:
-			if !c.submit(conversationOf(m), m, held) {
+		case wire.Operation:
+			if !c.submit(m.ConversationID(), m, held) {
 				return closing{cause: oplog.CauseConnectionLost, reason: "write failed"}
 			}
+		default:
+			panic("server: no handler for " + m.Type())
 		}
 	}
 }

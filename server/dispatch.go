@@ -8,25 +8,6 @@ import (
 	"github.com/participantd/participantd/wire"
 )
 
-// conversationOf returns the conversation a request is about.
-func conversationOf(m wire.Message) uint64 {
-	switch m := m.(type) {
-	case *wire.Enroll:
-		return m.Conversation
-	case *wire.Attach:
-		return m.Conversation
-	case *wire.Tell:
-		return m.Conversation
-	case *wire.Ack:
-		return m.Conversation
-	case *wire.Detach:
-		return m.Conversation
-	case *wire.Leave:
-		return m.Conversation
-	}
-	panic("server: conversationOf(" + m.Type() + ")")
-}
-
 // submit queues m, whose frame holds held bytes of the pending budgets
 // (reserve took them before its body was read; the request gives them
 // back once answered), behind the earlier requests of conversation conv,
@@ -35,7 +16,7 @@ func conversationOf(m wire.Message) uint64 {
 // (TCP backpressure), as it does while reserve waits for budget. It
 // returns false, having given the bytes back, if the connection's writer
 // is gone meanwhile.
-func (c *conn) submit(conv uint64, m wire.Message, held int64) bool {
+func (c *conn) submit(conv uint64, m wire.Operation, held int64) bool {
 	select {
 	case c.pending <- struct{}{}:
 	case <-c.out.done:
@@ -105,9 +86,10 @@ func (c *conn) logRequest(req, ans wire.Message, conv uint64, start time.Time) {
 	ev.Dur("duration_ms", time.Since(start)).Msg("request")
 }
 
-// begin starts one request on the service and returns the function that
-// waits for it and builds its answer.
-func (c *conn) begin(m wire.Message) func() wire.Message {
+// begin starts operation m on the service and returns the function that
+// waits for it and builds its answer. Each operation is one case: the
+// service request m makes, and the answer to its outcome.
+func (c *conn) begin(m wire.Operation) func() wire.Message {
 	ctx := c.srv.opCtx
 	switch m := m.(type) {
 	case *wire.Enroll:
@@ -116,17 +98,13 @@ func (c *conn) begin(m wire.Message) func() wire.Message {
 			Token:        participant.Token(m.Token),
 			Invite:       m.Invite,
 		})
-		return func() wire.Message {
-			b, err := call.Wait()
-			if err != nil {
-				return errorAnswer(m.ID, err)
-			}
+		return answer(m.ID, call, func(id uint64, b participant.Bound) wire.Message {
 			return &wire.Enrolled{
-				ID: m.ID, Conversation: uint64(b.Conversation), Participant: uint64(b.Participant),
+				ID: id, Conversation: uint64(b.Conversation), Participant: uint64(b.Participant),
 				Generation: uint64(b.Generation), Secret: wire.Secret(b.Secret), Cursor: uint64(b.Cursor),
 				ReceiptExpiresAt: unixMilli(b.ReceiptExpiresAt), Replay: replay(b.Replay),
 			}
-		}
+		})
 	case *wire.Attach:
 		call := c.pc.StartAttach(ctx, participant.Attach{
 			Conversation: participant.ConversationID(m.Conversation),
@@ -135,17 +113,13 @@ func (c *conn) begin(m wire.Message) func() wire.Message {
 			Secret:       participant.Secret(m.Secret),
 			Token:        participant.Token(m.Token),
 		})
-		return func() wire.Message {
-			b, err := call.Wait()
-			if err != nil {
-				return errorAnswer(m.ID, err)
-			}
+		return answer(m.ID, call, func(id uint64, b participant.Bound) wire.Message {
 			return &wire.Attached{
-				ID: m.ID, Conversation: uint64(b.Conversation), Participant: uint64(b.Participant),
+				ID: id, Conversation: uint64(b.Conversation), Participant: uint64(b.Participant),
 				Generation: uint64(b.Generation), Secret: wire.Secret(b.Secret), Cursor: uint64(b.Cursor),
 				ReceiptExpiresAt: unixMilli(b.ReceiptExpiresAt), Replay: replay(b.Replay),
 			}
-		}
+		})
 	case *wire.Tell:
 		call := c.pc.StartTell(ctx, participant.Tell{
 			Conversation: participant.ConversationID(m.Conversation),
@@ -154,13 +128,9 @@ func (c *conn) begin(m wire.Message) func() wire.Message {
 			Token:        participant.Token(m.Token),
 			Payload:      m.Payload,
 		})
-		return func() wire.Message {
-			t, err := call.Wait()
-			if err != nil {
-				return errorAnswer(m.ID, err)
-			}
-			return &wire.Told{ID: m.ID, Conversation: uint64(t.Conversation), Seq: uint64(t.Seq), Replay: replay(t.Replay)}
-		}
+		return answer(m.ID, call, func(id uint64, t participant.Told) wire.Message {
+			return &wire.Told{ID: id, Conversation: uint64(t.Conversation), Seq: uint64(t.Seq), Replay: replay(t.Replay)}
+		})
 	case *wire.Ack:
 		call := c.pc.StartAck(ctx, participant.Ack{
 			Conversation: participant.ConversationID(m.Conversation),
@@ -168,13 +138,9 @@ func (c *conn) begin(m wire.Message) func() wire.Message {
 			Generation:   participant.Generation(m.Generation),
 			Through:      participant.Seq(m.Through),
 		})
-		return func() wire.Message {
-			a, err := call.Wait()
-			if err != nil {
-				return errorAnswer(m.ID, err)
-			}
-			return &wire.Acked{ID: m.ID, Conversation: uint64(a.Conversation), Participant: uint64(a.Participant), Cursor: uint64(a.Cursor), Noop: a.Noop}
-		}
+		return answer(m.ID, call, func(id uint64, a participant.Acked) wire.Message {
+			return &wire.Acked{ID: id, Conversation: uint64(a.Conversation), Participant: uint64(a.Participant), Cursor: uint64(a.Cursor), Noop: a.Noop}
+		})
 	case *wire.Detach:
 		call := c.pc.StartDetach(ctx, participant.Detach{
 			Conversation: participant.ConversationID(m.Conversation),
@@ -182,13 +148,9 @@ func (c *conn) begin(m wire.Message) func() wire.Message {
 			Generation:   participant.Generation(m.Generation),
 			Token:        participant.Token(m.Token),
 		})
-		return func() wire.Message {
-			d, err := call.Wait()
-			if err != nil {
-				return errorAnswer(m.ID, err)
-			}
-			return &wire.Detached{ID: m.ID, Conversation: uint64(d.Conversation), Participant: uint64(d.Participant), Seq: uint64(d.Seq), Replay: replay(d.Replay)}
-		}
+		return answer(m.ID, call, func(id uint64, d participant.Ended) wire.Message {
+			return &wire.Detached{ID: id, Conversation: uint64(d.Conversation), Participant: uint64(d.Participant), Seq: uint64(d.Seq), Replay: replay(d.Replay)}
+		})
 	case *wire.Leave:
 		call := c.pc.StartLeave(ctx, participant.Leave{
 			Conversation: participant.ConversationID(m.Conversation),
@@ -197,15 +159,23 @@ func (c *conn) begin(m wire.Message) func() wire.Message {
 			Secret:       participant.Secret(m.Secret),
 			Token:        participant.Token(m.Token),
 		})
-		return func() wire.Message {
-			l, err := call.Wait()
-			if err != nil {
-				return errorAnswer(m.ID, err)
-			}
-			return &wire.Left{ID: m.ID, Conversation: uint64(l.Conversation), Participant: uint64(l.Participant), Seq: uint64(l.Seq), Replay: replay(l.Replay)}
-		}
+		return answer(m.ID, call, func(id uint64, l participant.Ended) wire.Message {
+			return &wire.Left{ID: id, Conversation: uint64(l.Conversation), Participant: uint64(l.Participant), Seq: uint64(l.Seq), Replay: replay(l.Replay)}
+		})
 	}
 	panic("server: begin(" + m.Type() + ")")
+}
+
+// answer returns the function that waits for call, the operation of
+// request id, and answers it: with ok's answer, or errorAnswer's.
+func answer[A any](id uint64, call *participant.Call[A], ok func(id uint64, a A) wire.Message) func() wire.Message {
+	return func() wire.Message {
+		a, err := call.Wait()
+		if err != nil {
+			return errorAnswer(id, err)
+		}
+		return ok(id, a)
+	}
 }
 
 // errorAnswer maps an operation's error onto the protocol's error answer,

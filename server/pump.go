@@ -41,7 +41,7 @@ func (c *conn) pump() {
 					more = true
 					break
 				}
-				d, ok := c.pc.NextOffered(conv)
+				d, ok := c.pc.Next(conv)
 				if !ok {
 					break
 				}

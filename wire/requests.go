@@ -112,6 +112,36 @@ func (*Ping) Type() string { return TypePing }
 // Type returns TypeBye.
 func (*Bye) Type() string { return TypeBye }
 
+// Request is a message a client sends with an id: every client message
+// but *Hello.
+type Request interface {
+	Message
+	// SetID sets the id the request carries (and its answer echoes).
+	SetID(id uint64)
+}
+
+// Operation is a request about one conversation: *Enroll, *Attach,
+// *Tell, *Ack, *Detach or *Leave. A server runs a conversation's
+// operations in the order it reads them.
+type Operation interface {
+	Request
+	// ConversationID returns the conversation the request is about.
+	ConversationID() uint64
+}
+
+// Every request that operates on a conversation is an Operation: the
+// server routes it by ConversationID, the client numbers it with SetID.
+var (
+	_ Operation = (*Enroll)(nil)
+	_ Operation = (*Attach)(nil)
+	_ Operation = (*Tell)(nil)
+	_ Operation = (*Ack)(nil)
+	_ Operation = (*Detach)(nil)
+	_ Operation = (*Leave)(nil)
+	_ Request   = (*Ping)(nil)
+	_ Request   = (*Bye)(nil)
+)
+
 func (m *Enroll) msgID() uint64 { return m.ID }
 func (m *Attach) msgID() uint64 { return m.ID }
 func (m *Tell) msgID() uint64   { return m.ID }
@@ -120,6 +150,48 @@ func (m *Detach) msgID() uint64 { return m.ID }
 func (m *Leave) msgID() uint64  { return m.ID }
 func (m *Ping) msgID() uint64   { return m.ID }
 func (m *Bye) msgID() uint64    { return m.ID }
+
+// SetID sets m.ID.
+func (m *Enroll) SetID(id uint64) { m.ID = id }
+
+// SetID sets m.ID.
+func (m *Attach) SetID(id uint64) { m.ID = id }
+
+// SetID sets m.ID.
+func (m *Tell) SetID(id uint64) { m.ID = id }
+
+// SetID sets m.ID.
+func (m *Ack) SetID(id uint64) { m.ID = id }
+
+// SetID sets m.ID.
+func (m *Detach) SetID(id uint64) { m.ID = id }
+
+// SetID sets m.ID.
+func (m *Leave) SetID(id uint64) { m.ID = id }
+
+// SetID sets m.ID.
+func (m *Ping) SetID(id uint64) { m.ID = id }
+
+// SetID sets m.ID.
+func (m *Bye) SetID(id uint64) { m.ID = id }
+
+// ConversationID returns m.Conversation.
+func (m *Enroll) ConversationID() uint64 { return m.Conversation }
+
+// ConversationID returns m.Conversation.
+func (m *Attach) ConversationID() uint64 { return m.Conversation }
+
+// ConversationID returns m.Conversation.
+func (m *Tell) ConversationID() uint64 { return m.Conversation }
+
+// ConversationID returns m.Conversation.
+func (m *Ack) ConversationID() uint64 { return m.Conversation }
+
+// ConversationID returns m.Conversation.
+func (m *Detach) ConversationID() uint64 { return m.Conversation }
+
+// ConversationID returns m.Conversation.
+func (m *Leave) ConversationID() uint64 { return m.Conversation }
 
 func (m *Hello) appendBody(b []byte) []byte {
 	b = head(b, 2+count(m.Auth)+count(m.Client), TypeHello)
