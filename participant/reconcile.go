@@ -357,6 +357,10 @@ func (s *Service) ensureLoadedTurn(ctx context.Context, cv *conversation) (*outb
 		s.log.Info().Uint64("conversation", uint64(cv.id)).Int("rows", len(r.Repairs)).Msg("outbox repaired")
 	}
 	st = r.State
+	charge, err := s.st.ReadValue(chargeKey(cv.id))
+	if err != nil {
+		return nil, unavailable("reading the conversation's charge", err)
+	}
 	tokens := make(map[ParticipantID]fenceToken)
 	type stale struct {
 		p     ParticipantID
@@ -396,6 +400,7 @@ func (s *Service) ensureLoadedTurn(ctx context.Context, cv *conversation) (*outb
 	if err := cv.install(st, tokens); err != nil {
 		return nil, err
 	}
+	s.chargeLoaded(cv, charge)
 	s.forgetStaleBindings(cv.id, st)
 	if len(ends) > 0 {
 		b := s.newBatch(cv, st)

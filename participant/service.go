@@ -265,7 +265,7 @@ type Service struct {
 	conns map[ConnID]*Conn
 	// shares holds the account of every principal with a connection or
 	// a conversation charged to it (share.go).
-	shares      map[Principal]*share
+	shares      map[uint64]*share
 	nextOrdinal uint64
 	draining    bool
 	closed      bool
@@ -310,7 +310,7 @@ func Open(ctx context.Context, st store.DurableStore, opts Options) (*Service, e
 		failure: newStoreFailure(),
 		convs:   make(map[ConversationID]*conversation),
 		conns:   make(map[ConnID]*Conn),
-		shares:  make(map[Principal]*share),
+		shares:  make(map[uint64]*share),
 		pages:   pages{budget: newByteBudget(int64(opts.LoadBytes)), bytes: opts.ReadPageBytes},
 	}
 	s.backlog = newBacklog(opts.MaxBacklogBytes, opts.backlogLimits())
@@ -677,7 +677,11 @@ type conversation struct {
 	// it stored (another node created it), until it is deleted. Turn
 	// holder only.
 	counted bool
-	dropped bool
+	// chargeStored is set once the store holds the conversation's charge
+	// (share.go, chargeKey): read at its load, or written by a commit.
+	// Turn holder only.
+	chargeStored bool
+	dropped      bool
 	// resets counts forgetLocked calls. heldAt is its value when the
 	// turn's holder began to use the conversation (ensureLoadedTurn):
 	// once they differ, the conversation was forgotten under the holder
