@@ -78,6 +78,10 @@ type Options struct {
 	// sealed one, and seals one it finds unsealed. Without it a sealed
 	// secret is refused (ErrNodeKeySealed).
 	SealKey []byte
+	// PreviousSealKey, if set with SealKey, is the sealing key being
+	// rotated out: NodeKey opens a secret sealed under it and seals it
+	// again under SealKey, in place (see secret.go, Rotation).
+	PreviousSealKey []byte
 }
 
 // Observer receives the node's events, for metrics. Calls must not block.
@@ -437,17 +441,19 @@ func (n *Node) NodeKey(ctx context.Context) ([]byte, error) {
 	if len(kvs) != 1 {
 		return nil, fmt.Errorf("cluster: node key: %s vanished", k)
 	}
-	if key, err = OpenNodeKey(n.opts.SealKey, kvs[0].Value); err != nil {
+	key, current, err := openNodeKey(n.opts.SealKey, n.opts.PreviousSealKey, kvs[0].Value)
+	if err != nil {
 		return nil, err
 	}
-	if n.opts.SealKey != nil && !sealed(kvs[0].Value) {
+	if n.opts.SealKey != nil && !current {
 		n.sealInPlace(cctx, k, key, kvs[0].ModRevision)
 	}
 	return key, nil
 }
 
-// sealInPlace replaces the unsealed secret at k, as it was at revision
-// rev, with key sealed. Failing, it logs: the secret stays usable, and the
+// sealInPlace replaces the secret at k, as it was at revision rev (unsealed,
+// or sealed under the previous sealing key), with key sealed under the
+// sealing key. Failing, it logs: the secret stays usable, and the
 // next start seals it.
 func (n *Node) sealInPlace(ctx context.Context, k string, key []byte, rev int64) {
 	s, err := sealNodeKey(n.opts.SealKey, key)
@@ -456,7 +462,7 @@ func (n *Node) sealInPlace(ctx context.Context, k string, key []byte, rev int64)
 			Then(clientv3.OpPut(k, string(s))).Commit()
 	}
 	if err != nil {
-		n.log.Warn().Err(err).Msg("the cluster secret in etcd is not sealed, and sealing it failed; the next start tries again")
+		n.log.Warn().Err(err).Msg("the cluster secret in etcd is not sealed under the sealing key, and sealing it failed; the next start tries again")
 		return
 	}
 	n.log.Info().Msg("sealed the cluster secret in etcd under the sealing key")

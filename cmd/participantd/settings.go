@@ -284,6 +284,8 @@ var settings = []setting{
 		secretFileSetting("etcd-password", func(o *options) *string { return &o.server.Cluster.Password })},
 	{"etcd-secret-key-file", "", "file (mode 0600) holding the key that seals the cluster secret in etcd: 32 bytes, or 64 hex digits (openssl rand -hex 32); give every node the same file. A secret found unsealed is sealed; a sealed one is refused without it",
 		func(o *options, v string) error { o.server.Cluster.SealKeyFile = v; return nil }},
+	{"etcd-previous-secret-key-file", "", "with etcd-secret-key-file, the sealing key being rotated out (same format): a cluster secret sealed under it is sealed again under the new key; give every node both, restart them, then drop this one",
+		func(o *options, v string) error { o.server.Cluster.PreviousSealKeyFile = v; return nil }},
 	{"log-level", "info", "debug (adds one line per request), info, warn or error",
 		func(o *options, v string) error {
 			l, err := zerolog.ParseLevel(v)
