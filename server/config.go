@@ -237,8 +237,9 @@ type Config struct {
 	// default) or participant.EnrollInvite, under which every enroll must
 	// carry an invitation minted with participantctl invite.
 	EnrollPolicy participant.EnrollPolicy
-	// MaxConversations caps the conversations of the store. Default
-	// participant.DefaultMaxConversations.
+	// MaxConversations caps the conversations of the store (in cluster
+	// mode, the node's). Default MachineConversations: sized to the
+	// memory the process may use.
 	MaxConversations int
 	// MaxDataBytes caps the bytes the store holds (single node): the
 	// store file's pages in use, its free pages not counted, plus what
@@ -347,7 +348,9 @@ func (c Config) withDefaults() (Config, error) {
 	orDefault(&c.BacklogRecords, participant.DefaultBacklogRecords)
 	orDefault(&c.ClientShare, participant.DefaultClientShare)
 	orDefault(&c.EnrollPolicy, participant.EnrollOpen)
-	orDefault(&c.MaxConversations, participant.DefaultMaxConversations)
+	if c.MaxConversations == 0 {
+		c.MaxConversations = MachineConversations()
+	}
 	orDefault(&c.MaxDataBytes, DefaultMaxDataBytes)
 	if _, err := participant.ParseEnrollPolicy(string(c.EnrollPolicy)); err != nil {
 		return c, fmt.Errorf("server: enroll-policy %q: want open or invite", c.EnrollPolicy)

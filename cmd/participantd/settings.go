@@ -221,8 +221,14 @@ var settings = []setting{
 			o.server.EnrollPolicy = p
 			return nil
 		}},
-	{"max-conversations", strconv.Itoa(participant.DefaultMaxConversations), "conversations the store may hold; the first enroll of one more is capacity_exceeded",
-		intSetting(func(o *options) *int { return &o.server.MaxConversations })},
+	{"max-conversations", "auto", "conversations the store may hold (in cluster mode, this node); the first enroll of one more is capacity_exceeded. auto: half the memory the process may use (cgroup limit, machine total, GOMEMLIMIT) at about 5 KB a conversation, between 1000 and " + strconv.Itoa(participant.DefaultMaxConversations) + "; the start-up log says the value",
+		func(o *options, v string) error {
+			if v == "auto" {
+				o.server.MaxConversations = 0 // server.MachineConversations
+				return nil
+			}
+			return intSetting(func(o *options) *int { return &o.server.MaxConversations })(o, v)
+		}},
 	{"max-data-bytes", strconv.FormatInt(server.DefaultMaxDataBytes, 10), "bytes the store holds (" + server.StoreFile + "'s pages in use, free pages not counted, plus the log not yet checkpointed) past which enroll and tell are capacity_exceeded until compaction frees enough (ack, detach, leave still commit); keep it below the disk's free space",
 		func(o *options, v string) error {
 			n, err := strconv.ParseInt(v, 10, 64)
