@@ -78,6 +78,10 @@ type Options struct {
 	// sealed one, and seals one it finds unsealed. Without it a sealed
 	// secret is refused (ErrNodeKeySealed).
 	SealKey []byte
+	// PreviousSealKey, if set with SealKey, is the sealing key being
+	// rotated out: NodeKey opens a secret sealed under it and seals it
+	// again under SealKey, in place (see secret.go, Rotation).
+	PreviousSealKey []byte
 }
 
 // Observer receives the node's events, for metrics. Calls must not block.
@@ -437,17 +441,19 @@ func (n *Node) NodeKey(ctx context.Context) ([]byte, error) {
 	if len(kvs) != 1 {
 		return nil, fmt.Errorf("cluster: node key: %s vanished", k)
 	}
-	if key, err = OpenNodeKey(n.opts.SealKey, kvs[0].Value); err != nil {
+	key, current, err := openNodeKey(n.opts.SealKey, n.opts.PreviousSealKey, kvs[0].Value)
+	if err != nil {
 		return nil, err
 	}
-	if n.opts.SealKey != nil && !sealed(kvs[0].Value) {
+	if n.opts.SealKey != nil && !current {
 		n.sealInPlace(cctx, k, key, kvs[0].ModRevision)
 	}
 	return key, nil
 }
 
-// sealInPlace replaces the unsealed secret at k, as it was at revision
-// rev, with key sealed. Failing, it logs: the secret stays usable, and the
+// sealInPlace replaces the secret at k, as it was at revision rev (unsealed,
+// or sealed under the previous sealing key), with key sealed under the
+// sealing key. Failing, it logs: the secret stays usable, and the
 // next start seals it.
 func (n *Node) sealInPlace(ctx context.Context, k string, key []byte, rev int64) {
 	s, err := sealNodeKey(n.opts.SealKey, key)
@@ -456,7 +462,7 @@ func (n *Node) sealInPlace(ctx context.Context, k string, key []byte, rev int64)
 			Then(clientv3.OpPut(k, string(s))).Commit()
 	}
 	if err != nil {
-		n.log.Warn().Err(err).Msg("the cluster secret in etcd is not sealed, and sealing it failed; the next start tries again")
+		n.log.Warn().Err(err).Msg("the cluster secret in etcd is not sealed under the sealing key, and sealing it failed; the next start tries again")
 		return
 	}
 	n.log.Info().Msg("sealed the cluster secret in etcd under the sealing key")
@@ -628,15 +634,48 @@ func (n *Node) Release(ctx context.Context) error {
 	var first error
 	for c, rev := range owned {
 		n.drop(c)
-		k := n.ownKey(c)
-		cctx, cancel := n.ctx(ctx)
-		_, err := n.cli.Txn(cctx).If(clientv3.Compare(clientv3.CreateRevision(k), "=", rev)).Then(clientv3.OpDelete(k)).Commit()
-		cancel()
-		if err != nil && first == nil {
-			first = fmt.Errorf("cluster: release %v: %w", c, err)
+		if err := n.unclaim(ctx, c, rev); err != nil && first == nil {
+			first = err
 		}
 	}
 	return first
+}
+
+// unclaim deletes c's ownership key if it is still the claim of create
+// revision rev, this node's.
+func (n *Node) unclaim(ctx context.Context, c participant.ConversationID, rev int64) error {
+	k := n.ownKey(c)
+	cctx, cancel := n.ctx(ctx)
+	defer cancel()
+	_, err := n.cli.Txn(cctx).If(clientv3.Compare(clientv3.CreateRevision(k), "=", rev)).Then(clientv3.OpDelete(k)).Commit()
+	if err != nil {
+		return fmt.Errorf("cluster: release %v: %w", c, err)
+	}
+	return nil
+}
+
+var _ participant.Disowner = (*Node)(nil)
+
+// Disown lets deleted conversation c go (participant.Disowner): the node
+// forgets its claim, the store its scope, and its ownership key is deleted
+// if it is still this node's. The service has forgotten c already. A
+// failure to delete the key is logged: the key ends with the lease, and
+// until then a request on c is routed here and answered retired.
+func (n *Node) Disown(ctx context.Context, c participant.ConversationID) {
+	n.mu.Lock()
+	rev, ok := n.claimsByConv[c]
+	if ok {
+		delete(n.claimsByConv, c)
+		n.owned.Add(-1)
+	}
+	n.mu.Unlock()
+	if !ok {
+		return
+	}
+	n.etcd.Drop(scopeOf(c))
+	if err := n.unclaim(ctx, c, rev); err != nil {
+		n.log.Warn().Err(err).Uint64("conversation", uint64(c)).Msg("the ownership key of a deleted conversation stays until the lease ends")
+	}
 }
 
 // Close stops the keep-alive, revokes the lease (releasing whatever is

@@ -25,6 +25,14 @@ import (
 // and GCM's 16-byte tag: 64 bytes. An unsealed value is the 32 bytes
 // themselves; the two lengths tell them apart before the magic does.
 
+// Rotation. A node given the sealing key being rotated out as
+// Options.PreviousSealKey, besides the new SealKey, opens a secret sealed
+// under either and seals one under the previous key again under the new,
+// in place (a compare on the value's revision): give every node both
+// files, restart them one by one (the first re-seals, the others open it
+// under the new key), then drop the previous key's file. The secret itself
+// does not change, so no credential or invitation does.
+
 // NodeKeyName is the cluster secret's key, relative to the prefix.
 const NodeKeyName = "secret/node-key"
 
@@ -93,6 +101,23 @@ func sealNodeKey(sealKey, key []byte) ([]byte, error) {
 // sealed reports whether stored is a sealed node key.
 func sealed(stored []byte) bool {
 	return len(stored) != participant.NodeKeySize && bytes.HasPrefix(stored, []byte(sealMagic))
+}
+
+// openNodeKey is OpenNodeKey that also tries previous, the sealing key
+// being rotated out, when sealKey does not open stored; current reports
+// that stored is sealed under sealKey, as it should stay.
+func openNodeKey(sealKey, previous, stored []byte) (key []byte, current bool, err error) {
+	key, err = OpenNodeKey(sealKey, stored)
+	if err == nil {
+		return key, sealed(stored), nil
+	}
+	if previous == nil || !sealed(stored) {
+		return nil, false, err
+	}
+	if key, perr := OpenNodeKey(previous, stored); perr == nil {
+		return key, false, nil
+	}
+	return nil, false, errors.New("cluster: neither the sealing key nor the previous one opens the cluster secret in etcd: it was sealed under another key")
 }
 
 // OpenNodeKey returns the cluster secret from its stored value: opened

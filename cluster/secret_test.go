@@ -131,3 +131,54 @@ func TestLoadSealKey(t *testing.T) {
 		}
 	}
 }
+
+// TestNodeKey_RotatesTheSealingKey (security item 7, left open last
+// round): a node given the new sealing key and the previous one opens a
+// secret sealed under the previous key and seals it again under the new,
+// in place; the secret, and so every credential, is unchanged. After that
+// the new key alone opens it and the previous alone does not; a node with
+// the previous key as current and an unrelated one as previous is
+// refused, as is one given a previous key that opens nothing.
+func TestNodeKey_RotatesTheSealingKey(t *testing.T) {
+	pfx := "/rotate/"
+	old, fresh := sealKey(t), sealKey(t)
+	key, err := nodeKeyOf(t, pfx, "a", old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rotate := func(id string, seal, previous []byte) ([]byte, error) {
+		t.Helper()
+		ctx := context.Background()
+		n, err := cluster.Start(ctx, shared.Client, cluster.Options{NodeID: id, Prefix: pfx, LeaseTTL: 5 * time.Second, SealKey: seal, PreviousSealKey: previous})
+		if err != nil {
+			t.Fatalf("Start(%s): %v", id, err)
+		}
+		defer n.Close()
+		return n.NodeKey(ctx)
+	}
+	if _, err := rotate("x", fresh, sealKey(t)); err == nil {
+		t.Fatalf("a node whose two keys are both unrelated opened the secret")
+	}
+	if got, err := rotate("b", fresh, old); err != nil || !bytes.Equal(got, key) {
+		t.Fatalf("NodeKey(new, previous) = %x, %v; want the secret %x unchanged", got, err, key)
+	}
+	stored := storedNodeKey(t, pfx)
+	if got, err := cluster.OpenNodeKey(fresh, stored); err != nil || !bytes.Equal(got, key) {
+		t.Fatalf("after the rotation the new key opens %x, %v; want %x", got, err, key)
+	}
+	if _, err := cluster.OpenNodeKey(old, stored); err == nil {
+		t.Fatalf("after the rotation the previous key still opens the stored secret")
+	}
+	if got, err := rotate("c", fresh, old); err != nil || !bytes.Equal(got, key) {
+		t.Fatalf("a second node with both keys = %x, %v; want %x", got, err, key)
+	}
+	if !bytes.Equal(storedNodeKey(t, pfx), stored) {
+		t.Errorf("a node with both keys re-sealed a secret already sealed under the new one")
+	}
+	if _, err := nodeKeyOf(t, pfx, "d", old); err == nil {
+		t.Errorf("a node with only the previous key opened the rotated secret")
+	}
+	if got, err := nodeKeyOf(t, pfx, "e", fresh); err != nil || !bytes.Equal(got, key) {
+		t.Errorf("a node with only the new key = %x, %v; want %x", got, err, key)
+	}
+}

@@ -19,7 +19,10 @@ type Kind uint8
 // end of a binding that no client request ended (a lost connection, a clean
 // goodbye, a drain, an unclean restart); Release records that the server
 // gave up the records through Through, acknowledged or not (the bound on
-// unacknowledged records' age), so that compaction may remove them.
+// unacknowledged records' age), so that compaction may remove them;
+// Delete ends a conversation whose participants have all left: it is the
+// conversation's last row, nothing follows it, and the rows before it may
+// all go (package participant, delete.go).
 const (
 	KindGenesis Kind = iota + 1
 	KindEnroll
@@ -30,9 +33,10 @@ const (
 	KindLeave
 	KindEnd
 	KindRelease
+	KindDelete
 )
 
-var kindNames = [...]string{"", "genesis", "enroll", "attach", "tell", "ack", "detach", "leave", "end", "release"}
+var kindNames = [...]string{"", "genesis", "enroll", "attach", "tell", "ack", "detach", "leave", "end", "release", "delete"}
 
 func (k Kind) String() string {
 	if int(k) < len(kindNames) && k != 0 {
@@ -73,7 +77,8 @@ type Row struct {
 	// Generation is the generation the operation ran under: 1 for Enroll,
 	// the newly minted one for Attach, the binding's for the others.
 	Generation Generation
-	// Token is the client's token (zero for Genesis, Ack, End and Release).
+	// Token is the client's token (zero for Genesis, Ack, End, Release and
+	// Delete).
 	Token Token
 	// Conn is the connection incarnation of the binding an Enroll or Attach
 	// created, or of the binding an End ended.
@@ -131,7 +136,7 @@ func Decode(b []byte) (Row, error) {
 	if err := msgpack.Unmarshal(b[1:], &r); err != nil {
 		return r, fmt.Errorf("%w: %v", ErrCorrupt, err)
 	}
-	if r.Kind < KindGenesis || r.Kind > KindRelease {
+	if r.Kind < KindGenesis || r.Kind > KindDelete {
 		return r, fmt.Errorf("%w: kind %d", ErrCorrupt, r.Kind)
 	}
 	return r, nil

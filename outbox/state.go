@@ -81,6 +81,10 @@ type State struct {
 	// Apply replaces the map rather than writing it, so a clone sharing
 	// it stays right.
 	InviteUses map[uint64]uint32
+	// Deleted is set by a Delete row: every participant had left, and the
+	// conversation takes no row after it. A checkpoint never covers it
+	// (participant: a deleted conversation is known by its last row).
+	Deleted bool
 
 	// garbage and garbageBytes count the records, and their payload bytes,
 	// reclaimed since Records last moved to an array of its own: the
@@ -140,6 +144,17 @@ func (s *State) Record(q oplog.Seq) *Retained {
 	return &s.Records[q-s.Records[0].Seq]
 }
 
+// AllLeft reports whether the conversation had participants and every one
+// of them has left: what a Delete row requires.
+func (s *State) AllLeft() bool {
+	for i := range s.Members {
+		if !s.Members[i].Retired {
+			return false
+		}
+	}
+	return len(s.Members) > 0
+}
+
 // recipientsOf lists the members that are not retired, except subject.
 func (s *State) recipientsOf(subject oplog.ParticipantID) []oplog.ParticipantID {
 	var out []oplog.ParticipantID
@@ -162,6 +177,9 @@ func Project(s *State, idx uint64, r *oplog.Row) ([]Row, error) {
 	if r.Kind != oplog.KindGenesis && idx == 0 {
 		return nil, fmt.Errorf("%w: row 0 is %v, not genesis", ErrInconsistent, r.Kind)
 	}
+	if s.Deleted {
+		return nil, fmt.Errorf("%w: %v row after the conversation's delete", ErrInconsistent, r.Kind)
+	}
 	seq := s.LastSeq
 	record := func(kind RecordKind, cause oplog.Cause) Record {
 		seq++
@@ -178,6 +196,15 @@ func Project(s *State, idx uint64, r *oplog.Row) ([]Row, error) {
 		// produces none.
 		if len(s.Records) == 0 || r.Through < s.Records[0].Seq || r.Through > s.LastSeq || r.Seq != 0 {
 			return nil, fmt.Errorf("%w: release through %v of records %v..%v", ErrInconsistent, r.Through, s.firstSeq(), s.LastSeq)
+		}
+		return nil, nil
+	}
+	if r.Kind == oplog.KindDelete {
+		// A Delete ends a conversation every participant left, and
+		// produces nothing: nobody is left to tell.
+		if !s.AllLeft() || len(s.Records) > 0 || r.Seq != 0 {
+			return nil, fmt.Errorf("%w: delete of a conversation of %d members, all left %v, %d records retained",
+				ErrInconsistent, len(s.Members), s.AllLeft(), len(s.Records))
 		}
 		return nil, nil
 	}
@@ -289,6 +316,8 @@ func Apply(s *State, idx uint64, r *oplog.Row, rows []Row) {
 		s.recipients = nil // the membership changed
 	case oplog.KindRelease:
 		s.release(r.Through)
+	case oplog.KindDelete:
+		s.Deleted = true
 	}
 	// After every row, not only acks and leaves: a record addressed to
 	// nobody is settled as soon as it exists.

@@ -46,6 +46,9 @@ type batch struct {
 	// conversation took a conversation slot; a failure before the
 	// conversation is registered gives it back.
 	reservedSlot bool
+	// storeCharge is the principal key a commit stores as the
+	// conversation's charge (share.go), 0 for none.
+	storeCharge uint64
 }
 
 // op is one staged operation.
@@ -182,7 +185,7 @@ func (b *batch) write() error {
 		return nil
 	}
 	failed := func(code Code, what string, err error) error {
-		if b.reservedSlot && !cv.registered.Load() {
+		if b.reservedSlot && !cv.counted {
 			s.conversationSlots.release()
 		}
 		cv.drop()
@@ -217,6 +220,9 @@ func (b *batch) write() error {
 				}
 				cv.registered.Store(true)
 			}
+			if b.reservedSlot {
+				cv.counted = true
+			}
 		}
 		enc, err := oplog.Encode(&o.row)
 		if err != nil {
@@ -230,6 +236,13 @@ func (b *batch) write() error {
 			}
 			outboxRows = append(outboxRows, enc)
 		}
+	}
+	if b.storeCharge != 0 {
+		// Before barrier 1, with the rows whose commit charged it.
+		if err := s.st.CAS(chargeKey(cv.id), 0, b.storeCharge); err != nil {
+			return failed(CodeUnavailable, "storing the conversation's charge", err)
+		}
+		cv.chargeStored = true // a failure from here on reloads it
 	}
 	idx := b.live.Applied
 	for _, o := range b.ops {

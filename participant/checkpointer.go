@@ -181,7 +181,7 @@ func (s *Service) checkpointPass(ctx context.Context) (written int, full bool, e
 		// forgetting after either is seen when the write is staged.
 		resets := cv.resets.Load()
 		live := cv.loaded()
-		if live == nil {
+		if live == nil || live.Deleted {
 			continue
 		}
 		applied := live.Applied
@@ -309,6 +309,9 @@ func (s *Service) runCheckpoints(ctx context.Context) {
 					s.log.Warn().Err(err).Msg("compaction pass failed; retrying at the next interval")
 				}
 				break
+			}
+			if got.Deleted > 0 {
+				s.log.Info().Int("conversations", got.Deleted).Msg("conversations every participant left deleted")
 			}
 			if got.Conversations > 0 {
 				s.log.Debug().Int("conversations", got.Conversations).Uint64("oplog_rows", got.OplogRows).

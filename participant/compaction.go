@@ -26,6 +26,9 @@ type Compacted struct {
 	// Options.MaxUnackedAge (their rows go in a later pass, after the
 	// retention).
 	Released uint64
+	// Deleted counts the conversations deleted: every participant had
+	// left, the retention ago (delete.go).
+	Deleted int
 }
 
 // trimStep bounds the rows of each stream one hold of a conversation's
@@ -67,6 +70,9 @@ func (s *Service) compactPass(ctx context.Context) (out Compacted, full bool, er
 	convs := s.conversations()
 	now := s.now()
 	cutoff := now.Add(-s.retention()).UnixMilli()
+	if out.Deleted, err = s.deletePass(ctx, cutoff); err != nil {
+		return out, false, err
+	}
 	// The pinned gauge keeps its meaning, --retain, under a window too.
 	pinCutoff := now.Add(-s.opts.Retain).UnixMilli()
 	// Under the token window, the tokens of the rows a pass trims are

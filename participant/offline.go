@@ -59,6 +59,8 @@ func Compact(ctx context.Context, st store.DurableStore, opts Options) (CompactR
 			continue
 		case err != nil:
 			return rep, err
+		case r.Deleted:
+			continue
 		case len(r.Repairs) > 0:
 			rep.Skipped = append(rep.Skipped, Unloadable{Conversation: id, Class: "needs_repair",
 				Reason: fmt.Sprintf("%d outbox rows to repair at the next start", len(r.Repairs))})
@@ -88,6 +90,7 @@ func Compact(ctx context.Context, st store.DurableStore, opts Options) (CompactR
 		rep.Compacted.OutboxRows += got.OutboxRows
 		rep.Compacted.Receipts += got.Receipts
 		rep.Compacted.Forgotten += got.Forgotten
+		rep.Compacted.Deleted += got.Deleted
 		if err != nil {
 			return rep, err
 		}

@@ -141,10 +141,12 @@ func (r *Enroll) decide(c *Conn, b *batch, a *Bound) func(error) error {
 			release()
 			return settled(unavailable("minting the conversation nonce", err))
 		}
-		if !b.cv.registered.Load() {
+		if !b.cv.counted {
 			// A new conversation takes a slot of MaxConversations now,
 			// when it is decided, so that concurrent first enrolls of
-			// different conversations cannot overshoot the cap.
+			// different conversations cannot overshoot the cap. A fresh
+			// ownership grant (cluster mode) registers the entry but
+			// takes no slot: only what a load finds stored does.
 			if e := c.svc.conversationSlots.reserve(); e != nil {
 				release()
 				return settled(e)
@@ -155,7 +157,7 @@ func (r *Enroll) decide(c *Conn, b *batch, a *Bound) func(error) error {
 	}
 	if e := b.admitRecords(c.share, nil); e != nil {
 		release()
-		if o.genesis != nil && b.reservedSlot && !b.cv.registered.Load() {
+		if o.genesis != nil && b.reservedSlot && !b.cv.counted {
 			c.svc.conversationSlots.release()
 			b.reservedSlot = false
 		}

@@ -188,6 +188,11 @@ func (s *Service) lead(cv *conversation) {
 	completes := make([]func(error) error, len(tasks))
 	firstStaged := len(tasks)
 	for i, t := range tasks {
+		if b.st.Deleted {
+			// A Delete staged earlier in this batch ends the conversation.
+			completes[i] = settled(errDeleted(cv.id))
+			continue
+		}
 		staged := len(b.ops)
 		completes[i] = t.step(b)
 		if len(b.ops) > staged && firstStaged == len(tasks) {

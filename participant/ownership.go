@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/participantd/participantd/oplog"
 	"github.com/participantd/participantd/store"
 )
 
@@ -42,8 +43,9 @@ type Ownership interface {
 	// durable under c's ownership. A failure concerns c only.
 	Flush(c ConversationID) error
 	// Exists reports whether c has data in the store although this service
-	// has no entry for it (another node created it), so that a request on
-	// it is served or routed rather than answered unknown_participant.
+	// has no entry for it (another node created it, or it was deleted and
+	// its entry forgotten), so that a request on it is served, routed or
+	// answered retired rather than unknown_participant.
 	Exists(ctx context.Context, c ConversationID) (bool, error)
 }
 
@@ -53,7 +55,13 @@ type single struct{ st store.DurableStore }
 func (single) Acquire(context.Context, ConversationID) (bool, error) { return false, nil }
 func (o single) Flush(ConversationID) error                          { return o.st.Flush() }
 func (single) Holds(ConversationID) bool                             { return true }
-func (single) Exists(context.Context, ConversationID) (bool, error)  { return false, nil }
+
+// Exists finds the conversations a single node has no entry for although
+// they are stored: the deleted ones (delete.go), whose entries it forgot.
+func (o single) Exists(_ context.Context, c ConversationID) (bool, error) {
+	n, err := o.st.Len(oplog.Stream(c))
+	return n > 0, err
+}
 
 // ownership returns the configured Ownership, or the single-node one.
 func (s *Service) ownership() Ownership {

@@ -1,9 +1,15 @@
 package participant
 
-import "sync"
+import (
+	"sync"
 
-// slots counts the conversations of the store against MaxConversations:
-// those registered, plus those a decided first enroll is committing.
+	"github.com/participantd/participantd/outbox"
+)
+
+// slots counts the conversations of the service against MaxConversations:
+// those it holds an entry of that are stored (conversation.counted), plus
+// those a decided first enroll is committing. A deleted conversation gives
+// its slot back.
 type slots struct {
 	max int
 
@@ -42,9 +48,28 @@ func (q *slots) fullLocked() *Error {
 	return e
 }
 
-// release gives back a slot whose conversation was not registered.
+// add takes a slot without refusing: for a conversation found stored
+// (another node created it), which is served whatever the count.
+func (q *slots) add() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.n++
+}
+
+// release gives back a slot: of a conversation whose genesis did not
+// commit, or that was deleted.
 func (q *slots) release() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.n--
+}
+
+// countLoaded gives cv, just loaded with state st, a slot when it is
+// stored and held none: another node created it (cluster mode). The
+// caller holds cv's turn.
+func (s *Service) countLoaded(cv *conversation, st *outbox.State) {
+	if !cv.counted && st.Applied > 0 {
+		cv.counted = true
+		s.conversationSlots.add()
+	}
 }

@@ -32,6 +32,10 @@ type Reconciled struct {
 	// Repairs are the encoded outbox rows missing at the end of the stored
 	// outbox, in order.
 	Repairs [][]byte
+	// Deleted is set, and nothing else, when the conversation was deleted
+	// (delete.go): its oplog ends with a Delete row, at index DeletedAt.
+	Deleted   bool
+	DeletedAt uint64
 }
 
 // pages is how reconciliation reads: each stream in pages of at most bytes
@@ -114,6 +118,12 @@ func reconcile(ctx context.Context, st store.DurableStore, c ConversationID, p p
 	} else if first, err := streamFirst(st, oplog.Stream(c)); err != nil {
 		return nil, err
 	} else if first > 0 {
+		// A deleted conversation's purge removes its checkpoint, then
+		// the rows before its Delete row (delete.go): its last row alone
+		// says what it is.
+		if at, ok, err := deletedAt(st, c); err != nil || ok {
+			return &Reconciled{Deleted: ok, DeletedAt: at}, err
+		}
 		return nil, &refusal{ClassCheckpointMissing, fmt.Sprintf(
 			"the oplog starts at row %d and no checkpoint says what the rows before it built", first)}
 	}
@@ -165,6 +175,10 @@ func reconcile(ctx context.Context, st store.DurableStore, c ConversationID, p p
 	if r.Stored < stored.end {
 		return nil, &refusal{ClassOutboxConflict, fmt.Sprintf(
 			"outbox has %d rows, the oplog projects %d", stored.end, r.Stored)}
+	}
+	if r.State.Deleted {
+		// Deleted, its purge not begun or not past the checkpoint.
+		return &Reconciled{Deleted: true, DeletedAt: r.State.Applied - 1}, nil
 	}
 	return r, nil
 }
@@ -289,7 +303,18 @@ func (s *Service) ensureLoadedTurn(ctx context.Context, cv *conversation) (*outb
 		return nil, refuse(CodeUnavailable, "conversation %v is unloadable: %s", cv.id, unl.Class)
 	}
 	if st != nil {
+		if st.Deleted {
+			return nil, errDeleted(cv.id)
+		}
 		return st, nil
+	}
+	if !cv.registered.Load() {
+		if n, err := s.st.Len(oplog.Stream(cv.id)); err != nil {
+			return nil, unavailable("looking the conversation up", err)
+		} else if n > 0 {
+			// Deleted (delete.go): its entry was forgotten.
+			cv.registered.Store(true)
+		}
 	}
 	if !cv.registered.Load() {
 		// Never registered, so nothing of it is stored.
@@ -313,6 +338,10 @@ func (s *Service) ensureLoadedTurn(ctx context.Context, cv *conversation) (*outb
 	if err != nil {
 		return nil, unavailable("reconciling the conversation", err)
 	}
+	if r.Deleted {
+		return nil, s.loadedDeleted(ctx, cv, r.DeletedAt)
+	}
+	s.countLoaded(cv, r.State)
 	for i, b := range r.Repairs {
 		if _, err := s.st.Append(outbox.Stream(cv.id), b, r.Stored+uint64(i)); err != nil {
 			return nil, unavailable("repairing the outbox", err)
@@ -328,6 +357,10 @@ func (s *Service) ensureLoadedTurn(ctx context.Context, cv *conversation) (*outb
 		s.log.Info().Uint64("conversation", uint64(cv.id)).Int("rows", len(r.Repairs)).Msg("outbox repaired")
 	}
 	st = r.State
+	charge, err := s.st.ReadValue(chargeKey(cv.id))
+	if err != nil {
+		return nil, unavailable("reading the conversation's charge", err)
+	}
 	tokens := make(map[ParticipantID]fenceToken)
 	type stale struct {
 		p     ParticipantID
@@ -367,6 +400,7 @@ func (s *Service) ensureLoadedTurn(ctx context.Context, cv *conversation) (*outb
 	if err := cv.install(st, tokens); err != nil {
 		return nil, err
 	}
+	s.chargeLoaded(cv, charge)
 	s.forgetStaleBindings(cv.id, st)
 	if len(ends) > 0 {
 		b := s.newBatch(cv, st)

@@ -265,7 +265,7 @@ type Service struct {
 	conns map[ConnID]*Conn
 	// shares holds the account of every principal with a connection or
 	// a conversation charged to it (share.go).
-	shares      map[Principal]*share
+	shares      map[uint64]*share
 	nextOrdinal uint64
 	draining    bool
 	closed      bool
@@ -310,7 +310,7 @@ func Open(ctx context.Context, st store.DurableStore, opts Options) (*Service, e
 		failure: newStoreFailure(),
 		convs:   make(map[ConversationID]*conversation),
 		conns:   make(map[ConnID]*Conn),
-		shares:  make(map[Principal]*share),
+		shares:  make(map[uint64]*share),
 		pages:   pages{budget: newByteBudget(int64(opts.LoadBytes)), bytes: opts.ReadPageBytes},
 	}
 	s.backlog = newBacklog(opts.MaxBacklogBytes, opts.backlogLimits())
@@ -409,7 +409,7 @@ func (s *Service) loadAll(ctx context.Context, ids []ConversationID) error {
 				}
 				_, err := s.ensureLoadedTurn(ctx, cv)
 				s.noteStoreErr(err)
-				if err != nil && !cv.contained() {
+				if err != nil && !cv.contained() && !cv.deleted.Load() {
 					// Contained conversations were logged when refused; a
 					// storage failure leaves the conversation for its next
 					// touch to load.
@@ -550,7 +550,7 @@ func (s *Service) unpin(cv *conversation) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	cv.pins--
-	if cv.pins == 0 && !cv.registered.Load() && s.convs[cv.id] == cv {
+	if cv.pins == 0 && (!cv.registered.Load() || cv.deleted.Load()) && s.convs[cv.id] == cv {
 		delete(s.convs, cv.id)
 		cv.uncharge()
 	}
@@ -667,7 +667,21 @@ type conversation struct {
 	// atomic because unpin reads it without the turn, while a background
 	// reload (release) may hold it.
 	registered atomic.Bool
-	dropped    bool
+	// deleted is set once the conversation is known deleted (delete.go):
+	// its entry leaves the map at its last unpin. Written by the turn
+	// holder; read by unpin.
+	deleted atomic.Bool
+	// counted is set while the conversation holds one of the service's
+	// MaxConversations slots (slots): from the start that found it
+	// registered, the commit of its genesis here, or the load that found
+	// it stored (another node created it), until it is deleted. Turn
+	// holder only.
+	counted bool
+	// chargeStored is set once the store holds the conversation's charge
+	// (share.go, chargeKey): read at its load, or written by a commit.
+	// Turn holder only.
+	chargeStored bool
+	dropped      bool
 	// resets counts forgetLocked calls. heldAt is its value when the
 	// turn's holder began to use the conversation (ensureLoadedTurn):
 	// once they differ, the conversation was forgotten under the holder
@@ -709,6 +723,7 @@ type conversation struct {
 func (s *Service) newConversation(id ConversationID, registered bool) *conversation {
 	cv := &conversation{id: id, turn: make(chan struct{}, 1), backlog: s.backlog}
 	cv.registered.Store(registered)
+	cv.counted = registered
 	return cv
 }
 

@@ -1,6 +1,11 @@
 package participant
 
-import "sync/atomic"
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/binary"
+	"sync/atomic"
+)
 
 // Shares of the service-wide budgets (docs/DESIGN.md, Threat model). The
 // budgets of retained records (BacklogRecords) and of conversations
@@ -22,10 +27,12 @@ import "sync/atomic"
 // sum over published states, exact and cheap (setStateLocked), like the
 // service's. A member that tells into another client's conversation spends
 // that conversation's allowance, which MaxBacklogRecords bounds.
-// Charges live in memory: after a restart a loaded conversation is charged
-// to whoever adds to it first; the records of one nobody touches count
-// only against the service's budget, and the operator's way out is
-// eviction (Service.Evict, Service.Drop) or MaxUnackedAge.
+// A charge is stored (chargeKey: the principal's key, a keyed hash of its
+// name, never the name) in the batch that makes it, before barrier 1, so
+// a restart charges each loaded conversation to the same principal again:
+// a client's share does not reset when the server restarts. A
+// conversation charged before charges were stored is charged, and stored,
+// at the first commit of a principal after the start.
 
 // Principal names who a connection acts for, for the shares; "" is nobody:
 // such a connection is held to the service-wide budgets only (the server
@@ -40,7 +47,9 @@ const DefaultClientShare = 10
 // a connection or a conversation charged to it: the map of accounts is
 // bounded by the connections and the conversations.
 type share struct {
-	principal Principal
+	// key is the principal's key in Service.shares and in the store:
+	// principalKey of its name.
+	key uint64
 	// conns counts the principal's connections; guarded by Service.mu.
 	conns int
 	// records counts the records retained by the published states of the
@@ -62,18 +71,40 @@ func (o *Options) shareLimits() shareLimits {
 	}
 }
 
+// principalKey is principal p's key: the first 8 bytes of an HMAC-SHA256
+// of its name under the node key (so that the store holds no client
+// address), never 0 (the store's "absent").
+func principalKey(nodeKey []byte, p Principal) uint64 {
+	m := hmac.New(sha256.New, nodeKey)
+	m.Write([]byte("participantd.principal\x00"))
+	m.Write([]byte(p))
+	return binary.BigEndian.Uint64(m.Sum(nil)) | 1
+}
+
+// chargeKey is where the key of the principal conversation c is charged
+// to is stored: beside its token index, in its scope (cluster mode), and
+// gone with it when it is deleted (purgeTurn).
+func chargeKey(c ConversationID) string { return "token/" + c.String() + "/charge" }
+
 // shareLocked returns the account of principal p, nil for nobody, and
 // counts one more connection of it. s.mu is held.
 func (s *Service) shareLocked(p Principal) *share {
 	if p == "" {
 		return nil
 	}
-	sh := s.shares[p]
-	if sh == nil {
-		sh = &share{principal: p}
-		s.shares[p] = sh
-	}
+	sh := s.accountLocked(principalKey(s.opts.NodeKey, p))
 	sh.conns++
+	return sh
+}
+
+// accountLocked returns the account of the principal of key k, creating
+// it. s.mu is held.
+func (s *Service) accountLocked(k uint64) *share {
+	sh := s.shares[k]
+	if sh == nil {
+		sh = &share{key: k}
+		s.shares[k] = sh
+	}
 	return sh
 }
 
@@ -84,8 +115,8 @@ func (s *Service) unshareLocked(sh *share) {
 		return
 	}
 	sh.conns--
-	if sh.conns == 0 && sh.conversations.Load() == 0 && s.shares[sh.principal] == sh {
-		delete(s.shares, sh.principal)
+	if sh.conns == 0 && sh.conversations.Load() == 0 && s.shares[sh.key] == sh {
+		delete(s.shares, sh.key)
 	}
 }
 
@@ -122,13 +153,23 @@ func (b *batch) admitShare(sh *share, held int64, catchUp bool) *Error {
 	return nil
 }
 
-// charge charges b's conversation to sh if it is charged to nobody yet.
-// The caller holds the conversation's turn.
+// charge charges b's conversation to sh if it is charged to nobody yet,
+// and has the batch store the charge (write) unless it is stored. The
+// caller holds the conversation's turn.
 func (b *batch) charge(sh *share) {
 	cv := b.cv
 	if sh == nil || cv.share.Load() != nil {
 		return
 	}
+	cv.chargeTo(sh)
+	if !cv.chargeStored {
+		b.storeCharge = sh.key
+	}
+}
+
+// chargeTo charges cv to sh; cv is charged to nobody. The caller holds
+// cv's turn.
+func (cv *conversation) chargeTo(sh *share) {
 	cv.mu.Lock()
 	defer cv.mu.Unlock()
 	cv.share.Store(sh)
@@ -136,6 +177,19 @@ func (b *batch) charge(sh *share) {
 	if cv.state != nil {
 		sh.records.Add(int64(len(cv.state.Records)))
 	}
+}
+
+// chargeLoaded charges cv, just loaded, to the principal of key k, its
+// stored charge (0: none). The caller holds cv's turn.
+func (s *Service) chargeLoaded(cv *conversation, k uint64) {
+	cv.chargeStored = k != 0
+	if k == 0 || cv.share.Load() != nil {
+		return
+	}
+	s.mu.Lock()
+	sh := s.accountLocked(k)
+	s.mu.Unlock()
+	cv.chargeTo(sh)
 }
 
 // uncharge takes a conversation that is being forgotten, never

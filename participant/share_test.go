@@ -94,7 +94,7 @@ func TestShare_ChargesFollowTheRecords(t *testing.T) {
 func (s *Service) accountOf(p Principal) *share {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.shares[p]
+	return s.shares[principalKey(s.opts.NodeKey, p)]
 }
 
 // TestShare_CatchUpAttachIsAdmittedPastTheShare: a principal at its share
@@ -139,5 +139,39 @@ func TestStatelessEnroll_TokenFirst(t *testing.T) {
 	}
 	if _, err := c.Enroll(ctx, Enroll{Conversation: 2, Token: v7Token(now.UnixMilli(), 3)}); codeOf(err) == nil || codeOf(err).Code != CodeCapacityExceeded {
 		t.Errorf("enroll with a fresh token, bindings at their cap = %v, want capacity_exceeded", err)
+	}
+}
+
+// TestShare_ChargesSurviveARestart (security item 1, left open last
+// round: charges lived in memory, so a restart gave every client a fresh
+// share): a conversation's charge is stored with the commit that makes it,
+// so after a restart a principal at its share of conversations is still
+// refused one more, before it touches any of its own, and another is not.
+// The store holds the principal's key, not its name.
+func TestShare_ChargesSurviveARestart(t *testing.T) {
+	ctx := context.Background()
+	mem := store.NewMemory()
+	opts := Options{NodeKey: testKey, MaxConversations: 20, ClientShare: 10} // two conversations each
+	svc, err := Open(ctx, mem, opts)
+	must(t, err)
+	for conv := range ConversationID(2) {
+		mustEnroll(t, svc.ConnectAs("203.0.113.7", nil), conv+1, byte(conv+1))
+	}
+	svc.Close()
+	if k, err := mem.ReadValue(chargeKey(1)); err != nil || k != principalKey(testKey, "203.0.113.7") {
+		t.Fatalf("stored charge of conversation 1 = %x (%v), want the principal's key", k, err)
+	}
+
+	svc, err = Open(ctx, mem, opts)
+	must(t, err)
+	t.Cleanup(func() { svc.Close() })
+	_, err = svc.ConnectAs("203.0.113.7", nil).Enroll(ctx, Enroll{Conversation: 3, Token: token(3)})
+	var pe *Error
+	if !errors.As(err, &pe) || pe.Code != CodeCapacityExceeded {
+		t.Errorf("the principal's third conversation after a restart = %v, want capacity_exceeded (its share)", err)
+	}
+	mustEnroll(t, svc.ConnectAs("198.51.100.1", nil), 4, 4)
+	if n := svc.accountOf("203.0.113.7").conversations.Load(); n != 2 {
+		t.Errorf("after a restart the principal is charged %d conversations, want 2", n)
 	}
 }

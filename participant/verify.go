@@ -29,6 +29,10 @@ type Report struct {
 	Repairs int `json:"repairs"`
 	// Refused is set when the conversation would be unloadable.
 	Refused *Unloadable `json:"refused,omitempty"`
+	// Deleted is set when every participant had left the conversation and
+	// it was deleted (its oplog ends with a Delete row); nothing else is
+	// reported of it.
+	Deleted bool `json:"deleted,omitempty"`
 	// LastSeq is the seq of the last record.
 	LastSeq Seq `json:"last_seq"`
 	// Participants describes every participant, by id.
@@ -87,6 +91,11 @@ func Inspect(st store.DurableStore) ([]Report, error) {
 			rep.TokenFloor = time.UnixMilli(int64(floor)).UTC()
 		}
 		r, err := reconcile(context.Background(), st, id, p)
+		if err == nil && r.Deleted {
+			rep.Deleted = true
+			out = append(out, rep)
+			continue
+		}
 		if err == nil {
 			err = rederive(context.Background(), st, id, p)
 		}

@@ -54,6 +54,10 @@ type ClusterConfig struct {
 	// etcd (cluster.LoadSealKey, cluster Options.SealKey): every node of a
 	// cluster is given the same file.
 	SealKeyFile string
+	// PreviousSealKeyFile, with SealKeyFile, holds the sealing key being
+	// rotated out (cluster Options.PreviousSealKey): a secret sealed under
+	// it is opened and sealed again under SealKeyFile's.
+	PreviousSealKeyFile string
 	// NoLeaderAffinity sends commits through the client on every endpoint
 	// instead of a second client on the etcd leader (etcdstore
 	// Options.DialLeader, docs/DESIGN.md "Cluster mode"); the zero value
@@ -249,10 +253,19 @@ func (s *Server) openCluster(ctx context.Context) (backend, *participant.Service
 	if advertise == "" {
 		advertise = s.ln.Addr().String()
 	}
-	var sealKey []byte
+	var sealKey, previousSealKey []byte
 	if cc.SealKeyFile != "" {
 		var err error
 		if sealKey, err = cluster.LoadSealKey(cc.SealKeyFile); err != nil {
+			return nil, nil, fmt.Errorf("server: %w", err)
+		}
+	}
+	if cc.PreviousSealKeyFile != "" {
+		if sealKey == nil {
+			return nil, nil, errors.New("server: etcd-previous-secret-key-file is the key being rotated out: give the new one as etcd-secret-key-file too")
+		}
+		var err error
+		if previousSealKey, err = cluster.LoadSealKey(cc.PreviousSealKeyFile); err != nil {
 			return nil, nil, fmt.Errorf("server: %w", err)
 		}
 	}
@@ -288,6 +301,7 @@ func (s *Server) openCluster(ctx context.Context) (backend, *participant.Service
 		// a conversation this node owns (admin_conversation.go).
 		AdvertiseHealth: s.healthURL(advertise),
 		SealKey:         sealKey,
+		PreviousSealKey: previousSealKey,
 	})
 	if err != nil {
 		cli.Close()

@@ -213,7 +213,9 @@ type Config struct {
 	// ClientShare is the percentage of BacklogRecords and of
 	// MaxConversations that the conversations of one peer address (the
 	// key of MaxConnectionsPerAddress) may take; loopback is exempt unless
-	// LimitLoopback. Default participant.DefaultClientShare.
+	// LimitLoopback. Under TLSClientCA a connection's share is its client
+	// certificate identity's instead, whatever its address (conn.principal).
+	// Default participant.DefaultClientShare.
 	ClientShare int
 	// LogMemoryBytes bounds what the log-first engine holds in memory of
 	// batches committed to its log and not yet checkpointed into the bbolt
@@ -235,8 +237,9 @@ type Config struct {
 	// default) or participant.EnrollInvite, under which every enroll must
 	// carry an invitation minted with participantctl invite.
 	EnrollPolicy participant.EnrollPolicy
-	// MaxConversations caps the conversations of the store. Default
-	// participant.DefaultMaxConversations.
+	// MaxConversations caps the conversations of the store (in cluster
+	// mode, the node's). Default MachineConversations: sized to the
+	// memory the process may use.
 	MaxConversations int
 	// MaxDataBytes caps the bytes the store holds (single node): the
 	// store file's pages in use, its free pages not counted, plus what
@@ -345,7 +348,9 @@ func (c Config) withDefaults() (Config, error) {
 	orDefault(&c.BacklogRecords, participant.DefaultBacklogRecords)
 	orDefault(&c.ClientShare, participant.DefaultClientShare)
 	orDefault(&c.EnrollPolicy, participant.EnrollOpen)
-	orDefault(&c.MaxConversations, participant.DefaultMaxConversations)
+	if c.MaxConversations == 0 {
+		c.MaxConversations = MachineConversations()
+	}
 	orDefault(&c.MaxDataBytes, DefaultMaxDataBytes)
 	if _, err := participant.ParseEnrollPolicy(string(c.EnrollPolicy)); err != nil {
 		return c, fmt.Errorf("server: enroll-policy %q: want open or invite", c.EnrollPolicy)

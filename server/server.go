@@ -227,7 +227,7 @@ func (s *Server) Run(ctx context.Context) error {
 	s.ready.Store(true)
 	close(s.readyCh)
 	s.log.Info().Str("listen", s.ln.Addr().String()).Str("health", s.hln.Addr().String()).
-		Uint64("incarnation", svc.Incarnation()).Str("enroll_policy", string(s.cfg.EnrollPolicy)).Msg("serving")
+		Uint64("incarnation", svc.Incarnation()).Str("enroll_policy", string(s.cfg.EnrollPolicy)).Int("max_conversations", s.cfg.MaxConversations).Msg("serving")
 	if s.cfg.AdminRemote && (s.cfg.AdminToken != "" || s.cfg.Pprof) && !isLoopback(s.hln.Addr()) {
 		s.log.Warn().Str("health", s.hln.Addr().String()).Bool("pprof", s.cfg.Pprof).
 			Msg("the admin endpoints are reachable beyond loopback (admin-remote): whoever holds the admin token can take a backup, which holds every conversation (and in cluster mode the cluster secret)")

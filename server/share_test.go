@@ -1,10 +1,14 @@
 package server_test
 
 import (
+	"crypto/tls"
 	"net"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/participantd/participantd/server"
+	"github.com/participantd/participantd/server/servertest"
 	"github.com/participantd/participantd/wire"
 )
 
@@ -91,5 +95,72 @@ func TestShare_OneAddressCannotStarveAStranger(t *testing.T) {
 	sdeaf, steller := h.dialFrom("127.0.0.2"), h.dialFrom("127.0.0.2")
 	if e, told := deafConversation(t, sdeaf, steller, 1_000_000, 1); e != nil || told != 1 {
 		t.Fatalf("a stranger's enroll and tell in a new conversation: refused %#v after %d tells, want admitted", e, told)
+	}
+}
+
+// TestShare_ClientCertificateIsThePrincipal (security, left open last
+// round: n addresses got n shares, and mutual TLS identities were no
+// principal): under mutual TLS a connection acts for its certificate's
+// identity, whatever its address, loopback included. With a share of one
+// conversation, a client's second conversation is refused from any of its
+// connections and addresses, while another certificate's is admitted.
+func TestShare_ClientCertificateIsThePrincipal(t *testing.T) {
+	certFile, keyFile, pool := selfSigned(t, t.TempDir())
+	aCert, aKey, _ := servertest.SelfSignedAs(t, t.TempDir(), "client a")
+	bCert, bKey, _ := servertest.SelfSignedAs(t, t.TempDir(), "client b")
+	cas := filepath.Join(t.TempDir(), "clients.pem")
+	var pems []byte
+	for _, f := range []string{aCert, bCert} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pems = append(pems, b...)
+	}
+	if err := os.WriteFile(cas, pems, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// One percent of 100 conversations: each principal may hold one.
+	h := start(t, server.Config{TLSCert: certFile, TLSKey: keyFile, TLSClientCA: cas, MaxConversations: 100, ClientShare: 1})
+	dialAs := func(ip, cert, key string) *client {
+		t.Helper()
+		pair, err := tls.LoadX509KeyPair(cert, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
+		nc, err := tls.DialWithDialer(d, "tcp", h.srv.Addr().String(), &tls.Config{RootCAs: pool, ServerName: "127.0.0.1", Certificates: []tls.Certificate{pair}})
+		if err != nil {
+			t.Skipf("dial from %s: %v", ip, err)
+		}
+		c := newClient(t, nc)
+		c.send(&wire.Hello{Versions: []uint64{1}})
+		if m, ok := c.next().(*wire.Welcome); !ok {
+			t.Fatalf("hello answered %#v", m)
+		}
+		return c
+	}
+	enroll := func(c *client, conv uint64) *wire.Error {
+		t.Helper()
+		switch a := c.call(&wire.Enroll{ID: c.id(), Conversation: conv, Token: token()}).(type) {
+		case *wire.Enrolled:
+			return nil
+		case *wire.Error:
+			return a
+		default:
+			t.Fatalf("enroll answered %#v", a)
+			return nil
+		}
+	}
+	if e := enroll(dialAs("127.0.0.1", aCert, aKey), 1); e != nil {
+		t.Fatalf("client a's first conversation: %#v", e)
+	}
+	for _, ip := range []string{"127.0.0.1", "127.0.0.3"} {
+		if e := enroll(dialAs(ip, aCert, aKey), 2); e == nil || e.Code != wire.CodeCapacityExceeded {
+			t.Errorf("client a's second conversation, from %s: %#v, want capacity_exceeded (its share)", ip, e)
+		}
+	}
+	if e := enroll(dialAs("127.0.0.1", bCert, bKey), 3); e != nil {
+		t.Errorf("client b's first conversation, from the same address: %#v, want admitted", e)
 	}
 }

@@ -152,7 +152,7 @@ var settings = []setting{
 		intSetting(func(o *options) *int { return &o.server.MaxBacklogRecords })},
 	{"backlog-records", strconv.Itoa(participant.DefaultBacklogRecords), "records all conversations retain together (~115 bytes of memory each); past it the conversations retaining the most are backlog_full, and a quarter past it all that add records",
 		intSetting(func(o *options) *int { return &o.server.BacklogRecords })},
-	{"client-share", strconv.Itoa(participant.DefaultClientShare), "percent of backlog-records and of max-conversations that the conversations of one peer address (an IPv6 /64) may take; past it its enroll, tell and attach are backlog_full or capacity_exceeded (loopback exempt unless limit-loopback)",
+	{"client-share", strconv.Itoa(participant.DefaultClientShare), "percent of backlog-records and of max-conversations that the conversations of one peer address (an IPv6 /64) may take (under tls-client-ca: of one client certificate identity, whatever its address); past it its enroll, tell and attach are backlog_full or capacity_exceeded (loopback exempt unless limit-loopback)",
 		intSetting(func(o *options) *int { return &o.server.ClientShare })},
 	{"max-connections", strconv.Itoa(server.DefaultMaxConnections), "open connections; one more is rejected overloaded",
 		intSetting(func(o *options) *int { return &o.server.MaxConnections })},
@@ -221,8 +221,14 @@ var settings = []setting{
 			o.server.EnrollPolicy = p
 			return nil
 		}},
-	{"max-conversations", strconv.Itoa(participant.DefaultMaxConversations), "conversations the store may hold; the first enroll of one more is capacity_exceeded",
-		intSetting(func(o *options) *int { return &o.server.MaxConversations })},
+	{"max-conversations", "auto", "conversations the store may hold (in cluster mode, this node); the first enroll of one more is capacity_exceeded. auto: half the memory the process may use (cgroup limit, machine total, GOMEMLIMIT) at about 5 KB a conversation, between 1000 and " + strconv.Itoa(participant.DefaultMaxConversations) + "; the start-up log says the value",
+		func(o *options, v string) error {
+			if v == "auto" {
+				o.server.MaxConversations = 0 // server.MachineConversations
+				return nil
+			}
+			return intSetting(func(o *options) *int { return &o.server.MaxConversations })(o, v)
+		}},
 	{"max-data-bytes", strconv.FormatInt(server.DefaultMaxDataBytes, 10), "bytes the store holds (" + server.StoreFile + "'s pages in use, free pages not counted, plus the log not yet checkpointed) past which enroll and tell are capacity_exceeded until compaction frees enough (ack, detach, leave still commit); keep it below the disk's free space",
 		func(o *options, v string) error {
 			n, err := strconv.ParseInt(v, 10, 64)
@@ -284,6 +290,8 @@ var settings = []setting{
 		secretFileSetting("etcd-password", func(o *options) *string { return &o.server.Cluster.Password })},
 	{"etcd-secret-key-file", "", "file (mode 0600) holding the key that seals the cluster secret in etcd: 32 bytes, or 64 hex digits (openssl rand -hex 32); give every node the same file. A secret found unsealed is sealed; a sealed one is refused without it",
 		func(o *options, v string) error { o.server.Cluster.SealKeyFile = v; return nil }},
+	{"etcd-previous-secret-key-file", "", "with etcd-secret-key-file, the sealing key being rotated out (same format): a cluster secret sealed under it is sealed again under the new key; give every node both, restart them, then drop this one",
+		func(o *options, v string) error { o.server.Cluster.PreviousSealKeyFile = v; return nil }},
 	{"log-level", "info", "debug (adds one line per request), info, warn or error",
 		func(o *options, v string) error {
 			l, err := zerolog.ParseLevel(v)

@@ -106,7 +106,7 @@ func TestParseOptions_AdmissionAndQuotas(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s := o.server; s.EnrollPolicy != participant.EnrollOpen || s.MaxConversations != participant.DefaultMaxConversations ||
+	if s := o.server; s.EnrollPolicy != participant.EnrollOpen || s.MaxConversations != 0 /* auto: sized to the machine */ ||
 		s.MaxDataBytes != server.DefaultMaxDataBytes {
 		t.Errorf("defaults: enroll policy %q, max conversations %d, max data bytes %d", s.EnrollPolicy, s.MaxConversations, s.MaxDataBytes)
 	}

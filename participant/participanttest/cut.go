@@ -172,10 +172,104 @@ func CutWorkload(s store.DurableStore, log *[]Answered) error {
 			return false
 		})
 	}})
+	if err := deletedWorkload(ctx, svc, log); err != nil {
+		return err
+	}
 	if err := ca.End(ctx, oplog.CauseClean); err != nil {
 		return err
 	}
 	return passes(ctx, svc)
+}
+
+// deletedWorkload is CutWorkload's conversation 3: two participants
+// enroll, one tells, both leave, and the next pass deletes it (Retain is a
+// nanosecond), so that the Delete row and the purge meet every cut point.
+// Each answered operation's retry must replay it while the conversation is
+// not deleted, and be refused retired once it is.
+func deletedWorkload(ctx context.Context, svc *participant.Service, log *[]Answered) error {
+	const conv = 3
+	// Acting for a principal, its first commit stores the conversation's
+	// charge: that write meets every cut point too, and the purge must
+	// remove it (CheckPurged).
+	conns := []*participant.Conn{svc.ConnectAs("cut", nil), svc.ConnectAs("cut", nil)}
+	answered := func(what string, retry func(context.Context, *participant.Conn) error) {
+		*log = append(*log, Answered{what, func(ctx context.Context, c *participant.Conn, st store.DurableStore) error {
+			deleted, err := Deleted(st, conv)
+			if err != nil {
+				return err
+			}
+			err = retry(ctx, c)
+			var pe *participant.Error
+			if deleted && (!errors.As(err, &pe) || pe.Code != participant.CodeRetired) {
+				return fmt.Errorf("retry in the deleted conversation = %v, want retired", err)
+			}
+			if !deleted && err != nil {
+				return fmt.Errorf("retry = %w", err)
+			}
+			return nil
+		}})
+	}
+	var who []participant.Bound
+	for i, tok := range []byte{0x15, 0x16} {
+		req := participant.Enroll{Conversation: conv, Token: TokenOf(tok)}
+		b, err := conns[i].Enroll(ctx, req)
+		if err != nil {
+			return err
+		}
+		who = append(who, b)
+		answered(fmt.Sprintf("enroll %v/%x", conv, tok), func(ctx context.Context, c *participant.Conn) error {
+			r, err := c.Enroll(ctx, req)
+			if err != nil {
+				return err
+			}
+			return sameBound(b, r, nil)
+		})
+	}
+	tellReq := participant.Tell{Conversation: conv, Participant: who[0].Participant, Generation: who[0].Generation, Token: TokenOf(0x23), Payload: []byte("three")}
+	told, err := conns[0].Tell(ctx, tellReq)
+	if err != nil {
+		return err
+	}
+	answered("tell in 3", func(ctx context.Context, c *participant.Conn) error {
+		r, err := c.Tell(ctx, tellReq)
+		if err == nil && (r.Seq != told.Seq || r.Replay != participant.ReplayCommitted) {
+			return fmt.Errorf("replay = %+v, want seq %v", r, told.Seq)
+		}
+		return err
+	})
+	for i, b := range who {
+		req := participant.Leave{Conversation: conv, Participant: b.Participant, Generation: b.Generation, Secret: b.Secret, Token: TokenOf(0x52 + byte(i))}
+		left, err := conns[i].Leave(ctx, req)
+		if err != nil {
+			return err
+		}
+		answered(fmt.Sprintf("leave %v in 3", b.Participant), func(ctx context.Context, c *participant.Conn) error {
+			r, err := c.Leave(ctx, req)
+			if err == nil && (r.Seq != left.Seq || r.Replay != participant.ReplayCommitted) {
+				return fmt.Errorf("replay = %+v, want seq %v", r, left.Seq)
+			}
+			return err
+		})
+	}
+	return passes(ctx, svc)
+}
+
+// Deleted reports whether conversation conv of st was deleted: its oplog
+// ends with a Delete row.
+func Deleted(st store.DurableStore, conv participant.ConversationID) (bool, error) {
+	n, err := st.Len(oplog.Stream(conv))
+	if err != nil || n == 0 {
+		return false, err
+	}
+	entries, err := st.ReadFrom(oplog.Stream(conv), n-1, 1)
+	if err != nil || len(entries) != 1 {
+		return false, fmt.Errorf("last oplog row of %v: %d entries, %v", conv, len(entries), err)
+	}
+	row, err := oplog.Decode(entries[0].Payload)
+	if err != nil {
+		return false, err
+	}
+	return row.Kind == oplog.KindDelete, nil
 }
 
 // recorded reports an error unless conversation conv's stored outbox has a
@@ -262,6 +356,11 @@ func CheckInvariants(t faultstore.TB, st store.DurableStore, log []Answered) {
 		if r.Refused != nil || r.Repairs != 0 {
 			t.Fatalf("after reconciliation, conversation %v: refused=%+v repairs=%d", r.Conversation, r.Refused, r.Repairs)
 		}
+		if r.Deleted {
+			// The start finished whatever purge the crash cut short.
+			CheckPurged(t, st, r.Conversation)
+			continue
+		}
 		rows, first, err := StoredOutbox(st, r.Conversation)
 		if err != nil {
 			t.Fatalf("outbox of %v: %v", r.Conversation, err)
@@ -294,6 +393,36 @@ func CheckCompacted(t faultstore.TB, st store.DurableStore) {
 	}
 	if first, err := cs.First(oplog.Stream(1)); err != nil || first == 0 {
 		t.Fatalf("after the completed run, conversation 1 was not compacted (first row %d, %v)", first, err)
+	}
+	CheckPurged(t, st, 3)
+}
+
+// CheckPurged fails unless conversation conv of st is deleted and purged:
+// its oplog ends with a Delete row and keeps no other, its outbox keeps its
+// last row only, and it has no checkpoint and no token index entry.
+func CheckPurged(t faultstore.TB, st store.DurableStore, conv participant.ConversationID) {
+	t.Helper()
+	if deleted, err := Deleted(st, conv); err != nil || !deleted {
+		t.Fatalf("conversation %v is not deleted (%v)", conv, err)
+	}
+	cs, ok := store.AsCompactor(st)
+	if !ok {
+		t.Fatalf("the store %T does not compact", st)
+	}
+	for _, stream := range []string{oplog.Stream(conv), outbox.Stream(conv)} {
+		n, err := st.Len(stream)
+		if err != nil {
+			t.Fatalf("length of %s: %v", stream, err)
+		}
+		if first, err := cs.First(stream); err != nil || first+1 != n {
+			t.Fatalf("deleted conversation %v: %s keeps rows %d..%d (%v), want its last only", conv, stream, first, n, err)
+		}
+	}
+	if b, err := cs.GetBytes(participant.CheckpointPrefix + conv.String()); err != nil || b != nil {
+		t.Fatalf("deleted conversation %v keeps a checkpoint of %d bytes (%v)", conv, len(b), err)
+	}
+	if vs, err := st.Scan("token/" + conv.String() + "/"); err != nil || len(vs) != 0 {
+		t.Fatalf("deleted conversation %v keeps token index entries %v (%v)", conv, vs, err)
 	}
 }
 

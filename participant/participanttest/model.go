@@ -271,6 +271,7 @@ func (r *modelRun) passes() {
 		r.fail("CompactPass: %v", err)
 	}
 	r.log("passes at %+dms: %+v", r.offsetMs, got)
+	r.noteDeleted(got.Deleted)
 	if r.outcomes != nil && got.Forgotten > 0 {
 		r.outcomes["passes:forgot"]++
 		if r.offsetMs > modelWindow.Milliseconds() {
@@ -282,6 +283,39 @@ func (r *modelRun) passes() {
 		if ms < r.forgetMax {
 			r.floorBound = max(r.floorBound, ms+1)
 		}
+	}
+}
+
+// noteDeleted marks in the model the conversations the pass deleted, n of
+// them by its count: a deleted conversation must be one every member of
+// which had left.
+func (r *modelRun) noteDeleted(n int) {
+	found := 0
+	for _, conv := range r.ref.convIDs() {
+		c := r.ref.convs[conv]
+		if c.deleted {
+			continue
+		}
+		deleted, err := Deleted(r.st, conv)
+		if err != nil {
+			r.fail("conversation %v: %v", conv, err)
+			return
+		}
+		if !deleted {
+			continue
+		}
+		if !c.allLeft() {
+			r.fail("conversation %v was deleted while a member had not left", conv)
+			return
+		}
+		c.deleted = true
+		found++
+		if r.outcomes != nil {
+			r.outcomes["passes:deleted"]++
+		}
+	}
+	if found != n {
+		r.fail("the pass reports %d conversations deleted, the store holds %d more", n, found)
 	}
 }
 
@@ -843,6 +877,9 @@ func (r *modelRun) checkDeliveries() {
 // recipients, and the last seq, with the model's records.
 func (r *modelRun) checkRecords() {
 	for _, conv := range r.ref.convIDs() {
+		if r.ref.convs[conv].deleted {
+			continue
+		}
 		var last participant.Seq
 		var bad string
 		loaded := false

@@ -124,6 +124,20 @@ type refConv struct {
 	members []*refMember
 	records []refRecord
 	enrolls map[participant.Token]*refReceipt
+	// deleted is set once a pass deleted the conversation (every member
+	// had left): every request on it is then refused retired.
+	deleted bool
+}
+
+// allLeft reports whether c had members and every one has left: what
+// deletion requires.
+func (c *refConv) allLeft() bool {
+	for _, mb := range c.members {
+		if !mb.retired {
+			return false
+		}
+	}
+	return len(c.members) > 0
 }
 
 type refCred struct {
@@ -166,7 +180,7 @@ func (m *refModel) clone() *refModel {
 	n := *m
 	n.convs = make(map[participant.ConversationID]*refConv, len(m.convs))
 	for id, c := range m.convs {
-		nc := &refConv{records: append([]refRecord(nil), c.records...), enrolls: maps.Clone(c.enrolls)}
+		nc := &refConv{records: append([]refRecord(nil), c.records...), enrolls: maps.Clone(c.enrolls), deleted: c.deleted}
 		for _, mb := range c.members {
 			x := *mb
 			x.tokens = maps.Clone(mb.tokens)
@@ -317,6 +331,9 @@ func (m *refModel) receiptAnswer(q refReq, mb *refMember, rc *refReceipt) refAns
 // apply runs request q from connection conn, in docs/PROTOCOL.md's order of
 // checks, and commits it when nothing refuses it.
 func (m *refModel) apply(q refReq, conn int) refAnswer {
+	if c := m.convs[q.conv]; c != nil && c.deleted {
+		return refErr(participant.CodeRetired)
+	}
 	if q.kind == "enroll" {
 		return m.enroll(q, conn)
 	}

@@ -24,13 +24,20 @@ import (
 // error.
 func SelfSigned(t testing.TB, dir string) (certFile, keyFile string, pool *x509.CertPool) {
 	t.Helper()
+	return SelfSignedAs(t, dir, "participantd test")
+}
+
+// SelfSignedAs is SelfSigned for a certificate whose subject's common name
+// is cn: clients of distinct identities under mutual TLS.
+func SelfSignedAs(t testing.TB, dir, cn string) (certFile, keyFile string, pool *x509.CertPool) {
+	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "participantd test"},
+		Subject:               pkix.Name{CommonName: cn},
 		NotBefore:             time.Now().Add(-time.Hour),
 		NotAfter:              time.Now().Add(time.Hour),
 		IPAddresses:           []net.IP{net.ParseIP("127.0.0.1")},
