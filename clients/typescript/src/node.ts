@@ -3,7 +3,7 @@
 
 import { connect as netConnect } from "node:net";
 import { WebSocket as NodeWebSocket } from "ws";
-import { feedFrames, webSocketDialer, type Dialer, type Transport, type WebSocketLike } from "./transport.js";
+import { dialEnd, feedFrames, webSocketDialer, type Dialer, type Transport, type WebSocketLike } from "./transport.js";
 
 const wsDial = webSocketDialer((url) => new NodeWebSocket(url) as unknown as WebSocketLike);
 
@@ -13,14 +13,12 @@ export const tcpDial: Dialer = (addr, signal) =>
     const m = /^\[?([^\]]*)\]?:(\d+)$/.exec(addr);
     if (!m) return reject(new TypeError(`address ${JSON.stringify(addr)} is not host:port`));
     const sock = netConnect({ host: m[1], port: Number(m[2]), noDelay: true });
-    let open = false;
-    let ended = false;
     let corked = false;
     const t: Transport = {
       // Frames sent in one tick go out in one write (cork until the next
       // tick): pipelined calls then cost one syscall, not one each.
       send: (frame) => {
-        if (ended) return;
+        if (d.ended()) return;
         if (!corked) {
           corked = true;
           sock.cork();
@@ -41,26 +39,13 @@ export const tcpDial: Dialer = (addr, signal) =>
       onFrame: () => {},
       onClose: () => {},
     };
-    const end = (why: Error) => {
-      if (ended) return;
-      ended = true;
-      signal.removeEventListener("abort", abort);
-      sock.destroy();
-      if (open) t.onClose(why);
-      else reject(why);
-    };
-    const abort = () => end(signal.reason instanceof Error ? signal.reason : new Error("aborted"));
-    if (signal.aborted) return abort();
-    signal.addEventListener("abort", abort, { once: true });
+    const d = dialEnd(t, signal, resolve, reject, () => sock.destroy());
+    if (d.ended()) return;
     const feed = feedFrames(t);
-    sock.on("connect", () => {
-      open = true;
-      signal.removeEventListener("abort", abort);
-      resolve(t);
-    });
+    sock.on("connect", d.opened);
     sock.on("data", (chunk: Buffer) => feed(new Uint8Array(chunk.buffer, chunk.byteOffset, chunk.byteLength)));
-    sock.on("error", (e) => end(e));
-    sock.on("close", () => end(new Error(`tcp ${addr}: connection closed`)));
+    sock.on("error", (e) => d.end(e));
+    sock.on("close", () => d.end(new Error(`tcp ${addr}: connection closed`)));
   });
 
 /** nodeDial picks the transport by the address: ws:// or wss:// URLs over WebSocket, else TCP. */

@@ -39,6 +39,55 @@ export interface WebSocketLike {
   resume?(): void;
 }
 
+/** DialEnd is what dialEnd gives a dialer: the one way its transport ends. */
+export interface DialEnd {
+  /** end ends the dial or the transport with why, once; later calls do nothing. */
+  end: (why: Error) => void;
+  /** opened resolves the dial with its transport, unless it already ended. */
+  opened: () => void;
+  /** ended reports whether end was called (the signal's abort included). */
+  ended: () => boolean;
+}
+
+/**
+ * dialEnd ties a dial's outcome and its transport's end together, so that
+ * each dialer writes neither: an end before the transport opened rejects
+ * the dial, one after it closes the transport (t.onClose), and either runs
+ * once, after cut has dropped the connection. Until the transport opened,
+ * the signal's abort ends it too (an already aborted signal at once).
+ */
+export function dialEnd(
+  t: Transport,
+  signal: AbortSignal,
+  resolve: (t: Transport) => void,
+  reject: (why: Error) => void,
+  cut: () => void,
+): DialEnd {
+  let open = false;
+  let ended = false;
+  const end = (why: Error) => {
+    if (ended) return;
+    ended = true;
+    signal.removeEventListener("abort", abort);
+    cut();
+    if (open) t.onClose(why);
+    else reject(why);
+  };
+  const abort = () => end(signal.reason instanceof Error ? signal.reason : new Error("aborted"));
+  if (signal.aborted) abort();
+  else signal.addEventListener("abort", abort, { once: true });
+  return {
+    end,
+    opened: () => {
+      if (ended) return;
+      open = true;
+      signal.removeEventListener("abort", abort);
+      resolve(t);
+    },
+    ended: () => ended,
+  };
+}
+
 /**
  * webSocketDialer returns a Dialer over WebSocket for URLs ws:// and
  * wss://, built on make (globalThis.WebSocket in a browser, the `ws`
@@ -50,11 +99,9 @@ export function webSocketDialer(make: (url: string) => WebSocketLike): Dialer {
     new Promise<Transport>((resolve, reject) => {
       const ws = make(url);
       ws.binaryType = "arraybuffer";
-      let open = false;
-      let ended = false;
       const t: Transport = {
         send: (frame) => {
-          if (!ended && ws.readyState === 1) ws.send(frame);
+          if (!d.ended() && ws.readyState === 1) ws.send(frame);
         },
         close: () => ws.close(1000),
         // A browser's WebSocket cannot stop reading: there the delivery
@@ -64,34 +111,20 @@ export function webSocketDialer(make: (url: string) => WebSocketLike): Dialer {
         onFrame: () => {},
         onClose: () => {},
       };
-      const end = (why: Error) => {
-        if (ended) return;
-        ended = true;
-        signal.removeEventListener("abort", abort);
-        if (open) t.onClose(why);
-        else reject(why);
-      };
-      const abort = () => {
-        ws.close();
-        end(signal.reason instanceof Error ? signal.reason : new Error("aborted"));
-      };
-      if (signal.aborted) return abort();
-      signal.addEventListener("abort", abort, { once: true });
-      ws.onopen = () => {
-        open = true;
-        signal.removeEventListener("abort", abort);
-        resolve(t);
-      };
+      // Closing a socket that is closing or closed does nothing.
+      const d = dialEnd(t, signal, resolve, reject, () => ws.close());
+      if (d.ended()) return;
+      ws.onopen = d.opened;
       ws.onmessage = (ev) => {
         if (!(ev.data instanceof ArrayBuffer)) {
           ws.close(1003);
-          end(new ProtocolError("text message from the server"));
+          d.end(new ProtocolError("text message from the server"));
           return;
         }
         t.onFrame(new Uint8Array(ev.data));
       };
-      ws.onerror = () => end(new Error(`websocket ${url}: error`));
-      ws.onclose = (ev) => end(new Error(`websocket ${url}: closed (${ev.code}${ev.reason ? " " + ev.reason : ""})`));
+      ws.onerror = () => d.end(new Error(`websocket ${url}: error`));
+      ws.onclose = (ev) => d.end(new Error(`websocket ${url}: closed (${ev.code}${ev.reason ? " " + ev.reason : ""})`));
     });
 }
 
