@@ -8,6 +8,7 @@ import (
 	"github.com/participantd/participantd/oplog"
 	"github.com/participantd/participantd/outbox"
 	"github.com/participantd/participantd/participant"
+	"github.com/participantd/participantd/registry"
 	"github.com/participantd/participantd/store"
 	"github.com/participantd/participantd/store/etcdstore"
 )
@@ -92,7 +93,7 @@ func (s *Store) rename(name string) string {
 	switch name {
 	case participant.IncarnationKey:
 		return s.incarnation
-	case participant.RegistryStream:
+	case registry.Stream:
 		return s.registry
 	}
 	return name

@@ -7,6 +7,7 @@ import (
 	"github.com/participantd/participantd/fence"
 	"github.com/participantd/participantd/oplog"
 	"github.com/participantd/participantd/outbox"
+	"github.com/participantd/participantd/registry"
 )
 
 // maxBatch bounds how many queued operations of one conversation share one
@@ -398,9 +399,9 @@ func epochKey(c ConversationID, row *oplog.Row) string {
 func (s *Service) register(id ConversationID) error {
 	s.regMu.Lock()
 	defer s.regMu.Unlock()
-	n, err := s.st.Len(RegistryStream)
+	n, err := s.st.Len(registry.Stream)
 	if err == nil {
-		_, err = s.st.Append(RegistryStream, encodeRegistryEntry(id), n)
+		_, err = s.st.Append(registry.Stream, registry.Encode(registry.Entry{Conversation: id}), n)
 	}
 	return err
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/participantd/participantd/oplog"
 	"github.com/participantd/participantd/outbox"
 	"github.com/participantd/participantd/participant"
+	"github.com/participantd/participantd/registry"
 	"github.com/participantd/participantd/store"
 )
 
@@ -141,8 +142,8 @@ func TestVerify_MissingOutboxSuffix_WouldRepair(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		reg, _ := st.Len(participant.RegistryStream)
-		if _, err := st.Append(participant.RegistryStream, []byte{registryVersion, 0, 0, 0, 0, 0, 0, 0, 3}, reg); err != nil {
+		reg, _ := st.Len(registry.Stream)
+		if _, err := st.Append(registry.Stream, registry.Encode(registry.Entry{Conversation: 3}), reg); err != nil {
 			t.Fatal(err)
 		}
 		for i, b := range oplogRows {
@@ -196,9 +197,6 @@ func readStream(st store.DurableStore, stream string) ([][]byte, error) {
 	}
 	return out, nil
 }
-
-// registryVersion is the version byte of a registry entry.
-const registryVersion = 1
 
 func TestOffline_EmptyStore_FailsAndCreatesNothing(t *testing.T) {
 	ctx := testCtx(t)
