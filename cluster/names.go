@@ -8,6 +8,7 @@ import (
 	"github.com/participantd/participantd/oplog"
 	"github.com/participantd/participantd/outbox"
 	"github.com/participantd/participantd/participant"
+	"github.com/participantd/participantd/receipt"
 	"github.com/participantd/participantd/registry"
 	"github.com/participantd/participantd/store"
 	"github.com/participantd/participantd/store/etcdstore"
@@ -34,7 +35,7 @@ func Scope(name string) string {
 		rest = name[len(outbox.StreamPrefix):]
 	case strings.HasPrefix(name, participant.CheckpointPrefix):
 		rest = name[len(participant.CheckpointPrefix):]
-	case strings.HasPrefix(name, tokenPrefix), strings.HasPrefix(name, participant.ReceiptPrefix):
+	case strings.HasPrefix(name, tokenPrefix), strings.HasPrefix(name, receipt.KeyPrefix):
 		rest = name[strings.IndexByte(name, '/')+1:]
 		i := strings.IndexByte(rest, '/')
 		if i < 0 {

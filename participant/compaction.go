@@ -8,6 +8,7 @@ import (
 
 	"github.com/participantd/participantd/oplog"
 	"github.com/participantd/participantd/outbox"
+	"github.com/participantd/participantd/receipt"
 	"github.com/participantd/participantd/store"
 )
 
@@ -379,11 +380,11 @@ func (s *Service) settleTokens(ctx context.Context, cs store.Compactor, c Conver
 			f.newest = max(f.newest, ms)
 			continue
 		}
-		enc, err := encodeReceipt(&row)
+		enc, err := receipt.Encode(receipt.Of(&row))
 		if err != nil {
 			return written, f, rowBytes, err
 		}
-		batch = append(batch, store.Bytes{Key: receiptKey(c, i), Value: enc})
+		batch = append(batch, store.Bytes{Key: receipt.Key(c, i), Value: enc})
 		if size += len(enc); size >= receiptBatchBytes {
 			if err := put(); err != nil {
 				return written, f, rowBytes, err

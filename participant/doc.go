@@ -78,7 +78,7 @@
 // committed token, pointing at its oplog row, written in the row's barrier
 // and verified against the row on every lookup. The heap holds no token
 // set, so memory does not grow with the number of operations. Compaction
-// replaces the entries' rows with receipts (receipt.go), or, under the
+// replaces the entries' rows with receipts (package receipt), or, under the
 // token window, forgets the entries of tokens older than a floor it
 // persists first (tokens.go, compaction.go).
 //
@@ -166,7 +166,7 @@
 // oplog and outbox rows below the newest compaction mark at least
 // Options.Retain old (a mark records when every record produced below a
 // row was settled), never the last row a checkpoint covers. It first
-// writes, and flushes, a receipt (receipt.go) for every token-bearing row
+// writes, and flushes, a receipt (package receipt) for every token-bearing row
 // about to go, then trims under the conversation's turn. A token lookup
 // that names a compacted row verifies its receipt instead; a tell's retry
 // compares the payload's hash. Compact runs the same passes offline.

@@ -79,7 +79,7 @@ func (s *Service) indexedRow(c ConversationID, applied uint64, match func(*oplog
 		if err != nil || r == nil {
 			return nil, w, err
 		}
-		row := r.row()
+		row := r.Row()
 		if row.Token != t || !row.HasToken() || !match(&row) {
 			return nil, w, nil
 		}
