@@ -12,11 +12,8 @@ import (
 	"github.com/participantd/participantd/registry"
 	"github.com/participantd/participantd/store"
 	"github.com/participantd/participantd/store/etcdstore"
+	"github.com/participantd/participantd/tokenindex"
 )
-
-// tokenPrefix starts the participant's token index keys
-// (token/<conversation>/…).
-const tokenPrefix = "token/"
 
 // ordinalShift places a node's ordinal above its own start counter in the
 // incarnation the participant sees (see Store).
@@ -35,7 +32,7 @@ func Scope(name string) string {
 		rest = name[len(outbox.StreamPrefix):]
 	case strings.HasPrefix(name, participant.CheckpointPrefix):
 		rest = name[len(participant.CheckpointPrefix):]
-	case strings.HasPrefix(name, tokenPrefix), strings.HasPrefix(name, receipt.KeyPrefix):
+	case strings.HasPrefix(name, tokenindex.Prefix), strings.HasPrefix(name, receipt.KeyPrefix):
 		rest = name[strings.IndexByte(name, '/')+1:]
 		i := strings.IndexByte(rest, '/')
 		if i < 0 {

@@ -8,6 +8,7 @@ import (
 	"github.com/participantd/participantd/oplog"
 	"github.com/participantd/participantd/outbox"
 	"github.com/participantd/participantd/registry"
+	"github.com/participantd/participantd/tokenindex"
 )
 
 // maxBatch bounds how many queued operations of one conversation share one
@@ -118,8 +119,8 @@ func (b *batch) stage(o *op) error {
 // lookup resolves token t in scope: a commit staged earlier in this batch,
 // else the store's index, read ahead (prefetchTokens) or now. A token
 // not committed must pass the token window (admitToken).
-func (b *batch) lookup(scope string, match func(*oplog.Row) bool, t Token) (*prior, tokenWrite, error) {
-	key := tokenKey(b.cv.id, scope, t)
+func (b *batch) lookup(scope tokenindex.Scope, match func(*oplog.Row) bool, t Token) (*prior, tokenWrite, error) {
+	key := tokenindex.Key(b.cv.id, scope, t)
 	if pr, ok := b.tokens[key]; ok && match(&pr.row) {
 		return pr, tokenWrite{key: key}, nil
 	}
@@ -238,7 +239,7 @@ func (b *batch) write() error {
 			idx++
 		}
 		if o.tok != nil {
-			if err := s.st.CAS(o.tok.key, o.tok.old, idx+1); err != nil {
+			if err := s.st.CAS(o.tok.key, o.tok.old, tokenindex.Value(idx)); err != nil {
 				return failed(CodeUnavailable, "indexing the token", err)
 			}
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/participantd/participantd/outbox"
 	"github.com/participantd/participantd/receipt"
 	"github.com/participantd/participantd/store"
+	"github.com/participantd/participantd/tokenindex"
 )
 
 // Compacted is what a CompactPass removed.
@@ -297,7 +298,7 @@ func (s *Service) raiseFloor(ctx context.Context, cv *conversation, to int64, re
 	}
 	floor, err := s.floorTurn(cv)
 	if err == nil && to > floor {
-		err = s.st.CAS(windowKey(cv.id), uint64(floor), uint64(to))
+		err = s.st.CAS(tokenindex.FloorKey(cv.id), uint64(floor), uint64(to))
 		if err == nil {
 			cv.tokenFloor = to
 		} else {
@@ -321,7 +322,7 @@ func (s *Service) raiseFloor(ctx context.Context, cv *conversation, to int64, re
 // the token-bearing rows it wrote no receipt for, and the newest of their
 // tokens' times (unix ms).
 type forgettable struct {
-	entries []tokenWrite // key, and the value naming the row (its index + 1)
+	entries []tokenWrite // key, and the value naming the row (tokenindex.Value)
 	newest  int64
 }
 
@@ -376,7 +377,7 @@ func (s *Service) settleTokens(ctx context.Context, cs store.Compactor, c Conver
 			continue
 		}
 		if ms, v7 := tokenTime(row.Token); v7 && ms < forget {
-			f.entries = append(f.entries, tokenWrite{key: rowTokenKey(c, &row), old: i + 1})
+			f.entries = append(f.entries, tokenWrite{key: tokenindex.RowKey(c, &row), old: tokenindex.Value(i)})
 			f.newest = max(f.newest, ms)
 			continue
 		}
@@ -411,14 +412,6 @@ func (s *Service) forgetTokens(ws []tokenWrite) (int, error) {
 		}
 	}
 	return forgot, nil
-}
-
-// rowTokenKey is the token index entry of row, a token-bearing row of c.
-func rowTokenKey(c ConversationID, row *oplog.Row) string {
-	if row.Kind == oplog.KindEnroll {
-		return tokenKey(c, enrollScope, row.Token)
-	}
-	return tokenKey(c, participantScope(row.Participant), row.Token)
 }
 
 // trimTurn trims c's streams from their firsts to the given floors and

@@ -74,7 +74,7 @@
 //
 // # Deduplication
 //
-// The token index lives in the store (see tokens.go): one value per
+// The token index (package tokenindex) lives in the store: one value per
 // committed token, pointing at its oplog row, written in the row's barrier
 // and verified against the row on every lookup. The heap holds no token
 // set, so memory does not grow with the number of operations. Compaction

@@ -6,6 +6,7 @@ import (
 	"github.com/participantd/participantd/oplog"
 	"github.com/participantd/participantd/registry"
 	"github.com/participantd/participantd/store"
+	"github.com/participantd/participantd/tokenindex"
 )
 
 // FuzzReadRegistry stores any bytes as registry entries, split at the
@@ -86,7 +87,7 @@ func FuzzLookupToken(f *testing.F) {
 		var tk Token
 		copy(tk[:], token)
 		const c = ConversationID(5)
-		key := tokenKey(c, participantScope(0), tk)
+		key := tokenindex.Key(c, tokenindex.Participant(0), tk)
 		if value != 0 {
 			if err := st.CAS(key, 0, value); err != nil {
 				t.Fatal(err)
@@ -101,7 +102,7 @@ func FuzzLookupToken(f *testing.F) {
 			}
 		}
 		s := &Service{st: st}
-		p, w, err := s.lookupToken(c, applied, participantScope(0), func(*oplog.Row) bool { return true }, tk)
+		p, w, err := s.lookupToken(c, applied, tokenindex.Participant(0), func(*oplog.Row) bool { return true }, tk)
 		if w.key != key || w.old != value {
 			t.Fatalf("lookupToken write = %+v, want key %q old %d", w, key, value)
 		}

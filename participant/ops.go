@@ -8,6 +8,7 @@ import (
 
 	"github.com/participantd/participantd/oplog"
 	"github.com/participantd/participantd/outbox"
+	"github.com/participantd/participantd/tokenindex"
 )
 
 // A step decides one operation within a batch (see batch.go). It runs on
@@ -259,7 +260,7 @@ func (b *batch) lookupParticipant(p ParticipantID, t Token) (*prior, tokenWrite,
 	if b.st.Member(p) == nil {
 		return nil, tokenWrite{}, b.s.admitToken(b.cv, t)
 	}
-	return b.lookup(participantScope(p), byParticipant(p), t)
+	return b.lookup(tokenindex.Participant(p), byParticipant(p), t)
 }
 
 // Enroll creates a participant (and the conversation on first use) and
@@ -280,7 +281,7 @@ func (c *Conn) StartEnroll(ctx context.Context, req Enroll) *Call[Bound] {
 	}
 	call.wait = c.start(ctx, "enroll", req.Conversation, true, tokenRef{has: true, enroll: true, t: req.Token}, &a.Replay, nil, func(b *batch) func(error) error {
 		st := b.st
-		pr, tw, err := b.lookup(enrollScope, anyRow, req.Token)
+		pr, tw, err := b.lookup(tokenindex.Enroll, anyRow, req.Token)
 		if err != nil {
 			return settled(err)
 		}
