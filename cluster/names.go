@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/participantd/participantd/checkpoint"
 	"github.com/participantd/participantd/oplog"
 	"github.com/participantd/participantd/outbox"
 	"github.com/participantd/participantd/participant"
@@ -30,8 +31,8 @@ func Scope(name string) string {
 		rest = name[len("oplog/"):]
 	case strings.HasPrefix(name, outbox.StreamPrefix):
 		rest = name[len(outbox.StreamPrefix):]
-	case strings.HasPrefix(name, participant.CheckpointPrefix):
-		rest = name[len(participant.CheckpointPrefix):]
+	case strings.HasPrefix(name, checkpoint.KeyPrefix):
+		rest = name[len(checkpoint.KeyPrefix):]
 	case strings.HasPrefix(name, tokenindex.Prefix), strings.HasPrefix(name, receipt.KeyPrefix):
 		rest = name[strings.IndexByte(name, '/')+1:]
 		i := strings.IndexByte(rest, '/')

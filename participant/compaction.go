@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/participantd/participantd/checkpoint"
 	"github.com/participantd/participantd/oplog"
 	"github.com/participantd/participantd/outbox"
 	"github.com/participantd/participantd/receipt"
@@ -241,8 +242,8 @@ func (s *Service) retention() time.Duration {
 }
 
 // floorMark returns the newest mark at or before cutoff (unix ms).
-func floorMark(marks []mark, cutoff int64) (mark, bool) {
-	var m mark
+func floorMark(marks []checkpoint.Mark, cutoff int64) (checkpoint.Mark, bool) {
+	var m checkpoint.Mark
 	ok := false
 	for _, x := range marks {
 		if x.At > cutoff {
@@ -259,7 +260,7 @@ func floorMark(marks []mark, cutoff int64) (mark, bool) {
 // acknowledged it pins c's history from that row on. It reads that one
 // row; a row it cannot read counts as not pinned, since this feeds a gauge
 // only and the trims that follow report a failing store.
-func (s *Service) pinnedBy(c ConversationID, ck *checkpoint, cutoff int64) bool {
+func (s *Service) pinnedBy(c ConversationID, ck *checkpoint.Checkpoint, cutoff int64) bool {
 	if len(ck.Records) == 0 {
 		return false
 	}

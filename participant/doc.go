@@ -146,7 +146,7 @@
 //
 // # Checkpoints
 //
-// A checkpoint (checkpoint.go) is a conversation's state after its first
+// A checkpoint (package checkpoint) is a conversation's state after its first
 // Index oplog rows, kept as the byte value checkpoint/<conversation> of a
 // store.Compactor. CheckpointPass (checkpointer.go), run in the background
 // every Options.CheckpointInterval, derives it without the conversation's

@@ -127,11 +127,11 @@ func reconcile(ctx context.Context, st store.DurableStore, c ConversationID, p p
 	}
 	r := &Reconciled{State: &outbox.State{}, Stored: outFrom}
 	if base != nil {
-		if err := base.verifyAgainst(st, c, ops.end, stored.end); err != nil {
+		if err := verifyCheckpoint(st, base, c, ops.end, stored.end); err != nil {
 			return nil, err
 		}
-		r.State = base.state()
-		if err := base.loadPayloads(st, c, r.State); err != nil {
+		r.State = base.State()
+		if err := loadPayloads(st, base, c, r.State); err != nil {
 			return nil, err
 		}
 	}

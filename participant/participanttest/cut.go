@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/participantd/participantd/checkpoint"
 	"github.com/participantd/participantd/faultstore"
 	"github.com/participantd/participantd/oplog"
 	"github.com/participantd/participantd/outbox"
@@ -288,7 +289,7 @@ func CheckCompacted(t faultstore.TB, st store.DurableStore) {
 		t.Fatalf("the store %T does not compact", st)
 	}
 	for _, id := range []participant.ConversationID{1, 2} {
-		if b, err := cs.GetBytes(participant.CheckpointPrefix + id.String()); err != nil || b == nil {
+		if b, err := cs.GetBytes(checkpoint.Key(id)); err != nil || b == nil {
 			t.Fatalf("after the completed run, conversation %v has no checkpoint (%v)", id, err)
 		}
 	}
