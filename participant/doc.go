@@ -64,6 +64,20 @@
 //   - Record seqs are gap-free from 1; a record is addressed to the members
 //     at its commit except its subject.
 //
+// # Stored formats
+//
+// Every stored byte is in a format with its own package, its codec, its
+// versions, a fuzzer and a golden file; this package writes and reads them
+// through the store:
+//
+//	package     key or stream                      what
+//	oplog       stream oplog/<c>                   committed operations
+//	outbox      stream outbox/<c>                  delivery obligations
+//	registry    stream conversations               every conversation
+//	tokenindex  values token/<c>/…                 the row of each token, the floor
+//	checkpoint  bytes checkpoint/<c>               the state after a prefix of rows
+//	receipt     bytes receipt/<c>/<oplog index>    a compacted row's token
+//
 // # Secrets
 //
 // Secrets are never stored. The attach secret of credential (conversation,
