@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/participantd/participantd/checkpoint"
 	"github.com/participantd/participantd/cluster"
 	"github.com/participantd/participantd/oplog"
 	"github.com/participantd/participantd/outbox"
@@ -92,7 +93,7 @@ func TestCluster_CompactedConversationFailsOver(t *testing.T) {
 	if _, err := ro.ReadFrom(oplog.Stream(conv), 0, 0); !errors.Is(err, store.ErrCompacted) {
 		t.Fatalf("ReadFrom(oplog, 0) read back = %v, want ErrCompacted", err)
 	}
-	resp, err := shared.Client.Get(ctx, ro.ScopePrefix(cluster.Scope(oplog.Stream(conv)))+"b/"+participant.CheckpointPrefix+conv.String())
+	resp, err := shared.Client.Get(ctx, ro.ScopePrefix(cluster.Scope(oplog.Stream(conv)))+"b/"+checkpoint.Key(conv))
 	if err != nil || len(resp.Kvs) != 1 {
 		t.Fatalf("checkpoint key in the conversation's scope: %v, %d keys, want 1", err, len(resp.Kvs))
 	}
@@ -264,7 +265,7 @@ func TestCluster_ConflictedScopeIsResetNotStuck(t *testing.T) {
 	}
 	// Another writer rewrites the checkpoint (same bytes, newer revision)
 	// after the node's last commit of the conversation.
-	key := pfx + "d/c/" + conv.String() + "/b/" + participant.CheckpointPrefix + conv.String()
+	key := pfx + "d/c/" + conv.String() + "/b/" + checkpoint.Key(conv)
 	resp, err := shared.Client.Get(ctx, key)
 	if err != nil || len(resp.Kvs) != 1 {
 		t.Fatalf("Get(%s) = %v, %v", key, resp, err)

@@ -5,16 +5,16 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/participantd/participantd/checkpoint"
 	"github.com/participantd/participantd/oplog"
 	"github.com/participantd/participantd/outbox"
 	"github.com/participantd/participantd/participant"
+	"github.com/participantd/participantd/receipt"
+	"github.com/participantd/participantd/registry"
 	"github.com/participantd/participantd/store"
 	"github.com/participantd/participantd/store/etcdstore"
+	"github.com/participantd/participantd/tokenindex"
 )
-
-// tokenPrefix starts the participant's token index keys
-// (token/<conversation>/…).
-const tokenPrefix = "token/"
 
 // ordinalShift places a node's ordinal above its own start counter in the
 // incarnation the participant sees (see Store).
@@ -31,9 +31,9 @@ func Scope(name string) string {
 		rest = name[len("oplog/"):]
 	case strings.HasPrefix(name, outbox.StreamPrefix):
 		rest = name[len(outbox.StreamPrefix):]
-	case strings.HasPrefix(name, participant.CheckpointPrefix):
-		rest = name[len(participant.CheckpointPrefix):]
-	case strings.HasPrefix(name, tokenPrefix), strings.HasPrefix(name, participant.ReceiptPrefix):
+	case strings.HasPrefix(name, checkpoint.KeyPrefix):
+		rest = name[len(checkpoint.KeyPrefix):]
+	case strings.HasPrefix(name, tokenindex.Prefix), strings.HasPrefix(name, receipt.KeyPrefix):
 		rest = name[strings.IndexByte(name, '/')+1:]
 		i := strings.IndexByte(rest, '/')
 		if i < 0 {
@@ -92,7 +92,7 @@ func (s *Store) rename(name string) string {
 	switch name {
 	case participant.IncarnationKey:
 		return s.incarnation
-	case participant.RegistryStream:
+	case registry.Stream:
 		return s.registry
 	}
 	return name

@@ -11,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/participantd/participantd/participant"
+	"github.com/participantd/participantd/registry"
 	"github.com/participantd/participantd/store"
 	"github.com/participantd/participantd/store/etcdstore"
 )
@@ -129,14 +130,14 @@ func (v *View) registry() ([]store.Entry, error) {
 	slices.Sort(ids)
 	out := make([]store.Entry, len(ids))
 	for i, id := range ids {
-		out[i] = store.Entry{Seq: uint64(i), Payload: participant.RegistryEntry(participant.ConversationID(id))}
+		out[i] = store.Entry{Seq: uint64(i), Payload: registry.Encode(registry.Entry{Conversation: participant.ConversationID(id)})}
 	}
 	return out, nil
 }
 
 // ReadFrom reads stream name; the service's registry is derived.
 func (v *View) ReadFrom(name string, offset uint64, limit int) ([]store.Entry, error) {
-	if name != participant.RegistryStream {
+	if name != registry.Stream {
 		return v.Store.ReadFrom(name, offset, limit)
 	}
 	all, err := v.registry()
@@ -153,7 +154,7 @@ func (v *View) ReadFrom(name string, offset uint64, limit int) ([]store.Entry, e
 // Len returns the length of stream name; the registry's is the number of
 // conversations stored.
 func (v *View) Len(name string) (uint64, error) {
-	if name != participant.RegistryStream {
+	if name != registry.Stream {
 		return v.Store.Len(name)
 	}
 	all, err := v.registry()

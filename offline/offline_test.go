@@ -13,6 +13,7 @@ import (
 	"github.com/participantd/participantd/participant"
 	"github.com/participantd/participantd/participant/participanttest"
 	"github.com/participantd/participantd/store/logfirst"
+	"github.com/participantd/participantd/tokenindex"
 )
 
 // segmentSize keeps faultfs's copies of the log small.
@@ -103,7 +104,7 @@ func TestCompact_AfterACrash_NeverLowersTheLogsTokenFloor(t *testing.T) {
 	if err != nil || got.Forgotten == 0 {
 		t.Fatalf("the live compaction pass = %+v, %v; want tokens forgotten", got, err)
 	}
-	f1, err := st.ReadValue("token/1/window")
+	f1, err := st.ReadValue(tokenindex.FloorKey(1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +125,7 @@ func TestCompact_AfterACrash_NeverLowersTheLogsTokenFloor(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	if f2, err := st.ReadValue("token/1/window"); err != nil || f2 <= f1 {
+	if f2, err := st.ReadValue(tokenindex.FloorKey(1)); err != nil || f2 <= f1 {
 		t.Errorf("after offline compact and a start, the token floor = %d, %v; want above the live pass's %d", f2, err, f1)
 	}
 	// The window off: only the persisted floor refuses a forgotten token.

@@ -7,6 +7,8 @@ import (
 	"github.com/participantd/participantd/fence"
 	"github.com/participantd/participantd/oplog"
 	"github.com/participantd/participantd/outbox"
+	"github.com/participantd/participantd/registry"
+	"github.com/participantd/participantd/tokenindex"
 )
 
 // maxBatch bounds how many queued operations of one conversation share one
@@ -120,8 +122,8 @@ func (b *batch) stage(o *op) error {
 // lookup resolves token t in scope: a commit staged earlier in this batch,
 // else the store's index, read ahead (prefetchTokens) or now. A token
 // not committed must pass the token window (admitToken).
-func (b *batch) lookup(scope string, match func(*oplog.Row) bool, t Token) (*prior, tokenWrite, error) {
-	key := tokenKey(b.cv.id, scope, t)
+func (b *batch) lookup(scope tokenindex.Scope, match func(*oplog.Row) bool, t Token) (*prior, tokenWrite, error) {
+	key := tokenindex.Key(b.cv.id, scope, t)
 	if pr, ok := b.tokens[key]; ok && match(&pr.row) {
 		return pr, tokenWrite{key: key}, nil
 	}
@@ -239,7 +241,7 @@ func (b *batch) write() error {
 	}
 	if b.storeCharge != 0 {
 		// Before barrier 1, with the rows whose commit charged it.
-		if err := s.st.CAS(chargeKey(cv.id), 0, b.storeCharge); err != nil {
+		if err := s.st.CAS(tokenindex.ChargeKey(cv.id), 0, b.storeCharge); err != nil {
 			return failed(CodeUnavailable, "storing the conversation's charge", err)
 		}
 		cv.chargeStored = true // a failure from here on reloads it
@@ -250,7 +252,7 @@ func (b *batch) write() error {
 			idx++
 		}
 		if o.tok != nil {
-			if err := s.st.CAS(o.tok.key, o.tok.old, idx+1); err != nil {
+			if err := s.st.CAS(o.tok.key, o.tok.old, tokenindex.Value(idx)); err != nil {
 				return failed(CodeUnavailable, "indexing the token", err)
 			}
 		}
@@ -411,9 +413,9 @@ func epochKey(c ConversationID, row *oplog.Row) string {
 func (s *Service) register(id ConversationID) error {
 	s.regMu.Lock()
 	defer s.regMu.Unlock()
-	n, err := s.st.Len(RegistryStream)
+	n, err := s.st.Len(registry.Stream)
 	if err == nil {
-		_, err = s.st.Append(RegistryStream, encodeRegistryEntry(id), n)
+		_, err = s.st.Append(registry.Stream, registry.Encode(registry.Entry{Conversation: id}), n)
 	}
 	return err
 }

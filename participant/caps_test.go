@@ -189,33 +189,3 @@ func TestCrashCut_InviteUses(t *testing.T) {
 		},
 	}.Run(t)
 }
-
-// TestCheckpoint_InviteUses: a checkpoint with invitation uses is version
-// 3 and decodes to them; one without keeps its version 1 bytes; uses that
-// no state can have are corrupt.
-func TestCheckpoint_InviteUses(t *testing.T) {
-	b := checkpointInvitesSeed(t)
-	if b[0] != checkpointVersionInvites {
-		t.Fatalf("version %d, want %d", b[0], checkpointVersionInvites)
-	}
-	ck, err := decodeCheckpoint(b)
-	if err != nil {
-		t.Fatalf("decodeCheckpoint(version 3) = %v", err)
-	}
-	if st := ck.state(); len(st.InviteUses) != 2 || st.InviteUses[3] != 1 || st.InviteUses[9] != 2 {
-		t.Errorf("state's InviteUses = %v, want 3:1 9:2", st.InviteUses)
-	}
-	if seed := checkpointSeed(t); seed[0] != checkpointVersion {
-		t.Errorf("a checkpoint without uses is version %d, want %d", seed[0], checkpointVersion)
-	}
-	for _, bad := range [][]ckInvite{{{ID: 3, Uses: 0}}, {{ID: 9, Uses: 1}, {ID: 3, Uses: 1}}, {{ID: 3, Uses: 3}}} {
-		ck.Invites = bad
-		enc, err := encodeCheckpoint(ck)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := decodeCheckpoint(enc); !errors.Is(err, errCheckpointCorrupt) {
-			t.Errorf("invitation uses %v decode = %v, want errCheckpointCorrupt", bad, err)
-		}
-	}
-}

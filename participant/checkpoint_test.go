@@ -3,18 +3,16 @@ package participant
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
-	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/participantd/participantd/checkpoint"
 	"github.com/participantd/participantd/oplog"
 	"github.com/participantd/participantd/outbox"
 	"github.com/participantd/participantd/store"
@@ -139,7 +137,7 @@ func TestCheckpoint_StartReplaysOnlyTheRowsAfterIt(t *testing.T) {
 		t.Errorf("reconcile from the checkpoint read %d oplog rows; %d follow the checkpoint, 5 hold pending payloads", read, after)
 	}
 	cs2 := rc.Memory
-	must(t, cs2.PutBytes([]store.Bytes{{Key: checkpointKey(1), Value: nil}}))
+	must(t, cs2.PutBytes([]store.Bytes{{Key: checkpoint.Key(1), Value: nil}}))
 	fromZero, err := reconcile(ctx, rc, 1, p)
 	must(t, err)
 	if read := rc.reset()[oplog.Stream(1)]; read != int(total) {
@@ -154,9 +152,9 @@ func TestCheckpoint_StartReplaysOnlyTheRowsAfterIt(t *testing.T) {
 
 	// Put it back and restart: the reader gets exactly what it has not
 	// acknowledged.
-	enc, err := encodeCheckpoint(ck)
+	enc, err := checkpoint.Encode(ck)
 	must(t, err)
-	must(t, cs2.PutBytes([]store.Bytes{{Key: checkpointKey(1), Value: enc}}))
+	must(t, cs2.PutBytes([]store.Bytes{{Key: checkpoint.Key(1), Value: enc}}))
 	must(t, cs2.Flush())
 	svc = openService(t, rc)
 	cr := svc.Connect(nil)
@@ -204,8 +202,8 @@ func TestCheckpointPass_BudgetSplitsAndResumes(t *testing.T) {
 	whole, err := deriveCheckpoint(ctx, mem, 1, p, nil, total, time.Now(), DefaultRetain)
 	must(t, err)
 	ck.Marks, whole.Marks = nil, nil
-	a, _ := encodeCheckpoint(ck)
-	b, _ := encodeCheckpoint(whole)
+	a, _ := checkpoint.Encode(ck)
+	b, _ := checkpoint.Encode(whole)
 	if !bytes.Equal(a, b) {
 		t.Fatal("checkpoint built in three passes differs from one derived from row 0")
 	}
@@ -225,32 +223,32 @@ func TestCheckpoint_BadCheckpointIsARefusal(t *testing.T) {
 		{"flipped bit", func(t *testing.T, mem *store.Memory, good []byte) {
 			bad := bytes.Clone(good)
 			bad[len(bad)/2] ^= 0x10
-			must(t, mem.PutBytes([]store.Bytes{{Key: checkpointKey(1), Value: bad}}))
+			must(t, mem.PutBytes([]store.Bytes{{Key: checkpoint.Key(1), Value: bad}}))
 		}, ClassCheckpointCorrupt},
 		{"unknown version", func(t *testing.T, mem *store.Memory, good []byte) {
 			bad := bytes.Clone(good)
 			bad[0] = 9
-			must(t, mem.PutBytes([]store.Bytes{{Key: checkpointKey(1), Value: bad}}))
+			must(t, mem.PutBytes([]store.Bytes{{Key: checkpoint.Key(1), Value: bad}}))
 		}, ClassCheckpointCorrupt},
 		{"truncated", func(t *testing.T, mem *store.Memory, good []byte) {
-			must(t, mem.PutBytes([]store.Bytes{{Key: checkpointKey(1), Value: good[:3]}}))
+			must(t, mem.PutBytes([]store.Bytes{{Key: checkpoint.Key(1), Value: good[:3]}}))
 		}, ClassCheckpointCorrupt},
 		{"another conversation's checkpoint", func(t *testing.T, mem *store.Memory, good []byte) {
-			other, err := mem.GetBytes(checkpointKey(2))
+			other, err := mem.GetBytes(checkpoint.Key(2))
 			must(t, err)
-			must(t, mem.PutBytes([]store.Bytes{{Key: checkpointKey(1), Value: other}}))
+			must(t, mem.PutBytes([]store.Bytes{{Key: checkpoint.Key(1), Value: other}}))
 		}, ClassCheckpointMismatch},
 		{"past the oplog", func(t *testing.T, mem *store.Memory, good []byte) {
-			ck, err := decodeCheckpoint(good)
+			ck, err := checkpoint.Decode(good)
 			must(t, err)
 			ck.Index += 1000
-			enc, err := encodeCheckpoint(ck)
+			enc, err := checkpoint.Encode(ck)
 			must(t, err)
-			must(t, mem.PutBytes([]store.Bytes{{Key: checkpointKey(1), Value: enc}}))
+			must(t, mem.PutBytes([]store.Bytes{{Key: checkpoint.Key(1), Value: enc}}))
 		}, ClassCheckpointMismatch},
 		{"oplog compacted, checkpoint gone", func(t *testing.T, mem *store.Memory, good []byte) {
 			must(t, mem.Trim(oplog.Stream(1), 3))
-			must(t, mem.PutBytes([]store.Bytes{{Key: checkpointKey(1), Value: nil}}))
+			must(t, mem.PutBytes([]store.Bytes{{Key: checkpoint.Key(1), Value: nil}}))
 		}, ClassCheckpointMissing},
 	}
 	for _, tt := range tests {
@@ -264,7 +262,7 @@ func TestCheckpoint_BadCheckpointIsARefusal(t *testing.T) {
 				t.Fatalf("CheckpointPass() = %d, %v, want 2, nil", n, err)
 			}
 			must(t, svc.Close())
-			good, err := mem.GetBytes(checkpointKey(1))
+			good, err := mem.GetBytes(checkpoint.Key(1))
 			must(t, err)
 			tt.damage(t, mem, good)
 			must(t, mem.Flush())
@@ -309,14 +307,14 @@ func TestInspect_ReplaysACheckpointFromRowZero(t *testing.T) {
 			t.Fatalf("Inspect refused %v before any damage: %+v", r.Conversation, r.Refused)
 		}
 	}
-	good, err := mem.GetBytes(checkpointKey(1))
+	good, err := mem.GetBytes(checkpoint.Key(1))
 	must(t, err)
-	ck, err := decodeCheckpoint(good)
+	ck, err := checkpoint.Decode(good)
 	must(t, err)
 	ck.Members[1].Cursor--
-	enc, err := encodeCheckpoint(ck)
+	enc, err := checkpoint.Encode(ck)
 	must(t, err)
-	must(t, mem.PutBytes([]store.Bytes{{Key: checkpointKey(1), Value: enc}}))
+	must(t, mem.PutBytes([]store.Bytes{{Key: checkpoint.Key(1), Value: enc}}))
 	reports, err = Inspect(mem)
 	must(t, err)
 	for _, r := range reports {
@@ -327,93 +325,6 @@ func TestInspect_ReplaysACheckpointFromRowZero(t *testing.T) {
 			t.Fatalf("Inspect(2) refused = %+v, want served", r.Refused)
 		}
 	}
-}
-
-func TestDecodeCheckpoint_RejectsMalformed(t *testing.T) {
-	good := &checkpoint{Index: 3, Produced: 2, LastSeq: 2,
-		Members: []ckMember{{Generation: 1, Cursor: 2}, {Generation: 1, Bound: true, Conn: ConnID{Server: 1, Ordinal: 2}, BindingSource: 2}},
-		Records: []ckRecord{{Record: outbox.Record{Seq: 2, Kind: outbox.KindJoined, Participant: 1, Recipients: []ParticipantID{0}}, Oplog: 2, Outbox: 1}},
-		Marks:   []mark{{At: 5, Oplog: 1, Outbox: 1}}}
-	enc, err := encodeCheckpoint(good)
-	must(t, err)
-	if _, err := decodeCheckpoint(enc); err != nil {
-		t.Fatalf("decodeCheckpoint(valid) error: %v", err)
-	}
-	tests := []struct {
-		name   string
-		mutate func(ck *checkpoint)
-	}{
-		{"covers no row", func(ck *checkpoint) { ck.Index = 0 }},
-		{"generation 0", func(ck *checkpoint) { ck.Members[0].Generation = 0 }},
-		{"cursor past last seq", func(ck *checkpoint) { ck.Members[0].Cursor = 3 }},
-		{"bound without connection", func(ck *checkpoint) { ck.Members[1].Conn = ConnID{} }},
-		{"connection without binding", func(ck *checkpoint) { ck.Members[0].Conn = ConnID{Server: 1, Ordinal: 1} }},
-		{"binding source past index", func(ck *checkpoint) { ck.Members[1].BindingSource = 3 }},
-		{"record past last seq", func(ck *checkpoint) { ck.Records[0].Record.Seq = 3 }},
-		{"record of an unknown member", func(ck *checkpoint) { ck.Records[0].Record.Participant = 5 }},
-		{"recipient out of range", func(ck *checkpoint) { ck.Records[0].Record.Recipients = []ParticipantID{7} }},
-		{"record from an uncovered row", func(ck *checkpoint) { ck.Records[0].Oplog = 3 }},
-		{"unknown record kind", func(ck *checkpoint) { ck.Records[0].Record.Kind = 42 }},
-		{"mark past the rows", func(ck *checkpoint) { ck.Marks[0].Oplog = 4 }},
-		{"mark going back", func(ck *checkpoint) { ck.Marks = append(ck.Marks, mark{At: 4, Oplog: 1, Outbox: 1}) }},
-		{"release of an unknown member", func(ck *checkpoint) { ck.Released = []ckReleased{{Member: 2, Through: 1}} }},
-		{"release at its member's cursor", func(ck *checkpoint) { ck.Released = []ckReleased{{Member: 0, Through: 2}} }},
-		{"release of a retained record", func(ck *checkpoint) { ck.Released = []ckReleased{{Member: 1, Through: 2}} }},
-		{"releases out of order", func(ck *checkpoint) { ck.Released = []ckReleased{{Member: 1, Through: 1}, {Member: 1, Through: 1}} }},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			bad, err := decodeCheckpoint(enc)
-			must(t, err)
-			tt.mutate(bad)
-			b, err := encodeCheckpoint(bad)
-			must(t, err)
-			if _, err := decodeCheckpoint(b); !errors.Is(err, errCheckpointCorrupt) {
-				t.Fatalf("decodeCheckpoint = %v, want errCheckpointCorrupt", err)
-			}
-		})
-	}
-	// Trailing bytes inside a valid CRC are not canonical.
-	body := append(bytes.Clone(enc[1:len(enc)-4]), 0xc0)
-	if _, err := decodeCheckpoint(framed(checkpointVersion, body)); !errors.Is(err, errCheckpointCorrupt) {
-		t.Fatalf("decodeCheckpoint(trailing bytes) = %v, want errCheckpointCorrupt", err)
-	}
-
-	// A release makes the checkpoint version 2, which decodes only with
-	// releases, and only as version 2.
-	released := *good
-	released.Released = []ckReleased{{Member: 1, Through: 1}}
-	enc2, err := encodeCheckpoint(&released)
-	must(t, err)
-	if enc2[0] != checkpointVersionReleased {
-		t.Fatalf("encodeCheckpoint(with a release) is version %d, want %d", enc2[0], checkpointVersionReleased)
-	}
-	if got, err := decodeCheckpoint(enc2); err != nil || !cmp.Equal(got.Released, released.Released, cmpopts.IgnoreUnexported(ckReleased{})) {
-		t.Fatalf("decodeCheckpoint(version 2) = %+v, %v; want releases %+v", got, err, released.Released)
-	}
-	empty, err := msgpack.Marshal(&ckWithReleased{Checkpoint: good})
-	must(t, err)
-	noCheckpoint, err := msgpack.Marshal(&ckWithReleased{Released: released.Released})
-	must(t, err)
-	for _, tt := range []struct {
-		name string
-		b    []byte
-	}{
-		{"version 2 without releases", framed(checkpointVersionReleased, empty)},
-		{"version 2 without a checkpoint", framed(checkpointVersionReleased, noCheckpoint)},
-		{"version 1 with releases", framed(checkpointVersion, enc2[1:len(enc2)-4])},
-		{"version 2 of a version 1 body", framed(checkpointVersionReleased, enc[1:len(enc)-4])},
-	} {
-		if _, err := decodeCheckpoint(tt.b); !errors.Is(err, errCheckpointCorrupt) {
-			t.Errorf("decodeCheckpoint(%s) = %v, want errCheckpointCorrupt", tt.name, err)
-		}
-	}
-}
-
-// framed is body framed as a checkpoint of version v, with a valid CRC.
-func framed(v byte, body []byte) []byte {
-	b := append([]byte{v}, body...)
-	return append(b, crcOf(body)...)
 }
 
 // TestCheckpointer_RunsInTheBackgroundUntilClose starts the background
@@ -440,10 +351,6 @@ func TestCheckpointer_RunsInTheBackgroundUntilClose(t *testing.T) {
 		case <-tick.C:
 		}
 	}
-}
-
-func crcOf(body []byte) []byte {
-	return binary.BigEndian.AppendUint32(nil, crc32.Checksum(body, crcTable))
 }
 
 // boundedValues is a memory store whose byte values are bounded, as etcd's

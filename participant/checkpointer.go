@@ -9,6 +9,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/participantd/participantd/checkpoint"
 	"github.com/participantd/participantd/oplog"
 	"github.com/participantd/participantd/outbox"
 	"github.com/participantd/participantd/store"
@@ -29,17 +30,17 @@ const checkpointBatchBytes = 4 << 20
 // must be durable with its outbox rows (the caller takes to from a
 // published state). It never writes. A mismatch is a *refusal; outbox rows
 // missing in the range are errNotDurable.
-func deriveCheckpoint(ctx context.Context, st store.DurableStore, c ConversationID, p pages, base *checkpoint,
-	to uint64, now time.Time, retain time.Duration) (*checkpoint, error) {
+func deriveCheckpoint(ctx context.Context, st store.DurableStore, c ConversationID, p pages, base *checkpoint.Checkpoint,
+	to uint64, now time.Time, retain time.Duration) (*checkpoint.Checkpoint, error) {
 	held, err := p.budget.acquire(ctx, 2*int64(p.bytes))
 	if err != nil {
 		return nil, fmt.Errorf("participant: waiting to read %v: %w", c, err)
 	}
 	defer p.budget.release(held)
 	rb := &rebuilder{state: &outbox.State{}, pos: make(map[Seq]recordPos), spacing: max(retain/16, time.Second).Milliseconds()}
-	ck := &checkpoint{Conversation: c}
+	ck := &checkpoint.Checkpoint{Conversation: c}
 	if base != nil {
-		rb.state = base.state()
+		rb.state = base.State()
 		for _, r := range base.Records {
 			rb.pos[r.Record.Seq] = recordPos{oplog: r.Oplog, outbox: r.Outbox}
 		}
@@ -85,27 +86,27 @@ func deriveCheckpoint(ctx context.Context, st store.DurableStore, c Conversation
 	}
 	s := rb.state
 	ck.Index, ck.Produced, ck.Nonce, ck.LastSeq = s.Applied, s.Produced, s.Nonce, s.LastSeq
-	ck.Members = make([]ckMember, len(s.Members))
+	ck.Members = make([]checkpoint.Member, len(s.Members))
 	for i, m := range s.Members {
-		ck.Members[i] = ckMember{Generation: m.Generation, Retired: m.Retired, Cursor: m.Cursor,
+		ck.Members[i] = checkpoint.Member{Generation: m.Generation, Retired: m.Retired, Cursor: m.Cursor,
 			Bound: m.Bound, Conn: m.Conn, BindingSource: m.BindingSource}
 		if m.Released > m.Cursor {
-			ck.Released = append(ck.Released, ckReleased{Member: ParticipantID(i), Through: m.Released})
+			ck.Released = append(ck.Released, checkpoint.Released{Member: ParticipantID(i), Through: m.Released})
 		}
 	}
 	for _, id := range slices.Sorted(maps.Keys(s.InviteUses)) {
-		ck.Invites = append(ck.Invites, ckInvite{ID: id, Uses: s.InviteUses[id]})
+		ck.Invites = append(ck.Invites, checkpoint.Invite{ID: id, Uses: s.InviteUses[id]})
 	}
-	ck.Records = make([]ckRecord, len(s.Records))
+	ck.Records = make([]checkpoint.Record, len(s.Records))
 	for i, r := range s.Records {
 		pos, ok := rb.pos[r.Seq]
 		if !ok {
 			panic(fmt.Sprintf("participant: record %v of %v has no position", r.Seq, c))
 		}
-		ck.Records[i] = ckRecord{Record: r.Record, Oplog: pos.oplog, Outbox: pos.outbox}
+		ck.Records[i] = checkpoint.Record{Record: r.Record, Oplog: pos.oplog, Outbox: pos.outbox}
 	}
 	ck.Marks = pruneMarks(rb.marks, now, retain)
-	if err := ck.wellFormed(); err != nil {
+	if err := ck.WellFormed(); err != nil {
 		panic(fmt.Sprintf("participant: derived checkpoint of %v is not well formed: %v", c, err))
 	}
 	return ck, nil
@@ -223,7 +224,7 @@ func (s *Service) checkpointPass(ctx context.Context) (written int, full bool, e
 			return written, budget == 0, err
 		}
 		budget -= to - from
-		enc, err := encodeCheckpoint(ck)
+		enc, err := checkpoint.Encode(ck)
 		if err != nil {
 			return written, budget == 0, err
 		}
@@ -261,7 +262,7 @@ func (s *Service) stageCheckpoint(ctx context.Context, cs store.Compactor, cv *c
 		s.passes.skipped(SkipForgotten)
 		return false, nil
 	}
-	err := cs.PutBytes([]store.Bytes{{Key: checkpointKey(cv.id), Value: enc}})
+	err := cs.PutBytes([]store.Bytes{{Key: checkpoint.Key(cv.id), Value: enc}})
 	if errors.Is(err, store.ErrTooLarge) {
 		// A store whose values are bounded (etcd's request size) took
 		// none of it: the others' checkpoints (and their compaction) do

@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/participantd/participantd/checkpoint"
 	"github.com/participantd/participantd/oplog"
 	"github.com/participantd/participantd/outbox"
+	"github.com/participantd/participantd/receipt"
 	"github.com/participantd/participantd/store"
+	"github.com/participantd/participantd/tokenindex"
 )
 
 // Compacted is what a CompactPass removed.
@@ -245,8 +248,8 @@ func (s *Service) retention() time.Duration {
 }
 
 // floorMark returns the newest mark at or before cutoff (unix ms).
-func floorMark(marks []mark, cutoff int64) (mark, bool) {
-	var m mark
+func floorMark(marks []checkpoint.Mark, cutoff int64) (checkpoint.Mark, bool) {
+	var m checkpoint.Mark
 	ok := false
 	for _, x := range marks {
 		if x.At > cutoff {
@@ -263,7 +266,7 @@ func floorMark(marks []mark, cutoff int64) (mark, bool) {
 // acknowledged it pins c's history from that row on. It reads that one
 // row; a row it cannot read counts as not pinned, since this feeds a gauge
 // only and the trims that follow report a failing store.
-func (s *Service) pinnedBy(c ConversationID, ck *checkpoint, cutoff int64) bool {
+func (s *Service) pinnedBy(c ConversationID, ck *checkpoint.Checkpoint, cutoff int64) bool {
 	if len(ck.Records) == 0 {
 		return false
 	}
@@ -302,7 +305,7 @@ func (s *Service) raiseFloor(ctx context.Context, cv *conversation, to int64, re
 	}
 	floor, err := s.floorTurn(cv)
 	if err == nil && to > floor {
-		err = s.st.CAS(windowKey(cv.id), uint64(floor), uint64(to))
+		err = s.st.CAS(tokenindex.FloorKey(cv.id), uint64(floor), uint64(to))
 		if err == nil {
 			cv.tokenFloor = to
 		} else {
@@ -326,7 +329,7 @@ func (s *Service) raiseFloor(ctx context.Context, cv *conversation, to int64, re
 // the token-bearing rows it wrote no receipt for, and the newest of their
 // tokens' times (unix ms).
 type forgettable struct {
-	entries []tokenWrite // key, and the value naming the row (its index + 1)
+	entries []tokenWrite // key, and the value naming the row (tokenindex.Value)
 	newest  int64
 }
 
@@ -381,15 +384,15 @@ func (s *Service) settleTokens(ctx context.Context, cs store.Compactor, c Conver
 			continue
 		}
 		if ms, v7 := tokenTime(row.Token); v7 && ms < forget {
-			f.entries = append(f.entries, tokenWrite{key: rowTokenKey(c, &row), old: i + 1})
+			f.entries = append(f.entries, tokenWrite{key: tokenindex.RowKey(c, &row), old: tokenindex.Value(i)})
 			f.newest = max(f.newest, ms)
 			continue
 		}
-		enc, err := encodeReceipt(&row)
+		enc, err := receipt.Encode(receipt.Of(&row))
 		if err != nil {
 			return written, f, rowBytes, err
 		}
-		batch = append(batch, store.Bytes{Key: receiptKey(c, i), Value: enc})
+		batch = append(batch, store.Bytes{Key: receipt.Key(c, i), Value: enc})
 		if size += len(enc); size >= receiptBatchBytes {
 			if err := put(); err != nil {
 				return written, f, rowBytes, err
@@ -416,14 +419,6 @@ func (s *Service) forgetTokens(ws []tokenWrite) (int, error) {
 		}
 	}
 	return forgot, nil
-}
-
-// rowTokenKey is the token index entry of row, a token-bearing row of c.
-func rowTokenKey(c ConversationID, row *oplog.Row) string {
-	if row.Kind == oplog.KindEnroll {
-		return tokenKey(c, enrollScope, row.Token)
-	}
-	return tokenKey(c, participantScope(row.Participant), row.Token)
 }
 
 // trimTurn trims c's streams from their firsts to the given floors and

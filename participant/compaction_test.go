@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/participantd/participantd/checkpoint"
 	"github.com/participantd/participantd/faultstore"
 	"github.com/participantd/participantd/oplog"
 	"github.com/participantd/participantd/outbox"
@@ -272,7 +273,7 @@ func TestCompactPass_AFailedCheckpointReadFailsThePass(t *testing.T) {
 		t.Fatalf("CheckpointPass() = %d, %v, want 1, nil", n, err)
 	}
 	clk.advance(2 * time.Minute)
-	fs.SetRules(faultstore.When(faultstore.Fail, faultstore.Kind(faultstore.OpRead), faultstore.Name(checkpointKey(1))))
+	fs.SetRules(faultstore.When(faultstore.Fail, faultstore.Kind(faultstore.OpRead), faultstore.Name(checkpoint.Key(1))))
 	got, err := svc.CompactPass(ctx)
 	if !errors.Is(err, faultstore.ErrInjected) || got.Conversations != 0 || firstOf(t, mem, oplog.Stream(1)) != 0 {
 		t.Fatalf("CompactPass() with the checkpoint unreadable = %+v, %v; want the read's failure and nothing trimmed", got, err)

@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/participantd/participantd/outbox"
+	"github.com/participantd/participantd/registry"
 	"github.com/participantd/participantd/store"
 )
 
@@ -84,7 +85,7 @@ func TestOneCorruptConversationAmongManyIsContained(t *testing.T) {
 // cannot know which conversations exist, so it must not serve.
 func TestAnUnreadableRegistryIsFatalAtStart(t *testing.T) {
 	mem := store.NewMemory()
-	if _, err := mem.Append(RegistryStream, []byte{0xff, 1}, 0); err != nil {
+	if _, err := mem.Append(registry.Stream, []byte{0xff, 1}, 0); err != nil {
 		t.Fatal(err)
 	}
 	must(t, mem.Flush())

@@ -4,9 +4,12 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/participantd/participantd/checkpoint"
 	"github.com/participantd/participantd/oplog"
 	"github.com/participantd/participantd/outbox"
+	"github.com/participantd/participantd/receipt"
 	"github.com/participantd/participantd/store"
+	"github.com/participantd/participantd/tokenindex"
 )
 
 // Deleting a conversation (docs/DESIGN.md, Data lifecycle: deletion).
@@ -120,7 +123,7 @@ func (s *Service) purgeTurn(cv *conversation, at uint64) error {
 		return nil
 	}
 	c := cv.id
-	tokens, err := s.st.Scan(tokenPrefix(c))
+	tokens, err := s.st.Scan(tokenindex.ConversationPrefix(c))
 	if err != nil {
 		return fmt.Errorf("scan the token index: %w", err)
 	}
@@ -133,7 +136,7 @@ func (s *Service) purgeTurn(cv *conversation, at uint64) error {
 	// rows before the Delete row can have one, in either version's key.
 	var batch []store.Bytes
 	for i := range at {
-		batch = append(batch, store.Bytes{Key: receiptKey(c, i)}, store.Bytes{Key: receiptKeyV1(c, i)})
+		batch = append(batch, store.Bytes{Key: receipt.Key(c, i)}, store.Bytes{Key: receipt.KeyV1(c, i)})
 		if len(batch) >= 2*trimStep || i == at-1 {
 			if err := cs.PutBytes(batch); err != nil {
 				return fmt.Errorf("delete receipts: %w", err)
@@ -141,7 +144,7 @@ func (s *Service) purgeTurn(cv *conversation, at uint64) error {
 			batch = batch[:0]
 		}
 	}
-	if err := cs.PutBytes([]store.Bytes{{Key: checkpointKey(c)}}); err != nil {
+	if err := cs.PutBytes([]store.Bytes{{Key: checkpoint.Key(c)}}); err != nil {
 		return fmt.Errorf("delete the checkpoint: %w", err)
 	}
 	// The checkpoint's deletion must be durable before the oplog's trim:
@@ -177,10 +180,6 @@ func (s *Service) purged(c ConversationID, at uint64) (bool, error) {
 	first, err = streamFirst(s.st, outbox.Stream(c))
 	return first+1 >= n, err
 }
-
-// tokenPrefix starts every token index key of conversation c (tokenKey,
-// windowKey).
-func tokenPrefix(c ConversationID) string { return "token/" + c.String() + "/" }
 
 // deletedAt returns the index of conversation c's Delete row when its
 // oplog ends with one; ok is false for a conversation that is not deleted.

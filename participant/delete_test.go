@@ -6,9 +6,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/participantd/participantd/checkpoint"
 	"github.com/participantd/participantd/oplog"
 	"github.com/participantd/participantd/outbox"
+	"github.com/participantd/participantd/receipt"
 	"github.com/participantd/participantd/store"
+	"github.com/participantd/participantd/tokenindex"
 )
 
 // wantRetired fails unless err is the retired refusal.
@@ -147,14 +150,14 @@ func checkPurged(t *testing.T, mem *store.Memory, c ConversationID, at uint64) {
 	if first := firstOf(t, mem, outbox.Stream(c)); first+1 != n {
 		t.Errorf("the deleted conversation's outbox keeps rows %d..%d, want its last", first, n)
 	}
-	if vs, err := mem.Scan(tokenPrefix(c)); err != nil || len(vs) != 0 {
+	if vs, err := mem.Scan(tokenindex.ConversationPrefix(c)); err != nil || len(vs) != 0 {
 		t.Errorf("token index entries left: %v (%v)", vs, err)
 	}
-	if b, err := mem.GetBytes(checkpointKey(c)); err != nil || b != nil {
+	if b, err := mem.GetBytes(checkpoint.Key(c)); err != nil || b != nil {
 		t.Errorf("checkpoint left: %d bytes (%v)", len(b), err)
 	}
 	for i := range at {
-		for _, k := range []string{receiptKey(c, i), receiptKeyV1(c, i)} {
+		for _, k := range []string{receipt.Key(c, i), receipt.KeyV1(c, i)} {
 			if b, err := mem.GetBytes(k); err != nil || b != nil {
 				t.Fatalf("receipt %s left: %d bytes (%v)", k, len(b), err)
 			}

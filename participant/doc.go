@@ -71,6 +71,20 @@
 //   - Record seqs are gap-free from 1; a record is addressed to the members
 //     at its commit except its subject.
 //
+// # Stored formats
+//
+// Every stored byte is in a format with its own package, its codec, its
+// versions, a fuzzer and a golden file; this package writes and reads them
+// through the store:
+//
+//	package     key or stream                      what
+//	oplog       stream oplog/<c>                   committed operations
+//	outbox      stream outbox/<c>                  delivery obligations
+//	registry    stream conversations               every conversation
+//	tokenindex  values token/<c>/…                 the row of each token, the floor
+//	checkpoint  bytes checkpoint/<c>               the state after a prefix of rows
+//	receipt     bytes receipt/<c>/<oplog index>    a compacted row's token
+//
 // # Secrets
 //
 // Secrets are never stored. The attach secret of credential (conversation,
@@ -81,11 +95,11 @@
 //
 // # Deduplication
 //
-// The token index lives in the store (see tokens.go): one value per
+// The token index (package tokenindex) lives in the store: one value per
 // committed token, pointing at its oplog row, written in the row's barrier
 // and verified against the row on every lookup. The heap holds no token
 // set, so memory does not grow with the number of operations. Compaction
-// replaces the entries' rows with receipts (receipt.go), or, under the
+// replaces the entries' rows with receipts (package receipt), or, under the
 // token window, forgets the entries of tokens older than a floor it
 // persists first (tokens.go, compaction.go).
 //
@@ -153,7 +167,7 @@
 //
 // # Checkpoints
 //
-// A checkpoint (checkpoint.go) is a conversation's state after its first
+// A checkpoint (package checkpoint) is a conversation's state after its first
 // Index oplog rows, kept as the byte value checkpoint/<conversation> of a
 // store.Compactor. CheckpointPass (checkpointer.go), run in the background
 // every Options.CheckpointInterval, derives it without the conversation's
@@ -173,7 +187,7 @@
 // oplog and outbox rows below the newest compaction mark at least
 // Options.Retain old (a mark records when every record produced below a
 // row was settled), never the last row a checkpoint covers. It first
-// writes, and flushes, a receipt (receipt.go) for every token-bearing row
+// writes, and flushes, a receipt (package receipt) for every token-bearing row
 // about to go, then trims under the conversation's turn. A token lookup
 // that names a compacted row verifies its receipt instead; a tell's retry
 // compares the payload's hash. Compact runs the same passes offline.

@@ -1,11 +1,12 @@
 package participant
 
 import (
-	"encoding/binary"
 	"testing"
 
 	"github.com/participantd/participantd/oplog"
+	"github.com/participantd/participantd/registry"
 	"github.com/participantd/participantd/store"
+	"github.com/participantd/participantd/tokenindex"
 )
 
 // FuzzReadRegistry stores any bytes as registry entries, split at the
@@ -13,11 +14,11 @@ import (
 // lists each conversation of well-formed entries once, in order.
 func FuzzReadRegistry(f *testing.F) {
 	var two []byte
-	two = append(two, encodeRegistryEntry(1)...)
-	two = append(two, encodeRegistryEntry(1<<63)...)
+	two = append(two, registry.Encode(registry.Entry{Conversation: 1})...)
+	two = append(two, registry.Encode(registry.Entry{Conversation: 1 << 63})...)
 	f.Add(two, []byte{9})
-	f.Add(append(two, encodeRegistryEntry(1)...), []byte{9})
-	f.Add([]byte{registryVersion, 0, 0}, []byte{3})
+	f.Add(append(two, registry.Encode(registry.Entry{Conversation: 1})...), []byte{9})
+	f.Add([]byte{registry.Version, 0, 0}, []byte{3})
 	f.Add([]byte{2, 0, 0, 0, 0, 0, 0, 0, 1}, []byte{9})
 	f.Fuzz(func(t *testing.T, data, cuts []byte) {
 		st := store.NewMemory()
@@ -28,7 +29,7 @@ func FuzzReadRegistry(f *testing.F) {
 				n = max(1, min(n, int(cuts[i%len(cuts)])))
 			}
 			payloads = append(payloads, data[:n])
-			if _, err := st.Append(RegistryStream, data[:n], uint64(i)); err != nil {
+			if _, err := st.Append(registry.Stream, data[:n], uint64(i)); err != nil {
 				t.Fatal(err)
 			}
 			data = data[n:]
@@ -40,10 +41,11 @@ func FuzzReadRegistry(f *testing.F) {
 		seen := map[ConversationID]bool{}
 		var want []ConversationID
 		for _, p := range payloads {
-			if len(p) != 9 || p[0] != registryVersion {
-				t.Fatalf("readRegistry accepted entry %x", p)
+			e, err := registry.Decode(p)
+			if err != nil {
+				t.Fatalf("readRegistry accepted entry %x: %v", p, err)
 			}
-			id := ConversationID(binary.BigEndian.Uint64(p[1:]))
+			id := e.Conversation
 			if !seen[id] {
 				seen[id] = true
 				want = append(want, id)
@@ -85,7 +87,7 @@ func FuzzLookupToken(f *testing.F) {
 		var tk Token
 		copy(tk[:], token)
 		const c = ConversationID(5)
-		key := tokenKey(c, participantScope(0), tk)
+		key := tokenindex.Key(c, tokenindex.Participant(0), tk)
 		if value != 0 {
 			if err := st.CAS(key, 0, value); err != nil {
 				t.Fatal(err)
@@ -100,7 +102,7 @@ func FuzzLookupToken(f *testing.F) {
 			}
 		}
 		s := &Service{st: st}
-		p, w, err := s.lookupToken(c, applied, participantScope(0), func(*oplog.Row) bool { return true }, tk)
+		p, w, err := s.lookupToken(c, applied, tokenindex.Participant(0), func(*oplog.Row) bool { return true }, tk)
 		if w.key != key || w.old != value {
 			t.Fatalf("lookupToken write = %+v, want key %q old %d", w, key, value)
 		}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/participantd/participantd/oplog"
 	"github.com/participantd/participantd/outbox"
+	"github.com/participantd/participantd/tokenindex"
 )
 
 // An operation is one request a connection issues on one conversation,
@@ -114,7 +115,7 @@ func (r *Enroll) refuseEarly(ctx context.Context, c *Conn) error {
 
 func (r *Enroll) decide(c *Conn, b *batch, a *Bound) func(error) error {
 	st := b.st
-	pr, tw, err := b.lookup(enrollScope, anyRow, r.Token)
+	pr, tw, err := b.lookup(tokenindex.Enroll, anyRow, r.Token)
 	if err != nil {
 		return settled(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/participantd/participantd/oplog"
+	"github.com/participantd/participantd/tokenindex"
 )
 
 // A step decides one operation within a batch (see batch.go). It runs on
@@ -256,7 +257,7 @@ func (b *batch) lookupParticipant(p ParticipantID, t Token) (*prior, tokenWrite,
 	if b.st.Member(p) == nil {
 		return nil, tokenWrite{}, b.s.admitToken(b.cv, t)
 	}
-	return b.lookup(participantScope(p), byParticipant(p), t)
+	return b.lookup(tokenindex.Participant(p), byParticipant(p), t)
 }
 
 // endParallelism bounds how many of a connection's bindings End ends at

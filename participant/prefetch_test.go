@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
 	"github.com/participantd/participantd/store"
+	"github.com/participantd/participantd/tokenindex"
 )
 
 // gatedReads holds every token index read, once armed for n of them, until
@@ -151,7 +153,7 @@ func TestPrefetchTokensAnswersAsSequentialReads(t *testing.T) {
 		tell := func(tok byte, payload string) Tell {
 			return Tell{Conversation: 1, Participant: a.Participant, Generation: 1, Token: token(tok), Payload: []byte(payload)}
 		}
-		g.failKey = tokenKey(1, participantScope(a.Participant), token(99))
+		g.failKey = tokenindex.Key(1, tokenindex.Participant(a.Participant), token(99))
 		batches := [][]Tell{
 			{tell(10, "a"), tell(11, "b"), tell(12, "c")},
 			{

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/participantd/participantd/faultstore"
+	"github.com/participantd/participantd/registry"
 	"github.com/participantd/participantd/store"
 )
 
@@ -91,7 +92,7 @@ func TestMaxConversations_FailedCommitReleasesTheSlot(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer svc.Close()
-	fs.SetRules(faultstore.Once(faultstore.When(faultstore.Fail, faultstore.Kind(faultstore.OpAppend), faultstore.Prefix(RegistryStream))))
+	fs.SetRules(faultstore.Once(faultstore.When(faultstore.Fail, faultstore.Kind(faultstore.OpAppend), faultstore.Prefix(registry.Stream))))
 	if _, err := svc.Connect(nil).Enroll(ctx, Enroll{Conversation: 1, Token: token(1)}); !errors.Is(err, &Error{Code: CodeUnavailable}) {
 		t.Fatalf("Enroll with a failing registry append = %v, want unavailable", err)
 	}

@@ -3,6 +3,7 @@ package participant
 import (
 	"time"
 
+	"github.com/participantd/participantd/checkpoint"
 	"github.com/participantd/participantd/oplog"
 	"github.com/participantd/participantd/outbox"
 )
@@ -20,7 +21,7 @@ type rebuilder struct {
 	// marks are the compaction marks so far, oldest first; spacing (unix
 	// ms) keeps them sparse: a new mark closer than spacing to the one
 	// before the last replaces the last, which only delays compaction.
-	marks   []mark
+	marks   []checkpoint.Mark
 	spacing int64
 }
 
@@ -70,14 +71,14 @@ func (rp *rebuilder) apply(i uint64, row *oplog.Row, expected []outbox.Row) {
 	for q := beforeFirst; q < kept; q++ {
 		delete(rp.pos, q)
 	}
-	m := mark{At: row.At, Oplog: st.Applied, Outbox: st.Produced}
+	m := checkpoint.Mark{At: row.At, Oplog: st.Applied, Outbox: st.Produced}
 	if p, ok := rp.pos[kept]; ok {
 		m.Oplog, m.Outbox = p.oplog, p.outbox
 	}
 	rp.addMark(m)
 }
 
-func (rp *rebuilder) addMark(m mark) {
+func (rp *rebuilder) addMark(m checkpoint.Mark) {
 	n := len(rp.marks)
 	if n > 0 && (m.At < rp.marks[n-1].At || m.Oplog < rp.marks[n-1].Oplog || m.Outbox < rp.marks[n-1].Outbox) {
 		// Commit times come from the wall clock, which may step back;
@@ -93,7 +94,7 @@ func (rp *rebuilder) addMark(m mark) {
 
 // pruneMarks drops the marks that compaction can no longer use: of the
 // marks at or before now-retain, only the newest counts.
-func pruneMarks(marks []mark, now time.Time, retain time.Duration) []mark {
+func pruneMarks(marks []checkpoint.Mark, now time.Time, retain time.Duration) []checkpoint.Mark {
 	cutoff := now.Add(-retain).UnixMilli()
 	old := 0
 	for old < len(marks) && marks[old].At <= cutoff {
@@ -102,5 +103,5 @@ func pruneMarks(marks []mark, now time.Time, retain time.Duration) []mark {
 	if old <= 1 {
 		return marks
 	}
-	return append([]mark(nil), marks[old-1:]...)
+	return append([]checkpoint.Mark(nil), marks[old-1:]...)
 }

@@ -11,9 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
-
 	"github.com/participantd/participantd/oplog"
+	"github.com/participantd/participantd/receipt"
 	"github.com/participantd/participantd/store"
 )
 
@@ -68,16 +67,16 @@ func TestReceipt_Version1ReceiptsStillReplay(t *testing.T) {
 	// them, under version 1's keys; the second half stays version 2.
 	v1 := 0
 	for i := range first / 2 {
-		b, err := mem.GetBytes(receiptKey(1, i))
+		b, err := mem.GetBytes(receipt.Key(1, i))
 		must(t, err)
 		if b == nil {
 			continue
 		}
-		r, err := decodeReceipt(b)
+		r, err := receipt.Decode(b)
 		must(t, err)
-		old, err := encodeReceiptV1(r)
+		old, err := receipt.EncodeV1(r)
 		must(t, err)
-		must(t, mem.PutBytes([]store.Bytes{{Key: receiptKey(1, i)}, {Key: receiptKeyV1(1, i), Value: old}}))
+		must(t, mem.PutBytes([]store.Bytes{{Key: receipt.Key(1, i)}, {Key: receipt.KeyV1(1, i), Value: old}}))
 		v1++
 	}
 	if v1 < tells/4 {
@@ -98,18 +97,18 @@ func TestReceipt_DamagedReceiptIsUnavailableNeverACommit(t *testing.T) {
 	defer svc.Close()
 	var key string
 	var b []byte
-	var r *receipt
+	var r *receipt.Receipt
 	for idx := range first {
-		v, err := mem.GetBytes(receiptKey(1, idx))
+		v, err := mem.GetBytes(receipt.Key(1, idx))
 		must(t, err)
 		if v == nil {
 			continue
 		}
-		if r, err = decodeReceipt(v); err != nil {
+		if r, err = receipt.Decode(v); err != nil {
 			t.Fatal(err)
 		}
 		if r.Kind == oplog.KindTell {
-			key, b = receiptKey(1, idx), v
+			key, b = receipt.Key(1, idx), v
 			break
 		}
 	}
@@ -129,49 +128,6 @@ func TestReceipt_DamagedReceiptIsUnavailableNeverACommit(t *testing.T) {
 	}
 	if after := oplogLen(t, mem, 1); after != before {
 		t.Fatalf("oplog grew from %d to %d rows: the retry committed", before, after)
-	}
-}
-
-// TestReceipt_EncodingIsCompactAndExact: a tell's receipt and its key stay
-// small (they are kept forever, one per operation), and every field comes
-// back exactly, for both versions.
-func TestReceipt_EncodingIsCompactAndExact(t *testing.T) {
-	row := oplog.Row{Kind: oplog.KindTell, Participant: 3, Generation: 2, Token: benchToken(7, 123456),
-		Seq: 1_234_567, Cursor: 1_234_500, At: 1_764_500_000_000, Payload: []byte("a payload")}
-	b, err := encodeReceipt(&row)
-	must(t, err)
-	key := receiptKey(12345678901234567890, 9_999_999)
-	if len(b) > 52 || len(key) > 40 {
-		t.Errorf("a tell's receipt is %d bytes under a %d-byte key, want at most 52 and 40", len(b), len(key))
-	}
-	got, err := decodeReceipt(b)
-	must(t, err)
-	want := &receipt{Kind: row.Kind, Participant: row.Participant, Generation: row.Generation, Token: row.Token,
-		Seq: row.Seq, Cursor: row.Cursor, At: row.At, PayloadHash: payloadHash(row.Payload)}
-	if diff := cmp.Diff(want, got, cmp.AllowUnexported(receipt{})); diff != "" {
-		t.Errorf("decoded receipt (-want +got):\n%s", diff)
-	}
-	old, err := encodeReceiptV1(want)
-	must(t, err)
-	got, err = decodeReceipt(old)
-	must(t, err)
-	if diff := cmp.Diff(want, got, cmp.AllowUnexported(receipt{})); diff != "" {
-		t.Errorf("decoded version 1 receipt (-want +got):\n%s", diff)
-	}
-	enroll := oplog.Row{Kind: oplog.KindEnroll, Participant: 4, Generation: 1, Token: benchToken(7, 1), Seq: 9, At: -5}
-	b, err = encodeReceipt(&enroll)
-	must(t, err)
-	got, err = decodeReceipt(b)
-	must(t, err)
-	wantEnroll := &receipt{Kind: enroll.Kind, Participant: enroll.Participant, Generation: enroll.Generation, Token: enroll.Token,
-		Seq: enroll.Seq, At: enroll.At}
-	if diff := cmp.Diff(wantEnroll, got, cmp.AllowUnexported(receipt{})); diff != "" {
-		t.Errorf("decoded enroll receipt (-want +got):\n%s", diff)
-	}
-	for n := range len(b) {
-		if _, err := decodeReceipt(b[:n]); !errors.Is(err, errReceiptCorrupt) {
-			t.Errorf("receipt cut to %d of %d bytes decoded: %v", n, len(b), err)
-		}
 	}
 }
 
@@ -207,9 +163,9 @@ func TestReceipt_FileCompactedBeforeVersion2Replays(t *testing.T) {
 	st := openFixture(t, "v1receipts.db")
 	v1 := 0
 	for idx := range uint64(90) {
-		b, err := st.GetBytes(receiptKeyV1(1, idx))
+		b, err := st.GetBytes(receipt.KeyV1(1, idx))
 		must(t, err)
-		if b != nil && b[0] == receiptVersion1 {
+		if b != nil && b[0] == receipt.Version1 {
 			v1++
 		}
 	}

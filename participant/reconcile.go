@@ -9,6 +9,7 @@ import (
 	"github.com/participantd/participantd/oplog"
 	"github.com/participantd/participantd/outbox"
 	"github.com/participantd/participantd/store"
+	"github.com/participantd/participantd/tokenindex"
 )
 
 // readPageEntries bounds the entries of a reconciliation page, besides its
@@ -137,11 +138,11 @@ func reconcile(ctx context.Context, st store.DurableStore, c ConversationID, p p
 	}
 	r := &Reconciled{State: &outbox.State{}, Stored: outFrom}
 	if base != nil {
-		if err := base.verifyAgainst(st, c, ops.end, stored.end); err != nil {
+		if err := verifyCheckpoint(st, base, c, ops.end, stored.end); err != nil {
 			return nil, err
 		}
-		r.State = base.state()
-		if err := base.loadPayloads(st, c, r.State); err != nil {
+		r.State = base.State()
+		if err := loadPayloads(st, base, c, r.State); err != nil {
 			return nil, err
 		}
 	}
@@ -357,7 +358,7 @@ func (s *Service) ensureLoadedTurn(ctx context.Context, cv *conversation) (*outb
 		s.log.Info().Uint64("conversation", uint64(cv.id)).Int("rows", len(r.Repairs)).Msg("outbox repaired")
 	}
 	st = r.State
-	charge, err := s.st.ReadValue(chargeKey(cv.id))
+	charge, err := s.st.ReadValue(tokenindex.ChargeKey(cv.id))
 	if err != nil {
 		return nil, unavailable("reading the conversation's charge", err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/participantd/participantd/faultstore"
 	"github.com/participantd/participantd/oplog"
 	"github.com/participantd/participantd/outbox"
+	"github.com/participantd/participantd/registry"
 	"github.com/participantd/participantd/store"
 )
 
@@ -179,7 +180,7 @@ func TestMalformedUnknownAndMixedOutboxRefusesBeforePublication(t *testing.T) {
 	}
 	t.Run("unknown", func(t *testing.T) {
 		mem := store.NewMemory()
-		if _, err := mem.Append(RegistryStream, encodeRegistryEntry(seedConversation), 0); err != nil {
+		if _, err := mem.Append(registry.Stream, registry.Encode(registry.Entry{Conversation: seedConversation}), 0); err != nil {
 			t.Fatal(err)
 		}
 		genesis, err := oplog.Encode(&oplog.Row{Kind: oplog.KindGenesis})

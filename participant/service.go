@@ -2,7 +2,6 @@ package participant
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"runtime"
@@ -14,19 +13,14 @@ import (
 
 	"github.com/participantd/participantd/fence"
 	"github.com/participantd/participantd/outbox"
+	"github.com/participantd/participantd/registry"
 	"github.com/participantd/participantd/store"
 )
 
-// Store keys outside the per-conversation streams.
-const (
-	// RegistryStream lists every conversation, one entry each, appended and
-	// flushed before the conversation's genesis row.
-	RegistryStream = "conversations"
-	// IncarnationKey is the durable server incarnation, one more at every
-	// Open.
-	IncarnationKey       = "server/incarnation"
-	registryVersion byte = 1
-)
+// IncarnationKey is the durable server incarnation, one more at every
+// Open: the store's one key outside the conversations and the registry
+// (package registry).
+const IncarnationKey = "server/incarnation"
 
 // Defaults for the zero Options.
 const (
@@ -359,37 +353,26 @@ func Open(ctx context.Context, st store.DurableStore, opts Options) (*Service, e
 }
 
 // readRegistry returns every registered conversation once, in registration
-// order.
+// order. An entry that does not decode fails it: skipping it would leave
+// a conversation that exists unloaded.
 func readRegistry(st store.DurableStore) ([]ConversationID, error) {
-	entries, err := st.ReadFrom(RegistryStream, 0, 0)
+	entries, err := st.ReadFrom(registry.Stream, 0, 0)
 	if err != nil {
 		return nil, fmt.Errorf("participant: read registry: %w", err)
 	}
 	seen := make(map[ConversationID]bool, len(entries))
 	ids := make([]ConversationID, 0, len(entries))
 	for _, e := range entries {
-		if len(e.Payload) != 9 || e.Payload[0] != registryVersion {
-			return nil, fmt.Errorf("participant: registry entry %d is unreadable (%d bytes)", e.Seq, len(e.Payload))
+		en, err := registry.Decode(e.Payload)
+		if err != nil {
+			return nil, fmt.Errorf("participant: registry entry %d: %w", e.Seq, err)
 		}
-		id := ConversationID(binary.BigEndian.Uint64(e.Payload[1:]))
-		if !seen[id] {
-			seen[id] = true
-			ids = append(ids, id)
+		if !seen[en.Conversation] {
+			seen[en.Conversation] = true
+			ids = append(ids, en.Conversation)
 		}
 	}
 	return ids, nil
-}
-
-// RegistryEntry returns the RegistryStream entry of conversation id, for a
-// store that presents a registry it derives (cluster.View lists the
-// conversations of a cluster, which keeps no registry).
-func RegistryEntry(id ConversationID) []byte { return encodeRegistryEntry(id) }
-
-func encodeRegistryEntry(id ConversationID) []byte {
-	b := make([]byte, 9)
-	b[0] = registryVersion
-	binary.BigEndian.PutUint64(b[1:], uint64(id))
-	return b
 }
 
 // loadAll reconciles conversations with LoadWorkers goroutines, so that the

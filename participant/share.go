@@ -81,11 +81,6 @@ func principalKey(nodeKey []byte, p Principal) uint64 {
 	return binary.BigEndian.Uint64(m.Sum(nil)) | 1
 }
 
-// chargeKey is where the key of the principal conversation c is charged
-// to is stored: beside its token index, in its scope (cluster mode), and
-// gone with it when it is deleted (purgeTurn).
-func chargeKey(c ConversationID) string { return "token/" + c.String() + "/charge" }
-
 // shareLocked returns the account of principal p, nil for nobody, and
 // counts one more connection of it. s.mu is held.
 func (s *Service) shareLocked(p Principal) *share {

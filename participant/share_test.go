@@ -8,6 +8,7 @@ import (
 
 	"github.com/participantd/participantd/oplog"
 	"github.com/participantd/participantd/store"
+	"github.com/participantd/participantd/tokenindex"
 )
 
 // TestShare_ChargesFollowTheRecords: the conversations of principal a
@@ -158,7 +159,7 @@ func TestShare_ChargesSurviveARestart(t *testing.T) {
 		mustEnroll(t, svc.ConnectAs("203.0.113.7", nil), conv+1, byte(conv+1))
 	}
 	svc.Close()
-	if k, err := mem.ReadValue(chargeKey(1)); err != nil || k != principalKey(testKey, "203.0.113.7") {
+	if k, err := mem.ReadValue(tokenindex.ChargeKey(1)); err != nil || k != principalKey(testKey, "203.0.113.7") {
 		t.Fatalf("stored charge of conversation 1 = %x (%v), want the principal's key", k, err)
 	}
 

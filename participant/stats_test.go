@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/participantd/participantd/checkpoint"
 	"github.com/participantd/participantd/faultstore"
 	"github.com/participantd/participantd/oplog"
 	"github.com/participantd/participantd/store"
@@ -61,7 +62,7 @@ func TestService_Lifecycle_CountsWhatThePassesDid(t *testing.T) {
 	if n, err := svc.CheckpointPass(ctx); err != nil || n != 1 {
 		t.Fatalf("CheckpointPass() = %d, %v, want 1, nil", n, err)
 	}
-	ck, err := mem.GetBytes(checkpointKey(1))
+	ck, err := mem.GetBytes(checkpoint.Key(1))
 	must(t, err)
 	want := Lifecycle{CheckpointPasses: 1, CheckpointsWritten: 1, CheckpointBytes: uint64(len(ck)), LastCheckpointPass: clk.Now(), Pinned: -1}
 	if diff := cmp.Diff(want, svc.Lifecycle()); diff != "" {

@@ -3,40 +3,25 @@ package participant
 import (
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/participantd/participantd/oplog"
 	"github.com/participantd/participantd/store"
+	"github.com/participantd/participantd/tokenindex"
 )
 
-// The token index lives in the store, so deduplication is permanent and its
-// memory is the store's, not the heap's:
-//
-//	value token/<conversation>/e/<hex token>            enroll tokens
-//	value token/<conversation>/<participant>/<hex token> every other token
-//	  = 1 + index of the oplog row that committed the token
-//
-// An index entry is written (CAS) before its oplog row is appended, in the
-// same barrier, so every durable row has a durable entry. The reverse does
-// not hold: a commit that failed after the CAS leaves an entry pointing at a
-// row that does not exist or holds something else. Lookups therefore verify
-// the row, and treat a mismatch as "never committed".
-
-const enrollScope = "e"
-
-func tokenKey(c ConversationID, scope string, t Token) string {
-	return "token/" + c.String() + "/" + scope + "/" + t.String()
-}
-
-func participantScope(p ParticipantID) string {
-	return strconv.FormatUint(uint64(p), 10)
-}
+// The token index (package tokenindex) lives in the store, so
+// deduplication is permanent and its memory is the store's, not the
+// heap's. An entry is written (CAS) before its oplog row is appended, in
+// the same barrier, so every durable row has a durable entry; a commit that
+// failed after the CAS leaves an entry naming a row that does not exist or
+// holds something else, so lookups verify the row, and treat a mismatch as
+// "never committed".
 
 // tokenWrite is the index entry a commit writes: CAS key from old to the
-// committing row's index + 1.
+// committing row's tokenindex.Value.
 type tokenWrite struct {
 	key string
 	old uint64
@@ -46,7 +31,7 @@ type tokenWrite struct {
 type prior struct {
 	idx uint64
 	row oplog.Row
-	// payloadHash is set when row comes from a receipt (receipt.go): the
+	// payloadHash is set when row comes from a receipt (readReceipt): the
 	// row's payload is gone, its truncated hash stands in for it.
 	payloadHash []byte
 }
@@ -54,8 +39,8 @@ type prior struct {
 // lookupToken finds the row that committed token t in scope, verifying it.
 // It returns the committed row (nil if none) and the index write a new
 // commit of t must make.
-func (s *Service) lookupToken(c ConversationID, applied uint64, scope string, match func(*oplog.Row) bool, t Token) (*prior, tokenWrite, error) {
-	w := tokenWrite{key: tokenKey(c, scope, t)}
+func (s *Service) lookupToken(c ConversationID, applied uint64, scope tokenindex.Scope, match func(*oplog.Row) bool, t Token) (*prior, tokenWrite, error) {
+	w := tokenWrite{key: tokenindex.Key(c, scope, t)}
 	v, err := s.st.ReadValue(w.key)
 	if err != nil {
 		return nil, w, err
@@ -68,22 +53,22 @@ func (s *Service) lookupToken(c ConversationID, applied uint64, scope string, ma
 // returns the row if it is durable (below applied) and committed t, else
 // nil, and w unchanged.
 func (s *Service) indexedRow(c ConversationID, applied uint64, match func(*oplog.Row) bool, t Token, w tokenWrite) (*prior, tokenWrite, error) {
-	v := w.old
-	if v == 0 || v-1 >= applied {
+	idx, ok := tokenindex.Index(w.old)
+	if !ok || idx >= applied {
 		return nil, w, nil
 	}
-	entries, err := s.st.ReadFrom(oplog.Stream(c), v-1, 1)
+	entries, err := s.st.ReadFrom(oplog.Stream(c), idx, 1)
 	if errors.Is(err, store.ErrCompacted) {
 		// The row is compacted: its receipt, if it had a token, stands in.
-		r, err := readReceipt(s.st, c, v-1)
+		r, err := readReceipt(s.st, c, idx)
 		if err != nil || r == nil {
 			return nil, w, err
 		}
-		row := r.row()
+		row := r.Row()
 		if row.Token != t || !row.HasToken() || !match(&row) {
 			return nil, w, nil
 		}
-		return &prior{idx: v - 1, row: row, payloadHash: r.PayloadHash}, w, nil
+		return &prior{idx: idx, row: row, payloadHash: r.PayloadHash}, w, nil
 	}
 	if err != nil {
 		return nil, w, err
@@ -93,12 +78,12 @@ func (s *Service) indexedRow(c ConversationID, applied uint64, match func(*oplog
 	}
 	row, err := oplog.Decode(entries[0].Payload)
 	if err != nil {
-		return nil, w, fmt.Errorf("participant: token index names oplog row %d: %w", v-1, err)
+		return nil, w, fmt.Errorf("participant: token index names oplog row %d: %w", idx, err)
 	}
 	if row.Token != t || !row.HasToken() || !match(&row) {
 		return nil, w, nil
 	}
-	return &prior{idx: v - 1, row: row}, w, nil
+	return &prior{idx: idx, row: row}, w, nil
 }
 
 // tokenRef names the token index entry an operation looks up first: enroll
@@ -112,9 +97,9 @@ type tokenRef struct {
 
 func (r tokenRef) key(c ConversationID) string {
 	if r.enroll {
-		return tokenKey(c, enrollScope, r.t)
+		return tokenindex.Key(c, tokenindex.Enroll, r.t)
 	}
-	return tokenKey(c, participantScope(r.p), r.t)
+	return tokenindex.Key(c, tokenindex.Participant(r.p), r.t)
 }
 
 // prefetchParallelism bounds the token index reads one batch has in
@@ -186,13 +171,9 @@ func (b *batch) prefetchTokens(tasks []*task) {
 // The token window (Options.TokenWindow; docs/DESIGN.md, The token
 // window) bounds deduplication in time. Every token is then a UUIDv7, so
 // it carries the time it was drawn at, and the service can tell a token
-// too old to be deduplicated from a new one without remembering it:
-//
-//	value token/<conversation>/window = the conversation's token floor,
-//	  unix ms: every token whose time is below it may have been
-//	  forgotten
-//
-// A token that is not found committed is refused token_expired when its
+// too old to be deduplicated from a new one without remembering it: the
+// conversation's token floor (tokenindex.FloorKey, unix ms) says that
+// every token whose time is below it may have been forgotten. A token that is not found committed is refused token_expired when its
 // time is below the floor or below now minus the window, whichever is
 // later, and token_invalid when it is not a UUIDv7 or is more than
 // Options.TokenSkew ahead of the clock. Compaction persists a floor before
@@ -203,11 +184,6 @@ func (b *batch) prefetchTokens(tasks []*task) {
 // just past the newest token forgotten, never the clock's now minus the
 // window, so that a clock that ran ahead never leaves a floor in the
 // future that refuses every fresh token once it is corrected.
-
-// windowKey is where conversation c's token floor is kept.
-func windowKey(c ConversationID) string {
-	return "token/" + c.String() + "/window"
-}
 
 // tokenTime returns the unix ms a UUIDv7 token was drawn at, and whether
 // t is a UUIDv7 at all (RFC 9562: version 7, variant 10).
@@ -230,7 +206,7 @@ func (s *Service) floorTurn(cv *conversation) (int64, error) {
 	if cv.tokenFloorAt == at {
 		return cv.tokenFloor, nil
 	}
-	v, err := s.st.ReadValue(windowKey(cv.id))
+	v, err := s.st.ReadValue(tokenindex.FloorKey(cv.id))
 	if err != nil {
 		return 0, err
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/participantd/participantd/oplog"
 	"github.com/participantd/participantd/outbox"
 	"github.com/participantd/participantd/store"
+	"github.com/participantd/participantd/tokenindex"
 )
 
 // Report describes one conversation as reconciliation finds it, without
@@ -83,7 +84,7 @@ func Inspect(st store.DurableStore) ([]Report, error) {
 		if rep.OutboxRows, rep.OutboxCompacted, err = storedRows(st, outbox.Stream(id)); err != nil {
 			return nil, fmt.Errorf("participant: inspect %v: %w", id, err)
 		}
-		floor, err := st.ReadValue(windowKey(id))
+		floor, err := st.ReadValue(tokenindex.FloorKey(id))
 		if err != nil {
 			return nil, fmt.Errorf("participant: inspect %v: token floor: %w", id, err)
 		}
@@ -188,7 +189,7 @@ func checkTokens(ctx context.Context, st store.DurableStore, c ConversationID, p
 		if !row.HasToken() {
 			continue
 		}
-		batch = append(batch, tokenCheck{idx: i, kind: row.Kind, p: row.Participant, t: row.Token, key: rowTokenKey(c, &row)})
+		batch = append(batch, tokenCheck{idx: i, kind: row.Kind, p: row.Participant, t: row.Token, key: tokenindex.RowKey(c, &row)})
 		if len(batch) == cap(batch) {
 			if err := checkTokenBatch(st, batch, floor); err != nil {
 				return err
@@ -237,7 +238,7 @@ func checkTokenBatch(st store.DurableStore, batch []tokenCheck, floor int64) err
 		if r.err != nil {
 			return fmt.Errorf("participant: read %s: %w", r.key, r.err)
 		}
-		if r.v == r.idx+1 {
+		if r.v == tokenindex.Value(r.idx) {
 			continue
 		}
 		if ms, v7 := tokenTime(r.t); v7 && ms < floor {
@@ -245,8 +246,8 @@ func checkTokenBatch(st store.DurableStore, batch []tokenCheck, floor int64) err
 			continue
 		}
 		names := "is absent"
-		if r.v > 0 {
-			names = fmt.Sprintf("names oplog row %d", r.v-1)
+		if idx, ok := tokenindex.Index(r.v); ok {
+			names = fmt.Sprintf("names oplog row %d", idx)
 		}
 		return &refusal{ClassTokenIndexMissing, fmt.Sprintf(
 			"oplog row %d (%v of participant %d, token %v): its token index entry %s; a retry of the token would commit again",

@@ -10,6 +10,7 @@ import (
 
 	"github.com/participantd/participantd/oplog"
 	"github.com/participantd/participantd/store"
+	"github.com/participantd/participantd/tokenindex"
 )
 
 // inspectOne runs Inspect on st and returns the report of conversation c.
@@ -132,8 +133,8 @@ func TestInspect_TokenIndex_MissingEntryIsAFinding(t *testing.T) {
 		}
 		more := tellMore(t, cs, clk, 1, snd, 5, 200)
 		// The 3 unacknowledged tells pin the random tokens' rows.
-		random = tokenKey(1, participantScope(h.sender.Participant), benchToken(1, 9))
-		above = tokenKey(1, participantScope(h.sender.Participant), more[2].Token)
+		random = tokenindex.Key(1, tokenindex.Participant(h.sender.Participant), benchToken(1, 9))
+		above = tokenindex.Key(1, tokenindex.Participant(h.sender.Participant), more[2].Token)
 		return mem, random, above
 	}
 	tests := []struct {
@@ -206,11 +207,11 @@ func TestInspect_TokenIndex_ForgottenBelowTheFloorWhileStoredIsNoFinding(t *test
 		t.Fatalf("oplog first = %d after a failed trim, want 0", first)
 	}
 	for _, req := range tells {
-		if v, err := mem.ReadValue(tokenKey(1, participantScope(req.Participant), req.Token)); err != nil || v != 0 {
+		if v, err := mem.ReadValue(tokenindex.Key(1, tokenindex.Participant(req.Participant), req.Token)); err != nil || v != 0 {
 			t.Fatalf("the entry of a token below the floor = %d, %v, want deleted", v, err)
 		}
 	}
-	floor, err := mem.ReadValue(windowKey(1))
+	floor, err := mem.ReadValue(tokenindex.FloorKey(1))
 	must(t, err)
 	r := inspectOne(t, mem, 1)
 	if want := time.UnixMilli(int64(floor)).UTC(); r.Refused != nil || floor == 0 || !r.TokenFloor.Equal(want) {
@@ -218,7 +219,7 @@ func TestInspect_TokenIndex_ForgottenBelowTheFloorWhileStoredIsNoFinding(t *test
 	}
 	// A floor that does not cover the forgotten tokens is damage.
 	ms, _ := tokenTime(tells[0].Token)
-	must(t, mem.CAS(windowKey(1), floor, uint64(ms)))
+	must(t, mem.CAS(tokenindex.FloorKey(1), floor, uint64(ms)))
 	if r := inspectOne(t, mem, 1); r.Refused == nil || r.Refused.Class != ClassTokenIndexMissing {
 		t.Fatalf("Inspect with the floor at the first tell's token = refused %+v, want %s", r.Refused, ClassTokenIndexMissing)
 	}
@@ -234,7 +235,7 @@ func TestInspect_TokenIndex_ReportsTheFirstFindingAcrossBatches(t *testing.T) {
 	must(t, svc.Close())
 	var want uint64
 	for _, i := range []uint64{tokenCheckRows + 90, tokenCheckRows + 50} {
-		key := tokenKey(1, participantScope(h.sender.Participant), benchToken(1, i))
+		key := tokenindex.Key(1, tokenindex.Participant(h.sender.Participant), benchToken(1, i))
 		v, err := mem.ReadValue(key)
 		must(t, err)
 		must(t, mem.CAS(key, v, 0))

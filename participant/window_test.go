@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/participantd/participantd/store"
+	"github.com/participantd/participantd/tokenindex"
 )
 
 // v7Token returns a UUIDv7 token drawn at unix ms ms, its random part n.
@@ -168,7 +169,7 @@ func TestTokenWindow_CompactionForgetsOldTokens(t *testing.T) {
 	if got.OplogRows == 0 || got.Forgotten != 22 || got.Receipts != 12 {
 		t.Fatalf("CompactPass() = %+v, want rows trimmed, 22 tokens forgotten (2 enrolls, 20 tells), 12 receipts (the tokens from before the window)", got)
 	}
-	floor, err := mem.ReadValue(windowKey(2))
+	floor, err := mem.ReadValue(tokenindex.FloorKey(2))
 	must(t, err)
 	// Just past the newest token forgotten, not now minus the window.
 	var newest int64
@@ -180,7 +181,7 @@ func TestTokenWindow_CompactionForgetsOldTokens(t *testing.T) {
 		t.Fatalf("persisted floor = %d, want %d, just past the newest token forgotten", floor, newest+1)
 	}
 	for _, req := range tells {
-		if v, err := mem.ReadValue(tokenKey(2, participantScope(req.Participant), req.Token)); err != nil || v != 0 {
+		if v, err := mem.ReadValue(tokenindex.Key(2, tokenindex.Participant(req.Participant), req.Token)); err != nil || v != 0 {
 			t.Fatalf("the index entry of a forgotten token = %d, %v, want deleted", v, err)
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/participantd/participantd/oplog"
 	"github.com/participantd/participantd/outbox"
 	"github.com/participantd/participantd/participant"
+	"github.com/participantd/participantd/registry"
 	"github.com/participantd/participantd/server"
 	"github.com/participantd/participantd/store"
 )
@@ -238,12 +239,12 @@ type boltCopy struct {
 }
 
 func (cp *boltCopy) from(mem *store.Memory, lo, hi int) error {
-	reg, err := mem.ReadFrom(participant.RegistryStream, 0, 0)
+	reg, err := mem.ReadFrom(registry.Stream, 0, 0)
 	if err != nil {
 		return err
 	}
 	for _, en := range reg {
-		if _, err := cp.bolt.Append(participant.RegistryStream, en.Payload, cp.registry); err != nil {
+		if _, err := cp.bolt.Append(registry.Stream, en.Payload, cp.registry); err != nil {
 			return err
 		}
 		cp.registry++

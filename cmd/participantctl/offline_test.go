@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -18,7 +17,9 @@ import (
 	"github.com/participantd/participantd/oplog"
 	"github.com/participantd/participantd/outbox"
 	"github.com/participantd/participantd/participant"
+	"github.com/participantd/participantd/registry"
 	"github.com/participantd/participantd/store"
+	"github.com/participantd/participantd/tokenindex"
 )
 
 // buildData makes a data directory whose store holds conversations 1 and 2,
@@ -141,8 +142,8 @@ func TestVerify_MissingOutboxSuffix_WouldRepair(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		reg, _ := st.Len(participant.RegistryStream)
-		if _, err := st.Append(participant.RegistryStream, []byte{registryVersion, 0, 0, 0, 0, 0, 0, 0, 3}, reg); err != nil {
+		reg, _ := st.Len(registry.Stream)
+		if _, err := st.Append(registry.Stream, registry.Encode(registry.Entry{Conversation: 3}), reg); err != nil {
 			t.Fatal(err)
 		}
 		for i, b := range oplogRows {
@@ -151,11 +152,7 @@ func TestVerify_MissingOutboxSuffix_WouldRepair(t *testing.T) {
 				t.Fatal(err)
 			}
 			if row.Kind.HasToken() {
-				scope := strconv.FormatUint(uint64(row.Participant), 10)
-				if row.Kind == oplog.KindEnroll {
-					scope = "e"
-				}
-				if err := st.CAS("token/3/"+scope+"/"+row.Token.String(), 0, uint64(i)+1); err != nil {
+				if err := st.CAS(tokenindex.RowKey(3, &row), 0, tokenindex.Value(uint64(i))); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -196,9 +193,6 @@ func readStream(st store.DurableStore, stream string) ([][]byte, error) {
 	}
 	return out, nil
 }
-
-// registryVersion is the version byte of a registry entry.
-const registryVersion = 1
 
 func TestOffline_EmptyStore_FailsAndCreatesNothing(t *testing.T) {
 	ctx := testCtx(t)
@@ -316,7 +310,7 @@ func TestVerify_TokenIndexMissing_RefusedAndInspectShowsTheFloor(t *testing.T) {
 	ctx := testCtx(t)
 	floor := time.UnixMilli(1_700_000_000_123).UTC()
 	dir := buildData(t, func(st *store.Bolt) {
-		key := "token/1/0/" + participant.Token{1, 3}.String()
+		key := tokenindex.Key(1, tokenindex.Participant(0), participant.Token{1, 3})
 		v, err := st.ReadValue(key)
 		if err != nil || v == 0 {
 			t.Fatalf("ReadValue(%s) = %d, %v; want the tell's entry", key, v, err)
@@ -324,7 +318,7 @@ func TestVerify_TokenIndexMissing_RefusedAndInspectShowsTheFloor(t *testing.T) {
 		if err := st.CAS(key, v, 0); err != nil {
 			t.Fatal(err)
 		}
-		if err := st.CAS("token/2/window", 0, uint64(floor.UnixMilli())); err != nil {
+		if err := st.CAS(tokenindex.FloorKey(2), 0, uint64(floor.UnixMilli())); err != nil {
 			t.Fatal(err)
 		}
 		if err := st.Flush(); err != nil {

@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/participantd/participantd/checkpoint"
 	"github.com/participantd/participantd/faultstore"
 	"github.com/participantd/participantd/oplog"
 	"github.com/participantd/participantd/outbox"
 	"github.com/participantd/participantd/participant"
 	"github.com/participantd/participantd/store"
+	"github.com/participantd/participantd/tokenindex"
 )
 
 // NodeKey is the node key of the services CutWorkload and CheckCut open.
@@ -387,7 +389,7 @@ func CheckCompacted(t faultstore.TB, st store.DurableStore) {
 		t.Fatalf("the store %T does not compact", st)
 	}
 	for _, id := range []participant.ConversationID{1, 2} {
-		if b, err := cs.GetBytes(participant.CheckpointPrefix + id.String()); err != nil || b == nil {
+		if b, err := cs.GetBytes(checkpoint.Key(id)); err != nil || b == nil {
 			t.Fatalf("after the completed run, conversation %v has no checkpoint (%v)", id, err)
 		}
 	}
@@ -418,10 +420,10 @@ func CheckPurged(t faultstore.TB, st store.DurableStore, conv participant.Conver
 			t.Fatalf("deleted conversation %v: %s keeps rows %d..%d (%v), want its last only", conv, stream, first, n, err)
 		}
 	}
-	if b, err := cs.GetBytes(participant.CheckpointPrefix + conv.String()); err != nil || b != nil {
+	if b, err := cs.GetBytes(checkpoint.Key(conv)); err != nil || b != nil {
 		t.Fatalf("deleted conversation %v keeps a checkpoint of %d bytes (%v)", conv, len(b), err)
 	}
-	if vs, err := st.Scan("token/" + conv.String() + "/"); err != nil || len(vs) != 0 {
+	if vs, err := st.Scan(tokenindex.ConversationPrefix(conv)); err != nil || len(vs) != 0 {
 		t.Fatalf("deleted conversation %v keeps token index entries %v (%v)", conv, vs, err)
 	}
 }

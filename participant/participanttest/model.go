@@ -18,6 +18,7 @@ import (
 	"github.com/participantd/participantd/participant"
 	"github.com/participantd/participantd/participant/internal/peek"
 	"github.com/participantd/participantd/store"
+	"github.com/participantd/participantd/tokenindex"
 )
 
 // Model feeds the same random operations to a service and to a reference
@@ -772,7 +773,7 @@ func (r *modelRun) doFaulted(q refReq, c *modelConn) {
 		{"fail oplog append", faultstore.When(faultstore.Fail, faultstore.Kind(faultstore.OpAppend), faultstore.Prefix("oplog/")), participant.CodeInDoubt},
 		{"uncertain oplog append", faultstore.When(faultstore.Uncertain, faultstore.Kind(faultstore.OpAppend), faultstore.Prefix("oplog/")), participant.CodeInDoubt},
 		{"fail oplog flush", faultstore.When(faultstore.Fail, faultstore.Kind(faultstore.OpFlush), faultstore.Prefix("oplog/")), participant.CodeInDoubt},
-		{"fail token index", faultstore.When(faultstore.Fail, faultstore.Kind(faultstore.OpCAS), faultstore.Prefix("token/")), participant.CodeUnavailable},
+		{"fail token index", faultstore.When(faultstore.Fail, faultstore.Kind(faultstore.OpCAS), faultstore.Prefix(tokenindex.Prefix)), participant.CodeUnavailable},
 	}
 	f := faults[r.rng.IntN(len(faults))]
 	if q.kind == "ack" && f.code == participant.CodeUnavailable {

@@ -10,6 +10,7 @@ import (
 	"github.com/participantd/participantd/faultstore"
 	"github.com/participantd/participantd/participant"
 	"github.com/participantd/participantd/store"
+	"github.com/participantd/participantd/tokenindex"
 )
 
 // V7Token returns a UUIDv7 token drawn at t (RFC 9562: t's unix ms, version
@@ -121,7 +122,7 @@ func WindowWorkload(s store.DurableStore, log *[]Answered) error {
 // oplog trimmed.
 func CheckForgotten(t faultstore.TB, st store.DurableStore) {
 	t.Helper()
-	if v, err := st.ReadValue("token/1/window"); err != nil || v == 0 {
+	if v, err := st.ReadValue(tokenindex.FloorKey(1)); err != nil || v == 0 {
 		t.Fatalf("after the completed window workload, conversation 1 has no token floor (%d, %v)", v, err)
 	}
 	if firstOplogRow(t, st) == 0 {
