@@ -10,6 +10,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/participantd/participantd/store"
+	"github.com/participantd/participantd/store/boltfmt"
 	"github.com/participantd/participantd/store/wal"
 )
 
@@ -286,19 +287,19 @@ func (s *Store) checkpoint() error {
 	// own, all of which this transaction or an earlier one applies.
 	err := s.update(func(tx *bolt.Tx) error {
 		for _, t := range streams {
-			if err := store.PutEntries(tx, t.name, t.first, t.payloads); err != nil {
+			if err := boltfmt.PutEntries(tx, t.name, t.first, t.payloads); err != nil {
 				return err
 			}
 		}
 		for _, k := range slices.Sorted(maps.Keys(values)) {
-			if err := store.PutValue(tx, k, values[k].v); err != nil {
+			if err := boltfmt.PutValue(tx, k, values[k].v); err != nil {
 				return err
 			}
 		}
 		if err := applyTrims(tx, trims); err != nil {
 			return err
 		}
-		if err := store.PutBytesTx(tx, sortedBytes(byteValues)); err != nil {
+		if err := boltfmt.PutBytesTx(tx, sortedBytes(byteValues)); err != nil {
 			return err
 		}
 		return putCheckpointLSN(tx, lsn)

@@ -18,6 +18,7 @@ import (
 	berrors "go.etcd.io/bbolt/errors"
 
 	"github.com/participantd/participantd/store"
+	"github.com/participantd/participantd/store/boltfmt"
 	"github.com/participantd/participantd/store/vfs"
 	"github.com/participantd/participantd/store/wal"
 )
@@ -275,8 +276,8 @@ type ReplayStats struct {
 // offset. A data file locked by another process fails after
 // opts.LockTimeout with store.ErrLocked.
 //
-// The bbolt file gets store.Open's checks before bbolt maps it
-// (store.CheckFile): a damaged file fails with store's error naming it
+// The bbolt file gets boltstore.Open's checks before bbolt maps it
+// (boltfmt.CheckFile): a damaged file fails with store's error naming it
 // and wrapping store.ErrCorrupt, as does a panic or memory fault of bbolt
 // on any later read or checkpoint of it (that one sticky); a missing or
 // 0-byte file is store.ErrNoData when opts.MustExist is set.
@@ -294,7 +295,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("logfirst: %w", err)
 	}
 	path := filepath.Join(dir, DBFile)
-	if err := store.CheckFile(path, opts.MustExist); err != nil {
+	if err := boltfmt.CheckFile(path, opts.MustExist); err != nil {
 		return nil, err
 	}
 	fi, err := os.Stat(path)
@@ -340,7 +341,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		db.Close()
 		return nil, err
 	}
-	if err := s.update(store.InitLayout); err != nil {
+	if err := s.update(boltfmt.InitLayout); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("logfirst: open %s: %w", path, err)
 	}
@@ -388,7 +389,7 @@ func Open(dir string, opts Options) (*Store, error) {
 func OpenReadOnly(dir string, opts Options) (*Store, error) {
 	opts = opts.withDefaults()
 	path := filepath.Join(dir, DBFile)
-	if err := store.CheckFileWhole(path, true); err != nil {
+	if err := boltfmt.CheckFileWhole(path, true); err != nil {
 		return nil, err
 	}
 	db, err := openBolt(path, opts, true)
@@ -424,7 +425,7 @@ func OpenReadOnly(dir string, opts Options) (*Store, error) {
 
 func openBolt(path string, opts Options, readOnly bool) (*bolt.DB, error) {
 	var db *bolt.DB
-	err := store.Contain(path, func() error {
+	err := boltfmt.Contain(path, func() error {
 		var err error
 		db, err = bolt.Open(path, 0o600, &bolt.Options{
 			Timeout:      opts.LockTimeout,
@@ -433,7 +434,7 @@ func openBolt(path string, opts Options, readOnly bool) (*bolt.DB, error) {
 			// Only the checkpointer writes this file, off the hot path, so
 			// it pays the freelist's page per commit: a start then reads
 			// the freelist instead of walking every page (see
-			// store.CheckFile). A file written without one is walked once,
+			// boltfmt.CheckFile). A file written without one is walked once,
 			// by the first open, which writes it.
 			NoFreelistSync: false,
 		})
@@ -475,7 +476,7 @@ func newStore(dir string, db *bolt.DB, opts Options) *Store {
 }
 
 func checkpointLSN(tx *bolt.Tx) (wal.LSN, error) {
-	raw := store.ReadMeta(tx, metaCheckpointLSN)
+	raw := boltfmt.ReadMeta(tx, metaCheckpointLSN)
 	switch len(raw) {
 	case 0:
 		return 0, nil
@@ -504,7 +505,7 @@ func putCheckpointLSN(tx *bolt.Tx, lsn wal.LSN) error {
 	}
 	raw := make([]byte, 8)
 	binary.BigEndian.PutUint64(raw, uint64(lsn))
-	return store.PutMeta(tx, metaCheckpointLSN, raw)
+	return boltfmt.PutMeta(tx, metaCheckpointLSN, raw)
 }
 
 // Dir returns the data directory.
@@ -547,7 +548,7 @@ func (s *Store) usableLocked() error {
 }
 
 // view runs fn in a bbolt read transaction with bbolt's panics and
-// faults on a damaged page contained (store.Contain): they come back as
+// faults on a damaged page contained (boltfmt.Contain): they come back as
 // errors wrapping store.ErrCorrupt. On a fresh store it does not run fn.
 func (s *Store) view(fn func(*bolt.Tx) error) error {
 	if s.fresh {
@@ -555,7 +556,7 @@ func (s *Store) view(fn func(*bolt.Tx) error) error {
 		// value, checkpoint LSN 0.
 		return nil
 	}
-	return store.Contain(s.db.Path(), func() error { return s.db.View(fn) })
+	return boltfmt.Contain(s.db.Path(), func() error { return s.db.View(fn) })
 }
 
 // update is view for a write transaction, whose commit goes through the
@@ -563,7 +564,7 @@ func (s *Store) view(fn func(*bolt.Tx) error) error {
 // power there.
 func (s *Store) update(fn func(*bolt.Tx) error) error {
 	return vfs.Commit(s.opts.fs(), s.db.Path(), func() error {
-		return store.Contain(s.db.Path(), func() error { return s.db.Update(freelistPolicy(fn)) })
+		return boltfmt.Contain(s.db.Path(), func() error { return s.db.Update(freelistPolicy(fn)) })
 	})
 }
 
@@ -616,10 +617,10 @@ func (s *Store) lockStream(name string) (*stream, error) {
 		var n, first uint64
 		err := s.view(func(tx *bolt.Tx) error {
 			var err error
-			if n, err = store.StreamLen(tx, name); err != nil {
+			if n, err = boltfmt.StreamLen(tx, name); err != nil {
 				return err
 			}
-			first, err = store.StreamFirst(tx, name)
+			first, err = boltfmt.StreamFirst(tx, name)
 			return err
 		})
 		if err != nil {
@@ -726,7 +727,7 @@ func (s *Store) read(name string, offset uint64, limit int, maxBytes int) ([]sto
 		full := false
 		err := s.view(func(tx *bolt.Tx) error {
 			var err error
-			out, total, full, err = store.ReadPageTx(tx, name, offset, stop, maxBytes, 0, out)
+			out, total, full, err = boltfmt.ReadPageTx(tx, name, offset, stop, maxBytes, 0, out)
 			return err
 		})
 		if err != nil {
@@ -859,7 +860,7 @@ func (s *Store) loadValue(key string) (uint64, error) {
 	var v uint64
 	err := s.view(func(tx *bolt.Tx) error {
 		var err error
-		v, err = store.ReadValueTx(tx, key)
+		v, err = boltfmt.ReadValueTx(tx, key)
 		return err
 	})
 	if err != nil {
@@ -887,7 +888,7 @@ func (s *Store) Scan(prefix string) ([]store.Value, error) {
 	var out []store.Value
 	err := s.view(func(tx *bolt.Tx) error {
 		var err error
-		out, err = store.ScanValues(tx, prefix, func(k string) bool {
+		out, err = boltfmt.ScanValues(tx, prefix, func(k string) bool {
 			_, ok := overlay[k]
 			return ok
 		})
@@ -909,7 +910,7 @@ func (s *Store) Scan(prefix string) ([]store.Value, error) {
 }
 
 // InUse returns the bytes the store holds: the bbolt file's pages in use
-// (store.PagesInUse: its free pages do not count) plus the bytes logged
+// (boltfmt.PagesInUse: its free pages do not count) plus the bytes logged
 // and not yet checkpointed, which a checkpoint moves there. While a
 // checkpoint commits, the bytes it moves count twice for a moment. It
 // fails with the sticky error, or store.ErrClosed after Close.
@@ -921,7 +922,7 @@ func (s *Store) InUse() (int64, error) {
 		return 0, err
 	}
 	var n int64
-	if err := s.view(func(tx *bolt.Tx) error { n = store.PagesInUse(tx); return nil }); err != nil {
+	if err := s.view(func(tx *bolt.Tx) error { n = boltfmt.PagesInUse(tx); return nil }); err != nil {
 		return 0, s.readErr(err)
 	}
 	return n + logged, nil

@@ -1,22 +1,23 @@
-package store
+package boltstore
 
 import (
-	"encoding/binary"
 	"fmt"
 	"maps"
 	"slices"
 	"strings"
 
+	"github.com/participantd/participantd/store"
+	"github.com/participantd/participantd/store/boltfmt"
 	bolt "go.etcd.io/bbolt"
 )
 
-// Flush implements DurableStore with group commit. A Flush with writes
+// Flush implements store.DurableStore with group commit. A Flush with writes
 // staged waits for the next commit, which carries the writes of every Flush
 // that arrived before it began; a Flush with nothing staged waits only for a
 // commit in progress (it may carry writes that returned before this call),
 // and returns nil at once when there is none. After a failed commit Flush
-// returns the sticky error (wrapping ErrFailed); after Close, ErrClosed.
-func (b *Bolt) Flush() error {
+// returns the sticky error (wrapping store.ErrFailed); after Close, store.ErrClosed.
+func (b *Store) Flush() error {
 	b.mu.Lock()
 	if err := b.usableLocked(); err != nil {
 		b.mu.Unlock()
@@ -55,7 +56,7 @@ func (b *Bolt) Flush() error {
 }
 
 // run is the committer goroutine: it commits one batch per wake until Close.
-func (b *Bolt) run() {
+func (b *Store) run() {
 	defer close(b.done)
 	for {
 		select {
@@ -67,25 +68,17 @@ func (b *Bolt) run() {
 			b.next = nil
 			b.mu.Unlock()
 			if bt != nil {
-				bt.finish(ErrClosed)
+				bt.finish(store.ErrClosed)
 			}
 			return
 		}
 	}
 }
 
-// streamWrite is the part of one stream a commit writes.
-type streamWrite struct {
-	name     string
-	st       *boltStream
-	first    uint64   // seq of payloads[0]
-	payloads [][]byte // never modified
-}
-
 // commit writes every staged write in one bbolt transaction and finishes
 // b.next with the result. Only the committer goroutine calls it, so at most
 // one commit is in progress.
-func (b *Bolt) commit() {
+func (b *Store) commit() {
 	b.mu.Lock()
 	bt := b.next
 	if bt == nil {
@@ -125,7 +118,7 @@ func (b *Bolt) commit() {
 	// the meta page: from then on the batch survives a crash.
 	// A damaged page bbolt trips on while it writes fails the commit
 	// (contain), which makes the store sticky-failed like any other.
-	err := contain(b.path, func() error {
+	err := boltfmt.Contain(b.path, func() error {
 		return b.db.Update(func(tx *bolt.Tx) error {
 			if h.commitErr != nil {
 				if err := h.commitErr(); err != nil {
@@ -139,7 +132,7 @@ func (b *Bolt) commit() {
 	b.mu.Lock()
 	b.inflight = nil
 	if err != nil {
-		b.err = fmt.Errorf("%w: commit to %s: %w", ErrFailed, b.path, err)
+		b.err = fmt.Errorf("%w: commit to %s: %w", store.ErrFailed, b.path, err)
 		err = b.err
 	} else {
 		for _, w := range streams {
@@ -167,39 +160,26 @@ func (b *Bolt) commit() {
 	bt.finish(err)
 }
 
+// streamWrite is the part of one stream a commit writes.
+type streamWrite struct {
+	name     string
+	st       *boltStream
+	first    uint64   // seq of payloads[0]
+	payloads [][]byte // never modified
+}
+
 // writeBatch writes streams and values in tx.
 func writeBatch(tx *bolt.Tx, streams []streamWrite, values map[string]uint64) error {
-	sb := streamsBucket(tx)
 	for _, w := range streams {
 		// A stream's length in the file must be where the commit starts;
 		// anything else means the in-memory state is broken.
-		have, err := streamLen(sb.Cursor(), w.name)
-		if err != nil {
+		if err := boltfmt.PutEntries(tx, w.name, w.first, w.payloads); err != nil {
 			return err
 		}
-		if have != w.first {
-			return fmt.Errorf("stream %q: file has %d entries, commit starts at %d", w.name, have, w.first)
-		}
-		for i, p := range w.payloads {
-			seq := w.first + uint64(i)
-			if err := sb.Put(entryKey(w.name, seq), p); err != nil {
-				return fmt.Errorf("stream %q seq %d: %w", w.name, seq, err)
-			}
-		}
 	}
-	vb := valuesBucket(tx)
 	for _, k := range slices.Sorted(maps.Keys(values)) {
-		v := values[k]
-		var err error
-		if v == 0 {
-			err = vb.Delete([]byte(k))
-		} else {
-			raw := make([]byte, 8)
-			binary.BigEndian.PutUint64(raw, v)
-			err = vb.Put([]byte(k), raw)
-		}
-		if err != nil {
-			return fmt.Errorf("value %q: %w", k, err)
+		if err := boltfmt.PutValue(tx, k, values[k]); err != nil {
+			return err
 		}
 	}
 	return nil

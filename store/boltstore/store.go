@@ -1,8 +1,6 @@
-package store
+package boltstore
 
 import (
-	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -12,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/participantd/participantd/store"
+	"github.com/participantd/participantd/store/boltfmt"
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
 )
@@ -19,61 +19,6 @@ import (
 // DefaultLockTimeout is how long Open waits for the data file's lock when
 // Options.LockTimeout is zero.
 const DefaultLockTimeout = time.Second
-
-// layoutVersion is the on-disk layout this package writes and reads; see
-// doc.go.
-const layoutVersion = 1
-
-var (
-	bucketMeta    = []byte("meta")
-	bucketStreams = []byte("streams")
-	bucketValues  = []byte("values")
-	keyVersion    = []byte("version")
-)
-
-// appendFillPercent is how full bbolt packs a page of a bucket whose keys
-// are written in ascending order at a few points (the streams bucket:
-// each stream appends after its last key; the bytes bucket: receipts by
-// row index, checkpoints replaced in place). bbolt's default, 0.5, splits
-// an overflowing page in the middle, and since appends never land in the
-// left half again, every page such a bucket leaves behind is half empty:
-// twice the file for the same data. At 1.0 a split leaves the left page
-// full and the appends go on in the right one. Bucket.FillPercent is not
-// stored in the file, so every transaction that writes these buckets sets
-// it (streamsBucket, putBytes). The values bucket is valuesBucket's.
-const appendFillPercent = 1.0
-
-// valuesFillPercent is the values bucket's: its keys are the token index,
-// token/<conversation>/<scope>/<hex token>, and the token decides where
-// an insert lands. A UUIDv7 token (what the client library draws) starts
-// with its time, so each scope's inserts come in ascending order at the
-// end of its range, as appends do; a random token (what other clients
-// may send) lands anywhere, and a random insert into a page packed full
-// splits it into a full page and a near-empty one again and again.
-// Measured on 300,000 keys over 64 scopes, bytes of leaf pages per key
-// (UUIDv7, random): 0.5: 143, 101; 0.8: 89, 135; 1.0: 75, 393. 0.8 takes
-// most of the gain for UUIDv7 tokens at a bounded cost for random ones.
-const valuesFillPercent = 0.8
-
-// valuesBucket returns tx's values bucket, set to valuesFillPercent when
-// tx writes.
-func valuesBucket(tx *bolt.Tx) *bolt.Bucket {
-	vb := tx.Bucket(bucketValues)
-	if vb != nil && tx.Writable() {
-		vb.FillPercent = valuesFillPercent
-	}
-	return vb
-}
-
-// streamsBucket returns tx's streams bucket, set to pack its pages full
-// (appendFillPercent).
-func streamsBucket(tx *bolt.Tx) *bolt.Bucket {
-	sb := tx.Bucket(bucketStreams)
-	if sb != nil && tx.Writable() {
-		sb.FillPercent = appendFillPercent
-	}
-	return sb
-}
 
 // Options configures Open. The zero value means the defaults.
 type Options struct {
@@ -84,11 +29,11 @@ type Options struct {
 	// ReadOnly opens an existing file for reading only: the file is never
 	// written, created or initialized, a shared lock lets other read-only
 	// opens proceed while a writer is refused, and Append, CAS and a Flush
-	// with writes would return ErrReadOnly. A missing or 0-byte file fails
-	// with ErrNoData.
+	// with writes would return store.ErrReadOnly. A missing or 0-byte file fails
+	// with store.ErrNoData.
 	ReadOnly bool
 	// MustExist refuses to create the file: a missing or 0-byte file fails
-	// with ErrNoData instead of becoming a new, empty store. The caller sets
+	// with store.ErrNoData instead of becoming a new, empty store. The caller sets
 	// it when something says the store existed before (see
 	// cmd/participantd), so that a lost file is not silently replaced.
 	MustExist bool
@@ -97,18 +42,18 @@ type Options struct {
 	// file (linear in its size: seconds at gigabytes). The log-first store
 	// always writes its file this way, off its hot path; false (the
 	// default) keeps bbolt's NoFreelistSync, which saves a page write per
-	// commit of Bolt's own group commits. Either kind of file opens either
+	// commit of Store's own group commits. Either kind of file opens either
 	// way: bbolt reads a persisted freelist when it finds one and rebuilds
 	// it otherwise.
 	PersistFreelist bool
 }
 
-// Bolt is the embedded DurableStore: one bbolt file. Appends and CAS writes
+// Store is the embedded store.DurableStore: one bbolt file. Appends and CAS writes
 // are staged in memory and visible at once; Flush makes them durable with
 // group commit, so that concurrent flushes share one bbolt transaction.
 //
-// A Bolt owns one committer goroutine, started by Open and stopped by Close.
-type Bolt struct {
+// A Store owns one committer goroutine, started by Open and stopped by Close.
+type Store struct {
 	path     string
 	db       *bolt.DB
 	hooks    hooks
@@ -131,7 +76,7 @@ type Bolt struct {
 	// mu guards every field below. It is never held across a bbolt call or a
 	// channel operation.
 	mu sync.Mutex
-	// err is the sticky error of a failed commit; it wraps ErrFailed.
+	// err is the sticky error of a failed commit; it wraps store.ErrFailed.
 	err    error
 	closed bool
 	// streams holds, for each stream used since Open, its committed length
@@ -158,7 +103,7 @@ type Bolt struct {
 }
 
 // boltStream is the in-memory state of one stream. Its fields are guarded by
-// Bolt.mu.
+// Store.mu.
 type boltStream struct {
 	// committed is the number of entries in the bbolt file.
 	committed uint64
@@ -199,14 +144,14 @@ type hooks struct {
 	syncDir func(dir string) error
 }
 
-var _ DurableStore = (*Bolt)(nil)
+var _ store.DurableStore = (*Store)(nil)
 
 // Path returns the data file's path.
-func (b *Bolt) Path() string { return b.path }
+func (b *Store) Path() string { return b.path }
 
-// Stats returns the store's counters. It never fails, even after Close.
-func (b *Bolt) Stats() Stats {
-	return Stats{
+// store.Stats returns the store's counters. It never fails, even after Close.
+func (b *Store) Stats() store.Stats {
+	return store.Stats{
 		Flushes:    b.flushes.Load(),
 		Commits:    b.commits.Load(),
 		Appends:    b.appends.Load(),
@@ -215,49 +160,49 @@ func (b *Bolt) Stats() Stats {
 	}
 }
 
-// usableLocked returns the sticky error, or ErrClosed after Close. b.mu must
+// usableLocked returns the sticky error, or store.ErrClosed after Close. b.mu must
 // be held.
-func (b *Bolt) usableLocked() error {
+func (b *Store) usableLocked() error {
 	if b.err != nil {
 		return b.err
 	}
 	if b.closed {
-		return ErrClosed
+		return store.ErrClosed
 	}
 	return nil
 }
 
 // usable is usableLocked for a caller that does not hold b.mu.
-func (b *Bolt) usable() error {
+func (b *Store) usable() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.usableLocked()
 }
 
 // readErr translates an error of a read transaction.
-func (b *Bolt) readErr(err error) error {
+func (b *Store) readErr(err error) error {
 	if errors.Is(err, berrors.ErrDatabaseNotOpen) {
-		return ErrClosed
+		return store.ErrClosed
 	}
-	if errors.Is(err, ErrCorrupt) {
+	if errors.Is(err, store.ErrCorrupt) {
 		return fmt.Errorf("store: read: %w", err)
 	}
 	return fmt.Errorf("store: read %s: %w", b.path, err)
 }
 
-// checkWrite refuses a write that no Bolt accepts, and every write to a
+// checkWrite refuses a write that no Store accepts, and every write to a
 // read-only one.
-func (b *Bolt) checkWrite(name string, payloadLen int) error {
+func (b *Store) checkWrite(name string, payloadLen int) error {
 	if b.readOnly {
-		return fmt.Errorf("store: write to %s: %w", b.path, ErrReadOnly)
+		return fmt.Errorf("store: write to %s: %w", b.path, store.ErrReadOnly)
 	}
-	return checkWrite(name, payloadLen)
+	return store.CheckWrite(name, payloadLen)
 }
 
 // lockStream locks b.mu and returns the state of stream, first loading its
 // committed length from bbolt if the stream was not used since Open. On
 // error b.mu is not held.
-func (b *Bolt) lockStream(stream string) (*boltStream, error) {
+func (b *Store) lockStream(stream string) (*boltStream, error) {
 	b.mu.Lock()
 	for {
 		if err := b.usableLocked(); err != nil {
@@ -284,59 +229,12 @@ func (b *Bolt) lockStream(stream string) (*boltStream, error) {
 	}
 }
 
-// entryKey returns the key of entry seq of stream in the streams bucket:
-// a 2-byte big-endian name length, the name, and the 8-byte big-endian seq.
-// The length prefix keeps one stream's keys from being a prefix range of
-// another's, and big-endian seqs sort in seq order.
-func entryKey(stream string, seq uint64) []byte {
-	k := make([]byte, 2+len(stream)+8)
-	binary.BigEndian.PutUint16(k, uint16(len(stream)))
-	copy(k[2:], stream)
-	binary.BigEndian.PutUint64(k[2+len(stream):], seq)
-	return k
-}
-
-// decodeEntryKey splits a key of the streams bucket into its stream name
-// and seq; a key without entryKey's layout is an error.
-func decodeEntryKey(k []byte) (stream string, seq uint64, err error) {
-	if len(k) < 2+1+8 {
-		return "", 0, fmt.Errorf("stream key %x: %d bytes, too short", k, len(k))
-	}
-	n := int(binary.BigEndian.Uint16(k))
-	if n == 0 || n > MaxNameLen || len(k) != 2+n+8 {
-		return "", 0, fmt.Errorf("stream key %x: name length %d in a %d-byte key", k, n, len(k))
-	}
-	return string(k[2 : 2+n]), binary.BigEndian.Uint64(k[2+n:]), nil
-}
-
-// streamLen returns the number of entries of stream in the streams bucket,
-// from its last key.
-func streamLen(c *bolt.Cursor, stream string) (uint64, error) {
-	// The key just past every key of stream: its prefix and seq 2^64-1,
-	// which no entry reaches.
-	after := entryKey(stream, math.MaxUint64)
-	k, _ := c.Seek(after)
-	if k == nil {
-		k, _ = c.Last()
-	} else {
-		k, _ = c.Prev()
-	}
-	prefix := after[:len(after)-8]
-	if k == nil || !bytes.HasPrefix(k, prefix) {
-		return 0, nil
-	}
-	if len(k) != len(after) {
-		return 0, fmt.Errorf("stream %q: malformed key %x", stream, k)
-	}
-	return binary.BigEndian.Uint64(k[len(prefix):]) + 1, nil
-}
-
 // loadLen returns the committed length of stream.
-func (b *Bolt) loadLen(stream string) (uint64, error) {
+func (b *Store) loadLen(stream string) (uint64, error) {
 	var n uint64
 	err := b.view(func(tx *bolt.Tx) error {
 		var err error
-		n, err = streamLen(tx.Bucket(bucketStreams).Cursor(), stream)
+		n, err = boltfmt.StreamLen(tx, stream)
 		return err
 	})
 	if err != nil {
@@ -345,9 +243,9 @@ func (b *Bolt) loadLen(stream string) (uint64, error) {
 	return n, nil
 }
 
-// Append implements DurableStore. Besides the errors of DurableStore it
-// returns the sticky error (wrapping ErrFailed) after a failed commit.
-func (b *Bolt) Append(stream string, payload []byte, expectedSeq uint64) (uint64, error) {
+// Append implements store.DurableStore. Besides the errors of store.DurableStore it
+// returns the sticky error (wrapping store.ErrFailed) after a failed commit.
+func (b *Store) Append(stream string, payload []byte, expectedSeq uint64) (uint64, error) {
 	if err := b.checkWrite(stream, len(payload)); err != nil {
 		return 0, err
 	}
@@ -359,7 +257,7 @@ func (b *Bolt) Append(stream string, payload []byte, expectedSeq uint64) (uint64
 	defer b.mu.Unlock()
 	actual := st.lenLocked()
 	if actual != expectedSeq {
-		return 0, &SequenceConflictError{Stream: stream, Expected: expectedSeq, Actual: actual}
+		return 0, &store.SequenceConflictError{Stream: stream, Expected: expectedSeq, Actual: actual}
 	}
 	st.pending = append(st.pending, p)
 	b.dirty[stream] = st
@@ -367,9 +265,9 @@ func (b *Bolt) Append(stream string, payload []byte, expectedSeq uint64) (uint64
 	return actual, nil
 }
 
-// Len implements DurableStore. It reads the file only the first time a
+// Len implements store.DurableStore. It reads the file only the first time a
 // stream is used after Open.
-func (b *Bolt) Len(stream string) (uint64, error) {
+func (b *Store) Len(stream string) (uint64, error) {
 	st, err := b.lockStream(stream)
 	if err != nil {
 		return 0, err
@@ -378,17 +276,17 @@ func (b *Bolt) Len(stream string) (uint64, error) {
 	return st.lenLocked(), nil
 }
 
-// ReadFrom implements DurableStore. Committed entries are read in one bbolt
+// ReadFrom implements store.DurableStore. Committed entries are read in one bbolt
 // read transaction with a cursor; staged ones are copied from memory.
-func (b *Bolt) ReadFrom(stream string, offset uint64, limit int) ([]Entry, error) {
+func (b *Store) ReadFrom(stream string, offset uint64, limit int) ([]store.Entry, error) {
 	return b.read(stream, offset, limit, 0)
 }
 
-// read is ReadFrom when maxBytes <= 0 and ReadPage otherwise: the walk
+// read is ReadFrom when maxBytes <= 0 and store.ReadPage otherwise: the walk
 // stops before the first entry that would bring the page past maxBytes
 // once it holds one, so a page never copies more than maxBytes plus its
 // first entry.
-func (b *Bolt) read(stream string, offset uint64, limit int, maxBytes int) ([]Entry, error) {
+func (b *Store) read(stream string, offset uint64, limit int, maxBytes int) ([]store.Entry, error) {
 	end := uint64(math.MaxUint64)
 	if limit > 0 && uint64(limit) <= math.MaxUint64-offset {
 		end = offset + uint64(limit)
@@ -421,9 +319,9 @@ func (b *Bolt) read(stream string, offset uint64, limit int, maxBytes int) ([]En
 	}
 	b.mu.Unlock()
 
-	var out []Entry
+	var out []store.Entry
 	if maxBytes <= 0 && end != math.MaxUint64 {
-		out = make([]Entry, 0, end-offset)
+		out = make([]store.Entry, 0, end-offset)
 	}
 	total := 0
 	// full reports that the next entry, of n bytes, does not fit; once it
@@ -435,25 +333,24 @@ func (b *Bolt) read(stream string, offset uint64, limit int, maxBytes int) ([]En
 	}
 	if stop := min(end, committed); offset < stop {
 		err := b.view(func(tx *bolt.Tx) error {
-			first := entryKey(stream, offset)
-			prefix := first[:len(first)-8]
-			c := tx.Bucket(bucketStreams).Cursor()
-			for k, v := c.Seek(first); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
-				if len(k) != len(first) {
-					return fmt.Errorf("stream %q: malformed key %x", stream, k)
-				}
-				seq := binary.BigEndian.Uint64(k[len(prefix):])
+			var compacted error
+			err := boltfmt.Entries(tx, stream, offset, func(seq uint64, v []byte) bool {
 				if len(out) == 0 && seq > offset {
-					// Only a Trim (bbolt_compact.go) leaves a gap.
-					return &CompactedError{Stream: stream, Offset: offset, First: seq}
+					// Only a Trim (compact.go) leaves a gap.
+					compacted = &store.CompactedError{Stream: stream, Offset: offset, First: seq}
+					return false
 				}
 				if seq >= stop || full(len(v)) {
-					break
+					return false
 				}
 				total += len(v)
-				out = append(out, Entry{Seq: seq, Payload: append([]byte(nil), v...)})
+				out = append(out, store.Entry{Seq: seq, Payload: append([]byte(nil), v...)})
+				return true
+			})
+			if err != nil {
+				return err
 			}
-			return nil
+			return compacted
 		})
 		if err != nil {
 			return nil, b.readOrCompactedErr(err)
@@ -467,7 +364,7 @@ func (b *Bolt) read(stream string, offset uint64, limit int, maxBytes int) ([]En
 			break
 		}
 		total += len(p)
-		out = append(out, Entry{Seq: tailStart + uint64(i), Payload: append([]byte(nil), p...)})
+		out = append(out, store.Entry{Seq: tailStart + uint64(i), Payload: append([]byte(nil), p...)})
 	}
 	if len(out) == 0 {
 		return nil, nil
@@ -475,9 +372,9 @@ func (b *Bolt) read(stream string, offset uint64, limit int, maxBytes int) ([]En
 	return out, nil
 }
 
-// CAS implements DurableStore. Besides the errors of DurableStore it returns
-// the sticky error (wrapping ErrFailed) after a failed commit.
-func (b *Bolt) CAS(key string, old, new uint64) error {
+// CAS implements store.DurableStore. Besides the errors of store.DurableStore it returns
+// the sticky error (wrapping store.ErrFailed) after a failed commit.
+func (b *Store) CAS(key string, old, new uint64) error {
 	if err := b.checkWrite(key, 0); err != nil {
 		return err
 	}
@@ -516,7 +413,7 @@ func (b *Bolt) CAS(key string, old, new uint64) error {
 	defer b.mu.Unlock()
 	if actual := b.values[key]; actual != old {
 		b.forgetUnwrittenLocked(key)
-		return &CASConflictError{Key: key, Expected: old, Actual: actual}
+		return &store.CASConflictError{Key: key, Expected: old, Actual: actual}
 	}
 	b.values[key] = new
 	b.staged[key] = new
@@ -526,7 +423,7 @@ func (b *Bolt) CAS(key string, old, new uint64) error {
 
 // forgetUnwrittenLocked drops key from the value cache unless a write of
 // it is staged or being committed. b.mu must be held.
-func (b *Bolt) forgetUnwrittenLocked(key string) {
+func (b *Store) forgetUnwrittenLocked(key string) {
 	_, staged := b.staged[key]
 	_, committing := b.committing[key]
 	if !staged && !committing {
@@ -534,8 +431,8 @@ func (b *Bolt) forgetUnwrittenLocked(key string) {
 	}
 }
 
-// ReadValue implements DurableStore.
-func (b *Bolt) ReadValue(key string) (uint64, error) {
+// ReadValue implements store.DurableStore.
+func (b *Store) ReadValue(key string) (uint64, error) {
 	b.mu.Lock()
 	if err := b.usableLocked(); err != nil {
 		b.mu.Unlock()
@@ -571,12 +468,12 @@ func (b *Bolt) ReadValue(key string) (uint64, error) {
 // between two commits.
 const maxCachedValues = 1 << 16
 
-func (b *Bolt) loadValue(key string) (uint64, error) {
+func (b *Store) loadValue(key string) (uint64, error) {
 	b.valueLoads.Add(1)
 	var v uint64
 	err := b.view(func(tx *bolt.Tx) error {
 		var err error
-		v, err = decodeValue(key, tx.Bucket(bucketValues).Get([]byte(key)))
+		v, err = boltfmt.ReadValueTx(tx, key)
 		return err
 	})
 	if err != nil {
@@ -585,19 +482,9 @@ func (b *Bolt) loadValue(key string) (uint64, error) {
 	return v, nil
 }
 
-func decodeValue(key string, raw []byte) (uint64, error) {
-	if raw == nil {
-		return 0, nil
-	}
-	if len(raw) != 8 {
-		return 0, fmt.Errorf("value %q: malformed %x", key, raw)
-	}
-	return binary.BigEndian.Uint64(raw), nil
-}
-
-// Scan implements DurableStore. Values written since the last commit
+// Scan implements store.DurableStore. Values written since the last commit
 // overlay the committed ones read in one bbolt read transaction.
-func (b *Bolt) Scan(prefix string) ([]Value, error) {
+func (b *Store) Scan(prefix string) ([]store.Value, error) {
 	b.mu.Lock()
 	if err := b.usableLocked(); err != nil {
 		b.mu.Unlock()
@@ -613,21 +500,14 @@ func (b *Bolt) Scan(prefix string) ([]Value, error) {
 	}
 	b.mu.Unlock()
 
-	var out []Value
+	var out []store.Value
 	err := b.view(func(tx *bolt.Tx) error {
-		c := tx.Bucket(bucketValues).Cursor()
-		p := []byte(prefix)
-		for k, raw := c.Seek(p); k != nil && bytes.HasPrefix(k, p); k, raw = c.Next() {
-			if _, ok := overlay[string(k)]; ok {
-				continue
-			}
-			v, err := decodeValue(string(k), raw)
-			if err != nil {
-				return err
-			}
-			out = append(out, Value{Key: string(k), Value: v})
-		}
-		return nil
+		var err error
+		out, err = boltfmt.ScanValues(tx, prefix, func(key string) bool {
+			_, ok := overlay[key]
+			return ok
+		})
+		return err
 	})
 	if err != nil {
 		return nil, b.readErr(err)
@@ -637,22 +517,22 @@ func (b *Bolt) Scan(prefix string) ([]Value, error) {
 	}
 	for k, v := range overlay {
 		if v != 0 {
-			out = append(out, Value{Key: k, Value: v})
+			out = append(out, store.Value{Key: k, Value: v})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
 	return out, nil
 }
 
-// Close implements DurableStore: it stops the committer, waiting for a
+// Close implements store.DurableStore: it stops the committer, waiting for a
 // commit in progress, fails the flushes waiting for a later one with
-// ErrClosed, discards staged writes and closes the file. After a failed
+// store.ErrClosed, discards staged writes and closes the file. After a failed
 // commit it still releases the file and returns the sticky error.
-func (b *Bolt) Close() error {
+func (b *Store) Close() error {
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
-		return ErrClosed
+		return store.ErrClosed
 	}
 	b.closed = true
 	sticky := b.err
