@@ -8,6 +8,7 @@ import (
 
 	"github.com/participantd/participantd/store"
 	"github.com/participantd/participantd/store/boltfmt"
+	"github.com/participantd/participantd/store/internal/stage"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -24,18 +25,7 @@ func (b *Store) Flush() error {
 		return err
 	}
 	b.flushes.Add(1)
-	var bt *batch
-	wake := false
-	switch {
-	case len(b.dirty) > 0 || len(b.staged) > 0:
-		if b.next == nil {
-			b.next = &batch{done: make(chan struct{})}
-			wake = true
-		}
-		bt = b.next
-	case b.inflight != nil:
-		bt = b.inflight
-	}
+	bt, wake := b.group.JoinLocked(len(b.dirty) > 0 || len(b.staged) > 0)
 	waiting := b.hooks.flushWaiting
 	b.mu.Unlock()
 
@@ -43,52 +33,34 @@ func (b *Store) Flush() error {
 		return nil
 	}
 	if wake {
-		select {
-		case b.kick <- struct{}{}:
-		default: // a wake is already pending; it will find b.next
-		}
+		b.group.Kick()
 	}
 	if waiting != nil {
 		waiting()
 	}
-	<-bt.done
-	return bt.err
+	return bt.Wait()
 }
 
 // run is the committer goroutine: it commits one batch per wake until Close.
 func (b *Store) run() {
 	defer close(b.done)
-	for {
-		select {
-		case <-b.kick:
-			b.commit()
-		case <-b.quit:
-			b.mu.Lock()
-			bt := b.next
-			b.next = nil
-			b.mu.Unlock()
-			if bt != nil {
-				bt.finish(store.ErrClosed)
-			}
-			return
-		}
-	}
+	b.group.Run(&b.mu, b.quit, b.commit)
 }
 
 // commit writes every staged write in one bbolt transaction and finishes
-// b.next with the result. Only the committer goroutine calls it, so at most
+// the next batch with the result. Only the committer goroutine calls it, so at most
 // one commit is in progress.
 func (b *Store) commit() {
 	b.mu.Lock()
-	bt := b.next
+	bt := b.group.TakeLocked()
 	if bt == nil {
 		b.mu.Unlock()
 		return
 	}
-	b.next = nil
 	if err := b.usableLocked(); err != nil {
+		b.group.EndLocked()
 		b.mu.Unlock()
-		bt.finish(err)
+		bt.Finish(err)
 		return
 	}
 	// Everything staged now goes into this commit; writes staged from here
@@ -107,7 +79,6 @@ func (b *Store) commit() {
 	values := b.staged
 	b.committing = values
 	b.staged = make(map[string]uint64)
-	b.inflight = bt
 	h := b.hooks
 	b.mu.Unlock()
 
@@ -130,7 +101,7 @@ func (b *Store) commit() {
 	})
 
 	b.mu.Lock()
-	b.inflight = nil
+	b.group.EndLocked()
 	if err != nil {
 		b.err = fmt.Errorf("%w: commit to %s: %w", store.ErrFailed, b.path, err)
 		err = b.err
@@ -138,11 +109,7 @@ func (b *Store) commit() {
 		for _, w := range streams {
 			n := len(w.payloads)
 			w.st.committed += uint64(n)
-			if len(w.st.pending) == n {
-				w.st.pending = nil
-			} else {
-				w.st.pending = append([][]byte(nil), w.st.pending[n:]...)
-			}
+			w.st.pending = stage.DropFront(w.st.pending, n)
 		}
 		// bbolt now holds these values: forget every cached key not
 		// written again since, so the cache holds only keys with writes in
@@ -157,7 +124,7 @@ func (b *Store) commit() {
 		b.commits.Add(1)
 	}
 	b.mu.Unlock()
-	bt.finish(err)
+	bt.Finish(err)
 }
 
 // streamWrite is the part of one stream a commit writes.

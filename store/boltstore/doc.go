@@ -11,7 +11,8 @@
 // committed file with the staged writes. Each stream's committed length and
 // staged payloads are cached after its first use, so Len is O(1). A single
 // committer goroutine, owned by the Store and stopped by Close, writes to the
-// file:
+// file, with the group commit of store/internal/stage (which logfirst uses
+// too); what this package supplies is the write, one bbolt transaction:
 //
 //   - A Flush with writes staged joins the next batch, creating it and waking
 //     the committer if it is the first; it then waits for that batch.

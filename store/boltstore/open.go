@@ -7,6 +7,7 @@ import (
 
 	"github.com/participantd/participantd/store"
 	"github.com/participantd/participantd/store/boltfmt"
+	"github.com/participantd/participantd/store/internal/stage"
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
 )
@@ -100,7 +101,7 @@ func open(path string, opts Options, h hooks) (*Store, error) {
 		db:       db,
 		hooks:    h,
 		readOnly: opts.ReadOnly,
-		kick:     make(chan struct{}, 1),
+		group:    stage.NewGroup(),
 		quit:     make(chan struct{}),
 		done:     make(chan struct{}),
 		streams:  make(map[string]*boltStream),

@@ -12,6 +12,7 @@ import (
 
 	"github.com/participantd/participantd/store"
 	"github.com/participantd/participantd/store/boltfmt"
+	"github.com/participantd/participantd/store/internal/stage"
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
 )
@@ -59,9 +60,6 @@ type Store struct {
 	hooks    hooks
 	readOnly bool
 
-	// kick wakes the committer when a Flush waits for the next batch. It has
-	// capacity 1 so that wakes coalesce and senders never block.
-	kick chan struct{}
 	// quit is closed by Close to stop the committer; done is closed by the
 	// committer when it has stopped.
 	quit chan struct{}
@@ -96,10 +94,9 @@ type Store struct {
 	// committing holds the ones the commit in progress writes.
 	staged     map[string]uint64
 	committing map[string]uint64
-	// next is the batch that will carry the staged writes, created by the
-	// first Flush that waits for it; inflight is the batch being committed.
-	next     *batch
-	inflight *batch
+	// group is the group commit: the batch being committed and the next
+	// one (its fields are guarded by mu).
+	group *stage.Group
 }
 
 // boltStream is the in-memory state of one stream. Its fields are guarded by
@@ -114,17 +111,6 @@ type boltStream struct {
 }
 
 func (s *boltStream) lenLocked() uint64 { return s.committed + uint64(len(s.pending)) }
-
-// batch is one group commit: every Flush waiting on it gets its error.
-type batch struct {
-	done chan struct{}
-	err  error // written before done is closed
-}
-
-func (bt *batch) finish(err error) {
-	bt.err = err
-	close(bt.done)
-}
 
 // hooks let tests hold or fail a commit deterministically.
 type hooks struct {
