@@ -26,7 +26,7 @@ func TestDependenciesPointOneWay(t *testing.T) {
 		"store/internal/stage":        {"store"},
 		"store/vfs":                   {},
 		"store/wal":                   {"store/vfs"},
-		"store/logfirst":              {"store", "store/boltfmt", "store/vfs", "store/wal"},
+		"store/logfirst":              {"store", "store/boltfmt", "store/internal/stage", "store/vfs", "store/wal"},
 		"store/logfirst/logfirsttest": {"store/logfirst"},
 		"store/etcdstore":             {"store"},
 		"store/etcdstore/etcdtest":    {"store/etcdstore"},

@@ -58,8 +58,9 @@
 //     logged layer and answers every Flush of the batch. A Flush that
 //     finds no record being written runs the commit itself; Flushes
 //     arriving meanwhile form the next batch, which the committer
-//     goroutine writes as soon as the log is free (committing guards the
-//     single writer).
+//     goroutine writes as soon as the log is free (the group commit of
+//     store/internal/stage keeps one record in flight: the single
+//     writer).
 //   - The checkpointer, every CheckpointInterval or once CheckpointBytes
 //     are logged, takes the whole logged layer (exactly the records up to
 //     the last LSN, since a commit moves a record in under mu), writes it

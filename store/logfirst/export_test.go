@@ -16,7 +16,7 @@ func (s *Store) abandon() {
 	}
 	s.closed = true
 	s.memFreed.Broadcast()
-	for s.committing {
+	for s.group.BusyLocked() {
 		s.memFreed.Wait()
 	}
 	s.mu.Unlock()

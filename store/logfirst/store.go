@@ -19,6 +19,7 @@ import (
 
 	"github.com/participantd/participantd/store"
 	"github.com/participantd/participantd/store/boltfmt"
+	"github.com/participantd/participantd/store/internal/stage"
 	"github.com/participantd/participantd/store/vfs"
 	"github.com/participantd/participantd/store/wal"
 )
@@ -127,9 +128,8 @@ type Store struct {
 	fresh  bool
 	replay ReplayStats
 
-	// kick wakes the committer, ckKick the checkpointer; both have
-	// capacity 1 so that wakes coalesce and senders never block.
-	kick   chan struct{}
+	// ckKick wakes the checkpointer (capacity 1: wakes coalesce and
+	// senders never block); the committer's is group's.
 	ckKick chan struct{}
 	// quit is closed by Close; the goroutines report on done when they
 	// stop.
@@ -204,13 +204,10 @@ type Store struct {
 	// checkpointed one.
 	lastLSN wal.LSN
 	ckLSN   wal.LSN
-	// committing is set while a record is being written, by the committer
-	// or by a Flush writing its own: one writer of the log at a time.
-	committing bool
-	// next is the batch that will carry the staged writes, created by the
-	// first Flush that waits for it; inflight is the batch being logged.
-	next     *batch
-	inflight *batch
+	// group is the group commit: the record being written, by the
+	// committer or by a Flush writing its own (one writer of the log at a
+	// time), and the next one (its fields are guarded by mu).
+	group *stage.Group
 }
 
 // stream is the state of one stream: entries [0, base) are in bbolt,
@@ -240,17 +237,6 @@ type valueState struct {
 type bytesState struct {
 	v   []byte
 	gen uint64
-}
-
-// batch is one group commit: every Flush waiting on it gets its error.
-type batch struct {
-	done chan struct{}
-	err  error // written before done is closed
-}
-
-func (bt *batch) finish(err error) {
-	bt.err = err
-	close(bt.done)
 }
 
 var (
@@ -455,7 +441,7 @@ func newStore(dir string, db *bolt.DB, opts Options) *Store {
 		db:           db,
 		opts:         opts,
 		logger:       opts.Logger.With().Str("component", "logfirst").Logger(),
-		kick:         make(chan struct{}, 1),
+		group:        stage.NewGroup(),
 		ckKick:       make(chan struct{}, 1),
 		quit:         make(chan struct{}),
 		streams:      make(map[string]*stream),
