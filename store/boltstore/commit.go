@@ -25,7 +25,7 @@ func (b *Store) Flush() error {
 		return err
 	}
 	b.flushes.Add(1)
-	bt, wake := b.group.JoinLocked(len(b.dirty) > 0 || len(b.staged) > 0)
+	bt, wake := b.group.JoinLocked(len(b.dirty) > 0 || b.vals.StagedLocked())
 	waiting := b.hooks.flushWaiting
 	b.mu.Unlock()
 
@@ -76,9 +76,7 @@ func (b *Store) commit() {
 	// Keys go into the B+tree in order, so the cursor of each Put starts
 	// near the last one and each leaf is split at most once.
 	slices.SortFunc(streams, func(x, y streamWrite) int { return strings.Compare(x.name, y.name) })
-	values := b.staged
-	b.committing = values
-	b.staged = make(map[string]uint64)
+	values := b.vals.TakeStagedLocked()
 	h := b.hooks
 	b.mu.Unlock()
 
@@ -111,16 +109,11 @@ func (b *Store) commit() {
 			w.st.committed += uint64(n)
 			w.st.pending = stage.DropFront(w.st.pending, n)
 		}
-		// bbolt now holds these values: forget every cached key not
-		// written again since, so the cache holds only keys with writes in
-		// flight or read lately, and does not grow with every key ever
-		// written (a token index has one per operation).
-		for k := range b.values {
-			if _, again := b.staged[k]; !again {
-				delete(b.values, k)
-			}
-		}
-		b.committing = nil
+		// bbolt now holds these values: they leave the layer, and so does
+		// every value read from the file, so that it holds only keys with
+		// writes in flight or read lately, and does not grow with every key
+		// ever written (a token index has one per operation).
+		b.vals.LandLocked(values)
 		b.commits.Add(1)
 	}
 	b.mu.Unlock()
@@ -136,7 +129,7 @@ type streamWrite struct {
 }
 
 // writeBatch writes streams and values in tx.
-func writeBatch(tx *bolt.Tx, streams []streamWrite, values map[string]uint64) error {
+func writeBatch(tx *bolt.Tx, streams []streamWrite, values map[string]stage.Write) error {
 	for _, w := range streams {
 		// A stream's length in the file must be where the commit starts;
 		// anything else means the in-memory state is broken.
@@ -145,7 +138,7 @@ func writeBatch(tx *bolt.Tx, streams []streamWrite, values map[string]uint64) er
 		}
 	}
 	for _, k := range slices.Sorted(maps.Keys(values)) {
-		if err := boltfmt.PutValue(tx, k, values[k]); err != nil {
+		if err := boltfmt.PutValue(tx, k, values[k].Value); err != nil {
 			return err
 		}
 	}

@@ -30,7 +30,7 @@ func OpenWithHooks(path string, opts Options, h TestHooks) (*Store, error) {
 func (b *Store) CachedValues() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return len(b.values)
+	return b.vals.LenLocked()
 }
 
 // ReadMetaPage returns the page size and high water mark of the meta page

@@ -106,8 +106,7 @@ func open(path string, opts Options, h hooks) (*Store, error) {
 		done:     make(chan struct{}),
 		streams:  make(map[string]*boltStream),
 		dirty:    make(map[string]*boltStream),
-		values:   make(map[string]uint64),
-		staged:   make(map[string]uint64),
+		vals:     stage.NewValues(stage.ForgetAtLanding),
 	}
 	go b.run()
 	return b, nil

@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -84,16 +82,11 @@ type Store struct {
 	// dirty holds the streams with payloads staged since the last commit
 	// began.
 	dirty map[string]*boltStream
-	// values caches the current value (0 = absent) of the keys with a CAS
-	// write staged or being committed, and of keys read since the last
-	// commit; a commit forgets every key it leaves without a staged write.
-	// A key absent from values has no write in flight, so bbolt holds its
-	// current value.
-	values map[string]uint64
-	// staged holds the values written since the last commit began;
-	// committing holds the ones the commit in progress writes.
-	staged     map[string]uint64
-	committing map[string]uint64
+	// vals holds the values written and not yet committed (staged, or in
+	// the commit in progress), which reads see before the file, and the
+	// values read from the file since the last commit; a commit forgets
+	// every read (stage.ForgetAtLanding).
+	vals *stage.Values
 	// group is the group commit: the batch being committed and the next
 	// one (its fields are guarded by mu).
 	group *stage.Group
@@ -365,94 +358,37 @@ func (b *Store) CAS(key string, old, new uint64) error {
 		return err
 	}
 	b.mu.Lock()
-	for {
-		if err := b.usableLocked(); err != nil {
-			b.mu.Unlock()
-			return err
-		}
-		if _, ok := b.values[key]; ok {
-			break
-		}
-		// A key absent from b.values has no write staged or being committed,
-		// so its bbolt value is stable while mu is released, unless a write
-		// of it is staged and committed meanwhile: a commit forgets the keys
-		// it made durable, so the value read is cached only if no commit
-		// completed in between, and read again otherwise.
-		loaded, commits := b.hooks.casLoaded, b.commits.Load()
-		b.mu.Unlock()
-		v, err := b.loadValue(key)
-		if err != nil {
-			return err
-		}
-		if loaded != nil {
-			loaded(key)
-		}
-		b.mu.Lock()
-		// The loop's check sees a Close that ran meanwhile.
-		if b.usableLocked() != nil {
-			continue
-		}
-		if _, ok := b.values[key]; !ok && b.commits.Load() == commits {
-			b.values[key] = v
-		}
-	}
 	defer b.mu.Unlock()
-	if actual := b.values[key]; actual != old {
-		b.forgetUnwrittenLocked(key)
+	actual, err := b.vals.Current(&b.mu, key, b.usableLocked, b.loadForCAS)
+	if err != nil {
+		return err
+	}
+	if actual != old {
 		return &store.CASConflictError{Key: key, Expected: old, Actual: actual}
 	}
-	b.values[key] = new
-	b.staged[key] = new
+	b.vals.StageLocked(key, new)
 	b.casWrites.Add(1)
 	return nil
 }
 
-// forgetUnwrittenLocked drops key from the value cache unless a write of
-// it is staged or being committed. b.mu must be held.
-func (b *Store) forgetUnwrittenLocked(key string) {
-	_, staged := b.staged[key]
-	_, committing := b.committing[key]
-	if !staged && !committing {
-		delete(b.values, key)
+// loadForCAS is loadValue for CAS, which runs the casLoaded hook after a
+// load.
+func (b *Store) loadForCAS(key string) (uint64, error) {
+	v, err := b.loadValue(key)
+	if err == nil && b.hooks.casLoaded != nil {
+		b.hooks.casLoaded(key)
 	}
+	return v, err
 }
 
-// ReadValue implements store.DurableStore.
+// ReadValue implements store.DurableStore. A value read from the file is
+// cached until the next commit, so that a CAS of the key that follows (a
+// token lookup then its index write) need not read the file again.
 func (b *Store) ReadValue(key string) (uint64, error) {
 	b.mu.Lock()
-	if err := b.usableLocked(); err != nil {
-		b.mu.Unlock()
-		return 0, err
-	}
-	v, ok := b.values[key]
-	commits := b.commits.Load()
-	b.mu.Unlock()
-	if ok {
-		return v, nil
-	}
-	v, err := b.loadValue(key)
-	if err != nil {
-		return 0, err
-	}
-	// Cache what was read, so that a CAS of the key that follows (a token
-	// lookup then its index write) need not read the file again. As in
-	// CAS, only if no commit completed meanwhile; and only while the cache
-	// is small, since reads alone never empty it: the next commit does.
-	b.mu.Lock()
 	defer b.mu.Unlock()
-	// Close may have run meanwhile and released the cache.
-	if err := b.usableLocked(); err != nil {
-		return 0, err
-	}
-	if _, ok := b.values[key]; !ok && b.commits.Load() == commits && len(b.values) < maxCachedValues {
-		b.values[key] = v
-	}
-	return v, nil
+	return b.vals.Read(&b.mu, key, b.usableLocked, b.loadValue)
 }
-
-// maxCachedValues bounds the keys ReadValue adds to the value cache
-// between two commits.
-const maxCachedValues = 1 << 16
 
 func (b *Store) loadValue(key string) (uint64, error) {
 	b.valueLoads.Add(1)
@@ -476,14 +412,7 @@ func (b *Store) Scan(prefix string) ([]store.Value, error) {
 		b.mu.Unlock()
 		return nil, err
 	}
-	overlay := make(map[string]uint64)
-	for _, m := range []map[string]uint64{b.committing, b.staged} {
-		for k, v := range m {
-			if strings.HasPrefix(k, prefix) {
-				overlay[k] = v
-			}
-		}
-	}
+	overlay := b.vals.OverlayLocked(prefix)
 	b.mu.Unlock()
 
 	var out []store.Value
@@ -498,16 +427,7 @@ func (b *Store) Scan(prefix string) ([]store.Value, error) {
 	if err != nil {
 		return nil, b.readErr(err)
 	}
-	if len(overlay) == 0 {
-		return out, nil
-	}
-	for k, v := range overlay {
-		if v != 0 {
-			out = append(out, store.Value{Key: k, Value: v})
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
-	return out, nil
+	return stage.MergeScan(out, overlay), nil
 }
 
 // Close implements store.DurableStore: it stops the committer, waiting for a
@@ -529,7 +449,8 @@ func (b *Store) Close() error {
 	err := b.db.Close()
 
 	b.mu.Lock()
-	b.streams, b.dirty, b.values, b.staged, b.committing = nil, nil, nil, nil, nil
+	b.streams, b.dirty = nil, nil
+	b.vals.ReleaseLocked()
 	b.mu.Unlock()
 	if sticky != nil {
 		return sticky
