@@ -97,8 +97,7 @@ func (s *Store) commitAndUnlock(bt *stage.Batch) {
 		streams = append(streams, taken{name: name, st: st, first: st.base + uint64(len(st.logged)), payloads: st.pending[:n:n]})
 	}
 	clear(s.dirty)
-	values := s.staged
-	s.staged = make(map[string]valueState)
+	values := s.vals.TakeStagedLocked()
 	trims := s.stagedTrims
 	s.stagedTrims = make(map[string]uint64)
 	byteValues := s.stagedBytes
@@ -118,7 +117,7 @@ func (s *Store) commitAndUnlock(bt *stage.Batch) {
 			}
 		}
 		for _, k := range slices.Sorted(maps.Keys(values)) {
-			rec.Values = append(rec.Values, wal.ValueWrite{Key: k, Value: values[k].v})
+			rec.Values = append(rec.Values, wal.ValueWrite{Key: k, Value: values[k].Value})
 			size += int64(len(k)) + entryOverhead
 		}
 		for _, name := range slices.Sorted(maps.Keys(trims)) {
@@ -229,7 +228,7 @@ func (s *Store) checkpoint() error {
 	}
 	clear(s.logged)
 	values := s.loggedValues
-	s.loggedValues = make(map[string]valueState)
+	s.loggedValues = make(map[string]stage.Write)
 	trims := s.loggedTrims
 	s.loggedTrims = make(map[string]uint64)
 	byteValues := s.loggedBytes
@@ -251,7 +250,7 @@ func (s *Store) checkpoint() error {
 			}
 		}
 		for _, k := range slices.Sorted(maps.Keys(values)) {
-			if err := boltfmt.PutValue(tx, k, values[k].v); err != nil {
+			if err := boltfmt.PutValue(tx, k, values[k].Value); err != nil {
 				return err
 			}
 		}
@@ -276,12 +275,7 @@ func (s *Store) checkpoint() error {
 		t.st.base += uint64(n)
 		t.st.logged = stage.DropFront(t.st.logged, n)
 	}
-	for k, vs := range values {
-		if s.values[k].gen == vs.gen {
-			delete(s.values, k)
-		}
-		delete(s.cache, k)
-	}
+	s.vals.LandLocked(values)
 	for k, bs := range byteValues {
 		if s.bytes[k].gen == bs.gen {
 			delete(s.bytes, k)
@@ -342,7 +336,8 @@ func (s *Store) Close() error {
 	}
 	s.mu.Lock()
 	sticky := s.err
-	s.streams, s.dirty, s.logged, s.values, s.staged, s.loggedValues, s.cache = nil, nil, nil, nil, nil, nil, nil
+	s.streams, s.dirty, s.logged, s.loggedValues = nil, nil, nil, nil
+	s.vals.ReleaseLocked()
 	s.bytes, s.stagedBytes, s.loggedBytes, s.stagedTrims, s.loggedTrims = nil, nil, nil, nil, nil
 	s.mu.Unlock()
 	if sticky != nil {

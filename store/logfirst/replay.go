@@ -150,8 +150,7 @@ func (s *Store) replayIntoMemory(b *wal.Batch) error {
 	}
 	s.mu.Lock()
 	for _, v := range b.Values {
-		s.gen++
-		s.values[v.Key] = valueState{v: v.Value, gen: s.gen}
+		s.vals.WriteLocked(v.Key, v.Value)
 	}
 	for _, v := range b.Bytes {
 		s.gen++

@@ -7,8 +7,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -171,22 +169,15 @@ type Store struct {
 	// checkpoint.
 	dirty  map[string]*stream
 	logged map[string]*stream
-	// values holds the latest value (0 = absent) of every key with a write
-	// not yet checkpointed: staged, being logged, logged or being
-	// checkpointed. A key absent from it has its current value in bbolt.
-	values map[string]valueState
-	// cache holds values read from bbolt for keys absent from values, so
-	// that a token lookup and the CAS that follows it read the file once.
-	// An entry stays right until a checkpoint writes its key, which drops
-	// it; at most maxCachedValues entries, emptied when full.
-	cache map[string]uint64
-	// staged holds the value writes not yet taken by a commit;
-	// loggedValues the latest logged write of each key not yet taken by a
-	// checkpoint.
-	staged       map[string]valueState
-	loggedValues map[string]valueState
+	// vals holds the values written and not yet checkpointed (staged,
+	// being logged, logged or being checkpointed), which reads see before
+	// bbolt, and values read from bbolt; a checkpoint forgets the reads
+	// of the keys it wrote only (stage.ForgetLanded). loggedValues holds
+	// the latest logged write of each key not yet taken by a checkpoint.
+	vals         *stage.Values
+	loggedValues map[string]stage.Write
 	// bytes holds the latest byte value (nil = deleted) of every key with
-	// a PutBytes not yet checkpointed, as values does for values;
+	// a PutBytes not yet checkpointed, as vals does for values;
 	// stagedBytes and loggedBytes are its staged and logged layers.
 	bytes       map[string]bytesState
 	stagedBytes map[string]bytesState
@@ -195,8 +186,8 @@ type Store struct {
 	// yet taken by a commit and by a checkpoint.
 	stagedTrims map[string]uint64
 	loggedTrims map[string]uint64
-	// gen numbers value and byte value writes, so that a checkpoint forgets a key only if
-	// no later write of it is in memory.
+	// gen numbers byte value writes, so that a checkpoint forgets a key
+	// only if no later write of it is in memory.
 	gen uint64
 	// memBytes counts the bytes of logged, not yet checkpointed writes.
 	memBytes int64
@@ -225,11 +216,6 @@ type stream struct {
 
 func (s *stream) lenLocked() uint64 {
 	return s.base + uint64(len(s.logged)) + uint64(len(s.pending))
-}
-
-type valueState struct {
-	v   uint64
-	gen uint64
 }
 
 // bytesState is a byte value in memory: v is nil for a deletion and never
@@ -447,10 +433,8 @@ func newStore(dir string, db *bolt.DB, opts Options) *Store {
 		streams:      make(map[string]*stream),
 		dirty:        make(map[string]*stream),
 		logged:       make(map[string]*stream),
-		values:       make(map[string]valueState),
-		cache:        make(map[string]uint64),
-		staged:       make(map[string]valueState),
-		loggedValues: make(map[string]valueState),
+		vals:         stage.NewValues(stage.ForgetLanded),
+		loggedValues: make(map[string]stage.Write),
 		bytes:        make(map[string]bytesState),
 		stagedBytes:  make(map[string]bytesState),
 		loggedBytes:  make(map[string]bytesState),
@@ -755,91 +739,27 @@ func (s *Store) CAS(key string, old, new uint64) error {
 		return ErrReadOnly
 	}
 	s.mu.Lock()
-	for {
-		if err := s.usableLocked(); err != nil {
-			s.mu.Unlock()
-			return err
-		}
-		if _, ok := s.values[key]; ok {
-			break
-		}
-		if v, ok := s.cache[key]; ok {
-			if v != old {
-				s.mu.Unlock()
-				return &store.CASConflictError{Key: key, Expected: old, Actual: v}
-			}
-			break
-		}
-		// A key absent from s.values has its current value in bbolt, and
-		// keeps it while mu is released unless a write of it is staged,
-		// and perhaps checkpointed, meanwhile: the value read is used only
-		// if the key is still absent and no checkpoint completed.
-		cks := s.checkpoints.Load()
-		s.mu.Unlock()
-		v, err := s.loadValue(key)
-		if err != nil {
-			return err
-		}
-		s.mu.Lock()
-		if _, ok := s.values[key]; !ok && s.checkpoints.Load() == cks {
-			if v != old {
-				s.mu.Unlock()
-				return &store.CASConflictError{Key: key, Expected: old, Actual: v}
-			}
-			break
-		}
-	}
 	defer s.mu.Unlock()
-	if cur, ok := s.values[key]; ok && cur.v != old {
-		return &store.CASConflictError{Key: key, Expected: old, Actual: cur.v}
+	actual, err := s.vals.Current(&s.mu, key, s.usableLocked, s.loadValue)
+	if err != nil {
+		return err
 	}
-	s.gen++
-	vs := valueState{v: new, gen: s.gen}
-	s.values[key] = vs
-	s.staged[key] = vs
+	if actual != old {
+		return &store.CASConflictError{Key: key, Expected: old, Actual: actual}
+	}
+	s.vals.StageLocked(key, new)
 	s.casWrites.Add(1)
 	return nil
 }
 
-// ReadValue implements store.DurableStore.
+// ReadValue implements store.DurableStore. A value read from bbolt is
+// cached until a checkpoint writes its key, so that a token lookup and
+// the CAS that follows it read the file once.
 func (s *Store) ReadValue(key string) (uint64, error) {
 	s.mu.Lock()
-	if err := s.usableLocked(); err != nil {
-		s.mu.Unlock()
-		return 0, err
-	}
-	if vs, ok := s.values[key]; ok {
-		s.mu.Unlock()
-		return vs.v, nil
-	}
-	if v, ok := s.cache[key]; ok {
-		s.mu.Unlock()
-		return v, nil
-	}
-	cks := s.checkpoints.Load()
-	s.mu.Unlock()
-	// Absent from memory, the key's value is in bbolt; a write staged and
-	// checkpointed meanwhile would be a later write, which a read
-	// concurrent with it may or may not see.
-	v, err := s.loadValue(key)
-	if err != nil {
-		return 0, err
-	}
-	// Cached only if no checkpoint completed meanwhile: one that wrote the
-	// key would leave the value read stale.
-	s.mu.Lock()
-	if _, ok := s.values[key]; !ok && s.checkpoints.Load() == cks && s.cache != nil {
-		if len(s.cache) >= maxCachedValues {
-			clear(s.cache)
-		}
-		s.cache[key] = v
-	}
-	s.mu.Unlock()
-	return v, nil
+	defer s.mu.Unlock()
+	return s.vals.Read(&s.mu, key, s.usableLocked, s.loadValue)
 }
-
-// maxCachedValues bounds the value cache.
-const maxCachedValues = 1 << 16
 
 func (s *Store) loadValue(key string) (uint64, error) {
 	s.valueLoads.Add(1)
@@ -863,12 +783,7 @@ func (s *Store) Scan(prefix string) ([]store.Value, error) {
 		s.mu.Unlock()
 		return nil, err
 	}
-	overlay := make(map[string]uint64)
-	for k, vs := range s.values {
-		if strings.HasPrefix(k, prefix) {
-			overlay[k] = vs.v
-		}
-	}
+	overlay := s.vals.OverlayLocked(prefix)
 	s.mu.Unlock()
 
 	var out []store.Value
@@ -883,16 +798,7 @@ func (s *Store) Scan(prefix string) ([]store.Value, error) {
 	if err != nil {
 		return nil, s.readErr(err)
 	}
-	if len(overlay) == 0 {
-		return out, nil
-	}
-	for k, v := range overlay {
-		if v != 0 {
-			out = append(out, store.Value{Key: k, Value: v})
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
-	return out, nil
+	return stage.MergeScan(out, overlay), nil
 }
 
 // InUse returns the bytes the store holds: the bbolt file's pages in use
