@@ -25,7 +25,7 @@ func (b *Store) Flush() error {
 		return err
 	}
 	b.flushes.Add(1)
-	bt, wake := b.group.JoinLocked(len(b.dirty) > 0 || b.vals.StagedLocked())
+	bt, wake := b.group.JoinLocked(b.streams.DirtyLocked() || b.vals.StagedLocked())
 	waiting := b.hooks.flushWaiting
 	b.mu.Unlock()
 
@@ -67,12 +67,11 @@ func (b *Store) commit() {
 	// on wait for the next one. Sequence numbers stay gap-free because each
 	// stream's pending payloads are taken as a prefix and trimmed only
 	// after the transaction succeeded.
-	streams := make([]streamWrite, 0, len(b.dirty))
-	for name, st := range b.dirty {
+	streams := make([]streamWrite, 0, b.streams.DirtyCountLocked())
+	b.streams.TakeDirtyLocked(func(name string, st *boltStream) {
 		n := len(st.pending)
 		streams = append(streams, streamWrite{name: name, st: st, first: st.committed, payloads: st.pending[:n:n]})
-	}
-	clear(b.dirty)
+	})
 	// Keys go into the B+tree in order, so the cursor of each Put starts
 	// near the last one and each leaf is split at most once.
 	slices.SortFunc(streams, func(x, y streamWrite) int { return strings.Compare(x.name, y.name) })

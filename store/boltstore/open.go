@@ -104,8 +104,7 @@ func open(path string, opts Options, h hooks) (*Store, error) {
 		group:    stage.NewGroup(),
 		quit:     make(chan struct{}),
 		done:     make(chan struct{}),
-		streams:  make(map[string]*boltStream),
-		dirty:    make(map[string]*boltStream),
+		streams:  stage.NewStreams[*boltStream](),
 		vals:     stage.NewValues(stage.ForgetAtLanding),
 	}
 	go b.run()

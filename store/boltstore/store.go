@@ -75,13 +75,10 @@ type Store struct {
 	// err is the sticky error of a failed commit; it wraps store.ErrFailed.
 	err    error
 	closed bool
-	// streams holds, for each stream used since Open, its committed length
-	// and staged payloads. Entries are never removed, so a stream's state
-	// has a single owner.
-	streams map[string]*boltStream
-	// dirty holds the streams with payloads staged since the last commit
-	// began.
-	dirty map[string]*boltStream
+	// streams holds, for each stream used since Open, its committed
+	// length and staged payloads, and the streams with payloads staged
+	// since the last commit began.
+	streams *stage.Streams[*boltStream]
 	// vals holds the values written and not yet committed (staged, or in
 	// the commit in progress), which reads see before the file, and the
 	// values read from the file since the last commit; a commit forgets
@@ -103,7 +100,11 @@ type boltStream struct {
 	pending [][]byte
 }
 
-func (s *boltStream) lenLocked() uint64 { return s.committed + uint64(len(s.pending)) }
+// LenLocked implements stage.Stream.
+func (s *boltStream) LenLocked() uint64 { return s.committed + uint64(len(s.pending)) }
+
+// StageLocked implements stage.Stream.
+func (s *boltStream) StageLocked(payload []byte) { s.pending = append(s.pending, payload) }
 
 // hooks let tests hold or fail a commit deterministically.
 type hooks struct {
@@ -179,33 +180,25 @@ func (b *Store) checkWrite(name string, payloadLen int) error {
 }
 
 // lockStream locks b.mu and returns the state of stream, first loading its
-// committed length from bbolt if the stream was not used since Open. On
-// error b.mu is not held.
+// committed length from bbolt if the stream was not used since Open (see
+// stage.Streams.Get). On error b.mu is not held.
 func (b *Store) lockStream(stream string) (*boltStream, error) {
 	b.mu.Lock()
-	for {
-		if err := b.usableLocked(); err != nil {
-			b.mu.Unlock()
-			return nil, err
-		}
-		if st := b.streams[stream]; st != nil {
-			return st, nil
-		}
-		// A stream absent from b.streams has nothing staged and nothing
-		// being committed, so its bbolt length cannot change while mu is
-		// released; if another caller loads it first, its state wins.
+	st, err := b.streams.Get(&b.mu, stream, b.usableLocked, b.loadStream)
+	if err != nil {
 		b.mu.Unlock()
-		n, err := b.loadLen(stream)
-		if err != nil {
-			return nil, err
-		}
-		b.mu.Lock()
-		// Close may have run meanwhile and released the maps: the loop's
-		// check comes first.
-		if b.usableLocked() == nil && b.streams[stream] == nil {
-			b.streams[stream] = &boltStream{committed: n}
-		}
+		return nil, err
 	}
+	return st, nil
+}
+
+// loadStream returns the state of a stream not used since Open.
+func (b *Store) loadStream(stream string) (*boltStream, error) {
+	n, err := b.loadLen(stream)
+	if err != nil {
+		return nil, err
+	}
+	return &boltStream{committed: n}, nil
 }
 
 // loadLen returns the committed length of stream.
@@ -234,14 +227,12 @@ func (b *Store) Append(stream string, payload []byte, expectedSeq uint64) (uint6
 		return 0, err
 	}
 	defer b.mu.Unlock()
-	actual := st.lenLocked()
-	if actual != expectedSeq {
-		return 0, &store.SequenceConflictError{Stream: stream, Expected: expectedSeq, Actual: actual}
+	seq, err := b.streams.AppendLocked(stream, st, p, expectedSeq)
+	if err != nil {
+		return 0, err
 	}
-	st.pending = append(st.pending, p)
-	b.dirty[stream] = st
 	b.appends.Add(1)
-	return actual, nil
+	return seq, nil
 }
 
 // Len implements store.DurableStore. It reads the file only the first time a
@@ -252,7 +243,7 @@ func (b *Store) Len(stream string) (uint64, error) {
 		return 0, err
 	}
 	defer b.mu.Unlock()
-	return st.lenLocked(), nil
+	return st.LenLocked(), nil
 }
 
 // ReadFrom implements store.DurableStore. Committed entries are read in one bbolt
@@ -281,12 +272,12 @@ func (b *Store) read(stream string, offset uint64, limit int, maxBytes int) ([]s
 		b.mu.Unlock()
 		return nil, err
 	}
-	if st := b.streams[stream]; st != nil {
+	if st, ok := b.streams.LookupLocked(stream); ok {
 		// Taking the committed length before the read transaction begins is
 		// what makes the merge safe: a commit advances st.committed only
 		// after its transaction is visible to every later reader.
 		committed = st.committed
-		end = min(end, st.lenLocked())
+		end = min(end, st.LenLocked())
 		if offset >= end {
 			b.mu.Unlock()
 			return nil, nil
@@ -449,7 +440,7 @@ func (b *Store) Close() error {
 	err := b.db.Close()
 
 	b.mu.Lock()
-	b.streams, b.dirty = nil, nil
+	b.streams.ReleaseLocked()
 	b.vals.ReleaseLocked()
 	b.mu.Unlock()
 	if sticky != nil {
