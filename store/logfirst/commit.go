@@ -91,12 +91,11 @@ func (s *Store) commitAndUnlock(bt *stage.Batch) {
 	// Everything staged now goes into this record; writes staged from here
 	// on wait for the next one. Each stream's pending payloads are taken
 	// as a prefix and moved to logged only after the record is durable.
-	streams := make([]taken, 0, len(s.dirty))
-	for name, st := range s.dirty {
+	streams := make([]taken, 0, s.streams.DirtyCountLocked())
+	s.streams.TakeDirtyLocked(func(name string, st *stream) {
 		n := len(st.pending)
 		streams = append(streams, taken{name: name, st: st, first: st.base + uint64(len(st.logged)), payloads: st.pending[:n:n]})
-	}
-	clear(s.dirty)
+	})
 	values := s.vals.TakeStagedLocked()
 	trims := s.stagedTrims
 	s.stagedTrims = make(map[string]uint64)
@@ -336,7 +335,8 @@ func (s *Store) Close() error {
 	}
 	s.mu.Lock()
 	sticky := s.err
-	s.streams, s.dirty, s.logged, s.loggedValues = nil, nil, nil, nil
+	s.streams.ReleaseLocked()
+	s.logged, s.loggedValues = nil, nil
 	s.vals.ReleaseLocked()
 	s.bytes, s.stagedBytes, s.loggedBytes, s.stagedTrims, s.loggedTrims = nil, nil, nil, nil, nil
 	s.mu.Unlock()

@@ -109,7 +109,7 @@ func (s *Store) GetBytes(key string) ([]byte, error) {
 // hasStagedLocked reports whether any write is staged for the next
 // record. s.mu must be held.
 func (s *Store) hasStagedLocked() bool {
-	return len(s.dirty) > 0 || s.vals.StagedLocked() || len(s.stagedTrims) > 0 || len(s.stagedBytes) > 0
+	return s.streams.DirtyLocked() || s.vals.StagedLocked() || len(s.stagedTrims) > 0 || len(s.stagedBytes) > 0
 }
 
 // applyTrims deletes, in tx, the entries each trim covers, in key order.

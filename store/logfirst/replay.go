@@ -132,7 +132,7 @@ func (s *Store) replayIntoMemory(b *wal.Batch) error {
 		if err != nil {
 			return err
 		}
-		have := st.lenLocked()
+		have := st.LenLocked()
 		if have != a.First {
 			s.mu.Unlock()
 			return fmt.Errorf("record %v: stream %q has %d entries, record starts at %d", b.LSN, a.Stream, have, a.First)

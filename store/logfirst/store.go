@@ -161,14 +161,12 @@ type Store struct {
 	// store.ErrFailed.
 	err    error
 	closed bool
-	// streams holds, for each stream used since Open, its three layers.
-	// Entries are never removed.
-	streams map[string]*stream
-	// dirty holds the streams with pending payloads not yet taken by a
-	// commit; logged holds those with logged payloads not yet taken by a
+	// streams holds, for each stream used since Open, its three layers,
+	// and the streams with pending payloads not yet taken by a commit;
+	// logged holds those with logged payloads not yet taken by a
 	// checkpoint.
-	dirty  map[string]*stream
-	logged map[string]*stream
+	streams *stage.Streams[*stream]
+	logged  map[string]*stream
 	// vals holds the values written and not yet checkpointed (staged,
 	// being logged, logged or being checkpointed), which reads see before
 	// bbolt, and values read from bbolt; a checkpoint forgets the reads
@@ -214,9 +212,13 @@ type stream struct {
 	pending [][]byte
 }
 
-func (s *stream) lenLocked() uint64 {
+// LenLocked implements stage.Stream.
+func (s *stream) LenLocked() uint64 {
 	return s.base + uint64(len(s.logged)) + uint64(len(s.pending))
 }
+
+// StageLocked implements stage.Stream.
+func (s *stream) StageLocked(payload []byte) { s.pending = append(s.pending, payload) }
 
 // bytesState is a byte value in memory: v is nil for a deletion and never
 // modified.
@@ -430,8 +432,7 @@ func newStore(dir string, db *bolt.DB, opts Options) *Store {
 		group:        stage.NewGroup(),
 		ckKick:       make(chan struct{}, 1),
 		quit:         make(chan struct{}),
-		streams:      make(map[string]*stream),
-		dirty:        make(map[string]*stream),
+		streams:      stage.NewStreams[*stream](),
 		logged:       make(map[string]*stream),
 		vals:         stage.NewValues(stage.ForgetLanded),
 		loggedValues: make(map[string]stage.Write),
@@ -569,38 +570,35 @@ func (s *Store) readErr(err error) error {
 }
 
 // lockStream locks s.mu and returns the state of name, first loading its
-// bbolt length if the stream was not used since Open. On error s.mu is
-// not held.
+// bbolt length if the stream was not used since Open (see
+// stage.Streams.Get). On error s.mu is not held.
 func (s *Store) lockStream(name string) (*stream, error) {
 	s.mu.Lock()
-	for {
-		if err := s.usableLocked(); err != nil {
-			s.mu.Unlock()
-			return nil, err
-		}
-		if st := s.streams[name]; st != nil {
-			return st, nil
-		}
-		// A stream absent from s.streams has nothing in memory, so no
-		// checkpoint can change its bbolt length while mu is released.
+	st, err := s.streams.Get(&s.mu, name, s.usableLocked, s.loadStream)
+	if err != nil {
 		s.mu.Unlock()
-		var n, first uint64
-		err := s.view(func(tx *bolt.Tx) error {
-			var err error
-			if n, err = boltfmt.StreamLen(tx, name); err != nil {
-				return err
-			}
-			first, err = boltfmt.StreamFirst(tx, name)
-			return err
-		})
-		if err != nil {
-			return nil, s.readErr(err)
-		}
-		s.mu.Lock()
-		if s.streams[name] == nil {
-			s.streams[name] = &stream{first: first, base: n}
-		}
+		return nil, err
 	}
+	return st, nil
+}
+
+// loadStream returns the state of a stream not used since Open: bbolt
+// holds all of it, and no checkpoint can change that while it has nothing
+// in memory.
+func (s *Store) loadStream(name string) (*stream, error) {
+	var n, first uint64
+	err := s.view(func(tx *bolt.Tx) error {
+		var err error
+		if n, err = boltfmt.StreamLen(tx, name); err != nil {
+			return err
+		}
+		first, err = boltfmt.StreamFirst(tx, name)
+		return err
+	})
+	if err != nil {
+		return nil, s.readErr(err)
+	}
+	return &stream{first: first, base: n}, nil
 }
 
 // Append implements store.DurableStore. Besides its errors it returns the
@@ -619,14 +617,12 @@ func (s *Store) Append(name string, payload []byte, expectedSeq uint64) (uint64,
 		return 0, err
 	}
 	defer s.mu.Unlock()
-	actual := st.lenLocked()
-	if actual != expectedSeq {
-		return 0, &store.SequenceConflictError{Stream: name, Expected: expectedSeq, Actual: actual}
+	seq, err := s.streams.AppendLocked(name, st, p, expectedSeq)
+	if err != nil {
+		return 0, err
 	}
-	st.pending = append(st.pending, p)
-	s.dirty[name] = st
 	s.appends.Add(1)
-	return actual, nil
+	return seq, nil
 }
 
 // Len implements store.DurableStore. It reads bbolt only the first time a
@@ -637,7 +633,7 @@ func (s *Store) Len(name string) (uint64, error) {
 		return 0, err
 	}
 	defer s.mu.Unlock()
-	return st.lenLocked(), nil
+	return st.LenLocked(), nil
 }
 
 // ReadFrom implements store.DurableStore: entries below the stream's bbolt
@@ -660,7 +656,7 @@ func (s *Store) read(name string, offset uint64, limit int, maxBytes int) ([]sto
 	if err != nil {
 		return nil, err
 	}
-	end := st.lenLocked()
+	end := st.LenLocked()
 	if limit > 0 && uint64(limit) <= math.MaxUint64-offset {
 		end = min(end, offset+uint64(limit))
 	}
