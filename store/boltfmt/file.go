@@ -9,8 +9,9 @@ import (
 	"io/fs"
 	"os"
 
-	"github.com/participantd/participantd/store"
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/participantd/participantd/store"
 )
 
 // bbolt's on-disk meta page, as bbolt v1.5 writes it (little-endian on every

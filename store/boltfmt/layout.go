@@ -9,8 +9,9 @@ import (
 	"runtime/debug"
 	"strings"
 
-	"github.com/participantd/participantd/store"
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/participantd/participantd/store"
 )
 
 // layoutVersion is the on-disk layout this package writes and reads; see

@@ -7,9 +7,10 @@ import (
 	"os"
 	"time"
 
-	"github.com/participantd/participantd/store"
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
+
+	"github.com/participantd/participantd/store"
 )
 
 // bbolt page layout, as bbolt v1.5 writes it:

@@ -4,8 +4,9 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/participantd/participantd/store"
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/participantd/participantd/store"
 )
 
 // Backup writes a consistent copy of the data file to w while the store

@@ -4,10 +4,11 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/participantd/participantd/store"
-	"github.com/participantd/participantd/store/boltfmt"
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
+
+	"github.com/participantd/participantd/store"
+	"github.com/participantd/participantd/store/boltfmt"
 )
 
 // Check reads every committed key and value of the file through bbolt, so

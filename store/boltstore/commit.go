@@ -6,10 +6,11 @@ import (
 	"slices"
 	"strings"
 
+	bolt "go.etcd.io/bbolt"
+
 	"github.com/participantd/participantd/store"
 	"github.com/participantd/participantd/store/boltfmt"
 	"github.com/participantd/participantd/store/internal/stage"
-	bolt "go.etcd.io/bbolt"
 )
 
 // Flush implements store.DurableStore with group commit. A Flush with writes

@@ -4,9 +4,10 @@ import (
 	"errors"
 	"fmt"
 
+	bolt "go.etcd.io/bbolt"
+
 	"github.com/participantd/participantd/store"
 	"github.com/participantd/participantd/store/boltfmt"
-	bolt "go.etcd.io/bbolt"
 )
 
 var (

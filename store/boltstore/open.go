@@ -5,11 +5,12 @@ import (
 	"fmt"
 	"path/filepath"
 
+	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+
 	"github.com/participantd/participantd/store"
 	"github.com/participantd/participantd/store/boltfmt"
 	"github.com/participantd/participantd/store/internal/stage"
-	bolt "go.etcd.io/bbolt"
-	berrors "go.etcd.io/bbolt/errors"
 )
 
 // Open opens or creates the bbolt data file at path. If another process or

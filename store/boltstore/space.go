@@ -3,8 +3,9 @@ package boltstore
 import (
 	"os"
 
-	"github.com/participantd/participantd/store/boltfmt"
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/participantd/participantd/store/boltfmt"
 )
 
 // Space walks every bucket of the file in one read transaction.

@@ -8,11 +8,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+
 	"github.com/participantd/participantd/store"
 	"github.com/participantd/participantd/store/boltfmt"
 	"github.com/participantd/participantd/store/internal/stage"
-	bolt "go.etcd.io/bbolt"
-	berrors "go.etcd.io/bbolt/errors"
 )
 
 // DefaultLockTimeout is how long Open waits for the data file's lock when
