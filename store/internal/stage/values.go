@@ -120,26 +120,14 @@ func (vs *Values) CacheLocked(key string, v uint64, epoch uint64) bool {
 // mutex, is released, and loaded again if writes landed meanwhile (the
 // value loaded may be stale then). usable is the engine's check that it
 // may still serve (sticky error, Close); it runs, with mu held, before
-// every look. Current is called with mu held and returns with mu held,
-// as sync.Cond.Wait does; load's error is returned as is.
+// every look and after every load. Current is called with mu held and
+// returns with mu held, as sync.Cond.Wait does; load's error is returned
+// as is.
 func (vs *Values) Current(mu sync.Locker, key string, usable func() error, load func(key string) (uint64, error)) (uint64, error) {
 	for {
-		if err := usable(); err != nil {
-			return 0, err
-		}
-		if v, ok := vs.GetLocked(key); ok {
-			return v, nil
-		}
-		epoch := vs.epoch
-		mu.Unlock()
-		v, err := load(key)
-		mu.Lock()
-		if err != nil {
-			return 0, err
-		}
-		// usable sees a Close that ran meanwhile (and released the layer).
-		if usable() == nil && vs.CacheLocked(key, v, epoch) {
-			return v, nil
+		v, current, err := vs.look(mu, key, usable, load)
+		if err != nil || current {
+			return v, err
 		}
 	}
 }
@@ -148,24 +136,31 @@ func (vs *Values) Current(mu sync.Locker, key string, usable func() error, load 
 // returned, not loaded again and not cached, since a read concurrent with
 // a write may see either value.
 func (vs *Values) Read(mu sync.Locker, key string, usable func() error, load func(key string) (uint64, error)) (uint64, error) {
+	v, _, err := vs.look(mu, key, usable, load)
+	return v, err
+}
+
+// look is one look of Current: it reports whether v is key's current
+// value, which it then caches when loaded.
+func (vs *Values) look(mu sync.Locker, key string, usable func() error, load func(key string) (uint64, error)) (v uint64, current bool, err error) {
 	if err := usable(); err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	if v, ok := vs.GetLocked(key); ok {
-		return v, nil
+		return v, true, nil
 	}
 	epoch := vs.epoch
 	mu.Unlock()
-	v, err := load(key)
+	v, err = load(key)
 	mu.Lock()
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
+	// usable sees a Close that ran meanwhile (and released the layer).
 	if err := usable(); err != nil {
-		return 0, err
+		return 0, false, err
 	}
-	vs.CacheLocked(key, v, epoch)
-	return v, nil
+	return v, vs.CacheLocked(key, v, epoch), nil
 }
 
 // StageLocked makes new key's value, visible at once, and stages the
