@@ -125,6 +125,9 @@ type Store struct {
 	// store Open would lay out.
 	fresh  bool
 	replay ReplayStats
+	// viewed, when set (tests only), runs after every read transaction
+	// of view, without mu held.
+	viewed func()
 
 	// ckKick wakes the checkpointer (capacity 1: wakes coalesce and
 	// senders never block); the committer's is group's.
@@ -527,7 +530,11 @@ func (s *Store) view(fn func(*bolt.Tx) error) error {
 		// value, checkpoint LSN 0.
 		return nil
 	}
-	return boltfmt.Contain(s.db.Path(), func() error { return s.db.View(fn) })
+	err := boltfmt.Contain(s.db.Path(), func() error { return s.db.View(fn) })
+	if s.viewed != nil {
+		s.viewed()
+	}
+	return err
 }
 
 // update is view for a write transaction, whose commit goes through the
