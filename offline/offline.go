@@ -9,6 +9,7 @@ import (
 
 	"github.com/participantd/participantd/participant"
 	"github.com/participantd/participantd/store"
+	"github.com/participantd/participantd/store/boltstore"
 	"github.com/participantd/participantd/store/logfirst"
 	"github.com/participantd/participantd/store/vfs"
 )
@@ -52,7 +53,7 @@ func (o Options) logfirst() logfirst.Options {
 // OpenReadOnly opens the store of data directory dir without changing
 // any file, as the daemon's start would find it: logfirst.OpenReadOnly,
 // the file read-only and the log's records after its checkpoint, if it
-// has a log, replayed in memory over it; then store.Bolt.Check reads
+// has a log, replayed in memory over it; then boltstore.Store.Check reads
 // every key and value of the file. A file a power cut left as bbolt
 // created it, before the first start wrote the store's layout, is the
 // empty store the start would lay out. A running server is
@@ -78,13 +79,13 @@ func OpenReadOnly(dir string, opts Options) (store.DurableStore, error) {
 }
 
 // CheckFile reads the bbolt file at path whole, opened read-only under a
-// shared lock: store.Bolt.Check reads every page reachable from its meta
+// shared lock: boltstore.Store.Check reads every page reachable from its meta
 // page and every key and value in the store's layout. It changes no
 // file. A running server holding it is store.ErrLocked; a damaged file
-// store.ErrCorrupt; other errors are store.Open's.
+// store.ErrCorrupt; other errors are boltstore.Open's.
 func CheckFile(path string, opts Options) error {
 	o := opts.withDefaults()
-	bt, err := store.Open(path, store.Options{LockTimeout: o.LockTimeout, ReadOnly: true})
+	bt, err := boltstore.Open(path, boltstore.Options{LockTimeout: o.LockTimeout, ReadOnly: true})
 	if err != nil {
 		return err
 	}
@@ -113,7 +114,7 @@ func OpenWritable(dir string, opts Options) (store.DurableStore, error) {
 	if logged {
 		return logfirst.Open(dir, o.logfirst())
 	}
-	return store.Open(filepath.Join(dir, StoreFile), store.Options{LockTimeout: o.LockTimeout, MustExist: true})
+	return boltstore.Open(filepath.Join(dir, StoreFile), boltstore.Options{LockTimeout: o.LockTimeout, MustExist: true})
 }
 
 // Replay returns what the log of data directory dir holds after its

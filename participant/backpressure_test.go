@@ -11,6 +11,7 @@ import (
 
 	"github.com/participantd/participantd/oplog"
 	"github.com/participantd/participantd/store"
+	"github.com/participantd/participantd/store/boltstore"
 )
 
 // seqToken is the n-th token of a test, distinct from the byte tokens of
@@ -264,7 +265,7 @@ func TestBacklogFull_RetainedRecordsOfZeroByteTellsStayWithinTheLimit(t *testing
 		tells  = 200_000
 		window = 256
 	)
-	st, err := store.Open(filepath.Join(t.TempDir(), "data.db"), store.Options{})
+	st, err := boltstore.Open(filepath.Join(t.TempDir(), "data.db"), boltstore.Options{})
 	must(t, err)
 	svc, err := Open(context.Background(), st, Options{NodeKey: testKey, MaxBacklogRecords: limit})
 	must(t, err)

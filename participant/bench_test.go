@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/participantd/participantd/store"
+	"github.com/participantd/participantd/store/boltstore"
 )
 
 // The commit path of the service without a network: each operation runs
@@ -27,11 +27,11 @@ func benchToken(writer, n uint64) Token {
 }
 
 // openBenchService opens a service on a fresh bbolt store.
-func openBenchService(b *testing.B) (*Service, *store.Bolt) {
+func openBenchService(b *testing.B) (*Service, *boltstore.Store) {
 	b.Helper()
-	st, err := store.Open(filepath.Join(b.TempDir(), "data.db"), store.Options{})
+	st, err := boltstore.Open(filepath.Join(b.TempDir(), "data.db"), boltstore.Options{})
 	if err != nil {
-		b.Fatalf("store.Open: %v", err)
+		b.Fatalf("boltstore.Open: %v", err)
 	}
 	svc, err := Open(context.Background(), st, Options{NodeKey: testKey})
 	if err != nil {
@@ -154,7 +154,7 @@ func BenchmarkCommit_Enroll(b *testing.B) {
 }
 
 // reportCommit reports ops/s and commits/op since before.
-func reportCommit(b *testing.B, st *store.Bolt, before uint64, elapsed time.Duration) {
+func reportCommit(b *testing.B, st *boltstore.Store, before uint64, elapsed time.Duration) {
 	b.Helper()
 	if elapsed <= 0 || b.N == 0 {
 		return

@@ -16,6 +16,7 @@ import (
 
 	"github.com/participantd/participantd/outbox"
 	"github.com/participantd/participantd/store"
+	"github.com/participantd/participantd/store/boltstore"
 )
 
 // heapInUse returns the live heap after a full collection.
@@ -139,7 +140,7 @@ type backlogEnv struct {
 
 func newBacklogEnv(t *testing.T, budget int64) *backlogEnv {
 	t.Helper()
-	st, err := store.Open(filepath.Join(t.TempDir(), "data.db"), store.Options{})
+	st, err := boltstore.Open(filepath.Join(t.TempDir(), "data.db"), boltstore.Options{})
 	must(t, err)
 	svc, err := Open(context.Background(), st, Options{NodeKey: testKey, MaxBacklogBytes: budget})
 	must(t, err)

@@ -14,6 +14,7 @@ import (
 	"github.com/participantd/participantd/oplog"
 	"github.com/participantd/participantd/receipt"
 	"github.com/participantd/participantd/store"
+	"github.com/participantd/participantd/store/boltstore"
 )
 
 // compactedHistory builds conversation 1 with tells acknowledged tells,
@@ -133,7 +134,7 @@ func TestReceipt_DamagedReceiptIsUnavailableNeverACommit(t *testing.T) {
 
 // openFixture decompresses testdata/name.gz into a fresh directory and
 // opens it as a bbolt store.
-func openFixture(t *testing.T, name string) *store.Bolt {
+func openFixture(t *testing.T, name string) *boltstore.Store {
 	t.Helper()
 	f, err := os.Open(filepath.Join("testdata", name+".gz"))
 	must(t, err)
@@ -144,7 +145,7 @@ func openFixture(t *testing.T, name string) *store.Bolt {
 	must(t, err)
 	path := filepath.Join(t.TempDir(), name)
 	must(t, os.WriteFile(path, raw, 0o600))
-	st, err := store.Open(path, store.Options{})
+	st, err := boltstore.Open(path, boltstore.Options{})
 	must(t, err)
 	t.Cleanup(func() { st.Close() })
 	return st

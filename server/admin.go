@@ -26,7 +26,7 @@ import (
 //	                     is open
 //
 // The copy is a consistent bbolt file: one bbolt read transaction
-// (store.Bolt.Backup), after the log-first store has checkpointed every
+// (boltstore.Store.Backup), after the log-first store has checkpointed every
 // batch committed before the request (logfirst.Store.Backup). It holds
 // every operation answered before the request, and serving goes on while
 // it streams. The node key is not in it: it never changes, and is backed

@@ -3,15 +3,17 @@ package server
 import (
 	"errors"
 	"fmt"
-	"github.com/rs/zerolog"
 	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/participantd/participantd/participant"
 	"github.com/participantd/participantd/store"
+	"github.com/participantd/participantd/store/boltstore"
 	"github.com/participantd/participantd/store/logfirst"
 	"github.com/participantd/participantd/store/vfs"
 )
@@ -34,7 +36,7 @@ var (
 	// node.key it was served with.
 	ErrNodeKeyLost = errors.New("server: node.key is missing but the store was served before")
 	// ErrStoreDamaged reports a store file that fails the checks of
-	// store.Open (store.ErrCorrupt).
+	// boltstore.Open (store.ErrCorrupt).
 	ErrStoreDamaged = errors.New("server: the store is damaged")
 	// ErrLogPending reports a data directory opened with EngineBolt whose
 	// write-ahead log holds records the store file does not: serving the
@@ -69,12 +71,12 @@ type dataDir struct {
 	key  []byte
 	path string // the bbolt file
 	st   dataStore
-	// backup is st's online backup: store.Bolt's or logfirst.Store's.
+	// backup is st's online backup: boltstore.Store's or logfirst.Store's.
 	backup backuper
 }
 
 var (
-	_ backuper = (*store.Bolt)(nil)
+	_ backuper = (*boltstore.Store)(nil)
 	_ backuper = (*logfirst.Store)(nil)
 )
 
@@ -106,7 +108,7 @@ func openDataDir(dir string, cfg Config, log zerolog.Logger) (*dataDir, error) {
 	if err := vfs.MkdirAll(vfs.OS, dir); err != nil {
 		return nil, fmt.Errorf("server: data directory: %w", err)
 	}
-	lock, err := lockDataDir(dir, store.DefaultLockTimeout)
+	lock, err := lockDataDir(dir, boltstore.DefaultLockTimeout)
 	if err != nil {
 		return nil, err
 	}
@@ -164,7 +166,7 @@ func (d *dataDir) open(dir string, cfg Config, log zerolog.Logger) error {
 func openEngine(dir, path string, cfg Config, mustExist bool, log zerolog.Logger) (dataStore, error) {
 	switch cfg.Engine {
 	case EngineLog:
-		// logfirst.Open runs store.Open's checks on the bbolt file before
+		// logfirst.Open runs boltstore.Open's checks on the bbolt file before
 		// it maps it, with the same errors.
 		st, err := logfirst.Open(dir, logfirst.Options{Logger: log, MustExist: mustExist, MaxUncheckpointed: int64(cfg.LogMemoryBytes), SegmentSize: int64(cfg.WALSegmentSize)})
 		if err != nil {
@@ -178,7 +180,7 @@ func openEngine(dir, path string, cfg Config, mustExist bool, log zerolog.Logger
 		if err := checkNoPendingLog(dir, path); err != nil {
 			return nil, err
 		}
-		return store.Open(path, store.Options{MustExist: mustExist})
+		return boltstore.Open(path, boltstore.Options{MustExist: mustExist})
 	}
 }
 
@@ -204,7 +206,7 @@ func checkNoPendingLog(dir, path string) error {
 		return err
 	}
 	if err != nil {
-		// store.Open reports a missing or damaged file itself; a corrupt
+		// boltstore.Open reports a missing or damaged file itself; a corrupt
 		// log is refused here.
 		if errors.Is(err, store.ErrNoData) || errors.Is(err, store.ErrCorrupt) {
 			return nil
@@ -223,7 +225,7 @@ func checkNoPendingLog(dir, path string) error {
 }
 
 // Backup writes a consistent copy of the store file, a bbolt file that is
-// the whole store for either engine (see store.Bolt.Backup and
+// the whole store for either engine (see boltstore.Store.Backup and
 // logfirst.Store.Backup); errNoBackup for an engine that has none.
 func (d *dataDir) Backup(w io.Writer, begin store.BackupSize) (int64, error) {
 	if d.backup == nil {

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/participantd/participantd/checkpoint"
 	"github.com/participantd/participantd/faultstore"
-	"github.com/participantd/participantd/participant"
 	"github.com/participantd/participantd/server"
 	"github.com/participantd/participantd/store"
 )
@@ -95,7 +95,7 @@ type limitedStore struct {
 func (l *limitedStore) PutBytes(values []store.Bytes) error {
 	if l.tooLarge.Load() {
 		for _, v := range values {
-			if strings.HasPrefix(v.Key, participant.CheckpointPrefix) {
+			if strings.HasPrefix(v.Key, checkpoint.KeyPrefix) {
 				return store.ErrTooLarge
 			}
 		}
@@ -137,7 +137,7 @@ func TestLifecycleMetrics_SkipsAndFailures(t *testing.T) {
 	unreadable := server.MetricCheckpointsSkipped + `{reason="unreadable"}`
 	eventually(t, unreadable+" > 0", func() bool {
 		// Rewritten at every poll, in case a pass replaced it meanwhile.
-		if err := ls.PutBytes([]store.Bytes{{Key: participant.CheckpointPrefix + participant.ConversationID(3).String(), Value: []byte("garbage")}}); err != nil {
+		if err := ls.PutBytes([]store.Bytes{{Key: checkpoint.Key(3), Value: []byte("garbage")}}); err != nil {
 			t.Fatalf("PutBytes: %v", err)
 		}
 		v, _ := h.lookup(unreadable)

@@ -66,7 +66,7 @@ func NewMemory() *Memory {
 
 // Append implements DurableStore.
 func (m *Memory) Append(stream string, payload []byte, expectedSeq uint64) (uint64, error) {
-	if err := checkWrite(stream, len(payload)); err != nil {
+	if err := CheckWrite(stream, len(payload)); err != nil {
 		return 0, err
 	}
 	m.mu.Lock()
@@ -128,7 +128,7 @@ func (m *Memory) Len(stream string) (uint64, error) {
 
 // CAS implements DurableStore.
 func (m *Memory) CAS(key string, old, new uint64) error {
-	if err := checkWrite(key, 0); err != nil {
+	if err := CheckWrite(key, 0); err != nil {
 		return err
 	}
 	m.mu.Lock()
@@ -318,7 +318,7 @@ func (m *Memory) First(stream string) (uint64, error) {
 
 // PutBytes implements Compactor.
 func (m *Memory) PutBytes(values []Bytes) error {
-	if err := checkBytes(values); err != nil {
+	if err := CheckBytes(values); err != nil {
 		return err
 	}
 	m.mu.Lock()

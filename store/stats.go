@@ -6,7 +6,7 @@ type Stats struct {
 	// Flushes counts Flush calls accepted by an open, healthy store,
 	// including those that found nothing to make durable.
 	Flushes uint64
-	// Commits counts transactions that made writes durable (for Bolt, bbolt
+	// Commits counts transactions that made writes durable (for boltstore, bbolt
 	// write transactions committed; for Memory, Flush calls that had
 	// unflushed writes). With group commit, Commits is at most Flushes.
 	Commits uint64
@@ -15,6 +15,10 @@ type Stats struct {
 	// CASWrites counts successful CAS calls.
 	CASWrites uint64
 	// ValueLoads counts values read from the file because no write of them
-	// was in flight and they were not cached (Bolt only).
+	// was in flight and they were not cached (boltstore only).
 	ValueLoads uint64
 }
+
+// BackupSize is the number of bytes a store's Backup writes for the snapshot it
+// takes, passed to begin before any byte is written (for a Content-Length).
+type BackupSize func(size int64)

@@ -126,9 +126,10 @@ const (
 	MaxPayloadLen = 1 << 30
 )
 
-// checkWrite reports whether name and payload are acceptable to every
-// implementation.
-func checkWrite(name string, payloadLen int) error {
+// CheckWrite reports whether a stream or key name and a payload length are
+// acceptable to every implementation: ErrInvalidName or ErrTooLarge, or
+// nil. Implementations call it before they stage a write.
+func CheckWrite(name string, payloadLen int) error {
 	if name == "" || len(name) > MaxNameLen {
 		return fmt.Errorf("%q: %w", truncate(name), ErrInvalidName)
 	}
@@ -307,11 +308,11 @@ func (e *CompactedError) Error() string {
 // Unwrap returns ErrCompacted.
 func (e *CompactedError) Unwrap() error { return ErrCompacted }
 
-// checkBytes reports whether values are acceptable to every
-// implementation.
-func checkBytes(values []Bytes) error {
+// CheckBytes reports whether byte values are acceptable to every
+// implementation: ErrInvalidName or ErrTooLarge, or nil.
+func CheckBytes(values []Bytes) error {
 	for _, v := range values {
-		if err := checkWrite(v.Key, len(v.Value)); err != nil {
+		if err := CheckWrite(v.Key, len(v.Value)); err != nil {
 			return err
 		}
 	}

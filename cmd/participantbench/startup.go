@@ -18,6 +18,7 @@ import (
 	"github.com/participantd/participantd/registry"
 	"github.com/participantd/participantd/server"
 	"github.com/participantd/participantd/store"
+	"github.com/participantd/participantd/store/boltstore"
 )
 
 // startupFigure is the time to ready of one data directory size.
@@ -151,7 +152,7 @@ func buildDataDir(ctx context.Context, dir string, convs, records, payload int, 
 	if err != nil {
 		return err
 	}
-	bolt, err := store.Open(filepath.Join(dir, server.StoreFile), store.Options{})
+	bolt, err := boltstore.Open(filepath.Join(dir, server.StoreFile), boltstore.Options{})
 	if err != nil {
 		return err
 	}
@@ -183,7 +184,7 @@ func buildDataDir(ctx context.Context, dir string, convs, records, payload int, 
 // with it, each of their many small commits would write the whole
 // freelist.
 func persistFreelist(path string) error {
-	st, err := store.Open(path, store.Options{PersistFreelist: true})
+	st, err := boltstore.Open(path, boltstore.Options{PersistFreelist: true})
 	if err != nil {
 		return err
 	}
@@ -232,7 +233,7 @@ func buildChunkInto(ctx context.Context, cp *boltCopy, key []byte, lo, hi, convs
 
 // boltCopy appends chunks of conversations to one bbolt store.
 type boltCopy struct {
-	bolt        *store.Bolt
+	bolt        *boltstore.Store
 	registry    uint64 // entries of the registry stream so far
 	pending     int
 	incarnation uint64
@@ -338,7 +339,7 @@ func checkpointedCopy(ctx context.Context, src, dst string) error {
 		}
 	}
 	path := filepath.Join(dst, server.StoreFile)
-	st, err := store.Open(path, store.Options{})
+	st, err := boltstore.Open(path, boltstore.Options{})
 	if err != nil {
 		return err
 	}

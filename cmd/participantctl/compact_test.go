@@ -11,7 +11,8 @@ import (
 	"github.com/participantd/participantd/oplog"
 	"github.com/participantd/participantd/outbox"
 	"github.com/participantd/participantd/participant"
-	"github.com/participantd/participantd/store"
+	"github.com/participantd/participantd/store/boltfmt"
+	"github.com/participantd/participantd/store/boltstore"
 )
 
 // TestCompact_RemovesSettledHistoryAndVerifyStaysOK compacts a stopped
@@ -22,7 +23,7 @@ func TestCompact_RemovesSettledHistoryAndVerifyStaysOK(t *testing.T) {
 	ctx := testCtx(t)
 	bg := context.Background()
 	dir := t.TempDir()
-	st, err := store.Open(filepath.Join(dir, storeFile), store.Options{})
+	st, err := boltstore.Open(filepath.Join(dir, storeFile), boltstore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +83,7 @@ func TestCompact_RemovesSettledHistoryAndVerifyStaysOK(t *testing.T) {
 	}
 	text := mustCtl(t, ctx, "inspect", "--data", dir)
 
-	st, err = store.Open(filepath.Join(dir, storeFile), store.Options{})
+	st, err = boltstore.Open(filepath.Join(dir, storeFile), boltstore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +129,7 @@ func TestCompact_RemovesSettledHistoryAndVerifyStaysOK(t *testing.T) {
 // with their pages, and the same in text.
 func checkSpace(t *testing.T, ctx context.Context, dir string) {
 	t.Helper()
-	var sp store.Space
+	var sp boltfmt.Space
 	out := mustCtl(t, ctx, "inspect", "--data", dir, "--space", "--json")
 	if err := json.Unmarshal([]byte(out), &sp); err != nil {
 		t.Fatalf("inspect --space --json = %q: %v", out, err)

@@ -11,6 +11,7 @@ import (
 	"github.com/participantd/participantd/offline"
 	"github.com/participantd/participantd/participant"
 	"github.com/participantd/participantd/store"
+	"github.com/participantd/participantd/store/boltfmt"
 )
 
 func init() {
@@ -174,7 +175,7 @@ func runSpace(e *env, dir string, asJSON bool) error {
 // and the value.
 const leafHeader = 16
 
-func printSpace(w io.Writer, sp *store.Space) {
+func printSpace(w io.Writer, sp *boltfmt.Space) {
 	var pages int64
 	for _, b := range sp.Buckets {
 		pages += b.LeafAlloc + b.BranchAlloc

@@ -10,10 +10,11 @@ import (
 	"github.com/participantd/participantd/participant"
 	"github.com/participantd/participantd/server"
 	"github.com/participantd/participantd/store"
+	"github.com/participantd/participantd/store/boltstore"
 )
 
 // The offline tools read a stopped server's data directory through package
-// offline: the readers open the file read-only (store.Options.ReadOnly:
+// offline: the readers open the file read-only (boltstore.Options.ReadOnly:
 // O_RDONLY, a shared lock, no layout transaction) with the log replayed in
 // memory over it, so the data is exactly as the server left it, byte for
 // byte, and a missing or empty store is an error, never a new store; the
@@ -50,8 +51,8 @@ func explainOpen(dir string, err error) error {
 
 // openData opens the bbolt file of data directory dir alone, read-only
 // (inspect --space, which reports where the file's bytes go).
-func openData(dir string) (*store.Bolt, error) {
-	st, err := store.Open(filepath.Join(dir, storeFile), store.Options{LockTimeout: offline.DefaultLockTimeout, ReadOnly: true})
+func openData(dir string) (*boltstore.Store, error) {
+	st, err := boltstore.Open(filepath.Join(dir, storeFile), boltstore.Options{LockTimeout: offline.DefaultLockTimeout, ReadOnly: true})
 	return st, explainOpen(dir, err)
 }
 

@@ -19,17 +19,18 @@ import (
 	"github.com/participantd/participantd/participant"
 	"github.com/participantd/participantd/registry"
 	"github.com/participantd/participantd/store"
+	"github.com/participantd/participantd/store/boltstore"
 	"github.com/participantd/participantd/tokenindex"
 )
 
 // buildData makes a data directory whose store holds conversations 1 and 2,
 // each with two participants and a record, through the service, then lets
 // damage write to the store before it is closed.
-func buildData(t *testing.T, damage func(st *store.Bolt)) string {
+func buildData(t *testing.T, damage func(st *boltstore.Store)) string {
 	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
-	st, err := store.Open(filepath.Join(dir, storeFile), store.Options{})
+	st, err := boltstore.Open(filepath.Join(dir, storeFile), boltstore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +105,7 @@ func snapshot(t *testing.T, dir string) string {
 
 func TestVerify_CorruptOutboxRow_RefusedExit1(t *testing.T) {
 	ctx := testCtx(t)
-	dir := buildData(t, func(st *store.Bolt) {
+	dir := buildData(t, func(st *boltstore.Store) {
 		n, err := st.Len(outbox.Stream(2))
 		if err != nil {
 			t.Fatal(err)
@@ -134,7 +135,7 @@ func TestVerify_CorruptOutboxRow_RefusedExit1(t *testing.T) {
 
 func TestVerify_MissingOutboxSuffix_WouldRepair(t *testing.T) {
 	ctx := testCtx(t)
-	dir := buildData(t, func(st *store.Bolt) {
+	dir := buildData(t, func(st *boltstore.Store) {
 		// A later oplog row whose outbox rows never got written: copy of
 		// conversation 1's history into conversation 3 without its outbox
 		// (with its token index, which every commit writes first).
@@ -261,7 +262,7 @@ func TestVerify_DamagedStore_ReportsExit1(t *testing.T) {
 // exits 1 instead of crashing in bbolt.
 func TestVerify_CorruptBranchPage_ReportsExit1(t *testing.T) {
 	ctx := testCtx(t)
-	dir := buildData(t, func(st *store.Bolt) {
+	dir := buildData(t, func(st *boltstore.Store) {
 		pad := strings.Repeat("p", 200)
 		for i := uint64(0); i < 2000; i++ {
 			if _, err := st.Append("pad", []byte(pad), i); err != nil {
@@ -309,7 +310,7 @@ func TestVerify_CorruptBranchPage_ReportsExit1(t *testing.T) {
 func TestVerify_TokenIndexMissing_RefusedAndInspectShowsTheFloor(t *testing.T) {
 	ctx := testCtx(t)
 	floor := time.UnixMilli(1_700_000_000_123).UTC()
-	dir := buildData(t, func(st *store.Bolt) {
+	dir := buildData(t, func(st *boltstore.Store) {
 		key := tokenindex.Key(1, tokenindex.Participant(0), participant.Token{1, 3})
 		v, err := st.ReadValue(key)
 		if err != nil || v == 0 {

@@ -11,7 +11,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/participantd/participantd/participant"
-	"github.com/participantd/participantd/store"
+	"github.com/participantd/participantd/store/boltstore"
 )
 
 // TestRestore_RefusesANonBackupBeforeWritingAnything restores files that
@@ -28,7 +28,7 @@ func TestRestore_RefusesANonBackupBeforeWritingAnything(t *testing.T) {
 
 	// A real data file, a few pages long, to cut short.
 	good := filepath.Join(work, "good.db")
-	st, err := store.Open(good, store.Options{})
+	st, err := boltstore.Open(good, boltstore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

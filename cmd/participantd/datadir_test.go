@@ -12,7 +12,7 @@ import (
 	"github.com/participantd/participantd/participant"
 	"github.com/participantd/participantd/server"
 	"github.com/participantd/participantd/server/servertest"
-	"github.com/participantd/participantd/store"
+	"github.com/participantd/participantd/store/boltstore"
 )
 
 // servedDataDir returns a data directory a server on engine has run on
@@ -107,7 +107,7 @@ func TestRun_DamagedOrLostDataRefusedExit1(t *testing.T) {
 		}, []string{"damaged", "both meta pages are invalid", "backup"}},
 		{"branch page points past the file", func(t *testing.T, dir string) {
 			path := filepath.Join(dir, server.StoreFile)
-			st, err := store.Open(path, store.Options{MustExist: true})
+			st, err := boltstore.Open(path, boltstore.Options{MustExist: true})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -149,7 +149,7 @@ func TestRun_DamagedOrLostDataRefusedExit1(t *testing.T) {
 		}, []string{"node.key is missing", "restore"}},
 	} {
 		// The log-first store checks and contains its bbolt file as
-		// store.Open does: the same refusals, the same messages.
+		// boltstore.Open does: the same refusals, the same messages.
 		for _, engine := range []string{server.EngineBolt, server.EngineLog} {
 			t.Run(engine+"/"+tc.name, func(t *testing.T) {
 				dir := servedDataDir(t, engine)
@@ -189,7 +189,7 @@ func storeMeta(t *testing.T, dir string) (txid, hwm uint64) {
 // (incarnation 0), so the next start creates the key and serves.
 func TestRun_InterruptedFirstStartStarts(t *testing.T) {
 	dir := t.TempDir()
-	st, err := store.Open(filepath.Join(dir, server.StoreFile), store.Options{})
+	st, err := boltstore.Open(filepath.Join(dir, server.StoreFile), boltstore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

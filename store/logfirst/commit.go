@@ -10,6 +10,8 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/participantd/participantd/store"
+	"github.com/participantd/participantd/store/boltfmt"
+	"github.com/participantd/participantd/store/internal/stage"
 	"github.com/participantd/participantd/store/wal"
 )
 
@@ -29,56 +31,21 @@ func (s *Store) Flush() error {
 		return err
 	}
 	s.flushes.Add(1)
-	var bt *batch
-	wake := false
-	switch {
-	case s.hasStagedLocked():
-		if !s.committing && s.next == nil && s.memBytes < s.opts.MaxUncheckpointed {
-			bt = &batch{done: make(chan struct{})}
-			s.committing = true
-			s.commitAndUnlock(bt)
-			return bt.err
-		}
-		if s.next == nil {
-			s.next = &batch{done: make(chan struct{})}
-			wake = true
-		}
-		bt = s.next
-	case s.inflight != nil:
-		bt = s.inflight
+	staged := s.hasStagedLocked()
+	if staged && s.group.IdleLocked() && s.memBytes < s.opts.MaxUncheckpointed {
+		bt := s.group.StartLocked()
+		s.commitAndUnlock(bt)
+		return bt.Wait()
 	}
+	bt, wake := s.group.JoinLocked(staged)
 	s.mu.Unlock()
-	if bt == nil {
-		return nil
-	}
-	if wake {
-		select {
-		case s.kick <- struct{}{}:
-		default: // a wake is pending; it will find s.next
-		}
-	}
-	<-bt.done
-	return bt.err
+	return s.group.Wait(bt, wake)
 }
 
 // runCommitter is the committer goroutine: one log record per wake.
 func (s *Store) runCommitter() {
 	defer s.done.Done()
-	for {
-		select {
-		case <-s.kick:
-			s.commit()
-		case <-s.quit:
-			s.mu.Lock()
-			bt := s.next
-			s.next = nil
-			s.mu.Unlock()
-			if bt != nil {
-				bt.finish(store.ErrClosed)
-			}
-			return
-		}
-	}
+	s.group.Run(&s.mu, s.quit, s.commit)
 }
 
 // taken is the part of one stream a commit or checkpoint carries.
@@ -96,48 +63,44 @@ func (s *Store) commit() {
 	// One record at a time, in order; and memory for logged batches is
 	// bounded: while it is full, the record waits for a checkpoint, and so
 	// does every Flush.
-	for (s.committing || s.memBytes >= s.opts.MaxUncheckpointed) && s.usableLocked() == nil {
+	for (s.group.BusyLocked() || s.memBytes >= s.opts.MaxUncheckpointed) && s.usableLocked() == nil {
 		if s.memBytes >= s.opts.MaxUncheckpointed {
 			s.kickCheckpointer()
 		}
 		s.memFreed.Wait()
 	}
-	bt := s.next
+	bt := s.group.TakeLocked()
 	if bt == nil {
 		s.mu.Unlock()
 		return
 	}
-	s.next = nil
 	if err := s.usableLocked(); err != nil {
+		s.group.EndLocked()
 		s.mu.Unlock()
-		bt.finish(err)
+		bt.Finish(err)
 		return
 	}
-	s.committing = true
 	s.commitAndUnlock(bt)
 }
 
 // commitAndUnlock writes every staged write as one log record and finishes bt
-// with the result. s.mu must be held and s.committing set by the caller,
-// which makes it the only writer of the log; it returns with s.mu
-// released and s.committing cleared.
-func (s *Store) commitAndUnlock(bt *batch) {
+// with the result. s.mu must be held and bt in flight in s.group
+// (TakeLocked or StartLocked), which makes the caller the only writer of
+// the log; it returns with s.mu released and bt finished.
+func (s *Store) commitAndUnlock(bt *stage.Batch) {
 	// Everything staged now goes into this record; writes staged from here
 	// on wait for the next one. Each stream's pending payloads are taken
 	// as a prefix and moved to logged only after the record is durable.
-	streams := make([]taken, 0, len(s.dirty))
-	for name, st := range s.dirty {
+	streams := make([]taken, 0, s.streams.DirtyCountLocked())
+	s.streams.TakeDirtyLocked(func(name string, st *stream) {
 		n := len(st.pending)
 		streams = append(streams, taken{name: name, st: st, first: st.base + uint64(len(st.logged)), payloads: st.pending[:n:n]})
-	}
-	clear(s.dirty)
-	values := s.staged
-	s.staged = make(map[string]valueState)
+	})
+	values := s.vals.TakeStagedLocked()
 	trims := s.stagedTrims
 	s.stagedTrims = make(map[string]uint64)
 	byteValues := s.stagedBytes
 	s.stagedBytes = make(map[string]bytesState)
-	s.inflight = bt
 	s.mu.Unlock()
 
 	var lsn wal.LSN
@@ -153,7 +116,7 @@ func (s *Store) commitAndUnlock(bt *batch) {
 			}
 		}
 		for _, k := range slices.Sorted(maps.Keys(values)) {
-			rec.Values = append(rec.Values, wal.ValueWrite{Key: k, Value: values[k].v})
+			rec.Values = append(rec.Values, wal.ValueWrite{Key: k, Value: values[k].Value})
 			size += int64(len(k)) + entryOverhead
 		}
 		for _, name := range slices.Sorted(maps.Keys(trims)) {
@@ -170,8 +133,7 @@ func (s *Store) commitAndUnlock(bt *batch) {
 	}
 
 	s.mu.Lock()
-	s.inflight = nil
-	s.committing = false
+	s.group.EndLocked()
 	switch {
 	case err != nil:
 		s.failLocked(fmt.Errorf("%w: log %s: %w", store.ErrFailed, s.dir, err))
@@ -180,11 +142,7 @@ func (s *Store) commitAndUnlock(bt *batch) {
 		for _, t := range streams {
 			n := len(t.payloads)
 			t.st.logged = append(t.st.logged, t.payloads...)
-			if len(t.st.pending) == n {
-				t.st.pending = nil
-			} else {
-				t.st.pending = append([][]byte(nil), t.st.pending[n:]...)
-			}
+			t.st.pending = stage.DropFront(t.st.pending, n)
 			s.logged[t.name] = t.st
 		}
 		for k, vs := range values {
@@ -206,7 +164,7 @@ func (s *Store) commitAndUnlock(bt *batch) {
 	// Wakes the committer if it waits for this record, and Close.
 	s.memFreed.Broadcast()
 	s.mu.Unlock()
-	bt.finish(err)
+	bt.Finish(err)
 }
 
 // entryOverhead is what memory accounting charges per entry or value
@@ -269,7 +227,7 @@ func (s *Store) checkpoint() error {
 	}
 	clear(s.logged)
 	values := s.loggedValues
-	s.loggedValues = make(map[string]valueState)
+	s.loggedValues = make(map[string]stage.Write)
 	trims := s.loggedTrims
 	s.loggedTrims = make(map[string]uint64)
 	byteValues := s.loggedBytes
@@ -286,19 +244,19 @@ func (s *Store) checkpoint() error {
 	// own, all of which this transaction or an earlier one applies.
 	err := s.update(func(tx *bolt.Tx) error {
 		for _, t := range streams {
-			if err := store.PutEntries(tx, t.name, t.first, t.payloads); err != nil {
+			if err := boltfmt.PutEntries(tx, t.name, t.first, t.payloads); err != nil {
 				return err
 			}
 		}
 		for _, k := range slices.Sorted(maps.Keys(values)) {
-			if err := store.PutValue(tx, k, values[k].v); err != nil {
+			if err := boltfmt.PutValue(tx, k, values[k].Value); err != nil {
 				return err
 			}
 		}
 		if err := applyTrims(tx, trims); err != nil {
 			return err
 		}
-		if err := store.PutBytesTx(tx, sortedBytes(byteValues)); err != nil {
+		if err := boltfmt.PutBytesTx(tx, sortedBytes(byteValues)); err != nil {
 			return err
 		}
 		return putCheckpointLSN(tx, lsn)
@@ -314,18 +272,9 @@ func (s *Store) checkpoint() error {
 	for _, t := range streams {
 		n := len(t.payloads)
 		t.st.base += uint64(n)
-		if len(t.st.logged) == n {
-			t.st.logged = nil
-		} else {
-			t.st.logged = append([][]byte(nil), t.st.logged[n:]...)
-		}
+		t.st.logged = stage.DropFront(t.st.logged, n)
 	}
-	for k, vs := range values {
-		if s.values[k].gen == vs.gen {
-			delete(s.values, k)
-		}
-		delete(s.cache, k)
-	}
+	s.vals.LandLocked(values)
 	for k, bs := range byteValues {
 		if s.bytes[k].gen == bs.gen {
 			delete(s.bytes, k)
@@ -362,7 +311,7 @@ func (s *Store) Close() error {
 	s.memFreed.Broadcast()
 	// A Flush may be writing a record itself: the log stays open until it
 	// is done. No new one starts once closed is set.
-	for s.committing {
+	for s.group.BusyLocked() {
 		s.memFreed.Wait()
 	}
 	s.mu.Unlock()
@@ -386,7 +335,9 @@ func (s *Store) Close() error {
 	}
 	s.mu.Lock()
 	sticky := s.err
-	s.streams, s.dirty, s.logged, s.values, s.staged, s.loggedValues, s.cache = nil, nil, nil, nil, nil, nil, nil
+	s.streams.ReleaseLocked()
+	s.logged, s.loggedValues = nil, nil
+	s.vals.ReleaseLocked()
 	s.bytes, s.stagedBytes, s.loggedBytes, s.stagedTrims, s.loggedTrims = nil, nil, nil, nil, nil
 	s.mu.Unlock()
 	if sticky != nil {

@@ -8,6 +8,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/participantd/participantd/store"
+	"github.com/participantd/participantd/store/boltfmt"
 )
 
 // Trim implements store.Compactor. The trim is staged like a write: it is
@@ -96,7 +97,7 @@ func (s *Store) GetBytes(key string) ([]byte, error) {
 	// or may not see.
 	var out []byte
 	err := s.view(func(tx *bolt.Tx) error {
-		out = store.GetBytesTx(tx, key)
+		out = boltfmt.GetBytesTx(tx, key)
 		return nil
 	})
 	if err != nil {
@@ -108,13 +109,13 @@ func (s *Store) GetBytes(key string) ([]byte, error) {
 // hasStagedLocked reports whether any write is staged for the next
 // record. s.mu must be held.
 func (s *Store) hasStagedLocked() bool {
-	return len(s.dirty) > 0 || len(s.staged) > 0 || len(s.stagedTrims) > 0 || len(s.stagedBytes) > 0
+	return s.streams.DirtyLocked() || s.vals.StagedLocked() || len(s.stagedTrims) > 0 || len(s.stagedBytes) > 0
 }
 
 // applyTrims deletes, in tx, the entries each trim covers, in key order.
 func applyTrims(tx *bolt.Tx, trims map[string]uint64) error {
 	for _, name := range slices.SortedFunc(maps.Keys(trims), compareKeyOrder) {
-		if err := store.TrimEntries(tx, name, trims[name]); err != nil {
+		if err := boltfmt.TrimEntries(tx, name, trims[name]); err != nil {
 			return err
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/participantd/participantd/store"
+	"github.com/participantd/participantd/store/boltfmt"
 	"github.com/participantd/participantd/store/logfirst"
 )
 
@@ -61,8 +62,8 @@ func boltFirst(t *testing.T, dir string) (uint64, []byte) {
 	var first uint64
 	var b []byte
 	if err := db.View(func(tx *bolt.Tx) error {
-		first, err = store.StreamFirst(tx, "s")
-		b = store.GetBytesTx(tx, "a")
+		first, err = boltfmt.StreamFirst(tx, "s")
+		b = boltfmt.GetBytesTx(tx, "a")
 		return err
 	}); err != nil {
 		t.Fatal(err)

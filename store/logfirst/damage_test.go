@@ -46,7 +46,7 @@ func TestRead_DamagedFileIsErrCorruptNotACrash(t *testing.T) {
 	logfirst.Abandon(s)
 }
 
-// Open and OpenReadOnly check the bbolt file as store.Open does: missing
+// Open and OpenReadOnly check the bbolt file as boltstore.Open does: missing
 // or empty is ErrNoData where it must exist, damaged is ErrCorrupt.
 func TestOpen_ChecksTheFileAsStoreOpenDoes(t *testing.T) {
 	served := func(t *testing.T) string {

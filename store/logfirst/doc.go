@@ -35,8 +35,8 @@
 // once (a stream's first seq in memory; byte values in a map of every key
 // written since its last checkpoint), carried by the next record (wal
 // record version 2), replayed by Open, and applied to bbolt by the
-// checkpoint in LSN order with store's helpers (store.TrimEntries,
-// store.PutBytesTx): a checkpoint or replay transaction applies its
+// checkpoint in LSN order with store's helpers (boltfmt.TrimEntries,
+// boltfmt.PutBytesTx): a checkpoint or replay transaction applies its
 // appends, then its values, trims and byte values, which is the order
 // they were made in since a trim covers only logged entries, which are in
 // records before its own. A trim is refused below the stream's logged
@@ -58,8 +58,9 @@
 //     logged layer and answers every Flush of the batch. A Flush that
 //     finds no record being written runs the commit itself; Flushes
 //     arriving meanwhile form the next batch, which the committer
-//     goroutine writes as soon as the log is free (committing guards the
-//     single writer).
+//     goroutine writes as soon as the log is free (the group commit of
+//     store/internal/stage keeps one record in flight: the single
+//     writer).
 //   - The checkpointer, every CheckpointInterval or once CheckpointBytes
 //     are logged, takes the whole logged layer (exactly the records up to
 //     the last LSN, since a commit moves a record in under mu), writes it
@@ -117,7 +118,7 @@
 // file is written only by Open's replay and the checkpointer, off the hot
 // path, and a persisted freelist is what keeps Open from growing with the
 // file: bbolt reads that page instead of walking every page, and
-// store.CheckFile checks the freelist and the branch structure instead of
+// boltfmt.CheckFile checks the freelist and the branch structure instead of
 // every page (see package store, Opening a file). A file without one (from
 // --store bbolt) is walked once by the Open that writes it. A commit
 // persists the freelist only while it lists at most maxPersistedFreePages

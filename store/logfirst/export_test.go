@@ -16,7 +16,7 @@ func (s *Store) abandon() {
 	}
 	s.closed = true
 	s.memFreed.Broadcast()
-	for s.committing {
+	for s.group.BusyLocked() {
 		s.memFreed.Wait()
 	}
 	s.mu.Unlock()
@@ -61,3 +61,8 @@ func SetMaxPersistedFreePages(n int) (restore func()) {
 	maxPersistedFreePages = n
 	return func() { maxPersistedFreePages = old }
 }
+
+// SetViewed installs fn to run after every read transaction of s, without
+// s.mu held, so that a test can close s between a load and its use. It is
+// set before s is shared.
+func SetViewed(s *Store, fn func()) { s.viewed = fn }

@@ -9,6 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/participantd/participantd/store"
+	"github.com/participantd/participantd/store/boltstore"
 	"github.com/participantd/participantd/store/logfirst"
 )
 
@@ -38,7 +39,7 @@ func freelistPersisted(t *testing.T, path string) bool {
 func TestOpen_FileWithoutAFreelistOpensAndGetsOne(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, logfirst.DBFile)
-	b, err := store.Open(path, store.Options{})
+	b, err := boltstore.Open(path, boltstore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +49,7 @@ func TestOpen_FileWithoutAFreelistOpensAndGetsOne(t *testing.T) {
 		t.Fatal(err)
 	}
 	if freelistPersisted(t, path) {
-		t.Fatal("store.Open with default options persisted a freelist")
+		t.Fatal("boltstore.Open with default options persisted a freelist")
 	}
 	check := func(s store.DurableStore, how string) {
 		t.Helper()
@@ -70,11 +71,11 @@ func TestOpen_FileWithoutAFreelistOpensAndGetsOne(t *testing.T) {
 			t.Fatalf("after logfirst.Open #%d the file has no persisted freelist", i+1)
 		}
 	}
-	b, err = store.Open(path, store.Options{})
+	b, err = boltstore.Open(path, boltstore.Options{})
 	if err != nil {
-		t.Fatalf("store.Open of a file with a persisted freelist: %v", err)
+		t.Fatalf("boltstore.Open of a file with a persisted freelist: %v", err)
 	}
-	check(b, "store.Open")
+	check(b, "boltstore.Open")
 	if err := b.Check(); err != nil {
 		t.Errorf("Check() = %v", err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/participantd/participantd/store"
+	"github.com/participantd/participantd/store/boltstore"
 	"github.com/participantd/participantd/store/logfirst"
 	"github.com/participantd/participantd/store/wal"
 )
@@ -109,9 +110,9 @@ func TestOpenReadOnly_ReplaysTheLogInMemoryAndChangesNoFile(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
-	b, err := store.Open(filepath.Join(dir, logfirst.DBFile), store.Options{})
+	b, err := boltstore.Open(filepath.Join(dir, logfirst.DBFile), boltstore.Options{})
 	if err != nil {
-		t.Fatalf("store.Open of the checkpointed file: %v", err)
+		t.Fatalf("boltstore.Open of the checkpointed file: %v", err)
 	}
 	defer b.Close()
 	gotEntries, gotV = readAll(t, b)

@@ -9,7 +9,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/participantd/participantd/store"
+	"github.com/participantd/participantd/store/boltfmt"
 	"github.com/participantd/participantd/store/wal"
 )
 
@@ -26,7 +26,7 @@ import (
 // or apply them twice.
 type replayer struct {
 	// update commits a transaction to bbolt: Store.update, so that a
-	// replay commits as a checkpoint does (vfs.Commit, store.Contain).
+	// replay commits as a checkpoint does (vfs.Commit, boltfmt.Contain).
 	update  func(func(*bolt.Tx) error) error
 	lsn     wal.LSN // the last LSN in bbolt
 	last    wal.LSN // the last LSN added; lsn until a record is
@@ -90,12 +90,12 @@ func (r *replayer) flush() error {
 	})
 	err := r.update(func(tx *bolt.Tx) error {
 		for _, a := range streams {
-			if err := store.PutEntries(tx, a.Stream, a.First, a.Payloads); err != nil {
+			if err := boltfmt.PutEntries(tx, a.Stream, a.First, a.Payloads); err != nil {
 				return fmt.Errorf("replay to LSN %v: %w", r.last, err)
 			}
 		}
 		for _, k := range slices.Sorted(maps.Keys(r.values)) {
-			if err := store.PutValue(tx, k, r.values[k]); err != nil {
+			if err := boltfmt.PutValue(tx, k, r.values[k]); err != nil {
 				return fmt.Errorf("replay to LSN %v: %w", r.last, err)
 			}
 		}
@@ -103,7 +103,7 @@ func (r *replayer) flush() error {
 		if err := applyTrims(tx, r.trims); err != nil {
 			return fmt.Errorf("replay to LSN %v: %w", r.last, err)
 		}
-		if err := store.PutBytesTx(tx, sortedBytes(r.bytes)); err != nil {
+		if err := boltfmt.PutBytesTx(tx, sortedBytes(r.bytes)); err != nil {
 			return fmt.Errorf("replay to LSN %v: %w", r.last, err)
 		}
 		return putCheckpointLSN(tx, r.last)
@@ -132,7 +132,7 @@ func (s *Store) replayIntoMemory(b *wal.Batch) error {
 		if err != nil {
 			return err
 		}
-		have := st.lenLocked()
+		have := st.LenLocked()
 		if have != a.First {
 			s.mu.Unlock()
 			return fmt.Errorf("record %v: stream %q has %d entries, record starts at %d", b.LSN, a.Stream, have, a.First)
@@ -150,8 +150,7 @@ func (s *Store) replayIntoMemory(b *wal.Batch) error {
 	}
 	s.mu.Lock()
 	for _, v := range b.Values {
-		s.gen++
-		s.values[v.Key] = valueState{v: v.Value, gen: s.gen}
+		s.vals.WriteLocked(v.Key, v.Value)
 	}
 	for _, v := range b.Bytes {
 		s.gen++

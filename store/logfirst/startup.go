@@ -10,6 +10,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/participantd/participantd/store"
+	"github.com/participantd/participantd/store/boltfmt"
 	"github.com/participantd/participantd/store/vfs"
 	"github.com/participantd/participantd/store/wal"
 )
@@ -74,7 +75,7 @@ func startLSN(tx *bolt.Tx) (laid bool, ck wal.LSN, err error) {
 	if k, _ := tx.Cursor().First(); k == nil {
 		return false, 0, nil
 	}
-	if err := store.CheckLayout(tx); err != nil {
+	if err := boltfmt.CheckLayout(tx); err != nil {
 		return true, 0, err
 	}
 	ck, err = checkpointLSN(tx)

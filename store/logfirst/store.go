@@ -7,8 +7,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,6 +16,8 @@ import (
 	berrors "go.etcd.io/bbolt/errors"
 
 	"github.com/participantd/participantd/store"
+	"github.com/participantd/participantd/store/boltfmt"
+	"github.com/participantd/participantd/store/internal/stage"
 	"github.com/participantd/participantd/store/vfs"
 	"github.com/participantd/participantd/store/wal"
 )
@@ -125,10 +125,12 @@ type Store struct {
 	// store Open would lay out.
 	fresh  bool
 	replay ReplayStats
+	// viewed, when set (tests only), runs after every read transaction
+	// of view, without mu held.
+	viewed func()
 
-	// kick wakes the committer, ckKick the checkpointer; both have
-	// capacity 1 so that wakes coalesce and senders never block.
-	kick   chan struct{}
+	// ckKick wakes the checkpointer (capacity 1: wakes coalesce and
+	// senders never block); the committer's is group's.
 	ckKick chan struct{}
 	// quit is closed by Close; the goroutines report on done when they
 	// stop.
@@ -162,30 +164,21 @@ type Store struct {
 	// store.ErrFailed.
 	err    error
 	closed bool
-	// streams holds, for each stream used since Open, its three layers.
-	// Entries are never removed.
-	streams map[string]*stream
-	// dirty holds the streams with pending payloads not yet taken by a
-	// commit; logged holds those with logged payloads not yet taken by a
+	// streams holds, for each stream used since Open, its three layers,
+	// and the streams with pending payloads not yet taken by a commit;
+	// logged holds those with logged payloads not yet taken by a
 	// checkpoint.
-	dirty  map[string]*stream
-	logged map[string]*stream
-	// values holds the latest value (0 = absent) of every key with a write
-	// not yet checkpointed: staged, being logged, logged or being
-	// checkpointed. A key absent from it has its current value in bbolt.
-	values map[string]valueState
-	// cache holds values read from bbolt for keys absent from values, so
-	// that a token lookup and the CAS that follows it read the file once.
-	// An entry stays right until a checkpoint writes its key, which drops
-	// it; at most maxCachedValues entries, emptied when full.
-	cache map[string]uint64
-	// staged holds the value writes not yet taken by a commit;
-	// loggedValues the latest logged write of each key not yet taken by a
-	// checkpoint.
-	staged       map[string]valueState
-	loggedValues map[string]valueState
+	streams *stage.Streams[*stream]
+	logged  map[string]*stream
+	// vals holds the values written and not yet checkpointed (staged,
+	// being logged, logged or being checkpointed), which reads see before
+	// bbolt, and values read from bbolt; a checkpoint forgets the reads
+	// of the keys it wrote only (stage.ForgetLanded). loggedValues holds
+	// the latest logged write of each key not yet taken by a checkpoint.
+	vals         *stage.Values
+	loggedValues map[string]stage.Write
 	// bytes holds the latest byte value (nil = deleted) of every key with
-	// a PutBytes not yet checkpointed, as values does for values;
+	// a PutBytes not yet checkpointed, as vals does for values;
 	// stagedBytes and loggedBytes are its staged and logged layers.
 	bytes       map[string]bytesState
 	stagedBytes map[string]bytesState
@@ -194,8 +187,8 @@ type Store struct {
 	// yet taken by a commit and by a checkpoint.
 	stagedTrims map[string]uint64
 	loggedTrims map[string]uint64
-	// gen numbers value and byte value writes, so that a checkpoint forgets a key only if
-	// no later write of it is in memory.
+	// gen numbers byte value writes, so that a checkpoint forgets a key
+	// only if no later write of it is in memory.
 	gen uint64
 	// memBytes counts the bytes of logged, not yet checkpointed writes.
 	memBytes int64
@@ -203,13 +196,10 @@ type Store struct {
 	// checkpointed one.
 	lastLSN wal.LSN
 	ckLSN   wal.LSN
-	// committing is set while a record is being written, by the committer
-	// or by a Flush writing its own: one writer of the log at a time.
-	committing bool
-	// next is the batch that will carry the staged writes, created by the
-	// first Flush that waits for it; inflight is the batch being logged.
-	next     *batch
-	inflight *batch
+	// group is the group commit: the record being written, by the
+	// committer or by a Flush writing its own (one writer of the log at a
+	// time), and the next one (its fields are guarded by mu).
+	group *stage.Group
 }
 
 // stream is the state of one stream: entries [0, base) are in bbolt,
@@ -225,31 +215,19 @@ type stream struct {
 	pending [][]byte
 }
 
-func (s *stream) lenLocked() uint64 {
+// LenLocked implements stage.Stream.
+func (s *stream) LenLocked() uint64 {
 	return s.base + uint64(len(s.logged)) + uint64(len(s.pending))
 }
 
-type valueState struct {
-	v   uint64
-	gen uint64
-}
+// StageLocked implements stage.Stream.
+func (s *stream) StageLocked(payload []byte) { s.pending = append(s.pending, payload) }
 
 // bytesState is a byte value in memory: v is nil for a deletion and never
 // modified.
 type bytesState struct {
 	v   []byte
 	gen uint64
-}
-
-// batch is one group commit: every Flush waiting on it gets its error.
-type batch struct {
-	done chan struct{}
-	err  error // written before done is closed
-}
-
-func (bt *batch) finish(err error) {
-	bt.err = err
-	close(bt.done)
 }
 
 var (
@@ -275,8 +253,8 @@ type ReplayStats struct {
 // offset. A data file locked by another process fails after
 // opts.LockTimeout with store.ErrLocked.
 //
-// The bbolt file gets store.Open's checks before bbolt maps it
-// (store.CheckFile): a damaged file fails with store's error naming it
+// The bbolt file gets boltstore.Open's checks before bbolt maps it
+// (boltfmt.CheckFile): a damaged file fails with store's error naming it
 // and wrapping store.ErrCorrupt, as does a panic or memory fault of bbolt
 // on any later read or checkpoint of it (that one sticky); a missing or
 // 0-byte file is store.ErrNoData when opts.MustExist is set.
@@ -294,7 +272,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("logfirst: %w", err)
 	}
 	path := filepath.Join(dir, DBFile)
-	if err := store.CheckFile(path, opts.MustExist); err != nil {
+	if err := boltfmt.CheckFile(path, opts.MustExist); err != nil {
 		return nil, err
 	}
 	fi, err := os.Stat(path)
@@ -340,7 +318,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		db.Close()
 		return nil, err
 	}
-	if err := s.update(store.InitLayout); err != nil {
+	if err := s.update(boltfmt.InitLayout); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("logfirst: open %s: %w", path, err)
 	}
@@ -388,7 +366,7 @@ func Open(dir string, opts Options) (*Store, error) {
 func OpenReadOnly(dir string, opts Options) (*Store, error) {
 	opts = opts.withDefaults()
 	path := filepath.Join(dir, DBFile)
-	if err := store.CheckFileWhole(path, true); err != nil {
+	if err := boltfmt.CheckFileWhole(path, true); err != nil {
 		return nil, err
 	}
 	db, err := openBolt(path, opts, true)
@@ -424,7 +402,7 @@ func OpenReadOnly(dir string, opts Options) (*Store, error) {
 
 func openBolt(path string, opts Options, readOnly bool) (*bolt.DB, error) {
 	var db *bolt.DB
-	err := store.Contain(path, func() error {
+	err := boltfmt.Contain(path, func() error {
 		var err error
 		db, err = bolt.Open(path, 0o600, &bolt.Options{
 			Timeout:      opts.LockTimeout,
@@ -433,7 +411,7 @@ func openBolt(path string, opts Options, readOnly bool) (*bolt.DB, error) {
 			// Only the checkpointer writes this file, off the hot path, so
 			// it pays the freelist's page per commit: a start then reads
 			// the freelist instead of walking every page (see
-			// store.CheckFile). A file written without one is walked once,
+			// boltfmt.CheckFile). A file written without one is walked once,
 			// by the first open, which writes it.
 			NoFreelistSync: false,
 		})
@@ -454,16 +432,13 @@ func newStore(dir string, db *bolt.DB, opts Options) *Store {
 		db:           db,
 		opts:         opts,
 		logger:       opts.Logger.With().Str("component", "logfirst").Logger(),
-		kick:         make(chan struct{}, 1),
+		group:        stage.NewGroup(),
 		ckKick:       make(chan struct{}, 1),
 		quit:         make(chan struct{}),
-		streams:      make(map[string]*stream),
-		dirty:        make(map[string]*stream),
+		streams:      stage.NewStreams[*stream](),
 		logged:       make(map[string]*stream),
-		values:       make(map[string]valueState),
-		cache:        make(map[string]uint64),
-		staged:       make(map[string]valueState),
-		loggedValues: make(map[string]valueState),
+		vals:         stage.NewValues(stage.ForgetLanded),
+		loggedValues: make(map[string]stage.Write),
 		bytes:        make(map[string]bytesState),
 		stagedBytes:  make(map[string]bytesState),
 		loggedBytes:  make(map[string]bytesState),
@@ -475,7 +450,7 @@ func newStore(dir string, db *bolt.DB, opts Options) *Store {
 }
 
 func checkpointLSN(tx *bolt.Tx) (wal.LSN, error) {
-	raw := store.ReadMeta(tx, metaCheckpointLSN)
+	raw := boltfmt.ReadMeta(tx, metaCheckpointLSN)
 	switch len(raw) {
 	case 0:
 		return 0, nil
@@ -504,7 +479,7 @@ func putCheckpointLSN(tx *bolt.Tx, lsn wal.LSN) error {
 	}
 	raw := make([]byte, 8)
 	binary.BigEndian.PutUint64(raw, uint64(lsn))
-	return store.PutMeta(tx, metaCheckpointLSN, raw)
+	return boltfmt.PutMeta(tx, metaCheckpointLSN, raw)
 }
 
 // Dir returns the data directory.
@@ -547,7 +522,7 @@ func (s *Store) usableLocked() error {
 }
 
 // view runs fn in a bbolt read transaction with bbolt's panics and
-// faults on a damaged page contained (store.Contain): they come back as
+// faults on a damaged page contained (boltfmt.Contain): they come back as
 // errors wrapping store.ErrCorrupt. On a fresh store it does not run fn.
 func (s *Store) view(fn func(*bolt.Tx) error) error {
 	if s.fresh {
@@ -555,7 +530,11 @@ func (s *Store) view(fn func(*bolt.Tx) error) error {
 		// value, checkpoint LSN 0.
 		return nil
 	}
-	return store.Contain(s.db.Path(), func() error { return s.db.View(fn) })
+	err := boltfmt.Contain(s.db.Path(), func() error { return s.db.View(fn) })
+	if s.viewed != nil {
+		s.viewed()
+	}
+	return err
 }
 
 // update is view for a write transaction, whose commit goes through the
@@ -563,7 +542,7 @@ func (s *Store) view(fn func(*bolt.Tx) error) error {
 // power there.
 func (s *Store) update(fn func(*bolt.Tx) error) error {
 	return vfs.Commit(s.opts.fs(), s.db.Path(), func() error {
-		return store.Contain(s.db.Path(), func() error { return s.db.Update(freelistPolicy(fn)) })
+		return boltfmt.Contain(s.db.Path(), func() error { return s.db.Update(freelistPolicy(fn)) })
 	})
 }
 
@@ -598,38 +577,35 @@ func (s *Store) readErr(err error) error {
 }
 
 // lockStream locks s.mu and returns the state of name, first loading its
-// bbolt length if the stream was not used since Open. On error s.mu is
-// not held.
+// bbolt length if the stream was not used since Open (see
+// stage.Streams.Get). On error s.mu is not held.
 func (s *Store) lockStream(name string) (*stream, error) {
 	s.mu.Lock()
-	for {
-		if err := s.usableLocked(); err != nil {
-			s.mu.Unlock()
-			return nil, err
-		}
-		if st := s.streams[name]; st != nil {
-			return st, nil
-		}
-		// A stream absent from s.streams has nothing in memory, so no
-		// checkpoint can change its bbolt length while mu is released.
+	st, err := s.streams.Get(&s.mu, name, s.usableLocked, s.loadStream)
+	if err != nil {
 		s.mu.Unlock()
-		var n, first uint64
-		err := s.view(func(tx *bolt.Tx) error {
-			var err error
-			if n, err = store.StreamLen(tx, name); err != nil {
-				return err
-			}
-			first, err = store.StreamFirst(tx, name)
-			return err
-		})
-		if err != nil {
-			return nil, s.readErr(err)
-		}
-		s.mu.Lock()
-		if s.streams[name] == nil {
-			s.streams[name] = &stream{first: first, base: n}
-		}
+		return nil, err
 	}
+	return st, nil
+}
+
+// loadStream returns the state of a stream not used since Open: bbolt
+// holds all of it, and no checkpoint can change that while it has nothing
+// in memory.
+func (s *Store) loadStream(name string) (*stream, error) {
+	var n, first uint64
+	err := s.view(func(tx *bolt.Tx) error {
+		var err error
+		if n, err = boltfmt.StreamLen(tx, name); err != nil {
+			return err
+		}
+		first, err = boltfmt.StreamFirst(tx, name)
+		return err
+	})
+	if err != nil {
+		return nil, s.readErr(err)
+	}
+	return &stream{first: first, base: n}, nil
 }
 
 // Append implements store.DurableStore. Besides its errors it returns the
@@ -648,14 +624,12 @@ func (s *Store) Append(name string, payload []byte, expectedSeq uint64) (uint64,
 		return 0, err
 	}
 	defer s.mu.Unlock()
-	actual := st.lenLocked()
-	if actual != expectedSeq {
-		return 0, &store.SequenceConflictError{Stream: name, Expected: expectedSeq, Actual: actual}
+	seq, err := s.streams.AppendLocked(name, st, p, expectedSeq)
+	if err != nil {
+		return 0, err
 	}
-	st.pending = append(st.pending, p)
-	s.dirty[name] = st
 	s.appends.Add(1)
-	return actual, nil
+	return seq, nil
 }
 
 // Len implements store.DurableStore. It reads bbolt only the first time a
@@ -666,7 +640,7 @@ func (s *Store) Len(name string) (uint64, error) {
 		return 0, err
 	}
 	defer s.mu.Unlock()
-	return st.lenLocked(), nil
+	return st.LenLocked(), nil
 }
 
 // ReadFrom implements store.DurableStore: entries below the stream's bbolt
@@ -689,7 +663,7 @@ func (s *Store) read(name string, offset uint64, limit int, maxBytes int) ([]sto
 	if err != nil {
 		return nil, err
 	}
-	end := st.lenLocked()
+	end := st.LenLocked()
 	if limit > 0 && uint64(limit) <= math.MaxUint64-offset {
 		end = min(end, offset+uint64(limit))
 	}
@@ -726,7 +700,7 @@ func (s *Store) read(name string, offset uint64, limit int, maxBytes int) ([]sto
 		full := false
 		err := s.view(func(tx *bolt.Tx) error {
 			var err error
-			out, total, full, err = store.ReadPageTx(tx, name, offset, stop, maxBytes, 0, out)
+			out, total, full, err = boltfmt.ReadPageTx(tx, name, offset, stop, maxBytes, 0, out)
 			return err
 		})
 		if err != nil {
@@ -768,98 +742,34 @@ func (s *Store) CAS(key string, old, new uint64) error {
 		return ErrReadOnly
 	}
 	s.mu.Lock()
-	for {
-		if err := s.usableLocked(); err != nil {
-			s.mu.Unlock()
-			return err
-		}
-		if _, ok := s.values[key]; ok {
-			break
-		}
-		if v, ok := s.cache[key]; ok {
-			if v != old {
-				s.mu.Unlock()
-				return &store.CASConflictError{Key: key, Expected: old, Actual: v}
-			}
-			break
-		}
-		// A key absent from s.values has its current value in bbolt, and
-		// keeps it while mu is released unless a write of it is staged,
-		// and perhaps checkpointed, meanwhile: the value read is used only
-		// if the key is still absent and no checkpoint completed.
-		cks := s.checkpoints.Load()
-		s.mu.Unlock()
-		v, err := s.loadValue(key)
-		if err != nil {
-			return err
-		}
-		s.mu.Lock()
-		if _, ok := s.values[key]; !ok && s.checkpoints.Load() == cks {
-			if v != old {
-				s.mu.Unlock()
-				return &store.CASConflictError{Key: key, Expected: old, Actual: v}
-			}
-			break
-		}
-	}
 	defer s.mu.Unlock()
-	if cur, ok := s.values[key]; ok && cur.v != old {
-		return &store.CASConflictError{Key: key, Expected: old, Actual: cur.v}
+	actual, err := s.vals.Current(&s.mu, key, s.usableLocked, s.loadValue)
+	if err != nil {
+		return err
 	}
-	s.gen++
-	vs := valueState{v: new, gen: s.gen}
-	s.values[key] = vs
-	s.staged[key] = vs
+	if actual != old {
+		return &store.CASConflictError{Key: key, Expected: old, Actual: actual}
+	}
+	s.vals.StageLocked(key, new)
 	s.casWrites.Add(1)
 	return nil
 }
 
-// ReadValue implements store.DurableStore.
+// ReadValue implements store.DurableStore. A value read from bbolt is
+// cached until a checkpoint writes its key, so that a token lookup and
+// the CAS that follows it read the file once.
 func (s *Store) ReadValue(key string) (uint64, error) {
 	s.mu.Lock()
-	if err := s.usableLocked(); err != nil {
-		s.mu.Unlock()
-		return 0, err
-	}
-	if vs, ok := s.values[key]; ok {
-		s.mu.Unlock()
-		return vs.v, nil
-	}
-	if v, ok := s.cache[key]; ok {
-		s.mu.Unlock()
-		return v, nil
-	}
-	cks := s.checkpoints.Load()
-	s.mu.Unlock()
-	// Absent from memory, the key's value is in bbolt; a write staged and
-	// checkpointed meanwhile would be a later write, which a read
-	// concurrent with it may or may not see.
-	v, err := s.loadValue(key)
-	if err != nil {
-		return 0, err
-	}
-	// Cached only if no checkpoint completed meanwhile: one that wrote the
-	// key would leave the value read stale.
-	s.mu.Lock()
-	if _, ok := s.values[key]; !ok && s.checkpoints.Load() == cks && s.cache != nil {
-		if len(s.cache) >= maxCachedValues {
-			clear(s.cache)
-		}
-		s.cache[key] = v
-	}
-	s.mu.Unlock()
-	return v, nil
+	defer s.mu.Unlock()
+	return s.vals.Read(&s.mu, key, s.usableLocked, s.loadValue)
 }
-
-// maxCachedValues bounds the value cache.
-const maxCachedValues = 1 << 16
 
 func (s *Store) loadValue(key string) (uint64, error) {
 	s.valueLoads.Add(1)
 	var v uint64
 	err := s.view(func(tx *bolt.Tx) error {
 		var err error
-		v, err = store.ReadValueTx(tx, key)
+		v, err = boltfmt.ReadValueTx(tx, key)
 		return err
 	})
 	if err != nil {
@@ -876,18 +786,13 @@ func (s *Store) Scan(prefix string) ([]store.Value, error) {
 		s.mu.Unlock()
 		return nil, err
 	}
-	overlay := make(map[string]uint64)
-	for k, vs := range s.values {
-		if strings.HasPrefix(k, prefix) {
-			overlay[k] = vs.v
-		}
-	}
+	overlay := s.vals.OverlayLocked(prefix)
 	s.mu.Unlock()
 
 	var out []store.Value
 	err := s.view(func(tx *bolt.Tx) error {
 		var err error
-		out, err = store.ScanValues(tx, prefix, func(k string) bool {
+		out, err = boltfmt.ScanValues(tx, prefix, func(k string) bool {
 			_, ok := overlay[k]
 			return ok
 		})
@@ -896,20 +801,11 @@ func (s *Store) Scan(prefix string) ([]store.Value, error) {
 	if err != nil {
 		return nil, s.readErr(err)
 	}
-	if len(overlay) == 0 {
-		return out, nil
-	}
-	for k, v := range overlay {
-		if v != 0 {
-			out = append(out, store.Value{Key: k, Value: v})
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
-	return out, nil
+	return stage.MergeScan(out, overlay), nil
 }
 
 // InUse returns the bytes the store holds: the bbolt file's pages in use
-// (store.PagesInUse: its free pages do not count) plus the bytes logged
+// (boltfmt.PagesInUse: its free pages do not count) plus the bytes logged
 // and not yet checkpointed, which a checkpoint moves there. While a
 // checkpoint commits, the bytes it moves count twice for a moment. It
 // fails with the sticky error, or store.ErrClosed after Close.
@@ -921,7 +817,7 @@ func (s *Store) InUse() (int64, error) {
 		return 0, err
 	}
 	var n int64
-	if err := s.view(func(tx *bolt.Tx) error { n = store.PagesInUse(tx); return nil }); err != nil {
+	if err := s.view(func(tx *bolt.Tx) error { n = boltfmt.PagesInUse(tx); return nil }); err != nil {
 		return 0, s.readErr(err)
 	}
 	return n + logged, nil

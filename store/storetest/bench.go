@@ -9,7 +9,7 @@ import (
 	"github.com/participantd/participantd/store"
 )
 
-// StatsStore is a store.DurableStore that counts its commits, as Bolt and
+// StatsStore is a store.DurableStore that counts its commits, as boltstore and
 // the log-first store do.
 type StatsStore interface {
 	store.DurableStore

@@ -17,7 +17,7 @@ import (
 
 	"github.com/participantd/participantd/internal/daemontest"
 	"github.com/participantd/participantd/oplog"
-	"github.com/participantd/participantd/store"
+	"github.com/participantd/participantd/store/boltstore"
 	"github.com/participantd/participantd/wire"
 )
 
@@ -366,7 +366,7 @@ func TestKill_AnsweredTellsSurvive(t *testing.T) {
 	checkLogs(t, p.stderr)
 	// The history B acknowledged was compacted on the way, so the retries
 	// above replayed from receipts too.
-	st, err := store.Open(filepath.Join(dir, "participantd.db"), store.Options{})
+	st, err := boltstore.Open(filepath.Join(dir, "participantd.db"), boltstore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package store_test
+package boltstore_test
 
 import (
 	"bytes"
@@ -12,20 +12,21 @@ import (
 	"testing"
 
 	"github.com/participantd/participantd/store"
+	"github.com/participantd/participantd/store/boltstore"
 )
 
 // buildFile makes a closed data file whose streams bucket spans many pages
 // (so that it has branch pages) and returns its path.
 func buildFile(t *testing.T) string {
 	t.Helper()
-	return buildFileWith(t, store.Options{})
+	return buildFileWith(t, boltstore.Options{})
 }
 
 // buildFileWith is buildFile writing with opts.
-func buildFileWith(t *testing.T, opts store.Options) string {
+func buildFileWith(t *testing.T, opts boltstore.Options) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "data.db")
-	b, err := store.Open(path, opts)
+	b, err := boltstore.Open(path, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +60,7 @@ func fileSum(t *testing.T, path string) [32]byte {
 func TestBolt_OpenReadOnly_ReadsWithoutWriting(t *testing.T) {
 	path := buildFile(t)
 	before := fileSum(t, path)
-	b, err := store.Open(path, store.Options{ReadOnly: true})
+	b, err := boltstore.Open(path, boltstore.Options{ReadOnly: true})
 	if err != nil {
 		t.Fatalf("Open(ReadOnly) error: %v", err)
 	}
@@ -82,7 +83,7 @@ func TestBolt_OpenReadOnly_ReadsWithoutWriting(t *testing.T) {
 		t.Errorf("Flush with nothing staged = %v, want nil", err)
 	}
 	// Two read-only opens share the file.
-	b2, err := store.Open(path, store.Options{ReadOnly: true})
+	b2, err := boltstore.Open(path, boltstore.Options{ReadOnly: true})
 	if err != nil {
 		t.Fatalf("second Open(ReadOnly) error: %v", err)
 	}
@@ -98,15 +99,15 @@ func TestBolt_OpenReadOnly_ReadsWithoutWriting(t *testing.T) {
 func TestBolt_Open_MissingOrEmptyWhereItMustExist(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		opts store.Options
+		opts boltstore.Options
 	}{
-		{"ReadOnly", store.Options{ReadOnly: true}},
-		{"MustExist", store.Options{MustExist: true}},
+		{"ReadOnly", boltstore.Options{ReadOnly: true}},
+		{"MustExist", boltstore.Options{MustExist: true}},
 	} {
 		t.Run(tc.name+"/missing", func(t *testing.T) {
 			dir := t.TempDir()
 			path := filepath.Join(dir, "data.db")
-			b, err := store.Open(path, tc.opts)
+			b, err := boltstore.Open(path, tc.opts)
 			if err == nil {
 				b.Close()
 			}
@@ -122,7 +123,7 @@ func TestBolt_Open_MissingOrEmptyWhereItMustExist(t *testing.T) {
 			if err := os.WriteFile(path, nil, 0o600); err != nil {
 				t.Fatal(err)
 			}
-			b, err := store.Open(path, tc.opts)
+			b, err := boltstore.Open(path, tc.opts)
 			if err == nil {
 				b.Close()
 			}
@@ -144,7 +145,7 @@ type damage struct {
 
 func truncateTo(t *testing.T, path string, size func(ps int64, hwm uint64, file int64) int64) {
 	t.Helper()
-	ps, hwm, err := store.ReadMetaPage(path)
+	ps, hwm, err := boltstore.ReadMetaPage(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +162,7 @@ func truncateTo(t *testing.T, path string, size func(ps int64, hwm uint64, file 
 // both is set.
 func flipMeta(t *testing.T, path string, both bool) {
 	t.Helper()
-	ps, _, err := store.ReadMetaPage(path)
+	ps, _, err := boltstore.ReadMetaPage(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,7 +214,7 @@ func TestBolt_Open_DamagedFileIsErrCorrupt(t *testing.T) {
 				path := buildFile(t)
 				d.fn(t, path)
 				before := fileSum(t, path)
-				b, err := store.Open(path, store.Options{ReadOnly: ro})
+				b, err := boltstore.Open(path, boltstore.Options{ReadOnly: ro})
 				if err == nil {
 					b.Close()
 				}
@@ -234,7 +235,7 @@ func TestBolt_Open_DamagedFileIsErrCorrupt(t *testing.T) {
 func TestBolt_Open_OneMetaPageFlippedFallsBack(t *testing.T) {
 	path := buildFile(t)
 	flipMeta(t, path, false)
-	b, err := store.Open(path, store.Options{ReadOnly: true})
+	b, err := boltstore.Open(path, boltstore.Options{ReadOnly: true})
 	if err != nil {
 		t.Fatalf("Open with one meta page damaged = %v, want it to open on the other", err)
 	}
@@ -248,7 +249,7 @@ func TestBolt_Open_OneMetaPageFlippedFallsBack(t *testing.T) {
 // of the file with child(id).
 func damageBranchPages(t *testing.T, path string, child func(id uint64) uint64) {
 	t.Helper()
-	ps, hwm, err := store.ReadMetaPage(path)
+	ps, hwm, err := boltstore.ReadMetaPage(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,9 +294,9 @@ func TestBolt_Open_DamagedPagesAreErrCorrupt(t *testing.T) {
 		for _, mode := range []struct{ ro, persist bool }{{false, false}, {true, false}, {false, true}, {true, true}} {
 			t.Run(fmt.Sprintf("%s/read-only=%v/freelist=%v", tc.name, mode.ro, mode.persist), func(t *testing.T) {
 				ro := mode.ro
-				path := buildFileWith(t, store.Options{PersistFreelist: mode.persist})
+				path := buildFileWith(t, boltstore.Options{PersistFreelist: mode.persist})
 				damageBranchPages(t, path, tc.child)
-				b, err := store.Open(path, store.Options{ReadOnly: ro})
+				b, err := boltstore.Open(path, boltstore.Options{ReadOnly: ro})
 				if err == nil {
 					b.Close()
 				}
@@ -312,12 +313,12 @@ func TestBolt_Open_CreatesAndReopens(t *testing.T) {
 	// directory entry is fsync'd (not observable here), and the file
 	// reopens with MustExist.
 	path := filepath.Join(t.TempDir(), "data.db")
-	b, err := store.Open(path, store.Options{})
+	b, err := boltstore.Open(path, boltstore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	b.Close()
-	b, err = store.Open(path, store.Options{MustExist: true})
+	b, err = boltstore.Open(path, boltstore.Options{MustExist: true})
 	if err != nil {
 		t.Fatalf("Open(MustExist) of a created file = %v", err)
 	}
@@ -331,11 +332,11 @@ func TestBolt_Open_SyncsTheDirectoryOfACreatedFile(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "data.db")
 	var synced []string
-	hooks := store.TestHooks{SyncDir: func(d string) error {
+	hooks := boltstore.TestHooks{SyncDir: func(d string) error {
 		synced = append(synced, d)
 		return nil
 	}}
-	b, err := store.OpenWithHooks(path, store.Options{}, hooks)
+	b, err := boltstore.OpenWithHooks(path, boltstore.Options{}, hooks)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -343,7 +344,7 @@ func TestBolt_Open_SyncsTheDirectoryOfACreatedFile(t *testing.T) {
 	if len(synced) != 1 || synced[0] != dir {
 		t.Errorf("directories synced creating %s = %v, want [%s]", path, synced, dir)
 	}
-	b, err = store.OpenWithHooks(path, store.Options{}, hooks)
+	b, err = boltstore.OpenWithHooks(path, boltstore.Options{}, hooks)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -351,9 +352,9 @@ func TestBolt_Open_SyncsTheDirectoryOfACreatedFile(t *testing.T) {
 	if len(synced) != 1 {
 		t.Errorf("reopening synced the directory again: %v", synced)
 	}
-	failing := store.TestHooks{SyncDir: func(string) error { return errors.New("EIO") }}
+	failing := boltstore.TestHooks{SyncDir: func(string) error { return errors.New("EIO") }}
 	other := filepath.Join(t.TempDir(), "data.db")
-	if b, err := store.OpenWithHooks(other, store.Options{}, failing); err == nil {
+	if b, err := boltstore.OpenWithHooks(other, boltstore.Options{}, failing); err == nil {
 		b.Close()
 		t.Errorf("Open with a failing directory sync succeeded")
 	}

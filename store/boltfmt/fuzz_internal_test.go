@@ -1,4 +1,4 @@
-package store
+package boltfmt
 
 import (
 	"bytes"
@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/participantd/participantd/store"
 )
 
 // FuzzDecodeEntryKey checks the streams bucket's key decoder: it never
@@ -15,7 +17,7 @@ func FuzzDecodeEntryKey(f *testing.F) {
 		entryKey("oplog/1", 0),
 		entryKey("outbox/18446744073709551615", 1<<63),
 		entryKey("conversations", 7),
-		entryKey(string(bytes.Repeat([]byte{'x'}, MaxNameLen)), 1),
+		entryKey(string(bytes.Repeat([]byte{'x'}, store.MaxNameLen)), 1),
 		{0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
 		{0xff, 0xff, 'a'},
 		{},
@@ -27,7 +29,7 @@ func FuzzDecodeEntryKey(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if stream == "" || len(stream) > MaxNameLen {
+		if stream == "" || len(stream) > store.MaxNameLen {
 			t.Fatalf("decodeEntryKey(%x) accepted stream name of %d bytes", k, len(stream))
 		}
 		if again := entryKey(stream, seq); !bytes.Equal(again, k) {
@@ -40,11 +42,7 @@ func FuzzDecodeEntryKey(f *testing.F) {
 // and what it accepts has the bounds Open relies on.
 func FuzzParseMeta(f *testing.F) {
 	path := filepath.Join(f.TempDir(), "seed.db")
-	b, err := Open(path, Options{})
-	if err != nil {
-		f.Fatal(err)
-	}
-	b.Close()
+	writeStore(f, path, false, 0, 1, nil, false)
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		f.Fatal(err)
@@ -64,22 +62,10 @@ func FuzzParseMeta(f *testing.F) {
 }
 
 // FuzzCheckFile writes any bytes as a data file: checkFile never panics
-// nor reads past the file, and reports damage as ErrCorrupt.
+// nor reads past the file, and reports damage as store.ErrCorrupt.
 func FuzzCheckFile(f *testing.F) {
 	path := filepath.Join(f.TempDir(), "seed.db")
-	b, err := Open(path, Options{})
-	if err != nil {
-		f.Fatal(err)
-	}
-	for i := uint64(0); i < 50; i++ {
-		if _, err := b.Append("s", bytes.Repeat([]byte{'v'}, 300), i); err != nil {
-			f.Fatal(err)
-		}
-	}
-	if err := b.Flush(); err != nil {
-		f.Fatal(err)
-	}
-	b.Close()
+	writeStore(f, path, false, 50, 50, bytes.Repeat([]byte{'v'}, 300), false)
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		f.Fatal(err)
@@ -96,8 +82,8 @@ func FuzzCheckFile(f *testing.F) {
 		}
 		state, _, err := checkFile(p)
 		switch {
-		case err != nil && !errors.Is(err, ErrCorrupt):
-			t.Fatalf("checkFile error %v does not wrap ErrCorrupt", err)
+		case err != nil && !errors.Is(err, store.ErrCorrupt):
+			t.Fatalf("checkFile error %v does not wrap store.ErrCorrupt", err)
 		case err == nil && len(data) == 0 && state != fileEmpty:
 			t.Fatalf("checkFile(0 bytes) = %v", state)
 		case err == nil && len(data) > 0 && state != fileValid:

@@ -1,4 +1,4 @@
-package store
+package boltstore
 
 import (
 	"bytes"
@@ -8,6 +8,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/participantd/participantd/store"
+	"github.com/participantd/participantd/store/boltfmt"
 )
 
 // writeFile makes a closed data file of many leaf pages in several
@@ -44,17 +47,24 @@ func writeFile(t *testing.T, persist bool) string {
 }
 
 // chosenMeta returns the meta page bbolt would use for the file at path.
-func chosenMeta(t *testing.T, path string) boltMeta {
+func chosenMeta(t *testing.T, path string) boltfmt.Meta {
 	t.Helper()
-	state, m, err := checkFile(path)
-	if err != nil || state != fileValid {
-		t.Fatalf("checkFile = %v, %v", state, err)
+	m, err := boltfmt.MetaOf(path)
+	if err != nil {
+		t.Fatalf("MetaOf = %v", err)
 	}
 	return m
 }
 
+// Offsets and flags of bbolt's file format the damage below needs.
+const (
+	leafFlag       = 0x02 // page header flags of a leaf page
+	metaSumOffset  = 72   // a meta page's checksum
+	pageHeaderSize = 16   // id, flags, count, overflow
+)
+
 // readAll returns the entries of stream s and the value of k.
-func readAll(t *testing.T, path string, opts Options) ([]Entry, uint64) {
+func readAll(t *testing.T, path string, opts Options) ([]store.Entry, uint64) {
 	t.Helper()
 	b, err := Open(path, opts)
 	if err != nil {
@@ -70,34 +80,6 @@ func readAll(t *testing.T, path string, opts Options) ([]Entry, uint64) {
 		t.Fatal(err)
 	}
 	return entries, v
-}
-
-// A file with a persisted freelist is opened for writing after reading its
-// structure only: the branch pages, not the leaves, which are nearly all
-// of it. A walk of every page still finds it whole.
-func TestWalk_PersistedFreelistReadsTheStructureOnly(t *testing.T) {
-	path := writeFile(t, true)
-	m := chosenMeta(t, path)
-	if m.freelist == noFreelist {
-		t.Fatal("a file written with PersistFreelist has no freelist")
-	}
-	if got := walkModeFor(m); got != walkStructure {
-		t.Fatalf("walkModeFor = %v, want walkStructure", got)
-	}
-	all, err := walkPages(path, m, walkAll)
-	if err != nil {
-		t.Fatalf("walkAll = %v", err)
-	}
-	some, err := walkPages(path, m, walkStructure)
-	if err != nil {
-		t.Fatalf("walkStructure = %v", err)
-	}
-	if some*10 > all {
-		t.Errorf("walkStructure read %d pages, walkAll %d: want under a tenth", some, all)
-	}
-	if got := walkModeFor(chosenMeta(t, writeFile(t, false))); got != walkAll {
-		t.Errorf("walkModeFor a file without a freelist = %v, want walkAll: bbolt walks it", got)
-	}
 }
 
 // A file written without a persisted freelist (every file before
@@ -135,7 +117,7 @@ func TestOpen_FilesWithAndWithoutAFreelistOpenEitherWay(t *testing.T) {
 			if err != nil {
 				t.Fatalf("commit and Check opened with a freelist %v: %v", persist, err)
 			}
-			if got := chosenMeta(t, path).freelist != noFreelist; got != persist {
+			if got := chosenMeta(t, path).Freelist != boltfmt.NoFreelist; got != persist {
 				t.Errorf("after a commit with PersistFreelist %v, the meta names a freelist: %v", persist, got)
 			}
 		}
@@ -147,27 +129,27 @@ func TestOpen_FilesWithAndWithoutAFreelistOpenEitherWay(t *testing.T) {
 func TestOpen_DamagedFreelistIsErrCorrupt(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
-		damage func(page []byte, m boltMeta)
+		damage func(page []byte, m boltfmt.Meta)
 	}{
-		{"not a freelist page", func(page []byte, _ boltMeta) { binary.LittleEndian.PutUint16(page[8:], leafFlag) }},
-		{"a free page in use (the root)", func(page []byte, m boltMeta) {
+		{"not a freelist page", func(page []byte, _ boltfmt.Meta) { binary.LittleEndian.PutUint16(page[8:], leafFlag) }},
+		{"a free page in use (the root)", func(page []byte, m boltfmt.Meta) {
 			ids := freeIDs(page)
-			ids[len(ids)-1] = m.root
+			ids[len(ids)-1] = m.Root
 			sortInto(page, ids)
 		}},
-		{"a free page past the high water mark", func(page []byte, m boltMeta) {
+		{"a free page past the high water mark", func(page []byte, m boltfmt.Meta) {
 			ids := freeIDs(page)
-			ids[len(ids)-1] = m.hwm
+			ids[len(ids)-1] = m.HighWater
 			sortInto(page, ids)
 		}},
-		{"ids out of order", func(page []byte, _ boltMeta) {
+		{"ids out of order", func(page []byte, _ boltfmt.Meta) {
 			ids := freeIDs(page)
 			ids[0], ids[1] = ids[1], ids[0]
 			for i, id := range ids {
 				binary.LittleEndian.PutUint64(page[pageHeaderSize+8*i:], id)
 			}
 		}},
-		{"more ids than the page holds", func(page []byte, _ boltMeta) { binary.LittleEndian.PutUint16(page[10:], 4000) }},
+		{"more ids than the page holds", func(page []byte, _ boltfmt.Meta) { binary.LittleEndian.PutUint16(page[10:], 4000) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := writeFile(t, true)
@@ -176,7 +158,7 @@ func TestOpen_DamagedFreelistIsErrCorrupt(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			page := raw[m.freelist*uint64(m.pageSize) : (m.freelist+1)*uint64(m.pageSize)]
+			page := raw[m.Freelist*uint64(m.PageSize) : (m.Freelist+1)*uint64(m.PageSize)]
 			if n := binary.LittleEndian.Uint16(page[10:]); n < 2 || n == 0xFFFF {
 				t.Fatalf("the freelist lists %d pages, want a few to damage", n)
 			}
@@ -189,12 +171,12 @@ func TestOpen_DamagedFreelistIsErrCorrupt(t *testing.T) {
 				if err == nil {
 					b.Close()
 				}
-				if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), path) {
-					t.Errorf("Open(PersistFreelist %v) = %v, want ErrCorrupt naming %s", persist, err, path)
+				if !errors.Is(err, store.ErrCorrupt) || !strings.Contains(err.Error(), path) {
+					t.Errorf("Open(PersistFreelist %v) = %v, want store.ErrCorrupt naming %s", persist, err, path)
 				}
 			}
-			if err := CheckFile(path, true); !errors.Is(err, ErrCorrupt) {
-				t.Errorf("CheckFile = %v, want ErrCorrupt", err)
+			if err := boltfmt.CheckFile(path, true); !errors.Is(err, store.ErrCorrupt) {
+				t.Errorf("CheckFile = %v, want store.ErrCorrupt", err)
 			}
 		})
 	}
@@ -222,7 +204,7 @@ func sortInto(page []byte, ids []uint64) {
 
 // sameEntries compares entries by seq and payload (cmp.Diff is slow on
 // megabytes of payload).
-func sameEntries(a, b []Entry) bool {
+func sameEntries(a, b []store.Entry) bool {
 	if len(a) != len(b) {
 		return false
 	}
@@ -263,15 +245,15 @@ func TestOpen_PersistedFreelistOfThePreviousMetaAfterATornCommit(t *testing.T) {
 	}
 	m := chosenMeta(t, path)
 	newest := uint64(0)
-	if p1, err := parseMeta(raw[m.pageSize:]); err == nil && p1.txid == m.txid {
+	if p1, err := boltfmt.ParseMeta(raw[m.PageSize:]); err == nil && p1.TxID == m.TxID {
 		newest = 1
 	}
-	raw[newest*uint64(m.pageSize)+metaSumOffset] ^= 0xff // as a torn write leaves it
+	raw[newest*uint64(m.PageSize)+metaSumOffset] ^= 0xff // as a torn write leaves it
 	if err := os.WriteFile(path, raw, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if prev := chosenMeta(t, path); prev.txid >= m.txid || prev.freelist == noFreelist {
-		t.Fatalf("after tearing meta txid %d, bbolt would use txid %d (freelist page %d)", m.txid, prev.txid, prev.freelist)
+	if prev := chosenMeta(t, path); prev.TxID >= m.TxID || prev.Freelist == boltfmt.NoFreelist {
+		t.Fatalf("after tearing meta txid %d, bbolt would use txid %d (freelist page %d)", m.TxID, prev.TxID, prev.Freelist)
 	}
 	for _, persist := range []bool{true, false} {
 		entries, v := readAll(t, path, Options{PersistFreelist: persist})

@@ -1,4 +1,4 @@
-package store
+package boltfmt
 
 import (
 	"encoding/binary"
@@ -10,7 +10,8 @@ import (
 	"os"
 
 	bolt "go.etcd.io/bbolt"
-	berrors "go.etcd.io/bbolt/errors"
+
+	"github.com/participantd/participantd/store"
 )
 
 // bbolt's on-disk meta page, as bbolt v1.5 writes it (little-endian on every
@@ -85,6 +86,47 @@ func parseMeta(page []byte) (boltMeta, error) {
 	return m, nil
 }
 
+// Meta is the meta page bbolt uses for a file, for tools and tests that
+// inspect or damage a file precisely.
+type Meta struct {
+	PageSize uint32
+	Root     uint64
+	// Freelist is the page of the persisted freelist, NoFreelist when
+	// the file has none.
+	Freelist uint64
+	// HighWater is the pages in use: 0..HighWater-1.
+	HighWater uint64
+	TxID      uint64
+}
+
+// NoFreelist is Meta.Freelist of a file without a persisted freelist.
+const NoFreelist = noFreelist
+
+func (m boltMeta) export() Meta {
+	return Meta{PageSize: m.pageSize, Root: m.root, Freelist: m.freelist, HighWater: m.hwm, TxID: m.txid}
+}
+
+// ParseMeta decodes and validates one meta page at the start of page, as
+// bbolt does.
+func ParseMeta(page []byte) (Meta, error) {
+	m, err := parseMeta(page)
+	return m.export(), err
+}
+
+// MetaOf returns the meta page bbolt would use for the file at path, after
+// the checks of CheckFile that precede the page walk: damage is an error
+// wrapping store.ErrCorrupt, a missing or 0-byte file store.ErrNoData.
+func MetaOf(path string) (Meta, error) {
+	state, m, err := checkFile(path)
+	if err != nil {
+		return Meta{}, err
+	}
+	if state != fileValid {
+		return Meta{}, fmt.Errorf("%s: %w", path, store.ErrNoData)
+	}
+	return m.export(), nil
+}
+
 // fileState is what checkFile found.
 type fileState int
 
@@ -103,7 +145,7 @@ const (
 // page size, a meta page that bbolt will use (the one with the higher txid
 // among the valid ones, as bbolt chooses) and that size covers that meta's
 // high water mark. It returns that meta for a valid file. Damage is
-// reported wrapping ErrCorrupt; an absent or 0-byte file is not an error
+// reported wrapping store.ErrCorrupt; an absent or 0-byte file is not an error
 // here.
 func checkFile(path string) (fileState, boltMeta, error) {
 	f, err := os.Open(path)
@@ -123,7 +165,7 @@ func checkFile(path string) (fileState, boltMeta, error) {
 		return fileEmpty, boltMeta{}, nil
 	}
 	corrupt := func(format string, args ...any) (fileState, boltMeta, error) {
-		return 0, boltMeta{}, fmt.Errorf("%s (%d bytes): %s: %w", path, size, fmt.Sprintf(format, args...), ErrCorrupt)
+		return 0, boltMeta{}, fmt.Errorf("%s (%d bytes): %s: %w", path, size, fmt.Sprintf(format, args...), store.ErrCorrupt)
 	}
 	buf := make([]byte, metaEnd)
 	if _, err := f.ReadAt(buf, 0); err != nil {
@@ -192,8 +234,8 @@ func checkFile(path string) (fileState, boltMeta, error) {
 	return fileValid, m, nil
 }
 
-// syncDir fsyncs directory dir, making the entries created in it durable.
-func syncDir(dir string) error {
+// SyncDir fsyncs directory dir, making the entries created in it durable.
+func SyncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
 		return err
@@ -203,63 +245,35 @@ func syncDir(dir string) error {
 	return errors.Join(serr, cerr)
 }
 
-// Check reads every committed key and value of the file through bbolt, so
-// that every page reachable from the meta page is read once, and checks
-// that each key and value has this package's layout. It returns nil when
-// all is readable, or the first damage found, naming the file and wrapping
-// ErrCorrupt; a panic or memory fault of bbolt while it reads is reported
-// the same way. Staged writes are not checked. It is meant for offline
-// verification: it reads the whole file in one read transaction.
-func (b *Bolt) Check() error {
-	b.mu.Lock()
-	err := b.usableLocked()
-	b.mu.Unlock()
-	if err != nil {
+// CheckKeys checks, in read transaction tx, the layout and that every key
+// and value of the streams and values buckets has this package's layout,
+// reading each once. It returns the first damage found.
+func CheckKeys(tx *bolt.Tx) error {
+	if err := CheckLayout(tx); err != nil {
 		return err
 	}
-	if b.readOnly {
-		// No writer can hold the file: its pages are at rest.
-		if err := checkAtRest(b.path); err != nil {
+	err := tx.Bucket(bucketStreams).ForEach(func(k, v []byte) error {
+		if _, _, err := decodeEntryKey(k); err != nil {
 			return err
 		}
-	}
-	err = b.view(func(tx *bolt.Tx) error {
-		if err := checkLayout(tx); err != nil {
-			return err
+		if v == nil {
+			return fmt.Errorf("streams: key %x is a bucket", k)
 		}
-		err := tx.Bucket(bucketStreams).ForEach(func(k, v []byte) error {
-			if _, _, err := decodeEntryKey(k); err != nil {
-				return err
-			}
-			if v == nil {
-				return fmt.Errorf("streams: key %x is a bucket", k)
-			}
-			return nil
-		})
-		if err != nil {
-			return fmt.Errorf("streams bucket: %w", err)
-		}
-		return tx.Bucket(bucketValues).ForEach(func(k, v []byte) error {
-			if len(k) == 0 || len(k) > MaxNameLen {
-				return fmt.Errorf("values: key of %d bytes", len(k))
-			}
-			if _, err := decodeValue(string(k), v); err != nil {
-				return err
-			}
-			if v == nil {
-				return fmt.Errorf("values: key %q is a bucket", k)
-			}
-			return nil
-		})
-	})
-	if err == nil {
 		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("streams bucket: %w", err)
 	}
-	if errors.Is(err, ErrCorrupt) || errors.Is(err, ErrClosed) {
-		return err
-	}
-	if errors.Is(err, berrors.ErrDatabaseNotOpen) {
-		return ErrClosed
-	}
-	return fmt.Errorf("%s: %w: %w", b.path, err, ErrCorrupt)
+	return tx.Bucket(bucketValues).ForEach(func(k, v []byte) error {
+		if len(k) == 0 || len(k) > store.MaxNameLen {
+			return fmt.Errorf("values: key of %d bytes", len(k))
+		}
+		if _, err := decodeValue(string(k), v); err != nil {
+			return err
+		}
+		if v == nil {
+			return fmt.Errorf("values: key %q is a bucket", k)
+		}
+		return nil
+	})
 }

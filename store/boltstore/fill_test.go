@@ -1,10 +1,10 @@
-package store_test
+package boltstore_test
 
 import (
 	"path/filepath"
 	"testing"
 
-	"github.com/participantd/participantd/store"
+	"github.com/participantd/participantd/store/boltstore"
 	"github.com/participantd/participantd/store/storetest"
 )
 
@@ -13,7 +13,7 @@ import (
 // leaving each split page half empty.
 func TestBolt_AppendOrderedBucketsArePackedFull(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "data.db")
-	b, err := store.Open(path, store.Options{})
+	b, err := boltstore.Open(path, boltstore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

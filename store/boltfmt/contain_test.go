@@ -1,6 +1,6 @@
 //go:build unix
 
-package store
+package boltfmt
 
 import (
 	"errors"
@@ -8,14 +8,16 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+
+	"github.com/participantd/participantd/store"
 )
 
 // TestContain_PanicAndFaultAreErrCorrupt checks the boundary every bbolt
 // call runs behind: a panic, and a read of a mapping past the end of its
 // file (SIGBUS, as bbolt would do on a truncated file), become errors.
 func TestContain_PanicAndFaultAreErrCorrupt(t *testing.T) {
-	if err := contain("f", func() error { panic("invalid page type") }); !errors.Is(err, ErrCorrupt) {
-		t.Errorf("contain(panic) = %v, want ErrCorrupt", err)
+	if err := Contain("f", func() error { panic("invalid page type") }); !errors.Is(err, store.ErrCorrupt) {
+		t.Errorf("Contain(panic) = %v, want store.ErrCorrupt", err)
 	}
 	path := filepath.Join(t.TempDir(), "short")
 	if err := os.WriteFile(path, []byte("x"), 0o600); err != nil {
@@ -33,11 +35,11 @@ func TestContain_PanicAndFaultAreErrCorrupt(t *testing.T) {
 	}
 	defer syscall.Munmap(m)
 	var sink byte
-	err = contain(path, func() error {
+	err = Contain(path, func() error {
 		sink = m[2*ps] // past the end of the file
 		return nil
 	})
-	if !errors.Is(err, ErrCorrupt) {
-		t.Errorf("contain(read past the file) = %v (read %d), want ErrCorrupt", err, sink)
+	if !errors.Is(err, store.ErrCorrupt) {
+		t.Errorf("Contain(read past the file) = %v (read %d), want store.ErrCorrupt", err, sink)
 	}
 }

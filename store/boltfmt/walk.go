@@ -1,4 +1,4 @@
-package store
+package boltfmt
 
 import (
 	"encoding/binary"
@@ -9,6 +9,8 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
+
+	"github.com/participantd/participantd/store"
 )
 
 // bbolt page layout, as bbolt v1.5 writes it:
@@ -43,7 +45,7 @@ const (
 // every page in a goroutine of its own, where an out-of-range page id is a
 // fault, a page referenced twice a panic and a cycle an endless recursion,
 // none of which a caller can contain. Key order and values are left to
-// bbolt, whose complaints about them are contained (see contain).
+// bbolt, whose complaints about them are contained (see Contain).
 //
 // A walk reads every page (full), or only the structure above the leaves
 // of the buckets' trees (see walkFile).
@@ -86,7 +88,7 @@ func walkModeFor(m boltMeta) walkMode {
 
 // walkFile checks the page structure of the file at path, whose chosen
 // meta page is m, reading as much of it as mode says. Damage is an error
-// naming the page, to be wrapped in ErrCorrupt by the caller.
+// naming the page, to be wrapped in store.ErrCorrupt by the caller.
 //
 // A persisted freelist is read whole in either mode and checked: a
 // freelist page, page ids below the high water mark in ascending order,
@@ -95,7 +97,7 @@ func walkModeFor(m boltMeta) walkMode {
 // live data. walkStructure cannot see the overflow pages of the leaves it
 // does not read, nor damage inside them (a flipped type, a key out of
 // place): such damage is found when bbolt reads the leaf (contained, see
-// contain) or by Bolt.Check.
+// Contain) or by boltstore.Store.Check.
 func walkFile(path string, m boltMeta, mode walkMode) error {
 	_, err := walkPages(path, m, mode)
 	return err
@@ -311,19 +313,19 @@ func inside(page []byte, off int, pos uint32, size uint64) error {
 	return nil
 }
 
-// checkAtRest checks the file at path, held so that no writer changes it:
+// CheckAtRest checks the file at path, held so that no writer changes it:
 // its meta pages and size, then its page structure. Damage wraps
-// ErrCorrupt.
-func checkAtRest(path string) error {
+// store.ErrCorrupt.
+func CheckAtRest(path string) error {
 	state, m, err := checkFile(path)
 	if err != nil {
 		return err
 	}
 	if state != fileValid {
-		return fmt.Errorf("%s: emptied while opening: %w", path, ErrNoData)
+		return fmt.Errorf("%s: emptied while opening: %w", path, store.ErrNoData)
 	}
 	if err := walkFile(path, m, walkAll); err != nil {
-		return fmt.Errorf("%s: %w: %w", path, err, ErrCorrupt)
+		return fmt.Errorf("%s: %w: %w", path, err, store.ErrCorrupt)
 	}
 	return nil
 }

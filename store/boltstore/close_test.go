@@ -1,4 +1,4 @@
-package store_test
+package boltstore_test
 
 import (
 	"errors"
@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/participantd/participantd/store"
+	"github.com/participantd/participantd/store/boltstore"
 )
 
 // TestBolt_Close_DuringCASLoadIsErrClosed closes the store while a CAS is
@@ -17,7 +18,7 @@ func TestBolt_Close_DuringCASLoadIsErrClosed(t *testing.T) {
 	loaded := make(chan struct{})
 	release := make(chan struct{})
 	var once sync.Once
-	b, err := store.OpenWithHooks(filepath.Join(t.TempDir(), "data.db"), store.Options{}, store.TestHooks{
+	b, err := boltstore.OpenWithHooks(filepath.Join(t.TempDir(), "data.db"), boltstore.Options{}, boltstore.TestHooks{
 		CASLoaded: func(string) {
 			once.Do(func() {
 				close(loaded)
@@ -45,7 +46,7 @@ func TestBolt_Close_DuringCASLoadIsErrClosed(t *testing.T) {
 // returns ErrClosed, and nothing panics. Run it with -race.
 func TestBolt_Close_ConcurrentWithReads(t *testing.T) {
 	for round := 0; round < 20; round++ {
-		b, err := store.Open(filepath.Join(t.TempDir(), "data.db"), store.Options{})
+		b, err := boltstore.Open(filepath.Join(t.TempDir(), "data.db"), boltstore.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}

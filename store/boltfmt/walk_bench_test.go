@@ -1,4 +1,4 @@
-package store
+package boltfmt
 
 import (
 	"path/filepath"
@@ -14,22 +14,9 @@ import (
 // where the walk reads the structure only and bbolt the freelist page:
 // both are a small fraction of the walks, and do not grow with the leaves.
 func BenchmarkOpenChecks(b *testing.B) {
-	build := func(opts Options) string {
+	build := func(persist bool) string {
 		path := filepath.Join(b.TempDir(), "bench.db")
-		st, err := Open(path, opts)
-		if err != nil {
-			b.Fatal(err)
-		}
-		payload := make([]byte, 1000)
-		for i := uint64(0); i < 20000; i++ {
-			if _, err := st.Append("s", payload, i); err != nil {
-				b.Fatal(err)
-			}
-		}
-		if err := st.Flush(); err != nil {
-			b.Fatal(err)
-		}
-		st.Close()
+		writeStore(b, path, persist, 20000, 20000, make([]byte, 1000), false)
 		return path
 	}
 	walk := func(path string, mode walkMode) func(b *testing.B) {
@@ -56,7 +43,7 @@ func BenchmarkOpenChecks(b *testing.B) {
 			}
 		}
 	}
-	path, persisted := build(Options{}), build(Options{PersistFreelist: true})
+	path, persisted := build(false), build(true)
 	b.Run("walkFile", walk(path, walkAll))
 	b.Run("bboltOpen", open(path, false))
 	b.Run("walkFilePersisted", walk(persisted, walkStructure))

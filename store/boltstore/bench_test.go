@@ -1,11 +1,11 @@
-package store_test
+package boltstore_test
 
 import (
 	"fmt"
 	"path/filepath"
 	"testing"
 
-	"github.com/participantd/participantd/store"
+	"github.com/participantd/participantd/store/boltstore"
 	"github.com/participantd/participantd/store/storetest"
 )
 
@@ -22,7 +22,7 @@ func BenchmarkBolt_AppendFlush(b *testing.B) {
 }
 
 func benchAppendFlush(b *testing.B, writers int) {
-	s, err := store.Open(filepath.Join(b.TempDir(), "data.db"), store.Options{})
+	s, err := boltstore.Open(filepath.Join(b.TempDir(), "data.db"), boltstore.Options{})
 	if err != nil {
 		b.Fatalf("Open error: %v", err)
 	}

@@ -1,4 +1,4 @@
-package store_test
+package boltstore_test
 
 import (
 	"errors"
@@ -12,12 +12,13 @@ import (
 	"time"
 
 	"github.com/participantd/participantd/store"
+	"github.com/participantd/participantd/store/boltstore"
 	"github.com/participantd/participantd/store/storetest"
 )
 
-func openBolt(t *testing.T, path string) *store.Bolt {
+func openBolt(t *testing.T, path string) *boltstore.Store {
 	t.Helper()
-	b, err := store.Open(path, store.Options{})
+	b, err := boltstore.Open(path, boltstore.Options{})
 	if err != nil {
 		t.Fatalf("Open(%s) error: %v", path, err)
 	}
@@ -31,7 +32,7 @@ func TestBolt_Conformance(t *testing.T) {
 			return openBolt(t, filepath.Join(t.TempDir(), "data.db"))
 		},
 		Restart: func(t *testing.T, s store.DurableStore) store.DurableStore {
-			b := s.(*store.Bolt)
+			b := s.(*boltstore.Store)
 			if err := b.Close(); err != nil {
 				t.Fatalf("Close() error: %v", err)
 			}
@@ -45,7 +46,7 @@ func TestBolt_Open_SecondOpenFailsFastWithErrLocked(t *testing.T) {
 	openBolt(t, path)
 
 	start := time.Now()
-	b, err := store.Open(path, store.Options{LockTimeout: 100 * time.Millisecond})
+	b, err := boltstore.Open(path, boltstore.Options{LockTimeout: 100 * time.Millisecond})
 	if err == nil {
 		b.Close()
 		t.Fatalf("second Open(%s) succeeded, want ErrLocked", path)
@@ -81,7 +82,7 @@ func TestBolt_Flush_CoalescesConcurrentFlushes(t *testing.T) {
 	var once sync.Once
 	var waiting sync.WaitGroup
 	waiting.Add(1 + waiters)
-	b, err := store.OpenWithHooks(filepath.Join(t.TempDir(), "data.db"), store.Options{}, store.TestHooks{
+	b, err := boltstore.OpenWithHooks(filepath.Join(t.TempDir(), "data.db"), boltstore.Options{}, boltstore.TestHooks{
 		BeforeCommit: func() {
 			once.Do(func() {
 				close(entered)
@@ -145,7 +146,7 @@ func TestBolt_Flush_WaitsForCommitInProgress(t *testing.T) {
 	var once sync.Once
 	var waiting sync.WaitGroup
 	waiting.Add(2)
-	b, err := store.OpenWithHooks(filepath.Join(t.TempDir(), "data.db"), store.Options{}, store.TestHooks{
+	b, err := boltstore.OpenWithHooks(filepath.Join(t.TempDir(), "data.db"), boltstore.Options{}, boltstore.TestHooks{
 		BeforeCommit: func() { once.Do(func() { close(entered); <-release }) },
 		FlushWaiting: waiting.Done,
 	})
@@ -184,7 +185,7 @@ func TestBolt_Commit_FailureIsSticky(t *testing.T) {
 	var fail sync.Mutex // guards failing
 	failing := false
 	path := filepath.Join(t.TempDir(), "data.db")
-	b, err := store.OpenWithHooks(path, store.Options{}, store.TestHooks{
+	b, err := boltstore.OpenWithHooks(path, boltstore.Options{}, boltstore.TestHooks{
 		CommitErr: func() error {
 			fail.Lock()
 			defer fail.Unlock()
@@ -257,7 +258,7 @@ func TestBolt_Close_FailsWaitingFlush(t *testing.T) {
 	var waiting sync.WaitGroup
 	waiting.Add(2)
 	path := filepath.Join(t.TempDir(), "data.db")
-	b, err := store.OpenWithHooks(path, store.Options{}, store.TestHooks{
+	b, err := boltstore.OpenWithHooks(path, boltstore.Options{}, boltstore.TestHooks{
 		BeforeCommit: func() { once.Do(func() { close(entered); <-release }) },
 		FlushWaiting: waiting.Done,
 	})
@@ -305,7 +306,7 @@ func TestBolt_Close_FailsWaitingFlush(t *testing.T) {
 // TestBolt_ValueCache_ForgetsDurableKeys: a token index writes one key per
 // operation, so the cache must not keep keys once they are durable.
 func TestBolt_ValueCache_ForgetsDurableKeys(t *testing.T) {
-	b, err := store.Open(filepath.Join(t.TempDir(), "data.db"), store.Options{})
+	b, err := boltstore.Open(filepath.Join(t.TempDir(), "data.db"), boltstore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -389,9 +390,9 @@ func TestBolt_CAS_ConcurrentIncrementsAcrossCommits(t *testing.T) {
 // and the cache forgets the key. The first CAS must compare against the
 // committed value, not the one it read.
 func TestBolt_CAS_AfterACommitReplacedTheValueItRead(t *testing.T) {
-	var b *store.Bolt
+	var b *boltstore.Store
 	var interleaved atomic.Bool
-	b, err := store.OpenWithHooks(filepath.Join(t.TempDir(), "data.db"), store.Options{}, store.TestHooks{
+	b, err := boltstore.OpenWithHooks(filepath.Join(t.TempDir(), "data.db"), boltstore.Options{}, boltstore.TestHooks{
 		CASLoaded: func(key string) {
 			if interleaved.Swap(true) {
 				return // the interleaved CAS's own load

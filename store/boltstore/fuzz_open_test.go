@@ -1,4 +1,4 @@
-package store
+package boltstore
 
 import (
 	"bytes"
@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/participantd/participantd/store"
 )
 
 // FuzzOpenReadOnly opens any bytes as a data file, read-only, and reads
@@ -62,8 +64,8 @@ func fuzzOpen(f *testing.F, readOnly bool) {
 			return
 		}
 		defer b.Close()
-		if err := b.Check(); err != nil && !errors.Is(err, ErrCorrupt) {
-			t.Fatalf("Check error %v does not wrap ErrCorrupt", err)
+		if err := b.Check(); err != nil && !errors.Is(err, store.ErrCorrupt) {
+			t.Fatalf("Check error %v does not wrap store.ErrCorrupt", err)
 		}
 	})
 }

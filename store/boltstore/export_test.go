@@ -1,6 +1,10 @@
-package store
+package boltstore
 
-import "os"
+import (
+	"os"
+
+	"github.com/participantd/participantd/store/boltfmt"
+)
 
 // TestHooks exposes the committer's hooks to the external test package.
 type TestHooks struct {
@@ -12,7 +16,7 @@ type TestHooks struct {
 }
 
 // OpenWithHooks is Open with test hooks installed.
-func OpenWithHooks(path string, opts Options, h TestHooks) (*Bolt, error) {
+func OpenWithHooks(path string, opts Options, h TestHooks) (*Store, error) {
 	return open(path, opts, hooks{
 		beforeCommit: h.BeforeCommit,
 		commitErr:    h.CommitErr,
@@ -23,10 +27,10 @@ func OpenWithHooks(path string, opts Options, h TestHooks) (*Bolt, error) {
 }
 
 // CachedValues is how many keys the value cache holds.
-func (b *Bolt) CachedValues() int {
+func (b *Store) CachedValues() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return len(b.values)
+	return b.vals.LenLocked()
 }
 
 // ReadMetaPage returns the page size and high water mark of the meta page
@@ -36,13 +40,13 @@ func ReadMetaPage(path string) (pageSize int64, hwm uint64, err error) {
 	if err != nil {
 		return 0, 0, err
 	}
-	m0, err0 := parseMeta(raw)
+	m0, err0 := boltfmt.ParseMeta(raw)
 	if err0 != nil {
 		return 0, 0, err0
 	}
 	m := m0
-	if m1, err := parseMeta(raw[m0.pageSize:]); err == nil && m1.txid > m0.txid {
+	if m1, err := boltfmt.ParseMeta(raw[m0.PageSize:]); err == nil && m1.TxID > m0.TxID {
 		m = m1
 	}
-	return int64(m.pageSize), m.hwm, nil
+	return int64(m.PageSize), m.HighWater, nil
 }

@@ -1,15 +1,13 @@
-package store
+package boltstore
 
 import (
 	"fmt"
 	"io"
 
 	bolt "go.etcd.io/bbolt"
-)
 
-// BackupSize is the number of bytes Backup writes for the snapshot it
-// takes, passed to begin before any byte is written (for a Content-Length).
-type BackupSize func(size int64)
+	"github.com/participantd/participantd/store"
+)
 
 // Backup writes a consistent copy of the data file to w while the store
 // serves: one bbolt read transaction (Tx.WriteTo), so the copy holds every
@@ -18,7 +16,7 @@ type BackupSize func(size int64)
 // operation is, since answers wait for their flushes. begin, if not nil,
 // is told the copy's size first. It returns the bytes written; an error of
 // w is returned as is, the store stays usable.
-func (b *Bolt) Backup(w io.Writer, begin BackupSize) (int64, error) {
+func (b *Store) Backup(w io.Writer, begin store.BackupSize) (int64, error) {
 	err := b.usable()
 	if err != nil {
 		return 0, err
