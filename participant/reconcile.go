@@ -254,7 +254,10 @@ func validateOutbox(st store.DurableStore, c ConversationID, pageBytes int, from
 
 // errForgotten refuses an operation whose conversation was forgotten (its
 // ownership lost) while it was being reconciled; nothing was committed.
-var errForgotten = &Error{Code: CodeUnavailable, Detail: "the conversation's ownership was lost while loading it"}
+//
+// It is returned only under cv.mu, which checklocks would otherwise infer
+// guards it; a global set once guards nothing.
+var errForgotten = &Error{Code: CodeUnavailable, Detail: "the conversation's ownership was lost while loading it"} // +checklocksignore
 
 // install publishes st, loaded or reconciled, as cv's state with its
 // bindings' fence tokens, unless cv was forgotten since its turn's holder

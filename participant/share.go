@@ -64,6 +64,8 @@ func (o *Options) shareLimits() shareLimits {
 
 // shareLocked returns the account of principal p, nil for nobody, and
 // counts one more connection of it. s.mu is held.
+//
+// +checklocks:s.mu
 func (s *Service) shareLocked(p Principal) *share {
 	if p == "" {
 		return nil
@@ -79,6 +81,8 @@ func (s *Service) shareLocked(p Principal) *share {
 
 // unshareLocked counts one connection of sh less, and forgets sh when
 // nothing is charged to it any more. s.mu is held.
+//
+// +checklocks:s.mu
 func (s *Service) unshareLocked(sh *share) {
 	if sh == nil {
 		return
