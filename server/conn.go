@@ -79,6 +79,7 @@ type conn struct {
 	mu sync.Mutex
 	// queues holds, per conversation with a worker, the requests it has
 	// still to run, in the order read.
+	// +checklocks:mu
 	queues map[uint64][]request
 }
 
@@ -194,7 +195,7 @@ func (c *conn) serve() {
 	c.pumpDone = make(chan struct{})
 	c.pending = make(chan struct{}, c.srv.cfg.MaxPending)
 	c.pendingBytes = newBudget(int64(c.srv.cfg.MaxPendingBytes))
-	c.queues = make(map[uint64][]request)
+	c.queues = make(map[uint64][]request) // +checklocksignore: the workers that share it start below
 	// A connection acts for its address where the per-address limits
 	// apply, for nobody where they do not (loopback, by default).
 	var principal participant.Principal
