@@ -83,7 +83,17 @@ func deriveCheckpoint(ctx context.Context, st store.DurableStore, c Conversation
 			ck.OplogDigest = sha256.Sum256(b)
 		}
 	}
+	rb.fill(ck, now, retain)
+	return ck, nil
+}
+
+// fill completes ck, the checkpoint of the rows rb replayed, from rb's
+// state, its records' positions and its marks (pruned to those retain
+// still needs at now). A record without a position, or a checkpoint not
+// well formed, is a broken invariant of the replay: it panics.
+func (rb *rebuilder) fill(ck *checkpoint, now time.Time, retain time.Duration) {
 	s := rb.state
+	c := ck.Conversation
 	ck.Index, ck.Produced, ck.Nonce, ck.LastSeq = s.Applied, s.Produced, s.Nonce, s.LastSeq
 	ck.Members = make([]ckMember, len(s.Members))
 	for i, m := range s.Members {
@@ -108,7 +118,6 @@ func deriveCheckpoint(ctx context.Context, st store.DurableStore, c Conversation
 	if err := ck.wellFormed(); err != nil {
 		panic(fmt.Sprintf("participant: derived checkpoint of %v is not well formed: %v", c, err))
 	}
-	return ck, nil
 }
 
 // CheckpointPass writes a checkpoint for every loaded conversation whose
