@@ -8,15 +8,12 @@
 //
 // # Keys
 //
-// Under Options.Prefix:
-//
-//	key                      value                              lifetime
-//	node/<id>                {"node","addr","health"}           under the node's lease
-//	ordinal/<id>, ordinals   the node's ordinal, the last one   forever
-//	own/<conversation>       node/<id>'s value, of the owner    under the owner's lease
-//	secret/node-key          32 random bytes                    forever, create-if-absent
-//	restoring                what a restore is writing          while a restore runs (no start, registration or claim)
-//	d/…                      the data (package etcdstore)       forever
+// Under Options.Prefix: node/<id> (the live-node record, under the node's
+// lease), ordinal/<id> and ordinals, own/<conversation> (a claim, under
+// the owner's lease), secret/node-key, restoring, and the data under d/
+// (package etcdstore). The table of every stored key, with its value and
+// owner, is in docs/DESIGN.md, "Stored keys"; it is the one home of the
+// layout.
 //
 // node/<id> and own/<conversation> live under a lease: they are claims, not
 // data (Ephemeral), and backups (package backup) leave them out. "addr" is

@@ -214,9 +214,12 @@ func tellOnce(ctx context.Context, cl *client.Cluster, cred client.Credential, p
 // ascend (the Cluster delivers each (conversation, seq) once, in order).
 type records struct {
 	// mu guards the fields below.
-	mu      sync.Mutex
-	byConv  map[uint64][]string
+	mu sync.Mutex
+	// +checklocks:mu
+	byConv map[uint64][]string
+	// +checklocks:mu
 	lastSeq map[uint64]uint64
+	// +checklocks:mu
 	errs    []error
 	changed chan struct{} // capacity 1: a pending wake-up of await
 }

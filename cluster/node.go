@@ -149,16 +149,21 @@ type Node struct {
 	// is when it expires at the latest, by the local clocks (both must
 	// say it holds), counted from the send time of the grant or of the
 	// last successful keep-alive.
-	lease    clientv3.LeaseID
+	// +checklocks:mu
+	lease clientv3.LeaseID
+	// +checklocks:mu
 	deadline reading
 	// stale are the leases this node lost: keys still held under one of
 	// them (their revoke failed while etcd had no quorum) are this node's
 	// own leftovers, deleted rather than waited out.
+	// +checklocks:mu
 	stale map[clientv3.LeaseID]bool
 	// claimsByConv maps each owned conversation to the create revision of
 	// its ownership key: the fence of its commits.
+	// +checklocks:mu
 	claimsByConv map[participant.ConversationID]int64
-	closed       bool
+	// +checklocks:mu
+	closed bool
 }
 
 // Start joins the cluster behind cli: it takes a lease, registers the node
@@ -258,6 +263,8 @@ func (n *Node) now() reading { return readClock(n.opts.Clock) }
 
 // heldLocked reports whether the node holds a lease whose local deadline
 // has not passed; n.mu is held.
+//
+// +checklocks:n.mu
 func (n *Node) heldLocked() bool { return n.lease != 0 && n.now().before(n.deadline) }
 
 func (n *Node) currentLease() clientv3.LeaseID {

@@ -56,50 +56,9 @@ func (n *Node) Acquire(ctx context.Context, c participant.ConversationID) (bool,
 	n.mu.Unlock()
 
 	key := n.ownKey(c)
-	var rev int64
-	for attempt := 0; ; attempt++ {
-		// The claim itself checks that no restore is writing the prefix
-		// (ErrRestoring): a node that started before the restore's first
-		// transaction must not load a half-restored conversation.
-		made, held, err := n.create(ctx, key, lease)
-		if err != nil {
-			// ErrRestoring, or else the claim may have been made: a retry
-			// finds it under this lease.
-			return false, fmt.Errorf("cluster: claim %v: %w", c, err)
-		}
-		if made != 0 {
-			rev = made
-			break
-		}
-		if held == nil {
-			return false, fmt.Errorf("cluster: claim %v: owner vanished while claiming; retry", c)
-		}
-		if attempt == 0 && n.isStale(held.Lease) {
-			// This node's own claim under a lease it lost: nothing can
-			// commit under it any more (the store dropped the scope), so
-			// it goes now rather than when etcd expires that lease.
-			if err := n.deleteIfUnchanged(ctx, key, held.ModRevision); err != nil {
-				return false, fmt.Errorf("cluster: claim %v: %w", c, err)
-			}
-			continue
-		}
-		if clientv3.LeaseID(held.Lease) != lease {
-			var r record
-			if err := json.Unmarshal(held.Value, &r); err != nil {
-				// Another node's record this one cannot read (a newer
-				// version, say): moved without an owner sends the client
-				// to any node rather than to a wrong address.
-				n.log.Warn().Err(err).Uint64("conversation", uint64(c)).Msg("unreadable ownership record; answering moved without an owner")
-				r = record{}
-			}
-			n.moves.Add(1)
-			n.obs.Moved()
-			return false, &participant.Error{Code: participant.CodeMoved, Owner: r.Addr,
-				Detail: fmt.Sprintf("conversation %v is owned by node %q", c, r.Node)}
-		}
-		// An earlier claim of ours whose answer was lost.
-		rev = held.CreateRevision
-		break
+	rev, err := n.claim(ctx, c, key, lease)
+	if err != nil {
+		return false, err
 	}
 	n.mu.Lock()
 	if n.lease != lease {
@@ -115,6 +74,57 @@ func (n *Node) Acquire(ctx context.Context, c participant.ConversationID) (bool,
 	n.claims.Add(1)
 	n.obs.Claimed()
 	return true, nil
+}
+
+// claim creates own/<c> (key) under lease, and returns the claim's create
+// revision, which fences c's commits: the key made now, or made by an
+// earlier claim of this node whose answer was lost. A key this node left
+// under a lease it lost is deleted and claimed again. When another node
+// holds c, it returns participant's moved with that node's advertised
+// address.
+func (n *Node) claim(ctx context.Context, c participant.ConversationID, key string, lease clientv3.LeaseID) (int64, error) {
+	for attempt := 0; ; attempt++ {
+		// The claim itself checks that no restore is writing the prefix
+		// (ErrRestoring): a node that started before the restore's first
+		// transaction must not load a half-restored conversation.
+		made, held, err := n.create(ctx, key, lease)
+		if err != nil {
+			// ErrRestoring, or else the claim may have been made: a retry
+			// finds it under this lease.
+			return 0, fmt.Errorf("cluster: claim %v: %w", c, err)
+		}
+		if made != 0 {
+			return made, nil
+		}
+		if held == nil {
+			return 0, fmt.Errorf("cluster: claim %v: owner vanished while claiming; retry", c)
+		}
+		if attempt == 0 && n.isStale(held.Lease) {
+			// This node's own claim under a lease it lost: nothing can
+			// commit under it any more (the store dropped the scope), so
+			// it goes now rather than when etcd expires that lease.
+			if err := n.deleteIfUnchanged(ctx, key, held.ModRevision); err != nil {
+				return 0, fmt.Errorf("cluster: claim %v: %w", c, err)
+			}
+			continue
+		}
+		if clientv3.LeaseID(held.Lease) != lease {
+			var r record
+			if err := json.Unmarshal(held.Value, &r); err != nil {
+				// Another node's record this one cannot read (a newer
+				// version, say): moved without an owner sends the client
+				// to any node rather than to a wrong address.
+				n.log.Warn().Err(err).Uint64("conversation", uint64(c)).Msg("unreadable ownership record; answering moved without an owner")
+				r = record{}
+			}
+			n.moves.Add(1)
+			n.obs.Moved()
+			return 0, &participant.Error{Code: participant.CodeMoved, Owner: r.Addr,
+				Detail: fmt.Sprintf("conversation %v is owned by node %q", c, r.Node)}
+		}
+		// An earlier claim of ours whose answer was lost.
+		return held.CreateRevision, nil
+	}
 }
 
 // Holds reports whether the node still holds c: claimed, under a lease

@@ -325,8 +325,10 @@ type lossRun struct {
 	mu  sync.Mutex
 	log []participanttest.Answered
 	// creds are the workload's participants (b takes them over).
+	// +checklocks:mu
 	creds []*cred
 	// conns are a's connections, for the push check at a lapse.
+	// +checklocks:mu
 	conns []*participant.Conn
 	// lapseChecked counts lapses injected while a had something to push.
 	lapseChecked atomic.Int32

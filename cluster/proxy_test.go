@@ -18,10 +18,13 @@ type proxy struct {
 	wg      sync.WaitGroup
 
 	// mu guards the fields below.
-	mu     sync.Mutex
+	mu sync.Mutex
+	// +checklocks:mu
 	target string // the node's address; a connection accepted before it is set is closed
-	deaf   bool
-	conns  map[net.Conn]bool
+	// +checklocks:mu
+	deaf bool
+	// +checklocks:mu
+	conns map[net.Conn]bool
 }
 
 // startProxy listens; connect it to its node with setTarget (the node

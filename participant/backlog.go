@@ -39,6 +39,7 @@ type backlog struct {
 	mu sync.Mutex
 	// holders maps each conversation whose published state holds payload
 	// bytes in memory to that number.
+	// +checklocks:mu
 	holders map[*conversation]int64
 }
 
@@ -54,6 +55,8 @@ const evictCandidates = 8
 // past its hard bound, it drops st's oldest payloads from memory. The
 // caller holds cv's turn and cv.mu for writing, and st is no longer
 // advanced by anyone else: Evict writes records in place.
+//
+// +checklocks:cv.mu
 func (cv *conversation) setStateLocked(st *outbox.State) {
 	bl := cv.backlog
 	sh := cv.share.Load()
@@ -90,6 +93,8 @@ func (cv *conversation) setStateLocked(st *outbox.State) {
 // evictLocked drops up to need bytes of cv's oldest payloads from memory
 // and returns how many it dropped. The caller holds cv's turn and cv.mu for
 // writing.
+//
+// +checklocks:cv.mu
 func (cv *conversation) evictLocked(need int64) int64 {
 	st := cv.state
 	if st == nil {

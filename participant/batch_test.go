@@ -15,7 +15,8 @@ import (
 // countingStore counts flushes that reach the store.
 type countingStore struct {
 	store.DurableStore
-	mu      sync.Mutex
+	mu sync.Mutex
+	// +checklocks:mu
 	flushes int
 }
 

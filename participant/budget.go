@@ -14,8 +14,10 @@ type byteBudget struct {
 	capacity int64
 
 	// mu guards the fields below.
-	mu      sync.Mutex
-	used    int64
+	mu sync.Mutex
+	// +checklocks:mu
+	used int64
+	// +checklocks:mu
 	waiters []*budgetWaiter
 }
 
@@ -81,6 +83,8 @@ func (b *byteBudget) release(n int64) {
 
 // grantLocked grants waiters in order while the first one fits. b.mu must
 // be held.
+//
+// +checklocks:b.mu
 func (b *byteBudget) grantLocked() {
 	for len(b.waiters) > 0 && b.used+b.waiters[0].n <= b.capacity {
 		w := b.waiters[0]

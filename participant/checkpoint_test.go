@@ -22,7 +22,8 @@ import (
 type rowCounter struct {
 	*store.Memory
 
-	mu   sync.Mutex
+	mu sync.Mutex
+	// +checklocks:mu
 	read map[string]int
 }
 

@@ -84,7 +84,17 @@ func deriveCheckpoint(ctx context.Context, st store.DurableStore, c Conversation
 			ck.OplogDigest = sha256.Sum256(b)
 		}
 	}
+	rb.fill(ck, now, retain)
+	return ck, nil
+}
+
+// fill completes ck, the checkpoint of the rows rb replayed, from rb's
+// state, its records' positions and its marks (pruned to those retain
+// still needs at now). A record without a position, or a checkpoint not
+// well formed, is a broken invariant of the replay: it panics.
+func (rb *rebuilder) fill(ck *checkpoint.Checkpoint, now time.Time, retain time.Duration) {
 	s := rb.state
+	c := ck.Conversation
 	ck.Index, ck.Produced, ck.Nonce, ck.LastSeq = s.Applied, s.Produced, s.Nonce, s.LastSeq
 	ck.Members = make([]checkpoint.Member, len(s.Members))
 	for i, m := range s.Members {
@@ -109,7 +119,6 @@ func deriveCheckpoint(ctx context.Context, st store.DurableStore, c Conversation
 	if err := ck.WellFormed(); err != nil {
 		panic(fmt.Sprintf("participant: derived checkpoint of %v is not well formed: %v", c, err))
 	}
-	return ck, nil
 }
 
 // CheckpointPass writes a checkpoint for every loaded conversation whose
@@ -141,109 +150,146 @@ func (s *Service) checkpointPass(ctx context.Context) (written int, full bool, e
 	defer s.passEnded(ctx, PassCheckpoint, time.Now(), &err)
 	convs := s.conversations()
 	budget := uint64(s.opts.CheckpointPassRows)
-	type stagedCheckpoint struct {
-		cv     *conversation
-		resets uint64
-		bytes  int
-	}
-	var staged []stagedCheckpoint
-	stagedBytes := 0
-	// flush makes the staged checkpoints durable. A checkpoint must be
-	// durable before anything relies on it (a compaction's trim of the
-	// rows it replaces). Each conversation's barrier is its own
-	// (Ownership.Flush), so that in cluster mode a conversation lost to
-	// another node fails only itself: the first flush commits every
-	// staged checkpoint, the others find theirs done. A conversation
-	// forgotten since it was staged (its ownership lost: the scope and
-	// what was staged in it dropped) fails only its own checkpoint,
-	// never the pass: its next owner writes one.
-	flush := func() error {
-		for _, sc := range staged {
-			err := s.flush(sc.cv.id)
-			if sc.cv.resets.Load() != sc.resets {
-				s.passes.skipped(SkipForgotten)
-				continue
-			}
-			if err != nil {
-				return fmt.Errorf("participant: write the checkpoint of %v: %w", sc.cv.id, err)
-			}
-			written++
-			s.passes.ckWritten.Add(1)
-			s.passes.ckBytes.Add(uint64(sc.bytes))
-		}
-		staged, stagedBytes = staged[:0], 0
-		return nil
-	}
+	b := checkpointBatch{s: s}
 	for _, cv := range convs {
 		if budget == 0 || ctx.Err() != nil {
 			break
 		}
-		// Read before the state and the stored checkpoint, so that a
-		// forgetting after either is seen when the write is staged.
-		resets := cv.resets.Load()
-		live := cv.loaded()
-		if live == nil || live.Deleted {
-			continue
-		}
-		applied := live.Applied
-		base, err := loadCheckpoint(s.st, cv.id)
-		var ref *refusal
-		if errors.As(err, &ref) {
-			s.passes.skipped(SkipUnreadable)
-			s.log.Error().Uint64("conversation", uint64(cv.id)).Str("class", ref.class).Str("reason", ref.reason).
-				Msg("checkpoint of a loaded conversation is unreadable; not replaced")
-			continue
-		}
+		ck, resets, rows, err := s.dueCheckpoint(ctx, cv, budget)
 		if err != nil {
-			if cv.resets.Load() != resets {
-				continue
-			}
-			return written, budget == 0, err
+			return b.written, budget == 0, err
 		}
-		var from uint64
-		if base != nil {
-			from = base.Index
-		}
-		if applied < from+uint64(s.opts.CheckpointRows) {
+		if ck == nil {
 			continue
 		}
-		to := min(applied, from+budget)
-		ck, err := deriveCheckpoint(ctx, s.st, cv.id, s.pages, base, to, s.now(), s.retention())
-		switch {
-		case errors.As(err, &ref):
-			s.passes.skipped(SkipUnderivable)
-			s.log.Error().Uint64("conversation", uint64(cv.id)).Str("class", ref.class).Str("reason", ref.reason).
-				Msg("stored rows of a loaded conversation do not derive; no checkpoint written")
-			continue
-		case errors.Is(err, errNotDurable):
-			s.passes.skipped(SkipNotDurable)
-			continue
-		case err != nil && cv.resets.Load() != resets:
-			continue
-		case err != nil:
-			return written, budget == 0, err
-		}
-		budget -= to - from
+		budget -= rows
 		enc, err := checkpoint.Encode(ck)
 		if err != nil {
-			return written, budget == 0, err
+			return b.written, budget == 0, err
 		}
 		ok, err := s.stageCheckpoint(ctx, cs, cv, resets, enc)
 		if err != nil {
-			return written, budget == 0, err
+			return b.written, budget == 0, err
 		}
 		if !ok {
 			continue
 		}
-		staged = append(staged, stagedCheckpoint{cv, resets, len(enc)})
-		if stagedBytes += len(enc); stagedBytes >= checkpointBatchBytes {
-			if err := flush(); err != nil {
-				return written, budget == 0, err
-			}
+		if err := b.add(cv, resets, len(enc)); err != nil {
+			return b.written, budget == 0, err
 		}
 	}
-	err = flush()
-	return written, budget == 0, err
+	err = b.flush()
+	return b.written, budget == 0, err
+}
+
+// dueCheckpoint derives cv's next checkpoint, if cv is loaded and its
+// published state is at least Options.CheckpointRows rows past its stored
+// checkpoint: at most budget rows past it. It returns the checkpoint, the
+// resets of cv it was derived under, and how many rows it read; a nil
+// checkpoint when none is due or cv is skipped (its checkpoint unreadable,
+// its rows not deriving or not all durable yet: logged and counted; or cv
+// forgotten meanwhile). The error is a failing store's.
+func (s *Service) dueCheckpoint(ctx context.Context, cv *conversation, budget uint64) (ck *checkpoint.Checkpoint, resets, rows uint64, err error) {
+	// Read before the state and the stored checkpoint, so that a
+	// forgetting after either is seen when the write is staged.
+	resets = cv.resets.Load()
+	live := cv.loaded()
+	if live == nil || live.Deleted {
+		return nil, 0, 0, nil
+	}
+	applied := live.Applied
+	base, err := loadCheckpoint(s.st, cv.id)
+	var ref *refusal
+	if errors.As(err, &ref) {
+		s.passes.skipped(SkipUnreadable)
+		s.log.Error().Uint64("conversation", uint64(cv.id)).Str("class", ref.class).Str("reason", ref.reason).
+			Msg("checkpoint of a loaded conversation is unreadable; not replaced")
+		return nil, 0, 0, nil
+	}
+	if err != nil {
+		if cv.resets.Load() != resets {
+			return nil, 0, 0, nil
+		}
+		return nil, 0, 0, err
+	}
+	var from uint64
+	if base != nil {
+		from = base.Index
+	}
+	if applied < from+uint64(s.opts.CheckpointRows) {
+		return nil, 0, 0, nil
+	}
+	to := min(applied, from+budget)
+	ck, err = deriveCheckpoint(ctx, s.st, cv.id, s.pages, base, to, s.now(), s.retention())
+	switch {
+	case errors.As(err, &ref):
+		s.passes.skipped(SkipUnderivable)
+		s.log.Error().Uint64("conversation", uint64(cv.id)).Str("class", ref.class).Str("reason", ref.reason).
+			Msg("stored rows of a loaded conversation do not derive; no checkpoint written")
+		return nil, 0, 0, nil
+	case errors.Is(err, errNotDurable):
+		s.passes.skipped(SkipNotDurable)
+		return nil, 0, 0, nil
+	case err != nil && cv.resets.Load() != resets:
+		return nil, 0, 0, nil
+	case err != nil:
+		return nil, 0, 0, err
+	}
+	return ck, resets, to - from, nil
+}
+
+// checkpointBatch holds the checkpoints a pass has staged and not yet
+// flushed, up to checkpointBatchBytes.
+type checkpointBatch struct {
+	s      *Service
+	staged []stagedCheckpoint
+	bytes  int
+	// written counts the checkpoints made durable.
+	written int
+}
+
+// stagedCheckpoint is a checkpoint staged for cv under its resets.
+type stagedCheckpoint struct {
+	cv     *conversation
+	resets uint64
+	bytes  int
+}
+
+// add records a checkpoint of size bytes staged for cv, and flushes the
+// batch once it holds checkpointBatchBytes.
+func (b *checkpointBatch) add(cv *conversation, resets uint64, size int) error {
+	b.staged = append(b.staged, stagedCheckpoint{cv, resets, size})
+	if b.bytes += size; b.bytes >= checkpointBatchBytes {
+		return b.flush()
+	}
+	return nil
+}
+
+// flush makes the staged checkpoints durable. A checkpoint must be
+// durable before anything relies on it (a compaction's trim of the rows
+// it replaces). Each conversation's barrier is its own (Ownership.Flush),
+// so that in cluster mode a conversation lost to another node fails only
+// itself: the first flush commits every staged checkpoint, the others
+// find theirs done. A conversation forgotten since it was staged (its
+// ownership lost: the scope and what was staged in it dropped) fails only
+// its own checkpoint, never the pass: its next owner writes one.
+func (b *checkpointBatch) flush() error {
+	s := b.s
+	for _, sc := range b.staged {
+		err := s.flush(sc.cv.id)
+		if sc.cv.resets.Load() != sc.resets {
+			s.passes.skipped(SkipForgotten)
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("participant: write the checkpoint of %v: %w", sc.cv.id, err)
+		}
+		b.written++
+		s.passes.ckWritten.Add(1)
+		s.passes.ckBytes.Add(uint64(sc.bytes))
+	}
+	b.staged, b.bytes = b.staged[:0], 0
+	return nil
 }
 
 // stageCheckpoint writes enc as cv's checkpoint unless cv was forgotten

@@ -70,32 +70,19 @@ func (s *Service) compactPass(ctx context.Context) (out Compacted, full bool, er
 		return out, false, nil
 	}
 	defer s.passEnded(ctx, PassCompaction, time.Now(), &err)
-	convs := s.conversations()
-	now := s.now()
-	cutoff := now.Add(-s.retention()).UnixMilli()
-	if out.Deleted, err = s.deletePass(ctx, cutoff); err != nil {
+	p := s.newCompaction(cs)
+	if out.Deleted, err = s.deletePass(ctx, p.cutoff); err != nil {
 		return out, false, err
 	}
-	// The pinned gauge keeps its meaning, --retain, under a window too.
-	pinCutoff := now.Add(-s.opts.Retain).UnixMilli()
-	// Under the token window, the tokens of the rows a pass trims are
-	// forgotten (no receipt) when they are older than forget (see
-	// retention), after a floor past the newest of them is persisted. A
-	// row whose token is not (a clock that went back, a token from before
-	// the window) gets its receipt, as without a window.
-	var forget int64
-	if w := s.opts.TokenWindow; w > 0 {
-		forget = now.Add(-w).UnixMilli()
-	}
-	budget := uint64(s.opts.CheckpointPassRows)
-	pinned, visitedAll := 0, true
+	convs := s.conversations()
+	visitedAll := true
 	defer func() {
 		if err == nil && visitedAll {
-			s.passes.pinned.Store(int64(pinned) + 1)
+			s.passes.pinned.Store(int64(p.pinned) + 1)
 		}
 	}()
 	for _, cv := range convs {
-		if budget == 0 || ctx.Err() != nil {
+		if p.budget == 0 || ctx.Err() != nil {
 			visitedAll = false
 			break
 		}
@@ -105,131 +92,212 @@ func (s *Service) compactPass(ctx context.Context) (out Compacted, full bool, er
 			// compacts it once it is loaded again.
 			continue
 		}
-		if age := s.opts.MaxUnackedAge; age > 0 {
-			n, err := s.releaseStale(ctx, cv, now.Add(-age).UnixMilli())
-			s.passes.released.Add(n)
-			out.Released += n
-			if err != nil {
-				return out, budget == 0, err
-			}
-		}
-		forgets := cv.resets.Load()
-		ck, err := loadCheckpoint(s.st, cv.id)
-		var ref *refusal
-		switch {
-		case errors.As(err, &ref), err == nil && ck == nil:
-			// Unreadable (its next load refuses it), or none yet.
-			continue
-		case err != nil && cv.resets.Load() != forgets:
-			// Forgotten meanwhile (its ownership lost): its next owner
-			// compacts it.
-			continue
-		case err != nil:
-			return out, budget == 0, err
-		}
-		if s.pinnedBy(cv.id, ck, pinCutoff) {
-			pinned++
-		}
-		m, ok := floorMark(ck.Marks, cutoff)
-		if !ok {
-			continue
-		}
-		// The last row of each stream a checkpoint covers stays: its
-		// digest is how a start knows the checkpoint belongs there.
-		opFloor := min(m.Oplog, ck.Index-1)
-		var obFloor uint64
-		if ck.Produced > 0 {
-			obFloor = min(m.Outbox, ck.Produced-1)
-		}
-		opFirst, err := streamFirst(s.st, oplog.Stream(cv.id))
-		if err != nil {
-			return out, budget == 0, err
-		}
-		obFirst, err := streamFirst(s.st, outbox.Stream(cv.id))
-		if err != nil {
-			return out, budget == 0, err
-		}
-		opFloor = min(opFloor, opFirst+budget)
-		if opFloor <= opFirst && obFloor <= obFirst {
-			continue
-		}
-		// A reset of the conversation after this point (its ownership
-		// lost and regained, its scope in the store reset) may have
-		// discarded receipts staged below; the trims check it under the
-		// turn, so that no row goes whose receipt is not durable.
-		resets := cv.resets.Load()
-		n, forgettable, opBytes, err := s.settleTokens(ctx, cs, cv.id, opFirst, opFloor, forget)
-		s.passes.receipts.Add(uint64(n))
-		if err != nil {
-			return out, budget == 0, err
-		}
-		out.Receipts += n
-		if len(forgettable.entries) > 0 {
-			// The floor goes just past the newest token forgotten, never
-			// to forget itself: a clock that ran ahead would otherwise
-			// persist a floor in the future, and every fresh token would
-			// be token_expired until real time passed it.
-			ok, err := s.raiseFloor(ctx, cv, forgettable.newest+1, resets)
-			if err != nil {
-				return out, budget == 0, err
-			}
-			if !ok {
-				continue
-			}
-			forgot, err := s.forgetTokens(forgettable.entries)
-			s.passes.forgotten.Add(uint64(forgot))
-			out.Forgotten += forgot
-			if err != nil {
-				return out, budget == 0, fmt.Errorf("participant: forget a token of %v: %w", cv.id, err)
-			}
-		}
-		// The receipts (and the checkpoint they rely on) must be durable
-		// before the rows they stand in for are trimmed. The deletions
-		// of forgotten entries need not precede the trims (an entry
-		// naming a trimmed row without a receipt reads as not committed,
-		// and the floor refuses its token), but the one flush orders
-		// them too.
-		if err := s.flush(cv.id); err != nil {
-			return out, budget == 0, fmt.Errorf("participant: write receipts of %v: %w", cv.id, err)
-		}
-		// The turn is taken per step of at most trimStep rows of each
-		// stream, so it is never held much longer than a commit holds it.
-		reset := false
-		for opAt, obAt := opFirst, obFirst; opAt < opFloor || obAt < obFloor; {
-			opTo, obTo := min(opFloor, opAt+trimStep), min(obFloor, obAt+trimStep)
-			if err := cv.acquire(ctx); err != nil {
-				return out, budget == 0, err
-			}
-			if cv.resets.Load() != resets {
-				// Reset since the receipts were written: a later pass
-				// writes them again, after the reconciliation.
-				s.release(cv)
-				reset = true
-				break
-			}
-			err = s.trimTurn(cs, cv.id, opAt, opTo, obAt, obTo)
-			s.release(cv)
-			if err != nil {
-				return out, budget == 0, err
-			}
-			opAt, obAt = max(opAt, opTo), max(obAt, obTo)
-		}
-		if reset {
-			continue
-		}
-		out.Conversations++
-		if opFloor > opFirst {
-			out.OplogRows += opFloor - opFirst
-			budget -= opFloor - opFirst
-			s.passes.opRows.Add(opFloor - opFirst)
-			s.passes.opBytes.Add(uint64(opBytes))
-		}
-		if obFloor > obFirst {
-			out.OutboxRows += obFloor - obFirst
-			s.passes.obRows.Add(obFloor - obFirst)
+		if err := s.compactConversation(ctx, &p, cv, &out); err != nil {
+			return out, p.budget == 0, err
 		}
 	}
-	return out, budget == 0, nil
+	return out, p.budget == 0, nil
+}
+
+// compaction is one compaction pass: its horizons, fixed when it starts,
+// and what is left of its row budget.
+type compaction struct {
+	cs store.Compactor
+	// now is when the pass started.
+	now time.Time
+	// cutoff (unix ms): rows go below the newest compaction mark at or
+	// before it (retention).
+	cutoff int64
+	// pinCutoff (unix ms) is --retain ago: the pinned gauge keeps that
+	// meaning under a token window too.
+	pinCutoff int64
+	// forget (unix ms; 0: no token window): the tokens of trimmed rows
+	// older than it are forgotten (no receipt), after a floor past the
+	// newest of them is persisted. A row whose token is not (a clock that
+	// went back, a token from before the window) gets its receipt, as
+	// without a window.
+	forget int64
+	// budget is how many more oplog rows the pass may read
+	// (Options.CheckpointPassRows in all).
+	budget uint64
+	// pinned counts the conversations pinnedBy an unacknowledged record.
+	pinned int
+}
+
+// newCompaction starts a compaction pass over cs now.
+func (s *Service) newCompaction(cs store.Compactor) compaction {
+	now := s.now()
+	p := compaction{
+		cs:        cs,
+		now:       now,
+		cutoff:    now.Add(-s.retention()).UnixMilli(),
+		pinCutoff: now.Add(-s.opts.Retain).UnixMilli(),
+		budget:    uint64(s.opts.CheckpointPassRows),
+	}
+	if w := s.opts.TokenWindow; w > 0 {
+		p.forget = now.Add(-w).UnixMilli()
+	}
+	return p
+}
+
+// compactConversation is pass p's work on cv: it releases cv's stale
+// records (Options.MaxUnackedAge), then settles and trims the rows below
+// its newest compaction mark old enough, within p's budget, and adds what
+// it did to out. A conversation without a readable checkpoint, with
+// nothing to trim, or reset meanwhile is left to a later pass; the error
+// is a failing store's.
+func (s *Service) compactConversation(ctx context.Context, p *compaction, cv *conversation, out *Compacted) error {
+	if age := s.opts.MaxUnackedAge; age > 0 {
+		n, err := s.releaseStale(ctx, cv, p.now.Add(-age).UnixMilli())
+		s.passes.released.Add(n)
+		out.Released += n
+		if err != nil {
+			return err
+		}
+	}
+	forgets := cv.resets.Load()
+	ck, err := loadCheckpoint(s.st, cv.id)
+	var ref *refusal
+	switch {
+	case errors.As(err, &ref), err == nil && ck == nil:
+		// Unreadable (its next load refuses it), or none yet.
+		return nil
+	case err != nil && cv.resets.Load() != forgets:
+		// Forgotten meanwhile (its ownership lost): its next owner
+		// compacts it.
+		return nil
+	case err != nil:
+		return err
+	}
+	if s.pinnedBy(cv.id, ck, p.pinCutoff) {
+		p.pinned++
+	}
+	sp, ok, err := p.span(s.st, cv.id, ck)
+	if err != nil || !ok {
+		return err
+	}
+	// A reset of the conversation after this point (its ownership
+	// lost and regained, its scope in the store reset) may have
+	// discarded receipts staged below; the trims check it under the
+	// turn, so that no row goes whose receipt is not durable.
+	resets := cv.resets.Load()
+	opBytes, ok, err := s.settleSpan(ctx, p, cv, sp, resets, out)
+	if err != nil || !ok {
+		return err
+	}
+	ok, err = s.trimInSteps(ctx, p.cs, cv, sp, resets)
+	if err != nil || !ok {
+		return err
+	}
+	out.Conversations++
+	if sp.opFloor > sp.opFirst {
+		out.OplogRows += sp.opFloor - sp.opFirst
+		p.budget -= sp.opFloor - sp.opFirst
+		s.passes.opRows.Add(sp.opFloor - sp.opFirst)
+		s.passes.opBytes.Add(uint64(opBytes))
+	}
+	if sp.obFloor > sp.obFirst {
+		out.OutboxRows += sp.obFloor - sp.obFirst
+		s.passes.obRows.Add(sp.obFloor - sp.obFirst)
+	}
+	return nil
+}
+
+// trimSpan is what a pass trims of one conversation: each stream from its
+// first stored row up to (not including) its floor.
+type trimSpan struct {
+	opFirst, opFloor uint64
+	obFirst, obFloor uint64
+}
+
+// span returns the rows of c, checkpointed as ck, that pass p trims:
+// those below the newest mark at or before p.cutoff, at most p.budget
+// oplog rows. ok is false when there are none.
+func (p *compaction) span(st store.DurableStore, c ConversationID, ck *checkpoint.Checkpoint) (sp trimSpan, ok bool, err error) {
+	m, ok := floorMark(ck.Marks, p.cutoff)
+	if !ok {
+		return sp, false, nil
+	}
+	// The last row of each stream a checkpoint covers stays: its
+	// digest is how a start knows the checkpoint belongs there.
+	sp.opFloor = min(m.Oplog, ck.Index-1)
+	if ck.Produced > 0 {
+		sp.obFloor = min(m.Outbox, ck.Produced-1)
+	}
+	if sp.opFirst, err = streamFirst(st, oplog.Stream(c)); err != nil {
+		return sp, false, err
+	}
+	if sp.obFirst, err = streamFirst(st, outbox.Stream(c)); err != nil {
+		return sp, false, err
+	}
+	sp.opFloor = min(sp.opFloor, sp.opFirst+p.budget)
+	return sp, sp.opFloor > sp.opFirst || sp.obFloor > sp.obFirst, nil
+}
+
+// settleSpan makes the oplog rows of sp safe to trim: it writes a receipt
+// for each token-bearing row (settleTokens), forgets instead the tokens
+// older than p.forget once cv's floor is raised past them, and flushes. It
+// returns the stored bytes of the rows it read; ok is false, with nothing
+// forgotten, when cv was reset since resets or its floor moved meanwhile
+// (raiseFloor): a later pass retries.
+func (s *Service) settleSpan(ctx context.Context, p *compaction, cv *conversation, sp trimSpan, resets uint64, out *Compacted) (opBytes int64, ok bool, err error) {
+	n, forgettable, opBytes, err := s.settleTokens(ctx, p.cs, cv.id, sp.opFirst, sp.opFloor, p.forget)
+	s.passes.receipts.Add(uint64(n))
+	if err != nil {
+		return opBytes, false, err
+	}
+	out.Receipts += n
+	if len(forgettable.entries) > 0 {
+		// The floor goes just past the newest token forgotten, never
+		// to forget itself: a clock that ran ahead would otherwise
+		// persist a floor in the future, and every fresh token would
+		// be token_expired until real time passed it.
+		ok, err := s.raiseFloor(ctx, cv, forgettable.newest+1, resets)
+		if err != nil || !ok {
+			return opBytes, false, err
+		}
+		forgot, err := s.forgetTokens(forgettable.entries)
+		s.passes.forgotten.Add(uint64(forgot))
+		out.Forgotten += forgot
+		if err != nil {
+			return opBytes, false, fmt.Errorf("participant: forget a token of %v: %w", cv.id, err)
+		}
+	}
+	// The receipts (and the checkpoint they rely on) must be durable
+	// before the rows they stand in for are trimmed. The deletions
+	// of forgotten entries need not precede the trims (an entry
+	// naming a trimmed row without a receipt reads as not committed,
+	// and the floor refuses its token), but the one flush orders
+	// them too.
+	if err := s.flush(cv.id); err != nil {
+		return opBytes, false, fmt.Errorf("participant: write receipts of %v: %w", cv.id, err)
+	}
+	return opBytes, true, nil
+}
+
+// trimInSteps trims sp in steps of at most trimStep rows of each stream,
+// each under cv's turn, so that the turn is never held much longer than a
+// commit holds it. It reports false, with sp perhaps partly trimmed, when
+// cv was reset since resets: its receipts may be gone, and a later pass
+// writes them again, after the reconciliation.
+func (s *Service) trimInSteps(ctx context.Context, cs store.Compactor, cv *conversation, sp trimSpan, resets uint64) (bool, error) {
+	for opAt, obAt := sp.opFirst, sp.obFirst; opAt < sp.opFloor || obAt < sp.obFloor; {
+		opTo, obTo := min(sp.opFloor, opAt+trimStep), min(sp.obFloor, obAt+trimStep)
+		if err := cv.acquire(ctx); err != nil {
+			return false, err
+		}
+		if cv.resets.Load() != resets {
+			s.release(cv)
+			return false, nil
+		}
+		err := s.trimTurn(cs, cv.id, opAt, opTo, obAt, obTo)
+		s.release(cv)
+		if err != nil {
+			return false, err
+		}
+		opAt, obAt = max(opAt, opTo), max(obAt, obTo)
+	}
+	return true, nil
 }
 
 // retention is how old a compaction mark must be for the rows below it to

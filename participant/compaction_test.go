@@ -20,7 +20,8 @@ import (
 
 // clock is a settable test clock.
 type clock struct {
-	mu  sync.Mutex
+	mu sync.Mutex
+	// +checklocks:mu
 	now time.Time
 }
 

@@ -27,22 +27,29 @@ type Conn struct {
 	mu sync.Mutex
 	// ready is the set of conversations with something to publish to this
 	// connection; order keeps their arrival order.
+	// +checklocks:mu
 	ready map[ConversationID]struct{}
+	// +checklocks:mu
 	order []ConversationID
 	// bindings maps each conversation this connection is bound in to the
 	// participant bound.
+	// +checklocks:mu
 	bindings map[ConversationID]ParticipantID
 	// offered holds, per bound conversation, the last delivery Next
 	// handed out: where Next continues and what Status reports; an entry
 	// of an earlier binding is told apart by its epoch.
+	// +checklocks:mu
 	offered map[ConversationID]Offered
 	// reserved counts the binding slots held by enrolls and attaches that
 	// were decided and are not yet published in bindings or refused: with
 	// pipelining, conversations decide in parallel, so the cap counts them.
+	// +checklocks:mu
 	reserved int
 	// ended is set by End, with the cause it was given; no operation
 	// starts after it.
-	ended    bool
+	// +checklocks:mu
+	ended bool
+	// +checklocks:mu
 	endCause Cause
 	// inflight counts operations started and not finished.
 	inflight sync.WaitGroup
@@ -295,6 +302,9 @@ func (c *Conn) SetOfferedForTest(conv ConversationID, o Offered) {
 // nextLocked finds Next's record in cv's state. When its payload was
 // evicted, it returns the oplog row to read it from. The caller holds
 // cv.mu for reading and c.mu.
+//
+// +checklocksread:cv.mu
+// +checklocks:c.mu
 func (c *Conn) nextLocked(cv *conversation, p ParticipantID, offered Offered) (d Delivery, source uint64, evicted, ok bool) {
 	st := cv.state
 	if st == nil {

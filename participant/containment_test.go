@@ -95,7 +95,8 @@ func TestAnUnreadableRegistryIsFatalAtStart(t *testing.T) {
 }
 
 type recordingObserver struct {
-	mu       sync.Mutex
+	mu sync.Mutex
+	// +checklocks:mu
 	outcomes []string
 }
 

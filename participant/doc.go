@@ -205,5 +205,10 @@
 // mu; Service.mu is taken alone. No mutex is held across I/O; the turn is.
 // A method whose name ends in Locked needs the mutex its comment names held
 // when called and holds it when it returns; one ending in Turn needs the
-// conversation's turn (ensureLoadedTurn, trimTurn).
+// conversation's turn (ensureLoadedTurn, trimTurn). The mutexes' fields
+// and the Locked methods carry checklocks annotations (+checklocks:mu,
+// +checklocksread:cv.mu), which make lint checks: gVisor's checklocks
+// proves each access holds the mutex named, and reports a field used
+// under a mutex that has none. The turn is a channel, which it cannot
+// follow: "Turn holder only" stays a comment.
 package participant

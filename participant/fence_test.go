@@ -14,7 +14,8 @@ import (
 // ownership would.
 type forgetOnRead struct {
 	store.DurableStore
-	mu     sync.Mutex
+	mu sync.Mutex
+	// +checklocks:mu
 	forget func()
 }
 

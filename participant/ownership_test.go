@@ -14,9 +14,12 @@ import (
 type fakeOwnership struct {
 	st store.DurableStore
 
-	mu      sync.Mutex
-	owner   map[ConversationID]string // "" or absent: this node
-	fresh   map[ConversationID]bool   // next grant is fresh
+	mu sync.Mutex
+	// +checklocks:mu
+	owner map[ConversationID]string // "" or absent: this node
+	// +checklocks:mu
+	fresh map[ConversationID]bool // next grant is fresh
+	// +checklocks:mu
 	exists  map[ConversationID]bool
 	flushed map[ConversationID]int
 }

@@ -19,13 +19,19 @@ import (
 // released and counted as sequential. Reads of failKey fail.
 type gatedReads struct {
 	store.DurableStore
-	mu         sync.Mutex
-	want       int
-	inflight   int
-	reads      int
+	mu sync.Mutex
+	// +checklocks:mu
+	want int
+	// +checklocks:mu
+	inflight int
+	// +checklocks:mu
+	reads int
+	// +checklocks:mu
 	sequential int
-	all        chan struct{}
-	failKey    string
+	// +checklocks:mu
+	all chan struct{}
+	// +checklocks:mu
+	failKey string
 }
 
 func (g *gatedReads) arm(n int) {

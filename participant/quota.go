@@ -11,11 +11,12 @@ import (
 // those a decided first enroll is committing. A deleted conversation gives
 // its slot back.
 type slots struct {
-	max int
+	max int // +checklocksignore: read-only, not guarded by mu
 
 	// mu guards n.
 	mu sync.Mutex
-	n  int
+	// +checklocks:mu
+	n int
 }
 
 // reserve takes a slot, or refuses with capacity_exceeded when all are
@@ -39,6 +40,8 @@ func (q *slots) full() *Error {
 }
 
 // fullLocked is full's refusal; q.mu is held.
+//
+// +checklocks:q.mu
 func (q *slots) fullLocked() *Error {
 	if q.n < q.max {
 		return nil

@@ -269,7 +269,10 @@ func validateOutbox(st store.DurableStore, c ConversationID, pageBytes int, from
 
 // errForgotten refuses an operation whose conversation was forgotten (its
 // ownership lost) while it was being reconciled; nothing was committed.
-var errForgotten = &Error{Code: CodeUnavailable, Detail: "the conversation's ownership was lost while loading it"}
+//
+// It is returned only under cv.mu, which checklocks would otherwise infer
+// guards it; a global set once guards nothing.
+var errForgotten = &Error{Code: CodeUnavailable, Detail: "the conversation's ownership was lost while loading it"} // +checklocksignore
 
 // install publishes st, loaded or reconciled, as cv's state with its
 // bindings' fence tokens, unless cv was forgotten since its turn's holder
@@ -325,6 +328,37 @@ func (s *Service) ensureLoadedTurn(ctx context.Context, cv *conversation) (*outb
 		}
 		return st, nil
 	}
+	st, err := s.reconcileTurn(ctx, cv)
+	if err != nil {
+		return nil, err
+	}
+	charge, err := s.st.ReadValue(tokenindex.ChargeKey(cv.id))
+	if err != nil {
+		return nil, unavailable("reading the conversation's charge", err)
+	}
+	tokens, ends, live := s.rebindTurn(cv.id, st)
+	if err := cv.install(st, tokens); err != nil {
+		return nil, err
+	}
+	s.chargeLoaded(cv, charge)
+	s.forgetStaleBindings(cv.id, st)
+	if len(ends) > 0 {
+		if st, err = s.endStaleTurn(cv, st, ends); err != nil {
+			return nil, err
+		}
+	}
+	for _, c := range live {
+		c.markReady(cv.id)
+	}
+	return st, nil
+}
+
+// reconcileTurn reconciles cv from the store, appends the outbox rows
+// reconciliation repairs, and makes all of it durable, returning the
+// reconciled state. A conversation whose stored rows are refused is
+// contained: marked Unloadable, logged, and refused unavailable. The
+// caller holds cv's turn.
+func (s *Service) reconcileTurn(ctx context.Context, cv *conversation) (*outbox.State, error) {
 	r, err := reconcile(ctx, s.st, cv.id, s.pages)
 	var ref *refusal
 	if errors.As(err, &ref) {
@@ -357,69 +391,72 @@ func (s *Service) ensureLoadedTurn(ctx context.Context, cv *conversation) (*outb
 	if len(r.Repairs) > 0 {
 		s.log.Info().Uint64("conversation", uint64(cv.id)).Int("rows", len(r.Repairs)).Msg("outbox repaired")
 	}
-	st = r.State
-	charge, err := s.st.ReadValue(tokenindex.ChargeKey(cv.id))
-	if err != nil {
-		return nil, unavailable("reading the conversation's charge", err)
-	}
-	tokens := make(map[ParticipantID]fenceToken)
-	type stale struct {
-		p     ParticipantID
-		conn  ConnID
-		cause Cause
-	}
-	var ends []stale
-	var live []*Conn
+	return r.State, nil
+}
+
+// staleBinding is a binding a load ends: participant p's binding by conn,
+// with its cause.
+type staleBinding struct {
+	p     ParticipantID
+	conn  ConnID
+	cause Cause
+}
+
+// rebindTurn sorts the bindings of st, conversation id's reconciled
+// state, whose turn the caller holds: every site's current fence is
+// revoked and each bound member is issued a new token; a binding whose
+// connection is of an earlier incarnation, gone, or ending is stale and
+// returned in ends, with its cause; any other is bound to its live
+// connection again, which is returned in live when it has something to
+// push.
+func (s *Service) rebindTurn(id ConversationID, st *outbox.State) (tokens map[ParticipantID]fenceToken, ends []staleBinding, live []*Conn) {
+	tokens = make(map[ParticipantID]fenceToken)
 	for i := range st.Members {
 		p := ParticipantID(i)
-		site := site{cv.id, p}
+		site := site{id, p}
 		s.fences.RevokeCurrent(site)
 		m := &st.Members[i]
 		if !m.Bound {
 			continue
 		}
 		row := oplog.Row{Participant: p, Conn: m.Conn, Generation: m.Generation}
-		tokens[p] = s.fences.Issue(site, epochKey(cv.id, &row), 1)
+		tokens[p] = s.fences.Issue(site, epochKey(id, &row), 1)
 		// A connection that is ending has its binding end here with the
 		// cause its End was given (a bye stays detached/clean).
 		c := s.conn(m.Conn)
 		ending, cause := c.endingCause()
 		switch {
 		case m.Conn.Server != s.incarnation:
-			ends = append(ends, stale{p, m.Conn, oplog.CauseUncleanRestart})
+			ends = append(ends, staleBinding{p, m.Conn, oplog.CauseUncleanRestart})
 		case c == nil:
-			ends = append(ends, stale{p, m.Conn, oplog.CauseConnectionLost})
+			ends = append(ends, staleBinding{p, m.Conn, oplog.CauseConnectionLost})
 		case ending:
-			ends = append(ends, stale{p, m.Conn, cause})
+			ends = append(ends, staleBinding{p, m.Conn, cause})
 		default:
-			c.bind(cv.id, p)
+			c.bind(id, p)
 			if st.Next(p, m.Cursor) != nil {
 				live = append(live, c)
 			}
 		}
 	}
-	if err := cv.install(st, tokens); err != nil {
-		return nil, err
-	}
-	s.chargeLoaded(cv, charge)
-	s.forgetStaleBindings(cv.id, st)
-	if len(ends) > 0 {
-		b := s.newBatch(cv, st)
-		for _, e := range ends {
-			if err := b.stageEnd(e.p, e.conn, e.cause); err != nil {
-				cv.drop()
-				return nil, err
-			}
-		}
-		if err := b.write(); err != nil {
+	return tokens, ends, live
+}
+
+// endStaleTurn ends the stale bindings ends of cv, installed as st, in one
+// batch through the normal two barriers, and returns the state after it.
+// The caller holds cv's turn.
+func (s *Service) endStaleTurn(cv *conversation, st *outbox.State, ends []staleBinding) (*outbox.State, error) {
+	b := s.newBatch(cv, st)
+	for _, e := range ends {
+		if err := b.stageEnd(e.p, e.conn, e.cause); err != nil {
+			cv.drop()
 			return nil, err
 		}
-		st = b.st
 	}
-	for _, c := range live {
-		c.markReady(cv.id)
+	if err := b.write(); err != nil {
+		return nil, err
 	}
-	return st, nil
+	return b.st, nil
 }
 
 // forgetStaleBindings removes conversation id from the bookkeeping of every

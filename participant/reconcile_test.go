@@ -17,7 +17,8 @@ import (
 type heapProbe struct {
 	*store.Memory
 
-	mu   sync.Mutex
+	mu sync.Mutex
+	// +checklocks:mu
 	peak uint64
 }
 

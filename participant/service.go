@@ -254,15 +254,21 @@ type Service struct {
 
 	// mu guards the fields below. It is never held across I/O or while
 	// taking a conversation's lock.
-	mu    sync.Mutex
+	mu sync.Mutex
+	// +checklocks:mu
 	convs map[ConversationID]*conversation
+	// +checklocks:mu
 	conns map[ConnID]*Conn
 	// shares holds the account of every principal with a connection or
 	// a conversation charged to it (share.go).
-	shares      map[uint64]*share
+	// +checklocks:mu
+	shares map[uint64]*share
+	// +checklocks:mu
 	nextOrdinal uint64
-	draining    bool
-	closed      bool
+	// +checklocks:mu
+	draining bool
+	// +checklocks:mu
+	closed bool
 
 	// ctx lives until Close; bg counts the reloads it runs in the
 	// background, which Close waits for.
@@ -328,9 +334,11 @@ func Open(ctx context.Context, st store.DurableStore, opts Options) (*Service, e
 	if err != nil {
 		return nil, err
 	}
+	s.mu.Lock()
 	for _, id := range ids {
 		s.convs[id] = s.newConversation(id, true)
 	}
+	s.mu.Unlock()
 	s.conversationSlots = slots{max: opts.MaxConversations, n: len(ids)}
 	if err := s.loadAll(ctx, ids); err != nil {
 		s.Close()
@@ -680,7 +688,8 @@ type conversation struct {
 	share atomic.Pointer[share]
 
 	// qmu guards queue, the operations waiting for the turn, in order.
-	qmu   sync.Mutex
+	qmu sync.Mutex
+	// +checklocks:qmu
 	queue []*task
 
 	// mu guards state, unloadable and bindingTokens. Readers hold it only
@@ -688,14 +697,17 @@ type conversation struct {
 	mu sync.RWMutex
 	// state is the reconciled conversation, nil while not loaded: never
 	// loaded, dropped after a failed commit, or unloadable.
+	// +checklocks:mu
 	state *outbox.State
 	// unloadable is set when reconciliation refused the conversation.
+	// +checklocks:mu
 	unloadable *Unloadable
 	// bindingTokens holds the fence token of each bound participant.
+	// +checklocks:mu
 	bindingTokens map[ParticipantID]fenceToken
 
-	// backlog is the service's in-memory backlog account.
-	backlog *backlog
+	// backlog is the service's in-memory backlog account; set once.
+	backlog *backlog // +checklocksignore: read-only, not guarded by mu
 
 	// tokenFloor is the token window's persisted floor (windowKey), as
 	// read when resets was tokenFloorAt-1 (0: not read). Turn holder only.
@@ -747,6 +759,8 @@ func (cv *conversation) drop() {
 // resets counts it, so that work begun before without the turn (a
 // compaction's receipts, staged in a store scope that the same event may
 // have reset) can tell before it relies on that work.
+//
+// +checklocks:cv.mu
 func (cv *conversation) forgetLocked() {
 	cv.setStateLocked(nil)
 	cv.bindingTokens = nil
@@ -759,6 +773,8 @@ func (cv *conversation) forgetLocked() {
 // calls it must not wait on a commit in flight): a holder whose batch or
 // reconciliation was overtaken by it finds it here, and leaves the
 // conversation forgotten.
+//
+// +checklocksread:cv.mu
 func (cv *conversation) currentLocked() bool { return cv.resets.Load() == cv.heldAt }
 
 // fenceToken is the fence token of one binding.

@@ -83,6 +83,8 @@ func principalKey(nodeKey []byte, p Principal) uint64 {
 
 // shareLocked returns the account of principal p, nil for nobody, and
 // counts one more connection of it. s.mu is held.
+//
+// +checklocks:s.mu
 func (s *Service) shareLocked(p Principal) *share {
 	if p == "" {
 		return nil
@@ -105,6 +107,8 @@ func (s *Service) accountLocked(k uint64) *share {
 
 // unshareLocked counts one connection of sh less, and forgets sh when
 // nothing is charged to it any more. s.mu is held.
+//
+// +checklocks:s.mu
 func (s *Service) unshareLocked(sh *share) {
 	if sh == nil {
 		return

@@ -9,9 +9,11 @@ type budget struct {
 	limit int64
 
 	// mu guards used and freed.
-	mu   sync.Mutex
+	mu sync.Mutex
+	// +checklocks:mu
 	used int64
 	// freed is closed, and replaced, whenever bytes are given back.
+	// +checklocks:mu
 	freed chan struct{}
 }
 

@@ -302,6 +302,12 @@ type Config struct {
 // withDefaults returns c with the defaults applied, or an error naming the
 // first invalid setting.
 func (c Config) withDefaults() (Config, error) {
+	c.applyDefaults()
+	return c, c.validate()
+}
+
+// applyDefaults sets every zero setting of c to its default.
+func (c *Config) applyDefaults() {
 	orDefault(&c.DataDir, DefaultDataDir)
 	orDefault(&c.Listen, DefaultListen)
 	orDefault(&c.HealthListen, DefaultHealthListen)
@@ -322,13 +328,7 @@ func (c Config) withDefaults() (Config, error) {
 	orDefault(&c.ConversationBurst, DefaultConversationBurst)
 	orDefault(&c.IdleTimeout, DefaultIdleTimeout)
 	orDefault(&c.FrameReadTimeout, DefaultFrameReadTimeout)
-	switch c.Engine {
-	case "":
-		c.Engine = EngineLog
-	case EngineBolt, EngineLog:
-	default:
-		return c, fmt.Errorf("server: store %q: want %s or %s", c.Engine, EngineBolt, EngineLog)
-	}
+	orDefault(&c.Engine, EngineLog)
 	orDefault(&c.MaxPending, DefaultMaxPending)
 	// Each byte budget holds at least one frame, and each server-wide one
 	// at least one connection's: smaller values are raised to that.
@@ -352,78 +352,86 @@ func (c Config) withDefaults() (Config, error) {
 		c.MaxConversations = MachineConversations()
 	}
 	orDefault(&c.MaxDataBytes, DefaultMaxDataBytes)
+}
+
+// validate returns an error naming the first invalid setting of c, whose
+// defaults are applied.
+func (c *Config) validate() error {
+	if c.Engine != EngineBolt && c.Engine != EngineLog {
+		return fmt.Errorf("server: store %q: want %s or %s", c.Engine, EngineBolt, EngineLog)
+	}
 	if _, err := participant.ParseEnrollPolicy(string(c.EnrollPolicy)); err != nil {
-		return c, fmt.Errorf("server: enroll-policy %q: want open or invite", c.EnrollPolicy)
+		return fmt.Errorf("server: enroll-policy %q: want open or invite", c.EnrollPolicy)
 	}
 	switch {
 	case (c.TLSCert == "") != (c.TLSKey == ""):
-		return c, errors.New("server: tls-cert and tls-key must be given together")
+		return errors.New("server: tls-cert and tls-key must be given together")
 	case (c.HealthTLSCert == "") != (c.HealthTLSKey == ""):
-		return c, errors.New("server: health-tls-cert and health-tls-key must be given together")
+		return errors.New("server: health-tls-cert and health-tls-key must be given together")
 	case c.Pprof && c.AdminToken == "":
-		return c, errors.New("server: pprof needs admin-token: profiles are served only to requests that carry it")
+		return errors.New("server: pprof needs admin-token: profiles are served only to requests that carry it")
 	case c.MaxConnectionsPerAddress < 0:
-		return c, fmt.Errorf("server: max-connections-per-address %d is negative", c.MaxConnectionsPerAddress)
+		return fmt.Errorf("server: max-connections-per-address %d is negative", c.MaxConnectionsPerAddress)
 	case c.ConnectionRate < 0:
-		return c, fmt.Errorf("server: connection-rate %v is negative", c.ConnectionRate)
+		return fmt.Errorf("server: connection-rate %v is negative", c.ConnectionRate)
 	case c.ConversationRate < 0 || c.ConversationBurst < 0:
-		return c, fmt.Errorf("server: conversation-rate %v or conversation-burst %d is negative", c.ConversationRate, c.ConversationBurst)
+		return fmt.Errorf("server: conversation-rate %v or conversation-burst %d is negative", c.ConversationRate, c.ConversationBurst)
 	case c.FrameReadTimeout < 0:
-		return c, fmt.Errorf("server: frame-read-timeout %v is negative", c.FrameReadTimeout)
+		return fmt.Errorf("server: frame-read-timeout %v is negative", c.FrameReadTimeout)
 	case c.MaxFrame < 1024 || uint64(c.MaxFrame) > 1<<32-1:
-		return c, fmt.Errorf("server: max-frame %d is outside [1024, 2^32-1]", c.MaxFrame)
+		return fmt.Errorf("server: max-frame %d is outside [1024, 2^32-1]", c.MaxFrame)
 	case c.MaxRecordBytes < 0 || c.MaxRecordBytes > c.MaxFrame-frameOverhead:
-		return c, fmt.Errorf("server: max-record-bytes %d must be in [0, max-frame - %d = %d]", c.MaxRecordBytes, frameOverhead, c.MaxFrame-frameOverhead)
+		return fmt.Errorf("server: max-record-bytes %d must be in [0, max-frame - %d = %d]", c.MaxRecordBytes, frameOverhead, c.MaxFrame-frameOverhead)
 	case c.WALSegmentSize < MinWALSegmentSize:
-		return c, fmt.Errorf("server: wal-segment-size %d is below the minimum %d (1 MiB)", c.WALSegmentSize, MinWALSegmentSize)
+		return fmt.Errorf("server: wal-segment-size %d is below the minimum %d (1 MiB)", c.WALSegmentSize, MinWALSegmentSize)
 	case c.Retain < 0:
-		return c, fmt.Errorf("server: retain %v is negative", c.Retain)
+		return fmt.Errorf("server: retain %v is negative", c.Retain)
 	case c.MaxUnackedAge < 0:
-		return c, fmt.Errorf("server: max-unacked-age %v is negative (0 turns the bound off)", c.MaxUnackedAge)
+		return fmt.Errorf("server: max-unacked-age %v is negative (0 turns the bound off)", c.MaxUnackedAge)
 	case c.TokenWindow < 0:
-		return c, fmt.Errorf("server: token-window %v is negative (0 turns the window off)", c.TokenWindow)
+		return fmt.Errorf("server: token-window %v is negative (0 turns the window off)", c.TokenWindow)
 	case c.TokenWindow > 0 && c.TokenWindow < time.Millisecond:
 		// Tokens carry milliseconds, and welcome announces the window in
 		// them: a shorter window would be announced as none.
-		return c, fmt.Errorf("server: token-window %v is below 1ms (0 turns the window off)", c.TokenWindow)
+		return fmt.Errorf("server: token-window %v is below 1ms (0 turns the window off)", c.TokenWindow)
 	case c.TokenSkew < 0:
-		return c, fmt.Errorf("server: token-skew %v is negative", c.TokenSkew)
+		return fmt.Errorf("server: token-skew %v is negative", c.TokenSkew)
 	case c.ReceiptTTL < 0:
-		return c, fmt.Errorf("server: receipt-ttl %v is negative", c.ReceiptTTL)
+		return fmt.Errorf("server: receipt-ttl %v is negative", c.ReceiptTTL)
 	case c.DrainTimeout < 0:
-		return c, fmt.Errorf("server: drain-timeout %v is negative", c.DrainTimeout)
+		return fmt.Errorf("server: drain-timeout %v is negative", c.DrainTimeout)
 	case c.StoreCloseTimeout < 0:
-		return c, fmt.Errorf("server: store-close-timeout %v is negative", c.StoreCloseTimeout)
+		return fmt.Errorf("server: store-close-timeout %v is negative", c.StoreCloseTimeout)
 	case c.HelloTimeout < 0:
-		return c, fmt.Errorf("server: hello-timeout %v is negative", c.HelloTimeout)
+		return fmt.Errorf("server: hello-timeout %v is negative", c.HelloTimeout)
 	case c.WriteProgressTimeout < 0:
-		return c, fmt.Errorf("server: write-progress-timeout %v is negative", c.WriteProgressTimeout)
+		return fmt.Errorf("server: write-progress-timeout %v is negative", c.WriteProgressTimeout)
 	case c.MaxPendingBytes < 0 || c.MaxPendingBytesTotal < 0 || c.MaxOutboundBytes < 0 || c.MaxOutboundTotal < 0:
-		return c, errors.New("server: a byte budget (max-pending-bytes[-total], max-outbound-bytes[-total]) is negative")
+		return errors.New("server: a byte budget (max-pending-bytes[-total], max-outbound-bytes[-total]) is negative")
 	case c.LogMemoryBytes < 0:
-		return c, fmt.Errorf("server: log-memory %d is negative", c.LogMemoryBytes)
+		return fmt.Errorf("server: log-memory %d is negative", c.LogMemoryBytes)
 	case c.MaxBacklogBytes < 0:
-		return c, fmt.Errorf("server: backlog-memory %d is negative", c.MaxBacklogBytes)
+		return fmt.Errorf("server: backlog-memory %d is negative", c.MaxBacklogBytes)
 	case c.MaxBacklogRecords < 0:
-		return c, fmt.Errorf("server: max-backlog-records %d is negative", c.MaxBacklogRecords)
+		return fmt.Errorf("server: max-backlog-records %d is negative", c.MaxBacklogRecords)
 	case c.BacklogRecords < 0:
-		return c, fmt.Errorf("server: backlog-records %d is negative", c.BacklogRecords)
+		return fmt.Errorf("server: backlog-records %d is negative", c.BacklogRecords)
 	case c.ClientShare < 0 || c.ClientShare > 100:
-		return c, fmt.Errorf("server: client-share %d is not a percentage", c.ClientShare)
+		return fmt.Errorf("server: client-share %d is not a percentage", c.ClientShare)
 	case c.MaxConnections < 0:
-		return c, fmt.Errorf("server: max-connections %d is negative", c.MaxConnections)
+		return fmt.Errorf("server: max-connections %d is negative", c.MaxConnections)
 	case c.MaxParticipants < 0:
-		return c, fmt.Errorf("server: max-participants %d is negative", c.MaxParticipants)
+		return fmt.Errorf("server: max-participants %d is negative", c.MaxParticipants)
 	case c.MaxConversationsPerConn < 0:
-		return c, fmt.Errorf("server: max-conversations-per-connection %d is negative", c.MaxConversationsPerConn)
+		return fmt.Errorf("server: max-conversations-per-connection %d is negative", c.MaxConversationsPerConn)
 	case c.MaxPending < 0:
-		return c, fmt.Errorf("server: max-pending %d is negative", c.MaxPending)
+		return fmt.Errorf("server: max-pending %d is negative", c.MaxPending)
 	case c.MaxConversations < 0:
-		return c, fmt.Errorf("server: max-conversations %d is negative", c.MaxConversations)
+		return fmt.Errorf("server: max-conversations %d is negative", c.MaxConversations)
 	case c.MaxDataBytes < 0:
-		return c, fmt.Errorf("server: max-data-bytes %d is negative", c.MaxDataBytes)
+		return fmt.Errorf("server: max-data-bytes %d is negative", c.MaxDataBytes)
 	}
-	return c, nil
+	return nil
 }
 
 // orDefault sets *v to def when it holds its type's zero value, which in a

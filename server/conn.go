@@ -80,6 +80,7 @@ type conn struct {
 	mu sync.Mutex
 	// queues holds, per conversation with a worker, the requests it has
 	// still to run, in the order read.
+	// +checklocks:mu
 	queues map[uint64][]request
 }
 
@@ -195,7 +196,7 @@ func (c *conn) serve() {
 	c.pumpDone = make(chan struct{})
 	c.pending = make(chan struct{}, c.srv.cfg.MaxPending)
 	c.pendingBytes = newBudget(int64(c.srv.cfg.MaxPendingBytes))
-	c.queues = make(map[uint64][]request)
+	c.queues = make(map[uint64][]request) // +checklocksignore: the workers that share it start below
 	c.pc = svc.ConnectAs(c.principal(), func() {
 		select {
 		case c.wake <- struct{}{}:

@@ -99,6 +99,7 @@ func (h *harness) get(path string) (int, string) {
 type client struct {
 	t  *testing.T
 	nc net.Conn
+	// +checklocks:wm
 	w  *wire.Writer
 	wm sync.Mutex
 

@@ -53,10 +53,15 @@ func fillBucket(burst float64, now time.Time) bucket { return bucket{tokens: bur
 // from it while deciding an enroll, under the conversation's turn, so it
 // has a mutex of its own, a leaf: Server.mu is never taken there.
 type creations struct {
-	rate, burst float64
+	// rate and burst are fixed at creation. One name per field:
+	// checklocks matches annotations to fields by position, which a line
+	// declaring two fields shifts.
+	rate  float64 // +checklocksignore: read-only
+	burst float64 // +checklocksignore: read-only
 	// mu guards b.
 	mu sync.Mutex
-	b  bucket
+	// +checklocks:mu
+	b bucket
 }
 
 func newCreations(rate, burst float64, now time.Time) *creations {
@@ -192,8 +197,10 @@ func (l *peerLimits) sweepLocked(now time.Time) {
 // it held back, for events a peer can cause at will (a wrong admin token).
 type logLimiter struct {
 	// mu guards last and held.
-	mu   sync.Mutex
+	mu sync.Mutex
+	// +checklocks:mu
 	last time.Time
+	// +checklocks:mu
 	held int
 }
 

@@ -15,7 +15,8 @@ import (
 // lockedBuffer is a log sink many goroutines write to.
 type lockedBuffer struct {
 	mu sync.Mutex
-	b  bytes.Buffer
+	// +checklocks:mu
+	b bytes.Buffer
 }
 
 func (l *lockedBuffer) Write(p []byte) (int, error) {

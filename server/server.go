@@ -60,7 +60,10 @@ type Server struct {
 	metrics   *metrics
 	// adminLog and refuseLog rate-limit the log lines of refused admin
 	// requests and of refused connections, which any peer can cause.
-	adminLog, refuseLog logLimiter
+	// (One name per field in this struct: checklocks matches annotations
+	// to fields by position, which a line declaring two fields shifts.)
+	adminLog  logLimiter
+	refuseLog logLimiter
 
 	// readyCh is closed once the service is open and accepting.
 	readyCh chan struct{}
@@ -82,7 +85,8 @@ type Server struct {
 
 	// outBytes and pendingBytes are the server-wide budgets of queued
 	// outbound frames and of pending request frames.
-	outBytes, pendingBytes *budget
+	outBytes     *budget
+	pendingBytes *budget
 
 	// connWG counts the goroutines serving connections.
 	connWG sync.WaitGroup
@@ -90,12 +94,17 @@ type Server struct {
 	// mu guards the fields below.
 	mu sync.Mutex
 	// conns are the connections being served.
+	// +checklocks:mu
 	conns map[*conn]struct{}
 	// refusing are the connections being sent rejected{...}; the drain
 	// cuts them short.
+	// +checklocks:mu
 	refusing map[net.Conn]struct{}
-	// peers are the per-address connection counts and rates.
-	peers    *peerLimits
+	// peers are the per-address connection counts and rates: the pointer
+	// is set once, by New, and what it points to is guarded by mu (the
+	// peerLimits methods ending in Locked).
+	peers *peerLimits
+	// +checklocks:mu
 	draining bool
 }
 

@@ -26,7 +26,8 @@ func (b hangingBackend) Close() error     { <-b.release; return nil }
 // syncBuffer is a log sink safe for concurrent writes.
 type syncBuffer struct {
 	mu sync.Mutex
-	b  strings.Builder
+	// +checklocks:mu
+	b strings.Builder
 }
 
 func (w *syncBuffer) Write(p []byte) (int, error) {

@@ -28,7 +28,8 @@ const watchShards = 16
 // watchShard holds some of the calls in flight.
 type watchShard struct {
 	// mu guards inflight.
-	mu       sync.Mutex
+	mu sync.Mutex
+	// +checklocks:mu
 	inflight map[uint64]storeCall
 	_        [64]byte // keeps neighbouring shards' locks off one cache line
 }

@@ -27,16 +27,20 @@ type outq struct {
 	nc       net.Conn
 	progress time.Duration
 	// own and shared are the connection's and the server's outbound
-	// budgets.
-	own, shared *budget
+	// budgets (one name per field: checklocks matches annotations to
+	// fields by position, which a line declaring two fields shifts).
+	own    *budget
+	shared *budget
 	// quit, when closed, makes sends that wait for room give up (the
 	// connection is being torn down).
 	quit <-chan struct{}
 
 	// mu guards queue and stopped.
-	mu    sync.Mutex
+	mu sync.Mutex
+	// +checklocks:mu
 	queue []outFrame
 	// stopped is set when the writer has stopped; nothing is queued after.
+	// +checklocks:mu
 	stopped bool
 
 	// ready wakes the writer; it holds at most one wake.

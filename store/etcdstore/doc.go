@@ -7,17 +7,12 @@
 //
 // Every key starts with Options.Prefix. Options.Scope maps each stream or
 // value name to a scope (for participantd: the conversation), and all of a
-// scope is one key range:
-//
-//	key                               value
-//	c/<scope>/l/<name>                stream length: 8-byte BE (absent = 0)
-//	c/<scope>/s/<n:2 BE><name><seq:8 BE>   stream entry: the payload
-//	c/<scope>/v/<name>                value: 8-byte BE (absent = 0, 0 never stored)
-//	c/<scope>/b/<name>                byte value (store.Compactor): the bytes
-//	g/…                               the same for names of the global scope ""
-//
-// The 2-byte name length in entry keys keeps one stream's entries a range of
-// their own, in seq order.
+// scope is one key range: c/<scope>/ followed by l/ (stream lengths), s/
+// (stream entries, keyed by a 2-byte name length, the name and an 8-byte
+// BE seq, so one stream's entries are a range of their own in seq order),
+// v/ (values) or b/ (byte values); g/ holds the names of the global scope.
+// The table of every stored key, with its value and owner, is in
+// docs/DESIGN.md, "Stored keys"; it is the one home of the layout.
 //
 // # Contract
 //
