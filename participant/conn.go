@@ -274,6 +274,8 @@ func (c *Conn) Next(conv ConversationID) (d Delivery, ok bool) {
 
 // offerLocked remembers d as the last delivery offered to the binding in
 // conv. c.mu is held.
+//
+// +checklocks:c.mu
 func (c *Conn) offerLocked(conv ConversationID, d Delivery) {
 	if c.offered == nil {
 		c.offered = make(map[ConversationID]Offered)

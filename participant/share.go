@@ -96,6 +96,8 @@ func (s *Service) shareLocked(p Principal) *share {
 
 // accountLocked returns the account of the principal of key k, creating
 // it. s.mu is held.
+//
+// +checklocks:s.mu
 func (s *Service) accountLocked(k uint64) *share {
 	sh := s.shares[k]
 	if sh == nil {
