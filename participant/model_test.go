@@ -2,6 +2,8 @@ package participant_test
 
 import (
 	"flag"
+	"runtime"
+	"sync"
 	"testing"
 	"time"
 
@@ -29,4 +31,47 @@ func TestModel(t *testing.T) {
 		iters = min(iters, 20)
 	}
 	participanttest.Model{Backend: faultstore.MemoryBackend(nil), Iters: iters, Ops: *modelOps, Seed: seed, Rerun: "go test ./participant -run TestModel"}.Run(t)
+}
+
+// TestModel_Starved is TestModel on one processor shared with a goroutine
+// that never yields of its own accord: the scheduling-delay fault model.
+// Every goroutine of the service (the batch leader, background reloads,
+// the checkpointer's turn) then runs only when the Go scheduler preempts
+// the hog, about every 10 ms, so interleavings that a lightly loaded
+// machine never produces (a reload overtaken by the next operation, a
+// wake delivered long after its commit) are the common case, as they are
+// on a machine at load 20. The model's clock is its own, so the delays
+// change no answer the model predicts: any difference is an ordering
+// assumption of the service.
+func TestModel_Starved(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starved model: slow on one processor")
+	}
+	prev := runtime.GOMAXPROCS(1)
+	defer runtime.GOMAXPROCS(prev)
+	stop := make(chan struct{})
+	var hog sync.WaitGroup
+	hog.Add(1)
+	go func() {
+		defer hog.Done()
+		for n := 0; ; n++ {
+			if n%(1<<20) == 0 {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+			}
+		}
+	}()
+	defer func() {
+		close(stop)
+		hog.Wait()
+	}()
+	seed := *modelSeed
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano())
+	}
+	participanttest.Model{Backend: faultstore.MemoryBackend(nil), Iters: *modelIters, Ops: *modelOps, Seed: seed,
+		Rerun: "go test ./participant -run TestModel_Starved"}.Run(t)
 }
