@@ -156,3 +156,24 @@ func TestCrashCutOverEtcd_TokenWindow(t *testing.T) {
 	}
 	t.Logf("checked %d runs", runs)
 }
+
+// TestCrashCutOverEtcd_MaxUnackedAge runs participanttest.ReleaseWorkload,
+// whose compaction passes commit Release rows for records a deaf recipient
+// never acknowledged, through the same loop over etcd: the Release row,
+// the trims after it and the recipient's compacted notice meet every cut
+// point in the conversation's scope. -short cuts at every fourth
+// operation from a random offset.
+func TestCrashCutOverEtcd_MaxUnackedAge(t *testing.T) {
+	stride := uint64(1)
+	if testing.Short() {
+		stride = 4
+	}
+	offset := rand.Uint64N(stride)
+	t.Logf("stride %d, offset %d", stride, offset)
+	runs := participanttest.CutLoop{Backend: etcdBackend(t, cutLagSeed()), Stride: stride, Offset: offset,
+		Workload: participanttest.ReleaseWorkload, Completed: participanttest.CheckReleased}.Run(t)
+	if runs < 10 {
+		t.Fatalf("the loop checked %d runs; the workload should make far more store operations", runs)
+	}
+	t.Logf("checked %d runs", runs)
+}

@@ -269,3 +269,60 @@ func TestPowerCut_TokenWindow(t *testing.T) {
 	}
 	t.Logf("%d power cuts over %d file-system calls", runs, total)
 }
+
+// TestPowerCut_MaxUnackedAge is TestPowerCut for participanttest's
+// ReleaseWorkload, whose compaction passes commit Release rows for the
+// records a deaf recipient never acknowledged and then trim them, through
+// the log: at every one of its file-system calls, several times over, the
+// invariants hold after the power cut and the offline tools, and a run the
+// cut left complete released what it should (CheckReleased).
+func TestPowerCut_MaxUnackedAge(t *testing.T) {
+	ffs := faultfs.New()
+	cleanDir := t.TempDir()
+	powerCutRunOf(t, ffs, cleanDir, participanttest.ReleaseWorkload)
+	total := ffs.Ops()
+	st, err := logfirst.Open(cleanDir, powerCutOptions(ffs))
+	if err != nil {
+		t.Fatalf("Open after the clean run: %v", err)
+	}
+	participanttest.CheckReleased(t, st)
+	if err := st.Close(); err != nil {
+		t.Fatalf("Close after the clean run: %v", err)
+	}
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("crash seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 3))
+	want := 500
+	if *powerCutLong {
+		want *= 10
+	}
+	var cuts []uint64
+	for len(cuts) < want {
+		for i := range total + 10 {
+			cuts = append(cuts, i)
+		}
+	}
+	for n, at := range cuts {
+		ffs := faultfs.New()
+		ffs.SetRule(faultfs.CutAt(at))
+		dir := t.TempDir()
+		log := powerCutRunOf(t, ffs, dir, participanttest.ReleaseWorkload)
+		op, cut := ffs.CutOp()
+		if err := ffs.Crash(rng); err != nil {
+			t.Fatalf("cut at %v: Crash: %v", op, err)
+		}
+		dir = offlineTools(prefixed{t, op}, n, ffs, dir, participant.Options{Retain: time.Nanosecond, Now: time.Now})
+		st, err := logfirst.Open(dir, powerCutOptions(ffs))
+		if err != nil {
+			t.Fatalf("cut at %v (cut=%v): Open after the power cut: %v", op, cut, err)
+		}
+		participanttest.CheckInvariants(prefixed{t, op}, st, log)
+		if !cut {
+			participanttest.CheckReleased(prefixed{t, op}, st)
+		}
+		if err := st.Close(); err != nil {
+			t.Fatalf("Close after the check: %v", err)
+		}
+	}
+	t.Logf("%d power cuts over %d file-system calls", len(cuts), total)
+}
