@@ -29,13 +29,8 @@ func powerCutOptions(ffs *faultfs.FS) logfirst.Options {
 	return logfirst.Options{FS: ffs, SegmentSize: 2 << 10, CheckpointBytes: 1 << 10, CheckpointInterval: time.Millisecond}
 }
 
-// powerCutRun runs the cut workload on a log-first store whose log lives
-// on ffs, in dir, and returns what it answered.
-func powerCutRun(t *testing.T, ffs *faultfs.FS, dir string) []participanttest.Answered {
-	return powerCutRunOf(t, ffs, dir, participanttest.CutWorkload)
-}
-
-// powerCutRunOf is powerCutRun with another workload.
+// powerCutRunOf runs workload on a log-first store whose log lives on
+// ffs, in dir, and returns what it answered.
 func powerCutRunOf(t *testing.T, ffs *faultfs.FS, dir string, workload func(store.DurableStore, *[]participanttest.Answered) error) []participanttest.Answered {
 	t.Helper()
 	st, err := logfirst.Open(dir, powerCutOptions(ffs))
@@ -58,41 +53,46 @@ func powerCutRunOf(t *testing.T, ffs *faultfs.FS, dir string, workload func(stor
 	return log
 }
 
-// TestPowerCut runs the real service on the log-first store with its log
-// on faultfs (and its bbolt commits through it), cuts the power at a
-// file-system call, keeps what faultfs's strict model says survives (no
-// unsynced directory entry; of unsynced writes a torn prefix or any
-// subset of sectors; a bbolt commit in progress torn), reopens and checks the cut loop's invariants: every answered operation
-// is there and replays, the outbox is the projection of the oplog, seqs
-// have no gap or duplicate, bindings end at most once.
-func TestPowerCut(t *testing.T) {
-	// A clean run counts the calls the workload makes.
+// powerCutLoop is the power-cut loop the TestPowerCut tests share: a
+// clean run of workload counts its file-system calls and must leave what
+// completed checks; then the power is cut at every one of those calls (and
+// a few past them, where the cut leaves the run complete), over and over
+// until runs cuts are made (ten times as many with -long): the
+// checkpointer's timing and the torn length differ between visits. After
+// each cut, faultfs's strict model decides what survives, the offline
+// tools run on the directory (compact with compact's options), and a start
+// must satisfy participanttest's invariants, and completed when the cut
+// left the run complete.
+type powerCutLoop struct {
+	workload  func(store.DurableStore, *[]participanttest.Answered) error
+	completed func(faultstore.TB, store.DurableStore)
+	compact   participant.Options
+	runs      int
+	// stream separates this loop's crash randomness from the others'.
+	stream uint64
+}
+
+func (p powerCutLoop) run(t *testing.T) {
+	t.Helper()
 	ffs := faultfs.New()
 	cleanDir := t.TempDir()
-	powerCutRun(t, ffs, cleanDir)
+	powerCutRunOf(t, ffs, cleanDir, p.workload)
 	total := ffs.Ops()
 	if total < 50 {
 		t.Fatalf("the workload made %d file-system calls; want far more", total)
 	}
-	// The log-first store is a store.Compactor, so the workload's
-	// checkpoint and compaction passes wrote byte values and trims through
-	// its log: every cut point below meets them too.
 	st, err := logfirst.Open(cleanDir, powerCutOptions(ffs))
 	if err != nil {
 		t.Fatalf("Open after the clean run: %v", err)
 	}
-	participanttest.CheckCompacted(t, st)
+	p.completed(t, st)
 	if err := st.Close(); err != nil {
 		t.Fatalf("Close after the clean run: %v", err)
 	}
-
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("crash seed %d", seed)
-	rng := rand.New(rand.NewPCG(seed, 1))
-	// Every call is a cut point, visited again and again: the
-	// checkpointer's timing and the torn length differ between visits.
-	// The points past total cover a run that a late cut leaves complete.
-	runs := powerCutRuns
+	rng := rand.New(rand.NewPCG(seed, p.stream))
+	runs := p.runs
 	if *powerCutLong {
 		runs *= 10
 	}
@@ -106,25 +106,41 @@ func TestPowerCut(t *testing.T) {
 		ffs := faultfs.New()
 		ffs.SetRule(faultfs.CutAt(at))
 		dir := t.TempDir()
-		log := powerCutRun(t, ffs, dir)
+		log := powerCutRunOf(t, ffs, dir, p.workload)
 		op, cut := ffs.CutOp()
 		if err := ffs.Crash(rng); err != nil {
 			t.Fatalf("cut at %v: Crash: %v", op, err)
 		}
-		dir = offlineTools(prefixed{t, op}, n, ffs, dir, participant.Options{Retain: time.Nanosecond, Now: time.Now})
+		dir = offlineTools(prefixed{t, op}, n, ffs, dir, p.compact)
 		st, err := logfirst.Open(dir, powerCutOptions(ffs))
 		if err != nil {
 			t.Fatalf("run %d, cut at %v (cut=%v): Open after the power cut: %v", n, op, cut, err)
 		}
 		participanttest.CheckInvariants(prefixed{t, op}, st, log)
 		if !cut {
-			participanttest.CheckCompacted(prefixed{t, op}, st)
+			p.completed(prefixed{t, op}, st)
 		}
 		if err := st.Close(); err != nil {
 			t.Fatalf("run %d: Close after the check: %v", n, err)
 		}
 	}
 	t.Logf("%d power cuts over %d file-system calls", len(cuts), total)
+}
+
+// TestPowerCut runs the real service on the log-first store with its log
+// on faultfs (and its bbolt commits through it), cuts the power at a
+// file-system call, keeps what faultfs's strict model says survives (no
+// unsynced directory entry; of unsynced writes a torn prefix or any
+// subset of sectors; a bbolt commit in progress torn), reopens and checks
+// the cut loop's invariants: every answered operation is there and
+// replays, the outbox is the projection of the oplog, seqs have no gap or
+// duplicate, bindings end at most once. The log-first store is a
+// store.Compactor, so the workload's checkpoint, compaction and deletion
+// passes wrote byte values and trims through its log: every cut point
+// meets them too.
+func TestPowerCut(t *testing.T) {
+	powerCutLoop{workload: participanttest.CutWorkload, completed: participanttest.CheckCompacted,
+		compact: participant.Options{Retain: time.Nanosecond, Now: time.Now}, runs: powerCutRuns, stream: 1}.run(t)
 }
 
 // offlineTools runs participantctl's offline tools (package offline) on
@@ -210,64 +226,14 @@ func (p prefixed) Fatalf(format string, args ...any) {
 // WindowWorkload, whose compaction passes raise the token floor and
 // forget tokens through the log: at every one of its file-system calls,
 // several times over, every answered tell replays or is token_expired
-// after the power cut, never committed again.
+// after the power cut, never committed again. Offline compact runs ten
+// minutes after the workload's clock stopped: it forgets every token the
+// live passes did not.
 func TestPowerCut_TokenWindow(t *testing.T) {
-	ffs := faultfs.New()
-	cleanDir := t.TempDir()
-	powerCutRunOf(t, ffs, cleanDir, participanttest.WindowWorkload)
-	total := ffs.Ops()
-	st, err := logfirst.Open(cleanDir, powerCutOptions(ffs))
-	if err != nil {
-		t.Fatalf("Open after the clean run: %v", err)
-	}
-	participanttest.CheckForgotten(t, st)
-	if err := st.Close(); err != nil {
-		t.Fatalf("Close after the clean run: %v", err)
-	}
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("crash seed %d", seed)
-	rng := rand.New(rand.NewPCG(seed, 2))
-	// Every call is a cut point, visited again and again as in
-	// TestPowerCut (the checkpointer's timing and the torn length differ).
-	want := 500
-	if *powerCutLong {
-		want *= 10
-	}
-	var cuts []uint64
-	for len(cuts) < want {
-		for i := range total + 10 {
-			cuts = append(cuts, i)
-		}
-	}
-	runs := 0
-	for _, at := range cuts {
-		ffs := faultfs.New()
-		ffs.SetRule(faultfs.CutAt(at))
-		dir := t.TempDir()
-		log := powerCutRunOf(t, ffs, dir, participanttest.WindowWorkload)
-		op, cut := ffs.CutOp()
-		if err := ffs.Crash(rng); err != nil {
-			t.Fatalf("cut at %v: Crash: %v", op, err)
-		}
-		// Offline compact runs ten minutes after the workload's clock
-		// stopped: it forgets every token the live passes did not.
-		later := participanttest.NewClock(participanttest.WindowEpoch.Add(10 * time.Minute))
-		dir = offlineTools(prefixed{t, op}, runs, ffs, dir, participant.Options{Retain: time.Second,
-			TokenWindow: time.Minute, TokenSkew: time.Second, Now: later.Now})
-		st, err := logfirst.Open(dir, powerCutOptions(ffs))
-		if err != nil {
-			t.Fatalf("cut at %v (cut=%v): Open after the power cut: %v", op, cut, err)
-		}
-		participanttest.CheckInvariants(prefixed{t, op}, st, log)
-		if !cut {
-			participanttest.CheckForgotten(prefixed{t, op}, st)
-		}
-		if err := st.Close(); err != nil {
-			t.Fatalf("Close after the check: %v", err)
-		}
-		runs++
-	}
-	t.Logf("%d power cuts over %d file-system calls", runs, total)
+	later := participanttest.NewClock(participanttest.WindowEpoch.Add(10 * time.Minute))
+	powerCutLoop{workload: participanttest.WindowWorkload, completed: participanttest.CheckForgotten,
+		compact: participant.Options{Retain: time.Second, TokenWindow: time.Minute, TokenSkew: time.Second, Now: later.Now},
+		runs:    500, stream: 2}.run(t)
 }
 
 // TestPowerCut_MaxUnackedAge is TestPowerCut for participanttest's
@@ -277,52 +243,6 @@ func TestPowerCut_TokenWindow(t *testing.T) {
 // invariants hold after the power cut and the offline tools, and a run the
 // cut left complete released what it should (CheckReleased).
 func TestPowerCut_MaxUnackedAge(t *testing.T) {
-	ffs := faultfs.New()
-	cleanDir := t.TempDir()
-	powerCutRunOf(t, ffs, cleanDir, participanttest.ReleaseWorkload)
-	total := ffs.Ops()
-	st, err := logfirst.Open(cleanDir, powerCutOptions(ffs))
-	if err != nil {
-		t.Fatalf("Open after the clean run: %v", err)
-	}
-	participanttest.CheckReleased(t, st)
-	if err := st.Close(); err != nil {
-		t.Fatalf("Close after the clean run: %v", err)
-	}
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("crash seed %d", seed)
-	rng := rand.New(rand.NewPCG(seed, 3))
-	want := 500
-	if *powerCutLong {
-		want *= 10
-	}
-	var cuts []uint64
-	for len(cuts) < want {
-		for i := range total + 10 {
-			cuts = append(cuts, i)
-		}
-	}
-	for n, at := range cuts {
-		ffs := faultfs.New()
-		ffs.SetRule(faultfs.CutAt(at))
-		dir := t.TempDir()
-		log := powerCutRunOf(t, ffs, dir, participanttest.ReleaseWorkload)
-		op, cut := ffs.CutOp()
-		if err := ffs.Crash(rng); err != nil {
-			t.Fatalf("cut at %v: Crash: %v", op, err)
-		}
-		dir = offlineTools(prefixed{t, op}, n, ffs, dir, participant.Options{Retain: time.Nanosecond, Now: time.Now})
-		st, err := logfirst.Open(dir, powerCutOptions(ffs))
-		if err != nil {
-			t.Fatalf("cut at %v (cut=%v): Open after the power cut: %v", op, cut, err)
-		}
-		participanttest.CheckInvariants(prefixed{t, op}, st, log)
-		if !cut {
-			participanttest.CheckReleased(prefixed{t, op}, st)
-		}
-		if err := st.Close(); err != nil {
-			t.Fatalf("Close after the check: %v", err)
-		}
-	}
-	t.Logf("%d power cuts over %d file-system calls", len(cuts), total)
+	powerCutLoop{workload: participanttest.ReleaseWorkload, completed: participanttest.CheckReleased,
+		compact: participant.Options{Retain: time.Nanosecond, Now: time.Now}, runs: 500, stream: 3}.run(t)
 }
