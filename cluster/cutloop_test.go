@@ -116,64 +116,49 @@ func cutLagSeed() uint64 {
 	return rand.Uint64()
 }
 
-// TestCrashCutOverEtcd runs participant's crash-cut loop over the etcd
-// store: the workload is cut at a store operation, the store crashes, and
-// a new store on the same prefix must satisfy the same invariants as over
-// the memory store (participanttest's package doc). It cuts at every
-// operation; -short cuts at every fourth from a random offset, so that
-// successive short runs cover different points.
-func TestCrashCutOverEtcd(t *testing.T) {
+// etcdCutLoop runs participanttest's cut loop for workload (nil: the
+// cut workload) over the etcd store, with lagging members, and completed
+// on a run the cut left complete: at every store operation, or, with
+// -short, at every fourth from a random offset, so that successive short
+// runs cover different points.
+func etcdCutLoop(t *testing.T, workload func(store.DurableStore, *[]participanttest.Answered) error, completed func(faultstore.TB, store.DurableStore)) {
+	t.Helper()
 	stride := uint64(1)
 	if testing.Short() {
 		stride = 4
 	}
 	offset := rand.Uint64N(stride)
 	t.Logf("stride %d, offset %d", stride, offset)
-	runs := participanttest.CutLoop{Backend: etcdBackend(t, cutLagSeed()), Stride: stride, Offset: offset}.Run(t)
+	runs := participanttest.CutLoop{Backend: etcdBackend(t, cutLagSeed()), Stride: stride, Offset: offset,
+		Workload: workload, Completed: completed}.Run(t)
 	if runs < 10 {
 		t.Fatalf("the loop checked %d runs; the workload should make far more store operations", runs)
 	}
 	t.Logf("checked %d runs", runs)
+}
+
+// TestCrashCutOverEtcd runs participant's crash-cut loop over the etcd
+// store: the workload is cut at a store operation, the store crashes, and
+// a new store on the same prefix must satisfy the same invariants as over
+// the memory store (participanttest's package doc).
+func TestCrashCutOverEtcd(t *testing.T) {
+	etcdCutLoop(t, nil, nil)
 }
 
 // TestCrashCutOverEtcd_TokenWindow runs participanttest.WindowWorkload
 // through the same loop over etcd: the token floor and the deletions of
 // forgotten tokens' entries are staged in the conversation's scope and
 // committed by its flushes, and a cut anywhere leaves every answered tell
-// replayed or token_expired, never committed again. -short cuts at every
-// fourth operation from a random offset.
+// replayed or token_expired, never committed again.
 func TestCrashCutOverEtcd_TokenWindow(t *testing.T) {
-	stride := uint64(1)
-	if testing.Short() {
-		stride = 4
-	}
-	offset := rand.Uint64N(stride)
-	t.Logf("stride %d, offset %d", stride, offset)
-	runs := participanttest.CutLoop{Backend: etcdBackend(t, cutLagSeed()), Stride: stride, Offset: offset,
-		Workload: participanttest.WindowWorkload, Completed: participanttest.CheckForgotten}.Run(t)
-	if runs < 10 {
-		t.Fatalf("the loop checked %d runs; the workload should make far more store operations", runs)
-	}
-	t.Logf("checked %d runs", runs)
+	etcdCutLoop(t, participanttest.WindowWorkload, participanttest.CheckForgotten)
 }
 
 // TestCrashCutOverEtcd_MaxUnackedAge runs participanttest.ReleaseWorkload,
 // whose compaction passes commit Release rows for records a deaf recipient
 // never acknowledged, through the same loop over etcd: the Release row,
 // the trims after it and the recipient's compacted notice meet every cut
-// point in the conversation's scope. -short cuts at every fourth
-// operation from a random offset.
+// point in the conversation's scope.
 func TestCrashCutOverEtcd_MaxUnackedAge(t *testing.T) {
-	stride := uint64(1)
-	if testing.Short() {
-		stride = 4
-	}
-	offset := rand.Uint64N(stride)
-	t.Logf("stride %d, offset %d", stride, offset)
-	runs := participanttest.CutLoop{Backend: etcdBackend(t, cutLagSeed()), Stride: stride, Offset: offset,
-		Workload: participanttest.ReleaseWorkload, Completed: participanttest.CheckReleased}.Run(t)
-	if runs < 10 {
-		t.Fatalf("the loop checked %d runs; the workload should make far more store operations", runs)
-	}
-	t.Logf("checked %d runs", runs)
+	etcdCutLoop(t, participanttest.ReleaseWorkload, participanttest.CheckReleased)
 }
