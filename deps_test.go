@@ -49,6 +49,7 @@ func TestDependenciesPointOneWay(t *testing.T) {
 		"server":                      {"wire", "participant", "oplog", "store", "store/boltstore", "store/logfirst", "store/vfs", "cluster", "cluster/backup", "internal/buildinfo"},
 		"server/servertest":           {"server"},
 		"internal/buildinfo":          {},
+		"internal/cli":                {},
 		"internal/daemontest":         {},
 		"internal/golden":             {},
 		"robustness":                  {},

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/participantd/participantd/internal/buildinfo"
+	"github.com/participantd/participantd/internal/cli"
 	"github.com/participantd/participantd/participant"
 	"github.com/participantd/participantd/server"
 )
@@ -122,7 +123,7 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	fs.DurationVar(&f.retain, "retain", participant.DefaultRetain, "with --embedded: the server's --retain (settled history kept this long, then compacted)")
 	fs.DurationVar(&f.tokenWindow, "token-window", 0, "with --embedded: the server's --token-window (0: off); every token the bench sends is a UUIDv7, so it runs against a window as it does without")
 	fs.BoolVar(&f.etcdCompare, "etcd-compare", false, "after the load, measure an embedded etcd's put rate with the same clients, payload and durations on the same disk, and report the ratios")
-	if err := parse(fs, args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
 	if version {
@@ -130,10 +131,10 @@ func runBench(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return &exitError{exitUsage, fmt.Errorf("unexpected argument %q", fs.Arg(0))}
+		return &cli.ExitError{Code: cli.ExitUsage, Err: fmt.Errorf("unexpected argument %q", fs.Arg(0))}
 	}
 	if err := f.check(); err != nil {
-		return &exitError{exitUsage, err}
+		return &cli.ExitError{Code: cli.ExitUsage, Err: err}
 	}
 	if f.startupRecords > 0 {
 		return runStartup(ctx, e, &f)
@@ -221,7 +222,7 @@ func runBench(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	if rep.Errors > 0 || len(rep.VerifyFailures) > 0 {
-		return &exitError{code: 1, err: fmt.Errorf("%d errors, %d replay failures", rep.Errors, len(rep.VerifyFailures))}
+		return &cli.ExitError{Code: 1, Err: fmt.Errorf("%d errors, %d replay failures", rep.Errors, len(rep.VerifyFailures))}
 	}
 	return nil
 }

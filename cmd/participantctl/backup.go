@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/participantd/participantd/cluster/backup"
+	"github.com/participantd/participantd/internal/cli"
 	"github.com/participantd/participantd/offline"
 	"github.com/participantd/participantd/server"
 )
@@ -64,12 +65,12 @@ func runBackup(ctx context.Context, e *env, args []string) error {
 	healthCA := fs.String("health-ca", "", "PEM CA verifying the health listener's certificate (implies https)")
 	token := fs.String("admin-token", "", "the server's admin token (default $"+adminTokenEnv+")")
 	data := fs.String("data", "", "copy this stopped server's data directory instead of asking a running server")
-	if err := parse(fs, args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
 	if *data != "" {
 		if *out == "" {
-			return &exitError{code: exitUsage, err: errors.New("--out is required")}
+			return &cli.ExitError{Code: cli.ExitUsage, Err: errors.New("--out is required")}
 		}
 		return backupOffline(e, *data, *out)
 	}
@@ -78,16 +79,16 @@ func runBackup(ctx context.Context, e *env, args []string) error {
 	}
 	switch {
 	case *out == "":
-		return &exitError{code: exitUsage, err: errors.New("--out is required")}
+		return &cli.ExitError{Code: cli.ExitUsage, Err: errors.New("--out is required")}
 	case *token == "":
-		return &exitError{code: exitUsage, err: errors.New("an admin token is required (--admin-token or " + adminTokenEnv + ")")}
+		return &cli.ExitError{Code: cli.ExitUsage, Err: errors.New("an admin token is required (--admin-token or " + adminTokenEnv + ")")}
 	}
 	if _, err := os.Stat(*out); err == nil {
 		return fmt.Errorf("%s exists; backup never overwrites", *out)
 	}
 	base, hc, err := healthClient(*health, *healthCA)
 	if err != nil {
-		return &exitError{code: exitUsage, err: err}
+		return &cli.ExitError{Code: cli.ExitUsage, Err: err}
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/admin/backup", nil)
 	if err != nil {

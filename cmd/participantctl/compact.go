@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/participantd/participantd/internal/cli"
 	"github.com/participantd/participantd/offline"
 	"github.com/participantd/participantd/participant"
 )
@@ -49,14 +50,14 @@ func runCompact(ctx context.Context, e *env, args []string) error {
 	retain := fs.Duration("retain", participant.DefaultRetain, "keep settled history this long after the acknowledgement that settled it")
 	window := fs.Duration("token-window", 0, "the daemon's --token-window: forget the tokens of compacted rows older than it instead of writing their receipts (0: keep every token's answer forever)")
 	asJSON := fs.Bool("json", false, "print the result as one JSON object")
-	if err := parse(fs, args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
 	if *retain <= 0 {
-		return &exitError{code: exitUsage, err: errors.New("--retain must be positive")}
+		return &cli.ExitError{Code: cli.ExitUsage, Err: errors.New("--retain must be positive")}
 	}
 	if *window < 0 {
-		return &exitError{code: exitUsage, err: errors.New("--token-window must not be negative")}
+		return &cli.ExitError{Code: cli.ExitUsage, Err: errors.New("--token-window must not be negative")}
 	}
 	// The daemon's open, the log replayed into the file first: a log
 	// record the file lacks would otherwise be replayed over what compact
@@ -85,7 +86,7 @@ func runCompact(ctx context.Context, e *env, args []string) error {
 		}
 	}
 	if len(rep.Skipped) > 0 {
-		return &exitError{code: 1, err: fmt.Errorf("%d conversations left alone", len(rep.Skipped))}
+		return &cli.ExitError{Code: 1, Err: fmt.Errorf("%d conversations left alone", len(rep.Skipped))}
 	}
 	return nil
 }

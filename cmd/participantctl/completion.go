@@ -10,6 +10,8 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+
+	"github.com/participantd/participantd/internal/cli"
 )
 
 func init() {
@@ -29,11 +31,11 @@ flags. Load it from your shell's start-up file:
 
 func runCompletion(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, commands["completion"])
-	if err := parse(fs, args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() != 1 {
-		return &exitError{exitUsage, errors.New("want exactly one shell: bash or zsh")}
+		return &cli.ExitError{Code: cli.ExitUsage, Err: errors.New("want exactly one shell: bash or zsh")}
 	}
 	spec, err := readCompletionSpec(ctx)
 	if err != nil {
@@ -45,7 +47,7 @@ func runCompletion(ctx context.Context, e *env, args []string) error {
 	case "zsh":
 		return writeZsh(e.stdout, spec)
 	}
-	return &exitError{exitUsage, fmt.Errorf("unknown shell %q: want bash or zsh", fs.Arg(0))}
+	return &cli.ExitError{Code: cli.ExitUsage, Err: fmt.Errorf("unknown shell %q: want bash or zsh", fs.Arg(0))}
 }
 
 // completionSpec is every subcommand and its flags (without dashes), both

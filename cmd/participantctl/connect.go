@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/participantd/participantd/client"
+	"github.com/participantd/participantd/internal/cli"
 )
 
 // defaultAddr is the server's default wire listener.
@@ -52,7 +53,7 @@ func addConnFlags(fs *flag.FlagSet, e *env) *connFlags {
 func (f *connFlags) token() (string, error) {
 	switch {
 	case f.authTokenFile != "" && f.authToken != "":
-		return "", &exitError{exitUsage, errors.New("give --auth-token or --auth-token-file, not both")}
+		return "", &cli.ExitError{Code: cli.ExitUsage, Err: errors.New("give --auth-token or --auth-token-file, not both")}
 	case f.authTokenFile != "":
 		b, err := os.ReadFile(f.authTokenFile)
 		if err != nil {

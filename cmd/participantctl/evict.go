@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strconv"
 
+	"github.com/participantd/participantd/internal/cli"
 	"github.com/participantd/participantd/server"
 )
 
@@ -53,7 +54,7 @@ func runEvict(ctx context.Context, e *env, name string, args []string) error {
 		part = fs.String("participant", "", "the participant to evict")
 	}
 	health, healthCA, token := adminFlags(fs)
-	if err := parse(fs, args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
 	if *token == "" {
@@ -61,21 +62,21 @@ func runEvict(ctx context.Context, e *env, name string, args []string) error {
 	}
 	q := url.Values{}
 	if _, err := strconv.ParseUint(*conv, 10, 64); err != nil {
-		return &exitError{code: exitUsage, err: errors.New("--conversation is required: an unsigned integer")}
+		return &cli.ExitError{Code: cli.ExitUsage, Err: errors.New("--conversation is required: an unsigned integer")}
 	}
 	q.Set("conversation", *conv)
 	if part != nil {
 		if _, err := strconv.ParseUint(*part, 10, 64); err != nil {
-			return &exitError{code: exitUsage, err: errors.New("--participant is required: an unsigned integer")}
+			return &cli.ExitError{Code: cli.ExitUsage, Err: errors.New("--participant is required: an unsigned integer")}
 		}
 		q.Set("participant", *part)
 	}
 	if *token == "" {
-		return &exitError{code: exitUsage, err: errors.New("an admin token is required (--admin-token or " + adminTokenEnv + ")")}
+		return &cli.ExitError{Code: cli.ExitUsage, Err: errors.New("an admin token is required (--admin-token or " + adminTokenEnv + ")")}
 	}
 	base, hc, err := healthClient(*health, *healthCA)
 	if err != nil {
-		return &exitError{code: exitUsage, err: err}
+		return &cli.ExitError{Code: cli.ExitUsage, Err: err}
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/admin/"+name+"?"+q.Encode(), nil)
 	if err != nil {

@@ -4,6 +4,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/participantd/participantd/internal/cli"
 )
 
 // participantctl evict and drop against a running server: the token is
@@ -20,8 +22,8 @@ func TestEvictDrop_Online(t *testing.T) {
 	if _, errs, code := ctl(ctx, "", "evict", "--health", health, "--admin-token", "wrong", "--conversation", "7", "--participant", "0"); code == 0 || !strings.Contains(errs, "401") {
 		t.Fatalf("evict with a wrong token = exit %d, %q; want a 401 refusal", code, errs)
 	}
-	if _, _, code := ctl(ctx, "", "evict", "--health", health, "--admin-token", "s3cret", "--conversation", "7"); code != exitUsage {
-		t.Errorf("evict without --participant = exit %d, want %d", code, exitUsage)
+	if _, _, code := ctl(ctx, "", "evict", "--health", health, "--admin-token", "s3cret", "--conversation", "7"); code != cli.ExitUsage {
+		t.Errorf("evict without --participant = exit %d, want %d", code, cli.ExitUsage)
 	}
 	if got := mustCtl(t, ctx, "evict", "--health", health, "--admin-token", "s3cret", "--conversation", "7", "--participant", "0"); !strings.Contains(got, "participant 0 of conversation 7 evicted") {
 		t.Errorf("evict = %q", got)

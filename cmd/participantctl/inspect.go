@@ -8,6 +8,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/participantd/participantd/internal/cli"
 	"github.com/participantd/participantd/offline"
 	"github.com/participantd/participantd/participant"
 	"github.com/participantd/participantd/store"
@@ -60,7 +61,7 @@ func runInspect(ctx context.Context, e *env, args []string) error {
 	src := addSourceFlags(fs)
 	asJSON := fs.Bool("json", false, "print one JSON document")
 	space := fs.Bool("space", false, "report where the data file's bytes go, per bucket and key prefix")
-	if err := parse(fs, args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
 	if err := src.check(fs); err != nil {
@@ -68,7 +69,7 @@ func runInspect(ctx context.Context, e *env, args []string) error {
 	}
 	if *space {
 		if src.etcd.set() || *src.from != "" {
-			return &exitError{code: exitUsage, err: errors.New("--space reads a data directory's file: give --data, not --etcd-endpoints or --from")}
+			return &cli.ExitError{Code: cli.ExitUsage, Err: errors.New("--space reads a data directory's file: give --data, not --etcd-endpoints or --from")}
 		}
 		return runSpace(e, *src.dir, *asJSON)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/participantd/participantd/cluster"
 	"github.com/participantd/participantd/cluster/backup"
+	"github.com/participantd/participantd/internal/cli"
 	"github.com/participantd/participantd/participant"
 	"github.com/participantd/participantd/server"
 )
@@ -45,20 +46,20 @@ func runInvite(ctx context.Context, e *env, args []string) error {
 	expires := fs.Duration("expires", 24*time.Hour, "how long the invitation is valid")
 	uses := fs.Uint("uses", 0, "how many enrolls the invitation admits (0: any number)")
 	etcd := addEtcdFlags(fs)
-	if err := parse(fs, args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
 	if etcd.set() && fsHasFlag(fs, "data") {
-		return &exitError{exitUsage, errors.New("--data and --etcd-endpoints: the key is either in a data directory or in etcd")}
+		return &cli.ExitError{Code: cli.ExitUsage, Err: errors.New("--data and --etcd-endpoints: the key is either in a data directory or in etcd")}
 	}
 	if !fsHasFlag(fs, "conversation") {
-		return &exitError{exitUsage, errors.New("--conversation is required")}
+		return &cli.ExitError{Code: cli.ExitUsage, Err: errors.New("--conversation is required")}
 	}
 	if *expires <= 0 {
-		return &exitError{exitUsage, errors.New("--expires must be positive")}
+		return &cli.ExitError{Code: cli.ExitUsage, Err: errors.New("--expires must be positive")}
 	}
 	if *uses > 1<<32-1 {
-		return &exitError{exitUsage, errors.New("--uses must fit 32 bits")}
+		return &cli.ExitError{Code: cli.ExitUsage, Err: errors.New("--uses must fit 32 bits")}
 	}
 	var key []byte
 	var err error

@@ -18,7 +18,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -28,6 +27,7 @@ import (
 	"syscall"
 
 	"github.com/participantd/participantd/internal/buildinfo"
+	"github.com/participantd/participantd/internal/cli"
 	"github.com/participantd/participantd/server"
 )
 
@@ -38,7 +38,7 @@ type command struct {
 	// usage is printed by -h: the arguments, then what the command does.
 	usage string
 	// run parses args (without the subcommand's name) and runs. An
-	// *exitError sets the exit status; any other error exits 1.
+	// *cli.ExitError sets the exit status; any other error exits 1.
 	run func(ctx context.Context, e *env, args []string) error
 }
 
@@ -68,25 +68,6 @@ type env struct {
 	getenv         func(string) string
 }
 
-// exitError ends the process with code after printing err, if any.
-type exitError struct {
-	code int
-	err  error
-}
-
-func (e *exitError) Error() string {
-	if e.err == nil {
-		return fmt.Sprintf("exit status %d", e.code)
-	}
-	return e.err.Error()
-}
-
-func (e *exitError) Unwrap() error { return e.err }
-
-// exitUsage is the exit status of a usage error: run prints the error and
-// one line pointing at the subcommand's -h, never the whole help.
-const exitUsage = 2
-
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -108,7 +89,7 @@ func run(ctx context.Context, e *env, args []string) int {
 	}
 	if to, ok := moved[args[0]]; ok {
 		fmt.Fprintf(e.stderr, "participantctl: %s is now a command of its own: %s\n", args[0], to)
-		return exitUsage
+		return cli.ExitUsage
 	}
 	c, ok := commands[args[0]]
 	if !ok {
@@ -117,24 +98,7 @@ func run(ctx context.Context, e *env, args []string) int {
 		return 2
 	}
 	err := c.run(ctx, e, args[1:])
-	var ee *exitError
-	switch {
-	case err == nil:
-		return 0
-	case errors.Is(err, flag.ErrHelp):
-		return 0
-	case errors.As(err, &ee):
-		if ee.err != nil {
-			fmt.Fprintf(e.stderr, "participantctl %s: %v\n", c.name, ee.err)
-		}
-		if ee.code == exitUsage {
-			fmt.Fprintf(e.stderr, "participantctl %s -h describes its arguments and flags.\n", c.name)
-		}
-		return ee.code
-	default:
-		fmt.Fprintf(e.stderr, "participantctl %s: %v\n", c.name, err)
-		return 1
-	}
+	return cli.Status(err, e.stderr, "participantctl "+c.name, "participantctl "+c.name+" -h describes its arguments and flags.")
 }
 
 func printCommands(w io.Writer) {
@@ -151,7 +115,7 @@ func printCommands(w io.Writer) {
 }
 
 // newFlagSet returns the flag set of c, printing c's usage on -h (and only
-// then: parse turns a bad flag into a one-line usage error).
+// then: cli.Parse turns a bad flag into a one-line usage error).
 func newFlagSet(e *env, c *command) *flag.FlagSet {
 	fs := flag.NewFlagSet(c.name, flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
@@ -160,26 +124,4 @@ func newFlagSet(e *env, c *command) *flag.FlagSet {
 		fs.PrintDefaults()
 	}
 	return fs
-}
-
-// parse parses args into fs. On -h it prints fs's usage and returns
-// flag.ErrHelp; a parse failure is a usage error carrying the flag
-// package's reason, which run prints with a pointer to -h. The flag package
-// would print the reason and then the whole usage: parse silences it while
-// it runs.
-func parse(fs *flag.FlagSet, args []string) error {
-	usage, out := fs.Usage, fs.Output()
-	fs.Usage = func() {}
-	fs.SetOutput(io.Discard)
-	err := fs.Parse(args)
-	fs.Usage = usage
-	fs.SetOutput(out)
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, flag.ErrHelp):
-		usage()
-		return err
-	}
-	return &exitError{code: exitUsage, err: err}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/participantd/participantd/cluster"
 	"github.com/participantd/participantd/cluster/backup"
+	"github.com/participantd/participantd/internal/cli"
 	"github.com/participantd/participantd/participant"
 	"github.com/participantd/participantd/server"
 	"github.com/participantd/participantd/store/etcdstore"
@@ -99,7 +100,7 @@ func (s *source) check(fs *flag.FlagSet) error {
 		}
 	}
 	if n > 1 {
-		return &exitError{code: exitUsage, err: errors.New("give one of --data, --etcd-endpoints and --from")}
+		return &cli.ExitError{Code: cli.ExitUsage, Err: errors.New("give one of --data, --etcd-endpoints and --from")}
 	}
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 
 	"github.com/participantd/participantd/client"
+	"github.com/participantd/participantd/internal/cli"
 )
 
 // The one-shot subcommands. tell and ack need the participant's binding,
@@ -93,22 +94,22 @@ func runEnroll(ctx context.Context, e *env, args []string) error {
 	conv := fs.Uint64("conversation", 0, "the conversation to enroll in")
 	force := fs.Bool("force", false, "overwrite an existing credential file")
 	inviteText := fs.String("invite", "", "the invitation participantctl invite printed (servers with --enroll-policy invite)")
-	if err := parse(fs, args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
 	var opts []client.CallOption
 	if *inviteText != "" {
 		inv, err := client.ParseInvite(*inviteText)
 		if err != nil {
-			return &exitError{exitUsage, err}
+			return &cli.ExitError{Code: cli.ExitUsage, Err: err}
 		}
 		opts = append(opts, client.WithInvite(inv))
 	}
 	if cf.creds == "" {
-		return &exitError{exitUsage, errors.New("--creds is required")}
+		return &cli.ExitError{Code: cli.ExitUsage, Err: errors.New("--creds is required")}
 	}
 	if !fsHasFlag(fs, "conversation") {
-		return &exitError{exitUsage, errors.New("--conversation is required")}
+		return &cli.ExitError{Code: cli.ExitUsage, Err: errors.New("--conversation is required")}
 	}
 	// A file holding only a pending enroll is an earlier run's enroll
 	// whose answer was not saved: retry it with its token, so that the
@@ -148,7 +149,7 @@ func runEnroll(ctx context.Context, e *env, args []string) error {
 func runAttach(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, commands["attach"])
 	cf := addConnFlags(fs, e)
-	if err := parse(fs, args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
 	s, cred, err := cf.attached(ctx, e, true)
@@ -165,11 +166,11 @@ func runTell(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, commands["tell"])
 	cf := addConnFlags(fs, e)
 	tokenHex := fs.String("token", "", "the operation's token, 32 hex digits, to learn the outcome of an earlier tell (default: a fresh UUIDv7, which a server with a token window requires)")
-	if err := parse(fs, args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() != 1 {
-		return &exitError{exitUsage, errors.New("want exactly one MESSAGE, or - for standard input")}
+		return &cli.ExitError{Code: cli.ExitUsage, Err: errors.New("want exactly one MESSAGE, or - for standard input")}
 	}
 	var payload []byte
 	if m := fs.Arg(0); m == "-" {
@@ -185,7 +186,7 @@ func runTell(ctx context.Context, e *env, args []string) error {
 	if *tokenHex != "" {
 		t, err := client.ParseToken(*tokenHex)
 		if err != nil {
-			return &exitError{exitUsage, err}
+			return &cli.ExitError{Code: cli.ExitUsage, Err: err}
 		}
 		tok = t
 	}
@@ -209,11 +210,11 @@ func runAck(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, commands["ack"])
 	cf := addConnFlags(fs, e)
 	through := fs.Uint64("through", 0, "acknowledge every record through this seq")
-	if err := parse(fs, args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
 	if !fsHasFlag(fs, "through") {
-		return &exitError{exitUsage, errors.New("--through is required")}
+		return &cli.ExitError{Code: cli.ExitUsage, Err: errors.New("--through is required")}
 	}
 	s, cred, err := cf.attached(ctx, e, true)
 	if err != nil {
@@ -234,7 +235,7 @@ func runAck(ctx context.Context, e *env, args []string) error {
 func runLeave(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, commands["leave"])
 	cf := addConnFlags(fs, e)
-	if err := parse(fs, args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
 	f, err := readCredsFile(cf.creds)

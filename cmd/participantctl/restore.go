@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/participantd/participantd/cluster/backup"
+	"github.com/participantd/participantd/internal/cli"
 	"github.com/participantd/participantd/offline"
 	"github.com/participantd/participantd/participant"
 	"github.com/participantd/participantd/store"
@@ -61,23 +62,23 @@ func runRestore(ctx context.Context, e *env, args []string) error {
 	dir := fs.String("data", "", "the data directory to restore into (absent or empty)")
 	replaceKey := fs.Bool("replace-node-key", false, "cluster backups: let the backup's node key replace a different one the prefix holds")
 	etcd := addEtcdFlags(fs)
-	if err := parse(fs, args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
 	if etcd.set() {
 		if *keyFile != "" || *dir != "" {
-			return &exitError{code: exitUsage, err: errors.New("--etcd-endpoints restores a cluster backup, which holds the cluster secret: no --node-key or --data")}
+			return &cli.ExitError{Code: cli.ExitUsage, Err: errors.New("--etcd-endpoints restores a cluster backup, which holds the cluster secret: no --node-key or --data")}
 		}
 		if *from == "" {
-			return &exitError{code: exitUsage, err: errors.New("--from is required")}
+			return &cli.ExitError{Code: cli.ExitUsage, Err: errors.New("--from is required")}
 		}
 		return restoreCluster(ctx, e, *from, etcd, *replaceKey)
 	}
 	if *replaceKey {
-		return &exitError{code: exitUsage, err: errors.New("--replace-node-key restores a cluster backup: it needs --etcd-endpoints")}
+		return &cli.ExitError{Code: cli.ExitUsage, Err: errors.New("--replace-node-key restores a cluster backup: it needs --etcd-endpoints")}
 	}
 	if *from == "" || *keyFile == "" || *dir == "" {
-		return &exitError{code: exitUsage, err: errors.New("--from, --node-key and --data are required")}
+		return &cli.ExitError{Code: cli.ExitUsage, Err: errors.New("--from, --node-key and --data are required")}
 	}
 	if entries, err := os.ReadDir(*dir); err == nil && len(entries) > 0 {
 		return fmt.Errorf("%s is not empty: restore only into an empty data directory", *dir)

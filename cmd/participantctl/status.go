@@ -11,6 +11,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/participantd/participantd/internal/cli"
 	"github.com/participantd/participantd/server"
 )
 
@@ -45,21 +46,21 @@ func runStatus(ctx context.Context, e *env, args []string) error {
 	token := fs.String("admin-token", "", "the server's admin token (default $"+adminTokenEnv+")")
 	asJSON := fs.Bool("json", false, "print the answer as JSON")
 	noFollow := fs.Bool("no-follow", false, "print the owner a non-owner names instead of asking it")
-	if err := parse(fs, args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() != 1 {
-		return &exitError{code: exitUsage, err: errors.New("want exactly one conversation id")}
+		return &cli.ExitError{Code: cli.ExitUsage, Err: errors.New("want exactly one conversation id")}
 	}
 	conv, err := strconv.ParseUint(fs.Arg(0), 10, 64)
 	if err != nil {
-		return &exitError{code: exitUsage, err: fmt.Errorf("conversation %q: want a number", fs.Arg(0))}
+		return &cli.ExitError{Code: cli.ExitUsage, Err: fmt.Errorf("conversation %q: want a number", fs.Arg(0))}
 	}
 	if *token == "" {
 		*token = e.getenv(adminTokenEnv)
 	}
 	if *token == "" {
-		return &exitError{code: exitUsage, err: errors.New("an admin token is required (--admin-token or " + adminTokenEnv + ")")}
+		return &cli.ExitError{Code: cli.ExitUsage, Err: errors.New("an admin token is required (--admin-token or " + adminTokenEnv + ")")}
 	}
 	st, err := askStatus(ctx, *health, *healthCA, *token, conv)
 	if err != nil {
@@ -87,7 +88,7 @@ func askStatus(ctx context.Context, health, ca, token string, conv uint64) (serv
 	var st server.ConversationStatus
 	base, hc, err := healthClient(health, ca)
 	if err != nil {
-		return st, &exitError{code: exitUsage, err: err}
+		return st, &cli.ExitError{Code: cli.ExitUsage, Err: err}
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/admin/conversations/"+strconv.FormatUint(conv, 10), nil)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/participantd/participantd/internal/cli"
 	"github.com/participantd/participantd/server"
 	"github.com/participantd/participantd/server/servertest"
 	"github.com/participantd/participantd/store/etcdstore/etcdtest"
@@ -69,8 +70,8 @@ func TestStatus_SingleNode(t *testing.T) {
 	if _, errs, code := ctl(ctx, "", "status", "--health", health, "--admin-token", "s3cret", "6"); code != 1 || !strings.Contains(errs, "no conversation 6") {
 		t.Errorf("status of an unknown conversation = exit %d, %q; want 1, no conversation 6", code, errs)
 	}
-	if _, errs, code := ctl(ctx, "", "status", "--health", health, "5"); code != exitUsage || !strings.Contains(errs, "admin token") {
-		t.Errorf("status without a token = exit %d, %q; want %d naming the admin token", code, errs, exitUsage)
+	if _, errs, code := ctl(ctx, "", "status", "--health", health, "5"); code != cli.ExitUsage || !strings.Contains(errs, "admin token") {
+		t.Errorf("status without a token = exit %d, %q; want %d naming the admin token", code, errs, cli.ExitUsage)
 	}
 	off := servertest.Start(t, server.Config{DataDir: t.TempDir()})
 	if _, errs, code := ctl(ctx, "", "status", "--health", off.HealthAddr().String(), "--admin-token", "s3cret", "5"); code != 1 || !strings.Contains(errs, "--admin-token-file") {

@@ -15,6 +15,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/participantd/participantd/client"
+	"github.com/participantd/participantd/internal/cli"
 	"github.com/participantd/participantd/wire"
 )
 
@@ -88,11 +89,11 @@ func runTail(ctx context.Context, e *env, args []string) error {
 	noAck := fs.Bool("no-ack", false, "do not acknowledge deliveries")
 	follow := fs.Bool("follow-takeover", false, "when another session attaches the participant, take the binding back with FILE's credential instead of exiting")
 	check := fs.Duration("check-interval", 2*time.Second, "how often to check that the binding is still this tail's")
-	if err := parse(fs, args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
 	if *check <= 0 {
-		return &exitError{exitUsage, errors.New("--check-interval must be positive")}
+		return &cli.ExitError{Code: cli.ExitUsage, Err: errors.New("--check-interval must be positive")}
 	}
 	out := &tailErr{w: e.stderr}
 	lost := make(chan error, 1)
@@ -187,11 +188,11 @@ func takeBack(ctx context.Context, e *env, cf *connFlags, s *session, out *tailE
 	p, conv := cred.Participant, cred.Conversation
 	switch {
 	case errors.Is(why, client.ErrRetired):
-		return cred, &exitError{exitRetired, fmt.Errorf("participant %d has left conversation %d; nothing more to follow", p, conv)}
+		return cred, &cli.ExitError{Code: exitRetired, Err: fmt.Errorf("participant %d has left conversation %d; nothing more to follow", p, conv)}
 	case !errors.Is(why, client.ErrBindingSuperseded):
-		return cred, &exitError{1, fmt.Errorf("participant %d of conversation %d is lost: %w", p, conv, why)}
+		return cred, &cli.ExitError{Code: 1, Err: fmt.Errorf("participant %d of conversation %d is lost: %w", p, conv, why)}
 	case !follow:
-		return cred, &exitError{exitSuperseded, fmt.Errorf("binding superseded: another session attached participant %d of conversation %d; exiting (--follow-takeover takes it back instead)", p, conv)}
+		return cred, &cli.ExitError{Code: exitSuperseded, Err: fmt.Errorf("binding superseded: another session attached participant %d of conversation %d; exiting (--follow-takeover takes it back instead)", p, conv)}
 	}
 	out.say("binding superseded: another session attached participant %d of conversation %d; taking it back in %v", p, conv, pause)
 	octx, cancel := cf.opContext(ctx)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+
+	"github.com/participantd/participantd/internal/cli"
 )
 
 func init() {
@@ -53,7 +55,7 @@ func runVerify(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, commands["verify"])
 	src := addSourceFlags(fs)
 	asJSON := fs.Bool("json", false, "print one JSON object per conversation")
-	if err := parse(fs, args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
 	if err := src.check(fs); err != nil {
@@ -108,7 +110,7 @@ func runVerify(ctx context.Context, e *env, args []string) error {
 		}
 	}
 	if refused > 0 {
-		return &exitError{code: 1, err: fmt.Errorf("%d of %d conversations refused", refused, len(reports))}
+		return &cli.ExitError{Code: 1, Err: fmt.Errorf("%d of %d conversations refused", refused, len(reports))}
 	}
 	return nil
 }

@@ -1,0 +1,81 @@
+// Package cli is the command-line plumbing the project's commands share
+// (cmd/participantctl and cmd/participantbench): an error that carries an
+// exit status (ExitError), flag parsing that turns a bad flag into a
+// one-line usage error instead of the flag package's whole help (Parse),
+// and the mapping of a command's error to what it prints and its exit
+// status (Status). It is a leaf.
+package cli
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+)
+
+// ExitError ends the process with Code after printing Err, if any.
+type ExitError struct {
+	Code int
+	Err  error
+}
+
+func (e *ExitError) Error() string {
+	if e.Err == nil {
+		return fmt.Sprintf("exit status %d", e.Code)
+	}
+	return e.Err.Error()
+}
+
+func (e *ExitError) Unwrap() error { return e.Err }
+
+// ExitUsage is the exit status of a usage error: Status prints the error
+// and one line pointing at -h, never the whole help.
+const ExitUsage = 2
+
+// Parse parses args into fs. On -h it prints fs's usage and returns
+// flag.ErrHelp; a parse failure is a usage error (an *ExitError with
+// ExitUsage) carrying the flag package's reason, which Status prints with a
+// pointer to -h. The flag package would print the reason and then the
+// whole usage: Parse silences it while it runs.
+func Parse(fs *flag.FlagSet, args []string) error {
+	usage, out := fs.Usage, fs.Output()
+	fs.Usage = func() {}
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(args)
+	fs.Usage = usage
+	fs.SetOutput(out)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, flag.ErrHelp):
+		usage()
+		return err
+	}
+	return &ExitError{Code: ExitUsage, Err: err}
+}
+
+// Status returns the exit status of a command that ended with err, after
+// printing to stderr what the user should see. nil and flag.ErrHelp (the
+// usage is already printed) are 0. An *ExitError is its Code, after the
+// line "<prog>: <Err>" if Err is set, and for ExitUsage the line hint (the
+// pointer to -h). Any other error is 1, after "<prog>: <err>".
+func Status(err error, stderr io.Writer, prog, hint string) int {
+	var ee *ExitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.As(err, &ee):
+		if ee.Err != nil {
+			fmt.Fprintf(stderr, "%s: %v\n", prog, ee.Err)
+		}
+		if ee.Code == ExitUsage {
+			fmt.Fprintln(stderr, hint)
+		}
+		return ee.Code
+	default:
+		fmt.Fprintf(stderr, "%s: %v\n", prog, err)
+		return 1
+	}
+}
