@@ -3,6 +3,7 @@ package participant
 import (
 	"context"
 	"fmt"
+	"math"
 
 	"github.com/participantd/participantd/checkpoint"
 	"github.com/participantd/participantd/oplog"
@@ -65,15 +66,13 @@ func deletable(st *outbox.State) bool {
 // row committed at or before cutoff (unix ms). It reports whether it
 // committed the Delete row; the purge's error is returned with true.
 func (s *Service) deleteLeft(ctx context.Context, cv *conversation, cutoff int64) (bool, error) {
-	cv.mu.RLock()
-	candidate := deletable(cv.state)
-	cv.mu.RUnlock()
-	if !candidate {
-		return false, nil
+	old, err := s.lastRowBy(cv, cutoff)
+	if err != nil || !old {
+		return false, err
 	}
 	var deleted bool
 	var perr error
-	err := s.submit(ctx, cv, func(b *batch) func(error) error {
+	err = s.submit(ctx, cv, func(b *batch) func(error) error {
 		if !deletable(b.st) || b.st.Applied == 0 {
 			return settled(nil) // someone enrolled meanwhile
 		}
@@ -111,6 +110,47 @@ func (s *Service) deleteLeft(ctx context.Context, cv *conversation, cutoff int64
 		return true, fmt.Errorf("participant: purge deleted %v: %w", cv.id, perr)
 	}
 	return deleted, nil
+}
+
+// committedRow is when the last of applied oplog rows committed (unix ms;
+// math.MinInt64 once compacted away, older than anything).
+type committedRow struct {
+	applied uint64
+	at      int64
+}
+
+// lastRowBy reports whether cv's published state is deletable and its
+// last row committed at or before cutoff: the check a pass makes of every
+// conversation before it takes the turn. The row's time is read once per
+// state (cv.lastRow): a conversation every participant left stays
+// deletable for the whole retention, and a pass every few seconds must
+// not read its last row each time.
+func (s *Service) lastRowBy(cv *conversation, cutoff int64) (bool, error) {
+	cv.mu.RLock()
+	candidate := deletable(cv.state)
+	var applied uint64
+	if candidate {
+		applied = cv.state.Applied
+	}
+	last := cv.lastRow
+	cv.mu.RUnlock()
+	if !candidate || applied == 0 {
+		return false, nil
+	}
+	if last.applied != applied {
+		at, stored, err := s.committedAt(cv.id, applied-1)
+		if err != nil {
+			return false, err
+		}
+		if !stored {
+			at = math.MinInt64
+		}
+		last = committedRow{applied: applied, at: at}
+		cv.mu.Lock()
+		cv.lastRow = last
+		cv.mu.Unlock()
+	}
+	return last.at <= cutoff, nil
 }
 
 // purgeTurn removes what deleted conversation cv stored besides its

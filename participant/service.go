@@ -705,6 +705,10 @@ type conversation struct {
 	// bindingTokens holds the fence token of each bound participant.
 	// +checklocks:mu
 	bindingTokens map[ParticipantID]fenceToken
+	// lastRow caches when the state's last row committed, for the
+	// deletion pass (delete.go): read once per Applied, not every pass.
+	// +checklocks:mu
+	lastRow committedRow
 
 	// backlog is the service's in-memory backlog account; set once.
 	backlog *backlog // +checklocksignore: read-only, not guarded by mu
