@@ -223,6 +223,7 @@ func (s *Service) purged(c ConversationID, at uint64) (bool, error) {
 
 // deletedAt returns the index of conversation c's Delete row when its
 // oplog ends with one; ok is false for a conversation that is not deleted.
+// A last row that does not decode is a ClassOplogCorrupt refusal.
 func deletedAt(st store.DurableStore, c ConversationID) (at uint64, ok bool, err error) {
 	n, err := st.Len(oplog.Stream(c))
 	if err != nil || n == 0 {
@@ -234,8 +235,7 @@ func deletedAt(st store.DurableStore, c ConversationID) (at uint64, ok bool, err
 	}
 	row, err := oplog.Decode(b)
 	if err != nil {
-		// Not this check's finding: reconciliation refuses it.
-		return 0, false, nil
+		return 0, false, &refusal{ClassOplogCorrupt, fmt.Sprintf("oplog row %d: %v", n-1, err)}
 	}
 	return n - 1, row.Kind == oplog.KindDelete, nil
 }
