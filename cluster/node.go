@@ -219,6 +219,7 @@ func Start(ctx context.Context, cli *clientv3.Client, opts Options) (*Node, erro
 	n.etcd = etcdstore.Open(cli, etcdstore.Options{
 		Prefix:       opts.Prefix + "d/",
 		Scope:        Scope,
+		ScanScope:    ScanScope,
 		RequireFence: true,
 		Timeout:      opts.Timeout,
 		Logger:       opts.Logger,
