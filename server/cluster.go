@@ -289,7 +289,7 @@ func (s *Server) openCluster(ctx context.Context) (backend, *participant.Service
 		}
 	}
 	obs := newClusterMetrics()
-	node, err := cluster.Start(ctx, cli, cluster.Options{
+	node, err := s.joinCluster(ctx, cli, cc.Endpoints, cluster.Options{
 		NodeID:     id,
 		Advertise:  advertise,
 		Prefix:     cc.Prefix,
@@ -305,7 +305,7 @@ func (s *Server) openCluster(ctx context.Context) (backend, *participant.Service
 	})
 	if err != nil {
 		cli.Close()
-		return nil, nil, fmt.Errorf("server: join the cluster: %w", err)
+		return nil, nil, err
 	}
 	b := &clusterBackend{node: node, cli: cli}
 	key, err := node.NodeKey(ctx)
