@@ -21,8 +21,10 @@ type lateDelete struct {
 	clientv3.KV
 
 	// mu guards the fields below.
-	mu   sync.Mutex
-	key  string
+	mu sync.Mutex
+	// +checklocks:mu
+	key string
+	// +checklocks:mu
 	held *lateDeleteTxn
 }
 
