@@ -208,8 +208,9 @@ type Readiness struct {
 	// or "etcd unreachable: <error>".
 	Reason string `json:"reason,omitempty"`
 	// Dependency, Endpoint and Error are set while the start waits for a
-	// dependency: which one ("etcd"), the endpoint found failing first,
-	// and the error met there (say "connect: connection refused").
+	// dependency, or a running node's etcd does not answer: which one
+	// ("etcd"), the endpoint found failing first, and the error met there
+	// (say "connect: connection refused").
 	Dependency string `json:"dependency,omitempty"`
 	Endpoint   string `json:"endpoint,omitempty"`
 	Error      string `json:"error,omitempty"`
@@ -243,8 +244,5 @@ func (s *Server) readiness(ctx context.Context) Readiness {
 			return Readiness{Reason: ReasonStarting}
 		}
 	}
-	if reason := s.clusterUnready(ctx); reason != "" {
-		return Readiness{Reason: reason}
-	}
-	return Readiness{Ready: true}
+	return s.clusterUnready(ctx)
 }

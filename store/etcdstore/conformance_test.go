@@ -94,22 +94,3 @@ func TestStore_ConformanceThroughFaultstore(t *testing.T) {
 		return f
 	}))
 }
-
-// firstSegmentOf is byFirstSegment's ScanScope: every name under a prefix
-// that holds a '/' has the prefix's first segment as its scope.
-func firstSegmentOf(prefix string) (string, bool) {
-	for i := range len(prefix) {
-		if prefix[i] == '/' {
-			return prefix[:i], true
-		}
-	}
-	return "", false
-}
-
-// TestStore_ConformanceScopedScan runs the suite with Scan reading one
-// scope's range for the prefixes ScanScope names: it must find exactly
-// what walking every key finds.
-func TestStore_ConformanceScopedScan(t *testing.T) {
-	t.Parallel() // each under prefixes of its own on the shared member
-	storetest.Run(t, harness(shared.Client, etcdstore.Options{Scope: byFirstSegment, ScanScope: firstSegmentOf}, bare))
-}
