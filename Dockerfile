@@ -17,12 +17,17 @@
 
 FROM golang:1.26.8 AS build
 ARG OUT=/out
+# The commit, stamped into --version as make release does (the version
+# itself is internal/buildinfo/VERSION, built in):
+#   docker build --build-arg REVISION=$(git rev-parse HEAD) -t participantd:$(cat internal/buildinfo/VERSION) .
+ARG REVISION=unknown
 WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o "$OUT/participantd" ./cmd/participantd && \
-    CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o "$OUT/participantctl" ./cmd/participantctl && \
+RUN ldflags="-s -w -X github.com/participantd/participantd/internal/buildinfo.revision=${REVISION:-unknown}" && \
+    CGO_ENABLED=0 go build -trimpath -buildvcs=false -ldflags="$ldflags" -o "$OUT/participantd" ./cmd/participantd && \
+    CGO_ENABLED=0 go build -trimpath -buildvcs=false -ldflags="$ldflags" -o "$OUT/participantctl" ./cmd/participantctl && \
     "$OUT/participantd" --version && \
     mkdir -p "$OUT/data"
 

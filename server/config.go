@@ -7,6 +7,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/participantd/participantd/internal/buildinfo"
 	"github.com/participantd/participantd/participant"
 	"github.com/participantd/participantd/store"
 	"github.com/participantd/participantd/wire"
@@ -57,11 +58,14 @@ const (
 	MinWALSegmentSize = 1 << 20
 	// DefaultMaxDataBytes caps the store's bytes in use: 32 GiB.
 	DefaultMaxDataBytes = 32 << 30
-	// Version is announced in welcome.server as "participantd <Version>".
-	Version = "0.1.0"
 	// StoreFile is the bbolt file's name inside the data directory.
 	StoreFile = "participantd.db"
 )
+
+// Version is the build's version (internal/buildinfo's VERSION file),
+// announced in welcome.server as "participantd <Version>". The protocol
+// has its own version, welcome.version.
+var Version = buildinfo.Version()
 
 // DefaultStoreCloseTimeout bounds what the shutdown waits for the store
 // after the drain (StoreCloseTimeout). With DefaultDrainTimeout the whole

@@ -54,7 +54,7 @@ func run(args, environ []string, stdout io.Writer, stderr *os.File) int {
 	}
 	switch {
 	case o.version:
-		fmt.Fprint(stdout, buildinfo.Read().String("participantd", server.Version))
+		fmt.Fprint(stdout, buildinfo.Read().String("participantd"))
 		return 0
 	case o.healthcheck:
 		if err := healthcheck(o.server.HealthListen, o.server.HealthTLSCert != "", 5*time.Second); err != nil {
