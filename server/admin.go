@@ -5,7 +5,9 @@ import (
 	"crypto/subtle"
 	"errors"
 	"io"
+	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -104,10 +106,26 @@ const adminLogInterval = time.Second
 // requireAdmin reports whether r carries the admin token. When it does
 // not, it answers 401, counts the refusal and logs it, at most one line
 // per adminLogInterval (a peer can send refusals as fast as it likes).
+//
+// A peer over its allowance of wrong tokens (authGuard) is answered 429
+// with Retry-After before its token is compared.
 func (s *Server) requireAdmin(w http.ResponseWriter, r *http.Request) bool {
+	principal, now := principalOf(remoteAddr(r)), time.Now()
+	if ok, wait := s.auth.admit(principal, "admin", now); !ok {
+		s.metrics.adminAuthFailed()
+		if ok, held := s.adminLog.allow(now, adminLogInterval); ok {
+			s.log.Warn().Str("remote", r.RemoteAddr).Str("method", r.Method).Str("path", clip(r.URL.Path)).
+				Int("refusals_not_logged", held).Dur("retry_after_ms", wait).
+				Msg("admin request refused: too many wrong admin tokens from this address")
+		}
+		w.Header().Set("Retry-After", strconv.Itoa(int(wait.Round(time.Second)/time.Second)+1))
+		http.Error(w, "too many wrong admin tokens from this address", http.StatusTooManyRequests)
+		return false
+	}
 	if s.adminAuthorized(r) {
 		return true
 	}
+	s.auth.failed(principal, "admin", now)
 	s.metrics.adminAuthFailed()
 	if ok, held := s.adminLog.allow(time.Now(), adminLogInterval); ok {
 		s.log.Warn().Str("remote", r.RemoteAddr).Str("method", r.Method).Str("path", clip(r.URL.Path)).
@@ -135,6 +153,15 @@ func (s *Server) adminAuthorized(r *http.Request) bool {
 func tokenEqual(got, want string) bool {
 	g, w := sha256.Sum256([]byte(got)), sha256.Sum256([]byte(want))
 	return subtle.ConstantTimeCompare(g[:], w[:]) == 1
+}
+
+// remoteAddr is r's peer address, nil when it does not parse.
+func remoteAddr(r *http.Request) net.Addr {
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		return nil
+	}
+	return net.TCPAddrFromAddrPort(ap)
 }
 
 // ClusterBackupContentType is the media type of a cluster backup.

@@ -356,8 +356,8 @@ func (c *conn) handshake() (wire.Reason, string, *wire.Hello) {
 	if !slices.Contains(hello.Versions, wire.Version) {
 		return wire.ReasonUnsupportedVersion, fmt.Sprintf("this server speaks version %d only", wire.Version), nil
 	}
-	if tok := c.srv.cfg.AuthToken; tok != "" && (hello.Auth == nil || !tokenEqual(*hello.Auth, tok)) {
-		return wire.ReasonAuthFailed, "wrong or missing auth token", nil
+	if reason, detail := c.srv.checkAuth(c.nc.RemoteAddr(), isWS(c.nc), hello.Auth); reason != "" {
+		return reason, detail, nil
 	}
 	if c.srv.svc.Load() == nil {
 		return wire.ReasonShuttingDown, "the server is not serving", nil
