@@ -109,8 +109,26 @@ const adminLogInterval = time.Second
 //
 // A peer over its allowance of wrong tokens (authGuard) is answered 429
 // with Retry-After before its token is compared.
+//
+// Without Config.AdminRemote only loopback peers are served (403 for the
+// others): the health listener may be reachable by probes and Prometheus
+// while the admin endpoints stay inside the host or the pod (kubectl
+// port-forward arrives from loopback). A proxy on the same host or in the
+// pod (a service mesh sidecar) makes every peer loopback: the token is
+// then the guard, as it is with AdminRemote.
 func (s *Server) requireAdmin(w http.ResponseWriter, r *http.Request) bool {
-	principal, now := principalOf(remoteAddr(r)), time.Now()
+	peer := remoteAddr(r)
+	principal, now := principalOf(peer), time.Now()
+	if !s.cfg.AdminRemote && !isLoopback(peer) {
+		s.metrics.adminAuthFailed()
+		if ok, held := s.adminLog.allow(now, adminLogInterval); ok {
+			s.log.Warn().Str("remote", r.RemoteAddr).Str("method", r.Method).Str("path", clip(r.URL.Path)).
+				Int("refusals_not_logged", held).
+				Msg("admin request refused: the admin endpoints answer loopback peers only without --admin-remote")
+		}
+		http.Error(w, "the admin endpoints answer loopback peers only (admin-remote)", http.StatusForbidden)
+		return false
+	}
 	if ok, wait := s.auth.admit(principal, "admin", now); !ok {
 		s.metrics.adminAuthFailed()
 		if ok, held := s.adminLog.allow(now, adminLogInterval); ok {

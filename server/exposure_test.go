@@ -126,8 +126,9 @@ func TestExposure_HostHeaderCheckedAgainstDNSRebinding(t *testing.T) {
 	})
 }
 
-// Item 4: admin or pprof on a health listener beyond loopback is refused
-// at start unless asked for, and then only over TLS.
+// Item 4: admin or pprof on a health listener beyond loopback answer
+// loopback peers only unless asked for (TestAdmin_LoopbackPeersOnly), and
+// asked for, only over TLS.
 func TestExposure_AdminBeyondLoopbackNeedsAdminRemoteAndTLS(t *testing.T) {
 	certFile, keyFile, _ := selfSigned(t, t.TempDir())
 	for _, tc := range []struct {
@@ -135,8 +136,8 @@ func TestExposure_AdminBeyondLoopbackNeedsAdminRemoteAndTLS(t *testing.T) {
 		cfg  server.Config
 		ok   bool
 	}{
-		{"admin", server.Config{AdminToken: "t"}, false},
-		{"admin and pprof", server.Config{AdminToken: "t", Pprof: true}, false},
+		{"admin", server.Config{AdminToken: "t"}, true},
+		{"admin and pprof", server.Config{AdminToken: "t", Pprof: true}, true},
 		{"admin-remote without TLS", server.Config{AdminToken: "t", AdminRemote: true}, false},
 		{"admin-remote with TLS", server.Config{AdminToken: "t", AdminRemote: true, HealthTLSCert: certFile, HealthTLSKey: keyFile}, true},
 		{"no admin", server.Config{}, true},

@@ -153,13 +153,16 @@ func (s *Server) hostAllowed(hostport string) bool {
 	return false
 }
 
-// checkHealthExposure refuses the admin endpoints and pprof on a health
-// listener bound beyond loopback (addr), unless Config.AdminRemote says
-// so and the listener serves TLS (hasTLS): they hand out the node's data
-// (a cluster backup holds the cluster secret) to whoever has the token,
-// which must then not travel in the clear.
+// checkHealthExposure refuses Config.AdminRemote, which serves the admin
+// endpoints and pprof to peers beyond loopback, on a health listener bound
+// beyond loopback (addr) without TLS (hasTLS): they hand out the node's
+// data (a cluster backup holds the cluster secret) to whoever has the
+// token, which must then not travel in the clear. Without AdminRemote they
+// answer loopback peers only, whatever the listener's address
+// (requireAdmin), so that probes and Prometheus may reach the listener
+// while the admin endpoints stay inside the host (or the pod).
 func checkHealthExposure(cfg Config, addr net.Addr, hasTLS bool) error {
-	if (cfg.AdminToken == "" && !cfg.Pprof) || isLoopback(addr) {
+	if (cfg.AdminToken == "" && !cfg.Pprof) || isLoopback(addr) || !cfg.AdminRemote {
 		return nil
 	}
 	what := "the admin endpoints (admin-token)"
@@ -167,8 +170,6 @@ func checkHealthExposure(cfg Config, addr net.Addr, hasTLS bool) error {
 		what = "the admin endpoints and pprof (admin-token, pprof)"
 	}
 	switch {
-	case !cfg.AdminRemote:
-		return fmt.Errorf("server: health-listen %s is beyond loopback and would serve %s: keep health-listen on loopback, or set admin-remote with health-tls-cert and health-tls-key to mean it", addr, what)
 	case !hasTLS:
 		return fmt.Errorf("server: admin-remote: %s beyond loopback need TLS on the health listener (health-tls-cert, health-tls-key): the admin token must not travel in the clear", what)
 	}
