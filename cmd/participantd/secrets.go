@@ -8,6 +8,7 @@ import (
 	"net"
 	"strings"
 
+	"github.com/participantd/participantd/cluster"
 	"github.com/participantd/participantd/participant"
 )
 
@@ -161,6 +162,18 @@ func checkSecrets(o *options, from map[string]string) error {
 		}
 		return fmt.Errorf("%s (from %s) is refused: %s. Generate one with `participantd --generate-token` (or `openssl rand -base64 32`) and give it as %s-file or %s",
 			s.name, from[s.name], why, s.name, envName(s.name))
+	}
+	for _, k := range []struct{ name, path string }{
+		{"etcd-secret-key-file", o.server.Cluster.SealKeyFile}, {"etcd-previous-secret-key-file", o.server.Cluster.PreviousSealKeyFile},
+	} {
+		if k.path == "" {
+			continue
+		}
+		// Read now, so that a wrong mode or format fails the start (and
+		// --version) at once, not once etcd answers.
+		if _, err := cluster.LoadSealKey(k.path); err != nil {
+			return fmt.Errorf("%s: %w", k.name, err)
+		}
 	}
 	if len(o.server.Cluster.Endpoints) > 0 && o.server.Cluster.SealKeyFile == "" {
 		o.warnings = append(o.warnings, "the cluster secret (secret/node-key, from which every participant secret derives) is stored unsealed in etcd: whoever reads etcd's key space or one of its backups can forge any credential; set --etcd-secret-key-file (a 0600 file of 64 hex digits: openssl rand -hex 32), the same on every node")

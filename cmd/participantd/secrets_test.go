@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -118,9 +119,18 @@ func TestParseOptions_WarnsOfAnUnsealedClusterSecret(t *testing.T) {
 	if len(o.warnings) != 1 || !strings.Contains(o.warnings[0], "unsealed") || !strings.Contains(o.warnings[0], "--etcd-secret-key-file") {
 		t.Errorf("cluster mode without a sealing key warned %q, want one warning naming --etcd-secret-key-file", o.warnings)
 	}
-	o, err = parseOptions([]string{"--etcd-endpoints", "https://127.0.0.1:2379", "--etcd-secret-key-file", "/seal.key"}, nil, io.Discard)
+	key := filepath.Join(t.TempDir(), "seal.key")
+	if err := os.WriteFile(key, []byte(otherStrongToken+otherStrongToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	o, err = parseOptions([]string{"--etcd-endpoints", "https://127.0.0.1:2379", "--etcd-secret-key-file", key}, nil, io.Discard)
 	if err != nil || len(o.warnings) != 0 {
 		t.Errorf("cluster mode with a sealing key: warnings %q, %v; want none", o.warnings, err)
+	}
+	// The key is read at start: a readable or malformed one fails at once.
+	os.Chmod(key, 0o644)
+	if _, err := parseOptions([]string{"--etcd-endpoints", "https://127.0.0.1:2379", "--etcd-secret-key-file", key}, nil, io.Discard); err == nil || !strings.Contains(err.Error(), "etcd-secret-key-file") {
+		t.Errorf("a sealing key readable by others = %v, want a refusal naming etcd-secret-key-file", err)
 	}
 }
 
@@ -153,5 +163,40 @@ func TestParseOptions_OpenAdmissionBeyondLoopback(t *testing.T) {
 		case !tc.refused && err != nil:
 			t.Errorf("%s: parseOptions = %v, want success", tc.name, err)
 		}
+	}
+}
+
+// Issue 27 item 6: the container image, run as shipped (its ENV lines),
+// refuses to start with open admission on 0.0.0.0, and starts with a
+// token file.
+func TestDockerImage_RefusesOpenAdmission(t *testing.T) {
+	b, err := os.ReadFile("../../Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var environ []string
+	inEnv := false
+	for _, line := range strings.Split(string(b), "\n") {
+		line = strings.TrimSpace(line)
+		if rest, ok := strings.CutPrefix(line, "ENV "); ok {
+			line, inEnv = rest, true
+		} else if !inEnv {
+			continue
+		}
+		inEnv = strings.HasSuffix(line, "\\")
+		environ = append(environ, strings.Fields(strings.TrimSuffix(line, "\\"))...)
+	}
+	if !slices.Contains(environ, "PARTICIPANTD_LISTEN=0.0.0.0:7420") {
+		t.Fatalf("the Dockerfile's ENV = %q, want PARTICIPANTD_LISTEN=0.0.0.0:7420 among them", environ)
+	}
+	if _, err := parseOptions(nil, environ, io.Discard); err == nil || !strings.Contains(err.Error(), "PARTICIPANTD_ALLOW_OPEN_ADMISSION") {
+		t.Errorf("the image's environment = %v, want a refusal of open admission", err)
+	}
+	tok := filepath.Join(t.TempDir(), "auth-token")
+	if err := os.WriteFile(tok, []byte(strongToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := parseOptions(nil, append(environ, "PARTICIPANTD_AUTH_TOKEN_FILE="+tok), io.Discard); err != nil {
+		t.Errorf("the image's environment with a token file = %v", err)
 	}
 }
