@@ -90,12 +90,18 @@ func (s *Server) registerAdmin(mux *http.ServeMux) {
 	mux.Handle("GET /admin/conversations/{id}", s.adminOnly(http.HandlerFunc(s.serveConversationStatus))) // admin_conversation.go
 }
 
-// adminOnly serves h to requests that carry the admin token.
+// adminOnly serves h to requests that carry the admin token; a read (GET)
+// is audited (admin_audit.go), a write logs what it did itself.
 func (s *Server) adminOnly(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if s.requireAdmin(w, r) {
-			h.ServeHTTP(w, r)
+		if !s.requireAdmin(w, r) {
+			return
 		}
+		if r.Method == http.MethodGet {
+			s.auditRead(w, r, h)
+			return
+		}
+		h.ServeHTTP(w, r)
 	})
 }
 

@@ -64,16 +64,7 @@ func (s *Server) healthHandler() http.Handler {
 		json.NewEncoder(w).Encode(st)
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("GET /unloadable-conversations", func(w http.ResponseWriter, r *http.Request) {
-		// Ids are for the operator: shown to the admin token only, and a
-		// request that presents a wrong one is refused as at /admin.
-		authorized := false
-		if r.Header.Get("Authorization") != "" {
-			if !s.requireAdmin(w, r) {
-				return
-			}
-			authorized = true
-		}
+	unloadable := func(w http.ResponseWriter, r *http.Request, authorized bool) {
 		svc, ok := s.openService(w)
 		if !ok {
 			return
@@ -94,6 +85,18 @@ func (s *Server) healthHandler() http.Handler {
 			Count         int                      `json:"count"`
 			Conversations []participant.Unloadable `json:"conversations"`
 		}{len(list), list})
+	}
+	mux.HandleFunc("GET /unloadable-conversations", func(w http.ResponseWriter, r *http.Request) {
+		// Ids are for the operator: shown to the admin token only (an
+		// audited admin read), and a request that presents a wrong one is
+		// refused as at /admin.
+		if r.Header.Get("Authorization") == "" {
+			unloadable(w, r, false)
+			return
+		}
+		if s.requireAdmin(w, r) {
+			s.auditRead(w, r, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { unloadable(w, r, true) }))
+		}
 	})
 	s.registerAdmin(mux)
 	return s.checkHost(mux)
