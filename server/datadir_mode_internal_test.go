@@ -19,19 +19,19 @@ import (
 // at start, saying the mode and the fix; one they may only list, or that
 // its group may read, is warned about.
 func TestOpenDataDir_ModesChecked(t *testing.T) {
-	open := func(t *testing.T, dir string) (error, string) {
+	open := func(t *testing.T, dir string) (string, error) {
 		t.Helper()
 		var logs strings.Builder
 		d, err := openDataDir(dir, Config{Engine: EngineLog}, zerolog.New(&logs))
 		if err == nil {
 			d.Close()
 		}
-		return err, logs.String()
+		return logs.String(), err
 	}
 	fresh := func(t *testing.T) string {
 		t.Helper()
 		dir := filepath.Join(t.TempDir(), "data")
-		if err, logs := open(t, dir); err != nil || strings.Contains(logs, "open to the group") {
+		if logs, err := open(t, dir); err != nil || strings.Contains(logs, "open to the group") {
 			t.Fatalf("a fresh data directory: %v, %s", err, logs)
 		}
 		return dir
@@ -72,7 +72,7 @@ func TestOpenDataDir_ModesChecked(t *testing.T) {
 			dir := fresh(t)
 			path := tc.change(t, dir)
 			info, _ := os.Stat(path)
-			err, logs := open(t, dir)
+			logs, err := open(t, dir)
 			if !tc.refuse {
 				if err != nil || !strings.Contains(logs, "open to the group or lets others list it") || !strings.Contains(logs, path) || !strings.Contains(logs, "chmod -R go-rwx") {
 					t.Errorf("open = %v, logs %s; want a start with a warning naming %s and the fix", err, logs, path)
@@ -90,7 +90,7 @@ func TestOpenDataDir_ModesChecked(t *testing.T) {
 				}
 				return nil
 			})
-			if err, logs := open(t, dir); err != nil || strings.Contains(logs, "open to") {
+			if logs, err := open(t, dir); err != nil || strings.Contains(logs, "open to") {
 				t.Errorf("after chmod -R go-rwx: %v, %s", err, logs)
 			}
 		})
@@ -103,7 +103,7 @@ func TestOpenDataDir_ModesChecked(t *testing.T) {
 		if syscall.Stat(dir, &st) != nil || int(st.Gid) != os.Getegid() {
 			t.Skip("the temporary directory's group is not the process's")
 		}
-		if err, logs := open(t, dir); err != nil || strings.Contains(logs, "open to") {
+		if logs, err := open(t, dir); err != nil || strings.Contains(logs, "open to") {
 			t.Errorf("group access by the process's own group: %v, %s; want a quiet start", err, logs)
 		}
 	})
@@ -124,7 +124,7 @@ func TestOpenDataDir_ModesChecked(t *testing.T) {
 			t.Skip(err)
 		}
 		os.Chmod(p, 0o640)
-		if err, logs := open(t, dir); err != nil || !strings.Contains(logs, p) {
+		if logs, err := open(t, dir); err != nil || !strings.Contains(logs, p) {
 			t.Errorf("a store file another group may read: %v, %s; want a start with a warning naming it", err, logs)
 		}
 	})

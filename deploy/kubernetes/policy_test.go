@@ -1,7 +1,6 @@
 package kubernetes
 
 import (
-	"fmt"
 	"net"
 	"slices"
 	"strings"
@@ -33,7 +32,7 @@ func checkPolicy(t *testing.T, m manifest) {
 	t.Helper()
 	bad := func(format string, args ...any) {
 		t.Helper()
-		t.Error(fmt.Sprintf(format, args...))
+		t.Errorf(format, args...)
 	}
 	for name, s := range m.secrets {
 		if len(s.Data) > 0 || len(s.StringData) > 0 {
