@@ -51,9 +51,9 @@ const (
 // authGuard slows the guessing of a token per principal
 // (AuthFailureBurst, AuthFailureInterval) and counts the failures.
 type authGuard struct {
-	limit    rate.Limit
-	burst    int
-	max      int
+	limit    rate.Limit // +checklocksignore: read-only
+	burst    int        // +checklocksignore: read-only
+	max      int        // +checklocksignore: read-only (tests lower it before use)
 	failures *prometheus.CounterVec
 
 	// mu guards fails, overflow and swept.
