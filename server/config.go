@@ -114,9 +114,11 @@ type Config struct {
 	// listener over HTTPS. They are required for the admin endpoints or
 	// pprof on a health listener beyond loopback (AdminRemote).
 	HealthTLSCert, HealthTLSKey string
-	// AdminRemote allows the admin endpoints (AdminToken) and pprof on a
-	// health listener that is not bound to a loopback address, with
-	// HealthTLSCert; without it New refuses that configuration.
+	// AdminRemote serves the admin endpoints (AdminToken) and pprof to
+	// peers beyond loopback, which needs HealthTLSCert on a health
+	// listener not bound to a loopback address (New refuses it
+	// otherwise). Without it they answer loopback peers only, 403 to the
+	// others, wherever the listener is bound.
 	AdminRemote bool
 	// HealthHosts are the host names the health listener answers to
 	// besides IP literals and localhost: a request whose Host header

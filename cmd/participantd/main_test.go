@@ -71,14 +71,14 @@ func TestRun_Healthcheck(t *testing.T) {
 }
 
 func TestLogConfig_OneLineWithEffectiveSettingsSecretsRedacted(t *testing.T) {
-	o, err := parseOptions([]string{"--auth-token", "s3cret", "--max-frame", "2048", "--max-record-bytes", "1024"},
+	o, err := parseOptions([]string{"--auth-token", strongToken, "--max-frame", "2048", "--max-record-bytes", "1024"},
 		[]string{"PARTICIPANTD_LISTEN=127.0.0.1:9999"}, &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var buf bytes.Buffer
 	logConfig(zerolog.New(&buf), o)
-	if strings.Contains(buf.String(), "s3cret") {
+	if strings.Contains(buf.String(), strongToken) {
 		t.Fatalf("the start-up line shows the auth token: %s", buf.String())
 	}
 	var line struct {
