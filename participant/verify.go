@@ -103,6 +103,7 @@ func Inspect(st store.DurableStore) ([]Report, error) {
 		if err == nil {
 			err = checkTokens(context.Background(), st, id, p, int64(floor))
 		}
+		err = corruptRefusal(err)
 		var ref *refusal
 		switch {
 		case errors.As(err, &ref):

@@ -14,9 +14,9 @@ import (
 	"github.com/participantd/participantd/store"
 )
 
-// layoutVersion is the on-disk layout this package writes and reads; see
-// doc.go.
-const layoutVersion = 1
+// LayoutVersion is the on-disk layout this package writes; it reads every
+// version from 1 on (see doc.go, and seal.go for what version 2 adds).
+const LayoutVersion = 2
 
 var (
 	bucketMeta    = []byte("meta")
@@ -127,8 +127,7 @@ func decodeValue(key string, raw []byte) (uint64, error) {
 }
 
 // bucketBytes holds the byte values of Compactor, key to value. It is
-// created by the first PutBytes, so a file that never had one keeps the
-// layout of version 1 exactly.
+// created by the first PutBytes.
 var bucketBytes = []byte("bytes")
 
 // TrimRange deletes the entries of stream with seqs in [from, to) in tx.
@@ -167,6 +166,9 @@ func StreamFirst(tx *bolt.Tx, stream string) (uint64, error) {
 // PutBytesTx sets the byte values of values in tx, creating the bytes
 // bucket if needed; an empty value deletes its key.
 func PutBytesTx(tx *bolt.Tx, values []store.Bytes) error {
+	if err := writable(tx); err != nil {
+		return err
+	}
 	bk, err := tx.CreateBucketIfNotExists(bucketBytes)
 	if err != nil {
 		return err
@@ -179,7 +181,7 @@ func PutBytesTx(tx *bolt.Tx, values []store.Bytes) error {
 		if len(v.Value) == 0 {
 			err = bk.Delete([]byte(v.Key))
 		} else {
-			err = bk.Put([]byte(v.Key), append([]byte(nil), v.Value...))
+			err = bk.Put([]byte(v.Key), seal(sumBytes, []byte(v.Key), v.Value))
 		}
 		if err != nil {
 			return fmt.Errorf("bytes %q: %w", v.Key, err)
@@ -188,14 +190,26 @@ func PutBytesTx(tx *bolt.Tx, values []store.Bytes) error {
 	return nil
 }
 
-// GetBytesTx returns a copy of byte value key in tx, nil when absent.
-func GetBytesTx(tx *bolt.Tx, key string) []byte {
-	if bk := tx.Bucket(bucketBytes); bk != nil {
-		if v := bk.Get([]byte(key)); v != nil {
-			return append([]byte(nil), v...)
-		}
+// GetBytesTx returns a copy of byte value key in tx, nil when absent. A
+// value whose checksum does not match is a *store.ChecksumError.
+func GetBytesTx(tx *bolt.Tx, key string) ([]byte, error) {
+	bk := tx.Bucket(bucketBytes)
+	if bk == nil {
+		return nil, nil
 	}
-	return nil
+	raw := bk.Get([]byte(key))
+	if raw == nil {
+		return nil, nil
+	}
+	f, err := formatOf(tx)
+	if err != nil {
+		return nil, err
+	}
+	v, err := f.value(tx, sumBytes, bucketBytes, []byte(key), raw)
+	if err != nil {
+		return nil, err
+	}
+	return append([]byte(nil), v...), nil
 }
 
 // CheckFile runs the checks a read-write Open runs on the file at path
@@ -288,8 +302,10 @@ func Contain(path string, fn func() error) (err error) {
 	return fn()
 }
 
-// InitLayout creates the buckets of a new file and checks the layout
-// version of an existing one.
+// InitLayout creates the buckets of a new file, in the current layout
+// version, and checks the layout version of an existing one: one this
+// build reads (an older one is then brought to the current version by
+// Lay), else ErrNewerLayout or a damaged version (store.ErrCorrupt).
 func InitLayout(tx *bolt.Tx) error {
 	meta := tx.Bucket(bucketMeta)
 	if meta == nil {
@@ -300,12 +316,12 @@ func InitLayout(tx *bolt.Tx) error {
 		if meta, err = tx.CreateBucket(bucketMeta); err != nil {
 			return err
 		}
-		if err := meta.Put(keyVersion, []byte{layoutVersion}); err != nil {
+		if err := meta.Put(keyVersion, encodeVersion(LayoutVersion)); err != nil {
 			return err
 		}
 	}
-	if v := meta.Get(keyVersion); len(v) != 1 || v[0] != layoutVersion {
-		return fmt.Errorf("unsupported layout version %v", v)
+	if _, err := formatOf(tx); err != nil {
+		return err
 	}
 	for _, name := range [][]byte{bucketStreams, bucketValues} {
 		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
@@ -316,14 +332,11 @@ func InitLayout(tx *bolt.Tx) error {
 }
 
 // CheckLayout checks, without writing, that the file has this package's
-// layout; a read-only open cannot create it.
+// layout, of a version this build reads (else ErrNewerLayout); a
+// read-only open cannot create it.
 func CheckLayout(tx *bolt.Tx) error {
-	meta := tx.Bucket(bucketMeta)
-	if meta == nil {
-		return errors.New("not a participantd store: no meta bucket")
-	}
-	if v := meta.Get(keyVersion); len(v) != 1 || v[0] != layoutVersion {
-		return fmt.Errorf("unsupported layout version %v", v)
+	if _, err := formatOf(tx); err != nil {
+		return err
 	}
 	for _, name := range [][]byte{bucketStreams, bucketValues} {
 		if tx.Bucket(name) == nil {
@@ -376,14 +389,24 @@ func ReadPageTx(tx *bolt.Tx, stream string, offset, stop uint64, maxBytes, total
 // Entries calls fn with each entry of stream in tx from seq offset on, in
 // seq order, until fn returns false. Entries missing from the file
 // (trimmed) are skipped: fn sees the seqs there are. v is bbolt's memory,
-// valid only during the call. A malformed key of the stream is an error.
+// valid only during the call. A malformed key of the stream is an error,
+// and an entry whose checksum does not match a *store.ChecksumError
+// (returned before fn sees it).
 func Entries(tx *bolt.Tx, stream string, offset uint64, fn func(seq uint64, v []byte) bool) error {
+	f, err := formatOf(tx)
+	if err != nil {
+		return err
+	}
 	first := entryKey(stream, offset)
 	prefix := first[:len(first)-8]
 	c := tx.Bucket(bucketStreams).Cursor()
-	for k, v := c.Seek(first); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+	for k, raw := c.Seek(first); k != nil && bytes.HasPrefix(k, prefix); k, raw = c.Next() {
 		if len(k) != len(first) {
 			return fmt.Errorf("stream %q: malformed key %x", stream, k)
+		}
+		v, err := f.value(tx, sumStreams, bucketStreams, k, raw)
+		if err != nil {
+			return err
 		}
 		if !fn(binary.BigEndian.Uint64(k[len(prefix):]), v) {
 			return nil
@@ -401,6 +424,9 @@ func TrimEntries(tx *bolt.Tx, stream string, below uint64) error {
 // PutEntries writes payloads as the entries first, first+1, ... of stream.
 // The stream must have exactly first entries in tx.
 func PutEntries(tx *bolt.Tx, stream string, first uint64, payloads [][]byte) error {
+	if err := writable(tx); err != nil {
+		return err
+	}
 	sb := streamsBucket(tx)
 	have, err := streamLen(sb.Cursor(), stream)
 	if err != nil {
@@ -411,28 +437,44 @@ func PutEntries(tx *bolt.Tx, stream string, first uint64, payloads [][]byte) err
 	}
 	for i, p := range payloads {
 		seq := first + uint64(i)
-		if err := sb.Put(entryKey(stream, seq), p); err != nil {
+		k := entryKey(stream, seq)
+		if err := sb.Put(k, seal(sumStreams, k, p)); err != nil {
 			return fmt.Errorf("stream %q seq %d: %w", stream, seq, err)
 		}
 	}
 	return nil
 }
 
-// ReadValueTx returns value key in tx, 0 when absent.
+// ReadValueTx returns value key in tx, 0 when absent. A value whose
+// checksum does not match is a *store.ChecksumError.
 func ReadValueTx(tx *bolt.Tx, key string) (uint64, error) {
-	return decodeValue(key, tx.Bucket(bucketValues).Get([]byte(key)))
+	raw := tx.Bucket(bucketValues).Get([]byte(key))
+	if raw == nil {
+		return 0, nil
+	}
+	f, err := formatOf(tx)
+	if err != nil {
+		return 0, err
+	}
+	if raw, err = f.value(tx, sumValues, bucketValues, []byte(key), raw); err != nil {
+		return 0, err
+	}
+	return decodeValue(key, raw)
 }
 
 // PutValue sets value key in tx; 0 deletes it.
 func PutValue(tx *bolt.Tx, key string, v uint64) error {
+	if err := writable(tx); err != nil {
+		return err
+	}
 	vb := valuesBucket(tx)
 	var err error
 	if v == 0 {
 		err = vb.Delete([]byte(key))
 	} else {
-		raw := make([]byte, 8)
-		binary.BigEndian.PutUint64(raw, v)
-		err = vb.Put([]byte(key), raw)
+		var raw [8]byte
+		binary.BigEndian.PutUint64(raw[:], v)
+		err = vb.Put([]byte(key), seal(sumValues, []byte(key), raw[:]))
 	}
 	if err != nil {
 		return fmt.Errorf("value %q: %w", key, err)
@@ -443,12 +485,19 @@ func PutValue(tx *bolt.Tx, key string, v uint64) error {
 // ScanValues returns the values of tx whose key starts with prefix, in key
 // order, leaving out the keys skip reports.
 func ScanValues(tx *bolt.Tx, prefix string, skip func(key string) bool) ([]store.Value, error) {
+	f, err := formatOf(tx)
+	if err != nil {
+		return nil, err
+	}
 	var out []store.Value
 	c := tx.Bucket(bucketValues).Cursor()
 	p := []byte(prefix)
 	for k, raw := c.Seek(p); k != nil && bytes.HasPrefix(k, p); k, raw = c.Next() {
 		if skip(string(k)) {
 			continue
+		}
+		if raw, err = f.value(tx, sumValues, bucketValues, k, raw); err != nil {
+			return nil, err
 		}
 		v, err := decodeValue(string(k), raw)
 		if err != nil {
@@ -459,19 +508,32 @@ func ScanValues(tx *bolt.Tx, prefix string, skip func(key string) bool) ([]store
 	return out, nil
 }
 
-// ReadMeta returns a copy of the meta key of tx, nil when absent.
-func ReadMeta(tx *bolt.Tx, key string) []byte {
-	if v := tx.Bucket(bucketMeta).Get([]byte(key)); v != nil {
-		return append([]byte(nil), v...)
+// ReadMeta returns a copy of the meta key of tx, nil when absent. A value
+// whose checksum does not match is a *store.ChecksumError.
+func ReadMeta(tx *bolt.Tx, key string) ([]byte, error) {
+	raw := tx.Bucket(bucketMeta).Get([]byte(key))
+	if raw == nil {
+		return nil, nil
 	}
-	return nil
+	f, err := formatOf(tx)
+	if err != nil {
+		return nil, err
+	}
+	v, err := f.value(tx, sumMeta, bucketMeta, []byte(key), raw)
+	if err != nil {
+		return nil, err
+	}
+	return append([]byte(nil), v...), nil
 }
 
-// PutMeta sets the meta key of tx. The layout version is not for callers
-// to change.
+// PutMeta sets the meta key of tx. The layout version and the upgrade's
+// progress are not for callers to change.
 func PutMeta(tx *bolt.Tx, key string, v []byte) error {
-	if key == string(keyVersion) || strings.TrimSpace(key) == "" {
+	if key == string(keyVersion) || key == string(keyUpgrade) || strings.TrimSpace(key) == "" {
 		return fmt.Errorf("store: meta key %q is reserved", key)
 	}
-	return tx.Bucket(bucketMeta).Put([]byte(key), v)
+	if err := writable(tx); err != nil {
+		return err
+	}
+	return tx.Bucket(bucketMeta).Put([]byte(key), seal(sumMeta, []byte(key), v))
 }
