@@ -65,7 +65,13 @@ func unseal(tx *bolt.Tx, seed uint32, bucket string, key, raw []byte) ([]byte, e
 }
 
 func corruptValue(tx *bolt.Tx, bucket string, key []byte, what string) error {
-	return &store.ChecksumError{File: tx.DB().Path(), Key: fmt.Sprintf("%s/%s", bucket, printable(key)), What: what}
+	name := fmt.Sprintf("%s/%s", bucket, printable(key))
+	if bucket == string(bucketStreams) {
+		if stream, seq, err := decodeEntryKey(key); err == nil {
+			name = fmt.Sprintf("%s/%q seq %d", bucket, stream, seq)
+		}
+	}
+	return &store.ChecksumError{File: tx.DB().Path(), Key: name, What: what}
 }
 
 // printable shows a key as text when it is, else in hex.
