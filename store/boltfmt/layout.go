@@ -94,17 +94,28 @@ func decodeEntryKey(k []byte) (stream string, seq uint64, err error) {
 	return string(k[2 : 2+n]), binary.BigEndian.Uint64(k[2+n:]), nil
 }
 
-// streamLen returns the number of entries of stream in the streams bucket,
-// from its last key.
-func streamLen(c *bolt.Cursor, stream string) (uint64, error) {
+// streamLen returns the number of entries of stream in the streams bucket
+// of tx, from its last key, checking the sums of the entries beside where
+// the lookup lands (format.landed).
+func streamLen(tx *bolt.Tx, c *bolt.Cursor, stream string) (uint64, error) {
+	f, err := formatOf(tx)
+	if err != nil {
+		return 0, err
+	}
 	// The key just past every key of stream: its prefix and seq 2^64-1,
 	// which no entry reaches.
 	after := entryKey(stream, math.MaxUint64)
-	k, _ := c.Seek(after)
+	k, v := c.Seek(after)
+	if err := f.landed(tx, sumStreams, bucketStreams, k, v); err != nil {
+		return 0, err
+	}
 	if k == nil {
-		k, _ = c.Last()
+		k, v = c.Last()
 	} else {
-		k, _ = c.Prev()
+		k, v = c.Prev()
+	}
+	if err := f.landed(tx, sumStreams, bucketStreams, k, v); err != nil {
+		return 0, err
 	}
 	prefix := after[:len(after)-8]
 	if k == nil || !bytes.HasPrefix(k, prefix) {
@@ -152,8 +163,16 @@ func TrimRange(tx *bolt.Tx, stream string, from, to uint64) error {
 // StreamFirst returns the seq of the first entry of stream in tx, 0 when
 // it has none.
 func StreamFirst(tx *bolt.Tx, stream string) (uint64, error) {
+	f, err := formatOf(tx)
+	if err != nil {
+		return 0, err
+	}
 	start := entryKey(stream, 0)
-	k, _ := tx.Bucket(bucketStreams).Cursor().Seek(start)
+	c := tx.Bucket(bucketStreams).Cursor()
+	k, v := c.Seek(start)
+	if err := f.landedAt(tx, sumStreams, bucketStreams, c, k, v); err != nil {
+		return 0, err
+	}
 	if k == nil || !bytes.HasPrefix(k, start[:len(start)-8]) {
 		return 0, nil
 	}
@@ -197,15 +216,17 @@ func GetBytesTx(tx *bolt.Tx, key string) ([]byte, error) {
 	if bk == nil {
 		return nil, nil
 	}
-	raw := bk.Get([]byte(key))
-	if raw == nil {
-		return nil, nil
-	}
 	f, err := formatOf(tx)
 	if err != nil {
 		return nil, err
 	}
-	v, err := f.value(tx, sumBytes, bucketBytes, []byte(key), raw)
+	c := bk.Cursor()
+	k, raw := c.Seek([]byte(key))
+	if k == nil || string(k) != key {
+		// Proven absent by its neighbors, as in ReadValueTx.
+		return nil, f.landedAt(tx, sumBytes, bucketBytes, c, k, raw)
+	}
+	v, err := f.value(tx, sumBytes, bucketBytes, k, raw)
 	if err != nil {
 		return nil, err
 	}
@@ -352,7 +373,7 @@ func CheckLayout(tx *bolt.Tx) error {
 
 // StreamLen returns the number of entries of stream in tx.
 func StreamLen(tx *bolt.Tx, stream string) (uint64, error) {
-	return streamLen(tx.Bucket(bucketStreams).Cursor(), stream)
+	return streamLen(tx, tx.Bucket(bucketStreams).Cursor(), stream)
 }
 
 // ReadEntries appends to out the entries of stream in tx with seqs in
@@ -400,7 +421,12 @@ func Entries(tx *bolt.Tx, stream string, offset uint64, fn func(seq uint64, v []
 	first := entryKey(stream, offset)
 	prefix := first[:len(first)-8]
 	c := tx.Bucket(bucketStreams).Cursor()
-	for k, raw := c.Seek(first); k != nil && bytes.HasPrefix(k, prefix); k, raw = c.Next() {
+	k, raw := c.Seek(first)
+	if err := f.landedAt(tx, sumStreams, bucketStreams, c, k, raw); err != nil {
+		return err
+	}
+	var next uint64
+	for i := 0; k != nil && bytes.HasPrefix(k, prefix); k, raw = c.Next() {
 		if len(k) != len(first) {
 			return fmt.Errorf("stream %q: malformed key %x", stream, k)
 		}
@@ -408,11 +434,22 @@ func Entries(tx *bolt.Tx, stream string, offset uint64, fn func(seq uint64, v []
 		if err != nil {
 			return err
 		}
-		if !fn(binary.BigEndian.Uint64(k[len(prefix):]), v) {
+		seq := binary.BigEndian.Uint64(k[len(prefix):])
+		if i > 0 && seq != next {
+			// A trim removes a prefix only: an entry missing inside the
+			// stream is damage (a key flipped out of place), never a gap
+			// to read past.
+			return &store.ChecksumError{File: tx.DB().Path(), Key: fmt.Sprintf("%s/%q", bucketStreams, stream),
+				What: fmt.Sprintf("entry %d is missing, %d follows %d", next, seq, next-1)}
+		}
+		i, next = i+1, seq+1
+		if !fn(seq, v) {
 			return nil
 		}
 	}
-	return nil
+	// Where the walk left the stream sits its last entry, should a flip
+	// have moved that entry's key out of the stream.
+	return f.landed(tx, sumStreams, bucketStreams, k, raw)
 }
 
 // TrimEntries deletes the entries of stream with seq < below in tx, as
@@ -428,7 +465,7 @@ func PutEntries(tx *bolt.Tx, stream string, first uint64, payloads [][]byte) err
 		return err
 	}
 	sb := streamsBucket(tx)
-	have, err := streamLen(sb.Cursor(), stream)
+	have, err := streamLen(tx, sb.Cursor(), stream)
 	if err != nil {
 		return err
 	}
@@ -447,16 +484,22 @@ func PutEntries(tx *bolt.Tx, stream string, first uint64, payloads [][]byte) err
 
 // ReadValueTx returns value key in tx, 0 when absent. A value whose
 // checksum does not match is a *store.ChecksumError.
+//
+// An absent key is proven absent by its neighbors: a flipped bit in a key
+// leaves its entry where the key was, so a lookup of the key lands beside
+// it (format.landedAt), and a value is never read as absent because its
+// key was damaged.
 func ReadValueTx(tx *bolt.Tx, key string) (uint64, error) {
-	raw := tx.Bucket(bucketValues).Get([]byte(key))
-	if raw == nil {
-		return 0, nil
-	}
 	f, err := formatOf(tx)
 	if err != nil {
 		return 0, err
 	}
-	if raw, err = f.value(tx, sumValues, bucketValues, []byte(key), raw); err != nil {
+	c := tx.Bucket(bucketValues).Cursor()
+	k, raw := c.Seek([]byte(key))
+	if k == nil || string(k) != key {
+		return 0, f.landedAt(tx, sumValues, bucketValues, c, k, raw)
+	}
+	if raw, err = f.value(tx, sumValues, bucketValues, k, raw); err != nil {
 		return 0, err
 	}
 	return decodeValue(key, raw)
@@ -492,7 +535,17 @@ func ScanValues(tx *bolt.Tx, prefix string, skip func(key string) bool) ([]store
 	var out []store.Value
 	c := tx.Bucket(bucketValues).Cursor()
 	p := []byte(prefix)
-	for k, raw := c.Seek(p); k != nil && bytes.HasPrefix(k, p); k, raw = c.Next() {
+	k, raw := c.Seek(p)
+	if err := f.landedAt(tx, sumValues, bucketValues, c, k, raw); err != nil {
+		return nil, err
+	}
+	for ; ; k, raw = c.Next() {
+		if k == nil || !bytes.HasPrefix(k, p) {
+			if err := f.landed(tx, sumValues, bucketValues, k, raw); err != nil {
+				return nil, err
+			}
+			break
+		}
 		if skip(string(k)) {
 			continue
 		}

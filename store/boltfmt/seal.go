@@ -196,6 +196,48 @@ func writable(tx *bolt.Tx) error {
 	return nil
 }
 
+// landed checks the sum of the entry k, raw where a lookup of bucket
+// landed, when there is one and f seals it. A bit flipped in a key leaves
+// the entry in its place in the page, out of key order or out of the
+// range it belonged to, and a search lands right beside that place: so a
+// lookup that misses its key, or a walk that leaves its range, checks
+// the entries around where it stopped, and a damaged key is an error
+// instead of an absent value.
+func (f format) landed(tx *bolt.Tx, seed uint32, bucket []byte, k, raw []byte) error {
+	if k == nil || raw == nil || !f.sealed(bucket, k) {
+		return nil
+	}
+	_, err := unseal(tx, seed, string(bucket), k, raw)
+	return err
+}
+
+// landedAt is landed for the entry k, raw at c's position and for the one
+// before it, leaving c where it found it.
+func (f format) landedAt(tx *bolt.Tx, seed uint32, bucket []byte, c *bolt.Cursor, k, raw []byte) error {
+	if err := f.landed(tx, seed, bucket, k, raw); err != nil {
+		return err
+	}
+	var pk, pv []byte
+	if k == nil {
+		pk, pv = c.Last()
+		if err := f.landed(tx, seed, bucket, pk, pv); err != nil {
+			return err
+		}
+		c.Next()
+		return nil
+	}
+	pk, pv = c.Prev()
+	if err := f.landed(tx, seed, bucket, pk, pv); err != nil {
+		return err
+	}
+	if pk == nil {
+		c.First()
+	} else {
+		c.Next()
+	}
+	return nil
+}
+
 // value returns the bytes of raw, the stored value of key in bucket
 // (whose bucketSum is seed), checking its checksum where f seals it.
 func (f format) value(tx *bolt.Tx, seed uint32, bucket []byte, key, raw []byte) ([]byte, error) {
