@@ -171,3 +171,74 @@ func TestSeal_KeyAndBucketAreInTheSum(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A bit flipped in a key leaves its entry in place under another key: a
+// lookup of the key it had must not read it as absent (0, "never
+// written": a token index entry lost, a retry decided again), nor a
+// stream walk read past it. Flipped up and down in key order.
+func TestSeal_AFlippedKeyIsDamageNotAbsence(t *testing.T) {
+	for _, mask := range []byte{0x40, 0x10} {
+		t.Run(fmt.Sprintf("%#x", mask), func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "participantd.db")
+			db, err := bolt.Open(path, 0o600, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := db.Update(func(tx *bolt.Tx) error {
+				if err := InitLayout(tx); err != nil {
+					return err
+				}
+				for i := range 6 {
+					if err := PutValue(tx, fmt.Sprintf("token/1/e/%02d", i), uint64(i+1)); err != nil {
+						return err
+					}
+				}
+				return PutEntries(tx, "oplog/1", 0, [][]byte{[]byte("row0"), []byte("row1"), []byte("row2")})
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if err := db.Close(); err != nil {
+				t.Fatal(err)
+			}
+			raw, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			at := bytesIndex(raw, []byte("token/1/e/03"))
+			raw[at+len("token/1/e/03")-1] ^= mask
+			last := bytesIndex(raw, entryKey("oplog/1", 2))
+			raw[last+2] ^= mask // the stream's name in its last entry's key
+			if err := os.WriteFile(path, raw, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			db, err = bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			if err := db.View(func(tx *bolt.Tx) error {
+				if v, err := ReadValueTx(tx, "token/1/e/03"); !errors.Is(err, store.ErrCorrupt) {
+					t.Errorf("ReadValueTx of a flipped key = %d, %v; want ErrCorrupt", v, err)
+				}
+				if n, err := StreamLen(tx, "oplog/1"); !errors.Is(err, store.ErrCorrupt) {
+					t.Errorf("StreamLen of a stream whose last key flipped = %d, %v; want ErrCorrupt", n, err)
+				}
+				if err := Entries(tx, "oplog/1", 0, func(uint64, []byte) bool { return true }); !errors.Is(err, store.ErrCorrupt) {
+					t.Errorf("Entries over a flipped key = %v, want ErrCorrupt", err)
+				}
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+func bytesIndex(b, sub []byte) int {
+	for i := 0; i+len(sub) <= len(b); i++ {
+		if string(b[i:i+len(sub)]) == string(sub) {
+			return i
+		}
+	}
+	panic(fmt.Sprintf("%q not found", sub))
+}
