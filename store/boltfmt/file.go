@@ -259,7 +259,20 @@ func CheckKeys(tx *bolt.Tx) error {
 	if err != nil {
 		return err
 	}
+	// bbolt walks a bucket in page order: keys out of ascending order are
+	// a damaged key, which bbolt's searches would step past.
+	var prev []byte
+	ordered := func(bucket []byte, k []byte) error {
+		if prev != nil && bytes.Compare(prev, k) >= 0 {
+			return fmt.Errorf("%s: key %x after %x: out of order: %w", bucket, k, prev, store.ErrCorrupt)
+		}
+		prev = append(prev[:0], k...)
+		return nil
+	}
 	err = tx.Bucket(bucketStreams).ForEach(func(k, v []byte) error {
+		if err := ordered(bucketStreams, k); err != nil {
+			return err
+		}
 		if _, _, err := decodeEntryKey(k); err != nil {
 			return err
 		}
@@ -272,7 +285,11 @@ func CheckKeys(tx *bolt.Tx) error {
 	if err != nil {
 		return fmt.Errorf("streams bucket: %w", err)
 	}
+	prev = nil
 	err = tx.Bucket(bucketValues).ForEach(func(k, v []byte) error {
+		if err := ordered(bucketValues, k); err != nil {
+			return err
+		}
 		if len(k) == 0 || len(k) > store.MaxNameLen {
 			return fmt.Errorf("values: key of %d bytes", len(k))
 		}
@@ -290,7 +307,11 @@ func CheckKeys(tx *bolt.Tx) error {
 		return fmt.Errorf("values bucket: %w", err)
 	}
 	if bk := tx.Bucket(bucketBytes); bk != nil {
+		prev = nil
 		err = bk.ForEach(func(k, v []byte) error {
+			if err := ordered(bucketBytes, k); err != nil {
+				return err
+			}
 			if v == nil {
 				return fmt.Errorf("bytes: key %q is a bucket", k)
 			}
@@ -301,7 +322,11 @@ func CheckKeys(tx *bolt.Tx) error {
 			return fmt.Errorf("bytes bucket: %w", err)
 		}
 	}
+	prev = nil
 	err = tx.Bucket(bucketMeta).ForEach(func(k, v []byte) error {
+		if err := ordered(bucketMeta, k); err != nil {
+			return err
+		}
 		if v == nil {
 			return fmt.Errorf("meta: key %q is a bucket", k)
 		}

@@ -197,6 +197,12 @@ func PutBytesTx(tx *bolt.Tx, values []store.Bytes) error {
 	// split them half full.
 	bk.FillPercent = appendFillPercent
 	for _, v := range values {
+		// Checked first, as in PutValue.
+		c := bk.Cursor()
+		k, raw := c.Seek([]byte(v.Key))
+		if err := (format{version: LayoutVersion}).landedAt(tx, sumBytes, bucketBytes, c, k, raw); err != nil {
+			return err
+		}
 		if len(v.Value) == 0 {
 			err = bk.Delete([]byte(v.Key))
 		} else {
@@ -505,13 +511,21 @@ func ReadValueTx(tx *bolt.Tx, key string) (uint64, error) {
 	return decodeValue(key, raw)
 }
 
-// PutValue sets value key in tx; 0 deletes it.
+// PutValue sets value key in tx; 0 deletes it. It first checks the sums
+// of the entries where bbolt will put it (format.landedAt): a key flipped
+// out of order there would have bbolt misplace this one, where no later
+// lookup finds it.
 func PutValue(tx *bolt.Tx, key string, v uint64) error {
 	if err := writable(tx); err != nil {
 		return err
 	}
 	vb := valuesBucket(tx)
-	var err error
+	c := vb.Cursor()
+	k, raw := c.Seek([]byte(key))
+	err := format{version: LayoutVersion}.landedAt(tx, sumValues, bucketValues, c, k, raw)
+	if err != nil {
+		return err
+	}
 	if v == 0 {
 		err = vb.Delete([]byte(key))
 	} else {

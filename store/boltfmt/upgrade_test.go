@@ -226,9 +226,21 @@ func TestSeal_AFlippedKeyIsDamageNotAbsence(t *testing.T) {
 				if err := Entries(tx, "oplog/1", 0, func(uint64, []byte) bool { return true }); !errors.Is(err, store.ErrCorrupt) {
 					t.Errorf("Entries over a flipped key = %v, want ErrCorrupt", err)
 				}
+				if err := CheckKeys(tx); !errors.Is(err, store.ErrCorrupt) {
+					t.Errorf("CheckKeys = %v, want ErrCorrupt", err)
+				}
 				return nil
 			}); err != nil {
 				t.Fatal(err)
+			}
+			db.Close()
+			// A write beside the flipped key would be put where bbolt's
+			// search, misled by it, finds it no more: refused.
+			if db, err = bolt.Open(path, 0o600, nil); err != nil {
+				t.Fatal(err)
+			}
+			if err := db.Update(func(tx *bolt.Tx) error { return PutValue(tx, "token/1/e/03", 9) }); !errors.Is(err, store.ErrCorrupt) {
+				t.Errorf("PutValue beside a flipped key = %v, want ErrCorrupt", err)
 			}
 		})
 	}
