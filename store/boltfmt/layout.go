@@ -478,10 +478,20 @@ func PutEntries(tx *bolt.Tx, stream string, first uint64, payloads [][]byte) err
 	if have != first {
 		return fmt.Errorf("stream %q: file has %d entries, write starts at %d", stream, have, first)
 	}
+	// One buffer for every sealed payload: bbolt keeps each value's
+	// slice until the commit, and a checkpoint writes many small ones.
+	n := 0
+	for _, p := range payloads {
+		n += len(p) + sumLen
+	}
+	buf := make([]byte, 0, n)
 	for i, p := range payloads {
 		seq := first + uint64(i)
 		k := entryKey(stream, seq)
-		if err := sb.Put(k, seal(sumStreams, k, p)); err != nil {
+		at := len(buf)
+		buf = append(buf, p...)
+		buf = binary.BigEndian.AppendUint32(buf, valueSum(sumStreams, k, p))
+		if err := sb.Put(k, buf[at:len(buf):len(buf)]); err != nil {
 			return fmt.Errorf("stream %q seq %d: %w", stream, seq, err)
 		}
 	}

@@ -6,6 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"runtime"
+	"sync"
+	"weak"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -138,10 +141,33 @@ func encodeVersion(v int) []byte {
 	return seal(sumMeta, keyVersion, []byte{byte(v)})
 }
 
-// formatOf reads the format of tx's file from its meta bucket: an unknown
-// newer version is ErrNewerLayout, a version value that does not verify
-// ErrCorrupt.
+// current holds the open files (*bolt.DB, weakly) known to be of the
+// current version, so that a transaction of one reads no meta bucket: a
+// file's format never changes once it is current (nothing writes the
+// version but the creation of a file and an upgrade to it, and a
+// read-only open's shared lock keeps every writer out). An entry goes
+// when its DB is collected.
+var current sync.Map
+
+// formatOf returns the format of tx's file, read from its meta bucket
+// unless the file is known to be current: an unknown newer version is
+// ErrNewerLayout, a version value that does not verify ErrCorrupt.
 func formatOf(tx *bolt.Tx) (format, error) {
+	db := tx.DB()
+	key := weak.Make(db)
+	if _, ok := current.Load(key); ok {
+		return format{version: LayoutVersion}, nil
+	}
+	f, err := readFormat(tx)
+	if err == nil && f.version == LayoutVersion {
+		if _, loaded := current.LoadOrStore(key, struct{}{}); !loaded {
+			runtime.AddCleanup(db, func(k weak.Pointer[bolt.DB]) { current.Delete(k) }, key)
+		}
+	}
+	return f, err
+}
+
+func readFormat(tx *bolt.Tx) (format, error) {
 	meta := tx.Bucket(bucketMeta)
 	if meta == nil {
 		return format{}, errors.New("not a participantd store: no meta bucket")
