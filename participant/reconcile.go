@@ -417,6 +417,24 @@ func (s *Service) reconcileTurn(ctx context.Context, cv *conversation) (*outbox.
 	return r.State, nil
 }
 
+// containCorrupt contains cv, whose turn the caller holds, when err
+// reports one of its stored values damaged (corruptRefusal): it is marked
+// unloadable with ClassStoreCorrupt, as a start would find it, logged, and
+// refused unavailable from its next operation on. Any other error is left
+// to the caller. It reports whether it contained cv.
+func (s *Service) containCorrupt(cv *conversation, err error) bool {
+	var ref *refusal
+	if !errors.As(corruptRefusal(err), &ref) || ref.class != ClassStoreCorrupt {
+		return false
+	}
+	cv.mu.Lock()
+	cv.unloadable = &Unloadable{Conversation: cv.id, Class: ref.class, Reason: ref.reason}
+	cv.mu.Unlock()
+	s.log.Error().Uint64("conversation", uint64(cv.id)).Str("class", ref.class).Str("reason", ref.reason).
+		Msg("conversation unloadable; contained")
+	return true
+}
+
 // staleBinding is a binding a load ends: participant p's binding by conn,
 // with its cause.
 type staleBinding struct {
