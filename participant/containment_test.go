@@ -133,7 +133,8 @@ func TestTheObserverTellsReplaysAndNoopsFromCommits(t *testing.T) {
 // damaged, as a value whose checksum fails does.
 type corruptValues struct {
 	store.DurableStore
-	mu  sync.Mutex
+	mu sync.Mutex
+	// +checklocks:mu
 	bad map[string]bool
 }
 
