@@ -261,3 +261,68 @@ export async function take<T>(it: AsyncIterator<T>, n: number, pred: (d: T) => b
 
 export const text = (b?: Uint8Array) => new TextDecoder().decode(b);
 export const bytes = (s: string) => new TextEncoder().encode(s);
+
+/**
+ * FakeNode is a node that owns nothing: it welcomes, answers ping, and
+ * answers every other request moved to owner() (absent when it returns
+ * undefined). Every request it received is in seen.
+ */
+export class FakeNode {
+  addr = "";
+  readonly seen: Msg[] = [];
+  private server: NetServer | null = null;
+  private readonly socks = new Set<Socket>();
+
+  static async start(owner: () => string | undefined): Promise<FakeNode> {
+    const n = new FakeNode();
+    n.server = createServer((sock: Socket) => {
+      n.socks.add(sock);
+      sock.on("close", () => n.socks.delete(sock));
+      const r = new FrameReader();
+      const send = (m: Msg) => {
+        const body = encode(m);
+        const f = Buffer.alloc(4 + body.length);
+        f.writeUInt32BE(body.length);
+        f.set(body, 4);
+        sock.write(f);
+      };
+      sock.on("data", (chunk: Buffer) => {
+        for (const f of r.push(new Uint8Array(chunk))) {
+          const m = decode(f.subarray(4)) as Msg;
+          n.seen.push(m);
+          if (m.t === "hello") send({ t: "welcome", version: 1, server: "fake", incarnation: 1, connection: 1, max_frame: 1 << 20, max_record_bytes: 1 << 19, node: "fake" });
+          else if (m.t === "ping") send({ t: "pong", id: m.id });
+          else if (m.t !== "bye") send({ t: "error", id: m.id, code: "moved", detail: "owned elsewhere", owner: owner() });
+        }
+      });
+      sock.on("error", () => {});
+    });
+    await new Promise<void>((r) => n.server!.listen(0, "127.0.0.1", r));
+    n.addr = `127.0.0.1:${(n.server.address() as { port: number }).port}`;
+    return n;
+  }
+
+  async close(): Promise<void> {
+    for (const s of this.socks) s.destroy();
+    await new Promise((r) => this.server!.close(r));
+  }
+}
+
+/** upTo reads deliveries from it until one with seq `seq` (for recipient, when given), and returns them all. */
+export async function upTo<T extends { seq: number; recipient: number }>(it: AsyncIterator<T>, seq: number, recipient?: number, ms = 20_000): Promise<T[]> {
+  const got: T[] = [];
+  await take(it, 1, (d) => {
+    got.push(d);
+    return d.seq === seq && (recipient === undefined || d.recipient === recipient);
+  }, ms);
+  return got;
+}
+
+/** within rejects with a timeout error if p has not settled in ms: a call that must not hang. */
+export function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  return Promise.race([
+    p,
+    new Promise<never>((_, rej) => (timer = setTimeout(() => rej(new Error(`${what}: still pending after ${ms} ms`)), ms))),
+  ]).finally(() => clearTimeout(timer));
+}
