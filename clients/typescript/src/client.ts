@@ -500,7 +500,7 @@ export class Client {
     try {
       return await this.run(cred.conversation, co.signal, op(token, d), (s, sig) => {
         const m = this.members.get(k);
-        return m ? this.turn(m, () => leaveOn(s, sig, m)) : leaveOn(s, sig, undefined);
+        return m ? this.turn(m, () => leaveOn(s, sig, m), sig) : leaveOn(s, sig, undefined);
       });
     } catch (e) {
       const m = this.members.get(k);
@@ -683,11 +683,22 @@ export class Client {
   }
 
   // turn runs fn after every attach and leave of m queued before it, and
-  // before any queued after: one at a time per participant.
-  private turn<T>(m: Member, fn: () => Promise<T>): Promise<T> {
-    const next = m.attachChain.then(fn);
-    m.attachChain = next.catch(() => {});
-    return next;
+  // before any queued after: one at a time per participant. A caller
+  // whose signal aborts while it waits for its turn stops waiting (fn
+  // does not run); those queued after it still wait for those before.
+  private turn<T>(m: Member, fn: () => Promise<T>, sig?: AbortSignal): Promise<T> {
+    const prev = m.attachChain;
+    let done!: () => void;
+    const mine = new Promise<void>((r) => (done = r));
+    m.attachChain = prev.then(() => mine);
+    return (async () => {
+      try {
+        await abortable(prev, sig);
+        return await fn();
+      } finally {
+        done();
+      }
+    })();
   }
 
   // bound returns the member of cred, bound on s (attaching it there first).
@@ -746,7 +757,7 @@ export class Client {
   // or m's LostError. An automatic attach (auto: follow) does nothing
   // once the application no longer wants m bound (detach, leave).
   private attachOn(s: Session, m: Member, sig: AbortSignal | undefined, auto = false): Promise<Credential> {
-    return this.turn(m, () => this.attachOnLocked(s, m, sig, auto));
+    return this.turn(m, () => this.attachOnLocked(s, m, sig, auto), sig);
   }
 
   // attachOnLocked is attachOn's body; the caller holds m's turn.
@@ -1013,6 +1024,19 @@ function newMember(cred: Credential): Member {
     cred, wantBound: true, leaving: false, boundOn: null, cursor: 0, intent: null, nextToken: null, lost: null, following: false,
     everBound: false, attachChain: Promise.resolve(), seen: 0, compactedFirst: 0,
   };
+}
+
+// abortable resolves when p settles (either way), or rejects with sig's
+// reason when it aborts first.
+function abortable(p: Promise<unknown>, sig: AbortSignal | undefined): Promise<void> {
+  const settled = p.then(() => {}, () => {});
+  if (!sig) return settled;
+  if (sig.aborted) return Promise.reject(sig.reason);
+  let abort = () => {};
+  return Promise.race([settled, new Promise<never>((_, reject) => {
+    abort = () => reject(sig.reason);
+    sig.addEventListener("abort", abort, { once: true });
+  })]).finally(() => sig.removeEventListener("abort", abort));
 }
 
 // expect returns a if it is an answer of type t, throws the typed error of

@@ -161,9 +161,9 @@ test("a tell that never left the process (its re-attach refused unavailable) is 
     let attaches = 0;
     const from = proxy.log.length;
     const inner = proxy.fromClient;
-    proxy.fromClient = (m) => {
+    proxy.fromClient = (m, reply) => {
       if (m.t === "attach" && ++attaches === 3) setTimeout(() => ac.abort(new Error("caller gave up")), 5);
-      return inner(m);
+      return inner(m, reply);
     };
     const err = await c.tell(p, bytes("never sent"), { signal: ac.signal }).catch((e: unknown) => e);
     assert.equal(proxy.log.slice(from).filter((f) => f.dir === "c2s" && f.m.t === "tell").length, 0);
