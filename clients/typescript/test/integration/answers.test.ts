@@ -407,3 +407,32 @@ test("a call without a timeout of its own whose answer is dropped on an open con
     c.close();
   }
 });
+
+test("a call waiting for its participant's turn behind an unanswered attach ends when its signal does", async () => {
+  const conv = nextConv++;
+  let noticed!: () => void;
+  const disconnected = new Promise<void>((r) => (noticed = r));
+  let sent!: () => void;
+  const attachSent = new Promise<void>((r) => (sent = r));
+  const c = await connect(proxy.addr, { ...fast, onDisconnect: () => noticed() }); // answerTimeoutMs: 30 s
+  try {
+    const p = await c.enroll(conv);
+    // The automatic re-attach goes out and is never answered; its
+    // connection stays open.
+    proxy.fromClient = (m) => {
+      if (m.t === "attach" && m.conversation === conv) {
+        sent();
+        return "drop";
+      }
+      return "pass";
+    };
+    proxy.cutAll();
+    await disconnected;
+    await attachSent;
+    const err = await within(c.tell(p, bytes("behind"), { signal: AbortSignal.timeout(300) }).catch((e: unknown) => e), 5000, "tell");
+    assert.ok(!(err instanceof InDoubtError), `the tell never went out, got ${String(err)}`);
+  } finally {
+    reset();
+    c.close();
+  }
+});
