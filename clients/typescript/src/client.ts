@@ -461,9 +461,11 @@ export class Client {
         return expect(a, "detached").seq;
       });
     } catch (e) {
-      // Nothing applied, and the binding may still be there: follow it again.
+      // Nothing applied, and the binding may still be there: follow it
+      // again. A no_binding says it is not: the participant stays
+      // unbound, as the application asked.
       const m = this.members.get(k);
-      if (m && m === m0 && wanted && !d.maybe && !m.lost) m.wantBound = true;
+      if (m && m === m0 && wanted && !d.maybe && !m.lost && !(e instanceof NoBindingError)) m.wantBound = true;
       throw e;
     }
   }

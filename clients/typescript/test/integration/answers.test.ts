@@ -8,7 +8,7 @@
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import {
-  connect, InDoubtError, MovedError, TooLargeError, UnavailableError, type ClientOptions, type Credential, type Delivery, type Intent, type LostError,
+  connect, InDoubtError, MovedError, NoBindingError, TooLargeError, UnavailableError, type ClientOptions, type Credential, type Delivery, type Intent, type LostError,
 } from "../../src/index.js";
 import { FakeNode, Proxy, Server, bytes, take, text, upTo, within } from "./harness.js";
 
@@ -431,6 +431,27 @@ test("a call waiting for its participant's turn behind an unanswered attach ends
     await attachSent;
     const err = await within(c.tell(p, bytes("behind"), { signal: AbortSignal.timeout(300) }).catch((e: unknown) => e), 5000, "tell");
     assert.ok(!(err instanceof InDoubtError), `the tell never went out, got ${String(err)}`);
+  } finally {
+    reset();
+    c.close();
+  }
+});
+
+test("a detach whose request died with its connection is no_binding on retry, and the participant stays unbound", async () => {
+  const conv = nextConv++;
+  const c = await connect(proxy.addr, fast);
+  try {
+    const p = await c.enroll(conv);
+    let cuts = 0;
+    // The detach never reaches the server; the cut ends the binding (died).
+    proxy.fromClient = (m) => (m.t === "detach" && m.conversation === conv && cuts++ === 0 ? "cut" : "pass");
+    const from = proxy.log.length;
+    const err = await c.detach(p).catch((e: unknown) => e);
+    assert.ok(err instanceof NoBindingError, String(err));
+    await assert.rejects(c.tell(p, bytes("not bound")), NoBindingError);
+    await c.ping();
+    const attaches = proxy.log.slice(from).filter((f) => f.dir === "c2s" && f.m.t === "attach");
+    assert.equal(attaches.length, 0, "the client did not bind it again");
   } finally {
     reset();
     c.close();
