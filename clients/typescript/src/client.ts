@@ -185,9 +185,13 @@ interface Op {
 
 const op = (token: Uint8Array, d: Doubt): Op => ({ token: () => token, doubt: () => d });
 
-// Final carries an error out of run's retry loop unchanged.
-class Final {
-  constructor(readonly err: unknown) {}
+// Unpersisted carries out of run's retry loop the failure of an
+// onCredential: the operation that minted the credential committed, the
+// application does not have it. The call ends there, in doubt if a
+// request of its own may have been applied (an enroll's or attach's own
+// credential: it was), else with the failure.
+class Unpersisted {
+  constructor(readonly cause: Error) {}
 }
 
 // attachIntent is an attach whose outcome is not known yet: its token and
@@ -333,7 +337,7 @@ export class Client {
         // A replay older than what the client holds is not persisted
         // again: it would overwrite a later credential.
         const held = this.members.get(k);
-        if (!held || (held.intent === null && held.cred.generation < cred.generation)) await this.persist(cred, token);
+        if (!held || (held.intent === null && held.cred.generation < cred.generation)) await this.persist(cred);
         let m = this.members.get(k);
         if (!m) this.members.set(k, (m = newMember(cred)));
         else if (m.intent === null && m.cred.generation < cred.generation) m.cred = cred;
@@ -608,7 +612,11 @@ export class Client {
         }
         return await step(s, sig);
       } catch (e) {
-        if (e instanceof Final) throw e.err;
+        if (e instanceof Unpersisted) {
+          const d = o?.doubt();
+          if (d) d.last = null; // the failure, not an earlier refusal, ends the call
+          throw this.gaveUp(e.cause, o);
+        }
         if (stopped()) throw this.gaveUp(why(), o);
         if (e instanceof SessionLost) {
           await this.sleep(b.next(), sig).catch(() => {});
@@ -669,18 +677,13 @@ export class Client {
     return a;
   }
 
-  // persist awaits onCredential(cred). When it fails, the operation that
-  // minted cred committed but the application does not have it: the call
-  // ends at once (Final) with an InDoubtError carrying token, its retry
-  // replays the answer.
-  private async persist(cred: Credential, token: Uint8Array): Promise<void> {
+  // persist awaits onCredential(cred); it throws Unpersisted when that
+  // fails.
+  private async persist(cred: Credential): Promise<void> {
     try {
       await this.o.onCredential?.(cred);
     } catch (err) {
-      const e = new InDoubtError("in_doubt", `committed, but onCredential failed: ${err instanceof Error ? err.message : String(err)}`);
-      e.token = token;
-      (e as { cause?: unknown }).cause = err;
-      throw new Final(e);
+      throw new Unpersisted(new Error(`committed, but onCredential failed: ${err instanceof Error ? err.message : String(err)}`, { cause: err }));
     }
   }
 
@@ -789,7 +792,7 @@ export class Client {
         const newer = minted.generation >= m.cred.generation;
         // Persisted before it is used or presented; if that fails the
         // intent stays, and its next attempt replays the same answer.
-        if (minted.generation > m.cred.generation) await this.persist(minted, in_.token);
+        if (minted.generation > m.cred.generation) await this.persist(minted);
         m.intent = null;
         if (newer) m.cred = minted;
         m.cursor = Math.max(m.cursor, a.cursor);

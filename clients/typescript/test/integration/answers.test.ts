@@ -8,7 +8,7 @@
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import {
-  connect, InDoubtError, MovedError, NoBindingError, TooLargeError, UnavailableError, type ClientOptions, type Credential, type Delivery, type Intent, type LostError,
+  connect, toHex, InDoubtError, MovedError, NoBindingError, TooLargeError, UnavailableError, type ClientOptions, type Credential, type Delivery, type Intent, type LostError,
 } from "../../src/index.js";
 import { FakeNode, Proxy, Server, bytes, take, text, upTo, within } from "./harness.js";
 
@@ -452,6 +452,39 @@ test("a detach whose request died with its connection is no_binding on retry, an
     await c.ping();
     const attaches = proxy.log.slice(from).filter((f) => f.dir === "c2s" && f.m.t === "attach");
     assert.equal(attaches.length, 0, "the client did not bind it again");
+  } finally {
+    reset();
+    c.close();
+  }
+});
+
+test("a tell whose re-attach's onCredential fails ends with that failure, not in doubt under another operation's token", async () => {
+  const conv = nextConv++;
+  let failing = false;
+  let noticed!: () => void;
+  const disconnected = new Promise<void>((r) => (noticed = r));
+  const c = await connect(proxy.addr, {
+    ...fast,
+    onDisconnect: () => noticed(),
+    onCredential: () => {
+      if (failing) throw new Error("disk full");
+    },
+  });
+  try {
+    const p = await c.enroll(conv);
+    failing = true;
+    proxy.cutAll();
+    await disconnected;
+    const from = proxy.log.length;
+    const err = await c.tell(p, bytes("never sent"), { signal: AbortSignal.timeout(2000) }).catch((e: unknown) => e);
+    assert.equal(proxy.log.slice(from).filter((f) => f.dir === "c2s" && f.m.t === "tell").length, 0);
+    assert.ok(!(err instanceof InDoubtError), `the tell never went out, got ${String(err)}`);
+    assert.match(String(err), /onCredential failed: disk full/);
+    // Once persisting works, the same attach is replayed, and the tell goes.
+    failing = false;
+    assert.ok((await c.tell(p, bytes("now"))) > 0);
+    const attaches = proxy.log.slice(from).filter((f) => f.dir === "c2s" && f.m.t === "attach");
+    assert.equal(new Set(attaches.map((f) => toHex(f.m.token as Uint8Array))).size, 1, "one attach intent, replayed");
   } finally {
     reset();
     c.close();
