@@ -138,13 +138,16 @@ tag:
 	@git diff --quiet HEAD || { echo "the work tree has changes"; exit 1; }
 	git tag -a $(VERSION) -m "participantd $(VERSION)"
 
-# The TypeScript client (clients/typescript): builds participantd for its
-# integration tests, installs the package's dependencies from its lock
-# file, type-checks (the README's snippet too) and runs the unit,
-# integration (TCP, WebSocket, a 3-node cluster over cmd/etcd-dev) and browser (headless Chromium at
-# $(CHROMIUM)) tests.
+# The TypeScript client (clients/typescript): builds participantd (and
+# etcd-dev, participantctl, whose inspect reads the nemesis test's history)
+# for its integration tests, installs the package's dependencies from its
+# lock file, type-checks (the README's snippet too) and runs the unit
+# (the codec; what npm pack would publish), integration (TCP, WebSocket,
+# each call's answer against the server, a short nemesis run, a 3-node
+# cluster over cmd/etcd-dev) and browser (headless Chromium at
+# $(CHROMIUM)) tests. The nemesis's longer run: npm run test:nemesis.
 CHROMIUM ?= /usr/bin/chromium
 test-clients:
-	$(GO) build -o clients/typescript/.bin/ ./cmd/participantd ./cmd/etcd-dev
+	$(GO) build -o clients/typescript/.bin/ ./cmd/participantd ./cmd/etcd-dev ./cmd/participantctl
 	cd clients/typescript && npm ci --no-audit --no-fund && \
 		TS_PARTICIPANTD_BIN=$(CURDIR)/clients/typescript/.bin/participantd CHROMIUM=$(CHROMIUM) npm test
