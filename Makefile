@@ -1,7 +1,7 @@
 # The README's commands, wrapped. `make test` is what .ci/run runs.
 GO ?= go
 
-.PHONY: test build lint fuzz bench run release release-check test-clients
+.PHONY: test build lint fuzz bench run release release-check tag test-clients
 
 build:
 	$(GO) build ./...
@@ -62,54 +62,92 @@ bench:
 run:
 	$(GO) run ./cmd/participantd
 
-# A release: static binaries (no cgo) of $(COMMANDS) for linux and darwin
-# on amd64 and arm64 under $(DIST)/, named
-# <cmd>-<VERSION>-<os>-<arch>, and $(DIST)/SHA256SUMS over them. VERSION is
-# stamped into --version (internal/buildinfo); tag the commit with it
-# (git tag v0.2.0) so `go install .../cmd/participantd@v0.2.0` fetches the
-# same source. -trimpath and -buildvcs=false keep the build reproducible.
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo v0.0.0-unknown)
+# A release, under $(DIST)/, for linux and darwin on amd64 and arm64:
+#
+#   participantd-<version>-<os>-<arch>.tar.gz   static binaries of $(COMMANDS)
+#                                               (no cgo), their SBOMs, LICENSE,
+#                                               README.md, CHANGELOG.md
+#   SHA256SUMS                                  over the archives
+#
+# The version has one source, internal/buildinfo/VERSION (embedded in the
+# binaries, so --version, welcome.server and participantd_build_info say
+# it without a stamp); the release stamps only the commit, since it builds
+# with -buildvcs=false. Each binary's SBOM (CycloneDX JSON, the Go modules
+# linked into it, by the pinned cyclonedx-gomod) sits beside it as
+# <cmd>.cdx.json. -trimpath, -buildvcs=false, sorted tar members with fixed
+# owners and times, and gzip -n make the archives reproducible from a
+# commit. To cut a release: docs/operations.md, "Releases".
+VERSION := $(shell cat internal/buildinfo/VERSION)
 REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+# The commit's time, for the archive members' times (reproducible).
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 DIST ?= dist
 PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
 # participantbench ships too: an operator measures a disk with it (its
 # fsync probe and --etcd-compare) before trusting it with a deployment.
 COMMANDS = participantd participantctl participantbench
 BUILDINFO = github.com/participantd/participantd/internal/buildinfo
-LDFLAGS = -s -w -X $(BUILDINFO).version=$(VERSION) -X $(BUILDINFO).revision=$(REVISION)
+LDFLAGS = -s -w -X $(BUILDINFO).revision=$(REVISION)
+CYCLONEDX ?= github.com/CycloneDX/cyclonedx-gomod/cmd/cyclonedx-gomod@v1.10.0
 
 release:
 	rm -rf $(DIST) && mkdir -p $(DIST)
+	GOBIN=$(TOOLBIN) $(GO) install $(CYCLONEDX)
 	@set -e; for p in $(PLATFORMS); do \
-		os=$${p%/*}; arch=$${p#*/}; \
+		os=$${p%/*}; arch=$${p#*/}; name=participantd-$(VERSION)-$$os-$$arch; dir=$(DIST)/$$name; \
+		mkdir -p $$dir; cp LICENSE README.md CHANGELOG.md $$dir/; \
 		for cmd in $(COMMANDS); do \
-			echo "build $(DIST)/$$cmd-$(VERSION)-$$os-$$arch"; \
+			echo "build $$dir/$$cmd"; \
 			CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -buildvcs=false \
-				-ldflags '$(LDFLAGS)' -o $(DIST)/$$cmd-$(VERSION)-$$os-$$arch ./cmd/$$cmd; \
+				-ldflags '$(LDFLAGS)' -o $$dir/$$cmd ./cmd/$$cmd; \
+			$(TOOLBIN)/cyclonedx-gomod bin -json -std -noserial -notimestamp \
+				-version $(VERSION) -output $$dir/$$cmd.cdx.json $$dir/$$cmd; \
 		done; \
+		tar -C $(DIST) --sort=name --owner=0 --group=0 --numeric-owner \
+			--mtime=@$(SOURCE_DATE_EPOCH) -cf - $$name | gzip -n > $$dir.tar.gz; \
+		rm -rf $$dir; \
 	done
-	cd $(DIST) && sha256sum $(addsuffix -*,$(COMMANDS)) > SHA256SUMS
+	cd $(DIST) && sha256sum *.tar.gz > SHA256SUMS
 
-# What CI checks of a release: every binary built, the sums verify, and the
-# host's binaries print the stamped version.
+# What CI checks of a release: the sums verify; every platform's archive
+# holds every binary, its SBOM (naming this version), LICENSE, README.md
+# and CHANGELOG.md; and the host's binaries print this version, and the
+# commit, on one line.
 release-check: release
 	cd $(DIST) && sha256sum -c --quiet SHA256SUMS
-	@set -e; host=$$($(GO) env GOOS)-$$($(GO) env GOARCH); \
-	for cmd in $(COMMANDS); do \
-		out=$$($(DIST)/$$cmd-$(VERSION)-$$host --version); echo "$$out"; \
-		echo "$$out" | grep -q "^module github.com/participantd/participantd $(VERSION)$$" || \
-			{ echo "$$cmd --version does not print $(VERSION)"; exit 1; }; \
+	@set -e; for p in $(PLATFORMS); do os=$${p%/*}; arch=$${p#*/}; name=participantd-$(VERSION)-$$os-$$arch; \
+		members=$$(tar -tzf $(DIST)/$$name.tar.gz); \
+		for f in LICENSE README.md CHANGELOG.md $(COMMANDS) $(addsuffix .cdx.json,$(COMMANDS)); do \
+			echo "$$members" | grep -qx "$$name/$$f" || { echo "$$name.tar.gz lacks $$f"; exit 1; }; \
+		done; \
 	done
-	@for p in $(PLATFORMS); do os=$${p%/*}; arch=$${p#*/}; for cmd in $(COMMANDS); do \
-		test -x $(DIST)/$$cmd-$(VERSION)-$$os-$$arch || { echo "missing $$cmd for $$os/$$arch"; exit 1; }; done; done
+	@set -e; host=participantd-$(VERSION)-$$($(GO) env GOOS)-$$($(GO) env GOARCH); \
+	tmp=$$(mktemp -d); tar -C $$tmp -xzf $(DIST)/$$host.tar.gz; \
+	for cmd in $(COMMANDS); do \
+		out=$$($$tmp/$$host/$$cmd --version); echo "$$out"; \
+		echo "$$out" | grep -qx "$$cmd $(VERSION) (commit $$(echo $(REVISION) | cut -c1-12); go.*)" || \
+			{ echo "$$cmd --version does not print one line with $(VERSION) and the commit"; exit 1; }; \
+		grep -q '"version": "$(VERSION)"' $$tmp/$$host/$$cmd.cdx.json || \
+			{ echo "$$cmd.cdx.json does not name $(VERSION)"; exit 1; }; \
+	done; rm -rf $$tmp
 
-# The TypeScript client (clients/typescript): builds participantd for its
-# integration tests, installs the package's dependencies from its lock
-# file, type-checks (the README's snippet too) and runs the unit,
-# integration (TCP, WebSocket, a 3-node cluster over cmd/etcd-dev) and browser (headless Chromium at
-# $(CHROMIUM)) tests.
+# Tags the commit as the VERSION file's release, once it names one (no
+# -dev) and the tree is clean; pushing the tag is the maintainer's.
+tag:
+	@case "$(VERSION)" in *-dev*) echo "internal/buildinfo/VERSION is $(VERSION): a release drops -dev"; exit 1;; esac
+	@git diff --quiet HEAD || { echo "the work tree has changes"; exit 1; }
+	git tag -a $(VERSION) -m "participantd $(VERSION)"
+
+# The TypeScript client (clients/typescript): builds participantd (and
+# etcd-dev, participantctl, whose inspect reads the nemesis test's history)
+# for its integration tests, installs the package's dependencies from its
+# lock file, type-checks (the README's snippet too) and runs the unit
+# (the codec; what npm pack would publish), integration (TCP, WebSocket,
+# each call's answer against the server, a short nemesis run, a 3-node
+# cluster over cmd/etcd-dev) and browser (headless Chromium at
+# $(CHROMIUM)) tests. The nemesis's longer run: npm run test:nemesis.
 CHROMIUM ?= /usr/bin/chromium
 test-clients:
-	$(GO) build -o clients/typescript/.bin/ ./cmd/participantd ./cmd/etcd-dev
+	$(GO) build -o clients/typescript/.bin/ ./cmd/participantd ./cmd/etcd-dev ./cmd/participantctl
 	cd clients/typescript && npm ci --no-audit --no-fund && \
 		TS_PARTICIPANTD_BIN=$(CURDIR)/clients/typescript/.bin/participantd CHROMIUM=$(CHROMIUM) npm test

@@ -63,3 +63,36 @@ func TestSystemdUnit_Hardened(t *testing.T) {
 		}
 	}
 }
+
+// TestDockerignore_KeepsSecretsAndBuildsOut pins the build context's
+// exclusions (issue 27): history, local data directories (stores hold
+// tokens, node.key the node's secret), build outputs, other clients'
+// dependencies.
+func TestDockerignore_KeepsSecretsAndBuildsOut(t *testing.T) {
+	b, err := os.ReadFile(".dockerignore")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := map[string]bool{}
+	for _, l := range strings.Split(string(b), "\n") {
+		lines[strings.TrimSpace(l)] = true
+	}
+	for _, want := range []string{".git", "data/", "cluster-data/", "bin/", "dist/", "*.db", "*.test", "node_modules/", "**/node_modules/"} {
+		if !lines[want] {
+			t.Errorf(".dockerignore lacks %q", want)
+		}
+	}
+}
+
+// TestDockerfile_NoOpenAdmission: the image does not opt into open
+// admission; cmd/participantd's TestDockerImage_RefusesOpenAdmission runs
+// the daemon with the image's environment.
+func TestDockerfile_NoOpenAdmission(t *testing.T) {
+	b, err := os.ReadFile("Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if regexp.MustCompile(`(?m)^[^#]*ALLOW_OPEN_ADMISSION`).Match(b) {
+		t.Error("the Dockerfile opts into open admission")
+	}
+}

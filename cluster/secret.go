@@ -47,13 +47,15 @@ var ErrNodeKeySealed = errors.New("the cluster secret in etcd is sealed: give th
 
 // LoadSealKey reads a sealing key from path: 32 bytes, or 64 hexadecimal
 // digits and an optional newline (`openssl rand -hex 32`). Like node.key,
-// the file must not be readable by group or others.
+// the file must not be readable by others, nor by its group unless that
+// is the process's own group and may only read it (a Kubernetes Secret
+// mounted with fsGroup: 0440, group-owned by the pod's group).
 func LoadSealKey(path string) ([]byte, error) {
 	info, err := os.Stat(path)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: sealing key: %w", err)
 	}
-	if info.Mode().Perm()&0o077 != 0 {
+	if perm := info.Mode().Perm(); perm&0o007 != 0 || perm&0o070 != 0 && (perm&0o030 != 0 || !ownGroup(info)) {
 		return nil, fmt.Errorf("cluster: sealing key %s has mode %v, want 0600 (it opens the cluster secret)", path, info.Mode().Perm())
 	}
 	b, err := os.ReadFile(path)

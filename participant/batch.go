@@ -138,6 +138,9 @@ func (b *batch) lookup(scope tokenindex.Scope, match func(*oplog.Row) bool, t To
 		pr, tw, err = b.s.lookupToken(b.cv.id, b.live.Applied, scope, match, t)
 	}
 	if err != nil {
+		// A damaged entry is neither "never committed" nor a passing
+		// failure: the conversation is contained.
+		b.s.containCorrupt(b.cv, err)
 		return nil, tw, unavailable("reading the token index", err)
 	}
 	if pr == nil {

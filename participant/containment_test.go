@@ -12,6 +12,7 @@ import (
 	"github.com/participantd/participantd/outbox"
 	"github.com/participantd/participantd/registry"
 	"github.com/participantd/participantd/store"
+	"github.com/participantd/participantd/tokenindex"
 )
 
 // TestOneCorruptConversationAmongManyIsContained corrupts one conversation
@@ -125,5 +126,57 @@ func TestTheObserverTellsReplaysAndNoopsFromCommits(t *testing.T) {
 	want := []string{"enroll:ok", "tell:ok", "tell:replay", "ack:noop", "tell:unknown_participant"}
 	if diff := cmp.Diff(want, obs.outcomes); diff != "" {
 		t.Fatalf("observed outcomes (-want +got):\n%s", diff)
+	}
+}
+
+// corruptValues is a store whose ReadValue of the keys in bad reports them
+// damaged, as a value whose checksum fails does.
+type corruptValues struct {
+	store.DurableStore
+	mu sync.Mutex
+	// +checklocks:mu
+	bad map[string]bool
+}
+
+func (c *corruptValues) ReadValue(key string) (uint64, error) {
+	c.mu.Lock()
+	bad := c.bad[key]
+	c.mu.Unlock()
+	if bad {
+		return 0, &store.ChecksumError{File: "test", Key: key, What: "checksum 00000000 stored, 00000001 computed"}
+	}
+	return c.DurableStore.ReadValue(key)
+}
+
+// A token index entry found damaged by a loaded conversation's lookup is
+// not taken for "never committed": the operation is refused unavailable,
+// and the conversation is contained as store_corrupt from then on, while
+// the others keep serving.
+func TestDamagedTokenEntryContainsALoadedConversation(t *testing.T) {
+	ctx := context.Background()
+	st := &corruptValues{DurableStore: store.NewMemory(), bad: map[string]bool{}}
+	svc := openService(t, st)
+	conns := map[ConversationID]*Conn{}
+	bound := map[ConversationID]Bound{}
+	for conv := ConversationID(1); conv <= 2; conv++ {
+		conns[conv] = svc.Connect(nil)
+		bound[conv] = mustEnroll(t, conns[conv], conv, byte(conv))
+	}
+	st.mu.Lock()
+	st.bad[tokenindex.Key(1, tokenindex.Participant(bound[1].Participant), token(7))] = true
+	st.mu.Unlock()
+	_, err := conns[1].Tell(ctx, Tell{Conversation: 1, Participant: bound[1].Participant, Generation: bound[1].Generation, Token: token(7), Payload: []byte("x")})
+	if !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("Tell whose token entry is damaged = %v, want unavailable", err)
+	}
+	if unl := svc.Unloadable(); len(unl) != 1 || unl[0].Conversation != 1 || unl[0].Class != ClassStoreCorrupt {
+		t.Fatalf("Unloadable() = %+v, want conversation 1 as %s", unl, ClassStoreCorrupt)
+	}
+	_, err = conns[1].Tell(ctx, Tell{Conversation: 1, Participant: bound[1].Participant, Generation: bound[1].Generation, Token: token(8), Payload: []byte("y")})
+	if !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("Tell in the contained conversation = %v, want unavailable", err)
+	}
+	if _, err := conns[2].Tell(ctx, Tell{Conversation: 2, Participant: bound[2].Participant, Generation: bound[2].Generation, Token: token(7), Payload: []byte("z")}); err != nil {
+		t.Fatalf("Tell in the other conversation = %v", err)
 	}
 }

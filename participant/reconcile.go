@@ -101,9 +101,32 @@ func (r *pageReader) entry() ([]byte, error) {
 // collects the expected rows missing at the end. Both streams are read in
 // pages (see pages), the outbox twice: once to validate it whole before
 // anything of it is trusted, once in lockstep with the replay. A finding
-// that forbids loading is a *refusal; a storage failure, or ctx ending
-// while waiting for the page budget, is returned as is.
+// that forbids loading is a *refusal, and so is a stored value of the
+// conversation that is damaged (corruptRefusal); a storage failure, or ctx
+// ending while waiting for the page budget, is returned as is.
 func reconcile(ctx context.Context, st store.DurableStore, c ConversationID, p pages) (*Reconciled, error) {
+	r, err := reconcileRows(ctx, st, c, p)
+	return r, corruptRefusal(err)
+}
+
+// ClassStoreCorrupt is a conversation a stored value of which is damaged:
+// it fails its checksum, or the page holding it cannot be read
+// (store.ErrCorrupt). Its bytes are never served nor taken for absent.
+const ClassStoreCorrupt = "store_corrupt"
+
+// corruptRefusal returns err, or, when err reports damaged stored data
+// (store.ErrCorrupt) of one conversation, a ClassStoreCorrupt refusal
+// that contains it. A failed store (store.ErrFailed) is every
+// conversation's failure, not one's damage: returned as is.
+func corruptRefusal(err error) error {
+	var ref *refusal
+	if err == nil || errors.As(err, &ref) || !errors.Is(err, store.ErrCorrupt) || errors.Is(err, store.ErrFailed) {
+		return err
+	}
+	return &refusal{ClassStoreCorrupt, err.Error()}
+}
+
+func reconcileRows(ctx context.Context, st store.DurableStore, c ConversationID, p pages) (*Reconciled, error) {
 	held, err := p.budget.acquire(ctx, 2*int64(p.bytes))
 	if err != nil {
 		return nil, fmt.Errorf("participant: waiting to read %v: %w", c, err)
@@ -392,6 +415,24 @@ func (s *Service) reconcileTurn(ctx context.Context, cv *conversation) (*outbox.
 		s.log.Info().Uint64("conversation", uint64(cv.id)).Int("rows", len(r.Repairs)).Msg("outbox repaired")
 	}
 	return r.State, nil
+}
+
+// containCorrupt contains cv, whose turn the caller holds, when err
+// reports one of its stored values damaged (corruptRefusal): it is marked
+// unloadable with ClassStoreCorrupt, as a start would find it, logged, and
+// refused unavailable from its next operation on. Any other error is left
+// to the caller. It reports whether it contained cv.
+func (s *Service) containCorrupt(cv *conversation, err error) bool {
+	var ref *refusal
+	if !errors.As(corruptRefusal(err), &ref) || ref.class != ClassStoreCorrupt {
+		return false
+	}
+	cv.mu.Lock()
+	cv.unloadable = &Unloadable{Conversation: cv.id, Class: ref.class, Reason: ref.reason}
+	cv.mu.Unlock()
+	s.log.Error().Uint64("conversation", uint64(cv.id)).Str("class", ref.class).Str("reason", ref.reason).
+		Msg("conversation unloadable; contained")
+	return true
 }
 
 // staleBinding is a binding a load ends: participant p's binding by conn,

@@ -103,6 +103,7 @@ func Inspect(st store.DurableStore) ([]Report, error) {
 		if err == nil {
 			err = checkTokens(context.Background(), st, id, p, int64(floor))
 		}
+		err = corruptRefusal(err)
 		var ref *refusal
 		switch {
 		case errors.As(err, &ref):
@@ -147,8 +148,10 @@ func storedRows(st store.DurableStore, stream string) (stored, trimmed uint64, e
 }
 
 // checkTokens checks that every token-bearing row of c's oplog still
-// stored, from the stream's first row to its end, has the token index
-// entry a retry of its token looks up, naming that row; except a row
+// stored, from the stream's first row to its end, is found by a retry of
+// its token through the lookup the live path makes (liveLookup's scope
+// and match, tokenindex.Key, Service.indexedRow, which reads the row the
+// entry names and checks it committed the token); except a row
 // whose token is a UUIDv7 below floor, c's persisted token floor, whose
 // entry compaction may have deleted (docs/DESIGN.md, The token window)
 // before trimming the row. The first row, by index, that breaks it is a
@@ -174,6 +177,7 @@ func checkTokens(ctx context.Context, st store.DurableStore, c ConversationID, p
 		return err
 	}
 	batch := make([]tokenCheck, 0, tokenCheckRows)
+	check := func() error { return checkTokenBatch(st, c, ops.end, batch, floor) }
 	for i := first; ops.more(); i++ {
 		b, err := ops.entry()
 		if err != nil {
@@ -181,7 +185,7 @@ func checkTokens(ctx context.Context, st store.DurableStore, c ConversationID, p
 		}
 		row, err := oplog.Decode(b)
 		if err != nil {
-			if err := checkTokenBatch(st, batch, floor); err != nil {
+			if err := check(); err != nil {
 				return err
 			}
 			return &refusal{ClassOplogCorrupt, fmt.Sprintf("oplog row %d: %v", i, err)}
@@ -189,15 +193,28 @@ func checkTokens(ctx context.Context, st store.DurableStore, c ConversationID, p
 		if !row.HasToken() {
 			continue
 		}
-		batch = append(batch, tokenCheck{idx: i, kind: row.Kind, p: row.Participant, t: row.Token, key: tokenindex.RowKey(c, &row)})
+		scope, _ := liveLookup(row.Kind, row.Participant)
+		batch = append(batch, tokenCheck{idx: i, kind: row.Kind, p: row.Participant, t: row.Token, key: tokenindex.Key(c, scope, row.Token)})
 		if len(batch) == cap(batch) {
-			if err := checkTokenBatch(st, batch, floor); err != nil {
+			if err := check(); err != nil {
 				return err
 			}
 			batch = batch[:0]
 		}
 	}
-	return checkTokenBatch(st, batch, floor)
+	return check()
+}
+
+// liveLookup is the token index lookup the live path makes for a request
+// that would commit a row of kind by participant p: an enroll looks in
+// the conversation's enroll scope and takes any row (operation.go), every
+// other operation in its participant's scope and takes that
+// participant's rows (ops.go, lookupParticipant).
+func liveLookup(kind oplog.Kind, p ParticipantID) (tokenindex.Scope, func(*oplog.Row) bool) {
+	if kind == oplog.KindEnroll {
+		return tokenindex.Enroll, anyRow
+	}
+	return tokenindex.Participant(p), byParticipant(p)
 }
 
 // tokenCheckRows bounds the rows whose index entries checkTokens holds
@@ -217,8 +234,10 @@ type tokenCheck struct {
 }
 
 // checkTokenBatch reads the index entries of batch, concurrently, and
-// returns the first failed read or finding, in row order (checkTokens).
-func checkTokenBatch(st store.DurableStore, batch []tokenCheck, floor int64) error {
+// resolves each as a retry would (Service.indexedRow, with applied the
+// oplog's length), and returns the first failed read or finding, in row
+// order (checkTokens).
+func checkTokenBatch(st store.DurableStore, c ConversationID, applied uint64, batch []tokenCheck, floor int64) error {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	for range min(len(batch), prefetchParallelism) {
@@ -233,12 +252,20 @@ func checkTokenBatch(st store.DurableStore, batch []tokenCheck, floor int64) err
 		})
 	}
 	wg.Wait()
+	// The live path's lookup is a method of the service for its store
+	// only: the same code, on the store verified.
+	live := &Service{st: st}
 	for k := range batch {
 		r := &batch[k]
 		if r.err != nil {
 			return fmt.Errorf("participant: read %s: %w", r.key, r.err)
 		}
-		if r.v == tokenindex.Value(r.idx) {
+		_, match := liveLookup(r.kind, r.p)
+		pr, _, err := live.indexedRow(c, applied, match, r.t, tokenWrite{key: r.key, old: r.v})
+		if err != nil {
+			return fmt.Errorf("participant: the token index lookup of oplog row %d: %w", r.idx, err)
+		}
+		if pr != nil && pr.idx == r.idx {
 			continue
 		}
 		if ms, v7 := tokenTime(r.t); v7 && ms < floor {

@@ -5,7 +5,9 @@ import (
 	"crypto/subtle"
 	"errors"
 	"io"
+	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -88,12 +90,18 @@ func (s *Server) registerAdmin(mux *http.ServeMux) {
 	mux.Handle("GET /admin/conversations/{id}", s.adminOnly(http.HandlerFunc(s.serveConversationStatus))) // admin_conversation.go
 }
 
-// adminOnly serves h to requests that carry the admin token.
+// adminOnly serves h to requests that carry the admin token; a read (GET)
+// is audited (admin_audit.go), a write logs what it did itself.
 func (s *Server) adminOnly(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if s.requireAdmin(w, r) {
-			h.ServeHTTP(w, r)
+		if !s.requireAdmin(w, r) {
+			return
 		}
+		if r.Method == http.MethodGet {
+			s.auditRead(w, r, h)
+			return
+		}
+		h.ServeHTTP(w, r)
 	})
 }
 
@@ -104,10 +112,44 @@ const adminLogInterval = time.Second
 // requireAdmin reports whether r carries the admin token. When it does
 // not, it answers 401, counts the refusal and logs it, at most one line
 // per adminLogInterval (a peer can send refusals as fast as it likes).
+//
+// A peer over its allowance of wrong tokens (authGuard) is answered 429
+// with Retry-After before its token is compared.
+//
+// Without Config.AdminRemote only loopback peers are served (403 for the
+// others): the health listener may be reachable by probes and Prometheus
+// while the admin endpoints stay inside the host or the pod (kubectl
+// port-forward arrives from loopback). A proxy on the same host or in the
+// pod (a service mesh sidecar) makes every peer loopback: the token is
+// then the guard, as it is with AdminRemote.
 func (s *Server) requireAdmin(w http.ResponseWriter, r *http.Request) bool {
+	peer := remoteAddr(r)
+	principal, now := principalOf(peer), time.Now()
+	if !s.cfg.AdminRemote && !isLoopback(peer) {
+		s.metrics.adminAuthFailed()
+		if ok, held := s.adminLog.allow(now, adminLogInterval); ok {
+			s.log.Warn().Str("remote", r.RemoteAddr).Str("method", r.Method).Str("path", clip(r.URL.Path)).
+				Int("refusals_not_logged", held).
+				Msg("admin request refused: the admin endpoints answer loopback peers only without --admin-remote")
+		}
+		http.Error(w, "the admin endpoints answer loopback peers only (admin-remote)", http.StatusForbidden)
+		return false
+	}
+	if ok, wait := s.auth.admit(principal, "admin", now); !ok {
+		s.metrics.adminAuthFailed()
+		if ok, held := s.adminLog.allow(now, adminLogInterval); ok {
+			s.log.Warn().Str("remote", r.RemoteAddr).Str("method", r.Method).Str("path", clip(r.URL.Path)).
+				Int("refusals_not_logged", held).Dur("retry_after_ms", wait).
+				Msg("admin request refused: too many wrong admin tokens from this address")
+		}
+		w.Header().Set("Retry-After", strconv.Itoa(int(wait.Round(time.Second)/time.Second)+1))
+		http.Error(w, "too many wrong admin tokens from this address", http.StatusTooManyRequests)
+		return false
+	}
 	if s.adminAuthorized(r) {
 		return true
 	}
+	s.auth.failed(principal, "admin", now)
 	s.metrics.adminAuthFailed()
 	if ok, held := s.adminLog.allow(time.Now(), adminLogInterval); ok {
 		s.log.Warn().Str("remote", r.RemoteAddr).Str("method", r.Method).Str("path", clip(r.URL.Path)).
@@ -135,6 +177,15 @@ func (s *Server) adminAuthorized(r *http.Request) bool {
 func tokenEqual(got, want string) bool {
 	g, w := sha256.Sum256([]byte(got)), sha256.Sum256([]byte(want))
 	return subtle.ConstantTimeCompare(g[:], w[:]) == 1
+}
+
+// remoteAddr is r's peer address, nil when it does not parse.
+func remoteAddr(r *http.Request) net.Addr {
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		return nil
+	}
+	return net.TCPAddrFromAddrPort(ap)
 }
 
 // ClusterBackupContentType is the media type of a cluster backup.

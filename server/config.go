@@ -7,6 +7,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/participantd/participantd/internal/buildinfo"
 	"github.com/participantd/participantd/participant"
 	"github.com/participantd/participantd/store"
 	"github.com/participantd/participantd/wire"
@@ -57,11 +58,14 @@ const (
 	MinWALSegmentSize = 1 << 20
 	// DefaultMaxDataBytes caps the store's bytes in use: 32 GiB.
 	DefaultMaxDataBytes = 32 << 30
-	// Version is announced in welcome.server as "participantd <Version>".
-	Version = "0.1.0"
 	// StoreFile is the bbolt file's name inside the data directory.
 	StoreFile = "participantd.db"
 )
+
+// Version is the build's version (internal/buildinfo's VERSION file),
+// announced in welcome.server as "participantd <Version>". The protocol
+// has its own version, welcome.version.
+var Version = buildinfo.Version()
 
 // DefaultStoreCloseTimeout bounds what the shutdown waits for the store
 // after the drain (StoreCloseTimeout). With DefaultDrainTimeout the whole
@@ -110,9 +114,11 @@ type Config struct {
 	// listener over HTTPS. They are required for the admin endpoints or
 	// pprof on a health listener beyond loopback (AdminRemote).
 	HealthTLSCert, HealthTLSKey string
-	// AdminRemote allows the admin endpoints (AdminToken) and pprof on a
-	// health listener that is not bound to a loopback address, with
-	// HealthTLSCert; without it New refuses that configuration.
+	// AdminRemote serves the admin endpoints (AdminToken) and pprof to
+	// peers beyond loopback, which needs HealthTLSCert on a health
+	// listener not bound to a loopback address (New refuses it
+	// otherwise). Without it they answer loopback peers only, 403 to the
+	// others, wherever the listener is bound.
 	AdminRemote bool
 	// HealthHosts are the host names the health listener answers to
 	// besides IP literals and localhost: a request whose Host header

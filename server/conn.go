@@ -3,7 +3,6 @@ package server
 import (
 	"bufio"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -248,28 +247,20 @@ func (c *conn) serve() {
 
 // principal names who the connection acts for, for the shares of the
 // service-wide budgets: the identity of its verified client certificate
-// under mutual TLS (its first URI SAN, such as a SPIFFE id, else its
-// subject), whatever its address, so that one client is one share however
-// many addresses it comes from; else its address where the per-address
+// under mutual TLS (certIdentity: its first URI SAN, such as a SPIFFE
+// id, else its subject, and its issuer), whatever its address, so that
+// one client is one share however many addresses it comes from; else its address where the per-address
 // limits apply, and nobody where they do not (loopback, by default).
 func (c *conn) principal() participant.Principal {
 	if tc := tlsOf(c.nc); tc != nil {
 		if chains := tc.ConnectionState().VerifiedChains; len(chains) > 0 && len(chains[0]) > 0 {
-			return participant.Principal("cert:" + certIdentity(chains[0][0]))
+			return participant.Principal("cert:" + certIdentity(chains[0]))
 		}
 	}
 	if c.limited {
 		return participant.Principal(c.peer.String())
 	}
 	return ""
-}
-
-// certIdentity is who a verified client certificate names.
-func certIdentity(cert *x509.Certificate) string {
-	if len(cert.URIs) > 0 {
-		return cert.URIs[0].String()
-	}
-	return cert.Subject.String()
 }
 
 // tlsOf returns the TLS connection nc runs over, beneath a WebSocket's
@@ -356,8 +347,8 @@ func (c *conn) handshake() (wire.Reason, string, *wire.Hello) {
 	if !slices.Contains(hello.Versions, wire.Version) {
 		return wire.ReasonUnsupportedVersion, fmt.Sprintf("this server speaks version %d only", wire.Version), nil
 	}
-	if tok := c.srv.cfg.AuthToken; tok != "" && (hello.Auth == nil || !tokenEqual(*hello.Auth, tok)) {
-		return wire.ReasonAuthFailed, "wrong or missing auth token", nil
+	if reason, detail := c.srv.checkAuth(c.nc.RemoteAddr(), isWS(c.nc), hello.Auth); reason != "" {
+		return reason, detail, nil
 	}
 	if c.srv.svc.Load() == nil {
 		return wire.ReasonShuttingDown, "the server is not serving", nil

@@ -38,6 +38,11 @@ var (
 	// ErrStoreDamaged reports a store file that fails the checks of
 	// boltstore.Open (store.ErrCorrupt).
 	ErrStoreDamaged = errors.New("server: the store is damaged")
+	// ErrDataDirExposed reports a data directory or a file in it that
+	// other users of the host may read or change: the store holds enroll
+	// and attach tokens whose replay returns participant secrets, and
+	// node.key derives every secret.
+	ErrDataDirExposed = errors.New("server: the data directory is open to other users")
 	// ErrLogPending reports a data directory opened with EngineBolt whose
 	// write-ahead log holds records the store file does not: serving the
 	// file alone would lose acknowledged writes.
@@ -84,6 +89,7 @@ var (
 var errNoBackup = errors.New("server: this store engine has no online backup")
 
 // openDataDir creates the data directory (mode 0700) if absent, locks it,
+// checks that other users may not read it (checkDataDirModes),
 // then opens the store and the node key, refusing what would silently
 // start over from an empty store or void every credential:
 //
@@ -113,6 +119,10 @@ func openDataDir(dir string, cfg Config, log zerolog.Logger) (*dataDir, error) {
 		return nil, err
 	}
 	d := &dataDir{lock: lock}
+	if err := checkDataDirModes(dir, log); err != nil {
+		d.Close()
+		return nil, err
+	}
 	if err := d.open(dir, cfg, log); err != nil {
 		d.Close()
 		return nil, err

@@ -38,3 +38,10 @@ func lockDataDir(dir string, timeout time.Duration) (*os.File, error) {
 		time.Sleep(lockPollInterval)
 	}
 }
+
+// ownGroup reports whether info's file belongs to the group the process
+// runs as (a Kubernetes volume given to the pod's fsGroup is).
+func ownGroup(info os.FileInfo) bool {
+	st, ok := info.Sys().(*syscall.Stat_t)
+	return ok && int(st.Gid) == os.Getegid()
+}

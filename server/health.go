@@ -65,16 +65,7 @@ func (s *Server) healthHandler() http.Handler {
 		json.NewEncoder(w).Encode(st)
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("GET /unloadable-conversations", func(w http.ResponseWriter, r *http.Request) {
-		// Ids are for the operator: shown to the admin token only, and a
-		// request that presents a wrong one is refused as at /admin.
-		authorized := false
-		if r.Header.Get("Authorization") != "" {
-			if !s.requireAdmin(w, r) {
-				return
-			}
-			authorized = true
-		}
+	unloadable := func(w http.ResponseWriter, r *http.Request, authorized bool) {
 		svc, ok := s.openService(w)
 		if !ok {
 			return
@@ -95,6 +86,18 @@ func (s *Server) healthHandler() http.Handler {
 			Count         int                      `json:"count"`
 			Conversations []participant.Unloadable `json:"conversations"`
 		}{len(list), list})
+	}
+	mux.HandleFunc("GET /unloadable-conversations", func(w http.ResponseWriter, r *http.Request) {
+		// Ids are for the operator: shown to the admin token only (an
+		// audited admin read), and a request that presents a wrong one is
+		// refused as at /admin.
+		if r.Header.Get("Authorization") == "" {
+			unloadable(w, r, false)
+			return
+		}
+		if s.requireAdmin(w, r) {
+			s.auditRead(w, r, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { unloadable(w, r, true) }))
+		}
 	})
 	s.registerAdmin(mux)
 	return s.checkHost(mux)
@@ -154,13 +157,16 @@ func (s *Server) hostAllowed(hostport string) bool {
 	return false
 }
 
-// checkHealthExposure refuses the admin endpoints and pprof on a health
-// listener bound beyond loopback (addr), unless Config.AdminRemote says
-// so and the listener serves TLS (hasTLS): they hand out the node's data
-// (a cluster backup holds the cluster secret) to whoever has the token,
-// which must then not travel in the clear.
+// checkHealthExposure refuses Config.AdminRemote, which serves the admin
+// endpoints and pprof to peers beyond loopback, on a health listener bound
+// beyond loopback (addr) without TLS (hasTLS): they hand out the node's
+// data (a cluster backup holds the cluster secret) to whoever has the
+// token, which must then not travel in the clear. Without AdminRemote they
+// answer loopback peers only, whatever the listener's address
+// (requireAdmin), so that probes and Prometheus may reach the listener
+// while the admin endpoints stay inside the host (or the pod).
 func checkHealthExposure(cfg Config, addr net.Addr, hasTLS bool) error {
-	if (cfg.AdminToken == "" && !cfg.Pprof) || isLoopback(addr) {
+	if (cfg.AdminToken == "" && !cfg.Pprof) || isLoopback(addr) || !cfg.AdminRemote {
 		return nil
 	}
 	what := "the admin endpoints (admin-token)"
@@ -168,8 +174,6 @@ func checkHealthExposure(cfg Config, addr net.Addr, hasTLS bool) error {
 		what = "the admin endpoints and pprof (admin-token, pprof)"
 	}
 	switch {
-	case !cfg.AdminRemote:
-		return fmt.Errorf("server: health-listen %s is beyond loopback and would serve %s: keep health-listen on loopback, or set admin-remote with health-tls-cert and health-tls-key to mean it", addr, what)
 	case !hasTLS:
 		return fmt.Errorf("server: admin-remote: %s beyond loopback need TLS on the health listener (health-tls-cert, health-tls-key): the admin token must not travel in the clear", what)
 	}

@@ -251,7 +251,7 @@ func buildInfoGauge() prometheus.Gauge {
 		Name: MetricBuildInfo,
 		Help: "Always 1; the labels say which build runs: version (announced in welcome), module_version, revision, goversion.",
 		ConstLabels: prometheus.Labels{
-			"version": Version, "module_version": bi.Version, "revision": bi.Revision, "goversion": bi.GoVersion,
+			"version": Version, "module_version": bi.ModuleVersion, "revision": bi.Revision, "goversion": bi.GoVersion,
 		},
 	})
 	g.Set(1)

@@ -64,6 +64,9 @@ type Server struct {
 	// to fields by position, which a line declaring two fields shifts.)
 	adminLog  logLimiter
 	refuseLog logLimiter
+	// auth slows and counts wrong auth and admin tokens per peer
+	// (authguard.go).
+	auth *authGuard
 
 	// readyCh is closed once the service is open and accepting.
 	readyCh chan struct{}
@@ -170,6 +173,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.opCtx, s.opCancel = context.WithCancel(context.Background())
 	s.metrics = newMetrics(s)
+	s.auth = newAuthGuard(s.metrics.reg)
 	return s, nil
 }
 

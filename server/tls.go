@@ -1,6 +1,7 @@
 package server
 
 import (
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -8,6 +9,40 @@ import (
 	"os"
 	"sync/atomic"
 )
+
+// aeadSuites are the TLS 1.2 cipher suites the listeners accept: ECDHE
+// key exchange (forward secrecy) with an AEAD cipher. The CBC-SHA suites
+// Go still enables for 1.2 (Lucky13-style padding oracles, no forward
+// secrecy for the RSA key exchange ones) are left out; TLS 1.3's suites
+// are all AEAD and not configurable.
+var aeadSuites = []uint16{
+	tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+	tls.TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+	tls.TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+	tls.TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+	tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+	tls.TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
+}
+
+// certIdentity is who a verified client certificate chain (leaf first)
+// names: the leaf's first URI SAN (such as a SPIFFE id), else its
+// subject, qualified by its issuer: the issuing certificate's subject and
+// the SHA-256 of its public key. Two CAs that issue the same name are two
+// principals, even under the same subject name; a CA renewed with its
+// key keeps its principals.
+func certIdentity(chain []*x509.Certificate) string {
+	leaf := chain[0]
+	id := leaf.Subject.String()
+	if len(leaf.URIs) > 0 {
+		id = leaf.URIs[0].String()
+	}
+	issuer := leaf // a certificate the pool holds itself
+	if len(chain) > 1 {
+		issuer = chain[1]
+	}
+	sum := sha256.Sum256(issuer.RawSubjectPublicKeyInfo)
+	return fmt.Sprintf("%s issuer %q key %x", id, issuer.Subject.String(), sum[:8])
+}
 
 // certs is a listener's TLS identity, reloadable while serving: a
 // handshake takes the certificate current when it starts, so reload
@@ -37,7 +72,8 @@ func loadTLS(certFile, keyFile, clientCA, name string) (*certs, error) {
 		return nil, fmt.Errorf("server: %s-cert/%s-key: %w", name, name, err)
 	}
 	c.conf = &tls.Config{
-		MinVersion: tls.VersionTLS12,
+		MinVersion:   tls.VersionTLS12,
+		CipherSuites: aeadSuites,
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 			return c.cert.Load(), nil
 		},

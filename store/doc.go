@@ -36,6 +36,12 @@
 // the next Flush, or earlier (boltstore writes them in transactions of
 // their own), so a caller flushes what they rely on first.
 //
+// Stored data that is damaged is an error wrapping ErrCorrupt, never a
+// value served nor one read as absent: the bbolt engines seal every value
+// with a CRC-32C of its key (store/boltfmt) and check it on every read, a
+// mismatch being a *ChecksumError naming the file and key. The caller
+// contains what the value belongs to, or refuses to start.
+//
 // Names are 1..MaxNameLen bytes and payloads at most MaxPayloadLen bytes in
 // every implementation; a write outside those limits is refused before it is
 // staged, so it cannot fail a later commit.

@@ -111,11 +111,35 @@ var (
 	// ErrNoData reports a missing or 0-byte data file where one must
 	// exist (Options.ReadOnly or Options.MustExist).
 	ErrNoData = errors.New("store: data file is missing or empty")
-	// ErrCorrupt reports a data file that is damaged: too short, truncated
-	// below what its meta page claims, meta pages that fail their
-	// checksum, or pages bbolt cannot read. The error names the file.
+	// ErrCorrupt reports stored data that is damaged: a data file too
+	// short, truncated below what its meta page claims, with meta pages
+	// that fail their checksum or pages bbolt cannot read; or a stored
+	// value whose checksum does not match (*ChecksumError), in a file or
+	// in etcd. The error names the file (or key). Damage is never read as
+	// absence: a caller contains what the value belongs to, or refuses to
+	// start when it is global.
 	ErrCorrupt = errors.New("store: data file is damaged")
 )
+
+// ChecksumError reports a stored value whose checksum does not match its
+// key and bytes: a bit flipped on the disk, in a backup, or in etcd.
+type ChecksumError struct {
+	// File is the data file, or the etcd key prefix, that holds the value.
+	File string
+	// Key names the value: the bucket and key in a data file, the key in
+	// etcd.
+	Key string
+	// What says what did not match, with the checksum stored and the one
+	// computed.
+	What string
+}
+
+func (e *ChecksumError) Error() string {
+	return fmt.Sprintf("store: %s: value %s is damaged: %s", e.File, e.Key, e.What)
+}
+
+// Unwrap returns ErrCorrupt.
+func (e *ChecksumError) Unwrap() error { return ErrCorrupt }
 
 // Limits every implementation enforces, so that code tested against one
 // store does not fail on another.

@@ -1,8 +1,10 @@
 package wire
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 )
 
@@ -32,9 +34,62 @@ type FrameTooLargeError struct {
 	Max    uint64 // the limit in force
 }
 
-// Error returns the announced length and the limit.
+// Error returns the announced length and the limit, or, when the four
+// header bytes are the start of another protocol (Peer), what the peer
+// most likely is: a length of 1213486160 is "HTTP", the health listener
+// answering a client that dialled the wrong port.
 func (e *FrameTooLargeError) Error() string {
+	switch e.Peer() {
+	case PeerHTTPServer:
+		return fmt.Sprintf("wire: the peer answered in HTTP, not the participantd protocol (header %q): the address is an HTTP listener, likely participantd's health listener (default port 7421), not its protocol listener (default 7420)", e.header())
+	case PeerHTTPClient:
+		return fmt.Sprintf("wire: the peer sent an HTTP request (%q), not the participantd protocol: HTTP goes to the health listener", e.header())
+	case PeerTLS:
+		return "wire: the peer speaks TLS, not the plain participantd protocol: connect with TLS (participantctl --tls-ca FILE)"
+	}
 	return fmt.Sprintf("wire: frame of %d bytes exceeds the limit of %d", e.Length, e.Max)
+}
+
+// Peer says what protocol the header's four bytes belong to, when they
+// are not a participantd frame's length.
+type Peer uint8
+
+const (
+	// PeerUnknown: a participantd frame too long for the limit, or bytes
+	// of no protocol recognised here.
+	PeerUnknown Peer = iota
+	// PeerHTTPServer: "HTTP", the start of an HTTP response's status line.
+	PeerHTTPServer
+	// PeerHTTPClient: the start of an HTTP request line ("GET ", "POST", …).
+	PeerHTTPClient
+	// PeerTLS: a TLS record header (handshake or alert, TLS 1.0–1.3).
+	PeerTLS
+)
+
+// Peer returns what protocol the header that announced Length belongs to.
+// Only a header announcing more than the limit is looked at: a frame
+// within the limit is a frame.
+func (e *FrameTooLargeError) Peer() Peer {
+	if e.Length <= e.Max || e.Length > math.MaxUint32 {
+		return PeerUnknown
+	}
+	h := e.header()
+	switch string(h[:]) {
+	case "HTTP":
+		return PeerHTTPServer
+	case "GET ", "POST", "PUT ", "HEAD", "DELE", "OPTI", "PATC", "CONN", "PRI ":
+		return PeerHTTPClient
+	}
+	if (h[0] == 0x15 || h[0] == 0x16) && h[1] == 0x03 && h[2] <= 0x04 {
+		return PeerTLS
+	}
+	return PeerUnknown
+}
+
+func (e *FrameTooLargeError) header() [4]byte {
+	var h [4]byte
+	binary.BigEndian.PutUint32(h[:], uint32(e.Length))
+	return h
 }
 
 // Unwrap returns ErrFrameTooLarge.

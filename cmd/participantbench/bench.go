@@ -127,7 +127,7 @@ func runBench(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	if version {
-		_, err := fmt.Fprint(e.stdout, buildinfo.Read().String("participantbench", server.Version))
+		_, err := fmt.Fprint(e.stdout, buildinfo.Read().String("participantbench"))
 		return err
 	}
 	if fs.NArg() > 0 {

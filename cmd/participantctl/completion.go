@@ -17,14 +17,15 @@ import (
 func init() {
 	register(&command{
 		name:     "completion",
-		synopsis: "print a shell completion script (bash or zsh)",
-		usage: `bash|zsh
+		synopsis: "print a shell completion script (bash, zsh or fish)",
+		usage: `bash|zsh|fish
 
 Prints a script that completes participantctl's subcommands and their
 flags. Load it from your shell's start-up file:
 
   bash:  source <(participantctl completion bash)      (in ~/.bashrc)
-  zsh:   source <(participantctl completion zsh)       (in ~/.zshrc, after compinit)`,
+  zsh:   source <(participantctl completion zsh)       (in ~/.zshrc, after compinit)
+  fish:  participantctl completion fish > ~/.config/fish/completions/participantctl.fish`,
 		run: runCompletion,
 	})
 }
@@ -35,7 +36,7 @@ func runCompletion(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	if fs.NArg() != 1 {
-		return &cli.ExitError{Code: cli.ExitUsage, Err: errors.New("want exactly one shell: bash or zsh")}
+		return &cli.ExitError{Code: cli.ExitUsage, Err: errors.New("want exactly one shell: bash, zsh or fish")}
 	}
 	spec, err := readCompletionSpec(ctx)
 	if err != nil {
@@ -46,8 +47,10 @@ func runCompletion(ctx context.Context, e *env, args []string) error {
 		return writeBash(e.stdout, spec)
 	case "zsh":
 		return writeZsh(e.stdout, spec)
+	case "fish":
+		return writeFish(e.stdout, spec)
 	}
-	return &cli.ExitError{Code: cli.ExitUsage, Err: fmt.Errorf("unknown shell %q: want bash or zsh", fs.Arg(0))}
+	return &cli.ExitError{Code: cli.ExitUsage, Err: fmt.Errorf("unknown shell %q: want bash, zsh or fish", fs.Arg(0))}
 }
 
 // completionSpec is every subcommand and its flags (without dashes), both
@@ -55,7 +58,7 @@ func runCompletion(ctx context.Context, e *env, args []string) error {
 type completionSpec struct {
 	names []string
 	flags map[string][]string
-	help  map[string]string // synopsis, for zsh
+	help  map[string]string // synopsis, for zsh and fish
 }
 
 // flagLine matches the first line of a flag in flag.PrintDefaults.
@@ -148,6 +151,30 @@ compdef _participantctl participantctl
 `)
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+func writeFish(w io.Writer, spec completionSpec) error {
+	var b strings.Builder
+	b.WriteString(`# fish completion for participantctl; install with:
+#   participantctl completion fish > ~/.config/fish/completions/participantctl.fish
+complete -c participantctl -n __fish_use_subcommand -l help -d 'print the usage'
+complete -c participantctl -n __fish_use_subcommand -l version -d 'print the version'
+`)
+	for _, n := range spec.names {
+		fmt.Fprintf(&b, "complete -c participantctl -f -n __fish_use_subcommand -a %s -d %s\n", n, fishQuote(spec.help[n]))
+	}
+	for _, n := range spec.names {
+		for _, f := range spec.flags[n] {
+			fmt.Fprintf(&b, "complete -c participantctl -n '__fish_seen_subcommand_from %s' -l %s\n", n, f)
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// fishQuote quotes s for fish: in single quotes, only \ and ' are special.
+func fishQuote(s string) string {
+	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(s) + "'"
 }
 
 // dashed returns the flags as "--a --b".

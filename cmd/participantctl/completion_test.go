@@ -21,21 +21,25 @@ func TestCompletion_ScriptsListEverySubcommandAndFlag(t *testing.T) {
 	if f := spec.flags["tail"]; !strings.Contains(strings.Join(f, " "), "follow-takeover") {
 		t.Errorf("tail's flags = %v, want follow-takeover among them", f)
 	}
-	for _, shell := range []string{"bash", "zsh"} {
+	for _, shell := range []string{"bash", "zsh", "fish"} {
 		script := mustCtl(t, ctx, "completion", shell)
 		for name := range commands {
 			if !strings.Contains(script, name) {
 				t.Errorf("the %s script lacks subcommand %s", shell, name)
 			}
 			for _, f := range spec.flags[name] {
-				if !strings.Contains(script, "--"+f) {
+				spelled := "--" + f
+				if shell == "fish" {
+					spelled = "from " + name + "' -l " + f + "\n"
+				}
+				if !strings.Contains(script, spelled) {
 					t.Errorf("the %s script lacks %s's flag --%s", shell, name, f)
 				}
 			}
 		}
 	}
-	if _, errs, code := ctl(ctx, "", "completion", "fish"); code != 2 || !strings.Contains(errs, "bash or zsh") {
-		t.Errorf("completion fish = %d, %q; want a usage error", code, errs)
+	if _, errs, code := ctl(ctx, "", "completion", "tcsh"); code != 2 || !strings.Contains(errs, "bash, zsh or fish") {
+		t.Errorf("completion tcsh = %d, %q; want a usage error", code, errs)
 	}
 }
 
@@ -96,5 +100,42 @@ func TestCompletion_ZshScriptParses(t *testing.T) {
 	prog := "autoload -Uz compinit && compinit -u -d " + filepath.Join(t.TempDir(), "zcompdump") + " && source " + script + " && whence -w _participantctl"
 	if out, err := exec.Command("zsh", "-f", "-c", prog).CombinedOutput(); err != nil || !strings.Contains(string(out), "function") {
 		t.Errorf("zsh could not load the script: %v: %s", err, out)
+	}
+}
+
+func TestCompletion_FishCompletes(t *testing.T) {
+	if _, err := exec.LookPath("fish"); err != nil {
+		t.Skip("no fish (.ci/run installs it)")
+	}
+	script := filepath.Join(t.TempDir(), "participantctl.fish")
+	if err := os.WriteFile(script, []byte(mustCtl(t, context.Background(), "completion", "fish")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("fish", "--no-execute", script).CombinedOutput(); err != nil {
+		t.Fatalf("fish --no-execute: %v: %s", err, out)
+	}
+	for _, c := range []struct {
+		line string
+		want string
+	}{
+		{"participantctl ta", "tail"},
+		{"participantctl te", "tell"},
+		{"participantctl tail --fol", "--follow-takeover"},
+		{"participantctl ack --thr", "--through"},
+		{"participantctl inspect --js", "--json"},
+	} {
+		out, err := exec.Command("fish", "--no-config", "-c", "source "+script+"; complete -C '"+c.line+"'").CombinedOutput()
+		if err != nil {
+			t.Fatalf("fish: %v: %s", err, out)
+		}
+		var got []string
+		for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			if f := strings.Fields(l); len(f) > 0 {
+				got = append(got, f[0])
+			}
+		}
+		if len(got) != 1 || got[0] != c.want {
+			t.Errorf("completing %q = %q, want %q", c.line, got, c.want)
+		}
 	}
 }

@@ -310,3 +310,48 @@ func TestTail_SaysWhenRecordsWereReleased(t *testing.T) {
 		t.Errorf("tail after a release = exit %d, stdout %q, stderr %q; want the released line on stderr, then the record after", r.code, r.out, r.errs)
 	}
 }
+
+// Flags come after the positional MESSAGE as readily as before it, and
+// every one-shot command prints its result as one JSON object with --json.
+func TestOnline_JSONResultsAndFlagsAfterArguments(t *testing.T) {
+	ctx := testCtx(t)
+	addr, _ := startServer(t, t.TempDir())
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "a.json"), filepath.Join(dir, "b.json")
+
+	var r result
+	decode := func(out string) result {
+		t.Helper()
+		var r result
+		if err := json.Unmarshal([]byte(out), &r); err != nil || !strings.HasSuffix(out, "}\n") || strings.Count(out, "\n") != 1 {
+			t.Fatalf("--json printed %q (%v), want one JSON object on one line", out, err)
+		}
+		return r
+	}
+	r = decode(mustCtl(t, ctx, "enroll", "--conversation", "7", "--json", "--addr", addr, "--creds", a))
+	if r.Result != "enrolled" || r.Conversation != 7 || r.Participant != 0 || r.Generation != 1 {
+		t.Errorf("enroll --json = %+v", r)
+	}
+	mustCtl(t, ctx, "enroll", "--addr", addr, "--conversation", "7", "--creds", b)
+	r = decode(mustCtl(t, ctx, "tell", "hello", "--addr", addr, "--creds", a, "--json"))
+	if r.Result != "told" || r.Conversation != 7 || r.Seq == nil || *r.Seq == 0 {
+		t.Errorf("tell MESSAGE --json = %+v", r)
+	}
+	told := *r.Seq
+	r = decode(mustCtl(t, ctx, "ack", "--addr", addr, "--creds", b, "--through", strconv.FormatUint(told, 10), "--json"))
+	if r.Result != "acked" || r.Cursor == nil || *r.Cursor != told {
+		t.Errorf("ack --json = %+v, want cursor %d", r, told)
+	}
+	r = decode(mustCtl(t, ctx, "attach", "--addr", addr, "--creds", b, "--json"))
+	if r.Result != "attached" || r.Participant != 1 || r.Generation < 2 {
+		t.Errorf("attach --json = %+v", r)
+	}
+	r = decode(mustCtl(t, ctx, "leave", "--json", "--addr", addr, "--creds", b))
+	if r.Result != "left" || r.Seq == nil {
+		t.Errorf("leave --json = %+v", r)
+	}
+	// Without --json the line is as before, whatever the flags' order.
+	if out := mustCtl(t, ctx, "tell", "again", "--creds", a, "--addr", addr); !strings.HasPrefix(out, "told: conversation 7 participant 0 seq ") {
+		t.Errorf("tell MESSAGE --flags = %q", out)
+	}
+}

@@ -28,7 +28,6 @@ import (
 
 	"github.com/participantd/participantd/internal/buildinfo"
 	"github.com/participantd/participantd/internal/cli"
-	"github.com/participantd/participantd/server"
 )
 
 // command is one subcommand.
@@ -77,7 +76,7 @@ func main() {
 // run runs the subcommand named by args[0] and returns the exit status.
 func run(ctx context.Context, e *env, args []string) int {
 	if len(args) > 0 && (args[0] == "--version" || args[0] == "-version" || args[0] == "version") {
-		fmt.Fprint(e.stdout, buildinfo.Read().String("participantctl", server.Version))
+		fmt.Fprint(e.stdout, buildinfo.Read().String("participantctl"))
 		return 0
 	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {

@@ -350,3 +350,35 @@ func TestVerify_TokenIndexMissing_RefusedAndInspectShowsTheFloor(t *testing.T) {
 		t.Errorf("inspect --json token floors of conversations 1, 2 (-want +got):\n%s", diff)
 	}
 }
+
+// TestVerify_FlippedPayloadBit_NamesTheValue flips one bit of a told
+// payload in the data file: every page and key is in place, and only the
+// value's checksum tells. verify and inspect exit 1 naming the file and
+// the stream entry, and change nothing.
+func TestVerify_FlippedPayloadBit_NamesTheValue(t *testing.T) {
+	ctx := testCtx(t)
+	dir := buildData(t, nil)
+	path := filepath.Join(dir, storeFile)
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := strings.Index(string(raw), "hi")
+	if at < 0 {
+		t.Fatal("the data file holds no told payload")
+	}
+	raw[at] ^= 0x20
+	if err := os.WriteFile(path, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	before := snapshot(t, dir)
+	for _, cmd := range []string{"verify", "inspect"} {
+		_, errs, code := ctl(ctx, "", cmd, "--data", dir)
+		if code != 1 || !strings.Contains(errs, path) || !strings.Contains(errs, "streams/") || !strings.Contains(errs, "checksum") {
+			t.Errorf("%s = exit %d, %q; want 1 and the damaged stream entry named", cmd, code, errs)
+		}
+	}
+	if after := snapshot(t, dir); after != before {
+		t.Errorf("verify and inspect changed the data directory")
+	}
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -21,7 +22,7 @@ func init() {
 	register(&command{
 		name:     "enroll",
 		synopsis: "enroll a new participant in a conversation and save its credential",
-		usage: `--conversation N --creds FILE [--force] [--invite TEXT]
+		usage: `--conversation N --creds FILE [--force] [--invite TEXT] [--json]
 
 Enrolls a new participant in conversation N (creating the conversation on
 first use) and writes its credential to FILE (mode 0600). The enroll's token
@@ -36,7 +37,7 @@ command exits.`,
 	register(&command{
 		name:     "attach",
 		synopsis: "attach with the saved credential, minting a new generation",
-		usage: `--creds FILE
+		usage: `--creds FILE [--json]
 
 Attaches the participant of FILE, which mints a new generation and secret;
 FILE is rewritten with them. The attach's token is saved in FILE before it
@@ -48,7 +49,7 @@ command exits.`,
 	register(&command{
 		name:     "tell",
 		synopsis: "send a record to the conversation (attaches first)",
-		usage: `--creds FILE [--token HEX] MESSAGE|-
+		usage: `--creds FILE [--token HEX] [--json] MESSAGE|-
 
 Sends MESSAGE (or standard input, for -) as a record. A tell needs the
 participant's binding, which belongs to a connection, so tell first attaches
@@ -67,7 +68,7 @@ sending twice.`,
 	register(&command{
 		name:     "ack",
 		synopsis: "acknowledge deliveries through a seq (attaches first)",
-		usage: `--creds FILE --through N
+		usage: `--creds FILE --through N [--json]
 
 Acknowledges every record through seq N. An ack needs the binding, so ack
 first attaches on its own connection, like tell (a new generation; FILE is
@@ -78,7 +79,7 @@ rewritten; a binding elsewhere is superseded). Prints
 	register(&command{
 		name:     "leave",
 		synopsis: "retire the participant for good",
-		usage: `--creds FILE
+		usage: `--creds FILE [--json]
 
 Retires the participant. A detached participant leaves from any connection;
 one bound elsewhere (a running tail) is first attached here, which ends that
@@ -91,6 +92,7 @@ func runEnroll(ctx context.Context, e *env, args []string) error {
 	c := commands["enroll"]
 	fs := newFlagSet(e, c)
 	cf := addConnFlags(fs, e)
+	asJSON := fs.Bool("json", false, "print the result as one JSON object")
 	conv := fs.Uint64("conversation", 0, "the conversation to enroll in")
 	force := fs.Bool("force", false, "overwrite an existing credential file")
 	inviteText := fs.String("invite", "", "the invitation participantctl invite printed (servers with --enroll-policy invite)")
@@ -142,13 +144,14 @@ func runEnroll(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	s.finish(cred)
-	fmt.Fprintf(e.stdout, "enrolled: %v\n", cred)
-	return nil
+	return printResult(e, *asJSON, fmt.Sprintf("enrolled: %v", cred), result{Result: "enrolled",
+		Conversation: cred.Conversation, Participant: cred.Participant, Generation: cred.Generation})
 }
 
 func runAttach(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, commands["attach"])
 	cf := addConnFlags(fs, e)
+	asJSON := fs.Bool("json", false, "print the result as one JSON object")
 	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
@@ -158,13 +161,14 @@ func runAttach(ctx context.Context, e *env, args []string) error {
 	}
 	defer s.Close()
 	s.finish(cred)
-	fmt.Fprintf(e.stdout, "attached: %v\n", cred)
-	return nil
+	return printResult(e, *asJSON, fmt.Sprintf("attached: %v", cred), result{Result: "attached",
+		Conversation: cred.Conversation, Participant: cred.Participant, Generation: cred.Generation})
 }
 
 func runTell(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, commands["tell"])
 	cf := addConnFlags(fs, e)
+	asJSON := fs.Bool("json", false, "print the result as one JSON object")
 	tokenHex := fs.String("token", "", "the operation's token, 32 hex digits, to learn the outcome of an earlier tell (default: a fresh UUIDv7, which a server with a token window requires)")
 	if err := cli.Parse(fs, args); err != nil {
 		return err
@@ -202,13 +206,14 @@ func runTell(ctx context.Context, e *env, args []string) error {
 		return explain(inDoubtHint(err), about{cred: cred, creds: cf.creds, size: len(payload)})
 	}
 	s.finish(cred)
-	fmt.Fprintf(e.stdout, "told: conversation %d participant %d seq %d\n", cred.Conversation, cred.Participant, seq)
-	return nil
+	return printResult(e, *asJSON, fmt.Sprintf("told: conversation %d participant %d seq %d", cred.Conversation, cred.Participant, seq),
+		result{Result: "told", Conversation: cred.Conversation, Participant: cred.Participant, Seq: &seq})
 }
 
 func runAck(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, commands["ack"])
 	cf := addConnFlags(fs, e)
+	asJSON := fs.Bool("json", false, "print the result as one JSON object")
 	through := fs.Uint64("through", 0, "acknowledge every record through this seq")
 	if err := cli.Parse(fs, args); err != nil {
 		return err
@@ -228,13 +233,14 @@ func runAck(ctx context.Context, e *env, args []string) error {
 		return explain(err, about{cred: cred, creds: cf.creds, seq: *through})
 	}
 	s.finish(cred)
-	fmt.Fprintf(e.stdout, "acked: conversation %d participant %d cursor %d\n", cred.Conversation, cred.Participant, cursor)
-	return nil
+	return printResult(e, *asJSON, fmt.Sprintf("acked: conversation %d participant %d cursor %d", cred.Conversation, cred.Participant, cursor),
+		result{Result: "acked", Conversation: cred.Conversation, Participant: cred.Participant, Cursor: &cursor})
 }
 
 func runLeave(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, commands["leave"])
 	cf := addConnFlags(fs, e)
+	asJSON := fs.Bool("json", false, "print the result as one JSON object")
 	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
@@ -271,8 +277,34 @@ func runLeave(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return explain(err, about{cred: cred, creds: cf.creds})
 	}
-	fmt.Fprintf(e.stdout, "left: conversation %d participant %d seq %d\n", cred.Conversation, cred.Participant, seq)
-	return nil
+	return printResult(e, *asJSON, fmt.Sprintf("left: conversation %d participant %d seq %d", cred.Conversation, cred.Participant, seq),
+		result{Result: "left", Conversation: cred.Conversation, Participant: cred.Participant, Seq: &seq})
+}
+
+// result is what --json prints of a one-shot command: the answer's name
+// and its fields. The secret stays in the credential file.
+type result struct {
+	Result       string  `json:"result"`
+	Conversation uint64  `json:"conversation"`
+	Participant  uint64  `json:"participant"`
+	Generation   uint64  `json:"generation,omitempty"`
+	Seq          *uint64 `json:"seq,omitempty"`
+	Cursor       *uint64 `json:"cursor,omitempty"`
+}
+
+// printResult prints line, or with asJSON r as one JSON object, and a
+// newline.
+func printResult(e *env, asJSON bool, line string, r result) error {
+	if !asJSON {
+		_, err := fmt.Fprintln(e.stdout, line)
+		return err
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(e.stdout, "%s\n", b)
+	return err
 }
 
 // inDoubtHint adds the token to an in_doubt error, so the user can learn

@@ -15,7 +15,8 @@ import (
 )
 
 // TestRestore_RefusesANonBackupBeforeWritingAnything restores files that
-// are not whole backups: each is refused, naming the file given as what is
+// are not whole backups (one of them a backup with one bit of a payload
+// flipped): each is refused, naming the file given as what is
 // wrong, and the data directory is left as it was (absent), so that the
 // next restore, of the right file, can run.
 func TestRestore_RefusesANonBackupBeforeWritingAnything(t *testing.T) {
@@ -60,18 +61,23 @@ func TestRestore_RefusesANonBackupBeforeWritingAnything(t *testing.T) {
 	for i := range junk {
 		junk[i] = byte(rnd.IntN(256))
 	}
+	// One bit of one payload flipped: every page and key still in place,
+	// only the value's checksum tells.
+	flipped := bytes.Clone(whole)
+	flipped[bytes.Index(flipped, bytes.Repeat([]byte{'x'}, 100))+50] ^= 0x01
 	for name, content := range map[string][]byte{
 		"text":      []byte("this is not a backup\n"),
 		"empty":     nil,
 		"random":    junk,
 		"truncated": whole[:len(whole)/2],
+		"flipped":   flipped,
 	} {
 		p := filepath.Join(work, name)
 		if err := os.WriteFile(p, content, 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for _, name := range []string{"text", "empty", "random", "truncated", "other.db"} {
+	for _, name := range []string{"text", "empty", "random", "truncated", "flipped", "other.db"} {
 		from := filepath.Join(work, name)
 		data := filepath.Join(work, "data-"+name)
 		out, errs, code := ctl(ctx, "", "restore", "--from", from, "--node-key", key, "--data", data)

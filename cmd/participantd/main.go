@@ -5,9 +5,10 @@
 // SIGTERM or SIGINT. Run it with --help for every setting; the server itself
 // is package server, which other programs may embed.
 //
-// Besides serving it has two flag-only modes: --version prints the build,
-// and --healthcheck probes a running server's /ready (for container health
-// checks, where the image has no HTTP client).
+// Besides serving it has three flag-only modes: --version prints the build,
+// --healthcheck probes a running server's /ready (for container health
+// checks, where the image has no HTTP client), and --generate-token prints
+// a new random token for --auth-token-file or --admin-token-file.
 package main
 
 import (
@@ -53,8 +54,16 @@ func run(args, environ []string, stdout io.Writer, stderr *os.File) int {
 		return 2
 	}
 	switch {
+	case o.generateToken:
+		tok, err := generateToken()
+		if err != nil {
+			fmt.Fprintf(stderr, "participantd: generate-token: %v\n", err)
+			return 1
+		}
+		fmt.Fprintln(stdout, tok)
+		return 0
 	case o.version:
-		fmt.Fprint(stdout, buildinfo.Read().String("participantd", server.Version))
+		fmt.Fprint(stdout, buildinfo.Read().String("participantd"))
 		return 0
 	case o.healthcheck:
 		if err := healthcheck(o.server.HealthListen, o.server.HealthTLSCert != "", 5*time.Second); err != nil {

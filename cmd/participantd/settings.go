@@ -48,9 +48,14 @@ type options struct {
 	// read by readSecretFiles once every setting is resolved.
 	secretFiles []secretFile
 
+	// allowOpenAdmission lets a listener beyond loopback admit anyone
+	// (checkOpenAdmission).
+	allowOpenAdmission bool
+
 	// Flag-only modes, not settings.
-	version     bool // --version: print the build and exit
-	healthcheck bool // --healthcheck: probe /ready of a running server and exit
+	version       bool // --version: print the build and exit
+	healthcheck   bool // --healthcheck: probe /ready of a running server and exit
+	generateToken bool // --generate-token: print a new random token and exit
 }
 
 // effectiveSetting is one resolved setting.
@@ -102,7 +107,9 @@ var settings = []setting{
 		func(o *options, v string) error { o.server.AdminToken = v; return nil }},
 	{"admin-token-file", "", "file holding admin-token (one line; a trailing newline is dropped)",
 		secretFileSetting("admin-token", func(o *options) *string { return &o.server.AdminToken })},
-	{"admin-remote", "false", "allow the admin endpoints and pprof on a health-listen beyond loopback (needs health-tls-cert); without it such a start is refused",
+	{"allow-open-admission", "false", "allow listen or ws-listen beyond loopback with no auth-token, no tls-client-ca and enroll-policy open, where anyone who can connect may enroll into any conversation and read it; without it such a start is refused",
+		boolSetting(func(o *options) *bool { return &o.allowOpenAdmission })},
+	{"admin-remote", "false", "serve the admin endpoints and pprof to peers beyond loopback (on a health-listen beyond loopback it needs health-tls-cert); without it they answer loopback peers only (403 to others), so a health-listen beyond loopback serves probes and /metrics while the admin endpoints stay inside the host or pod (kubectl port-forward)",
 		boolSetting(func(o *options) *bool { return &o.server.AdminRemote })},
 	{"tls-cert", "", "PEM certificate: serve the wire listener over TLS (with tls-key); SIGHUP reloads it",
 		func(o *options, v string) error { o.server.TLSCert = v; return nil }},
@@ -435,6 +442,7 @@ func parseOptions(args, environ []string, usageOut io.Writer) (options, error) {
 	}
 	version := fs.Bool("version", false, "print the version and build, then exit")
 	healthcheck := fs.Bool("healthcheck", false, "probe /ready of the server at health-listen; exit 0 when ready, 1 otherwise")
+	generate := fs.Bool("generate-token", false, "print a new random token (32 bytes, base64url) for auth-token or admin-token, then exit")
 	// The flag package prints a bad flag's error and then the whole usage:
 	// silence it, so that run prints the error and a pointer to -h alone.
 	fs.SetOutput(io.Discard)
@@ -481,7 +489,11 @@ func parseOptions(args, environ []string, usageOut io.Writer) (options, error) {
 		}
 	}
 
-	o := options{version: *version, healthcheck: *healthcheck}
+	o := options{version: *version, healthcheck: *healthcheck, generateToken: *generate}
+	if o.generateToken {
+		return o, nil
+	}
+	sources := make(map[string]string) // where each setting given came from
 	for _, s := range settings {
 		v, from := s.def, "default"
 		if given[s.name] {
@@ -498,6 +510,9 @@ func parseOptions(args, environ []string, usageOut io.Writer) (options, error) {
 			}
 			return options{}, fmt.Errorf("invalid %s %s (from %s): %w", s.name, shown, from, err)
 		}
+		if v != "" {
+			sources[s.name] = from
+		}
 		if secretSetting(s.name) && v != "" {
 			if given[s.name] {
 				o.warnings = append(o.warnings, fmt.Sprintf("--%s is on the command line, which every local user can read (ps, /proc/PID/cmdline): use --%s-file or %s", s.name, s.name, envName(s.name)))
@@ -507,6 +522,15 @@ func parseOptions(args, environ []string, usageOut io.Writer) (options, error) {
 		o.effective = append(o.effective, effectiveSetting{s.name, v, from})
 	}
 	if err := readSecretFiles(&o); err != nil {
+		return options{}, err
+	}
+	for _, f := range o.secretFiles {
+		sources[f.name] = f.path + " via " + sources[f.name+"-file"]
+	}
+	if err := checkSecrets(&o, sources); err != nil {
+		return options{}, err
+	}
+	if err := checkOpenAdmission(&o); err != nil {
 		return options{}, err
 	}
 	return o, nil
@@ -564,6 +588,11 @@ bbolt: the bbolt file alone). With no flags it uses ./data and listens on loopba
         probe GET /ready on health-listen (an unspecified host such as 0.0.0.0
         means this machine); exit 0 when ready, 1 otherwise. For container
         health checks: the image needs no HTTP client.
+  --generate-token
+        print a new random token (32 bytes from the system's secure
+        generator, base64url) for auth-token-file or admin-token-file, then
+        exit. auth-token and admin-token are refused at start below 128 bits
+        (32 hex digits, 22 base64 characters) or holding a placeholder word.
 
 Every setting is a flag, an environment variable and a config file key.
 Precedence: flag > environment > config file (--config) > default.

@@ -204,20 +204,21 @@ func TestParseOptions_SecretsFromFiles(t *testing.T) {
 		os.WriteFile(p, []byte(content), 0o600)
 		return p
 	}
-	auth, admin, etcd := write("auth", "a-token\n"), write("admin", "admin-token\r\n"), write("etcd", "pw")
+	auth, admin, etcd := write("auth", strongToken+"\n"), write("admin", otherStrongToken+"\r\n"), write("etcd", "pw")
 	o, err := parseOptions([]string{"--auth-token-file", auth, "--etcd-password-file", etcd},
 		[]string{"PARTICIPANTD_ADMIN_TOKEN_FILE=" + admin}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.server.AuthToken != "a-token" || o.server.AdminToken != "admin-token" || o.server.Cluster.Password != "pw" {
-		t.Errorf("secrets from files = %q, %q, %q; want a-token, admin-token, pw", o.server.AuthToken, o.server.AdminToken, o.server.Cluster.Password)
+	if o.server.AuthToken != strongToken || o.server.AdminToken != otherStrongToken || o.server.Cluster.Password != "pw" {
+		t.Errorf("secrets from files = %q, %q, %q; want %s, %s, pw", o.server.AuthToken, o.server.AdminToken, o.server.Cluster.Password, strongToken, otherStrongToken)
 	}
-	if len(o.warnings) != 0 {
-		t.Errorf("secrets from files warned %q", o.warnings)
+	// Only the weak etcd password ("pw", etcd's to choose) is warned about.
+	if len(o.warnings) != 1 || !strings.Contains(o.warnings[0], "etcd-password") || strings.Contains(o.warnings[0], "pw ") {
+		t.Errorf("secrets from files warned %q, want one warning about the weak etcd-password", o.warnings)
 	}
 	for _, e := range o.effective {
-		if strings.Contains(e.value, "a-token") || strings.Contains(e.value, "admin-token") || e.value == "pw" {
+		if strings.Contains(e.value, strongToken) || strings.Contains(e.value, otherStrongToken) || e.value == "pw" {
 			t.Errorf("the effective configuration shows a secret: %s = %q", e.name, e.value)
 		}
 	}
@@ -234,8 +235,8 @@ func TestParseOptions_SecretsFromFiles(t *testing.T) {
 			t.Errorf("%s: parseOptions = %v, want an error naming %q", tc.name, err, tc.wantErr)
 		}
 	}
-	o, err = parseOptions([]string{"--auth-token", "on-the-command-line"}, nil, io.Discard)
-	if err != nil || len(o.warnings) != 1 || !strings.Contains(o.warnings[0], "--auth-token-file") || strings.Contains(o.warnings[0], "on-the-command-line") {
+	o, err = parseOptions([]string{"--auth-token", strongToken}, nil, io.Discard)
+	if err != nil || len(o.warnings) != 1 || !strings.Contains(o.warnings[0], "--auth-token-file") || strings.Contains(o.warnings[0], strongToken) {
 		t.Errorf("--auth-token on the command line: warnings %q, %v; want one naming --auth-token-file, without the token", o.warnings, err)
 	}
 }

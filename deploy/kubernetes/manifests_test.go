@@ -8,6 +8,9 @@ package kubernetes
 
 import (
 	"bytes"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
@@ -19,6 +22,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/yaml"
@@ -33,6 +37,7 @@ type manifest struct {
 	secrets    map[string]*corev1.Secret
 	sets       []*appsv1.StatefulSet
 	services   []*corev1.Service
+	policies   []*networkingv1.NetworkPolicy
 }
 
 // decode splits a file into its documents and decodes each strictly into
@@ -64,6 +69,8 @@ func decode(t *testing.T, path string) manifest {
 			obj = &appsv1.StatefulSet{}
 		case "policy/v1 PodDisruptionBudget":
 			obj = &policyv1.PodDisruptionBudget{}
+		case "networking.k8s.io/v1 NetworkPolicy":
+			obj = &networkingv1.NetworkPolicy{}
 		default:
 			t.Fatalf("%s document %d: unexpected %q %q", path, i, meta.APIVersion, meta.Kind)
 		}
@@ -79,6 +86,8 @@ func decode(t *testing.T, path string) manifest {
 			m.services = append(m.services, o)
 		case *appsv1.StatefulSet:
 			m.sets = append(m.sets, o)
+		case *networkingv1.NetworkPolicy:
+			m.policies = append(m.policies, o)
 		}
 	}
 	return m
@@ -154,11 +163,32 @@ func checkPod(t *testing.T, m manifest, ss *appsv1.StatefulSet) map[string]strin
 				writeFile(t, filepath.Join(dir, k), strings.ReplaceAll(val, "/etc/participantd/", root+"/etc/participantd/"))
 			}
 		case ok && v.Secret != nil:
-			// A Secret the operator brings (a TLS certificate) is not in
-			// the manifest; the daemon reads only the token files at start.
 			if s := m.secrets[v.Secret.SecretName]; s != nil {
 				for k, val := range s.StringData {
 					writeFile(t, filepath.Join(dir, k), val+"\n")
+				}
+				continue
+			}
+			// A Secret created at install is not in the manifest: the
+			// volume lists its keys (a missing one fails the pod's start),
+			// and each is written as `kubectl create secret` would hold it.
+			if len(v.Secret.Items) == 0 {
+				t.Errorf("volume %s: Secret %s is not in the manifest and lists no items: name the keys it must hold", v.Name, v.Secret.SecretName)
+			}
+			// The kubelet mounts it with defaultMode, plus group read
+			// for fsGroup (the pod's group owns the files then).
+			mode := os.FileMode(0o644)
+			if v.Secret.DefaultMode != nil {
+				mode = os.FileMode(*v.Secret.DefaultMode)
+			}
+			if sc := pod.SecurityContext; sc != nil && sc.FSGroup != nil {
+				mode |= 0o440
+			}
+			for _, it := range v.Secret.Items {
+				p := filepath.Join(dir, it.Path)
+				writeFile(t, p, installedSecret(t, it.Key))
+				if err := os.Chmod(p, mode); err != nil {
+					t.Fatal(err)
 				}
 			}
 		}
@@ -284,6 +314,28 @@ func mounted(ss *appsv1.StatefulSet, volume, path string) bool {
 		}
 	}
 	return false
+}
+
+// installedSecret is what the operator's Secret holds under key, made as
+// the manifests' headers say: tokens from `participantd --generate-token`
+// (or openssl rand -base64 32), the sealing key from openssl rand -hex 32;
+// certificates are read only when serving, not by --version.
+func installedSecret(t *testing.T, key string) string {
+	t.Helper()
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	switch {
+	case strings.HasSuffix(key, "token") || strings.HasSuffix(key, "password"):
+		return base64.StdEncoding.EncodeToString(b) + "\n"
+	case strings.HasSuffix(key, "seal-key"):
+		return hex.EncodeToString(b) + "\n"
+	case strings.HasSuffix(key, ".crt") || strings.HasSuffix(key, ".key"):
+		return "-----BEGIN PLACEHOLDER-----\n-----END PLACEHOLDER-----\n"
+	}
+	t.Fatalf("Secret key %q: unknown kind of secret", key)
+	return ""
 }
 
 func writeFile(t *testing.T, path, content string) {

@@ -1,6 +1,8 @@
 package buildinfo
 
 import (
+	"regexp"
+	"runtime"
 	"runtime/debug"
 	"strings"
 	"testing"
@@ -13,22 +15,28 @@ func TestFromBuildInfo_ReadsModuleAndVCS(t *testing.T) {
 		GoVersion: "go1.26.8",
 		Main:      debug.Module{Path: "github.com/participantd/participantd", Version: "v1.2.3"},
 		Settings: []debug.BuildSetting{
-			{Key: "vcs.revision", Value: "abc123"},
+			{Key: "vcs.revision", Value: "abc123def4567890"},
 			{Key: "vcs.time", Value: "2026-11-30T18:00:00Z"},
 			{Key: "vcs.modified", Value: "true"},
 		},
 	}
-	want := Info{Module: "github.com/participantd/participantd", Version: "v1.2.3", Revision: "abc123",
+	want := Info{Module: "github.com/participantd/participantd", ModuleVersion: "v1.2.3", Revision: "abc123def4567890",
 		Time: "2026-11-30T18:00:00Z", Modified: true, GoVersion: "go1.26.8"}
 	if diff := cmp.Diff(want, fromBuildInfo(bi)); diff != "" {
 		t.Errorf("fromBuildInfo (-want +got):\n%s", diff)
 	}
-	got := want.String("participantd", "0.1.0")
-	for _, s := range []string{"participantd 0.1.0\n", "module github.com/participantd/participantd v1.2.3\n",
-		"revision abc123 2026-11-30T18:00:00Z (modified)\n", "go1.26.8\n"} {
-		if !strings.Contains(got, s) {
-			t.Errorf("String() = %q, want it to contain %q", got, s)
-		}
+}
+
+func TestInfo_String_IsOneLineWithVersionCommitAndGo(t *testing.T) {
+	i := Info{Version: "v1.2.3", Module: "m", ModuleVersion: "(devel)", Revision: "abc123def4567890",
+		Time: "2026-11-30T18:00:00Z", Modified: true, GoVersion: "go1.26.8"}
+	want := "participantd v1.2.3 (commit abc123def456, 2026-11-30T18:00:00Z, modified; go1.26.8 " + runtime.GOOS + "/" + runtime.GOARCH + ")\n"
+	if got := i.String("participantd"); got != want {
+		t.Errorf("String() = %q, want %q", got, want)
+	}
+	bare := Info{Version: "v1.2.3", Revision: unknown, Time: unknown, GoVersion: "go1.26.8"}
+	if got := bare.String("participantctl"); got != "participantctl v1.2.3 (go1.26.8 "+runtime.GOOS+"/"+runtime.GOARCH+")\n" {
+		t.Errorf("String() without VCS = %q", got)
 	}
 }
 
@@ -39,19 +47,26 @@ func TestFromBuildInfo_WithoutVCS(t *testing.T) {
 	}
 }
 
-func TestRead_InATestBinary(t *testing.T) {
-	if got := Read(); got.GoVersion == "" || got.Module == "" {
-		t.Errorf("Read() = %+v", got)
+// The VERSION file is the one source of the version: a tag's name, with
+// -dev between releases.
+func TestVersion_IsTheVersionFile(t *testing.T) {
+	v := Version()
+	if !regexp.MustCompile(`^v\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?$`).MatchString(v) {
+		t.Errorf("VERSION = %q, want vMAJOR.MINOR.PATCH with an optional pre-release suffix", v)
+	}
+	if strings.TrimSpace(versionFile) != v || strings.Count(versionFile, "\n") > 1 {
+		t.Errorf("VERSION file = %q: want one line", versionFile)
+	}
+	if got := Read(); got.Version != v || got.GoVersion == "" || got.Module == "" {
+		t.Errorf("Read() = %+v, want version %s", got, v)
 	}
 }
 
-func TestStamped_ReleaseVersionReplacesDevel(t *testing.T) {
-	devel := Info{Module: "m", Version: "(devel)", Revision: unknown, Time: unknown, GoVersion: "go1.26.8"}
-	got := devel.stamped("v0.2.0", "abc123")
-	if got.Version != "v0.2.0" || got.Revision != "abc123" {
-		t.Errorf("stamped = %+v, want version v0.2.0 and revision abc123", got)
-	}
-	if got := devel.stamped("", ""); got != devel {
-		t.Errorf("stamped with nothing = %+v, want %+v unchanged", got, devel)
+func TestRead_RevisionStampReplacesVCS(t *testing.T) {
+	old := revision
+	defer func() { revision = old }()
+	revision = "0123456789abcdef"
+	if got := Read(); got.Revision != "0123456789abcdef" {
+		t.Errorf("Read().Revision = %q, want the stamp", got.Revision)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 )
 
 // ExitError ends the process with Code after printing Err, if any.
@@ -37,11 +38,17 @@ const ExitUsage = 2
 // ExitUsage) carrying the flag package's reason, which Status prints with a
 // pointer to -h. The flag package would print the reason and then the
 // whole usage: Parse silences it while it runs.
+//
+// Flags may come anywhere among the arguments, before or after the
+// positional ones, as etcdctl's and kubectl's do: `status 42 --json` is
+// `status --json 42`. A "--" ends the flags; what follows is positional
+// even if it starts with "-". fs.Args() returns the positional arguments
+// in their order.
 func Parse(fs *flag.FlagSet, args []string) error {
 	usage, out := fs.Usage, fs.Output()
 	fs.Usage = func() {}
 	fs.SetOutput(io.Discard)
-	err := fs.Parse(args)
+	err := fs.Parse(interspersed(fs, args))
 	fs.Usage = usage
 	fs.SetOutput(out)
 	switch {
@@ -52,6 +59,46 @@ func Parse(fs *flag.FlagSet, args []string) error {
 		return err
 	}
 	return &ExitError{Code: ExitUsage, Err: err}
+}
+
+// interspersed returns args with the flags first and the positional
+// arguments after a "--", so that the flag package, which stops at the
+// first positional argument, sees every flag. A flag takes the next
+// argument as its value unless it is a boolean flag or carries its value
+// after "=". "-" alone (standard input) is positional.
+func interspersed(fs *flag.FlagSet, args []string) []string {
+	var flags, positional []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "--":
+			positional = append(positional, args[i+1:]...)
+			i = len(args)
+		case len(a) < 2 || a[0] != '-':
+			positional = append(positional, a)
+		default:
+			flags = append(flags, a)
+			name := strings.TrimLeft(a, "-")
+			if strings.Contains(name, "=") {
+				continue
+			}
+			f := fs.Lookup(name)
+			if f == nil {
+				continue // unknown: the flag package reports it
+			}
+			if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
+				continue
+			}
+			if i+1 < len(args) {
+				i++
+				flags = append(flags, args[i])
+			}
+		}
+	}
+	if len(positional) == 0 {
+		return flags
+	}
+	return append(append(flags, "--"), positional...)
 }
 
 // Status returns the exit status of a command that ended with err, after

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -49,5 +50,43 @@ func TestParse(t *testing.T) {
 	}
 	if (&ExitError{Code: 5}).Error() != "exit status 5" {
 		t.Errorf("ExitError without Err = %q", (&ExitError{Code: 5}).Error())
+	}
+}
+
+// Flags come anywhere, as etcdctl's do: after the positional arguments,
+// between them, with "=" or a separate value; "--" ends them.
+func TestParse_FlagsAfterPositionalArguments(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		pos  []string
+		tok  string
+		js   bool
+	}{
+		{[]string{"42", "--admin-token", "x"}, []string{"42"}, "x", false},
+		{[]string{"--json", "42", "-admin-token=y"}, []string{"42"}, "y", true},
+		{[]string{"a", "--json", "b", "--admin-token", "z", "c"}, []string{"a", "b", "c"}, "z", true},
+		{[]string{"-", "--json"}, []string{"-"}, "", true},
+		{[]string{"x", "--", "--json", "-v"}, []string{"x", "--json", "-v"}, "", false},
+		{[]string{"--admin-token", "--json"}, nil, "--json", false},
+	} {
+		fs := flag.NewFlagSet("x", flag.ContinueOnError)
+		tok := fs.String("admin-token", "", "")
+		js := fs.Bool("json", false, "")
+		if err := Parse(fs, c.args); err != nil {
+			t.Errorf("Parse(%q) = %v", c.args, err)
+			continue
+		}
+		if got := fs.Args(); !slices.Equal(got, c.pos) && !(len(got) == 0 && len(c.pos) == 0) {
+			t.Errorf("Parse(%q): Args() = %q, want %q", c.args, got, c.pos)
+		}
+		if *tok != c.tok || *js != c.js {
+			t.Errorf("Parse(%q): admin-token %q json %v, want %q %v", c.args, *tok, *js, c.tok, c.js)
+		}
+	}
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	fs.Bool("json", false, "")
+	var ee *ExitError
+	if err := Parse(fs, []string{"42", "--nope"}); !errors.As(err, &ee) || ee.Code != ExitUsage {
+		t.Errorf("Parse(42 --nope) = %v, want a usage error for the unknown flag", err)
 	}
 }

@@ -8,13 +8,43 @@
 //
 // # bbolt layout
 //
-// A data file is one bbolt file (layout version 1), never opened with NoSync:
+// A data file is one bbolt file (layout version 2), never opened with NoSync:
 //
 //	bucket    key                                          value
-//	meta      "version"                                    1 byte: layout version (1)
-//	streams   2-byte BE len(name) | name | 8-byte BE seq   payload
-//	values    key                                          8-byte BE uint64 (0 is never stored)
-//	bytes     key                                          byte value (Compactor; created by the first PutBytes)
+//	meta      "version"                                    1 byte: layout version (2) | sum
+//	streams   2-byte BE len(name) | name | 8-byte BE seq   payload | sum
+//	values    key                                          8-byte BE uint64 (0 is never stored) | sum
+//	bytes     key                                          byte value | sum (Compactor; created by the first PutBytes)
+//	meta      other keys (the log-first store's)           value | sum
+//
+// sum is 4 bytes, big-endian: the CRC-32C (Castagnoli) of the bucket's
+// name, a zero byte, the key and the value before it, so that a value
+// copied to another key or bucket does not verify there. Every read
+// checks it (bbolt checksums only its meta pages): a mismatch is a
+// *store.ChecksumError wrapping store.ErrCorrupt that names the file,
+// bucket and key, never a value served or taken for absent. Check and
+// the offline tools check every one.
+//
+// # Versions
+//
+//	version  "version" value  values
+//	1        1 byte: 1        as above, without sum
+//	2        2 | sum          sealed with sum
+//
+// Every version from 1 on is read. A read-write open (Lay) brings an older
+// file to the current version in place, in transactions of at most
+// upgradeBatchBytes (16 MiB) of values each, so that its memory does not
+// grow with the file: the first seals the streams bucket's values from
+// its first key, in key order, then the values and bytes buckets', each
+// recording in meta "upgrade" (bucket index | last key sealed, itself
+// sealed) how far the upgrade got; the last seals the meta bucket, writes
+// the new version and deletes "upgrade". A crash between two resumes at
+// the next open, and a reader (a read-only open may meet the file at any
+// of these points) checks a value's sum exactly where "upgrade" says it
+// is sealed. A read-only open never writes: it reads an older file as it
+// is. A file of a newer version than this build knows is refused by
+// every open with ErrNewerLayout, and left as it was; a version value
+// that does not verify is ErrCorrupt.
 //
 // All streams share one bucket; the length prefix makes each stream's keys a
 // range of their own, and big-endian seqs keep that range in seq order, so

@@ -1,6 +1,7 @@
 package boltfmt
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -246,34 +247,97 @@ func SyncDir(dir string) error {
 }
 
 // CheckKeys checks, in read transaction tx, the layout and that every key
-// and value of the streams and values buckets has this package's layout,
-// reading each once. It returns the first damage found.
+// and value of every bucket has this package's layout, and that every
+// value sealed with a checksum (layout version 2) matches it, reading each
+// once. It returns the first damage found: a checksum mismatch is a
+// *store.ChecksumError.
 func CheckKeys(tx *bolt.Tx) error {
 	if err := CheckLayout(tx); err != nil {
 		return err
 	}
-	err := tx.Bucket(bucketStreams).ForEach(func(k, v []byte) error {
+	f, err := formatOf(tx)
+	if err != nil {
+		return err
+	}
+	// bbolt walks a bucket in page order: keys out of ascending order are
+	// a damaged key, which bbolt's searches would step past.
+	var prev []byte
+	ordered := func(bucket []byte, k []byte) error {
+		if prev != nil && bytes.Compare(prev, k) >= 0 {
+			return fmt.Errorf("%s: key %x after %x: out of order: %w", bucket, k, prev, store.ErrCorrupt)
+		}
+		prev = append(prev[:0], k...)
+		return nil
+	}
+	err = tx.Bucket(bucketStreams).ForEach(func(k, v []byte) error {
+		if err := ordered(bucketStreams, k); err != nil {
+			return err
+		}
 		if _, _, err := decodeEntryKey(k); err != nil {
 			return err
 		}
 		if v == nil {
 			return fmt.Errorf("streams: key %x is a bucket", k)
 		}
-		return nil
+		_, err := f.value(tx, sumStreams, bucketStreams, k, v)
+		return err
 	})
 	if err != nil {
 		return fmt.Errorf("streams bucket: %w", err)
 	}
-	return tx.Bucket(bucketValues).ForEach(func(k, v []byte) error {
+	prev = nil
+	err = tx.Bucket(bucketValues).ForEach(func(k, v []byte) error {
+		if err := ordered(bucketValues, k); err != nil {
+			return err
+		}
 		if len(k) == 0 || len(k) > store.MaxNameLen {
 			return fmt.Errorf("values: key of %d bytes", len(k))
-		}
-		if _, err := decodeValue(string(k), v); err != nil {
-			return err
 		}
 		if v == nil {
 			return fmt.Errorf("values: key %q is a bucket", k)
 		}
-		return nil
+		v, err := f.value(tx, sumValues, bucketValues, k, v)
+		if err != nil {
+			return err
+		}
+		_, err = decodeValue(string(k), v)
+		return err
 	})
+	if err != nil {
+		return fmt.Errorf("values bucket: %w", err)
+	}
+	if bk := tx.Bucket(bucketBytes); bk != nil {
+		prev = nil
+		err = bk.ForEach(func(k, v []byte) error {
+			if err := ordered(bucketBytes, k); err != nil {
+				return err
+			}
+			if v == nil {
+				return fmt.Errorf("bytes: key %q is a bucket", k)
+			}
+			_, err := f.value(tx, sumBytes, bucketBytes, k, v)
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("bytes bucket: %w", err)
+		}
+	}
+	prev = nil
+	err = tx.Bucket(bucketMeta).ForEach(func(k, v []byte) error {
+		if err := ordered(bucketMeta, k); err != nil {
+			return err
+		}
+		if v == nil {
+			return fmt.Errorf("meta: key %q is a bucket", k)
+		}
+		if bytes.Equal(k, keyVersion) || bytes.Equal(k, keyUpgrade) {
+			return nil // read by formatOf
+		}
+		_, err := f.value(tx, sumMeta, bucketMeta, k, v)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("meta bucket: %w", err)
+	}
+	return nil
 }

@@ -14,9 +14,9 @@ import (
 	"github.com/participantd/participantd/store"
 )
 
-// layoutVersion is the on-disk layout this package writes and reads; see
-// doc.go.
-const layoutVersion = 1
+// LayoutVersion is the on-disk layout this package writes; it reads every
+// version from 1 on (see doc.go, and seal.go for what version 2 adds).
+const LayoutVersion = 2
 
 var (
 	bucketMeta    = []byte("meta")
@@ -94,17 +94,28 @@ func decodeEntryKey(k []byte) (stream string, seq uint64, err error) {
 	return string(k[2 : 2+n]), binary.BigEndian.Uint64(k[2+n:]), nil
 }
 
-// streamLen returns the number of entries of stream in the streams bucket,
-// from its last key.
-func streamLen(c *bolt.Cursor, stream string) (uint64, error) {
+// streamLen returns the number of entries of stream in the streams bucket
+// of tx, from its last key, checking the sums of the entries beside where
+// the lookup lands (format.landed).
+func streamLen(tx *bolt.Tx, c *bolt.Cursor, stream string) (uint64, error) {
+	f, err := formatOf(tx)
+	if err != nil {
+		return 0, err
+	}
 	// The key just past every key of stream: its prefix and seq 2^64-1,
 	// which no entry reaches.
 	after := entryKey(stream, math.MaxUint64)
-	k, _ := c.Seek(after)
+	k, v := c.Seek(after)
+	if err := f.landed(tx, sumStreams, bucketStreams, k, v); err != nil {
+		return 0, err
+	}
 	if k == nil {
-		k, _ = c.Last()
+		k, v = c.Last()
 	} else {
-		k, _ = c.Prev()
+		k, v = c.Prev()
+	}
+	if err := f.landed(tx, sumStreams, bucketStreams, k, v); err != nil {
+		return 0, err
 	}
 	prefix := after[:len(after)-8]
 	if k == nil || !bytes.HasPrefix(k, prefix) {
@@ -127,8 +138,7 @@ func decodeValue(key string, raw []byte) (uint64, error) {
 }
 
 // bucketBytes holds the byte values of Compactor, key to value. It is
-// created by the first PutBytes, so a file that never had one keeps the
-// layout of version 1 exactly.
+// created by the first PutBytes.
 var bucketBytes = []byte("bytes")
 
 // TrimRange deletes the entries of stream with seqs in [from, to) in tx.
@@ -153,8 +163,16 @@ func TrimRange(tx *bolt.Tx, stream string, from, to uint64) error {
 // StreamFirst returns the seq of the first entry of stream in tx, 0 when
 // it has none.
 func StreamFirst(tx *bolt.Tx, stream string) (uint64, error) {
+	f, err := formatOf(tx)
+	if err != nil {
+		return 0, err
+	}
 	start := entryKey(stream, 0)
-	k, _ := tx.Bucket(bucketStreams).Cursor().Seek(start)
+	c := tx.Bucket(bucketStreams).Cursor()
+	k, v := c.Seek(start)
+	if err := f.landedAt(tx, sumStreams, bucketStreams, c, k, v); err != nil {
+		return 0, err
+	}
 	if k == nil || !bytes.HasPrefix(k, start[:len(start)-8]) {
 		return 0, nil
 	}
@@ -167,6 +185,9 @@ func StreamFirst(tx *bolt.Tx, stream string) (uint64, error) {
 // PutBytesTx sets the byte values of values in tx, creating the bytes
 // bucket if needed; an empty value deletes its key.
 func PutBytesTx(tx *bolt.Tx, values []store.Bytes) error {
+	if err := writable(tx); err != nil {
+		return err
+	}
 	bk, err := tx.CreateBucketIfNotExists(bucketBytes)
 	if err != nil {
 		return err
@@ -176,10 +197,16 @@ func PutBytesTx(tx *bolt.Tx, values []store.Bytes) error {
 	// split them half full.
 	bk.FillPercent = appendFillPercent
 	for _, v := range values {
+		// Checked first, as in PutValue.
+		c := bk.Cursor()
+		k, raw := c.Seek([]byte(v.Key))
+		if err := (format{version: LayoutVersion}).landedAt(tx, sumBytes, bucketBytes, c, k, raw); err != nil {
+			return err
+		}
 		if len(v.Value) == 0 {
 			err = bk.Delete([]byte(v.Key))
 		} else {
-			err = bk.Put([]byte(v.Key), append([]byte(nil), v.Value...))
+			err = bk.Put([]byte(v.Key), seal(sumBytes, []byte(v.Key), v.Value))
 		}
 		if err != nil {
 			return fmt.Errorf("bytes %q: %w", v.Key, err)
@@ -188,14 +215,28 @@ func PutBytesTx(tx *bolt.Tx, values []store.Bytes) error {
 	return nil
 }
 
-// GetBytesTx returns a copy of byte value key in tx, nil when absent.
-func GetBytesTx(tx *bolt.Tx, key string) []byte {
-	if bk := tx.Bucket(bucketBytes); bk != nil {
-		if v := bk.Get([]byte(key)); v != nil {
-			return append([]byte(nil), v...)
-		}
+// GetBytesTx returns a copy of byte value key in tx, nil when absent. A
+// value whose checksum does not match is a *store.ChecksumError.
+func GetBytesTx(tx *bolt.Tx, key string) ([]byte, error) {
+	bk := tx.Bucket(bucketBytes)
+	if bk == nil {
+		return nil, nil
 	}
-	return nil
+	f, err := formatOf(tx)
+	if err != nil {
+		return nil, err
+	}
+	c := bk.Cursor()
+	k, raw := c.Seek([]byte(key))
+	if k == nil || string(k) != key {
+		// Proven absent by its neighbors, as in ReadValueTx.
+		return nil, f.landedAt(tx, sumBytes, bucketBytes, c, k, raw)
+	}
+	v, err := f.value(tx, sumBytes, bucketBytes, k, raw)
+	if err != nil {
+		return nil, err
+	}
+	return append([]byte(nil), v...), nil
 }
 
 // CheckFile runs the checks a read-write Open runs on the file at path
@@ -288,8 +329,10 @@ func Contain(path string, fn func() error) (err error) {
 	return fn()
 }
 
-// InitLayout creates the buckets of a new file and checks the layout
-// version of an existing one.
+// InitLayout creates the buckets of a new file, in the current layout
+// version, and checks the layout version of an existing one: one this
+// build reads (an older one is then brought to the current version by
+// Lay), else ErrNewerLayout or a damaged version (store.ErrCorrupt).
 func InitLayout(tx *bolt.Tx) error {
 	meta := tx.Bucket(bucketMeta)
 	if meta == nil {
@@ -300,12 +343,12 @@ func InitLayout(tx *bolt.Tx) error {
 		if meta, err = tx.CreateBucket(bucketMeta); err != nil {
 			return err
 		}
-		if err := meta.Put(keyVersion, []byte{layoutVersion}); err != nil {
+		if err := meta.Put(keyVersion, encodeVersion(LayoutVersion)); err != nil {
 			return err
 		}
 	}
-	if v := meta.Get(keyVersion); len(v) != 1 || v[0] != layoutVersion {
-		return fmt.Errorf("unsupported layout version %v", v)
+	if _, err := formatOf(tx); err != nil {
+		return err
 	}
 	for _, name := range [][]byte{bucketStreams, bucketValues} {
 		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
@@ -316,14 +359,11 @@ func InitLayout(tx *bolt.Tx) error {
 }
 
 // CheckLayout checks, without writing, that the file has this package's
-// layout; a read-only open cannot create it.
+// layout, of a version this build reads (else ErrNewerLayout); a
+// read-only open cannot create it.
 func CheckLayout(tx *bolt.Tx) error {
-	meta := tx.Bucket(bucketMeta)
-	if meta == nil {
-		return errors.New("not a participantd store: no meta bucket")
-	}
-	if v := meta.Get(keyVersion); len(v) != 1 || v[0] != layoutVersion {
-		return fmt.Errorf("unsupported layout version %v", v)
+	if _, err := formatOf(tx); err != nil {
+		return err
 	}
 	for _, name := range [][]byte{bucketStreams, bucketValues} {
 		if tx.Bucket(name) == nil {
@@ -339,7 +379,7 @@ func CheckLayout(tx *bolt.Tx) error {
 
 // StreamLen returns the number of entries of stream in tx.
 func StreamLen(tx *bolt.Tx, stream string) (uint64, error) {
-	return streamLen(tx.Bucket(bucketStreams).Cursor(), stream)
+	return streamLen(tx, tx.Bucket(bucketStreams).Cursor(), stream)
 }
 
 // ReadEntries appends to out the entries of stream in tx with seqs in
@@ -376,20 +416,46 @@ func ReadPageTx(tx *bolt.Tx, stream string, offset, stop uint64, maxBytes, total
 // Entries calls fn with each entry of stream in tx from seq offset on, in
 // seq order, until fn returns false. Entries missing from the file
 // (trimmed) are skipped: fn sees the seqs there are. v is bbolt's memory,
-// valid only during the call. A malformed key of the stream is an error.
+// valid only during the call. A malformed key of the stream is an error,
+// and an entry whose checksum does not match a *store.ChecksumError
+// (returned before fn sees it).
 func Entries(tx *bolt.Tx, stream string, offset uint64, fn func(seq uint64, v []byte) bool) error {
+	f, err := formatOf(tx)
+	if err != nil {
+		return err
+	}
 	first := entryKey(stream, offset)
 	prefix := first[:len(first)-8]
 	c := tx.Bucket(bucketStreams).Cursor()
-	for k, v := c.Seek(first); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+	k, raw := c.Seek(first)
+	if err := f.landedAt(tx, sumStreams, bucketStreams, c, k, raw); err != nil {
+		return err
+	}
+	var next uint64
+	for i := 0; k != nil && bytes.HasPrefix(k, prefix); k, raw = c.Next() {
 		if len(k) != len(first) {
 			return fmt.Errorf("stream %q: malformed key %x", stream, k)
 		}
-		if !fn(binary.BigEndian.Uint64(k[len(prefix):]), v) {
+		v, err := f.value(tx, sumStreams, bucketStreams, k, raw)
+		if err != nil {
+			return err
+		}
+		seq := binary.BigEndian.Uint64(k[len(prefix):])
+		if i > 0 && seq != next {
+			// A trim removes a prefix only: an entry missing inside the
+			// stream is damage (a key flipped out of place), never a gap
+			// to read past.
+			return &store.ChecksumError{File: tx.DB().Path(), Key: fmt.Sprintf("%s/%q", bucketStreams, stream),
+				What: fmt.Sprintf("entry %d is missing, %d follows %d", next, seq, next-1)}
+		}
+		i, next = i+1, seq+1
+		if !fn(seq, v) {
 			return nil
 		}
 	}
-	return nil
+	// Where the walk left the stream sits its last entry, should a flip
+	// have moved that entry's key out of the stream.
+	return f.landed(tx, sumStreams, bucketStreams, k, raw)
 }
 
 // TrimEntries deletes the entries of stream with seq < below in tx, as
@@ -401,38 +467,81 @@ func TrimEntries(tx *bolt.Tx, stream string, below uint64) error {
 // PutEntries writes payloads as the entries first, first+1, ... of stream.
 // The stream must have exactly first entries in tx.
 func PutEntries(tx *bolt.Tx, stream string, first uint64, payloads [][]byte) error {
+	if err := writable(tx); err != nil {
+		return err
+	}
 	sb := streamsBucket(tx)
-	have, err := streamLen(sb.Cursor(), stream)
+	have, err := streamLen(tx, sb.Cursor(), stream)
 	if err != nil {
 		return err
 	}
 	if have != first {
 		return fmt.Errorf("stream %q: file has %d entries, write starts at %d", stream, have, first)
 	}
+	// One buffer for every sealed payload: bbolt keeps each value's
+	// slice until the commit, and a checkpoint writes many small ones.
+	n := 0
+	for _, p := range payloads {
+		n += len(p) + sumLen
+	}
+	buf := make([]byte, 0, n)
 	for i, p := range payloads {
 		seq := first + uint64(i)
-		if err := sb.Put(entryKey(stream, seq), p); err != nil {
+		k := entryKey(stream, seq)
+		at := len(buf)
+		buf = append(buf, p...)
+		buf = binary.BigEndian.AppendUint32(buf, valueSum(sumStreams, k, p))
+		if err := sb.Put(k, buf[at:len(buf):len(buf)]); err != nil {
 			return fmt.Errorf("stream %q seq %d: %w", stream, seq, err)
 		}
 	}
 	return nil
 }
 
-// ReadValueTx returns value key in tx, 0 when absent.
+// ReadValueTx returns value key in tx, 0 when absent. A value whose
+// checksum does not match is a *store.ChecksumError.
+//
+// An absent key is proven absent by its neighbors: a flipped bit in a key
+// leaves its entry where the key was, so a lookup of the key lands beside
+// it (format.landedAt), and a value is never read as absent because its
+// key was damaged.
 func ReadValueTx(tx *bolt.Tx, key string) (uint64, error) {
-	return decodeValue(key, tx.Bucket(bucketValues).Get([]byte(key)))
+	f, err := formatOf(tx)
+	if err != nil {
+		return 0, err
+	}
+	c := tx.Bucket(bucketValues).Cursor()
+	k, raw := c.Seek([]byte(key))
+	if k == nil || string(k) != key {
+		return 0, f.landedAt(tx, sumValues, bucketValues, c, k, raw)
+	}
+	if raw, err = f.value(tx, sumValues, bucketValues, k, raw); err != nil {
+		return 0, err
+	}
+	return decodeValue(key, raw)
 }
 
-// PutValue sets value key in tx; 0 deletes it.
+// PutValue sets value key in tx; 0 deletes it. It first checks the sums
+// of the entries where bbolt will put it (format.landedAt): a key flipped
+// out of order there would have bbolt misplace this one, where no later
+// lookup finds it.
 func PutValue(tx *bolt.Tx, key string, v uint64) error {
+	if err := writable(tx); err != nil {
+		return err
+	}
 	vb := valuesBucket(tx)
-	var err error
+	c := vb.Cursor()
+	k, raw := c.Seek([]byte(key))
+	err := format{version: LayoutVersion}.landedAt(tx, sumValues, bucketValues, c, k, raw)
+	if err != nil {
+		return err
+	}
 	if v == 0 {
 		err = vb.Delete([]byte(key))
 	} else {
-		raw := make([]byte, 8)
-		binary.BigEndian.PutUint64(raw, v)
-		err = vb.Put([]byte(key), raw)
+		var raw [8]byte
+		binary.BigEndian.PutUint64(raw[:], v)
+		err = vb.Put([]byte(key), seal(sumValues, []byte(key), raw[:]))
 	}
 	if err != nil {
 		return fmt.Errorf("value %q: %w", key, err)
@@ -443,12 +552,29 @@ func PutValue(tx *bolt.Tx, key string, v uint64) error {
 // ScanValues returns the values of tx whose key starts with prefix, in key
 // order, leaving out the keys skip reports.
 func ScanValues(tx *bolt.Tx, prefix string, skip func(key string) bool) ([]store.Value, error) {
+	f, err := formatOf(tx)
+	if err != nil {
+		return nil, err
+	}
 	var out []store.Value
 	c := tx.Bucket(bucketValues).Cursor()
 	p := []byte(prefix)
-	for k, raw := c.Seek(p); k != nil && bytes.HasPrefix(k, p); k, raw = c.Next() {
+	k, raw := c.Seek(p)
+	if err := f.landedAt(tx, sumValues, bucketValues, c, k, raw); err != nil {
+		return nil, err
+	}
+	for ; ; k, raw = c.Next() {
+		if k == nil || !bytes.HasPrefix(k, p) {
+			if err := f.landed(tx, sumValues, bucketValues, k, raw); err != nil {
+				return nil, err
+			}
+			break
+		}
 		if skip(string(k)) {
 			continue
+		}
+		if raw, err = f.value(tx, sumValues, bucketValues, k, raw); err != nil {
+			return nil, err
 		}
 		v, err := decodeValue(string(k), raw)
 		if err != nil {
@@ -459,19 +585,32 @@ func ScanValues(tx *bolt.Tx, prefix string, skip func(key string) bool) ([]store
 	return out, nil
 }
 
-// ReadMeta returns a copy of the meta key of tx, nil when absent.
-func ReadMeta(tx *bolt.Tx, key string) []byte {
-	if v := tx.Bucket(bucketMeta).Get([]byte(key)); v != nil {
-		return append([]byte(nil), v...)
+// ReadMeta returns a copy of the meta key of tx, nil when absent. A value
+// whose checksum does not match is a *store.ChecksumError.
+func ReadMeta(tx *bolt.Tx, key string) ([]byte, error) {
+	raw := tx.Bucket(bucketMeta).Get([]byte(key))
+	if raw == nil {
+		return nil, nil
 	}
-	return nil
+	f, err := formatOf(tx)
+	if err != nil {
+		return nil, err
+	}
+	v, err := f.value(tx, sumMeta, bucketMeta, []byte(key), raw)
+	if err != nil {
+		return nil, err
+	}
+	return append([]byte(nil), v...), nil
 }
 
-// PutMeta sets the meta key of tx. The layout version is not for callers
-// to change.
+// PutMeta sets the meta key of tx. The layout version and the upgrade's
+// progress are not for callers to change.
 func PutMeta(tx *bolt.Tx, key string, v []byte) error {
-	if key == string(keyVersion) || strings.TrimSpace(key) == "" {
+	if key == string(keyVersion) || key == string(keyUpgrade) || strings.TrimSpace(key) == "" {
 		return fmt.Errorf("store: meta key %q is reserved", key)
 	}
-	return tx.Bucket(bucketMeta).Put([]byte(key), v)
+	if err := writable(tx); err != nil {
+		return err
+	}
+	return tx.Bucket(bucketMeta).Put([]byte(key), seal(sumMeta, []byte(key), v))
 }

@@ -123,8 +123,9 @@ func (b *Store) GetBytes(key string) ([]byte, error) {
 	}
 	var out []byte
 	err = b.view(func(tx *bolt.Tx) error {
-		out = boltfmt.GetBytesTx(tx, key)
-		return nil
+		var err error
+		out, err = boltfmt.GetBytesTx(tx, key)
+		return err
 	})
 	if err != nil {
 		return nil, b.readErr(err)

@@ -71,16 +71,14 @@ func open(path string, opts Options, h hooks) (*Store, error) {
 			return nil, fmt.Errorf("store: open: %w", err)
 		}
 	}
-	layout := boltfmt.InitLayout
 	if opts.ReadOnly {
-		layout = boltfmt.CheckLayout
+		err = boltfmt.Contain(path, func() error { return db.View(boltfmt.CheckLayout) })
+	} else {
+		err = boltfmt.Lay(func(fn func(*bolt.Tx) error) error {
+			return boltfmt.Contain(path, func() error { return db.Update(fn) })
+		})
 	}
-	if err := boltfmt.Contain(path, func() error {
-		if opts.ReadOnly {
-			return db.View(layout)
-		}
-		return db.Update(layout)
-	}); err != nil {
+	if err != nil {
 		db.Close()
 		return nil, fmt.Errorf("store: open %s: %w", path, err)
 	}

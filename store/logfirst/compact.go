@@ -97,8 +97,9 @@ func (s *Store) GetBytes(key string) ([]byte, error) {
 	// or may not see.
 	var out []byte
 	err := s.view(func(tx *bolt.Tx) error {
-		out = boltfmt.GetBytesTx(tx, key)
-		return nil
+		var err error
+		out, err = boltfmt.GetBytesTx(tx, key)
+		return err
 	})
 	if err != nil {
 		return nil, s.readErr(err)

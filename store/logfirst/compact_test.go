@@ -62,8 +62,10 @@ func boltFirst(t *testing.T, dir string) (uint64, []byte) {
 	var first uint64
 	var b []byte
 	if err := db.View(func(tx *bolt.Tx) error {
-		first, err = boltfmt.StreamFirst(tx, "s")
-		b = boltfmt.GetBytesTx(tx, "a")
+		if first, err = boltfmt.StreamFirst(tx, "s"); err != nil {
+			return err
+		}
+		b, err = boltfmt.GetBytesTx(tx, "a")
 		return err
 	}); err != nil {
 		t.Fatal(err)

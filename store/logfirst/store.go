@@ -318,7 +318,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		db.Close()
 		return nil, err
 	}
-	if err := s.update(boltfmt.InitLayout); err != nil {
+	if err := boltfmt.Lay(s.update); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("logfirst: open %s: %w", path, err)
 	}
@@ -450,7 +450,10 @@ func newStore(dir string, db *bolt.DB, opts Options) *Store {
 }
 
 func checkpointLSN(tx *bolt.Tx) (wal.LSN, error) {
-	raw := boltfmt.ReadMeta(tx, metaCheckpointLSN)
+	raw, err := boltfmt.ReadMeta(tx, metaCheckpointLSN)
+	if err != nil {
+		return 0, err
+	}
 	switch len(raw) {
 	case 0:
 		return 0, nil

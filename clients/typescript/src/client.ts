@@ -14,19 +14,29 @@
 //     again with its latest credential, keeping the attach's token and
 //     presented credential until its outcome is known;
 //   - deliveries are an async iterator, deduplicated on (conversation,
-//     seq), each with the credential to ack it with; a compacted push is
-//     a delivery of kind "compacted";
-//   - every call takes an AbortSignal; a token-bearing request aborted
-//     after it went out throws an InDoubtError carrying its token.
+//     recipient, seq), each with the credential to ack it with; a
+//     compacted push is a delivery of kind "compacted", once per
+//     (conversation, recipient, first);
+//   - a call's answer is true: it resolves only if it committed and
+//     nothing the client did on its own undid it (a detach or leave stops
+//     the automatic re-attach before it is sent); it throws an
+//     InDoubtError (with its token) only if a request carrying the token
+//     was handed to a connection and no answer proved it not applied;
+//     otherwise it throws the refusal, which committed nothing;
+//   - every call takes an AbortSignal; a call with none is still bounded
+//     by answerTimeoutMs per answer on an open connection, and every
+//     retry loop backs off with jitter (moved too, at most maxMoves);
+//     too_large, from the server or from the client's own check of
+//     max_record_bytes and max_frame before sending, is final.
 //
 // JavaScript runs one callback at a time, so the client's state needs no
-// locks; what must not interleave (two attaches of one participant) is
-// chained on a promise per participant.
+// locks; what must not interleave (two attaches of one participant, an
+// attach and a leave) is chained on a promise per participant.
 
-import type { Answer, CompactedPush, DeliveryPush, Welcome } from "./codec.js";
+import type { Answer, CompactedPush, DeliveryPush, RequestBody, Welcome } from "./codec.js";
 import {
   BacklogFullError, ClosedError, ConnectionLostError, InDoubtError, LostError, MovedError, NoBindingError,
-  ProtocolError, RejectedError, ServerError, errorFromWire,
+  ProtocolError, RejectedError, ServerError, TooLargeError, errorFromWire,
 } from "./errors.js";
 import { Session, SessionLost } from "./session.js";
 import { newToken } from "./token.js";
@@ -89,6 +99,20 @@ export interface ClientOptions {
   backlogWaitMs?: number;
   /** How often each bound participant's binding is checked (an ack at its cursor). Default 30 s; negative: never. */
   bindingCheckIntervalMs?: number;
+  /**
+   * How long a request waits for its answer on an open connection (time
+   * the client spent not reading it, backpressure, aside) before the
+   * client takes the connection for broken: it ends it, and every call in
+   * flight on it retries with its token on a new one. Default 30 s;
+   * negative: forever.
+   */
+  answerTimeoutMs?: number;
+  /**
+   * How many moved answers one call follows before it throws the last
+   * MovedError (nothing was done): the first at once, each further one
+   * after a backoff. Default 16.
+   */
+  maxMoves?: number;
   /** Deliveries queued unread before the client stops reading its connections (answers then wait too). Default 65536. */
   maxQueuedDeliveries?: number;
   /** Payload bytes of deliveries queued unread before the client stops reading its connections. Default 64 MiB. */
@@ -116,6 +140,60 @@ export interface CallOptions {
   invite?: Uint8Array;
 }
 
+// Doubt is what the sends of one operation's token have shown so far.
+// maybe is set once a request carrying the token was handed to a
+// connection, and stays set until an answer proves the token was not
+// committed: a refusal the server gives only after its token check
+// (PROTOCOL.md, Order of checks). A lost answer, in_doubt, and the
+// refusals that say nothing of earlier sends (moved, unavailable,
+// shutting_down, token_expired) leave it as it was; a success leaves it
+// set, the operation having happened.
+class Doubt {
+  maybe = false;
+  /** How many requests carrying the token were handed to a connection. */
+  sends = 0;
+  /** The last refusal that committed nothing: what a caller who gives up is told, when nothing may have been applied. */
+  last: ServerError | null = null;
+
+  sent(): boolean {
+    const before = this.maybe;
+    this.maybe = true;
+    this.sends++;
+    return before;
+  }
+
+  answered(before: boolean, a: Answer): void {
+    if (a.t !== "error") return;
+    if (a.code === "in_doubt") this.maybe = true;
+    else if (SAY_NOTHING_OF_EARLIER.has(a.code)) this.maybe = before;
+    else this.maybe = false;
+  }
+}
+
+// Refusals given before the server looks the token up, or that cannot
+// tell whether an earlier send of it committed: they prove this send was
+// not applied, nothing about earlier ones.
+const SAY_NOTHING_OF_EARLIER = new Set(["moved", "unavailable", "shutting_down", "token_expired", "in_doubt"]);
+
+// Op is what run needs of a call to tell the caller the truth when it
+// gives up: the token its requests carry and what their answers showed.
+// An attach's are its intent's, which the intent's next attempt replaces.
+interface Op {
+  token(): Uint8Array | null;
+  doubt(): Doubt | null;
+}
+
+const op = (token: Uint8Array, d: Doubt): Op => ({ token: () => token, doubt: () => d });
+
+// Unpersisted carries out of run's retry loop the failure of an
+// onCredential: the operation that minted the credential committed, the
+// application does not have it. The call ends there, in doubt if a
+// request of its own may have been applied (an enroll's or attach's own
+// credential: it was), else with the failure.
+class Unpersisted {
+  constructor(readonly cause: Error) {}
+}
+
 // attachIntent is an attach whose outcome is not known yet: its token and
 // presented credential are kept for every retry, on every node.
 interface AttachIntent {
@@ -124,12 +202,18 @@ interface AttachIntent {
   sentOn: Set<Session>;
   supplied: boolean;
   renewed: boolean;
+  doubt: Doubt;
 }
 
-// member is a participant the client holds.
+// member is a participant the client holds. cred is always a credential
+// onCredential has persisted (or the application supplied): nothing
+// presents or uses a generation before it is.
 interface Member {
   cred: Credential;
+  /** Bound on purpose: the client follows its binding (re-attaches it) while set. */
   wantBound: boolean;
+  /** A leave of it is under way: its refusals are no loss to report. */
+  leaving: boolean;
   boundOn: Session | null;
   cursor: number;
   intent: AttachIntent | null;
@@ -138,13 +222,26 @@ interface Member {
   following: boolean;
   /** Bound once already: the next binding is a re-attachment (onReattach). */
   everBound: boolean;
+  /** Attaches and leaves of the member run one at a time, in this chain. */
   attachChain: Promise<unknown>;
+  /** The highest delivery seq handed to the application. */
+  seen: number;
+  /** The highest first of a compacted push handed to the application. */
+  compactedFirst: number;
+}
+
+// EnrollWatch records, while an enroll is being answered, the recipients
+// of conversation conv whose deliveries arrived before the client held
+// them (and were dropped): the enroll's own binding then missed them.
+interface EnrollWatch {
+  conv: number;
+  dropped: Set<number>;
 }
 
 const key = (conv: number, p: number) => `${conv}/${p}`;
 
 export class Client {
-  private readonly o: Required<Pick<ClientOptions, "minBackoffMs" | "maxBackoffMs" | "dialTimeoutMs" | "backlogWaitMs" | "bindingCheckIntervalMs" | "maxQueuedDeliveries" | "maxQueuedDeliveryBytes">> & ClientOptions;
+  private readonly o: Required<Pick<ClientOptions, "minBackoffMs" | "maxBackoffMs" | "dialTimeoutMs" | "backlogWaitMs" | "bindingCheckIntervalMs" | "maxQueuedDeliveries" | "maxQueuedDeliveryBytes" | "answerTimeoutMs" | "maxMoves">> & ClientOptions;
   private readonly nodes: string[];
   private home: string;
   private ids = 0;
@@ -154,7 +251,7 @@ export class Client {
   private readonly dialing = new Map<string, Promise<Session>>();
   private readonly route = new Map<number, string>();
   private readonly members = new Map<string, Member>();
-  private readonly seen = new Map<number, number>();
+  private readonly watches = new Set<EnrollWatch>();
   private readonly queue: Delivery[] = [];
   private queuedBytes = 0;
   private waiter: (() => void) | null = null;
@@ -165,7 +262,8 @@ export class Client {
   private constructor(nodes: string[], opts: ClientOptions) {
     this.o = {
       minBackoffMs: 50, maxBackoffMs: 5000, dialTimeoutMs: 10_000, backlogWaitMs: 30_000,
-      bindingCheckIntervalMs: 30_000, maxQueuedDeliveries: 65536, maxQueuedDeliveryBytes: 64 << 20, ...opts,
+      bindingCheckIntervalMs: 30_000, maxQueuedDeliveries: 65536, maxQueuedDeliveryBytes: 64 << 20,
+      answerTimeoutMs: 30_000, maxMoves: 16, ...opts,
     };
     this.nodes = [...nodes];
     this.home = nodes[0]!;
@@ -214,48 +312,65 @@ export class Client {
 
   /**
    * enroll creates a participant in conversation conv, binds it to this
-   * client and returns its credential. Throws a ServerError subclass
-   * (CapacityExceededError, InviteRequiredError, ...), an InDoubtError
-   * with the token when aborted after the request went out, or ClosedError.
+   * client and returns its credential, once onCredential has persisted
+   * it. Throws a ServerError subclass (CapacityExceededError,
+   * InviteRequiredError, ...), or ClosedError, when nothing was applied;
+   * an InDoubtError with the token when aborted after the request went
+   * out, or when onCredential failed (the enroll committed; the client
+   * holds nothing of it; retry with { token } to replay it).
    */
   async enroll(conv: number, co: CallOptions = {}): Promise<Credential> {
     const supplied = co.token !== undefined;
     const token = co.token ?? newToken();
     await this.o.onIntent?.({ op: "enroll", conversation: conv, token });
     const sentOn = new Set<Session>();
-    return this.run(conv, co.signal, token, async (s, sig) => {
-      sentOn.add(s);
-      const a = expect(await s.call({ t: "enroll", conversation: conv, token, invite: co.invite }, sig), "enrolled");
-      const cred: Credential = { conversation: a.conversation, participant: a.participant, generation: a.generation, secret: a.secret };
-      const k = key(cred.conversation, cred.participant);
-      let m = this.members.get(k);
-      if (!m) this.members.set(k, (m = newMember(cred)));
-      m.wantBound = true;
-      m.cursor = Math.max(m.cursor, a.cursor);
-      // A bound replay names this call's binding only if the token went
-      // out once, here, by this call.
-      const here = a.replay === undefined || (a.replay === "bound" && sentOn.size === 1 && !supplied);
-      if (m.intent === null && m.cred.generation <= cred.generation) m.cred = cred;
-      await this.o.onCredential?.(cred);
-      if (here && s.alive && m.intent === null && m.cred.generation === cred.generation) {
-        m.boundOn = s;
-        m.everBound = true;
-        return cred;
-      }
-      // Committed, but the binding is not on this connection: attach.
-      return this.attachOn(s, m, sig);
-    });
+    const d = new Doubt();
+    const watch: EnrollWatch = { conv, dropped: new Set() };
+    this.watches.add(watch);
+    try {
+      return await this.run(conv, co.signal, op(token, d), async (s, sig) => {
+        sentOn.add(s);
+        const a = expect(await this.send(s, { t: "enroll", conversation: conv, token, invite: co.invite }, sig, d), "enrolled");
+        const cred: Credential = { conversation: a.conversation, participant: a.participant, generation: a.generation, secret: a.secret };
+        const k = key(cred.conversation, cred.participant);
+        // Persisted before the client holds it or presents it anywhere.
+        // A replay older than what the client holds is not persisted
+        // again: it would overwrite a later credential.
+        const held = this.members.get(k);
+        if (!held || (held.intent === null && held.cred.generation < cred.generation)) await this.persist(cred);
+        let m = this.members.get(k);
+        if (!m) this.members.set(k, (m = newMember(cred)));
+        else if (m.intent === null && m.cred.generation < cred.generation) m.cred = cred;
+        m.wantBound = true;
+        m.cursor = Math.max(m.cursor, a.cursor);
+        // A bound replay names this call's binding only if the token went
+        // out once, here, by this call; and a binding that missed
+        // deliveries before the client held its participant is replaced.
+        const here = (a.replay === undefined || (a.replay === "bound" && sentOn.size === 1 && !supplied)) && !watch.dropped.has(cred.participant);
+        if (here && s.alive && m.intent === null && m.cred.generation === cred.generation) {
+          m.boundOn = s;
+          m.everBound = true;
+          return cred;
+        }
+        // Committed, but the binding is not on this connection: attach.
+        return this.attachOn(s, m, sig);
+      });
+    } finally {
+      this.watches.delete(watch);
+    }
   }
 
   /**
    * attach presents cred (or the latest credential held for its
    * participant), mints the next generation, binds it to this client and
-   * returns the new credential. With { token } it replays an attach sent
-   * before (an Intent persisted by an earlier process) and then attaches
-   * again with the credential that minted. Throws a LostError when the
-   * credential cannot be used (its cause: StaleAuthorityError,
-   * ReceiptExpiredError, RetiredError, ...), other ServerErrors, or
-   * ClosedError.
+   * returns the new credential, once onCredential has persisted it. With
+   * { token } it replays an attach sent before (an Intent persisted by an
+   * earlier process) and then attaches again with the credential that
+   * minted. Throws a LostError when the credential cannot be used (its
+   * cause: StaleAuthorityError, ReceiptExpiredError, RetiredError, ...),
+   * other ServerErrors, ClosedError, or an InDoubtError with the intent's
+   * token when aborted after it went out or when onCredential failed (the
+   * client keeps the intent and replays it on the next attach).
    */
   async attach(cred: Credential, co: CallOptions = {}): Promise<Credential> {
     const k = key(cred.conversation, cred.participant);
@@ -270,20 +385,25 @@ export class Client {
     if (co.token && m.intent === null) m.nextToken = co.token;
     const mm = m;
     // An attach aborted in flight is in doubt under its intent's token.
-    return this.run(cred.conversation, co.signal, () => mm.intent?.token ?? null, (s, sig) => this.attachOn(s, mm, sig));
+    return this.run(cred.conversation, co.signal, { token: () => mm.intent?.token ?? null, doubt: () => mm.intent?.doubt ?? null },
+      (s, sig) => this.attachOn(s, mm, sig));
   }
 
   /**
    * tell appends payload to the participant's conversation and returns the
    * record's seq, durable when it resolves. The participant must be held
-   * bound by this client (enroll, attach).
+   * bound by this client (enroll, attach). A payload over the server's
+   * max_record_bytes is a TooLargeError at once: nothing is sent.
    */
   async tell(cred: Credential, payload: Uint8Array, co: CallOptions = {}): Promise<number> {
     const token = co.token ?? newToken();
-    return this.run(cred.conversation, co.signal, token, async (s, sig) => {
+    const d = new Doubt();
+    return this.run(cred.conversation, co.signal, op(token, d), async (s, sig) => {
+      const limit = s.welcome.max_record_bytes;
+      if (payload.length > limit) throw new TooLargeError("too_large", `a payload of ${payload.length} bytes is over the server's max_record_bytes`, { limit });
       const m = await this.bound(s, cred, sig);
       const c = m.cred;
-      const a = await s.call({ t: "tell", conversation: c.conversation, participant: c.participant, generation: c.generation, token, payload }, sig);
+      const a = await this.send(s, { t: "tell", conversation: c.conversation, participant: c.participant, generation: c.generation, token, payload }, sig, d);
       if (a.t === "error") throw this.refused(s, m, c.generation, a);
       return expect(a, "told").seq;
     });
@@ -292,7 +412,8 @@ export class Client {
   /**
    * ack acknowledges every record through seq `through` for the
    * participant and returns its durable cursor. Acks are cumulative, so a
-   * retried one is harmless.
+   * retried one is harmless: an ack at or below the cursor (noop,
+   * ack_regression) resolves with the cursor.
    */
   async ack(cred: Credential, through: number, co: CallOptions = {}): Promise<number> {
     return this.run(cred.conversation, co.signal, null, async (s, sig) => {
@@ -301,6 +422,8 @@ export class Client {
       const a = await s.call({ t: "ack", conversation: c.conversation, participant: c.participant, generation: c.generation, through }, sig);
       if (a.t === "error") {
         if (a.cursor !== undefined) m.cursor = Math.max(m.cursor, a.cursor);
+        // Later acks moved the cursor past through: through is acked.
+        if (a.code === "ack_regression" && a.cursor !== undefined) return a.cursor;
         throw this.refused(s, m, c.generation, a);
       }
       const cursor = expect(a, "acked").cursor;
@@ -309,30 +432,90 @@ export class Client {
     });
   }
 
-  /** detach ends the participant's binding cleanly and returns the seq of its detached record; the client keeps the credential. */
+  /**
+   * detach ends the participant's binding cleanly and returns the seq of
+   * its detached record; the client keeps the credential. From the call
+   * on, the client no longer re-attaches the participant on its own: a
+   * retry after a lost answer replays the detach and never binds the
+   * participant again first. Throws NoBindingError when the binding had
+   * ended otherwise before the detach committed (a lost connection: the
+   * participant is not bound either way).
+   */
   async detach(cred: Credential, co: CallOptions = {}): Promise<number> {
     const token = co.token ?? newToken();
-    return this.run(cred.conversation, co.signal, token, async (s, sig) => {
-      const m = await this.bound(s, cred, sig);
-      const c = m.cred;
-      const a = await s.call({ t: "detach", conversation: c.conversation, participant: c.participant, generation: c.generation, token }, sig);
-      if (a.t === "error") throw this.refused(s, m, c.generation, a);
-      m.wantBound = false;
-      m.boundOn = null;
-      return expect(a, "detached").seq;
-    });
+    const d = new Doubt();
+    const k = key(cred.conversation, cred.participant);
+    const m0 = this.members.get(k);
+    const wanted = m0?.wantBound ?? false;
+    if (m0) m0.wantBound = false;
+    try {
+      return await this.run(cred.conversation, co.signal, op(token, d), async (s, sig) => {
+        const m = this.members.get(k);
+        if (!m) throw new NoBindingError("no_binding", "this client does not hold the participant: enroll or attach it first");
+        if (m.lost) throw m.lost;
+        if (d.sends === 0 && (m.boundOn !== s || !s.alive)) {
+          // Not sent yet: bind it where the detach goes, as asked before.
+          if (!wanted) throw new NoBindingError("no_binding", "the participant was detached: attach it first");
+          await this.attachOn(s, m, sig);
+        }
+        const c = m.cred;
+        const a = await this.send(s, { t: "detach", conversation: c.conversation, participant: c.participant, generation: c.generation, token }, sig, d);
+        if (a.t === "error") throw this.refused(s, m, c.generation, a);
+        if (m.boundOn === s) m.boundOn = null;
+        return expect(a, "detached").seq;
+      });
+    } catch (e) {
+      // Nothing applied, and the binding may still be there: follow it
+      // again. A no_binding says it is not: the participant stays
+      // unbound, as the application asked.
+      const m = this.members.get(k);
+      if (m && m === m0 && wanted && !d.maybe && !m.lost && !(e instanceof NoBindingError)) m.wantBound = true;
+      throw e;
+    }
   }
 
-  /** leave retires the participant for good and returns the seq of its left record; the client forgets it. */
+  /**
+   * leave retires the participant for good and returns the seq of its
+   * left record; the client forgets it. It waits for an attach of the
+   * participant in flight (an automatic re-attach) and presents the
+   * credential that attach minted; from the call on, the client no longer
+   * re-attaches the participant on its own, nor reports its refusals to
+   * onLost.
+   */
   async leave(cred: Credential, co: CallOptions = {}): Promise<number> {
     const token = co.token ?? newToken();
+    const d = new Doubt();
     const k = key(cred.conversation, cred.participant);
-    return this.run(cred.conversation, co.signal, token, async (s, sig) => {
-      const c = this.members.get(k)?.cred ?? cred;
-      const a = expect(await s.call({ t: "leave", conversation: c.conversation, participant: c.participant, generation: c.generation, secret: c.secret, token }, sig), "left");
-      this.members.delete(k);
+    const m0 = this.members.get(k);
+    const wanted = m0?.wantBound ?? false;
+    if (m0) {
+      m0.wantBound = false;
+      m0.leaving = true;
+    }
+    const leaveOn = async (s: Session, sig: AbortSignal | undefined, m: Member | undefined): Promise<number> => {
+      if (m && m.intent !== null && d.sends === 0) {
+        // An attach whose outcome is unknown may have minted the
+        // generation to present: learn it first (the same attach again).
+        await this.attachOnLocked(s, m, sig);
+      }
+      const c = m?.cred ?? cred;
+      const a = expect(await this.send(s, { t: "leave", conversation: c.conversation, participant: c.participant, generation: c.generation, secret: c.secret, token }, sig, d), "left");
+      if (this.members.get(k) === m) this.members.delete(k);
       return a.seq;
-    });
+    };
+    try {
+      return await this.run(cred.conversation, co.signal, op(token, d), (s, sig) => {
+        const m = this.members.get(k);
+        return m ? this.turn(m, () => leaveOn(s, sig, m), sig) : leaveOn(s, sig, undefined);
+      });
+    } catch (e) {
+      const m = this.members.get(k);
+      if (m && m === m0 && !d.maybe) {
+        m.leaving = false;
+        if (wanted && !m.lost) m.wantBound = true;
+      }
+      throw e;
+    }
   }
 
   /** ping asks the first node for a pong; not retried (ConnectionLostError). */
@@ -396,18 +579,24 @@ export class Client {
   // run is the retry loop of every call on conversation conv: it gets a
   // session of the node serving conv, runs step on it, and retries step
   // (which resends the same token) after a lost connection, an in_doubt,
-  // a moved (on the owner) or an unreachable node (on the next), and a
-  // backlog_full for backlogWaitMs. When the caller's signal ends after
-  // a token-bearing request went out, it throws an InDoubtError with the
-  // token.
-  private async run<T>(conv: number, callerSignal: AbortSignal | undefined, token: Uint8Array | null | (() => Uint8Array | null),
+  // a moved (on the owner; the first at once, then with backoff, at most
+  // maxMoves) or an unreachable node (on the next), and a backlog_full
+  // for backlogWaitMs. When the caller's signal ends, or the client
+  // closes, it throws an InDoubtError with the token only if a request
+  // of the call may have been applied (op's doubt); else the last
+  // refusal, which committed nothing, or the signal's reason.
+  private async run<T>(conv: number, callerSignal: AbortSignal | undefined, o: Op | null,
     step: (s: Session, sig: AbortSignal | undefined) => Promise<T>): Promise<T> {
     const sig = callerSignal;
     const stopped = () => this.closed || sig?.aborted === true;
     const why = () => (sig?.aborted ? sig.reason : new ClosedError("participantd: client closed"));
     const b = new Backoff(this.o.minBackoffMs, this.o.maxBackoffMs);
-    let sent = false;
     let fullUntil = 0;
+    let moves = 0;
+    const refusal = (e: ServerError) => {
+      const d = o?.doubt();
+      if (d) d.last = e;
+    };
     for (;;) {
       try {
         if (this.closed) throw new ClosedError("participantd: client closed");
@@ -421,27 +610,35 @@ export class Client {
           await this.sleep(b.next(), sig);
           continue;
         }
-        sent = true;
         return await step(s, sig);
       } catch (e) {
-        if (stopped()) throw this.unknown(why(), sent, token);
+        if (e instanceof Unpersisted) {
+          const d = o?.doubt();
+          if (d) d.last = null; // the failure, not an earlier refusal, ends the call
+          throw this.gaveUp(e.cause, o);
+        }
+        if (stopped()) throw this.gaveUp(why(), o);
         if (e instanceof SessionLost) {
           await this.sleep(b.next(), sig).catch(() => {});
           continue;
         }
         if (e instanceof MovedError) {
+          refusal(e);
+          if (++moves > this.o.maxMoves) throw this.gaveUp(e, o);
           if (e.owner) this.moveTo(conv, this.o.ownerAddress?.(e.owner) ?? e.owner);
-          else {
-            this.rotate(conv, this.routeOf(conv));
-            await this.sleep(b.next(), sig).catch(() => {});
-          }
+          else this.rotate(conv, this.routeOf(conv));
+          // The first moved is followed at once; more mean the nodes
+          // disagree (a lease changing hands): back off.
+          if (moves > 1 || !e.owner) await this.sleep(b.next(), sig).catch(() => {});
           continue;
         }
         if (e instanceof InDoubtError || e instanceof ServerError && (e.code === "unavailable" || e.code === "shutting_down")) {
+          if (!(e instanceof InDoubtError)) refusal(e);
           await this.sleep(b.next(), sig).catch(() => {});
           continue;
         }
         if (e instanceof BacklogFullError && this.o.backlogWaitMs >= 0) {
+          refusal(e);
           const now = Date.now();
           if (fullUntil === 0) fullUntil = now + this.o.backlogWaitMs;
           const d = b.next();
@@ -455,14 +652,58 @@ export class Client {
     }
   }
 
-  // unknown turns the end of a wait into the caller's error.
-  private unknown(reason: unknown, sent: boolean, tokenOf: Uint8Array | null | (() => Uint8Array | null)): unknown {
-    const token = typeof tokenOf === "function" ? tokenOf() : tokenOf;
-    if (!sent || token === null) return reason;
+  // gaveUp is what a call that stops retrying throws: an InDoubtError
+  // with its token if a request of it may have been applied, else the
+  // last refusal it met (nothing was applied), else reason.
+  private gaveUp(reason: unknown, o: Op | null): unknown {
+    const token = o?.token() ?? null;
+    const d = o?.doubt() ?? null;
+    if (token === null || d === null || !d.maybe) {
+      if (reason instanceof ClosedError) return reason;
+      return d?.last ?? reason;
+    }
     const e = new InDoubtError("in_doubt", `outcome unknown: ${reason instanceof Error ? reason.message : String(reason)}`);
     e.token = token;
     (e as { cause?: unknown }).cause = reason;
     return e;
+  }
+
+  // send sends body on s and returns its answer, keeping d (the doubt of
+  // the token it carries) up to date.
+  private async send(s: Session, body: RequestBody, sig: AbortSignal | undefined, d: Doubt): Promise<Answer> {
+    let before = false;
+    const a = await s.call(body, sig, () => (before = d.sent()));
+    d.answered(before, a);
+    return a;
+  }
+
+  // persist awaits onCredential(cred); it throws Unpersisted when that
+  // fails.
+  private async persist(cred: Credential): Promise<void> {
+    try {
+      await this.o.onCredential?.(cred);
+    } catch (err) {
+      throw new Unpersisted(new Error(`committed, but onCredential failed: ${err instanceof Error ? err.message : String(err)}`, { cause: err }));
+    }
+  }
+
+  // turn runs fn after every attach and leave of m queued before it, and
+  // before any queued after: one at a time per participant. A caller
+  // whose signal aborts while it waits for its turn stops waiting (fn
+  // does not run); those queued after it still wait for those before.
+  private turn<T>(m: Member, fn: () => Promise<T>, sig?: AbortSignal): Promise<T> {
+    const prev = m.attachChain;
+    let done!: () => void;
+    const mine = new Promise<void>((r) => (done = r));
+    m.attachChain = prev.then(() => mine);
+    return (async () => {
+      try {
+        await abortable(prev, sig);
+        return await fn();
+      } finally {
+        done();
+      }
+    })();
   }
 
   // bound returns the member of cred, bound on s (attaching it there first).
@@ -502,12 +743,14 @@ export class Client {
     return e;
   }
 
+  // lose marks m lost and tells onLost, unless the application is
+  // leaving it: then retired and the like are its own doing.
   private lose(m: Member, e: ServerError): LostError {
     const lost = new LostError(m.cred.conversation, m.cred.participant, e);
     m.lost = lost;
     m.wantBound = false;
     m.boundOn = null;
-    this.o.onLost?.(m.cred, lost);
+    if (!m.leaving) this.o.onLost?.(m.cred, lost);
     return lost;
   }
 
@@ -516,17 +759,18 @@ export class Client {
   // kept until an answer settles it, so every retry of it, on any node,
   // is the same request. Throws SessionLost when s ends first, the
   // refusal (MovedError, BacklogFullError, ... which keep the intent),
-  // or m's LostError.
-  private attachOn(s: Session, m: Member, sig: AbortSignal | undefined): Promise<Credential> {
-    const next = m.attachChain.then(() => this.attachOnLocked(s, m, sig));
-    m.attachChain = next.catch(() => {});
-    return next;
+  // or m's LostError. An automatic attach (auto: follow) does nothing
+  // once the application no longer wants m bound (detach, leave).
+  private attachOn(s: Session, m: Member, sig: AbortSignal | undefined, auto = false): Promise<Credential> {
+    return this.turn(m, () => this.attachOnLocked(s, m, sig, auto), sig);
   }
 
-  private async attachOnLocked(s: Session, m: Member, sig: AbortSignal | undefined): Promise<Credential> {
+  // attachOnLocked is attachOn's body; the caller holds m's turn.
+  private async attachOnLocked(s: Session, m: Member, sig: AbortSignal | undefined, auto = false): Promise<Credential> {
     const b = new Backoff(this.o.minBackoffMs, this.o.maxBackoffMs);
     for (;;) {
       if (m.lost) throw m.lost;
+      if (auto && !m.wantBound) return m.cred;
       if (m.boundOn === s && s.alive) return m.cred;
       if (!s.alive) throw new SessionLost(s.reason?.message ?? "ended");
       let in_ = m.intent;
@@ -535,21 +779,23 @@ export class Client {
         const token = m.nextToken ?? newToken();
         m.nextToken = null;
         await this.o.onIntent?.({ op: "attach", conversation: m.cred.conversation, presented: m.cred, token });
-        in_ = m.intent = { token, presented: m.cred, sentOn: new Set(), supplied, renewed: false };
+        in_ = m.intent = { token, presented: m.cred, sentOn: new Set(), supplied, renewed: false, doubt: new Doubt() };
       }
       const p = in_.presented;
       in_.sentOn.add(s);
-      const a = await s.call({ t: "attach", conversation: p.conversation, participant: p.participant, generation: p.generation, secret: p.secret, token: in_.token }, sig);
+      const a = await this.send(s, { t: "attach", conversation: p.conversation, participant: p.participant, generation: p.generation, secret: p.secret, token: in_.token }, sig, in_.doubt);
       if (a.t === "attached") {
         const minted: Credential = { conversation: p.conversation, participant: p.participant, generation: a.generation, secret: a.secret };
         // A bound replay names a binding this token made; it is this
         // session's only if the token went out on no other.
         const only = in_.sentOn.size === 1 && !in_.supplied;
-        m.intent = null;
         const newer = minted.generation >= m.cred.generation;
+        // Persisted before it is used or presented; if that fails the
+        // intent stays, and its next attempt replays the same answer.
+        if (minted.generation > m.cred.generation) await this.persist(minted);
+        m.intent = null;
         if (newer) m.cred = minted;
         m.cursor = Math.max(m.cursor, a.cursor);
-        await this.o.onCredential?.(m.cred);
         if (newer && s.alive && (a.replay === undefined || (a.replay === "bound" && only))) {
           m.boundOn = s;
           if (m.everBound) this.o.onReattach?.(m.cred, s.welcome);
@@ -597,7 +843,7 @@ export class Client {
     this.run(conv, undefined, null, async (s, sig) => {
       if (m.lost || !m.wantBound || this.members.get(key(conv, m.cred.participant)) !== m) return;
       if (m.boundOn === s && s.alive) return;
-      await this.attachOn(s, m, sig);
+      await this.attachOn(s, m, sig, true);
     }).then(() => false, (e: unknown) => {
       // Lost (onLost said so), closed, or refused for good (auth_failed):
       // done. A refusal that committed nothing (backlog_full past
@@ -624,7 +870,7 @@ export class Client {
       p = Session.open(this.o.dial, addr, timeout, { auth: this.o.auth, client: this.o.clientName }, () => ++this.ids, {
         delivery: (s, m) => this.delivered(s, m),
         compacted: (s, m) => this.compactedPush(s, m),
-      }).then((s) => {
+      }, { answerTimeoutMs: this.o.answerTimeoutMs }).then((s) => {
         if (this.closed) {
           s.bye(++this.ids);
           throw new ClosedError("participantd: client closed");
@@ -695,24 +941,39 @@ export class Client {
     });
   }
 
-  private delivered(_s: Session, m: DeliveryPush): void {
-    if (m.seq <= (this.seen.get(m.conversation) ?? 0)) return;
-    this.seen.set(m.conversation, m.seq);
-    const cred = this.members.get(key(m.conversation, m.recipient))?.cred;
+  // delivered hands a delivery to the application once per
+  // (conversation, recipient, seq): a participant's deliveries arrive in
+  // ascending seq on whichever connection binds it. One for a participant
+  // the client does not hold (an enroll not yet persisted, a participant
+  // left) is dropped: unacknowledged, it is offered again to its next
+  // binding.
+  private delivered(_s: Session, p: DeliveryPush): void {
+    const m = this.members.get(key(p.conversation, p.recipient));
+    if (!m) {
+      for (const w of this.watches) if (w.conv === p.conversation) w.dropped.add(p.recipient);
+      return;
+    }
+    if (p.seq <= m.seen) return;
+    m.seen = p.seq;
     const d: Delivery = {
-      conversation: m.conversation, recipient: m.recipient, seq: m.seq, kind: m.kind, participant: m.participant,
-      credential: cred ?? { conversation: m.conversation, participant: m.recipient, generation: 0, secret: new Uint8Array(32) },
+      conversation: p.conversation, recipient: p.recipient, seq: p.seq, kind: p.kind, participant: p.participant, credential: m.cred,
     };
-    if (m.payload !== undefined) d.payload = m.payload;
-    if (m.cause !== undefined) d.cause = m.cause;
+    if (p.payload !== undefined) d.payload = p.payload;
+    if (p.cause !== undefined) d.cause = p.cause;
     this.enqueue(d);
   }
 
-  private compactedPush(_s: Session, m: CompactedPush): void {
-    const cred = this.members.get(key(m.conversation, m.recipient))?.cred;
+  // compactedPush hands a compacted notice to the application once per
+  // (conversation, recipient, first): a binding is told again after a
+  // reconnect. Records below first no longer exist, so none is handed on
+  // after it.
+  private compactedPush(_s: Session, p: CompactedPush): void {
+    const m = this.members.get(key(p.conversation, p.recipient));
+    if (!m || p.first <= m.compactedFirst) return;
+    m.compactedFirst = p.first;
+    m.seen = Math.max(m.seen, p.first - 1);
     this.enqueue({
-      conversation: m.conversation, recipient: m.recipient, seq: 0, kind: "compacted", participant: m.recipient, first: m.first,
-      credential: cred ?? { conversation: m.conversation, participant: m.recipient, generation: 0, secret: new Uint8Array(32) },
+      conversation: p.conversation, recipient: p.recipient, seq: 0, kind: "compacted", participant: p.recipient, first: p.first, credential: m.cred,
     });
   }
 
@@ -764,7 +1025,23 @@ export class Client {
 }
 
 function newMember(cred: Credential): Member {
-  return { cred, wantBound: true, boundOn: null, cursor: 0, intent: null, nextToken: null, lost: null, following: false, everBound: false, attachChain: Promise.resolve() };
+  return {
+    cred, wantBound: true, leaving: false, boundOn: null, cursor: 0, intent: null, nextToken: null, lost: null, following: false,
+    everBound: false, attachChain: Promise.resolve(), seen: 0, compactedFirst: 0,
+  };
+}
+
+// abortable resolves when p settles (either way), or rejects with sig's
+// reason when it aborts first.
+function abortable(p: Promise<unknown>, sig: AbortSignal | undefined): Promise<void> {
+  const settled = p.then(() => {}, () => {});
+  if (!sig) return settled;
+  if (sig.aborted) return Promise.reject(sig.reason);
+  let abort = () => {};
+  return Promise.race([settled, new Promise<never>((_, reject) => {
+    abort = () => reject(sig.reason);
+    sig.addEventListener("abort", abort, { once: true });
+  })]).finally(() => sig.removeEventListener("abort", abort));
 }
 
 // expect returns a if it is an answer of type t, throws the typed error of

@@ -18,7 +18,7 @@ export const tcpDial: Dialer = (addr, signal) =>
       // Frames sent in one tick go out in one write (cork until the next
       // tick): pipelined calls then cost one syscall, not one each.
       send: (frame) => {
-        if (d.ended()) return;
+        if (d.ended() || sock.destroyed) return false;
         if (!corked) {
           corked = true;
           sock.cork();
@@ -28,6 +28,7 @@ export const tcpDial: Dialer = (addr, signal) =>
           });
         }
         sock.write(frame);
+        return true;
       },
       // end flushes what was written (a bye), then the timer cuts a peer that does not close.
       close: () => {

@@ -6,8 +6,11 @@ import { FrameReader } from "./codec.js";
 import { ProtocolError } from "./errors.js";
 
 export interface Transport {
-  /** send writes one whole frame; after the transport ended it does nothing. */
-  send(frame: Uint8Array): void;
+  /**
+   * send writes one whole frame. After the transport ended it does
+   * nothing and may return false: the frame certainly did not go out.
+   */
+  send(frame: Uint8Array): boolean | void;
   /** close ends the transport; onClose follows. */
   close(): void;
   /** pause and resume stop and restart reading, for backpressure; optional. */
@@ -101,7 +104,9 @@ export function webSocketDialer(make: (url: string) => WebSocketLike): Dialer {
       ws.binaryType = "arraybuffer";
       const t: Transport = {
         send: (frame) => {
-          if (!d.ended() && ws.readyState === 1) ws.send(frame);
+          if (d.ended() || ws.readyState !== 1) return false;
+          ws.send(frame);
+          return true;
         },
         close: () => ws.close(1000),
         // A browser's WebSocket cannot stop reading: there the delivery

@@ -75,7 +75,8 @@ export class Server {
   ws = "";
   private proc: ChildProcess | null = null;
   private exited: Promise<void> = Promise.resolve();
-  private readonly data = mkdtempSync(join(tmpdir(), "participantd-ts-"));
+  /** The data directory, kept across restarts. */
+  readonly data = mkdtempSync(join(tmpdir(), "participantd-ts-"));
 
   constructor(private readonly extra: string[] = []) {}
 
@@ -153,6 +154,12 @@ export class Server {
     }
   }
 
+  /** halt ends the process (SIGTERM: a drain) and keeps the data, for inspect and restart. */
+  async halt(): Promise<void> {
+    if (this.proc?.exitCode === null && this.proc.signalCode === null) this.proc.kill("SIGTERM");
+    await this.exited;
+  }
+
   /** stop ends the process (SIGTERM: a drain) and removes the data. */
   async stop(): Promise<void> {
     if (this.proc?.exitCode === null && this.proc.signalCode === null) this.proc.kill("SIGTERM");
@@ -169,12 +176,16 @@ type Msg = Record<string, unknown>;
 /**
  * Proxy forwards TCP connections to target frame by frame, decoding each
  * (msgpack) for the hooks: fromClient and fromServer return a verdict for
- * every frame ("cut" drops it and cuts the connection, both ways).
+ * every frame ("cut" drops it and cuts the connection, both ways); reply
+ * sends a frame back to where m came from, as if from the other side.
+ * While held, frames are kept, in order, until release.
  */
 export class Proxy {
   addr = "";
-  fromClient: (m: Msg) => Verdict = () => "pass";
-  fromServer: (m: Msg) => Verdict = () => "pass";
+  fromClient: (m: Msg, reply: (r: Msg) => void) => Verdict = () => "pass";
+  fromServer: (m: Msg, reply: (r: Msg) => void) => Verdict = () => "pass";
+  private held = false;
+  private readonly heldFrames: (() => void)[] = [];
   /** Every frame seen, in order, with its direction. */
   readonly log: { dir: "c2s" | "s2c"; m: Msg }[] = [];
   private readonly conns = new Set<{ c: Socket; s: Socket }>();
@@ -207,23 +218,38 @@ export class Proxy {
   private pipe(from: Socket, to: Socket, dir: "c2s" | "s2c", cut: () => void): void {
     const r = new FrameReader();
     r.maxFrame = 1 << 30;
+    const reply = (m: Msg) => {
+      if (!from.destroyed) from.write(frameOf(m));
+    };
+    const handle = (f: Uint8Array) => {
+      const m = decode(f.subarray(4)) as Msg;
+      this.log.push({ dir, m });
+      const v = (dir === "c2s" ? this.fromClient : this.fromServer)(m, reply);
+      if (v === "cut") return cut();
+      if (v === "pass" && !to.destroyed) to.write(f);
+    };
     from.on("data", (chunk: Buffer) => {
       for (const f of r.push(new Uint8Array(chunk))) {
-        const m = decode(f.subarray(4)) as Msg;
-        this.log.push({ dir, m });
-        const v = (dir === "c2s" ? this.fromClient : this.fromServer)(m);
-        if (v === "cut") return cut();
-        if (v === "pass") to.write(f);
+        if (this.held) this.heldFrames.push(() => handle(f));
+        else handle(f);
       }
     });
   }
 
+  /** hold keeps every frame, both ways, until release: a pause of the path (or of the server) with connections open. */
+  hold(): void {
+    this.held = true;
+  }
+
+  /** release lets the held frames go, in order, and stops holding. */
+  release(): void {
+    this.held = false;
+    for (const h of this.heldFrames.splice(0)) h();
+  }
+
   /** inject sends m to every client connection, as if the server had. */
   inject(m: Msg): void {
-    const body = encode(m);
-    const f = Buffer.alloc(4 + body.length);
-    f.writeUInt32BE(body.length);
-    f.set(body, 4);
+    const f = frameOf(m);
     for (const { c } of this.conns) c.write(f);
   }
 
@@ -240,6 +266,29 @@ export class Proxy {
     this.cutAll();
     await new Promise((r) => this.server!.close(r));
   }
+}
+
+function frameOf(m: Msg): Buffer {
+  const body = encode(m);
+  const f = Buffer.alloc(4 + body.length);
+  f.writeUInt32BE(body.length);
+  f.set(body, 4);
+  return f;
+}
+
+/** inspect runs participantctl inspect --json over a stopped server's data directory. */
+export function inspect(data: string): InspectReport {
+  const out = execFileSync(binary("participantctl"), ["inspect", "--data", data, "--json"], { encoding: "utf8" });
+  return JSON.parse(out) as InspectReport;
+}
+
+/** InspectReport is what participantctl inspect --json prints (the fields the tests read). */
+export interface InspectReport {
+  conversations: {
+    conversation_id: number;
+    last_seq: number;
+    participants: { participant: number; generation: number; retired: boolean; bound: boolean; cursor: number }[];
+  }[];
 }
 
 /** take reads n deliveries that match pred from it, failing after ms. */
@@ -261,3 +310,68 @@ export async function take<T>(it: AsyncIterator<T>, n: number, pred: (d: T) => b
 
 export const text = (b?: Uint8Array) => new TextDecoder().decode(b);
 export const bytes = (s: string) => new TextEncoder().encode(s);
+
+/**
+ * FakeNode is a node that owns nothing: it welcomes, answers ping, and
+ * answers every other request moved to owner() (absent when it returns
+ * undefined). Every request it received is in seen.
+ */
+export class FakeNode {
+  addr = "";
+  readonly seen: Msg[] = [];
+  private server: NetServer | null = null;
+  private readonly socks = new Set<Socket>();
+
+  static async start(owner: () => string | undefined): Promise<FakeNode> {
+    const n = new FakeNode();
+    n.server = createServer((sock: Socket) => {
+      n.socks.add(sock);
+      sock.on("close", () => n.socks.delete(sock));
+      const r = new FrameReader();
+      const send = (m: Msg) => {
+        const body = encode(m);
+        const f = Buffer.alloc(4 + body.length);
+        f.writeUInt32BE(body.length);
+        f.set(body, 4);
+        sock.write(f);
+      };
+      sock.on("data", (chunk: Buffer) => {
+        for (const f of r.push(new Uint8Array(chunk))) {
+          const m = decode(f.subarray(4)) as Msg;
+          n.seen.push(m);
+          if (m.t === "hello") send({ t: "welcome", version: 1, server: "fake", incarnation: 1, connection: 1, max_frame: 1 << 20, max_record_bytes: 1 << 19, node: "fake" });
+          else if (m.t === "ping") send({ t: "pong", id: m.id });
+          else if (m.t !== "bye") send({ t: "error", id: m.id, code: "moved", detail: "owned elsewhere", owner: owner() });
+        }
+      });
+      sock.on("error", () => {});
+    });
+    await new Promise<void>((r) => n.server!.listen(0, "127.0.0.1", r));
+    n.addr = `127.0.0.1:${(n.server.address() as { port: number }).port}`;
+    return n;
+  }
+
+  async close(): Promise<void> {
+    for (const s of this.socks) s.destroy();
+    await new Promise((r) => this.server!.close(r));
+  }
+}
+
+/** upTo reads deliveries from it until one with seq `seq` (for recipient, when given), and returns them all. */
+export async function upTo<T extends { seq: number; recipient: number }>(it: AsyncIterator<T>, seq: number, recipient?: number, ms = 20_000): Promise<T[]> {
+  const got: T[] = [];
+  await take(it, 1, (d) => {
+    got.push(d);
+    return d.seq === seq && (recipient === undefined || d.recipient === recipient);
+  }, ms);
+  return got;
+}
+
+/** within rejects with a timeout error if p has not settled in ms: a call that must not hang. */
+export function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  return Promise.race([
+    p,
+    new Promise<never>((_, rej) => (timer = setTimeout(() => rej(new Error(`${what}: still pending after ${ms} ms`)), ms))),
+  ]).finally(() => clearTimeout(timer));
+}
