@@ -79,10 +79,13 @@ type memoryReport struct {
 	HeapProfile  string `json:"heap_profile,omitempty"`
 }
 
+// connectionsOpen is the gauge of open TCP wire connections.
+const connectionsOpen = `participantd_connections_open{transport="tcp"}`
+
 // memoryMetrics are the server metrics the report carries, when present.
 var memoryMetrics = []string{
 	"participantd_backlog_bytes", "participantd_backlog_total_bytes", "participantd_backlog_records",
-	"participantd_outbound_queued_bytes", "participantd_pending_request_bytes", "participantd_connections_open",
+	"participantd_outbound_queued_bytes", "participantd_pending_request_bytes", connectionsOpen,
 	"go_memstats_heap_inuse_bytes", "go_memstats_heap_alloc_bytes", "go_memstats_next_gc_bytes",
 }
 
@@ -114,6 +117,8 @@ func (r *memoryReport) print(b *strings.Builder) {
 			if v, ok := r.Metrics[name]; ok {
 				if strings.HasSuffix(name, "_bytes") {
 					fmt.Fprintf(b, " %s %.1f MiB;", strings.TrimPrefix(name, "participantd_"), v/(1<<20))
+				} else if name == connectionsOpen {
+					fmt.Fprintf(b, " connections_open %.0f;", v)
 				} else {
 					fmt.Fprintf(b, " %s %.0f;", strings.TrimPrefix(name, "participantd_"), v)
 				}
@@ -298,6 +303,10 @@ func memoryDeafReader(ctx context.Context, c *memoryConfig, pid int, addr, healt
 	}
 	en := m.(*wire.Enrolled)
 
+	var openBefore float64
+	if m, err := scrapeMetrics(ctx, health, []string{connectionsOpen}); err == nil {
+		openBefore = m[connectionsOpen]
+	}
 	s, err := startRSSSampler(pid)
 	if err != nil {
 		return err
@@ -326,9 +335,9 @@ func memoryDeafReader(ctx context.Context, c *memoryConfig, pid int, addr, healt
 	sleep(ctx, c.settle)
 	s.stop()
 	s.fill(r)
-	if open, ok := r.Metrics["participantd_connections_open"]; ok {
-		if m, err := scrapeMetrics(ctx, health, []string{"participantd_connections_open"}); err == nil {
-			r.RecipientCut = m["participantd_connections_open"] < open
+	if m, err := scrapeMetrics(ctx, health, []string{connectionsOpen}); err == nil && openBefore > 0 {
+		if open, ok := m[connectionsOpen]; ok {
+			r.RecipientCut = open < openBefore
 		}
 	}
 	return nil
