@@ -636,10 +636,13 @@ func (s *Store) Append(name string, payload []byte, expectedSeq uint64) (uint64,
 }
 
 // Len implements store.DurableStore. It reads bbolt only the first time a
-// stream is used after Open.
+// stream is used after Open, and every time for a stream that does not
+// exist, which it keeps no state for (stage.Streams.Peek).
 func (s *Store) Len(name string) (uint64, error) {
-	st, err := s.lockStream(name)
+	s.mu.Lock()
+	st, err := s.streams.Peek(&s.mu, name, s.usableLocked, s.loadStream)
 	if err != nil {
+		s.mu.Unlock()
 		return 0, err
 	}
 	defer s.mu.Unlock()
