@@ -53,11 +53,18 @@ func (b *budget) inUse() int64 {
 	return b.used
 }
 
+// taker is a budget that take can take from: a budget, or a holder of a
+// shared one.
+type taker interface {
+	tryTake(n int64) (ok bool, wait <-chan struct{})
+	give(n int64)
+}
+
 // take takes n bytes of every budget in bs, waiting while any lacks room.
 // It returns false, having taken nothing, if stop or quit (either may be
 // nil) is closed first. Callers keep n within every limit (Config
 // validation sees to it), so a wait always ends once the holders give back.
-func take(n int64, stop, quit <-chan struct{}, bs ...*budget) bool {
+func take(n int64, stop, quit <-chan struct{}, bs ...taker) bool {
 	for {
 		var wait <-chan struct{}
 		i := 0

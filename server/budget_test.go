@@ -47,3 +47,74 @@ func TestTake_GivesUpWhenStopped(t *testing.T) {
 		t.Errorf("inUse = %d, want 10: a stopped take holds nothing", b.inUse())
 	}
 }
+
+// fakeCut is a holding a test can watch being cut.
+type fakeCut struct {
+	n   int64
+	got bool
+}
+
+func (f *fakeCut) cut()        { f.got = true }
+func (f *fakeCut) size() int64 { return f.n }
+
+// A principal holds at most its share; above the high water only holders
+// that hold little take; a full budget cuts the largest holder's cuttable
+// holdings for one that holds less, and never for the largest itself.
+func TestSharedBudget_SharesHighWaterAndCuts(t *testing.T) {
+	b := newSharedBudget(1000, 30, 10) // share 300, small 50, high water 800
+	a, c, d := b.join("a"), b.join("c"), b.join("d")
+	if ok, _ := a.tryTake(300); !ok {
+		t.Fatal("a took its share: refused")
+	}
+	if ok, _ := a.tryTake(1); ok {
+		t.Fatal("a took past its share")
+	}
+	if ok, _ := c.tryTake(300); !ok {
+		t.Fatal("c took its share: refused")
+	}
+	if ok, _ := d.tryTake(200); !ok {
+		t.Fatal("d took 200 below the high water: refused")
+	}
+	// 800 used: d holds more than small, so it waits; a fresh holder does not.
+	if ok, _ := d.tryTake(10); ok {
+		t.Fatal("d, holding 200, took above the high water")
+	}
+	e, f := b.join("e"), b.join("f")
+	if ok, _ := e.tryTake(50); !ok {
+		t.Fatal("e, holding nothing, took 50 above the high water: refused")
+	}
+	for range 3 {
+		g := b.join("")
+		if ok, _ := g.tryTake(50); !ok {
+			t.Fatal("a connection's own holder took 50 above the high water: refused")
+		}
+	}
+	if b.inUse() != 1000 {
+		t.Fatalf("inUse = %d, want 1000", b.inUse())
+	}
+	// Full: f (holding nothing) cuts a largest holder's cuttable holding.
+	ac, cc := &fakeCut{n: 100}, &fakeCut{n: 100}
+	a.mayCut(ac)
+	c.mayCut(cc)
+	if ok, _ := f.tryTake(40); ok {
+		t.Fatal("f took from a full budget")
+	}
+	if !ac.got && !cc.got {
+		t.Fatal("a full budget cut nobody for a holder that holds nothing")
+	}
+	if ac.got && cc.got {
+		t.Error("both were cut for 40 bytes, want one")
+	}
+	// A second try, before the cut holding is given back, cuts nothing more.
+	if ok, _ := f.tryTake(40); ok || ac.got && cc.got {
+		t.Error("a retry cut again what was already on its way back")
+	}
+	// The largest holder itself waits and cuts nobody.
+	a.unmayCut(ac)
+	c.unmayCut(cc)
+	dc := &fakeCut{n: 100}
+	d.mayCut(dc)
+	if ok, _ := a.tryTake(1); ok || dc.got {
+		t.Errorf("the largest holder: took %v, cut a smaller one %v; want neither", ok, dc.got)
+	}
+}

@@ -62,6 +62,12 @@ type conn struct {
 	ended     atomic.Bool
 	// abandon makes workers drop the requests still queued.
 	abandon atomic.Bool
+	// overBudget is set when the pending budget cut the frame whose body
+	// was arriving (shares.go): the read loop ends with
+	// rejected{overloaded}. arriving is that frame's bytes held, 0 when
+	// none is arriving.
+	overBudget atomic.Bool
+	arriving   atomic.Int64
 
 	// Set by the handshake, before any other goroutine of this connection
 	// starts.
@@ -72,8 +78,10 @@ type conn struct {
 
 	pumpDone chan struct{}
 	pending  chan struct{} // a slot per request queued or running
-	// pendingBytes holds the frame bytes of the requests queued or running.
+	// pendingBytes holds the frame bytes of the requests queued or running;
+	// pendingShare is what its principal holds of the server's.
 	pendingBytes *budget
+	pendingShare *holder
 	workers      sync.WaitGroup
 
 	// mu guards queues.
@@ -197,7 +205,12 @@ func (c *conn) serve() {
 	c.pending = make(chan struct{}, c.srv.cfg.MaxPending)
 	c.pendingBytes = newBudget(int64(c.srv.cfg.MaxPendingBytes))
 	c.queues = make(map[uint64][]request) // +checklocksignore: the workers that share it start below
-	c.pc = svc.ConnectAs(c.principal(), func() {
+	principal := c.principal()
+	c.pendingShare = c.srv.pendingBytes.join(string(principal))
+	defer c.pendingShare.leave()
+	outShare := c.srv.outBytes.join(string(principal))
+	defer outShare.leave()
+	c.pc = svc.ConnectAs(principal, func() {
 		select {
 		case c.wake <- struct{}{}:
 		default:
@@ -216,7 +229,7 @@ func (c *conn) serve() {
 	if hello.Client != nil {
 		client = clip(*hello.Client)
 	}
-	c.out = newOutq(c.nc, c.srv.cfg.WriteProgressTimeout, newBudget(int64(c.srv.cfg.MaxOutboundBytes)), c.srv.outBytes, c.quit)
+	c.out = newOutq(c.nc, c.srv.cfg.WriteProgressTimeout, newBudget(int64(c.srv.cfg.MaxOutboundBytes)), outShare, c.quit)
 	window, skew := c.srv.tokenWindow()
 	c.out.send(&wire.Welcome{
 		Version:        wire.Version,
@@ -374,11 +387,15 @@ func (c *conn) readLoop() closing {
 		}
 		body, err := c.rd.ReadFrame()
 		if waited {
-			c.endBodyDeadline()
+			c.arrived()
 		}
 		if err != nil {
 			c.release(held)
 			switch {
+			case c.overBudget.Load():
+				c.srv.metrics.refused(wire.ReasonOverloaded)
+				return closing{cause: oplog.CauseConnectionLost, reason: "pending budget full",
+					final: &wire.Rejected{Reason: wire.ReasonOverloaded, Detail: "the server's budget of pending request bytes is full and your principal holds the most of it: a frame still arriving was cut"}}
 			case c.shutdown.Load():
 				return closing{cause: oplog.CauseShutdown, final: &wire.ServerBye{Reason: wire.ByeShutdown}, reason: "shutdown"}
 			case c.idle.Load():
@@ -428,11 +445,13 @@ func (c *conn) readLoop() closing {
 }
 
 // reserve waits for the next frame's header and takes its announced size
-// of the pending budgets (the connection's and the server's) before its
-// body is read, so that frames still arriving count as much as frames
-// read: a peer cannot make the server hold more than the budgets by
-// sending many bodies slowly. The body must then arrive within
-// FrameReadTimeout, so that a slow peer cannot sit on the budget either.
+// of the pending budgets (the connection's, and its principal's share of
+// the server's) before its body is read, so that frames still arriving
+// count as much as frames read: a peer cannot make the server hold more
+// than the budgets by sending many bodies slowly. The body must then
+// arrive within FrameReadTimeout, so that a slow peer cannot sit on the
+// budget either; while it arrives, a full server budget may cut it for a
+// principal that holds less (shares.go).
 // It returns the bytes held (0 when the header could not be read or
 // announces more than MaxFrame: ReadFrame then reports it), whether it set
 // a deadline on the body (not when the body is buffered already, as
@@ -448,27 +467,43 @@ func (c *conn) reserve() (held int64, deadline, ok bool) {
 		return 0, false, true
 	}
 	held = min(n, c.pendingBytes.limit)
-	if !take(held, c.out.done, nil, c.pendingBytes, c.srv.pendingBytes) {
+	if !take(held, c.out.done, nil, c.pendingBytes, c.pendingShare) {
 		return 0, false, false
 	}
 	if c.br.Buffered() < wire.HeaderLen+int(n) {
 		c.nc.SetReadDeadline(time.Now().Add(c.srv.cfg.FrameReadTimeout))
 		c.recheckDeadline()
+		c.arriving.Store(held)
+		c.pendingShare.mayCut(c)
 		deadline = true
 	}
 	return held, deadline, true
 }
 
-// endBodyDeadline lifts the deadline reserve set on reading a body.
-func (c *conn) endBodyDeadline() {
+// arrived ends what reserve began for a body that was still arriving: it
+// can no longer be cut, and its deadline is lifted.
+func (c *conn) arrived() {
+	c.pendingShare.unmayCut(c)
+	c.arriving.Store(0)
 	c.nc.SetReadDeadline(time.Time{})
 	c.recheckDeadline()
 }
 
-// recheckDeadline keeps the read deadline a drain, the idle timer or a
-// lost lease set while the reader changed it.
+// cut ends the frame whose body is arriving, for the pending budget
+// (shares.go): the read fails at once, and the read loop ends with
+// rejected{overloaded}.
+func (c *conn) cut() {
+	c.overBudget.Store(true)
+	c.nc.SetReadDeadline(time.Now())
+}
+
+// size is what the frame whose body is arriving holds.
+func (c *conn) size() int64 { return c.arriving.Load() }
+
+// recheckDeadline keeps the read deadline a drain, the idle timer, a
+// lost lease or a cut set while the reader changed it.
 func (c *conn) recheckDeadline() {
-	if c.shutdown.Load() || c.idle.Load() || c.leaseLost.Load() {
+	if c.shutdown.Load() || c.idle.Load() || c.leaseLost.Load() || c.overBudget.Load() {
 		c.nc.SetReadDeadline(time.Now())
 	}
 }
@@ -478,7 +513,7 @@ func (c *conn) recheckDeadline() {
 func (c *conn) release(held int64) {
 	if held > 0 {
 		c.pendingBytes.give(held)
-		c.srv.pendingBytes.give(held)
+		c.pendingShare.give(held)
 	}
 }
 
@@ -526,6 +561,10 @@ func (c *conn) teardown(cl closing) {
 	if c.out.cut.Load() {
 		ev = c.log.Warn()
 		cl.reason = "write progress timeout"
+	}
+	if c.out.shed.Load() {
+		ev = c.log.Warn()
+		cl.reason = "outbound budget full"
 	}
 	ev.Str("reason", cl.reason).AnErr("error", cl.err).Dur("duration_ms", time.Since(c.start)).
 		Uint64("frames_out", c.out.frames.Load()).Msg("connection closed")

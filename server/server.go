@@ -84,9 +84,10 @@ type Server struct {
 	opCancel context.CancelFunc
 
 	// outBytes and pendingBytes are the server-wide budgets of queued
-	// outbound frames and of pending request frames.
-	outBytes     *budget
-	pendingBytes *budget
+	// outbound frames and of pending request frames, shared out per
+	// principal (shares.go).
+	outBytes     *sharedBudget
+	pendingBytes *sharedBudget
 
 	// connWG counts the goroutines serving connections.
 	connWG sync.WaitGroup
@@ -162,8 +163,8 @@ func New(cfg Config) (*Server, error) {
 		refusing:  make(map[net.Conn]struct{}),
 		peers:     newPeerLimits(cfg),
 
-		outBytes:     newBudget(int64(cfg.MaxOutboundTotal)),
-		pendingBytes: newBudget(int64(cfg.MaxPendingBytesTotal)),
+		outBytes:     newSharedBudget(int64(cfg.MaxOutboundTotal), cfg.ClientShare, int64(cfg.MaxOutboundBytes)),
+		pendingBytes: newSharedBudget(int64(cfg.MaxPendingBytesTotal), cfg.ClientShare, int64(cfg.MaxFrame)),
 	}
 	s.opCtx, s.opCancel = context.WithCancel(context.Background())
 	s.metrics = newMetrics(s)

@@ -30,7 +30,7 @@ type outq struct {
 	// budgets (one name per field: checklocks matches annotations to
 	// fields by position, which a line declaring two fields shifts).
 	own    *budget
-	shared *budget
+	shared *holder
 	// quit, when closed, makes sends that wait for room give up (the
 	// connection is being torn down).
 	quit <-chan struct{}
@@ -50,9 +50,23 @@ type outq struct {
 	done chan struct{}
 	// frames counts frames written.
 	frames atomic.Uint64
-	// cut is set when a frame waited past the progress deadline.
-	cut atomic.Bool
+	// cut is set when a frame waited past the progress deadline; shed
+	// when the server's outbound budget cut the connection (shares.go).
+	cut  atomic.Bool
+	shed atomic.Bool
 }
+
+// outCut is an outbound queue as a holding of the server's outbound
+// budget that can be given up at once: its connection is closed, and the
+// writer gives its bytes back as it stops.
+type outCut struct{ q *outq }
+
+func (o outCut) cut() {
+	o.q.shed.Store(true)
+	o.q.nc.Close()
+}
+
+func (o outCut) size() int64 { return o.q.own.inUse() }
 
 type outFrame struct {
 	b []byte
@@ -63,9 +77,10 @@ type outFrame struct {
 	held int64
 }
 
-func newOutq(nc net.Conn, progress time.Duration, own, shared *budget, quit <-chan struct{}) *outq {
+func newOutq(nc net.Conn, progress time.Duration, own *budget, shared *holder, quit <-chan struct{}) *outq {
 	q := &outq{nc: nc, progress: progress, own: own, shared: shared, quit: quit,
 		ready: make(chan struct{}, 1), done: make(chan struct{})}
+	shared.mayCut(outCut{q})
 	go q.run()
 	return q
 }
@@ -139,6 +154,7 @@ func (q *outq) run() {
 		for _, f := range rest {
 			held += f.held
 		}
+		q.shared.unmayCut(outCut{q})
 		q.give(held)
 		close(q.done)
 	}()
