@@ -107,8 +107,10 @@ type Config struct {
 	WSListen string
 	// WSAllowedOrigins are the host patterns (path.Match, such as
 	// "app.example.com" or "*.example.com") of the browser pages allowed
-	// to connect besides the listener's own host. A request without an
-	// Origin header (not a browser) is always allowed.
+	// to connect besides the listener's own host, and the names a browser
+	// may reach the listener by (its Host header) besides IP literals and
+	// localhost, against DNS rebinding. A request without an Origin header
+	// (not a browser) is always allowed.
 	WSAllowedOrigins []string
 	// HealthTLSCert and HealthTLSKey, both or neither, serve the health
 	// listener over HTTPS. They are required for the admin endpoints or

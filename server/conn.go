@@ -406,6 +406,10 @@ func (c *conn) readLoop() closing {
 				return closing{cause: oplog.CauseConnectionLost, reason: "frame read timeout", err: err}
 			case errors.Is(err, wire.ErrFrameTooLarge):
 				return c.violation(wire.ReasonFrameTooLarge, err.Error())
+			case errors.Is(err, errWSText), errors.Is(err, errWSSplit):
+				// The peer broke the WebSocket mapping: its protocol
+				// error, as a malformed frame is over TCP.
+				return c.violation(wire.ReasonMalformed, err.Error())
 			case errors.Is(err, io.EOF):
 				return closing{cause: oplog.CauseConnectionLost, reason: "eof"}
 			default:

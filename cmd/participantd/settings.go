@@ -112,7 +112,7 @@ var settings = []setting{
 		func(o *options, v string) error { o.server.TLSClientCA = v; return nil }},
 	{"ws-listen", "", "WebSocket listen address serving the same protocol, one binary message per frame (empty: off); wss with tls-cert",
 		func(o *options, v string) error { o.server.WSListen = v; return nil }},
-	{"ws-allowed-origins", "", "comma-separated host patterns (such as app.example.com or *.example.com) of browser pages allowed on ws-listen besides its own host; a client sending no Origin (not a browser) is always allowed",
+	{"ws-allowed-origins", "", "comma-separated host patterns (such as app.example.com or *.example.com) of browser pages allowed on ws-listen besides its own host, and the names a browser may reach it by besides IP literals and localhost (DNS rebinding); a client sending no Origin (not a browser) is always allowed",
 		func(o *options, v string) error { o.server.WSAllowedOrigins = server.ParseEndpoints(v); return nil }},
 	{"health-tls-cert", "", "PEM certificate: serve the health listener over HTTPS (with health-tls-key); SIGHUP reloads it",
 		func(o *options, v string) error { o.server.HealthTLSCert = v; return nil }},
