@@ -2,6 +2,7 @@ package server
 
 import (
 	"bufio"
+	"bytes"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/binary"
@@ -29,7 +30,10 @@ import (
 type conn struct {
 	srv *Server
 	nc  net.Conn
-	// br buffers the socket; hrd reads hello from it, rd every frame after.
+	// br buffers the socket; hrd reads hello from it, rd every frame
+	// after. Before hello br is small (helloBuffer), so that a socket
+	// nobody has authenticated costs little; welcome replaces it with
+	// one of readBuffer.
 	br    *bufio.Reader
 	hrd   *wire.Reader
 	rd    *wire.Reader
@@ -116,18 +120,26 @@ type closing struct {
 // token and a client name.
 const maxHelloFrame = 16 << 10
 
+// helloBuffer and readBuffer are the sizes of a connection's read buffer
+// before and after hello. A smaller read than the buffer goes through it;
+// a body larger than the buffer is read into the body directly, so a small
+// buffer costs syscalls only on many small frames sent together.
+const (
+	helloBuffer = 512
+	readBuffer  = 16 << 10
+)
+
 // maxLoggedString bounds a client-supplied string (hello.client, a type
 // name in a refusal) in the log and in a rejected detail.
 const maxLoggedString = 128
 
 func newConn(s *Server, nc net.Conn, peer netip.Prefix, limited bool, creates *creations) *conn {
-	br := bufio.NewReaderSize(nc, 64<<10)
+	br := bufio.NewReaderSize(nc, helloBuffer)
 	return &conn{
 		srv:     s,
 		nc:      nc,
 		br:      br,
 		hrd:     wire.NewReader(br, maxHelloFrame),
-		rd:      wire.NewReader(br, s.cfg.MaxFrame),
 		start:   time.Now(),
 		log:     s.log.With().Str("remote", nc.RemoteAddr().String()).Logger(),
 		peer:    peer,
@@ -198,6 +210,7 @@ func (c *conn) serve() {
 		c.nc.Close()
 		return
 	}
+	c.welcomeBuffers()
 	svc := c.srv.svc.Load()
 	c.wake = make(chan struct{}, 1)
 	c.quit = make(chan struct{})
@@ -257,6 +270,21 @@ func (c *conn) serve() {
 	}
 	cl := c.readLoop()
 	c.teardown(cl)
+}
+
+// welcomeBuffers gives a welcomed connection its read buffer of
+// readBuffer bytes, keeping what the hello buffer holds beyond hello (a
+// client may send requests right behind it), and lets the hello reader's
+// buffer go.
+func (c *conn) welcomeBuffers() {
+	var r io.Reader = c.nc
+	if n := c.br.Buffered(); n > 0 {
+		rest, _ := c.br.Peek(n)
+		r = io.MultiReader(bytes.NewReader(bytes.Clone(rest)), c.nc)
+	}
+	c.br = bufio.NewReaderSize(r, readBuffer)
+	c.hrd = nil
+	c.rd = wire.NewReader(c.br, c.srv.cfg.MaxFrame)
 }
 
 // principal names who the connection acts for, for the shares of the

@@ -13,6 +13,10 @@ import (
 // socket in one write, so that pipelined answers go out in few writes.
 const writeGroup = 64 << 10
 
+// groups are the buffers writers copy a group of frames into, lent for
+// one write each: an idle connection holds none.
+var groups = sync.Pool{New: func() any { b := make([]byte, 0, writeGroup); return &b }}
+
 // outq is a connection's outbound queue and the writer goroutine that
 // drains it into the socket. The queue is bounded in bytes, per connection
 // and across the server: a send waits while either budget is spent
@@ -140,7 +144,6 @@ func (q *outq) finish(m wire.Message) {
 func (q *outq) run() {
 	var batch []outFrame
 	i := 0 // batch[:i] is written
-	group := make([]byte, 0, writeGroup)
 	defer func() {
 		q.mu.Lock()
 		q.stopped = true
@@ -174,16 +177,22 @@ func (q *outq) run() {
 			// One write per group whatever the connection (a TLS record
 			// each, not one per frame): small frames are copied together.
 			out := batch[i].b
+			var group *[]byte
 			if j-i > 1 {
-				group = group[:0]
+				group = groups.Get().(*[]byte)
 				for _, f := range batch[i:j] {
-					group = append(group, f.b...)
+					*group = append(*group, f.b...)
 				}
-				out = group
+				out = *group
 			}
 			deadline := batch[i].at.Add(q.progress)
 			q.nc.SetWriteDeadline(deadline)
-			if _, err := q.nc.Write(out); err != nil {
+			_, err := q.nc.Write(out)
+			if group != nil {
+				*group = (*group)[:0]
+				groups.Put(group)
+			}
+			if err != nil {
 				if !time.Now().Before(deadline) {
 					q.cut.Store(true)
 				}
