@@ -166,6 +166,14 @@ func (l *peerLimits) admitLocked(key netip.Prefix, now time.Time) string {
 	return ""
 }
 
+// openLocked returns the connections key holds.
+func (l *peerLimits) openLocked(key netip.Prefix) int {
+	if p := l.peers[key]; p != nil {
+		return p.open
+	}
+	return 0
+}
+
 // releaseLocked counts one connection of key closed.
 func (l *peerLimits) releaseLocked(key netip.Prefix) {
 	if p := l.peers[key]; p != nil {

@@ -96,3 +96,20 @@ func TestPendingShare_ManyAddressesCannotStallAStranger(t *testing.T) {
 		}
 	}
 }
+
+// Issue 27: above 80 % of --max-connections, an address that holds a
+// twentieth of them is refused, while an address holding fewer is still
+// admitted: the largest holders are refused first. Before, the first
+// address took every connection its per-address limit allowed.
+func TestConnectionShare_LargestAddressRefusedAbove80Percent(t *testing.T) {
+	h := start(t, server.Config{LimitLoopback: true, MaxConnections: 40})
+	for range 32 {
+		h.dialFrom("127.0.0.1")
+	}
+	c := h.dialRawFrom("127.0.0.1")
+	c.expectRejected(wire.ReasonOverloaded)
+	h.dialFrom("127.0.0.2")
+	h.dialFrom("127.0.0.2")
+	h.dialRawFrom("127.0.0.2").expectRejected(wire.ReasonOverloaded)
+	h.dialFrom("127.0.0.3").ping()
+}

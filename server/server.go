@@ -429,6 +429,10 @@ func (s *Server) admit(raw net.Conn, ws bool) {
 		reason, detail = wire.ReasonShuttingDown, "the server is shutting down"
 	case len(s.conns) >= s.cfg.MaxConnections:
 		reason, detail = wire.ReasonOverloaded, fmt.Sprintf("the server is at its limit of %d connections", s.cfg.MaxConnections)
+	case limited && len(s.conns) >= s.cfg.MaxConnections*8/10 && s.peers.openLocked(key) >= max(1, s.cfg.MaxConnections/20):
+		// Above 80 % of the connections the addresses holding the most
+		// are refused first, so that the rest admits the others.
+		reason, detail = wire.ReasonOverloaded, fmt.Sprintf("the server holds over 80%% of its %d connections, and your address holds %d, a twentieth of them", s.cfg.MaxConnections, s.peers.openLocked(key))
 	case limited:
 		detail = s.peers.admitLocked(key, now)
 		if detail != "" {

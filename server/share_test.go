@@ -199,3 +199,14 @@ func TestShare_APrefixIsOnePrincipal(t *testing.T) {
 		})
 	}
 }
+
+// dialRawFrom connects from local address ip without a hello.
+func (h *harness) dialRawFrom(ip string) *client {
+	h.t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
+	nc, err := d.Dial("tcp", h.srv.Addr().String())
+	if err != nil {
+		h.t.Skipf("dial from %s: %v", ip, err)
+	}
+	return newClient(h.t, nc)
+}
