@@ -12,9 +12,12 @@ type budget struct {
 	mu sync.Mutex
 	// +checklocks:mu
 	used int64
-	// freed is closed, and replaced, whenever bytes are given back.
+	// freed is closed, and replaced, when bytes are given back while
+	// someone waits (watched: a tryTake returned it since it was made).
 	// +checklocks:mu
 	freed chan struct{}
+	// +checklocks:mu
+	watched bool
 }
 
 func newBudget(limit int64) *budget {
@@ -28,6 +31,7 @@ func (b *budget) tryTake(n int64) (ok bool, wait <-chan struct{}) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.used+n > b.limit {
+		b.watched = true
 		return false, b.freed
 	}
 	b.used += n
@@ -41,8 +45,10 @@ func (b *budget) give(n int64) {
 	}
 	b.mu.Lock()
 	b.used -= n
-	close(b.freed)
-	b.freed = make(chan struct{})
+	if b.watched {
+		close(b.freed)
+		b.freed, b.watched = make(chan struct{}), false
+	}
 	b.mu.Unlock()
 }
 

@@ -118,3 +118,36 @@ func TestSharedBudget_SharesHighWaterAndCuts(t *testing.T) {
 		t.Errorf("the largest holder: took %v, cut a smaller one %v; want neither", ok, dc.got)
 	}
 }
+
+// BenchmarkTakeGive is the pending and outbound budgets' cost per frame:
+// a connection's budget and the server's, taken and given back by many
+// connections at once, with the server's a plain budget (as before
+// shares) or shared out (a holder per connection, as for loopback, or
+// one principal's for all).
+func BenchmarkTakeGive(b *testing.B) {
+	b.Run("plain", func(b *testing.B) {
+		shared := newBudget(64 << 20)
+		b.RunParallel(func(pb *testing.PB) {
+			own := newBudget(4 << 20)
+			for pb.Next() {
+				take(200, nil, nil, own, shared)
+				own.give(200)
+				shared.give(200)
+			}
+		})
+	})
+	for _, name := range []string{"", "one principal"} {
+		b.Run("shared/"+name, func(b *testing.B) {
+			shared := newSharedBudget(64<<20, 10, 1<<20)
+			b.RunParallel(func(pb *testing.PB) {
+				own, h := newBudget(4<<20), shared.join(name)
+				defer h.leave()
+				for pb.Next() {
+					take(200, nil, nil, own, h)
+					own.give(200)
+					h.give(200)
+				}
+			})
+		})
+	}
+}

@@ -43,9 +43,12 @@ type sharedBudget struct {
 	mu sync.Mutex
 	// +checklocks:mu
 	used int64
-	// freed is closed, and replaced, whenever bytes are given back.
+	// freed is closed, and replaced, when bytes are given back while
+	// someone waits (watched: a tryTake returned it since it was made).
 	// +checklocks:mu
 	freed chan struct{}
+	// +checklocks:mu
+	watched bool
 	// named are the holders of principals, by name.
 	// +checklocks:mu
 	named map[string]*holder
@@ -153,6 +156,7 @@ func (h *holder) tryTake(n int64) (bool, <-chan struct{}) {
 		return true, nil
 	}
 	wait := b.freed
+	b.watched = true
 	var cut []cutter
 	if h.held+n <= h.share && b.used+n > b.limit {
 		cut = b.victimsLocked(h, n, b.used+n-b.limit-b.cuttingBytes)
@@ -210,8 +214,10 @@ func (h *holder) give(n int64) {
 	if h.held == 0 {
 		delete(b.active, h)
 	}
-	close(b.freed)
-	b.freed = make(chan struct{})
+	if b.watched {
+		close(b.freed)
+		b.freed, b.watched = make(chan struct{}), false
+	}
 	b.mu.Unlock()
 }
 
