@@ -1,6 +1,12 @@
 package server
 
-import "testing"
+import (
+	"net"
+	"testing"
+	"time"
+
+	"github.com/participantd/participantd/wire"
+)
 
 func TestTake_WaitsForRoomAndTakesAllOrNothing(t *testing.T) {
 	own, shared := newBudget(100), newBudget(150)
@@ -149,5 +155,40 @@ func BenchmarkTakeGive(b *testing.B) {
 				}
 			})
 		})
+	}
+}
+
+// A peer that reads nothing holds its outbound queue's bytes; when the
+// server's outbound budget is full, a connection of another holder that
+// needs room closes it (the largest holder) instead of waiting for its
+// write progress timeout, and takes the room its writer gives back.
+func TestSharedBudget_FullOutboundCutsTheDeafQueue(t *testing.T) {
+	const frame = 1 << 10
+	shared := newSharedBudget(4*frame, 50, frame)
+	deaf, peer := net.Pipe() // nobody reads peer: every write blocks
+	defer peer.Close()
+	quit := make(chan struct{})
+	defer close(quit)
+	q := newOutq(deaf, time.Hour, newBudget(4*frame), shared.join("deaf"), quit)
+	msg := &wire.Pong{ID: 1}
+	for shared.inUse() < 2*frame-int64(len(wire.AppendFrame(nil, msg))) {
+		if !q.send(msg) {
+			t.Fatal("send to the deaf queue failed before its share was full")
+		}
+	}
+	// Two holders take what is left but a half frame...
+	for _, name := range []string{"x", "y"} {
+		if ok, _ := shared.join(name).tryTake(frame - 16); !ok {
+			t.Fatalf("%s could not take a frame", name)
+		}
+	}
+	// ...and a third needs a frame more: the deaf queue, the largest
+	// holder, is cut for it.
+	if !take(frame/2, nil, nil, shared.join("z")) {
+		t.Fatal("a take past a full budget gave up")
+	}
+	<-q.done
+	if !q.shed.Load() {
+		t.Error("the deaf queue's connection ended, but not as shed")
 	}
 }
