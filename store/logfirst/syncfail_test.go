@@ -9,6 +9,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+	bolt "go.etcd.io/bbolt"
+
 	"github.com/participantd/participantd/faultfs"
 	"github.com/participantd/participantd/store"
 	"github.com/participantd/participantd/store/logfirst"
@@ -101,5 +104,38 @@ func TestFailedLogSync_RestartWithoutARebootThenAPowerCut(t *testing.T) {
 		if err := s.Close(); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// A data file of a newer layout version (written by a newer binary) is
+// refused, by Open and OpenReadOnly, with an error that names the layout
+// version, and no file of the directory changes: a downgrade never
+// rewrites or drops what a newer version wrote.
+func TestOpen_RefusesADataFileOfANewerLayoutVersion(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir, noCheckpoint)
+	fill(t, s, 5)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db, err := bolt.Open(filepath.Join(dir, logfirst.DBFile), 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Update(func(tx *bolt.Tx) error { return tx.Bucket([]byte("meta")).Put([]byte("version"), []byte{0xfe}) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	before := snapshot(t, dir)
+	if _, err := logfirst.Open(dir, noCheckpoint); err == nil || !strings.Contains(err.Error(), "layout version") {
+		t.Fatalf("Open of a file of layout version 254 = %v, want a refusal naming the layout version", err)
+	}
+	if _, err := logfirst.OpenReadOnly(dir, noCheckpoint); err == nil || !strings.Contains(err.Error(), "layout version") {
+		t.Fatalf("OpenReadOnly of a file of layout version 254 = %v, want a refusal naming the layout version", err)
+	}
+	if diff := cmp.Diff(before, snapshot(t, dir)); diff != "" {
+		t.Fatalf("a refused Open changed the data directory (-before +after):\n%s", diff)
 	}
 }
