@@ -129,3 +129,39 @@ func (fs *FS) Commit(path string, write func() error) error {
 	}
 	return rerr
 }
+
+// Rewrite implements vfs.Rewriter: it counts an OpCommit of path and runs
+// write, which writes every page of the operating system's file at path
+// over itself and syncs: every page, stale ones included, is then on
+// disk as the file holds it. Rules act on it as on a Commit (a Cut tears
+// it as a bbolt commit: write syncs the pages past the head first).
+func (fs *FS) Rewrite(path string, write func() error) error {
+	path = clean(path)
+	fs.mu.Lock()
+	act, err := fs.decideLocked(OpCommit, path)
+	wasCut := fs.cut && fs.cutOp.Kind == OpCommit && fs.cutOp.Path == path && fs.cutOp.Index == fs.ops-1
+	fs.mu.Unlock()
+	if err != nil && !wasCut && act != FailSync {
+		return err
+	}
+	werr := write()
+	content, rerr := os.ReadFile(path)
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	f := fs.names[path]
+	switch {
+	case f == nil || rerr != nil || werr != nil || act == FailSync:
+		// A failed rewrite leaves every page as it was: stale ones stay.
+	case wasCut:
+		f.pending = content
+	default:
+		f.stale = nil
+		f.synced = content
+	}
+	for _, e := range []error{werr, err, rerr} {
+		if e != nil {
+			return e
+		}
+	}
+	return nil
+}

@@ -325,10 +325,11 @@ func (p powerCutLoop) failedSyncs(t *testing.T, kinds ...faultfs.OpKind) {
 	t.Logf("%d failed syncs over %d file-system calls", failed, total)
 }
 
-// TestPowerCut_FailedLogSync is TestPowerCut's workload with a log
-// fdatasync failing the Linux way at every sync of the workload, then a
-// restart from the page cache, then a power cut (see failedSyncs).
-func TestPowerCut_FailedLogSync(t *testing.T) {
+// TestPowerCut_FailedSync is TestPowerCut's workload with a log
+// fdatasync or a bbolt commit (a checkpoint, the replay of a start)
+// failing the Linux way at every one of them in turn, then a restart from
+// the page cache, then a power cut (see failedSyncs).
+func TestPowerCut_FailedSync(t *testing.T) {
 	powerCutLoop{workload: participanttest.CutWorkload, compact: participant.Options{Retain: time.Nanosecond, Now: time.Now}, stream: 4}.
-		failedSyncs(t, faultfs.OpSync)
+		failedSyncs(t, faultfs.OpSync, faultfs.OpCommit)
 }

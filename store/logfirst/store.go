@@ -275,6 +275,13 @@ func Open(dir string, opts Options) (*Store, error) {
 	if err := boltfmt.CheckFile(path, opts.MustExist); err != nil {
 		return nil, err
 	}
+	// After a failed sync the page cache may hold pages of the file that
+	// are not on disk: a commit built on them could make a meta page
+	// durable that points at pages a power cut loses.
+	suspect, err := rewriteAfterFailedSync(fsys, dir, path)
+	if err != nil {
+		return nil, err
+	}
 	fi, err := os.Stat(path)
 	created := err != nil || fi.Size() == 0
 	var db *bolt.DB
@@ -336,6 +343,15 @@ func Open(dir string, opts Options) (*Store, error) {
 	}
 	if !marked {
 		if err := markLog(fsys, dir); err != nil {
+			l.Close()
+			db.Close()
+			return nil, err
+		}
+	}
+	if suspect {
+		// The bbolt file is rewritten, and the log's replayed records
+		// and the replay's commits are durable.
+		if err := clearSyncFailed(fsys, dir); err != nil {
 			l.Close()
 			db.Close()
 			return nil, err
