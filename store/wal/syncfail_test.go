@@ -244,3 +244,63 @@ func TestRemoveBelow_SyncsTheDirectory(t *testing.T) {
 		t.Fatalf("after a crash %d segments (%v), want the %d RemoveBelow left", len(segs), err, want)
 	}
 }
+
+// A restart that finds the only segment without a record reuses it in
+// place: it never removes that name (a journaling file system may commit
+// a removal before a later creation, and a crash between the two left
+// wal/ without a segment), and a power cut at any call of that Open
+// leaves a log that opens.
+func TestOpen_ReusesAnEmptyOnlySegmentInPlace(t *testing.T) {
+	const dir = "/data/wal"
+	setup := func() (*faultfs.FS, string) {
+		ffs := faultfs.New()
+		l, _, err := Open(dir, 0, Options{SegmentSize: 4096, FS: ffs}, func(*Batch) error { return nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Close()
+		segs, err := listSegments(ffs, dir)
+		if err != nil || len(segs) != 1 {
+			t.Fatalf("segments = %v, %v; want 1", segs, err)
+		}
+		return ffs, join(dir, segs[0])
+	}
+	ffs, only := setup()
+	start := ffs.Ops()
+	var removed []string
+	ffs.SetRule(func(op faultfs.Op) faultfs.Action {
+		if op.Kind == faultfs.OpRemove {
+			removed = append(removed, op.Path)
+		}
+		return faultfs.None
+	})
+	l, _, err := Open(dir, 0, Options{SegmentSize: 4096, FS: ffs}, func(*Batch) error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	if len(removed) != 0 {
+		t.Fatalf("Open of a log whose only segment %s is empty removed %v", only, removed)
+	}
+	calls := ffs.Ops() - start
+	rng := rand.New(rand.NewPCG(11, 12))
+	for at := range calls + 1 {
+		ffs, _ := setup()
+		ffs.SetRule(faultfs.CutAt(ffs.Ops() + at))
+		if l, _, err := Open(dir, 0, Options{SegmentSize: 4096, FS: ffs}, func(*Batch) error { return nil }); err == nil {
+			l.Close()
+		}
+		if err := ffs.Crash(rng); err != nil {
+			t.Fatal(err)
+		}
+		segs, err := listSegments(ffs, dir)
+		if err != nil || len(segs) != 1 || join(dir, segs[0]) != only {
+			t.Fatalf("cut at call %d of the reopen: segments %v, %v; want %s", at, segs, err, only)
+		}
+		l, _, err := Open(dir, 0, Options{SegmentSize: 4096, FS: ffs}, func(*Batch) error { return nil })
+		if err != nil {
+			t.Fatalf("cut at call %d of the reopen: Open after the power cut: %v", at, err)
+		}
+		l.Close()
+	}
+}
