@@ -4,9 +4,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -416,14 +418,42 @@ func OpenReadOnly(dir string, opts Options) (*Store, error) {
 	return s, nil
 }
 
+// minMmapSize is the least a writable bbolt file is mapped at (see
+// mmapSize), as etcd maps its backend.
+const minMmapSize = 10 << 30
+
+// mmapSize returns the size to map a writable bbolt file of size bytes
+// at: at least minMmapSize, and twice the file. bbolt remaps a file it
+// grows past its mapping, and a remap waits for every read transaction to
+// end: an online backup streams from one read transaction for as long as
+// its reader takes, so a checkpoint that had to remap would wait for the
+// reader, and once the uncheckpointed log reached its bound every Flush
+// with it. The mapping is address space only; pages count once touched.
+// On a 32-bit platform it is bbolt's default.
+func mmapSize(size int64) int {
+	if strconv.IntSize < 64 {
+		return 0
+	}
+	return int(max(minMmapSize, 2*size))
+}
+
 func openBolt(path string, opts Options, readOnly bool) (*bolt.DB, error) {
 	var db *bolt.DB
+	initialMmap := 0
+	if fi, err := os.Stat(path); !readOnly && (err == nil || errors.Is(err, fs.ErrNotExist)) {
+		var size int64
+		if err == nil {
+			size = fi.Size()
+		}
+		initialMmap = mmapSize(size)
+	}
 	err := boltfmt.Contain(path, func() error {
 		var err error
 		db, err = bolt.Open(path, 0o600, &bolt.Options{
-			Timeout:      opts.LockTimeout,
-			ReadOnly:     readOnly,
-			FreelistType: bolt.FreelistMapType,
+			Timeout:         opts.LockTimeout,
+			ReadOnly:        readOnly,
+			InitialMmapSize: initialMmap,
+			FreelistType:    bolt.FreelistMapType,
 			// Only the checkpointer writes this file, off the hot path, so
 			// it pays the freelist's page per commit: a start then reads
 			// the freelist instead of walking every page (see
