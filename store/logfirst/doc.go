@@ -51,7 +51,11 @@
 //
 // Backup forces a checkpoint of every record logged when it is called and
 // then writes the bbolt file from one read transaction (bbolt's
-// Tx.WriteTo). See Store.Backup for why no batch can be lost.
+// Tx.WriteTo). See Store.Backup for why no batch can be lost. The file is
+// mapped at 10 GiB or twice its size, whichever is more (mmapSize), so that
+// a checkpoint growing it does not remap while the backup's reader is
+// slow: a remap waits for every read transaction, and Flush would then
+// wait behind the reader once the uncheckpointed log reached its bound.
 //
 // # Commit and checkpoint
 //
