@@ -37,6 +37,11 @@
 //	  file or a directory (MkdirAll)
 //	anything in a lost directory       no, however well synced
 //
+// SetJournaled adds what a journaling file system may do: creates and
+// removes of file names that no SyncDir covered reach the disk in the
+// order they were made, and a Crash keeps a random prefix of them (a
+// remove followed by a create of the same name may keep the remove alone).
+//
 // The Model decides what survives of a file's writes since its last Sync:
 // TornPrefix keeps a random prefix of the last one and nothing of earlier
 // ones; Blocks keeps or loses each BlockSize block that changed, each at

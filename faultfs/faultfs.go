@@ -147,6 +147,10 @@ type FS struct {
 	model       Model
 	// capacity bounds the bytes of every file's content; 0 is no bound.
 	capacity int64
+	// journaled makes a Crash keep a random prefix of the creates and
+	// removes not yet synced (journal, in the order made).
+	journaled bool
+	journal   []nameChange
 }
 
 // file is one file's content: data as the process sees it, synced as a
@@ -265,6 +269,7 @@ func (fs *FS) Create(name string) (vfs.File, error) {
 	}
 	f := &file{}
 	fs.names[name] = f
+	fs.journalLocked(name, f)
 	return &handle{fs: fs, f: f, name: name, epoch: fs.epoch, writable: true}, nil
 }
 
@@ -307,6 +312,7 @@ func (fs *FS) Remove(name string) error {
 		return &OpError{Op: Op{Kind: OpRemove, Path: name}, Err: ErrNotExist}
 	}
 	delete(fs.names, name)
+	fs.journalLocked(name, nil)
 	return nil
 }
 
@@ -370,6 +376,7 @@ func (fs *FS) SyncDir(dir string) error {
 			fs.durable[name] = f
 		}
 	}
+	fs.journal = slices.DeleteFunc(fs.journal, func(c nameChange) bool { return filepath.Dir(c.name) == dir })
 	return nil
 }
 

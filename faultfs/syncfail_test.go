@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -136,5 +137,41 @@ func TestFailSync_CommitLeavesTheChangeInThePageCacheOnly(t *testing.T) {
 	if !bytes.Equal(got, want) {
 		t.Fatalf("after the crash pages 0-3 start %q %q %q %q; want the failed commit's pages reverted, the later one's kept",
 			got[0], got[PageSize], got[2*PageSize], got[3*PageSize])
+	}
+}
+
+// Journaled, a Crash keeps a prefix of the unsynced creates and removes,
+// in order: a remove then a create of one name may leave the remove
+// alone, never the create alone.
+func TestJournaled_CrashKeepsAPrefixOfNameChanges(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	seen := map[string]int{}
+	for range 200 {
+		fs := New()
+		fs.SetJournaled(true)
+		mkdir(t, fs, "/d")
+		f, err := fs.Create("/d/a")
+		must(t, err)
+		_, err = f.WriteAt([]byte("old"), 0)
+		must(t, err)
+		must(t, f.Sync())
+		must(t, fs.SyncDir("/d"))
+		must(t, fs.Remove("/d/a"))
+		g, err := fs.Create("/d/b")
+		must(t, err)
+		must(t, g.Sync())
+		must(t, fs.Crash(rng))
+		names, err := fs.List("/d")
+		must(t, err)
+		key := strings.Join(names, ",")
+		switch key {
+		case "a", "", "b":
+		default:
+			t.Fatalf("after a crash /d holds %q: not a prefix of remove a, create b", key)
+		}
+		seen[key]++
+	}
+	if len(seen) != 3 {
+		t.Fatalf("outcomes %v; want all three prefixes", seen)
 	}
 }

@@ -217,3 +217,69 @@ func TestFailedCheckpointSync_RestartWithoutARebootThenAPowerCut(t *testing.T) {
 		}
 	}
 }
+
+// A start whose log's only segment holds no record (the last start wrote
+// nothing, and removed the segments its checkpoint covered), under a
+// journaling file system's crash model (creates and removes reach the disk
+// in order, any prefix of them): a power cut at every call of that start
+// leaves a store that opens with every write, never wal/ without a segment
+// beside wal.created (ErrLogLost).
+func TestOpen_AnEmptyOnlySegmentSurvivesACutAtEveryCallOfTheStart(t *testing.T) {
+	setup := func() (*faultfs.FS, string, logfirst.Options) {
+		ffs := faultfs.New()
+		ffs.SetJournaled(true)
+		dir := t.TempDir()
+		opts := noCheckpoint
+		opts.FS = ffs
+		s, err := logfirst.Open(dir, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fill(t, s, 5)
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		// This start checkpoints nothing new and removes the segment the
+		// last checkpoint covered: one segment, empty, is left.
+		s, err = logfirst.Open(dir, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := logfirst.Segments(s); n != 1 {
+			t.Fatalf("segments after a start with nothing to replay = %d, want 1", n)
+		}
+		logfirst.Abandon(s)
+		return ffs, dir, opts
+	}
+	ffs, dir, opts := setup()
+	start := ffs.Ops()
+	s, err := logfirst.Open(dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logfirst.Abandon(s)
+	calls := ffs.Ops() - start
+	for seed := range uint64(2) { // the cut between a remove and a create keeps the remove alone half the time
+		rng := rand.New(rand.NewPCG(seed, 27))
+		for at := range calls + 1 {
+			ffs, dir, opts := setup()
+			ffs.SetRule(faultfs.CutAt(ffs.Ops() + at))
+			if s, err := logfirst.Open(dir, opts); err == nil {
+				logfirst.Abandon(s)
+			}
+			if err := ffs.Crash(rng); err != nil {
+				t.Fatal(err)
+			}
+			s, err := logfirst.Open(dir, opts)
+			if err != nil {
+				t.Fatalf("cut at call %d of the start: Open after the power cut: %v", at, err)
+			}
+			if entries, v := readAll(t, s); len(entries) != 5 || v != 5 {
+				t.Fatalf("cut at call %d of the start: %d entries, value %d; want 5 and 5", at, len(entries), v)
+			}
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
