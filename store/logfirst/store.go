@@ -606,11 +606,18 @@ var maxPersistedFreePages = 1 << 15
 // maxPersistedFreePages ids. It sets bbolt's NoFreelistSync inside the
 // transaction, where bbolt's writer lock serializes it with every commit
 // that reads it.
+//
+// It also sets bbolt's AllocSize, the growth past what a commit needs, to
+// the file's size between boltMinGrowth and boltMaxGrowth: bbolt grows a
+// file to its mapping while that is small, so with the large mapping
+// (mmapSize) it would grow by its 16 MiB AllocSize from the start; this
+// keeps its growth geometric while small, as StartSpace reckons it.
 func freelistPolicy(fn func(*bolt.Tx) error) func(*bolt.Tx) error {
 	return func(tx *bolt.Tx) error {
 		db := tx.DB()
 		st := db.Stats()
 		db.NoFreelistSync = st.FreePageN+st.PendingPageN > maxPersistedFreePages
+		db.AllocSize = int(min(max(tx.Size(), boltMinGrowth), boltMaxGrowth))
 		return fn(tx)
 	}
 }
