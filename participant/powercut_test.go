@@ -334,6 +334,18 @@ func (p powerCutLoop) failedSyncs(t *testing.T, kinds ...faultfs.OpKind) {
 // failing the Linux way at every one of them in turn, then a restart from
 // the page cache, then a power cut (see failedSyncs).
 func TestPowerCut_FailedSync(t *testing.T) {
-	powerCutLoop{workload: participanttest.CutWorkload, compact: participant.Options{Retain: time.Nanosecond, Now: time.Now}, stream: 4}.
-		failedSyncs(t, faultfs.OpSync, faultfs.OpCommit)
+	t.Run("CutWorkload", func(t *testing.T) {
+		powerCutLoop{workload: participanttest.CutWorkload, compact: participant.Options{Retain: time.Nanosecond, Now: time.Now}, stream: 4}.
+			failedSyncs(t, faultfs.OpSync, faultfs.OpCommit)
+	})
+	t.Run("TokenWindow", func(t *testing.T) {
+		later := participanttest.NewClock(participanttest.WindowEpoch.Add(10 * time.Minute))
+		powerCutLoop{workload: participanttest.WindowWorkload,
+			compact: participant.Options{Retain: time.Second, TokenWindow: time.Minute, TokenSkew: time.Second, Now: later.Now}, stream: 5}.
+			failedSyncs(t, faultfs.OpSync, faultfs.OpCommit)
+	})
+	t.Run("MaxUnackedAge", func(t *testing.T) {
+		powerCutLoop{workload: participanttest.ReleaseWorkload, compact: participant.Options{Retain: time.Nanosecond, Now: time.Now}, stream: 6}.
+			failedSyncs(t, faultfs.OpSync, faultfs.OpCommit)
+	})
 }
