@@ -304,3 +304,35 @@ func TestOpen_ReusesAnEmptyOnlySegmentInPlace(t *testing.T) {
 		l.Close()
 	}
 }
+
+// A last segment without a record that the new segment does not replace
+// (the caller's checkpoint is past the log) is removed once the new one
+// is durable, and the new one holds what is appended after.
+func TestOpen_RemovesAnEmptyLastSegmentTheNewOneDoesNotReplace(t *testing.T) {
+	dir := t.TempDir()
+	writeLog(t, dir, 3, Options{})
+	writeLog(t, dir, 0, Options{}) // a start that appends nothing: an empty segment 4
+	l, _, err := Open(dir, 10, Options{}, func(*Batch) error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lsn, err := l.Append(testBatch(0)); err != nil || lsn != 11 {
+		t.Fatalf("Append after a checkpoint at 10 = %v, %v; want LSN 11", lsn, err)
+	}
+	l.Close()
+	segs, err := listSegments(osFS(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []LSN
+	for _, s := range segs {
+		names = append(names, s.first)
+	}
+	if len(names) != 2 || names[0] != 1 || names[1] != 11 {
+		t.Fatalf("segments start at %v, want [1 11]: the empty one removed, the new one kept", names)
+	}
+	got, _, err := replayAll(t, dir, 10)
+	if err != nil || len(got) != 1 || got[0].LSN != 11 {
+		t.Fatalf("Replay after 10 = %d records, %v; want the one appended, LSN 11", len(got), err)
+	}
+}

@@ -130,7 +130,9 @@ func Open(dir string, after LSN, opts Options, apply func(*Batch) error) (*Log, 
 		isLast := i == len(segs)-1
 		switch {
 		case isLast && (!sc.headerOK || sc.records == 0):
-			empty = &segs[i]
+			// A copy: the new segment's entry goes where this one's was.
+			e := seg
+			empty = &e
 		case isLast:
 			// The records replayed, rewritten; the tail cut; one sync.
 			if err := rewrite(fsys, join(dir, seg), sc.from, sc.tail, sc.end); err != nil {
