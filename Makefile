@@ -78,9 +78,15 @@ run:
 # owners and times, and gzip -n make the archives reproducible from a
 # commit. To cut a release: docs/operations.md, "Releases".
 VERSION := $(shell cat internal/buildinfo/VERSION)
-REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
-# The commit's time, for the archive members' times (reproducible).
-SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+# The commit and its time (the archive members' times, reproducible), read
+# once when make starts, so that a commit made during a long release build
+# cannot make the check disagree with what was built.
+ifeq ($(origin REVISION),undefined)
+REVISION := $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+endif
+ifeq ($(origin SOURCE_DATE_EPOCH),undefined)
+SOURCE_DATE_EPOCH := $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+endif
 DIST ?= dist
 PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
 # participantbench ships too: an operator measures a disk with it (its

@@ -44,6 +44,7 @@ const BlockSize = 512
 func (fs *FS) Crash(rng *rand.Rand) error {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
+	fs.replayJournalLocked(rng)
 	dirs := map[string]bool{}
 	for d := range fs.durableDirs {
 		if fs.survivesLocked(d) {

@@ -22,8 +22,9 @@
 //	FS.Commit               OpCommit (a bbolt transaction, see below)
 //
 // A Rule decides per op: None runs it, Fail returns an error wrapping
-// ErrInjected without running it, and Cut is a power cut: that op and
-// every later one fail with ErrCut without running, until Crash.
+// ErrInjected without running it, FailSync fails a sync as Linux does
+// (below), and Cut is a power cut: that op and every later one fail with
+// ErrCut without running, until Crash.
 //
 // # Durability model
 //
@@ -35,6 +36,11 @@
 //	a created or removed name, of a    only after SyncDir of its directory
 //	  file or a directory (MkdirAll)
 //	anything in a lost directory       no, however well synced
+//
+// SetJournaled adds what a journaling file system may do: creates and
+// removes of file names that no SyncDir covered reach the disk in the
+// order they were made, and a Crash keeps a random prefix of them (a
+// remove followed by a create of the same name may keep the remove alone).
 //
 // The Model decides what survives of a file's writes since its last Sync:
 // TornPrefix keeps a random prefix of the last one and nothing of earlier
@@ -48,6 +54,31 @@
 // the namespace back to its last synced state, and clears the cut, so
 // that the same FS serves the restarted process. Handles opened before a
 // Crash fail with ErrStale.
+//
+// # Failed syncs
+//
+// FailSync is a failed fsync or fdatasync on Linux (PostgreSQL's
+// "fsyncgate"): the kernel reports the error once and marks the file's
+// dirty pages clean without having written them. So:
+//
+//	after a FailSync of a Sync (or a Commit)   the model
+//	reads, by this process or the next one      the unwritten bytes (the
+//	  (a restart without a reboot)                page cache holds them)
+//	a later Sync or Commit                      succeeds, and writes none of
+//	                                              them
+//	a later write to a page (WriteAt; for a     dirties it: the next sync
+//	  Commit, a change of the page)               writes it whole
+//	Crash                                       the stale pages are the
+//	                                              disk's: gone, or for a file
+//	                                              in memory torn as the Model
+//	                                              tears unsynced writes
+//
+// A page (PageSize) is stale when its content differed from the disk's
+// at the failed sync; a Truncate does not dirty the page it cuts into
+// (the strictest reading), and one that cuts a stale page off drops it.
+// A Commit whose sync fails runs its change on the operating system's
+// file, which a restarted bbolt then reads from it, as it would from the
+// page cache.
 //
 // # Space
 //

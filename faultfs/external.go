@@ -71,19 +71,33 @@ func metaWrite(old, cur []byte) *torn {
 // write, which changes the operating system's file at path and makes the
 // change durable. A rule's Fail or Cut there returns an error without
 // running write, except that a Cut runs it first, so that Crash can tear
-// the commit it interrupted. The file's directory entry becomes durable
-// with a SyncDir of its directory, as a created file's does.
+// the commit it interrupted. A FailSync runs write and fails its sync the
+// Linux way: the pages it changed stay in the file, which the next
+// process reads, but not on disk, and a later Commit writes only those it
+// changes again (see doc.go, Failed syncs). The file's directory entry
+// becomes durable with a SyncDir of its directory, as a created file's
+// does.
 func (fs *FS) Commit(path string, write func() error) error {
 	path = clean(path)
 	fs.mu.Lock()
-	err := fs.admitLocked(OpCommit, path)
+	act, err := fs.decideLocked(OpCommit, path)
 	wasCut := fs.cut && fs.cutOp.Kind == OpCommit && fs.cutOp.Path == path && fs.cutOp.Index == fs.ops-1
 	if err == nil && !fs.dirs[filepath.Dir(path)] {
-		err = &OpError{Op: Op{Kind: OpCommit, Path: path}, Err: ErrNotExist}
+		err, act = &OpError{Op: Op{Kind: OpCommit, Path: path}, Err: ErrNotExist}, None
 	}
+	// The file before write, to tell which pages write changed, when
+	// that matters: a failed sync, or stale pages a commit may rewrite.
+	needBefore := act == FailSync || (fs.names[path] != nil && len(fs.names[path].stale) > 0)
 	fs.mu.Unlock()
-	if err != nil && !wasCut {
+	if err != nil && !wasCut && act != FailSync {
 		return err
+	}
+	var before []byte
+	if needBefore {
+		var rerr error
+		if before, rerr = os.ReadFile(path); rerr != nil && !errors.Is(rerr, iofs.ErrNotExist) {
+			return rerr
+		}
 	}
 	// write runs without the lock: it is another library's I/O.
 	werr := write()
@@ -99,11 +113,13 @@ func (fs *FS) Commit(path string, write func() error) error {
 		fs.names[path] = f
 	}
 	switch {
-	case f == nil:
+	case f == nil || rerr != nil:
 	case wasCut:
 		f.pending = content
-	case werr == nil && rerr == nil:
-		f.synced = content
+	case act == FailSync:
+		f.commitFailedSync(before, content)
+	case werr == nil:
+		f.commitSynced(before, content)
 	}
 	if werr != nil {
 		return werr
@@ -112,4 +128,40 @@ func (fs *FS) Commit(path string, write func() error) error {
 		return err
 	}
 	return rerr
+}
+
+// Rewrite implements vfs.Rewriter: it counts an OpCommit of path and runs
+// write, which writes every page of the operating system's file at path
+// over itself and syncs: every page, stale ones included, is then on
+// disk as the file holds it. Rules act on it as on a Commit (a Cut tears
+// it as a bbolt commit: write syncs the pages past the head first).
+func (fs *FS) Rewrite(path string, write func() error) error {
+	path = clean(path)
+	fs.mu.Lock()
+	act, err := fs.decideLocked(OpCommit, path)
+	wasCut := fs.cut && fs.cutOp.Kind == OpCommit && fs.cutOp.Path == path && fs.cutOp.Index == fs.ops-1
+	fs.mu.Unlock()
+	if err != nil && !wasCut && act != FailSync {
+		return err
+	}
+	werr := write()
+	content, rerr := os.ReadFile(path)
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	f := fs.names[path]
+	switch {
+	case f == nil || rerr != nil || werr != nil || act == FailSync:
+		// A failed rewrite leaves every page as it was: stale ones stay.
+	case wasCut:
+		f.pending = content
+	default:
+		f.stale = nil
+		f.synced = content
+	}
+	for _, e := range []error{werr, err, rerr} {
+		if e != nil {
+			return e
+		}
+	}
+	return nil
 }

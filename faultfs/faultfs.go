@@ -75,6 +75,13 @@ const (
 	Fail
 	// Cut cuts the power: this op and every later one fail with ErrCut.
 	Cut
+	// FailSync fails a sync the way Linux does (see doc.go, Failed
+	// syncs): for an OpSync, the file's dirty pages are marked clean
+	// without being written, so no later Sync writes them, while reads
+	// still see them until a Crash; for an OpCommit, the change runs and
+	// its pages are left so. The op returns an error wrapping
+	// ErrInjected. For any other op it is Fail.
+	FailSync
 )
 
 // Rule decides what happens to an op. It runs under the FS's lock and
@@ -140,6 +147,10 @@ type FS struct {
 	model       Model
 	// capacity bounds the bytes of every file's content; 0 is no bound.
 	capacity int64
+	// journaled makes a Crash keep a random prefix of the creates and
+	// removes not yet synced (journal, in the order made).
+	journaled bool
+	journal   []nameChange
 }
 
 // file is one file's content: data as the process sees it, synced as a
@@ -156,6 +167,12 @@ type file struct {
 	lastWrite *torn
 	external  bool
 	pending   []byte
+	// stale holds the pages (PageSize) a FailSync marked clean while
+	// their content was not on disk: a Sync or Commit leaves the disk's
+	// content there, until a write changes the page again. For an
+	// external file the value is the page's content in the page cache,
+	// which Crash drops; for a file in memory it is nil (data holds it).
+	stale map[int64][]byte
 }
 
 type torn struct {
@@ -209,22 +226,29 @@ func (fs *FS) CutOp() (Op, bool) {
 // admitLocked counts an op and returns the error it fails with, if any.
 // fs.mu must be held.
 func (fs *FS) admitLocked(kind OpKind, path string) error {
+	_, err := fs.decideLocked(kind, path)
+	return err
+}
+
+// decideLocked counts an op and returns the rule's action and the error
+// the op fails with, if any. fs.mu must be held.
+func (fs *FS) decideLocked(kind OpKind, path string) (Action, error) {
 	op := Op{Index: fs.ops, Kind: kind, Path: path}
 	fs.ops++
 	if fs.cut {
-		return &OpError{Op: op, Err: ErrCut}
+		return Cut, &OpError{Op: op, Err: ErrCut}
 	}
 	if fs.rule == nil {
-		return nil
+		return None, nil
 	}
-	switch fs.rule(op) {
-	case Fail:
-		return &OpError{Op: op, Err: ErrInjected}
+	switch a := fs.rule(op); a {
+	case Fail, FailSync:
+		return a, &OpError{Op: op, Err: ErrInjected}
 	case Cut:
 		fs.cut, fs.cutOp = true, op
-		return &OpError{Op: op, Err: ErrCut}
+		return Cut, &OpError{Op: op, Err: ErrCut}
 	}
-	return nil
+	return None, nil
 }
 
 func clean(name string) string { return filepath.Clean(name) }
@@ -245,6 +269,7 @@ func (fs *FS) Create(name string) (vfs.File, error) {
 	}
 	f := &file{}
 	fs.names[name] = f
+	fs.journalLocked(name, f)
 	return &handle{fs: fs, f: f, name: name, epoch: fs.epoch, writable: true}, nil
 }
 
@@ -287,6 +312,7 @@ func (fs *FS) Remove(name string) error {
 		return &OpError{Op: Op{Kind: OpRemove, Path: name}, Err: ErrNotExist}
 	}
 	delete(fs.names, name)
+	fs.journalLocked(name, nil)
 	return nil
 }
 
@@ -350,6 +376,7 @@ func (fs *FS) SyncDir(dir string) error {
 			fs.durable[name] = f
 		}
 	}
+	fs.journal = slices.DeleteFunc(fs.journal, func(c nameChange) bool { return filepath.Dir(c.name) == dir })
 	return nil
 }
 
@@ -409,6 +436,11 @@ func (h *handle) WriteAt(p []byte, off int64) (int, error) {
 	}
 	copy(h.f.data[off:], p)
 	h.f.lastWrite = &torn{off: off, data: slices.Clone(p)}
+	// A write dirties its pages again: the next Sync writes them whole,
+	// with whatever else the page cache holds of them.
+	for pg := off / PageSize; pg <= (off+int64(len(p))-1)/PageSize && len(p) > 0; pg++ {
+		delete(h.f.stale, pg)
+	}
 	return len(p), nil
 }
 
@@ -418,10 +450,13 @@ func (h *handle) Sync() error {
 	if err := h.checkLocked(OpSync); err != nil {
 		return err
 	}
-	if err := h.fs.admitLocked(OpSync, h.name); err != nil {
+	if act, err := h.fs.decideLocked(OpSync, h.name); err != nil {
+		if act == FailSync {
+			h.f.markStale()
+		}
 		return err
 	}
-	h.f.synced = slices.Clone(h.f.data)
+	h.f.synced = h.f.writeBack(h.f.data)
 	h.f.lastWrite = nil
 	return nil
 }
@@ -458,6 +493,11 @@ func (h *handle) Truncate(size int64) error {
 	}
 	if size <= int64(len(h.f.data)) {
 		h.f.data = h.f.data[:size:size]
+		for pg := range h.f.stale {
+			if pg*PageSize >= size {
+				delete(h.f.stale, pg)
+			}
+		}
 	} else {
 		h.f.data = append(h.f.data, make([]byte, size-int64(len(h.f.data)))...)
 	}

@@ -21,8 +21,18 @@ import (
 // commit. A conversation whose turn is never free (a busy one) is evicted
 // by its own commits once the service is a quarter past the budget: that
 // is the hard bound.
+//
+// Each conversation also has a window: at every commit, a conversation
+// holding more than window payload bytes drops its oldest ones from memory
+// down to it. The payloads a recipient that never reads is sent past the
+// window are thus never kept: they live in the oplog and are read back
+// when delivered, so that such a recipient costs its window whatever the
+// volume sent to it, and one deaf conversation cannot take the budget the
+// others use. Recipients that keep up acknowledge long before their
+// conversation holds a window, and are pushed from memory.
 type backlog struct {
 	budget  int64
+	window  int64
 	records atomic.Int64
 	bytes   atomic.Int64
 	evicted atomic.Int64
@@ -43,16 +53,17 @@ type backlog struct {
 	holders map[*conversation]int64
 }
 
-func newBacklog(budget int64, limits backlogLimits) *backlog {
-	return &backlog{budget: budget, limits: limits, holders: make(map[*conversation]int64)}
+func newBacklog(budget, window int64, limits backlogLimits) *backlog {
+	return &backlog{budget: budget, window: window, limits: limits, holders: make(map[*conversation]int64)}
 }
 
 // evictCandidates is how many of the largest holders one trim tries.
 const evictCandidates = 8
 
 // setStateLocked publishes st (nil: not loaded) as cv's state and moves the
-// service's backlog account from the old state to st; when the service is
-// past its hard bound, it drops st's oldest payloads from memory. The
+// service's backlog account from the old state to st; when st holds more
+// than the conversation's window, or the service is past its hard bound,
+// it drops st's oldest payloads from memory. The
 // caller holds cv's turn and cv.mu for writing, and st is no longer
 // advanced by anyone else: Evict writes records in place.
 //
@@ -82,6 +93,9 @@ func (cv *conversation) setStateLocked(st *outbox.State) {
 		}
 		bl.bytes.Add(st.PayloadBytes)
 		bl.evicted.Add(st.EvictedBytes)
+		if over := st.PayloadBytes - bl.window; over > 0 {
+			cv.evictLocked(over)
+		}
 		if over := bl.bytes.Load() - (bl.budget + bl.budget/4); over > 0 {
 			cv.evictLocked(over + bl.budget/4)
 			return

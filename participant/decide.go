@@ -1,7 +1,6 @@
 package participant
 
 import (
-	"bytes"
 	"time"
 
 	"github.com/participantd/participantd/oplog"
@@ -244,7 +243,7 @@ func (d *decider) tell(st *outbox.State, req *Tell) (oplog.Row, *Error) {
 		Token:       req.Token,
 		Seq:         st.LastSeq + 1,
 		At:          d.at(),
-		Payload:     bytes.Clone(req.Payload),
+		Payload:     req.Payload, // the caller's, not to be modified (Tell)
 	}, nil
 }
 

@@ -130,7 +130,10 @@
 // conversations holding the most drop their oldest payloads
 // (outbox.State.Evict, under the victim's turn, taken without waiting, and
 // its write lock; see backlog.go) and Conn.Next reads such a payload back
-// from its oplog row, outside every lock. The records themselves (about
+// from its oplog row, outside every lock. Each conversation also keeps at
+// most Options.BacklogWindowBytes of payloads in memory, dropping its
+// oldest at its own commit, so that a recipient that never reads costs its
+// window whatever it is sent. The records themselves (about
 // 115 bytes of metadata each) are bounded by backpressure
 // (backpressure.go): past Options.MaxBacklogRecords in a conversation, or
 // past Options.BacklogRecords in the service for the conversations that

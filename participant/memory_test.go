@@ -17,6 +17,7 @@ import (
 	"github.com/participantd/participantd/outbox"
 	"github.com/participantd/participantd/store"
 	"github.com/participantd/participantd/store/boltstore"
+	"github.com/participantd/participantd/store/logfirst"
 )
 
 // heapInUse returns the live heap after a full collection.
@@ -32,9 +33,23 @@ func heapInUse() uint64 {
 // that do not exist (capacity_exceeded: the connection is at its cap) and
 // checks that the heap does not grow with them: a refused enroll leaves no
 // conversation entry behind.
+//
+// It runs over the in-memory store and over the log-first store, the
+// default engine, whose per-stream state a refusal's existence check
+// (Ownership.Exists) once left behind for every conversation named.
 func TestRefusedEnrollsDoNotGrowMemory(t *testing.T) {
+	t.Run("memory", func(t *testing.T) { testRefusedEnrollsDoNotGrowMemory(t, store.NewMemory()) })
+	t.Run("logfirst", func(t *testing.T) {
+		st, err := logfirst.Open(t.TempDir(), logfirst.Options{})
+		must(t, err)
+		t.Cleanup(func() { st.Close() })
+		testRefusedEnrollsDoNotGrowMemory(t, st)
+	})
+}
+
+func testRefusedEnrollsDoNotGrowMemory(t *testing.T, st store.DurableStore) {
 	const n = 20000
-	svc, err := Open(context.Background(), store.NewMemory(), Options{NodeKey: testKey, MaxConversationsPerConn: 1})
+	svc, err := Open(context.Background(), st, Options{NodeKey: testKey, MaxConversationsPerConn: 1})
 	must(t, err)
 	t.Cleanup(func() { svc.Close() })
 	c := svc.Connect(nil)

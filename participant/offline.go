@@ -40,7 +40,7 @@ func Compact(ctx context.Context, st store.DurableStore, opts Options) (CompactR
 		opts:    opts,
 		log:     opts.Logger.With().Str("component", "participant").Logger(),
 		pages:   pages{budget: newByteBudget(int64(opts.LoadBytes)), bytes: opts.ReadPageBytes},
-		backlog: newBacklog(opts.MaxBacklogBytes, opts.backlogLimits()),
+		backlog: newBacklog(opts.MaxBacklogBytes, opts.BacklogWindowBytes, opts.backlogLimits()),
 		convs:   make(map[ConversationID]*conversation),
 		conns:   make(map[ConnID]*Conn),
 	}

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -33,17 +34,24 @@ func powerCutOptions(ffs *faultfs.FS) logfirst.Options {
 // ffs, in dir, and returns what it answered.
 func powerCutRunOf(t *testing.T, ffs *faultfs.FS, dir string, workload func(store.DurableStore, *[]participanttest.Answered) error) []participanttest.Answered {
 	t.Helper()
+	return faultedRunOf(t, ffs, dir, workload, func() bool { _, cut := ffs.CutOp(); return cut })
+}
+
+// faultedRunOf is powerCutRunOf where faulted reports whether a fault was
+// injected, which alone may fail the start or the workload.
+func faultedRunOf(t *testing.T, ffs *faultfs.FS, dir string, workload func(store.DurableStore, *[]participanttest.Answered) error, faulted func() bool) []participanttest.Answered {
+	t.Helper()
 	st, err := logfirst.Open(dir, powerCutOptions(ffs))
-	if _, cut := ffs.CutOp(); cut && err != nil {
-		return nil // the power failed during the first start
+	if faulted() && err != nil {
+		return nil // the fault hit the first start
 	}
 	if err != nil {
-		t.Fatalf("Open before the cut: %v", err)
+		t.Fatalf("Open before the fault: %v", err)
 	}
 	var log []participanttest.Answered
 	werr := workload(faultstore.New(st), &log)
-	if _, cut := ffs.CutOp(); !cut && werr != nil {
-		t.Fatalf("workload without a power cut: %v", werr)
+	if !faulted() && werr != nil {
+		t.Fatalf("workload without a fault: %v", werr)
 	}
 	// Close stops the store; after a cut the store has failed and only
 	// releases its files. Either way the crash below decides what is left.
@@ -104,6 +112,9 @@ func (p powerCutLoop) run(t *testing.T) {
 	}
 	for n, at := range cuts {
 		ffs := faultfs.New()
+		// Every other run, creates and removes may reach the disk without
+		// a directory sync, in order (a journaling file system).
+		ffs.SetJournaled(n%2 == 1)
 		ffs.SetRule(faultfs.CutAt(at))
 		dir := t.TempDir()
 		log := powerCutRunOf(t, ffs, dir, p.workload)
@@ -245,4 +256,96 @@ func TestPowerCut_TokenWindow(t *testing.T) {
 func TestPowerCut_MaxUnackedAge(t *testing.T) {
 	powerCutLoop{workload: participanttest.ReleaseWorkload, completed: participanttest.CheckReleased,
 		compact: participant.Options{Retain: time.Nanosecond, Now: time.Now}, runs: 500, stream: 3}.run(t)
+}
+
+// failedSyncs runs workload with the first fdatasync of a log segment (or
+// commit of the bbolt file, for the kinds given) at or after op at failing
+// the way Linux fails it (faultfs.FailSync: the pages marked clean
+// unwritten, still served by the page cache), for every at of a clean
+// run's calls: the store fails, and a restart without a reboot opens it
+// from the page cache and checks the invariants (reconciling, replaying
+// every answer: it builds on what it read); then the power is cut, the
+// strict model decides what survives, the offline tools run, and a start
+// must hold every answered operation and the invariants.
+func (p powerCutLoop) failedSyncs(t *testing.T, kinds ...faultfs.OpKind) {
+	t.Helper()
+	clean := faultfs.New()
+	powerCutRunOf(t, clean, t.TempDir(), p.workload)
+	total := clean.Ops()
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("crash seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, p.stream))
+	failed := 0
+	for at := range total {
+		ffs := faultfs.New()
+		ffs.SetJournaled(at%2 == 1)
+		var failedOp faultfs.Op
+		done := false
+		ffs.SetRule(func(op faultfs.Op) faultfs.Action {
+			if done || op.Index < at || !slices.Contains(kinds, op.Kind) {
+				return faultfs.None
+			}
+			if op.Kind == faultfs.OpSync && filepath.Base(filepath.Dir(op.Path)) != logfirst.WALDir {
+				return faultfs.None // the marker file, not the log
+			}
+			done, failedOp = true, op
+			return faultfs.FailSync
+		})
+		dir := t.TempDir()
+		log := faultedRunOf(t, ffs, dir, p.workload, func() bool { return done })
+		if !done {
+			break // past the last sync: every later at is the clean run
+		}
+		failed++
+		pt := prefixed{t, failedOp}
+		ffs.SetRule(nil)
+		if _, err := os.Stat(filepath.Join(dir, logfirst.DBFile)); err == nil {
+			// The restart without a reboot.
+			st, err := logfirst.Open(dir, powerCutOptions(ffs))
+			if err != nil {
+				pt.Fatalf("restart after the failed sync: %v", err)
+			}
+			participanttest.CheckInvariants(pt, st, log)
+			if err := st.Close(); err != nil {
+				pt.Fatalf("Close after the restart: %v", err)
+			}
+		}
+		if err := ffs.Crash(rng); err != nil {
+			pt.Fatalf("Crash: %v", err)
+		}
+		dir = offlineTools(pt, int(at), ffs, dir, p.compact)
+		st, err := logfirst.Open(dir, powerCutOptions(ffs))
+		if err != nil {
+			pt.Fatalf("Open after the failed sync, a restart and a power cut: %v", err)
+		}
+		participanttest.CheckInvariants(pt, st, log)
+		if err := st.Close(); err != nil {
+			pt.Fatalf("Close after the check: %v", err)
+		}
+	}
+	if failed < 20 {
+		t.Fatalf("%d runs met a failed sync; want far more", failed)
+	}
+	t.Logf("%d failed syncs over %d file-system calls", failed, total)
+}
+
+// TestPowerCut_FailedSync is TestPowerCut's workload with a log
+// fdatasync or a bbolt commit (a checkpoint, the replay of a start)
+// failing the Linux way at every one of them in turn, then a restart from
+// the page cache, then a power cut (see failedSyncs).
+func TestPowerCut_FailedSync(t *testing.T) {
+	t.Run("CutWorkload", func(t *testing.T) {
+		powerCutLoop{workload: participanttest.CutWorkload, compact: participant.Options{Retain: time.Nanosecond, Now: time.Now}, stream: 4}.
+			failedSyncs(t, faultfs.OpSync, faultfs.OpCommit)
+	})
+	t.Run("TokenWindow", func(t *testing.T) {
+		later := participanttest.NewClock(participanttest.WindowEpoch.Add(10 * time.Minute))
+		powerCutLoop{workload: participanttest.WindowWorkload,
+			compact: participant.Options{Retain: time.Second, TokenWindow: time.Minute, TokenSkew: time.Second, Now: later.Now}, stream: 5}.
+			failedSyncs(t, faultfs.OpSync, faultfs.OpCommit)
+	})
+	t.Run("MaxUnackedAge", func(t *testing.T) {
+		powerCutLoop{workload: participanttest.ReleaseWorkload, compact: participant.Options{Retain: time.Nanosecond, Now: time.Now}, stream: 6}.
+			failedSyncs(t, faultfs.OpSync, faultfs.OpCommit)
+	})
 }

@@ -30,6 +30,7 @@ const (
 	DefaultMaxConversationsPerConn = 1024
 	DefaultMaxConversations        = 1_000_000
 	DefaultMaxBacklogBytes         = 16 << 20
+	DefaultBacklogWindowBytes      = 1 << 20
 	DefaultReadPageBytes           = 1 << 20
 	DefaultLoadBytes               = 64 << 20
 	DefaultCheckpointInterval      = 10 * time.Second
@@ -74,6 +75,14 @@ type Options struct {
 	// memory and read back from the oplog when their recipient catches up
 	// (see backlog.go). Default DefaultMaxBacklogBytes.
 	MaxBacklogBytes int64
+	// BacklogWindowBytes bounds the payload bytes one conversation keeps
+	// in memory for its recipients: past it, the conversation's oldest
+	// payloads are dropped from memory at its own commit, and read back
+	// from the oplog when delivered. A recipient that never reads thus
+	// costs its window, not a share of the service's budget that grows
+	// with what it is sent (see backlog.go). Default
+	// DefaultBacklogWindowBytes, and never more than MaxBacklogBytes.
+	BacklogWindowBytes int64
 	// MaxBacklogRecords caps the records one conversation retains until
 	// every recipient acknowledged them (or left): past it, enroll, tell
 	// and attach are backlog_full (see backpressure.go). Default
@@ -181,6 +190,10 @@ func (o *Options) withDefaults() {
 	if o.MaxBacklogBytes <= 0 {
 		o.MaxBacklogBytes = DefaultMaxBacklogBytes
 	}
+	if o.BacklogWindowBytes <= 0 {
+		o.BacklogWindowBytes = DefaultBacklogWindowBytes
+	}
+	o.BacklogWindowBytes = min(o.BacklogWindowBytes, o.MaxBacklogBytes)
 	if o.MaxBacklogRecords <= 0 {
 		o.MaxBacklogRecords = DefaultMaxBacklogRecords
 	}
@@ -313,7 +326,7 @@ func Open(ctx context.Context, st store.DurableStore, opts Options) (*Service, e
 		shares:  make(map[uint64]*share),
 		pages:   pages{budget: newByteBudget(int64(opts.LoadBytes)), bytes: opts.ReadPageBytes},
 	}
-	s.backlog = newBacklog(opts.MaxBacklogBytes, opts.backlogLimits())
+	s.backlog = newBacklog(opts.MaxBacklogBytes, opts.BacklogWindowBytes, opts.backlogLimits())
 	s.shareLimits = opts.shareLimits()
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	inc, err := st.ReadValue(IncarnationKey)

@@ -60,9 +60,15 @@ func (s *Service) indexedRow(c ConversationID, applied uint64, match func(*oplog
 	entries, err := s.st.ReadFrom(oplog.Stream(c), idx, 1)
 	if errors.Is(err, store.ErrCompacted) {
 		// The row is compacted: its receipt, if it had a token, stands in.
-		r, err := readReceipt(s.st, c, idx)
-		if err != nil || r == nil {
-			return nil, w, err
+		r, rerr := readReceipt(s.st, c, idx)
+		if rerr != nil {
+			return nil, w, rerr
+		}
+		if r == nil {
+			// No receipt: "never committed" only if the stream really
+			// starts past the row. A short read that says compacted while
+			// the row is stored would decide a committed operation again.
+			return nil, w, s.provenCompacted(c, idx, err)
 		}
 		row := r.Row()
 		if row.Token != t || !row.HasToken() || !match(&row) {
@@ -84,6 +90,26 @@ func (s *Service) indexedRow(c ConversationID, applied uint64, match func(*oplog
 		return nil, w, nil
 	}
 	return &prior{idx: idx, row: row}, w, nil
+}
+
+// provenCompacted returns nil when oplog row idx of c is below the
+// stream's first stored entry, as asked of the store afresh (Compactor's
+// First), and otherwise an error wrapping readErr, the read that said the
+// row was compacted: the caller answers unavailable, never "not
+// committed".
+func (s *Service) provenCompacted(c ConversationID, idx uint64, readErr error) error {
+	cs, ok := store.AsCompactor(s.st)
+	if !ok {
+		return fmt.Errorf("participant: oplog row %d of conversation %v read as compacted from a store that does not compact: %w", idx, c, readErr)
+	}
+	first, err := cs.First(oplog.Stream(c))
+	if err != nil {
+		return err
+	}
+	if first <= idx {
+		return fmt.Errorf("participant: oplog row %d of conversation %v read as compacted, but the stream starts at %d: %w", idx, c, first, readErr)
+	}
+	return nil
 }
 
 // tokenRef names the token index entry an operation looks up first: enroll

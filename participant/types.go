@@ -56,7 +56,10 @@ type Attach struct {
 	Token        Token
 }
 
-// Tell appends a record with Payload to the conversation.
+// Tell appends a record with Payload to the conversation. The service
+// keeps Payload, without a copy, as the record's payload in memory: the
+// caller must not modify it once the operation has started (the server
+// hands over each request's freshly decoded payload).
 type Tell struct {
 	Conversation ConversationID
 	Participant  ParticipantID

@@ -12,9 +12,12 @@ type budget struct {
 	mu sync.Mutex
 	// +checklocks:mu
 	used int64
-	// freed is closed, and replaced, whenever bytes are given back.
+	// freed is closed, and replaced, when bytes are given back while
+	// someone waits (watched: a tryTake returned it since it was made).
 	// +checklocks:mu
 	freed chan struct{}
+	// +checklocks:mu
+	watched bool
 }
 
 func newBudget(limit int64) *budget {
@@ -28,6 +31,7 @@ func (b *budget) tryTake(n int64) (ok bool, wait <-chan struct{}) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.used+n > b.limit {
+		b.watched = true
 		return false, b.freed
 	}
 	b.used += n
@@ -41,8 +45,10 @@ func (b *budget) give(n int64) {
 	}
 	b.mu.Lock()
 	b.used -= n
-	close(b.freed)
-	b.freed = make(chan struct{})
+	if b.watched {
+		close(b.freed)
+		b.freed, b.watched = make(chan struct{}), false
+	}
 	b.mu.Unlock()
 }
 
@@ -53,11 +59,18 @@ func (b *budget) inUse() int64 {
 	return b.used
 }
 
+// taker is a budget that take can take from: a budget, or a holder of a
+// shared one.
+type taker interface {
+	tryTake(n int64) (ok bool, wait <-chan struct{})
+	give(n int64)
+}
+
 // take takes n bytes of every budget in bs, waiting while any lacks room.
 // It returns false, having taken nothing, if stop or quit (either may be
 // nil) is closed first. Callers keep n within every limit (Config
 // validation sees to it), so a wait always ends once the holders give back.
-func take(n int64, stop, quit <-chan struct{}, bs ...*budget) bool {
+func take(n int64, stop, quit <-chan struct{}, bs ...taker) bool {
 	for {
 		var wait <-chan struct{}
 		i := 0

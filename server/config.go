@@ -40,6 +40,10 @@ const (
 	// not slowed.
 	DefaultConversationRate  = 10
 	DefaultConversationBurst = 100
+	// DefaultIPv4Prefix and DefaultIPv6Prefix are the prefixes of one
+	// peer address: an IPv4 address, an IPv6 /64.
+	DefaultIPv4Prefix = 32
+	DefaultIPv6Prefix = 64
 	// DefaultIdleTimeout closes a connection that holds no binding and
 	// did nothing for that long.
 	DefaultIdleTimeout = 5 * time.Minute
@@ -107,8 +111,10 @@ type Config struct {
 	WSListen string
 	// WSAllowedOrigins are the host patterns (path.Match, such as
 	// "app.example.com" or "*.example.com") of the browser pages allowed
-	// to connect besides the listener's own host. A request without an
-	// Origin header (not a browser) is always allowed.
+	// to connect besides the listener's own host, and the names a browser
+	// may reach the listener by (its Host header) besides IP literals and
+	// localhost, against DNS rebinding. A request without an Origin header
+	// (not a browser) is always allowed.
 	WSAllowedOrigins []string
 	// HealthTLSCert and HealthTLSKey, both or neither, serve the health
 	// listener over HTTPS. They are required for the admin endpoints or
@@ -144,6 +150,15 @@ type Config struct {
 	// DefaultConversationRate and DefaultConversationBurst.
 	ConversationRate  float64
 	ConversationBurst int
+	// IPv4Prefix and IPv6Prefix are the prefix lengths that make one peer
+	// address, for the per-address limits and the shares (ClientShare,
+	// the byte budgets' shares): every address of one /IPv4Prefix, or of
+	// one /IPv6Prefix, is one peer. Defaults DefaultIPv4Prefix (each
+	// address) and DefaultIPv6Prefix (a /64, what one host is usually
+	// given); a /56 or /48 counts a site that is given many /64s as one
+	// peer, at the cost of its hosts sharing one share.
+	IPv4Prefix int
+	IPv6Prefix int
 	// LimitLoopback applies MaxConnectionsPerAddress, ConnectionRate and
 	// ConversationRate to loopback peers as to any address. Off by
 	// default: they are this machine, or a proxy in front of it.
@@ -332,6 +347,8 @@ func (c *Config) applyDefaults() {
 	orDefault(&c.ConnectionRate, DefaultConnectionRate)
 	orDefault(&c.ConversationRate, DefaultConversationRate)
 	orDefault(&c.ConversationBurst, DefaultConversationBurst)
+	orDefault(&c.IPv4Prefix, DefaultIPv4Prefix)
+	orDefault(&c.IPv6Prefix, DefaultIPv6Prefix)
 	orDefault(&c.IdleTimeout, DefaultIdleTimeout)
 	orDefault(&c.FrameReadTimeout, DefaultFrameReadTimeout)
 	orDefault(&c.Engine, EngineLog)
@@ -382,6 +399,10 @@ func (c *Config) validate() error {
 		return fmt.Errorf("server: connection-rate %v is negative", c.ConnectionRate)
 	case c.ConversationRate < 0 || c.ConversationBurst < 0:
 		return fmt.Errorf("server: conversation-rate %v or conversation-burst %d is negative", c.ConversationRate, c.ConversationBurst)
+	case c.IPv4Prefix < 0 || c.IPv4Prefix > 32:
+		return fmt.Errorf("server: ipv4-prefix %d is outside [1, 32]", c.IPv4Prefix)
+	case c.IPv6Prefix < 0 || c.IPv6Prefix > 128:
+		return fmt.Errorf("server: ipv6-prefix %d is outside [1, 128]", c.IPv6Prefix)
 	case c.FrameReadTimeout < 0:
 		return fmt.Errorf("server: frame-read-timeout %v is negative", c.FrameReadTimeout)
 	case c.MaxFrame < 1024 || uint64(c.MaxFrame) > 1<<32-1:

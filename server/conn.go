@@ -2,6 +2,7 @@ package server
 
 import (
 	"bufio"
+	"bytes"
 	"crypto/tls"
 	"encoding/binary"
 	"errors"
@@ -28,7 +29,10 @@ import (
 type conn struct {
 	srv *Server
 	nc  net.Conn
-	// br buffers the socket; hrd reads hello from it, rd every frame after.
+	// br buffers the socket; hrd reads hello from it, rd every frame
+	// after. Before hello br is small (helloBuffer), so that a socket
+	// nobody has authenticated costs little; welcome replaces it with
+	// one of readBuffer.
 	br    *bufio.Reader
 	hrd   *wire.Reader
 	rd    *wire.Reader
@@ -61,6 +65,12 @@ type conn struct {
 	ended     atomic.Bool
 	// abandon makes workers drop the requests still queued.
 	abandon atomic.Bool
+	// overBudget is set when the pending budget cut the frame whose body
+	// was arriving (shares.go): the read loop ends with
+	// rejected{overloaded}. arriving is that frame's bytes held, 0 when
+	// none is arriving.
+	overBudget atomic.Bool
+	arriving   atomic.Int64
 
 	// Set by the handshake, before any other goroutine of this connection
 	// starts.
@@ -71,8 +81,10 @@ type conn struct {
 
 	pumpDone chan struct{}
 	pending  chan struct{} // a slot per request queued or running
-	// pendingBytes holds the frame bytes of the requests queued or running.
+	// pendingBytes holds the frame bytes of the requests queued or running;
+	// pendingShare is what its principal holds of the server's.
 	pendingBytes *budget
+	pendingShare *holder
 	workers      sync.WaitGroup
 
 	// mu guards queues.
@@ -107,18 +119,26 @@ type closing struct {
 // token and a client name.
 const maxHelloFrame = 16 << 10
 
+// helloBuffer and readBuffer are the sizes of a connection's read buffer
+// before and after hello. A smaller read than the buffer goes through it;
+// a body larger than the buffer is read into the body directly, so a small
+// buffer costs syscalls only on many small frames sent together.
+const (
+	helloBuffer = 512
+	readBuffer  = 16 << 10
+)
+
 // maxLoggedString bounds a client-supplied string (hello.client, a type
 // name in a refusal) in the log and in a rejected detail.
 const maxLoggedString = 128
 
 func newConn(s *Server, nc net.Conn, peer netip.Prefix, limited bool, creates *creations) *conn {
-	br := bufio.NewReaderSize(nc, 64<<10)
+	br := bufio.NewReaderSize(nc, helloBuffer)
 	return &conn{
 		srv:     s,
 		nc:      nc,
 		br:      br,
 		hrd:     wire.NewReader(br, maxHelloFrame),
-		rd:      wire.NewReader(br, s.cfg.MaxFrame),
 		start:   time.Now(),
 		log:     s.log.With().Str("remote", nc.RemoteAddr().String()).Logger(),
 		peer:    peer,
@@ -189,6 +209,7 @@ func (c *conn) serve() {
 		c.nc.Close()
 		return
 	}
+	c.welcomeBuffers()
 	svc := c.srv.svc.Load()
 	c.wake = make(chan struct{}, 1)
 	c.quit = make(chan struct{})
@@ -196,7 +217,12 @@ func (c *conn) serve() {
 	c.pending = make(chan struct{}, c.srv.cfg.MaxPending)
 	c.pendingBytes = newBudget(int64(c.srv.cfg.MaxPendingBytes))
 	c.queues = make(map[uint64][]request) // +checklocksignore: the workers that share it start below
-	c.pc = svc.ConnectAs(c.principal(), func() {
+	principal := c.principal()
+	c.pendingShare = c.srv.pendingBytes.join(string(principal))
+	defer c.pendingShare.leave()
+	outShare := c.srv.outBytes.join(string(principal))
+	defer outShare.leave()
+	c.pc = svc.ConnectAs(principal, func() {
 		select {
 		case c.wake <- struct{}{}:
 		default:
@@ -215,7 +241,7 @@ func (c *conn) serve() {
 	if hello.Client != nil {
 		client = clip(*hello.Client)
 	}
-	c.out = newOutq(c.nc, c.srv.cfg.WriteProgressTimeout, newBudget(int64(c.srv.cfg.MaxOutboundBytes)), c.srv.outBytes, c.quit)
+	c.out = newOutq(c.nc, c.srv.cfg.WriteProgressTimeout, newBudget(int64(c.srv.cfg.MaxOutboundBytes)), outShare, c.quit)
 	window, skew := c.srv.tokenWindow()
 	c.out.send(&wire.Welcome{
 		Version:        wire.Version,
@@ -243,6 +269,21 @@ func (c *conn) serve() {
 	}
 	cl := c.readLoop()
 	c.teardown(cl)
+}
+
+// welcomeBuffers gives a welcomed connection its read buffer of
+// readBuffer bytes, keeping what the hello buffer holds beyond hello (a
+// client may send requests right behind it), and lets the hello reader's
+// buffer go.
+func (c *conn) welcomeBuffers() {
+	var r io.Reader = c.nc
+	if n := c.br.Buffered(); n > 0 {
+		rest, _ := c.br.Peek(n)
+		r = io.MultiReader(bytes.NewReader(bytes.Clone(rest)), c.nc)
+	}
+	c.br = bufio.NewReaderSize(r, readBuffer)
+	c.hrd = nil
+	c.rd = wire.NewReader(c.br, c.srv.cfg.MaxFrame)
 }
 
 // principal names who the connection acts for, for the shares of the
@@ -365,11 +406,15 @@ func (c *conn) readLoop() closing {
 		}
 		body, err := c.rd.ReadFrame()
 		if waited {
-			c.endBodyDeadline()
+			c.arrived()
 		}
 		if err != nil {
 			c.release(held)
 			switch {
+			case c.overBudget.Load():
+				c.srv.metrics.refused(wire.ReasonOverloaded)
+				return closing{cause: oplog.CauseConnectionLost, reason: "pending budget full",
+					final: &wire.Rejected{Reason: wire.ReasonOverloaded, Detail: "the server's budget of pending request bytes is full and your principal holds the most of it: a frame still arriving was cut"}}
 			case c.shutdown.Load():
 				return closing{cause: oplog.CauseShutdown, final: &wire.ServerBye{Reason: wire.ByeShutdown}, reason: "shutdown"}
 			case c.idle.Load():
@@ -380,6 +425,10 @@ func (c *conn) readLoop() closing {
 				return closing{cause: oplog.CauseConnectionLost, reason: "frame read timeout", err: err}
 			case errors.Is(err, wire.ErrFrameTooLarge):
 				return c.violation(wire.ReasonFrameTooLarge, err.Error())
+			case errors.Is(err, errWSText), errors.Is(err, errWSSplit):
+				// The peer broke the WebSocket mapping: its protocol
+				// error, as a malformed frame is over TCP.
+				return c.violation(wire.ReasonMalformed, err.Error())
 			case errors.Is(err, io.EOF):
 				return closing{cause: oplog.CauseConnectionLost, reason: "eof"}
 			default:
@@ -419,11 +468,13 @@ func (c *conn) readLoop() closing {
 }
 
 // reserve waits for the next frame's header and takes its announced size
-// of the pending budgets (the connection's and the server's) before its
-// body is read, so that frames still arriving count as much as frames
-// read: a peer cannot make the server hold more than the budgets by
-// sending many bodies slowly. The body must then arrive within
-// FrameReadTimeout, so that a slow peer cannot sit on the budget either.
+// of the pending budgets (the connection's, and its principal's share of
+// the server's) before its body is read, so that frames still arriving
+// count as much as frames read: a peer cannot make the server hold more
+// than the budgets by sending many bodies slowly. The body must then
+// arrive within FrameReadTimeout, so that a slow peer cannot sit on the
+// budget either; while it arrives, a full server budget may cut it for a
+// principal that holds less (shares.go).
 // It returns the bytes held (0 when the header could not be read or
 // announces more than MaxFrame: ReadFrame then reports it), whether it set
 // a deadline on the body (not when the body is buffered already, as
@@ -439,27 +490,43 @@ func (c *conn) reserve() (held int64, deadline, ok bool) {
 		return 0, false, true
 	}
 	held = min(n, c.pendingBytes.limit)
-	if !take(held, c.out.done, nil, c.pendingBytes, c.srv.pendingBytes) {
+	if !take(held, c.out.done, nil, c.pendingBytes, c.pendingShare) {
 		return 0, false, false
 	}
 	if c.br.Buffered() < wire.HeaderLen+int(n) {
 		c.nc.SetReadDeadline(time.Now().Add(c.srv.cfg.FrameReadTimeout))
 		c.recheckDeadline()
+		c.arriving.Store(held)
+		c.pendingShare.mayCut(c)
 		deadline = true
 	}
 	return held, deadline, true
 }
 
-// endBodyDeadline lifts the deadline reserve set on reading a body.
-func (c *conn) endBodyDeadline() {
+// arrived ends what reserve began for a body that was still arriving: it
+// can no longer be cut, and its deadline is lifted.
+func (c *conn) arrived() {
+	c.pendingShare.unmayCut(c)
+	c.arriving.Store(0)
 	c.nc.SetReadDeadline(time.Time{})
 	c.recheckDeadline()
 }
 
-// recheckDeadline keeps the read deadline a drain, the idle timer or a
-// lost lease set while the reader changed it.
+// cut ends the frame whose body is arriving, for the pending budget
+// (shares.go): the read fails at once, and the read loop ends with
+// rejected{overloaded}.
+func (c *conn) cut() {
+	c.overBudget.Store(true)
+	c.nc.SetReadDeadline(time.Now())
+}
+
+// size is what the frame whose body is arriving holds.
+func (c *conn) size() int64 { return c.arriving.Load() }
+
+// recheckDeadline keeps the read deadline a drain, the idle timer, a
+// lost lease or a cut set while the reader changed it.
 func (c *conn) recheckDeadline() {
-	if c.shutdown.Load() || c.idle.Load() || c.leaseLost.Load() {
+	if c.shutdown.Load() || c.idle.Load() || c.leaseLost.Load() || c.overBudget.Load() {
 		c.nc.SetReadDeadline(time.Now())
 	}
 }
@@ -469,7 +536,7 @@ func (c *conn) recheckDeadline() {
 func (c *conn) release(held int64) {
 	if held > 0 {
 		c.pendingBytes.give(held)
-		c.srv.pendingBytes.give(held)
+		c.pendingShare.give(held)
 	}
 }
 
@@ -517,6 +584,10 @@ func (c *conn) teardown(cl closing) {
 	if c.out.cut.Load() {
 		ev = c.log.Warn()
 		cl.reason = "write progress timeout"
+	}
+	if c.out.shed.Load() {
+		ev = c.log.Warn()
+		cl.reason = "outbound budget full"
 	}
 	ev.Str("reason", cl.reason).AnErr("error", cl.err).Dur("duration_ms", time.Since(c.start)).
 		Uint64("frames_out", c.out.frames.Load()).Msg("connection closed")

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"fmt"
 	"net"
 	"net/netip"
@@ -12,8 +13,9 @@ import (
 // MaxConnectionsPerAddress connections at once, new ones at ConnectionRate
 // a second (a token bucket of one second's worth, at least one), and new
 // conversations at ConversationRate a second (a bucket of
-// ConversationBurst). An IPv6 peer is its /64, what one host is usually
-// given. Loopback peers are exempt unless LimitLoopback: they are this
+// ConversationBurst). A peer is its address's prefix: an IPv4 /IPv4Prefix
+// (each address by default), an IPv6 /IPv6Prefix (a /64 by default, what
+// one host is usually given). Loopback peers are exempt unless LimitLoopback: they are this
 // machine, or a proxy in front of it that makes every client look local;
 // each of their connections gets a conversation bucket of its own instead.
 //
@@ -23,6 +25,9 @@ type peerLimits struct {
 	rate       float64
 	burst      float64
 	loopback   bool
+	// v4 and v6 are the prefix lengths of one peer.
+	v4 int
+	v6 int
 	// convRate and convBurst pace the conversations a peer creates.
 	convRate  float64
 	convBurst float64
@@ -111,6 +116,8 @@ func newPeerLimits(cfg Config) *peerLimits {
 		rate:       cfg.ConnectionRate,
 		burst:      max(1, cfg.ConnectionRate),
 		loopback:   cfg.LimitLoopback,
+		v4:         cmp.Or(cfg.IPv4Prefix, DefaultIPv4Prefix),
+		v6:         cmp.Or(cfg.IPv6Prefix, DefaultIPv6Prefix),
 		convRate:   cfg.ConversationRate,
 		convBurst:  float64(max(1, cfg.ConversationBurst)),
 		peers:      make(map[netip.Prefix]*peer),
@@ -132,9 +139,9 @@ func (l *peerLimits) key(addr net.Addr) (netip.Prefix, bool) {
 	if ip.IsLoopback() && !l.loopback {
 		return netip.Prefix{}, false
 	}
-	bits := 32
+	bits := l.v4
 	if ip.Is6() {
-		bits = 64
+		bits = l.v6
 	}
 	p, _ := ip.Prefix(bits)
 	return p, true
@@ -157,6 +164,14 @@ func (l *peerLimits) admitLocked(key netip.Prefix, now time.Time) string {
 	}
 	p.open++
 	return ""
+}
+
+// openLocked returns the connections key holds.
+func (l *peerLimits) openLocked(key netip.Prefix) int {
+	if p := l.peers[key]; p != nil {
+		return p.open
+	}
+	return 0
 }
 
 // releaseLocked counts one connection of key closed.

@@ -31,6 +31,26 @@ func TestPeerLimits_Key(t *testing.T) {
 	}
 }
 
+// Issue 27: one host with many addresses (16 IPv6 /64s of its /56, or
+// extra IPv4 addresses of its /24) is one peer under wider prefixes.
+func TestPeerLimits_KeyPrefixes(t *testing.T) {
+	l := newPeerLimits(Config{IPv4Prefix: 24, IPv6Prefix: 48, LimitLoopback: true})
+	for _, tc := range []struct{ ip, want string }{
+		{"192.0.2.7", "192.0.2.0/24"},
+		{"192.0.2.200", "192.0.2.0/24"},
+		{"::ffff:192.0.2.9", "192.0.2.0/24"},
+		{"127.0.0.14", "127.0.0.0/24"},
+		{"2001:db8:1:2::1", "2001:db8:1::/48"},
+		{"2001:db8:1:ff02::1", "2001:db8:1::/48"},
+		{"2001:db8:2::1", "2001:db8:2::/48"},
+	} {
+		key, limited := l.key(&net.TCPAddr{IP: net.ParseIP(tc.ip), Port: 1})
+		if !limited || key.String() != tc.want {
+			t.Errorf("key(%s) = %v, %v; want %s, true", tc.ip, key, limited, tc.want)
+		}
+	}
+}
+
 func TestPeerLimits_AdmitReleaseRateAndSweep(t *testing.T) {
 	l := newPeerLimits(Config{MaxConnectionsPerAddress: 2, ConnectionRate: 2})
 	key, _ := l.key(&net.TCPAddr{IP: net.ParseIP("192.0.2.7")})

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/participantd/participantd/participant"
 	"github.com/participantd/participantd/server"
 	"github.com/participantd/participantd/wire"
 	"github.com/participantd/participantd/wire/wsframe"
@@ -235,6 +236,13 @@ func TestAReaderThatNeverReadsKeepsTheHeapBounded(t *testing.T) {
 	}
 	if got := h.metric(server.MetricOutboundQueuedBytes); got > float64(server.DefaultMaxOutboundTotal) {
 		t.Errorf("%s = %v, above the server's budget %d", server.MetricOutboundQueuedBytes, got, server.DefaultMaxOutboundTotal)
+	}
+	// The server's own account: the deaf conversation keeps its window of
+	// payloads in memory, not the backlog budget; the rest is read back
+	// from the oplog.
+	if got, retained := h.metric(server.MetricBacklogBytes), h.metric(server.MetricBacklogTotalBytes); got > participant.DefaultBacklogWindowBytes || retained < total {
+		t.Errorf("%s = %v of %v retained, want at most the conversation's window, %d, of all %d told",
+			server.MetricBacklogBytes, got, retained, participant.DefaultBacklogWindowBytes, total)
 	}
 	eventually(t, "the recipient that never reads is cut", func() bool {
 		return h.openConnections() == 1

@@ -90,9 +90,10 @@ type Server struct {
 	opCancel context.CancelFunc
 
 	// outBytes and pendingBytes are the server-wide budgets of queued
-	// outbound frames and of pending request frames.
-	outBytes     *budget
-	pendingBytes *budget
+	// outbound frames and of pending request frames, shared out per
+	// principal (shares.go).
+	outBytes     *sharedBudget
+	pendingBytes *sharedBudget
 
 	// connWG counts the goroutines serving connections.
 	connWG sync.WaitGroup
@@ -168,8 +169,8 @@ func New(cfg Config) (*Server, error) {
 		refusing:  make(map[net.Conn]struct{}),
 		peers:     newPeerLimits(cfg),
 
-		outBytes:     newBudget(int64(cfg.MaxOutboundTotal)),
-		pendingBytes: newBudget(int64(cfg.MaxPendingBytesTotal)),
+		outBytes:     newSharedBudget(int64(cfg.MaxOutboundTotal), cfg.ClientShare, int64(cfg.MaxOutboundBytes)),
+		pendingBytes: newSharedBudget(int64(cfg.MaxPendingBytesTotal), cfg.ClientShare, int64(cfg.MaxFrame)),
 	}
 	s.opCtx, s.opCancel = context.WithCancel(context.Background())
 	s.metrics = newMetrics(s)
@@ -435,6 +436,10 @@ func (s *Server) admit(raw net.Conn, ws bool) {
 		reason, detail = wire.ReasonShuttingDown, "the server is shutting down"
 	case len(s.conns) >= s.cfg.MaxConnections:
 		reason, detail = wire.ReasonOverloaded, fmt.Sprintf("the server is at its limit of %d connections", s.cfg.MaxConnections)
+	case limited && len(s.conns) >= s.cfg.MaxConnections*8/10 && s.peers.openLocked(key) >= max(1, s.cfg.MaxConnections/20):
+		// Above 80 % of the connections the addresses holding the most
+		// are refused first, so that the rest admits the others.
+		reason, detail = wire.ReasonOverloaded, fmt.Sprintf("the server holds over 80%% of its %d connections, and your address holds %d, a twentieth of them", s.cfg.MaxConnections, s.peers.openLocked(key))
 	case limited:
 		detail = s.peers.admitLocked(key, now)
 		if detail != "" {

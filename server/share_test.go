@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"crypto/tls"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -163,4 +164,49 @@ func TestShare_ClientCertificateIsThePrincipal(t *testing.T) {
 	if e := enroll(dialAs("127.0.0.1", bCert, bKey), 3); e != nil {
 		t.Errorf("client b's first conversation, from the same address: %#v, want admitted", e)
 	}
+}
+
+// Issue 27, the many-address case: one host with fourteen addresses fills
+// the server-wide backlog with conversations of deaf members, one share
+// per address. Under a prefix that takes in its addresses (IPv4Prefix 24,
+// as IPv6Prefix 56 or 48 takes in a site's /64s) the host is one
+// principal with one share, and a newcomer from another prefix still
+// tells. Under the default prefix (each address a peer) the newcomer is
+// refused before its twentieth tell.
+func TestShare_APrefixIsOnePrincipal(t *testing.T) {
+	for _, tc := range []struct {
+		prefix   int
+		admitted bool
+	}{{32, false}, {24, true}} {
+		t.Run(fmt.Sprintf("/%d", tc.prefix), func(t *testing.T) {
+			h := start(t, server.Config{BacklogRecords: 400, LimitLoopback: true, IPv4Prefix: tc.prefix})
+			conv := uint64(1)
+			for i := range 14 {
+				ip := fmt.Sprintf("127.0.0.%d", 1+i)
+				deaf, teller := h.dialFrom(ip), h.dialFrom(ip)
+				for ; ; conv++ {
+					if e, told := deafConversation(t, deaf, teller, conv, 1000); e != nil && told == 0 {
+						break
+					}
+				}
+				conv++
+			}
+			deaf, teller := h.dialFrom("127.0.1.1"), h.dialFrom("127.0.1.1")
+			e, told := deafConversation(t, deaf, teller, 1_000_000, 20)
+			if admitted := e == nil && told == 20; admitted != tc.admitted {
+				t.Errorf("a newcomer's 20 tells: refused %#v after %d; admitted %v, want %v", e, told, admitted, tc.admitted)
+			}
+		})
+	}
+}
+
+// dialRawFrom connects from local address ip without a hello.
+func (h *harness) dialRawFrom(ip string) *client {
+	h.t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
+	nc, err := d.Dial("tcp", h.srv.Addr().String())
+	if err != nil {
+		h.t.Skipf("dial from %s: %v", ip, err)
+	}
+	return newClient(h.t, nc)
 }

@@ -13,6 +13,10 @@ import (
 // socket in one write, so that pipelined answers go out in few writes.
 const writeGroup = 64 << 10
 
+// groups are the buffers writers copy a group of frames into, lent for
+// one write each: an idle connection holds none.
+var groups = sync.Pool{New: func() any { b := make([]byte, 0, writeGroup); return &b }}
+
 // outq is a connection's outbound queue and the writer goroutine that
 // drains it into the socket. The queue is bounded in bytes, per connection
 // and across the server: a send waits while either budget is spent
@@ -30,7 +34,7 @@ type outq struct {
 	// budgets (one name per field: checklocks matches annotations to
 	// fields by position, which a line declaring two fields shifts).
 	own    *budget
-	shared *budget
+	shared *holder
 	// quit, when closed, makes sends that wait for room give up (the
 	// connection is being torn down).
 	quit <-chan struct{}
@@ -50,9 +54,23 @@ type outq struct {
 	done chan struct{}
 	// frames counts frames written.
 	frames atomic.Uint64
-	// cut is set when a frame waited past the progress deadline.
-	cut atomic.Bool
+	// cut is set when a frame waited past the progress deadline; shed
+	// when the server's outbound budget cut the connection (shares.go).
+	cut  atomic.Bool
+	shed atomic.Bool
 }
+
+// outCut is an outbound queue as a holding of the server's outbound
+// budget that can be given up at once: its connection is closed, and the
+// writer gives its bytes back as it stops.
+type outCut struct{ q *outq }
+
+func (o outCut) cut() {
+	o.q.shed.Store(true)
+	o.q.nc.Close()
+}
+
+func (o outCut) size() int64 { return o.q.own.inUse() }
 
 type outFrame struct {
 	b []byte
@@ -63,9 +81,10 @@ type outFrame struct {
 	held int64
 }
 
-func newOutq(nc net.Conn, progress time.Duration, own, shared *budget, quit <-chan struct{}) *outq {
+func newOutq(nc net.Conn, progress time.Duration, own *budget, shared *holder, quit <-chan struct{}) *outq {
 	q := &outq{nc: nc, progress: progress, own: own, shared: shared, quit: quit,
 		ready: make(chan struct{}, 1), done: make(chan struct{})}
+	shared.mayCut(outCut{q})
 	go q.run()
 	return q
 }
@@ -125,7 +144,6 @@ func (q *outq) finish(m wire.Message) {
 func (q *outq) run() {
 	var batch []outFrame
 	i := 0 // batch[:i] is written
-	group := make([]byte, 0, writeGroup)
 	defer func() {
 		q.mu.Lock()
 		q.stopped = true
@@ -139,6 +157,7 @@ func (q *outq) run() {
 		for _, f := range rest {
 			held += f.held
 		}
+		q.shared.unmayCut(outCut{q})
 		q.give(held)
 		close(q.done)
 	}()
@@ -158,16 +177,22 @@ func (q *outq) run() {
 			// One write per group whatever the connection (a TLS record
 			// each, not one per frame): small frames are copied together.
 			out := batch[i].b
+			var group *[]byte
 			if j-i > 1 {
-				group = group[:0]
+				group = groups.Get().(*[]byte)
 				for _, f := range batch[i:j] {
-					group = append(group, f.b...)
+					*group = append(*group, f.b...)
 				}
-				out = group
+				out = *group
 			}
 			deadline := batch[i].at.Add(q.progress)
 			q.nc.SetWriteDeadline(deadline)
-			if _, err := q.nc.Write(out); err != nil {
+			_, err := q.nc.Write(out)
+			if group != nil {
+				*group = (*group)[:0]
+				groups.Put(group)
+			}
+			if err != nil {
 				if !time.Now().Before(deadline) {
 					q.cut.Store(true)
 				}

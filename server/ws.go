@@ -10,6 +10,8 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/netip"
+	"path"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -77,6 +79,14 @@ func (w *wsConn) upgrade() error {
 			return
 		}
 		rw := &upgradeWriter{raw: w.raw, br: br, h: http.Header{}}
+		if req.Header.Get("Origin") != "" && !wsHostAllowed(req.Host, w.origins) {
+			// A browser's page under a name rebound to this address sends
+			// Host and Origin of that name, which agree: the library's
+			// Origin check would pass it.
+			http.Error(rw, "unknown host name; add it to --ws-allowed-origins", http.StatusMisdirectedRequest)
+			w.upErr = fmt.Errorf("websocket upgrade: Host %q is not an IP literal, localhost or an allowed origin", clip(req.Host))
+			return
+		}
 		ws, err := websocket.Accept(rw, req, &websocket.AcceptOptions{
 			OriginPatterns:  w.origins,
 			CompressionMode: websocket.CompressionDisabled,
@@ -91,6 +101,32 @@ func (w *wsConn) upgrade() error {
 		w.ws = ws
 	})
 	return w.upErr
+}
+
+// wsHostAllowed reports whether a browser's upgrade request may name the
+// listener hostport (its Host header): an IP literal, localhost, or a
+// name matching one of patterns (Config.WSAllowedOrigins, path.Match, as
+// the Origin check matches them), the health listener's rule against DNS
+// rebinding. A request without an Origin is not a browser's, and is not
+// asked: a rebinding page cannot send one without it.
+func wsHostAllowed(hostport string, patterns []string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.ToLower(host), ".")
+	if _, err := netip.ParseAddr(strings.Trim(host, "[]")); err == nil {
+		return true
+	}
+	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
+		return true
+	}
+	for _, p := range patterns {
+		if ok, err := path.Match(strings.ToLower(strings.TrimSuffix(p, ".")), host); err == nil && ok {
+			return true
+		}
+	}
+	return false
 }
 
 // Read passes on the frames of the binary messages, one frame a message.

@@ -1,11 +1,13 @@
 package server_test
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -279,4 +281,65 @@ func TestWS_TLS(t *testing.T) {
 		t.Fatalf("hello over wss answered %#v", m)
 	}
 	c.ping()
+}
+
+// Issue 27, finding 2: a page under another name rebound to the listener's
+// address (DNS rebinding) sends Host and Origin of that name, which agree:
+// the upgrade is refused unless the name is an IP literal, localhost or
+// one of --ws-allowed-origins. A client sending no Origin (not a browser)
+// and one naming the listener by its address are served.
+func TestWS_ReboundHostRefused(t *testing.T) {
+	h := startWS(t, server.Config{WSAllowedOrigins: []string{"app.example.com"}})
+	_, port, _ := net.SplitHostPort(h.srv.WSAddr().String())
+	for _, name := range []string{"evil.example", "evil.localhost.example"} {
+		req := fmt.Sprintf("GET / HTTP/1.1\r\nHost: %[1]s:%[2]s\r\nOrigin: http://%[1]s:%[2]s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
+			"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n", name, port)
+		nc, err := net.Dial("tcp", h.srv.WSAddr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		nc.SetDeadline(time.Now().Add(waitFor))
+		if _, err := io.WriteString(nc, req); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(nc), nil)
+		nc.Close()
+		if err != nil {
+			t.Fatalf("Host %s: %v", name, err)
+		}
+		if resp.StatusCode == http.StatusSwitchingProtocols {
+			t.Errorf("Host and Origin %s: 101, want the upgrade refused", name)
+		}
+	}
+	for _, hdr := range []http.Header{nil, {"Origin": {"http://" + h.srv.WSAddr().String()}}, {"Origin": {"https://app.example.com"}}} {
+		c := newClient(t, h.dialWS(hdr))
+		c.send(&wire.Hello{Versions: []uint64{1}})
+		if _, ok := c.next().(*wire.Welcome); !ok {
+			t.Fatalf("headers %v not welcomed", hdr)
+		}
+	}
+}
+
+// Issue 26: a text message is the peer breaking the protocol, so the
+// binding it held dies with protocol_error, as for a malformed frame over
+// TCP, not connection_lost.
+func TestWS_TextMessageEndsBindingAsProtocolError(t *testing.T) {
+	h := startWS(t, server.Config{})
+	by := h.dial()
+	by.enroll(5)
+	ws := h.dialWSConn(nil)
+	c := newClient(t, wsframe.New(ws))
+	c.send(&wire.Hello{Versions: []uint64{1}})
+	if _, ok := c.next().(*wire.Welcome); !ok {
+		t.Fatal("no welcome")
+	}
+	cr := c.enroll(5)
+	by.deliveryWhere(func(d *wire.Delivery) bool { return d.Kind == wire.KindJoined && d.Participant == cr.p })
+	if err := ws.Write(context.Background(), websocket.MessageText, []byte("hi")); err != nil {
+		t.Fatal(err)
+	}
+	d := by.deliveryWhere(func(d *wire.Delivery) bool { return d.Participant == cr.p })
+	if d.Kind != wire.KindDied || d.Cause == nil || *d.Cause != wire.CauseProtocolError {
+		t.Fatalf("bystander got %+v, want died/protocol_error", d)
+	}
 }

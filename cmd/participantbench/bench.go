@@ -86,6 +86,7 @@ type benchFlags struct {
 	etcdCompare                bool
 	diskSample                 time.Duration
 	retain, tokenWindow        time.Duration // the embedded server's
+	memory                     memoryConfig
 }
 
 func runBench(ctx context.Context, e *env, args []string) error {
@@ -123,6 +124,16 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	fs.DurationVar(&f.retain, "retain", participant.DefaultRetain, "with --embedded: the server's --retain (settled history kept this long, then compacted)")
 	fs.DurationVar(&f.tokenWindow, "token-window", 0, "with --embedded: the server's --token-window (0: off); every token the bench sends is a UUIDv7, so it runs against a window as it does without")
 	fs.BoolVar(&f.etcdCompare, "etcd-compare", false, "after the load, measure an embedded etcd's put rate with the same clients, payload and durations on the same disk, and report the ratios")
+	fs.StringVar(&f.memory.workload, "memory", "", "mode: measure the server's anonymous RSS under an abusive client, "+memDeafReader+" (a recipient that never reads, told --volume bytes) or "+memRefusedEnrolls+" (--count enrolls refused); against --server-bin, or --addr with --server-pid")
+	f.memory.volume = 200 << 20
+	fs.Var(sizeFlag{&f.memory.volume}, "volume", "with --memory "+memDeafReader+": payload bytes told (B, KiB, MiB, GiB)")
+	fs.IntVar(&f.memory.payload, "memory-payload", 64<<10, "with --memory "+memDeafReader+": bytes per tell")
+	fs.IntVar(&f.memory.count, "count", 200000, "with --memory "+memRefusedEnrolls+": enrolls refused")
+	fs.IntVar(&f.memory.window, "memory-window", 0, "with --memory: requests in flight (default 32 tells, 512 enrolls)")
+	fs.StringVar(&f.memory.serverBin, "server-bin", "", "with --memory: start this participantd binary on a fresh temporary data directory, default settings, and measure it")
+	fs.Var(listFlag{&f.memory.serverArgs}, "server-arg", "with --server-bin: one more argument for the server (repeat the flag)")
+	fs.StringVar(&f.memory.heapProfile, "heap-profile", "", "with --memory and --server-bin: write the server's heap profile at the end of the load here (the server runs with --pprof)")
+	fs.DurationVar(&f.memory.settle, "memory-settle", 2*time.Second, "with --memory: how long RSS is still sampled after the last answer")
 	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
@@ -132,6 +143,22 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	}
 	if fs.NArg() > 0 {
 		return &cli.ExitError{Code: cli.ExitUsage, Err: fmt.Errorf("unexpected argument %q", fs.Arg(0))}
+	}
+	if f.memory.workload != "" {
+		if f.memory.window == 0 {
+			f.memory.window = 32
+			if f.memory.workload == memRefusedEnrolls {
+				f.memory.window = 512
+			}
+		}
+		if err := f.memory.check(&f); err != nil {
+			return &cli.ExitError{Code: cli.ExitUsage, Err: err}
+		}
+		rep := &benchReport{Machine: thisMachine()}
+		if err := runMemory(ctx, &f, rep); err != nil {
+			return err
+		}
+		return rep.print(e.stdout, f.json)
 	}
 	if err := f.check(); err != nil {
 		return &cli.ExitError{Code: cli.ExitUsage, Err: err}

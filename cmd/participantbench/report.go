@@ -57,6 +57,7 @@ type benchReport struct {
 
 	Etcd    *etcdFigure     `json:"etcd_put,omitempty"`
 	Idle    *idleReport     `json:"idle,omitempty"`
+	Memory  *memoryReport   `json:"memory,omitempty"`
 	Startup []startupFigure `json:"startup,omitempty"`
 }
 
@@ -123,7 +124,9 @@ func (rep *benchReport) print(w io.Writer, asJSON bool) error {
 	var b strings.Builder
 	m := rep.Machine
 	fmt.Fprintf(&b, "machine: %d CPUs (%s), %s/%s, kernel %s, %s\n", m.CPUs, m.Model, m.OS, m.Arch, m.Kernel, m.Go)
-	fmt.Fprintf(&b, "data dir: %s\n", rep.DataDir)
+	if rep.DataDir != "" {
+		fmt.Fprintf(&b, "data dir: %s\n", rep.DataDir)
+	}
 	if rep.FsyncPerSec > 0 {
 		fmt.Fprintf(&b, "fsync probe: %.0f write(200 B)+fsync/s from 1 goroutine (%.3f ms each)", rep.FsyncPerSec, 1000/rep.FsyncPerSec)
 		if rep.FsyncAfterPerSec > 0 {
@@ -133,6 +136,9 @@ func (rep *benchReport) print(w io.Writer, asJSON bool) error {
 	}
 	if rep.Idle != nil {
 		rep.Idle.print(&b)
+	}
+	if rep.Memory != nil {
+		rep.Memory.print(&b)
 	}
 	for _, s := range rep.Startup {
 		fmt.Fprintf(&b, "startup: %d conversations, %d records (%.1f MiB file): ready in %.2f s (built in %.1f s)",

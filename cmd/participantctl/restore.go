@@ -15,6 +15,7 @@ import (
 	"github.com/participantd/participantd/offline"
 	"github.com/participantd/participantd/participant"
 	"github.com/participantd/participantd/store"
+	"github.com/participantd/participantd/store/vfs"
 )
 
 func init() {
@@ -54,6 +55,10 @@ into a data directory.`,
 		run: runRestore,
 	})
 }
+
+// restoreFS is the file system restore creates the data directory on;
+// tests record its directory syncs.
+var restoreFS = vfs.OS
 
 func runRestore(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, commands["restore"])
@@ -106,7 +111,9 @@ func runRestore(ctx context.Context, e *env, args []string) error {
 	if len(key) != participant.NodeKeySize {
 		return fmt.Errorf("%s has %d bytes, a node key has %d", *keyFile, len(key), participant.NodeKeySize)
 	}
-	if err := os.MkdirAll(*dir, 0o700); err != nil {
+	// The data directory's entry, and each new parent's, durable before
+	// the files in it: a crash that lost it would lose the restore.
+	if err := vfs.MkdirAll(restoreFS, *dir); err != nil {
 		return err
 	}
 	if _, err := writeDurably(filepath.Join(*dir, participant.NodeKeyFile), bytes.NewReader(key), int64(len(key))); err != nil {

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -12,6 +13,7 @@ import (
 
 	"github.com/participantd/participantd/participant"
 	"github.com/participantd/participantd/store/boltstore"
+	"github.com/participantd/participantd/store/vfs"
 )
 
 // TestRestore_RefusesANonBackupBeforeWritingAnything restores files that
@@ -95,5 +97,50 @@ func TestRestore_RefusesANonBackupBeforeWritingAnything(t *testing.T) {
 	data := filepath.Join(work, "data")
 	if out := mustCtl(t, ctx, "restore", "--from", good, "--node-key", key, "--data", data); !strings.HasPrefix(out, "restored ") {
 		t.Errorf("restore of a whole file = %q", out)
+	}
+}
+
+// syncRecorder is the operating system's file system, recording the
+// directories it syncs.
+type syncRecorder struct {
+	vfs.FS
+	synced []string
+}
+
+func (r *syncRecorder) SyncDir(dir string) error {
+	r.synced = append(r.synced, filepath.Clean(dir))
+	return r.FS.SyncDir(dir)
+}
+
+// TestRestore_SyncsTheParentOfEachDirectoryItCreates restores into a data
+// directory whose parents are missing too: the parent of each directory
+// restore creates is synced, so that a crash after the restore reported
+// success cannot lose the directory and the restored files in it.
+func TestRestore_SyncsTheParentOfEachDirectoryItCreates(t *testing.T) {
+	ctx := testCtx(t)
+	work := t.TempDir()
+	key := filepath.Join(work, "node.key")
+	if err := os.WriteFile(key, make([]byte, participant.NodeKeySize), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	good := filepath.Join(work, "good.db")
+	st, err := boltstore.Open(good, boltstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	rec := &syncRecorder{FS: vfs.OS}
+	restoreFS = rec
+	defer func() { restoreFS = vfs.OS }()
+	data := filepath.Join(work, "new", "deeper", "data")
+	if out, errs, code := ctl(ctx, "", "restore", "--from", good, "--node-key", key, "--data", data); code != 0 {
+		t.Fatalf("restore = exit %d, %q, %q", code, out, errs)
+	}
+	for _, want := range []string{work, filepath.Join(work, "new"), filepath.Join(work, "new", "deeper")} {
+		if !slices.Contains(rec.synced, want) {
+			t.Errorf("restore created a directory in %s without syncing it (synced %v)", want, rec.synced)
+		}
 	}
 }

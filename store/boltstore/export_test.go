@@ -50,3 +50,10 @@ func ReadMetaPage(path string) (pageSize int64, hwm uint64, err error) {
 	}
 	return int64(m.PageSize), m.HighWater, nil
 }
+
+// CachedStreams is how many streams have a state in memory.
+func (b *Store) CachedStreams() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.streams.CountLocked()
+}

@@ -237,10 +237,13 @@ func (b *Store) Append(stream string, payload []byte, expectedSeq uint64) (uint6
 }
 
 // Len implements store.DurableStore. It reads the file only the first time a
-// stream is used after Open.
+// stream is used after Open, and every time for a stream that does not
+// exist, which it keeps no state for (stage.Streams.Peek).
 func (b *Store) Len(stream string) (uint64, error) {
-	st, err := b.lockStream(stream)
+	b.mu.Lock()
+	st, err := b.streams.Peek(&b.mu, stream, b.usableLocked, b.loadStream)
 	if err != nil {
+		b.mu.Unlock()
 		return 0, err
 	}
 	defer b.mu.Unlock()

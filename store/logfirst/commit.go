@@ -164,7 +164,18 @@ func (s *Store) commitAndUnlock(bt *stage.Batch) {
 	// Wakes the committer if it waits for this record, and Close.
 	s.memFreed.Broadcast()
 	s.mu.Unlock()
+	if err != nil {
+		s.syncFailed()
+	}
 	bt.Finish(err)
+}
+
+// syncFailed marks the data directory for the next Open after a failed
+// log write or checkpoint (see SyncFailedFile).
+func (s *Store) syncFailed() {
+	if err := markSyncFailed(s.opts.fs(), s.dir); err != nil {
+		s.logger.Error().Err(err).Msg("marking the failed sync for the next start")
+	}
 }
 
 // entryOverhead is what memory accounting charges per entry or value
@@ -267,6 +278,7 @@ func (s *Store) checkpoint() error {
 		s.failLocked(fmt.Errorf("%w: checkpoint to %s: %w", store.ErrFailed, s.db.Path(), err))
 		err = s.err
 		s.mu.Unlock()
+		s.syncFailed()
 		return err
 	}
 	for _, t := range streams {

@@ -12,6 +12,8 @@
 //	                          log record applied to the file
 //	<dir>/wal/<lsn>.wal       log segments (see package wal)
 //	<dir>/wal.created         empty: the log was made durable here once
+//	<dir>/sync.failed         empty, never synced: a log write or checkpoint
+//	                          failed; the next Open rewrites the bbolt file
 //
 // The bbolt file is what a user backs up, inspects and verifies; with the
 // log beside it, it is the whole store. OpenReadOnly replays the log in
@@ -49,7 +51,11 @@
 //
 // Backup forces a checkpoint of every record logged when it is called and
 // then writes the bbolt file from one read transaction (bbolt's
-// Tx.WriteTo). See Store.Backup for why no batch can be lost.
+// Tx.WriteTo). See Store.Backup for why no batch can be lost. The file is
+// mapped at 10 GiB or twice its size, whichever is more (mmapSize), so that
+// a checkpoint growing it does not remap while the backup's reader is
+// slow: a remap waits for every read transaction, and Flush would then
+// wait behind the reader once the uncheckpointed log reached its bound.
 //
 // # Commit and checkpoint
 //
@@ -99,6 +105,14 @@
 // that a log existed. Started tells the offline tools whether a
 // directory is this engine's (wal/ or the marker), so that they open it
 // through Open or OpenReadOnly and meet the same refusal.
+//
+// A failed log write or checkpoint creates SyncFailedFile without a sync:
+// on Linux the pages a failed fdatasync did not write are marked clean and
+// the page cache serves them to the next process, which would build on
+// them. An Open that finds the marker writes the whole bbolt file over
+// itself, meta pages last, before bbolt maps it, and removes the marker
+// once its replay is durable; the log writes every record it replays again
+// in any case (see package wal, Failed syncs).
 //
 // Open and OpenReadOnly start the same way (startLSN), and Open refuses
 // before it writes: it reads the layout and checkpoint LSN in a read

@@ -66,3 +66,10 @@ func SetMaxPersistedFreePages(n int) (restore func()) {
 // s.mu held, so that a test can close s between a load and its use. It is
 // set before s is shared.
 func SetViewed(s *Store, fn func()) { s.viewed = fn }
+
+// CachedStreams is how many streams have a state in memory.
+func CachedStreams(s *Store) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.streams.CountLocked()
+}

@@ -170,3 +170,60 @@ func markLog(fsys vfs.FS, dir string) error {
 	}
 	return nil
 }
+
+// SyncFailedFile is created, without a sync, in the data directory when a
+// log write or a checkpoint fails: on Linux a failed fdatasync marks the
+// unwritten pages clean, the page cache serves them to the next process,
+// and no later fdatasync writes them. The marker lives exactly as long as
+// that page cache, unless the kernel writes it back (a reboot then costs a
+// needless rewrite). An Open that finds it trusts nothing it would read:
+// it writes the whole bbolt file over itself and syncs it before bbolt
+// maps it (the log writes every record it replays again anyway), and
+// removes the marker once the replay is durable.
+const SyncFailedFile = "sync.failed"
+
+// markSyncFailed creates SyncFailedFile in dir, best effort: the store has
+// failed already, and the error it returns says why.
+func markSyncFailed(fsys vfs.FS, dir string) error {
+	f, err := fsys.Create(filepath.Join(dir, SyncFailedFile))
+	if errors.Is(err, fs.ErrExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("logfirst: mark a failed sync in %s: %w", dir, err)
+	}
+	return f.Close()
+}
+
+// rewriteAfterFailedSync writes the bbolt file at path over itself when
+// dir holds SyncFailedFile, bbolt's meta pages last (see vfs.Rewrite), and
+// reports whether it did.
+func rewriteAfterFailedSync(fsys vfs.FS, dir, path string) (bool, error) {
+	marked, err := exists(fsys, filepath.Join(dir, SyncFailedFile))
+	if err != nil || !marked {
+		return false, err
+	}
+	head := int64(2 * os.Getpagesize())
+	if m, err := boltfmt.MetaOf(path); err == nil {
+		head = 2 * int64(m.PageSize)
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Size() == 0 {
+		return true, nil // no file yet: nothing bbolt would read
+	}
+	if err := vfs.Rewrite(fsys, path, head); err != nil {
+		return true, fmt.Errorf("logfirst: rewrite %s after a failed sync: %w", path, err)
+	}
+	return true, nil
+}
+
+// clearSyncFailed removes SyncFailedFile from dir durably, once what the
+// page cache held is on disk.
+func clearSyncFailed(fsys vfs.FS, dir string) error {
+	if err := fsys.Remove(filepath.Join(dir, SyncFailedFile)); err != nil {
+		return fmt.Errorf("logfirst: %w", err)
+	}
+	if err := fsys.SyncDir(dir); err != nil {
+		return fmt.Errorf("logfirst: sync %s: %w", dir, err)
+	}
+	return nil
+}

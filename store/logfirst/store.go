@@ -4,9 +4,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -275,6 +277,13 @@ func Open(dir string, opts Options) (*Store, error) {
 	if err := boltfmt.CheckFile(path, opts.MustExist); err != nil {
 		return nil, err
 	}
+	// After a failed sync the page cache may hold pages of the file that
+	// are not on disk: a commit built on them could make a meta page
+	// durable that points at pages a power cut loses.
+	suspect, err := rewriteAfterFailedSync(fsys, dir, path)
+	if err != nil {
+		return nil, err
+	}
 	fi, err := os.Stat(path)
 	created := err != nil || fi.Size() == 0
 	var db *bolt.DB
@@ -341,6 +350,15 @@ func Open(dir string, opts Options) (*Store, error) {
 			return nil, err
 		}
 	}
+	if suspect {
+		// The bbolt file is rewritten, and the log's replayed records
+		// and the replay's commits are durable.
+		if err := clearSyncFailed(fsys, dir); err != nil {
+			l.Close()
+			db.Close()
+			return nil, err
+		}
+	}
 	s.log = l
 	s.lastLSN, s.ckLSN = rp.lsn, rp.lsn
 	s.replay = ReplayStats{CheckpointLSN: ck, Log: info, Duration: time.Since(start)}
@@ -400,14 +418,42 @@ func OpenReadOnly(dir string, opts Options) (*Store, error) {
 	return s, nil
 }
 
+// minMmapSize is the least a writable bbolt file is mapped at (see
+// mmapSize), as etcd maps its backend.
+const minMmapSize = 10 << 30
+
+// mmapSize returns the size to map a writable bbolt file of size bytes
+// at: at least minMmapSize, and twice the file. bbolt remaps a file it
+// grows past its mapping, and a remap waits for every read transaction to
+// end: an online backup streams from one read transaction for as long as
+// its reader takes, so a checkpoint that had to remap would wait for the
+// reader, and once the uncheckpointed log reached its bound every Flush
+// with it. The mapping is address space only; pages count once touched.
+// On a 32-bit platform it is bbolt's default.
+func mmapSize(size int64) int {
+	if strconv.IntSize < 64 {
+		return 0
+	}
+	return int(max(minMmapSize, 2*size))
+}
+
 func openBolt(path string, opts Options, readOnly bool) (*bolt.DB, error) {
 	var db *bolt.DB
+	initialMmap := 0
+	if fi, err := os.Stat(path); !readOnly && (err == nil || errors.Is(err, fs.ErrNotExist)) {
+		var size int64
+		if err == nil {
+			size = fi.Size()
+		}
+		initialMmap = mmapSize(size)
+	}
 	err := boltfmt.Contain(path, func() error {
 		var err error
 		db, err = bolt.Open(path, 0o600, &bolt.Options{
-			Timeout:      opts.LockTimeout,
-			ReadOnly:     readOnly,
-			FreelistType: bolt.FreelistMapType,
+			Timeout:         opts.LockTimeout,
+			ReadOnly:        readOnly,
+			InitialMmapSize: initialMmap,
+			FreelistType:    bolt.FreelistMapType,
 			// Only the checkpointer writes this file, off the hot path, so
 			// it pays the freelist's page per commit: a start then reads
 			// the freelist instead of walking every page (see
@@ -563,11 +609,18 @@ var maxPersistedFreePages = 1 << 15
 // maxPersistedFreePages ids. It sets bbolt's NoFreelistSync inside the
 // transaction, where bbolt's writer lock serializes it with every commit
 // that reads it.
+//
+// It also sets bbolt's AllocSize, the growth past what a commit needs, to
+// the file's size between boltMinGrowth and boltMaxGrowth: bbolt grows a
+// file to its mapping while that is small, so with the large mapping
+// (mmapSize) it would grow by its 16 MiB AllocSize from the start; this
+// keeps its growth geometric while small, as StartSpace reckons it.
 func freelistPolicy(fn func(*bolt.Tx) error) func(*bolt.Tx) error {
 	return func(tx *bolt.Tx) error {
 		db := tx.DB()
 		st := db.Stats()
 		db.NoFreelistSync = st.FreePageN+st.PendingPageN > maxPersistedFreePages
+		db.AllocSize = int(min(max(tx.Size(), boltMinGrowth), boltMaxGrowth))
 		return fn(tx)
 	}
 }
@@ -636,10 +689,13 @@ func (s *Store) Append(name string, payload []byte, expectedSeq uint64) (uint64,
 }
 
 // Len implements store.DurableStore. It reads bbolt only the first time a
-// stream is used after Open.
+// stream is used after Open, and every time for a stream that does not
+// exist, which it keeps no state for (stage.Streams.Peek).
 func (s *Store) Len(name string) (uint64, error) {
-	st, err := s.lockStream(name)
+	s.mu.Lock()
+	st, err := s.streams.Peek(&s.mu, name, s.usableLocked, s.loadStream)
 	if err != nil {
+		s.mu.Unlock()
 		return 0, err
 	}
 	defer s.mu.Unlock()

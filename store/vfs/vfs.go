@@ -14,6 +14,7 @@
 //	FS.SyncDir           every create and remove in the directory
 //	MkdirAll (func)      the directory and every one it created, at once
 //	Commit (func)        what write made durable
+//	Rewrite (func)       the file as the process reads it
 //
 // A failed Sync leaves the file's durable contents unknown; callers treat
 // it as fatal.
@@ -86,6 +87,65 @@ func Commit(fs FS, path string, write func() error) error {
 		return c.Commit(path, write)
 	}
 	return write()
+}
+
+// Rewriter is implemented by a file system that models the page cache
+// (faultfs) and must see Rewrite of the operating system's file at path as
+// one operation that writes every page of it.
+type Rewriter interface {
+	// Rewrite runs write, which writes every page of the file at path
+	// over itself and syncs, and returns its error.
+	Rewrite(path string, write func() error) error
+}
+
+// Rewrite writes every byte of the operating system's file at path over
+// itself and syncs it, the bytes from head on first and the first head
+// bytes after a sync: after a failed sync Linux marks the unwritten pages
+// clean and the page cache keeps serving them, so only writing them again
+// makes what a reader sees durable. Writing the head last keeps a crash
+// during Rewrite from leaving a head (bbolt's meta pages) that points at
+// pages not yet written. It goes through fs when fs is a Rewriter.
+func Rewrite(fs FS, path string, head int64) error {
+	write := func() error { return rewriteFile(path, head) }
+	if r, ok := fs.(Rewriter); ok {
+		return r.Rewrite(path, write)
+	}
+	return write()
+}
+
+func rewriteFile(path string, head int64) error {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	size := fi.Size()
+	head = min(max(head, 0), size)
+	buf := make([]byte, 1<<20)
+	span := func(lo, hi int64) error {
+		for off := lo; off < hi; {
+			n, err := f.ReadAt(buf[:min(int64(len(buf)), hi-off)], off)
+			if err != nil && !(errors.Is(err, io.EOF) && n > 0) {
+				return fmt.Errorf("rewrite %s: %w", path, err)
+			}
+			if _, err := f.WriteAt(buf[:n], off); err != nil {
+				return fmt.Errorf("rewrite %s: %w", path, err)
+			}
+			off += int64(n)
+		}
+		if err := (osFile{f}).Sync(); err != nil {
+			return fmt.Errorf("rewrite %s: %w", path, err)
+		}
+		return nil
+	}
+	if err := span(head, size); err != nil {
+		return err
+	}
+	return span(0, head)
 }
 
 // MkdirAll creates dir and its missing parents on fs, and makes each new

@@ -57,13 +57,18 @@
 //	an unfinished or CRC-bad record at the very end   torn tail, never
 //	  of the last segment, nothing valid after it      acknowledged: cut off
 //	  (Open truncates it away durably)
-//	a bad last-segment header                          an unfinished creation:
-//	                                                   cut off (removed)
+//	a last-segment header that is a prefix of its     an unfinished creation:
+//	  header, zeros after (all a torn write leaves)    reused or removed
+//	a header of this magic with another version       ErrUnknownVersion (a
+//	  byte, in any segment                             newer binary's): refused
+//	any other bad header                               corruption: refused
 //	a bad record with a valid record after it, past    corruption: refused
 //	  where a torn write of the bad one could reach
 //	bad bytes at the end of an earlier segment         corruption: refused
 //	an LSN gap (between records or segments, or        corruption: refused
 //	  between the checkpoint and the log)
+//	anything in a covered segment: not the last, its   skipped: its records are
+//	  successor starting at or below after+1           all at or below after
 //
 // A torn write keeps a prefix of the record, or any subset of its
 // 512-byte sectors, over the segment's zeros; its bytes are its own, and
@@ -86,7 +91,24 @@
 //
 // Open creates a missing log directory, and any missing parent, and syncs
 // the directory holding each before anything goes in it. When Append
-// returns nil the record is durable. RemoveBelow's removals
-// are not synced: a removed segment that reappears after a crash holds
-// only records the caller's checkpoint already covers, which replay skips.
+// returns nil the record is durable. RemoveBelow syncs the directory
+// after its removals; a removed segment that reappeared would be covered
+// and skipped.
+//
+// # Failed syncs
+//
+// A failed fdatasync is sticky: the Log writes nothing more. On Linux the
+// pages it failed to write are marked clean, the page cache keeps serving
+// them, and a later fdatasync does not write them (PostgreSQL's
+// "fsyncgate"). A restarted process (no reboot) therefore reads records
+// that are not on disk. Open trusts none of what it read: it writes every
+// record after after (those it gives to apply) again over itself, cutting
+// the last segment at its last valid record, and syncs, before it
+// returns. Those are the only records a caller builds on, so none of them
+// can vanish in a later power cut; a record at or below after that does
+// is in a covered segment, or at the end of the last one, and its loss is
+// harmless. A last segment without a record is reused in place when the
+// new segment takes its name (a remove and create of one name could leave
+// wal/ without a segment between the two), and otherwise removed only
+// once the new segment is durable.
 package wal

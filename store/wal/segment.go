@@ -84,11 +84,55 @@ func readSegment(fs vfs.FS, path string) ([]byte, error) {
 	return buf, nil
 }
 
+// ErrUnknownVersion reports a segment whose magic names a segment
+// format this binary does not know (written by a newer one): its records
+// cannot be read, so the log is refused, never cut. It wraps ErrCorrupt.
+var ErrUnknownVersion = fmt.Errorf("%w: unknown segment format version", ErrCorrupt)
+
+// halfCreated reports whether buf, a segment file's content, is what a
+// crash can leave of a segment whose creation did not finish: the file
+// is shorter than a header, or its header is a prefix of the one it was
+// to get, zeros after. A torn write of the header leaves nothing else: a
+// prefix of it, or its sector whole or not at all.
+func halfCreated(buf []byte, first LSN) bool {
+	want := segmentHeader(first)
+	h := buf[:min(len(buf), segmentHeaderLen)]
+	i := 0
+	for i < len(h) && h[i] == want[i] {
+		i++
+	}
+	for _, c := range h[i:] {
+		if c != 0 {
+			return false
+		}
+	}
+	return i < segmentHeaderLen
+}
+
+// checkVersion fails with ErrUnknownVersion when buf's magic is this
+// format's but for its version byte, which is neither this version nor
+// zero (a torn write of it).
+func checkVersion(seg segment, buf []byte) error {
+	if len(buf) < len(segmentMagic) || [7]byte(buf[:7]) != [7]byte(segmentMagic[:7]) {
+		return nil
+	}
+	if v := buf[7]; v != 0 && v != segmentMagic[7] {
+		return &CorruptionError{Segment: seg.name, Offset: 7, Reason: fmt.Sprintf("segment format version %d; this binary reads version %d "+
+			"(written by a newer version: run that one, or restore a backup of the data directory)", v, segmentMagic[7]), err: ErrUnknownVersion}
+	}
+	return nil
+}
+
 // segmentScan is what scanning one segment found.
 type segmentScan struct {
 	// headerOK is false when the file is too short for a header or its
 	// magic is wrong.
 	headerOK bool
+	// from is the offset of the first record with an LSN after the
+	// replay's start (end when there is none), and tail the bytes from
+	// there to end: the records Open writes again (see Open).
+	from int64
+	tail []byte
 	// end is the offset just past the last valid record (the header's end
 	// when there is none).
 	end int64
@@ -105,9 +149,12 @@ type segmentScan struct {
 // expect, and calls apply for each. A bad record followed by a valid one
 // is corruption; a bad record at the end is reported as torn and left to
 // the caller, which knows whether the segment is the last.
-func scanSegment(seg segment, buf []byte, expect LSN, apply func(*Batch) error) (segmentScan, error) {
+func scanSegment(seg segment, buf []byte, expect, after LSN, apply func(*Batch) error) (segmentScan, error) {
 	var sc segmentScan
-	if len(buf) < segmentHeaderLen || [8]byte(buf[:8]) != segmentMagic {
+	if err := checkVersion(seg, buf); err != nil {
+		return sc, err
+	}
+	if halfCreated(buf, seg.first) {
 		// A header is synced before any record goes in, so a bad header
 		// with a valid record after it was damaged, not left unfinished.
 		anywhere := func(int64) bool { return true }
@@ -115,6 +162,10 @@ func scanSegment(seg segment, buf []byte, expect LSN, apply func(*Batch) error) 
 			return sc, corrupt(seg, 0, fmt.Sprintf("bad segment header followed by a valid record at offset %d", at))
 		}
 		return sc, nil
+	}
+	if len(buf) < segmentHeaderLen || [8]byte(buf[:8]) != segmentMagic {
+		// Not what a torn write of the header leaves: damaged.
+		return sc, corrupt(seg, 0, fmt.Sprintf("bad segment header %x", buf[:min(len(buf), segmentHeaderLen)]))
 	}
 	sc.headerOK = true
 	if h := LSN(binary.LittleEndian.Uint64(buf[8:])); h != seg.first {
@@ -124,6 +175,7 @@ func scanSegment(seg segment, buf []byte, expect LSN, apply func(*Batch) error) 
 		return sc, corrupt(seg, 0, fmt.Sprintf("LSN gap: segment starts at %v, want %v", seg.first, expect))
 	}
 	off := int64(segmentHeaderLen)
+	sc.from = -1
 	for {
 		body, end, err := readFrame(buf, off)
 		if err != nil {
@@ -136,8 +188,13 @@ func scanSegment(seg segment, buf []byte, expect LSN, apply func(*Batch) error) 
 		if b.LSN != expect {
 			return sc, corrupt(seg, off, fmt.Sprintf("LSN gap: record %v, want %v", b.LSN, expect))
 		}
-		if err := apply(b); err != nil {
-			return sc, err
+		if b.LSN > after {
+			if sc.from < 0 {
+				sc.from = off
+			}
+			if err := apply(b); err != nil {
+				return sc, err
+			}
 		}
 		sc.records++
 		sc.last = b.LSN
@@ -145,6 +202,10 @@ func scanSegment(seg segment, buf []byte, expect LSN, apply func(*Batch) error) 
 		off = end
 	}
 	sc.end = off
+	if sc.from < 0 {
+		sc.from = off
+	}
+	sc.tail = buf[sc.from:sc.end]
 	// Past the valid records the segment is zeros, as preallocated,
 	// unless a record was torn or damaged there.
 	last := int64(len(buf)) - 1
@@ -265,14 +326,25 @@ type CorruptionError struct {
 	Segment string // the segment file's base name
 	Offset  int64  // the byte offset of the bad record or header field
 	Reason  string
+	// err is what it unwraps to: ErrCorrupt, or ErrUnknownVersion.
+	err error
 }
 
 func (e *CorruptionError) Error() string {
+	if e.err == ErrUnknownVersion {
+		return fmt.Sprintf("%v: segment %s: %s", ErrUnknownVersion, e.Segment, e.Reason)
+	}
 	return fmt.Sprintf("wal: corrupt log: segment %s offset %d: %s", e.Segment, e.Offset, e.Reason)
 }
 
-// Unwrap returns ErrCorrupt.
-func (e *CorruptionError) Unwrap() error { return ErrCorrupt }
+// Unwrap returns ErrCorrupt, or ErrUnknownVersion (which wraps it) for a
+// segment of an unknown format.
+func (e *CorruptionError) Unwrap() error {
+	if e.err != nil {
+		return e.err
+	}
+	return ErrCorrupt
+}
 
 func corrupt(seg segment, off int64, reason string) error {
 	return &CorruptionError{Segment: seg.name, Offset: off, Reason: reason}

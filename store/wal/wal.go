@@ -97,10 +97,21 @@ func HasSegments(dir string, opts Options) (bool, error) {
 }
 
 // Open replays the log in dir as Replay does, creating dir if needed, then
-// cuts off a torn tail (truncating the last segment to its last valid
-// record, or removing a last segment without one) and starts a new
-// segment for the records to come, whose LSNs follow both the log and
+// makes durable what it replayed and cuts off a torn tail, and starts a
+// new segment for the records to come, whose LSNs follow both the log and
 // after, the LSN the caller already holds (a checkpoint).
+//
+// Open trusts no byte it read to be on disk: after a failed fdatasync
+// Linux marks the unwritten pages clean, the page cache keeps serving
+// them to a restarted process, and a later fdatasync does not write them
+// (PostgreSQL's "fsyncgate"). So every record it gives to apply is
+// written again, over itself, and synced before Open returns (the last
+// segment cut at its last valid record in the same sync): a record a
+// caller replayed and built on can no longer vanish in a power cut. A
+// last segment without a record (an unfinished creation, or one no
+// record reached) is reused in place when the new segment would take its
+// name, and otherwise removed once the new one is durable: wal/ never
+// holds fewer segments than a crash needs.
 func Open(dir string, after LSN, opts Options, apply func(*Batch) error) (*Log, Info, error) {
 	fsys := opts.fs()
 	// dir's entry must be durable in its parent before a record in it is
@@ -109,37 +120,73 @@ func Open(dir string, after LSN, opts Options, apply func(*Batch) error) (*Log, 
 	if err := vfs.MkdirAll(fsys, dir); err != nil {
 		return nil, Info{}, fmt.Errorf("wal: create %s: %w", dir, err)
 	}
-	info, segs, last, err := scan(fsys, dir, after, apply)
+	info, segs, scans, err := scan(fsys, dir, after, apply)
 	if err != nil {
 		return nil, info, err
 	}
-	if n := len(segs); n > 0 {
-		seg := segs[n-1]
-		if !last.headerOK || last.records == 0 {
-			if err := fsys.Remove(join(dir, seg)); err != nil {
-				return nil, info, fmt.Errorf("wal: remove the empty last segment %s: %w", seg.name, err)
+	var empty *segment
+	for i, seg := range segs {
+		sc := scans[i]
+		isLast := i == len(segs)-1
+		switch {
+		case isLast && (!sc.headerOK || sc.records == 0):
+			// A copy: the new segment's entry goes where this one's was.
+			e := seg
+			empty = &e
+		case isLast:
+			// The records replayed, rewritten; the tail cut; one sync.
+			if err := rewrite(fsys, join(dir, seg), sc.from, sc.tail, sc.end); err != nil {
+				return nil, info, err
 			}
-			segs = segs[:n-1]
-		} else if err := truncate(fsys, join(dir, seg), last.end); err != nil {
-			return nil, info, err
+		case len(sc.tail) > 0:
+			if err := rewrite(fsys, join(dir, seg), sc.from, sc.tail, -1); err != nil {
+				return nil, info, err
+			}
 		}
 	}
 	l := &Log{fs: fsys, dir: dir, opts: opts, segs: segs, next: max(info.Last, after) + 1}
+	if empty != nil {
+		l.segs = segs[:len(segs)-1]
+		if empty.first == l.next {
+			// The new segment takes the empty one's name: recreating it in
+			// place leaves the name in wal/ at every instant.
+			if err := l.reuse(*empty); err != nil {
+				return nil, info, err
+			}
+			return l, info, nil
+		}
+	}
 	if err := l.rotate(0); err != nil {
 		return nil, info, err
+	}
+	if empty != nil {
+		// The new segment is durable; the empty one holds nothing.
+		if err := fsys.Remove(join(dir, *empty)); err != nil {
+			l.Close()
+			return nil, info, fmt.Errorf("wal: remove the empty segment %s: %w", empty.name, err)
+		}
+		if err := fsys.SyncDir(dir); err != nil {
+			l.Close()
+			return nil, info, fmt.Errorf("wal: remove the empty segment %s: sync %s: %w", empty.name, dir, err)
+		}
 	}
 	return l, info, nil
 }
 
-// truncate cuts the segment at path to size and makes that durable, so
-// that a torn record can never be read again once records follow it in a
-// new segment.
-func truncate(fsys vfs.FS, path string, size int64) error {
+// rewrite writes tail, the bytes read from the segment at path at off,
+// over themselves, cuts the segment at size when size >= 0, and syncs: a
+// page a failed sync marked clean is dirtied again and really written.
+func rewrite(fsys vfs.FS, path string, off int64, tail []byte, size int64) error {
 	f, err := fsys.OpenRW(path)
 	if err != nil {
 		return fmt.Errorf("wal: open %s: %w", path, err)
 	}
-	err = f.Truncate(size)
+	if len(tail) > 0 {
+		_, err = f.WriteAt(tail, off)
+	}
+	if err == nil && size >= 0 {
+		err = f.Truncate(size)
+	}
 	if err == nil {
 		err = f.Sync()
 	}
@@ -147,53 +194,69 @@ func truncate(fsys vfs.FS, path string, size int64) error {
 		err = cerr
 	}
 	if err != nil {
-		return fmt.Errorf("wal: cut the tail of %s at %d: %w", path, size, err)
+		return fmt.Errorf("wal: rewrite the tail of %s from %d: %w", path, off, err)
 	}
 	return nil
 }
 
 // scan reads every segment of dir in order, checking headers and the LSN
 // chain, and calls apply for the records after after. It returns the
-// segments and what scanning the last one found.
-func scan(fsys vfs.FS, dir string, after LSN, apply func(*Batch) error) (Info, []segment, segmentScan, error) {
+// segments and what scanning each found.
+//
+// A segment that is not the last and whose successor starts at or below
+// after+1 holds only records at or below after, which the caller holds
+// already: it is covered, and damage in it (a torn tail the page cache
+// hid when the segment was removed, a removal a crash undid) loses
+// nothing, so it is skipped rather than refused. Only a segment of an
+// unknown format is refused wherever it is.
+func scan(fsys vfs.FS, dir string, after LSN, apply func(*Batch) error) (Info, []segment, []segmentScan, error) {
 	var info Info
-	var last segmentScan
 	segs, err := listSegments(fsys, dir)
 	if err != nil {
-		return info, nil, last, err
+		return info, nil, nil, err
 	}
 	info.Segments = len(segs)
+	scans := make([]segmentScan, len(segs))
 	var expect LSN
 	for i, seg := range segs {
 		isLast := i == len(segs)-1
+		covered := !isLast && segs[i+1].first <= after+1
 		buf, err := readSegment(fsys, join(dir, seg))
 		if err != nil {
-			return info, nil, last, err
+			return info, nil, nil, err
 		}
 		// Records at or below after are already held by the caller, so a
 		// segment may start anywhere up to after+1; past it, LSNs must
 		// follow on without a gap.
 		if i == 0 || seg.first <= after+1 {
 			if seg.first > after+1 {
-				return info, nil, last, corrupt(seg, 0, fmt.Sprintf("LSN gap: the log starts at %v, after the checkpoint at %v", seg.first, after))
+				return info, nil, nil, corrupt(seg, 0, fmt.Sprintf("LSN gap: the log starts at %v, after the checkpoint at %v", seg.first, after))
 			}
 			expect = seg.first
 		}
-		sc, err := scanSegment(seg, buf, expect, func(b *Batch) error {
-			if b.LSN <= after {
-				return nil
+		if covered {
+			sc, err := scanSegment(seg, buf, expect, after, func(*Batch) error { return nil })
+			if errors.Is(err, ErrUnknownVersion) {
+				return info, nil, nil, err
 			}
+			if err == nil && sc.headerOK && sc.records > 0 {
+				info.Last = sc.last
+			}
+			scans[i] = segmentScan{from: sc.end, end: sc.end}
+			continue
+		}
+		sc, err := scanSegment(seg, buf, expect, after, func(b *Batch) error {
 			info.Records++
 			return apply(b)
 		})
 		if err != nil {
-			return info, nil, last, err
+			return info, nil, nil, err
 		}
 		switch {
 		case !sc.headerOK && !isLast:
-			return info, nil, last, corrupt(seg, 0, "bad segment header")
+			return info, nil, nil, corrupt(seg, 0, "bad segment header")
 		case sc.torn && !isLast:
-			return info, nil, last, corrupt(seg, sc.end, "bad record at the end of a segment that is not the last")
+			return info, nil, nil, corrupt(seg, sc.end, "bad record at the end of a segment that is not the last")
 		case !sc.headerOK || sc.torn:
 			info.Torn, info.TornSegment, info.TornOffset = true, seg.name, sc.end
 		}
@@ -201,26 +264,50 @@ func scan(fsys vfs.FS, dir string, after LSN, apply func(*Batch) error) (Info, [
 			info.Last = sc.last
 			expect = sc.last + 1
 		}
-		last = sc
+		scans[i] = sc
 	}
-	return info, segs, last, nil
+	return info, segs, scans, nil
 }
 
 // rotate starts a new active segment big enough for a record of n bytes,
 // and makes it and its directory entry durable before any record goes in.
 func (l *Log) rotate(n int) error {
-	size := l.opts.SegmentSize
-	if size <= 0 {
-		size = DefaultSegmentSize
-	}
-	size = max(size, int64(segmentHeaderLen+n))
 	seg := segment{name: segmentName(l.next), first: l.next}
 	path := join(l.dir, seg)
 	f, err := l.fs.Create(path)
 	if err != nil {
 		return fmt.Errorf("wal: create %s: %w", path, err)
 	}
-	if _, err = f.WriteAt(segmentHeader(seg.first), 0); err == nil {
+	return l.start(f, seg, n, path)
+}
+
+// reuse makes seg, a last segment without a record and named after the
+// next LSN, the active segment, cleared and prepared as rotate prepares a
+// new one.
+func (l *Log) reuse(seg segment) error {
+	path := join(l.dir, seg)
+	f, err := l.fs.OpenRW(path)
+	if err != nil {
+		return fmt.Errorf("wal: reuse %s: %w", path, err)
+	}
+	if err := f.Truncate(0); err != nil {
+		f.Close()
+		return fmt.Errorf("wal: reuse %s: %w", path, err)
+	}
+	return l.start(f, seg, 0, path)
+}
+
+// start writes the header of seg, open as f at path, preallocates it for
+// a record of n bytes, syncs it and its directory, and makes it the
+// active segment; on an error it closes f.
+func (l *Log) start(f vfs.File, seg segment, n int, path string) error {
+	size := l.opts.SegmentSize
+	if size <= 0 {
+		size = DefaultSegmentSize
+	}
+	size = max(size, int64(segmentHeaderLen+n))
+	_, err := f.WriteAt(segmentHeader(seg.first), 0)
+	if err == nil {
 		if err = f.Preallocate(size); err == nil {
 			err = f.Sync()
 		}
@@ -317,8 +404,10 @@ func (l *Log) activeName() string {
 func (l *Log) Next() LSN { return l.next }
 
 // RemoveBelow deletes every segment whose records all have LSNs at or
-// below lsn, never the active one. Removals are not synced: a segment that
-// comes back after a crash holds only records replay skips.
+// below lsn, never the active one, and syncs the directory after: a
+// removed segment does not come back after a crash (one that did would
+// hold only records replay skips, and is skipped whatever its state).
+// The caller's checkpoint at lsn must be durable first.
 func (l *Log) RemoveBelow(lsn LSN) error {
 	l.mu.Lock()
 	var doomed []segment
@@ -327,10 +416,16 @@ func (l *Log) RemoveBelow(lsn LSN) error {
 		l.segs = l.segs[1:]
 	}
 	l.mu.Unlock()
+	if len(doomed) == 0 {
+		return nil
+	}
 	for _, seg := range doomed {
 		if err := l.fs.Remove(join(l.dir, seg)); err != nil {
 			return fmt.Errorf("wal: remove %s: %w", seg.name, err)
 		}
+	}
+	if err := l.fs.SyncDir(l.dir); err != nil {
+		return fmt.Errorf("wal: remove segments: sync %s: %w", l.dir, err)
 	}
 	return nil
 }

@@ -281,12 +281,24 @@ func TestReplay_RefusesABadHeaderBeforeValidRecords(t *testing.T) {
 	if _, _, err := replayAll(t, dir, 0); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("Replay of a last segment with a bad header and valid records = %v, want ErrCorrupt", err)
 	}
-	// A bad header with nothing valid after it is an unfinished creation.
+	// A damaged header with nothing valid after it is still damage: a
+	// torn write of a header leaves only a prefix of it, zeros after.
 	if err := os.WriteFile(path, raw[:segmentHeaderLen], 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if got, info, err := replayAll(t, dir, 0); err != nil || len(got) != 0 || !info.Torn {
-		t.Fatalf("Replay of a bare bad header = %d records, %+v, %v; want none, torn", len(got), info, err)
+	if _, _, err := replayAll(t, dir, 0); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("Replay of a bare damaged header = %v, want ErrCorrupt", err)
+	}
+	// A prefix of the header, zeros after, is an unfinished creation.
+	for _, n := range []int{0, 3, 7, 8} { // past 8 the header of LSN 1 is whole
+		half := make([]byte, 64)
+		copy(half, segmentHeader(1)[:n])
+		if err := os.WriteFile(path, half, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if got, info, err := replayAll(t, dir, 0); err != nil || len(got) != 0 || !info.Torn {
+			t.Fatalf("Replay of a header torn after %d bytes = %d records, %+v, %v; want none, torn", n, len(got), info, err)
+		}
 	}
 }
 
@@ -428,7 +440,7 @@ func FuzzScanSegment(f *testing.F) {
 		seg := segment{name: segmentName(1), first: 1}
 		buf := append(segmentHeader(1), body...)
 		var got []*Batch
-		sc, err := scanSegment(seg, buf, 1, func(b *Batch) error {
+		sc, err := scanSegment(seg, buf, 1, 0, func(b *Batch) error {
 			got = append(got, b)
 			return nil
 		})

@@ -62,6 +62,46 @@ func (ss *Streams[S]) Get(mu sync.Locker, name string, usable func() error, load
 	}
 }
 
+// Peek is Get for a caller that only reads the state: a stream that load
+// finds empty is not kept, so that asking about streams that do not exist
+// (a hostile client naming conversations at random) leaves nothing in
+// memory. An empty stream gains a state of its own through Get, before
+// anything is staged in it; until then every Peek loads it again. The
+// state Peek returns for an empty stream is the caller's to read, never
+// to stage into.
+func (ss *Streams[S]) Peek(mu sync.Locker, name string, usable func() error, load func(name string) (S, error)) (S, error) {
+	var none S
+	for {
+		if err := usable(); err != nil {
+			return none, err
+		}
+		if st, ok := ss.all[name]; ok {
+			return st, nil
+		}
+		mu.Unlock()
+		st, err := load(name)
+		mu.Lock()
+		if err != nil {
+			return none, err
+		}
+		if _, ok := ss.all[name]; ok {
+			continue // loaded meanwhile by Get: that state wins
+		}
+		if err := usable(); err != nil {
+			return none, err
+		}
+		if st.LenLocked() == 0 {
+			// Nothing was staged in the stream while mu was released
+			// (that takes a state in all), and only a stream in all has
+			// entries a checkpoint can move to the durable state: load's
+			// answer still holds.
+			return st, nil
+		}
+		ss.all[name] = st
+		return st, nil
+	}
+}
+
 // LookupLocked returns the state of name when the stream was used since
 // Open.
 func (ss *Streams[S]) LookupLocked(name string) (S, bool) {
@@ -82,6 +122,9 @@ func (ss *Streams[S]) AppendLocked(name string, st S, payload []byte, expectedSe
 	ss.dirty[name] = st
 	return actual, nil
 }
+
+// CountLocked returns how many streams have a state in memory.
+func (ss *Streams[S]) CountLocked() int { return len(ss.all) }
 
 // DirtyLocked reports whether any stream has entries staged.
 func (ss *Streams[S]) DirtyLocked() bool { return len(ss.dirty) > 0 }

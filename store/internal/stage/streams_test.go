@@ -61,3 +61,45 @@ func TestStreams_Get_StopsWhenTheEngineIsNotUsable(t *testing.T) {
 		t.Fatalf("Get on a closed engine = %v, want store.ErrClosed", err)
 	}
 }
+
+// Peek keeps no state for a stream load finds empty, keeps one for a
+// stream that has entries, and returns the state Get made, even when Get
+// made it while Peek's load ran.
+func TestStreams_Peek_KeepsNoStateForAnEmptyStream(t *testing.T) {
+	var mu sync.Mutex
+	ss := NewStreams[*testStream]()
+	usable := func() error { return nil }
+	empty := func(string) (*testStream, error) { return &testStream{}, nil }
+	mu.Lock()
+	defer mu.Unlock()
+	for range 3 {
+		if st, err := ss.Peek(&mu, "absent", usable, empty); err != nil || st.LenLocked() != 0 {
+			t.Fatalf("Peek(absent) = %v, %v; want an empty state", st, err)
+		}
+	}
+	if n := ss.CountLocked(); n != 0 {
+		t.Fatalf("after Peek of an empty stream %d states are kept, want 0", n)
+	}
+	if st, err := ss.Peek(&mu, "full", usable, func(string) (*testStream, error) { return &testStream{durable: 2}, nil }); err != nil || st.LenLocked() != 2 {
+		t.Fatalf("Peek(full) = %v, %v; want 2 entries", st, err)
+	}
+	if _, ok := ss.LookupLocked("full"); !ok || ss.CountLocked() != 1 {
+		t.Fatalf("a stream with entries is not kept after Peek (%d states)", ss.CountLocked())
+	}
+	// Get stages into the empty stream while Peek's load runs (mu
+	// released): Peek answers with Get's state.
+	var made *testStream
+	racing := func(string) (*testStream, error) {
+		mu.Lock()
+		st, err := ss.Get(&mu, "absent", usable, empty)
+		if err == nil {
+			_, err = ss.AppendLocked("absent", st, []byte("x"), 0)
+		}
+		made = st
+		mu.Unlock()
+		return &testStream{}, err
+	}
+	if st, err := ss.Peek(&mu, "absent", usable, racing); err != nil || st != made || st.LenLocked() != 1 {
+		t.Fatalf("Peek racing an append = %v, %v; want Get's state with 1 entry", st, err)
+	}
+}

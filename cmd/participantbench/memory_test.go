@@ -1,0 +1,70 @@
+package main
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"testing"
+
+	"github.com/participantd/participantd/server"
+)
+
+// The --memory mode against a server of this process (--addr and
+// --server-pid): the workloads run, every tell is answered told and every
+// enroll past the cap refused, and the figures come from /proc and
+// /metrics. The figures themselves are the benchmark's (BENCHMARKS.md),
+// not asserted here.
+func TestBench_Memory(t *testing.T) {
+	ctx := context.Background()
+	srv, stop, err := startEmbedded(ctx, server.Config{DataDir: t.TempDir(), MaxConversationsPerConn: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	addr, health, pid := srv.Addr().String(), srv.HealthAddr().String(), strconv.Itoa(os.Getpid())
+
+	rep := runBenchForTest(t, "--memory", memDeafReader, "--addr", addr, "--metrics-addr", health, "--server-pid", pid,
+		"--volume", "256KiB", "--memory-payload", "4096", "--memory-settle", "0s")
+	m := rep.Memory
+	if m == nil || m.Told != 64 || m.VolumeBytes != 256<<10 || m.AnonPeakKiB < m.AnonBeforeKiB || m.AnonBeforeKiB == 0 {
+		t.Fatalf("deaf-reader report = %+v, want 64 tells of 4 KiB and RSS figures", m)
+	}
+	if got := m.Metrics["participantd_backlog_total_bytes"]; got < 256<<10 {
+		t.Errorf("deaf-reader report: backlog_total_bytes %v, want at least the 256 KiB told", got)
+	}
+
+	rep = runBenchForTest(t, "--memory", memRefusedEnrolls, "--addr", addr, "--server-pid", pid, "--count", "300", "--memory-settle", "0s")
+	if m := rep.Memory; m == nil || m.Enrolled != 8 || m.Refused["capacity_exceeded"] != 300 {
+		t.Fatalf("refused-enrolls report = %+v, want 8 enrolled, then 300 refused capacity_exceeded", m)
+	}
+}
+
+func TestBench_MemoryRefusesBadFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"--memory", "nap", "--server-bin", "/bin/true"},
+		{"--memory", memDeafReader},
+		{"--memory", memDeafReader, "--embedded"},
+		{"--memory", memDeafReader, "--server-bin", "/bin/true", "--addr", "127.0.0.1:1"},
+		{"--memory", memDeafReader, "--addr", "127.0.0.1:1"},
+		{"--memory", memDeafReader, "--addr", "127.0.0.1:1", "--server-pid", "1", "--heap-profile", "x"},
+		{"--memory", memDeafReader, "--server-bin", "/bin/true", "--volume", "0"},
+		{"--memory", memDeafReader, "--server-bin", "/bin/true", "--volume", "2TB"},
+	} {
+		if _, _, code := runForTest(args...); code != 2 {
+			t.Errorf("%v = exit %d, want 2", args, code)
+		}
+	}
+}
+
+func TestParseSize(t *testing.T) {
+	for in, want := range map[string]int64{"200MiB": 200 << 20, "2GiB": 2 << 30, "4096": 4096, "1KiB": 1024, "7B": 7} {
+		if got, err := parseSize(in); got != want || err != nil {
+			t.Errorf("parseSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "MiB", "-1MiB", "1.5GiB", "1TiB"} {
+		if _, err := parseSize(in); err == nil {
+			t.Errorf("parseSize(%q) succeeded, want an error", in)
+		}
+	}
+}

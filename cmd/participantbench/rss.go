@@ -1,0 +1,132 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// rssSampler reads a process's RssAnon and VmRSS every 10 ms and keeps
+// their peaks.
+type rssSampler struct {
+	pid                  int
+	anonBefore, rssBefor uint64
+	anonPeak, rssPeak    atomic.Uint64
+	quit, done           chan struct{}
+}
+
+func startRSSSampler(pid int) (*rssSampler, error) {
+	st, err := procStatus(pid)
+	if err != nil {
+		return nil, err
+	}
+	s := &rssSampler{pid: pid, anonBefore: st["RssAnon"], rssBefor: st["VmRSS"], quit: make(chan struct{}), done: make(chan struct{})}
+	s.anonPeak.Store(s.anonBefore)
+	s.rssPeak.Store(s.rssBefor)
+	go s.run()
+	return s, nil
+}
+
+func (s *rssSampler) run() {
+	defer close(s.done)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-tick.C:
+		case <-s.quit:
+			return
+		}
+		s.sample()
+	}
+}
+
+func (s *rssSampler) sample() {
+	st, err := procStatus(s.pid)
+	if err != nil {
+		return
+	}
+	if v := st["RssAnon"]; v > s.anonPeak.Load() {
+		s.anonPeak.Store(v)
+	}
+	if v := st["VmRSS"]; v > s.rssPeak.Load() {
+		s.rssPeak.Store(v)
+	}
+}
+
+// stop ends the sampling after one last sample.
+func (s *rssSampler) stop() {
+	close(s.quit)
+	<-s.done
+	s.sample()
+}
+
+func (s *rssSampler) fill(r *memoryReport) {
+	r.AnonBeforeKiB, r.RSSBeforeKiB = s.anonBefore, s.rssBefor
+	r.AnonPeakKiB, r.RSSPeakKiB = s.anonPeak.Load(), s.rssPeak.Load()
+	if st, err := procStatus(s.pid); err == nil {
+		r.AnonAfterKiB = st["RssAnon"]
+	}
+}
+
+// procStatus reads the kB fields of /proc/<pid>/status (VmRSS, RssAnon,
+// RssFile, ...), in KiB.
+func procStatus(pid int) (map[string]uint64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return nil, fmt.Errorf("reading the server's memory: %w", err)
+	}
+	out := map[string]uint64{}
+	for _, line := range splitLines(b) {
+		k, v, ok := cutColon(line)
+		if !ok || !strings.HasSuffix(v, " kB") {
+			continue
+		}
+		if n, err := strconv.ParseUint(strings.TrimSuffix(v, " kB"), 10, 64); err == nil {
+			out[k] = n
+		}
+	}
+	if _, ok := out["RssAnon"]; !ok {
+		return nil, fmt.Errorf("no RssAnon in /proc/%d/status", pid)
+	}
+	return out, nil
+}
+
+// scrapeMetrics reads the named gauges and counters from
+// http://addr/metrics; names absent are absent from the result.
+func scrapeMetrics(ctx context.Context, addr string, names []string) (map[string]float64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	want := map[string]bool{}
+	for _, n := range names {
+		want[n] = true
+	}
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		name, val, ok := strings.Cut(sc.Text(), " ")
+		if !ok || !want[name] {
+			continue
+		}
+		if v, err := strconv.ParseFloat(strings.TrimSpace(val), 64); err == nil {
+			out[name] = v
+		}
+	}
+	return out, sc.Err()
+}

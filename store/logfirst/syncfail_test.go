@@ -1,0 +1,285 @@
+package logfirst_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/participantd/participantd/faultfs"
+	"github.com/participantd/participantd/store"
+	"github.com/participantd/participantd/store/logfirst"
+)
+
+// failSyncOf makes the next Sync of a file whose path has prefix fail
+// the Linux way (faultfs.FailSync), once.
+func failSyncOf(ffs *faultfs.FS, kind faultfs.OpKind, prefix string) {
+	done := false
+	ffs.SetRule(func(op faultfs.Op) faultfs.Action {
+		if !done && op.Kind == kind && strings.HasPrefix(op.Path, prefix) {
+			done = true
+			return faultfs.FailSync
+		}
+		return faultfs.None
+	})
+}
+
+// A log fdatasync that fails the Linux way, a restart without a reboot
+// (the page cache still serves the unwritten record), more acknowledged
+// writes, then a power cut: the store opens and holds every write
+// acknowledged, before the failure and after the restart. The record whose
+// sync failed was never acknowledged: it may be there or not.
+func TestFailedLogSync_RestartWithoutARebootThenAPowerCut(t *testing.T) {
+	big := bytes.Repeat([]byte{'z'}, 3000) // over several sectors: a crash tears it
+	for seed := range uint64(60) {
+		ffs := faultfs.New()
+		dir := t.TempDir()
+		opts := noCheckpoint
+		opts.FS = ffs
+		s, err := logfirst.Open(dir, opts)
+		if err != nil {
+			t.Fatalf("Open: %v", err)
+		}
+		fill(t, s, 3)
+		failSyncOf(ffs, faultfs.OpSync, filepath.Join(dir, logfirst.WALDir))
+		if _, err := s.Append("s", big, 3); err != nil {
+			t.Fatalf("Append: %v", err)
+		}
+		if err := s.Flush(); !errors.Is(err, store.ErrFailed) {
+			t.Fatalf("Flush whose log sync failed = %v, want store.ErrFailed", err)
+		}
+		logfirst.Abandon(s)
+
+		// The restart: no Crash, so the page cache serves the record.
+		s, err = logfirst.Open(dir, opts)
+		if err != nil {
+			t.Fatalf("seed %d: Open after the failed sync: %v", seed, err)
+		}
+		n, err := s.Len("s")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var acked [][]byte
+		for i := range 3 {
+			p := []byte(fmt.Sprintf("after-%d", i))
+			if _, err := s.Append("s", p, n+uint64(i)); err != nil {
+				t.Fatalf("Append after the restart: %v", err)
+			}
+			if err := s.Flush(); err != nil {
+				t.Fatalf("Flush after the restart: %v", err)
+			}
+			acked = append(acked, p)
+		}
+		logfirst.Abandon(s)
+
+		if err := ffs.Crash(rand.New(rand.NewPCG(seed, 25))); err != nil {
+			t.Fatal(err)
+		}
+		s, err = logfirst.Open(dir, opts)
+		if err != nil {
+			t.Fatalf("seed %d: Open after the power cut: %v", seed, err)
+		}
+		entries, err := s.ReadFrom("s", 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got [][]byte
+		for _, e := range entries {
+			got = append(got, e.Payload)
+		}
+		for i := range 3 {
+			if i >= len(got) || string(got[i]) != fmt.Sprintf("p%d", i) {
+				t.Fatalf("seed %d: after the power cut entry %d is missing or wrong (%d entries)", seed, i, len(got))
+			}
+		}
+		if len(got) < len(acked) || !bytes.Equal(bytes.Join(got[len(got)-len(acked):], nil), bytes.Join(acked, nil)) {
+			t.Fatalf("seed %d: after the power cut %d entries, the writes acknowledged after the restart are not the last ones", seed, len(got))
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A data file of a newer layout version (written by a newer binary) is
+// refused, by Open and OpenReadOnly, with an error that names the layout
+// version, and no file of the directory changes: a downgrade never
+// rewrites or drops what a newer version wrote.
+func TestOpen_RefusesADataFileOfANewerLayoutVersion(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir, noCheckpoint)
+	fill(t, s, 5)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db, err := bolt.Open(filepath.Join(dir, logfirst.DBFile), 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Update(func(tx *bolt.Tx) error { return tx.Bucket([]byte("meta")).Put([]byte("version"), []byte{0xfe}) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	before := snapshot(t, dir)
+	if _, err := logfirst.Open(dir, noCheckpoint); err == nil || !strings.Contains(err.Error(), "layout version") {
+		t.Fatalf("Open of a file of layout version 254 = %v, want a refusal naming the layout version", err)
+	}
+	if _, err := logfirst.OpenReadOnly(dir, noCheckpoint); err == nil || !strings.Contains(err.Error(), "layout version") {
+		t.Fatalf("OpenReadOnly of a file of layout version 254 = %v, want a refusal naming the layout version", err)
+	}
+	if diff := cmp.Diff(before, snapshot(t, dir)); diff != "" {
+		t.Fatalf("a refused Open changed the data directory (-before +after):\n%s", diff)
+	}
+}
+
+// A checkpoint whose bbolt commit fails the Linux way leaves its pages,
+// the meta page included, in the page cache only. A restart without a
+// reboot reads that checkpoint, removes the log segments below it and
+// builds later checkpoints on those pages; after a power cut the store
+// must still open and hold every acknowledged write, not a file whose
+// meta page points at pages that were never written, nor a log gap.
+func TestFailedCheckpointSync_RestartWithoutARebootThenAPowerCut(t *testing.T) {
+	payload := func(stream string, i int) []byte {
+		return append([]byte(fmt.Sprintf("%s%d:", stream, i)), bytes.Repeat([]byte{'x'}, 200)...)
+	}
+	write := func(t *testing.T, s *logfirst.Store, stream string, n int) {
+		for i := range n {
+			if _, err := s.Append(stream, payload(stream, i), uint64(i)); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Flush(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	check := func(t *testing.T, s *logfirst.Store, stream string, n int, when string) {
+		entries, err := s.ReadFrom(stream, 0, 0)
+		if err != nil {
+			t.Fatalf("%s: ReadFrom(%s): %v", when, stream, err)
+		}
+		if len(entries) != n {
+			t.Fatalf("%s: stream %s holds %d entries, want %d", when, stream, len(entries), n)
+		}
+		for i, e := range entries {
+			if !bytes.Equal(e.Payload, payload(stream, i)) {
+				t.Fatalf("%s: stream %s entry %d = %.20q", when, stream, i, e.Payload)
+			}
+		}
+	}
+	for seed := range uint64(20) {
+		ffs := faultfs.New()
+		dir := t.TempDir()
+		opts := noCheckpoint
+		opts.FS = ffs
+		s, err := logfirst.Open(dir, opts)
+		if err != nil {
+			t.Fatalf("Open: %v", err)
+		}
+		// Enough for many leaf pages, which the checkpoint after the
+		// restart does not touch.
+		write(t, s, "a", 150)
+		failSyncOf(ffs, faultfs.OpCommit, filepath.Join(dir, logfirst.DBFile))
+		if err := logfirst.CheckpointNow(s); !errors.Is(err, store.ErrFailed) {
+			t.Fatalf("checkpoint whose commit fails = %v, want store.ErrFailed", err)
+		}
+		logfirst.Abandon(s)
+
+		s, err = logfirst.Open(dir, opts) // no Crash: the page cache serves the checkpoint
+		if err != nil {
+			t.Fatalf("seed %d: Open after the failed checkpoint: %v", seed, err)
+		}
+		check(t, s, "a", 150, "after the restart")
+		write(t, s, "b", 5)
+		if err := logfirst.CheckpointNow(s); err != nil {
+			t.Fatalf("checkpoint after the restart: %v", err)
+		}
+		logfirst.Abandon(s)
+
+		if err := ffs.Crash(rand.New(rand.NewPCG(seed, 26))); err != nil {
+			t.Fatal(err)
+		}
+		s, err = logfirst.Open(dir, opts)
+		if err != nil {
+			t.Fatalf("seed %d: Open after the power cut: %v", seed, err)
+		}
+		check(t, s, "a", 150, fmt.Sprintf("seed %d: after the power cut", seed))
+		check(t, s, "b", 5, fmt.Sprintf("seed %d: after the power cut", seed))
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A start whose log's only segment holds no record (the last start wrote
+// nothing, and removed the segments its checkpoint covered), under a
+// journaling file system's crash model (creates and removes reach the disk
+// in order, any prefix of them): a power cut at every call of that start
+// leaves a store that opens with every write, never wal/ without a segment
+// beside wal.created (ErrLogLost).
+func TestOpen_AnEmptyOnlySegmentSurvivesACutAtEveryCallOfTheStart(t *testing.T) {
+	setup := func() (*faultfs.FS, string, logfirst.Options) {
+		ffs := faultfs.New()
+		ffs.SetJournaled(true)
+		dir := t.TempDir()
+		opts := noCheckpoint
+		opts.FS = ffs
+		s, err := logfirst.Open(dir, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fill(t, s, 5)
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		// This start checkpoints nothing new and removes the segment the
+		// last checkpoint covered: one segment, empty, is left.
+		s, err = logfirst.Open(dir, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := logfirst.Segments(s); n != 1 {
+			t.Fatalf("segments after a start with nothing to replay = %d, want 1", n)
+		}
+		logfirst.Abandon(s)
+		return ffs, dir, opts
+	}
+	ffs, dir, opts := setup()
+	start := ffs.Ops()
+	s, err := logfirst.Open(dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logfirst.Abandon(s)
+	calls := ffs.Ops() - start
+	for seed := range uint64(2) { // the cut between a remove and a create keeps the remove alone half the time
+		rng := rand.New(rand.NewPCG(seed, 27))
+		for at := range calls + 1 {
+			ffs, dir, opts := setup()
+			ffs.SetRule(faultfs.CutAt(ffs.Ops() + at))
+			if s, err := logfirst.Open(dir, opts); err == nil {
+				logfirst.Abandon(s)
+			}
+			if err := ffs.Crash(rng); err != nil {
+				t.Fatal(err)
+			}
+			s, err := logfirst.Open(dir, opts)
+			if err != nil {
+				t.Fatalf("cut at call %d of the start: Open after the power cut: %v", at, err)
+			}
+			if entries, v := readAll(t, s); len(entries) != 5 || v != 5 {
+				t.Fatalf("cut at call %d of the start: %d entries, value %d; want 5 and 5", at, len(entries), v)
+			}
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
