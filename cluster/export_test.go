@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // PauseKeepAlive stops the node from refreshing or checking its lease, and
@@ -29,3 +31,6 @@ func (n *Node) LoseLease(ctx context.Context) error {
 // StopKeepAlive stops the node from refreshing or checking its lease,
 // leaving its deadline as it is: a keep-alive that has not ticked yet.
 func (n *Node) StopKeepAlive() { n.paused.Store(true) }
+
+// CurrentLease returns the lease the node holds, 0 while it holds none.
+func (n *Node) CurrentLease() clientv3.LeaseID { return n.currentLease() }

@@ -29,3 +29,38 @@ func TestScope(t *testing.T) {
 		}
 	}
 }
+
+// TestScanScope: a prefix is given a scope only when every name that
+// begins with it has that scope (Scope of the prefix and of any name under
+// it agree); "token/1" also begins "token/12/…" and gets none.
+func TestScanScope(t *testing.T) {
+	for _, tt := range []struct {
+		prefix string
+		want   string
+		ok     bool
+	}{
+		{"token/12/", "12", true},
+		{"token/12/e/", "12", true},
+		{"receipt/12/", "12", true},
+		{"token/x/", "", true},
+		{"token/12", "", false},
+		{"token/", "", false},
+		{"oplog/12", "", false},
+		{"checkpoint/12", "", false},
+		{"", "", false},
+	} {
+		got, ok := cluster.ScanScope(tt.prefix)
+		if got != tt.want || ok != tt.ok {
+			t.Errorf("ScanScope(%q) = %q, %v, want %q, %v", tt.prefix, got, ok, tt.want, tt.ok)
+			continue
+		}
+		if !ok {
+			continue
+		}
+		for _, suffix := range []string{"", "a", "7/x", "window", "00000000000000000007"} {
+			if sc := cluster.Scope(tt.prefix + suffix); sc != got {
+				t.Errorf("Scope(%q) = %q, but ScanScope(%q) = %q", tt.prefix+suffix, sc, tt.prefix, got)
+			}
+		}
+	}
+}

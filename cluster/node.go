@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	mrand "math/rand/v2"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -218,6 +219,7 @@ func Start(ctx context.Context, cli *clientv3.Client, opts Options) (*Node, erro
 	n.etcd = etcdstore.Open(cli, etcdstore.Options{
 		Prefix:       opts.Prefix + "d/",
 		Scope:        Scope,
+		ScanScope:    ScanScope,
 		RequireFence: true,
 		Timeout:      opts.Timeout,
 		Logger:       opts.Logger,
@@ -355,27 +357,83 @@ func (n *Node) create(ctx context.Context, key string, lease clientv3.LeaseID) (
 	return 0, nil, nil
 }
 
-// awaitDeleted blocks until key, last modified at rev, is deleted; it
-// returns ErrNodeIDInUse when expired fires first, or ctx's error.
+// awaitDeleted blocks until key, last modified at rev, is deleted (or
+// written again: the caller then reads it anew); it returns ErrNodeIDInUse
+// when expired fires first, or ctx's error, or the error of a read of key.
+//
+// A watch that ends without a deletion is no deletion: etcd cancels a watch
+// whose start revision it compacted away (a node restarted after
+// compaction), and the stream ends with the client. awaitDeleted then
+// reads key at the current revision and watches from there, after a
+// backoff, so that a watch canceled again and again waits rather than
+// spins.
 func (n *Node) awaitDeleted(ctx context.Context, key string, rev int64, expired <-chan time.Time) error {
+	from := rev + 1
+	pause := watchRetryMin
+	for {
+		deleted, err := n.watchDeleted(ctx, key, from, expired)
+		if deleted || err != nil {
+			return err
+		}
+		cctx, cancel := n.ctx(ctx)
+		resp, err := n.cli.Get(cctx, key, clientv3.WithKeysOnly())
+		cancel()
+		if err != nil {
+			return fmt.Errorf("cluster: register node: read %s after its watch ended: %w", key, err)
+		}
+		if len(resp.Kvs) == 0 || resp.Kvs[0].ModRevision != rev {
+			return nil
+		}
+		from = resp.Header.Revision + 1
+		t := time.NewTimer(jitter(pause))
+		select {
+		case <-t.C:
+		case <-expired:
+			t.Stop()
+			return fmt.Errorf("%w: %s", ErrNodeIDInUse, n.opts.NodeID)
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		}
+		pause = min(2*pause, watchRetryMax)
+	}
+}
+
+// Bounds of the pause between two watches of a key awaitDeleted waits on.
+const (
+	watchRetryMin = 50 * time.Millisecond
+	watchRetryMax = 2 * time.Second
+)
+
+// jitter returns a duration drawn uniformly from [d/2, d).
+func jitter(d time.Duration) time.Duration { return d/2 + mrand.N(d/2) }
+
+// watchDeleted watches key from revision from and reports whether it saw
+// key deleted; false with a nil error when the watch ended first (canceled
+// by etcd, its start revision compacted, or its stream closed).
+func (n *Node) watchDeleted(ctx context.Context, key string, from int64, expired <-chan time.Time) (bool, error) {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	ch := n.cli.Watch(wctx, key, clientv3.WithRev(rev+1))
+	ch := n.cli.Watch(wctx, key, clientv3.WithRev(from))
 	for {
 		select {
 		case wr, ok := <-ch:
 			if !ok {
-				return nil
+				return false, ctx.Err()
 			}
 			for _, ev := range wr.Events {
 				if ev.Type == clientv3.EventTypeDelete {
-					return nil
+					return true, nil
 				}
 			}
+			if wr.Canceled || wr.Err() != nil {
+				n.log.Debug().Err(wr.Err()).Int64("compacted", wr.CompactRevision).Str("key", key).Msg("watch ended without a deletion; reading the key again")
+				return false, ctx.Err()
+			}
 		case <-expired:
-			return fmt.Errorf("%w: %s", ErrNodeIDInUse, n.opts.NodeID)
+			return false, fmt.Errorf("%w: %s", ErrNodeIDInUse, n.opts.NodeID)
 		case <-ctx.Done():
-			return ctx.Err()
+			return false, ctx.Err()
 		}
 	}
 }

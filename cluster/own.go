@@ -77,11 +77,14 @@ func (n *Node) Acquire(ctx context.Context, c participant.ConversationID) (bool,
 }
 
 // claim creates own/<c> (key) under lease, and returns the claim's create
-// revision, which fences c's commits: the key made now, or made by an
-// earlier claim of this node whose answer was lost. A key this node left
-// under a lease it lost is deleted and claimed again. When another node
-// holds c, it returns participant's moved with that node's advertised
-// address.
+// revision, which fences c's commits. A key of this node's that it does
+// not hold as a claim (under a lease it lost; or under its lease, made by
+// an earlier claim whose answer was lost, or released by an unclaim that
+// has not applied and may still apply later) is deleted and claimed
+// again: taken back as it is, a late unclaim, which compares the same
+// create revision, would delete the claim the node then holds. When
+// another node holds c, it returns participant's moved with that node's
+// advertised address.
 func (n *Node) claim(ctx context.Context, c participant.ConversationID, key string, lease clientv3.LeaseID) (int64, error) {
 	for attempt := 0; ; attempt++ {
 		// The claim itself checks that no restore is writing the prefix
@@ -99,31 +102,31 @@ func (n *Node) claim(ctx context.Context, c participant.ConversationID, key stri
 		if held == nil {
 			return 0, fmt.Errorf("cluster: claim %v: owner vanished while claiming; retry", c)
 		}
-		if attempt == 0 && n.isStale(held.Lease) {
-			// This node's own claim under a lease it lost: nothing can
-			// commit under it any more (the store dropped the scope), so
-			// it goes now rather than when etcd expires that lease.
+		mine := clientv3.LeaseID(held.Lease) == lease || n.isStale(held.Lease)
+		if mine && attempt == 0 {
+			// Nothing commits under that key (the store has no fence of
+			// it, or dropped it), so it goes now; the claim made next has
+			// a create revision no earlier transaction compares.
 			if err := n.deleteIfUnchanged(ctx, key, held.ModRevision); err != nil {
 				return 0, fmt.Errorf("cluster: claim %v: %w", c, err)
 			}
 			continue
 		}
-		if clientv3.LeaseID(held.Lease) != lease {
-			var r record
-			if err := json.Unmarshal(held.Value, &r); err != nil {
-				// Another node's record this one cannot read (a newer
-				// version, say): moved without an owner sends the client
-				// to any node rather than to a wrong address.
-				n.log.Warn().Err(err).Uint64("conversation", uint64(c)).Msg("unreadable ownership record; answering moved without an owner")
-				r = record{}
-			}
-			n.moves.Add(1)
-			n.obs.Moved()
-			return 0, &participant.Error{Code: participant.CodeMoved, Owner: r.Addr,
-				Detail: fmt.Sprintf("conversation %v is owned by node %q", c, r.Node)}
+		if mine {
+			return 0, fmt.Errorf("cluster: claim %v: a claim of this node's reappeared while claiming; retry", c)
 		}
-		// An earlier claim of ours whose answer was lost.
-		return held.CreateRevision, nil
+		var r record
+		if err := json.Unmarshal(held.Value, &r); err != nil {
+			// Another node's record this one cannot read (a newer
+			// version, say): moved without an owner sends the client
+			// to any node rather than to a wrong address.
+			n.log.Warn().Err(err).Uint64("conversation", uint64(c)).Msg("unreadable ownership record; answering moved without an owner")
+			r = record{}
+		}
+		n.moves.Add(1)
+		n.obs.Moved()
+		return 0, &participant.Error{Code: participant.CodeMoved, Owner: r.Addr,
+			Detail: fmt.Sprintf("conversation %v is owned by node %q", c, r.Node)}
 	}
 }
 

@@ -84,7 +84,7 @@ var (
 func OpenView(kv clientv3.KV, prefix string) *View {
 	prefix = NormalizePrefix(prefix)
 	return &View{
-		Store:  etcdstore.OpenKV(kv, etcdstore.Options{Prefix: prefix + "d/", Scope: Scope}),
+		Store:  etcdstore.OpenKV(kv, etcdstore.Options{Prefix: prefix + "d/", Scope: Scope, ScanScope: ScanScope}),
 		kv:     kv,
 		prefix: prefix,
 	}

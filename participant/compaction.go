@@ -56,7 +56,9 @@ const receiptBatchBytes = 4 << 20
 // holds it: a reconciliation or a token lookup (which run under the turn)
 // never sees rows go from under it. Removed rows are gone when it
 // returns. A conversation whose checkpoint does not decode is skipped
-// (its next load refuses it); a failing store is returned.
+// (its next load refuses it); a failing store is returned. A conversation
+// whose deletion fails (deletePass) is reported once the rest of the pass
+// ran, and retried by the next pass.
 func (s *Service) CompactPass(ctx context.Context) (Compacted, error) {
 	out, _, err := s.compactPass(ctx)
 	return out, err
@@ -71,8 +73,12 @@ func (s *Service) compactPass(ctx context.Context) (out Compacted, full bool, er
 	}
 	defer s.passEnded(ctx, PassCompaction, time.Now(), &err)
 	p := s.newCompaction(cs)
-	if out.Deleted, err = s.deletePass(ctx, p.cutoff); err != nil {
-		return out, false, err
+	// A deletion that failed for its conversation alone leaves the rest
+	// of the pass to run; the pass reports it at the end.
+	var derr error
+	if out.Deleted, derr = s.deletePass(ctx, p.cutoff); derr != nil &&
+		(errors.Is(derr, store.ErrFailed) || errors.Is(derr, store.ErrClosed) || ctx.Err() != nil) {
+		return out, false, derr
 	}
 	convs := s.conversations()
 	visitedAll := true
@@ -96,7 +102,7 @@ func (s *Service) compactPass(ctx context.Context) (out Compacted, full bool, er
 			return out, p.budget == 0, err
 		}
 	}
-	return out, p.budget == 0, nil
+	return out, p.budget == 0, derr
 }
 
 // compaction is one compaction pass: its horizons, fixed when it starts,

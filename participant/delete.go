@@ -2,6 +2,7 @@ package participant
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 
@@ -65,14 +66,26 @@ func deletable(st *outbox.State) bool {
 // deleteLeft deletes cv when every participant has left it and its last
 // row committed at or before cutoff (unix ms). It reports whether it
 // committed the Delete row; the purge's error is returned with true.
+//
+// A failure marks cv for the next pass (deleteRetry), which then takes
+// cv's turn without looking at its published state first: a failed commit
+// or purge dropped that state, and the load under the turn reads it back
+// (a deleted conversation's load finishes its purge: loadedDeleted).
 func (s *Service) deleteLeft(ctx context.Context, cv *conversation, cutoff int64) (bool, error) {
-	old, err := s.lastRowBy(cv, cutoff)
-	if err != nil || !old {
-		return false, err
+	retry := cv.deleteRetry.Load()
+	if !retry {
+		old, err := s.lastRowBy(cv, cutoff)
+		if err != nil {
+			cv.deleteRetry.Store(true)
+			return false, fmt.Errorf("participant: delete %v: %w", cv.id, err)
+		}
+		if !old {
+			return false, nil
+		}
 	}
 	var deleted bool
 	var perr error
-	err = s.submit(ctx, cv, func(b *batch) func(error) error {
+	err := s.submit(ctx, cv, func(b *batch) func(error) error {
 		if !deletable(b.st) || b.st.Applied == 0 {
 			return settled(nil) // someone enrolled meanwhile
 		}
@@ -96,6 +109,7 @@ func (s *Service) deleteLeft(ctx context.Context, cv *conversation, cutoff int64
 			deleted = true
 			if perr = s.purgeTurn(cv, idx); perr != nil {
 				// Its next load finishes the purge (loadedDeleted).
+				cv.deleteRetry.Store(true)
 				cv.drop()
 				return nil
 			}
@@ -103,12 +117,21 @@ func (s *Service) deleteLeft(ctx context.Context, cv *conversation, cutoff int64
 			return nil
 		}
 	})
+	var pe *Error
+	if retry && errors.As(err, &pe) && (pe.Code == CodeRetired || pe.Code == CodeMoved) {
+		// Deleted, its purge finished by the load; or served by another
+		// node now, whose loads finish it.
+		cv.deleteRetry.Store(false)
+		return false, nil
+	}
 	if err != nil {
+		cv.deleteRetry.Store(true)
 		return false, fmt.Errorf("participant: delete %v: %w", cv.id, err)
 	}
 	if perr != nil {
 		return true, fmt.Errorf("participant: purge deleted %v: %w", cv.id, perr)
 	}
+	cv.deleteRetry.Store(false)
 	return deleted, nil
 }
 
@@ -254,7 +277,9 @@ func (s *Service) loadedDeleted(ctx context.Context, cv *conversation, at uint64
 			return unavailable("purging the deleted conversation", err)
 		}
 	}
-	s.forgetDeleted(ctx, cv, false)
+	// A purge this node's deletion left is finished as the deletion
+	// would have: the Ownership may let the conversation go.
+	s.forgetDeleted(ctx, cv, cv.deleteRetry.Swap(false))
 	return errDeleted(cv.id)
 }
 
@@ -286,10 +311,15 @@ func (s *Service) forgetDeleted(ctx context.Context, cv *conversation, disown bo
 }
 
 // deletePass deletes every loaded conversation that deleteLeft would,
-// the retention measured back from now (unix ms cutoff). It returns how
-// many it deleted.
+// the retention measured back from now (unix ms cutoff), and finishes the
+// deletions an earlier pass failed (deleteRetry). It returns how many it
+// deleted. One conversation's failure does not stop the pass: the others
+// are deleted, the failed one is retried by the next pass, and the first
+// failure is returned at the end with the count of the others. A failed
+// or closed store, or ctx ending, stops it at once.
 func (s *Service) deletePass(ctx context.Context, cutoff int64) (int, error) {
-	n := 0
+	n, failed := 0, 0
+	var first error
 	for _, cv := range s.conversations() {
 		if ctx.Err() != nil {
 			return n, ctx.Err()
@@ -298,9 +328,18 @@ func (s *Service) deletePass(ctx context.Context, cutoff int64) (int, error) {
 		if ok {
 			n++
 		}
-		if err != nil {
+		if err == nil {
+			continue
+		}
+		if errors.Is(err, store.ErrFailed) || errors.Is(err, store.ErrClosed) {
 			return n, err
 		}
+		if failed++; first == nil {
+			first = err
+		}
 	}
-	return n, nil
+	if failed > 1 {
+		return n, fmt.Errorf("%w (and %d more conversations failed; the next pass retries them)", first, failed-1)
+	}
+	return n, first
 }

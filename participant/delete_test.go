@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/participantd/participantd/checkpoint"
+	"github.com/participantd/participantd/faultstore"
 	"github.com/participantd/participantd/oplog"
 	"github.com/participantd/participantd/outbox"
 	"github.com/participantd/participantd/receipt"
@@ -184,5 +185,75 @@ func TestDelete_RefusedWhileAMemberStays(t *testing.T) {
 	st.Records = []outbox.Retained{{}}
 	if deletable(st) {
 		t.Errorf("a conversation that retains a record is deletable")
+	}
+}
+
+// TestDelete_AFailingConversationDoesNotStopThePass: a transient failure of
+// one conversation's deletion (its last row unreadable; another's purge
+// failing after its Delete row committed) fails neither the deletion of
+// the others in the same pass nor its own in the next: the pass deletes
+// every other conversation, reports the failures, and the next pass
+// deletes the first and finishes the second's purge, although nothing
+// touched either in between. The compaction of the other conversations
+// runs in the failing pass as in any other.
+func TestDelete_AFailingConversationDoesNotStopThePass(t *testing.T) {
+	ctx := context.Background()
+	clk := &clock{now: time.UnixMilli(1_700_000_000_000)}
+	mem := store.NewMemory()
+	fs := faultstore.New(mem)
+	svc, err := Open(ctx, fs, Options{NodeKey: testKey, CheckpointRows: 1, Retain: time.Minute, Now: clk.Now})
+	must(t, err)
+	t.Cleanup(func() { svc.Close() })
+	// Conversation 20 keeps its members and has rows to compact: the
+	// compaction part of the pass runs too.
+	buildHistory(t, svc, 20, 10, 0)
+	if n, err := svc.CheckpointPass(ctx); err != nil || n != 1 {
+		t.Fatalf("CheckpointPass() = %d, %v, want 1, nil", n, err)
+	}
+	const convs = 16
+	const unreadable, unpurged = ConversationID(3), ConversationID(5)
+	at := make(map[ConversationID]uint64)
+	for c := ConversationID(1); c <= convs; c++ {
+		conn := svc.Connect(nil)
+		b := mustEnroll(t, conn, c, byte(c))
+		_, err := conn.Leave(ctx, Leave{Conversation: c, Participant: b.Participant, Generation: b.Generation, Secret: b.Secret, Token: token(byte(100 + c))})
+		must(t, err)
+		n, err := mem.Len(oplog.Stream(c))
+		must(t, err)
+		at[c] = n
+	}
+	clk.advance(2 * time.Minute)
+	fs.SetRules(
+		faultstore.When(faultstore.Fail, faultstore.Kind(faultstore.OpRead), faultstore.Name(oplog.Stream(unreadable))),
+		faultstore.When(faultstore.Fail, faultstore.Kind(faultstore.OpScan), faultstore.Name(tokenindex.ConversationPrefix(unpurged))),
+	)
+	got, err := svc.CompactPass(ctx)
+	if !errors.Is(err, faultstore.ErrInjected) || got.Deleted != convs-1 || got.Conversations != 1 {
+		t.Fatalf("CompactPass with two conversations failing = %+v, %v; want the other %d deleted (and %d's Delete row committed), conversation 20 compacted, and the faults reported", got, err, convs-2, unpurged)
+	}
+	for c := ConversationID(1); c <= convs; c++ {
+		if c != unreadable && c != unpurged {
+			checkPurged(t, mem, c, at[c])
+		}
+	}
+	if n, err := mem.Len(oplog.Stream(unreadable)); err != nil || n != at[unreadable] {
+		t.Errorf("conversation %d's oplog has %d rows (%v), want %d: not deleted while its last row is unreadable", unreadable, n, err, at[unreadable])
+	}
+
+	// The failed purge's conversation was dropped and reloaded in the
+	// background, which failed the same way: nothing but the next pass
+	// finishes it.
+	svc.waitReloads()
+	fs.SetRules()
+	got, err = svc.CompactPass(ctx)
+	if err != nil || got.Deleted != 1 {
+		t.Fatalf("the next CompactPass = %+v, %v; want conversation %d deleted", got, err, unreadable)
+	}
+	checkPurged(t, mem, unreadable, at[unreadable])
+	checkPurged(t, mem, unpurged, at[unpurged])
+	for _, c := range []ConversationID{unreadable, unpurged} {
+		if svc.existing(c) != nil {
+			t.Errorf("deleted conversation %d is still in memory", c)
+		}
 	}
 }

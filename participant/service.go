@@ -722,6 +722,12 @@ type conversation struct {
 	// deletion pass (delete.go): read once per Applied, not every pass.
 	// +checklocks:mu
 	lastRow committedRow
+	// deleteRetry is set while the deletion pass failed on the
+	// conversation (a read, its Delete row's commit, or its purge): the
+	// next pass takes its turn although it may not be loaded, so that its
+	// load finishes the purge or reads back what a failed commit dropped
+	// (delete.go).
+	deleteRetry atomic.Bool
 
 	// backlog is the service's in-memory backlog account; set once.
 	backlog *backlog // +checklocksignore: read-only, not guarded by mu

@@ -217,22 +217,28 @@ func (s *Server) leaseHeld() bool {
 }
 
 // clusterUnready is the cluster part of /ready: why the node is not ready
-// (the lease is not held, or etcd does not answer), empty when it is.
-// Always empty in single-node mode.
-func (s *Server) clusterUnready(ctx context.Context) string {
+// (the lease is not held, or etcd does not answer: then which endpoint and
+// what failed there, diagnoseEtcd), ready when it is. Always ready in
+// single-node mode.
+func (s *Server) clusterUnready(ctx context.Context) Readiness {
 	cs := s.clusterOf()
 	if cs == nil {
-		return ""
+		return Readiness{Ready: true}
 	}
 	if !s.leaseHeld() {
-		return ReasonLeaseLost
+		return Readiness{Reason: ReasonLeaseLost}
 	}
-	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	cctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	if _, err := cs.cli.Get(ctx, "health", clientv3.WithCountOnly()); err != nil {
-		return ReasonEtcdUnreachable + ": " + err.Error()
+	_, err := cs.cli.Get(cctx, "health", clientv3.WithCountOnly())
+	switch {
+	case err == nil:
+		return Readiness{Ready: true}
+	case !etcdUnavailable(err):
+		return Readiness{Reason: ReasonEtcdUnreachable + ": " + err.Error()}
 	}
-	return ""
+	w := diagnoseEtcd(ctx, s.cfg.Cluster.Endpoints, err)
+	return Readiness{Reason: ReasonEtcdUnreachable + ": " + w.detail, Dependency: "etcd", Endpoint: w.endpoint, Error: w.err}
 }
 
 // openCluster joins the etcd cluster and opens the service on the node's
@@ -289,7 +295,7 @@ func (s *Server) openCluster(ctx context.Context) (backend, *participant.Service
 		}
 	}
 	obs := newClusterMetrics()
-	node, err := cluster.Start(ctx, cli, cluster.Options{
+	node, err := s.joinCluster(ctx, cli, cc.Endpoints, cluster.Options{
 		NodeID:     id,
 		Advertise:  advertise,
 		Prefix:     cc.Prefix,
@@ -305,7 +311,7 @@ func (s *Server) openCluster(ctx context.Context) (backend, *participant.Service
 	})
 	if err != nil {
 		cli.Close()
-		return nil, nil, fmt.Errorf("server: join the cluster: %w", err)
+		return nil, nil, err
 	}
 	b := &clusterBackend{node: node, cli: cli}
 	key, err := node.NodeKey(ctx)

@@ -102,6 +102,10 @@ func TestCluster_ReadySaysEtcdOrLease(t *testing.T) {
 			if got.Ready || !(strings.HasPrefix(got.Reason, server.ReasonEtcdUnreachable+": ") || got.Reason == server.ReasonLeaseLost) {
 				t.Fatalf("/ready with etcd stopped = %d %q, want ready false, reason etcd unreachable or lease lost", code, body)
 			}
+			if ep := etcd.Endpoints()[0]; got.Reason != server.ReasonLeaseLost &&
+				(got.Dependency != "etcd" || got.Endpoint != ep || !strings.Contains(got.Error, "connection refused") || !strings.Contains(got.Reason, ep)) {
+				t.Fatalf("/ready with etcd stopped = %d %q, want it to name etcd, %s and the connection refused", code, body, ep)
+			}
 			if got.Reason == server.ReasonLeaseLost {
 				// The gauge says what /ready says, without asking etcd.
 				if _, metrics := h.get("/metrics"); !strings.Contains(metrics, "\n"+server.MetricReady+" 0\n") {

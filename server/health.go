@@ -23,8 +23,9 @@ import (
 //	GET /health                    200 while the process serves HTTP
 //	GET /ready                     200 {"ready":true} once reconciled and accepting; else 503
 //	                               {"ready":false,"reason":"..."}, reason one of Readiness's
-//	                               (starting, draining, store failed: ..., lease lost,
-//	                               etcd unreachable: ...)
+//	                               (starting, waiting for etcd: ..., draining, store
+//	                               failed: ..., lease lost, etcd unreachable: ...); while
+//	                               waiting for etcd also "dependency", "endpoint", "error"
 //	GET /metrics                   Prometheus text format (no conversation ids)
 //	GET /unloadable-conversations  {"count": n}; with the admin token (Authorization: Bearer)
 //	                               also "conversations": [{"conversation_id", "class", "reason"}];
@@ -206,15 +207,24 @@ type Readiness struct {
 	Ready bool `json:"ready"`
 	// Reason says why not, empty when ready: "starting" (not yet
 	// reconciled), "draining", "store failed: <error>", and in cluster
-	// mode "lease lost" (the ownership lease is not held) or
-	// "etcd unreachable: <error>".
+	// mode "waiting for etcd: etcd <endpoint>: <error>" (the start waits
+	// for etcd to answer), "lease lost" (the ownership lease is not held)
+	// or "etcd unreachable: <error>".
 	Reason string `json:"reason,omitempty"`
+	// Dependency, Endpoint and Error are set while the start waits for a
+	// dependency, or a running node's etcd does not answer: which one
+	// ("etcd"), the endpoint found failing first, and the error met there
+	// (say "connect: connection refused").
+	Dependency string `json:"dependency,omitempty"`
+	Endpoint   string `json:"endpoint,omitempty"`
+	Error      string `json:"error,omitempty"`
 }
 
 // Reasons /ready gives when not ready; a failed store or an unreachable
 // etcd adds ": " and the error.
 const (
 	ReasonStarting        = "starting"
+	ReasonWaitingForEtcd  = "waiting for etcd"
 	ReasonDraining        = "draining"
 	ReasonStoreFailed     = "store failed"
 	ReasonLeaseLost       = "lease lost"
@@ -232,11 +242,11 @@ func (s *Server) readiness(ctx context.Context) Readiness {
 		case <-s.readyCh:
 			return Readiness{Reason: ReasonDraining}
 		default:
+			if w := s.etcdWaiting.Load(); w != nil {
+				return Readiness{Reason: ReasonWaitingForEtcd + ": " + w.detail, Dependency: "etcd", Endpoint: w.endpoint, Error: w.err}
+			}
 			return Readiness{Reason: ReasonStarting}
 		}
 	}
-	if reason := s.clusterUnready(ctx); reason != "" {
-		return Readiness{Reason: reason}
-	}
-	return Readiness{Ready: true}
+	return s.clusterUnready(ctx)
 }

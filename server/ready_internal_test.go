@@ -40,6 +40,9 @@ func TestReady_BodySaysWhy(t *testing.T) {
 	}
 
 	check("before the store is open", 503, Readiness{Reason: ReasonStarting})
+	s.etcdWaiting.Store(&etcdWait{endpoint: "http://127.0.0.1:1", err: "connect: connection refused", detail: "etcd http://127.0.0.1:1: connect: connection refused"})
+	check("waiting for etcd", 503, Readiness{Reason: ReasonWaitingForEtcd + ": etcd http://127.0.0.1:1: connect: connection refused"})
+	s.etcdWaiting.Store(nil)
 	s.ready.Store(true)
 	close(s.readyCh)
 	check("serving", 200, Readiness{Ready: true})

@@ -72,6 +72,9 @@ type Server struct {
 	readyCh chan struct{}
 	// ready is what /ready reports: serving and not draining.
 	ready atomic.Bool
+	// etcdWaiting is set while a cluster node's start waits for etcd
+	// (etcdwait.go): what /ready says then.
+	etcdWaiting atomic.Pointer[etcdWait]
 	// svc and st are set once Run opened them; cl in cluster mode only.
 	svc atomic.Pointer[participant.Service]
 	st  atomic.Pointer[backendRef]

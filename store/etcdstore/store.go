@@ -79,6 +79,12 @@ type Options struct {
 	Scope func(name string) string
 	// RequireFence refuses writes to a non-global scope that has no fence.
 	RequireFence bool
+	// ScanScope, if set, reports the one scope of every name that begins
+	// with prefix, when they all share one (a conversation's token index,
+	// say); Scan of such a prefix then reads one etcd range, the prefix's
+	// values in that scope. Nil, or false for a prefix, means Scan walks
+	// every key of the store.
+	ScanScope func(prefix string) (scope string, ok bool)
 	// MaxTxnOps and MaxRequestBytes are the etcd cluster's limits;
 	// defaults DefaultMaxTxnOps and DefaultMaxRequestBytes.
 	MaxTxnOps       int
@@ -775,8 +781,10 @@ func (s *Store) ReadValue(key string) (uint64, error) {
 }
 
 // Scan returns every value whose name starts with prefix, in name order.
-// Names map to scopes by a function, not by prefix, so Scan walks the keys
-// of every scope: it is meant for offline tools, not for serving.
+// Names map to scopes by a function, not by prefix, so Scan reads the
+// prefix's values in one scope's key range when Options.ScanScope names
+// the scope of every name of prefix, and otherwise walks the keys of every
+// scope (for offline tools, not for serving).
 func (s *Store) Scan(prefix string) ([]store.Value, error) {
 	s.mu.Lock()
 	if s.closed {
@@ -786,6 +794,12 @@ func (s *Store) Scan(prefix string) ([]store.Value, error) {
 	s.mu.Unlock()
 	found := make(map[string]uint64)
 	from, end := s.lay.prefix, clientv3.GetPrefixRangeEnd(s.lay.prefix)
+	if s.opts.ScanScope != nil {
+		if sc, ok := s.opts.ScanScope(prefix); ok && s.lay.scopeOf(prefix) == sc {
+			from = s.lay.valueKey(sc, prefix)
+			end = clientv3.GetPrefixRangeEnd(from)
+		}
+	}
 	for {
 		ctx, cancel := s.ctx()
 		resp, err := s.kv.Get(ctx, from, clientv3.WithRange(end), clientv3.WithKeysOnly(), clientv3.WithLimit(1024))
