@@ -51,6 +51,10 @@ func TestClusterUp_RunsTwice(t *testing.T) {
 		if !strings.Contains(string(out), "participantctl followed it to the owner") {
 			t.Fatalf("run %d: the demo did not complete:\n%s", run, out)
 		}
+		// status asked of node3 follows the owner, with the shared admin token.
+		if !strings.Contains(string(out), "owner:     node node1") || !strings.Contains(string(out), "PARTICIPANT  GENERATION") {
+			t.Fatalf("run %d: the demo's status did not show the owner's answer:\n%s", run, out)
+		}
 	}
 }
 
