@@ -328,6 +328,7 @@ func (s *Server) open(ctx context.Context) (backend, *participant.Service, error
 	s.watched.Store(w)
 	opts := s.serviceOptions(dd.key)
 	opts.DataBytes = inUse(dd.st)
+	opts.RestoredFrom = restoredFrom(s.cfg.DataDir)
 	svc, err := participant.Open(ctx, w, opts)
 	if err != nil {
 		dd.Close()
