@@ -169,7 +169,7 @@ func snapshot(t *testing.T, dir string) map[string]string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	files = append(files, dir+"/cluster.pids", dir+"/etcd-endpoints")
+	files = append(files, dir+"/cluster.pids", dir+"/etcd-endpoints", dir+"/admin-token")
 	m := map[string]string{}
 	for _, f := range files {
 		fi, err := os.Stat(f)
