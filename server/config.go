@@ -258,8 +258,8 @@ type Config struct {
 	// LocalAdminToken, when AdminToken is empty and the health listener
 	// is on loopback, makes the server generate an admin token at each
 	// start and write it to the data directory's AdminTokenFile (0600),
-	// so that participantctl status and backup work on the same host with
-	// no token set up (participantd turns it on by default). When the
+	// so that participantctl status works on the same host with no token
+	// set up (participantd turns it on by default). When the
 	// server generates none, it removes a file an earlier start left.
 	LocalAdminToken bool
 	// CheckpointInterval is how often conversation checkpoints are
