@@ -102,7 +102,7 @@ var settings = []setting{
 		func(o *options, v string) error { o.server.AdminToken = v; return nil }},
 	{"admin-token-file", "", "file holding admin-token (one line; a trailing newline is dropped)",
 		secretFileSetting("admin-token", func(o *options) *string { return &o.server.AdminToken })},
-	{"local-admin-token", "true", "without admin-token and with a loopback health-listen, generate an admin token at each start and write it to the data directory's " + server.AdminTokenFile + " (0600), where participantctl status on this host finds it (--data); false: no admin endpoints without admin-token",
+	{"admin-token-auto", "true", "without admin-token and with a loopback health-listen, generate an admin token at each start and write it to the data directory's " + server.AdminTokenFile + " (0600), where participantctl status on this host finds it (--data); false: no admin endpoints without admin-token",
 		boolSetting(func(o *options) *bool { return &o.server.LocalAdminToken })},
 	{"admin-remote", "false", "allow the admin endpoints and pprof on a health-listen beyond loopback (needs health-tls-cert); without it such a start is refused",
 		boolSetting(func(o *options) *bool { return &o.server.AdminRemote })},
