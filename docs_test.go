@@ -142,3 +142,23 @@ func TestReadmeGoSnippetIsTheClientExample(t *testing.T) {
 		t.Errorf("README.md's Go snippet differs from the body of client.Example:\n%s", cmp.Diff(want, snippet))
 	}
 }
+
+// TestReadmeIsShort keeps the README a front page: at most 200 lines, with
+// the two commands a newcomer starts with near the top, and the detail in
+// docs/.
+func TestReadmeIsShort(t *testing.T) {
+	b, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+	if len(lines) > 200 {
+		t.Errorf("README.md has %d lines, want at most 200: move detail into docs/", len(lines))
+	}
+	top := strings.Join(lines[:min(len(lines), 30)], "\n")
+	for _, cmd := range []string{"go run ./cmd/participantd", "make test"} {
+		if !strings.Contains(top, cmd) {
+			t.Errorf("README.md's first 30 lines lack %q", cmd)
+		}
+	}
+}

@@ -32,6 +32,8 @@ type decider struct {
 	maxConnBindings int
 	// requireInvite is set under EnrollInvite.
 	requireInvite bool
+	// restoredFrom is Options.RestoredFrom.
+	restoredFrom string
 	// dataBytes reports the store's bytes in use, checked against
 	// maxDataBytes by the operations that add data (enroll, tell); nil
 	// means no cap.
@@ -93,10 +95,28 @@ func (d *decider) authority(st *outbox.State, p ParticipantID, m *outbox.Member,
 	}
 	if g != m.Generation {
 		e := refuse(CodeStaleAuthority, "generation %v is not the current one", g)
+		if g > m.Generation {
+			// The secret verifies, so this server minted g: only data
+			// that went back in time holds an older generation.
+			e = newerThanData(g, m.Generation, d.restoredFrom)
+		}
 		e.Generation, e.HasGeneration = m.Generation, true
 		return e
 	}
 	return nil
+}
+
+// newerThanData refuses a credential at generation g, whose secret
+// verifies, by data whose participant is at the older generation current:
+// the data lost what happened since, as after a restore from a backup
+// taken before g was minted.
+func newerThanData(g, current Generation, restoredFrom string) *Error {
+	from := "a backup"
+	if restoredFrom != "" {
+		from = "a backup (" + restoredFrom + ")"
+	}
+	return refuse(CodeStaleAuthority, "generation %v is newer than the data, which holds %v: the data was restored from %s older than this credential, "+
+		"or lost its latest writes; the credential cannot attach again, enroll anew (docs/operations.md, Backups)", g, current, from)
 }
 
 // binding runs check 5: the request comes from the connection holding p's

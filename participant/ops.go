@@ -225,6 +225,7 @@ func (c *Conn) decider(conv ConversationID) *decider {
 		requireInvite:   o.EnrollPolicy == EnrollInvite,
 		dataBytes:       o.DataBytes,
 		maxDataBytes:    o.MaxDataBytes,
+		restoredFrom:    o.RestoredFrom,
 	}
 }
 

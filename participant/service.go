@@ -69,6 +69,10 @@ type Options struct {
 	// DataBytes reports the store's size in bytes; it is called for each
 	// enroll and tell, and must be cheap and safe for concurrent use.
 	DataBytes func() int64
+	// RestoredFrom names the backup the data was restored from (the
+	// server reads it from the data directory's restore marker), for the
+	// refusal of a credential newer than the data; "" when not known.
+	RestoredFrom string
 	// MaxBacklogBytes bounds the payload bytes of unacknowledged records
 	// that all conversations together keep in memory. Past it, the oldest
 	// payloads of the conversations holding the most are dropped from

@@ -420,11 +420,15 @@ type clusterMetrics struct {
 }
 
 func newClusterMetrics() *clusterMetrics {
-	return &clusterMetrics{txn: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+	m := &clusterMetrics{txn: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    MetricEtcdTxnLatency,
-		Help:    "Latency of the etcd transactions that commit the store, by outcome.",
+		Help:    "Latency of the etcd transactions that commit the store, by outcome (ok, refused).",
 		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
 	}, []string{"outcome"})}
+	// Both outcomes exist from start, at 0 (deploy/start_test.go).
+	m.txn.WithLabelValues("ok")
+	m.txn.WithLabelValues("refused")
+	return m
 }
 
 func (m *clusterMetrics) register(reg *prometheus.Registry, node *cluster.Node) {

@@ -276,6 +276,13 @@ type Config struct {
 	// token, and shows conversation ids in /unloadable-conversations to
 	// them.
 	AdminToken string
+	// LocalAdminToken, when AdminToken is empty and the health listener
+	// is on loopback, makes the server generate an admin token at each
+	// start and write it to the data directory's AdminTokenFile (0600),
+	// so that participantctl status works on the same host with no token
+	// set up (participantd turns it on by default). When the
+	// server generates none, it removes a file an earlier start left.
+	LocalAdminToken bool
 	// CheckpointInterval is how often conversation checkpoints are
 	// written in the background; negative disables them. Default
 	// participant.DefaultCheckpointInterval.

@@ -55,7 +55,7 @@ var (
 	compactionLastDesc = prometheus.NewDesc(MetricCompactionLastSuccess,
 		"Unix time the last successful compaction pass ended; 0 before the first.", nil, nil)
 	conversationsPinnedDesc = prometheus.NewDesc(MetricConversationsPinned,
-		"Conversations holding a record some recipient has not acknowledged for longer than --retain, which keeps their history from compaction; as of the last compaction pass that visited every conversation (absent before one).", nil, nil)
+		"Conversations holding a record some recipient has not acknowledged for longer than --retain, which keeps their history from compaction; as of the last compaction pass that visited every conversation (0 before one).", nil, nil)
 )
 
 // lifecycleMetrics reports the checkpoint and compaction passes: a
@@ -142,7 +142,7 @@ func (l *lifecycleMetrics) Collect(ch chan<- prometheus.Metric) {
 	counter(tokensForgottenDesc, lc.TokensForgotten)
 	counter(recordsReleasedDesc, lc.RecordsReleased)
 	gauge(compactionLastDesc, unix(lc.LastCompactionPass))
-	if lc.Pinned >= 0 {
-		gauge(conversationsPinnedDesc, float64(lc.Pinned))
-	}
+	// Exported from start, so that the dashboard's panel has a series:
+	// 0 until a pass has visited every conversation.
+	gauge(conversationsPinnedDesc, float64(max(lc.Pinned, 0)))
 }

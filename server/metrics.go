@@ -232,7 +232,38 @@ func newMetrics(s *Server) *metrics {
 	)
 	m.lifecycle = newLifecycleMetrics(s)
 	m.lifecycle.register(m.reg)
+	m.initSeries()
 	return m
+}
+
+// Label values the labelled series are exported with from start, at 0, so
+// that a dashboard panel or an alert (deploy/) has a series before the
+// first event and rate() sees the first increase: each wire operation,
+// with ok and the outcomes the alerts watch; each transport; each reason a
+// connection is refused for.
+var (
+	seriesOps      = []string{"enroll", "attach", "tell", "ack", "detach", "leave", "end"}
+	seriesOutcomes = []string{"ok", string(wire.CodeInDoubt), string(wire.CodeUnavailable), string(wire.CodeTokenInvalid), string(wire.CodeTokenExpired)}
+	seriesRefused  = []wire.Reason{wire.ReasonUnsupportedVersion, wire.ReasonAuthFailed, wire.ReasonHelloRequired, wire.ReasonMalformed,
+		wire.ReasonFrameTooLarge, wire.ReasonShuttingDown, wire.ReasonOverloaded, reasonTLSHandshake}
+)
+
+// initSeries creates the labelled series of seriesOps, seriesOutcomes and
+// seriesRefused at 0.
+func (m *metrics) initSeries() {
+	for _, op := range seriesOps {
+		for _, outcome := range seriesOutcomes {
+			m.operations.WithLabelValues(op, outcome)
+		}
+		m.commitSecs.WithLabelValues(op)
+	}
+	for _, ws := range []bool{false, true} {
+		m.connsOpen.WithLabelValues(transportLabel(ws))
+		m.connsTotal.WithLabelValues(transportLabel(ws))
+	}
+	for _, r := range seriesRefused {
+		m.refusedTotal.WithLabelValues(string(r))
+	}
 }
 
 // Operation implements participant.Observer.

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -111,6 +112,9 @@ type Server struct {
 	// is set once, by New, and what it points to is guarded by mu (the
 	// peerLimits methods ending in Locked).
 	peers *peerLimits
+	// adminTokenGenerated is set by New when cfg.AdminToken was generated
+	// (Config.LocalAdminToken); Run publishes it.
+	adminTokenGenerated bool
 	// +checklocks:mu
 	draining bool
 }
@@ -148,6 +152,15 @@ func New(cfg Config) (*Server, error) {
 		hln.Close()
 		return nil, err
 	}
+	generated := false
+	if cfg.LocalAdminToken && cfg.AdminToken == "" && isLoopback(hln.Addr()) {
+		if cfg.AdminToken, err = generateAdminToken(); err != nil {
+			ln.Close()
+			hln.Close()
+			return nil, err
+		}
+		generated = true
+	}
 	var wsln net.Listener
 	if cfg.WSListen != "" {
 		if wsln, err = net.Listen("tcp", cfg.WSListen); err != nil {
@@ -168,6 +181,8 @@ func New(cfg Config) (*Server, error) {
 		conns:     make(map[*conn]struct{}),
 		refusing:  make(map[net.Conn]struct{}),
 		peers:     newPeerLimits(cfg),
+
+		adminTokenGenerated: generated,
 
 		outBytes:     newSharedBudget(int64(cfg.MaxOutboundTotal), cfg.ClientShare, int64(cfg.MaxOutboundBytes)),
 		pendingBytes: newSharedBudget(int64(cfg.MaxPendingBytesTotal), cfg.ClientShare, int64(cfg.MaxFrame)),
@@ -241,6 +256,14 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	s.st.Store(&backendRef{st})
 	s.svc.Store(svc)
+	// After open: in single-node mode the data directory is locked, so a
+	// second server on it cannot replace the running one's token.
+	if err := s.publishAdminToken(); err != nil {
+		s.log.Warn().Err(err).Msg("participantctl on this host will not find the admin token")
+	} else if s.adminTokenGenerated {
+		s.log.Info().Str("admin_token_file", filepath.Join(s.cfg.DataDir, AdminTokenFile)).
+			Msg("admin endpoints enabled on the loopback health listener with a generated token")
+	}
 	s.ready.Store(true)
 	close(s.readyCh)
 	s.log.Info().Str("listen", s.ln.Addr().String()).Str("health", s.hln.Addr().String()).
@@ -313,6 +336,7 @@ func (s *Server) open(ctx context.Context) (backend, *participant.Service, error
 	s.watched.Store(w)
 	opts := s.serviceOptions(dd.key)
 	opts.DataBytes = inUse(dd.st)
+	opts.RestoredFrom = restoredFrom(s.cfg.DataDir)
 	svc, err := participant.Open(ctx, w, opts)
 	if err != nil {
 		dd.Close()

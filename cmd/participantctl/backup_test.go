@@ -82,3 +82,45 @@ func TestBackup_OverHTTPS(t *testing.T) {
 		t.Fatalf("backup over HTTPS without --health-ca = exit %d, %q; want a certificate error", code, errs)
 	}
 }
+
+// TestRestore_CredentialNewerThanTheData: a credential minted after the
+// backup (an attach after it) is refused stale_authority on the restored
+// server, and tell says that the data was restored from a backup older
+// than the credential (naming the restore marker's backup) and points to
+// docs/operations.md, instead of blaming another session; restore leaves
+// that marker in the directory.
+func TestRestore_CredentialNewerThanTheData(t *testing.T) {
+	ctx := testCtx(t)
+	data, work := t.TempDir(), t.TempDir()
+	addr, health := startAdminServer(t, data, "s3cret")
+	a := filepath.Join(work, "a.json")
+	mustCtl(t, ctx, "enroll", "--addr", addr, "--conversation", "7", "--creds", a)
+	out := filepath.Join(work, "backup.db")
+	mustCtl(t, ctx, "backup", "--health", health, "--admin-token", "s3cret", "--out", out)
+	// After the backup: this tell attaches again, which mints the
+	// generation a.json now holds.
+	mustCtl(t, ctx, "tell", "--addr", addr, "--creds", a, "after the backup")
+
+	restored := filepath.Join(work, "restored")
+	mustCtl(t, ctx, "restore", "--from", out, "--node-key", filepath.Join(data, participant.NodeKeyFile), "--data", restored)
+	marker, err := os.ReadFile(filepath.Join(restored, server.RestoredFile))
+	if err != nil {
+		t.Fatalf("restore left no %s marker: %v", server.RestoredFile, err)
+	}
+	if !strings.Contains(string(marker), "backup.db") {
+		t.Errorf("marker %q does not name the backup", marker)
+	}
+	addr2, _ := startAdminServer(t, restored, "")
+	_, errs, code := ctl(ctx, "", "tell", "--addr", addr2, "--creds", a, "on the restored server")
+	if code == 0 {
+		t.Fatal("a credential newer than the restored data attached")
+	}
+	for _, want := range []string{"stale_authority", "restored from a backup", "older than", "backup.db", "docs/operations.md"} {
+		if !strings.Contains(errs, want) {
+			t.Errorf("tell's refusal lacks %q:\n%s", want, errs)
+		}
+	}
+	if strings.Contains(errs, "another session") {
+		t.Errorf("tell's refusal blames another session:\n%s", errs)
+	}
+}

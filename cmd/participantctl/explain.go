@@ -71,6 +71,13 @@ func explain(err error, a about) error {
 	case client.CodeUnknownParticipant:
 		msg = fmt.Sprintf("conversation %d has no participant %d (is %s from another server?)", conv, p, a.creds)
 	case client.CodeStaleAuthority:
+		if ce.Generation != nil && uint64(*ce.Generation) < uint64(a.cred.Generation) {
+			// A credential the server minted, ahead of its data: the
+			// data went back in time (the server's detail says from
+			// which backup).
+			msg = fmt.Sprintf("the credential in %s is newer than the server's data: %s", a.creds, ce.Detail)
+			break
+		}
 		msg = fmt.Sprintf("the credential in %s (generation %d) is no longer current: another session attached participant %d since", a.creds, a.cred.Generation, p)
 		if ce.Generation != nil {
 			msg += fmt.Sprintf(" (generation %d now)", *ce.Generation)

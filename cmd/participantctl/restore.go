@@ -9,11 +9,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/participantd/participantd/cluster/backup"
 	"github.com/participantd/participantd/internal/cli"
 	"github.com/participantd/participantd/offline"
 	"github.com/participantd/participantd/participant"
+	"github.com/participantd/participantd/server"
 	"github.com/participantd/participantd/store"
 	"github.com/participantd/participantd/store/vfs"
 )
@@ -123,6 +125,12 @@ func runRestore(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return fmt.Errorf("restore data: %w", err)
 	}
+	// The marker names the backup and its time, for the server to say so
+	// when it refuses a credential newer than the data (server.RestoredFile).
+	marker := restoreMarker(*from, src, time.Now())
+	if _, err := writeDurably(filepath.Join(*dir, server.RestoredFile), strings.NewReader(marker), int64(len(marker))); err != nil {
+		return fmt.Errorf("restore marker: %w", err)
+	}
 	fmt.Fprintf(e.stdout, "restored %d bytes into %s; verifying\n", n, *dir)
 	return runVerify(ctx, e, []string{"--data", *dir})
 }
@@ -207,4 +215,18 @@ func restoreCluster(ctx context.Context, e *env, from string, ef *etcdFlags, rep
 		}
 	}
 	return runVerify(ctx, e, args)
+}
+
+// restoreMarker is the line of server.RestoredFile for a restore at now
+// from the backup file from: its path and modification time (when the
+// backup was written, unless it was copied since).
+func restoreMarker(from string, f *os.File, now time.Time) string {
+	if abs, err := filepath.Abs(from); err == nil {
+		from = abs
+	}
+	written := "unknown"
+	if fi, err := f.Stat(); err == nil {
+		written = fi.ModTime().UTC().Format(time.RFC3339)
+	}
+	return fmt.Sprintf("%s, written %s, restored %s\n", from, written, now.UTC().Format(time.RFC3339))
 }

@@ -19,7 +19,7 @@ func init() {
 	register(&command{
 		name:     "status",
 		synopsis: "show who owns a conversation, its participants, cursors and backlog (online)",
-		usage: `[--health ADDR|URL] [--health-ca FILE] [--admin-token TOKEN] [--json] [--no-follow] CONVERSATION
+		usage: `[--health ADDR|URL] [--health-ca FILE] [--admin-token TOKEN] [--data DIR] [--json] [--no-follow] CONVERSATION
 
 Asks a running server's health listener (GET /admin/conversations/ID; the
 server needs --admin-token) about one conversation: which node owns it,
@@ -27,7 +27,10 @@ each participant's generation and binding (never a secret), its cursors
 (acked: what it acknowledged; offered: the last record pushed to its
 binding) and how many records it still holds back unacknowledged, and the
 conversation's backlog. The token comes from --admin-token or
-` + adminTokenEnv + `.
+` + adminTokenEnv + `; without either, against a loopback --health, from
+the ` + server.AdminTokenFile + ` file that participantd (started without an admin
+token, its health listener on loopback) writes in its data directory
+(--data, default ` + server.DefaultDataDir + `).
 
 Against any node of a cluster: a node that does not own the conversation
 names the owner, and status asks the owner's health listener in turn
@@ -46,6 +49,7 @@ func runStatus(ctx context.Context, e *env, args []string) error {
 	token := fs.String("admin-token", "", "the server's admin token (default $"+adminTokenEnv+")")
 	asJSON := fs.Bool("json", false, "print the answer as JSON")
 	noFollow := fs.Bool("no-follow", false, "print the owner a non-owner names instead of asking it")
+	dataDir := fs.String("data", server.DefaultDataDir, "the local server's data directory, whose "+server.AdminTokenFile+" file gives the token when none is set and --health is loopback")
 	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
@@ -56,11 +60,8 @@ func runStatus(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return &cli.ExitError{Code: cli.ExitUsage, Err: fmt.Errorf("conversation %q: want a number", fs.Arg(0))}
 	}
-	if *token == "" {
-		*token = e.getenv(adminTokenEnv)
-	}
-	if *token == "" {
-		return &cli.ExitError{Code: cli.ExitUsage, Err: errors.New("an admin token is required (--admin-token or " + adminTokenEnv + ")")}
+	if *token, err = adminToken(e, *token, *health, *dataDir); err != nil {
+		return err
 	}
 	st, err := askStatus(ctx, *health, *healthCA, *token, conv)
 	if err != nil {

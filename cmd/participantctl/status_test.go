@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -108,5 +109,49 @@ func TestStatus_FollowsTheOwner(t *testing.T) {
 	out = mustCtl(t, ctx, "status", "--health", b.HealthAddr().String(), "--admin-token", "s3cret", "--no-follow", "8")
 	if !strings.Contains(out, owner) || !strings.Contains(out, "asked:     node b, which does not serve it") || strings.Contains(out, "PARTICIPANT") {
 		t.Errorf("status --no-follow through b = \n%s\nwant the owner and no table", out)
+	}
+}
+
+// TestStatus_LocalAdminToken: a server started without an admin token,
+// its health listener on loopback, writes a generated token to its data
+// directory (0600), and status on the same host finds it with --data and
+// no token set; a data directory without the file is a usage error that
+// names it.
+func TestStatus_LocalAdminToken(t *testing.T) {
+	ctx := testCtx(t)
+	data := t.TempDir()
+	srv := servertest.Start(t, server.Config{DataDir: data, LocalAdminToken: true})
+	addr, health := srv.Addr().String(), srv.HealthAddr().String()
+	fi, err := os.Stat(filepath.Join(data, server.AdminTokenFile))
+	if err != nil {
+		t.Fatalf("no %s in the data directory: %v", server.AdminTokenFile, err)
+	}
+	if fi.Mode().Perm() != 0o600 {
+		t.Errorf("%s has mode %v, want 0600", server.AdminTokenFile, fi.Mode().Perm())
+	}
+	creds := filepath.Join(t.TempDir(), "a.json")
+	mustCtl(t, ctx, "enroll", "--addr", addr, "--conversation", "5", "--creds", creds)
+	out := mustCtl(t, ctx, "status", "--health", health, "--data", data, "5")
+	if !strings.Contains(out, "conversation 5\n") || !strings.Contains(out, "owner:     this node (single node)\n") {
+		t.Errorf("status with the data directory's token:\n%s", out)
+	}
+	empty := t.TempDir()
+	if _, errs, code := ctl(ctx, "", "status", "--health", health, "--data", empty, "5"); code != cli.ExitUsage ||
+		!strings.Contains(errs, filepath.Join(empty, server.AdminTokenFile)+" does not exist") {
+		t.Errorf("status with a data directory holding no token = exit %d, %q; want %d naming the file", code, errs, cli.ExitUsage)
+	}
+}
+
+// TestLoopbackHealth: the local token file is read only for a health
+// listener on this host.
+func TestLoopbackHealth(t *testing.T) {
+	for health, want := range map[string]bool{
+		"127.0.0.1:7421": true, "localhost:7421": true, "[::1]:7421": true, "http://127.0.0.1:7421": true,
+		"https://localhost:7421/": true, "127.0.0.2:1": true,
+		"10.0.0.1:7421": false, "node2:7442": false, "http://example.com:7421": false, "0.0.0.0:7421": false,
+	} {
+		if got := loopbackHealth(health); got != want {
+			t.Errorf("loopbackHealth(%q) = %v, want %v", health, got, want)
+		}
 	}
 }

@@ -109,6 +109,8 @@ var settings = []setting{
 		secretFileSetting("admin-token", func(o *options) *string { return &o.server.AdminToken })},
 	{"allow-open-admission", "false", "allow listen or ws-listen beyond loopback with no auth-token, no tls-client-ca and enroll-policy open, where anyone who can connect may enroll into any conversation and read it; without it such a start is refused",
 		boolSetting(func(o *options) *bool { return &o.allowOpenAdmission })},
+	{"admin-token-auto", "true", "without admin-token and with a loopback health-listen, generate an admin token at each start and write it to the data directory's " + server.AdminTokenFile + " (0600), where participantctl status on this host finds it (--data); false: no admin endpoints without admin-token",
+		boolSetting(func(o *options) *bool { return &o.server.LocalAdminToken })},
 	{"admin-remote", "false", "serve the admin endpoints and pprof to peers beyond loopback (on a health-listen beyond loopback it needs health-tls-cert); without it they answer loopback peers only (403 to others), so a health-listen beyond loopback serves probes and /metrics while the admin endpoints stay inside the host or pod (kubectl port-forward)",
 		boolSetting(func(o *options) *bool { return &o.server.AdminRemote })},
 	{"tls-cert", "", "PEM certificate: serve the wire listener over TLS (with tls-key); SIGHUP reloads it",

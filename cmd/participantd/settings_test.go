@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -270,5 +271,32 @@ func TestParseOptions_ExposureSettings(t *testing.T) {
 		s.HealthTLSCert != "h.pem" || s.HealthTLSKey != "h.key" ||
 		len(s.WSAllowedOrigins) != 2 || s.WSAllowedOrigins[1] != "*.example.com" {
 		t.Errorf("exposure settings = %+v", s)
+	}
+}
+
+// TestParseOptions_AdminTokenAuto: the generated admin token is on by
+// default and off with --admin-token-auto=false; the setting is a switch,
+// not a secret, so it is logged as is and giving it on the command line
+// draws no warning.
+func TestParseOptions_AdminTokenAuto(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want bool
+	}{{nil, true}, {[]string{"--admin-token-auto=false"}, false}} {
+		o, err := parseOptions(tc.args, nil, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o.server.LocalAdminToken != tc.want {
+			t.Errorf("%q: LocalAdminToken = %v, want %v", tc.args, o.server.LocalAdminToken, tc.want)
+		}
+		if len(o.warnings) != 0 {
+			t.Errorf("%q: warnings %q", tc.args, o.warnings)
+		}
+		for _, e := range o.effective {
+			if e.name == "admin-token-auto" && e.value != fmt.Sprint(tc.want) {
+				t.Errorf("%q: effective admin-token-auto = %q, want %v", tc.args, e.value, tc.want)
+			}
+		}
 	}
 }
