@@ -63,8 +63,9 @@ func (c *Client) reattachAll(s *session) error {
 				c.lostCallback(m, err)
 			case errors.Is(err, ErrMoved):
 				c.movedAway(m)
-			case errors.Is(err, errForgotten):
-				// A Cluster moved it to another node's Client meanwhile.
+			case errors.Is(err, errForgotten), errors.Is(err, errReleased):
+				// A Cluster moved it to another node's Client meanwhile,
+				// or a Detach or Leave released it.
 			case errors.Is(err, ErrBacklogFull):
 				c.log.Warn().Err(err).Stringer("participant", c.credential(m)).
 					Msg("re-attach deferred: backlog full")
@@ -120,7 +121,7 @@ func (c *Client) retryAttach(s *session, m *member) {
 		case errors.Is(err, ErrMoved):
 			c.movedAway(m)
 			return
-		case errors.Is(err, errForgotten):
+		case errors.Is(err, errForgotten), errors.Is(err, errReleased):
 			return
 		case !errors.Is(err, ErrBacklogFull):
 			c.log.Warn().Err(err).Stringer("participant", c.credential(m)).Msg("deferred re-attach refused; retrying")
@@ -136,6 +137,10 @@ func (c *Client) movedAway(m *member) {
 	c.forget(cred)
 	c.unboundAll(cred)
 }
+
+// errReleased is an attach of a member a Detach or Leave released
+// (Client.release) before the attach was sent.
+var errReleased = errors.New("client: participant detached or leaving; not attached")
 
 // errForgotten is an attach of a member the Client no longer holds: it
 // left, or its Cluster moved it to another node's Client.
@@ -166,6 +171,13 @@ func (c *Client) attachOn(ctx context.Context, s *session, m *member, backlogWai
 			c.mu.Unlock()
 			return Credential{}, errForgotten
 		}
+		if !m.wantBound {
+			// A Detach or Leave released it: no attach of it goes out
+			// once its request may have.
+			m.nextToken = nil
+			c.mu.Unlock()
+			return Credential{}, errReleased
+		}
 		if m.sess == s && s.alive() {
 			// Bound here already: a supplied token is not needed, and
 			// must not name a later attach.
@@ -193,7 +205,7 @@ func (c *Client) attachOn(ctx context.Context, s *session, m *member, backlogWai
 		c.intents.sending(in, s)
 
 		ans, err := c.callOnWait(ctx, s, &wire.Attach{Conversation: p.Conversation, Participant: p.Participant,
-			Generation: p.Generation, Secret: p.Secret, Token: tok}, backlogWait)
+			Generation: p.Generation, Secret: p.Secret, Token: tok}, backlogWait, nil)
 		if err != nil {
 			return Credential{}, err
 		}

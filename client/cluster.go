@@ -65,7 +65,7 @@ type ClusterOptions struct {
 // conversation), the Cluster attaches it on the conversation's owner by
 // itself, with backoff and the latest credential, so that a reader that
 // never sends keeps receiving after a failover. Deliveries resume from the
-// durable cursor and are deduplicated on (conversation, seq) across nodes,
+// durable cursor and are deduplicated on (conversation, recipient, seq) across nodes,
 // so the application sees each once, in order. Detach, Leave and the
 // participant's loss end the following.
 //

@@ -20,6 +20,7 @@ const (
 	commitInDoubt                // apply, then answer in_doubt
 	backlogFull                  // answer backlog_full without applying
 	refuse                       // answer fakeServer.refusal without applying
+	swallow                      // apply, then never answer (the connection stays open)
 )
 
 // fakeServer is a small in-memory participantd for the client's tests: it
@@ -43,6 +44,10 @@ type fakeServer struct {
 	// tokenWindow and tokenSkew are announced in the welcome of the
 	// connections accepted after they are set.
 	tokenWindow, tokenSkew *uint64
+	// maxFrame and maxRecord, when set, are announced in the welcome of
+	// the connections accepted after they are set, and maxRecord bounds a
+	// tell's payload; else wire.DefaultMaxFrame and 16.
+	maxFrame, maxRecord uint64
 }
 
 type fconn struct {
@@ -133,6 +138,33 @@ func (s *fakeServer) sayByeWith(reason string) {
 	}
 }
 
+// limitsLocked returns the max_frame and max_record_bytes announced.
+// s.mu is held.
+func (s *fakeServer) limitsLocked() (maxFrame, maxRecord uint64) {
+	maxFrame, maxRecord = wire.DefaultMaxFrame, 16
+	if s.maxFrame != 0 {
+		maxFrame = s.maxFrame
+	}
+	if s.maxRecord != 0 {
+		maxRecord = s.maxRecord
+	}
+	return maxFrame, maxRecord
+}
+
+// pushMsg sends a push (a delivery, a compacted notice) to every
+// connection.
+func (s *fakeServer) pushMsg(m wire.Message) {
+	s.mu.Lock()
+	var cs []*fconn
+	for c := range s.conns {
+		cs = append(cs, c)
+	}
+	s.mu.Unlock()
+	for _, c := range cs {
+		_ = c.wc.WriteMessage(m)
+	}
+}
+
 func (s *fakeServer) seen() []wire.Message {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -202,10 +234,11 @@ func (s *fakeServer) serve(nc net.Conn) {
 	fc := &fconn{wc: wc, n: s.ordinal}
 	s.conns[fc] = true
 	window, skew := s.tokenWindow, s.tokenSkew
+	maxFrame, maxRecord := s.limitsLocked()
 	s.mu.Unlock()
 	defer s.lost(fc)
 	if err := wc.WriteMessage(&wire.Welcome{Version: 1, Server: "fake", Incarnation: s.incarnation,
-		Connection: fc.n, MaxFrame: wire.DefaultMaxFrame, MaxRecordBytes: 16,
+		Connection: fc.n, MaxFrame: maxFrame, MaxRecordBytes: maxRecord,
 		TokenWindow: window, TokenSkew: skew}); err != nil {
 		return
 	}
@@ -256,6 +289,8 @@ func (s *fakeServer) serve(nc net.Conn) {
 		case commitInDoubt:
 			id, _ := wire.ID(m)
 			ans = &wire.Error{ID: id, Code: wire.CodeInDoubt, Detail: "scripted"}
+		case swallow:
+			continue
 		}
 		if err := wc.WriteMessage(ans); err != nil {
 			return
@@ -375,8 +410,8 @@ func (s *fakeServer) applyLocked(fc *fconn, m wire.Message) (wire.Message, []pus
 		if e != nil {
 			return e, nil
 		}
-		if len(r.Payload) > 16 {
-			return &wire.Error{ID: r.ID, Code: wire.CodeTooLarge, Limit: ptr[uint64](16)}, nil
+		if _, limit := s.limitsLocked(); uint64(len(r.Payload)) > limit {
+			return &wire.Error{ID: r.ID, Code: wire.CodeTooLarge, Limit: ptr(limit)}, nil
 		}
 		cv.seq++
 		a := &wire.Told{ID: r.ID, Conversation: r.Conversation, Seq: cv.seq}
@@ -477,4 +512,12 @@ func (s *fakeServer) fanoutLocked(conv uint64, cv *fconv, subject uint64, kind w
 		out = append(out, push{m.bound, d})
 	}
 	return out
+}
+
+// setLimits makes the welcome of later connections announce maxFrame
+// and maxRecord (zero: the default), and bounds tells by maxRecord.
+func (s *fakeServer) setLimits(maxFrame, maxRecord uint64) {
+	s.mu.Lock()
+	s.maxFrame, s.maxRecord = maxFrame, maxRecord
+	s.mu.Unlock()
 }
