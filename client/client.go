@@ -48,7 +48,7 @@ type Client struct {
 	// firsts is the highest first of a compacted notice handed on, per
 	// (conversation, recipient).
 	firsts map[key]uint64
-	closed  bool
+	closed bool
 
 	// intents is the attach in doubt of each participant: the Client's
 	// own, or its Cluster's, shared by all of the Cluster's Clients.

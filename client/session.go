@@ -143,9 +143,9 @@ func dial(ctx context.Context, addr string, o *Options, seq uint64) (*session, e
 			wc:            wc,
 			seq:           seq,
 			answerTimeout: o.AnswerTimeout,
-			welcome: welcomeOf(m),
-			dead:    make(chan struct{}),
-			pending: make(map[uint64]chan wire.Message),
+			welcome:       welcomeOf(m),
+			dead:          make(chan struct{}),
+			pending:       make(map[uint64]chan wire.Message),
 		}, nil
 	case *wire.Rejected:
 		wc.Close()
