@@ -29,6 +29,7 @@ const (
 type fakeServer struct {
 	t           *testing.T
 	ln          net.Listener
+	more        []net.Listener // addNode's, guarded by mu
 	wg          sync.WaitGroup
 	incarnation uint64
 	auth        string
@@ -51,8 +52,9 @@ type fakeServer struct {
 }
 
 type fconn struct {
-	wc *wire.Conn
-	n  uint64
+	wc   *wire.Conn
+	n    uint64
+	node int // the listener it came through: 0, or addNode's count
 }
 
 type fconv struct {
@@ -81,15 +83,38 @@ func newFakeServer(t *testing.T) *fakeServer {
 	}
 	s := &fakeServer{t: t, ln: ln, incarnation: 7, conns: make(map[*fconn]bool), convs: make(map[uint64]*fconv)}
 	s.wg.Add(1)
-	go s.accept()
+	go s.accept(ln, 0)
 	t.Cleanup(s.close)
 	return s
+}
+
+// addNode opens another listener onto the same data and returns its
+// address: a second node of a cluster whose nodes all serve every
+// conversation, unless a hook answers moved or refuses by fconn.node.
+func (s *fakeServer) addNode() string {
+	s.t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	s.mu.Lock()
+	s.more = append(s.more, ln)
+	node := len(s.more)
+	s.mu.Unlock()
+	s.wg.Add(1)
+	go s.accept(ln, node)
+	return ln.Addr().String()
 }
 
 func (s *fakeServer) addr() string { return s.ln.Addr().String() }
 
 func (s *fakeServer) close() {
 	s.ln.Close()
+	s.mu.Lock()
+	for _, ln := range s.more {
+		ln.Close()
+	}
+	s.mu.Unlock()
 	s.dropAll()
 	s.wg.Wait()
 }
@@ -200,19 +225,19 @@ func (s *fakeServer) push(d *wire.Delivery) {
 	}
 }
 
-func (s *fakeServer) accept() {
+func (s *fakeServer) accept(ln net.Listener, node int) {
 	defer s.wg.Done()
 	for {
-		nc, err := s.ln.Accept()
+		nc, err := ln.Accept()
 		if err != nil {
 			return
 		}
 		s.wg.Add(1)
-		go s.serve(nc)
+		go s.serve(nc, node)
 	}
 }
 
-func (s *fakeServer) serve(nc net.Conn) {
+func (s *fakeServer) serve(nc net.Conn, node int) {
 	defer s.wg.Done()
 	wc := wire.NewConn(nc, wire.ConnOptions{})
 	defer wc.Close()
@@ -231,7 +256,7 @@ func (s *fakeServer) serve(nc net.Conn) {
 	}
 	s.mu.Lock()
 	s.ordinal++
-	fc := &fconn{wc: wc, n: s.ordinal}
+	fc := &fconn{wc: wc, n: s.ordinal, node: node}
 	s.conns[fc] = true
 	window, skew := s.tokenWindow, s.tokenSkew
 	maxFrame, maxRecord := s.limitsLocked()

@@ -103,6 +103,11 @@ func (c *Client) do(ctx context.Context, tok *Token, retry bool, build func(s *s
 		case err != nil:
 			return nil, nil, c.unknown(err, st.maybe, tok)
 		}
+		if e, ok := ans.(*wire.Error); ok && st.maybe && tok != nil && !settles(e.Code) {
+			// "Not done by this send" (unavailable, moved, ...), after an
+			// earlier send that may have been applied: in doubt.
+			return nil, nil, c.unknown(fromWire(e), true, tok)
+		}
 		return ans, s, nil
 	}
 }
