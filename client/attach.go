@@ -249,6 +249,24 @@ func (c *Client) attachOn(ctx context.Context, s *session, m *member, backlogWai
 				c.log.Info().Stringer("participant", p).Msg("attach token expired; retrying with a new token")
 				continue
 			}
+			if (e.Code == CodeReceiptExpired || e.Code == CodeStaleAuthority) && c.intents.replaced(in) {
+				// Another attach of the participant, by this client or
+				// another of its Cluster's, is in doubt presenting a
+				// newer credential: it may be what moved the participant
+				// on. Send that one (its token, its credential) instead.
+				continue
+			}
+			if newest, ok := c.ownedPast(p, e); ok {
+				// Superseded by an attach of this client (or of another
+				// of its Cluster's) that answered meanwhile: not a loss.
+				c.intents.settle(in, s, Credential{})
+				c.mu.Lock()
+				if newest.Generation > m.cred.Generation {
+					m.cred = newest
+				}
+				c.mu.Unlock()
+				continue
+			}
 			switch e.Code {
 			case CodeReceiptExpired, CodeStaleAuthority, CodeRetired, CodeUnknownParticipant,
 				// Final answers about the intent's token: an invalid
@@ -268,4 +286,21 @@ func (c *Client) attachOn(ctx context.Context, s *session, m *member, backlogWai
 			return Credential{}, fmt.Errorf("%w: %s answers attach", ErrProtocol, ans.Type())
 		}
 	}
+}
+
+// ownedPast reports whether e, the refusal of an attach presenting p
+// (receipt_expired: a later attach superseded its token's; or
+// stale_authority: p's generation is not the current one), names a
+// current generation that this client holds the credential of: one of
+// its own attaches, or another of its Cluster's, moved the participant
+// on. It returns that credential.
+func (c *Client) ownedPast(p Credential, e *Error) (Credential, bool) {
+	if (e.Code != CodeReceiptExpired && e.Code != CodeStaleAuthority) || e.Generation == nil {
+		return Credential{}, false
+	}
+	newest, ok := c.intents.newestOf(p.key())
+	if !ok || newest.Generation < *e.Generation || newest.Generation <= p.Generation {
+		return Credential{}, false
+	}
+	return newest, true
 }

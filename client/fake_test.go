@@ -6,6 +6,7 @@ import (
 	"net"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/participantd/participantd/wire"
 )
@@ -49,6 +50,11 @@ type fakeServer struct {
 	// the connections accepted after they are set, and maxRecord bounds a
 	// tell's payload; else wire.DefaultMaxFrame and 16.
 	maxFrame, maxRecord uint64
+	// reoffer makes an attach offer its participant every record
+	// addressed to it after its cursor, as the server does.
+	reoffer bool
+	// ends is when each connection ended.
+	ends []time.Time
 }
 
 type fconn struct {
@@ -61,6 +67,15 @@ type fconv struct {
 	members []*fmember
 	seq     uint64
 	enrolls map[wire.Token]*wire.Enrolled
+	// records is every record committed with fanoutLocked, with the
+	// members it is addressed to (those that had not left, but its
+	// subject).
+	records []frecord
+}
+
+type frecord struct {
+	d  wire.Delivery // Recipient unset
+	to map[uint64]bool
 }
 
 type fmember struct {
@@ -328,6 +343,7 @@ func (s *fakeServer) lost(fc *fconn) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.conns, fc)
+	s.ends = append(s.ends, time.Now())
 	for _, cv := range s.convs {
 		for _, m := range cv.members {
 			if m.bound == fc {
@@ -421,7 +437,17 @@ func (s *fakeServer) applyLocked(fc *fconn, m wire.Message) (wire.Message, []pus
 			Generation: p.gen, Secret: p.secrets[p.gen], Cursor: p.cursor}
 		p.tokens[r.Token] = a
 		p.attachG[r.Token] = r.Generation
-		return a, s.fanoutLocked(r.Conversation, cv, r.Participant, wire.KindAttached, nil)
+		pushes := s.fanoutLocked(r.Conversation, cv, r.Participant, wire.KindAttached, nil)
+		if s.reoffer {
+			for _, rec := range cv.records {
+				if rec.d.Seq > p.cursor && rec.to[r.Participant] {
+					d := rec.d
+					d.Recipient = r.Participant
+					pushes = append(pushes, push{fc, &d})
+				}
+			}
+		}
+		return a, pushes
 	case *wire.Tell:
 		cv, p, e := s.boundLocked(fc, r.ID, r.Conversation, r.Participant, r.Generation, r.Token)
 		if old, ok := p.tokenAnswer(r.Token); ok {
@@ -526,16 +552,23 @@ func (s *fakeServer) boundLocked(fc *fconn, id, conv, part, gen uint64, _ wire.T
 // member.
 func (s *fakeServer) fanoutLocked(conv uint64, cv *fconv, subject uint64, kind wire.Kind, payload []byte) []push {
 	var out []push
+	rec := frecord{d: wire.Delivery{Conversation: conv, Seq: cv.seq, Kind: kind, Participant: subject}, to: make(map[uint64]bool)}
+	if kind == wire.KindRecord {
+		rec.d.Payload = payload
+	}
 	for i, m := range cv.members {
-		if uint64(i) == subject || m.bound == nil || m.retired {
+		if uint64(i) == subject || m.retired {
 			continue
 		}
-		d := &wire.Delivery{Conversation: conv, Recipient: uint64(i), Seq: cv.seq, Kind: kind, Participant: subject}
-		if kind == wire.KindRecord {
-			d.Payload = payload
+		rec.to[uint64(i)] = true
+		if m.bound == nil {
+			continue
 		}
-		out = append(out, push{m.bound, d})
+		d := rec.d
+		d.Recipient = uint64(i)
+		out = append(out, push{m.bound, &d})
 	}
+	cv.records = append(cv.records, rec)
 	return out
 }
 
