@@ -51,10 +51,12 @@ type ClusterOptions struct {
 // conversation to the node that owns it, following moved: an operation
 // answered moved{owner} is sent again to the owner with the same token, and
 // a participant whose conversation moved is attached on its new owner with
-// its latest credential before its bound operations are sent there. A node
-// that cannot be reached (the owner named by moved may have just died) is
-// skipped: the operation goes to the next seed, with backoff, until the
-// conversation's new owner serves it.
+// its latest credential before its bound operations are sent there, at
+// most MaxMoved times per operation. A node that cannot be reached (the
+// owner named by moved may have just died), does not answer in time, or
+// answers that it cannot serve (unavailable: cut off from etcd, or its
+// storage failing; shutting_down) is skipped: the operation goes to the
+// next seed, with backoff, until the conversation's owner serves it.
 //
 // The guarantees of Client hold across nodes: every operation keeps one
 // token on every node it is tried on, so it is applied at most once. An
