@@ -153,5 +153,8 @@
 // alone. intents.mu (the attach intents, shared by a Cluster's Clients) is
 // a leaf: taken with either held, nothing taken under it.
 // member.attachMu serializes one Client's attaches of one participant and
-// is held across I/O; it is taken before Client.mu, never after.
+// is held across I/O; it is taken before Client.mu, never after. A
+// Cluster's opLock of a participant serializes its follower's attach with
+// the release of a Detach or Leave; held across I/O, it is taken before
+// Cluster.mu and any attachMu, never after.
 package client

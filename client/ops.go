@@ -238,7 +238,9 @@ func (c *Client) Enroll(ctx context.Context, conv uint64, opts ...CallOption) (C
 // ErrTokenExpired (for a WithToken token, or a renewed token that expired
 // again) or ErrTokenInvalid for the attach's token) when the
 // credential cannot be used, other *Error
-// refusals, the error of Options.OnIntent, or ErrClosed.
+// refusals, the error of Options.OnIntent, ErrClosed, or an error saying
+// that a Detach or Leave of the participant, called meanwhile, released
+// it before the attach was sent.
 func (c *Client) Attach(ctx context.Context, cred Credential, opts ...CallOption) (Credential, error) {
 	m := c.member(cred, true)
 	c.mu.Lock()
