@@ -13,10 +13,12 @@ import (
 // DefaultAttemptTimeout is the default ClusterOptions.AttemptTimeout.
 const DefaultAttemptTimeout = 3 * time.Second
 
-// MaxMoved is how many moved answers one operation of a Cluster follows
-// before it returns the last (nothing was done): two nodes may name each
-// other while a lease expires. The first is followed at once, the others
-// after a backoff.
+// MaxMoved is how many moved answers in a row one operation of a Cluster
+// follows before it returns the last (nothing was done): two nodes may
+// name each other while a lease expires. The first is followed at once,
+// the others after a backoff. Any other answer in between (a node
+// unreachable, unavailable, ...) starts the count again; those are
+// retried with backoff for as long as the call's context allows.
 const MaxMoved = 16
 
 // ClusterOptions configures a Cluster. The zero value means the defaults.
@@ -52,7 +54,7 @@ type ClusterOptions struct {
 // answered moved{owner} is sent again to the owner with the same token, and
 // a participant whose conversation moved is attached on its new owner with
 // its latest credential before its bound operations are sent there, at
-// most MaxMoved times per operation. A node that cannot be reached (the
+// most MaxMoved times in a row per operation. A node that cannot be reached (the
 // owner named by moved may have just died), does not answer in time, or
 // answers that it cannot serve (unavailable: cut off from etcd, or its
 // storage failing; shutting_down) is skipped: the operation goes to the
@@ -291,8 +293,8 @@ type attempt func(ctx context.Context, addr string, cl *Client) error
 const waitNotice = time.Second
 
 // run tries op on conversation conv's owner until it is answered by the
-// owner, following moved (at most MaxMoved times, with backoff from the
-// second) and trying another node when one is unreachable, does not
+// owner, following moved (at most MaxMoved times in a row, with backoff
+// from the second) and trying another node when one is unreachable, does not
 // answer in time, or answers that it cannot serve (unavailable,
 // shutting_down, in_doubt). st (a fresh one if nil) tracks whether a
 // request carrying tok may have been applied: only then does a call
@@ -347,6 +349,9 @@ func (c *Cluster) run(ctx context.Context, conv uint64, tok *Token, st *sendStat
 		cancel()
 		st.answered(err)
 		var e *Error
+		if !errors.As(err, &e) || e.Code != CodeMoved {
+			moved = 0 // the bound is on moved answers in a row
+		}
 		switch {
 		case err == nil:
 			c.mu.Lock()

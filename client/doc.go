@@ -121,8 +121,8 @@
 // A Client speaks to one address. Cluster (DialCluster) speaks to a
 // participantd cluster: one Client per node it needs, each conversation
 // routed to its owner, moved{owner} followed with the same token (at
-// most MaxMoved times per call, with backoff and jitter from the
-// second), a participant re-attached on its conversation's new owner,
+// most MaxMoved times in a row per call, with backoff and jitter from
+// the second), a participant re-attached on its conversation's new owner,
 // and nodes that are unreachable, do not answer within AttemptTimeout or
 // answer unavailable (cut off from etcd, say) or shutting_down skipped
 // for another, with backoff. The Clients of a Cluster share one attach
