@@ -382,6 +382,11 @@ func (c *Client) noticeRefusal(s *session, k key, gen uint64, e *Error) error {
 	default:
 		return e
 	}
+	if n, ok := c.intents.newestOf(k); ok && n.Generation > gen && e.Code != CodeRetired {
+		// An attach of this client, or of another of its Cluster's,
+		// moved the participant on: the refusal is its own doing.
+		return e
+	}
 	c.mu.Lock()
 	m := c.members[k]
 	if m == nil || m.lost != nil || m.sess != s || c.intents.inDoubt(k) || m.cred.Generation != gen ||

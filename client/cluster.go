@@ -521,9 +521,14 @@ func (c *Cluster) holder(cred Credential) string {
 // and the binding was ended meanwhile): attach again, then retry.
 var errRebind = errors.New("client: binding gone; attach again")
 
-// checkBound turns no_binding into errRebind, forgetting the holder.
-func (c *Cluster) checkBound(err error, cred Credential, addr string) error {
-	if !errors.Is(err, ErrNoBinding) {
+// checkBound turns no_binding into errRebind, forgetting the holder; and
+// stale_authority too when the Cluster knows a newer credential than
+// cur, the one presented: an attach of its own (on another node) moved
+// the participant on, so the operation is sent again with it.
+func (c *Cluster) checkBound(err error, cred, cur Credential, addr string) error {
+	ours := errors.Is(err, ErrStaleAuthority) && !errors.Is(err, ErrParticipantLost) &&
+		c.latest(cred).Generation > cur.Generation
+	if !errors.Is(err, ErrNoBinding) && !ours {
 		return err
 	}
 	c.mu.Lock()
@@ -775,7 +780,7 @@ func (c *Cluster) Detach(ctx context.Context, cred Credential, opts ...CallOptio
 			return err
 		}
 		seq, err = cl.Detach(ctx, cur, WithToken(tok))
-		return c.checkBound(err, cred, addr)
+		return c.checkBound(err, cred, cur, addr)
 	})
 	if err == nil {
 		c.unhold(cred)
@@ -795,7 +800,7 @@ func (c *Cluster) runBound(ctx context.Context, cred Credential, tok *Token, op 
 		if err != nil {
 			return err
 		}
-		return c.checkBound(op(ctx, cl, cur), cred, addr)
+		return c.checkBound(op(ctx, cl, cur), cred, cur, addr)
 	})
 }
 

@@ -319,10 +319,13 @@ func (s *fakeServer) serve(nc net.Conn, node int) {
 			continue
 		}
 		ans, pushes := s.applyLocked(fc, m)
-		s.mu.Unlock()
+		// The pushes are written under s.mu, so that each connection gets
+		// its deliveries in seq order, as from the server: a record that
+		// commits on another connection meanwhile is pushed after these.
 		for _, p := range pushes {
 			_ = p.to.wc.WriteMessage(p.d)
 		}
+		s.mu.Unlock()
 		switch act {
 		case commitThenDrop:
 			return

@@ -31,6 +31,7 @@ type api interface {
 	Tell(ctx context.Context, cred client.Credential, payload []byte, opts ...client.CallOption) (uint64, error)
 	Detach(ctx context.Context, cred client.Credential, opts ...client.CallOption) (uint64, error)
 	Leave(ctx context.Context, cred client.Credential, opts ...client.CallOption) (uint64, error)
+	Ack(ctx context.Context, cred client.Credential, through uint64) (uint64, error)
 	Deliveries() <-chan client.Delivery
 	Close() error
 }
@@ -66,7 +67,7 @@ func TestNemesis_ClientAnswers(t *testing.T) {
 // nemesisFault draws what the nemesis does to one request.
 func nemesisFault(rng *rand.Rand, cluster bool, m wire.Message) (action, wire.Code) {
 	switch m.(type) {
-	case *wire.Tell, *wire.Detach, *wire.Leave, *wire.Attach:
+	case *wire.Tell, *wire.Detach, *wire.Leave, *wire.Attach, *wire.Ack:
 	default:
 		return pass, ""
 	}
@@ -150,12 +151,40 @@ func runNemesis(t *testing.T, mode string, seed uint64) {
 	var delMu sync.Mutex
 	got := map[uint64][]client.Delivery{}
 	readDone := make(chan struct{})
+	// The readers ack every third delivery, through an acker of their
+	// own (a slow ack does not hold the deliveries back): a retried ack
+	// the cursor passed meanwhile is acked too.
+	type ackCall struct {
+		cred            client.Credential
+		through, cursor uint64
+		err             error
+	}
+	var acks []ackCall // the acker's, read once it ended
+	toAck := make(chan client.Delivery, 1024)
+	ackDone := make(chan struct{})
+	go func() {
+		defer close(ackDone)
+		for d := range toAck {
+			actx, cancel := context.WithTimeout(ctx, 3*time.Second)
+			cur, err := readers.Ack(actx, d.Credential, d.Seq)
+			cancel()
+			acks = append(acks, ackCall{d.Credential, d.Seq, cur, err})
+		}
+	}()
 	go func() {
 		defer close(readDone)
+		defer close(toAck)
+		n := 0
 		for d := range readers.Deliveries() {
 			delMu.Lock()
 			got[d.Conversation] = append(got[d.Conversation], d)
 			delMu.Unlock()
+			if n++; n%3 == 0 {
+				select {
+				case toAck <- d:
+				default:
+				}
+			}
 		}
 	}()
 
@@ -285,6 +314,21 @@ func runNemesis(t *testing.T, mode string, seed uint64) {
 	lostMu.Unlock()
 	readers.Close()
 	<-readDone
+	<-ackDone
+	srv.mu.Lock()
+	defer srv.mu.Unlock()
+	for _, a := range acks {
+		cursor := srv.convs[a.cred.Conversation].members[a.cred.Participant].cursor
+		switch {
+		case errors.Is(a.err, client.ErrAckRegression):
+			t.Errorf("seed %d: Ack(%v, %d) = %v; an ack the cursor passed is acked", seed, a.cred, a.through, a.err)
+		case a.err != nil:
+			// Not acked now (no binding here at the moment, the context
+			// ended, ...): nothing done, the next ack covers it.
+		case a.cursor < a.through || cursor < a.through:
+			t.Errorf("seed %d: Ack(%v, %d) = cursor %d (the server's %d), want at least %d", seed, a.cred, a.through, a.cursor, cursor, a.through)
+		}
+	}
 }
 
 func detachedOK(calls []*ncall) bool {
