@@ -279,3 +279,60 @@ func TestClient_AnswerDropped_CallEnds(t *testing.T) {
 		t.Errorf("%d tells sent, want 2 (the swallowed one, its retry)", n)
 	}
 }
+
+// A leave while the client's own re-attachment is in doubt (it committed,
+// minting generation 2, and its answer was lost): the leave, presenting
+// generation 1, is refused stale_authority by the client's own doing.
+// The client settles its attach first (the same token replays
+// generation 2) and leaves with that credential, the same leave token.
+func TestClient_Leave_AttachInDoubt_Leaves(t *testing.T) {
+	ctx := testCtx(t)
+	srv := newFakeServer(t)
+	var mu sync.Mutex
+	var lost []error
+	c := dialT(t, srv, client.Options{OnLost: func(_ client.Credential, why error) {
+		mu.Lock()
+		lost = append(lost, why)
+		mu.Unlock()
+	}})
+	cred, err := c.Enroll(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	attachesSeen, leaving := 0, false // guarded by srv.mu
+	retried := make(chan struct{})
+	srv.setHook(func(_ *fconn, m wire.Message) action {
+		switch m.(type) {
+		case *wire.Attach:
+			if attachesSeen++; attachesSeen == 1 {
+				return commitThenDrop
+			}
+			if attachesSeen == 2 {
+				close(retried) // the attach is in doubt, generation 2 committed
+			}
+			if !leaving {
+				return dropBefore
+			}
+		case *wire.Leave:
+			leaving = true
+		}
+		return pass
+	})
+	srv.dropAll()
+	select {
+	case <-retried:
+	case <-ctx.Done():
+		t.Fatal("the re-attachment was not retried")
+	}
+	if _, err := c.Leave(ctx, cred); err != nil {
+		t.Fatalf("Leave with the client's own attach in doubt = %v, want left", err)
+	}
+	if m := srv.member(1, cred.Participant); !m.retired {
+		t.Errorf("participant not retired")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(lost) != 0 {
+		t.Errorf("OnLost(%v)", lost)
+	}
+}

@@ -171,7 +171,7 @@ func (c *Client) attachOn(ctx context.Context, s *session, m *member, backlogWai
 			c.mu.Unlock()
 			return Credential{}, errForgotten
 		}
-		if !m.wantBound {
+		if !m.wantBound && !m.settling {
 			// A Detach or Leave released it: no attach of it goes out
 			// once its request may have.
 			m.nextToken = nil

@@ -79,6 +79,9 @@ type member struct {
 	// leaving marks a participant a Leave of this client is retiring: a
 	// retired refusal is then that leave's doing, not a loss.
 	leaving bool
+	// settling marks a released participant whose attach in doubt a
+	// Leave sends again (settleAttach): attachOn sends it anyway.
+	settling bool
 }
 
 // Dial connects to addr, runs the handshake and returns a Client that keeps

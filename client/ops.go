@@ -396,17 +396,32 @@ func (c *Client) Detach(ctx context.Context, cred Credential, opts ...CallOption
 // record; the client forgets it. From the call on the client no longer
 // binds the participant on its own (as for Detach), and a refusal retired
 // of its binding check or re-attachment meanwhile is the leave's doing,
-// not a loss (no OnLost). A leave retried after a lost answer replays
-// even though the participant is retired by then. Errors as for Tell.
+// not a loss (no OnLost). A leave refused stale_authority while an attach
+// of the client is in doubt (its re-attachment committed and its answer
+// was lost, so the generation moved on by the client's own doing) sends
+// that attach again first, with its token, and then the leave, with its
+// token and the credential learned. A leave retried after a lost answer
+// replays even though the participant is retired by then. Errors as for
+// Tell.
 func (c *Client) Leave(ctx context.Context, cred Credential, opts ...CallOption) (uint64, error) {
 	tok := tokenOf(opts)
 	c.release(cred.key(), true)
-	ans, _, err := c.do(ctx, &tok, true, func(*session) (wire.Request, error) {
-		// A lost participant may still have left: the token decides.
-		cur, _ := c.current(cred)
-		return &wire.Leave{Conversation: cur.Conversation, Participant: cur.Participant,
-			Generation: cur.Generation, Secret: cur.Secret, Token: tok}, nil
-	})
+	leave := func() (wire.Message, error) {
+		ans, _, err := c.do(ctx, &tok, true, func(*session) (wire.Request, error) {
+			// A lost participant may still have left: the token decides.
+			cur, _ := c.current(cred)
+			return &wire.Leave{Conversation: cur.Conversation, Participant: cur.Participant,
+				Generation: cur.Generation, Secret: cur.Secret, Token: tok}, nil
+		})
+		return ans, err
+	}
+	ans, err := leave()
+	if e, ok := ans.(*wire.Error); ok && err == nil && e.Code == wire.CodeStaleAuthority && c.settleAttach(ctx, cred.key()) {
+		// The client's own attach, in doubt, had moved the participant
+		// on; it is settled now, and the leave (not committed: refused
+		// after the token check) goes again with its token.
+		ans, err = leave()
+	}
 	if err == nil {
 		if a, ok := ans.(*wire.Left); ok {
 			c.mu.Lock()
@@ -432,6 +447,32 @@ func (c *Client) Leave(ctx context.Context, cred Credential, opts ...CallOption)
 	default:
 		return 0, fmt.Errorf("%w: %s answers leave", ErrProtocol, ans.Type())
 	}
+}
+
+// settleAttach learns the outcome of the attach of k in doubt, if any,
+// for a Leave refused stale_authority: it sends that attach again (its
+// token, its presented credential), which replays the credential it
+// minted if it committed. It reports whether the client's credential of
+// k changed, so that the leave may be sent again with it.
+func (c *Client) settleAttach(ctx context.Context, k key) bool {
+	if !c.intents.inDoubt(k) {
+		return false
+	}
+	c.mu.Lock()
+	m := c.members[k]
+	if m == nil {
+		c.mu.Unlock()
+		return false
+	}
+	gen := m.cred.Generation
+	m.settling = true
+	c.mu.Unlock()
+	_, err := c.attach(ctx, m)
+	c.mu.Lock()
+	m.settling = false
+	changed := m.cred.Generation > gen
+	c.mu.Unlock()
+	return err == nil && changed
 }
 
 // release stops the client from binding the participant of k on its own
