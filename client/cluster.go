@@ -523,11 +523,13 @@ var errRebind = errors.New("client: binding gone; attach again")
 
 // checkBound turns no_binding into errRebind, forgetting the holder; and
 // stale_authority too when the Cluster knows a newer credential than
-// cur, the one presented: an attach of its own (on another node) moved
-// the participant on, so the operation is sent again with it.
+// cur, the one presented, or an attach of the participant is in doubt:
+// an attach of its own (on another node) moved the participant on, so
+// the operation is sent again after attaching (which sends the attach in
+// doubt again, with its token, and learns what it minted).
 func (c *Cluster) checkBound(err error, cred, cur Credential, addr string) error {
 	ours := errors.Is(err, ErrStaleAuthority) && !errors.Is(err, ErrParticipantLost) &&
-		c.latest(cred).Generation > cur.Generation
+		(c.latest(cred).Generation > cur.Generation || c.intents.inDoubt(cred.key()))
 	if !errors.Is(err, ErrNoBinding) && !ours {
 		return err
 	}

@@ -22,6 +22,7 @@ const (
 	backlogFull                  // answer backlog_full without applying
 	refuse                       // answer fakeServer.refusal without applying
 	swallow                      // apply, then never answer (the connection stays open)
+	hang                         // neither apply nor answer (a paused node)
 )
 
 // fakeServer is a small in-memory participantd for the client's tests: it
@@ -299,6 +300,10 @@ func (s *fakeServer) serve(nc net.Conn, node int) {
 		if act == dropBefore {
 			s.mu.Unlock()
 			return
+		}
+		if act == hang {
+			s.mu.Unlock()
+			continue
 		}
 		if act == refuse {
 			e := s.refusal

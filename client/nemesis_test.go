@@ -189,7 +189,14 @@ func runNemesis(t *testing.T, mode string, seed uint64) {
 	}()
 
 	rng := rand.New(rand.NewPCG(seed, 0x6e656d))
+	// A pause: node 0 neither applies nor answers the requests numbered
+	// pauseFrom to pauseFrom+pauseLen of the run (a SIGSTOPped process);
+	// a Cluster goes to node 1 meanwhile.
+	requests, pauseFrom, pauseLen := 0, 20+rng.IntN(40), 10+rng.IntN(20)
 	srv.setHook(func(fc *fconn, m wire.Message) action {
+		if requests++; fc.node == 0 && requests >= pauseFrom && requests < pauseFrom+pauseLen {
+			return hang
+		}
 		act, code := nemesisFault(rng, cluster, m)
 		if act == backlogFull && committedLocked(srv, m) {
 			// backlog_full comes after the token check: a committed
@@ -222,7 +229,7 @@ func runNemesis(t *testing.T, mode string, seed uint64) {
 			defer wg.Done()
 			do := func(c *ncall, f func(ctx context.Context, opt client.CallOption) (uint64, error)) {
 				c.tok = client.NewToken()
-				cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+				cctx, cancel := context.WithTimeout(ctx, callTimeout)
 				defer cancel()
 				c.start = time.Now()
 				c.seq, c.err = f(cctx, client.WithToken(c.tok))
@@ -302,6 +309,19 @@ func runNemesis(t *testing.T, mode string, seed uint64) {
 	}
 
 	checkCalls(t, srv, calls, seed)
+	outcomes := map[string]int{}
+	for _, c := range calls {
+		var e *client.Error
+		switch {
+		case c.err == nil:
+			outcomes["success"]++
+		case errors.As(c.err, &e):
+			outcomes[string(e.Code)]++
+		default:
+			outcomes["other"]++
+		}
+	}
+	t.Logf("seed %d: outcomes %v", seed, outcomes)
 	srv.mu.Lock()
 	if m := srv.convs[1].members[wcred[1].Participant]; detachedOK(calls) && m.bound != nil {
 		t.Errorf("seed %d: conversation 1's writer detached (answered) is bound again at generation %d", seed, m.gen)
@@ -330,6 +350,13 @@ func runNemesis(t *testing.T, mode string, seed uint64) {
 		}
 	}
 }
+
+// callTimeout bounds each call of the workload; stuckGrace is how long
+// past it a call may take to return (an attempt in flight ending).
+const (
+	callTimeout = 3 * time.Second
+	stuckGrace  = 2 * time.Second
+)
 
 func detachedOK(calls []*ncall) bool {
 	for _, c := range calls {
@@ -362,6 +389,9 @@ func checkCalls(t *testing.T, srv *fakeServer, calls []*ncall, seed uint64) {
 		}
 	}
 	for _, c := range calls {
+		if d := c.end.Sub(c.start); d > callTimeout+stuckGrace {
+			t.Errorf("seed %d: %s of %v took %v, past its context's %v", seed, c.op, c.cred, d, callTimeout)
+		}
 		p := srv.convs[c.cred.Conversation].members[c.cred.Participant]
 		ans, committed := p.tokens[c.tok]
 		what := fmt.Sprintf("seed %d: %s of %v (token %v) = %d, %v", seed, c.op, c.cred, c.tok, c.seq, c.err)

@@ -286,20 +286,28 @@ func (c *Client) Tell(ctx context.Context, cred Credential, payload []byte, opts
 		payload = []byte{}
 	}
 	var sent Credential
-	ans, s, err := c.do(ctx, &tok, true, func(s *session) (wire.Request, error) {
-		if limit := s.welcome.MaxRecordBytes; limit > 0 && uint64(len(payload)) > limit {
-			// Final: checked before sending, as the server would.
-			return nil, &Error{Code: CodeTooLarge, Limit: &limit,
-				Detail: fmt.Sprintf("payload of %d bytes exceeds max_record_bytes %d", len(payload), limit)}
+	var ans wire.Message
+	var s *session
+	var err error
+	for tries := 0; ; tries++ {
+		ans, s, err = c.do(ctx, &tok, true, func(s *session) (wire.Request, error) {
+			if limit := s.welcome.MaxRecordBytes; limit > 0 && uint64(len(payload)) > limit {
+				// Final: checked before sending, as the server would.
+				return nil, &Error{Code: CodeTooLarge, Limit: &limit,
+					Detail: fmt.Sprintf("payload of %d bytes exceeds max_record_bytes %d", len(payload), limit)}
+			}
+			cur, err := c.current(cred)
+			if err != nil {
+				return nil, err
+			}
+			sent = cur
+			return &wire.Tell{Conversation: cur.Conversation, Participant: cur.Participant,
+				Generation: cur.Generation, Token: tok, Payload: payload}, nil
+		})
+		if err != nil || tries == staleRetries || !c.staleByUs(ans, sent) {
+			break
 		}
-		cur, err := c.current(cred)
-		if err != nil {
-			return nil, err
-		}
-		sent = cur
-		return &wire.Tell{Conversation: cur.Conversation, Participant: cur.Participant,
-			Generation: cur.Generation, Token: tok, Payload: payload}, nil
-	})
+	}
 	if err != nil {
 		return 0, err
 	}
@@ -313,6 +321,24 @@ func (c *Client) Tell(ctx context.Context, cred Credential, payload []byte, opts
 	}
 }
 
+// staleRetries bounds how often a tell or ack refused stale_authority by
+// the client's own doing is sent again.
+const staleRetries = 3
+
+// staleByUs reports whether ans refuses a request that presented sent as
+// stale_authority while the client's own attach (a deferred
+// re-attachment, say) moved the credential on meanwhile: the request is
+// then sent again, with its token, presenting the newer one (the refusal
+// came after the token check: nothing was done).
+func (c *Client) staleByUs(ans wire.Message, sent Credential) bool {
+	e, ok := ans.(*wire.Error)
+	if !ok || e.Code != wire.CodeStaleAuthority {
+		return false
+	}
+	cur, err := c.current(sent)
+	return err == nil && cur.Generation > sent.Generation
+}
+
 // Ack acknowledges every record through seq through for the participant
 // and returns its durable cursor. Acks are cumulative, so one retried after
 // a lost answer is harmless: an ack below the cursor (ack_regression: a
@@ -321,15 +347,22 @@ func (c *Client) Tell(ctx context.Context, cred Credential, payload []byte, opts
 // ErrClosed or ctx's error.
 func (c *Client) Ack(ctx context.Context, cred Credential, through uint64) (cursor uint64, err error) {
 	var sent Credential
-	ans, s, err := c.do(ctx, nil, true, func(*session) (wire.Request, error) {
-		cur, err := c.current(cred)
-		if err != nil {
-			return nil, err
+	var ans wire.Message
+	var s *session
+	for tries := 0; ; tries++ {
+		ans, s, err = c.do(ctx, nil, true, func(*session) (wire.Request, error) {
+			cur, err := c.current(cred)
+			if err != nil {
+				return nil, err
+			}
+			sent = cur
+			return &wire.Ack{Conversation: cur.Conversation, Participant: cur.Participant,
+				Generation: cur.Generation, Through: through}, nil
+		})
+		if err != nil || tries == staleRetries || !c.staleByUs(ans, sent) {
+			break
 		}
-		sent = cur
-		return &wire.Ack{Conversation: cur.Conversation, Participant: cur.Participant,
-			Generation: cur.Generation, Through: through}, nil
-	})
+	}
 	if err != nil {
 		return 0, err
 	}
