@@ -63,8 +63,9 @@ func (c *Client) reattachAll(s *session) error {
 				c.lostCallback(m, err)
 			case errors.Is(err, ErrMoved):
 				c.movedAway(m)
-			case errors.Is(err, errForgotten):
-				// A Cluster moved it to another node's Client meanwhile.
+			case errors.Is(err, errForgotten), errors.Is(err, errReleased):
+				// A Cluster moved it to another node's Client meanwhile,
+				// or a Detach or Leave released it.
 			case errors.Is(err, ErrBacklogFull):
 				c.log.Warn().Err(err).Stringer("participant", c.credential(m)).
 					Msg("re-attach deferred: backlog full")
@@ -120,7 +121,7 @@ func (c *Client) retryAttach(s *session, m *member) {
 		case errors.Is(err, ErrMoved):
 			c.movedAway(m)
 			return
-		case errors.Is(err, errForgotten):
+		case errors.Is(err, errForgotten), errors.Is(err, errReleased):
 			return
 		case !errors.Is(err, ErrBacklogFull):
 			c.log.Warn().Err(err).Stringer("participant", c.credential(m)).Msg("deferred re-attach refused; retrying")
@@ -136,6 +137,10 @@ func (c *Client) movedAway(m *member) {
 	c.forget(cred)
 	c.unboundAll(cred)
 }
+
+// errReleased is an attach of a member a Detach or Leave released
+// (Client.release) before the attach was sent.
+var errReleased = errors.New("client: participant detached or leaving; not attached")
 
 // errForgotten is an attach of a member the Client no longer holds: it
 // left, or its Cluster moved it to another node's Client.
@@ -166,6 +171,13 @@ func (c *Client) attachOn(ctx context.Context, s *session, m *member, backlogWai
 			c.mu.Unlock()
 			return Credential{}, errForgotten
 		}
+		if !m.wantBound && !m.settling {
+			// A Detach or Leave released it: no attach of it goes out
+			// once its request may have.
+			m.nextToken = nil
+			c.mu.Unlock()
+			return Credential{}, errReleased
+		}
 		if m.sess == s && s.alive() {
 			// Bound here already: a supplied token is not needed, and
 			// must not name a later attach.
@@ -193,7 +205,7 @@ func (c *Client) attachOn(ctx context.Context, s *session, m *member, backlogWai
 		c.intents.sending(in, s)
 
 		ans, err := c.callOnWait(ctx, s, &wire.Attach{Conversation: p.Conversation, Participant: p.Participant,
-			Generation: p.Generation, Secret: p.Secret, Token: tok}, backlogWait)
+			Generation: p.Generation, Secret: p.Secret, Token: tok}, backlogWait, nil)
 		if err != nil {
 			return Credential{}, err
 		}
@@ -237,6 +249,24 @@ func (c *Client) attachOn(ctx context.Context, s *session, m *member, backlogWai
 				c.log.Info().Stringer("participant", p).Msg("attach token expired; retrying with a new token")
 				continue
 			}
+			if (e.Code == CodeReceiptExpired || e.Code == CodeStaleAuthority) && c.intents.replaced(in) {
+				// Another attach of the participant, by this client or
+				// another of its Cluster's, is in doubt presenting a
+				// newer credential: it may be what moved the participant
+				// on. Send that one (its token, its credential) instead.
+				continue
+			}
+			if newest, ok := c.ownedPast(p, e); ok {
+				// Superseded by an attach of this client (or of another
+				// of its Cluster's) that answered meanwhile: not a loss.
+				c.intents.settle(in, s, Credential{})
+				c.mu.Lock()
+				if newest.Generation > m.cred.Generation {
+					m.cred = newest
+				}
+				c.mu.Unlock()
+				continue
+			}
 			switch e.Code {
 			case CodeReceiptExpired, CodeStaleAuthority, CodeRetired, CodeUnknownParticipant,
 				// Final answers about the intent's token: an invalid
@@ -256,4 +286,21 @@ func (c *Client) attachOn(ctx context.Context, s *session, m *member, backlogWai
 			return Credential{}, fmt.Errorf("%w: %s answers attach", ErrProtocol, ans.Type())
 		}
 	}
+}
+
+// ownedPast reports whether e, the refusal of an attach presenting p
+// (receipt_expired: a later attach superseded its token's; or
+// stale_authority: p's generation is not the current one), names a
+// current generation that this client holds the credential of: one of
+// its own attaches, or another of its Cluster's, moved the participant
+// on. It returns that credential.
+func (c *Client) ownedPast(p Credential, e *Error) (Credential, bool) {
+	if (e.Code != CodeReceiptExpired && e.Code != CodeStaleAuthority) || e.Generation == nil {
+		return Credential{}, false
+	}
+	newest, ok := c.intents.newestOf(p.key())
+	if !ok || newest.Generation < *e.Generation || newest.Generation <= p.Generation {
+		return Credential{}, false
+	}
+	return newest, true
 }

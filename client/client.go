@@ -44,8 +44,11 @@ type Client struct {
 	readyCh chan struct{} // closed once cur is set
 	welcome Welcome
 	members map[key]*member
-	seen    map[uint64]uint64 // conversation -> highest seq delivered
-	closed  bool
+	seen    map[key]uint64 // (conversation, recipient) -> highest seq delivered
+	// firsts is the highest first of a compacted notice handed on, per
+	// (conversation, recipient).
+	firsts map[key]uint64
+	closed bool
 
 	// intents is the attach in doubt of each participant: the Client's
 	// own, or its Cluster's, shared by all of the Cluster's Clients.
@@ -73,6 +76,12 @@ type member struct {
 	nextToken *Token
 	lost      error  // a *LostError once the participant is lost
 	cursor    uint64 // the durable cursor, as last answered
+	// leaving marks a participant a Leave of this client is retiring: a
+	// retired refusal is then that leave's doing, not a loss.
+	leaving bool
+	// settling marks a released participant whose attach in doubt a
+	// Leave sends again (settleAttach): attachOn sends it anyway.
+	settling bool
 }
 
 // Dial connects to addr, runs the handshake and returns a Client that keeps
@@ -102,7 +111,8 @@ func dialClient(ctx context.Context, addr string, opts Options, in *intents, unb
 		readyCh: make(chan struct{}),
 		demand:  make(chan struct{}, 1),
 		members: make(map[key]*member),
-		seen:    make(map[uint64]uint64),
+		seen:    make(map[key]uint64),
+		firsts:  make(map[key]uint64),
 	}
 	c.queue.wake = make(chan struct{}, 1)
 	c.queue.slots = make(chan struct{}, opts.MaxQueuedDeliveries)
@@ -128,7 +138,7 @@ func (c *Client) Welcome() Welcome {
 }
 
 // Deliveries returns the channel of deliveries to the participants this
-// client holds, deduplicated on (conversation, seq), in ascending seq per
+// client holds, deduplicated on (conversation, recipient, seq), in ascending seq per
 // conversation. It is closed by Close.
 func (c *Client) Deliveries() <-chan Delivery { return c.out }
 
@@ -375,9 +385,15 @@ func (c *Client) noticeRefusal(s *session, k key, gen uint64, e *Error) error {
 	default:
 		return e
 	}
+	if n, ok := c.intents.newestOf(k); ok && n.Generation > gen && e.Code != CodeRetired {
+		// An attach of this client, or of another of its Cluster's,
+		// moved the participant on: the refusal is its own doing.
+		return e
+	}
 	c.mu.Lock()
 	m := c.members[k]
-	if m == nil || m.lost != nil || m.sess != s || c.intents.inDoubt(k) || m.cred.Generation != gen {
+	if m == nil || m.lost != nil || m.sess != s || c.intents.inDoubt(k) || m.cred.Generation != gen ||
+		(m.leaving && e.Code == CodeRetired) {
 		c.mu.Unlock()
 		return e
 	}
@@ -481,22 +497,25 @@ func (c *Client) credentialChanged(cred Credential) {
 // callOn sends request m on s and returns its answer, retrying an in_doubt
 // answer on s (with a new id, the same body) until the outcome is known,
 // and a backlog_full answer for up to Options.BacklogWait: both with
-// backoff. It sets m's id. Errors: errLost, ctx's error; a backlog_full
+// backoff. It sets m's id. Errors: errLost, ctx's error, a too_large
+// *Error for a frame over max_frame (nothing sent); a backlog_full
 // answer is returned as the answer once the wait is over or ctx ends
 // (nothing was done, so the outcome is known).
 func (c *Client) callOn(ctx context.Context, s *session, m wire.Request) (wire.Message, error) {
-	return c.callOnWait(ctx, s, m, c.opts.BacklogWait)
+	return c.callOnWait(ctx, s, m, c.opts.BacklogWait, nil)
 }
 
 // callOnWait is callOn retrying backlog_full for backlogWait instead of
-// Options.BacklogWait; a negative backlogWait returns it at once.
-func (c *Client) callOnWait(ctx context.Context, s *session, m wire.Request, backlogWait time.Duration) (wire.Message, error) {
+// Options.BacklogWait; a negative backlogWait returns it at once. st, if
+// not nil, records what each send may have done (sendState.sent).
+func (c *Client) callOnWait(ctx context.Context, s *session, m wire.Request, backlogWait time.Duration, st *sendState) (wire.Message, error) {
 	b := backoff{min: c.opts.MinBackoff, max: c.opts.MaxBackoff}
 	var fullUntil time.Time
 	for {
 		id := c.ids.Add(1)
 		m.SetID(id)
-		ans, err := s.call(ctx, id, m)
+		ans, wrote, err := s.call(ctx, id, m)
+		st.sent(wrote, ans)
 		if err != nil {
 			return nil, err
 		}
@@ -531,6 +550,49 @@ func (c *Client) callOnWait(ctx context.Context, s *session, m wire.Request, bac
 		}
 		return ans, nil
 	}
+}
+
+// sendState is what the sends of one call's token may have done: maybe
+// is set once a request carrying the token may have been applied and no
+// answer since proved that it was not. A call that ends without an
+// answer (its context, Close) is in_doubt only when maybe is set.
+type sendState struct{ maybe bool }
+
+// sent records one send: whether any of it was written, and its answer
+// (nil when none came). An in_doubt answer, or none after a write, may
+// mean applied; an answer the server gives only after it looked the
+// token up and found it not committed (settles) proves that no send of
+// it was applied; moved, unavailable, shutting_down and the like say
+// only that this send was not. A nil st records nothing.
+func (st *sendState) sent(wrote bool, ans wire.Message) {
+	if st == nil {
+		return
+	}
+	e, isErr := ans.(*wire.Error)
+	switch {
+	case ans == nil:
+		st.maybe = st.maybe || wrote
+	case isErr && e.Code == wire.CodeInDoubt:
+		st.maybe = true
+	case isErr && settles(e.Code):
+		st.maybe = false
+	}
+}
+
+// settles reports whether an error answer of code comes after the
+// server's token check (docs/PROTOCOL.md, Order of checks) and so proves
+// that the request's token was not committed. moved, unavailable,
+// shutting_down, invite_*, token_expired, token_invalid and retired (a
+// deleted conversation refuses a committed token's replay too) do not.
+func settles(code wire.Code) bool {
+	switch code {
+	case wire.CodeUnknownParticipant, wire.CodeStaleAuthority, wire.CodeNoBinding,
+		wire.CodeBindingOccupied, wire.CodeTokenConflict, wire.CodeTooLarge,
+		wire.CodeCapacityExceeded, wire.CodeBacklogFull, wire.CodeRateLimited,
+		wire.CodeReceiptExpired, wire.CodeAckGap, wire.CodeAckRegression:
+		return true
+	}
+	return false
 }
 
 // backoff is exponential backoff with jitter: each delay is drawn from the

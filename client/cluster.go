@@ -13,6 +13,14 @@ import (
 // DefaultAttemptTimeout is the default ClusterOptions.AttemptTimeout.
 const DefaultAttemptTimeout = 3 * time.Second
 
+// MaxMoved is how many moved answers in a row one operation of a Cluster
+// follows before it returns the last (nothing was done): two nodes may
+// name each other while a lease expires. The first is followed at once,
+// the others after a backoff. Any other answer in between (a node
+// unreachable, unavailable, ...) starts the count again; those are
+// retried with backoff for as long as the call's context allows.
+const MaxMoved = 16
+
 // ClusterOptions configures a Cluster. The zero value means the defaults.
 type ClusterOptions struct {
 	// Options configures the Client of every node. Its OnLost is called
@@ -45,10 +53,12 @@ type ClusterOptions struct {
 // conversation to the node that owns it, following moved: an operation
 // answered moved{owner} is sent again to the owner with the same token, and
 // a participant whose conversation moved is attached on its new owner with
-// its latest credential before its bound operations are sent there. A node
-// that cannot be reached (the owner named by moved may have just died) is
-// skipped: the operation goes to the next seed, with backoff, until the
-// conversation's new owner serves it.
+// its latest credential before its bound operations are sent there, at
+// most MaxMoved times in a row per operation. A node that cannot be reached (the
+// owner named by moved may have just died), does not answer in time, or
+// answers that it cannot serve (unavailable: cut off from etcd, or its
+// storage failing; shutting_down) is skipped: the operation goes to the
+// next seed, with backoff, until the conversation's owner serves it.
 //
 // The guarantees of Client hold across nodes: every operation keeps one
 // token on every node it is tried on, so it is applied at most once. An
@@ -65,7 +75,7 @@ type ClusterOptions struct {
 // conversation), the Cluster attaches it on the conversation's owner by
 // itself, with backoff and the latest credential, so that a reader that
 // never sends keeps receiving after a failover. Deliveries resume from the
-// durable cursor and are deduplicated on (conversation, seq) across nodes,
+// durable cursor and are deduplicated on (conversation, recipient, seq) across nodes,
 // so the application sees each once, in order. Detach, Leave and the
 // participant's loss end the following.
 //
@@ -107,9 +117,13 @@ type Cluster struct {
 	// its loss. following marks those a follower goroutine runs for.
 	follow    map[key]bool
 	following map[key]bool
-	seen      map[uint64]uint64 // conversation -> highest seq delivered
-	next      int               // seed rotation
-	closed    bool
+	seen      map[key]uint64 // (conversation, recipient) -> highest seq delivered
+	firsts    map[key]uint64 // (conversation, recipient) -> highest compacted first
+	// opLocks serialize, per participant, a follower's attach with the
+	// release of a Detach or Leave (opLock).
+	opLocks map[key]*sync.Mutex
+	next    int // seed rotation
+	closed  bool
 }
 
 // DialCluster connects to the first seed that answers and returns a
@@ -134,7 +148,9 @@ func DialCluster(ctx context.Context, seeds []string, opts ClusterOptions) (*Clu
 		creds:     make(map[key]Credential),
 		follow:    make(map[key]bool),
 		following: make(map[key]bool),
-		seen:      make(map[uint64]uint64),
+		seen:      make(map[key]uint64),
+		firsts:    make(map[key]uint64),
+		opLocks:   make(map[key]*sync.Mutex),
 		intents:   newIntents(),
 		turn:      make(chan struct{}, 1),
 	}
@@ -249,18 +265,23 @@ func (c *Cluster) forward(cl *Client) {
 }
 
 // fresh reports whether d is no repeat of a delivery forwarded already,
-// and if so records its seq as the conversation's highest. A compacted
-// notice carries no seq of its own: never a repeat.
+// and if so records it: its seq as the highest of its (conversation,
+// recipient), or for a compacted notice its first.
 func (c *Cluster) fresh(d Delivery) bool {
-	if d.Kind == KindCompacted {
-		return true
-	}
+	k := key{d.Conversation, d.Recipient}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if d.Seq <= c.seen[d.Conversation] {
+	if d.Kind == KindCompacted {
+		if d.First <= c.firsts[k] {
+			return false
+		}
+		c.firsts[k] = d.First
+		return true
+	}
+	if d.Seq <= c.seen[k] {
 		return false
 	}
-	c.seen[d.Conversation] = d.Seq
+	c.seen[k] = d.Seq
 	return true
 }
 
@@ -272,15 +293,23 @@ type attempt func(ctx context.Context, addr string, cl *Client) error
 const waitNotice = time.Second
 
 // run tries op on conversation conv's owner until it is answered by the
-// owner, following moved and skipping unreachable nodes. When ctx ends after a
-// token-bearing request may have been applied, the error is an in_doubt
-// *Error carrying the token.
-func (c *Cluster) run(ctx context.Context, conv uint64, tok *Token, op attempt) error {
+// owner, following moved (at most MaxMoved times in a row, with backoff
+// from the second) and trying another node when one is unreachable, does not
+// answer in time, or answers that it cannot serve (unavailable,
+// shutting_down, in_doubt). st (a fresh one if nil) tracks whether a
+// request carrying tok may have been applied: only then does a call
+// that ends without its outcome (ctx, Close, the moved bound, a
+// refusal that does not settle the token) return an in_doubt *Error
+// carrying the token.
+func (c *Cluster) run(ctx context.Context, conv uint64, tok *Token, st *sendState, op attempt) error {
+	if st == nil {
+		st = &sendState{}
+	}
 	b := backoff{min: c.opts.MinBackoff, max: c.opts.MaxBackoff}
 	c.mu.Lock()
 	addr := c.routes[conv]
 	c.mu.Unlock()
-	sent, told, start := false, false, time.Now()
+	told, start, moved := false, time.Now(), 0
 	// last is why the latest attempt did not get the operation done:
 	// what a node answered, or why none could be asked. A caller whose
 	// context ends while waiting learns it with the context's error.
@@ -293,19 +322,19 @@ func (c *Cluster) run(ctx context.Context, conv uint64, tok *Token, op attempt) 
 		}
 		return sleep(ctx, b.next(), c.ctx.Done())
 	}
-	ended := func() error { return c.ended(ctx, sent, tok, conv, last) }
+	ended := func() error { return c.ended(ctx, st.maybe, tok, conv, last) }
 	for {
 		if addr == "" {
 			addr = c.nextSeed()
 		}
 		cl, err := c.clientFor(ctx, addr)
 		if errors.Is(err, ErrClosed) {
-			return ErrClosed
+			return ended()
 		}
 		if err != nil {
 			var rej *RejectedError
 			if errors.As(err, &rej) && rej.Reason != "shutting_down" && rej.Reason != "overloaded" {
-				return err
+				return inDoubtIf(st.maybe, tok, err)
 			}
 			c.log.Debug().Err(err).Str("addr", addr).Msg("node unreachable; trying another")
 			why := fmt.Errorf("node %s unreachable: %w", addr, err)
@@ -318,8 +347,11 @@ func (c *Cluster) run(ctx context.Context, conv uint64, tok *Token, op attempt) 
 		actx, cancel := context.WithTimeout(ctx, c.opts.AttemptTimeout)
 		err = op(actx, addr, cl)
 		cancel()
-		sent = true
+		st.answered(err)
 		var e *Error
+		if !errors.As(err, &e) || e.Code != CodeMoved {
+			moved = 0 // the bound is on moved answers in a row
+		}
 		switch {
 		case err == nil:
 			c.mu.Lock()
@@ -329,17 +361,32 @@ func (c *Cluster) run(ctx context.Context, conv uint64, tok *Token, op attempt) 
 		case ctx.Err() != nil || errors.Is(err, ErrClosed):
 			return ended()
 		case errors.As(err, &e) && e.Code == CodeMoved:
+			if moved++; moved > MaxMoved {
+				return inDoubtIf(st.maybe, tok, fmt.Errorf("%w (followed %d times)", err, MaxMoved))
+			}
 			from := addr
 			addr = e.Owner
 			c.mu.Lock()
 			c.routes[conv] = addr
 			c.mu.Unlock()
-			if addr == "" && !wait(fmt.Errorf("no node owns conversation %d yet (asked %s)", conv, from)) {
-				return ended()
+			switch {
+			case addr == "":
+				if !wait(fmt.Errorf("no node owns conversation %d yet (asked %s)", conv, from)) {
+					return ended()
+				}
+			case moved > 1:
+				// Nodes that name each other (a lease expiring) are
+				// asked again only after a backoff.
+				if !wait(fmt.Errorf("node %s says node %s owns conversation %d", from, addr, conv)) {
+					return ended()
+				}
 			}
-		case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &e) && (e.Code == CodeInDoubt || e.Code == CodeShuttingDown):
-			// The node did not answer in time, or is going away: the
-			// same token goes to another node.
+		case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &e) &&
+			(e.Code == CodeInDoubt || e.Code == CodeShuttingDown || e.Code == CodeUnavailable):
+			// The node did not answer in time, is going away, or cannot
+			// serve (cut off from etcd, its storage failing): the same
+			// token goes to another node, which may hold the
+			// conversation's claim.
 			why := fmt.Errorf("node %s: %w", addr, err)
 			if errors.Is(err, context.DeadlineExceeded) {
 				why = fmt.Errorf("node %s did not answer within %v", addr, c.opts.AttemptTimeout)
@@ -348,21 +395,50 @@ func (c *Cluster) run(ctx context.Context, conv uint64, tok *Token, op attempt) 
 			if !wait(why) {
 				return ended()
 			}
-		case errors.Is(err, errRebind), errors.Is(err, errForgotten), errors.As(err, &e) && e.Code == CodeUnavailable:
+		case errors.Is(err, errRebind), errors.Is(err, errForgotten):
 			if !wait(fmt.Errorf("node %s: %w", addr, err)) {
 				return ended()
 			}
 		default:
-			return err
+			return inDoubtIf(st.maybe, tok, err)
 		}
 	}
+}
+
+// answered records the outcome err of one attempt of a Cluster's
+// operation (nil: success): the in_doubt *Error of a node's Client says
+// a request carrying the token may have been applied; a refusal the
+// server gives only after its token check (settles), or no_binding
+// (errRebind), that none was.
+func (st *sendState) answered(err error) {
+	if errors.Is(err, errRebind) {
+		st.maybe = false
+		return
+	}
+	e, ok := err.(*Error)
+	switch {
+	case !ok:
+	case e.Code == CodeInDoubt:
+		st.maybe = true
+	case settles(e.Code):
+		st.maybe = false
+	}
+}
+
+// inDoubtIf returns err, or, when a request carrying tok may have been
+// applied (maybe), an in_doubt *Error carrying tok that wraps err.
+func inDoubtIf(maybe bool, tok *Token, err error) error {
+	if !maybe || tok == nil {
+		return err
+	}
+	return &Error{Code: CodeInDoubt, Detail: "outcome unknown: " + err.Error(), Token: *tok, err: err}
 }
 
 // ended is the error of an operation on conversation conv whose ctx ended,
 // or whose Cluster closed, while it waited: ctx's error (or ErrClosed)
 // with last, why it was waiting; an in_doubt *Error carrying the token
-// when a token-bearing request may have been applied.
-func (c *Cluster) ended(ctx context.Context, sent bool, tok *Token, conv uint64, last error) error {
+// when a token-bearing request may have been applied (maybe).
+func (c *Cluster) ended(ctx context.Context, maybe bool, tok *Token, conv uint64, last error) error {
 	err := ctx.Err()
 	if err == nil {
 		err = ErrClosed
@@ -370,10 +446,7 @@ func (c *Cluster) ended(ctx context.Context, sent bool, tok *Token, conv uint64,
 	if last != nil {
 		err = fmt.Errorf("%w (waiting for the owner of conversation %d: %v)", err, conv, last)
 	}
-	if !sent || tok == nil {
-		return err
-	}
-	return &Error{Code: CodeInDoubt, Detail: "outcome unknown: " + err.Error(), Token: *tok, err: err}
+	return inDoubtIf(maybe, tok, err)
 }
 
 // latest returns the newest credential known for cred's participant: the
@@ -448,9 +521,16 @@ func (c *Cluster) holder(cred Credential) string {
 // and the binding was ended meanwhile): attach again, then retry.
 var errRebind = errors.New("client: binding gone; attach again")
 
-// checkBound turns no_binding into errRebind, forgetting the holder.
-func (c *Cluster) checkBound(err error, cred Credential, addr string) error {
-	if !errors.Is(err, ErrNoBinding) {
+// checkBound turns no_binding into errRebind, forgetting the holder; and
+// stale_authority too when the Cluster knows a newer credential than
+// cur, the one presented, or an attach of the participant is in doubt:
+// an attach of its own (on another node) moved the participant on, so
+// the operation is sent again after attaching (which sends the attach in
+// doubt again, with its token, and learns what it minted).
+func (c *Cluster) checkBound(err error, cred, cur Credential, addr string) error {
+	ours := errors.Is(err, ErrStaleAuthority) && !errors.Is(err, ErrParticipantLost) &&
+		(c.latest(cred).Generation > cur.Generation || c.intents.inDoubt(cred.key()))
+	if !errors.Is(err, ErrNoBinding) && !ours {
 		return err
 	}
 	c.mu.Lock()
@@ -534,7 +614,13 @@ func (c *Cluster) followLoop(k key) {
 			return
 		}
 		c.mu.Unlock()
-		err := c.run(c.ctx, k.conv, nil, func(ctx context.Context, addr string, cl *Client) error {
+		err := c.run(c.ctx, k.conv, nil, nil, func(ctx context.Context, addr string, cl *Client) error {
+			// Under the participant's opLock: a Detach or Leave releases
+			// it either before this looks (and none is sent) or after
+			// this attach ended (and its release unbinds nothing new).
+			mu := c.opLock(k)
+			mu.Lock()
+			defer mu.Unlock()
 			c.mu.Lock()
 			want := c.follow[k]
 			c.mu.Unlock()
@@ -575,10 +661,44 @@ func (c *Cluster) lose(cred Credential, why error) {
 	}
 }
 
-// unfollow stops keeping the participant of cred bound (Detach, Leave).
-func (c *Cluster) unfollow(cred Credential) {
+// opLock returns the lock that serializes a follower's attach of the
+// participant k with the release of its Detach or Leave.
+func (c *Cluster) opLock(k key) *sync.Mutex {
 	c.mu.Lock()
-	delete(c.follow, cred.key())
+	defer c.mu.Unlock()
+	mu := c.opLocks[k]
+	if mu == nil {
+		mu = new(sync.Mutex)
+		c.opLocks[k] = mu
+	}
+	return mu
+}
+
+// release stops keeping the participant of cred bound (Detach, Leave;
+// leaving for Leave), before their request is sent: no follower attaches
+// it from now on (one in flight ends first), and no node's Client
+// re-attaches it on its own (Client.release).
+func (c *Cluster) release(cred Credential, leaving bool) {
+	k := cred.key()
+	mu := c.opLock(k)
+	mu.Lock()
+	defer mu.Unlock()
+	c.mu.Lock()
+	delete(c.follow, k)
+	clients := make([]*Client, 0, len(c.clients))
+	for _, cl := range c.clients {
+		clients = append(clients, cl)
+	}
+	c.mu.Unlock()
+	for _, cl := range clients {
+		cl.release(k, leaving)
+	}
+}
+
+// unhold forgets the holder of the participant of cred, which a Detach
+// or Leave unbound.
+func (c *Cluster) unhold(cred Credential) {
+	c.mu.Lock()
 	delete(c.holders, cred.key())
 	c.mu.Unlock()
 }
@@ -587,7 +707,7 @@ func (c *Cluster) unfollow(cred Credential) {
 func (c *Cluster) Enroll(ctx context.Context, conv uint64, opts ...CallOption) (Credential, error) {
 	tok := tokenOf(opts)
 	var cred Credential
-	err := c.run(ctx, conv, &tok, func(ctx context.Context, addr string, cl *Client) error {
+	err := c.run(ctx, conv, &tok, nil, func(ctx context.Context, addr string, cl *Client) error {
 		// The caller's options (an invitation, say) go along; the token is
 		// the one minted here, kept for every node the enroll is tried on.
 		cr, err := cl.Enroll(ctx, conv, append(append([]CallOption(nil), opts...), WithToken(tok))...)
@@ -606,7 +726,7 @@ func (c *Cluster) Enroll(ctx context.Context, conv uint64, opts ...CallOption) (
 // node it is tried on.
 func (c *Cluster) Attach(ctx context.Context, cred Credential, opts ...CallOption) (Credential, error) {
 	var out Credential
-	err := c.run(ctx, cred.Conversation, nil, func(ctx context.Context, addr string, cl *Client) error {
+	err := c.run(ctx, cred.Conversation, nil, nil, func(ctx context.Context, addr string, cl *Client) error {
 		nc, err := cl.Attach(ctx, c.latest(cred), opts...)
 		if err == nil {
 			c.hold(nc, addr, cl, true)
@@ -639,16 +759,33 @@ func (c *Cluster) Ack(ctx context.Context, cred Credential, through uint64) (uin
 	return cursor, err
 }
 
-// Detach is Client.Detach on the conversation's owner.
+// Detach is Client.Detach on the conversation's owner. The Cluster
+// stops keeping the participant bound before anything is sent, whatever
+// the outcome (release). Until a request of the detach may have been
+// applied, the participant is attached first on a node that does not
+// hold its binding (a detach needs it); after, the detach is resent as
+// it is, with its token, to whichever node owns the conversation: it
+// replays if it committed, and is refused no_binding if not (the binding
+// ended with its node's connection; nothing was detached).
 func (c *Cluster) Detach(ctx context.Context, cred Credential, opts ...CallOption) (uint64, error) {
 	tok := tokenOf(opts)
+	c.release(cred, false)
 	var seq uint64
-	err := c.runBound(ctx, cred, &tok, func(ctx context.Context, cl *Client, cur Credential) (err error) {
+	var st sendState
+	err := c.run(ctx, cred.Conversation, &tok, &st, func(ctx context.Context, addr string, cl *Client) (err error) {
+		if st.maybe {
+			seq, err = cl.Detach(ctx, c.latest(cred), WithToken(tok))
+			return err
+		}
+		cur, err := c.bindOn(ctx, addr, cl, cred, false)
+		if err != nil {
+			return err
+		}
 		seq, err = cl.Detach(ctx, cur, WithToken(tok))
-		return err
+		return c.checkBound(err, cred, cur, addr)
 	})
 	if err == nil {
-		c.unfollow(cred)
+		c.unhold(cred)
 	}
 	return seq, err
 }
@@ -660,26 +797,30 @@ func (c *Cluster) Detach(ctx context.Context, cred Credential, opts ...CallOptio
 // a no_binding answer from the node believed to hold the binding makes
 // run attach it again and retry (checkBound).
 func (c *Cluster) runBound(ctx context.Context, cred Credential, tok *Token, op func(ctx context.Context, cl *Client, cur Credential) error) error {
-	return c.run(ctx, cred.Conversation, tok, func(ctx context.Context, addr string, cl *Client) error {
+	return c.run(ctx, cred.Conversation, tok, nil, func(ctx context.Context, addr string, cl *Client) error {
 		cur, err := c.bindOn(ctx, addr, cl, cred, true)
 		if err != nil {
 			return err
 		}
-		return c.checkBound(op(ctx, cl, cur), cred, addr)
+		return c.checkBound(op(ctx, cl, cur), cred, cur, addr)
 	})
 }
 
-// Leave is Client.Leave on the conversation's owner.
+// Leave is Client.Leave on the conversation's owner. The Cluster stops
+// keeping the participant bound before anything is sent (release), so a
+// follower's attach neither races the leave's credential nor reports
+// the participant lost once it left.
 func (c *Cluster) Leave(ctx context.Context, cred Credential, opts ...CallOption) (uint64, error) {
 	tok := tokenOf(opts)
+	c.release(cred, true)
 	var seq uint64
-	err := c.run(ctx, cred.Conversation, &tok, func(ctx context.Context, addr string, cl *Client) error {
+	err := c.run(ctx, cred.Conversation, &tok, nil, func(ctx context.Context, addr string, cl *Client) error {
 		var err error
 		seq, err = cl.Leave(ctx, c.latest(cred), WithToken(tok))
 		return err
 	})
 	if err == nil {
-		c.unfollow(cred)
+		c.unhold(cred)
 		c.intents.forget(cred.key())
 	}
 	return seq, err

@@ -48,16 +48,18 @@ type Delivery struct {
 }
 
 // deliver takes a delivery from a reader: it drops a repeat (a seq at or
-// below the highest delivered in its conversation) and queues the rest.
+// below the highest delivered to its recipient in its conversation: each
+// participant has a cursor of its own) and queues the rest.
 func (c *Client) deliver(m *wire.Delivery) {
+	k := key{m.Conversation, m.Recipient}
 	c.mu.Lock()
-	if m.Seq <= c.seen[m.Conversation] {
+	if m.Seq <= c.seen[k] {
 		c.mu.Unlock()
 		return
 	}
-	c.seen[m.Conversation] = m.Seq
+	c.seen[k] = m.Seq
 	var cred Credential
-	if mb := c.members[key{m.Conversation, m.Recipient}]; mb != nil {
+	if mb := c.members[k]; mb != nil {
 		cred = mb.cred
 	}
 	c.mu.Unlock()
@@ -78,10 +80,18 @@ func (c *Client) deliver(m *wire.Delivery) {
 // compacted takes a compacted push from a reader: history below m.First
 // is gone, some of it addressed to m.Recipient and never delivered. The
 // caller learns it in order with the deliveries, as a KindCompacted
-// Delivery. It is not a record: never a repeat to drop, and no seq to
-// remember.
+// Delivery, once per gap: a notice whose First is not past the last one
+// handed on for its recipient (the server repeats it after a reconnect,
+// or another node's) is a repeat, dropped.
 func (c *Client) compacted(m *wire.Compacted) {
-	if !c.opts.DiscardDeliveries {
+	k := key{m.Conversation, m.Recipient}
+	c.mu.Lock()
+	repeat := m.First <= c.firsts[k]
+	if !repeat {
+		c.firsts[k] = m.First
+	}
+	c.mu.Unlock()
+	if !repeat && !c.opts.DiscardDeliveries {
 		c.queue.push(c.ctx, Delivery{Conversation: m.Conversation, Recipient: m.Recipient, Kind: KindCompacted, First: m.First})
 	}
 }

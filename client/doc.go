@@ -50,9 +50,34 @@
 //     Detach of it are refused ErrNoBinding (nothing was done; retry
 //     later), and Attach of it tries at once with the same intent, for up
 //     to BacklogWait.
-//   - Deliveries are deduplicated on (conversation, seq) before they reach
-//     the channel returned by Deliveries. Each carries the credential of its
-//     recipient, to Ack it with.
+//   - A call ends in one of three truths (docs/clients.md, What a client's
+//     answers promise): success (it committed, and nothing the client did
+//     on its own undid it), a refusal (nothing was done), or an in_doubt
+//     *Error carrying its token, returned only when a request carrying the
+//     token may have reached the server (it was written, and no answer
+//     since proved its token not committed) and the call ended before its
+//     outcome was known. A call refused every time with "nothing done"
+//     (unavailable, moved, a failed dial) is never in_doubt.
+//   - Detach and Leave stop the client from binding their participant on
+//     its own before their request is sent: no re-attachment after a
+//     reconnect, deferred re-attachment or Cluster follower binds it again,
+//     and a retry after a lost answer is sent as it is (a detach that did
+//     not commit is then refused no_binding: the binding ended with the
+//     connection). A participant's re-attachment refused retired while
+//     its Leave is in flight is not reported lost.
+//   - An ack below the cursor (ack_regression: a later ack passed it) is
+//     acked: Ack returns the cursor.
+//   - A tell larger than max_record_bytes, or a request whose frame
+//     exceeds max_frame (both from the welcome), is refused too_large
+//     before anything is sent: final, never retried, never in_doubt.
+//   - No call waits forever on an open connection: a request unanswered
+//     for Options.AnswerTimeout ends its connection as lost, and the
+//     calls on it are retried on the next one with their tokens.
+//   - Deliveries are deduplicated on (conversation, recipient, seq), and
+//     compacted notices on (conversation, recipient, first), before they
+//     reach the channel returned by Deliveries: each participant has a
+//     cursor of its own. Each carries the credential of its recipient, to
+//     Ack it with.
 //   - The caller hears what happened: OnDisconnect when a connection ends,
 //     OnCredential for every re-attachment, OnReconnect once they are done,
 //     OnLost once for a participant the client can no longer use. The
@@ -95,9 +120,12 @@
 //
 // A Client speaks to one address. Cluster (DialCluster) speaks to a
 // participantd cluster: one Client per node it needs, each conversation
-// routed to its owner, moved{owner} followed with the same token, a
-// participant re-attached on its conversation's new owner, and unreachable
-// nodes skipped with backoff. The Clients of a Cluster share one attach
+// routed to its owner, moved{owner} followed with the same token (at
+// most MaxMoved times in a row per call, with backoff and jitter from
+// the second), a participant re-attached on its conversation's new owner,
+// and nodes that are unreachable, do not answer within AttemptTimeout or
+// answer unavailable (cut off from etcd, say) or shutting_down skipped
+// for another, with backoff. The Clients of a Cluster share one attach
 // intent per participant, so an attach keeps its token and presented
 // credential on every node it is tried on. A participant the Cluster
 // holds bound follows its conversation by itself: when its node's
@@ -125,5 +153,8 @@
 // alone. intents.mu (the attach intents, shared by a Cluster's Clients) is
 // a leaf: taken with either held, nothing taken under it.
 // member.attachMu serializes one Client's attaches of one participant and
-// is held across I/O; it is taken before Client.mu, never after.
+// is held across I/O; it is taken before Client.mu, never after. A
+// Cluster's opLock of a participant serializes its follower's attach with
+// the release of a Detach or Leave; held across I/O, it is taken before
+// Cluster.mu and any attachMu, never after.
 package client

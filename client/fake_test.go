@@ -6,6 +6,7 @@ import (
 	"net"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/participantd/participantd/wire"
 )
@@ -20,6 +21,8 @@ const (
 	commitInDoubt                // apply, then answer in_doubt
 	backlogFull                  // answer backlog_full without applying
 	refuse                       // answer fakeServer.refusal without applying
+	swallow                      // apply, then never answer (the connection stays open)
+	hang                         // neither apply nor answer (a paused node)
 )
 
 // fakeServer is a small in-memory participantd for the client's tests: it
@@ -28,6 +31,7 @@ const (
 type fakeServer struct {
 	t           *testing.T
 	ln          net.Listener
+	more        []net.Listener // addNode's, guarded by mu
 	wg          sync.WaitGroup
 	incarnation uint64
 	auth        string
@@ -43,17 +47,36 @@ type fakeServer struct {
 	// tokenWindow and tokenSkew are announced in the welcome of the
 	// connections accepted after they are set.
 	tokenWindow, tokenSkew *uint64
+	// maxFrame and maxRecord, when set, are announced in the welcome of
+	// the connections accepted after they are set, and maxRecord bounds a
+	// tell's payload; else wire.DefaultMaxFrame and 16.
+	maxFrame, maxRecord uint64
+	// reoffer makes an attach offer its participant every record
+	// addressed to it after its cursor, as the server does.
+	reoffer bool
+	// ends is when each connection ended.
+	ends []time.Time
 }
 
 type fconn struct {
-	wc *wire.Conn
-	n  uint64
+	wc   *wire.Conn
+	n    uint64
+	node int // the listener it came through: 0, or addNode's count
 }
 
 type fconv struct {
 	members []*fmember
 	seq     uint64
 	enrolls map[wire.Token]*wire.Enrolled
+	// records is every record committed with fanoutLocked, with the
+	// members it is addressed to (those that had not left, but its
+	// subject).
+	records []frecord
+}
+
+type frecord struct {
+	d  wire.Delivery // Recipient unset
+	to map[uint64]bool
 }
 
 type fmember struct {
@@ -76,15 +99,38 @@ func newFakeServer(t *testing.T) *fakeServer {
 	}
 	s := &fakeServer{t: t, ln: ln, incarnation: 7, conns: make(map[*fconn]bool), convs: make(map[uint64]*fconv)}
 	s.wg.Add(1)
-	go s.accept()
+	go s.accept(ln, 0)
 	t.Cleanup(s.close)
 	return s
+}
+
+// addNode opens another listener onto the same data and returns its
+// address: a second node of a cluster whose nodes all serve every
+// conversation, unless a hook answers moved or refuses by fconn.node.
+func (s *fakeServer) addNode() string {
+	s.t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	s.mu.Lock()
+	s.more = append(s.more, ln)
+	node := len(s.more)
+	s.mu.Unlock()
+	s.wg.Add(1)
+	go s.accept(ln, node)
+	return ln.Addr().String()
 }
 
 func (s *fakeServer) addr() string { return s.ln.Addr().String() }
 
 func (s *fakeServer) close() {
 	s.ln.Close()
+	s.mu.Lock()
+	for _, ln := range s.more {
+		ln.Close()
+	}
+	s.mu.Unlock()
 	s.dropAll()
 	s.wg.Wait()
 }
@@ -133,6 +179,33 @@ func (s *fakeServer) sayByeWith(reason string) {
 	}
 }
 
+// limitsLocked returns the max_frame and max_record_bytes announced.
+// s.mu is held.
+func (s *fakeServer) limitsLocked() (maxFrame, maxRecord uint64) {
+	maxFrame, maxRecord = wire.DefaultMaxFrame, 16
+	if s.maxFrame != 0 {
+		maxFrame = s.maxFrame
+	}
+	if s.maxRecord != 0 {
+		maxRecord = s.maxRecord
+	}
+	return maxFrame, maxRecord
+}
+
+// pushMsg sends a push (a delivery, a compacted notice) to every
+// connection.
+func (s *fakeServer) pushMsg(m wire.Message) {
+	s.mu.Lock()
+	var cs []*fconn
+	for c := range s.conns {
+		cs = append(cs, c)
+	}
+	s.mu.Unlock()
+	for _, c := range cs {
+		_ = c.wc.WriteMessage(m)
+	}
+}
+
 func (s *fakeServer) seen() []wire.Message {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -168,19 +241,19 @@ func (s *fakeServer) push(d *wire.Delivery) {
 	}
 }
 
-func (s *fakeServer) accept() {
+func (s *fakeServer) accept(ln net.Listener, node int) {
 	defer s.wg.Done()
 	for {
-		nc, err := s.ln.Accept()
+		nc, err := ln.Accept()
 		if err != nil {
 			return
 		}
 		s.wg.Add(1)
-		go s.serve(nc)
+		go s.serve(nc, node)
 	}
 }
 
-func (s *fakeServer) serve(nc net.Conn) {
+func (s *fakeServer) serve(nc net.Conn, node int) {
 	defer s.wg.Done()
 	wc := wire.NewConn(nc, wire.ConnOptions{})
 	defer wc.Close()
@@ -199,13 +272,14 @@ func (s *fakeServer) serve(nc net.Conn) {
 	}
 	s.mu.Lock()
 	s.ordinal++
-	fc := &fconn{wc: wc, n: s.ordinal}
+	fc := &fconn{wc: wc, n: s.ordinal, node: node}
 	s.conns[fc] = true
 	window, skew := s.tokenWindow, s.tokenSkew
+	maxFrame, maxRecord := s.limitsLocked()
 	s.mu.Unlock()
 	defer s.lost(fc)
 	if err := wc.WriteMessage(&wire.Welcome{Version: 1, Server: "fake", Incarnation: s.incarnation,
-		Connection: fc.n, MaxFrame: wire.DefaultMaxFrame, MaxRecordBytes: 16,
+		Connection: fc.n, MaxFrame: maxFrame, MaxRecordBytes: maxRecord,
 		TokenWindow: window, TokenSkew: skew}); err != nil {
 		return
 	}
@@ -227,6 +301,10 @@ func (s *fakeServer) serve(nc net.Conn) {
 			s.mu.Unlock()
 			return
 		}
+		if act == hang {
+			s.mu.Unlock()
+			continue
+		}
 		if act == refuse {
 			e := s.refusal
 			s.mu.Unlock()
@@ -246,16 +324,21 @@ func (s *fakeServer) serve(nc net.Conn) {
 			continue
 		}
 		ans, pushes := s.applyLocked(fc, m)
-		s.mu.Unlock()
+		// The pushes are written under s.mu, so that each connection gets
+		// its deliveries in seq order, as from the server: a record that
+		// commits on another connection meanwhile is pushed after these.
 		for _, p := range pushes {
 			_ = p.to.wc.WriteMessage(p.d)
 		}
+		s.mu.Unlock()
 		switch act {
 		case commitThenDrop:
 			return
 		case commitInDoubt:
 			id, _ := wire.ID(m)
 			ans = &wire.Error{ID: id, Code: wire.CodeInDoubt, Detail: "scripted"}
+		case swallow:
+			continue
 		}
 		if err := wc.WriteMessage(ans); err != nil {
 			return
@@ -268,6 +351,7 @@ func (s *fakeServer) lost(fc *fconn) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.conns, fc)
+	s.ends = append(s.ends, time.Now())
 	for _, cv := range s.convs {
 		for _, m := range cv.members {
 			if m.bound == fc {
@@ -361,7 +445,17 @@ func (s *fakeServer) applyLocked(fc *fconn, m wire.Message) (wire.Message, []pus
 			Generation: p.gen, Secret: p.secrets[p.gen], Cursor: p.cursor}
 		p.tokens[r.Token] = a
 		p.attachG[r.Token] = r.Generation
-		return a, s.fanoutLocked(r.Conversation, cv, r.Participant, wire.KindAttached, nil)
+		pushes := s.fanoutLocked(r.Conversation, cv, r.Participant, wire.KindAttached, nil)
+		if s.reoffer {
+			for _, rec := range cv.records {
+				if rec.d.Seq > p.cursor && rec.to[r.Participant] {
+					d := rec.d
+					d.Recipient = r.Participant
+					pushes = append(pushes, push{fc, &d})
+				}
+			}
+		}
+		return a, pushes
 	case *wire.Tell:
 		cv, p, e := s.boundLocked(fc, r.ID, r.Conversation, r.Participant, r.Generation, r.Token)
 		if old, ok := p.tokenAnswer(r.Token); ok {
@@ -375,8 +469,8 @@ func (s *fakeServer) applyLocked(fc *fconn, m wire.Message) (wire.Message, []pus
 		if e != nil {
 			return e, nil
 		}
-		if len(r.Payload) > 16 {
-			return &wire.Error{ID: r.ID, Code: wire.CodeTooLarge, Limit: ptr[uint64](16)}, nil
+		if _, limit := s.limitsLocked(); uint64(len(r.Payload)) > limit {
+			return &wire.Error{ID: r.ID, Code: wire.CodeTooLarge, Limit: ptr(limit)}, nil
 		}
 		cv.seq++
 		a := &wire.Told{ID: r.ID, Conversation: r.Conversation, Seq: cv.seq}
@@ -466,15 +560,30 @@ func (s *fakeServer) boundLocked(fc *fconn, id, conv, part, gen uint64, _ wire.T
 // member.
 func (s *fakeServer) fanoutLocked(conv uint64, cv *fconv, subject uint64, kind wire.Kind, payload []byte) []push {
 	var out []push
+	rec := frecord{d: wire.Delivery{Conversation: conv, Seq: cv.seq, Kind: kind, Participant: subject}, to: make(map[uint64]bool)}
+	if kind == wire.KindRecord {
+		rec.d.Payload = payload
+	}
 	for i, m := range cv.members {
-		if uint64(i) == subject || m.bound == nil || m.retired {
+		if uint64(i) == subject || m.retired {
 			continue
 		}
-		d := &wire.Delivery{Conversation: conv, Recipient: uint64(i), Seq: cv.seq, Kind: kind, Participant: subject}
-		if kind == wire.KindRecord {
-			d.Payload = payload
+		rec.to[uint64(i)] = true
+		if m.bound == nil {
+			continue
 		}
-		out = append(out, push{m.bound, d})
+		d := rec.d
+		d.Recipient = uint64(i)
+		out = append(out, push{m.bound, &d})
 	}
+	cv.records = append(cv.records, rec)
 	return out
+}
+
+// setLimits makes the welcome of later connections announce maxFrame
+// and maxRecord (zero: the default), and bounds tells by maxRecord.
+func (s *fakeServer) setLimits(maxFrame, maxRecord uint64) {
+	s.mu.Lock()
+	s.maxFrame, s.maxRecord = maxFrame, maxRecord
+	s.mu.Unlock()
 }

@@ -141,6 +141,15 @@ func (t *intents) renew(in *attachIntent) bool {
 	return t.pending[in.presented.key()] == in && in.renewExpiredLocked()
 }
 
+// replaced reports whether another intent than in, presenting a newer
+// credential, is in doubt for in's participant.
+func (t *intents) replaced(in *attachIntent) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p := t.pending[in.presented.key()]
+	return p != nil && p != in && p.presented.Generation > in.presented.Generation
+}
+
 // inDoubt reports whether an attach of k is in doubt.
 func (t *intents) inDoubt(k key) bool {
 	t.mu.Lock()

@@ -78,21 +78,22 @@ func tokenOf(opts []CallOption) Token {
 // id and runs before every attempt on a new connection, so it
 // reads the latest credential; it may refuse with an error. An in_doubt
 // answer is retried on the same session, a lost connection (when retry is
-// set) on the next one once it is ready. When ctx ends after a token-bearing
-// request went out, the error is an in_doubt *Error carrying the token.
+// set) on the next one once it is ready. When the call ends without an
+// answer (ctx, Close, build's refusal) after a token-bearing request may
+// have been applied (sendState), the error is an in_doubt *Error
+// carrying the token; when none may have, it is the error itself.
 func (c *Client) do(ctx context.Context, tok *Token, retry bool, build func(s *session) (wire.Request, error)) (wire.Message, *session, error) {
-	sent := false
+	var st sendState
 	for {
 		s, err := c.ready(ctx)
 		if err != nil {
-			return nil, nil, c.unknown(err, sent, tok)
+			return nil, nil, c.unknown(err, st.maybe, tok)
 		}
 		m, err := build(s)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, c.unknown(err, st.maybe, tok)
 		}
-		ans, err := c.callOn(ctx, s, m)
-		sent = true
+		ans, err := c.callOnWait(ctx, s, m, c.opts.BacklogWait, &st)
 		switch {
 		case errors.Is(err, errLost):
 			if !retry {
@@ -100,16 +101,22 @@ func (c *Client) do(ctx context.Context, tok *Token, retry bool, build func(s *s
 			}
 			continue
 		case err != nil:
-			return nil, nil, c.unknown(err, sent, tok)
+			return nil, nil, c.unknown(err, st.maybe, tok)
+		}
+		if e, ok := ans.(*wire.Error); ok && st.maybe && tok != nil && !settles(e.Code) {
+			// "Not done by this send" (unavailable, moved, ...), after an
+			// earlier send that may have been applied: in doubt.
+			return nil, nil, c.unknown(fromWire(e), true, tok)
 		}
 		return ans, s, nil
 	}
 }
 
-// unknown turns the error that ended a wait into the caller's error: an
-// in_doubt *Error when a token-bearing request may have been applied.
-func (c *Client) unknown(err error, sent bool, tok *Token) error {
-	if !sent || tok == nil {
+// unknown turns the error that ended a call without an answer into the
+// caller's error: an in_doubt *Error when a token-bearing request may
+// have been applied (maybe), else err.
+func (c *Client) unknown(err error, maybe bool, tok *Token) error {
+	if !maybe || tok == nil {
 		return err
 	}
 	return &Error{Code: CodeInDoubt, Detail: "outcome unknown: " + err.Error(), Token: *tok, err: err}
@@ -231,7 +238,9 @@ func (c *Client) Enroll(ctx context.Context, conv uint64, opts ...CallOption) (C
 // ErrTokenExpired (for a WithToken token, or a renewed token that expired
 // again) or ErrTokenInvalid for the attach's token) when the
 // credential cannot be used, other *Error
-// refusals, the error of Options.OnIntent, or ErrClosed.
+// refusals, the error of Options.OnIntent, ErrClosed, or an error saying
+// that a Detach or Leave of the participant, called meanwhile, released
+// it before the attach was sent.
 func (c *Client) Attach(ctx context.Context, cred Credential, opts ...CallOption) (Credential, error) {
 	m := c.member(cred, true)
 	c.mu.Lock()
@@ -277,15 +286,28 @@ func (c *Client) Tell(ctx context.Context, cred Credential, payload []byte, opts
 		payload = []byte{}
 	}
 	var sent Credential
-	ans, s, err := c.do(ctx, &tok, true, func(*session) (wire.Request, error) {
-		cur, err := c.current(cred)
-		if err != nil {
-			return nil, err
+	var ans wire.Message
+	var s *session
+	var err error
+	for tries := 0; ; tries++ {
+		ans, s, err = c.do(ctx, &tok, true, func(s *session) (wire.Request, error) {
+			if limit := s.welcome.MaxRecordBytes; limit > 0 && uint64(len(payload)) > limit {
+				// Final: checked before sending, as the server would.
+				return nil, &Error{Code: CodeTooLarge, Limit: &limit,
+					Detail: fmt.Sprintf("payload of %d bytes exceeds max_record_bytes %d", len(payload), limit)}
+			}
+			cur, err := c.current(cred)
+			if err != nil {
+				return nil, err
+			}
+			sent = cur
+			return &wire.Tell{Conversation: cur.Conversation, Participant: cur.Participant,
+				Generation: cur.Generation, Token: tok, Payload: payload}, nil
+		})
+		if err != nil || tries == staleRetries || !c.staleByUs(ans, sent) {
+			break
 		}
-		sent = cur
-		return &wire.Tell{Conversation: cur.Conversation, Participant: cur.Participant,
-			Generation: cur.Generation, Token: tok, Payload: payload}, nil
-	})
+	}
 	if err != nil {
 		return 0, err
 	}
@@ -299,21 +321,48 @@ func (c *Client) Tell(ctx context.Context, cred Credential, payload []byte, opts
 	}
 }
 
+// staleRetries bounds how often a tell or ack refused stale_authority by
+// the client's own doing is sent again.
+const staleRetries = 3
+
+// staleByUs reports whether ans refuses a request that presented sent as
+// stale_authority while the client's own attach (a deferred
+// re-attachment, say) moved the credential on meanwhile: the request is
+// then sent again, with its token, presenting the newer one (the refusal
+// came after the token check: nothing was done).
+func (c *Client) staleByUs(ans wire.Message, sent Credential) bool {
+	e, ok := ans.(*wire.Error)
+	if !ok || e.Code != wire.CodeStaleAuthority {
+		return false
+	}
+	cur, err := c.current(sent)
+	return err == nil && cur.Generation > sent.Generation
+}
+
 // Ack acknowledges every record through seq through for the participant
 // and returns its durable cursor. Acks are cumulative, so one retried after
-// a lost answer is harmless. Errors: *Error (ack_gap, ack_regression with
-// Cursor, no_binding, ...), a *LostError, ErrClosed or ctx's error.
+// a lost answer is harmless: an ack below the cursor (ack_regression: a
+// later ack moved it past through) is acked too, and returns the cursor.
+// Errors: *Error (ack_gap, compacted, no_binding, ...), a *LostError,
+// ErrClosed or ctx's error.
 func (c *Client) Ack(ctx context.Context, cred Credential, through uint64) (cursor uint64, err error) {
 	var sent Credential
-	ans, s, err := c.do(ctx, nil, true, func(*session) (wire.Request, error) {
-		cur, err := c.current(cred)
-		if err != nil {
-			return nil, err
+	var ans wire.Message
+	var s *session
+	for tries := 0; ; tries++ {
+		ans, s, err = c.do(ctx, nil, true, func(*session) (wire.Request, error) {
+			cur, err := c.current(cred)
+			if err != nil {
+				return nil, err
+			}
+			sent = cur
+			return &wire.Ack{Conversation: cur.Conversation, Participant: cur.Participant,
+				Generation: cur.Generation, Through: through}, nil
+		})
+		if err != nil || tries == staleRetries || !c.staleByUs(ans, sent) {
+			break
 		}
-		sent = cur
-		return &wire.Ack{Conversation: cur.Conversation, Participant: cur.Participant,
-			Generation: cur.Generation, Through: through}, nil
-	})
+	}
 	if err != nil {
 		return 0, err
 	}
@@ -325,6 +374,9 @@ func (c *Client) Ack(ctx context.Context, cred Credential, through uint64) (curs
 		e := fromWire(a)
 		if e.Cursor != nil {
 			c.advanceCursor(sent.key(), *e.Cursor)
+			if e.Code == CodeAckRegression && *e.Cursor >= through {
+				return *e.Cursor, nil
+			}
 		}
 		return 0, c.noticeRefusal(s, sent.key(), sent.Generation, e)
 	default:
@@ -333,10 +385,18 @@ func (c *Client) Ack(ctx context.Context, cred Credential, through uint64) (curs
 }
 
 // Detach ends the participant's binding cleanly and returns the seq of its
-// detached record. The client keeps the credential but no longer re-attaches
-// the participant. Errors as for Tell.
+// detached record. The client keeps the credential but no longer binds
+// the participant on its own, whatever the outcome: from the call on, no
+// re-attachment after a reconnect (nor a deferred one) binds it, and an
+// attach of it in flight ends before the detach is sent. A detach whose
+// answer was lost is resent as it is, with its token and without
+// attaching first: it replays if it committed; if not, the binding ended
+// with the connection, and the call returns no_binding (the participant
+// is not bound; nothing was detached). Attach takes it up again. Errors
+// as for Tell.
 func (c *Client) Detach(ctx context.Context, cred Credential, opts ...CallOption) (uint64, error) {
 	tok := tokenOf(opts)
+	c.release(cred.key(), false)
 	var sent Credential
 	ans, s, err := c.do(ctx, &tok, true, func(*session) (wire.Request, error) {
 		cur, err := c.current(cred)
@@ -353,8 +413,8 @@ func (c *Client) Detach(ctx context.Context, cred Credential, opts ...CallOption
 	switch a := ans.(type) {
 	case *wire.Detached:
 		c.mu.Lock()
-		if m := c.members[cred.key()]; m != nil {
-			m.wantBound, m.sess = false, nil
+		if m := c.members[cred.key()]; m != nil && !m.wantBound {
+			m.sess = nil
 		}
 		c.mu.Unlock()
 		return a.Seq, nil
@@ -366,30 +426,105 @@ func (c *Client) Detach(ctx context.Context, cred Credential, opts ...CallOption
 }
 
 // Leave retires the participant for good and returns the seq of its left
-// record; the client forgets it. A leave retried after a lost answer replays
-// even though the participant is retired by then. Errors as for Tell.
+// record; the client forgets it. From the call on the client no longer
+// binds the participant on its own (as for Detach), and a refusal retired
+// of its binding check or re-attachment meanwhile is the leave's doing,
+// not a loss (no OnLost). A leave refused stale_authority while an attach
+// of the client is in doubt (its re-attachment committed and its answer
+// was lost, so the generation moved on by the client's own doing) sends
+// that attach again first, with its token, and then the leave, with its
+// token and the credential learned. A leave retried after a lost answer
+// replays even though the participant is retired by then. Errors as for
+// Tell.
 func (c *Client) Leave(ctx context.Context, cred Credential, opts ...CallOption) (uint64, error) {
 	tok := tokenOf(opts)
-	ans, _, err := c.do(ctx, &tok, true, func(*session) (wire.Request, error) {
-		// A lost participant may still have left: the token decides.
-		cur, _ := c.current(cred)
-		return &wire.Leave{Conversation: cur.Conversation, Participant: cur.Participant,
-			Generation: cur.Generation, Secret: cur.Secret, Token: tok}, nil
-	})
-	if err != nil {
-		return 0, err
+	c.release(cred.key(), true)
+	leave := func() (wire.Message, error) {
+		ans, _, err := c.do(ctx, &tok, true, func(*session) (wire.Request, error) {
+			// A lost participant may still have left: the token decides.
+			cur, _ := c.current(cred)
+			return &wire.Leave{Conversation: cur.Conversation, Participant: cur.Participant,
+				Generation: cur.Generation, Secret: cur.Secret, Token: tok}, nil
+		})
+		return ans, err
+	}
+	ans, err := leave()
+	if e, ok := ans.(*wire.Error); ok && err == nil && e.Code == wire.CodeStaleAuthority && c.settleAttach(ctx, cred.key()) {
+		// The client's own attach, in doubt, had moved the participant
+		// on; it is settled now, and the leave (not committed: refused
+		// after the token check) goes again with its token.
+		ans, err = leave()
+	}
+	if err == nil {
+		if a, ok := ans.(*wire.Left); ok {
+			c.mu.Lock()
+			delete(c.members, cred.key())
+			c.mu.Unlock()
+			c.intents.forget(cred.key())
+			return a.Seq, nil
+		}
+	}
+	if !errors.Is(err, ErrInDoubt) {
+		// Not left: a retired refusal from now on is not this leave's.
+		c.mu.Lock()
+		if m := c.members[cred.key()]; m != nil {
+			m.leaving = false
+		}
+		c.mu.Unlock()
 	}
 	switch a := ans.(type) {
-	case *wire.Left:
-		c.mu.Lock()
-		delete(c.members, cred.key())
-		c.mu.Unlock()
-		c.intents.forget(cred.key())
-		return a.Seq, nil
+	case nil:
+		return 0, err
 	case *wire.Error:
 		return 0, fromWire(a)
 	default:
 		return 0, fmt.Errorf("%w: %s answers leave", ErrProtocol, ans.Type())
+	}
+}
+
+// settleAttach learns the outcome of the attach of k in doubt, if any,
+// for a Leave refused stale_authority: it sends that attach again (its
+// token, its presented credential), which replays the credential it
+// minted if it committed. It reports whether the client's credential of
+// k changed, so that the leave may be sent again with it.
+func (c *Client) settleAttach(ctx context.Context, k key) bool {
+	if !c.intents.inDoubt(k) {
+		return false
+	}
+	c.mu.Lock()
+	m := c.members[k]
+	if m == nil {
+		c.mu.Unlock()
+		return false
+	}
+	gen := m.cred.Generation
+	m.settling = true
+	c.mu.Unlock()
+	_, err := c.attach(ctx, m)
+	c.mu.Lock()
+	m.settling = false
+	changed := m.cred.Generation > gen
+	c.mu.Unlock()
+	return err == nil && changed
+}
+
+// release stops the client from binding the participant of k on its own
+// (a re-attachment after a reconnect, a deferred one): for a Detach or,
+// with leaving, a Leave. It then waits for an attach of it in flight to
+// end, so that none binds it after the caller's request is sent.
+func (c *Client) release(k key, leaving bool) {
+	c.mu.Lock()
+	m := c.members[k]
+	if m != nil {
+		m.wantBound = false
+		m.leaving = m.leaving || leaving
+	}
+	c.mu.Unlock()
+	if m != nil {
+		// attachOn looks at wantBound under attachMu before each send.
+		m.attachMu.Lock()
+		//lint:ignore SA2001 a barrier: waits for the attach in flight
+		m.attachMu.Unlock()
 	}
 }
 

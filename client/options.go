@@ -19,6 +19,8 @@ const (
 	DefaultBindingCheckInterval = 30 * time.Second
 	// DefaultBacklogWait is the default BacklogWait.
 	DefaultBacklogWait = 30 * time.Second
+	// DefaultAnswerTimeout is the default AnswerTimeout.
+	DefaultAnswerTimeout = 30 * time.Second
 )
 
 // Options configures a Client. The zero value means the defaults.
@@ -116,6 +118,14 @@ type Options struct {
 	// documentation). Default DefaultBacklogWait; negative: return it at
 	// once.
 	BacklogWait time.Duration
+	// AnswerTimeout bounds how long a request waits for its answer on an
+	// open connection, whatever the call's context says: past it the
+	// connection is taken for lost (a server or network that dropped the
+	// answer, or stopped answering), it is closed, and every call on it is
+	// retried on the next one as after a lost connection (with its
+	// token, which learns its outcome). Default DefaultAnswerTimeout;
+	// negative: never.
+	AnswerTimeout time.Duration
 }
 
 func (o *Options) withDefaults() {
@@ -139,6 +149,9 @@ func (o *Options) withDefaults() {
 	}
 	if o.BacklogWait == 0 {
 		o.BacklogWait = DefaultBacklogWait
+	}
+	if o.AnswerTimeout == 0 {
+		o.AnswerTimeout = DefaultAnswerTimeout
 	}
 	if o.BindingCheckInterval == 0 {
 		o.BindingCheckInterval = DefaultBindingCheckInterval

@@ -74,6 +74,9 @@ type session struct {
 	wc      *wire.Conn
 	welcome Welcome
 	seq     uint64 // ordinal of the session within the client, from 1
+	// answerTimeout bounds the wait for one answer (Options.AnswerTimeout);
+	// zero or negative: none.
+	answerTimeout time.Duration
 
 	dead chan struct{} // closed when the connection ended
 
@@ -137,11 +140,12 @@ func dial(ctx context.Context, addr string, o *Options, seq uint64) (*session, e
 			wc.SetMaxWriteFrame(int(min(m.MaxFrame, 1<<32-1)))
 		}
 		return &session{
-			wc:      wc,
-			seq:     seq,
-			welcome: welcomeOf(m),
-			dead:    make(chan struct{}),
-			pending: make(map[uint64]chan wire.Message),
+			wc:            wc,
+			seq:           seq,
+			answerTimeout: o.AnswerTimeout,
+			welcome:       welcomeOf(m),
+			dead:          make(chan struct{}),
+			pending:       make(map[uint64]chan wire.Message),
 		}, nil
 	case *wire.Rejected:
 		wc.Close()
@@ -228,40 +232,59 @@ func (s *session) end(why error) error {
 	return why
 }
 
-// call sends m, which carries id, and waits for its answer. It returns
-// errLost when the connection ends before the answer (m may or may not have
-// reached the server), or ctx's error.
-func (s *session) call(ctx context.Context, id uint64, m wire.Message) (wire.Message, error) {
+// errNoAnswer ends a session on which a request waited past
+// Options.AnswerTimeout for its answer.
+var errNoAnswer = errors.New("client: no answer within the answer timeout; connection taken for lost")
+
+// call sends m, which carries id, and waits for its answer. wrote reports
+// whether any of m may have reached the server: false only when m was
+// refused before its first byte was written. Errors: errLost when the
+// connection ends before the answer (m may or may not have reached the
+// server), or no answer came within the session's answer timeout (the
+// session is ended); a too_large *Error for a frame over max_frame
+// (nothing written); ctx's error.
+func (s *session) call(ctx context.Context, id uint64, m wire.Message) (ans wire.Message, wrote bool, err error) {
 	ch := make(chan wire.Message, 1)
 	s.mu.Lock()
 	if s.err != nil {
 		s.mu.Unlock()
-		return nil, errLost
+		return nil, false, errLost
 	}
 	s.pending[id] = ch
 	s.mu.Unlock()
 	if err := s.wc.WriteMessage(m); err != nil {
 		s.forget(id)
 		if errors.Is(err, wire.ErrFrameTooLarge) {
-			// Refused before anything was written.
-			return nil, fmt.Errorf("client: %s: %w", m.Type(), err)
+			// Refused before anything was written: final, as the
+			// server's rejected{frame_too_large} would be.
+			return nil, false, &Error{Code: CodeTooLarge, Detail: fmt.Sprintf("%s: %v", m.Type(), err), err: err}
 		}
 		s.end(err)
-		return nil, errLost
+		return nil, true, errLost
+	}
+	var timeout <-chan time.Time
+	if s.answerTimeout > 0 {
+		t := time.NewTimer(s.answerTimeout)
+		defer t.Stop()
+		timeout = t.C
 	}
 	select {
 	case a := <-ch:
-		return a, nil
+		return a, true, nil
 	case <-s.dead:
 		select {
 		case a := <-ch:
-			return a, nil
+			return a, true, nil
 		default:
-			return nil, errLost
+			return nil, true, errLost
 		}
+	case <-timeout:
+		s.forget(id)
+		s.end(errNoAnswer)
+		return nil, true, errLost
 	case <-ctx.Done():
 		s.forget(id)
-		return nil, ctx.Err()
+		return nil, true, ctx.Err()
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -30,21 +31,28 @@ func (v Violation) String() string { return v.Invariant + ": " + v.Detail }
 // Invariants, the promises of README.md and docs/PROTOCOL.md that a
 // history is checked against.
 const (
-	InvAnsweredOnce   = "answered-present-once"  // every answered tell is in the log exactly once, at its seq
-	InvNoDoubleCommit = "never-committed-twice"  // no payload (one token) is in the log twice
-	InvRetryReplays   = "retry-replays"          // every answer of one token names the same seq
-	InvRefusedNotDone = "refused-means-not-done" // a token refused on an attempt is not in the log
-	InvKeepsBinding   = "writer-keeps-binding"   // a client never loses a participant only it uses
-	InvNoFork         = "stream-never-forks"     // seqs run 1, 2, ... with no gap or repeat
-	InvBindingsEnd    = "bindings-end-once"      // a binding ends at most once, after it began
-	InvLoadable       = "conversations-loadable" // every conversation loads, nothing to repair
-	InvReaderOrdered  = "reader-in-order"        // a reader's deliveries have increasing seqs
-	InvReaderMatches  = "reader-sees-the-log"    // a delivered record is the log's record at its seq
-	InvReaderComplete = "reader-gets-everything" // every record addressed to a reader is delivered
-	InvNodeAlive      = "node-never-crashes"     // no node process ends by itself
-	InvNodeRestarts   = "killed-node-restarts"   // a killed node starts again (its id's old lease expiring meanwhile)
-	InvRestore        = "restore-is-the-backup"  // a restored data set serves what was backed up
+	InvAnsweredOnce   = "answered-present-once"    // every answered tell is in the log exactly once, at its seq
+	InvNoDoubleCommit = "never-committed-twice"    // no payload (one token) is in the log twice
+	InvRetryReplays   = "retry-replays"            // every answer of one token names the same seq
+	InvRefusedNotDone = "refused-means-not-done"   // a token refused on an attempt is not in the log
+	InvKeepsBinding   = "writer-keeps-binding"     // a client never loses a participant only it uses
+	InvNoFork         = "stream-never-forks"       // seqs run 1, 2, ... with no gap or repeat
+	InvBindingsEnd    = "bindings-end-once"        // a binding ends at most once, after it began
+	InvLoadable       = "conversations-loadable"   // every conversation loads, nothing to repair
+	InvReaderOrdered  = "reader-in-order"          // a reader's deliveries have increasing seqs
+	InvReaderMatches  = "reader-sees-the-log"      // a delivered record is the log's record at its seq
+	InvReaderComplete = "reader-gets-everything"   // every record addressed to a reader is delivered
+	InvNodeAlive      = "node-never-crashes"       // no node process ends by itself
+	InvNodeRestarts   = "killed-node-restarts"     // a killed node starts again (its id's old lease expiring meanwhile)
+	InvRestore        = "restore-is-the-backup"    // a restored data set serves what was backed up
+	InvTooLargeFinal  = "too-large-is-final"       // a tell over max_record_bytes is refused too_large, never in doubt
+	InvNotStuck       = "no-call-past-its-context" // no call returns long after its context ended
+	InvDetachHolds    = "detached-stays-detached"  // an answered detach is in the log, and no attach of its participant follows it
 )
+
+// stuckGrace is how long past its context (callTimeout) a call may take
+// to return: the end of an attempt in flight.
+const stuckGrace = 5 * time.Second
 
 // tellRow is one committed tell of the log.
 type tellRow struct {
@@ -214,6 +222,8 @@ func checkHistory(ops []Op, deliveries []Delivery, logs map[uint64]*convLog) []V
 		}
 	}
 
+	vs = append(vs, checkClientAnswers(ops, logs)...)
+
 	// The streams.
 	for c, l := range logs {
 		vs = append(vs, checkRecords(c, l.records)...)
@@ -334,4 +344,50 @@ func seqRanges(seqs []uint64) string {
 		i = j + 1
 	}
 	return strings.Join(parts, ", ")
+}
+
+// checkClientAnswers judges what the clients told the writers beyond the
+// tells (docs/clients.md, What a client's answers promise): an oversized
+// tell is refused too_large at once; no call outlives its context by
+// more than stuckGrace; an answered detach is the log's detached record
+// of its participant at its seq, and no attach of that participant
+// follows it (no automatic re-attach undid it).
+func checkClientAnswers(ops []Op, logs map[uint64]*convLog) []Violation {
+	var vs []Violation
+	add := func(inv, format string, args ...any) { vs = append(vs, Violation{inv, fmt.Sprintf(format, args...)}) }
+	for _, op := range ops {
+		if d := time.Duration(op.End-op.Start) * time.Millisecond; d > callTimeout+stuckGrace {
+			add(InvNotStuck, "%s's %s (token %s) took %v, past its context's %v", op.Client, op.Kind, op.Token, d, callTimeout)
+		}
+		switch op.Kind {
+		case "oversized":
+			if op.Outcome != Refused || op.Code != string(client.CodeTooLarge) {
+				add(InvTooLargeFinal, "%s's %s (token %s) = %s %s, want refused too_large", op.Client, op.Payload, op.Token, op.Outcome, op.Err)
+			}
+		case "detach":
+			if op.Outcome != Answered {
+				continue
+			}
+			l := logs[op.Conversation]
+			if l == nil {
+				continue
+			}
+			found := false
+			for _, r := range l.records {
+				if uint64(r.Participant) != op.Participant {
+					continue
+				}
+				if uint64(r.Seq) == op.Seq && r.Kind == outbox.KindDetached {
+					found = true
+				}
+				if uint64(r.Seq) > op.Seq && r.Kind == outbox.KindAttached {
+					add(InvDetachHolds, "%s's detach of participant %d was answered seq %d, and the participant was attached again at seq %d", op.Client, op.Participant, op.Seq, r.Seq)
+				}
+			}
+			if !found {
+				add(InvDetachHolds, "%s's detach of participant %d was answered seq %d, which is not its detached record in conversation %d's log", op.Client, op.Participant, op.Seq, op.Conversation)
+			}
+		}
+	}
+	return vs
 }

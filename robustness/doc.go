@@ -14,7 +14,8 @@
 // # Traffic
 //
 // Per conversation, writers (client.Cluster, one operation at a time,
-// each with its own token, resent with that token until answered) and
+// each with its own token, resent with that token until answered; one
+// tell in 16 larger than max_record_bytes; a detach at the end) and
 // readers that enroll once and then only read their deliveries: no ack,
 // no tell, so that a reader follows its conversation to a new owner only
 // if the client does so by itself. Their binding check runs every lease:
@@ -53,7 +54,11 @@
 // the token window passed), no writer loses its participant, record seqs
 // run without gap or repeat, bindings end once, every conversation loads,
 // and each reader got, in order, exactly the log's records, every one
-// addressed to it.
+// addressed to it. What the client told the writers is checked too
+// (docs/clients.md, What a client's answers promise): an oversized tell
+// is refused too_large at once, never in doubt; no call returns long
+// after its context ended; an answered detach is its participant's
+// detached record in the log, and no attach of it follows.
 //
 // # Runs
 //

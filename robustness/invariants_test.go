@@ -79,6 +79,29 @@ func TestCheckHistory_EachInvariantCanFail(t *testing.T) {
 		{"a delivery out of order", func(_ *[]Op, dels *[]Delivery, _ *convLog) { *dels = append(*dels, (*dels)[0]) }, InvReaderOrdered},
 		{"a delivery the log does not hold", func(_ *[]Op, dels *[]Delivery, _ *convLog) { (*dels)[1].Payload = "w/2" }, InvReaderMatches},
 		{"a record never delivered", func(_ *[]Op, dels *[]Delivery, _ *convLog) { *dels = (*dels)[:1] }, InvReaderComplete},
+		{"an oversized tell refused too_large", func(ops *[]Op, _ *[]Delivery, _ *convLog) {
+			*ops = append(*ops, Op{Client: "writer-1", Kind: "oversized", Conversation: 1, Participant: 1, Token: "cc",
+				Outcome: Refused, Code: string(client.CodeTooLarge)})
+		}, ""},
+		{"an oversized tell in doubt", func(ops *[]Op, _ *[]Delivery, _ *convLog) {
+			*ops = append(*ops, Op{Client: "writer-1", Kind: "oversized", Conversation: 1, Participant: 1, Token: "cc",
+				Outcome: Unknown, Code: string(client.CodeInDoubt)})
+		}, InvTooLargeFinal},
+		{"a call past its context", func(ops *[]Op, _ *[]Delivery, _ *convLog) {
+			(*ops)[2].End = (*ops)[2].Start + (callTimeout + 2*stuckGrace).Milliseconds()
+		}, InvNotStuck},
+		{"a detach answered, its record in the log", func(ops *[]Op, _ *[]Delivery, l *convLog) {
+			*ops = append(*ops, Op{Client: "writer-1", Kind: "detach", Conversation: 1, Participant: 1, Token: "dd", Outcome: Answered, Seq: 4})
+			l.records = append(l.records, outbox.Record{Seq: 4, Kind: outbox.KindDetached, Participant: 1})
+		}, ""},
+		{"a detach answered, then its participant attached again", func(ops *[]Op, _ *[]Delivery, l *convLog) {
+			*ops = append(*ops, Op{Client: "writer-1", Kind: "detach", Conversation: 1, Participant: 1, Token: "dd", Outcome: Answered, Seq: 4})
+			l.records = append(l.records, outbox.Record{Seq: 4, Kind: outbox.KindDetached, Participant: 1},
+				outbox.Record{Seq: 5, Kind: outbox.KindAttached, Participant: 1})
+		}, InvDetachHolds},
+		{"a detach answered at a seq that is not its record", func(ops *[]Op, _ *[]Delivery, _ *convLog) {
+			*ops = append(*ops, Op{Client: "writer-1", Kind: "detach", Conversation: 1, Participant: 1, Token: "dd", Outcome: Answered, Seq: 3})
+		}, InvDetachHolds},
 	} {
 		ops, dels, logs := consistentRun()
 		tc.change(&ops, &dels, logs[1])

@@ -50,6 +50,9 @@ var hints = map[string]string{
 	InvNodeAlive:      "a node crash on a lease loss (#5)",
 	InvNodeRestarts:   "a restart within a lease of the crash: the new lease expires while Start waits for the old registration (cluster/node.go acquireLease)",
 	InvRestore:        "the restore race (#11), or a backup that is not one revision",
+	InvTooLargeFinal:  "a size not checked against max_record_bytes before sending (issue 26 #6)",
+	InvNotStuck:       "a call without a bound of its own: an answer dropped on an open connection, or a moved storm (issue 26 #7)",
+	InvDetachHolds:    "an automatic re-attach before, or after, the detach's retry (issue 26 #1)",
 }
 
 // brief is the failure message's body: the violations, at most three per

@@ -252,10 +252,10 @@ func runSeed(t *testing.T, bin, dir string, seed uint64, d time.Duration) *repor
 		}
 	}
 	for _, w := range writers {
-		wg.Go(func() { w.replay(ctx) })
+		wg.Go(func() { w.replay(ctx); w.detach(ctx) })
 	}
 	wg.Wait()
-	tl.add(hist, "replays ended")
+	tl.add(hist, "replays and detaches ended")
 
 	logs, vs, err := readLogs(ctx, h.cli, h.prefix, convs)
 	if err != nil {

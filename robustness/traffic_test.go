@@ -189,6 +189,10 @@ func (w *writer) run(ctx context.Context) {
 			continue
 		}
 		w.counter++
+		if w.counter%oversizedEvery == 0 {
+			w.oversized(ctx)
+			continue
+		}
 		payload := fmt.Sprintf("%s/%d", w.name, w.counter)
 		tok := client.NewToken()
 		for attempt := 1; attempt <= tokenAttempts; attempt++ {
@@ -213,6 +217,53 @@ func (w *writer) run(ctx context.Context) {
 			if op.Outcome != Unknown || ctx.Err() != nil {
 				break
 			}
+		}
+	}
+}
+
+// oversizedEvery is how often a writer's tell is larger than the
+// server's max_record_bytes (its default, 512 KiB).
+const oversizedEvery = 16
+
+// oversizedPayload exceeds the server's default max_record_bytes.
+var oversizedPayload = make([]byte, 512<<10+1)
+
+// oversized tells a payload over max_record_bytes: the client must
+// refuse it too_large before sending, once, never in doubt
+// (InvTooLargeFinal).
+func (w *writer) oversized(ctx context.Context) {
+	tok := client.NewToken()
+	start := time.Now()
+	cctx, cancel := context.WithTimeout(ctx, callTimeout)
+	seq, err := w.cl.Tell(cctx, w.cred, oversizedPayload, client.WithToken(tok))
+	cancel()
+	op := Op{Client: w.name, Kind: "oversized", Conversation: w.conv, Participant: w.cred.Participant,
+		Token: tok.String(), Payload: fmt.Sprintf("%s/%d (%d bytes)", w.name, w.counter, len(oversizedPayload)), Attempt: 1,
+		Start: w.hist.ms(start), End: w.hist.ms(time.Now()), Outcome: outcomeOf(err), Seq: seq}
+	op.failed(err)
+	w.hist.add(op)
+}
+
+// detach detaches the writer's participant at the end of the traffic,
+// resending its token until answered (or tokenAttempts): an answered
+// detach must leave the participant detached (InvDetachHolds).
+func (w *writer) detach(ctx context.Context) {
+	if !w.bound {
+		return
+	}
+	tok := client.NewToken()
+	for attempt := 1; attempt <= tokenAttempts && ctx.Err() == nil; attempt++ {
+		start := time.Now()
+		cctx, cancel := context.WithTimeout(ctx, callTimeout)
+		seq, err := w.cl.Detach(cctx, w.cred, client.WithToken(tok))
+		cancel()
+		op := Op{Client: w.name, Kind: "detach", Conversation: w.conv, Participant: w.cred.Participant,
+			Token: tok.String(), Attempt: attempt, Start: w.hist.ms(start), End: w.hist.ms(time.Now()),
+			Outcome: outcomeOf(err), Seq: seq}
+		op.failed(err)
+		w.hist.add(op)
+		if op.Outcome != Unknown {
+			return
 		}
 	}
 }
