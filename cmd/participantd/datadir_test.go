@@ -87,7 +87,11 @@ func TestRun_DamagedOrLostDataRefusedExit1(t *testing.T) {
 			}
 		}, []string{"does not exist", "node.key exists", "backup"}},
 		{"store truncated to half", func(t *testing.T, dir string) {
-			truncateStore(t, dir, func(n int64) int64 { return n / 2 / 4096 * 4096 })
+			// Half of the pages in use: the file may be longer than its
+			// high water mark (bbolt grows it ahead by its AllocSize), so
+			// half of the file may cut nothing that is used.
+			_, hwm := storeMeta(t, dir)
+			truncateStore(t, dir, func(int64) int64 { return int64(hwm/2) * 4096 })
 		}, []string{"damaged", "truncated", "backup"}},
 		{"store one page short", func(t *testing.T, dir string) {
 			_, hwm := storeMeta(t, dir)
