@@ -138,15 +138,8 @@ func (s *Server) checkHost(h http.Handler) http.Handler {
 // hostAllowed reports whether a Host header value may reach the health
 // listener's endpoints.
 func (s *Server) hostAllowed(hostport string) bool {
-	host := hostport
-	if h, _, err := net.SplitHostPort(hostport); err == nil {
-		host = h
-	}
-	host = strings.TrimSuffix(strings.ToLower(host), ".")
-	if _, err := netip.ParseAddr(strings.Trim(host, "[]")); err == nil {
-		return true
-	}
-	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
+	host, safe := rebindSafeHost(hostport)
+	if safe {
 		return true
 	}
 	for _, name := range s.cfg.HealthHosts {
@@ -155,6 +148,23 @@ func (s *Server) hostAllowed(hostport string) bool {
 		}
 	}
 	return false
+}
+
+// rebindSafeHost returns the host of a Host header value, lower-cased and
+// without a trailing dot, and whether it is a name no web page can rebind
+// to this listener: an IP literal, localhost or a name under .localhost.
+// Any other name must be listed by the operator (the health listener's
+// --health-hosts, the WebSocket listener's --ws-allowed-origins).
+func rebindSafeHost(hostport string) (host string, safe bool) {
+	host = hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.ToLower(host), ".")
+	if _, err := netip.ParseAddr(strings.Trim(host, "[]")); err == nil {
+		return host, true
+	}
+	return host, host == "localhost" || strings.HasSuffix(host, ".localhost")
 }
 
 // checkHealthExposure refuses Config.AdminRemote, which serves the admin

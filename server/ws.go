@@ -10,7 +10,6 @@ import (
 	"math"
 	"net"
 	"net/http"
-	"net/netip"
 	"path"
 	"strings"
 	"sync"
@@ -110,15 +109,8 @@ func (w *wsConn) upgrade() error {
 // rebinding. A request without an Origin is not a browser's, and is not
 // asked: a rebinding page cannot send one without it.
 func wsHostAllowed(hostport string, patterns []string) bool {
-	host := hostport
-	if h, _, err := net.SplitHostPort(hostport); err == nil {
-		host = h
-	}
-	host = strings.TrimSuffix(strings.ToLower(host), ".")
-	if _, err := netip.ParseAddr(strings.Trim(host, "[]")); err == nil {
-		return true
-	}
-	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
+	host, safe := rebindSafeHost(hostport)
+	if safe {
 		return true
 	}
 	for _, p := range patterns {
