@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -124,7 +125,17 @@ type Cluster struct {
 	opLocks map[key]*sync.Mutex
 	next    int // seed rotation
 	closed  bool
+
+	// single is set when the one seed answered as a single server (a
+	// welcome without node): there is no owner to wait for, only the
+	// server, and errors and OnWait say so.
+	single atomic.Bool
 }
+
+// SingleServer reports whether the Cluster was dialled to one address
+// that answered as a single server, not a cluster node: a conversation
+// has no owner to move to, so waiting for it is waiting for the server.
+func (c *Cluster) SingleServer() bool { return c.single.Load() }
 
 // DialCluster connects to the first seed that answers and returns a
 // Cluster that connects to other nodes as moved answers name them. Seeds
@@ -157,7 +168,8 @@ func DialCluster(ctx context.Context, seeds []string, opts ClusterOptions) (*Clu
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	var first error
 	for range seeds {
-		if _, err := c.clientFor(ctx, c.nextSeed()); err == nil {
+		if cl, err := c.clientFor(ctx, c.nextSeed()); err == nil {
+			c.single.Store(len(seeds) == 1 && cl.Welcome().Node == "")
 			return c, nil
 		} else if first == nil {
 			first = err
@@ -443,7 +455,10 @@ func (c *Cluster) ended(ctx context.Context, maybe bool, tok *Token, conv uint64
 	if err == nil {
 		err = ErrClosed
 	}
-	if last != nil {
+	switch {
+	case last != nil && c.single.Load():
+		err = fmt.Errorf("%w (waiting for the server at %s: %v)", err, c.seeds[0], last)
+	case last != nil:
 		err = fmt.Errorf("%w (waiting for the owner of conversation %d: %v)", err, conv, last)
 	}
 	return inDoubtIf(maybe, tok, err)

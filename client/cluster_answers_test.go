@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -203,5 +204,37 @@ func TestCluster_Detach_NodeGone_NoReattachElsewhere(t *testing.T) {
 	}
 	for _, a := range attaches(srv) {
 		t.Errorf("attach %+v sent", a)
+	}
+}
+
+// A Cluster dialled to one single server (its welcome names no node) has
+// no owner to wait for: a call that gives up says it waited for the
+// server, with the server's own reason (a failed store, say), not for
+// "the owner of conversation N".
+func TestCluster_SingleServer_SaysServer(t *testing.T) {
+	srv := newFakeServer(t)
+	srv.setHook(func(fc *fconn, m wire.Message) action {
+		if _, ok := m.(*wire.Enroll); ok {
+			srv.refusal = wire.Error{Code: wire.CodeUnavailable, Detail: "store failed: no space left on device"}
+			return refuse
+		}
+		return pass
+	})
+	c := dialClusterT(t, []string{srv.addr()}, fastClusterOpts)
+	if !c.SingleServer() {
+		t.Fatal("SingleServer() = false for one seed answering without a node")
+	}
+	ctx, cancel := context.WithTimeout(testCtx(t), 300*time.Millisecond)
+	defer cancel()
+	_, err := c.Enroll(ctx, 1)
+	if err == nil {
+		t.Fatal("Enroll succeeded against a server that refuses it")
+	}
+	msg := err.Error()
+	if !strings.Contains(msg, "waiting for the server at "+srv.addr()) || !strings.Contains(msg, "no space left on device") || strings.Contains(msg, "owner") {
+		t.Errorf("Enroll = %q, want it to name the server and its reason, not an owner", msg)
+	}
+	if errors.Is(err, client.ErrInDoubt) {
+		t.Errorf("Enroll = %v: every attempt was refused unavailable, nothing is in doubt", err)
 	}
 }

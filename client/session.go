@@ -34,13 +34,15 @@ type Welcome struct {
 	// be under the window before it is refused ErrTokenInvalid; zero
 	// when the server runs no window.
 	TokenSkew time.Duration
+	// Node is the cluster node's id; empty from a single server.
+	Node string
 }
 
 // welcomeOf returns what m announces.
 func welcomeOf(m *wire.Welcome) Welcome {
 	w := Welcome{
 		Server: m.Server, Incarnation: m.Incarnation, Connection: m.Connection,
-		MaxFrame: m.MaxFrame, MaxRecordBytes: m.MaxRecordBytes,
+		MaxFrame: m.MaxFrame, MaxRecordBytes: m.MaxRecordBytes, Node: m.Node,
 	}
 	if m.TokenWindow != nil {
 		w.TokenWindow = msDuration(*m.TokenWindow)

@@ -150,6 +150,10 @@ func (f *connFlags) dial(ctx context.Context, e *env, discard bool, mods ...func
 		},
 	}}
 	opts.OnWait = func(conv uint64, why error) {
+		if s.Cluster != nil && s.Cluster.SingleServer() {
+			fmt.Fprintf(e.stderr, "participantctl: waiting for the server at %s (%v)\n", f.addr, why)
+			return
+		}
 		fmt.Fprintf(e.stderr, "participantctl: waiting for the owner of conversation %d (%v)\n", conv, why)
 	}
 	for _, mod := range mods {
