@@ -382,13 +382,12 @@ func TestVerify_FlippedPayloadBit_NamesTheValue(t *testing.T) {
 			t.Fatal(err)
 		}
 		before := snapshot(t, dir)
-		_, errs, code := ctl(ctx, "", "verify", "--data", dir)
-		if code == 0 {
+		if _, _, code := ctl(ctx, "", "verify", "--data", dir); code == 0 {
 			continue // a stale copy in a freed page
 		}
 		caught++
 		for _, cmd := range []string{"verify", "inspect"} {
-			_, errs, code = ctl(ctx, "", cmd, "--data", dir)
+			_, errs, code := ctl(ctx, "", cmd, "--data", dir)
 			if code != 1 || !strings.Contains(errs, path) || !strings.Contains(errs, "streams/") || !strings.Contains(errs, "checksum") {
 				t.Errorf("flip at %d: %s = exit %d, %q; want 1 and the damaged stream entry named", at, cmd, code, errs)
 			}
