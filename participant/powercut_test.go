@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -279,9 +280,17 @@ func (p powerCutLoop) failedSyncs(t *testing.T, kinds ...faultfs.OpKind) {
 	for at := range total {
 		ffs := faultfs.New()
 		ffs.SetJournaled(at%2 == 1)
-		var failedOp faultfs.Op
-		done := false
+		// The rule runs on the store's goroutines (its flusher, its
+		// checkpointer) while the test reads what it did.
+		var (
+			mu       sync.Mutex
+			failedOp faultfs.Op
+			done     bool
+		)
+		isDone := func() bool { mu.Lock(); defer mu.Unlock(); return done }
 		ffs.SetRule(func(op faultfs.Op) faultfs.Action {
+			mu.Lock()
+			defer mu.Unlock()
 			if done || op.Index < at || !slices.Contains(kinds, op.Kind) {
 				return faultfs.None
 			}
@@ -292,12 +301,14 @@ func (p powerCutLoop) failedSyncs(t *testing.T, kinds ...faultfs.OpKind) {
 			return faultfs.FailSync
 		})
 		dir := t.TempDir()
-		log := faultedRunOf(t, ffs, dir, p.workload, func() bool { return done })
-		if !done {
+		log := faultedRunOf(t, ffs, dir, p.workload, isDone)
+		if !isDone() {
 			break // past the last sync: every later at is the clean run
 		}
 		failed++
+		mu.Lock()
 		pt := prefixed{t, failedOp}
+		mu.Unlock()
 		ffs.SetRule(nil)
 		if _, err := os.Stat(filepath.Join(dir, logfirst.DBFile)); err == nil {
 			// The restart without a reboot.
