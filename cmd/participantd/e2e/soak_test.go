@@ -145,10 +145,11 @@ func (s *soak) load(round, target, move int) []answered {
 					mu.Lock()
 					got = append(got, answered{tok, payload, told.Seq, ca.gen})
 					mu.Unlock()
-					switch count.Add(1) {
-					case int64(max(target/2, 1)):
+					n := count.Add(1)
+					if n == int64(max(target/2, 1)) {
 						close(half)
-					case int64(target):
+					}
+					if n == int64(target) {
 						close(full)
 					}
 				case <-a.closed:
