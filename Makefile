@@ -157,3 +157,19 @@ test-clients:
 	$(GO) build -o clients/typescript/.bin/ ./cmd/participantd ./cmd/etcd-dev ./cmd/participantctl
 	cd clients/typescript && npm ci --no-audit --no-fund && \
 		TS_PARTICIPANTD_BIN=$(CURDIR)/clients/typescript/.bin/participantd CHROMIUM=$(CHROMIUM) npm test
+
+# The release soak (docs/operations.md, Release soak): the participantd
+# binary SIGKILLed in SOAK_ROUNDS rounds of tells into one conversation
+# whose history grows past SOAK_ROWS rows, checkpoints and compaction
+# running all the time, receivers moving between connections; after every
+# restart each answered tell (the killed round's, SOAK_SAMPLE of the older
+# ones, and all of them after the last round) is retried with its token and
+# must answer its original seq, and every answered tell is delivered to each
+# receiver with its payload. About 15 minutes on 2 cores.
+.PHONY: soak
+SOAK_ROUNDS ?= 1000
+SOAK_ROWS ?= 100000
+SOAK_SAMPLE ?= 1000
+soak:
+	$(GO) test -count=1 -timeout 0 -run 'TestSoak_AnsweredSurviveKills$$' -v ./cmd/participantd/e2e \
+		-soak-rounds $(SOAK_ROUNDS) -soak-rows $(SOAK_ROWS) -soak-sample $(SOAK_SAMPLE)

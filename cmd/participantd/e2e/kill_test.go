@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -46,8 +47,29 @@ func buildBinary(t *testing.T, tags ...string) string {
 }
 
 // startProc runs the binary on dir and waits for /ready; env, NAME=value
-// settings, override the defaults below.
+// settings, override the defaults below. A port that FreeAddr found free
+// can be taken by another process before the binary binds it (the machine
+// is shared): the binary then exits, and startProc starts it again on new
+// ports, a few times.
 func startProc(t *testing.T, bin, dir string, env ...string) *proc {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		p, err := tryStartProc(t, bin, dir, env...)
+		if err == nil {
+			return p
+		}
+		p.cmd.Process.Kill()
+		p.cmd.Wait()
+		if attempt == 3 || !strings.Contains(p.stderr.String(), "address already in use") {
+			t.Fatalf("participantd: %v; stderr:\n%s", err, p.stderr)
+		}
+		t.Logf("participantd: a port was taken before it bound it; again on new ports: %s", p.stderr)
+	}
+}
+
+// tryStartProc is one attempt of startProc: the error is WaitReady's, and
+// the process may still run.
+func tryStartProc(t *testing.T, bin, dir string, env ...string) (*proc, error) {
 	t.Helper()
 	p := &proc{addr: daemontest.FreeAddr(t), health: daemontest.FreeAddr(t), stderr: new(bytes.Buffer)}
 	p.cmd = exec.Command(bin, "--data", dir, "--listen", p.addr, "--health-listen", p.health, "--log-level", "warn")
@@ -66,10 +88,7 @@ func startProc(t *testing.T, bin, dir string, env ...string) *proc {
 			p.cmd.Wait()
 		}
 	})
-	if err := daemontest.WaitReady(p.health, nil, waitFor); err != nil {
-		t.Fatalf("participantd: %v; stderr:\n%s", err, p.stderr)
-	}
-	return p
+	return p, daemontest.WaitReady(p.health, nil, waitFor)
 }
 
 func (p *proc) kill(t *testing.T) {
