@@ -29,13 +29,18 @@ type connFlags struct {
 	tlsInsecure   bool
 	timeout       time.Duration
 	creds         string // resolved by credsFlag
+	// addrFrom says where addr's default came from (PARTICIPANTCTL_ADDR,
+	// or the built-in default), for a dial error to name; fs tells whether
+	// --addr replaced it.
+	addrFrom string
+	fs       *flag.FlagSet
 }
 
 func addConnFlags(fs *flag.FlagSet, e *env) *connFlags {
-	f := &connFlags{}
+	f := &connFlags{fs: fs, addrFrom: "PARTICIPANTCTL_ADDR"}
 	addr := e.getenv("PARTICIPANTCTL_ADDR")
 	if addr == "" {
-		addr = defaultAddr
+		addr, f.addrFrom = defaultAddr, "the default address; set --addr or PARTICIPANTCTL_ADDR"
 	}
 	fs.StringVar(&f.addr, "addr", addr, "server address, or comma-separated addresses of cluster nodes; moved answers are followed (env PARTICIPANTCTL_ADDR)")
 	f.envAuthToken = e.getenv("PARTICIPANTCTL_AUTH_TOKEN")
@@ -161,6 +166,9 @@ func (f *connFlags) dial(ctx context.Context, e *env, discard bool, mods ...func
 	}
 	c, err := client.DialCluster(ctx, seeds, opts)
 	if err != nil {
+		if !fsHasFlag(f.fs, "addr") {
+			return nil, fmt.Errorf("%w (address %s from %s)", err, f.addr, f.addrFrom)
+		}
 		return nil, err
 	}
 	s.Cluster = c

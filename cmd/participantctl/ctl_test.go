@@ -355,3 +355,24 @@ func TestOnline_JSONResultsAndFlagsAfterArguments(t *testing.T) {
 		t.Errorf("tell MESSAGE --flags = %q", out)
 	}
 }
+
+// A dial error names where the address came from when --addr did not
+// give it: PARTICIPANTCTL_ADDR, or the default.
+func TestDial_ErrorNamesTheAddressSource(t *testing.T) {
+	ctx := testCtx(t)
+	creds := filepath.Join(t.TempDir(), "a.json")
+	run1 := func(vars map[string]string, args ...string) string {
+		var out, errb bytes.Buffer
+		ee := &env{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, getenv: func(k string) string { return vars[k] }}
+		if code := run(ctx, ee, args); code == 0 {
+			t.Fatalf("participantctl %v succeeded without a server", args)
+		}
+		return errb.String()
+	}
+	if got := run1(map[string]string{"PARTICIPANTCTL_ADDR": "bad"}, "enroll", "--conversation", "1", "--creds", creds); !strings.Contains(got, "from PARTICIPANTCTL_ADDR") {
+		t.Errorf("dial error with PARTICIPANTCTL_ADDR=bad = %q, want it to name the variable", got)
+	}
+	if got := run1(nil, "enroll", "--conversation", "1", "--creds", creds, "--addr", "127.0.0.1:1"); strings.Contains(got, "PARTICIPANTCTL_ADDR") {
+		t.Errorf("dial error with --addr = %q, want no mention of the variable", got)
+	}
+}
