@@ -334,7 +334,7 @@ func (c *Cluster) run(ctx context.Context, conv uint64, tok *Token, st *sendStat
 		}
 		return sleep(ctx, b.next(), c.ctx.Done())
 	}
-	ended := func() error { return c.ended(ctx, st.maybe, tok, conv, last) }
+	ended := func() error { return c.ended(ctx, st, tok, conv, last) }
 	for {
 		if addr == "" {
 			addr = c.nextSeed()
@@ -346,7 +346,7 @@ func (c *Cluster) run(ctx context.Context, conv uint64, tok *Token, st *sendStat
 		if err != nil {
 			var rej *RejectedError
 			if errors.As(err, &rej) && rej.Reason != "shutting_down" && rej.Reason != "overloaded" {
-				return inDoubtIf(st.maybe, tok, err)
+				return st.unknown(tok, err)
 			}
 			c.log.Debug().Err(err).Str("addr", addr).Msg("node unreachable; trying another")
 			why := fmt.Errorf("node %s unreachable: %w", addr, err)
@@ -374,7 +374,7 @@ func (c *Cluster) run(ctx context.Context, conv uint64, tok *Token, st *sendStat
 			return ended()
 		case errors.As(err, &e) && e.Code == CodeMoved:
 			if moved++; moved > MaxMoved {
-				return inDoubtIf(st.maybe, tok, fmt.Errorf("%w (followed %d times)", err, MaxMoved))
+				return st.unknown(tok, fmt.Errorf("%w (followed %d times)", err, MaxMoved))
 			}
 			from := addr
 			addr = e.Owner
@@ -412,45 +412,16 @@ func (c *Cluster) run(ctx context.Context, conv uint64, tok *Token, st *sendStat
 				return ended()
 			}
 		default:
-			return inDoubtIf(st.maybe, tok, err)
+			return st.unknown(tok, err)
 		}
 	}
-}
-
-// answered records the outcome err of one attempt of a Cluster's
-// operation (nil: success): the in_doubt *Error of a node's Client says
-// a request carrying the token may have been applied; a refusal the
-// server gives only after its token check (settles), or no_binding
-// (errRebind), that none was.
-func (st *sendState) answered(err error) {
-	if errors.Is(err, errRebind) {
-		st.maybe = false
-		return
-	}
-	e, ok := err.(*Error)
-	switch {
-	case !ok:
-	case e.Code == CodeInDoubt:
-		st.maybe = true
-	case settles(e.Code):
-		st.maybe = false
-	}
-}
-
-// inDoubtIf returns err, or, when a request carrying tok may have been
-// applied (maybe), an in_doubt *Error carrying tok that wraps err.
-func inDoubtIf(maybe bool, tok *Token, err error) error {
-	if !maybe || tok == nil {
-		return err
-	}
-	return &Error{Code: CodeInDoubt, Detail: "outcome unknown: " + err.Error(), Token: *tok, err: err}
 }
 
 // ended is the error of an operation on conversation conv whose ctx ended,
 // or whose Cluster closed, while it waited: ctx's error (or ErrClosed)
 // with last, why it was waiting; an in_doubt *Error carrying the token
-// when a token-bearing request may have been applied (maybe).
-func (c *Cluster) ended(ctx context.Context, maybe bool, tok *Token, conv uint64, last error) error {
+// when a token-bearing request may have been applied (st).
+func (c *Cluster) ended(ctx context.Context, st *sendState, tok *Token, conv uint64, last error) error {
 	err := ctx.Err()
 	if err == nil {
 		err = ErrClosed
@@ -461,7 +432,7 @@ func (c *Cluster) ended(ctx context.Context, maybe bool, tok *Token, conv uint64
 	case last != nil:
 		err = fmt.Errorf("%w (waiting for the owner of conversation %d: %v)", err, conv, last)
 	}
-	return inDoubtIf(maybe, tok, err)
+	return st.unknown(tok, err)
 }
 
 // latest returns the newest credential known for cred's participant: the

@@ -87,11 +87,11 @@ func (c *Client) do(ctx context.Context, tok *Token, retry bool, build func(s *s
 	for {
 		s, err := c.ready(ctx)
 		if err != nil {
-			return nil, nil, c.unknown(err, st.maybe, tok)
+			return nil, nil, st.unknown(tok, err)
 		}
 		m, err := build(s)
 		if err != nil {
-			return nil, nil, c.unknown(err, st.maybe, tok)
+			return nil, nil, st.unknown(tok, err)
 		}
 		ans, err := c.callOnWait(ctx, s, m, c.opts.BacklogWait, &st)
 		switch {
@@ -101,25 +101,15 @@ func (c *Client) do(ctx context.Context, tok *Token, retry bool, build func(s *s
 			}
 			continue
 		case err != nil:
-			return nil, nil, c.unknown(err, st.maybe, tok)
+			return nil, nil, st.unknown(tok, err)
 		}
 		if e, ok := ans.(*wire.Error); ok && st.maybe && tok != nil && !settles(e.Code) {
 			// "Not done by this send" (unavailable, moved, ...), after an
 			// earlier send that may have been applied: in doubt.
-			return nil, nil, c.unknown(fromWire(e), true, tok)
+			return nil, nil, st.unknown(tok, fromWire(e))
 		}
 		return ans, s, nil
 	}
-}
-
-// unknown turns the error that ended a call without an answer into the
-// caller's error: an in_doubt *Error when a token-bearing request may
-// have been applied (maybe), else err.
-func (c *Client) unknown(err error, maybe bool, tok *Token) error {
-	if !maybe || tok == nil {
-		return err
-	}
-	return &Error{Code: CodeInDoubt, Detail: "outcome unknown: " + err.Error(), Token: *tok, err: err}
 }
 
 // member returns the member for cred, creating it when register is set.
