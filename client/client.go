@@ -44,11 +44,8 @@ type Client struct {
 	readyCh chan struct{} // closed once cur is set
 	welcome Welcome
 	members map[key]*member
-	seen    map[key]uint64 // (conversation, recipient) -> highest seq delivered
-	// firsts is the highest first of a compacted notice handed on, per
-	// (conversation, recipient).
-	firsts map[key]uint64
-	closed bool
+	handed  handedOn // deliveries queued, to drop repeats
+	closed  bool
 
 	// intents is the attach in doubt of each participant: the Client's
 	// own, or its Cluster's, shared by all of the Cluster's Clients.
@@ -111,8 +108,7 @@ func dialClient(ctx context.Context, addr string, opts Options, in *intents, unb
 		readyCh: make(chan struct{}),
 		demand:  make(chan struct{}, 1),
 		members: make(map[key]*member),
-		seen:    make(map[key]uint64),
-		firsts:  make(map[key]uint64),
+		handed:  newHandedOn(),
 	}
 	c.queue.wake = make(chan struct{}, 1)
 	c.queue.slots = make(chan struct{}, opts.MaxQueuedDeliveries)

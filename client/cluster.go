@@ -118,8 +118,7 @@ type Cluster struct {
 	// its loss. following marks those a follower goroutine runs for.
 	follow    map[key]bool
 	following map[key]bool
-	seen      map[key]uint64 // (conversation, recipient) -> highest seq delivered
-	firsts    map[key]uint64 // (conversation, recipient) -> highest compacted first
+	handed    handedOn // deliveries forwarded, from every node, to drop repeats
 	// opLocks serialize, per participant, a follower's attach with the
 	// release of a Detach or Leave (opLock).
 	opLocks map[key]*sync.Mutex
@@ -159,8 +158,7 @@ func DialCluster(ctx context.Context, seeds []string, opts ClusterOptions) (*Clu
 		creds:     make(map[key]Credential),
 		follow:    make(map[key]bool),
 		following: make(map[key]bool),
-		seen:      make(map[key]uint64),
-		firsts:    make(map[key]uint64),
+		handed:    newHandedOn(),
 		opLocks:   make(map[key]*sync.Mutex),
 		intents:   newIntents(),
 		turn:      make(chan struct{}, 1),
@@ -280,21 +278,13 @@ func (c *Cluster) forward(cl *Client) {
 // and if so records it: its seq as the highest of its (conversation,
 // recipient), or for a compacted notice its first.
 func (c *Cluster) fresh(d Delivery) bool {
-	k := key{d.Conversation, d.Recipient}
+	n := d.Seq
+	if d.Kind == KindCompacted {
+		n = d.First
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if d.Kind == KindCompacted {
-		if d.First <= c.firsts[k] {
-			return false
-		}
-		c.firsts[k] = d.First
-		return true
-	}
-	if d.Seq <= c.seen[k] {
-		return false
-	}
-	c.seen[k] = d.Seq
-	return true
+	return c.handed.fresh(key{d.Conversation, d.Recipient}, d.Kind == KindCompacted, n)
 }
 
 // attempt is one try of an operation on the node at addr.
