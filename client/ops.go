@@ -276,28 +276,20 @@ func (c *Client) Tell(ctx context.Context, cred Credential, payload []byte, opts
 		payload = []byte{}
 	}
 	var sent Credential
-	var ans wire.Message
-	var s *session
-	var err error
-	for tries := 0; ; tries++ {
-		ans, s, err = c.do(ctx, &tok, true, func(s *session) (wire.Request, error) {
-			if limit := s.welcome.MaxRecordBytes; limit > 0 && uint64(len(payload)) > limit {
-				// Final: checked before sending, as the server would.
-				return nil, &Error{Code: CodeTooLarge, Limit: &limit,
-					Detail: fmt.Sprintf("payload of %d bytes exceeds max_record_bytes %d", len(payload), limit)}
-			}
-			cur, err := c.current(cred)
-			if err != nil {
-				return nil, err
-			}
-			sent = cur
-			return &wire.Tell{Conversation: cur.Conversation, Participant: cur.Participant,
-				Generation: cur.Generation, Token: tok, Payload: payload}, nil
-		})
-		if err != nil || tries == staleRetries || !c.staleByUs(ans, sent) {
-			break
+	ans, s, err := c.doCurrent(ctx, &tok, &sent, func(s *session) (wire.Request, error) {
+		if limit := s.welcome.MaxRecordBytes; limit > 0 && uint64(len(payload)) > limit {
+			// Final: checked before sending, as the server would.
+			return nil, &Error{Code: CodeTooLarge, Limit: &limit,
+				Detail: fmt.Sprintf("payload of %d bytes exceeds max_record_bytes %d", len(payload), limit)}
 		}
-	}
+		cur, err := c.current(cred)
+		if err != nil {
+			return nil, err
+		}
+		sent = cur
+		return &wire.Tell{Conversation: cur.Conversation, Participant: cur.Participant,
+			Generation: cur.Generation, Token: tok, Payload: payload}, nil
+	})
 	if err != nil {
 		return 0, err
 	}
@@ -314,6 +306,19 @@ func (c *Client) Tell(ctx context.Context, cred Credential, payload []byte, opts
 // staleRetries bounds how often a tell or ack refused stale_authority by
 // the client's own doing is sent again.
 const staleRetries = 3
+
+// doCurrent is do, with retry, for a request that presents the
+// participant's current credential, which build records in *sent: one
+// refused stale_authority by the client's own doing (staleByUs) is sent
+// again, at most staleRetries times.
+func (c *Client) doCurrent(ctx context.Context, tok *Token, sent *Credential, build func(s *session) (wire.Request, error)) (wire.Message, *session, error) {
+	for tries := 0; ; tries++ {
+		ans, s, err := c.do(ctx, tok, true, build)
+		if err != nil || tries == staleRetries || !c.staleByUs(ans, *sent) {
+			return ans, s, err
+		}
+	}
+}
 
 // staleByUs reports whether ans refuses a request that presented sent as
 // stale_authority while the client's own attach (a deferred
@@ -337,22 +342,15 @@ func (c *Client) staleByUs(ans wire.Message, sent Credential) bool {
 // ErrClosed or ctx's error.
 func (c *Client) Ack(ctx context.Context, cred Credential, through uint64) (cursor uint64, err error) {
 	var sent Credential
-	var ans wire.Message
-	var s *session
-	for tries := 0; ; tries++ {
-		ans, s, err = c.do(ctx, nil, true, func(*session) (wire.Request, error) {
-			cur, err := c.current(cred)
-			if err != nil {
-				return nil, err
-			}
-			sent = cur
-			return &wire.Ack{Conversation: cur.Conversation, Participant: cur.Participant,
-				Generation: cur.Generation, Through: through}, nil
-		})
-		if err != nil || tries == staleRetries || !c.staleByUs(ans, sent) {
-			break
+	ans, s, err := c.doCurrent(ctx, nil, &sent, func(*session) (wire.Request, error) {
+		cur, err := c.current(cred)
+		if err != nil {
+			return nil, err
 		}
-	}
+		sent = cur
+		return &wire.Ack{Conversation: cur.Conversation, Participant: cur.Participant,
+			Generation: cur.Generation, Through: through}, nil
+	})
 	if err != nil {
 		return 0, err
 	}
