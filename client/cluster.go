@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -125,16 +124,17 @@ type Cluster struct {
 	next    int // seed rotation
 	closed  bool
 
-	// single is set when the one seed answered as a single server (a
+	// single is set, by DialCluster before it returns the Cluster and
+	// never after, when the one seed answered as a single server (a
 	// welcome without node): there is no owner to wait for, only the
 	// server, and errors and OnWait say so.
-	single atomic.Bool
+	single bool
 }
 
 // SingleServer reports whether the Cluster was dialled to one address
 // that answered as a single server, not a cluster node: a conversation
 // has no owner to move to, so waiting for it is waiting for the server.
-func (c *Cluster) SingleServer() bool { return c.single.Load() }
+func (c *Cluster) SingleServer() bool { return c.single }
 
 // DialCluster connects to the first seed that answers and returns a
 // Cluster that connects to other nodes as moved answers name them. Seeds
@@ -167,7 +167,7 @@ func DialCluster(ctx context.Context, seeds []string, opts ClusterOptions) (*Clu
 	var first error
 	for range seeds {
 		if cl, err := c.clientFor(ctx, c.nextSeed()); err == nil {
-			c.single.Store(len(seeds) == 1 && cl.Welcome().Node == "")
+			c.single = len(seeds) == 1 && cl.Welcome().Node == ""
 			return c, nil
 		} else if first == nil {
 			first = err
@@ -417,7 +417,7 @@ func (c *Cluster) ended(ctx context.Context, st *sendState, tok *Token, conv uin
 		err = ErrClosed
 	}
 	switch {
-	case last != nil && c.single.Load():
+	case last != nil && c.single:
 		err = fmt.Errorf("%w (waiting for the server at %s: %v)", err, c.seeds[0], last)
 	case last != nil:
 		err = fmt.Errorf("%w (waiting for the owner of conversation %d: %v)", err, conv, last)
