@@ -83,11 +83,7 @@ func (l *lostLog) all() []error {
 func TestClient_Detach_AnswerLost_NoReattach(t *testing.T) {
 	ctx := testCtx(t)
 	srv := newFakeServer(t)
-	c := dialT(t, srv, client.Options{})
-	cred, err := c.Enroll(ctx, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, cred := enrollT(ctx, t, srv)
 	srv.setHook(onFirst[*wire.Detach](commitThenDrop))
 	if _, err := c.Detach(ctx, cred); err != nil {
 		t.Fatalf("Detach = %v, want the replay of the committed detach", err)
@@ -105,11 +101,7 @@ func TestClient_Detach_AnswerLost_NoReattach(t *testing.T) {
 func TestClient_Detach_LostBeforeCommit_NoBinding(t *testing.T) {
 	ctx := testCtx(t)
 	srv := newFakeServer(t)
-	c := dialT(t, srv, client.Options{})
-	cred, err := c.Enroll(ctx, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, cred := enrollT(ctx, t, srv)
 	srv.setHook(onFirst[*wire.Detach](dropBefore))
 	if _, err := c.Detach(ctx, cred); !errors.Is(err, client.ErrNoBinding) || errors.Is(err, client.ErrInDoubt) {
 		t.Fatalf("Detach = %v, want no_binding", err)
@@ -155,11 +147,7 @@ func TestClient_Leave_AnswerLost_NotLost(t *testing.T) {
 func TestClient_Ack_BelowCursor_IsAcked(t *testing.T) {
 	ctx := testCtx(t)
 	srv := newFakeServer(t)
-	c := dialT(t, srv, client.Options{})
-	cred, err := c.Enroll(ctx, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, cred := enrollT(ctx, t, srv)
 	if cur, err := c.Ack(ctx, cred, 5); err != nil || cur != 5 {
 		t.Fatalf("Ack(5) = %d, %v", cur, err)
 	}
