@@ -173,7 +173,7 @@ class Doubt {
 // Refusals given before the server looks the token up, or that cannot
 // tell whether an earlier send of it committed: they prove this send was
 // not applied, nothing about earlier ones.
-const SAY_NOTHING_OF_EARLIER = new Set(["moved", "unavailable", "shutting_down", "token_expired", "in_doubt"]);
+const SAY_NOTHING_OF_EARLIER = new Set(["moved", "unavailable", "shutting_down", "token_expired"]);
 
 // Op is what run needs of a call to tell the caller the truth when it
 // gives up: the token its requests carry and what their answers showed.
