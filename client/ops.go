@@ -87,11 +87,11 @@ func (c *Client) do(ctx context.Context, tok *Token, retry bool, build func(s *s
 	for {
 		s, err := c.ready(ctx)
 		if err != nil {
-			return nil, nil, c.unknown(err, st.maybe, tok)
+			return nil, nil, st.unknown(tok, err)
 		}
 		m, err := build(s)
 		if err != nil {
-			return nil, nil, c.unknown(err, st.maybe, tok)
+			return nil, nil, st.unknown(tok, err)
 		}
 		ans, err := c.callOnWait(ctx, s, m, c.opts.BacklogWait, &st)
 		switch {
@@ -101,25 +101,15 @@ func (c *Client) do(ctx context.Context, tok *Token, retry bool, build func(s *s
 			}
 			continue
 		case err != nil:
-			return nil, nil, c.unknown(err, st.maybe, tok)
+			return nil, nil, st.unknown(tok, err)
 		}
 		if e, ok := ans.(*wire.Error); ok && st.maybe && tok != nil && !settles(e.Code) {
 			// "Not done by this send" (unavailable, moved, ...), after an
 			// earlier send that may have been applied: in doubt.
-			return nil, nil, c.unknown(fromWire(e), true, tok)
+			return nil, nil, st.unknown(tok, fromWire(e))
 		}
 		return ans, s, nil
 	}
-}
-
-// unknown turns the error that ended a call without an answer into the
-// caller's error: an in_doubt *Error when a token-bearing request may
-// have been applied (maybe), else err.
-func (c *Client) unknown(err error, maybe bool, tok *Token) error {
-	if !maybe || tok == nil {
-		return err
-	}
-	return &Error{Code: CodeInDoubt, Detail: "outcome unknown: " + err.Error(), Token: *tok, err: err}
 }
 
 // member returns the member for cred, creating it when register is set.
@@ -286,28 +276,20 @@ func (c *Client) Tell(ctx context.Context, cred Credential, payload []byte, opts
 		payload = []byte{}
 	}
 	var sent Credential
-	var ans wire.Message
-	var s *session
-	var err error
-	for tries := 0; ; tries++ {
-		ans, s, err = c.do(ctx, &tok, true, func(s *session) (wire.Request, error) {
-			if limit := s.welcome.MaxRecordBytes; limit > 0 && uint64(len(payload)) > limit {
-				// Final: checked before sending, as the server would.
-				return nil, &Error{Code: CodeTooLarge, Limit: &limit,
-					Detail: fmt.Sprintf("payload of %d bytes exceeds max_record_bytes %d", len(payload), limit)}
-			}
-			cur, err := c.current(cred)
-			if err != nil {
-				return nil, err
-			}
-			sent = cur
-			return &wire.Tell{Conversation: cur.Conversation, Participant: cur.Participant,
-				Generation: cur.Generation, Token: tok, Payload: payload}, nil
-		})
-		if err != nil || tries == staleRetries || !c.staleByUs(ans, sent) {
-			break
+	ans, s, err := c.doCurrent(ctx, &tok, &sent, func(s *session) (wire.Request, error) {
+		if limit := s.welcome.MaxRecordBytes; limit > 0 && uint64(len(payload)) > limit {
+			// Final: checked before sending, as the server would.
+			return nil, &Error{Code: CodeTooLarge, Limit: &limit,
+				Detail: fmt.Sprintf("payload of %d bytes exceeds max_record_bytes %d", len(payload), limit)}
 		}
-	}
+		cur, err := c.current(cred)
+		if err != nil {
+			return nil, err
+		}
+		sent = cur
+		return &wire.Tell{Conversation: cur.Conversation, Participant: cur.Participant,
+			Generation: cur.Generation, Token: tok, Payload: payload}, nil
+	})
 	if err != nil {
 		return 0, err
 	}
@@ -324,6 +306,19 @@ func (c *Client) Tell(ctx context.Context, cred Credential, payload []byte, opts
 // staleRetries bounds how often a tell or ack refused stale_authority by
 // the client's own doing is sent again.
 const staleRetries = 3
+
+// doCurrent is do, with retry, for a request that presents the
+// participant's current credential, which build records in *sent: one
+// refused stale_authority by the client's own doing (staleByUs) is sent
+// again, at most staleRetries times.
+func (c *Client) doCurrent(ctx context.Context, tok *Token, sent *Credential, build func(s *session) (wire.Request, error)) (wire.Message, *session, error) {
+	for tries := 0; ; tries++ {
+		ans, s, err := c.do(ctx, tok, true, build)
+		if err != nil || tries == staleRetries || !c.staleByUs(ans, *sent) {
+			return ans, s, err
+		}
+	}
+}
 
 // staleByUs reports whether ans refuses a request that presented sent as
 // stale_authority while the client's own attach (a deferred
@@ -347,22 +342,15 @@ func (c *Client) staleByUs(ans wire.Message, sent Credential) bool {
 // ErrClosed or ctx's error.
 func (c *Client) Ack(ctx context.Context, cred Credential, through uint64) (cursor uint64, err error) {
 	var sent Credential
-	var ans wire.Message
-	var s *session
-	for tries := 0; ; tries++ {
-		ans, s, err = c.do(ctx, nil, true, func(*session) (wire.Request, error) {
-			cur, err := c.current(cred)
-			if err != nil {
-				return nil, err
-			}
-			sent = cur
-			return &wire.Ack{Conversation: cur.Conversation, Participant: cur.Participant,
-				Generation: cur.Generation, Through: through}, nil
-		})
-		if err != nil || tries == staleRetries || !c.staleByUs(ans, sent) {
-			break
+	ans, s, err := c.doCurrent(ctx, nil, &sent, func(*session) (wire.Request, error) {
+		cur, err := c.current(cred)
+		if err != nil {
+			return nil, err
 		}
-	}
+		sent = cur
+		return &wire.Ack{Conversation: cur.Conversation, Participant: cur.Participant,
+			Generation: cur.Generation, Through: through}, nil
+	})
 	if err != nil {
 		return 0, err
 	}

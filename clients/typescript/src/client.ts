@@ -173,7 +173,7 @@ class Doubt {
 // Refusals given before the server looks the token up, or that cannot
 // tell whether an earlier send of it committed: they prove this send was
 // not applied, nothing about earlier ones.
-const SAY_NOTHING_OF_EARLIER = new Set(["moved", "unavailable", "shutting_down", "token_expired", "in_doubt"]);
+const SAY_NOTHING_OF_EARLIER = new Set(["moved", "unavailable", "shutting_down", "token_expired"]);
 
 // Op is what run needs of a call to tell the caller the truth when it
 // gives up: the token its requests carry and what their answers showed.
@@ -445,9 +445,7 @@ export class Client {
     const token = co.token ?? newToken();
     const d = new Doubt();
     const k = key(cred.conversation, cred.participant);
-    const m0 = this.members.get(k);
-    const wanted = m0?.wantBound ?? false;
-    if (m0) m0.wantBound = false;
+    const r = this.release(k, false);
     try {
       return await this.run(cred.conversation, co.signal, op(token, d), async (s, sig) => {
         const m = this.members.get(k);
@@ -455,7 +453,7 @@ export class Client {
         if (m.lost) throw m.lost;
         if (d.sends === 0 && (m.boundOn !== s || !s.alive)) {
           // Not sent yet: bind it where the detach goes, as asked before.
-          if (!wanted) throw new NoBindingError("no_binding", "the participant was detached: attach it first");
+          if (!r.wanted) throw new NoBindingError("no_binding", "the participant was detached: attach it first");
           await this.attachOn(s, m, sig);
         }
         const c = m.cred;
@@ -468,8 +466,7 @@ export class Client {
       // Nothing applied, and the binding may still be there: follow it
       // again. A no_binding says it is not: the participant stays
       // unbound, as the application asked.
-      const m = this.members.get(k);
-      if (m && m === m0 && wanted && !d.maybe && !m.lost && !(e instanceof NoBindingError)) m.wantBound = true;
+      r.undo(d, e instanceof NoBindingError);
       throw e;
     }
   }
@@ -486,12 +483,7 @@ export class Client {
     const token = co.token ?? newToken();
     const d = new Doubt();
     const k = key(cred.conversation, cred.participant);
-    const m0 = this.members.get(k);
-    const wanted = m0?.wantBound ?? false;
-    if (m0) {
-      m0.wantBound = false;
-      m0.leaving = true;
-    }
+    const r = this.release(k, true);
     const leaveOn = async (s: Session, sig: AbortSignal | undefined, m: Member | undefined): Promise<number> => {
       if (m && m.intent !== null && d.sends === 0) {
         // An attach whose outcome is unknown may have minted the
@@ -509,11 +501,7 @@ export class Client {
         return m ? this.turn(m, () => leaveOn(s, sig, m), sig) : leaveOn(s, sig, undefined);
       });
     } catch (e) {
-      const m = this.members.get(k);
-      if (m && m === m0 && !d.maybe) {
-        m.leaving = false;
-        if (wanted && !m.lost) m.wantBound = true;
-      }
+      r.undo(d, false);
       throw e;
     }
   }
@@ -650,6 +638,31 @@ export class Client {
         throw e;
       }
     }
+  }
+
+  // release stops the client from binding k's member on its own, for a
+  // detach or (leaving) a leave about to be sent: no automatic re-attach,
+  // and, leaving, no onLost for its refusals. wanted is whether the
+  // member was bound on purpose before. undo, for the call's failure,
+  // puts that back when no request of it may have been applied (d) and
+  // the member is still the one released: no longer leaving, and
+  // followed again unless lost or stayUnbound.
+  private release(k: string, leaving: boolean): { wanted: boolean; undo(d: Doubt, stayUnbound: boolean): void } {
+    const m0 = this.members.get(k);
+    const wanted = m0?.wantBound ?? false;
+    if (m0) {
+      m0.wantBound = false;
+      if (leaving) m0.leaving = true;
+    }
+    return {
+      wanted,
+      undo: (d, stayUnbound) => {
+        const m = this.members.get(k);
+        if (!m || m !== m0 || d.maybe) return;
+        if (leaving) m.leaving = false;
+        if (wanted && !m.lost && !stayUnbound) m.wantBound = true;
+      },
+    };
   }
 
   // gaveUp is what a call that stops retrying throws: an InDoubtError
