@@ -612,13 +612,15 @@ func (st *sendState) unknown(tok *Token, err error) error {
 // server's token check (docs/PROTOCOL.md, Order of checks) and so proves
 // that the request's token was not committed. moved, unavailable,
 // shutting_down, invite_*, token_expired, token_invalid and retired (a
-// deleted conversation refuses a committed token's replay too) do not.
+// deleted conversation refuses a committed token's replay too) do not,
+// nor does receipt_expired, which is given only for a token that did
+// commit (its answer's secret is no longer replayed).
 func settles(code wire.Code) bool {
 	switch code {
 	case wire.CodeUnknownParticipant, wire.CodeStaleAuthority, wire.CodeNoBinding,
 		wire.CodeBindingOccupied, wire.CodeTokenConflict, wire.CodeTooLarge,
 		wire.CodeCapacityExceeded, wire.CodeBacklogFull, wire.CodeRateLimited,
-		wire.CodeReceiptExpired, wire.CodeAckGap, wire.CodeAckRegression:
+		wire.CodeAckGap, wire.CodeAckRegression:
 		return true
 	}
 	return false

@@ -226,3 +226,27 @@ func TestCluster_SingleServer_SaysServer(t *testing.T) {
 		t.Errorf("Enroll = %v: every attempt was refused unavailable, nothing is in doubt", err)
 	}
 }
+
+// receipt_expired is given only for a token that committed (its answer's
+// secret is no longer replayed): a retry that meets it after a lost answer
+// must not be reported as a refusal that applied nothing.
+func TestCluster_ReceiptExpiredAfterALostAnswer_IsInDoubt(t *testing.T) {
+	srv := newFakeServer(t)
+	first := true
+	srv.setHook(func(fc *fconn, m wire.Message) action {
+		if _, ok := m.(*wire.Enroll); !ok {
+			return pass
+		}
+		if first {
+			first = false
+			return commitThenDrop
+		}
+		srv.refusal = wire.Error{Code: wire.CodeReceiptExpired, Detail: "scripted: deadline"}
+		return refuse
+	})
+	c := dialClusterT(t, []string{srv.addr()}, fastClusterOpts)
+	_, err := c.Enroll(testCtx(t), 1)
+	if !errors.Is(err, client.ErrInDoubt) {
+		t.Fatalf("Enroll whose retry met receipt_expired = %v, want in_doubt: the enroll committed", err)
+	}
+}
