@@ -144,11 +144,12 @@ export interface CallOptions {
 // maybe is set once a request carrying the token was handed to a
 // connection, and stays set until an answer proves the token was not
 // committed: a refusal the server gives only after its token check
-// (PROTOCOL.md, Order of checks). A lost answer, in_doubt, and the
-// refusals that say nothing of earlier sends (moved, unavailable,
-// shutting_down, token_expired) leave it as it was; a success leaves it
-// set, the operation having happened.
-class Doubt {
+// (PROTOCOL.md, Order of checks; SETTLES). A lost answer, in_doubt, and
+// every other refusal (moved, unavailable, shutting_down, token_expired,
+// token_invalid, invite_*, retired, receipt_expired, a code this client
+// does not know) leave it as it was; a success leaves it set, the
+// operation having happened.
+export class Doubt {
   maybe = false;
   /** How many requests carrying the token were handed to a connection. */
   sends = 0;
@@ -165,15 +166,21 @@ class Doubt {
   answered(before: boolean, a: Answer): void {
     if (a.t !== "error") return;
     if (a.code === "in_doubt") this.maybe = true;
-    else if (SAY_NOTHING_OF_EARLIER.has(a.code)) this.maybe = before;
-    else this.maybe = false;
+    else if (SETTLES.has(a.code)) this.maybe = false;
+    else this.maybe = before;
   }
 }
 
-// Refusals given before the server looks the token up, or that cannot
-// tell whether an earlier send of it committed: they prove this send was
-// not applied, nothing about earlier ones.
-const SAY_NOTHING_OF_EARLIER = new Set(["moved", "unavailable", "shutting_down", "token_expired"]);
+// The refusals the server gives only after its token check found the
+// token not committed (PROTOCOL.md, Order of checks), the Go client's
+// settles. Every other refusal proves this send was not applied and
+// nothing about earlier ones: those given before the token check, retired
+// (a deleted conversation refuses a committed token's replay too), and
+// receipt_expired (given only for a token that did commit).
+const SETTLES = new Set([
+  "unknown_participant", "stale_authority", "no_binding", "binding_occupied", "token_conflict", "too_large",
+  "capacity_exceeded", "backlog_full", "rate_limited", "ack_gap", "ack_regression",
+]);
 
 // Op is what run needs of a call to tell the caller the truth when it
 // gives up: the token its requests carry and what their answers showed.
