@@ -91,31 +91,16 @@ func newAuthGuard(reg prometheus.Registerer) *authGuard {
 	return g
 }
 
-// principalOf is the guard's key of a remote address: the IP, an IPv6 /64.
-// An address that is not an IP (a pipe in tests) is the zero key, one
+// principalOf is the guard's key of a remote address: its peerLimits key
+// at the default prefixes (the IP, an IPv6 /64), loopback included. An
+// address that is not TCP (a pipe in tests) is the zero key, one
 // principal for all of them.
 func principalOf(addr net.Addr) netip.Prefix {
-	var ip netip.Addr
-	switch a := addr.(type) {
-	case *net.TCPAddr:
-		ip, _ = netip.AddrFromSlice(a.IP)
-	default:
-		if addr != nil {
-			if ap, err := netip.ParseAddrPort(addr.String()); err == nil {
-				ip = ap.Addr()
-			}
-		}
-	}
-	if !ip.IsValid() {
+	ip, ok := tcpIP(addr)
+	if !ok {
 		return netip.Prefix{}
 	}
-	ip = ip.Unmap()
-	bits := 32
-	if ip.Is6() {
-		bits = 64
-	}
-	p, _ := ip.Prefix(bits)
-	return p
+	return ipPrefix(ip, DefaultIPv4Prefix, DefaultIPv6Prefix)
 }
 
 // admit reports whether principal may present a token at now, and if not,
