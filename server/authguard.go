@@ -51,9 +51,7 @@ const (
 // authGuard slows the guessing of a token per principal
 // (AuthFailureBurst, AuthFailureInterval) and counts the failures.
 type authGuard struct {
-	limit    rate.Limit // +checklocksignore: read-only
-	burst    int        // +checklocksignore: read-only
-	max      int        // +checklocksignore: read-only (tests lower it before use)
+	max      int // +checklocksignore: read-only (tests lower it before use)
 	failures *prometheus.CounterVec
 
 	// mu guards fails, overflow and swept.
@@ -72,16 +70,14 @@ type authGuard struct {
 
 func newAuthGuard(reg prometheus.Registerer) *authGuard {
 	g := &authGuard{
-		limit: rate.Every(AuthFailureInterval),
-		burst: AuthFailureBurst,
-		max:   authGuardPrincipals,
+		max: authGuardPrincipals,
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: MetricAuthFailures,
 			Help: "Refused auth and admin token attempts, by listener (wire, ws, admin) and cause (wrong_token: compared and wrong or missing; throttled: refused uncompared, the peer address being over its allowance of failures).",
 		}, []string{"listener", "cause"}),
 		fails: make(map[netip.Prefix]*rate.Limiter),
 	}
-	g.overflow = rate.NewLimiter(g.limit, g.burst)
+	g.overflow = newAuthLimiter()
 	for _, l := range []string{"wire", "ws", "admin"} {
 		for _, c := range []string{authWrongToken, authThrottled} {
 			g.failures.WithLabelValues(l, c)
@@ -89,6 +85,11 @@ func newAuthGuard(reg prometheus.Registerer) *authGuard {
 	}
 	reg.MustRegister(g.failures)
 	return g
+}
+
+// newAuthLimiter returns a principal's full allowance of failures.
+func newAuthLimiter() *rate.Limiter {
+	return rate.NewLimiter(rate.Every(AuthFailureInterval), AuthFailureBurst)
 }
 
 // principalOf is the guard's key of a remote address: its peerLimits key
@@ -111,7 +112,7 @@ func (g *authGuard) admit(principal netip.Prefix, listener string, now time.Time
 	var wait time.Duration
 	if lim != nil {
 		if tokens := lim.TokensAt(now); tokens < 1 {
-			wait = time.Duration((1 - tokens) / float64(g.limit) * float64(time.Second))
+			wait = time.Duration((1 - tokens) * float64(AuthFailureInterval))
 		}
 	}
 	g.mu.Unlock()
@@ -147,7 +148,7 @@ func (g *authGuard) limiterLocked(principal netip.Prefix, now time.Time, create 
 	if len(g.fails) >= g.max && now.Sub(g.swept) >= AuthFailureInterval {
 		g.swept = now
 		for p, lim := range g.fails {
-			if lim.TokensAt(now) >= float64(g.burst) {
+			if lim.TokensAt(now) >= AuthFailureBurst {
 				delete(g.fails, p)
 			}
 		}
@@ -155,7 +156,7 @@ func (g *authGuard) limiterLocked(principal netip.Prefix, now time.Time, create 
 	if len(g.fails) >= g.max {
 		return g.overflow
 	}
-	lim := rate.NewLimiter(g.limit, g.burst)
+	lim := newAuthLimiter()
 	g.fails[principal] = lim
 	return lim
 }
