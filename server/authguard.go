@@ -170,9 +170,9 @@ func (s *Server) checkAuth(addr net.Addr, ws bool, auth *string) (wire.Reason, s
 	if want == "" {
 		return "", ""
 	}
-	listener := transportLabel(ws)
-	if listener == "tcp" {
-		listener = "wire"
+	listener := "wire"
+	if ws {
+		listener = "ws"
 	}
 	principal, now := principalOf(addr), time.Now()
 	if ok, wait := s.auth.admit(principal, listener, now); !ok {
