@@ -51,9 +51,7 @@ const (
 // authGuard slows the guessing of a token per principal
 // (AuthFailureBurst, AuthFailureInterval) and counts the failures.
 type authGuard struct {
-	limit    rate.Limit // +checklocksignore: read-only
-	burst    int        // +checklocksignore: read-only
-	max      int        // +checklocksignore: read-only (tests lower it before use)
+	max      int // +checklocksignore: read-only (tests lower it before use)
 	failures *prometheus.CounterVec
 
 	// mu guards fails, overflow and swept.
@@ -72,16 +70,14 @@ type authGuard struct {
 
 func newAuthGuard(reg prometheus.Registerer) *authGuard {
 	g := &authGuard{
-		limit: rate.Every(AuthFailureInterval),
-		burst: AuthFailureBurst,
-		max:   authGuardPrincipals,
+		max: authGuardPrincipals,
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: MetricAuthFailures,
 			Help: "Refused auth and admin token attempts, by listener (wire, ws, admin) and cause (wrong_token: compared and wrong or missing; throttled: refused uncompared, the peer address being over its allowance of failures).",
 		}, []string{"listener", "cause"}),
 		fails: make(map[netip.Prefix]*rate.Limiter),
 	}
-	g.overflow = rate.NewLimiter(g.limit, g.burst)
+	g.overflow = newAuthLimiter()
 	for _, l := range []string{"wire", "ws", "admin"} {
 		for _, c := range []string{authWrongToken, authThrottled} {
 			g.failures.WithLabelValues(l, c)
@@ -91,31 +87,21 @@ func newAuthGuard(reg prometheus.Registerer) *authGuard {
 	return g
 }
 
-// principalOf is the guard's key of a remote address: the IP, an IPv6 /64.
-// An address that is not an IP (a pipe in tests) is the zero key, one
+// newAuthLimiter returns a principal's full allowance of failures.
+func newAuthLimiter() *rate.Limiter {
+	return rate.NewLimiter(rate.Every(AuthFailureInterval), AuthFailureBurst)
+}
+
+// principalOf is the guard's key of a remote address: its peerLimits key
+// at the default prefixes (the IP, an IPv6 /64), loopback included. An
+// address that is not TCP (a pipe in tests) is the zero key, one
 // principal for all of them.
 func principalOf(addr net.Addr) netip.Prefix {
-	var ip netip.Addr
-	switch a := addr.(type) {
-	case *net.TCPAddr:
-		ip, _ = netip.AddrFromSlice(a.IP)
-	default:
-		if addr != nil {
-			if ap, err := netip.ParseAddrPort(addr.String()); err == nil {
-				ip = ap.Addr()
-			}
-		}
-	}
-	if !ip.IsValid() {
+	ip, ok := tcpIP(addr)
+	if !ok {
 		return netip.Prefix{}
 	}
-	ip = ip.Unmap()
-	bits := 32
-	if ip.Is6() {
-		bits = 64
-	}
-	p, _ := ip.Prefix(bits)
-	return p
+	return ipPrefix(ip, DefaultIPv4Prefix, DefaultIPv6Prefix)
 }
 
 // admit reports whether principal may present a token at now, and if not,
@@ -126,7 +112,7 @@ func (g *authGuard) admit(principal netip.Prefix, listener string, now time.Time
 	var wait time.Duration
 	if lim != nil {
 		if tokens := lim.TokensAt(now); tokens < 1 {
-			wait = time.Duration((1 - tokens) / float64(g.limit) * float64(time.Second))
+			wait = time.Duration((1 - tokens) * float64(AuthFailureInterval))
 		}
 	}
 	g.mu.Unlock()
@@ -162,7 +148,7 @@ func (g *authGuard) limiterLocked(principal netip.Prefix, now time.Time, create 
 	if len(g.fails) >= g.max && now.Sub(g.swept) >= AuthFailureInterval {
 		g.swept = now
 		for p, lim := range g.fails {
-			if lim.TokensAt(now) >= float64(g.burst) {
+			if lim.TokensAt(now) >= AuthFailureBurst {
 				delete(g.fails, p)
 			}
 		}
@@ -170,7 +156,7 @@ func (g *authGuard) limiterLocked(principal netip.Prefix, now time.Time, create 
 	if len(g.fails) >= g.max {
 		return g.overflow
 	}
-	lim := rate.NewLimiter(g.limit, g.burst)
+	lim := newAuthLimiter()
 	g.fails[principal] = lim
 	return lim
 }
@@ -184,9 +170,9 @@ func (s *Server) checkAuth(addr net.Addr, ws bool, auth *string) (wire.Reason, s
 	if want == "" {
 		return "", ""
 	}
-	listener := transportLabel(ws)
-	if listener == "tcp" {
-		listener = "wire"
+	listener := "wire"
+	if ws {
+		listener = "ws"
 	}
 	principal, now := principalOf(addr), time.Now()
 	if ok, wait := s.auth.admit(principal, listener, now); !ok {
