@@ -126,7 +126,7 @@ const adminLogInterval = time.Second
 // then the guard, as it is with AdminRemote.
 func (s *Server) requireAdmin(w http.ResponseWriter, r *http.Request) bool {
 	peer := remoteAddr(r)
-	principal, now := principalOf(peer), time.Now()
+	principal, now := s.auth.principal(peer), time.Now()
 	if !s.cfg.AdminRemote && !isLoopback(peer) {
 		s.refuseAdmin(w, r, now, http.StatusForbidden, "the admin endpoints answer loopback peers only (admin-remote)",
 			"the admin endpoints answer loopback peers only without --admin-remote", nil)

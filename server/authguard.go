@@ -53,6 +53,8 @@ const (
 type authGuard struct {
 	max      int // +checklocksignore: read-only (tests lower it before use)
 	failures *prometheus.CounterVec
+	// v4 and v6 are the prefix lengths of one principal.
+	v4, v6 int
 
 	// mu guards fails, overflow and swept.
 	mu sync.Mutex
@@ -68,9 +70,15 @@ type authGuard struct {
 	swept time.Time
 }
 
-func newAuthGuard(reg prometheus.Registerer) *authGuard {
+// newAuthGuard returns a guard whose principals are the addresses of one
+// /v4 or /v6 prefix, the peers of --ipv4-prefix and --ipv6-prefix, so that
+// the prefixes that make one peer for the shares and the per-address
+// limits make one guesser too.
+func newAuthGuard(reg prometheus.Registerer, v4, v6 int) *authGuard {
 	g := &authGuard{
 		max: authGuardPrincipals,
+		v4:  v4,
+		v6:  v6,
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: MetricAuthFailures,
 			Help: "Refused auth and admin token attempts, by listener (wire, ws, admin) and cause (wrong_token: compared and wrong or missing; throttled: refused uncompared, the peer address being over its allowance of failures).",
@@ -92,16 +100,15 @@ func newAuthLimiter() *rate.Limiter {
 	return rate.NewLimiter(rate.Every(AuthFailureInterval), AuthFailureBurst)
 }
 
-// principalOf is the guard's key of a remote address: its peerLimits key
-// at the default prefixes (the IP, an IPv6 /64), loopback included. An
-// address that is not TCP (a pipe in tests) is the zero key, one
-// principal for all of them.
-func principalOf(addr net.Addr) netip.Prefix {
+// principal is the guard's key of a remote address: its peerLimits key
+// (its /v4 or /v6 prefix), loopback included. An address that is not TCP
+// (a pipe in tests) is the zero key, one principal for all of them.
+func (g *authGuard) principal(addr net.Addr) netip.Prefix {
 	ip, ok := tcpIP(addr)
 	if !ok {
 		return netip.Prefix{}
 	}
-	return ipPrefix(ip, DefaultIPv4Prefix, DefaultIPv6Prefix)
+	return ipPrefix(ip, g.v4, g.v6)
 }
 
 // admit reports whether principal may present a token at now, and if not,
@@ -174,7 +181,7 @@ func (s *Server) checkAuth(addr net.Addr, ws bool, auth *string) (wire.Reason, s
 	if ws {
 		listener = "ws"
 	}
-	principal, now := principalOf(addr), time.Now()
+	principal, now := s.auth.principal(addr), time.Now()
 	if ok, wait := s.auth.admit(principal, listener, now); !ok {
 		return wire.ReasonAuthFailed, fmt.Sprintf("too many wrong auth tokens from this address: try again in %v", wait.Round(time.Second))
 	}

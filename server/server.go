@@ -193,7 +193,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.opCtx, s.opCancel = context.WithCancel(context.Background())
 	s.metrics = newMetrics(s)
-	s.auth = newAuthGuard(s.metrics.reg)
+	s.auth = newAuthGuard(s.metrics.reg, s.peers.v4, s.peers.v6)
 	return s, nil
 }
 
