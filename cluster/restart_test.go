@@ -8,7 +8,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"github.com/participantd/participantd/cluster"
 )
@@ -52,11 +51,7 @@ func TestNode_RestartAfterCompactionWaitsWithoutSpinning(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	cli, err := clientv3.New(clientv3.Config{Endpoints: shared.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
+	cli := newClient(t)
 	leases := &countingLease{Lease: cli.Lease}
 	cli.Lease = leases
 	n, err := cluster.Start(ctx, cli, cluster.Options{NodeID: "a", Prefix: pfx, LeaseTTL: time.Second, StartWait: 30 * time.Second})
