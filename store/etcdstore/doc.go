@@ -31,7 +31,8 @@
 //   - Scan walks every key of the prefix (for offline tools), unless
 //     Options.ScanScope names the one scope of every name under the
 //     prefix asked: then it reads that scope's range of the prefix alone,
-//     so that a conversation's scan costs its own keys, not the data set's.
+//     values with keys, so that a conversation's scan costs its own keys,
+//     not the data set's.
 //
 // The Store is also a store.Compactor and a store.PageReader. Trim and
 // PutBytes stage like Append and CAS (visible at once, committed by the

@@ -793,16 +793,25 @@ func (s *Store) Scan(prefix string) ([]store.Value, error) {
 	}
 	s.mu.Unlock()
 	found := make(map[string]uint64)
+	// The walk lists keys only (the range holds every stream's entries)
+	// and reads each value; a range of one scope's values reads them with
+	// the range.
 	from, end := s.lay.prefix, clientv3.GetPrefixRangeEnd(s.lay.prefix)
+	keysOnly := true
 	if s.opts.ScanScope != nil {
 		if sc, ok := s.opts.ScanScope(prefix); ok && s.lay.scopeOf(prefix) == sc {
 			from = s.lay.valueKey(sc, prefix)
 			end = clientv3.GetPrefixRangeEnd(from)
+			keysOnly = false
 		}
 	}
 	for {
+		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(1024)}
+		if keysOnly {
+			opts = append(opts, clientv3.WithKeysOnly())
+		}
 		ctx, cancel := s.ctx()
-		resp, err := s.kv.Get(ctx, from, clientv3.WithRange(end), clientv3.WithKeysOnly(), clientv3.WithLimit(1024))
+		resp, err := s.kv.Get(ctx, from, opts...)
 		cancel()
 		if err != nil {
 			return nil, fmt.Errorf("etcdstore: scan: %w", err)
@@ -812,9 +821,13 @@ func (s *Store) Scan(prefix string) ([]store.Value, error) {
 			if !ok || !strings.HasPrefix(name, prefix) || s.lay.valueKey(s.lay.scopeOf(name), name) != string(kv.Key) {
 				continue
 			}
-			v, err := s.loadValue(s.lay.scopeOf(name), name, 0)
-			if err != nil {
-				return nil, err
+			var v uint64
+			if keysOnly {
+				if v, err = s.loadValue(s.lay.scopeOf(name), name, 0); err != nil {
+					return nil, err
+				}
+			} else if v, ok = decodeU64(kv.Value); !ok {
+				return nil, fmt.Errorf("%w: value %q has %d bytes", ErrCorrupt, name, len(kv.Value))
 			}
 			found[name] = v
 		}
