@@ -118,47 +118,19 @@ func (s *soak) load(round, target, move int) []answered {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		inflight := make(chan struct{}, 64)
-		for n := 0; ; n++ {
-			select {
-			case inflight <- struct{}{}:
-			case <-stop:
-				return
+		payload := func(n int, tok wire.Token) []byte { return fmt.Appendf(nil, "soak r%d n%d %x", round, n, tok[:4]) }
+		a.tellUntil(ca, payload, stop, func(r answered) {
+			mu.Lock()
+			got = append(got, r)
+			mu.Unlock()
+			n := count.Add(1)
+			if n == int64(max(target/2, 1)) {
+				close(half)
 			}
-			tok := token()
-			payload := fmt.Appendf(nil, "soak r%d n%d %x", round, n, tok[:4])
-			ch, err := a.start(func(id uint64) wire.Message {
-				return &wire.Tell{ID: id, Conversation: soakConv, Participant: ca.p, Generation: ca.gen, Token: tok, Payload: payload}
-			})
-			if err != nil {
-				return
+			if n == int64(target) {
+				close(full)
 			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				select {
-				case m := <-ch:
-					<-inflight
-					told, ok := m.(*wire.Told)
-					if !ok || told.Replay != nil {
-						t.Errorf("round %d: tell answered %#v", round, m)
-						return
-					}
-					mu.Lock()
-					got = append(got, answered{tok, payload, told.Seq, ca.gen})
-					mu.Unlock()
-					n := count.Add(1)
-					if n == int64(max(target/2, 1)) {
-						close(half)
-					}
-					if n == int64(target) {
-						close(full)
-					}
-				case <-a.closed:
-				case <-stop:
-				}
-			}()
-		}
+		})
 	}()
 	wait := func(ch chan struct{}, what string) {
 		select {
