@@ -79,12 +79,12 @@ type Options struct {
 	Scope func(name string) string
 	// RequireFence refuses writes to a non-global scope that has no fence.
 	RequireFence bool
-	// ScanScope, if set, reports the one scope of every name that begins
-	// with prefix, when they all share one (a conversation's token index,
-	// say); Scan of such a prefix then reads one etcd range, the prefix's
-	// values in that scope. Nil, or false for a prefix, means Scan walks
-	// every key of the store.
-	ScanScope func(prefix string) (scope string, ok bool)
+	// ScanScope, if set, reports whether every name that begins with
+	// prefix has prefix's own scope (a conversation's token index, say);
+	// Scan of such a prefix then reads one etcd range, the prefix's values
+	// in that scope. Nil, or false for a prefix, means Scan walks every
+	// key of the store.
+	ScanScope func(prefix string) bool
 	// MaxTxnOps and MaxRequestBytes are the etcd cluster's limits;
 	// defaults DefaultMaxTxnOps and DefaultMaxRequestBytes.
 	MaxTxnOps       int
@@ -782,9 +782,9 @@ func (s *Store) ReadValue(key string) (uint64, error) {
 
 // Scan returns every value whose name starts with prefix, in name order.
 // Names map to scopes by a function, not by prefix, so Scan reads the
-// prefix's values in one scope's key range when Options.ScanScope names
-// the scope of every name of prefix, and otherwise walks the keys of every
-// scope (for offline tools, not for serving).
+// prefix's values in one scope's key range when Options.ScanScope reports
+// that every name of prefix has prefix's scope, and otherwise walks the
+// keys of every scope (for offline tools, not for serving).
 func (s *Store) Scan(prefix string) ([]store.Value, error) {
 	s.mu.Lock()
 	if s.closed {
@@ -798,12 +798,10 @@ func (s *Store) Scan(prefix string) ([]store.Value, error) {
 	// the range.
 	from, end := s.lay.prefix, clientv3.GetPrefixRangeEnd(s.lay.prefix)
 	keysOnly := true
-	if s.opts.ScanScope != nil {
-		if sc, ok := s.opts.ScanScope(prefix); ok && s.lay.scopeOf(prefix) == sc {
-			from = s.lay.valueKey(sc, prefix)
-			end = clientv3.GetPrefixRangeEnd(from)
-			keysOnly = false
-		}
+	if s.opts.ScanScope != nil && s.opts.ScanScope(prefix) {
+		from = s.lay.valueKey(s.lay.scopeOf(prefix), prefix)
+		end = clientv3.GetPrefixRangeEnd(from)
+		keysOnly = false
 	}
 	for {
 		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(1024)}
