@@ -279,7 +279,7 @@ func CheckKeys(tx *bolt.Tx) error {
 		if v == nil {
 			return fmt.Errorf("streams: key %x is a bucket", k)
 		}
-		_, err := f.value(tx, sumStreams, bucketStreams, k, v)
+		_, err := f.value(tx, bucketStreams, k, v)
 		return err
 	})
 	if err != nil {
@@ -296,7 +296,7 @@ func CheckKeys(tx *bolt.Tx) error {
 		if v == nil {
 			return fmt.Errorf("values: key %q is a bucket", k)
 		}
-		v, err := f.value(tx, sumValues, bucketValues, k, v)
+		v, err := f.value(tx, bucketValues, k, v)
 		if err != nil {
 			return err
 		}
@@ -315,7 +315,7 @@ func CheckKeys(tx *bolt.Tx) error {
 			if v == nil {
 				return fmt.Errorf("bytes: key %q is a bucket", k)
 			}
-			_, err := f.value(tx, sumBytes, bucketBytes, k, v)
+			_, err := f.value(tx, bucketBytes, k, v)
 			return err
 		})
 		if err != nil {
@@ -333,7 +333,7 @@ func CheckKeys(tx *bolt.Tx) error {
 		if bytes.Equal(k, keyVersion) || bytes.Equal(k, keyUpgrade) {
 			return nil // read by formatOf
 		}
-		_, err := f.value(tx, sumMeta, bucketMeta, k, v)
+		_, err := f.value(tx, bucketMeta, k, v)
 		return err
 	})
 	if err != nil {

@@ -106,7 +106,7 @@ func streamLen(tx *bolt.Tx, c *bolt.Cursor, stream string) (uint64, error) {
 	// which no entry reaches.
 	after := entryKey(stream, math.MaxUint64)
 	k, v := c.Seek(after)
-	if err := f.landed(tx, sumStreams, bucketStreams, k, v); err != nil {
+	if err := f.landed(tx, bucketStreams, k, v); err != nil {
 		return 0, err
 	}
 	if k == nil {
@@ -114,7 +114,7 @@ func streamLen(tx *bolt.Tx, c *bolt.Cursor, stream string) (uint64, error) {
 	} else {
 		k, v = c.Prev()
 	}
-	if err := f.landed(tx, sumStreams, bucketStreams, k, v); err != nil {
+	if err := f.landed(tx, bucketStreams, k, v); err != nil {
 		return 0, err
 	}
 	prefix := after[:len(after)-8]
@@ -170,7 +170,7 @@ func StreamFirst(tx *bolt.Tx, stream string) (uint64, error) {
 	start := entryKey(stream, 0)
 	c := tx.Bucket(bucketStreams).Cursor()
 	k, v := c.Seek(start)
-	if err := f.landedAt(tx, sumStreams, bucketStreams, c, k, v); err != nil {
+	if err := f.landedAt(tx, bucketStreams, c, k, v); err != nil {
 		return 0, err
 	}
 	if k == nil || !bytes.HasPrefix(k, start[:len(start)-8]) {
@@ -200,7 +200,7 @@ func PutBytesTx(tx *bolt.Tx, values []store.Bytes) error {
 		// Checked first, as in PutValue.
 		c := bk.Cursor()
 		k, raw := c.Seek([]byte(v.Key))
-		if err := (format{version: LayoutVersion}).landedAt(tx, sumBytes, bucketBytes, c, k, raw); err != nil {
+		if err := (format{version: LayoutVersion}).landedAt(tx, bucketBytes, c, k, raw); err != nil {
 			return err
 		}
 		if len(v.Value) == 0 {
@@ -230,9 +230,9 @@ func GetBytesTx(tx *bolt.Tx, key string) ([]byte, error) {
 	k, raw := c.Seek([]byte(key))
 	if k == nil || string(k) != key {
 		// Proven absent by its neighbors, as in ReadValueTx.
-		return nil, f.landedAt(tx, sumBytes, bucketBytes, c, k, raw)
+		return nil, f.landedAt(tx, bucketBytes, c, k, raw)
 	}
-	v, err := f.value(tx, sumBytes, bucketBytes, k, raw)
+	v, err := f.value(tx, bucketBytes, k, raw)
 	if err != nil {
 		return nil, err
 	}
@@ -428,7 +428,7 @@ func Entries(tx *bolt.Tx, stream string, offset uint64, fn func(seq uint64, v []
 	prefix := first[:len(first)-8]
 	c := tx.Bucket(bucketStreams).Cursor()
 	k, raw := c.Seek(first)
-	if err := f.landedAt(tx, sumStreams, bucketStreams, c, k, raw); err != nil {
+	if err := f.landedAt(tx, bucketStreams, c, k, raw); err != nil {
 		return err
 	}
 	var next uint64
@@ -436,7 +436,7 @@ func Entries(tx *bolt.Tx, stream string, offset uint64, fn func(seq uint64, v []
 		if len(k) != len(first) {
 			return fmt.Errorf("stream %q: malformed key %x", stream, k)
 		}
-		v, err := f.value(tx, sumStreams, bucketStreams, k, raw)
+		v, err := f.value(tx, bucketStreams, k, raw)
 		if err != nil {
 			return err
 		}
@@ -455,7 +455,7 @@ func Entries(tx *bolt.Tx, stream string, offset uint64, fn func(seq uint64, v []
 	}
 	// Where the walk left the stream sits its last entry, should a flip
 	// have moved that entry's key out of the stream.
-	return f.landed(tx, sumStreams, bucketStreams, k, raw)
+	return f.landed(tx, bucketStreams, k, raw)
 }
 
 // TrimEntries deletes the entries of stream with seq < below in tx, as
@@ -513,9 +513,9 @@ func ReadValueTx(tx *bolt.Tx, key string) (uint64, error) {
 	c := tx.Bucket(bucketValues).Cursor()
 	k, raw := c.Seek([]byte(key))
 	if k == nil || string(k) != key {
-		return 0, f.landedAt(tx, sumValues, bucketValues, c, k, raw)
+		return 0, f.landedAt(tx, bucketValues, c, k, raw)
 	}
-	if raw, err = f.value(tx, sumValues, bucketValues, k, raw); err != nil {
+	if raw, err = f.value(tx, bucketValues, k, raw); err != nil {
 		return 0, err
 	}
 	return decodeValue(key, raw)
@@ -532,7 +532,7 @@ func PutValue(tx *bolt.Tx, key string, v uint64) error {
 	vb := valuesBucket(tx)
 	c := vb.Cursor()
 	k, raw := c.Seek([]byte(key))
-	err := format{version: LayoutVersion}.landedAt(tx, sumValues, bucketValues, c, k, raw)
+	err := format{version: LayoutVersion}.landedAt(tx, bucketValues, c, k, raw)
 	if err != nil {
 		return err
 	}
@@ -560,12 +560,12 @@ func ScanValues(tx *bolt.Tx, prefix string, skip func(key string) bool) ([]store
 	c := tx.Bucket(bucketValues).Cursor()
 	p := []byte(prefix)
 	k, raw := c.Seek(p)
-	if err := f.landedAt(tx, sumValues, bucketValues, c, k, raw); err != nil {
+	if err := f.landedAt(tx, bucketValues, c, k, raw); err != nil {
 		return nil, err
 	}
 	for ; ; k, raw = c.Next() {
 		if k == nil || !bytes.HasPrefix(k, p) {
-			if err := f.landed(tx, sumValues, bucketValues, k, raw); err != nil {
+			if err := f.landed(tx, bucketValues, k, raw); err != nil {
 				return nil, err
 			}
 			break
@@ -573,7 +573,7 @@ func ScanValues(tx *bolt.Tx, prefix string, skip func(key string) bool) ([]store
 		if skip(string(k)) {
 			continue
 		}
-		if raw, err = f.value(tx, sumValues, bucketValues, k, raw); err != nil {
+		if raw, err = f.value(tx, bucketValues, k, raw); err != nil {
 			return nil, err
 		}
 		v, err := decodeValue(string(k), raw)
@@ -596,7 +596,7 @@ func ReadMeta(tx *bolt.Tx, key string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	v, err := f.value(tx, sumMeta, bucketMeta, []byte(key), raw)
+	v, err := f.value(tx, bucketMeta, []byte(key), raw)
 	if err != nil {
 		return nil, err
 	}
