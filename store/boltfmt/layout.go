@@ -218,25 +218,34 @@ func PutBytesTx(tx *bolt.Tx, values []store.Bytes) error {
 // GetBytesTx returns a copy of byte value key in tx, nil when absent. A
 // value whose checksum does not match is a *store.ChecksumError.
 func GetBytesTx(tx *bolt.Tx, key string) ([]byte, error) {
-	bk := tx.Bucket(bucketBytes)
-	if bk == nil {
+	v, err := lookup(tx, bucketBytes, key)
+	if v == nil || err != nil {
+		return nil, err
+	}
+	return append([]byte(nil), v...), nil
+}
+
+// lookup returns the bytes of key in bucket of tx, its checksum checked,
+// nil when absent (bbolt's memory, valid during tx). An absent key is
+// proven absent by its neighbors: a flipped bit in a key leaves its
+// entry where the key was, so a lookup of the key lands beside it
+// (format.landedAt), and a value is never read as absent because its key
+// was damaged. A bucket not created yet (bytes) holds nothing.
+func lookup(tx *bolt.Tx, bucket []byte, key string) ([]byte, error) {
+	b := tx.Bucket(bucket)
+	if b == nil {
 		return nil, nil
 	}
 	f, err := formatOf(tx)
 	if err != nil {
 		return nil, err
 	}
-	c := bk.Cursor()
+	c := b.Cursor()
 	k, raw := c.Seek([]byte(key))
 	if k == nil || string(k) != key {
-		// Proven absent by its neighbors, as in ReadValueTx.
-		return nil, f.landedAt(tx, bucketBytes, c, k, raw)
+		return nil, f.landedAt(tx, bucket, c, k, raw)
 	}
-	v, err := f.value(tx, bucketBytes, k, raw)
-	if err != nil {
-		return nil, err
-	}
-	return append([]byte(nil), v...), nil
+	return f.value(tx, bucket, k, raw)
 }
 
 // CheckFile runs the checks a read-write Open runs on the file at path
@@ -498,24 +507,12 @@ func PutEntries(tx *bolt.Tx, stream string, first uint64, payloads [][]byte) err
 	return nil
 }
 
-// ReadValueTx returns value key in tx, 0 when absent. A value whose
-// checksum does not match is a *store.ChecksumError.
-//
-// An absent key is proven absent by its neighbors: a flipped bit in a key
-// leaves its entry where the key was, so a lookup of the key lands beside
-// it (format.landedAt), and a value is never read as absent because its
-// key was damaged.
+// ReadValueTx returns value key in tx, 0 when absent (proven absent, see
+// lookup). A value whose checksum does not match is a
+// *store.ChecksumError.
 func ReadValueTx(tx *bolt.Tx, key string) (uint64, error) {
-	f, err := formatOf(tx)
+	raw, err := lookup(tx, bucketValues, key)
 	if err != nil {
-		return 0, err
-	}
-	c := tx.Bucket(bucketValues).Cursor()
-	k, raw := c.Seek([]byte(key))
-	if k == nil || string(k) != key {
-		return 0, f.landedAt(tx, bucketValues, c, k, raw)
-	}
-	if raw, err = f.value(tx, bucketValues, k, raw); err != nil {
 		return 0, err
 	}
 	return decodeValue(key, raw)
