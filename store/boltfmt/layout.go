@@ -197,20 +197,32 @@ func PutBytesTx(tx *bolt.Tx, values []store.Bytes) error {
 	// split them half full.
 	bk.FillPercent = appendFillPercent
 	for _, v := range values {
-		// Checked first, as in PutValue.
-		c := bk.Cursor()
-		k, raw := c.Seek([]byte(v.Key))
-		if err := (format{version: LayoutVersion}).landedAt(tx, bucketBytes, c, k, raw); err != nil {
+		if err := put(tx, bucketBytes, bk, v.Key, v.Value); err != nil {
 			return err
 		}
-		if len(v.Value) == 0 {
-			err = bk.Delete([]byte(v.Key))
-		} else {
-			err = bk.Put([]byte(v.Key), seal(sumBytes, []byte(v.Key), v.Value))
-		}
-		if err != nil {
-			return fmt.Errorf("bytes %q: %w", v.Key, err)
-		}
+	}
+	return nil
+}
+
+// put sets key in b, bucket of tx, to v sealed, or deletes it when v is
+// empty. It first checks the sums of the entries where bbolt will put it
+// (format.landedAt): a key flipped out of order there would have bbolt
+// misplace this one, where no later lookup finds it. The file is of the
+// current version (writable).
+func put(tx *bolt.Tx, bucket []byte, b *bolt.Bucket, key string, v []byte) error {
+	c := b.Cursor()
+	k, raw := c.Seek([]byte(key))
+	if err := (format{version: LayoutVersion}).landedAt(tx, bucket, c, k, raw); err != nil {
+		return err
+	}
+	var err error
+	if len(v) == 0 {
+		err = b.Delete([]byte(key))
+	} else {
+		err = b.Put([]byte(key), seal(sumOf(bucket), []byte(key), v))
+	}
+	if err != nil {
+		return fmt.Errorf("%s %q: %w", bucket, key, err)
 	}
 	return nil
 }
@@ -518,32 +530,17 @@ func ReadValueTx(tx *bolt.Tx, key string) (uint64, error) {
 	return decodeValue(key, raw)
 }
 
-// PutValue sets value key in tx; 0 deletes it. It first checks the sums
-// of the entries where bbolt will put it (format.landedAt): a key flipped
-// out of order there would have bbolt misplace this one, where no later
-// lookup finds it.
+// PutValue sets value key in tx; 0 deletes it. It checks the entries
+// where bbolt will put it first (put).
 func PutValue(tx *bolt.Tx, key string, v uint64) error {
 	if err := writable(tx); err != nil {
 		return err
 	}
-	vb := valuesBucket(tx)
-	c := vb.Cursor()
-	k, raw := c.Seek([]byte(key))
-	err := format{version: LayoutVersion}.landedAt(tx, bucketValues, c, k, raw)
-	if err != nil {
-		return err
+	var raw []byte
+	if v != 0 {
+		raw = binary.BigEndian.AppendUint64(nil, v)
 	}
-	if v == 0 {
-		err = vb.Delete([]byte(key))
-	} else {
-		var raw [8]byte
-		binary.BigEndian.PutUint64(raw[:], v)
-		err = vb.Put([]byte(key), seal(sumValues, []byte(key), raw[:]))
-	}
-	if err != nil {
-		return fmt.Errorf("value %q: %w", key, err)
-	}
-	return nil
+	return put(tx, bucketValues, valuesBucket(tx), key, raw)
 }
 
 // ScanValues returns the values of tx whose key starts with prefix, in key
