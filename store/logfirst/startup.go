@@ -203,14 +203,15 @@ func rewriteAfterFailedSync(fsys vfs.FS, dir, path string) (bool, error) {
 	if err != nil || !marked {
 		return false, err
 	}
-	head := int64(2 * os.Getpagesize())
-	if m, err := boltfmt.MetaOf(path); err == nil {
-		head = 2 * int64(m.PageSize)
-	}
-	if fi, err := os.Stat(path); err != nil || fi.Size() == 0 {
+	// Open checked the file (boltfmt.CheckFile) just before.
+	m, err := boltfmt.MetaOf(path)
+	if errors.Is(err, store.ErrNoData) {
 		return true, nil // no file yet: nothing bbolt would read
 	}
-	if err := vfs.Rewrite(fsys, path, head); err != nil {
+	if err != nil {
+		return true, err
+	}
+	if err := vfs.Rewrite(fsys, path, 2*int64(m.PageSize)); err != nil {
 		return true, fmt.Errorf("logfirst: rewrite %s after a failed sync: %w", path, err)
 	}
 	return true, nil
