@@ -230,7 +230,12 @@ func put(tx *bolt.Tx, bucket []byte, b *bolt.Bucket, key string, v []byte) error
 // GetBytesTx returns a copy of byte value key in tx, nil when absent. A
 // value whose checksum does not match is a *store.ChecksumError.
 func GetBytesTx(tx *bolt.Tx, key string) ([]byte, error) {
-	v, err := lookup(tx, bucketBytes, key)
+	return lookupCopy(tx, bucketBytes, key)
+}
+
+// lookupCopy is lookup returning a copy, the caller's.
+func lookupCopy(tx *bolt.Tx, bucket []byte, key string) ([]byte, error) {
+	v, err := lookup(tx, bucket, key)
 	if v == nil || err != nil {
 		return nil, err
 	}
@@ -579,22 +584,11 @@ func ScanValues(tx *bolt.Tx, prefix string, skip func(key string) bool) ([]store
 	return out, nil
 }
 
-// ReadMeta returns a copy of the meta key of tx, nil when absent. A value
-// whose checksum does not match is a *store.ChecksumError.
+// ReadMeta returns a copy of the meta key of tx, nil when absent (proven
+// absent, see lookup). A value whose checksum does not match is a
+// *store.ChecksumError.
 func ReadMeta(tx *bolt.Tx, key string) ([]byte, error) {
-	raw := tx.Bucket(bucketMeta).Get([]byte(key))
-	if raw == nil {
-		return nil, nil
-	}
-	f, err := formatOf(tx)
-	if err != nil {
-		return nil, err
-	}
-	v, err := f.value(tx, bucketMeta, []byte(key), raw)
-	if err != nil {
-		return nil, err
-	}
-	return append([]byte(nil), v...), nil
+	return lookupCopy(tx, bucketMeta, key)
 }
 
 // PutMeta sets the meta key of tx. The layout version and the upgrade's

@@ -248,6 +248,53 @@ func TestSeal_AFlippedKeyIsDamageNotAbsence(t *testing.T) {
 	}
 }
 
+// A bit flipped in a meta key (the log-first store's checkpoint LSN) is
+// damage, not a key never written: ReadMeta reads it as ReadValueTx reads
+// a value.
+func TestSeal_AFlippedMetaKeyIsDamageNotAbsence(t *testing.T) {
+	for _, mask := range []byte{0x40, 0x10} {
+		t.Run(fmt.Sprintf("%#x", mask), func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "participantd.db")
+			db, err := bolt.Open(path, 0o600, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := db.Update(func(tx *bolt.Tx) error {
+				if err := InitLayout(tx); err != nil {
+					return err
+				}
+				return PutMeta(tx, "checkpoint_lsn", []byte{0, 0, 0, 0, 0, 0, 0, 7})
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if err := db.Close(); err != nil {
+				t.Fatal(err)
+			}
+			raw, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			raw[bytesIndex(raw, []byte("checkpoint_lsn"))+len("checkpoint_lsn")-1] ^= mask
+			if err := os.WriteFile(path, raw, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			db, err = bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			if err := db.View(func(tx *bolt.Tx) error {
+				if v, err := ReadMeta(tx, "checkpoint_lsn"); !errors.Is(err, store.ErrCorrupt) {
+					t.Errorf("ReadMeta of a flipped key = %x, %v; want ErrCorrupt", v, err)
+				}
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
 func bytesIndex(b, sub []byte) int {
 	i := bytes.Index(b, sub)
 	if i < 0 {
