@@ -17,6 +17,21 @@ import (
 	"github.com/participantd/participantd/store/logfirst"
 )
 
+// openOnFaultFS opens a store that checkpoints only when told to
+// (noCheckpoint) in a new directory on a new faultfs.
+func openOnFaultFS(t *testing.T) (*faultfs.FS, string, logfirst.Options, *logfirst.Store) {
+	t.Helper()
+	ffs := faultfs.New()
+	dir := t.TempDir()
+	opts := noCheckpoint
+	opts.FS = ffs
+	s, err := logfirst.Open(dir, opts)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	return ffs, dir, opts, s
+}
+
 // failSyncOf makes the next Sync of a file whose path has prefix fail
 // the Linux way (faultfs.FailSync), once.
 func failSyncOf(ffs *faultfs.FS, kind faultfs.OpKind, prefix string) {
@@ -38,14 +53,7 @@ func failSyncOf(ffs *faultfs.FS, kind faultfs.OpKind, prefix string) {
 func TestFailedLogSync_RestartWithoutARebootThenAPowerCut(t *testing.T) {
 	big := bytes.Repeat([]byte{'z'}, 3000) // over several sectors: a crash tears it
 	for seed := range uint64(60) {
-		ffs := faultfs.New()
-		dir := t.TempDir()
-		opts := noCheckpoint
-		opts.FS = ffs
-		s, err := logfirst.Open(dir, opts)
-		if err != nil {
-			t.Fatalf("Open: %v", err)
-		}
+		ffs, dir, opts, s := openOnFaultFS(t)
 		fill(t, s, 3)
 		failSyncOf(ffs, faultfs.OpSync, filepath.Join(dir, logfirst.WALDir))
 		if _, err := s.Append("s", big, 3); err != nil {
@@ -57,7 +65,7 @@ func TestFailedLogSync_RestartWithoutARebootThenAPowerCut(t *testing.T) {
 		logfirst.Abandon(s)
 
 		// The restart: no Crash, so the page cache serves the record.
-		s, err = logfirst.Open(dir, opts)
+		s, err := logfirst.Open(dir, opts)
 		if err != nil {
 			t.Fatalf("seed %d: Open after the failed sync: %v", seed, err)
 		}
@@ -175,14 +183,7 @@ func TestFailedCheckpointSync_RestartWithoutARebootThenAPowerCut(t *testing.T) {
 		}
 	}
 	for seed := range uint64(20) {
-		ffs := faultfs.New()
-		dir := t.TempDir()
-		opts := noCheckpoint
-		opts.FS = ffs
-		s, err := logfirst.Open(dir, opts)
-		if err != nil {
-			t.Fatalf("Open: %v", err)
-		}
+		ffs, dir, opts, s := openOnFaultFS(t)
 		// Enough for many leaf pages, which the checkpoint after the
 		// restart does not touch.
 		write(t, s, "a", 150)
@@ -192,7 +193,7 @@ func TestFailedCheckpointSync_RestartWithoutARebootThenAPowerCut(t *testing.T) {
 		}
 		logfirst.Abandon(s)
 
-		s, err = logfirst.Open(dir, opts) // no Crash: the page cache serves the checkpoint
+		s, err := logfirst.Open(dir, opts) // no Crash: the page cache serves the checkpoint
 		if err != nil {
 			t.Fatalf("seed %d: Open after the failed checkpoint: %v", seed, err)
 		}
