@@ -284,3 +284,57 @@ func TestOpen_AnEmptyOnlySegmentSurvivesACutAtEveryCallOfTheStart(t *testing.T) 
 		}
 	}
 }
+
+// A start that recovers (replays a log the checkpoint does not cover,
+// and after a failed checkpoint sync first writes the bbolt file over
+// itself and then removes the sync.failed marker) is cut by a power
+// failure at every one of its calls: the start after that holds every
+// acknowledged write.
+func TestOpen_ARecoveringStartSurvivesACutAtEveryCall(t *testing.T) {
+	const n = 40
+	for _, failedCheckpoint := range []bool{false, true} {
+		setup := func() (*faultfs.FS, string, logfirst.Options) {
+			ffs, dir, opts, s := openOnFaultFS(t)
+			fill(t, s, n)
+			if failedCheckpoint {
+				failSyncOf(ffs, faultfs.OpCommit, filepath.Join(dir, logfirst.DBFile))
+				if err := logfirst.CheckpointNow(s); !errors.Is(err, store.ErrFailed) {
+					t.Fatalf("checkpoint whose commit fails = %v, want store.ErrFailed", err)
+				}
+				ffs.SetRule(nil)
+			}
+			logfirst.Abandon(s) // no Crash: the next start is a restart from the page cache
+			return ffs, dir, opts
+		}
+		ffs, dir, opts := setup()
+		start := ffs.Ops()
+		s, err := logfirst.Open(dir, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		logfirst.Abandon(s)
+		calls := ffs.Ops() - start
+		rng := rand.New(rand.NewPCG(uint64(calls), 28))
+		for at := range calls + 1 {
+			ffs, dir, opts := setup()
+			ffs.SetRule(faultfs.CutAt(ffs.Ops() + at))
+			if s, err := logfirst.Open(dir, opts); err == nil {
+				logfirst.Abandon(s)
+			}
+			if err := ffs.Crash(rng); err != nil {
+				t.Fatal(err)
+			}
+			s, err := logfirst.Open(dir, opts)
+			if err != nil {
+				t.Fatalf("failed checkpoint %v, cut at call %d of %d of the start: Open after the power cut: %v", failedCheckpoint, at, calls, err)
+			}
+			if entries, v := readAll(t, s); len(entries) != n || v != n {
+				t.Fatalf("failed checkpoint %v, cut at call %d of %d of the start: %d entries, value %d; want %d and %d", failedCheckpoint, at, calls, len(entries), v, n, n)
+			}
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		t.Logf("failed checkpoint %v: cut at each of the start's %d calls", failedCheckpoint, calls)
+	}
+}
