@@ -172,7 +172,8 @@ func markLog(fsys vfs.FS, dir string) error {
 }
 
 // SyncFailedFile is created, without a sync, in the data directory when a
-// log write or a checkpoint fails: on Linux a failed fdatasync marks the
+// log write or a bbolt commit (a checkpoint, a start's layout or replay)
+// fails: on Linux a failed fdatasync marks the
 // unwritten pages clean, the page cache serves them to the next process,
 // and no later fdatasync writes them. The marker lives exactly as long as
 // that page cache, unless the kernel writes it back (a reboot then costs a

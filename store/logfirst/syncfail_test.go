@@ -338,3 +338,77 @@ func TestOpen_ARecoveringStartSurvivesACutAtEveryCall(t *testing.T) {
 		t.Logf("failed checkpoint %v: cut at each of the start's %d calls", failedCheckpoint, calls)
 	}
 }
+
+// A sync that fails the Linux way at every log fdatasync and bbolt
+// commit of a recovering start (as in
+// TestOpen_ARecoveringStartSurvivesACutAtEveryCall), then a restart
+// without a reboot, then a power cut: the start after that holds every
+// acknowledged write.
+func TestOpen_ARecoveringStartSurvivesAFailedSyncAtEveryCall(t *testing.T) {
+	const n = 40
+	for _, failedCheckpoint := range []bool{false, true} {
+		setup := func() (*faultfs.FS, string, logfirst.Options) {
+			ffs, dir, opts, s := openOnFaultFS(t)
+			fill(t, s, n)
+			if failedCheckpoint {
+				failSyncOf(ffs, faultfs.OpCommit, filepath.Join(dir, logfirst.DBFile))
+				if err := logfirst.CheckpointNow(s); !errors.Is(err, store.ErrFailed) {
+					t.Fatalf("checkpoint whose commit fails = %v, want store.ErrFailed", err)
+				}
+				ffs.SetRule(nil)
+			}
+			logfirst.Abandon(s)
+			return ffs, dir, opts
+		}
+		ffs, dir, opts := setup()
+		start := ffs.Ops()
+		s, err := logfirst.Open(dir, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		logfirst.Abandon(s)
+		calls := ffs.Ops() - start
+		rng := rand.New(rand.NewPCG(uint64(calls), 30))
+		failed := 0
+		for at := range calls {
+			ffs, dir, opts := setup()
+			first := ffs.Ops() + at
+			var failedOp faultfs.Op
+			ffs.SetRule(func(op faultfs.Op) faultfs.Action {
+				if op.Index == first && (op.Kind == faultfs.OpSync || op.Kind == faultfs.OpCommit) {
+					failedOp = op
+					return faultfs.FailSync
+				}
+				return faultfs.None
+			})
+			if s, err := logfirst.Open(dir, opts); err == nil {
+				logfirst.Abandon(s)
+			}
+			ffs.SetRule(nil)
+			if failedOp.Kind == 0 && failedOp.Path == "" {
+				continue // not a sync
+			}
+			failed++
+			// The restart without a reboot, then the power cut.
+			s, err := logfirst.Open(dir, opts)
+			if err != nil {
+				t.Fatalf("failed checkpoint %v, failed %v: restart: %v", failedCheckpoint, failedOp, err)
+			}
+			logfirst.Abandon(s)
+			if err := ffs.Crash(rng); err != nil {
+				t.Fatal(err)
+			}
+			s, err = logfirst.Open(dir, opts)
+			if err != nil {
+				t.Fatalf("failed checkpoint %v, failed %v: Open after the power cut: %v", failedCheckpoint, failedOp, err)
+			}
+			if entries, v := readAll(t, s); len(entries) != n || v != n {
+				t.Fatalf("failed checkpoint %v, failed %v: %d entries, value %d; want %d and %d", failedCheckpoint, failedOp, len(entries), v, n, n)
+			}
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		t.Logf("failed checkpoint %v: a failed sync at each of the start's %d syncs", failedCheckpoint, failed)
+	}
+}
