@@ -588,11 +588,24 @@ func (s *Store) view(fn func(*bolt.Tx) error) error {
 
 // update is view for a write transaction, whose commit goes through the
 // log's file system (vfs.Commit), so that a test's faultfs can cut the
-// power there.
+// power there. A commit that failed, a checkpoint's or one of Open's (the
+// layout, the replay), marks the data directory for the next Open (see
+// SyncFailedFile): its sync may have failed. An error of fn wrote
+// nothing.
 func (s *Store) update(fn func(*bolt.Tx) error) error {
-	return vfs.Commit(s.opts.fs(), s.db.Path(), func() error {
-		return boltfmt.Contain(s.db.Path(), func() error { return s.db.Update(freelistPolicy(fn)) })
+	var fnErr error
+	err := vfs.Commit(s.opts.fs(), s.db.Path(), func() error {
+		return boltfmt.Contain(s.db.Path(), func() error {
+			return s.db.Update(freelistPolicy(func(tx *bolt.Tx) error {
+				fnErr = fn(tx)
+				return fnErr
+			}))
+		})
 	})
+	if err != nil && fnErr == nil {
+		s.syncFailed()
+	}
+	return err
 }
 
 // maxPersistedFreePages bounds the freelist a commit to bbolt persists:
