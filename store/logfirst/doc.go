@@ -111,7 +111,7 @@
 // on Linux the pages a failed fdatasync did not write are marked clean and
 // the page cache serves them to the next process, which would build on
 // them. An Open that finds the marker writes the whole bbolt file over
-// itself, meta pages last, before bbolt maps it, and removes the marker
+// itself, meta pages last, once bbolt holds its lock, and removes the marker
 // once its replay is durable; the log writes every record it replays again
 // in any case (see package wal, Failed syncs).
 //

@@ -277,13 +277,6 @@ func Open(dir string, opts Options) (*Store, error) {
 	if err := boltfmt.CheckFile(path, opts.MustExist); err != nil {
 		return nil, err
 	}
-	// After a failed sync the page cache may hold pages of the file that
-	// are not on disk: a commit built on them could make a meta page
-	// durable that points at pages a power cut loses.
-	suspect, err := rewriteAfterFailedSync(fsys, dir, path)
-	if err != nil {
-		return nil, err
-	}
 	fi, err := os.Stat(path)
 	created := err != nil || fi.Size() == 0
 	var db *bolt.DB
@@ -295,6 +288,16 @@ func Open(dir string, opts Options) (*Store, error) {
 		if db != nil {
 			db.Close()
 		}
+		return nil, err
+	}
+	// After a failed sync the page cache may hold pages of the file that
+	// are not on disk: a commit built on them could make a meta page
+	// durable that points at pages a power cut loses. The rewrite writes
+	// what bbolt has just read, under its lock, so that no process
+	// rewrites a file another one serves.
+	suspect, err := rewriteAfterFailedSync(fsys, dir, path)
+	if err != nil {
+		db.Close()
 		return nil, err
 	}
 	if created {

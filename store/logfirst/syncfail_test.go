@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	bolt "go.etcd.io/bbolt"
@@ -410,5 +412,35 @@ func TestOpen_ARecoveringStartSurvivesAFailedSyncAtEveryCall(t *testing.T) {
 			}
 		}
 		t.Logf("failed checkpoint %v: a failed sync at each of the start's %d syncs", failedCheckpoint, failed)
+	}
+}
+
+// The rewrite a sync.failed marker asks for happens under the data file's
+// lock: a second process (an offline tool run beside the server) is
+// refused store.ErrLocked and leaves the file the server serves as it is.
+func TestOpen_TheRewriteAfterAFailedSyncWaitsForTheLock(t *testing.T) {
+	dir := t.TempDir()
+	st, err := logfirst.Open(dir, logfirst.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if err := os.WriteFile(filepath.Join(dir, logfirst.SyncFailedFile), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, logfirst.DBFile)
+	old := time.Now().Add(-time.Hour).Truncate(time.Second)
+	if err := os.Chtimes(path, old, old); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := logfirst.Open(dir, logfirst.Options{LockTimeout: 50 * time.Millisecond}); !errors.Is(err, store.ErrLocked) {
+		t.Fatalf("a second Open beside a live store = %v, want store.ErrLocked", err)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !fi.ModTime().Equal(old) {
+		t.Errorf("the refused Open wrote the live store's file (modified %v, was %v)", fi.ModTime(), old)
 	}
 }
