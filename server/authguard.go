@@ -53,8 +53,11 @@ const (
 type authGuard struct {
 	max      int // +checklocksignore: read-only (tests lower it before use)
 	failures *prometheus.CounterVec
-	// v4 and v6 are the prefix lengths of one principal.
-	v4, v6 int
+	// v4 and v6 are the prefix lengths of one principal, declared apart:
+	// after a line naming two fields, checklocks puts the annotations
+	// below on the wrong fields.
+	v4 int
+	v6 int
 
 	// mu guards fails, overflow and swept.
 	mu sync.Mutex
