@@ -60,9 +60,11 @@ type Client struct {
 
 // member is a participant the client holds.
 type member struct {
-	// attachMu serializes the attaches of this participant; held across
-	// I/O, taken before Client.mu.
-	attachMu sync.Mutex
+	// attachMu serializes the attaches of this participant: a one-slot
+	// semaphore (a send takes it, a receive gives it back), so that a
+	// call waiting for an attach in flight gives up with its context.
+	// Held across I/O, taken before Client.mu.
+	attachMu chan struct{}
 
 	// Guarded by Client.mu.
 	cred      Credential
@@ -72,13 +74,18 @@ type member struct {
 	// with WithToken), consumed by the next attempt.
 	nextToken *Token
 	lost      error  // a *LostError once the participant is lost
+	lostTold  bool   // OnLost was called for lost
 	cursor    uint64 // the durable cursor, as last answered
 	// leaving marks a participant a Leave of this client is retiring: a
 	// retired refusal is then that leave's doing, not a loss.
 	leaving bool
-	// settling marks a released participant whose attach in doubt a
-	// Leave sends again (settleAttach): attachOn sends it anyway.
-	settling bool
+	// settling counts the Leaves of a released participant that send its
+	// attach in doubt again (settleAttach): attachOn sends it anyway.
+	settling int
+}
+
+func newMember(cred Credential) *member {
+	return &member{cred: cred, attachMu: make(chan struct{}, 1)}
 }
 
 // Dial connects to addr, runs the handshake and returns a Client that keeps
@@ -336,15 +343,20 @@ func (c *Client) credential(m *member) Credential {
 	return m.cred
 }
 
-// lostCallback calls OnLost for m, lost with err.
+// lostCallback calls OnLost for m, lost with err, once per loss: the
+// goroutines that may find it lost (a re-attachment, a deferred one, a
+// call's refusal or its settling of an attach in doubt) may race.
 func (c *Client) lostCallback(m *member, err error) {
 	if c.opts.OnLost == nil {
 		return
 	}
 	c.mu.Lock()
-	cred := m.cred
+	cred, told := m.cred, m.lostTold
+	m.lostTold = true
 	c.mu.Unlock()
-	c.opts.OnLost(cred, err)
+	if !told {
+		c.opts.OnLost(cred, err)
+	}
 }
 
 // noticeRefusal looks at the refusal e of a request that needed the

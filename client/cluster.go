@@ -119,8 +119,10 @@ type Cluster struct {
 	following map[key]bool
 	handed    handedOn // deliveries forwarded, from every node, to drop repeats
 	// opLocks serialize, per participant, a follower's attach with the
-	// release of a Detach or Leave (opLock).
-	opLocks map[key]*sync.Mutex
+	// release of a Detach or Leave (lockOp): an entry lives while some
+	// goroutine holds or waits for it, so that a participant the
+	// Cluster forgot (left, detached, lost) costs nothing.
+	opLocks map[key]*opLock
 	next    int // seed rotation
 	closed  bool
 
@@ -159,7 +161,7 @@ func DialCluster(ctx context.Context, seeds []string, opts ClusterOptions) (*Clu
 		follow:    make(map[key]bool),
 		following: make(map[key]bool),
 		handed:    newHandedOn(),
-		opLocks:   make(map[key]*sync.Mutex),
+		opLocks:   make(map[key]*opLock),
 		intents:   newIntents(),
 		turn:      make(chan struct{}, 1),
 	}
@@ -591,12 +593,10 @@ func (c *Cluster) followLoop(k key) {
 		}
 		c.mu.Unlock()
 		err := c.run(c.ctx, k.conv, nil, nil, func(ctx context.Context, addr string, cl *Client) error {
-			// Under the participant's opLock: a Detach or Leave releases
+			// Under the participant's lockOp: a Detach or Leave releases
 			// it either before this looks (and none is sent) or after
 			// this attach ended (and its release unbinds nothing new).
-			mu := c.opLock(k)
-			mu.Lock()
-			defer mu.Unlock()
+			defer c.lockOp(k)()
 			c.mu.Lock()
 			want := c.follow[k]
 			c.mu.Unlock()
@@ -637,17 +637,38 @@ func (c *Cluster) lose(cred Credential, why error) {
 	}
 }
 
-// opLock returns the lock that serializes a follower's attach of the
-// participant k with the release of its Detach or Leave.
-func (c *Cluster) opLock(k key) *sync.Mutex {
+// opLock is the lock of one participant's opLocks entry; refs counts the
+// goroutines that hold it or wait for it, guarded by Cluster.mu.
+type opLock struct {
+	mu   sync.Mutex
+	refs int
+}
+
+// lockOp takes the lock that serializes a follower's attach of the
+// participant k with the release of its Detach or Leave, and returns the
+// function that gives it back. Every goroutine that wants it counts
+// itself in the entry under c.mu before it waits, and the entry is
+// dropped only by the last one to give it back: two goroutines that
+// overlap always share one mutex, and none is kept for a participant
+// nobody is serializing.
+func (c *Cluster) lockOp(k key) (unlock func()) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	mu := c.opLocks[k]
-	if mu == nil {
-		mu = new(sync.Mutex)
-		c.opLocks[k] = mu
+	l := c.opLocks[k]
+	if l == nil {
+		l = new(opLock)
+		c.opLocks[k] = l
 	}
-	return mu
+	l.refs++
+	c.mu.Unlock()
+	l.mu.Lock()
+	return func() {
+		l.mu.Unlock()
+		c.mu.Lock()
+		if l.refs--; l.refs == 0 {
+			delete(c.opLocks, k)
+		}
+		c.mu.Unlock()
+	}
 }
 
 // release stops keeping the participant of cred bound (Detach, Leave;
@@ -656,9 +677,7 @@ func (c *Cluster) opLock(k key) *sync.Mutex {
 // re-attaches it on its own (Client.release).
 func (c *Cluster) release(cred Credential, leaving bool) {
 	k := cred.key()
-	mu := c.opLock(k)
-	mu.Lock()
-	defer mu.Unlock()
+	defer c.lockOp(k)()
 	c.mu.Lock()
 	delete(c.follow, k)
 	clients := make([]*Client, 0, len(c.clients))
