@@ -1,6 +1,7 @@
 package wal
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -208,10 +209,7 @@ func scanSegment(seg segment, buf []byte, expect, after LSN, apply func(*Batch) 
 	sc.tail = buf[sc.from:sc.end]
 	// Past the valid records the segment is zeros, as preallocated,
 	// unless a record was torn or damaged there.
-	last := int64(len(buf)) - 1
-	for last >= off && buf[last] == 0 {
-		last--
-	}
+	last := lastNonZero(buf, off)
 	if last < off {
 		return sc, nil
 	}
@@ -221,6 +219,32 @@ func scanSegment(seg segment, buf []byte, expect, after LSN, apply func(*Batch) 
 	}
 	return sc, nil
 }
+
+// lastNonZero returns the offset of the last byte of buf at or after off
+// that is not zero, or off-1 when there is none. A preallocated segment
+// is mostly zeros, and every start looks at all of them: whole blocks are
+// compared at once (a vectorised compare) rather than byte by byte, which
+// took seconds over 64 MiB under the race detector.
+func lastNonZero(buf []byte, off int64) int64 {
+	end := int64(len(buf))
+	for end > off {
+		start := max(off, end-zeroBlock)
+		if !bytes.Equal(buf[start:end], zeros[:end-start]) {
+			for i := end - 1; ; i-- {
+				if buf[i] != 0 {
+					return i
+				}
+			}
+		}
+		end = start
+	}
+	return off - 1
+}
+
+// zeroBlock is the size of the blocks lastNonZero compares with zeros.
+const zeroBlock = 64 << 10
+
+var zeros [zeroBlock]byte
 
 // sectorSize is the unit a disk writes atomically, and faultfs's block:
 // a torn write keeps or loses each of a record's sectors whole, or keeps
