@@ -100,6 +100,9 @@ func TestCluster_BackupVerifyRestore(t *testing.T) {
 	if got := mustCtl(t, ctx, "backup", "--health", a.HealthAddr().String(), "--admin-token", "tok", "--out", file); !strings.Contains(got, "cluster backup") {
 		t.Fatalf("backup = %q, want a cluster backup", got)
 	}
+	if r := backupJSON(t, ctx, "--health", a.HealthAddr().String(), "--admin-token", "tok", "--out", file+".json"); r.Kind != "cluster" || r.Prefix != "/live/" || r.Keys == 0 || r.Revision == 0 {
+		t.Errorf("cluster backup --json = %+v, want kind cluster of /live/ with its keys and revision", r)
+	}
 
 	// The live prefix, read while node a holds its lease and ownership.
 	before := revision()
