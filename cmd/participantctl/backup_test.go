@@ -170,3 +170,25 @@ func TestBackup_JSON(t *testing.T) {
 		t.Errorf("offline backup --json = %+v, want kind offline of %s", r, restored)
 	}
 }
+
+// restore --json prints JSON lines: first the restore's object, then
+// verify --json's object per conversation.
+func TestRestore_JSON(t *testing.T) {
+	ctx := testCtx(t)
+	data, work := t.TempDir(), t.TempDir()
+	addr, health := startAdminServer(t, data, "s3cret")
+	mustCtl(t, ctx, "enroll", "--addr", addr, "--conversation", "7", "--creds", filepath.Join(work, "a.json"))
+	file := filepath.Join(work, "backup.db")
+	b := backupJSON(t, ctx, "--health", health, "--admin-token", "s3cret", "--out", file)
+	restored := filepath.Join(work, "restored")
+	out := mustCtl(t, ctx, "restore", "--json", "--from", file, "--node-key", filepath.Join(data, participant.NodeKeyFile), "--data", restored)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	var r restoreResult
+	if err := json.Unmarshal([]byte(lines[0]), &r); err != nil || r.Result != "restored" || r.From != file || r.Data != restored || r.Bytes != b.Bytes {
+		t.Errorf("restore --json's first line = %q (%v), want restored, from %s into %s, %d bytes", lines[0], err, file, restored, b.Bytes)
+	}
+	var v verifyLine
+	if len(lines) != 2 || json.Unmarshal([]byte(lines[1]), &v) != nil || v.Conversation != 7 || v.Status != "ok" {
+		t.Errorf("restore --json = %q, want the restore's line, then conversation 7 ok", out)
+	}
+}
