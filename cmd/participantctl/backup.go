@@ -74,7 +74,7 @@ func runBackup(ctx context.Context, e *env, args []string) error {
 	token := fs.String("admin-token", "", "the server's admin token (default $"+adminTokenEnv+")")
 	data := fs.String("data", "", "copy this stopped server's data directory instead of asking a running server")
 	asJSON := fs.Bool("json", false, "print the result as one JSON object (kind, file, bytes, sha256; a cluster backup's prefix, revision and keys)")
-	if err := cli.Parse(fs, args); err != nil {
+	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
 	}
 	if *data != "" {

@@ -4,12 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
 	"strconv"
+
+	"github.com/spf13/pflag"
 
 	"github.com/participantd/participantd/internal/cli"
 	"github.com/participantd/participantd/server"
@@ -58,7 +59,7 @@ func runEvict(ctx context.Context, e *env, name string, args []string) error {
 	}
 	health, healthCA, token := adminFlags(fs)
 	asJSON := fs.Bool("json", false, "print the server's answer as one JSON object")
-	if err := cli.Parse(fs, args); err != nil {
+	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
 	}
 	if *token == "" {
@@ -142,7 +143,7 @@ func runEvict(ctx context.Context, e *env, name string, args []string) error {
 }
 
 // adminFlags defines the flags that reach a server's admin endpoints.
-func adminFlags(fs *flag.FlagSet) (health, healthCA, token *string) {
+func adminFlags(fs *pflag.FlagSet) (health, healthCA, token *string) {
 	health = fs.String("health", server.DefaultHealthListen, "the server's health listener: host:port, or a URL http://host:port or https://host:port")
 	healthCA = fs.String("health-ca", "", "PEM CA verifying the health listener's certificate (implies https)")
 	token = fs.String("admin-token", "", "the server's admin token (default $"+adminTokenEnv+")")

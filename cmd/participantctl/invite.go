@@ -51,7 +51,7 @@ func runInvite(ctx context.Context, e *env, args []string) error {
 	uses := fs.Uint("uses", 0, "how many enrolls the invitation admits (0: any number)")
 	etcd := addEtcdFlags(fs)
 	asJSON := fs.Bool("json", false, "print the invitation and what it admits as one JSON object")
-	if err := cli.Parse(fs, args); err != nil {
+	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
 	}
 	if etcd.set() && fsHasFlag(fs, "data") {

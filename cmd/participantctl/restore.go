@@ -76,7 +76,7 @@ func runRestore(ctx context.Context, e *env, args []string) error {
 	replaceKey := fs.Bool("replace-node-key", false, "cluster backups: let the backup's node key replace a different one the prefix holds")
 	etcd := addEtcdFlags(fs)
 	asJSON := fs.Bool("json", false, "print JSON lines: the restore's object, then verify --json's per conversation")
-	if err := cli.Parse(fs, args); err != nil {
+	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
 	}
 	if etcd.set() {
