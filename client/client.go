@@ -91,8 +91,11 @@ func newMember(cred Credential) *member {
 // Dial connects to addr, runs the handshake and returns a Client that keeps
 // a connection until Close. The first connection is made before Dial
 // returns: its failure (a refused connection, a *RejectedError such as
-// auth_failed) is Dial's error. Later connection losses are repaired in the
-// background.
+// auth_failed) is Dial's error; a handshake without a welcome before
+// DialTimeout or ctx's deadline says the address is likely not the
+// protocol listener (the health listener answers nothing to hello) and
+// unwraps to os.ErrDeadlineExceeded. Later connection losses are repaired
+// in the background.
 func Dial(ctx context.Context, addr string, opts Options) (*Client, error) {
 	opts.withDefaults()
 	return dialClient(ctx, addr, opts, newIntents(), nil)

@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"net"
+	"os"
 	"sync"
 	"syscall"
 	"time"
@@ -91,6 +92,7 @@ type session struct {
 // dial connects and runs the handshake. The returned session has no reader
 // yet: the caller starts run.
 func dial(ctx context.Context, addr string, o *Options, seq uint64) (*session, error) {
+	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, o.DialTimeout)
 	defer cancel()
 	var nc net.Conn
@@ -125,6 +127,12 @@ func dial(ctx context.Context, addr string, o *Options, seq uint64) (*session, e
 	m, err := wc.ReadServerMessage()
 	if err != nil {
 		wc.Close()
+		// The socket's deadline is ctx's (a cancel moves it to the past
+		// after ctx.Err is set), so a timeout with ctx not canceled is
+		// the deadline passing, which the read may see before ctx does.
+		if errors.Is(err, os.ErrDeadlineExceeded) && !errors.Is(ctx.Err(), context.Canceled) {
+			return nil, noWelcome(ctx, addr, start, err)
+		}
 		return nil, fmt.Errorf("client: handshake with %s: %w%s", addr, err, tlsHint(o, err))
 	}
 	switch m := m.(type) {
@@ -156,6 +164,23 @@ func dial(ctx context.Context, addr string, o *Options, seq uint64) (*session, e
 		wc.Close()
 		return nil, fmt.Errorf("%w: %s before welcome", ErrProtocol, m.Type())
 	}
+}
+
+// noWelcome is the error of a handshake whose deadline passed before the
+// welcome came (err, the read's). A participantd answers hello at once,
+// rejected when it is full or draining; the likely cause is an address
+// that is not its protocol listener: an HTTP server (participantd's
+// health listener, say) waits for a request line the hello never
+// completes, and answers nothing. The error unwraps to err.
+func noWelcome(ctx context.Context, addr string, start time.Time, err error) error {
+	waited := time.Since(start)
+	if dl, ok := ctx.Deadline(); ok {
+		waited = dl.Sub(start)
+	}
+	return fmt.Errorf("client: no welcome from %s within %v of connecting: is it participantd's protocol listener "+
+		"(participantd --listen, default port 7420)? An HTTP listener such as participantd's health listener "+
+		"(--health-listen, default port 7421) answers nothing to the protocol's hello; else the server is "+
+		"overloaded or stuck (its /ready and logs say which): %w", addr, waited.Round(time.Millisecond), err)
 }
 
 // tlsHint is what to add to the error of a handshake that failed the way

@@ -72,6 +72,18 @@
 // named, to tell which fault finds a failure; -robustness.keep keeps the
 // report of a run that passed.
 //
+// # Rolling restart
+//
+// TestRollingRestart carries out docs/operations.md's rolling restart of
+// a cluster, step by step (rollingSteps; a test fails when the docs list
+// other steps), on three nodes of the release build with a conversation
+// first owned by each, writers and readers running throughout: a cluster
+// backup through participantctl, then per node the healthcheck of every
+// node, SIGTERM (the process must exit 0), the binary replaced, the start
+// and its healthcheck, and a tell answered for every writer before the
+// next node. No call may end refused, in doubt or lost, and the history
+// is checked as a seed's is. About 30 s; -short skips it.
+//
 // A failed seed leaves a directory (named in the failure) holding
 // REPORT.md (the violations, the schedule, what happened when, the
 // traffic, the nodes' warnings, the command that runs the seed again),

@@ -229,6 +229,26 @@ func (nd *node) kill() {
 	}
 }
 
+// stop sends SIGTERM, as a supervisor's stop does, and waits for the
+// process to end: it drains, releases its conversations and exits. It
+// returns the process's exit status, or an error when none ran.
+func (nd *node) stop() (*os.ProcessState, error) {
+	nd.mu.Lock()
+	if !nd.runningLocked() {
+		nd.mu.Unlock()
+		return nil, fmt.Errorf("SIGTERM %s: not running", nd.id)
+	}
+	nd.killed = true // the harness ends it: not a crash
+	cmd, exited := nd.cmd, nd.exited
+	err := cmd.Process.Signal(syscall.SIGTERM)
+	nd.mu.Unlock()
+	if err != nil {
+		return nil, fmt.Errorf("SIGTERM %s: %w", nd.id, err)
+	}
+	<-exited
+	return cmd.ProcessState, nil
+}
+
 // crashed returns every process of the node that ended by itself, though
 // a restart (a kill nemesis's) brought the node back since: each is a
 // finding.

@@ -23,6 +23,9 @@ type report struct {
 	tl       *timeline
 	h        *harness
 	logs     map[uint64]*convLog
+	// title and rerun replace the seed's heading and the command that
+	// runs the seed again, for a run that is not a seed of TestRobustness.
+	title, rerun string
 
 	mu         sync.Mutex
 	violations []Violation
@@ -53,6 +56,9 @@ var hints = map[string]string{
 	InvTooLargeFinal:  "a size not checked against max_record_bytes before sending (issue 26 #6)",
 	InvNotStuck:       "a call without a bound of its own: an answer dropped on an open connection, or a moved storm (issue 26 #7)",
 	InvDetachHolds:    "an automatic re-attach before, or after, the detach's retry (issue 26 #1)",
+	InvCleanStop:      "a drain past --drain-timeout, or a store close that failed or hung (server.Run's error, in the node's log)",
+	InvRollingRun:     "a drained node's conversations not claimed by the others, or a client that does not follow them",
+	InvRollingAll:     "a drain that closes a connection with a request unanswered, or a client that gives up on shutting_down or moved",
 }
 
 // brief is the failure message's body: the violations, at most three per
@@ -100,13 +106,17 @@ func (r *report) write(dir string) string {
 	writeJSONL(filepath.Join(dir, "deliveries.jsonl"), dels)
 
 	var b strings.Builder
-	fmt.Fprintf(&b, "# Robustness run, seed %d\n\n", r.seed)
-	nem := ""
-	if *only != "" {
-		nem = " -robustness.nemeses=" + *only
+	if r.title != "" {
+		fmt.Fprintf(&b, "# %s\n\nRun it again: `%s`\n\n", r.title, r.rerun)
+	} else {
+		fmt.Fprintf(&b, "# Robustness run, seed %d\n\n", r.seed)
+		nem := ""
+		if *only != "" {
+			nem = " -robustness.nemeses=" + *only
+		}
+		fmt.Fprintf(&b, "Run it again: `go test ./robustness -run 'TestRobustness/seed=%d$' -robustness.seeds=%d -robustness.duration=%v%s -v`\n\n",
+			r.seed, r.seed, r.duration, nem)
 	}
-	fmt.Fprintf(&b, "Run it again: `go test ./robustness -run 'TestRobustness/seed=%d$' -robustness.seeds=%d -robustness.duration=%v%s -v`\n\n",
-		r.seed, r.seed, r.duration, nem)
 	fmt.Fprintf(&b, "%d nodes (lease %v) over a 3-member etcd; %d conversations, %d writers and %d reader(s) each; traffic for %v.\n\n",
 		nodeCount, leaseTTL, conversations, writersPer, readersPer, r.duration)
 

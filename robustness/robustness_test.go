@@ -177,53 +177,11 @@ func runSeed(t *testing.T, bin, dir string, seed uint64, d time.Duration) *repor
 	// for a deadline of the harness's own.
 	ctx, cancel := context.WithTimeout(context.Background(), 2*d+5*time.Minute)
 	defer cancel()
-	opts := client.ClusterOptions{Options: client.Options{ClientName: "robustness", MaxBackoff: 500 * time.Millisecond}}
-
 	convs := make([]uint64, conversations)
 	for c := range convs {
 		convs[c] = 1000*seed + uint64(c) + 1
 	}
-	var writers []*writer
-	var readers []*reader
-	var readWG sync.WaitGroup
-	for _, conv := range convs {
-		// A reader joins first, so that every tell is addressed to it.
-		for i := range readersPer {
-			ropts := opts
-			ropts.BindingCheckInterval = readerCheck
-			cl, err := client.DialCluster(ctx, h.seeds(), ropts)
-			if err != nil {
-				t.Fatalf("reader: %v", err)
-			}
-			defer cl.Close()
-			rd := &reader{name: fmt.Sprintf("reader-c%d-%d", conv, i), conv: conv, hist: hist, cl: cl}
-			readWG.Go(rd.read)
-			if err := rd.enroll(ctx); err != nil {
-				t.Fatal(err)
-			}
-			readers = append(readers, rd)
-		}
-		for i := range writersPer {
-			wopts := opts
-			wopts.DiscardDeliveries = true
-			dial := func(ctx context.Context) (*client.Cluster, error) {
-				dctx, cancel := context.WithTimeout(ctx, callTimeout)
-				defer cancel()
-				return client.DialCluster(dctx, h.seeds(), wopts)
-			}
-			cl, err := dial(ctx)
-			if err != nil {
-				t.Fatalf("writer: %v", err)
-			}
-			writers = append(writers, &writer{name: fmt.Sprintf("writer-c%d-%d", conv, i), conv: conv, hist: hist, cl: cl, dial: dial})
-		}
-	}
-
-	defer func() {
-		for _, w := range writers {
-			w.cl.Close()
-		}
-	}()
+	writers, readers := startClients(ctx, t, h, hist, convs, false)
 	tl.add(hist, "traffic starts: %d writers, %d readers, %d conversations", len(writers), len(readers), conversations)
 	tctx, stopTraffic := context.WithTimeout(ctx, d)
 	defer stopTraffic()
@@ -270,6 +228,60 @@ func runSeed(t *testing.T, bin, dir string, seed uint64, d time.Duration) *repor
 
 	r.violations = append(r.violations, checkRestore(ctx, seed, h, hist, tl, logs, convs, writers)...)
 	return r
+}
+
+// startClients connects the run's clients to h's nodes: per conversation
+// of convs, readersPer readers, each enrolled (first, so that every tell
+// is addressed to it) and reading, and writersPer writers, not yet
+// running. With rotate, the clients of the i-th conversation list the
+// nodes from the i-th on as their seeds, so that (their reader enrolling
+// first) each node comes to own a conversation; else every client lists
+// them in order. The clients close when t ends.
+func startClients(ctx context.Context, t *testing.T, h *harness, hist *history, convs []uint64, rotate bool) ([]*writer, []*reader) {
+	t.Helper()
+	opts := client.ClusterOptions{Options: client.Options{ClientName: "robustness", MaxBackoff: 500 * time.Millisecond}}
+	var writers []*writer
+	var readers []*reader
+	for c, conv := range convs {
+		seeds := h.seeds()
+		if rotate {
+			k := c % len(seeds)
+			seeds = append(seeds[k:], seeds[:k]...)
+		}
+		// A reader joins first, so that every tell is addressed to it.
+		for i := range readersPer {
+			ropts := opts
+			ropts.BindingCheckInterval = readerCheck
+			cl, err := client.DialCluster(ctx, seeds, ropts)
+			if err != nil {
+				t.Fatalf("reader: %v", err)
+			}
+			t.Cleanup(func() { cl.Close() })
+			rd := &reader{name: fmt.Sprintf("reader-c%d-%d", conv, i), conv: conv, hist: hist, cl: cl}
+			go rd.read()
+			if err := rd.enroll(ctx); err != nil {
+				t.Fatal(err)
+			}
+			readers = append(readers, rd)
+		}
+		for i := range writersPer {
+			wopts := opts
+			wopts.DiscardDeliveries = true
+			dial := func(ctx context.Context) (*client.Cluster, error) {
+				dctx, cancel := context.WithTimeout(ctx, callTimeout)
+				defer cancel()
+				return client.DialCluster(dctx, seeds, wopts)
+			}
+			cl, err := dial(ctx)
+			if err != nil {
+				t.Fatalf("writer: %v", err)
+			}
+			w := &writer{name: fmt.Sprintf("writer-c%d-%d", conv, i), conv: conv, hist: hist, cl: cl, dial: dial}
+			t.Cleanup(func() { w.cl.Close() })
+			writers = append(writers, w)
+		}
+	}
+	return writers, readers
 }
 
 // waitDeliveries waits, up to deliveryWait, until every reader received

@@ -2,7 +2,10 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -26,8 +29,8 @@ func init() {
 	register(&command{
 		name:     "backup",
 		synopsis: "copy a running server's data, consistently, to a file (online)",
-		usage: `--out FILE [--health ADDR|URL] [--health-ca FILE] [--admin-token TOKEN]
-       --out FILE --data DIR
+		usage: `--out FILE [--health ADDR|URL] [--health-ca FILE] [--admin-token TOKEN] [--json]
+       --out FILE --data DIR [--json]
 
 Asks the running server's health listener (POST /admin/backup; the server
 needs --admin-token) for a consistent copy of its data file: every answered
@@ -53,7 +56,12 @@ cluster backup of the whole data set under the etcd prefix, read at one
 etcd revision (any node serves it): a versioned file whose trailer carries
 the key count and a SHA-256, checked before FILE appears. It holds the
 cluster secret; ownerships and live-node keys are left out. Restore it with
-restore --etcd-endpoints, verify it with verify --from.`,
+restore --etcd-endpoints, verify it with verify --from.
+
+With --json the result is one JSON object: result ("backup"), kind
+(server, cluster or offline), file, bytes and sha256 (of the file, to
+check a copy of it later); data (offline); prefix, revision and keys (a
+cluster backup).`,
 		run: runBackup,
 	})
 }
@@ -65,14 +73,15 @@ func runBackup(ctx context.Context, e *env, args []string) error {
 	healthCA := fs.String("health-ca", "", "PEM CA verifying the health listener's certificate (implies https)")
 	token := fs.String("admin-token", "", "the server's admin token (default $"+adminTokenEnv+")")
 	data := fs.String("data", "", "copy this stopped server's data directory instead of asking a running server")
-	if err := cli.Parse(fs, args); err != nil {
+	asJSON := fs.Bool("json", false, "print the result as one JSON object (kind, file, bytes, sha256; a cluster backup's prefix, revision and keys)")
+	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
 	}
 	if *data != "" {
 		if *out == "" {
 			return &cli.ExitError{Code: cli.ExitUsage, Err: errors.New("--out is required")}
 		}
-		return backupOffline(e, *data, *out)
+		return backupOffline(e, *data, *out, *asJSON)
 	}
 	if *token == "" {
 		*token = e.getenv(adminTokenEnv)
@@ -104,30 +113,47 @@ func runBackup(ctx context.Context, e *env, args []string) error {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 		return fmt.Errorf("backup: the server answered %s: %s", resp.Status, msg)
 	}
+	sum := sha256.New()
+	body := io.TeeReader(resp.Body, sum)
 	if resp.Header.Get("Content-Type") == server.ClusterBackupContentType {
 		// A cluster backup streams without a size: its trailer (count and
 		// checksum) is what says it is whole, checked before the rename.
 		var h backup.Header
-		n, err := writeDurablyChecked(*out, resp.Body, -1, func(f *os.File) (err error) {
+		n, err := writeDurablyChecked(*out, body, -1, func(f *os.File) (err error) {
 			h, err = backup.Check(f)
 			return err
 		})
 		if err != nil {
 			return fmt.Errorf("backup: %w", err)
 		}
-		fmt.Fprintf(e.stdout, "cluster backup of %d bytes written to %s: %d keys of %s at etcd revision %d\n",
-			n, *out, h.Keys, h.Prefix, h.Revision)
-		return nil
+		return printBackup(e, *asJSON, fmt.Sprintf("cluster backup of %d bytes written to %s: %d keys of %s at etcd revision %d", n, *out, h.Keys, h.Prefix, h.Revision),
+			backupResult{Kind: "cluster", File: *out, Bytes: n, SHA256: hex.EncodeToString(sum.Sum(nil)), Prefix: h.Prefix, Revision: h.Revision, Keys: h.Keys})
 	}
 	if resp.ContentLength < 0 {
 		return errors.New("backup: the server announced no size")
 	}
-	n, err := writeDurably(*out, resp.Body, resp.ContentLength)
+	n, err := writeDurably(*out, body, resp.ContentLength)
 	if err != nil {
 		return fmt.Errorf("backup: %w", err)
 	}
-	fmt.Fprintf(e.stdout, "backup of %d bytes written to %s\n", n, *out)
-	return nil
+	return printBackup(e, *asJSON, fmt.Sprintf("backup of %d bytes written to %s", n, *out),
+		backupResult{Kind: "server", File: *out, Bytes: n, SHA256: hex.EncodeToString(sum.Sum(nil))})
+}
+
+// printBackup prints line, or with asJSON r (its result set) as one JSON
+// object, and a newline.
+func printBackup(e *env, asJSON bool, line string, r backupResult) error {
+	if !asJSON {
+		_, err := fmt.Fprintln(e.stdout, line)
+		return err
+	}
+	r.Result = "backup"
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(e.stdout, "%s\n", b)
+	return err
 }
 
 // healthClient returns the base URL of the health listener at health
@@ -162,8 +188,9 @@ func healthClient(health, ca string) (string, *http.Client, error) {
 }
 
 // backupOffline writes a backup of the stopped server's data directory dir
-// to out (offline.Backup), as durably as an online one.
-func backupOffline(e *env, dir, out string) error {
+// to out (offline.Backup), as durably as an online one, and prints what it
+// wrote (with asJSON, as one JSON object).
+func backupOffline(e *env, dir, out string, asJSON bool) error {
 	if _, err := os.Stat(out); err == nil {
 		return fmt.Errorf("%s exists; backup never overwrites", out)
 	}
@@ -173,7 +200,8 @@ func backupOffline(e *env, dir, out string) error {
 		_, err := offline.Backup(dir, offlineOptions, pw, func(n int64) { size = n })
 		pw.CloseWithError(explainOpen(dir, err))
 	}()
-	n, err := writeDurablyChecked(out, pr, -1, func(f *os.File) error {
+	sum := sha256.New()
+	n, err := writeDurablyChecked(out, io.TeeReader(pr, sum), -1, func(f *os.File) error {
 		// The pipe is drained, so the copy ended and announced its size.
 		fi, err := f.Stat()
 		if err == nil && fi.Size() != size {
@@ -185,8 +213,8 @@ func backupOffline(e *env, dir, out string) error {
 	if err != nil {
 		return fmt.Errorf("backup: %w", err)
 	}
-	fmt.Fprintf(e.stdout, "backup of %d bytes of %s written to %s\n", n, dir, out)
-	return nil
+	return printBackup(e, asJSON, fmt.Sprintf("backup of %d bytes of %s written to %s", n, dir, out),
+		backupResult{Kind: "offline", File: out, Bytes: n, SHA256: hex.EncodeToString(sum.Sum(nil)), Data: dir})
 }
 
 // writeDurably copies r to path through path.partial: it checks that
@@ -248,4 +276,24 @@ func syncDir(dir string) error {
 	}
 	defer d.Close()
 	return d.Sync()
+}
+
+// backupResult is what backup --json prints: one JSON object naming the
+// copy written and what it holds.
+type backupResult struct {
+	Result string `json:"result"` // "backup"
+	// Kind is server (a running single server's copy), cluster (a
+	// cluster's data set, through a node) or offline (a stopped server's
+	// directory, --data).
+	Kind   string `json:"kind"`
+	File   string `json:"file"`   // the copy, whole (--out)
+	Bytes  int64  `json:"bytes"`  // its size
+	SHA256 string `json:"sha256"` // of its bytes, hex, to check a copy of it later
+	// Data is the directory copied (offline).
+	Data string `json:"data,omitempty"`
+	// Prefix, Revision and Keys say what a cluster backup holds: the etcd
+	// prefix, the revision every key was read at, and how many keys.
+	Prefix   string `json:"prefix,omitempty"`
+	Revision int64  `json:"revision,omitempty"`
+	Keys     int64  `json:"keys,omitempty"`
 }

@@ -1,6 +1,10 @@
 package main
 
 import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -122,5 +126,69 @@ func TestRestore_CredentialNewerThanTheData(t *testing.T) {
 	}
 	if strings.Contains(errs, "another session") {
 		t.Errorf("tell's refusal blames another session:\n%s", errs)
+	}
+}
+
+// backupJSON runs backup with --json and decodes its one JSON object,
+// checking that it names the file written, its size and its SHA-256.
+func backupJSON(t *testing.T, ctx context.Context, args ...string) backupResult {
+	t.Helper()
+	out := mustCtl(t, ctx, append([]string{"backup", "--json"}, args...)...)
+	var r backupResult
+	dec := json.NewDecoder(strings.NewReader(out))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&r); err != nil || strings.Count(strings.TrimSpace(out), "\n") != 0 {
+		t.Fatalf("backup --json = %q, want one JSON object (%v)", out, err)
+	}
+	b, err := os.ReadFile(r.File)
+	if err != nil {
+		t.Fatalf("backup --json names %q: %v", r.File, err)
+	}
+	sum := sha256.Sum256(b)
+	if r.Result != "backup" || r.Bytes != int64(len(b)) || r.SHA256 != hex.EncodeToString(sum[:]) {
+		t.Errorf("backup --json = %+v, want result backup, %d bytes, sha256 %x", r, len(b), sum)
+	}
+	return r
+}
+
+// backup --json prints one JSON object per backup: an online copy of a
+// single server, and a stopped server's directory copied offline.
+func TestBackup_JSON(t *testing.T) {
+	ctx := testCtx(t)
+	data, work := t.TempDir(), t.TempDir()
+	_, health := startAdminServer(t, data, "s3cret")
+	online := filepath.Join(work, "online.db")
+	if r := backupJSON(t, ctx, "--health", health, "--admin-token", "s3cret", "--out", online); r.Kind != "server" || r.File != online || r.Data != "" {
+		t.Errorf("online backup --json = %+v, want kind server of %s", r, online)
+	}
+	// Flags after --json in any order, and the offline copy of the
+	// restored directory (a stopped server's).
+	restored := filepath.Join(work, "restored")
+	mustCtl(t, ctx, "restore", "--from", online, "--node-key", filepath.Join(data, participant.NodeKeyFile), "--data", restored)
+	offline := filepath.Join(work, "offline.db")
+	if r := backupJSON(t, ctx, "--out", offline, "--data", restored); r.Kind != "offline" || r.Data != restored || r.File != offline {
+		t.Errorf("offline backup --json = %+v, want kind offline of %s", r, restored)
+	}
+}
+
+// restore --json prints JSON lines: first the restore's object, then
+// verify --json's object per conversation.
+func TestRestore_JSON(t *testing.T) {
+	ctx := testCtx(t)
+	data, work := t.TempDir(), t.TempDir()
+	addr, health := startAdminServer(t, data, "s3cret")
+	mustCtl(t, ctx, "enroll", "--addr", addr, "--conversation", "7", "--creds", filepath.Join(work, "a.json"))
+	file := filepath.Join(work, "backup.db")
+	b := backupJSON(t, ctx, "--health", health, "--admin-token", "s3cret", "--out", file)
+	restored := filepath.Join(work, "restored")
+	out := mustCtl(t, ctx, "restore", "--json", "--from", file, "--node-key", filepath.Join(data, participant.NodeKeyFile), "--data", restored)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	var r restoreResult
+	if err := json.Unmarshal([]byte(lines[0]), &r); err != nil || r.Result != "restored" || r.From != file || r.Data != restored || r.Bytes != b.Bytes {
+		t.Errorf("restore --json's first line = %q (%v), want restored, from %s into %s, %d bytes", lines[0], err, file, restored, b.Bytes)
+	}
+	var v verifyLine
+	if len(lines) != 2 || json.Unmarshal([]byte(lines[1]), &v) != nil || v.Conversation != 7 || v.Status != "ok" {
+		t.Errorf("restore --json = %q, want the restore's line, then conversation 7 ok", out)
 	}
 }

@@ -100,6 +100,9 @@ func TestCluster_BackupVerifyRestore(t *testing.T) {
 	if got := mustCtl(t, ctx, "backup", "--health", a.HealthAddr().String(), "--admin-token", "tok", "--out", file); !strings.Contains(got, "cluster backup") {
 		t.Fatalf("backup = %q, want a cluster backup", got)
 	}
+	if r := backupJSON(t, ctx, "--health", a.HealthAddr().String(), "--admin-token", "tok", "--out", file+".json"); r.Kind != "cluster" || r.Prefix != "/live/" || r.Keys == 0 || r.Revision == 0 {
+		t.Errorf("cluster backup --json = %+v, want kind cluster of /live/ with its keys and revision", r)
+	}
 
 	// The live prefix, read while node a holds its lease and ownership.
 	before := revision()
@@ -191,6 +194,15 @@ func TestCluster_BackupVerifyRestore(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(work, participant.NodeKeyFile)); !os.IsNotExist(err) {
 		t.Fatalf("restore wrote a node key file: %v", err)
+	}
+
+	// --json: the restore's object, then verify's per conversation.
+	lines := strings.Split(strings.TrimSpace(mustCtl(t, ctx, "restore", "--json", "--etcd-endpoints", eps, "--etcd-prefix", "/json/", "--from", file)), "\n")
+	var r restoreResult
+	var v verifyLine
+	if json.Unmarshal([]byte(lines[0]), &r) != nil || r.Result != "restored" || r.Prefix != "/json/" || r.BackupPrefix != "/live/" || r.Keys == 0 || r.Txns == 0 || r.Revision == 0 ||
+		len(lines) != 2 || json.Unmarshal([]byte(lines[1]), &v) != nil || v.Conversation != 7 || v.Status != "ok" {
+		t.Errorf("restore --json of a cluster backup = %q, want the restore's object into /json/, then conversation 7 ok", lines)
 	}
 }
 

@@ -50,7 +50,7 @@ func runCompact(ctx context.Context, e *env, args []string) error {
 	retain := fs.Duration("retain", participant.DefaultRetain, "keep settled history this long after the acknowledgement that settled it")
 	window := fs.Duration("token-window", 0, "the daemon's --token-window: forget the tokens of compacted rows older than it instead of writing their receipts (0: keep every token's answer forever)")
 	asJSON := fs.Bool("json", false, "print the result as one JSON object")
-	if err := cli.Parse(fs, args); err != nil {
+	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
 	}
 	if *retain <= 0 {

@@ -4,12 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"regexp"
 	"sort"
 	"strings"
+
+	"github.com/spf13/pflag"
 
 	"github.com/participantd/participantd/internal/cli"
 )
@@ -32,7 +33,7 @@ flags. Load it from your shell's start-up file:
 
 func runCompletion(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, commands["completion"])
-	if err := cli.Parse(fs, args); err != nil {
+	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() != 1 {
@@ -61,8 +62,8 @@ type completionSpec struct {
 	help  map[string]string // synopsis, for zsh and fish
 }
 
-// flagLine matches the first line of a flag in flag.PrintDefaults.
-var flagLine = regexp.MustCompile(`^  -([A-Za-z0-9][A-Za-z0-9-]*)`)
+// flagLine matches the first line of a flag in pflag's PrintDefaults.
+var flagLine = regexp.MustCompile(`^ +(?:-[A-Za-z0-9], )?--([A-Za-z0-9][A-Za-z0-9-]*)`)
 
 // readCompletionSpec reads each subcommand's flags from its own -h output,
 // so that a flag added to a subcommand is completed without being listed
@@ -88,7 +89,7 @@ func readCompletionSpec(ctx context.Context) (completionSpec, error) {
 	return spec, nil
 }
 
-func isHelp(err error) bool { return errors.Is(err, flag.ErrHelp) }
+func isHelp(err error) bool { return errors.Is(err, pflag.ErrHelp) }
 
 func writeBash(w io.Writer, spec completionSpec) error {
 	var b strings.Builder

@@ -5,12 +5,13 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/spf13/pflag"
 
 	"github.com/participantd/participantd/client"
 	"github.com/participantd/participantd/internal/cli"
@@ -33,10 +34,10 @@ type connFlags struct {
 	// or the built-in default), for a dial error to name; fs tells whether
 	// --addr replaced it.
 	addrFrom string
-	fs       *flag.FlagSet
+	fs       *pflag.FlagSet
 }
 
-func addConnFlags(fs *flag.FlagSet, e *env) *connFlags {
+func addConnFlags(fs *pflag.FlagSet, e *env) *connFlags {
 	f := &connFlags{fs: fs, addrFrom: "PARTICIPANTCTL_ADDR"}
 	addr := e.getenv("PARTICIPANTCTL_ADDR")
 	if addr == "" {

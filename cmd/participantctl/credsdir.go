@@ -27,6 +27,9 @@ func (c credsFlag) String() string {
 	return *c.path
 }
 
+// Type names the value in --help (pflag.Value).
+func (c credsFlag) Type() string { return "file" }
+
 func (c credsFlag) Set(v string) error {
 	p, err := resolveCreds(c.e, v)
 	if err != nil {

@@ -376,3 +376,22 @@ func TestDial_ErrorNamesTheAddressSource(t *testing.T) {
 		t.Errorf("dial error with --addr = %q, want no mention of the variable", got)
 	}
 }
+
+// Pointed at the health (HTTP) listener, which answers nothing to the
+// protocol's hello, participantctl says what the address likely is
+// instead of a bare "i/o timeout" (after the Cluster's attempt timeout).
+func TestDial_HealthListenerNamed(t *testing.T) {
+	ctx := testCtx(t)
+	srv := servertest.Start(t, server.Config{DataDir: t.TempDir()})
+	creds := filepath.Join(t.TempDir(), "a.json")
+	health := srv.HealthAddr().String()
+	_, errs, code := ctl(ctx, "", "enroll", "--addr", health, "--conversation", "1", "--creds", creds)
+	if code == 0 {
+		t.Fatalf("enroll through the health listener succeeded")
+	}
+	for _, want := range []string{"no welcome from " + health, "health listener", "--listen"} {
+		if !strings.Contains(errs, want) {
+			t.Errorf("enroll through the health listener: stderr %q, want it to say %q", errs, want)
+		}
+	}
+}

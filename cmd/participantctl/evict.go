@@ -4,12 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
 	"strconv"
+
+	"github.com/spf13/pflag"
 
 	"github.com/participantd/participantd/internal/cli"
 	"github.com/participantd/participantd/server"
@@ -19,7 +20,7 @@ func init() {
 	register(&command{
 		name:     "evict",
 		synopsis: "retire a participant of a running server, as if it had left (online, audited)",
-		usage: `--conversation C --participant P [--health ADDR|URL] [--health-ca FILE] [--admin-token TOKEN]
+		usage: `--conversation C --participant P [--health ADDR|URL] [--health-ca FILE] [--admin-token TOKEN] [--json]
 
 Asks the running server's health listener (POST /admin/evict; the server
 needs --admin-token) to retire participant P of conversation C: a leave
@@ -30,18 +31,21 @@ with cause evicted. The server logs who asked and what was done.
 
 In a cluster, ask the node that owns the conversation: another node
 answers moved with the owner's address. The token comes from --admin-token
-or ` + adminTokenEnv + `.`,
+or ` + adminTokenEnv + `. With --json the answer is one JSON object:
+result ("evicted"), conversation, participant and seq (of its left record).`,
 		run: func(ctx context.Context, e *env, args []string) error { return runEvict(ctx, e, "evict", args) },
 	})
 	register(&command{
 		name:     "drop",
 		synopsis: "retire every participant of a conversation of a running server (online, audited)",
-		usage: `--conversation C [--health ADDR|URL] [--health-ca FILE] [--admin-token TOKEN]
+		usage: `--conversation C [--health ADDR|URL] [--health-ca FILE] [--admin-token TOKEN] [--json]
 
 Asks the running server's health listener (POST /admin/drop) to evict
 every participant of conversation C that has not left, in one commit (see
 evict): all its records are reclaimed, and its history goes after the
-retention period like any settled history.`,
+retention period like any settled history. With --json the answer is one
+JSON object: result ("dropped"), conversation, and evicted, a list of
+participant and seq (of its left record).`,
 		run: func(ctx context.Context, e *env, args []string) error { return runEvict(ctx, e, "drop", args) },
 	})
 }
@@ -54,7 +58,8 @@ func runEvict(ctx context.Context, e *env, name string, args []string) error {
 		part = fs.String("participant", "", "the participant to evict")
 	}
 	health, healthCA, token := adminFlags(fs)
-	if err := cli.Parse(fs, args); err != nil {
+	asJSON := fs.Bool("json", false, "print the server's answer as one JSON object")
+	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
 	}
 	if *token == "" {
@@ -110,6 +115,22 @@ func runEvict(ctx context.Context, e *env, name string, args []string) error {
 	if err := json.Unmarshal(body, &done); err != nil {
 		return fmt.Errorf("%s: the server's answer: %w", name, err)
 	}
+	if *asJSON {
+		c, _ := strconv.ParseUint(*conv, 10, 64) // checked above
+		r := evictResult{Result: "evicted", Conversation: c, Participant: &done.Participant, Seq: done.Seq}
+		if name == "drop" {
+			r = evictResult{Result: "dropped", Conversation: c, Evicted: []evicted{}}
+			for _, x := range done.Evicted {
+				r.Evicted = append(r.Evicted, evicted{x.Participant, x.Seq})
+			}
+		}
+		b, err := json.Marshal(r)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(e.stdout, "%s\n", b)
+		return err
+	}
 	if name == "evict" {
 		fmt.Fprintf(e.stdout, "participant %d of conversation %s evicted at seq %d\n", done.Participant, *conv, done.Seq)
 		return nil
@@ -122,9 +143,27 @@ func runEvict(ctx context.Context, e *env, name string, args []string) error {
 }
 
 // adminFlags defines the flags that reach a server's admin endpoints.
-func adminFlags(fs *flag.FlagSet) (health, healthCA, token *string) {
+func adminFlags(fs *pflag.FlagSet) (health, healthCA, token *string) {
 	health = fs.String("health", server.DefaultHealthListen, "the server's health listener: host:port, or a URL http://host:port or https://host:port")
 	healthCA = fs.String("health-ca", "", "PEM CA verifying the health listener's certificate (implies https)")
 	token = fs.String("admin-token", "", "the server's admin token (default $"+adminTokenEnv+")")
 	return health, healthCA, token
+}
+
+// evictResult is what evict --json and drop --json print: the server's
+// answer as one JSON object.
+type evictResult struct {
+	Result       string `json:"result"` // evicted, dropped
+	Conversation uint64 `json:"conversation"`
+	// Participant and Seq: evict's participant and the seq of its left
+	// record.
+	Participant *uint64 `json:"participant,omitempty"`
+	Seq         uint64  `json:"seq,omitempty"`
+	// Evicted: every participant drop evicted, with its left record's seq.
+	Evicted []evicted `json:"evicted,omitempty"`
+}
+
+type evicted struct {
+	Participant uint64 `json:"participant"`
+	Seq         uint64 `json:"seq"`
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -36,5 +37,26 @@ func TestEvictDrop_Online(t *testing.T) {
 	}
 	if _, errs, code := ctl(ctx, "", "drop", "--health", health, "--admin-token", "s3cret", "--conversation", "8"); code == 0 || !strings.Contains(errs, "unknown_participant") {
 		t.Errorf("drop of a conversation that does not exist = exit %d, %q; want unknown_participant", code, errs)
+	}
+}
+
+// evict --json and drop --json print the server's answer as one JSON
+// object each.
+func TestEvictDrop_JSON(t *testing.T) {
+	ctx := testCtx(t)
+	data, work := t.TempDir(), t.TempDir()
+	addr, health := startAdminServer(t, data, "s3cret")
+	for _, name := range []string{"a.json", "b.json"} {
+		mustCtl(t, ctx, "enroll", "--addr", addr, "--conversation", "7", "--creds", filepath.Join(work, name))
+	}
+	var ev evictResult
+	out := mustCtl(t, ctx, "evict", "--json", "--health", health, "--admin-token", "s3cret", "--conversation", "7", "--participant", "0")
+	if err := json.Unmarshal([]byte(out), &ev); err != nil || ev.Result != "evicted" || ev.Conversation != 7 || ev.Participant == nil || *ev.Participant != 0 || ev.Seq == 0 || strings.Count(out, "\n") != 1 {
+		t.Errorf("evict --json = %q (%v), want one object: evicted, conversation 7, participant 0, its seq", out, err)
+	}
+	var dr evictResult
+	out = mustCtl(t, ctx, "drop", "--health", health, "--admin-token", "s3cret", "--conversation", "7", "--json")
+	if err := json.Unmarshal([]byte(out), &dr); err != nil || dr.Result != "dropped" || dr.Conversation != 7 || len(dr.Evicted) != 1 || dr.Evicted[0].Participant != 1 || dr.Evicted[0].Seq <= ev.Seq {
+		t.Errorf("drop --json = %q (%v), want one object: dropped, conversation 7, participant 1 evicted after seq %d", out, err, ev.Seq)
 	}
 }

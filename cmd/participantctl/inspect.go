@@ -61,7 +61,7 @@ func runInspect(ctx context.Context, e *env, args []string) error {
 	src := addSourceFlags(fs)
 	asJSON := fs.Bool("json", false, "print one JSON document")
 	space := fs.Bool("space", false, "report where the data file's bytes go, per bucket and key prefix")
-	if err := cli.Parse(fs, args); err != nil {
+	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
 	}
 	if err := src.check(fs); err != nil {

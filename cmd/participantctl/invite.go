@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -19,7 +20,7 @@ func init() {
 	register(&command{
 		name:     "invite",
 		synopsis: "mint an invitation to enroll into a conversation (offline)",
-		usage: `--conversation C [--expires DURATION] [--uses N] [--data DIR | --etcd-endpoints URLS [--etcd-prefix P]]
+		usage: `--conversation C [--expires DURATION] [--uses N] [--data DIR | --etcd-endpoints URLS [--etcd-prefix P]] [--json]
 
 Mints an invitation to conversation C, valid for DURATION (default 24h),
 and prints it on stdout in its text form (base64url), for a server run with
@@ -34,7 +35,10 @@ one with the same token replays it and spends nothing).
 With --etcd-endpoints it mints under the cluster secret (secret/node-key
 in the etcd prefix P), read with the operator's etcd credentials (the
 --etcd-* flags of participantd): one read, nothing written, and no key is
-ever created there.`,
+ever created there.
+
+With --json it prints one JSON object instead: invite (the text form),
+conversation, valid_until (RFC 3339, UTC) and uses (0: any number).`,
 		run: runInvite,
 	})
 }
@@ -46,7 +50,8 @@ func runInvite(ctx context.Context, e *env, args []string) error {
 	expires := fs.Duration("expires", 24*time.Hour, "how long the invitation is valid")
 	uses := fs.Uint("uses", 0, "how many enrolls the invitation admits (0: any number)")
 	etcd := addEtcdFlags(fs)
-	if err := cli.Parse(fs, args); err != nil {
+	asJSON := fs.Bool("json", false, "print the invitation and what it admits as one JSON object")
+	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
 	}
 	if etcd.set() && fsHasFlag(fs, "data") {
@@ -75,6 +80,15 @@ func runInvite(ctx context.Context, e *env, args []string) error {
 	until := now.Add(*expires)
 	inv, err := participant.MintInviteUses(key, participant.ConversationID(*conv), now, until, uint32(*uses))
 	if err != nil {
+		return err
+	}
+	if *asJSON {
+		b, err := json.Marshal(inviteResult{Invite: participant.InviteText(inv), Conversation: *conv,
+			ValidUntil: until.UTC().Format(time.RFC3339), Uses: *uses})
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(e.stdout, "%s\n", b)
 		return err
 	}
 	fmt.Fprintln(e.stdout, participant.InviteText(inv))
@@ -132,4 +146,12 @@ func readClusterNodeKey(ctx context.Context, cc server.ClusterConfig) ([]byte, e
 		return nil, fmt.Errorf("%s: %w", k, err)
 	}
 	return key, nil
+}
+
+// inviteResult is what invite --json prints.
+type inviteResult struct {
+	Invite       string `json:"invite"` // the text form, for --invite and client.ParseInvite
+	Conversation uint64 `json:"conversation"`
+	ValidUntil   string `json:"valid_until"` // RFC 3339, UTC
+	Uses         uint   `json:"uses"`        // enrolls it admits; 0: any number
 }

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/participantd/participantd/client"
 	"github.com/participantd/participantd/participant"
@@ -85,4 +87,22 @@ func TestInvite_Errors(t *testing.T) {
 			t.Errorf("participantctl %s = exit %d, want 2", strings.Join(args, " "), code)
 		}
 	}
+}
+
+// invite --json prints one JSON object: the invitation's text (which
+// admits the enroll) and what it admits.
+func TestInvite_JSON(t *testing.T) {
+	ctx := testCtx(t)
+	dir := t.TempDir()
+	srv := servertest.Start(t, server.Config{DataDir: dir, EnrollPolicy: participant.EnrollInvite})
+	out := mustCtl(t, ctx, "invite", "--data", dir, "--conversation", "5", "--uses", "2", "--json")
+	var r inviteResult
+	if err := json.Unmarshal([]byte(out), &r); err != nil || r.Conversation != 5 || r.Uses != 2 || r.ValidUntil == "" || strings.Count(out, "\n") != 1 {
+		t.Fatalf("invite --json = %q (%v), want one object for conversation 5, 2 uses, its validity", out, err)
+	}
+	if _, err := time.Parse(time.RFC3339, r.ValidUntil); err != nil {
+		t.Errorf("invite --json valid_until = %q: %v", r.ValidUntil, err)
+	}
+	creds := filepath.Join(t.TempDir(), "p.creds")
+	mustCtl(t, ctx, "enroll", "--addr", srv.Addr().String(), "--conversation", "5", "--creds", creds, "--invite", r.Invite)
 }

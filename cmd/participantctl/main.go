@@ -13,18 +13,22 @@
 // to it.
 //
 // Each subcommand lives in its own file and registers itself in commands
-// from an init function; adding one is adding a file.
+// from an init function; adding one is adding a file. Its flags are a
+// spf13/pflag set (newFlagSet) parsed by cli.ParseFlags: GNU style, so
+// flags may come anywhere among the arguments and a long flag takes two
+// dashes.
 package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"sort"
 	"syscall"
+
+	"github.com/spf13/pflag"
 
 	"github.com/participantd/participantd/internal/buildinfo"
 	"github.com/participantd/participantd/internal/cli"
@@ -115,8 +119,8 @@ func printCommands(w io.Writer) {
 
 // newFlagSet returns the flag set of c, printing c's usage on -h (and only
 // then: cli.Parse turns a bad flag into a one-line usage error).
-func newFlagSet(e *env, c *command) *flag.FlagSet {
-	fs := flag.NewFlagSet(c.name, flag.ContinueOnError)
+func newFlagSet(e *env, c *command) *pflag.FlagSet {
+	fs := pflag.NewFlagSet(c.name, pflag.ContinueOnError)
 	fs.SetOutput(e.stderr)
 	fs.Usage = func() {
 		fmt.Fprintf(e.stderr, "usage: participantctl %s %s\n\nflags:\n", c.name, c.usage)

@@ -2,9 +2,10 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"path/filepath"
+
+	"github.com/spf13/pflag"
 
 	"github.com/participantd/participantd/offline"
 	"github.com/participantd/participantd/participant"
@@ -28,7 +29,7 @@ const storeFile = server.StoreFile
 // offlineOptions opens a data directory for the offline tools.
 var offlineOptions = offline.Options{LockTimeout: offline.DefaultLockTimeout}
 
-func addDataFlag(fs *flag.FlagSet) *string {
+func addDataFlag(fs *pflag.FlagSet) *string {
 	return fs.String("data", "./data", "the stopped server's data directory")
 }
 

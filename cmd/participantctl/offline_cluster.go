@@ -3,10 +3,11 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"strings"
+
+	"github.com/spf13/pflag"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -42,7 +43,7 @@ type etcdFlags struct {
 	endpoints, prefix, ca, cert, key, user, password, sealKey *string
 }
 
-func addEtcdFlags(fs *flag.FlagSet) *etcdFlags {
+func addEtcdFlags(fs *pflag.FlagSet) *etcdFlags {
 	return &etcdFlags{
 		endpoints: fs.String("etcd-endpoints", "", "comma-separated etcd client URLs of a cluster's data set"),
 		prefix:    fs.String("etcd-prefix", etcdstore.DefaultPrefix, "etcd key prefix of the data set"),
@@ -81,7 +82,7 @@ type source struct {
 	from *string
 }
 
-func addSourceFlags(fs *flag.FlagSet) *source {
+func addSourceFlags(fs *pflag.FlagSet) *source {
 	return &source{
 		dir:  addDataFlag(fs),
 		etcd: addEtcdFlags(fs),
@@ -90,9 +91,9 @@ func addSourceFlags(fs *flag.FlagSet) *source {
 }
 
 // check refuses more than one source.
-func (s *source) check(fs *flag.FlagSet) error {
+func (s *source) check(fs *pflag.FlagSet) error {
 	data := false
-	fs.Visit(func(f *flag.Flag) { data = data || f.Name == "data" })
+	fs.Visit(func(f *pflag.Flag) { data = data || f.Name == "data" })
 	n := 0
 	for _, b := range []bool{data, s.etcd.set(), *s.from != ""} {
 		if b {

@@ -4,10 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
+
+	"github.com/spf13/pflag"
 
 	"github.com/participantd/participantd/client"
 	"github.com/participantd/participantd/internal/cli"
@@ -96,7 +97,7 @@ func runEnroll(ctx context.Context, e *env, args []string) error {
 	conv := fs.Uint64("conversation", 0, "the conversation to enroll in")
 	force := fs.Bool("force", false, "overwrite an existing credential file")
 	inviteText := fs.String("invite", "", "the invitation participantctl invite printed (servers with --enroll-policy invite)")
-	if err := cli.Parse(fs, args); err != nil {
+	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
 	}
 	var opts []client.CallOption
@@ -152,7 +153,7 @@ func runAttach(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, commands["attach"])
 	cf := addConnFlags(fs, e)
 	asJSON := fs.Bool("json", false, "print the result as one JSON object")
-	if err := cli.Parse(fs, args); err != nil {
+	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
 	}
 	s, cred, err := cf.attached(ctx, e, true)
@@ -170,7 +171,7 @@ func runTell(ctx context.Context, e *env, args []string) error {
 	cf := addConnFlags(fs, e)
 	asJSON := fs.Bool("json", false, "print the result as one JSON object")
 	tokenHex := fs.String("token", "", "the operation's token, 32 hex digits, to learn the outcome of an earlier tell (default: a fresh UUIDv7, which a server with a token window requires)")
-	if err := cli.Parse(fs, args); err != nil {
+	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() != 1 {
@@ -215,7 +216,7 @@ func runAck(ctx context.Context, e *env, args []string) error {
 	cf := addConnFlags(fs, e)
 	asJSON := fs.Bool("json", false, "print the result as one JSON object")
 	through := fs.Uint64("through", 0, "acknowledge every record through this seq")
-	if err := cli.Parse(fs, args); err != nil {
+	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
 	}
 	if !fsHasFlag(fs, "through") {
@@ -241,7 +242,7 @@ func runLeave(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, commands["leave"])
 	cf := addConnFlags(fs, e)
 	asJSON := fs.Bool("json", false, "print the result as one JSON object")
-	if err := cli.Parse(fs, args); err != nil {
+	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
 	}
 	f, err := readCredsFile(cf.creds)
@@ -317,9 +318,9 @@ func inDoubtHint(err error) error {
 	return err
 }
 
-func fsHasFlag(fs *flag.FlagSet, name string) bool {
+func fsHasFlag(fs *pflag.FlagSet, name string) bool {
 	found := false
-	fs.Visit(func(f *flag.Flag) {
+	fs.Visit(func(f *pflag.Flag) {
 		if f.Name == name {
 			found = true
 		}

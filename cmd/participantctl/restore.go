@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -24,8 +25,8 @@ func init() {
 	register(&command{
 		name:     "restore",
 		synopsis: "restore a backup into an empty data directory, then verify it (offline)",
-		usage: `--from FILE --node-key FILE --data DIR
-       --from FILE --etcd-endpoints URLS [--etcd-prefix P]
+		usage: `--from FILE --node-key FILE --data DIR [--json]
+       --from FILE --etcd-endpoints URLS [--etcd-prefix P] [--json]
 
 Checks the backup (participantctl backup) first, reading every page and
 key of it, and the node key it belongs to: from a file that is not a whole
@@ -53,7 +54,12 @@ and live-node keys are not in a backup: the restored conversations have no
 owner, and the first node to touch one claims and reconciles it. The
 restored prefix is then verified as verify --etcd-endpoints does. A
 single-node backup cannot be restored into etcd, nor a cluster backup
-into a data directory.`,
+into a data directory.
+
+With --json it prints JSON lines: first the restore's object (result
+"restored", from; data and bytes, or a cluster backup's prefix, keys,
+txns, backup_prefix and revision), then verify --json's object per
+conversation.`,
 		run: runRestore,
 	})
 }
@@ -69,7 +75,8 @@ func runRestore(ctx context.Context, e *env, args []string) error {
 	dir := fs.String("data", "", "the data directory to restore into (absent or empty)")
 	replaceKey := fs.Bool("replace-node-key", false, "cluster backups: let the backup's node key replace a different one the prefix holds")
 	etcd := addEtcdFlags(fs)
-	if err := cli.Parse(fs, args); err != nil {
+	asJSON := fs.Bool("json", false, "print JSON lines: the restore's object, then verify --json's per conversation")
+	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
 	}
 	if etcd.set() {
@@ -79,7 +86,7 @@ func runRestore(ctx context.Context, e *env, args []string) error {
 		if *from == "" {
 			return &cli.ExitError{Code: cli.ExitUsage, Err: errors.New("--from is required")}
 		}
-		return restoreCluster(ctx, e, *from, etcd, *replaceKey)
+		return restoreCluster(ctx, e, *from, etcd, *replaceKey, *asJSON)
 	}
 	if *replaceKey {
 		return &cli.ExitError{Code: cli.ExitUsage, Err: errors.New("--replace-node-key restores a cluster backup: it needs --etcd-endpoints")}
@@ -131,8 +138,36 @@ func runRestore(ctx context.Context, e *env, args []string) error {
 	if _, err := writeDurably(filepath.Join(*dir, server.RestoredFile), strings.NewReader(marker), int64(len(marker))); err != nil {
 		return fmt.Errorf("restore marker: %w", err)
 	}
-	fmt.Fprintf(e.stdout, "restored %d bytes into %s; verifying\n", n, *dir)
-	return runVerify(ctx, e, []string{"--data", *dir})
+	if err := printRestore(e, *asJSON, fmt.Sprintf("restored %d bytes into %s; verifying", n, *dir),
+		restoreResult{From: *from, Data: *dir, Bytes: n}); err != nil {
+		return err
+	}
+	return runVerify(ctx, e, verifyArgs(*asJSON, "--data", *dir))
+}
+
+// printRestore prints line, or with asJSON r (its result set) as one JSON
+// object, and a newline.
+func printRestore(e *env, asJSON bool, line string, r restoreResult) error {
+	if !asJSON {
+		_, err := fmt.Fprintln(e.stdout, line)
+		return err
+	}
+	r.Result = "restored"
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(e.stdout, "%s\n", b)
+	return err
+}
+
+// verifyArgs is args for the verify that follows a restore, with --json
+// when the restore's output is JSON.
+func verifyArgs(asJSON bool, args ...string) []string {
+	if asJSON {
+		return append(args, "--json")
+	}
+	return args
 }
 
 // checkNoPendingLog refuses from when it is the data file of a data
@@ -184,7 +219,7 @@ func isClusterBackup(f *os.File) bool {
 
 // restoreCluster restores the cluster backup from into the empty prefix of
 // the etcd cluster of ef, then verifies the restored prefix.
-func restoreCluster(ctx context.Context, e *env, from string, ef *etcdFlags, replaceKey bool) error {
+func restoreCluster(ctx context.Context, e *env, from string, ef *etcdFlags, replaceKey, asJSON bool) error {
 	cc := ef.config(e)
 	src, err := os.Open(from)
 	if err != nil {
@@ -206,9 +241,12 @@ func restoreCluster(ctx context.Context, e *env, from string, ef *etcdFlags, rep
 	if err != nil {
 		return fmt.Errorf("restore %s: %w", from, err)
 	}
-	fmt.Fprintf(e.stdout, "restored %d keys (backup of %s at etcd revision %d) into %s in %d transactions; verifying\n",
-		sum.Keys, sum.Header.Prefix, sum.Header.Revision, cc.Prefix, sum.Txns)
-	args := []string{"--etcd-endpoints", strings.Join(cc.Endpoints, ","), "--etcd-prefix", cc.Prefix}
+	if err := printRestore(e, asJSON, fmt.Sprintf("restored %d keys (backup of %s at etcd revision %d) into %s in %d transactions; verifying",
+		sum.Keys, sum.Header.Prefix, sum.Header.Revision, cc.Prefix, sum.Txns),
+		restoreResult{From: from, Prefix: cc.Prefix, Keys: sum.Keys, Txns: sum.Txns, BackupPrefix: sum.Header.Prefix, Revision: sum.Header.Revision}); err != nil {
+		return err
+	}
+	args := verifyArgs(asJSON, "--etcd-endpoints", strings.Join(cc.Endpoints, ","), "--etcd-prefix", cc.Prefix)
 	for _, f := range []struct{ name, v string }{{"etcd-ca", cc.CA}, {"etcd-cert", cc.Cert}, {"etcd-key", cc.Key}, {"etcd-username", cc.Username}, {"etcd-password", cc.Password}} {
 		if f.v != "" {
 			args = append(args, "--"+f.name, f.v)
@@ -229,4 +267,23 @@ func restoreMarker(from string, f *os.File, now time.Time) string {
 		written = fi.ModTime().UTC().Format(time.RFC3339)
 	}
 	return fmt.Sprintf("%s, written %s, restored %s\n", from, written, now.UTC().Format(time.RFC3339))
+}
+
+// restoreResult is the first line restore --json prints; verify --json's
+// line per conversation follows.
+type restoreResult struct {
+	Result string `json:"result"` // "restored"
+	From   string `json:"from"`   // the backup file
+	// Data and Bytes: the data directory restored into, and the data
+	// file's size.
+	Data  string `json:"data,omitempty"`
+	Bytes int64  `json:"bytes,omitempty"`
+	// Prefix, Keys, Txns: a cluster backup's etcd prefix restored into,
+	// the keys written and the transactions they took; BackupPrefix and
+	// Revision say where and when the backup was read.
+	Prefix       string `json:"prefix,omitempty"`
+	Keys         int64  `json:"keys,omitempty"`
+	Txns         int    `json:"txns,omitempty"`
+	BackupPrefix string `json:"backup_prefix,omitempty"`
+	Revision     int64  `json:"revision,omitempty"`
 }

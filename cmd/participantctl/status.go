@@ -50,7 +50,7 @@ func runStatus(ctx context.Context, e *env, args []string) error {
 	asJSON := fs.Bool("json", false, "print the answer as JSON")
 	noFollow := fs.Bool("no-follow", false, "print the owner a non-owner names instead of asking it")
 	dataDir := fs.String("data", server.DefaultDataDir, "the local server's data directory, whose "+server.AdminTokenFile+" file gives the token when none is set and --health is loopback")
-	if err := cli.Parse(fs, args); err != nil {
+	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() != 1 {

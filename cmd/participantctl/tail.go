@@ -89,7 +89,7 @@ func runTail(ctx context.Context, e *env, args []string) error {
 	noAck := fs.Bool("no-ack", false, "do not acknowledge deliveries")
 	follow := fs.Bool("follow-takeover", false, "when another session attaches the participant, take the binding back with FILE's credential instead of exiting")
 	check := fs.Duration("check-interval", 2*time.Second, "how often to check that the binding is still this tail's")
-	if err := cli.Parse(fs, args); err != nil {
+	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
 	}
 	if *check <= 0 {

@@ -55,7 +55,7 @@ func runVerify(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, commands["verify"])
 	src := addSourceFlags(fs)
 	asJSON := fs.Bool("json", false, "print one JSON object per conversation")
-	if err := cli.Parse(fs, args); err != nil {
+	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
 	}
 	if err := src.check(fs); err != nil {

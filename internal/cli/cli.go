@@ -1,9 +1,10 @@
 // Package cli is the command-line plumbing the project's commands share
 // (cmd/participantctl and cmd/participantbench): an error that carries an
 // exit status (ExitError), flag parsing that turns a bad flag into a
-// one-line usage error instead of the flag package's whole help (Parse),
+// one-line usage error instead of the whole help (ParseFlags over
+// spf13/pflag, participantctl's; Parse over the standard flag package),
 // and the mapping of a command's error to what it prints and its exit
-// status (Status). It is a leaf.
+// status (Status). It imports nothing of the project.
 package cli
 
 import (
@@ -12,6 +13,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/spf13/pflag"
 )
 
 // ExitError ends the process with Code after printing Err, if any.
@@ -61,6 +64,48 @@ func Parse(fs *flag.FlagSet, args []string) error {
 	return &ExitError{Code: ExitUsage, Err: err}
 }
 
+// ParseFlags parses args into fs, a pflag (GNU-style) flag set: flags
+// may come anywhere among the arguments (--flag value, --flag=value, a
+// "--" ending them), as etcdctl's and kubectl's do. On -h or --help it
+// prints fs's usage and returns pflag.ErrHelp; a parse failure is a usage
+// error (an *ExitError with ExitUsage) carrying pflag's reason, which
+// Status prints with a pointer to -h, never the whole usage: ParseFlags
+// silences fs's own printing while it runs.
+func ParseFlags(fs *pflag.FlagSet, args []string) error {
+	usage, out := fs.Usage, fs.Output()
+	fs.Usage = func() {}
+	fs.SetOutput(io.Discard)
+	fs.SetInterspersed(true)
+	err := fs.Parse(args)
+	fs.Usage = usage
+	fs.SetOutput(out)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, pflag.ErrHelp):
+		usage()
+		return err
+	}
+	return &ExitError{Code: ExitUsage, Err: oneDash(fs, err)}
+}
+
+// oneDash turns pflag's error for a long flag given with one dash, as the
+// standard flag package took it ("unknown shorthand flag: 'j' in -json"),
+// into one naming the two-dash form; any other error is returned as is.
+func oneDash(fs *pflag.FlagSet, err error) error {
+	const marker = " in -"
+	msg := err.Error()
+	i := strings.LastIndex(msg, marker)
+	if !strings.HasPrefix(msg, "unknown shorthand flag") || i < 0 {
+		return err
+	}
+	name, _, _ := strings.Cut(msg[i+len(marker):], "=")
+	if len(name) < 2 || fs.Lookup(name) == nil {
+		return err
+	}
+	return fmt.Errorf("-%s: a long flag takes two dashes: --%s", name, name)
+}
+
 // interspersed returns args with the flags first and the positional
 // arguments after a "--", so that the flag package, which stops at the
 // first positional argument, sees every flag. A flag takes the next
@@ -102,8 +147,8 @@ func interspersed(fs *flag.FlagSet, args []string) []string {
 }
 
 // Status returns the exit status of a command that ended with err, after
-// printing to stderr what the user should see. nil and flag.ErrHelp (the
-// usage is already printed) are 0. An *ExitError is its Code, after the
+// printing to stderr what the user should see. nil, flag.ErrHelp and
+// pflag.ErrHelp (the usage is already printed) are 0. An *ExitError is its Code, after the
 // line "<prog>: <Err>" if Err is set, and for ExitUsage the line hint (the
 // pointer to -h). Any other error is 1, after "<prog>: <err>".
 func Status(err error, stderr io.Writer, prog, hint string) int {
@@ -111,7 +156,7 @@ func Status(err error, stderr io.Writer, prog, hint string) int {
 	switch {
 	case err == nil:
 		return 0
-	case errors.Is(err, flag.ErrHelp):
+	case errors.Is(err, flag.ErrHelp), errors.Is(err, pflag.ErrHelp):
 		return 0
 	case errors.As(err, &ee):
 		if ee.Err != nil {

@@ -17,8 +17,8 @@ import (
 	"time"
 )
 
-// pkg is the daemon's import path.
-const pkg = "github.com/participantd/participantd/cmd/participantd"
+// module is the import path of the project's module.
+const module = "github.com/participantd/participantd"
 
 // ErrExited reports a process that ended before its /ready answered.
 var ErrExited = errors.New("daemontest: the process exited before it was ready")
@@ -27,7 +27,15 @@ var ErrExited = errors.New("daemontest: the process exited before it was ready")
 // the test hook of cmd/participantd/faulthook.go) and returns the binary's
 // path. Its error holds the compiler's output.
 func Build(dir string, tags ...string) (string, error) {
-	bin := filepath.Join(dir, "participantd")
+	return BuildCommand(dir, "participantd", tags...)
+}
+
+// BuildCommand builds the project's command cmd/name (participantd,
+// participantctl) into dir with the build tags given and returns the
+// binary's path. Its error holds the compiler's output.
+func BuildCommand(dir, name string, tags ...string) (string, error) {
+	bin := filepath.Join(dir, name)
+	pkg := module + "/cmd/" + name
 	args := []string{"build", "-o", bin}
 	if len(tags) > 0 {
 		args = append(args, "-tags", strings.Join(tags, ","))
