@@ -111,7 +111,7 @@ func Restore(ctx context.Context, kv clientv3.KV, prefix string, src io.ReadSeek
 		clientv3.Compare(clientv3.ModRevision(keyKey), "=", heldRev),
 		clientv3.Compare(clientv3.CreateRevision(marker), "=", 0),
 	}
-	puts := []clientv3.Op{clientv3.OpPut(marker, fmt.Sprintf("restoring a backup at revision %d", sum.Header.Revision))}
+	puts := []clientv3.Op{clientv3.OpPut(marker, cluster.SealRel(cluster.RestoringKey, fmt.Appendf(nil, "restoring a backup at revision %d", sum.Header.Revision)))}
 	size := 2*len(marker) + 64
 	commit := func() error {
 		r, err := kv.Txn(ctx).If(cmps...).Then(puts...).Commit()

@@ -208,13 +208,19 @@ func restoreCluster(ctx context.Context, e *env, from string, ef *etcdFlags, rep
 	}
 	fmt.Fprintf(e.stdout, "restored %d keys (backup of %s at etcd revision %d) into %s in %d transactions; verifying\n",
 		sum.Keys, sum.Header.Prefix, sum.Header.Revision, cc.Prefix, sum.Txns)
+	return runVerify(ctx, e, etcdArgs(cc))
+}
+
+// etcdArgs returns the flags that reach cc's prefix, for running verify
+// after a command that wrote it.
+func etcdArgs(cc server.ClusterConfig) []string {
 	args := []string{"--etcd-endpoints", strings.Join(cc.Endpoints, ","), "--etcd-prefix", cc.Prefix}
 	for _, f := range []struct{ name, v string }{{"etcd-ca", cc.CA}, {"etcd-cert", cc.Cert}, {"etcd-key", cc.Key}, {"etcd-username", cc.Username}, {"etcd-password", cc.Password}} {
 		if f.v != "" {
 			args = append(args, "--"+f.name, f.v)
 		}
 	}
-	return runVerify(ctx, e, args)
+	return args
 }
 
 // restoreMarker is the line of server.RestoredFile for a restore at now
