@@ -377,7 +377,7 @@ func TestSums_DamageIsContained(t *testing.T) {
 		t.Fatalf("no key holds %q: %v", sub, keysOf(sealed))
 		return ""
 	}
-	for _, rel := range []string{find("d/c/1/s/\x00\x07oplog/1"), find("d/c/1/v/token/1/")} {
+	for _, rel := range []string{find("d/c/1/s/\x00\x07oplog/1"), find("d/c/1/v/token/1/e/")} {
 		pfx := fresh()
 		flip(pfx, rel)
 		v := cluster.OpenView(etcdstore.AtRevision(shared.Client.KV, currentRev(t)), pfx)
