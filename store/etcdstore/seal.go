@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"strings"
+	"unsafe"
 
 	"github.com/participantd/participantd/store"
 )
@@ -36,11 +37,17 @@ const (
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
+// sealSep holds the byte between key and body and the tag, as the sum
+// reads them (never written).
+var sealSep = [2]byte{0, sealTag}
+
 func sealSum(rel string, body []byte) uint32 {
-	sum := crc32.Update(0, castagnoli, []byte(rel))
-	sum = crc32.Update(sum, castagnoli, []byte{0})
+	// The key is read in place: crc32 only reads its argument, and a
+	// conversion of the string would allocate once per value.
+	sum := crc32.Update(0, castagnoli, unsafe.Slice(unsafe.StringData(rel), len(rel)))
+	sum = crc32.Update(sum, castagnoli, sealSep[:1])
 	sum = crc32.Update(sum, castagnoli, body)
-	return crc32.Update(sum, castagnoli, []byte{sealTag})
+	return crc32.Update(sum, castagnoli, sealSep[1:])
 }
 
 // Seal returns body sealed under rel, the key relative to its root, as
