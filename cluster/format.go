@@ -146,14 +146,14 @@ func ParseFormat(raw []byte) error {
 		i++
 	}
 	if v, err := strconv.Atoi(string(raw[:i])); err == nil && v > FormatVersion {
-		return fmt.Errorf("%w: %s is format %d, this build reads format %d; run a participantd of that version or later", ErrNewerFormat, FormatKey, v, FormatVersion)
+		return fmt.Errorf("%w: its %s key says format %d, this build reads format %d; run a participantd of that version or later", ErrNewerFormat, FormatKey, v, FormatVersion)
 	}
 	body, err := UnsealRel(FormatKey, raw)
 	if err != nil {
 		return fmt.Errorf("cluster: the format key: %w", err)
 	}
 	if string(body) != strconv.Itoa(FormatVersion) {
-		return fmt.Errorf("%w: %s holds %q, this build reads format %d", ErrNewerFormat, FormatKey, body, FormatVersion)
+		return fmt.Errorf("%w: its %s key holds %q, this build reads format %d", ErrNewerFormat, FormatKey, body, FormatVersion)
 	}
 	return nil
 }
