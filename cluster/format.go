@@ -98,42 +98,60 @@ func CheckFormat(ctx context.Context, kv clientv3.KV, prefix string) error {
 }
 
 // readFormat is CheckFormat, with errEmptyPrefix for an empty prefix.
+//
+// A restore writes the format key among its keys while its marker exists
+// (created with its first keys, deleted with its last), so keys found
+// without a format key are a restore's when the marker is there after
+// they were counted, or else the format key is there once it ends; only
+// keys with neither are a data set before checksums.
 func readFormat(ctx context.Context, kv clientv3.KV, prefix string) error {
-	resp, err := kv.Get(ctx, prefix+FormatKey)
-	if err != nil {
-		return fmt.Errorf("cluster: read the format key: %w", err)
-	}
-	if len(resp.Kvs) == 1 {
-		if err := ParseFormat(resp.Kvs[0].Value); err != nil {
-			return fmt.Errorf("%s: %w", prefix, err)
+	format := func() (bool, error) {
+		resp, err := kv.Get(ctx, prefix+FormatKey)
+		if err != nil {
+			return false, fmt.Errorf("cluster: read the format key: %w", err)
 		}
-		return nil
+		if len(resp.Kvs) == 0 {
+			return false, nil
+		}
+		if err := ParseFormat(resp.Kvs[0].Value); err != nil {
+			return true, fmt.Errorf("%s: %w", prefix, err)
+		}
+		return true, nil
 	}
-	resp, err = kv.Get(ctx, prefix+ConvertingKey, clientv3.WithCountOnly())
-	if err != nil {
-		return fmt.Errorf("cluster: read the format key: %w", err)
+	count := func(key string, opts ...clientv3.OpOption) (int64, error) {
+		resp, err := kv.Get(ctx, key, append(opts, clientv3.WithCountOnly())...)
+		if err != nil {
+			return 0, fmt.Errorf("cluster: read the format key: %w", err)
+		}
+		return resp.Count, nil
 	}
-	if resp.Count > 0 {
+	if ok, err := format(); ok || err != nil {
+		return err
+	}
+	if n, err := count(prefix + ConvertingKey); err != nil || n > 0 {
+		if err != nil {
+			return err
+		}
 		return fmt.Errorf("%w: a conversion of %s was cut (%s%s exists); run `%s` again to finish it", ErrUnconverted, prefix, prefix, ConvertingKey, convertCommand)
 	}
-	resp, err = kv.Get(ctx, prefix+RestoringKey, clientv3.WithCountOnly())
+	keys, err := count(prefix, clientv3.WithPrefix())
 	if err != nil {
-		return fmt.Errorf("cluster: read the format key: %w", err)
+		return err
 	}
-	if resp.Count > 0 {
-		// A restore writes the format key with the other keys, in key
-		// order: until it ends the prefix is not to be read.
-		return fmt.Errorf("%w: %s%s exists; let the restore finish, or delete the prefix and restore again", ErrRestoring, prefix, RestoringKey)
-	}
-	resp, err = kv.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
-	if err != nil {
-		return fmt.Errorf("cluster: read the format key: %w", err)
-	}
-	if resp.Count == 0 {
+	if keys == 0 {
 		return errEmptyPrefix
 	}
+	if n, err := count(prefix + RestoringKey); err != nil || n > 0 {
+		if err != nil {
+			return err
+		}
+		return fmt.Errorf("%w: %s%s exists; let the restore finish, or delete the prefix and restore again", ErrRestoring, prefix, RestoringKey)
+	}
+	if ok, err := format(); ok || err != nil {
+		return err
+	}
 	return fmt.Errorf("%w: %s holds %d keys and no %s key; stop every node, wait for their leases to end, and run `%s --etcd-prefix %s` (see docs/operations.md, Upgrading)",
-		ErrUnconverted, prefix, resp.Count, FormatKey, convertCommand, prefix)
+		ErrUnconverted, prefix, keys, FormatKey, convertCommand, prefix)
 }
 
 // ParseFormat checks raw, a value of FormatKey: nil for FormatVersion,

@@ -68,4 +68,27 @@ func TestBackup_ADamagedValueIsRefusedBeforeARestoreWrites(t *testing.T) {
 	if _, err := backup.Restore(ctx, shared.Client.KV, q, bytes.NewReader(intact), backup.RestoreOptions{}); err != nil {
 		t.Fatalf("Restore of the intact backup: %v", err)
 	}
+
+	// A prefix that kept its node key from before checksums (bare) takes
+	// the backup's sealed copy of the same key: one format in the prefix,
+	// and no ErrNodeKeyDiffers for the same key.
+	sealed, err := shared.Client.Get(ctx, p+backup.NodeKeyKey)
+	if err != nil || len(sealed.Kvs) != 1 {
+		t.Fatalf("Get(node key) = %v, %v", sealed, err)
+	}
+	bare, err := cluster.UnsealRel(backup.NodeKeyKey, sealed.Kvs[0].Value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept := shared.Prefix()
+	if _, err := shared.Client.Put(ctx, kept+backup.NodeKeyKey, string(bare)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := backup.Restore(ctx, shared.Client.KV, kept, bytes.NewReader(intact), backup.RestoreOptions{}); err != nil {
+		t.Fatalf("Restore beside the same node key before checksums: %v", err)
+	}
+	got, err := shared.Client.Get(ctx, kept+backup.NodeKeyKey)
+	if err != nil || len(got.Kvs) != 1 || !bytes.Equal(got.Kvs[0].Value, sealed.Kvs[0].Value) {
+		t.Fatalf("node key after the restore = %v, %v; want the backup's sealed copy", got, err)
+	}
 }
