@@ -45,7 +45,9 @@ participantd), which must hold no key but, optionally, its node key
 another node key is then refused, nothing written, unless
 --replace-node-key (it would void every credential and invitation of the
 key held). The whole file is checked first
-(count and SHA-256): nothing is written from a damaged file. The keys are
+(count, SHA-256 and every value's checksum): nothing is written from a
+damaged file. A backup taken before etcd checksums restores as it is,
+and is then converted with convert-etcd. The keys are
 written in transactions within etcd's limits, each creating its keys only
 where absent; while it runs, P/restoring exists and no node starts on P
 (a cut restore leaves it: delete the prefix and restore again). Ownerships

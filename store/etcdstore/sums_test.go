@@ -12,22 +12,27 @@ import (
 
 	"github.com/participantd/participantd/store"
 	"github.com/participantd/participantd/store/etcdstore"
+	"github.com/participantd/participantd/store/etcdstore/etcdtest"
 )
 
 // sumsData writes one value of every kind the store keeps, in a fenced
 // scope ("a", claimed at own/a) and in the global scope: stream entries
 // and their lengths, values, a byte value. It returns a function opening
-// a fresh store on it (nothing cached, the scope fenced again).
-func sumsData(t *testing.T) (pfx string, open func() *etcdstore.Store) {
+// a fresh store on it (nothing cached, the scope fenced again), reading
+// through kv (nil: the shared client's).
+func sumsData(t *testing.T) (pfx string, open func(kv clientv3.KV) *etcdstore.Store) {
 	t.Helper()
 	pfx = prefix()
 	rev := claim(t, pfx+"own/a")
-	open = func() *etcdstore.Store {
-		s := etcdstore.OpenKV(shared.Client.KV, etcdstore.Options{Prefix: pfx + "d/", Scope: byFirstSegment, ScanScope: firstSegmentOf})
+	open = func(kv clientv3.KV) *etcdstore.Store {
+		if kv == nil {
+			kv = shared.Client.KV
+		}
+		s := etcdstore.OpenKV(kv, etcdstore.Options{Prefix: pfx + "d/", Scope: byFirstSegment, ScanScope: firstSegmentOf})
 		s.SetFence("a", etcdstore.Fence{Key: pfx + "own/a", CreateRevision: rev})
 		return s
 	}
-	s := open()
+	s := open(nil)
 	defer s.Close()
 	for i, p := range []string{"transfer 100 to alice", "transfer 7 to bob"} {
 		if _, err := s.Append("a/log", []byte(p), uint64(i)); err != nil {
@@ -58,8 +63,8 @@ type sumsReads map[string]string
 // observeSums makes every kind of read on a fresh store: stream lengths and
 // entries, values (the fenced scope's through the batched, pinned reads),
 // a Scan of one scope's range and one walking every key, a byte value.
-func observeSums(open func() *etcdstore.Store) (sumsReads, []error) {
-	s := open()
+func observeSums(open func(clientv3.KV) *etcdstore.Store, kv clientv3.KV) (sumsReads, []error) {
+	s := open(kv)
 	defer s.Close()
 	out := sumsReads{}
 	var errs []error
@@ -98,12 +103,13 @@ func observeSums(open func() *etcdstore.Store) (sumsReads, []error) {
 // byte of every value the store wrote to etcd (entries, lengths, values,
 // byte values, fenced and global), one at a time, and makes every kind of
 // read on a fresh store: each read answers exactly what it answered on the
-// intact data or fails with store.ErrCorrupt; a flipped value is never
+// intact data or fails with store.ErrCorrupt, read directly or through
+// a lagging member; a flipped value is never
 // served (a payload "transfer 100" read as "transfer 900", a token index
 // pointing at another row, a length that hides or invents entries).
 func TestSums_EveryFlippedByteOfEveryValueIsRefused(t *testing.T) {
 	pfx, open := sumsData(t)
-	want, errs := observeSums(open)
+	want, errs := observeSums(open, nil)
 	if len(errs) > 0 {
 		t.Fatalf("reads of the intact data: %v", errs)
 	}
@@ -122,7 +128,14 @@ func TestSums_EveryFlippedByteOfEveryValueIsRefused(t *testing.T) {
 			bad := []byte(orig)
 			bad[i] ^= 1 << (i % 8)
 			put(t, key, string(bad))
-			got, errs := observeSums(open)
+			// Every other flip is read through a lagging member (its
+			// pinned reads refused as future revisions, then read
+			// again from the leader or linearizably).
+			var via clientv3.KV
+			if i%2 == 1 {
+				via = etcdtest.Lag(shared.Client.KV, uint64(i))
+			}
+			got, errs := observeSums(open, via)
 			flips++
 			for what, v := range got {
 				if v == "error" {
@@ -168,7 +181,7 @@ func TestSums_AValueMovedUnderAnotherKeyIsRefused(t *testing.T) {
 	entry := func(seq byte) string { return "c/a/s/\x00\x05a/log\x00\x00\x00\x00\x00\x00\x00" + string(seq) }
 	put(t, pfx+"d/"+entry(1), get(entry(0)))
 	put(t, pfx+"d/c/a/b/a/other", get("c/a/b/a/checkpoint"))
-	s := open()
+	s := open(nil)
 	defer s.Close()
 	if v, err := s.ReadValue("a/tok/y"); !errors.Is(err, store.ErrCorrupt) {
 		t.Errorf("ReadValue(a/tok/y) holding a/tok/x's bytes = %d, %v; want store.ErrCorrupt", v, err)
@@ -192,7 +205,7 @@ func TestSums_AValueMovedUnderAnotherKeyIsRefused(t *testing.T) {
 // conflicts.
 func TestSums_FencingComparesStillHold(t *testing.T) {
 	pfx, open := sumsData(t)
-	s := open()
+	s := open(nil)
 	defer s.Close()
 	if err := s.CAS("a/tok/x", 7, 8); err != nil {
 		t.Fatal(err)
@@ -214,7 +227,7 @@ func TestSums_FencingComparesStillHold(t *testing.T) {
 	if err != nil || len(resp.Kvs) != 1 {
 		t.Fatal(resp, err)
 	}
-	other := open()
+	other := open(nil)
 	defer other.Close()
 	if err := other.CAS("a/tok/y", 300, 301); err != nil {
 		t.Fatal(err)
