@@ -9,6 +9,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/participantd/participantd/cluster"
 	"github.com/participantd/participantd/oplog"
 	"github.com/participantd/participantd/participant"
 	"github.com/participantd/participantd/tokenindex"
@@ -86,8 +87,13 @@ func keysReadToDelete(t *testing.T, others int) int64 {
 			conv := oplog.ConversationID(1000 + c)
 			for i := range 3 {
 				name := tokenindex.Key(conv, tokenindex.Participant(oplog.ParticipantID(i+1)), oplog.Token(tok(5, i)))
-				ops = append(ops, clientv3.OpPut(fmt.Sprintf("%sd/c/%d/v/%s", pfx, conv, name), "\x00\x00\x00\x00\x00\x00\x00\x01"))
+				rel := fmt.Sprintf("d/c/%d/v/%s", conv, name)
+				ops = append(ops, clientv3.OpPut(pfx+rel, cluster.SealRel(rel, []byte("\x00\x00\x00\x00\x00\x00\x00\x01"))))
 			}
+		}
+		if first == 0 {
+			// A cluster of this format: the nodes that start next serve it.
+			ops = append(ops, clientv3.OpPut(pfx+cluster.FormatKey, cluster.SealRel(cluster.FormatKey, []byte("1"))))
 		}
 		if _, err := shared.Client.Txn(ctx).Then(ops...).Commit(); err != nil {
 			t.Fatal(err)

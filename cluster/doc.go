@@ -10,8 +10,11 @@
 //
 // Under Options.Prefix: node/<id> (the live-node record, under the node's
 // lease), ordinal/<id> and ordinals, own/<conversation> (a claim, under
-// the owner's lease), secret/node-key, restoring, and the data under d/
-// (package etcdstore). The table of every stored key, with its value and
+// the owner's lease), secret/node-key, restoring, format (the cluster
+// format, written with a new cluster), converting (while Convert runs),
+// and the data under d/ (package etcdstore). Every value is sealed with a
+// checksum of its key and body (format.go, SealRel) and checked when read;
+// a prefix without a format key is refused until converted. The table of every stored key, with its value and
 // owner, is in docs/DESIGN.md, "Stored keys"; it is the one home of the
 // layout.
 //

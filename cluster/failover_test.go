@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
@@ -325,7 +327,7 @@ func ownersOf(t *testing.T, etcd *etcdtest.Cluster, convs int) []string {
 			t.Fatalf("owner of %d: %v, %d keys", 1000+c, err, len(resp.Kvs))
 		}
 		var rec struct{ Addr string }
-		if err := jsonUnmarshal(resp.Kvs[0].Value, &rec); err != nil {
+		if err := jsonUnmarshal(unsealed(t, "/fo/", resp.Kvs[0]), &rec); err != nil {
 			t.Fatal(err)
 		}
 		out[c] = rec.Addr
@@ -377,3 +379,14 @@ func countOwned(owners []string, addr string) int {
 }
 
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
+
+// unsealed returns the body of kv, a key under the cluster prefix pfx,
+// checked against its checksum (cluster.UnsealRel).
+func unsealed(t *testing.T, pfx string, kv *mvccpb.KeyValue) []byte {
+	t.Helper()
+	b, err := cluster.UnsealRel(strings.TrimPrefix(string(kv.Key), pfx), kv.Value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}

@@ -304,7 +304,7 @@ func ownerOf(t *testing.T, pfx string, conv uint64) (string, clientv3.LeaseID) {
 		t.Fatalf("owner of %d: %v, %d keys", conv, err, len(resp.Kvs))
 	}
 	var rec struct{ Addr string }
-	if err := jsonUnmarshal(resp.Kvs[0].Value, &rec); err != nil {
+	if err := jsonUnmarshal(unsealed(t, pfx, resp.Kvs[0]), &rec); err != nil {
 		t.Fatal(err)
 	}
 	return rec.Addr, clientv3.LeaseID(resp.Kvs[0].Lease)

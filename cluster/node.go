@@ -209,6 +209,9 @@ func Start(ctx context.Context, cli *clientv3.Client, opts Options) (*Node, erro
 	if err := n.checkNotRestoring(ctx); err != nil {
 		return nil, err
 	}
+	if err := n.ensureFormat(ctx); err != nil {
+		return nil, err
+	}
 	if err := n.acquireLease(ctx); err != nil {
 		return nil, err
 	}
@@ -341,7 +344,7 @@ func (n *Node) create(ctx context.Context, key string, lease clientv3.LeaseID) (
 	resp, err := n.cli.Txn(cctx).If(
 		clientv3.Compare(clientv3.CreateRevision(key), "=", 0),
 		clientv3.Compare(clientv3.CreateRevision(marker), "=", 0),
-	).Then(clientv3.OpPut(key, n.rec, clientv3.WithLease(lease))).
+	).Then(clientv3.OpPut(key, n.seal(key, []byte(n.rec)), clientv3.WithLease(lease))).
 		Else(clientv3.OpGet(key), clientv3.OpGet(marker, clientv3.WithCountOnly())).Commit()
 	switch {
 	case err != nil:
@@ -450,20 +453,26 @@ func (n *Node) loadOrdinal(ctx context.Context) (uint64, error) {
 			return 0, fmt.Errorf("cluster: read ordinal: %w", err)
 		}
 		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 {
-			return strconv.ParseUint(string(kvs[0].Value), 10, 64)
+			v, err := n.unsealUint(key, kvs[0].Value)
+			if err != nil {
+				return 0, fmt.Errorf("cluster: node ordinal: %w", err)
+			}
+			return v, nil
 		}
 		var last uint64
 		cmp := clientv3.Compare(clientv3.CreateRevision(counter), "=", 0)
 		if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) == 1 {
-			if last, err = strconv.ParseUint(string(kvs[0].Value), 10, 64); err != nil {
+			if last, err = n.unsealUint(counter, kvs[0].Value); err != nil {
 				return 0, fmt.Errorf("cluster: node ordinal counter: %w", err)
 			}
+			// The sealed bytes as read: the trailer is a function of
+			// the key and the body.
 			cmp = clientv3.Compare(clientv3.Value(counter), "=", string(kvs[0].Value))
 		}
-		next := strconv.FormatUint(last+1, 10)
+		next := []byte(strconv.FormatUint(last+1, 10))
 		cctx, cancel = n.ctx(ctx)
 		resp, err = n.cli.Txn(cctx).If(cmp, clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-			Then(clientv3.OpPut(counter, next), clientv3.OpPut(key, next)).Commit()
+			Then(clientv3.OpPut(counter, n.seal(counter, next)), clientv3.OpPut(key, n.seal(key, next))).Commit()
 		cancel()
 		if err != nil {
 			return 0, fmt.Errorf("cluster: assign ordinal: %w", err)
@@ -473,6 +482,15 @@ func (n *Node) loadOrdinal(ctx context.Context) (uint64, error) {
 		}
 	}
 	return 0, errors.New("cluster: assign ordinal: too much contention")
+}
+
+// unsealUint returns the decimal number stored sealed at key.
+func (n *Node) unsealUint(key string, sealed []byte) (uint64, error) {
+	body, err := n.unseal(key, sealed)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseUint(string(body), 10, 64)
 }
 
 // NodeKey returns the cluster secret that derives every attach secret,
@@ -495,7 +513,7 @@ func (n *Node) NodeKey(ctx context.Context) ([]byte, error) {
 	cctx, cancel := n.ctx(ctx)
 	defer cancel()
 	resp, err := n.cli.Txn(cctx).If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
-		Then(clientv3.OpPut(k, string(stored))).Else(clientv3.OpGet(k)).Commit()
+		Then(clientv3.OpPut(k, n.seal(k, stored))).Else(clientv3.OpGet(k)).Commit()
 	if err != nil {
 		return nil, fmt.Errorf("cluster: node key: %w", err)
 	}
@@ -506,7 +524,11 @@ func (n *Node) NodeKey(ctx context.Context) ([]byte, error) {
 	if len(kvs) != 1 {
 		return nil, fmt.Errorf("cluster: node key: %s vanished", k)
 	}
-	key, current, err := openNodeKey(n.opts.SealKey, n.opts.PreviousSealKey, kvs[0].Value)
+	held, err := n.unseal(k, kvs[0].Value)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: node key: %w", err)
+	}
+	key, current, err := openNodeKey(n.opts.SealKey, n.opts.PreviousSealKey, held)
 	if err != nil {
 		return nil, err
 	}
@@ -524,7 +546,7 @@ func (n *Node) sealInPlace(ctx context.Context, k string, key []byte, rev int64)
 	s, err := sealNodeKey(n.opts.SealKey, key)
 	if err == nil {
 		_, err = n.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(k), "=", rev)).
-			Then(clientv3.OpPut(k, string(s))).Commit()
+			Then(clientv3.OpPut(k, n.seal(k, s))).Commit()
 	}
 	if err != nil {
 		n.log.Warn().Err(err).Msg("the cluster secret in etcd is not sealed under the sealing key, and sealing it failed; the next start tries again")

@@ -116,7 +116,11 @@ func (n *Node) claim(ctx context.Context, c participant.ConversationID, key stri
 			return 0, fmt.Errorf("cluster: claim %v: a claim of this node's reappeared while claiming; retry", c)
 		}
 		var r record
-		if err := json.Unmarshal(held.Value, &r); err != nil {
+		body, err := n.unseal(key, held.Value)
+		if err == nil {
+			err = json.Unmarshal(body, &r)
+		}
+		if err != nil {
 			// Another node's record this one cannot read (a newer
 			// version, say): moved without an owner sends the client
 			// to any node rather than to a wrong address.

@@ -40,7 +40,11 @@ func (n *Node) Owner(ctx context.Context, c participant.ConversationID) (Owner, 
 	}
 	kv := resp.Kvs[0]
 	var r record
-	if err := json.Unmarshal(kv.Value, &r); err != nil || r.Node == "" {
+	body, err := n.unseal(n.ownKey(c), kv.Value)
+	if err != nil {
+		return Owner{}, fmt.Errorf("cluster: owner of %v: %w", c, err)
+	}
+	if err := json.Unmarshal(body, &r); err != nil || r.Node == "" {
 		return Owner{}, fmt.Errorf("cluster: owner of %v: unreadable ownership record %q", c, kv.Value)
 	}
 	lease := n.currentLease()

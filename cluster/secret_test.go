@@ -45,7 +45,12 @@ func storedNodeKey(t *testing.T, pfx string) []byte {
 	if err != nil || len(resp.Kvs) != 1 {
 		t.Fatalf("Get(%s) = %v, %v", pfx+cluster.NodeKeyName, resp, err)
 	}
-	return resp.Kvs[0].Value
+	// Under the checksum every value carries (cluster.SealRel).
+	v, err := cluster.UnsealRel(cluster.NodeKeyName, resp.Kvs[0].Value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
 }
 
 // TestNodeKey_SealedInEtcd: with a sealing key the cluster secret in etcd

@@ -161,6 +161,46 @@ func (v *View) Len(name string) (uint64, error) {
 	return uint64(len(all)), err
 }
 
+// checkPage is how many keys CheckSums reads at once: each value is at
+// most one etcd request, so a page is bounded.
+const checkPage = 32
+
+// CheckSums reads every key of the prefix, the data and the cluster's own
+// keys, and checks each value's checksum (UnsealRel), so that damage in a
+// value the reconciliation does not read (a claim, an ordinal, a value
+// of no conversation) is found too. It returns nil, or an error wrapping
+// the first *store.ChecksumError (errors.Is store.ErrCorrupt) with how
+// many values failed, or a read's error.
+func (v *View) CheckSums(ctx context.Context) error {
+	from, end := v.prefix, clientv3.GetPrefixRangeEnd(v.prefix)
+	var (
+		first error
+		bad   int
+	)
+	for {
+		resp, err := v.kv.Get(ctx, from, clientv3.WithRange(end), clientv3.WithLimit(checkPage))
+		if err != nil {
+			return fmt.Errorf("cluster: check the checksums: %w", err)
+		}
+		for _, kv := range resp.Kvs {
+			if _, err := UnsealRel(strings.TrimPrefix(string(kv.Key), v.prefix), kv.Value); err != nil {
+				if first == nil {
+					first = err
+				}
+				bad++
+			}
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			break
+		}
+		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+	if first != nil {
+		return fmt.Errorf("cluster: %d values under %s fail their checksums, the first: %w", bad, v.prefix, first)
+	}
+	return nil
+}
+
 // ReadValue reads value key. The service incarnation is per node in a
 // cluster (node/<id>/incarnation); the view's is 0.
 func (v *View) ReadValue(key string) (uint64, error) {
@@ -170,11 +210,20 @@ func (v *View) ReadValue(key string) (uint64, error) {
 	return v.Store.ReadValue(key)
 }
 
-// checkNotRestoring refuses a prefix that a restore is writing (RestoringKey).
+// checkNotRestoring refuses a prefix that a conversion (ConvertingKey) or
+// a restore (RestoringKey) is writing; Convert writes RestoringKey too, so
+// that an older binary stays out, and is named first.
 func (n *Node) checkNotRestoring(ctx context.Context) error {
 	cctx, cancel := n.ctx(ctx)
 	defer cancel()
-	resp, err := n.cli.Get(cctx, n.key(RestoringKey), clientv3.WithCountOnly())
+	resp, err := n.cli.Get(cctx, n.key(ConvertingKey), clientv3.WithCountOnly())
+	if err != nil {
+		return fmt.Errorf("cluster: look for a conversion in progress: %w", err)
+	}
+	if resp.Count > 0 {
+		return fmt.Errorf("%w: a conversion of %s is running or was cut (%s exists); run `%s` again to finish it", ErrUnconverted, n.opts.Prefix, n.key(ConvertingKey), convertCommand)
+	}
+	resp, err = n.cli.Get(cctx, n.key(RestoringKey), clientv3.WithCountOnly())
 	if err != nil {
 		return fmt.Errorf("cluster: look for a restore in progress: %w", err)
 	}

@@ -278,7 +278,12 @@ func (r *Reader) Next() (Entry, error) {
 }
 
 // Check reads the whole backup r and returns its header when it is intact:
-// framing, order, count and checksum.
+// framing, order, count and checksum, and, for a backup of a cluster of
+// checksummed values (one holding cluster.FormatKey), every value's own
+// checksum (cluster.UnsealRel): a damaged value is ErrCorrupt wrapping its
+// *store.ChecksumError. A backup of a cluster before checksums (no format
+// key) carries none; it restores as such, to be converted
+// (cluster.Convert).
 func Check(r io.Reader) (Header, error) {
 	h, _, err := check(r)
 	return h, err
@@ -291,11 +296,19 @@ func check(r io.Reader) (Header, []byte, error) {
 	if err != nil {
 		return Header{}, nil, err
 	}
-	var nodeKey []byte
+	var (
+		nodeKey []byte
+		format  []byte
+		// damaged is the first value that does not verify, and bad how
+		// many; they count only once the format key says values are
+		// sealed, which is known at the end (keys come in key order).
+		damaged error
+		bad     int
+	)
 	for {
 		e, err := br.Next()
 		if err == io.EOF {
-			return br.Header(), nodeKey, nil
+			break
 		}
 		if err != nil {
 			return Header{}, nil, err
@@ -303,5 +316,24 @@ func check(r io.Reader) (Header, []byte, error) {
 		if string(e.Key) == NodeKeyKey {
 			nodeKey = bytes.Clone(e.Value)
 		}
+		if string(e.Key) == cluster.FormatKey {
+			format = bytes.Clone(e.Value)
+		}
+		if _, err := cluster.UnsealRel(string(e.Key), e.Value); err != nil {
+			if damaged == nil {
+				damaged = err
+			}
+			bad++
+		}
 	}
+	if format == nil {
+		return br.Header(), nodeKey, nil
+	}
+	if err := cluster.ParseFormat(format); err != nil {
+		return Header{}, nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
+	}
+	if damaged != nil {
+		return Header{}, nil, fmt.Errorf("%w: %d values fail their checksums, the first: %w", ErrCorrupt, bad, damaged)
+	}
+	return br.Header(), nodeKey, nil
 }

@@ -57,13 +57,17 @@ func (t *hookTxn) Commit() (*clientv3.TxnResponse, error) {
 }
 
 // raceBackup returns a backup of keys data keys that restores in about
-// keys/2 transactions (MaxTxnOps 2).
+// keys/2 transactions (MaxTxnOps 2), and the format key.
 func raceBackup(t *testing.T, keys int) []byte {
 	t.Helper()
 	p := shared.Prefix()
 	for i := range keys {
-		put(t, fmt.Sprintf("%sd/c/7/s/%03d", p, i), "row")
+		rel := fmt.Sprintf("d/c/7/s/%03d", i)
+		put(t, p+rel, cluster.SealRel(rel, []byte("row")))
 	}
+	// A data set of this version's format, which a node serves once
+	// restored.
+	put(t, p+cluster.FormatKey, cluster.SealRel(cluster.FormatKey, []byte("1")))
 	var buf bytes.Buffer
 	if _, err := backup.Export(context.Background(), shared.Client.KV, p, &buf, backup.Options{}); err != nil {
 		t.Fatal(err)
@@ -220,7 +224,7 @@ func TestRestore_DefaultLimitsFitEtcd(t *testing.T) {
 	file := raceBackup(t, 300)
 	q := shared.Prefix()
 	sum, err := backup.Restore(context.Background(), shared.Client.KV, q, bytes.NewReader(file), backup.RestoreOptions{})
-	if err != nil || sum.Keys != 300 {
-		t.Fatalf("Restore = %+v, %v; want 300 keys", sum, err)
+	if err != nil || sum.Keys != 301 {
+		t.Fatalf("Restore = %+v, %v; want 301 keys (300 and the format key)", sum, err)
 	}
 }

@@ -86,7 +86,13 @@ func Restore(ctx context.Context, kv clientv3.KV, prefix string, src io.ReadSeek
 	}
 	// keepHeld: the held key stays, and the backup's is not written.
 	keepHeld := held != nil
-	if held != nil && theirs != nil && !bytes.Equal(theirs, held) {
+	switch {
+	case held == nil || theirs == nil || bytes.Equal(theirs, held):
+	case bytes.Equal(nodeKeyBody(theirs), nodeKeyBody(held)):
+		// The same key in the other format (one side before checksums):
+		// the backup's is written, so that the prefix has one format.
+		keepHeld = false
+	default:
 		if !opts.ReplaceNodeKey {
 			return Summary{}, fmt.Errorf("%w: %s holds a node key that differs from the backup's; restoring would void every credential and invitation of that key (allow it explicitly to replace it)", ErrNodeKeyDiffers, prefix)
 		}
@@ -111,7 +117,7 @@ func Restore(ctx context.Context, kv clientv3.KV, prefix string, src io.ReadSeek
 		clientv3.Compare(clientv3.ModRevision(keyKey), "=", heldRev),
 		clientv3.Compare(clientv3.CreateRevision(marker), "=", 0),
 	}
-	puts := []clientv3.Op{clientv3.OpPut(marker, fmt.Sprintf("restoring a backup at revision %d", sum.Header.Revision))}
+	puts := []clientv3.Op{clientv3.OpPut(marker, cluster.SealRel(cluster.RestoringKey, fmt.Appendf(nil, "restoring a backup at revision %d", sum.Header.Revision)))}
 	size := 2*len(marker) + 64
 	commit := func() error {
 		r, err := kv.Txn(ctx).If(cmps...).Then(puts...).Commit()
@@ -179,4 +185,14 @@ func Restore(ctx context.Context, kv clientv3.KV, prefix string, src io.ReadSeek
 		return sum, err
 	}
 	return sum, nil
+}
+
+// nodeKeyBody returns the node key stored as v: its body when v verifies
+// under its checksum, else v as it is (a prefix or backup from before
+// checksums).
+func nodeKeyBody(v []byte) []byte {
+	if body, err := cluster.UnsealRel(NodeKeyKey, v); err == nil {
+		return body
+	}
+	return v
 }

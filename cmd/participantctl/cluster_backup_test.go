@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/participantd/participantd/client"
+	"github.com/participantd/participantd/cluster"
 	"github.com/participantd/participantd/cluster/backup"
 	"github.com/participantd/participantd/participant"
 	"github.com/participantd/participantd/server"
@@ -86,7 +87,11 @@ func TestCluster_BackupVerifyRestore(t *testing.T) {
 		t.Fatalf("read the cluster secret: %v, %d keys", err, len(kv.Kvs))
 	}
 	until := time.UnixMilli(int64(binary.BigEndian.Uint64(inv[9:17])))
-	if want, err := participant.MintInvite(kv.Kvs[0].Value, 7, time.Now(), until); err != nil || !bytes.Equal(inv, want) {
+	secret, err := cluster.UnsealRel(backup.NodeKeyKey, kv.Kvs[0].Value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want, err := participant.MintInvite(secret, 7, time.Now(), until); err != nil || !bytes.Equal(inv, want) {
 		t.Fatalf("invite --etcd-endpoints = %x, want %x minted under the cluster secret (%v)", inv, want, err)
 	}
 	if _, errs, code := ctl(ctx, "", "invite", "--etcd-endpoints", eps, "--etcd-prefix", "/nokey/", "--conversation", "7"); code == 0 || !strings.Contains(errs, "no /nokey/secret/node-key") || count("/nokey/") != 0 {

@@ -141,7 +141,11 @@ func readClusterNodeKey(ctx context.Context, cc server.ClusterConfig) ([]byte, e
 			return nil, err
 		}
 	}
-	key, err := cluster.OpenNodeKey(seal, resp.Kvs[0].Value)
+	stored, err := cluster.UnsealRel(backup.NodeKeyKey, resp.Kvs[0].Value)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", k, err)
+	}
+	key, err := cluster.OpenNodeKey(seal, stored)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", k, err)
 	}

@@ -173,8 +173,14 @@ func inspectBackup(ctx context.Context, path string) (*clusterInfo, []participan
 // inspectView runs participant.Inspect on the cluster view of kv, which
 // must refuse writes.
 func inspectView(ctx context.Context, kv clientv3.KV, info *clusterInfo) (*clusterInfo, []participant.Report, error) {
+	if err := cluster.CheckFormat(ctx, kv, info.Prefix); err != nil {
+		return nil, nil, err
+	}
 	v := cluster.OpenView(kv, info.Prefix)
 	defer v.Close()
+	if err := v.CheckSums(ctx); err != nil {
+		return nil, nil, err
+	}
 	nodes, err := v.Nodes(ctx)
 	if err != nil {
 		return nil, nil, err

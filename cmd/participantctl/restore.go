@@ -46,7 +46,9 @@ participantd), which must hold no key but, optionally, its node key
 another node key is then refused, nothing written, unless
 --replace-node-key (it would void every credential and invitation of the
 key held). The whole file is checked first
-(count and SHA-256): nothing is written from a damaged file. The keys are
+(count, SHA-256 and every value's checksum): nothing is written from a
+damaged file. A backup taken before etcd checksums restores as it is,
+and is then converted with convert-etcd. The keys are
 written in transactions within etcd's limits, each creating its keys only
 where absent; while it runs, P/restoring exists and no node starts on P
 (a cut restore leaves it: delete the prefix and restore again). Ownerships
@@ -246,13 +248,19 @@ func restoreCluster(ctx context.Context, e *env, from string, ef *etcdFlags, rep
 		restoreResult{From: from, Prefix: cc.Prefix, Keys: sum.Keys, Txns: sum.Txns, BackupPrefix: sum.Header.Prefix, Revision: sum.Header.Revision}); err != nil {
 		return err
 	}
-	args := verifyArgs(asJSON, "--etcd-endpoints", strings.Join(cc.Endpoints, ","), "--etcd-prefix", cc.Prefix)
+	return runVerify(ctx, e, verifyArgs(asJSON, etcdArgs(cc)...))
+}
+
+// etcdArgs returns the flags that reach cc's prefix, for running verify
+// after a command that wrote it.
+func etcdArgs(cc server.ClusterConfig) []string {
+	args := []string{"--etcd-endpoints", strings.Join(cc.Endpoints, ","), "--etcd-prefix", cc.Prefix}
 	for _, f := range []struct{ name, v string }{{"etcd-ca", cc.CA}, {"etcd-cert", cc.Cert}, {"etcd-key", cc.Key}, {"etcd-username", cc.Username}, {"etcd-password", cc.Password}} {
 		if f.v != "" {
 			args = append(args, "--"+f.name, f.v)
 		}
 	}
-	return runVerify(ctx, e, args)
+	return args
 }
 
 // restoreMarker is the line of server.RestoredFile for a restore at now

@@ -1,7 +1,6 @@
 package etcdstore
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"sync"
@@ -272,8 +271,9 @@ func (s *Store) commit(work []*scopeWork) {
 	wg.Wait()
 }
 
-// kvCost is the cost of a key/value pair in a request, framing included.
-func kvCost(key string, val int) int { return len(key) + val + 32 }
+// kvCost is the cost of a key/value pair in a request, framing and the
+// value's seal included.
+func kvCost(key string, val int) int { return len(key) + val + SealOverhead + 32 }
 
 func (s *Store) newPlan() *txnPlan { return &txnPlan{has: make(map[*scopeWork]bool)} }
 
@@ -451,12 +451,12 @@ func (s *Store) runTxn(plan *txnPlan) {
 			case it.vw != nil:
 				vw := it.vw
 				key := s.lay.valueKey(sc, vw.name)
-				cmps = append(cmps, cmpU64(key, vw.old))
-				checks = append(checks, check{sw: it.sw, key: key, u64: true, want: vw.old})
+				cmps = append(cmps, s.cmpU64(key, vw.old))
+				checks = append(checks, s.checkU64(it.sw, key, vw.old))
 				if vw.new == 0 {
 					thens = append(thens, clientv3.OpDelete(key))
 				} else {
-					thens = append(thens, clientv3.OpPut(key, encodeU64(vw.new)))
+					thens = append(thens, clientv3.OpPut(key, s.sealU64(key, vw.new)))
 				}
 			case it.tw != nil:
 				// The entry at the floor stays, so the stream keeps its
@@ -474,19 +474,20 @@ func (s *Store) runTxn(plan *txnPlan) {
 				if len(bw.val) == 0 {
 					thens = append(thens, clientv3.OpDelete(key))
 				} else {
-					thens = append(thens, clientv3.OpPut(key, string(bw.val)))
+					thens = append(thens, clientv3.OpPut(key, s.seal(key, bw.val)))
 				}
 			default:
 				swk := it.swk
 				lenKey := s.lay.lenKey(sc, swk.name)
 				base := swk.base + uint64(it.from)
-				cmps = append(cmps, cmpU64(lenKey, base))
-				checks = append(checks, check{sw: it.sw, key: lenKey, u64: true, want: base})
+				cmps = append(cmps, s.cmpU64(lenKey, base))
+				checks = append(checks, s.checkU64(it.sw, lenKey, base))
 				prefix := s.lay.entryPrefix(sc, swk.name)
 				for k := range it.n {
-					thens = append(thens, clientv3.OpPut(entryKey(prefix, base+uint64(k)), string(swk.ents[it.from+k])))
+					ek := entryKey(prefix, base+uint64(k))
+					thens = append(thens, clientv3.OpPut(ek, s.seal(ek, swk.ents[it.from+k])))
 				}
-				thens = append(thens, clientv3.OpPut(lenKey, encodeU64(base+uint64(it.n))))
+				thens = append(thens, clientv3.OpPut(lenKey, s.sealU64(lenKey, base+uint64(it.n))))
 			}
 		}
 		if len(live) == 0 {
@@ -561,8 +562,8 @@ func (s *Store) settle(sc string, f Fence) (int64, error) {
 
 // check is one compare of a transaction, as explainRefusal reads it back:
 // the fence's mod revision (and the claim's create revision), a value or
-// length (8-byte encoding, absent for 0), a trim floor that must exist, or
-// a byte value's highest mod revision.
+// length (its sealed 8-byte encoding, absent for 0), a trim floor that
+// must exist, or a byte value's highest mod revision.
 type check struct {
 	sw        *scopeWork
 	key       string
@@ -572,6 +573,7 @@ type check struct {
 	modRev    int64
 	u64       bool
 	want      uint64
+	sealed    string // want sealed under key, when want is not 0
 	exists    bool
 	maxModRev int64
 }
@@ -586,7 +588,7 @@ func (c *check) holds(kv *mvccpb.KeyValue) bool {
 		if c.want == 0 {
 			return kv == nil
 		}
-		return kv != nil && bytes.Equal(kv.Value, []byte(encodeU64(c.want)))
+		return kv != nil && string(kv.Value) == c.sealed
 	case c.exists:
 		return kv != nil
 	default:
@@ -660,10 +662,20 @@ func (s *Store) observeTxn(began time.Time, ops int, err error) {
 }
 
 // cmpU64 compares key against v in this layout: absent for 0, else the
-// 8-byte encoding.
-func cmpU64(key string, v uint64) clientv3.Cmp {
+// sealed 8-byte encoding (the trailer is a function of key and v, so the
+// bytes etcd compares are the bytes a put of v wrote).
+func (s *Store) cmpU64(key string, v uint64) clientv3.Cmp {
 	if v == 0 {
 		return clientv3.Compare(clientv3.CreateRevision(key), "=", 0)
 	}
-	return clientv3.Compare(clientv3.Value(key), "=", encodeU64(v))
+	return clientv3.Compare(clientv3.Value(key), "=", s.sealU64(key, v))
+}
+
+// checkU64 is the check of cmpU64(key, v), for explainRefusal.
+func (s *Store) checkU64(sw *scopeWork, key string, v uint64) check {
+	c := check{sw: sw, key: key, u64: true, want: v}
+	if v != 0 {
+		c.sealed = s.sealU64(key, v)
+	}
+	return c
 }

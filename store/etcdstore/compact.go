@@ -168,12 +168,17 @@ func (s *Store) GetBytes(key string) ([]byte, error) {
 	s.mu.Unlock()
 	ctx, cancel := s.ctx()
 	defer cancel()
-	resp, err := s.kv.Get(ctx, s.lay.bytesKey(sc, key))
+	k := s.lay.bytesKey(sc, key)
+	resp, err := s.kv.Get(ctx, k)
 	if err != nil {
 		return nil, fmt.Errorf("etcdstore: read byte value %q: %w", key, err)
 	}
-	if len(resp.Kvs) == 0 || len(resp.Kvs[0].Value) == 0 {
+	if len(resp.Kvs) == 0 {
 		return nil, nil
 	}
-	return resp.Kvs[0].Value, nil
+	v, err := s.unseal(k, resp.Kvs[0].Value)
+	if err != nil || len(v) == 0 {
+		return nil, err
+	}
+	return v, nil
 }

@@ -14,6 +14,17 @@
 // The table of every stored key, with its value and owner, is in
 // docs/DESIGN.md, "Stored keys"; it is the one home of the layout.
 //
+// # Checksums
+//
+// Every value put is sealed (seal.go): its body, a tag byte 0x01 and the
+// CRC-32C of the key relative to Options.Prefix, a zero byte, the body and
+// the tag. Every read of a value (entries in ReadPage, lengths, values in
+// reads, batched reads and Scan, byte values) checks it, and a mismatch
+// is a *store.ChecksumError (errors.Is store.ErrCorrupt) naming the key,
+// never a value served nor taken for absent. Compares of a value or length
+// in a transaction compare the sealed bytes (the trailer is a function of
+// the key and body), so fencing is unchanged.
+//
 // # Contract
 //
 // As store.DurableStore: appends and CASes stage in memory and are visible

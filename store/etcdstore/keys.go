@@ -97,12 +97,6 @@ func (l layout) valueName(key string) (string, bool) {
 	return strings.CutPrefix(rest, string(kindValue)+"/")
 }
 
-func encodeU64(v uint64) string {
-	var b [8]byte
-	binary.BigEndian.PutUint64(b[:], v)
-	return string(b[:])
-}
-
 func decodeU64(b []byte) (uint64, bool) {
 	if len(b) != 8 {
 		return 0, false

@@ -71,11 +71,15 @@ func (s *Store) ReadPage(name string, offset uint64, limit int, maxBytes int) ([
 			if string(kv.Key) != entryKey(prefix, seq) {
 				return nil, s.missing(c.name, name, offset, seq)
 			}
-			if full(len(kv.Value)) {
+			payload, err := s.unseal(string(kv.Key), kv.Value)
+			if err != nil {
+				return nil, err
+			}
+			if full(len(payload)) {
 				return out, nil
 			}
-			size += len(kv.Value)
-			out = append(out, store.Entry{Seq: seq, Payload: kv.Value})
+			size += len(payload)
+			out = append(out, store.Entry{Seq: seq, Payload: payload})
 		}
 		if uint64(len(resp.Kvs)) != to-from {
 			return nil, s.missing(c.name, name, offset, from+uint64(len(resp.Kvs)))

@@ -188,12 +188,7 @@ func (s *Store) getValues(batch []*readReq) ([]readResult, error) {
 		if len(kvs) == 0 {
 			continue
 		}
-		v, ok := decodeU64(kvs[0].Value)
-		if !ok {
-			out[i].err = fmt.Errorf("%w: value key %q has %d bytes", ErrCorrupt, batch[i].key, len(kvs[0].Value))
-			continue
-		}
-		out[i].val = v
+		out[i].val, out[i].err = s.unsealU64(batch[i].key, kvs[0].Value)
 	}
 	return out, nil
 }

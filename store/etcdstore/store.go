@@ -584,9 +584,9 @@ func (s *Store) loadLens(sc string) (map[string]uint64, int64, error) {
 			rev = resp.Header.Revision
 		}
 		for _, kv := range resp.Kvs {
-			n, ok := decodeU64(kv.Value)
-			if !ok {
-				return nil, 0, fmt.Errorf("%w: length key %q has %d bytes", ErrCorrupt, kv.Key, len(kv.Value))
+			n, err := s.unsealU64(string(kv.Key), kv.Value)
+			if err != nil {
+				return nil, 0, fmt.Errorf("etcdstore: stream length: %w", err)
 			}
 			out[string(kv.Key[len(prefix):])] = n
 		}
@@ -730,18 +730,15 @@ func (s *Store) loadValue(sc, key string, pin int64) (uint64, error) {
 	}
 	ctx, cancel := s.ctx()
 	defer cancel()
-	resp, err := s.kv.Get(ctx, s.lay.valueKey(sc, key))
+	k := s.lay.valueKey(sc, key)
+	resp, err := s.kv.Get(ctx, k)
 	if err != nil {
 		return 0, fmt.Errorf("etcdstore: read value %q: %w", key, err)
 	}
 	if len(resp.Kvs) == 0 {
 		return 0, nil
 	}
-	v, ok := decodeU64(resp.Kvs[0].Value)
-	if !ok {
-		return 0, fmt.Errorf("%w: value %q has %d bytes", ErrCorrupt, key, len(resp.Kvs[0].Value))
-	}
-	return v, nil
+	return s.unsealU64(k, resp.Kvs[0].Value)
 }
 
 // ReadValue returns the current value of key, 0 when absent.
@@ -824,8 +821,8 @@ func (s *Store) Scan(prefix string) ([]store.Value, error) {
 				if v, err = s.loadValue(s.lay.scopeOf(name), name, 0); err != nil {
 					return nil, err
 				}
-			} else if v, ok = decodeU64(kv.Value); !ok {
-				return nil, fmt.Errorf("%w: value %q has %d bytes", ErrCorrupt, name, len(kv.Value))
+			} else if v, err = s.unsealU64(string(kv.Key), kv.Value); err != nil {
+				return nil, err
 			}
 			found[name] = v
 		}
