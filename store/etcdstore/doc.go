@@ -69,7 +69,13 @@
 //
 // (no Else: see below)
 // so that no two writers can commit the same seq of a stream: a stream never
-// forks. A scope's revision is the etcd revision its lengths were loaded at,
+// forks. A fenced scope whose lengths were loaded under its current claim
+// (after settling, after its last commit in flight had an outcome, with no
+// value cached from before) compares its fence alone: nobody else commits
+// under the claim, so what the store holds of the scope is what etcd
+// holds, and the length and value compares could only cost etcd a range
+// each. A reset, a failure or a new claim makes it compare them again
+// until it reloads. A scope's revision is the etcd revision its lengths were loaded at,
 // advanced to each transaction of the scope that commits: a byte value that
 // another writer changed since is not overwritten (the scope fails with
 // ErrConflict), while the store rewrites its own freely. The transactions

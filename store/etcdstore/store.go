@@ -156,6 +156,9 @@ type Store struct {
 	reads    atomic.Uint64
 	caughtUp atomic.Uint64
 	settles  atomic.Uint64
+	// loadWaits counts the loads of a fenced scope that waited for a
+	// commit taken before its reset (see loadedLocked).
+	loadWaits atomic.Uint64
 
 	// rmu guards the batched reads' queue and turns; it is never held
 	// with mu, across an etcd call or a channel operation.
@@ -210,6 +213,13 @@ type scope struct {
 	// lensLoaded is set once every stream length of the scope was read
 	// into streams, so that a stream missing there has length 0.
 	lensLoaded bool
+	// exact is set when the lengths were loaded under the current claim,
+	// after every transaction the store sent under it had completed and
+	// with no value cached from before: what the store holds of the scope
+	// is then etcd's, and stays so while the fence holds (nobody else
+	// commits under it), so its commits compare the fence alone (see
+	// doc.go, Commit). A reset, a failure or a new claim clears it.
+	exact bool
 	// dirtyStreams and dirtyValues hold what was staged since the last
 	// commit of the scope began; inflight is the commit writing the scope,
 	// nil when none: a scope is in at most one commit at a time.
@@ -355,6 +365,9 @@ func (s *Store) SetFence(sc string, f Fence) {
 	c := s.scopeLocked(sc)
 	if c.claim != f {
 		c.claim, c.fenceMod, c.unsettled = f, f.CreateRevision, false
+		// What the store holds was read before this claim: others may
+		// have written since, so commits compare it until a reload.
+		c.exact = false
 	}
 	c.fenced = true
 }
@@ -400,6 +413,7 @@ func (c *scope) clearLocked() {
 	// Nothing staged survives: the writes counted as staged are gone.
 	c.durable = c.staged
 	c.lensLoaded = false
+	c.exact = false
 	c.rev = 0
 	c.bytes = make(map[string]*byteValue)
 	c.dirtyBytes = make(map[string]*byteValue)
@@ -522,6 +536,22 @@ func (s *Store) streamLocked(c *scope, name string) (*scope, *stream, error) {
 // sent before can commit any more.
 func (s *Store) loadedLocked(c *scope, name string) (*scope, error) {
 	for !c.lensLoaded {
+		if c.fenced && c.inflight != nil {
+			// A commit taken before a reset is still in flight: lengths
+			// read now could miss it, and once commits compare the fence
+			// alone nothing would catch that. Its outcome comes first (an
+			// unknown one leaves the scope to settle).
+			ch := s.changed
+			s.mu.Unlock()
+			s.loadWaits.Add(1)
+			<-ch
+			s.mu.Lock()
+			var err error
+			if c, err = s.usableLocked(name); err != nil {
+				return nil, err
+			}
+			continue
+		}
 		if c.unsettled && c.fenced {
 			f := c.claim
 			s.mu.Unlock()
@@ -542,6 +572,11 @@ func (s *Store) loadedLocked(c *scope, name string) (*scope, error) {
 			continue
 		}
 		epoch := c.epoch
+		// Nothing of the scope was cached before the load (values read
+		// without the claim, say): the scope is then exactly what etcd
+		// holds at the load's revision.
+		exact := c.fenced && len(c.values) == 0 && len(c.reads) == 0
+		claim := c.claim
 		s.mu.Unlock()
 		lens, rev, err := s.loadLens(c.name)
 		s.mu.Lock()
@@ -559,6 +594,7 @@ func (s *Store) loadedLocked(c *scope, name string) (*scope, error) {
 				}
 			}
 			c.lensLoaded = true
+			c.exact = exact && c.fenced && c.claim == claim && len(c.values) == 0
 			c.rev = rev
 		}
 	}
