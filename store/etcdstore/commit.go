@@ -224,6 +224,11 @@ func (s *Store) applyLocked(work []*scopeWork) {
 			swk.st.taken = 0
 		}
 		for _, vw := range sw.values {
+			if vw.new != 0 {
+				// Before the value leaves c.values: a read of it must not
+				// find it absent.
+				s.knownLocked(c, vw.name)
+			}
 			vw.v.committed = vw.new
 			if vw.v.gen == vw.gen {
 				// No CAS since: nothing of this value is in flight any

@@ -123,7 +123,11 @@
 // not applied that revision (lagging, cut off from its peers) refuses the
 // read as a future revision instead of answering stale data, and the
 // batch is read again linearizably; so is one whose revision etcd
-// compacted away. Those reads (one per token lookup in participantd) share
+// compacted away. A scope loaded under its claim (see Commit) also lists
+// its value keys at the load and keeps them, with the values it commits
+// afterwards, in a Bloom filter bounded in bytes (known.go): a read of a
+// value the filter never saw (a new token's index entry) is answered
+// absent without a request. Those reads (one per token lookup in participantd) share
 // requests: a read sends what is queued as one read-only transaction of
 // serializable Gets (at most MaxTxnOps) while fewer than
 // Options.MaxInflightReads such batches are in flight, and otherwise

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -194,5 +195,125 @@ func TestStore_ResetDuringACommitReloadsAfterIt(t *testing.T) {
 	fresh := open(t, etcdstore.Options{Prefix: s.Prefix(), Scope: byFirstSegment})
 	if got := readAll(t, fresh, "a/log"); fmt.Sprint(got) != "[a0 a1 a2]" {
 		t.Fatalf("a/log = %v, want [a0 a1 a2]", got)
+	}
+}
+
+// lostAnswerKV commits every writing transaction and then, while armed,
+// reports its outcome lost, as a timeout after etcd applied it would.
+type lostAnswerKV struct {
+	clientv3.KV
+	armed atomic.Bool
+}
+
+func (k *lostAnswerKV) Txn(ctx context.Context) clientv3.Txn {
+	return &lostAnswerTxn{Txn: k.KV.Txn(ctx), k: k}
+}
+
+type lostAnswerTxn struct {
+	clientv3.Txn
+	k       *lostAnswerKV
+	written bool
+}
+
+func (t *lostAnswerTxn) If(cs ...clientv3.Cmp) clientv3.Txn {
+	t.Txn = t.Txn.If(cs...)
+	return t
+}
+
+func (t *lostAnswerTxn) Then(ops ...clientv3.Op) clientv3.Txn {
+	for _, op := range ops {
+		if op.IsPut() {
+			t.written = true
+		}
+	}
+	t.Txn = t.Txn.Then(ops...)
+	return t
+}
+
+func (t *lostAnswerTxn) Commit() (*clientv3.TxnResponse, error) {
+	resp, err := t.Txn.Commit()
+	if err == nil && t.written && t.k.armed.CompareAndSwap(true, false) {
+		return nil, errors.New("injected: the answer of an applied commit was lost")
+	}
+	return resp, err
+}
+
+// TestStore_AbsentValuesOfAScopeLoadedUnderItsClaimAreReadFromMemory: a
+// scope loaded under its claim answers reads (and CASes) of values it
+// never saw without asking etcd; values etcd held at the load, and those
+// the store committed since, are read as they are.
+func TestStore_AbsentValuesOfAScopeLoadedUnderItsClaimAreReadFromMemory(t *testing.T) {
+	first := exactStore(t, shared.Client.KV)
+	if err := first.CAS("a/pre", 0, 5); err != nil {
+		t.Fatal(err)
+	}
+	if err := first.FlushScopes("a"); err != nil {
+		t.Fatal(err)
+	}
+	first.Close()
+
+	// A new owner: the claim deleted and made anew.
+	o := etcdstore.Options{Prefix: first.Prefix(), Scope: byFirstSegment, RequireFence: true}
+	s := etcdstore.OpenKV(shared.Client.KV, o)
+	defer s.Close()
+	key := o.Prefix + "own/a"
+	deleteKey(t, key)
+	s.SetFence("a", etcdstore.Fence{Key: key, CreateRevision: claim(t, key)})
+	s.Reset("a")
+	if v, err := s.ReadValue("a/pre"); err != nil || v != 5 {
+		t.Fatalf("ReadValue(a/pre) = %d, %v, want 5 (in etcd before the load)", v, err)
+	}
+	mem, reads := s.MemoryReads(), s.ReadRequests()
+	for i := range 10 {
+		if v, err := s.ReadValue(fmt.Sprintf("a/new%d", i)); err != nil || v != 0 {
+			t.Fatalf("ReadValue(a/new%d) = %d, %v, want 0", i, v, err)
+		}
+	}
+	if err := s.CAS("a/new0", 0, 7); err != nil {
+		t.Fatal(err)
+	}
+	// A false "maybe" costs a read: about 1 in 100.
+	if got := s.MemoryReads() - mem; got < 9 {
+		t.Fatalf("%d of 11 reads of absent values answered from memory (%d requests), want at least 9", got, s.ReadRequests()-reads)
+	}
+	if err := s.FlushScopes("a"); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := s.ReadValue("a/new0"); err != nil || v != 7 {
+		t.Fatalf("ReadValue(a/new0) after its commit = %d, %v, want 7", v, err)
+	}
+	if err := s.CAS("a/new0", 7, 8); err != nil {
+		t.Fatalf("CAS(a/new0, 7, 8) after its commit = %v", err)
+	}
+	if err := s.FlushScopes("a"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestStore_ValueOfACommitWhoseAnswerWasLostIsReadAfterReset: a commit
+// that applied but whose answer was lost fails the scope; after Reset the
+// scope is settled and loaded again, listing the values etcd holds, so the
+// value that commit wrote (a token's index entry) is read as written, not
+// answered absent from memory (which would commit the token a second
+// time).
+func TestStore_ValueOfACommitWhoseAnswerWasLostIsReadAfterReset(t *testing.T) {
+	kv := &lostAnswerKV{KV: shared.Client.KV}
+	s := exactStore(t, kv)
+	if v, err := s.ReadValue("a/token"); err != nil || v != 0 {
+		t.Fatalf("ReadValue(a/token) = %d, %v, want 0", v, err)
+	}
+	if err := s.CAS("a/token", 0, 3); err != nil {
+		t.Fatal(err)
+	}
+	kv.armed.Store(true)
+	if err := s.FlushScopes("a"); !errors.Is(err, etcdstore.ErrUnknownOutcome) {
+		t.Fatalf("FlushScopes(a) with its answer lost = %v, want ErrUnknownOutcome", err)
+	}
+	s.Reset("a")
+	if v, err := s.ReadValue("a/token"); err != nil || v != 3 {
+		t.Fatalf("ReadValue(a/token) after Reset = %d, %v, want 3 (the lost answer's commit applied)", v, err)
+	}
+	if s.Settles() != 1 {
+		t.Fatalf("%d settles, want 1", s.Settles())
 	}
 }

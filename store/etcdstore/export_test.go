@@ -40,3 +40,7 @@ func (s *Store) Settles() uint64 { return s.settles.Load() }
 // LoadWaits returns how many loads of a fenced scope waited for a commit
 // taken before the scope's reset.
 func (s *Store) LoadWaits() uint64 { return s.loadWaits.Load() }
+
+// MemoryReads returns how many value reads a scope's filter answered
+// absent without etcd.
+func (s *Store) MemoryReads() uint64 { return s.memReads.Load() }

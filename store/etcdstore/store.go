@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"sort"
 	"strings"
 	"sync"
@@ -114,6 +115,10 @@ type Options struct {
 	LeaderCheckInterval time.Duration
 	// Logger receives the store's logs; the zero value logs nothing.
 	Logger zerolog.Logger
+	// MaxFilterBytes bounds the memory of the filters that answer reads
+	// of absent values without etcd (see known.go); default
+	// DefaultMaxFilterBytes, negative for no filters.
+	MaxFilterBytes int
 	// OnTxn, if set, is told about every commit transaction: its latency,
 	// its number of operations and its outcome (nil, or the error that
 	// failed at least one of its scopes). It must not block.
@@ -159,6 +164,10 @@ type Store struct {
 	// loadWaits counts the loads of a fenced scope that waited for a
 	// commit taken before its reset (see loadedLocked).
 	loadWaits atomic.Uint64
+	// memReads counts the value reads answered absent by a scope's filter.
+	memReads atomic.Uint64
+	// filterSeed hashes the filters' keys.
+	filterSeed maphash.Seed
 
 	// rmu guards the batched reads' queue and turns; it is never held
 	// with mu, across an etcd call or a channel operation.
@@ -176,6 +185,8 @@ type Store struct {
 	changed chan struct{}
 	// active counts the commits in flight (at most maxInflightCommits).
 	active int
+	// filterBytes is the memory of every scope's filter (known.go).
+	filterBytes int
 }
 
 // scope is the state of one scope. Guarded by Store.mu.
@@ -220,6 +231,9 @@ type scope struct {
 	// commits under it), so its commits compare the fence alone (see
 	// doc.go, Commit). A reset, a failure or a new claim clears it.
 	exact bool
+	// known, when set (an exact scope), holds every value name of the
+	// scope that may exist in etcd (known.go).
+	known *keyFilter
 	// dirtyStreams and dirtyValues hold what was staged since the last
 	// commit of the scope began; inflight is the commit writing the scope,
 	// nil when none: a scope is in at most one commit at a time.
@@ -309,6 +323,9 @@ func open(kv clientv3.KV, cli *clientv3.Client, opts Options) *Store {
 	if opts.LeaderCheckInterval <= 0 {
 		opts.LeaderCheckInterval = DefaultLeaderCheckInterval
 	}
+	if opts.MaxFilterBytes == 0 {
+		opts.MaxFilterBytes = DefaultMaxFilterBytes
+	}
 	s := &Store{
 		kv:         kv,
 		lay:        layout{prefix: opts.Prefix, scope: opts.Scope},
@@ -320,6 +337,7 @@ func open(kv clientv3.KV, cli *clientv3.Client, opts Options) *Store {
 		quit:       make(chan struct{}),
 		done:       make(chan struct{}),
 		scopes:     make(map[string]*scope),
+		filterSeed: maphash.MakeSeed(),
 	}
 	if cli != nil && opts.DialLeader != nil && len(cli.Endpoints()) > 1 {
 		s.leader = newLeaderConn(cli, opts.DialLeader, opts.LeaderCheckInterval, s.log)
@@ -368,6 +386,7 @@ func (s *Store) SetFence(sc string, f Fence) {
 		// What the store holds was read before this claim: others may
 		// have written since, so commits compare it until a reload.
 		c.exact = false
+		s.dropFilterLocked(c)
 	}
 	c.fenced = true
 }
@@ -384,6 +403,7 @@ func (s *Store) Reset(sc string) {
 	defer s.mu.Unlock()
 	c := s.scopeLocked(sc)
 	c.err = nil
+	s.dropFilterLocked(c)
 	c.clearLocked()
 }
 
@@ -395,6 +415,7 @@ func (s *Store) Drop(sc string) {
 	c := s.scopeLocked(sc)
 	c.fenced = false
 	c.err = fmt.Errorf("%w: %w: scope %q was released", store.ErrFailed, ErrFenced, sc)
+	s.dropFilterLocked(c)
 	c.clearLocked()
 }
 
@@ -441,6 +462,7 @@ func (s *Store) failLocked(c *scope, err error) {
 		c.err = err
 		s.log.Warn().Err(err).Str("scope", c.name).Msg("scope failed")
 	}
+	s.dropFilterLocked(c)
 	c.clearLocked()
 }
 
@@ -579,6 +601,13 @@ func (s *Store) loadedLocked(c *scope, name string) (*scope, error) {
 		claim := c.claim
 		s.mu.Unlock()
 		lens, rev, err := s.loadLens(c.name)
+		var names []string
+		listed := err == nil && exact && s.opts.MaxFilterBytes > 0
+		if listed {
+			// Listed after the lengths: the store is the scope's only
+			// writer and sends nothing of it before it is loaded.
+			names, err = s.loadValueNames(c.name)
+		}
 		s.mu.Lock()
 		if err != nil {
 			return nil, err
@@ -596,6 +625,9 @@ func (s *Store) loadedLocked(c *scope, name string) (*scope, error) {
 			c.lensLoaded = true
 			c.exact = exact && c.fenced && c.claim == claim && len(c.values) == 0
 			c.rev = rev
+			if c.exact && listed {
+				s.setFilterLocked(c, newKeyFilter(s.filterSeed, names))
+			}
 		}
 	}
 	return c, nil
@@ -712,6 +744,10 @@ func (s *Store) CAS(key string, old, new uint64) error {
 			c.values[key] = &value{committed: v, cur: v}
 			break
 		}
+		if s.absentLocked(c, key) {
+			c.values[key] = &value{}
+			break
+		}
 		epoch, readEpoch, pin := c.epoch, c.readEpoch, c.pinLocked()
 		s.mu.Unlock()
 		v, err := s.loadValue(c.name, key, pin)
@@ -795,6 +831,10 @@ func (s *Store) ReadValue(key string) (uint64, error) {
 	if v, ok := c.reads[key]; ok {
 		s.mu.Unlock()
 		return v, nil
+	}
+	if s.absentLocked(c, key) {
+		s.mu.Unlock()
+		return 0, nil
 	}
 	epoch, readEpoch, pin := c.epoch, c.readEpoch, c.pinLocked()
 	s.mu.Unlock()
