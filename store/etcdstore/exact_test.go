@@ -317,3 +317,41 @@ func TestStore_ValueOfACommitWhoseAnswerWasLostIsReadAfterReset(t *testing.T) {
 		t.Fatalf("%d settles, want 1", s.Settles())
 	}
 }
+
+// TestStore_AFilterPastItsByteBoundIsDropped: a store whose filters may
+// take 1,280 bytes (one first segment) keeps a scope's filter until its
+// commits would grow it past that; then the scope reads absent values
+// from etcd again, and reads stay right throughout.
+func TestStore_AFilterPastItsByteBoundIsDropped(t *testing.T) {
+	o := etcdstore.Options{Prefix: prefix(), Scope: byFirstSegment, RequireFence: true, MaxFilterBytes: 1280}
+	s := open(t, o)
+	key := o.Prefix + "own/a"
+	s.SetFence("a", etcdstore.Fence{Key: key, CreateRevision: claim(t, key)})
+	s.Reset("a")
+	readAbsent := func() {
+		t.Helper()
+		if v, err := s.ReadValue("a/absent"); err != nil || v != 0 {
+			t.Fatalf("ReadValue(a/absent) = %d, %v, want 0", v, err)
+		}
+	}
+	readAbsent()
+	if s.MemoryReads() != 1 {
+		t.Fatalf("MemoryReads = %d, want 1 (the filter fits its bound)", s.MemoryReads())
+	}
+	for i := range 1100 {
+		if err := s.CAS(fmt.Sprintf("a/t%d", i), 0, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.FlushScopes("a"); err != nil {
+		t.Fatal(err)
+	}
+	mem, reads := s.MemoryReads(), s.ReadRequests()
+	readAbsent()
+	if s.MemoryReads() != mem || s.ReadRequests() != reads+1 {
+		t.Fatalf("memory reads +%d, read requests +%d; want +0 and +1 (the filter dropped past its bound)", s.MemoryReads()-mem, s.ReadRequests()-reads)
+	}
+	if v, err := s.ReadValue("a/t1099"); err != nil || v != 1 {
+		t.Fatalf("ReadValue(a/t1099) = %d, %v, want 1", v, err)
+	}
+}
