@@ -193,7 +193,13 @@ func (s *Store) applyLocked(work []*scopeWork) {
 	for _, sw := range work {
 		c := sw.sc
 		c.readEpoch++
-		clear(c.reads)
+		if !c.exact || len(c.reads) > maxKeptReads {
+			// Values read may have changed behind a scope the store
+			// does not write alone; an exact scope's change only by its
+			// CASes, which drop them from reads (a token window's
+			// floor, say, is then read once, not once per batch).
+			clear(c.reads)
+		}
 		if c.inflight == sw {
 			c.inflight = nil
 		}
@@ -239,6 +245,10 @@ func (s *Store) applyLocked(work []*scopeWork) {
 		c.durable = max(c.durable, sw.staged)
 	}
 }
+
+// maxKeptReads bounds the values an exact scope keeps read across its
+// commits.
+const maxKeptReads = 64
 
 // maxConcurrentTxns bounds the transactions of one commit in flight at once.
 const maxConcurrentTxns = 16

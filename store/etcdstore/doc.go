@@ -112,7 +112,8 @@
 // A scope's stream lengths load together, in one linearizable range read,
 // on first use; afterwards the store knows them (it is the scope's only
 // writer). Values read are cached per scope until that scope's next
-// commit, so memory stays bounded by what is read between two commits.
+// commit (an exact scope keeps up to maxKeptReads of them longer: see
+// below), so memory stays bounded by what is read between two commits.
 // Reads of entries, lengths, byte values and unfenced values are
 // linearizable. Values of a fenced scope are read serializably, pinned at
 // the scope's revision (loaded first if need be): the store being the
@@ -127,7 +128,8 @@
 // its value keys at the load and keeps them, with the values it commits
 // afterwards, in a Bloom filter bounded in bytes (known.go): a read of a
 // value the filter never saw (a new token's index entry) is answered
-// absent without a request. Those reads (one per token lookup in participantd) share
+// absent without a request, and keeps up to maxKeptReads values read
+// across its commits (only its own CASes change them). Those reads (one per token lookup in participantd) share
 // requests: a read sends what is queued as one read-only transaction of
 // serializable Gets (at most MaxTxnOps) while fewer than
 // Options.MaxInflightReads such batches are in flight, and otherwise

@@ -355,3 +355,53 @@ func TestStore_AFilterPastItsByteBoundIsDropped(t *testing.T) {
 		t.Fatalf("ReadValue(a/t1099) = %d, %v, want 1", v, err)
 	}
 }
+
+// TestStore_AnExactScopeKeepsItsReadsAcrossItsCommits: a value of a scope
+// loaded under its claim, once read, is not read from etcd again after
+// the scope's next commits (only the store's own CAS changes it), and a
+// CAS of it is read as written.
+func TestStore_AnExactScopeKeepsItsReadsAcrossItsCommits(t *testing.T) {
+	first := exactStore(t, shared.Client.KV)
+	if err := first.CAS("a/floor", 0, 5); err != nil {
+		t.Fatal(err)
+	}
+	if err := first.FlushScopes("a"); err != nil {
+		t.Fatal(err)
+	}
+	first.Close()
+	o := etcdstore.Options{Prefix: first.Prefix(), Scope: byFirstSegment, RequireFence: true}
+	s := etcdstore.OpenKV(shared.Client.KV, o)
+	defer s.Close()
+	key := o.Prefix + "own/a"
+	deleteKey(t, key)
+	s.SetFence("a", etcdstore.Fence{Key: key, CreateRevision: claim(t, key)})
+	s.Reset("a")
+	if v, err := s.ReadValue("a/floor"); err != nil || v != 5 {
+		t.Fatalf("ReadValue(a/floor) = %d, %v, want 5", v, err)
+	}
+	reads := s.ReadRequests()
+	for i := range uint64(3) {
+		mustAppend(t, s, "a/log", "x", i)
+		if err := s.FlushScopes("a"); err != nil {
+			t.Fatal(err)
+		}
+		if v, err := s.ReadValue("a/floor"); err != nil || v != 5 {
+			t.Fatalf("ReadValue(a/floor) after commit %d = %d, %v, want 5", i, v, err)
+		}
+	}
+	if n := s.ReadRequests() - reads; n != 0 {
+		t.Fatalf("%d read requests after the first read, want 0", n)
+	}
+	if err := s.CAS("a/floor", 5, 6); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.FlushScopes("a"); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := s.ReadValue("a/floor"); err != nil || v != 6 {
+		t.Fatalf("ReadValue(a/floor) after its CAS committed = %d, %v, want 6", v, err)
+	}
+	if err := s.CAS("a/floor", 6, 7); err != nil {
+		t.Fatalf("CAS(a/floor, 6, 7) = %v", err)
+	}
+}

@@ -216,9 +216,11 @@ type scope struct {
 	values  map[string]*value
 	// reads caches values of the scope read (not written) since the
 	// scope's last commit; that commit forgets them, so the cache is
-	// bounded by what is read between two commits of the scope. readEpoch
-	// advances at every commit of the scope, so a read that raced one is
-	// not cached.
+	// bounded by what is read between two commits of the scope (an exact
+	// scope keeps up to maxKeptReads of them across its commits: only its
+	// own CASes change them, and a CAS drops its key from reads).
+	// readEpoch advances at every commit of the scope, so a read that
+	// raced one is not cached.
 	reads     map[string]uint64
 	readEpoch uint64
 	// lensLoaded is set once every stream length of the scope was read
