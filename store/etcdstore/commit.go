@@ -27,10 +27,14 @@ type scopeWork struct {
 	// revision (written behind the store, see explainRefusal).
 	fenceMod int64
 	resettle bool
-	streams  []*streamWork
-	values   []*valueWork
-	trims    []*trimWork
-	bytes    []*bytesWork
+	// exact is set when the scope was loaded under its fence (see
+	// scope.exact): the fence compare alone keeps its streams from
+	// forking, so its lengths and values are not compared.
+	exact   bool
+	streams []*streamWork
+	values  []*valueWork
+	trims   []*trimWork
+	bytes   []*bytesWork
 	// rev is the scope's revision when the commit began: a byte value
 	// commits only if etcd's copy is no newer. committed is the highest
 	// revision a transaction of the scope committed at.
@@ -156,7 +160,7 @@ func (s *Store) takeLocked() []*scopeWork {
 		sw := &scopeWork{sc: c, epoch: c.epoch, staged: c.staged, rev: c.rev}
 		if c.fenced {
 			f := c.claim
-			sw.fence, sw.fenceMod = &f, c.fenceMod
+			sw.fence, sw.fenceMod, sw.exact = &f, c.fenceMod, c.exact
 		}
 		for name, st := range c.dirtyStreams {
 			st.taken = len(st.pending)
@@ -188,7 +192,13 @@ func (s *Store) applyLocked(work []*scopeWork) {
 	for _, sw := range work {
 		c := sw.sc
 		c.readEpoch++
-		clear(c.reads)
+		if !c.exact || len(c.reads) > maxKeptReads {
+			// Values read may have changed behind a scope the store
+			// does not write alone; an exact scope's change only by its
+			// CASes, which drop them from reads (a token window's
+			// floor, say, is then read once, not once per batch).
+			clear(c.reads)
+		}
 		if c.inflight == sw {
 			c.inflight = nil
 		}
@@ -219,6 +229,11 @@ func (s *Store) applyLocked(work []*scopeWork) {
 			swk.st.taken = 0
 		}
 		for _, vw := range sw.values {
+			if vw.new != 0 {
+				// Before the value leaves c.values: a read of it must not
+				// find it absent.
+				s.knownLocked(c, vw.name)
+			}
 			vw.v.committed = vw.new
 			if vw.v.gen == vw.gen {
 				// No CAS since: nothing of this value is in flight any
@@ -229,6 +244,10 @@ func (s *Store) applyLocked(work []*scopeWork) {
 		c.durable = max(c.durable, sw.staged)
 	}
 }
+
+// maxKeptReads bounds the values an exact scope keeps read across its
+// commits.
+const maxKeptReads = 64
 
 // maxConcurrentTxns bounds the transactions of one commit in flight at once.
 const maxConcurrentTxns = 16
@@ -329,9 +348,10 @@ func (s *Store) pack(work []*scopeWork) []*txnPlan {
 		}
 		for _, vw := range sw.values {
 			key := s.lay.valueKey(sw.sc.name, vw.name)
-			need(1, 1, 2*kvCost(key, 8))
+			c := s.valueCmps(sw)
+			need(c, 1, 2*kvCost(key, 8))
 			cur.items = append(cur.items, item{sw: sw, vw: vw})
-			cur.cmps++
+			cur.cmps += c
 			cur.puts++
 			cur.bytes += 2 * kvCost(key, 8)
 		}
@@ -353,9 +373,10 @@ func (s *Store) pack(work []*scopeWork) []*txnPlan {
 			head := 2 * kvCost(lenKey, 8)
 			for i := 0; i < len(swk.ents); {
 				first := kvCost(prefix, len(swk.ents[i])+8)
-				need(1, 2, head+first)
+				c := s.valueCmps(sw)
+				need(c, 2, head+first)
 				it := item{sw: sw, swk: swk, from: i}
-				cur.cmps++
+				cur.cmps += c
 				cur.puts++
 				cur.bytes += head
 				for i < len(swk.ents) {
@@ -376,6 +397,16 @@ func (s *Store) pack(work []*scopeWork) []*txnPlan {
 	return plans
 }
 
+// valueCmps is how many compares a value write or a chunk of a stream's
+// entries adds to a transaction of sw: none when the fence alone guards
+// the scope (sw.exact), else the compare of its old value or length.
+func (s *Store) valueCmps(sw *scopeWork) int {
+	if sw.exact {
+		return 0
+	}
+	return 1
+}
+
 // trimCost is what a trim costs a transaction: the compare of entry below
 // (and its read back) and one DeleteRange of two keys.
 func (s *Store) trimCost(sw *scopeWork, tw *trimWork) (cmps, puts, bytes int) {
@@ -394,7 +425,7 @@ func (s *Store) scopeCost(sw *scopeWork) (cmps, puts, bytes int) {
 		cmps, bytes = 1, kvCost(sw.fence.Key, 16)
 	}
 	for _, vw := range sw.values {
-		cmps++
+		cmps += s.valueCmps(sw)
 		puts++
 		bytes += 2 * kvCost(s.lay.valueKey(sw.sc.name, vw.name), 8)
 	}
@@ -407,7 +438,7 @@ func (s *Store) scopeCost(sw *scopeWork) (cmps, puts, bytes int) {
 		cmps, puts, bytes = cmps+c, puts+p, bytes+b
 	}
 	for _, swk := range sw.streams {
-		cmps++
+		cmps += s.valueCmps(sw)
 		puts++
 		bytes += 2 * kvCost(s.lay.lenKey(sw.sc.name, swk.name), 8)
 		prefix := s.lay.entryPrefix(sw.sc.name, swk.name)
@@ -451,8 +482,10 @@ func (s *Store) runTxn(plan *txnPlan) {
 			case it.vw != nil:
 				vw := it.vw
 				key := s.lay.valueKey(sc, vw.name)
-				cmps = append(cmps, s.cmpU64(key, vw.old))
-				checks = append(checks, s.checkU64(it.sw, key, vw.old))
+				if !it.sw.exact {
+					cmps = append(cmps, s.cmpU64(key, vw.old))
+					checks = append(checks, s.checkU64(it.sw, key, vw.old))
+				}
 				if vw.new == 0 {
 					thens = append(thens, clientv3.OpDelete(key))
 				} else {
@@ -480,8 +513,10 @@ func (s *Store) runTxn(plan *txnPlan) {
 				swk := it.swk
 				lenKey := s.lay.lenKey(sc, swk.name)
 				base := swk.base + uint64(it.from)
-				cmps = append(cmps, s.cmpU64(lenKey, base))
-				checks = append(checks, s.checkU64(it.sw, lenKey, base))
+				if !it.sw.exact {
+					cmps = append(cmps, s.cmpU64(lenKey, base))
+					checks = append(checks, s.checkU64(it.sw, lenKey, base))
+				}
 				prefix := s.lay.entryPrefix(sc, swk.name)
 				for k := range it.n {
 					ek := entryKey(prefix, base+uint64(k))

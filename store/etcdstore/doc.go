@@ -80,7 +80,13 @@
 //
 // (no Else: see below)
 // so that no two writers can commit the same seq of a stream: a stream never
-// forks. A scope's revision is the etcd revision its lengths were loaded at,
+// forks. A fenced scope whose lengths were loaded under its current claim
+// (after settling, after its last commit in flight had an outcome, with no
+// value cached from before) compares its fence alone: nobody else commits
+// under the claim, so what the store holds of the scope is what etcd
+// holds, and the length and value compares could only cost etcd a range
+// each. A reset, a failure or a new claim makes it compare them again
+// until it reloads. A scope's revision is the etcd revision its lengths were loaded at,
 // advanced to each transaction of the scope that commits: a byte value that
 // another writer changed since is not overwritten (the scope fails with
 // ErrConflict), while the store rewrites its own freely. The transactions
@@ -117,7 +123,8 @@
 // A scope's stream lengths load together, in one linearizable range read,
 // on first use; afterwards the store knows them (it is the scope's only
 // writer). Values read are cached per scope until that scope's next
-// commit, so memory stays bounded by what is read between two commits.
+// commit (an exact scope keeps up to maxKeptReads of them longer: see
+// below), so memory stays bounded by what is read between two commits.
 // Reads of entries, lengths, byte values and unfenced values are
 // linearizable. Values of a fenced scope are read serializably, pinned at
 // the scope's revision (loaded first if need be): the store being the
@@ -128,7 +135,12 @@
 // not applied that revision (lagging, cut off from its peers) refuses the
 // read as a future revision instead of answering stale data, and the
 // batch is read again linearizably; so is one whose revision etcd
-// compacted away. Those reads (one per token lookup in participantd) share
+// compacted away. A scope loaded under its claim (see Commit) also lists
+// its value keys at the load and keeps them, with the values it commits
+// afterwards, in a Bloom filter bounded in bytes (known.go): a read of a
+// value the filter never saw (a new token's index entry) is answered
+// absent without a request, and keeps up to maxKeptReads values read
+// across its commits (only its own CASes change them). Those reads (one per token lookup in participantd) share
 // requests: a read sends what is queued as one read-only transaction of
 // serializable Gets (at most MaxTxnOps) while fewer than
 // Options.MaxInflightReads such batches are in flight, and otherwise

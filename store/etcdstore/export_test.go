@@ -36,3 +36,11 @@ func (s *Store) CaughtUpReads() uint64 { return s.caughtUp.Load() }
 
 // Settles returns how many settles the store made.
 func (s *Store) Settles() uint64 { return s.settles.Load() }
+
+// LoadWaits returns how many loads of a fenced scope waited for a commit
+// taken before the scope's reset.
+func (s *Store) LoadWaits() uint64 { return s.loadWaits.Load() }
+
+// MemoryReads returns how many value reads a scope's filter answered
+// absent without etcd.
+func (s *Store) MemoryReads() uint64 { return s.memReads.Load() }

@@ -70,7 +70,7 @@ func (t *gatedTxn) Commit() (*clientv3.TxnResponse, error) {
 }
 
 // fencedStore opens a store on kv whose scopes a and b are fenced, with
-// values a/v1 = 1 and b/v2 = 2 committed.
+// values a/v1 = 1 and b/v2 = 2 committed, and no filters.
 func fencedStore(t *testing.T, kv clientv3.KV, inflight int) *etcdstore.Store {
 	t.Helper()
 	o := etcdstore.Options{Prefix: prefix(), Scope: byFirstSegment, RequireFence: true}
@@ -89,6 +89,10 @@ func fencedStore(t *testing.T, kv clientv3.KV, inflight int) *etcdstore.Store {
 		t.Fatal(err)
 	}
 	o.MaxInflightReads = inflight
+	// Every read goes to etcd, absent keys included: these tests are
+	// about the batches (exact_test.go tests the filter that answers
+	// absent keys from memory).
+	o.MaxFilterBytes = -1
 	s := etcdstore.OpenKV(kv, o)
 	t.Cleanup(func() { s.Close() })
 	for _, sc := range []string{"a", "b"} {

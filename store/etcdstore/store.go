@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"sort"
 	"strings"
 	"sync"
@@ -114,6 +115,10 @@ type Options struct {
 	LeaderCheckInterval time.Duration
 	// Logger receives the store's logs; the zero value logs nothing.
 	Logger zerolog.Logger
+	// MaxFilterBytes bounds the memory of the filters that answer reads
+	// of absent values without etcd (see known.go); default
+	// DefaultMaxFilterBytes, negative for no filters.
+	MaxFilterBytes int
 	// OnTxn, if set, is told about every commit transaction: its latency,
 	// its number of operations and its outcome (nil, or the error that
 	// failed at least one of its scopes). It must not block.
@@ -156,6 +161,13 @@ type Store struct {
 	reads    atomic.Uint64
 	caughtUp atomic.Uint64
 	settles  atomic.Uint64
+	// loadWaits counts the loads of a fenced scope that waited for a
+	// commit taken before its reset (see loadedLocked).
+	loadWaits atomic.Uint64
+	// memReads counts the value reads answered absent by a scope's filter.
+	memReads atomic.Uint64
+	// filterSeed hashes the filters' keys.
+	filterSeed maphash.Seed
 
 	// rmu guards the batched reads' queue and turns; it is never held
 	// with mu, across an etcd call or a channel operation.
@@ -173,6 +185,8 @@ type Store struct {
 	changed chan struct{}
 	// active counts the commits in flight (at most maxInflightCommits).
 	active int
+	// filterBytes is the memory of every scope's filter (known.go).
+	filterBytes int
 }
 
 // scope is the state of one scope. Guarded by Store.mu.
@@ -202,14 +216,26 @@ type scope struct {
 	values  map[string]*value
 	// reads caches values of the scope read (not written) since the
 	// scope's last commit; that commit forgets them, so the cache is
-	// bounded by what is read between two commits of the scope. readEpoch
-	// advances at every commit of the scope, so a read that raced one is
-	// not cached.
+	// bounded by what is read between two commits of the scope (an exact
+	// scope keeps up to maxKeptReads of them across its commits: only its
+	// own CASes change them, and a CAS drops its key from reads).
+	// readEpoch advances at every commit of the scope, so a read that
+	// raced one is not cached.
 	reads     map[string]uint64
 	readEpoch uint64
 	// lensLoaded is set once every stream length of the scope was read
 	// into streams, so that a stream missing there has length 0.
 	lensLoaded bool
+	// exact is set when the lengths were loaded under the current claim,
+	// after every transaction the store sent under it had completed and
+	// with no value cached from before: what the store holds of the scope
+	// is then etcd's, and stays so while the fence holds (nobody else
+	// commits under it), so its commits compare the fence alone (see
+	// doc.go, Commit). A reset, a failure or a new claim clears it.
+	exact bool
+	// known, when set (an exact scope), holds every value name of the
+	// scope that may exist in etcd (known.go).
+	known *keyFilter
 	// dirtyStreams and dirtyValues hold what was staged since the last
 	// commit of the scope began; inflight is the commit writing the scope,
 	// nil when none: a scope is in at most one commit at a time.
@@ -299,6 +325,9 @@ func open(kv clientv3.KV, cli *clientv3.Client, opts Options) *Store {
 	if opts.LeaderCheckInterval <= 0 {
 		opts.LeaderCheckInterval = DefaultLeaderCheckInterval
 	}
+	if opts.MaxFilterBytes == 0 {
+		opts.MaxFilterBytes = DefaultMaxFilterBytes
+	}
 	s := &Store{
 		kv:         kv,
 		lay:        layout{prefix: opts.Prefix, scope: opts.Scope},
@@ -310,6 +339,7 @@ func open(kv clientv3.KV, cli *clientv3.Client, opts Options) *Store {
 		quit:       make(chan struct{}),
 		done:       make(chan struct{}),
 		scopes:     make(map[string]*scope),
+		filterSeed: maphash.MakeSeed(),
 	}
 	if cli != nil && opts.DialLeader != nil && len(cli.Endpoints()) > 1 {
 		s.leader = newLeaderConn(cli, opts.DialLeader, opts.LeaderCheckInterval, s.log)
@@ -355,6 +385,10 @@ func (s *Store) SetFence(sc string, f Fence) {
 	c := s.scopeLocked(sc)
 	if c.claim != f {
 		c.claim, c.fenceMod, c.unsettled = f, f.CreateRevision, false
+		// What the store holds was read before this claim: others may
+		// have written since, so commits compare it until a reload.
+		c.exact = false
+		s.dropFilterLocked(c)
 	}
 	c.fenced = true
 }
@@ -371,6 +405,7 @@ func (s *Store) Reset(sc string) {
 	defer s.mu.Unlock()
 	c := s.scopeLocked(sc)
 	c.err = nil
+	s.dropFilterLocked(c)
 	c.clearLocked()
 }
 
@@ -382,6 +417,7 @@ func (s *Store) Drop(sc string) {
 	c := s.scopeLocked(sc)
 	c.fenced = false
 	c.err = fmt.Errorf("%w: %w: scope %q was released", store.ErrFailed, ErrFenced, sc)
+	s.dropFilterLocked(c)
 	c.clearLocked()
 }
 
@@ -400,6 +436,7 @@ func (c *scope) clearLocked() {
 	// Nothing staged survives: the writes counted as staged are gone.
 	c.durable = c.staged
 	c.lensLoaded = false
+	c.exact = false
 	c.rev = 0
 	c.bytes = make(map[string]*byteValue)
 	c.dirtyBytes = make(map[string]*byteValue)
@@ -427,6 +464,7 @@ func (s *Store) failLocked(c *scope, err error) {
 		c.err = err
 		s.log.Warn().Err(err).Str("scope", c.name).Msg("scope failed")
 	}
+	s.dropFilterLocked(c)
 	c.clearLocked()
 }
 
@@ -522,6 +560,22 @@ func (s *Store) streamLocked(c *scope, name string) (*scope, *stream, error) {
 // sent before can commit any more.
 func (s *Store) loadedLocked(c *scope, name string) (*scope, error) {
 	for !c.lensLoaded {
+		if c.fenced && c.inflight != nil {
+			// A commit taken before a reset is still in flight: lengths
+			// read now could miss it, and once commits compare the fence
+			// alone nothing would catch that. Its outcome comes first (an
+			// unknown one leaves the scope to settle).
+			ch := s.changed
+			s.mu.Unlock()
+			s.loadWaits.Add(1)
+			<-ch
+			s.mu.Lock()
+			var err error
+			if c, err = s.usableLocked(name); err != nil {
+				return nil, err
+			}
+			continue
+		}
 		if c.unsettled && c.fenced {
 			f := c.claim
 			s.mu.Unlock()
@@ -542,8 +596,20 @@ func (s *Store) loadedLocked(c *scope, name string) (*scope, error) {
 			continue
 		}
 		epoch := c.epoch
+		// Nothing of the scope was cached before the load (values read
+		// without the claim, say): the scope is then exactly what etcd
+		// holds at the load's revision.
+		exact := c.fenced && len(c.values) == 0 && len(c.reads) == 0
+		claim := c.claim
 		s.mu.Unlock()
 		lens, rev, err := s.loadLens(c.name)
+		var names []string
+		listed := err == nil && exact && s.opts.MaxFilterBytes > 0
+		if listed {
+			// Listed after the lengths: the store is the scope's only
+			// writer and sends nothing of it before it is loaded.
+			names, err = s.loadValueNames(c.name)
+		}
 		s.mu.Lock()
 		if err != nil {
 			return nil, err
@@ -559,7 +625,11 @@ func (s *Store) loadedLocked(c *scope, name string) (*scope, error) {
 				}
 			}
 			c.lensLoaded = true
+			c.exact = exact && c.fenced && c.claim == claim && len(c.values) == 0
 			c.rev = rev
+			if c.exact && listed {
+				s.setFilterLocked(c, newKeyFilter(s.filterSeed, names))
+			}
 		}
 	}
 	return c, nil
@@ -676,6 +746,10 @@ func (s *Store) CAS(key string, old, new uint64) error {
 			c.values[key] = &value{committed: v, cur: v}
 			break
 		}
+		if s.absentLocked(c, key) {
+			c.values[key] = &value{}
+			break
+		}
 		epoch, readEpoch, pin := c.epoch, c.readEpoch, c.pinLocked()
 		s.mu.Unlock()
 		v, err := s.loadValue(c.name, key, pin)
@@ -756,6 +830,10 @@ func (s *Store) ReadValue(key string) (uint64, error) {
 	if v, ok := c.reads[key]; ok {
 		s.mu.Unlock()
 		return v, nil
+	}
+	if s.absentLocked(c, key) {
+		s.mu.Unlock()
+		return 0, nil
 	}
 	epoch, readEpoch, pin := c.epoch, c.readEpoch, c.pinLocked()
 	s.mu.Unlock()
