@@ -83,6 +83,7 @@ func (fs *FS) Crash(rng *rand.Rand) error {
 	fs.names, fs.durable = names, maps.Clone(names)
 	fs.dirs, fs.durableDirs = dirs, maps.Clone(dirs)
 	fs.cut, fs.rule = false, nil
+	fs.staleDirs = nil
 	fs.epoch++
 	return errors.Join(errs...)
 }

@@ -73,6 +73,14 @@
 //	                                              in memory torn as the Model
 //	                                              tears unsynced writes
 //
+// A directory is one such page (small directories fit in one block): a
+// FailSync of SyncDir marks its creates and removes since its last sync
+// clean unwritten. The namespace (Open, List) still shows them; a later
+// SyncDir of it succeeds and writes none of them, until a create or
+// remove in it dirties it again and the next SyncDir writes it whole;
+// a Crash loses them (a journaled FS may still keep a prefix of them, as
+// of any create or remove no SyncDir wrote).
+//
 // A page (PageSize) is stale when its content differed from the disk's
 // at the failed sync; a Truncate does not dirty the page it cuts into
 // (the strictest reading), and one that cuts a stale page off drops it.

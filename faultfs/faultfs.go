@@ -79,8 +79,11 @@ const (
 	// syncs): for an OpSync, the file's dirty pages are marked clean
 	// without being written, so no later Sync writes them, while reads
 	// still see them until a Crash; for an OpCommit, the change runs and
-	// its pages are left so. The op returns an error wrapping
-	// ErrInjected. For any other op it is Fail.
+	// its pages are left so; for an OpSyncDir, the directory's creates
+	// and removes since its last sync are marked clean unwritten, so a
+	// later SyncDir writes none of them until the directory changes
+	// again, while the namespace still shows them until a Crash. The op
+	// returns an error wrapping ErrInjected. For any other op it is Fail.
 	FailSync
 )
 
@@ -151,6 +154,10 @@ type FS struct {
 	// removes not yet synced (journal, in the order made).
 	journaled bool
 	journal   []nameChange
+	// staleDirs are the directories a FailSync of SyncDir marked clean
+	// with changes unwritten, and that no create or remove changed since:
+	// a SyncDir of one writes nothing (see doc.go, Failed syncs).
+	staleDirs map[string]bool
 }
 
 // file is one file's content: data as the process sees it, synced as a
@@ -270,6 +277,7 @@ func (fs *FS) Create(name string) (vfs.File, error) {
 	f := &file{}
 	fs.names[name] = f
 	fs.journalLocked(name, f)
+	fs.dirtyLocked(filepath.Dir(name))
 	return &handle{fs: fs, f: f, name: name, epoch: fs.epoch, writable: true}, nil
 }
 
@@ -313,6 +321,7 @@ func (fs *FS) Remove(name string) error {
 	}
 	delete(fs.names, name)
 	fs.journalLocked(name, nil)
+	fs.dirtyLocked(filepath.Dir(name))
 	return nil
 }
 
@@ -345,21 +354,41 @@ func (fs *FS) MkdirAll(dir string) error {
 	}
 	for d := dir; !fs.dirs[d]; d = filepath.Dir(d) {
 		fs.dirs[d] = true
+		fs.dirtyLocked(filepath.Dir(d))
 	}
 	return nil
 }
 
+// dirtyLocked records a change (a create or a remove) in directory dir:
+// the next SyncDir of dir writes it whole, entries a failed sync left
+// unwritten included. fs.mu must be held.
+func (fs *FS) dirtyLocked(dir string) {
+	delete(fs.staleDirs, dir)
+}
+
 // SyncDir implements vfs.FS: the creates and removes in dir, of files
-// and directories, become durable.
+// and directories, become durable. After a FailSync of it, it writes
+// nothing until a create or remove changes dir again: the directory is
+// one block, which the failed sync marked clean unwritten and a change
+// dirties again, whole (see doc.go, Failed syncs).
 func (fs *FS) SyncDir(dir string) error {
 	dir = clean(dir)
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
-	if err := fs.admitLocked(OpSyncDir, dir); err != nil {
+	if act, err := fs.decideLocked(OpSyncDir, dir); err != nil {
+		if act == FailSync && fs.dirs[dir] {
+			if fs.staleDirs == nil {
+				fs.staleDirs = map[string]bool{}
+			}
+			fs.staleDirs[dir] = true
+		}
 		return err
 	}
 	if !fs.dirs[dir] {
 		return &OpError{Op: Op{Kind: OpSyncDir, Path: dir}, Err: ErrNotExist}
+	}
+	if fs.staleDirs[dir] {
+		return nil
 	}
 	for d := range fs.dirs {
 		if filepath.Dir(d) == dir && d != dir {

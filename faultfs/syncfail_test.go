@@ -3,6 +3,7 @@ package faultfs
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -173,5 +174,61 @@ func TestJournaled_CrashKeepsAPrefixOfNameChanges(t *testing.T) {
 	}
 	if len(seen) != 3 {
 		t.Fatalf("outcomes %v; want all three prefixes", seen)
+	}
+}
+
+// failNextSyncDir makes the next SyncDir fail the Linux way.
+func failNextSyncDir(fs *FS) {
+	done := false // the rule runs under fs.mu
+	fs.SetRule(func(op Op) Action {
+		if !done && op.Kind == OpSyncDir {
+			done = true
+			return FailSync
+		}
+		return None
+	})
+}
+
+// A failed SyncDir marks the directory's changes clean unwritten: the
+// namespace still shows them, a later SyncDir succeeds without writing
+// them, and a Crash loses them (a create gone, a remove undone), until a
+// change in the directory dirties it again and the next SyncDir writes
+// it whole.
+func TestFailSync_ADirectorySyncLeavesItsChangesUnwritten(t *testing.T) {
+	for _, dirtyAgain := range []bool{false, true} {
+		fs := New()
+		mkdir(t, fs, "/d")
+		old, err := fs.Create("/d/old")
+		must(t, err)
+		must(t, old.Close())
+		must(t, fs.SyncDir("/d"))
+		f, err := fs.Create("/d/new")
+		must(t, err)
+		must(t, f.Close())
+		must(t, fs.Remove("/d/old"))
+		failNextSyncDir(fs)
+		if err := fs.SyncDir("/d"); !errors.Is(err, ErrInjected) {
+			t.Fatalf("SyncDir under FailSync = %v, want ErrInjected", err)
+		}
+		fs.SetRule(nil)
+		if got, err := fs.List("/d"); err != nil || len(got) != 1 || got[0] != "new" {
+			t.Fatalf("List after a failed SyncDir = %v, %v; want the page cache's [new]", got, err)
+		}
+		if dirtyAgain {
+			g, err := fs.Create("/d/later")
+			must(t, err)
+			must(t, g.Close())
+		}
+		must(t, fs.SyncDir("/d"))
+		must(t, fs.Crash(nil))
+		got, err := fs.List("/d")
+		must(t, err)
+		want := "[old]"
+		if dirtyAgain {
+			want = "[later new]"
+		}
+		if s := fmt.Sprint(got); s != want {
+			t.Errorf("dirtied again %v: after the crash /d holds %s, want %s", dirtyAgain, s, want)
+		}
 	}
 }

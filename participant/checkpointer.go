@@ -134,7 +134,9 @@ func (rb *rebuilder) fill(ck *checkpoint.Checkpoint, now time.Time, retain time.
 // checkpoints it wrote, durable once it returns. The background
 // checkpointer calls it every Options.CheckpointInterval; it is exported
 // for offline tools and tests. A conversation whose rows do not derive is
-// logged and skipped; a failing store is returned.
+// logged and skipped; one whose step fails otherwise fails alone
+// (passretry.go): the pass checkpoints the others and returns a
+// *PassFailures. A failed or closed store ends the pass and is returned.
 func (s *Service) CheckpointPass(ctx context.Context) (int, error) {
 	n, _, err := s.checkpointPass(ctx)
 	return n, err
@@ -148,38 +150,54 @@ func (s *Service) checkpointPass(ctx context.Context) (written int, full bool, e
 		return 0, false, nil
 	}
 	defer s.passEnded(ctx, PassCheckpoint, time.Now(), &err)
+	now := s.now()
 	convs := s.conversations()
 	budget := uint64(s.opts.CheckpointPassRows)
-	b := checkpointBatch{s: s}
+	var fails passFailures
+	b := checkpointBatch{s: s, ctx: ctx, now: now, fails: &fails}
 	for _, cv := range convs {
 		if budget == 0 || ctx.Err() != nil {
 			break
 		}
-		ck, resets, rows, err := s.dueCheckpoint(ctx, cv, budget)
-		if err != nil {
-			return b.written, budget == 0, err
-		}
-		if ck == nil {
+		if cv.contained() || !stepDue(cv, StepCheckpoint, now) {
 			continue
 		}
-		budget -= rows
-		enc, err := checkpoint.Encode(ck)
+		staged, err := s.checkpointOne(ctx, cs, &b, cv, &budget)
 		if err != nil {
-			return b.written, budget == 0, err
-		}
-		ok, err := s.stageCheckpoint(ctx, cs, cv, resets, enc)
-		if err != nil {
-			return b.written, budget == 0, err
-		}
-		if !ok {
+			if s.stepFailed(ctx, &fails, cv, StepCheckpoint, now, err) {
+				return b.written, budget == 0, err
+			}
 			continue
 		}
-		if err := b.add(cv, resets, len(enc)); err != nil {
-			return b.written, budget == 0, err
+		if !staged {
+			stepDone(cv, StepCheckpoint)
 		}
 	}
-	err = b.flush()
-	return b.written, budget == 0, err
+	if err := b.flush(); err != nil {
+		return b.written, budget == 0, err
+	}
+	return b.written, budget == 0, fails.result()
+}
+
+// checkpointOne is the checkpoint step of cv: it derives cv's checkpoint
+// if one is due, within *budget rows (which it lowers by the rows read),
+// and stages it in b. It reports whether it staged one, whose step ends
+// when b flushes it; the error is the step's failure.
+func (s *Service) checkpointOne(ctx context.Context, cs store.Compactor, b *checkpointBatch, cv *conversation, budget *uint64) (bool, error) {
+	ck, resets, rows, err := s.dueCheckpoint(ctx, cv, *budget)
+	if err != nil || ck == nil {
+		return false, err
+	}
+	*budget -= rows
+	enc, err := checkpoint.Encode(ck)
+	if err != nil {
+		return false, err
+	}
+	ok, err := s.stageCheckpoint(ctx, cs, cv, resets, enc)
+	if err != nil || !ok {
+		return false, err
+	}
+	return true, b.add(cv, resets, len(enc))
 }
 
 // dueCheckpoint derives cv's next checkpoint, if cv is loaded and its
@@ -241,7 +259,12 @@ func (s *Service) dueCheckpoint(ctx context.Context, cv *conversation, budget ui
 // checkpointBatch holds the checkpoints a pass has staged and not yet
 // flushed, up to checkpointBatchBytes.
 type checkpointBatch struct {
-	s      *Service
+	s *Service
+	// ctx, now and fails are the pass's: a conversation whose flush
+	// fails fails its own step.
+	ctx    context.Context
+	now    time.Time
+	fails  *passFailures
 	staged []stagedCheckpoint
 	bytes  int
 	// written counts the checkpoints made durable.
@@ -256,7 +279,8 @@ type stagedCheckpoint struct {
 }
 
 // add records a checkpoint of size bytes staged for cv, and flushes the
-// batch once it holds checkpointBatchBytes.
+// batch once it holds checkpointBatchBytes. Its error ends the pass
+// (flush).
 func (b *checkpointBatch) add(cv *conversation, resets uint64, size int) error {
 	b.staged = append(b.staged, stagedCheckpoint{cv, resets, size})
 	if b.bytes += size; b.bytes >= checkpointBatchBytes {
@@ -272,7 +296,9 @@ func (b *checkpointBatch) add(cv *conversation, resets uint64, size int) error {
 // itself: the first flush commits every staged checkpoint, the others
 // find theirs done. A conversation forgotten since it was staged (its
 // ownership lost: the scope and what was staged in it dropped) fails only
-// its own checkpoint, never the pass: its next owner writes one.
+// its own checkpoint, never the pass: its next owner writes one. Any other
+// failure of one conversation's flush fails its step (stepFailed); the
+// error returned is one that ends the pass.
 func (b *checkpointBatch) flush() error {
 	s := b.s
 	for _, sc := range b.staged {
@@ -282,8 +308,13 @@ func (b *checkpointBatch) flush() error {
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("participant: write the checkpoint of %v: %w", sc.cv.id, err)
+			err = fmt.Errorf("participant: write the checkpoint of %v: %w", sc.cv.id, err)
+			if s.stepFailed(b.ctx, b.fails, sc.cv, StepCheckpoint, b.now, err) {
+				return err
+			}
+			continue
 		}
+		stepDone(sc.cv, StepCheckpoint)
 		b.written++
 		s.passes.ckWritten.Add(1)
 		s.passes.ckBytes.Add(uint64(sc.bytes))
@@ -339,9 +370,12 @@ func (s *Service) runCheckpoints(ctx context.Context) {
 		// Each pass is bounded; while one ends with its budget spent, the
 		// next follows at once, so the passes keep up with any write rate
 		// the machine can sustain instead of one budget per interval.
+		// A pass that failed some conversations alone (*PassFailures)
+		// logged each and did the others: the lifecycle goes on.
+		var pf *PassFailures
 		for behind := true; behind && ctx.Err() == nil; {
 			n, cfull, err := s.checkpointPass(ctx)
-			if err != nil {
+			if err != nil && !errors.As(err, &pf) {
 				if ctx.Err() == nil {
 					s.log.Warn().Err(err).Msg("checkpoint pass failed; retrying at the next interval")
 				}
@@ -351,7 +385,7 @@ func (s *Service) runCheckpoints(ctx context.Context) {
 				s.log.Debug().Int("checkpoints", n).Msg("checkpoints written")
 			}
 			got, kfull, err := s.compactPass(ctx)
-			if err != nil {
+			if err != nil && !errors.As(err, &pf) {
 				if ctx.Err() == nil {
 					s.log.Warn().Err(err).Msg("compaction pass failed; retrying at the next interval")
 				}

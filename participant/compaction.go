@@ -56,9 +56,10 @@ const receiptBatchBytes = 4 << 20
 // holds it: a reconciliation or a token lookup (which run under the turn)
 // never sees rows go from under it. Removed rows are gone when it
 // returns. A conversation whose checkpoint does not decode is skipped
-// (its next load refuses it); a failing store is returned. A conversation
-// whose deletion fails (deletePass) is reported once the rest of the pass
-// ran, and retried by the next pass.
+// (its next load refuses it). A conversation whose deletion or compaction
+// fails otherwise fails alone (passretry.go): the pass goes on with the
+// others and returns a *PassFailures. A failed or closed store ends the
+// pass and is returned.
 func (s *Service) CompactPass(ctx context.Context) (Compacted, error) {
 	out, _, err := s.compactPass(ctx)
 	return out, err
@@ -73,11 +74,9 @@ func (s *Service) compactPass(ctx context.Context) (out Compacted, full bool, er
 	}
 	defer s.passEnded(ctx, PassCompaction, time.Now(), &err)
 	p := s.newCompaction(cs)
-	// A deletion that failed for its conversation alone leaves the rest
-	// of the pass to run; the pass reports it at the end.
-	var derr error
-	if out.Deleted, derr = s.deletePass(ctx, p.cutoff); derr != nil && (storeDown(derr) || ctx.Err() != nil) {
-		return out, false, derr
+	var fails passFailures
+	if out.Deleted, err = s.deletePass(ctx, p.cutoff, p.now, &fails); err != nil {
+		return out, false, err
 	}
 	convs := s.conversations()
 	visitedAll := true
@@ -97,11 +96,18 @@ func (s *Service) compactPass(ctx context.Context) (out Compacted, full bool, er
 			// compacts it once it is loaded again.
 			continue
 		}
-		if err := s.compactConversation(ctx, &p, cv, &out); err != nil {
-			return out, p.budget == 0, err
+		if !stepDue(cv, StepCompaction, p.now) {
+			continue
 		}
+		if err := s.compactConversation(ctx, &p, cv, &out); err != nil {
+			if s.stepFailed(ctx, &fails, cv, StepCompaction, p.now, err) {
+				return out, p.budget == 0, err
+			}
+			continue
+		}
+		stepDone(cv, StepCompaction)
 	}
-	return out, p.budget == 0, derr
+	return out, p.budget == 0, fails.result()
 }
 
 // compaction is one compaction pass: its horizons, fixed when it starts,
@@ -150,7 +156,7 @@ func (s *Service) newCompaction(cs store.Compactor) compaction {
 // its newest compaction mark old enough, within p's budget, and adds what
 // it did to out. A conversation without a readable checkpoint, with
 // nothing to trim, or reset meanwhile is left to a later pass; the error
-// is a failing store's.
+// is the step's failure (stepFailed).
 func (s *Service) compactConversation(ctx context.Context, p *compaction, cv *conversation, out *Compacted) error {
 	if age := s.opts.MaxUnackedAge; age > 0 {
 		n, err := s.releaseStale(ctx, cv, p.now.Add(-age).UnixMilli())

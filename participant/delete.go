@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/participantd/participantd/checkpoint"
 	"github.com/participantd/participantd/oplog"
@@ -313,40 +314,37 @@ func (s *Service) forgetDeleted(ctx context.Context, cv *conversation, disown bo
 // deletePass deletes every loaded conversation that deleteLeft would,
 // the retention measured back from now (unix ms cutoff), and finishes the
 // deletions an earlier pass failed (deleteRetry). It returns how many it
-// deleted. One conversation's failure does not stop the pass: the others
-// are deleted, the failed one is retried by the next pass, and the first
-// failure is returned at the end with the count of the others. A failed
-// or closed store, or ctx ending, stops it at once.
-func (s *Service) deletePass(ctx context.Context, cutoff int64) (int, error) {
-	n, failed := 0, 0
-	var first error
+// deleted. One conversation's failure fails its own deletion step, in f
+// (stepFailed: retried by a later pass, or contained), and the pass goes
+// on with the others. A failed or closed store, or ctx ending, stops it
+// at once and is returned.
+func (s *Service) deletePass(ctx context.Context, cutoff int64, now time.Time, f *passFailures) (int, error) {
+	n := 0
 	for _, cv := range s.conversations() {
 		if ctx.Err() != nil {
 			return n, ctx.Err()
+		}
+		if cv.contained() || !stepDue(cv, StepDeletion, now) {
+			continue
 		}
 		ok, err := s.deleteLeft(ctx, cv, cutoff)
 		if ok {
 			n++
 		}
 		if err == nil {
+			stepDone(cv, StepDeletion)
 			continue
 		}
-		if storeDown(err) {
+		if s.stepFailed(ctx, f, cv, StepDeletion, now, err) {
 			return n, err
 		}
-		if failed++; first == nil {
-			first = err
-		}
 	}
-	if failed > 1 {
-		return n, fmt.Errorf("%w (and %d more conversations failed; the next pass retries them)", first, failed-1)
-	}
-	return n, first
+	return n, nil
 }
 
-// storeDown reports whether err, from one conversation's deletion, is the
-// whole store's (failed or closed): it ends the pass rather than being
-// left to the next.
+// storeDown reports whether err, from one conversation's step of a pass,
+// is the whole store's (failed or closed): it ends the pass rather than
+// being left to a later one.
 func storeDown(err error) bool {
 	return errors.Is(err, store.ErrFailed) || errors.Is(err, store.ErrClosed)
 }

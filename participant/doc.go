@@ -200,7 +200,10 @@
 // SkipReason, rows and bytes trimmed, receipts, the last successes, the
 // conversations pinned by an unacknowledged record older than Retain), and
 // an Options.Observer that implements PassObserver is told each pass's
-// duration.
+// duration. A pass's step on one conversation that fails fails that
+// conversation alone (passretry.go): damage contains it, anything else
+// is retried by a later pass with backoff, each counted by
+// ConversationStep; only a failed or closed store ends a pass.
 //
 // # Locks
 //

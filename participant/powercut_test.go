@@ -347,16 +347,16 @@ func (p powerCutLoop) failedSyncs(t *testing.T, kinds ...faultfs.OpKind) {
 func TestPowerCut_FailedSync(t *testing.T) {
 	t.Run("CutWorkload", func(t *testing.T) {
 		powerCutLoop{workload: participanttest.CutWorkload, compact: participant.Options{Retain: time.Nanosecond, Now: time.Now}, stream: 4}.
-			failedSyncs(t, faultfs.OpSync, faultfs.OpCommit)
+			failedSyncs(t, faultfs.OpSync, faultfs.OpCommit, faultfs.OpSyncDir)
 	})
 	t.Run("TokenWindow", func(t *testing.T) {
 		later := participanttest.NewClock(participanttest.WindowEpoch.Add(10 * time.Minute))
 		powerCutLoop{workload: participanttest.WindowWorkload,
 			compact: participant.Options{Retain: time.Second, TokenWindow: time.Minute, TokenSkew: time.Second, Now: later.Now}, stream: 5}.
-			failedSyncs(t, faultfs.OpSync, faultfs.OpCommit)
+			failedSyncs(t, faultfs.OpSync, faultfs.OpCommit, faultfs.OpSyncDir)
 	})
 	t.Run("MaxUnackedAge", func(t *testing.T) {
 		powerCutLoop{workload: participanttest.ReleaseWorkload, compact: participant.Options{Retain: time.Nanosecond, Now: time.Now}, stream: 6}.
-			failedSyncs(t, faultfs.OpSync, faultfs.OpCommit)
+			failedSyncs(t, faultfs.OpSync, faultfs.OpCommit, faultfs.OpSyncDir)
 	})
 }

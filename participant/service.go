@@ -732,6 +732,9 @@ type conversation struct {
 	// load finishes the purge or reads back what a failed commit dropped
 	// (delete.go).
 	deleteRetry atomic.Bool
+	// retry holds, per step of the background passes, the backoff after
+	// the step failed on this conversation alone (passretry.go).
+	retry [numSteps]stepRetry
 
 	// backlog is the service's in-memory backlog account; set once.
 	backlog *backlog // +checklocksignore: read-only, not guarded by mu

@@ -132,8 +132,9 @@ func (r SkipReason) String() string {
 // since the service opened, for metrics. Counters only grow.
 type Lifecycle struct {
 	// CheckpointPasses and CompactionPasses count the passes that ended,
-	// and the Failed ones those that returned an error (a failing store);
-	// passes cut short by Close are not counted.
+	// and the Failed ones those that returned an error (a failing store,
+	// or a *PassFailures: some conversations failed); passes cut short by
+	// Close are not counted.
 	CheckpointPasses, CheckpointPassesFailed uint64
 	CompactionPasses, CompactionPassesFailed uint64
 	// CheckpointsWritten counts checkpoints made durable, and
@@ -156,6 +157,11 @@ type Lifecycle struct {
 	// RecordsReleased counts the retained records compaction passes gave
 	// up unacknowledged under Options.MaxUnackedAge.
 	RecordsReleased uint64
+	// ConversationFailures counts, by ConversationStep, the steps of the
+	// passes that failed one conversation while the pass went on with the
+	// others (passretry.go): each damaged conversation contained once,
+	// each transient failure once per attempt, retried with backoff.
+	ConversationFailures [numSteps]uint64
 	// LastCheckpointPass and LastCompactionPass are when the last
 	// successful pass of each kind ended; zero before the first.
 	LastCheckpointPass, LastCompactionPass time.Time
@@ -174,6 +180,7 @@ type passStats struct {
 	ckSkipped                            [numSkipReasons]atomic.Uint64
 	opRows, obRows, opBytes, receipts    atomic.Uint64
 	forgotten, released                  atomic.Uint64
+	convFailed                           [numSteps]atomic.Uint64
 	// lastCk and lastK are unix nanoseconds, 0 before the first.
 	lastCk, lastK atomic.Int64
 	// pinned is Lifecycle.Pinned + 1, so that its zero value means none
@@ -195,6 +202,9 @@ func (s *Service) Lifecycle() Lifecycle {
 	}
 	for i := range p.ckSkipped {
 		l.CheckpointsSkipped[i] = p.ckSkipped[i].Load()
+	}
+	for i := range p.convFailed {
+		l.ConversationFailures[i] = p.convFailed[i].Load()
 	}
 	if t := p.lastCk.Load(); t != 0 {
 		l.LastCheckpointPass = time.Unix(0, t)

@@ -98,7 +98,8 @@ func TestService_Lifecycle_CountsWhatThePassesDid(t *testing.T) {
 		t.Fatalf("Lifecycle after a compaction past the retention (-want +got):\n%s", diff)
 	}
 
-	// A store that refuses the checkpoint's write fails the pass.
+	// A store that refuses the checkpoint's write fails the pass, and its
+	// conversation's step.
 	c := svc.Connect(nil)
 	_, err = c.Attach(ctx, Attach{Conversation: 1, Participant: h.sender.Participant, Generation: 1, Secret: h.sender.Secret, Token: token(0x72)})
 	must(t, err)
@@ -107,6 +108,7 @@ func TestService_Lifecycle_CountsWhatThePassesDid(t *testing.T) {
 		t.Fatal("CheckpointPass() with PutBytes failing = nil, want an error")
 	}
 	want.CheckpointPasses, want.CheckpointPassesFailed = 2, 1
+	want.ConversationFailures[StepCheckpoint] = 1
 	if diff := cmp.Diff(want, svc.Lifecycle()); diff != "" {
 		t.Fatalf("Lifecycle after a failed checkpoint pass (-want +got):\n%s", diff)
 	}

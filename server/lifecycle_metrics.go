@@ -27,6 +27,7 @@ const (
 	MetricRecordsReleased        = "participantd_records_released_unacknowledged_total"
 	MetricCompactionLastSuccess  = "participantd_compaction_last_success_timestamp_seconds"
 	MetricConversationsPinned    = "participantd_conversations_pinned"
+	MetricPassConversationFails  = "participantd_pass_conversation_failures_total"
 )
 
 var (
@@ -54,6 +55,8 @@ var (
 		"Records given up before every recipient acknowledged them, under --max-unacked-age; each recipient that lost some gets a compacted notice ("+MetricCompactedNotices+").", nil, nil)
 	compactionLastDesc = prometheus.NewDesc(MetricCompactionLastSuccess,
 		"Unix time the last successful compaction pass ended; 0 before the first.", nil, nil)
+	passConversationFailsDesc = prometheus.NewDesc(MetricPassConversationFails,
+		"Steps of the background passes that failed one conversation while the pass went on with the others, by step (checkpoint, compaction, deletion): a damaged conversation (contained as store_corrupt) once, a transient failure once per attempt, retried with backoff.", []string{"step"}, nil)
 	conversationsPinnedDesc = prometheus.NewDesc(MetricConversationsPinned,
 		"Conversations holding a record some recipient has not acknowledged for longer than --retain, which keeps their history from compaction; as of the last compaction pass that visited every conversation (0 before one).", nil, nil)
 )
@@ -102,7 +105,7 @@ func (m *metrics) Pass(kind participant.PassKind, d time.Duration, _ error) {
 func (l *lifecycleMetrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{checkpointPassesDesc, checkpointsWrittenDesc, checkpointBytesDesc, checkpointsSkippedDesc,
 		checkpointLastDesc, compactionPassesDesc, compactedRowsDesc, compactedOplogBytesDesc, receiptsWrittenDesc, recordsReleasedDesc,
-		tokensForgottenDesc, compactionLastDesc, conversationsPinnedDesc} {
+		tokensForgottenDesc, compactionLastDesc, conversationsPinnedDesc, passConversationFailsDesc} {
 		ch <- d
 	}
 }
@@ -142,6 +145,9 @@ func (l *lifecycleMetrics) Collect(ch chan<- prometheus.Metric) {
 	counter(tokensForgottenDesc, lc.TokensForgotten)
 	counter(recordsReleasedDesc, lc.RecordsReleased)
 	gauge(compactionLastDesc, unix(lc.LastCompactionPass))
+	for _, st := range participant.ConversationSteps {
+		counter(passConversationFailsDesc, lc.ConversationFailures[st], st.String())
+	}
 	// Exported from start, so that the dashboard's panel has a series:
 	// 0 until a pass has visited every conversation.
 	gauge(conversationsPinnedDesc, float64(max(lc.Pinned, 0)))

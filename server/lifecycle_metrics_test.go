@@ -106,7 +106,7 @@ func (l *limitedStore) PutBytes(values []store.Bytes) error {
 // TestLifecycleMetrics_SkipsAndFailures makes checkpoints too large for the
 // store, then makes the store fail their writes, then leaves an unreadable
 // checkpoint in place: each shows in its skip reason or in the failed
-// passes.
+// passes and the conversation's failed step.
 func TestLifecycleMetrics_SkipsAndFailures(t *testing.T) {
 	var ls *limitedStore
 	cfg := lifecycleConfig()
@@ -130,6 +130,10 @@ func TestLifecycleMetrics_SkipsAndFailures(t *testing.T) {
 	a.tell(ca, "y")
 	failed := server.MetricCheckpointPasses + `{outcome="error"}`
 	eventually(t, failed+" > 0", func() bool { v, _ := h.lookup(failed); return v > 0 })
+	convFailed := server.MetricPassConversationFails + `{step="checkpoint"}`
+	if v, _ := h.lookup(convFailed); v == 0 {
+		t.Errorf("%s = 0 after a pass failed the conversation's checkpoint", convFailed)
+	}
 	ls.SetRules()
 
 	cb := a.enroll(3)

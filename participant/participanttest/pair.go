@@ -44,13 +44,16 @@ func openPair(ctx context.Context, s store.DurableStore, opts participant.Option
 }
 
 // passes runs a checkpoint pass, then a compaction pass, as svc's
-// background checkpointer does.
+// background checkpointer does: also after a checkpoint pass that failed
+// some conversations alone (*participant.PassFailures), whose error is
+// then returned with the compaction's.
 func passes(ctx context.Context, svc *participant.Service) error {
-	if _, err := svc.CheckpointPass(ctx); err != nil {
+	_, err := svc.CheckpointPass(ctx)
+	if pf := (*participant.PassFailures)(nil); err != nil && !errors.As(err, &pf) {
 		return err
 	}
-	_, err := svc.CompactPass(ctx)
-	return err
+	_, cerr := svc.CompactPass(ctx)
+	return errors.Join(err, cerr)
 }
 
 // toldAnswered is the Answered of req, a tell answered told: its retry

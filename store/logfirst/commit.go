@@ -171,7 +171,7 @@ func (s *Store) commitAndUnlock(bt *stage.Batch) {
 }
 
 // syncFailed marks the data directory for the next Open after a failed
-// log write or bbolt commit (see SyncFailedFile).
+// log write (see SyncFailedFile; a bbolt commit is made under the marker).
 func (s *Store) syncFailed() {
 	if err := markSyncFailed(s.opts.fs(), s.dir); err != nil {
 		s.logger.Error().Err(err).Msg("marking the failed sync for the next start")

@@ -171,20 +171,25 @@ func markLog(fsys vfs.FS, dir string) error {
 	return nil
 }
 
-// SyncFailedFile is created, without a sync, in the data directory when a
-// log write or a bbolt commit (a checkpoint, a start's layout or replay)
-// fails: on Linux a failed fdatasync marks the
-// unwritten pages clean, the page cache serves them to the next process,
-// and no later fdatasync writes them. The marker lives exactly as long as
-// that page cache, unless the kernel writes it back (a reboot then costs a
-// needless rewrite). An Open that finds it trusts nothing it would read:
-// it writes the whole bbolt file over itself and syncs it before bbolt
-// maps it (the log writes every record it replays again anyway), and
-// removes the marker once the replay is durable.
+// SyncFailedFile is in the data directory, created without a sync, while
+// a bbolt commit (a checkpoint, a start's layout or replay) runs and
+// after one failed, and after a failed log write: on Linux a failed
+// fdatasync marks the unwritten pages clean, the page cache serves them
+// to the next process, and no later fdatasync writes them. For a commit
+// it is an intent, created before the commit and removed (without a sync)
+// once it succeeded, so that a process killed at any instant after a
+// failed sync leaves it; a failed log write creates it afterwards (a
+// restart writes every record it replays again in any case). The marker
+// lives exactly as long as that page cache, unless the kernel writes it
+// back (a reboot then costs a needless rewrite). An Open that finds it
+// trusts nothing it would read: it writes the whole bbolt file over
+// itself and syncs it before bbolt maps it, and removes the marker, with
+// a sync of the directory, once the replay is durable.
 const SyncFailedFile = "sync.failed"
 
-// markSyncFailed creates SyncFailedFile in dir, best effort: the store has
-// failed already, and the error it returns says why.
+// markSyncFailed creates SyncFailedFile in dir unless it is there; after
+// a failed log write best effort (the store has failed already, and the
+// error it returns says why), before a commit required.
 func markSyncFailed(fsys vfs.FS, dir string) error {
 	f, err := fsys.Create(filepath.Join(dir, SyncFailedFile))
 	if errors.Is(err, fs.ErrExist) {

@@ -125,8 +125,13 @@ type Store struct {
 	// fresh is set by OpenReadOnly on a file without the store's layout
 	// (see startLSN): view then reads nothing from it, as from the empty
 	// store Open would lay out.
-	fresh  bool
-	replay ReplayStats
+	fresh bool
+	// suspect is set while Open, having found SyncFailedFile, has not
+	// yet made durable what the page cache held (the bbolt file
+	// rewritten, the replay committed): until then no commit removes the
+	// marker. Written by Open before the goroutines start.
+	suspect bool
+	replay  ReplayStats
 	// viewed, when set (tests only), runs after every read transaction
 	// of view, without mu held.
 	viewed func()
@@ -310,6 +315,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		}
 	}
 	s := newStore(dir, db, opts)
+	s.suspect = suspect
 	start := time.Now()
 	// What OpenReadOnly reads and refuses, refused here before the layout
 	// transaction writes the file.
@@ -361,6 +367,7 @@ func Open(dir string, opts Options) (*Store, error) {
 			db.Close()
 			return nil, err
 		}
+		s.suspect = false
 	}
 	s.log = l
 	s.lastLSN, s.ckLSN = rp.lsn, rp.lsn
@@ -591,13 +598,20 @@ func (s *Store) view(fn func(*bolt.Tx) error) error {
 
 // update is view for a write transaction, whose commit goes through the
 // log's file system (vfs.Commit), so that a test's faultfs can cut the
-// power there. A commit that failed, a checkpoint's or one of Open's (the
-// layout, the replay), marks the data directory for the next Open (see
-// SyncFailedFile): its sync may have failed. An error of fn wrote
-// nothing.
+// power there. Every commit, a checkpoint's or one of Open's (the layout,
+// the replay), is made under SyncFailedFile, an intent: the marker is in
+// the data directory before the commit, whose sync may fail, and is
+// removed only once the commit succeeded (unless Open has a failed sync's
+// marker still to clear). So a process killed at any instant after a
+// failed sync, before it could say so, leaves the marker to the next
+// Open. An error of fn wrote nothing.
 func (s *Store) update(fn func(*bolt.Tx) error) error {
+	fsys := s.opts.fs()
+	if err := markSyncFailed(fsys, s.dir); err != nil {
+		return err
+	}
 	var fnErr error
-	err := vfs.Commit(s.opts.fs(), s.db.Path(), func() error {
+	err := vfs.Commit(fsys, s.db.Path(), func() error {
 		return boltfmt.Contain(s.db.Path(), func() error {
 			return s.db.Update(freelistPolicy(func(tx *bolt.Tx) error {
 				fnErr = fn(tx)
@@ -606,7 +620,15 @@ func (s *Store) update(fn func(*bolt.Tx) error) error {
 		})
 	})
 	if err != nil && fnErr == nil {
-		s.syncFailed()
+		return err // the sync may have failed: the marker stays
+	}
+	if !s.suspect {
+		// No sync is needed: a removal a power cut undoes costs the next
+		// Open one needless rewrite, and the page cache it guards is
+		// gone with the power.
+		if rerr := fsys.Remove(filepath.Join(s.dir, SyncFailedFile)); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+			s.logger.Warn().Err(rerr).Msg("removing the marker of a commit that succeeded; the next start rewrites the data file")
+		}
 	}
 	return err
 }

@@ -377,7 +377,7 @@ func TestOpen_ARecoveringStartSurvivesAFailedSyncAtEveryCall(t *testing.T) {
 			first := ffs.Ops() + at
 			var failedOp faultfs.Op
 			ffs.SetRule(func(op faultfs.Op) faultfs.Action {
-				if op.Index == first && (op.Kind == faultfs.OpSync || op.Kind == faultfs.OpCommit) {
+				if op.Index == first && (op.Kind == faultfs.OpSync || op.Kind == faultfs.OpCommit || op.Kind == faultfs.OpSyncDir) {
 					failedOp = op
 					return faultfs.FailSync
 				}
@@ -442,5 +442,92 @@ func TestOpen_TheRewriteAfterAFailedSyncWaitsForTheLock(t *testing.T) {
 	}
 	if !fi.ModTime().Equal(old) {
 		t.Errorf("the refused Open wrote the live store's file (modified %v, was %v)", fi.ModTime(), old)
+	}
+}
+
+// A checkpoint whose bbolt commit fails the Linux way, the process killed
+// at every step after the failure (only the first `after` calls of the
+// file system still run, the rest never happen: no marker if it comes
+// after the failure), then a restart without a reboot, more writes and
+// their checkpoint, then a power cut: the store opens and holds every
+// acknowledged write. Without a marker the restart built on the page
+// cache's pages of the failed commit.
+func TestFailedCheckpointSync_KilledAtEveryStepAfterTheFailure(t *testing.T) {
+	payload := func(stream string, i int) []byte {
+		return append([]byte(fmt.Sprintf("%s%d:", stream, i)), bytes.Repeat([]byte{'x'}, 200)...)
+	}
+	write := func(t *testing.T, s *logfirst.Store, stream string, n int) {
+		for i := range n {
+			if _, err := s.Append(stream, payload(stream, i), uint64(i)); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Flush(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	check := func(t *testing.T, s *logfirst.Store, stream string, n int, when string) {
+		entries, err := s.ReadFrom(stream, 0, 0)
+		if err != nil {
+			t.Fatalf("%s: ReadFrom(%s): %v", when, stream, err)
+		}
+		if len(entries) != n {
+			t.Fatalf("%s: stream %s holds %d entries, want %d", when, stream, len(entries), n)
+		}
+		for i, e := range entries {
+			if !bytes.Equal(e.Payload, payload(stream, i)) {
+				t.Fatalf("%s: stream %s entry %d = %.20q", when, stream, i, e.Payload)
+			}
+		}
+	}
+	for after := range 3 {
+		for seed := range uint64(10) {
+			ffs, dir, opts, s := openOnFaultFS(t)
+			write(t, s, "a", 150)
+			db := filepath.Join(dir, logfirst.DBFile)
+			failed, left := false, after
+			ffs.SetRule(func(op faultfs.Op) faultfs.Action {
+				switch {
+				case !failed && op.Kind == faultfs.OpCommit && op.Path == db:
+					failed = true
+					return faultfs.FailSync
+				case failed && left == 0:
+					return faultfs.Fail // killed: nothing more happens
+				case failed:
+					left--
+				}
+				return faultfs.None
+			})
+			if err := logfirst.CheckpointNow(s); !errors.Is(err, store.ErrFailed) {
+				t.Fatalf("checkpoint whose commit fails = %v, want store.ErrFailed", err)
+			}
+			logfirst.Abandon(s)
+			ffs.SetRule(nil)
+
+			s, err := logfirst.Open(dir, opts) // no Crash: the page cache serves the checkpoint
+			if err != nil {
+				t.Fatalf("killed %d calls after, seed %d: Open after the failed checkpoint: %v", after, seed, err)
+			}
+			check(t, s, "a", 150, "after the restart")
+			write(t, s, "b", 5)
+			if err := logfirst.CheckpointNow(s); err != nil {
+				t.Fatalf("checkpoint after the restart: %v", err)
+			}
+			logfirst.Abandon(s)
+
+			if err := ffs.Crash(rand.New(rand.NewPCG(seed, 31))); err != nil {
+				t.Fatal(err)
+			}
+			s, err = logfirst.Open(dir, opts)
+			if err != nil {
+				t.Fatalf("killed %d calls after the failed commit, seed %d: Open after the power cut: %v", after, seed, err)
+			}
+			when := fmt.Sprintf("killed %d calls after the failed commit, seed %d: after the power cut", after, seed)
+			check(t, s, "a", 150, when)
+			check(t, s, "b", 5, when)
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 }

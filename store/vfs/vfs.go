@@ -15,9 +15,13 @@
 //	MkdirAll (func)      the directory and every one it created, at once
 //	Commit (func)        what write made durable
 //	Rewrite (func)       the file as the process reads it
+//	Dirty (func)         nothing until SyncDir; that one then writes the
+//	                       directory whole
 //
 // A failed Sync leaves the file's durable contents unknown; callers treat
-// it as fatal.
+// it as fatal. So does a failed SyncDir: on Linux the directory's changes
+// may then be marked clean without being written, and a later SyncDir
+// succeeds without writing them until the directory changes again (Dirty).
 package vfs
 
 import (
@@ -178,6 +182,31 @@ func MkdirAll(fs FS, dir string) error {
 		if err := fs.SyncDir(filepath.Dir(missing[i])); err != nil {
 			return fmt.Errorf("sync %s: %w", filepath.Dir(missing[i]), err)
 		}
+	}
+	return nil
+}
+
+// DirtyName is the scratch entry Dirty creates and removes.
+const DirtyName = "dirty.tmp"
+
+// Dirty changes directory dir (a scratch entry, DirtyName, created and
+// removed) so that the next SyncDir of it writes it whole: entries a
+// failed directory sync left marked clean but unwritten (Linux, as for a
+// file's pages) are written with it. A scratch entry a crash left is
+// removed, which is the change. Nothing is durable until that SyncDir.
+func Dirty(fs FS, dir string) error {
+	path := filepath.Join(dir, DirtyName)
+	f, err := fs.Create(path)
+	if err != nil && !errors.Is(err, iofs.ErrExist) {
+		return fmt.Errorf("dirty %s: %w", dir, err)
+	}
+	if err == nil {
+		if err := f.Close(); err != nil {
+			return fmt.Errorf("dirty %s: %w", dir, err)
+		}
+	}
+	if err := fs.Remove(path); err != nil {
+		return fmt.Errorf("dirty %s: %w", dir, err)
 	}
 	return nil
 }

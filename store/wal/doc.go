@@ -110,5 +110,11 @@
 // harmless. A last segment without a record is reused in place when the
 // new segment takes its name (a remove and create of one name could leave
 // wal/ without a segment between the two), and otherwise removed only
-// once the new segment is durable.
+// once the new segment is durable. A failed directory sync is Linux's
+// too: the directory's creates and removes are marked clean unwritten,
+// and a later sync writes them only once the directory changed again. A
+// reused segment may be such an entry (the rotation that created it
+// failed at its directory sync), so the reuse changes wal/ first
+// (vfs.Dirty: a scratch entry, vfs.DirtyName, created and removed; the
+// scan ignores one a crash left) before the sync that makes it durable.
 package wal

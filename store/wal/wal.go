@@ -283,7 +283,11 @@ func (l *Log) rotate(n int) error {
 
 // reuse makes seg, a last segment without a record and named after the
 // next LSN, the active segment, cleared and prepared as rotate prepares a
-// new one.
+// new one. Its entry may be one a failed directory sync left unwritten
+// (the rotation that created it failed there, and a restart without a
+// reboot finds it in the page cache), which a later sync does not write
+// until the directory changes: so the directory is changed (vfs.Dirty)
+// before the sync of start, which then writes it whole.
 func (l *Log) reuse(seg segment) error {
 	path := join(l.dir, seg)
 	f, err := l.fs.OpenRW(path)
@@ -291,6 +295,10 @@ func (l *Log) reuse(seg segment) error {
 		return fmt.Errorf("wal: reuse %s: %w", path, err)
 	}
 	if err := f.Truncate(0); err != nil {
+		f.Close()
+		return fmt.Errorf("wal: reuse %s: %w", path, err)
+	}
+	if err := vfs.Dirty(l.fs, l.dir); err != nil {
 		f.Close()
 		return fmt.Errorf("wal: reuse %s: %w", path, err)
 	}

@@ -201,6 +201,17 @@ class Unpersisted {
   constructor(readonly cause: Error) {}
 }
 
+// OwnStale is a stale_authority the client caused itself: the request
+// presented a generation that an attach of the same participant by this
+// client (in flight, in doubt, or done meanwhile, through another
+// connection) superseded. run goes again at once: the step waits for that
+// attach (settling one in doubt with its token) and resends the request
+// with the credential it minted and the same token (the refusal proves
+// the token never committed).
+class OwnStale {
+  constructor(readonly cause: ServerError, readonly m: Member) {}
+}
+
 // attachIntent is an attach whose outcome is not known yet: its token and
 // presented credential are kept for every retry, on every node.
 interface AttachIntent {
@@ -411,7 +422,7 @@ export class Client {
       const m = await this.bound(s, cred, sig);
       const c = m.cred;
       const a = await this.send(s, { t: "tell", conversation: c.conversation, participant: c.participant, generation: c.generation, token, payload }, sig, d);
-      if (a.t === "error") throw this.refused(s, m, c.generation, a);
+      if (a.t === "error") throw this.refused(s, m, c.generation, a, true);
       return expect(a, "told").seq;
     });
   }
@@ -431,7 +442,7 @@ export class Client {
         if (a.cursor !== undefined) m.cursor = Math.max(m.cursor, a.cursor);
         // Later acks moved the cursor past through: through is acked.
         if (a.code === "ack_regression" && a.cursor !== undefined) return a.cursor;
-        throw this.refused(s, m, c.generation, a);
+        throw this.refused(s, m, c.generation, a, true);
       }
       const cursor = expect(a, "acked").cursor;
       m.cursor = Math.max(m.cursor, cursor);
@@ -607,6 +618,12 @@ export class Client {
         }
         return await step(s, sig);
       } catch (e) {
+        if (e instanceof OwnStale) {
+          // After the attach of the participant in flight, if any.
+          await this.turn(e.m, async () => {}, sig).catch(() => {});
+          if (stopped()) throw this.gaveUp(why(), o);
+          continue;
+        }
         if (e instanceof Unpersisted) {
           const d = o?.doubt();
           if (d) d.last = null; // the failure, not an earlier refusal, ends the call
@@ -741,9 +758,14 @@ export class Client {
   // refused turns an error answer to a request that needed m's binding at
   // generation gen on s into the error to throw, noticing what it shows:
   // moved or no_binding (the node let the binding go: follow it),
-  // stale_authority, retired, unknown_participant (lost).
-  private refused(s: Session, m: Member, gen: number, a: Answer & { t: "error" }): ServerError | LostError {
+  // stale_authority, retired, unknown_participant (lost). A
+  // stale_authority for a generation this client's own attach of m
+  // superseded, or may have (one in flight or in doubt), is OwnStale: not
+  // the application's, the request goes again once that attach ended
+  // (own: for a request whose step attaches m first, tell and ack).
+  private refused(s: Session, m: Member, gen: number, a: Answer & { t: "error" }, own = false): ServerError | LostError | OwnStale {
     const e = errorFromWire(a);
+    if (own && e.code === "stale_authority" && !m.lost && (m.intent !== null || m.cred.generation > gen)) return new OwnStale(e, m);
     const ours = m.boundOn === s && m.cred.generation === gen && m.intent === null && !m.lost;
     if (!ours) return e;
     switch (e.code) {

@@ -490,3 +490,113 @@ test("a tell whose re-attach's onCredential fails ends with that failure, not in
     c.close();
   }
 });
+
+// A tell and an ack sent while the client's own automatic re-attach is in
+// flight (its answer held back, then let through) or in doubt (its answer
+// lost with its connection): the re-attach commits first and mints the
+// next generation, and the tell and the ack must still resolve, with that
+// credential, never as the client's own stale_authority, and the
+// participant is not lost (the Go client's race, merge 6452b6f).
+for (const answer of ["in flight", "in doubt"] as const) {
+  test(`a tell and an ack sent while the client's own re-attach is ${answer} commit with the credential it mints`, async () => {
+    const conv = nextConv++;
+    const lost: LostError[] = [];
+    const c = await connect(proxy.addr, { ...fast, onLost: (_, e) => void lost.push(e) });
+    const w = await connect(server.tcp);
+    try {
+      const p = await c.enroll(conv);
+      const cw = await w.enroll(conv);
+      const first = await w.tell(cw, bytes("to ack"));
+      await take(c.deliveries(), 1, (d) => d.seq === first);
+      let calls: Promise<[number, number]> | null = null;
+      let held: (() => void) | null = null;
+      let seen!: () => void;
+      const attachSent = new Promise<void>((r) => (seen = r));
+      proxy.fromClient = (m) => {
+        if (m.t === "attach" && m.conversation === conv && calls === null) {
+          calls = Promise.all([c.tell(p, bytes("while attaching")), c.ack(p, first)]);
+          seen();
+        }
+        return "pass";
+      };
+      proxy.fromServer = (m) => {
+        if (m.t !== "attached" || m.conversation !== conv || held !== null) return "pass";
+        if (answer === "in doubt") {
+          held = () => {};
+          return "cut";
+        }
+        // Held back, so that the tell and the ack are asked for before
+        // it arrives, then delivered.
+        held = () => proxy.inject(m);
+        return "drop";
+      };
+      proxy.cutAll(); // the client follows its participant: an attach minting generation 2
+      await attachSent;
+      if (answer === "in flight") {
+        await new Promise((r) => setTimeout(r, 50));
+        (held as unknown as () => void)();
+      }
+      const [seq, cursor] = await within(calls as unknown as Promise<[number, number]>, 20_000, "tell and ack");
+      assert.ok(seq > first, `the tell committed after the first record (seq ${seq})`);
+      assert.ok(cursor >= first, `the ack moved the cursor to ${cursor}`);
+      assert.deepEqual(lost.map((e) => e.cause.code), [], "the participant is not lost");
+      assert.ok((c.credential(conv, p.participant)?.generation ?? 0) >= 2, "the client holds the generation its re-attach minted");
+    } finally {
+      reset();
+      c.close();
+      w.close();
+    }
+  });
+}
+
+// A tell or an ack sent on the connection the participant is bound on,
+// overtaken on its way by the client's own attach through another node (a
+// moved sent another call of the participant there, whose attach minted
+// generation 2): the server refuses it stale_authority, for a generation
+// the client itself superseded. The call must wait for that attach and go
+// again with the credential it minted (and its token), never report the
+// client's own refusal, and the participant is not lost (the Go client's
+// race, merge 6452b6f). Both failed before: StaleAuthorityError.
+for (const kind of ["tell", "ack"] as const) {
+  test(`a${kind === "ack" ? "n" : ""} ${kind} overtaken by the client's own attach through another node commits with the credential that attach minted`, async () => {
+    const conv = nextConv++;
+    const other = await Proxy.start(server.tcp);
+    const lost: LostError[] = [];
+    const c = await connect([proxy.addr, other.addr], { ...fast, onLost: (_, e) => void lost.push(e) });
+    const w = await connect(server.tcp);
+    try {
+      const p = await c.enroll(conv);
+      const sent = await w.tell(await w.enroll(conv), bytes("to ack"));
+      const [first] = await take(c.deliveries(), 1, (d) => d.seq === sent);
+      let deferred!: () => void;
+      const requestDeferred = new Promise<void>((r) => (deferred = r));
+      proxy.fromClient = (m) => {
+        if (m.conversation !== conv) return "pass";
+        if (m.t === kind && (kind === "ack" || text(m.payload as Uint8Array) === "overtaken")) {
+          deferred();
+          return "defer";
+        }
+        if (m.t === "tell" && text(m.payload as Uint8Array) === "mover") {
+          proxy.inject({ t: "error", id: m.id, code: "moved", detail: "owned elsewhere", owner: other.addr });
+          return "drop";
+        }
+        return "pass";
+      };
+      const overtaken: Promise<number> = kind === "tell" ? c.tell(p, bytes("overtaken")) : c.ack(p, first!.seq);
+      await requestDeferred;
+      // Moved to the other node, where the client attaches the
+      // participant (generation 2) and the tell commits.
+      await c.tell(p, bytes("mover"));
+      assert.ok(other.log.some((f) => f.dir === "c2s" && f.m.t === "attach" && f.m.conversation === conv), "attached through the other node");
+      proxy.forward(); // the first request, generation 1, reaches the server now
+      const got = await within(overtaken.catch((e: unknown) => e), 20_000, `the overtaken ${kind}`);
+      assert.equal(typeof got, "number", `the overtaken ${kind} ended ${String(got)}, want a seq or cursor`);
+      assert.deepEqual(lost.map((e) => e.cause.code), [], "the participant is not lost");
+    } finally {
+      reset();
+      c.close();
+      w.close();
+      await other.close();
+    }
+  });
+}

@@ -169,14 +169,15 @@ export class Server {
 }
 
 /** What a proxy does with a frame. */
-export type Verdict = "pass" | "drop" | "cut";
+export type Verdict = "pass" | "drop" | "cut" | "defer";
 
 type Msg = Record<string, unknown>;
 
 /**
  * Proxy forwards TCP connections to target frame by frame, decoding each
  * (msgpack) for the hooks: fromClient and fromServer return a verdict for
- * every frame ("cut" drops it and cuts the connection, both ways); reply
+ * every frame ("cut" drops it and cuts the connection, both ways; "defer"
+ * keeps it until forward, frames after it passing it by); reply
  * sends a frame back to where m came from, as if from the other side.
  * While held, frames are kept, in order, until release.
  */
@@ -186,6 +187,7 @@ export class Proxy {
   fromServer: (m: Msg, reply: (r: Msg) => void) => Verdict = () => "pass";
   private held = false;
   private readonly heldFrames: (() => void)[] = [];
+  private readonly deferred: (() => void)[] = [];
   /** Every frame seen, in order, with its direction. */
   readonly log: { dir: "c2s" | "s2c"; m: Msg }[] = [];
   private readonly conns = new Set<{ c: Socket; s: Socket }>();
@@ -226,6 +228,7 @@ export class Proxy {
       this.log.push({ dir, m });
       const v = (dir === "c2s" ? this.fromClient : this.fromServer)(m, reply);
       if (v === "cut") return cut();
+      if (v === "defer") this.deferred.push(() => void (to.destroyed || to.write(f)));
       if (v === "pass" && !to.destroyed) to.write(f);
     };
     from.on("data", (chunk: Buffer) => {
@@ -245,6 +248,11 @@ export class Proxy {
   release(): void {
     this.held = false;
     for (const h of this.heldFrames.splice(0)) h();
+  }
+
+  /** forward lets the frames a "defer" verdict kept go on, in order: a request overtaken on its way. */
+  forward(): void {
+    for (const f of this.deferred.splice(0)) f();
   }
 
   /** inject sends m to every client connection, as if the server had. */
