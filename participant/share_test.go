@@ -280,3 +280,17 @@ func TestShare_LargestHoldersRefusedNearFullConversations(t *testing.T) {
 	mustEnroll(t, b, 110, 110)
 	mustEnroll(t, b, 111, 111)
 }
+
+// BenchmarkShareRefusal is what the shares and the rules near full cost a
+// tell of a principal's conversation: the decision alone, in the common
+// case that admits.
+func BenchmarkShareRefusal(b *testing.B) {
+	s := &Service{shareLimits: (&Options{BacklogRecords: DefaultBacklogRecords, MaxConversations: DefaultMaxConversations, ClientShare: DefaultClientShare}).shareLimits()}
+	sh := &share{}
+	sh.records.Store(100)
+	for b.Loop() {
+		if e := s.shareRefusal(sh, sh.records.Load()+1, 1000, -1, false); e != nil {
+			b.Fatal(e)
+		}
+	}
+}
