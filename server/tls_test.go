@@ -168,3 +168,27 @@ func TestConnectionLimits_CertificatesBehindOneAddressAreApart(t *testing.T) {
 	h.dialCertFrom("127.0.0.5", pool, certs[3], keys[3], false)
 	h.dialCertFrom("127.0.0.5", pool, certs[3], keys[3], false).expectRejected(wire.ReasonOverloaded)
 }
+
+// Issue 27, connections per mTLS principal: under mutual TLS a client
+// certificate has one conversation bucket, whatever its addresses
+// (loopback too): with a burst of 2, one certificate dialling from two
+// addresses creates two conversations, its third is rate_limited, and
+// another certificate from the same address creates its own. Counted per
+// address (loopback: per connection), each connection had a bucket of
+// its own.
+func TestConnectionLimits_OneCertificateHasOneConversationBucket(t *testing.T) {
+	certFile, keyFile, pool := selfSigned(t, t.TempDir())
+	certs, keys := certsOf(t, "client ", 2)
+	h := start(t, server.Config{TLSCert: certFile, TLSKey: keyFile, TLSClientCA: clientCAs(t, certs...), ConversationRate: 0.001, ConversationBurst: 2})
+	a1 := h.dialCertFrom("127.0.0.1", pool, certs[0], keys[0], true)
+	a1.welcomed("a from 127.0.0.1")
+	a2 := h.dialCertFrom("127.0.0.2", pool, certs[0], keys[0], true)
+	a2.welcomed("a from 127.0.0.2")
+	b := h.dialCertFrom("127.0.0.2", pool, certs[1], keys[1], true)
+	b.welcomed("b from 127.0.0.2")
+	a1.enroll(1)
+	a2.enroll(2)
+	expectCreationRefused(t, a1, 3, 2)
+	expectCreationRefused(t, a2, 4, 2)
+	b.enroll(5)
+}
