@@ -11,7 +11,8 @@ import (
 // budgets of retained records (BacklogRecords) and of conversations
 // (MaxConversations) protect the process; a share protects the other
 // clients from one of them. Each connection acts for a Principal, named by
-// whoever accepts it (the server passes the peer's address, an IPv6 /64,
+// whoever accepts it, opaque here (the server passes the client
+// certificate's identity under mutual TLS, else the peer's address prefix,
 // as its per-address limits do). A conversation is charged to one
 // principal: the first whose enroll, tell or attach commits in it in this
 // process's life, which for a conversation created since the start is its
@@ -25,7 +26,7 @@ import (
 // the largest holders are refused first, as for the server's byte budgets
 // (server/shares.go):
 //
-//   - above highWater (80 %) of BacklogRecords retained, a principal whose
+//   - above 80 % of BacklogRecords retained, a principal whose
 //     conversations retain a twentieth of it or more is backlog_full, and
 //     above 80 % of MaxConversations held, a principal charged with a
 //     twentieth of them is capacity_exceeded for one more;
