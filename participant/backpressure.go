@@ -132,8 +132,8 @@ func (b *batch) admitRecords(sh *share, catchUp func() bool) *Error {
 	}
 	if e == nil {
 		scope = backlogScopeClient
-		if e = b.admitShare(sh, held, false); e != nil && e.Code == CodeBacklogFull && catching() {
-			e = b.admitShare(sh, held, true)
+		if e = b.admitShare(sh, held, total, false); e != nil && e.Code == CodeBacklogFull && catching() {
+			e = b.admitShare(sh, held, total, true)
 		}
 	}
 	if e != nil {

@@ -141,8 +141,9 @@
 // anything is written; what settles or ends is never refused. Each
 // conversation is charged to the Principal (ConnectAs) that first adds to
 // it, and one principal's conversations may take only Options.ClientShare
-// of BacklogRecords and of MaxConversations (share.go), so one client
-// cannot starve the others; Evict and Drop are the operator's way to
+// of BacklogRecords and of MaxConversations (share.go), and above 80 % of
+// either a principal holding a twentieth is refused first, so neither one
+// client nor many principals of one host starve a newcomer; Evict and Drop are the operator's way to
 // retire what no client will (evict.go). Backlog reports the account. A conversation entry exists only for a registered conversation
 // or while an enroll that may create it is in flight, and a connection's
 // binding slots are reserved when an enroll or attach is decided, so that

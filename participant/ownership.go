@@ -178,20 +178,16 @@ func (s *Service) statelessEnroll(c *Conn, req *Enroll) (*Error, string) {
 	if e := s.conversationSlots.full(); e != nil {
 		return e, ""
 	}
+	total := s.backlog.records.Load()
 	if sh := c.share; sh != nil {
-		lim := s.shareLimits
-		if n := sh.conversations.Load(); n >= lim.conversations {
-			e := refuse(CodeCapacityExceeded, "this client's conversations number %d, its share of the server's; leave or finish some first", n)
-			e.Limit = uint64(lim.conversations)
+		if e := s.shareRefusal(sh, sh.records.Load(), total, int64(s.conversationSlots.count())+1, false); e != nil {
+			if e.Code == CodeBacklogFull {
+				return e, backlogScopeClient
+			}
 			return e, ""
 		}
-		if n := sh.records.Load(); n >= lim.records {
-			e := refuse(CodeBacklogFull, "this client's conversations retain %d records awaiting acknowledgement, its share of the server's; nothing was done, retry later with the same token", n)
-			e.Limit = uint64(lim.records)
-			return e, backlogScopeClient
-		}
 	}
-	return s.backlog.limits.admit(0, s.backlog.records.Load(), false)
+	return s.backlog.limits.admit(0, total, false)
 }
 
 // Forget drops what memory holds of conversation id, because this service

@@ -51,6 +51,13 @@ func (q *slots) fullLocked() *Error {
 	return e
 }
 
+// count returns the slots taken.
+func (q *slots) count() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.n
+}
+
 // add takes a slot without refusing: for a conversation found stored
 // (another node created it), which is served whatever the count.
 func (q *slots) add() {

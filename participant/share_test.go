@@ -3,6 +3,7 @@ package participant
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -174,5 +175,122 @@ func TestShare_ChargesSurviveARestart(t *testing.T) {
 	mustEnroll(t, svc.ConnectAs("198.51.100.1", nil), 4, 4)
 	if n := svc.accountOf("203.0.113.7").conversations.Load(); n != 2 {
 		t.Errorf("after a restart the principal is charged %d conversations, want 2", n)
+	}
+}
+
+// fillShare makes conversation conv for principal p, with a member that
+// never acknowledges and one that tells until refused (at most 1000
+// tells), and returns how many tells committed and the refusal, an
+// enroll's included.
+func fillShare(t *testing.T, svc *Service, p Principal, conv ConversationID) (int, error) {
+	t.Helper()
+	ctx := context.Background()
+	tag := byte(conv)
+	if _, err := svc.ConnectAs(p, nil).Enroll(ctx, Enroll{Conversation: conv, Token: seqToken(1<<40, tag)}); err != nil {
+		return 0, err
+	}
+	sender := svc.ConnectAs(p, nil)
+	tx, err := sender.Enroll(ctx, Enroll{Conversation: conv, Token: seqToken(1<<41, tag)})
+	if err != nil {
+		return 0, err
+	}
+	for n := range 1000 {
+		if _, err := sender.Tell(ctx, Tell{Conversation: conv, Participant: tx.Participant, Generation: tx.Generation, Token: seqToken(uint64(n), tag)}); err != nil {
+			return n, err
+		}
+	}
+	t.Fatalf("principal %s told 1000 records into conversation %d, never refused", p, conv)
+	return 0, nil
+}
+
+// TestShare_LargestHoldersRefusedNearAFullBacklog (issue 27, the 80 %
+// rule): eight principals fill their shares, 80 % of the budget; above
+// it a ninth is refused backlog_full at a twentieth (limit 10), not at its
+// share. Past the budget every further principal gets at most a third of
+// what is left below the ceiling, so a newcomer after fourteen still
+// commits. (What is left shrinks by a third a principal: enough
+// principals reach the ceiling, a distributed attack that only a wider
+// prefix per principal answers.)
+func TestShare_LargestHoldersRefusedNearAFullBacklog(t *testing.T) {
+	const budget = 200 // share 20, a twentieth 10, 80 % 160, ceiling 250
+	svc, err := Open(context.Background(), store.NewMemory(), Options{NodeKey: testKey, BacklogRecords: budget, ClientShare: 10})
+	must(t, err)
+	t.Cleanup(func() { svc.Close() })
+	for i := range 8 {
+		_, err := fillShare(t, svc, Principal(fmt.Sprintf("p%d", i)), ConversationID(1+i))
+		wantBacklogFull(t, "a tell past the share", err, 20)
+	}
+	if got := svc.Backlog().Records; got < budget*8/10 {
+		t.Fatalf("eight shares retain %d records, want at least 80 %% of %d", got, budget)
+	}
+	_, err = fillShare(t, svc, "ninth", 20)
+	wantBacklogFull(t, "the ninth principal's tell above 80 %", err, 10)
+	if got := svc.accountOf("ninth").records.Load(); got != 10 {
+		t.Errorf("the ninth principal retains %d records, want a twentieth, 10", got)
+	}
+	for i := range 6 {
+		before := svc.Backlog().Records
+		_, err := fillShare(t, svc, Principal(fmt.Sprintf("q%d", i)), ConversationID(30+i))
+		if codeOf(err) == nil || codeOf(err).Code != CodeBacklogFull {
+			t.Fatalf("principal q%d: %v, want backlog_full", i, err)
+		}
+		gained := svc.Backlog().Records - before
+		// Past the budget a third of what is left, and a record: the
+		// one staged by the operation that reached it.
+		if left := budget + budget/4 - before; before >= budget && gained > left/3+1 {
+			t.Errorf("principal q%d gained %d records with %d left below the ceiling, want at most a third", i, gained, left)
+		}
+	}
+	if got := svc.Backlog().Records; got >= budget+budget/4 {
+		t.Errorf("the service retains %d records, at its ceiling", got)
+	}
+	told, err := fillShare(t, svc, "newcomer", 100)
+	if told == 0 {
+		t.Errorf("a newcomer after fifteen principals: %v after %d tells, want at least one told", err, told)
+	}
+}
+
+// TestShare_LargestHoldersRefusedNearFullConversations (issue 27, the
+// 80 % rule): eight principals hold their shares of MaxConversations, 80 %
+// of it; above it a principal charged with a twentieth is refused one
+// more capacity_exceeded (limit 2), not at its share, while a newcomer
+// still creates conversations.
+func TestShare_LargestHoldersRefusedNearFullConversations(t *testing.T) {
+	ctx := context.Background()
+	// A share of 4, a twentieth 2, 80 % 32.
+	svc, err := Open(ctx, store.NewMemory(), Options{NodeKey: testKey, MaxConversations: 40, ClientShare: 10})
+	must(t, err)
+	t.Cleanup(func() { svc.Close() })
+	conv := ConversationID(1)
+	for i := range 8 {
+		c := svc.ConnectAs(Principal(fmt.Sprintf("p%d", i)), nil)
+		for range 4 {
+			mustEnroll(t, c, conv, byte(conv))
+			conv++
+		}
+	}
+	a := svc.ConnectAs("a", nil)
+	mustEnroll(t, a, 100, 100)
+	mustEnroll(t, a, 101, 101)
+	_, err = a.Enroll(ctx, Enroll{Conversation: 102, Token: token(102)})
+	if pe := codeOf(err); pe == nil || pe.Code != CodeCapacityExceeded || pe.Limit != 2 {
+		t.Fatalf("a's third conversation above 80 %%: %v, want capacity_exceeded with limit 2", err)
+	}
+	b := svc.ConnectAs("b", nil)
+	mustEnroll(t, b, 110, 110)
+	mustEnroll(t, b, 111, 111)
+}
+
+// BenchmarkShareRefusal is what the shares and the rules near full cost a
+// tell of a principal's conversation: the decision alone, in the common
+// case that admits.
+func BenchmarkShareRefusal(b *testing.B) {
+	s := &Service{shareLimits: (&Options{BacklogRecords: DefaultBacklogRecords, MaxConversations: DefaultMaxConversations, ClientShare: DefaultClientShare}).shareLimits()}
+	sh := &share{}
+	sh.records.Store(100)
+	for b.Loop() {
+		if e := s.shareRefusal(sh, sh.records.Load()+1, 1000, -1, false); e != nil {
+			b.Fatal(e)
+		}
 	}
 }

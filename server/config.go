@@ -134,7 +134,9 @@ type Config struct {
 	// MaxConnectionsPerAddress caps the connections one peer address (an
 	// IPv6 /64) holds; one more is rejected{overloaded}. Default
 	// DefaultMaxConnectionsPerAddress. Loopback peers are exempt unless
-	// LimitLoopback.
+	// LimitLoopback. Under TLSClientCA it, ConnectionRate and
+	// ConversationRate also bound each client certificate identity,
+	// whatever its address, loopback too (limits.go).
 	MaxConnectionsPerAddress int
 	// ConnectionRate is how many new connections a second one peer
 	// address may open (a bucket of one second's worth, at least one);

@@ -42,6 +42,9 @@ type conn struct {
 	// counts it when limited.
 	peer    netip.Prefix
 	limited bool
+	// count is what Server.peers counts of it (limits.go), guarded by
+	// Server.mu.
+	count connCount // +checklocksignore: guarded by Server.mu, out of reach of the annotations
 	// creates is the connection's conversation bucket: its address's, or
 	// its own when its address is exempt from the peer limits.
 	creates *creations
@@ -293,10 +296,8 @@ func (c *conn) welcomeBuffers() {
 // one client is one share however many addresses it comes from; else its address where the per-address
 // limits apply, and nobody where they do not (loopback, by default).
 func (c *conn) principal() participant.Principal {
-	if tc := tlsOf(c.nc); tc != nil {
-		if chains := tc.ConnectionState().VerifiedChains; len(chains) > 0 && len(chains[0]) > 0 {
-			return participant.Principal("cert:" + certIdentity(chains[0]))
-		}
+	if id := certPrincipal(c.nc); id != "" {
+		return participant.Principal(id)
 	}
 	if c.limited {
 		return participant.Principal(c.peer.String())
@@ -389,6 +390,9 @@ func (c *conn) handshake() (wire.Reason, string, *wire.Hello) {
 		return wire.ReasonUnsupportedVersion, fmt.Sprintf("this server speaks version %d only", wire.Version), nil
 	}
 	if reason, detail := c.srv.checkAuth(c.nc.RemoteAddr(), isWS(c.nc), hello.Auth); reason != "" {
+		return reason, detail, nil
+	}
+	if reason, detail := c.srv.admitCert(c); reason != "" {
 		return reason, detail, nil
 	}
 	if c.srv.svc.Load() == nil {

@@ -3,10 +3,13 @@ package server
 import (
 	"cmp"
 	"fmt"
+	"math"
 	"net"
 	"net/netip"
 	"sync"
 	"time"
+
+	"github.com/participantd/participantd/wire"
 )
 
 // peerLimits bounds what one peer address may hold and open: at most
@@ -18,6 +21,19 @@ import (
 // one host is usually given). Loopback peers are exempt unless LimitLoopback: they are this
 // machine, or a proxy in front of it that makes every client look local;
 // each of their connections gets a conversation bucket of its own instead.
+// Above 80 % of MaxConnections, a peer holding a twentieth of them is
+// refused first, so that the rest admits the others.
+//
+// Under mutual TLS (TLSClientCA) the principal is the client certificate's
+// identity, as for the shares: once a connection's hello is read, it is
+// counted under its certificate, whatever its address (loopback too), and
+// the same limits apply to the certificate (admitCertLocked), the
+// conversation bucket included. Its address still bounds what it may hold
+// (MaxConnectionsPerAddress) and open (ConnectionRate) before anyone has
+// proven who it is, but the 80 % rule counts only the address's
+// connections that have not said hello yet (proving): so one certificate
+// from many addresses is one principal, and the clients behind one NAT
+// address are not refused for each other beyond its cap.
 //
 // Its methods ending in Locked need Server.mu held.
 type peerLimits struct {
@@ -31,17 +47,38 @@ type peerLimits struct {
 	// convRate and convBurst pace the conversations a peer creates.
 	convRate  float64
 	convBurst float64
+	// high and small make the 80 % rule: above high of maxConns
+	// connections, a principal holding small is refused.
+	maxConns    int
+	high, small int
+	// mtls is set when client certificates are required: they are then
+	// the principals.
+	mtls bool
 
 	peers map[netip.Prefix]*peer
+	// certs are the certificate identities' connections and buckets.
+	certs map[string]*peer
 	// swept is when entries that hold nothing were last dropped.
 	swept time.Time
 }
 
-// peer is one address's open connections and buckets.
+// peer is one address's, or one certificate identity's, open connections
+// and buckets.
 type peer struct {
-	open    int
+	open int
+	// proving counts, of an address under mutual TLS, the connections
+	// not counted under a certificate yet.
+	proving int
 	conns   bucket
 	creates *creations
+}
+
+// connCount is what the peer limits count of one connection, guarded by
+// Server.mu: whether it is among its address's proving, and the
+// certificate identity it is counted under ("" none).
+type connCount struct {
+	proving bool
+	cert    string
 }
 
 // bucket is a token bucket, brought up to date when it is used.
@@ -120,8 +157,22 @@ func newPeerLimits(cfg Config) *peerLimits {
 		v6:         cmp.Or(cfg.IPv6Prefix, DefaultIPv6Prefix),
 		convRate:   cfg.ConversationRate,
 		convBurst:  float64(max(1, cfg.ConversationBurst)),
+		maxConns:   cfg.MaxConnections,
+		high:       highWater(cfg.MaxConnections),
+		small:      max(1, cfg.MaxConnections/20),
+		mtls:       cfg.TLSClientCA != "",
 		peers:      make(map[netip.Prefix]*peer),
+		certs:      make(map[string]*peer),
 	}
+}
+
+// highWater is 80 % of maxConns; without a limit (a Config the defaults
+// were not applied to) there is none.
+func highWater(maxConns int) int {
+	if maxConns <= 0 {
+		return math.MaxInt
+	}
+	return maxConns * 8 / 10
 }
 
 // key returns the limits' key of a remote address, and whether the limits
@@ -156,16 +207,16 @@ func ipPrefix(ip netip.Addr, v4, v6 int) netip.Prefix {
 	return p
 }
 
-// admitLocked counts one more connection of key at now, or returns why it
-// is refused.
-func (l *peerLimits) admitLocked(key netip.Prefix, now time.Time) string {
+// admitLocked counts one more connection of key at now, while the server
+// holds held, or returns why it is refused.
+func (l *peerLimits) admitLocked(key netip.Prefix, held int, now time.Time) string {
 	l.sweepLocked(now)
-	p := l.peers[key]
-	if p == nil {
-		p = &peer{conns: fillBucket(l.burst, now), creates: newCreations(l.convRate, l.convBurst, now)}
-		l.peers[key] = p
-	}
+	p := entryLocked(l, l.peers, key, now)
 	switch {
+	case !l.mtls && held >= l.high && p.open >= l.small:
+		return fmt.Sprintf("the server holds over 80%% of its %d connections, and your address holds %d, a twentieth of them", l.maxConns, p.open)
+	case l.mtls && held >= l.high && p.proving >= l.small:
+		return fmt.Sprintf("the server holds over 80%% of its %d connections, and your address holds %d that have not said hello, a twentieth of them", l.maxConns, p.proving)
 	case p.open >= l.perAddress:
 		return fmt.Sprintf("your address holds %d connections, the limit of one address", p.open)
 	case !p.conns.take(now, l.rate, l.burst):
@@ -175,19 +226,61 @@ func (l *peerLimits) admitLocked(key netip.Prefix, now time.Time) string {
 	return ""
 }
 
-// openLocked returns the connections key holds.
-func (l *peerLimits) openLocked(key netip.Prefix) int {
-	if p := l.peers[key]; p != nil {
-		return p.open
+// provingLocked counts a connection admitted for key among its address's
+// proving, under mutual TLS.
+func (l *peerLimits) provingLocked(key netip.Prefix, cnt *connCount) {
+	if p := l.peers[key]; l.mtls && p != nil {
+		p.proving++
+		cnt.proving = true
 	}
-	return 0
 }
 
-// releaseLocked counts one connection of key closed.
-func (l *peerLimits) releaseLocked(key netip.Prefix) {
-	if p := l.peers[key]; p != nil {
+// admitCertLocked counts one more connection of certificate identity id
+// at now, once its hello is read, while the server holds held others, or
+// returns why it is refused. Either way the connection is no longer among
+// its address's proving.
+func (l *peerLimits) admitCertLocked(key netip.Prefix, cnt *connCount, id string, held int, now time.Time) string {
+	if p := l.peers[key]; cnt.proving && p != nil {
+		p.proving--
+	}
+	cnt.proving = false
+	p := entryLocked(l, l.certs, id, now)
+	switch {
+	case held >= l.high && p.open >= l.small:
+		return fmt.Sprintf("the server holds over 80%% of its %d connections, and your client certificate holds %d, a twentieth of them", l.maxConns, p.open)
+	case p.open >= l.perAddress:
+		return fmt.Sprintf("your client certificate holds %d connections, the limit of one client (max-connections-per-address)", p.open)
+	case !p.conns.take(now, l.rate, l.burst):
+		return fmt.Sprintf("your client certificate opens connections faster than %g a second", l.rate)
+	}
+	p.open++
+	cnt.cert = id
+	return ""
+}
+
+// entryLocked returns the entry of k in m, making a fresh one at now.
+func entryLocked[K comparable](l *peerLimits, m map[K]*peer, k K, now time.Time) *peer {
+	p := m[k]
+	if p == nil {
+		p = &peer{conns: fillBucket(l.burst, now), creates: newCreations(l.convRate, l.convBurst, now)}
+		m[k] = p
+	}
+	return p
+}
+
+// releaseLocked counts one connection closed: of key when limited, and of
+// whatever cnt says it is counted under.
+func (l *peerLimits) releaseLocked(key netip.Prefix, limited bool, cnt *connCount) {
+	if p := l.peers[key]; limited && p != nil {
+		p.open--
+		if cnt.proving {
+			p.proving--
+		}
+	}
+	if p := l.certs[cnt.cert]; cnt.cert != "" && p != nil {
 		p.open--
 	}
+	*cnt = connCount{}
 }
 
 // creationsLocked returns the conversation bucket of a connection of key
@@ -200,21 +293,48 @@ func (l *peerLimits) creationsLocked(key netip.Prefix, limited bool, now time.Ti
 	return newCreations(l.convRate, l.convBurst, now)
 }
 
-// sweepLocked drops, at most once a second, the peers that hold no
-// connection and whose buckets are full again: they are as if never seen.
-// The map so holds the peers with connections plus those that connected,
-// or created conversations, within the last time their buckets take to
-// fill (convBurst/convRate, ten seconds by default).
+// sweepLocked drops, at most once a second, the peers and certificate
+// identities that hold no connection and whose buckets are full again:
+// they are as if never seen. The maps so hold those with connections
+// plus those that connected, or created conversations, within the last
+// time their buckets take to fill (convBurst/convRate, ten seconds by
+// default).
 func (l *peerLimits) sweepLocked(now time.Time) {
 	if now.Sub(l.swept) < time.Second {
 		return
 	}
 	l.swept = now
-	for k, p := range l.peers {
+	sweep(l, l.peers, now)
+	sweep(l, l.certs, now)
+}
+
+func sweep[K comparable](l *peerLimits, m map[K]*peer, now time.Time) {
+	for k, p := range m {
 		if p.open == 0 && p.conns.level(now, l.rate, l.burst) >= l.burst && p.creates.full(now) {
-			delete(l.peers, k)
+			delete(m, k)
 		}
 	}
+}
+
+// admitCert counts c under its client certificate's identity once its
+// hello is read, under mutual TLS, and gives it the certificate's
+// conversation bucket; or returns why it is refused (peerLimits).
+func (s *Server) admitCert(c *conn) (wire.Reason, string) {
+	if !s.peers.mtls {
+		return "", ""
+	}
+	id := certPrincipal(c.nc)
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if id == "" {
+		return "", ""
+	}
+	if detail := s.peers.admitCertLocked(c.peer, &c.count, id, len(s.conns)-1, now); detail != "" {
+		return wire.ReasonOverloaded, detail
+	}
+	c.creates = s.peers.certs[id].creates
+	return "", ""
 }
 
 // logLimiter lets one log line through per interval and counts the ones

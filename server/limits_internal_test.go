@@ -70,23 +70,23 @@ func TestPeerLimits_AdmitReleaseRateAndSweep(t *testing.T) {
 	for i, st := range steps {
 		at := now.Add(st.at)
 		if st.release {
-			l.releaseLocked(key)
+			l.releaseLocked(key, true, &connCount{})
 			continue
 		}
-		if refused := l.admitLocked(key, at) != ""; refused != st.refused {
+		if refused := l.admitLocked(key, 0, at) != ""; refused != st.refused {
 			t.Fatalf("step %d: refused %v, want %v", i, refused, st.refused)
 		}
 	}
-	l.releaseLocked(key)
-	l.releaseLocked(key)
-	l.admitLocked(key, now.Add(time.Hour)) // sweeps, then counts this one
+	l.releaseLocked(key, true, &connCount{})
+	l.releaseLocked(key, true, &connCount{})
+	l.admitLocked(key, 0, now.Add(time.Hour)) // sweeps, then counts this one
 	if len(l.peers) != 1 {
 		t.Errorf("after an hour, %d peers kept, want the one admitted now", len(l.peers))
 	}
 	other, _ := l.key(&net.TCPAddr{IP: net.ParseIP("198.51.100.1")})
-	l.admitLocked(other, now.Add(time.Hour+time.Second))
-	l.releaseLocked(other)
-	l.admitLocked(key, now.Add(2*time.Hour)) // the other peer is full again and holds nothing
+	l.admitLocked(other, 0, now.Add(time.Hour+time.Second))
+	l.releaseLocked(other, true, &connCount{})
+	l.admitLocked(key, 0, now.Add(2*time.Hour)) // the other peer is full again and holds nothing
 	if _, ok := l.peers[other]; ok {
 		t.Error("a peer holding nothing, its bucket full, survived the sweep")
 	}
@@ -99,7 +99,7 @@ func TestPeerLimits_CreationBucketSurvivesReconnects(t *testing.T) {
 	l := newPeerLimits(Config{MaxConnectionsPerAddress: 4, ConnectionRate: 10, ConversationRate: 0.001, ConversationBurst: 2})
 	key, _ := l.key(&net.TCPAddr{IP: net.ParseIP("192.0.2.7")})
 	now := time.Unix(1000, 0)
-	if d := l.admitLocked(key, now); d != "" {
+	if d := l.admitLocked(key, 0, now); d != "" {
 		t.Fatalf("admit = %q", d)
 	}
 	cr := l.creationsLocked(key, true, now)
@@ -114,9 +114,9 @@ func TestPeerLimits_CreationBucketSurvivesReconnects(t *testing.T) {
 			t.Fatalf("create %d = %v, want %v", i, got, want)
 		}
 	}
-	l.releaseLocked(key)
+	l.releaseLocked(key, true, &connCount{})
 	later := now.Add(time.Minute)
-	if d := l.admitLocked(key, later); d != "" {
+	if d := l.admitLocked(key, 0, later); d != "" {
 		t.Fatalf("admit a minute later = %q", d)
 	}
 	if l.creationsLocked(key, true, later).take(later) {
@@ -125,5 +125,39 @@ func TestPeerLimits_CreationBucketSurvivesReconnects(t *testing.T) {
 	own := l.creationsLocked(netip.Prefix{}, false, now)
 	if own == cr || !own.take(now) || !own.take(now) || own.take(now) {
 		t.Error("an exempt connection's own bucket of 2 does not allow exactly two")
+	}
+}
+
+// Under mutual TLS a connection is among its address's proving until its
+// hello is read, then counted under its certificate; a release undoes
+// whichever holds, and the sweep forgets a certificate holding nothing.
+func TestPeerLimits_CertificateCounts(t *testing.T) {
+	l := newPeerLimits(Config{TLSClientCA: "ca.pem", MaxConnections: 100, MaxConnectionsPerAddress: 4, ConnectionRate: 10})
+	key, _ := l.key(&net.TCPAddr{IP: net.ParseIP("192.0.2.7")})
+	now := time.Unix(1000, 0)
+	var early, late connCount
+	for _, cnt := range []*connCount{&early, &late} {
+		if d := l.admitLocked(key, 0, now); d != "" {
+			t.Fatalf("admit = %q", d)
+		}
+		l.provingLocked(key, cnt)
+	}
+	if p := l.peers[key]; p.open != 2 || p.proving != 2 {
+		t.Fatalf("two admitted: open %d proving %d, want 2 and 2", p.open, p.proving)
+	}
+	l.releaseLocked(key, true, &early) // gone before its hello
+	if d := l.admitCertLocked(key, &late, "cert:a", 1, now); d != "" {
+		t.Fatalf("admitCert = %q", d)
+	}
+	if p, c := l.peers[key], l.certs["cert:a"]; p.open != 1 || p.proving != 0 || c.open != 1 || late.cert != "cert:a" {
+		t.Fatalf("after one release and one hello: address open %d proving %d, certificate open %d (%q), want 1, 0, 1", p.open, p.proving, c.open, late.cert)
+	}
+	l.releaseLocked(key, true, &late)
+	if p, c := l.peers[key], l.certs["cert:a"]; p.open != 0 || p.proving != 0 || c.open != 0 || late != (connCount{}) {
+		t.Fatalf("after both released: address open %d proving %d, certificate open %d, count %+v, want zeros", p.open, p.proving, c.open, late)
+	}
+	l.admitLocked(key, 0, now.Add(time.Hour)) // sweeps
+	if _, ok := l.certs["cert:a"]; ok {
+		t.Error("a certificate holding nothing, its buckets full, survived the sweep")
 	}
 }

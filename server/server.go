@@ -464,12 +464,8 @@ func (s *Server) admit(raw net.Conn, ws bool) {
 		reason, detail = wire.ReasonShuttingDown, "the server is shutting down"
 	case len(s.conns) >= s.cfg.MaxConnections:
 		reason, detail = wire.ReasonOverloaded, fmt.Sprintf("the server is at its limit of %d connections", s.cfg.MaxConnections)
-	case limited && len(s.conns) >= s.cfg.MaxConnections*8/10 && s.peers.openLocked(key) >= max(1, s.cfg.MaxConnections/20):
-		// Above 80 % of the connections the addresses holding the most
-		// are refused first, so that the rest admits the others.
-		reason, detail = wire.ReasonOverloaded, fmt.Sprintf("the server holds over 80%% of its %d connections, and your address holds %d, a twentieth of them", s.cfg.MaxConnections, s.peers.openLocked(key))
 	case limited:
-		detail = s.peers.admitLocked(key, now)
+		detail = s.peers.admitLocked(key, len(s.conns), now)
 		if detail != "" {
 			reason = wire.ReasonOverloaded
 		}
@@ -486,6 +482,9 @@ func (s *Server) admit(raw net.Conn, ws bool) {
 	case reason == "":
 		raw.SetDeadline(now.Add(s.cfg.HelloTimeout))
 		c = newConn(s, nc, key, limited, s.peers.creationsLocked(key, limited, now))
+		if limited {
+			s.peers.provingLocked(key, &c.count)
+		}
 		s.conns[c] = struct{}{}
 	case len(s.refusing) < maxRefusing:
 		raw.SetDeadline(now.Add(s.refuseTimeout()))
@@ -515,9 +514,7 @@ func (s *Server) admit(raw net.Conn, ws bool) {
 		defer func() {
 			s.mu.Lock()
 			delete(s.conns, c)
-			if c.limited {
-				s.peers.releaseLocked(c.peer)
-			}
+			s.peers.releaseLocked(c.peer, c.limited, &c.count)
 			s.mu.Unlock()
 		}()
 		c.serve()

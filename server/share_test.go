@@ -224,6 +224,45 @@ func TestShare_APrefixIsOnePrincipal(t *testing.T) {
 	}
 }
 
+// Issue 27, the many-address case left open: fourteen loopback addresses
+// of one host, each its own principal at the default prefix (fourteen
+// shares of a tenth), fill the server-wide backlog with conversations of
+// deaf members; a newcomer from another address then tells 50 times into
+// a new conversation and must be admitted every time. Above 80 % of the
+// budget the principals that hold a twentieth are refused, and past the
+// budget each principal only a third of what is left, so the last of the
+// budget stays for those who hold little. Without it the fourteen took
+// the budget and most of the ceiling, and the newcomer got a few tells in.
+func TestShare_ManyAddressesCannotStarveANewcomer(t *testing.T) {
+	const budget = 2000
+	h := start(t, server.Config{BacklogRecords: budget, LimitLoopback: true})
+	conv := uint64(1)
+	for i := range 14 {
+		ip := fmt.Sprintf("127.0.0.%d", 1+i)
+		deaf, teller := h.dialFrom(ip), h.dialFrom(ip)
+		for ; ; conv++ {
+			e, told := deafConversation(t, deaf, teller, conv, 10*budget)
+			if e == nil {
+				t.Fatalf("%s told %d records into conversation %d, never refused", ip, told, conv)
+			}
+			if e.Code != wire.CodeBacklogFull {
+				t.Fatalf("%s, conversation %d: refused %#v, want backlog_full", ip, conv, e)
+			}
+			if told == 0 {
+				break
+			}
+		}
+		conv++
+	}
+	if held := h.metric(server.MetricBacklogRecords); held < budget*8/10 {
+		t.Fatalf("the fourteen addresses retain %v records, want at least 80 %% of %d", held, budget)
+	}
+	deaf, teller := h.dialFrom("127.0.1.1"), h.dialFrom("127.0.1.1")
+	if e, told := deafConversation(t, deaf, teller, 1_000_000, 50); e != nil || told != 50 {
+		t.Errorf("a newcomer's 50 tells: refused %#v after %d, want all admitted", e, told)
+	}
+}
+
 // dialRawFrom connects from local address ip without a hello.
 func (h *harness) dialRawFrom(ip string) *client {
 	h.t.Helper()

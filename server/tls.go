@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"sync/atomic"
 )
@@ -42,6 +43,18 @@ func certIdentity(chain []*x509.Certificate) string {
 	}
 	sum := sha256.Sum256(issuer.RawSubjectPublicKeyInfo)
 	return fmt.Sprintf("%s issuer %q key %x", id, issuer.Subject.String(), sum[:8])
+}
+
+// certPrincipal returns the principal of nc's verified client
+// certificate ("cert:" and its certIdentity), "" when nc is not TLS or
+// presented none.
+func certPrincipal(nc net.Conn) string {
+	if tc := tlsOf(nc); tc != nil {
+		if chains := tc.ConnectionState().VerifiedChains; len(chains) > 0 && len(chains[0]) > 0 {
+			return "cert:" + certIdentity(chains[0])
+		}
+	}
+	return ""
 }
 
 // certs is a listener's TLS identity, reloadable while serving: a
