@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"crypto/tls"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -143,17 +142,8 @@ func runBackup(ctx context.Context, e *env, args []string) error {
 // printBackup prints line, or with asJSON r (its result set) as one JSON
 // object, and a newline.
 func printBackup(e *env, asJSON bool, line string, r backupResult) error {
-	if !asJSON {
-		_, err := fmt.Fprintln(e.stdout, line)
-		return err
-	}
 	r.Result = "backup"
-	b, err := json.Marshal(r)
-	if err != nil {
-		return err
-	}
-	_, err = fmt.Fprintf(e.stdout, "%s\n", b)
-	return err
+	return printResult(e, asJSON, line, r)
 }
 
 // healthClient returns the base URL of the health listener at health

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -74,21 +73,11 @@ type convertResult struct {
 
 // printConvert prints what a conversion of prefix did.
 func printConvert(e *env, asJSON bool, prefix string, sum cluster.ConvertSummary) error {
-	if asJSON {
-		b, err := json.Marshal(convertResult{Result: "converted", Prefix: prefix, Format: cluster.FormatVersion,
-			Already: sum.Already, Sealed: sum.Sealed, FoundSealed: sum.Verified, Txns: sum.Txns})
-		if err != nil {
-			return err
-		}
-		_, err = fmt.Fprintf(e.stdout, "%s\n", b)
-		return err
-	}
-	var err error
+	line := fmt.Sprintf("converted %s to format %d: %d values sealed, %d found sealed, in %d transactions; verifying",
+		prefix, cluster.FormatVersion, sum.Sealed, sum.Verified, sum.Txns)
 	if sum.Already {
-		_, err = fmt.Fprintf(e.stdout, "%s is already format %d: nothing to convert; verifying\n", prefix, cluster.FormatVersion)
-	} else {
-		_, err = fmt.Fprintf(e.stdout, "converted %s to format %d: %d values sealed, %d found sealed, in %d transactions; verifying\n",
-			prefix, cluster.FormatVersion, sum.Sealed, sum.Verified, sum.Txns)
+		line = fmt.Sprintf("%s is already format %d: nothing to convert; verifying", prefix, cluster.FormatVersion)
 	}
-	return err
+	return printResult(e, asJSON, line, convertResult{Result: "converted", Prefix: prefix, Format: cluster.FormatVersion,
+		Already: sum.Already, Sealed: sum.Sealed, FoundSealed: sum.Verified, Txns: sum.Txns})
 }

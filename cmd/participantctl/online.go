@@ -294,8 +294,8 @@ type result struct {
 }
 
 // printResult prints line, or with asJSON r as one JSON object, and a
-// newline.
-func printResult(e *env, asJSON bool, line string, r result) error {
+// newline: every command's --json output goes through it.
+func printResult(e *env, asJSON bool, line string, r any) error {
 	if !asJSON {
 		_, err := fmt.Fprintln(e.stdout, line)
 		return err

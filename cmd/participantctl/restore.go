@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -150,17 +149,8 @@ func runRestore(ctx context.Context, e *env, args []string) error {
 // printRestore prints line, or with asJSON r (its result set) as one JSON
 // object, and a newline.
 func printRestore(e *env, asJSON bool, line string, r restoreResult) error {
-	if !asJSON {
-		_, err := fmt.Fprintln(e.stdout, line)
-		return err
-	}
 	r.Result = "restored"
-	b, err := json.Marshal(r)
-	if err != nil {
-		return err
-	}
-	_, err = fmt.Fprintf(e.stdout, "%s\n", b)
-	return err
+	return printResult(e, asJSON, line, r)
 }
 
 // verifyArgs is args for the verify that follows a restore, with --json
