@@ -1,7 +1,7 @@
 # The README's commands, wrapped. `make test` is what .ci/run runs.
 GO ?= go
 
-.PHONY: test build lint fuzz bench run release release-check tag test-clients
+.PHONY: test build lint fuzz bench run release release-check tag test-clients soak
 
 build:
 	$(GO) build ./...
@@ -166,7 +166,6 @@ test-clients:
 # ones, and all of them after the last round) is retried with its token and
 # must answer its original seq, and every answered tell is delivered to each
 # receiver with its payload. About 15 minutes on 2 cores.
-.PHONY: soak
 SOAK_ROUNDS ?= 1000
 SOAK_ROWS ?= 100000
 SOAK_SAMPLE ?= 1000

@@ -47,6 +47,34 @@ func requestsAfter[T wire.Message](srv *fakeServer) []string {
 	return out
 }
 
+// wantUnbound fails t unless the fake server holds participant p of
+// conversation 1 unbound at generation 1: a detach ended its first
+// binding and nothing attached it since.
+func wantUnbound(t *testing.T, srv *fakeServer, p uint64) {
+	t.Helper()
+	if m := srv.member(1, p); m.bound != nil || m.gen != 1 {
+		t.Errorf("after Detach: bound %v at generation %d, want unbound at 1", m.bound != nil, m.gen)
+	}
+}
+
+// lostLog records the reasons OnLost was called with.
+type lostLog struct {
+	mu   sync.Mutex
+	errs []error
+}
+
+func (l *lostLog) onLost(_ client.Credential, why error) {
+	l.mu.Lock()
+	l.errs = append(l.errs, why)
+	l.mu.Unlock()
+}
+
+func (l *lostLog) all() []error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]error(nil), l.errs...)
+}
+
 // A detach that commits and whose answer is lost: the client must not
 // re-attach the participant on the next connection before the retry
 // (which would replay "detached" for a participant bound again). The
@@ -55,18 +83,12 @@ func requestsAfter[T wire.Message](srv *fakeServer) []string {
 func TestClient_Detach_AnswerLost_NoReattach(t *testing.T) {
 	ctx := testCtx(t)
 	srv := newFakeServer(t)
-	c := dialT(t, srv, client.Options{})
-	cred, err := c.Enroll(ctx, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, cred := enrollT(ctx, t, srv)
 	srv.setHook(onFirst[*wire.Detach](commitThenDrop))
 	if _, err := c.Detach(ctx, cred); err != nil {
 		t.Fatalf("Detach = %v, want the replay of the committed detach", err)
 	}
-	if m := srv.member(1, cred.Participant); m.bound != nil || m.gen != 1 {
-		t.Errorf("after Detach: bound %v at generation %d, want unbound at 1", m.bound != nil, m.gen)
-	}
+	wantUnbound(t, srv, cred.Participant)
 	if got, want := requestsAfter[*wire.Detach](srv), []string{"detach"}; !cmp.Equal(got, want) {
 		t.Errorf("requests after the first detach = %v, want %v (no attach before the retry)", got, want)
 	}
@@ -79,18 +101,12 @@ func TestClient_Detach_AnswerLost_NoReattach(t *testing.T) {
 func TestClient_Detach_LostBeforeCommit_NoBinding(t *testing.T) {
 	ctx := testCtx(t)
 	srv := newFakeServer(t)
-	c := dialT(t, srv, client.Options{})
-	cred, err := c.Enroll(ctx, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, cred := enrollT(ctx, t, srv)
 	srv.setHook(onFirst[*wire.Detach](dropBefore))
 	if _, err := c.Detach(ctx, cred); !errors.Is(err, client.ErrNoBinding) || errors.Is(err, client.ErrInDoubt) {
 		t.Fatalf("Detach = %v, want no_binding", err)
 	}
-	if m := srv.member(1, cred.Participant); m.bound != nil || m.gen != 1 {
-		t.Errorf("after Detach: bound %v at generation %d, want unbound at 1", m.bound != nil, m.gen)
-	}
+	wantUnbound(t, srv, cred.Participant)
 	if err := c.Ping(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -105,13 +121,8 @@ func TestClient_Detach_LostBeforeCommit_NoBinding(t *testing.T) {
 func TestClient_Leave_AnswerLost_NotLost(t *testing.T) {
 	ctx := testCtx(t)
 	srv := newFakeServer(t)
-	var mu sync.Mutex
-	var lost []error
-	c := dialT(t, srv, client.Options{OnLost: func(_ client.Credential, why error) {
-		mu.Lock()
-		lost = append(lost, why)
-		mu.Unlock()
-	}})
+	var lost lostLog
+	c := dialT(t, srv, client.Options{OnLost: lost.onLost})
 	cred, err := c.Enroll(ctx, 1)
 	if err != nil {
 		t.Fatal(err)
@@ -123,10 +134,8 @@ func TestClient_Leave_AnswerLost_NotLost(t *testing.T) {
 	if err := c.Ping(ctx); err != nil {
 		t.Fatal(err)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(lost) != 0 {
-		t.Errorf("OnLost called with %v for a participant the application left", lost)
+	if got := lost.all(); len(got) != 0 {
+		t.Errorf("OnLost called with %v for a participant the application left", got)
 	}
 	if got, want := requestsAfter[*wire.Leave](srv), []string{"leave", "ping"}; !cmp.Equal(got, want) {
 		t.Errorf("requests after the first leave = %v, want %v", got, want)
@@ -138,11 +147,7 @@ func TestClient_Leave_AnswerLost_NotLost(t *testing.T) {
 func TestClient_Ack_BelowCursor_IsAcked(t *testing.T) {
 	ctx := testCtx(t)
 	srv := newFakeServer(t)
-	c := dialT(t, srv, client.Options{})
-	cred, err := c.Enroll(ctx, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, cred := enrollT(ctx, t, srv)
 	if cur, err := c.Ack(ctx, cred, 5); err != nil || cur != 5 {
 		t.Fatalf("Ack(5) = %d, %v", cur, err)
 	}
@@ -288,13 +293,8 @@ func TestClient_AnswerDropped_CallEnds(t *testing.T) {
 func TestClient_Leave_AttachInDoubt_Leaves(t *testing.T) {
 	ctx := testCtx(t)
 	srv := newFakeServer(t)
-	var mu sync.Mutex
-	var lost []error
-	c := dialT(t, srv, client.Options{OnLost: func(_ client.Credential, why error) {
-		mu.Lock()
-		lost = append(lost, why)
-		mu.Unlock()
-	}})
+	var lost lostLog
+	c := dialT(t, srv, client.Options{OnLost: lost.onLost})
 	cred, err := c.Enroll(ctx, 1)
 	if err != nil {
 		t.Fatal(err)
@@ -330,9 +330,7 @@ func TestClient_Leave_AttachInDoubt_Leaves(t *testing.T) {
 	if m := srv.member(1, cred.Participant); !m.retired {
 		t.Errorf("participant not retired")
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(lost) != 0 {
-		t.Errorf("OnLost(%v)", lost)
+	if got := lost.all(); len(got) != 0 {
+		t.Errorf("OnLost(%v)", got)
 	}
 }

@@ -156,8 +156,12 @@ var errForgotten = errors.New("client: participant no longer held by this connec
 // credential. A token_expired refusal renews the intent's token once
 // (renewExpiredLocked) and tries again.
 func (c *Client) attachOn(ctx context.Context, s *session, m *member, backlogWait time.Duration) (Credential, error) {
-	m.attachMu.Lock()
-	defer m.attachMu.Unlock()
+	select {
+	case m.attachMu <- struct{}{}:
+	case <-ctx.Done():
+		return Credential{}, ctx.Err()
+	}
+	defer func() { <-m.attachMu }()
 	for {
 		c.mu.Lock()
 		if m.lost != nil {
@@ -171,7 +175,7 @@ func (c *Client) attachOn(ctx context.Context, s *session, m *member, backlogWai
 			c.mu.Unlock()
 			return Credential{}, errForgotten
 		}
-		if !m.wantBound && !m.settling {
+		if !m.wantBound && m.settling == 0 {
 			// A Detach or Leave released it: no attach of it goes out
 			// once its request may have.
 			m.nextToken = nil

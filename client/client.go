@@ -44,11 +44,8 @@ type Client struct {
 	readyCh chan struct{} // closed once cur is set
 	welcome Welcome
 	members map[key]*member
-	seen    map[key]uint64 // (conversation, recipient) -> highest seq delivered
-	// firsts is the highest first of a compacted notice handed on, per
-	// (conversation, recipient).
-	firsts map[key]uint64
-	closed bool
+	handed  handedOn // deliveries queued, to drop repeats
+	closed  bool
 
 	// intents is the attach in doubt of each participant: the Client's
 	// own, or its Cluster's, shared by all of the Cluster's Clients.
@@ -63,9 +60,11 @@ type Client struct {
 
 // member is a participant the client holds.
 type member struct {
-	// attachMu serializes the attaches of this participant; held across
-	// I/O, taken before Client.mu.
-	attachMu sync.Mutex
+	// attachMu serializes the attaches of this participant: a one-slot
+	// semaphore (a send takes it, a receive gives it back), so that a
+	// call waiting for an attach in flight gives up with its context.
+	// Held across I/O, taken before Client.mu.
+	attachMu chan struct{}
 
 	// Guarded by Client.mu.
 	cred      Credential
@@ -75,13 +74,18 @@ type member struct {
 	// with WithToken), consumed by the next attempt.
 	nextToken *Token
 	lost      error  // a *LostError once the participant is lost
+	lostTold  bool   // OnLost was called for lost
 	cursor    uint64 // the durable cursor, as last answered
 	// leaving marks a participant a Leave of this client is retiring: a
 	// retired refusal is then that leave's doing, not a loss.
 	leaving bool
-	// settling marks a released participant whose attach in doubt a
-	// Leave sends again (settleAttach): attachOn sends it anyway.
-	settling bool
+	// settling counts the Leaves of a released participant that send its
+	// attach in doubt again (settleAttach): attachOn sends it anyway.
+	settling int
+}
+
+func newMember(cred Credential) *member {
+	return &member{cred: cred, attachMu: make(chan struct{}, 1)}
 }
 
 // Dial connects to addr, runs the handshake and returns a Client that keeps
@@ -111,8 +115,7 @@ func dialClient(ctx context.Context, addr string, opts Options, in *intents, unb
 		readyCh: make(chan struct{}),
 		demand:  make(chan struct{}, 1),
 		members: make(map[key]*member),
-		seen:    make(map[key]uint64),
-		firsts:  make(map[key]uint64),
+		handed:  newHandedOn(),
 	}
 	c.queue.wake = make(chan struct{}, 1)
 	c.queue.slots = make(chan struct{}, opts.MaxQueuedDeliveries)
@@ -340,15 +343,20 @@ func (c *Client) credential(m *member) Credential {
 	return m.cred
 }
 
-// lostCallback calls OnLost for m, lost with err.
+// lostCallback calls OnLost for m, lost with err, once per loss: the
+// goroutines that may find it lost (a re-attachment, a deferred one, a
+// call's refusal or its settling of an attach in doubt) may race.
 func (c *Client) lostCallback(m *member, err error) {
 	if c.opts.OnLost == nil {
 		return
 	}
 	c.mu.Lock()
-	cred := m.cred
+	cred, told := m.cred, m.lostTold
+	m.lostTold = true
 	c.mu.Unlock()
-	c.opts.OnLost(cred, err)
+	if !told {
+		c.opts.OnLost(cred, err)
+	}
 }
 
 // noticeRefusal looks at the refusal e of a request that needed the
@@ -555,41 +563,76 @@ func (c *Client) callOnWait(ctx context.Context, s *session, m wire.Request, bac
 // sendState is what the sends of one call's token may have done: maybe
 // is set once a request carrying the token may have been applied and no
 // answer since proved that it was not. A call that ends without an
-// answer (its context, Close) is in_doubt only when maybe is set.
+// answer (its context, Close) is in_doubt only when maybe is set
+// (unknown). A Client's call records each send (sent); a Cluster's
+// operation each node's outcome (answered).
 type sendState struct{ maybe bool }
 
 // sent records one send: whether any of it was written, and its answer
-// (nil when none came). An in_doubt answer, or none after a write, may
-// mean applied; an answer the server gives only after it looked the
-// token up and found it not committed (settles) proves that no send of
-// it was applied; moved, unavailable, shutting_down and the like say
-// only that this send was not. A nil st records nothing.
+// (nil when none came): none after a write may mean applied; an error
+// answer is recorded by refused. A nil st records nothing.
 func (st *sendState) sent(wrote bool, ans wire.Message) {
 	if st == nil {
 		return
 	}
-	e, isErr := ans.(*wire.Error)
-	switch {
-	case ans == nil:
+	switch a := ans.(type) {
+	case nil:
 		st.maybe = st.maybe || wrote
-	case isErr && e.Code == wire.CodeInDoubt:
+	case *wire.Error:
+		st.refused(a.Code)
+	}
+}
+
+// answered records the outcome err of one attempt of a Cluster's
+// operation (nil: success): a node's Client's *Error is recorded by
+// refused, and no_binding (errRebind) proves that none was applied.
+func (st *sendState) answered(err error) {
+	if errors.Is(err, errRebind) {
+		st.maybe = false
+		return
+	}
+	if e, ok := err.(*Error); ok {
+		st.refused(e.Code)
+	}
+}
+
+// refused records a refusal of code: in_doubt may mean applied; an answer
+// the server gives only after it looked the token up and found it not
+// committed (settles) proves that no send of it was applied; moved,
+// unavailable, shutting_down and the like say only that this send was
+// not, and leave maybe as it was.
+func (st *sendState) refused(code Code) {
+	switch {
+	case code == CodeInDoubt:
 		st.maybe = true
-	case isErr && settles(e.Code):
+	case settles(code):
 		st.maybe = false
 	}
+}
+
+// unknown turns the error that ended a call without its outcome into the
+// caller's error: an in_doubt *Error carrying tok, wrapping err, when a
+// request carrying tok may have been applied (maybe), else err.
+func (st *sendState) unknown(tok *Token, err error) error {
+	if !st.maybe || tok == nil {
+		return err
+	}
+	return &Error{Code: CodeInDoubt, Detail: "outcome unknown: " + err.Error(), Token: *tok, err: err}
 }
 
 // settles reports whether an error answer of code comes after the
 // server's token check (docs/PROTOCOL.md, Order of checks) and so proves
 // that the request's token was not committed. moved, unavailable,
 // shutting_down, invite_*, token_expired, token_invalid and retired (a
-// deleted conversation refuses a committed token's replay too) do not.
+// deleted conversation refuses a committed token's replay too) do not,
+// nor does receipt_expired, which is given only for a token that did
+// commit (its answer's secret is no longer replayed).
 func settles(code wire.Code) bool {
 	switch code {
 	case wire.CodeUnknownParticipant, wire.CodeStaleAuthority, wire.CodeNoBinding,
 		wire.CodeBindingOccupied, wire.CodeTokenConflict, wire.CodeTooLarge,
 		wire.CodeCapacityExceeded, wire.CodeBacklogFull, wire.CodeRateLimited,
-		wire.CodeReceiptExpired, wire.CodeAckGap, wire.CodeAckRegression:
+		wire.CodeAckGap, wire.CodeAckRegression:
 		return true
 	}
 	return false

@@ -33,6 +33,18 @@ func dialT(t *testing.T, srv *fakeServer, opts client.Options) *client.Client {
 	return c
 }
 
+// enrollT dials srv as dialT does, with the default options, and enrolls
+// a participant in conversation 1.
+func enrollT(ctx context.Context, t *testing.T, srv *fakeServer) (*client.Client, client.Credential) {
+	t.Helper()
+	c := dialT(t, srv, client.Options{})
+	cred, err := c.Enroll(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, cred
+}
+
 func next(t *testing.T, c *client.Client) client.Delivery {
 	t.Helper()
 	select {
@@ -141,11 +153,7 @@ func TestClient_Pipelining_ManyCallsInFlight(t *testing.T) {
 func TestClient_Tell_InDoubtRetriedWithSameToken(t *testing.T) {
 	ctx := testCtx(t)
 	srv := newFakeServer(t)
-	c := dialT(t, srv, client.Options{})
-	cred, err := c.Enroll(ctx, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, cred := enrollT(ctx, t, srv)
 	first := true
 	srv.setHook(func(_ *fconn, m wire.Message) action {
 		if _, ok := m.(*wire.Tell); ok && first {
@@ -341,12 +349,8 @@ func TestClient_Deliveries_Deduplicated(t *testing.T) {
 func TestClient_TypedErrors(t *testing.T) {
 	ctx := testCtx(t)
 	srv := newFakeServer(t)
-	c := dialT(t, srv, client.Options{})
-	cred, err := c.Enroll(ctx, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = c.Tell(ctx, cred, make([]byte, 17))
+	c, cred := enrollT(ctx, t, srv)
+	_, err := c.Tell(ctx, cred, make([]byte, 17))
 	var ce *client.Error
 	if !errors.Is(err, client.ErrTooLarge) || !errors.As(err, &ce) || ce.Limit == nil || *ce.Limit != 16 {
 		t.Errorf("Tell(17 bytes) = %v, want too_large with limit 16", err)
@@ -373,11 +377,7 @@ func TestClient_TypedErrors(t *testing.T) {
 func TestClient_Leave_ForgetsParticipant(t *testing.T) {
 	ctx := testCtx(t)
 	srv := newFakeServer(t)
-	c := dialT(t, srv, client.Options{})
-	cred, err := c.Enroll(ctx, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, cred := enrollT(ctx, t, srv)
 	if _, err := c.Leave(ctx, cred); err != nil {
 		t.Fatal(err)
 	}
@@ -392,11 +392,7 @@ func TestClient_Leave_ForgetsParticipant(t *testing.T) {
 func TestClient_ServerBye_Reconnects(t *testing.T) {
 	ctx := testCtx(t)
 	srv := newFakeServer(t)
-	c := dialT(t, srv, client.Options{})
-	cred, err := c.Enroll(ctx, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, cred := enrollT(ctx, t, srv)
 	before := c.Welcome().Connection
 	srv.sayBye()
 	if _, err := c.Tell(ctx, cred, []byte("after bye")); err != nil {
@@ -410,11 +406,7 @@ func TestClient_ServerBye_Reconnects(t *testing.T) {
 func TestClient_ContextEnds_InDoubtWithToken(t *testing.T) {
 	ctx := testCtx(t)
 	srv := newFakeServer(t)
-	c := dialT(t, srv, client.Options{})
-	cred, err := c.Enroll(ctx, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, cred := enrollT(ctx, t, srv)
 	srv.setHook(func(_ *fconn, m wire.Message) action {
 		if _, ok := m.(*wire.Tell); ok {
 			return commitInDoubt
@@ -423,7 +415,7 @@ func TestClient_ContextEnds_InDoubtWithToken(t *testing.T) {
 	})
 	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 	defer cancel()
-	_, err = c.Tell(short, cred, []byte("x"))
+	_, err := c.Tell(short, cred, []byte("x"))
 	var ce *client.Error
 	if !errors.Is(err, client.ErrInDoubt) || !errors.As(err, &ce) || ce.Token.IsZero() || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Tell = %v, want in_doubt with a token, wrapping the deadline", err)
@@ -570,11 +562,7 @@ func TestClient_Deliveries_QueueIsBounded(t *testing.T) {
 func TestClient_Tell_BacklogFullRetriedWithSameTokenUntilAdmitted(t *testing.T) {
 	ctx := testCtx(t)
 	srv := newFakeServer(t)
-	c := dialT(t, srv, client.Options{})
-	cred, err := c.Enroll(ctx, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, cred := enrollT(ctx, t, srv)
 	refusals := 3
 	srv.setHook(func(_ *fconn, m wire.Message) action {
 		if _, ok := m.(*wire.Tell); ok && refusals > 0 {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -118,24 +117,26 @@ type Cluster struct {
 	// its loss. following marks those a follower goroutine runs for.
 	follow    map[key]bool
 	following map[key]bool
-	seen      map[key]uint64 // (conversation, recipient) -> highest seq delivered
-	firsts    map[key]uint64 // (conversation, recipient) -> highest compacted first
+	handed    handedOn // deliveries forwarded, from every node, to drop repeats
 	// opLocks serialize, per participant, a follower's attach with the
-	// release of a Detach or Leave (opLock).
-	opLocks map[key]*sync.Mutex
+	// release of a Detach or Leave (lockOp): an entry lives while some
+	// goroutine holds or waits for it, so that a participant the
+	// Cluster forgot (left, detached, lost) costs nothing.
+	opLocks map[key]*opLock
 	next    int // seed rotation
 	closed  bool
 
-	// single is set when the one seed answered as a single server (a
+	// single is set, by DialCluster before it returns the Cluster and
+	// never after, when the one seed answered as a single server (a
 	// welcome without node): there is no owner to wait for, only the
 	// server, and errors and OnWait say so.
-	single atomic.Bool
+	single bool
 }
 
 // SingleServer reports whether the Cluster was dialled to one address
 // that answered as a single server, not a cluster node: a conversation
 // has no owner to move to, so waiting for it is waiting for the server.
-func (c *Cluster) SingleServer() bool { return c.single.Load() }
+func (c *Cluster) SingleServer() bool { return c.single }
 
 // DialCluster connects to the first seed that answers and returns a
 // Cluster that connects to other nodes as moved answers name them. Seeds
@@ -159,9 +160,8 @@ func DialCluster(ctx context.Context, seeds []string, opts ClusterOptions) (*Clu
 		creds:     make(map[key]Credential),
 		follow:    make(map[key]bool),
 		following: make(map[key]bool),
-		seen:      make(map[key]uint64),
-		firsts:    make(map[key]uint64),
-		opLocks:   make(map[key]*sync.Mutex),
+		handed:    newHandedOn(),
+		opLocks:   make(map[key]*opLock),
 		intents:   newIntents(),
 		turn:      make(chan struct{}, 1),
 	}
@@ -169,7 +169,7 @@ func DialCluster(ctx context.Context, seeds []string, opts ClusterOptions) (*Clu
 	var first error
 	for range seeds {
 		if cl, err := c.clientFor(ctx, c.nextSeed()); err == nil {
-			c.single.Store(len(seeds) == 1 && cl.Welcome().Node == "")
+			c.single = len(seeds) == 1 && cl.Welcome().Node == ""
 			return c, nil
 		} else if first == nil {
 			first = err
@@ -280,21 +280,13 @@ func (c *Cluster) forward(cl *Client) {
 // and if so records it: its seq as the highest of its (conversation,
 // recipient), or for a compacted notice its first.
 func (c *Cluster) fresh(d Delivery) bool {
-	k := key{d.Conversation, d.Recipient}
+	n := d.Seq
+	if d.Kind == KindCompacted {
+		n = d.First
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if d.Kind == KindCompacted {
-		if d.First <= c.firsts[k] {
-			return false
-		}
-		c.firsts[k] = d.First
-		return true
-	}
-	if d.Seq <= c.seen[k] {
-		return false
-	}
-	c.seen[k] = d.Seq
-	return true
+	return c.handed.fresh(key{d.Conversation, d.Recipient}, d.Kind == KindCompacted, n)
 }
 
 // attempt is one try of an operation on the node at addr.
@@ -334,7 +326,7 @@ func (c *Cluster) run(ctx context.Context, conv uint64, tok *Token, st *sendStat
 		}
 		return sleep(ctx, b.next(), c.ctx.Done())
 	}
-	ended := func() error { return c.ended(ctx, st.maybe, tok, conv, last) }
+	ended := func() error { return c.ended(ctx, st, tok, conv, last) }
 	for {
 		if addr == "" {
 			addr = c.nextSeed()
@@ -346,7 +338,7 @@ func (c *Cluster) run(ctx context.Context, conv uint64, tok *Token, st *sendStat
 		if err != nil {
 			var rej *RejectedError
 			if errors.As(err, &rej) && rej.Reason != "shutting_down" && rej.Reason != "overloaded" {
-				return inDoubtIf(st.maybe, tok, err)
+				return st.unknown(tok, err)
 			}
 			c.log.Debug().Err(err).Str("addr", addr).Msg("node unreachable; trying another")
 			why := fmt.Errorf("node %s unreachable: %w", addr, err)
@@ -374,7 +366,7 @@ func (c *Cluster) run(ctx context.Context, conv uint64, tok *Token, st *sendStat
 			return ended()
 		case errors.As(err, &e) && e.Code == CodeMoved:
 			if moved++; moved > MaxMoved {
-				return inDoubtIf(st.maybe, tok, fmt.Errorf("%w (followed %d times)", err, MaxMoved))
+				return st.unknown(tok, fmt.Errorf("%w (followed %d times)", err, MaxMoved))
 			}
 			from := addr
 			addr = e.Owner
@@ -412,56 +404,27 @@ func (c *Cluster) run(ctx context.Context, conv uint64, tok *Token, st *sendStat
 				return ended()
 			}
 		default:
-			return inDoubtIf(st.maybe, tok, err)
+			return st.unknown(tok, err)
 		}
 	}
-}
-
-// answered records the outcome err of one attempt of a Cluster's
-// operation (nil: success): the in_doubt *Error of a node's Client says
-// a request carrying the token may have been applied; a refusal the
-// server gives only after its token check (settles), or no_binding
-// (errRebind), that none was.
-func (st *sendState) answered(err error) {
-	if errors.Is(err, errRebind) {
-		st.maybe = false
-		return
-	}
-	e, ok := err.(*Error)
-	switch {
-	case !ok:
-	case e.Code == CodeInDoubt:
-		st.maybe = true
-	case settles(e.Code):
-		st.maybe = false
-	}
-}
-
-// inDoubtIf returns err, or, when a request carrying tok may have been
-// applied (maybe), an in_doubt *Error carrying tok that wraps err.
-func inDoubtIf(maybe bool, tok *Token, err error) error {
-	if !maybe || tok == nil {
-		return err
-	}
-	return &Error{Code: CodeInDoubt, Detail: "outcome unknown: " + err.Error(), Token: *tok, err: err}
 }
 
 // ended is the error of an operation on conversation conv whose ctx ended,
 // or whose Cluster closed, while it waited: ctx's error (or ErrClosed)
 // with last, why it was waiting; an in_doubt *Error carrying the token
-// when a token-bearing request may have been applied (maybe).
-func (c *Cluster) ended(ctx context.Context, maybe bool, tok *Token, conv uint64, last error) error {
+// when a token-bearing request may have been applied (st).
+func (c *Cluster) ended(ctx context.Context, st *sendState, tok *Token, conv uint64, last error) error {
 	err := ctx.Err()
 	if err == nil {
 		err = ErrClosed
 	}
 	switch {
-	case last != nil && c.single.Load():
+	case last != nil && c.single:
 		err = fmt.Errorf("%w (waiting for the server at %s: %v)", err, c.seeds[0], last)
 	case last != nil:
 		err = fmt.Errorf("%w (waiting for the owner of conversation %d: %v)", err, conv, last)
 	}
-	return inDoubtIf(maybe, tok, err)
+	return st.unknown(tok, err)
 }
 
 // latest returns the newest credential known for cred's participant: the
@@ -630,12 +593,10 @@ func (c *Cluster) followLoop(k key) {
 		}
 		c.mu.Unlock()
 		err := c.run(c.ctx, k.conv, nil, nil, func(ctx context.Context, addr string, cl *Client) error {
-			// Under the participant's opLock: a Detach or Leave releases
+			// Under the participant's lockOp: a Detach or Leave releases
 			// it either before this looks (and none is sent) or after
 			// this attach ended (and its release unbinds nothing new).
-			mu := c.opLock(k)
-			mu.Lock()
-			defer mu.Unlock()
+			defer c.lockOp(k)()
 			c.mu.Lock()
 			want := c.follow[k]
 			c.mu.Unlock()
@@ -676,17 +637,38 @@ func (c *Cluster) lose(cred Credential, why error) {
 	}
 }
 
-// opLock returns the lock that serializes a follower's attach of the
-// participant k with the release of its Detach or Leave.
-func (c *Cluster) opLock(k key) *sync.Mutex {
+// opLock is the lock of one participant's opLocks entry; refs counts the
+// goroutines that hold it or wait for it, guarded by Cluster.mu.
+type opLock struct {
+	mu   sync.Mutex
+	refs int
+}
+
+// lockOp takes the lock that serializes a follower's attach of the
+// participant k with the release of its Detach or Leave, and returns the
+// function that gives it back. Every goroutine that wants it counts
+// itself in the entry under c.mu before it waits, and the entry is
+// dropped only by the last one to give it back: two goroutines that
+// overlap always share one mutex, and none is kept for a participant
+// nobody is serializing.
+func (c *Cluster) lockOp(k key) (unlock func()) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	mu := c.opLocks[k]
-	if mu == nil {
-		mu = new(sync.Mutex)
-		c.opLocks[k] = mu
+	l := c.opLocks[k]
+	if l == nil {
+		l = new(opLock)
+		c.opLocks[k] = l
 	}
-	return mu
+	l.refs++
+	c.mu.Unlock()
+	l.mu.Lock()
+	return func() {
+		l.mu.Unlock()
+		c.mu.Lock()
+		if l.refs--; l.refs == 0 {
+			delete(c.opLocks, k)
+		}
+		c.mu.Unlock()
+	}
 }
 
 // release stops keeping the participant of cred bound (Detach, Leave;
@@ -695,9 +677,7 @@ func (c *Cluster) opLock(k key) *sync.Mutex {
 // re-attaches it on its own (Client.release).
 func (c *Cluster) release(cred Credential, leaving bool) {
 	k := cred.key()
-	mu := c.opLock(k)
-	mu.Lock()
-	defer mu.Unlock()
+	defer c.lockOp(k)()
 	c.mu.Lock()
 	delete(c.follow, k)
 	clients := make([]*Client, 0, len(c.clients))

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -117,9 +116,7 @@ func TestCluster_Detach_AnswerLost_NoReattach(t *testing.T) {
 	if _, err := c.Detach(ctx, cred); err != nil {
 		t.Fatalf("Detach = %v", err)
 	}
-	if m := srv.member(1, cred.Participant); m.bound != nil || m.gen != 1 {
-		t.Errorf("after Detach: bound %v at generation %d, want unbound at 1", m.bound != nil, m.gen)
-	}
+	wantUnbound(t, srv, cred.Participant)
 	c.Close()
 	if m := srv.member(1, cred.Participant); m.gen != 1 {
 		t.Errorf("after Close: generation %d, want 1 (attached after the detach)", m.gen)
@@ -134,14 +131,9 @@ func TestCluster_Detach_AnswerLost_NoReattach(t *testing.T) {
 func TestCluster_Leave_AnswerLost_NotLost(t *testing.T) {
 	ctx := testCtx(t)
 	srv := newFakeServer(t)
-	var mu sync.Mutex
-	var lost []error
+	var lost lostLog
 	opts := fastClusterOpts
-	opts.OnLost = func(_ client.Credential, why error) {
-		mu.Lock()
-		lost = append(lost, why)
-		mu.Unlock()
-	}
+	opts.OnLost = lost.onLost
 	c := dialClusterT(t, []string{srv.addr()}, opts)
 	cred, err := c.Enroll(ctx, 1)
 	if err != nil {
@@ -152,10 +144,8 @@ func TestCluster_Leave_AnswerLost_NotLost(t *testing.T) {
 		t.Fatalf("Leave = %v", err)
 	}
 	c.Close()
-	mu.Lock()
-	defer mu.Unlock()
-	if len(lost) != 0 {
-		t.Errorf("OnLost called with %v for a participant the application left", lost)
+	if got := lost.all(); len(got) != 0 {
+		t.Errorf("OnLost called with %v for a participant the application left", got)
 	}
 }
 
@@ -199,9 +189,7 @@ func TestCluster_Detach_NodeGone_NoReattachElsewhere(t *testing.T) {
 	if _, err := c.Detach(ctx, cred); err != nil {
 		t.Fatalf("Detach = %v", err)
 	}
-	if m := srv.member(1, cred.Participant); m.bound != nil || m.gen != 1 {
-		t.Errorf("after Detach: bound %v at generation %d, want unbound at 1", m.bound != nil, m.gen)
-	}
+	wantUnbound(t, srv, cred.Participant)
 	for _, a := range attaches(srv) {
 		t.Errorf("attach %+v sent", a)
 	}
@@ -236,5 +224,29 @@ func TestCluster_SingleServer_SaysServer(t *testing.T) {
 	}
 	if errors.Is(err, client.ErrInDoubt) {
 		t.Errorf("Enroll = %v: every attempt was refused unavailable, nothing is in doubt", err)
+	}
+}
+
+// receipt_expired is given only for a token that committed (its answer's
+// secret is no longer replayed): a retry that meets it after a lost answer
+// must not be reported as a refusal that applied nothing.
+func TestCluster_ReceiptExpiredAfterALostAnswer_IsInDoubt(t *testing.T) {
+	srv := newFakeServer(t)
+	first := true
+	srv.setHook(func(fc *fconn, m wire.Message) action {
+		if _, ok := m.(*wire.Enroll); !ok {
+			return pass
+		}
+		if first {
+			first = false
+			return commitThenDrop
+		}
+		srv.refusal = wire.Error{Code: wire.CodeReceiptExpired, Detail: "scripted: deadline"}
+		return refuse
+	})
+	c := dialClusterT(t, []string{srv.addr()}, fastClusterOpts)
+	_, err := c.Enroll(testCtx(t), 1)
+	if !errors.Is(err, client.ErrInDoubt) {
+		t.Fatalf("Enroll whose retry met receipt_expired = %v, want in_doubt: the enroll committed", err)
 	}
 }

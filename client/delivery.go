@@ -53,11 +53,10 @@ type Delivery struct {
 func (c *Client) deliver(m *wire.Delivery) {
 	k := key{m.Conversation, m.Recipient}
 	c.mu.Lock()
-	if m.Seq <= c.seen[k] {
+	if !c.handed.fresh(k, false, m.Seq) {
 		c.mu.Unlock()
 		return
 	}
-	c.seen[k] = m.Seq
 	var cred Credential
 	if mb := c.members[k]; mb != nil {
 		cred = mb.cred
@@ -84,16 +83,40 @@ func (c *Client) deliver(m *wire.Delivery) {
 // handed on for its recipient (the server repeats it after a reconnect,
 // or another node's) is a repeat, dropped.
 func (c *Client) compacted(m *wire.Compacted) {
-	k := key{m.Conversation, m.Recipient}
 	c.mu.Lock()
-	repeat := m.First <= c.firsts[k]
-	if !repeat {
-		c.firsts[k] = m.First
-	}
+	fresh := c.handed.fresh(key{m.Conversation, m.Recipient}, true, m.First)
 	c.mu.Unlock()
-	if !repeat && !c.opts.DiscardDeliveries {
+	if fresh && !c.opts.DiscardDeliveries {
 		c.queue.push(c.ctx, Delivery{Conversation: m.Conversation, Recipient: m.Recipient, Kind: KindCompacted, First: m.First})
 	}
+}
+
+// handedOn is what a stream of deliveries handed on, per (conversation,
+// recipient), so that repeats are dropped: a record at or below the
+// highest seq handed on, a compacted notice whose first is not past the
+// highest first handed on. Its owner guards it.
+type handedOn struct {
+	seqs   map[key]uint64
+	firsts map[key]uint64
+}
+
+func newHandedOn() handedOn {
+	return handedOn{seqs: make(map[key]uint64), firsts: make(map[key]uint64)}
+}
+
+// fresh reports whether a delivery to k is no repeat, and if so records
+// it: a record at seq n, or (compacted) a notice that history below n is
+// gone.
+func (h *handedOn) fresh(k key, compacted bool, n uint64) bool {
+	m := h.seqs
+	if compacted {
+		m = h.firsts
+	}
+	if n <= m[k] {
+		return false
+	}
+	m[k] = n
+	return true
 }
 
 // queue decouples readers from the deliveries channel, so that a caller

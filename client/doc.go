@@ -152,9 +152,12 @@
 // never after. Client.mu is never held across I/O. session.mu is taken
 // alone. intents.mu (the attach intents, shared by a Cluster's Clients) is
 // a leaf: taken with either held, nothing taken under it.
-// member.attachMu serializes one Client's attaches of one participant and
-// is held across I/O; it is taken before Client.mu, never after. A
-// Cluster's opLock of a participant serializes its follower's attach with
-// the release of a Detach or Leave; held across I/O, it is taken before
-// Cluster.mu and any attachMu, never after.
+// member.attachMu (a one-slot channel, so that a call waiting for an
+// attach in flight may give up with its context) serializes one Client's
+// attaches of one participant and is held across I/O; it is taken before
+// Client.mu, never after. A Cluster's lockOp of a participant serializes
+// its follower's attach with the release of a Detach or Leave; held
+// across I/O, it is taken before Cluster.mu and any attachMu, never after
+// (lockOp takes Cluster.mu only to find or drop the lock, never while
+// holding it).
 package client

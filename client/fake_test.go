@@ -23,6 +23,7 @@ const (
 	refuse                       // answer fakeServer.refusal without applying
 	swallow                      // apply, then never answer (the connection stays open)
 	hang                         // neither apply nor answer (a paused node)
+	commitHeld                   // apply, then answer once fakeServer.held is closed
 )
 
 // fakeServer is a small in-memory participantd for the client's tests: it
@@ -44,6 +45,9 @@ type fakeServer struct {
 	requests []wire.Message
 	hook     func(fc *fconn, m wire.Message) action
 	refusal  wire.Error // the answer of refuse, its ID set per request
+	// held, closed by the test, releases the answers of commitHeld; the
+	// test closes it before the server's cleanup.
+	held chan struct{}
 	// tokenWindow and tokenSkew are announced in the welcome of the
 	// connections accepted after they are set.
 	tokenWindow, tokenSkew *uint64
@@ -324,6 +328,7 @@ func (s *fakeServer) serve(nc net.Conn, node int) {
 			continue
 		}
 		ans, pushes := s.applyLocked(fc, m)
+		held := s.held
 		// The pushes are written under s.mu, so that each connection gets
 		// its deliveries in seq order, as from the server: a record that
 		// commits on another connection meanwhile is pushed after these.
@@ -338,6 +343,16 @@ func (s *fakeServer) serve(nc net.Conn, node int) {
 			id, _ := wire.ID(m)
 			ans = &wire.Error{ID: id, Code: wire.CodeInDoubt, Detail: "scripted"}
 		case swallow:
+			continue
+		case commitHeld:
+			// Answered later, while this connection serves the next
+			// requests: an answer overtaken by those of later requests.
+			s.wg.Add(1)
+			go func() {
+				defer s.wg.Done()
+				<-held
+				_ = wc.WriteMessage(ans)
+			}()
 			continue
 		}
 		if err := wc.WriteMessage(ans); err != nil {

@@ -87,11 +87,11 @@ func (c *Client) do(ctx context.Context, tok *Token, retry bool, build func(s *s
 	for {
 		s, err := c.ready(ctx)
 		if err != nil {
-			return nil, nil, c.unknown(err, st.maybe, tok)
+			return nil, nil, st.unknown(tok, err)
 		}
 		m, err := build(s)
 		if err != nil {
-			return nil, nil, c.unknown(err, st.maybe, tok)
+			return nil, nil, st.unknown(tok, err)
 		}
 		ans, err := c.callOnWait(ctx, s, m, c.opts.BacklogWait, &st)
 		switch {
@@ -101,25 +101,15 @@ func (c *Client) do(ctx context.Context, tok *Token, retry bool, build func(s *s
 			}
 			continue
 		case err != nil:
-			return nil, nil, c.unknown(err, st.maybe, tok)
+			return nil, nil, st.unknown(tok, err)
 		}
 		if e, ok := ans.(*wire.Error); ok && st.maybe && tok != nil && !settles(e.Code) {
 			// "Not done by this send" (unavailable, moved, ...), after an
 			// earlier send that may have been applied: in doubt.
-			return nil, nil, c.unknown(fromWire(e), true, tok)
+			return nil, nil, st.unknown(tok, fromWire(e))
 		}
 		return ans, s, nil
 	}
-}
-
-// unknown turns the error that ended a call without an answer into the
-// caller's error: an in_doubt *Error when a token-bearing request may
-// have been applied (maybe), else err.
-func (c *Client) unknown(err error, maybe bool, tok *Token) error {
-	if !maybe || tok == nil {
-		return err
-	}
-	return &Error{Code: CodeInDoubt, Detail: "outcome unknown: " + err.Error(), Token: *tok, err: err}
 }
 
 // member returns the member for cred, creating it when register is set.
@@ -128,7 +118,7 @@ func (c *Client) member(cred Credential, register bool) *member {
 	defer c.mu.Unlock()
 	m := c.members[cred.key()]
 	if m == nil && register {
-		m = &member{cred: cred}
+		m = newMember(cred)
 		c.members[cred.key()] = m
 	}
 	return m
@@ -183,7 +173,7 @@ func (c *Client) Enroll(ctx context.Context, conv uint64, opts ...CallOption) (C
 		c.mu.Lock()
 		m := c.members[cred.key()]
 		if m == nil {
-			m = &member{cred: cred}
+			m = newMember(cred)
 			c.members[cred.key()] = m
 		}
 		m.wantBound = true
@@ -245,7 +235,7 @@ func (c *Client) Attach(ctx context.Context, cred Credential, opts ...CallOption
 	m := c.member(cred, true)
 	c.mu.Lock()
 	if m.lost != nil && cred.Generation > m.cred.Generation {
-		m.cred, m.lost, m.sess = cred, nil, nil
+		m.cred, m.lost, m.lostTold, m.sess = cred, nil, false, nil
 	}
 	m.wantBound = true
 	if o := callOptionsOf(opts); o.hasToken && !o.token.IsZero() && !c.intents.inDoubt(cred.key()) {
@@ -276,6 +266,11 @@ func (c *Client) attach(ctx context.Context, m *member) (Credential, error) {
 // (Enroll or Attach), else the server answers no_binding: so is a
 // participant whose re-attachment after a reconnect is deferred because
 // its conversation's backlog is full (see the package documentation).
+// A tell refused stale_authority because an attach of the client's own
+// moved the participant on (one in flight, a deferred re-attachment say,
+// or one in doubt) is sent again, with its token, once that attach ended
+// or was settled (staleByUs); stale_authority is returned only when no
+// attach of the client's explains it.
 //
 // Errors: *Error (too_large, no_binding, stale_authority, token_conflict,
 // token_expired, token_invalid, ...), an in_doubt *Error with the token, a
@@ -286,28 +281,20 @@ func (c *Client) Tell(ctx context.Context, cred Credential, payload []byte, opts
 		payload = []byte{}
 	}
 	var sent Credential
-	var ans wire.Message
-	var s *session
-	var err error
-	for tries := 0; ; tries++ {
-		ans, s, err = c.do(ctx, &tok, true, func(s *session) (wire.Request, error) {
-			if limit := s.welcome.MaxRecordBytes; limit > 0 && uint64(len(payload)) > limit {
-				// Final: checked before sending, as the server would.
-				return nil, &Error{Code: CodeTooLarge, Limit: &limit,
-					Detail: fmt.Sprintf("payload of %d bytes exceeds max_record_bytes %d", len(payload), limit)}
-			}
-			cur, err := c.current(cred)
-			if err != nil {
-				return nil, err
-			}
-			sent = cur
-			return &wire.Tell{Conversation: cur.Conversation, Participant: cur.Participant,
-				Generation: cur.Generation, Token: tok, Payload: payload}, nil
-		})
-		if err != nil || tries == staleRetries || !c.staleByUs(ans, sent) {
-			break
+	ans, s, err := c.doCurrent(ctx, &tok, &sent, func(s *session) (wire.Request, error) {
+		if limit := s.welcome.MaxRecordBytes; limit > 0 && uint64(len(payload)) > limit {
+			// Final: checked before sending, as the server would.
+			return nil, &Error{Code: CodeTooLarge, Limit: &limit,
+				Detail: fmt.Sprintf("payload of %d bytes exceeds max_record_bytes %d", len(payload), limit)}
 		}
-	}
+		cur, err := c.current(cred)
+		if err != nil {
+			return nil, err
+		}
+		sent = cur
+		return &wire.Tell{Conversation: cur.Conversation, Participant: cur.Participant,
+			Generation: cur.Generation, Token: tok, Payload: payload}, nil
+	})
 	if err != nil {
 		return 0, err
 	}
@@ -321,48 +308,129 @@ func (c *Client) Tell(ctx context.Context, cred Credential, payload []byte, opts
 	}
 }
 
-// staleRetries bounds how often a tell or ack refused stale_authority by
-// the client's own doing is sent again.
+// staleRetries bounds how often a tell, ack or leave refused
+// stale_authority by the client's own doing is sent again.
 const staleRetries = 3
 
+// doCurrent is do, with retry, for a request that presents the
+// participant's current credential, which build records in *sent: one
+// refused stale_authority by the client's own doing (staleByUs) is sent
+// again, with its token, at most staleRetries times. The refusal came
+// after the token check, so nothing was done: a call that ends while
+// staleByUs waits returns the context's error, not in doubt.
+func (c *Client) doCurrent(ctx context.Context, tok *Token, sent *Credential, build func(s *session) (wire.Request, error)) (wire.Message, *session, error) {
+	for tries := 0; ; tries++ {
+		ans, s, err := c.do(ctx, tok, true, build)
+		if err != nil || tries == staleRetries {
+			return ans, s, err
+		}
+		ours, err := c.staleByUs(ctx, ans, *sent)
+		if err != nil {
+			return nil, nil, err
+		}
+		if !ours {
+			return ans, s, nil
+		}
+	}
+}
+
 // staleByUs reports whether ans refuses a request that presented sent as
-// stale_authority while the client's own attach (a deferred
-// re-attachment, say) moved the credential on meanwhile: the request is
-// then sent again, with its token, presenting the newer one (the refusal
-// came after the token check: nothing was done).
-func (c *Client) staleByUs(ans wire.Message, sent Credential) bool {
+// stale_authority because an attach of the client's own moved the
+// participant on: the request is then sent again presenting the newer
+// credential. An attach of the participant may be in flight (a deferred
+// re-attachment, say, whose answer comes after the refusal) or in doubt
+// (its answer lost): staleByUs first waits for the one in flight to end
+// (awaitAttach), then settles the one in doubt (settleAttach), and then
+// looks whether the credential moved on. Its error is ctx's, or
+// ErrClosed, while it waits, or the *LostError of a participant whose
+// attach in doubt found it superseded by another client (OnLost is
+// called, but for a participant a Leave is retiring: the leave's
+// refusal stands).
+func (c *Client) staleByUs(ctx context.Context, ans wire.Message, sent Credential) (bool, error) {
 	e, ok := ans.(*wire.Error)
 	if !ok || e.Code != wire.CodeStaleAuthority {
-		return false
+		return false, nil
 	}
+	k := sent.key()
+	c.mu.Lock()
+	m := c.members[k]
+	c.mu.Unlock()
+	if m == nil {
+		return false, nil
+	}
+	if c.movedOn(sent) {
+		return true, nil
+	}
+	if err := c.awaitAttach(ctx, m); err != nil {
+		return false, err
+	}
+	if c.movedOn(sent) {
+		return true, nil
+	}
+	if !c.intents.inDoubt(k) {
+		return false, nil
+	}
+	err := c.settleAttach(ctx, m)
+	switch {
+	case errors.Is(err, ErrClosed), err != nil && ctx.Err() != nil:
+		return false, err
+	case errors.Is(err, ErrParticipantLost):
+		c.mu.Lock()
+		leaving := m.leaving
+		c.mu.Unlock()
+		if leaving {
+			// A lost participant may still have left: the leave's
+			// refusal stands.
+			return false, nil
+		}
+		// The attach that settles it found the participant superseded:
+		// what its deferred re-attachment would have reported.
+		c.log.Error().Err(err).Msg("participant lost")
+		c.lostCallback(m, err)
+		return false, err
+	}
+	return c.movedOn(sent), nil
+}
+
+// movedOn reports whether the client holds a credential of sent's
+// participant newer than sent, and still holds the participant.
+func (c *Client) movedOn(sent Credential) bool {
 	cur, err := c.current(sent)
 	return err == nil && cur.Generation > sent.Generation
+}
+
+// awaitAttach waits until no attach of m is in flight: one that holds
+// m.attachMu has then ended, and recorded what it learned.
+func (c *Client) awaitAttach(ctx context.Context, m *member) error {
+	select {
+	case m.attachMu <- struct{}{}:
+		<-m.attachMu
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.ctx.Done():
+		return ErrClosed
+	}
 }
 
 // Ack acknowledges every record through seq through for the participant
 // and returns its durable cursor. Acks are cumulative, so one retried after
 // a lost answer is harmless: an ack below the cursor (ack_regression: a
 // later ack moved it past through) is acked too, and returns the cursor.
-// Errors: *Error (ack_gap, compacted, no_binding, ...), a *LostError,
+// A stale_authority refusal of the client's own doing is retried as for
+// Tell. Errors: *Error (ack_gap, compacted, no_binding, ...), a *LostError,
 // ErrClosed or ctx's error.
 func (c *Client) Ack(ctx context.Context, cred Credential, through uint64) (cursor uint64, err error) {
 	var sent Credential
-	var ans wire.Message
-	var s *session
-	for tries := 0; ; tries++ {
-		ans, s, err = c.do(ctx, nil, true, func(*session) (wire.Request, error) {
-			cur, err := c.current(cred)
-			if err != nil {
-				return nil, err
-			}
-			sent = cur
-			return &wire.Ack{Conversation: cur.Conversation, Participant: cur.Participant,
-				Generation: cur.Generation, Through: through}, nil
-		})
-		if err != nil || tries == staleRetries || !c.staleByUs(ans, sent) {
-			break
+	ans, s, err := c.doCurrent(ctx, nil, &sent, func(*session) (wire.Request, error) {
+		cur, err := c.current(cred)
+		if err != nil {
+			return nil, err
 		}
-	}
+		sent = cur
+		return &wire.Ack{Conversation: cur.Conversation, Participant: cur.Participant,
+			Generation: cur.Generation, Through: through}, nil
+	})
 	if err != nil {
 		return 0, err
 	}
@@ -429,32 +497,25 @@ func (c *Client) Detach(ctx context.Context, cred Credential, opts ...CallOption
 // record; the client forgets it. From the call on the client no longer
 // binds the participant on its own (as for Detach), and a refusal retired
 // of its binding check or re-attachment meanwhile is the leave's doing,
-// not a loss (no OnLost). A leave refused stale_authority while an attach
-// of the client is in doubt (its re-attachment committed and its answer
-// was lost, so the generation moved on by the client's own doing) sends
-// that attach again first, with its token, and then the leave, with its
-// token and the credential learned. A leave retried after a lost answer
+// not a loss (no OnLost). A leave refused stale_authority by the client's
+// own doing is sent again as a tell is (doCurrent): when an attach of the
+// client is in doubt (its re-attachment committed and its answer was
+// lost, so the generation moved on), that attach is sent again first,
+// with its token, and then the leave, with its token and the credential
+// learned. A leave retried after a lost answer
 // replays even though the participant is retired by then. Errors as for
 // Tell.
 func (c *Client) Leave(ctx context.Context, cred Credential, opts ...CallOption) (uint64, error) {
 	tok := tokenOf(opts)
 	c.release(cred.key(), true)
-	leave := func() (wire.Message, error) {
-		ans, _, err := c.do(ctx, &tok, true, func(*session) (wire.Request, error) {
-			// A lost participant may still have left: the token decides.
-			cur, _ := c.current(cred)
-			return &wire.Leave{Conversation: cur.Conversation, Participant: cur.Participant,
-				Generation: cur.Generation, Secret: cur.Secret, Token: tok}, nil
-		})
-		return ans, err
-	}
-	ans, err := leave()
-	if e, ok := ans.(*wire.Error); ok && err == nil && e.Code == wire.CodeStaleAuthority && c.settleAttach(ctx, cred.key()) {
-		// The client's own attach, in doubt, had moved the participant
-		// on; it is settled now, and the leave (not committed: refused
-		// after the token check) goes again with its token.
-		ans, err = leave()
-	}
+	var sent Credential
+	ans, _, err := c.doCurrent(ctx, &tok, &sent, func(*session) (wire.Request, error) {
+		// A lost participant may still have left: the token decides.
+		cur, _ := c.current(cred)
+		sent = cur
+		return &wire.Leave{Conversation: cur.Conversation, Participant: cur.Participant,
+			Generation: cur.Generation, Secret: cur.Secret, Token: tok}, nil
+	})
 	if err == nil {
 		if a, ok := ans.(*wire.Left); ok {
 			c.mu.Lock()
@@ -482,30 +543,38 @@ func (c *Client) Leave(ctx context.Context, cred Credential, opts ...CallOption)
 	}
 }
 
-// settleAttach learns the outcome of the attach of k in doubt, if any,
-// for a Leave refused stale_authority: it sends that attach again (its
-// token, its presented credential), which replays the credential it
-// minted if it committed. It reports whether the client's credential of
-// k changed, so that the leave may be sent again with it.
-func (c *Client) settleAttach(ctx context.Context, k key) bool {
-	if !c.intents.inDoubt(k) {
-		return false
-	}
+// settleAttach learns the outcome of the attach of m in doubt, if any:
+// it sends that attach again (its token, its presented credential) on
+// the ready connection, which replays the credential it minted if it
+// committed, and binds the participant there. A participant a Detach
+// released is not attached (errReleased); one a Leave is retiring is
+// (settling), since the leave must present the credential its attach
+// minted. A backlog_full refusal is returned at once: it proves the
+// token not committed.
+func (c *Client) settleAttach(ctx context.Context, m *member) error {
 	c.mu.Lock()
-	m := c.members[k]
-	if m == nil {
-		c.mu.Unlock()
-		return false
+	leaving := m.leaving
+	if leaving {
+		m.settling++
 	}
-	gen := m.cred.Generation
-	m.settling = true
 	c.mu.Unlock()
-	_, err := c.attach(ctx, m)
-	c.mu.Lock()
-	m.settling = false
-	changed := m.cred.Generation > gen
-	c.mu.Unlock()
-	return err == nil && changed
+	if leaving {
+		defer func() {
+			c.mu.Lock()
+			m.settling--
+			c.mu.Unlock()
+		}()
+	}
+	for {
+		s, err := c.ready(ctx)
+		if err != nil {
+			return err
+		}
+		_, err = c.attachOn(ctx, s, m, -1)
+		if !errors.Is(err, errLost) {
+			return err
+		}
+	}
 }
 
 // release stops the client from binding the participant of k on its own
@@ -521,10 +590,10 @@ func (c *Client) release(k key, leaving bool) {
 	}
 	c.mu.Unlock()
 	if m != nil {
-		// attachOn looks at wantBound under attachMu before each send.
-		m.attachMu.Lock()
-		//lint:ignore SA2001 a barrier: waits for the attach in flight
-		m.attachMu.Unlock()
+		// attachOn looks at wantBound under attachMu before each send:
+		// a barrier, which waits for the attach in flight.
+		m.attachMu <- struct{}{}
+		<-m.attachMu
 	}
 }
 

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"runtime"
-	"sync"
 	"testing"
 	"time"
 
@@ -365,13 +364,8 @@ func TestClient_Reattach_BacklogFullDeferred_Attach(t *testing.T) {
 func TestClient_Reattach_BacklogFullDeferred_Leave(t *testing.T) {
 	ctx := testCtx(t)
 	srv := newFakeServer(t)
-	var lostMu sync.Mutex
-	var lost []error
-	c, a, b := twoMembers(t, srv, client.Options{OnLost: func(_ client.Credential, why error) {
-		lostMu.Lock()
-		lost = append(lost, why)
-		lostMu.Unlock()
-	}})
+	var lost lostLog
+	c, a, b := twoMembers(t, srv, client.Options{OnLost: lost.onLost})
 	f := newFullConv(srv, 2)
 	srv.dropAll()
 	if _, err := c.Tell(ctx, a, []byte("a")); err != nil {
@@ -387,10 +381,8 @@ func TestClient_Reattach_BacklogFullDeferred_Leave(t *testing.T) {
 	// retired: OnLost.)
 	waitGone(t, ctx, "client.(*Client).retryAttach")
 	c.Close()
-	lostMu.Lock()
-	defer lostMu.Unlock()
-	if len(lost) != 0 {
-		t.Errorf("OnLost calls = %v, want none", lost)
+	if got := lost.all(); len(got) != 0 {
+		t.Errorf("OnLost calls = %v, want none", got)
 	}
 	if _, ok := c.Credential(2, b.Participant); ok {
 		t.Errorf("the client still holds the participant that left")

@@ -43,11 +43,7 @@ func TestNewToken_IsAnOrderedUUIDv7OfNow(t *testing.T) {
 func TestClient_TokenWindowRefusalsAreNotRetried(t *testing.T) {
 	ctx := testCtx(t)
 	srv := newFakeServer(t)
-	c := dialT(t, srv, client.Options{})
-	cred, err := c.Enroll(ctx, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, cred := enrollT(ctx, t, srv)
 	conn := c.Welcome().Connection
 	for _, tc := range []struct {
 		name     string

@@ -51,7 +51,7 @@ func etcdBackend(t *testing.T, seed uint64) faultstore.Backend {
 			lags[pfx] = lag
 		}
 		mu.Unlock()
-		st := etcdstore.OpenKV(lag, etcdstore.Options{Prefix: pfx, Scope: cluster.Scope})
+		st := etcdstore.OpenKV(lag, etcdstore.Options{Prefix: pfx, Scope: cluster.Scope, ScanScope: cluster.ScanScope})
 		claimConvs(t, st, pfx)
 		return st
 	}

@@ -3,13 +3,11 @@ package cluster_test
 import (
 	"context"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"github.com/participantd/participantd/oplog"
 	"github.com/participantd/participantd/participant"
@@ -95,21 +93,10 @@ func keysReadToDelete(t *testing.T, others int) int64 {
 			t.Fatal(err)
 		}
 	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: shared.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
+	cli := newClient(t)
 	kv := &countingKV{KV: cli.KV}
 	cli.KV = kv
-	var mu sync.Mutex
-	now := time.UnixMilli(1_700_000_000_000)
-	clock := func() time.Time {
-		mu.Lock()
-		defer mu.Unlock()
-		return now
-	}
-	a := startMemberOn(t, cli, pfx, "a", lossTTL, participant.Options{Retain: time.Minute, Now: clock})
+	a, clk := startDeleting(t, cli, pfx, "a")
 	c := a.svc.Connect(nil)
 	for i := range 2 {
 		e, err := c.Enroll(ctx, participant.Enroll{Conversation: 7, Token: tok(9, i)})
@@ -120,9 +107,7 @@ func keysReadToDelete(t *testing.T, others int) int64 {
 			t.Fatal(err)
 		}
 	}
-	mu.Lock()
-	now = now.Add(2 * time.Minute)
-	mu.Unlock()
+	clk.Advance(2 * time.Minute)
 	before := kv.keys.Load()
 	got, err := a.svc.CompactPass(ctx)
 	if err != nil || got.Deleted != 1 {

@@ -6,9 +6,6 @@ import (
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
-
 	"github.com/participantd/participantd/cluster"
 	"github.com/participantd/participantd/oplog"
 	"github.com/participantd/participantd/participant"
@@ -27,11 +24,7 @@ import (
 func TestCluster_LateCommitAfterAnUnknownOutcomeCannotApply(t *testing.T) {
 	const conv = participant.ConversationID(44)
 	pfx := prefix()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: shared.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
+	cli := newClient(t)
 	hold := etcdtest.HoldLate(cli.KV)
 	cli.KV = hold
 	a := startMemberOn(t, cli, pfx, "a", 5*time.Second, participant.Options{})

@@ -49,20 +49,20 @@ func Scope(name string) string {
 	return rest
 }
 
-// ScanScope reports the one scope of every name that begins with prefix,
-// when they all share one: a prefix of the token index or the receipts
-// that runs through the conversation's id and the '/' after it
+// ScanScope reports whether every name that begins with prefix has
+// prefix's own scope (Scope(prefix)): a prefix of the token index or the
+// receipts that runs through the conversation's id and the '/' after it
 // (tokenindex.ConversationPrefix), whose names all map to that
 // conversation. Any other prefix (an oplog stream's "oplog/1" also begins
 // "oplog/12") is reported false.
-func ScanScope(prefix string) (string, bool) {
+func ScanScope(prefix string) bool {
 	for _, p := range []string{tokenindex.Prefix, receipt.KeyPrefix} {
 		rest, ok := strings.CutPrefix(prefix, p)
 		if ok && strings.IndexByte(rest, '/') >= 0 {
-			return Scope(prefix), true
+			return true
 		}
 	}
-	return "", false
+	return false
 }
 
 // scopeOf returns the scope of conversation c.

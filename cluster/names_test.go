@@ -30,13 +30,13 @@ func TestScope(t *testing.T) {
 	}
 }
 
-// TestScanScope: a prefix is given a scope only when every name that
-// begins with it has that scope (Scope of the prefix and of any name under
-// it agree); "token/1" also begins "token/12/…" and gets none.
+// TestScanScope: a prefix is reported in one scope only when every name
+// that begins with it has the prefix's scope (Scope of the prefix and of
+// any name under it agree); "token/1" also begins "token/12/…" and is not.
 func TestScanScope(t *testing.T) {
 	for _, tt := range []struct {
 		prefix string
-		want   string
+		want   string // Scope(prefix), when ok
 		ok     bool
 	}{
 		{"token/12/", "12", true},
@@ -49,17 +49,21 @@ func TestScanScope(t *testing.T) {
 		{"checkpoint/12", "", false},
 		{"", "", false},
 	} {
-		got, ok := cluster.ScanScope(tt.prefix)
-		if got != tt.want || ok != tt.ok {
-			t.Errorf("ScanScope(%q) = %q, %v, want %q, %v", tt.prefix, got, ok, tt.want, tt.ok)
+		ok := cluster.ScanScope(tt.prefix)
+		if ok != tt.ok {
+			t.Errorf("ScanScope(%q) = %v, want %v", tt.prefix, ok, tt.ok)
 			continue
 		}
 		if !ok {
 			continue
 		}
+		got := cluster.Scope(tt.prefix)
+		if got != tt.want {
+			t.Errorf("Scope(%q) = %q, want %q", tt.prefix, got, tt.want)
+		}
 		for _, suffix := range []string{"", "a", "7/x", "window", "00000000000000000007"} {
 			if sc := cluster.Scope(tt.prefix + suffix); sc != got {
-				t.Errorf("Scope(%q) = %q, but ScanScope(%q) = %q", tt.prefix+suffix, sc, tt.prefix, got)
+				t.Errorf("Scope(%q) = %q, but ScanScope(%q) and Scope(%[3]q) = %[4]q", tt.prefix+suffix, sc, tt.prefix, got)
 			}
 		}
 	}

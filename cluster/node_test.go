@@ -10,10 +10,12 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/participantd/participantd/cluster"
 	"github.com/participantd/participantd/oplog"
 	"github.com/participantd/participantd/participant"
+	"github.com/participantd/participantd/participant/participanttest"
 	"github.com/participantd/participantd/store/etcdstore"
 )
 
@@ -68,6 +70,27 @@ func startMemberOn(t *testing.T, cli *clientv3.Client, pfx, id string, ttl time.
 		n.Close()
 	})
 	return m
+}
+
+// newClient returns a client of the shared etcd of the test's own, for a
+// test that wraps its KV or Lease; it is closed when the test ends.
+func newClient(t *testing.T) *clientv3.Client {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: shared.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
+}
+
+// startDeleting is startMemberOn with a service that deletes a
+// conversation every participant left once its last row is a minute old,
+// on the returned clock.
+func startDeleting(t *testing.T, cli *clientv3.Client, pfx, id string) (*member, *participanttest.Clock) {
+	t.Helper()
+	clk := participanttest.NewClock(time.UnixMilli(1_700_000_000_000))
+	return startMemberOn(t, cli, pfx, id, lossTTL, participant.Options{Retain: time.Minute, Now: clk.Now}), clk
 }
 
 func tok(b byte, i int) participant.Token {

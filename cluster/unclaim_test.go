@@ -3,101 +3,14 @@ package cluster_test
 import (
 	"context"
 	"errors"
-	"sync"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"github.com/participantd/participantd/participant"
+	"github.com/participantd/participantd/store/etcdstore/etcdtest"
 )
-
-// lateDelete is a clientv3.KV that holds back the first transaction, after
-// arm, that deletes key: its Commit fails as a timeout does, without
-// reaching etcd, and apply sends it later, as a request stuck in the
-// network applies after its client gave up.
-type lateDelete struct {
-	clientv3.KV
-
-	// mu guards the fields below.
-	mu sync.Mutex
-	// +checklocks:mu
-	key string
-	// +checklocks:mu
-	held *lateDeleteTxn
-}
-
-func (l *lateDelete) arm(key string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.key = key
-}
-
-// apply sends the held transaction and reports whether it committed.
-func (l *lateDelete) apply(t *testing.T) bool {
-	t.Helper()
-	l.mu.Lock()
-	h := l.held
-	l.mu.Unlock()
-	if h == nil {
-		t.Fatal("no transaction held back")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	resp, err := l.KV.Txn(ctx).If(h.cmps...).Then(h.thens...).Commit()
-	if err != nil {
-		t.Fatalf("late transaction: %v", err)
-	}
-	return resp.Succeeded
-}
-
-func (l *lateDelete) Txn(ctx context.Context) clientv3.Txn { return &lateDeleteTxn{l: l, ctx: ctx} }
-
-type lateDeleteTxn struct {
-	l           *lateDelete
-	ctx         context.Context
-	cmps        []clientv3.Cmp
-	thens, elss []clientv3.Op
-}
-
-func (t *lateDeleteTxn) If(cs ...clientv3.Cmp) clientv3.Txn {
-	t.cmps = append(t.cmps, cs...)
-	return t
-}
-
-func (t *lateDeleteTxn) Then(ops ...clientv3.Op) clientv3.Txn {
-	t.thens = append(t.thens, ops...)
-	return t
-}
-
-func (t *lateDeleteTxn) Else(ops ...clientv3.Op) clientv3.Txn {
-	t.elss = append(t.elss, ops...)
-	return t
-}
-
-func (t *lateDeleteTxn) Commit() (*clientv3.TxnResponse, error) {
-	if t.hold() {
-		return nil, context.DeadlineExceeded
-	}
-	return t.l.KV.Txn(t.ctx).If(t.cmps...).Then(t.thens...).Else(t.elss...).Commit()
-}
-
-func (t *lateDeleteTxn) hold() bool {
-	l := t.l
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.key == "" {
-		return false
-	}
-	for _, op := range t.thens {
-		if op.IsDelete() && string(op.KeyBytes()) == l.key {
-			l.key, l.held = "", t
-			return true
-		}
-	}
-	return false
-}
 
 // TestCluster_LateUnclaimCannotDeleteAClaimTakenBack: a node lets a deleted
 // conversation's claim go, but the delete of its ownership key times out
@@ -112,21 +25,10 @@ func TestCluster_LateUnclaimCannotDeleteAClaimTakenBack(t *testing.T) {
 	const conv = participant.ConversationID(7)
 	pfx := prefix()
 	ctx := context.Background()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: shared.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
-	late := &lateDelete{KV: cli.KV}
+	cli := newClient(t)
+	late := etcdtest.HoldLate(cli.KV)
 	cli.KV = late
-	var mu sync.Mutex
-	now := time.UnixMilli(1_700_000_000_000)
-	clock := func() time.Time {
-		mu.Lock()
-		defer mu.Unlock()
-		return now
-	}
-	a := startMemberOn(t, cli, pfx, "a", lossTTL, participant.Options{Retain: time.Minute, Now: clock})
+	a, clk := startDeleting(t, cli, pfx, "a")
 	c := a.svc.Connect(nil)
 	x, err := c.Enroll(ctx, participant.Enroll{Conversation: conv, Token: tok(9, 1)})
 	if err != nil {
@@ -136,11 +38,9 @@ func TestCluster_LateUnclaimCannotDeleteAClaimTakenBack(t *testing.T) {
 	if _, err := c.Leave(ctx, leave); err != nil {
 		t.Fatal(err)
 	}
-	mu.Lock()
-	now = now.Add(2 * time.Minute)
-	mu.Unlock()
+	clk.Advance(2 * time.Minute)
 	own := pfx + "own/" + conv.String()
-	late.arm(own)
+	late.ArmDelete(own)
 	if got, err := a.svc.CompactPass(ctx); err != nil || got.Deleted != 1 {
 		t.Fatalf("CompactPass = %+v, %v; want conversation %v deleted", got, err, conv)
 	}
@@ -149,7 +49,7 @@ func TestCluster_LateUnclaimCannotDeleteAClaimTakenBack(t *testing.T) {
 	if !errors.Is(err, &participant.Error{Code: participant.CodeRetired}) {
 		t.Fatalf("the retried leave = %v, want retired", err)
 	}
-	if late.apply(t) {
+	if late.Apply(t) {
 		t.Errorf("the late delete of the released claim removed the claim taken back")
 	}
 	resp, err := shared.Client.Get(ctx, own)

@@ -42,33 +42,6 @@ func FlipBits(path string, off int64, mask byte) error {
 	return f.Close()
 }
 
-// FlipBits xors mask into byte off of file name in fs: in what the
-// process reads and in what a crash keeps, since the damage is on the
-// medium. It is not an Op and never fails by a rule. An external file
-// (bbolt's, see Commit) is flipped on the disk too.
-func (fs *FS) FlipBits(name string, off int64, mask byte) error {
-	fs.mu.Lock()
-	defer fs.mu.Unlock()
-	name = clean(name)
-	f := fs.names[name]
-	if f == nil {
-		return fmt.Errorf("faultfs: flip %s: %w", name, ErrNotExist)
-	}
-	if f.external {
-		if err := FlipBits(name, off, mask); err != nil {
-			return err
-		}
-	} else if off >= int64(len(f.data)) {
-		return fmt.Errorf("faultfs: flip %s at %d: past its %d bytes", name, off, len(f.data))
-	} else {
-		f.data[off] ^= mask
-	}
-	if off < int64(len(f.synced)) {
-		f.synced[off] ^= mask
-	}
-	return nil
-}
-
 // FlipOffsets returns the offsets of a file of size bytes a bit-flip run
 // visits: every stride-th byte (stride 1: every byte) from an offset
 // below stride that rng draws, so that runs with different seeds cover

@@ -80,8 +80,7 @@ func metaWrite(old, cur []byte) *torn {
 func (fs *FS) Commit(path string, write func() error) error {
 	path = clean(path)
 	fs.mu.Lock()
-	act, err := fs.decideLocked(OpCommit, path)
-	wasCut := fs.cut && fs.cutOp.Kind == OpCommit && fs.cutOp.Path == path && fs.cutOp.Index == fs.ops-1
+	act, wasCut, err := fs.decideCommitLocked(path)
 	if err == nil && !fs.dirs[filepath.Dir(path)] {
 		err, act = &OpError{Op: Op{Kind: OpCommit, Path: path}, Err: ErrNotExist}, None
 	}
@@ -117,7 +116,7 @@ func (fs *FS) Commit(path string, write func() error) error {
 	case wasCut:
 		f.pending = content
 	case act == FailSync:
-		f.commitFailedSync(before, content)
+		f.markStale(before, content) // the disk keeps f.synced
 	case werr == nil:
 		f.commitSynced(before, content)
 	}
@@ -138,8 +137,7 @@ func (fs *FS) Commit(path string, write func() error) error {
 func (fs *FS) Rewrite(path string, write func() error) error {
 	path = clean(path)
 	fs.mu.Lock()
-	act, err := fs.decideLocked(OpCommit, path)
-	wasCut := fs.cut && fs.cutOp.Kind == OpCommit && fs.cutOp.Path == path && fs.cutOp.Index == fs.ops-1
+	act, wasCut, err := fs.decideCommitLocked(path)
 	fs.mu.Unlock()
 	if err != nil && !wasCut && act != FailSync {
 		return err
@@ -164,4 +162,14 @@ func (fs *FS) Rewrite(path string, write func() error) error {
 		}
 	}
 	return nil
+}
+
+// decideCommitLocked counts an OpCommit of path and returns the rule's
+// action, whether it cut the power at this very op (the commit then runs,
+// for Crash to tear it), and the error the op fails with. fs.mu must be
+// held.
+func (fs *FS) decideCommitLocked(path string) (act Action, wasCut bool, err error) {
+	act, err = fs.decideLocked(OpCommit, path)
+	wasCut = fs.cut && fs.cutOp.Kind == OpCommit && fs.cutOp.Path == path && fs.cutOp.Index == fs.ops-1
+	return act, wasCut, err
 }

@@ -169,10 +169,10 @@ type file struct {
 	pending   []byte
 	// stale holds the pages (PageSize) a FailSync marked clean while
 	// their content was not on disk: a Sync or Commit leaves the disk's
-	// content there, until a write changes the page again. For an
-	// external file the value is the page's content in the page cache,
-	// which Crash drops; for a file in memory it is nil (data holds it).
-	stale map[int64][]byte
+	// content there, until a write changes the page again. What the page
+	// cache serves of them is data's (the operating system's file, for
+	// an external one), which Crash drops.
+	stale map[int64]struct{}
 }
 
 type torn struct {
@@ -452,7 +452,7 @@ func (h *handle) Sync() error {
 	}
 	if act, err := h.fs.decideLocked(OpSync, h.name); err != nil {
 		if act == FailSync {
-			h.f.markStale()
+			h.f.markStale(h.f.synced, h.f.data)
 		}
 		return err
 	}

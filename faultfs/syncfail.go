@@ -18,16 +18,18 @@ func page(b []byte, pg int64) []byte {
 	return out
 }
 
-// markStale is what a failed fdatasync does to a file in memory on
-// Linux: every dirty page, one whose content differs from the disk's, is
-// marked clean without being written. The page cache keeps serving it.
-func (f *file) markStale() {
-	for pg := int64(0); pg*PageSize < max(int64(len(f.data)), int64(len(f.synced))); pg++ {
-		if !bytes.Equal(page(f.data, pg), page(f.synced, pg)) {
+// markStale records a sync that failed the Linux way: the pages dirtied
+// since the file held old (the disk's content, for a Sync; the file
+// before the write, for a Commit), those where cur differs from old
+// (zeros past either's end), are marked clean without being written, and
+// the page cache keeps serving them.
+func (f *file) markStale(old, cur []byte) {
+	for pg := int64(0); pg*PageSize < max(int64(len(old)), int64(len(cur))); pg++ {
+		if !bytes.Equal(page(cur, pg), page(old, pg)) {
 			if f.stale == nil {
-				f.stale = map[int64][]byte{}
+				f.stale = map[int64]struct{}{}
 			}
-			f.stale[pg] = nil
+			f.stale[pg] = struct{}{}
 		}
 	}
 }
@@ -45,21 +47,6 @@ func (f *file) writeBack(cur []byte) []byte {
 		copy(out[lo:min(lo+PageSize, int64(len(out)))], page(f.synced, pg))
 	}
 	return out
-}
-
-// commitFailedSync records a Commit whose sync failed the Linux way: the
-// pages write changed between before and cur (the operating system's file
-// before and after it) are stale, their content kept for reads only; the
-// disk keeps f.synced.
-func (f *file) commitFailedSync(before, cur []byte) {
-	for pg := int64(0); pg*PageSize < max(int64(len(before)), int64(len(cur))); pg++ {
-		if p := page(cur, pg); !bytes.Equal(p, page(before, pg)) {
-			if f.stale == nil {
-				f.stale = map[int64][]byte{}
-			}
-			f.stale[pg] = p
-		}
-	}
 }
 
 // commitSynced records a Commit that succeeded: the disk holds cur but

@@ -133,7 +133,7 @@ func (b *batch) lookup(scope tokenindex.Scope, match func(*oplog.Row) bool, t To
 		err error
 	)
 	if v, ok := b.prefetched[key]; ok {
-		pr, tw, err = b.s.indexedRow(b.cv.id, b.live.Applied, match, t, tokenWrite{key: key, old: v})
+		pr, tw, err = indexedRow(b.s.st, b.cv.id, b.live.Applied, match, t, tokenWrite{key: key, old: v})
 	} else {
 		pr, tw, err = b.s.lookupToken(b.cv.id, b.live.Applied, scope, match, t)
 	}

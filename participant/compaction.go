@@ -76,8 +76,7 @@ func (s *Service) compactPass(ctx context.Context) (out Compacted, full bool, er
 	// A deletion that failed for its conversation alone leaves the rest
 	// of the pass to run; the pass reports it at the end.
 	var derr error
-	if out.Deleted, derr = s.deletePass(ctx, p.cutoff); derr != nil &&
-		(errors.Is(derr, store.ErrFailed) || errors.Is(derr, store.ErrClosed) || ctx.Err() != nil) {
+	if out.Deleted, derr = s.deletePass(ctx, p.cutoff); derr != nil && (storeDown(derr) || ctx.Err() != nil) {
 		return out, false, derr
 	}
 	convs := s.conversations()

@@ -331,7 +331,7 @@ func (s *Service) deletePass(ctx context.Context, cutoff int64) (int, error) {
 		if err == nil {
 			continue
 		}
-		if errors.Is(err, store.ErrFailed) || errors.Is(err, store.ErrClosed) {
+		if storeDown(err) {
 			return n, err
 		}
 		if failed++; first == nil {
@@ -342,4 +342,11 @@ func (s *Service) deletePass(ctx context.Context, cutoff int64) (int, error) {
 		return n, fmt.Errorf("%w (and %d more conversations failed; the next pass retries them)", first, failed-1)
 	}
 	return n, first
+}
+
+// storeDown reports whether err, from one conversation's deletion, is the
+// whole store's (failed or closed): it ends the pass rather than being
+// left to the next.
+func storeDown(err error) bool {
+	return errors.Is(err, store.ErrFailed) || errors.Is(err, store.ErrClosed)
 }

@@ -46,21 +46,22 @@ func (s *Service) lookupToken(c ConversationID, applied uint64, scope tokenindex
 		return nil, w, err
 	}
 	w.old = v
-	return s.indexedRow(c, applied, match, t, w)
+	return indexedRow(s.st, c, applied, match, t, w)
 }
 
-// indexedRow verifies the row the index value w.old names for token t: it
-// returns the row if it is durable (below applied) and committed t, else
-// nil, and w unchanged.
-func (s *Service) indexedRow(c ConversationID, applied uint64, match func(*oplog.Row) bool, t Token, w tokenWrite) (*prior, tokenWrite, error) {
+// indexedRow verifies, in st, the row the index value w.old names for
+// token t: it returns the row if it is durable (below applied) and
+// committed t, else nil, and w unchanged. The live path and Verify run it
+// alike.
+func indexedRow(st store.DurableStore, c ConversationID, applied uint64, match func(*oplog.Row) bool, t Token, w tokenWrite) (*prior, tokenWrite, error) {
 	idx, ok := tokenindex.Index(w.old)
 	if !ok || idx >= applied {
 		return nil, w, nil
 	}
-	entries, err := s.st.ReadFrom(oplog.Stream(c), idx, 1)
+	entries, err := st.ReadFrom(oplog.Stream(c), idx, 1)
 	if errors.Is(err, store.ErrCompacted) {
 		// The row is compacted: its receipt, if it had a token, stands in.
-		r, rerr := readReceipt(s.st, c, idx)
+		r, rerr := readReceipt(st, c, idx)
 		if rerr != nil {
 			return nil, w, rerr
 		}
@@ -68,7 +69,7 @@ func (s *Service) indexedRow(c ConversationID, applied uint64, match func(*oplog
 			// No receipt: "never committed" only if the stream really
 			// starts past the row. A short read that says compacted while
 			// the row is stored would decide a committed operation again.
-			return nil, w, s.provenCompacted(c, idx, err)
+			return nil, w, provenCompacted(st, c, idx, err)
 		}
 		row := r.Row()
 		if row.Token != t || !row.HasToken() || !match(&row) {
@@ -97,8 +98,8 @@ func (s *Service) indexedRow(c ConversationID, applied uint64, match func(*oplog
 // First), and otherwise an error wrapping readErr, the read that said the
 // row was compacted: the caller answers unavailable, never "not
 // committed".
-func (s *Service) provenCompacted(c ConversationID, idx uint64, readErr error) error {
-	cs, ok := store.AsCompactor(s.st)
+func provenCompacted(st store.DurableStore, c ConversationID, idx uint64, readErr error) error {
+	cs, ok := store.AsCompactor(st)
 	if !ok {
 		return fmt.Errorf("participant: oplog row %d of conversation %v read as compacted from a store that does not compact: %w", idx, c, readErr)
 	}

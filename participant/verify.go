@@ -150,7 +150,7 @@ func storedRows(st store.DurableStore, stream string) (stored, trimmed uint64, e
 // checkTokens checks that every token-bearing row of c's oplog still
 // stored, from the stream's first row to its end, is found by a retry of
 // its token through the lookup the live path makes (liveLookup's scope
-// and match, tokenindex.Key, Service.indexedRow, which reads the row the
+// and match, tokenindex.Key, indexedRow, which reads the row the
 // entry names and checks it committed the token); except a row
 // whose token is a UUIDv7 below floor, c's persisted token floor, whose
 // entry compaction may have deleted (docs/DESIGN.md, The token window)
@@ -234,7 +234,7 @@ type tokenCheck struct {
 }
 
 // checkTokenBatch reads the index entries of batch, concurrently, and
-// resolves each as a retry would (Service.indexedRow, with applied the
+// resolves each as a retry would (indexedRow, with applied the
 // oplog's length), and returns the first failed read or finding, in row
 // order (checkTokens).
 func checkTokenBatch(st store.DurableStore, c ConversationID, applied uint64, batch []tokenCheck, floor int64) error {
@@ -252,16 +252,13 @@ func checkTokenBatch(st store.DurableStore, c ConversationID, applied uint64, ba
 		})
 	}
 	wg.Wait()
-	// The live path's lookup is a method of the service for its store
-	// only: the same code, on the store verified.
-	live := &Service{st: st}
 	for k := range batch {
 		r := &batch[k]
 		if r.err != nil {
 			return fmt.Errorf("participant: read %s: %w", r.key, r.err)
 		}
 		_, match := liveLookup(r.kind, r.p)
-		pr, _, err := live.indexedRow(c, applied, match, r.t, tokenWrite{key: r.key, old: r.v})
+		pr, _, err := indexedRow(st, c, applied, match, r.t, tokenWrite{key: r.key, old: r.v})
 		if err != nil {
 			return fmt.Errorf("participant: the token index lookup of oplog row %d: %w", r.idx, err)
 		}

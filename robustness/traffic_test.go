@@ -202,11 +202,7 @@ func (w *writer) run(ctx context.Context) {
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), callTimeout)
 			seq, err := w.cl.Tell(cctx, w.cred, []byte(payload), client.WithToken(tok))
 			cancel()
-			op := Op{Client: w.name, Kind: "tell", Conversation: w.conv, Participant: w.cred.Participant,
-				Token: tok.String(), Payload: payload, Attempt: attempt,
-				Start: w.hist.ms(start), End: w.hist.ms(time.Now()), Outcome: outcomeOf(err), Seq: seq}
-			op.failed(err)
-			w.hist.add(op)
+			op := w.record("tell", tok, attempt, start, payload, seq, err)
 			if op.Outcome == Answered {
 				w.tokens = append(w.tokens, sentTell{w.cred, tok, payload, seq})
 			}
@@ -237,11 +233,7 @@ func (w *writer) oversized(ctx context.Context) {
 	cctx, cancel := context.WithTimeout(ctx, callTimeout)
 	seq, err := w.cl.Tell(cctx, w.cred, oversizedPayload, client.WithToken(tok))
 	cancel()
-	op := Op{Client: w.name, Kind: "oversized", Conversation: w.conv, Participant: w.cred.Participant,
-		Token: tok.String(), Payload: fmt.Sprintf("%s/%d (%d bytes)", w.name, w.counter, len(oversizedPayload)), Attempt: 1,
-		Start: w.hist.ms(start), End: w.hist.ms(time.Now()), Outcome: outcomeOf(err), Seq: seq}
-	op.failed(err)
-	w.hist.add(op)
+	w.record("oversized", tok, 1, start, fmt.Sprintf("%s/%d (%d bytes)", w.name, w.counter, len(oversizedPayload)), seq, err)
 }
 
 // detach detaches the writer's participant at the end of the traffic,
@@ -257,15 +249,22 @@ func (w *writer) detach(ctx context.Context) {
 		cctx, cancel := context.WithTimeout(ctx, callTimeout)
 		seq, err := w.cl.Detach(cctx, w.cred, client.WithToken(tok))
 		cancel()
-		op := Op{Client: w.name, Kind: "detach", Conversation: w.conv, Participant: w.cred.Participant,
-			Token: tok.String(), Attempt: attempt, Start: w.hist.ms(start), End: w.hist.ms(time.Now()),
-			Outcome: outcomeOf(err), Seq: seq}
-		op.failed(err)
-		w.hist.add(op)
-		if op.Outcome != Unknown {
+		if op := w.record("detach", tok, attempt, start, "", seq, err); op.Outcome != Unknown {
 			return
 		}
 	}
+}
+
+// record adds to the history one attempt, started at start, of an
+// operation of kind on the writer's participant with token tok, answered
+// seq or err, and returns it.
+func (w *writer) record(kind string, tok client.Token, attempt int, start time.Time, payload string, seq uint64, err error) Op {
+	op := Op{Client: w.name, Kind: kind, Conversation: w.conv, Participant: w.cred.Participant,
+		Token: tok.String(), Payload: payload, Attempt: attempt,
+		Start: w.hist.ms(start), End: w.hist.ms(time.Now()), Outcome: outcomeOf(err), Seq: seq}
+	op.failed(err)
+	w.hist.add(op)
+	return op
 }
 
 // redial replaces the writer's client with a new one, until ctx ends.

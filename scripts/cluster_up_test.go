@@ -26,16 +26,7 @@ func TestClusterUp_RunsTwice(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a 3-member etcd and 3 nodes twice")
 	}
-	if _, err := exec.LookPath("curl"); err != nil {
-		t.Skip("cluster-up needs curl")
-	}
-	for _, port := range []string{"7431", "7432", "7433", "7441", "7442", "7443"} {
-		l, err := net.Listen("tcp", "127.0.0.1:"+port)
-		if err != nil {
-			t.Skipf("port %s is taken: %v", port, err)
-		}
-		l.Close()
-	}
+	needClusterUp(t)
 	dir := t.TempDir()
 	for run := 1; run <= 2; run++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
@@ -58,16 +49,10 @@ func TestClusterUp_RunsTwice(t *testing.T) {
 	}
 }
 
-// TestClusterUp_WhileRunning starts a cluster with cluster-up and runs
-// cluster-up again on the same CLUSTER_DIR while it is up: the second run
-// must say that a cluster runs from that directory and how to stop it,
-// must not advise removing the directory, and must change none of the
-// running cluster's files (binaries, etcd endpoints, pid list). Then
-// `cluster-up --stop` must stop the first run, leaving the data.
-func TestClusterUp_WhileRunning(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a 3-member etcd and 3 nodes")
-	}
+// needClusterUp skips t unless cluster-up can run here: curl on the PATH
+// and the nodes' fixed ports (7431..7433, 7441..7443) free on loopback.
+func needClusterUp(t *testing.T) {
+	t.Helper()
 	if _, err := exec.LookPath("curl"); err != nil {
 		t.Skip("cluster-up needs curl")
 	}
@@ -78,6 +63,19 @@ func TestClusterUp_WhileRunning(t *testing.T) {
 		}
 		l.Close()
 	}
+}
+
+// TestClusterUp_WhileRunning starts a cluster with cluster-up and runs
+// cluster-up again on the same CLUSTER_DIR while it is up: the second run
+// must say that a cluster runs from that directory and how to stop it,
+// must not advise removing the directory, and must change none of the
+// running cluster's files (binaries, etcd endpoints, pid list). Then
+// `cluster-up --stop` must stop the first run, leaving the data.
+func TestClusterUp_WhileRunning(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a 3-member etcd and 3 nodes")
+	}
+	needClusterUp(t)
 	dir := t.TempDir()
 	env := append(os.Environ(), "CLUSTER_DIR="+dir)
 

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/participantd/participantd/cluster/backup"
 	"github.com/participantd/participantd/store"
 )
@@ -124,41 +126,42 @@ const adminLogInterval = time.Second
 // then the guard, as it is with AdminRemote.
 func (s *Server) requireAdmin(w http.ResponseWriter, r *http.Request) bool {
 	peer := remoteAddr(r)
-	principal, now := principalOf(peer), time.Now()
+	principal, now := s.auth.principal(peer), time.Now()
 	if !s.cfg.AdminRemote && !isLoopback(peer) {
-		s.metrics.adminAuthFailed()
-		if ok, held := s.adminLog.allow(now, adminLogInterval); ok {
-			s.log.Warn().Str("remote", r.RemoteAddr).Str("method", r.Method).Str("path", clip(r.URL.Path)).
-				Int("refusals_not_logged", held).
-				Msg("admin request refused: the admin endpoints answer loopback peers only without --admin-remote")
-		}
-		http.Error(w, "the admin endpoints answer loopback peers only (admin-remote)", http.StatusForbidden)
+		s.refuseAdmin(w, r, now, http.StatusForbidden, "the admin endpoints answer loopback peers only (admin-remote)",
+			"the admin endpoints answer loopback peers only without --admin-remote", nil)
 		return false
 	}
 	if ok, wait := s.auth.admit(principal, "admin", now); !ok {
-		s.metrics.adminAuthFailed()
-		if ok, held := s.adminLog.allow(now, adminLogInterval); ok {
-			s.log.Warn().Str("remote", r.RemoteAddr).Str("method", r.Method).Str("path", clip(r.URL.Path)).
-				Int("refusals_not_logged", held).Dur("retry_after_ms", wait).
-				Msg("admin request refused: too many wrong admin tokens from this address")
-		}
 		w.Header().Set("Retry-After", strconv.Itoa(int(wait.Round(time.Second)/time.Second)+1))
-		http.Error(w, "too many wrong admin tokens from this address", http.StatusTooManyRequests)
+		s.refuseAdmin(w, r, now, http.StatusTooManyRequests, "too many wrong admin tokens from this address",
+			"too many wrong admin tokens from this address", func(e *zerolog.Event) { e.Dur("retry_after_ms", wait) })
 		return false
 	}
 	if s.adminAuthorized(r) {
 		return true
 	}
 	s.auth.failed(principal, "admin", now)
-	s.metrics.adminAuthFailed()
-	if ok, held := s.adminLog.allow(time.Now(), adminLogInterval); ok {
-		s.log.Warn().Str("remote", r.RemoteAddr).Str("method", r.Method).Str("path", clip(r.URL.Path)).
-			Bool("token_presented", r.Header.Get("Authorization") != "").Int("refusals_not_logged", held).
-			Msg("admin request refused: wrong or missing admin token")
-	}
 	w.Header().Set("WWW-Authenticate", `Bearer realm="participantd admin"`)
-	http.Error(w, "admin token required", http.StatusUnauthorized)
+	s.refuseAdmin(w, r, now, http.StatusUnauthorized, "admin token required",
+		"wrong or missing admin token", func(e *zerolog.Event) { e.Bool("token_presented", r.Header.Get("Authorization") != "") })
 	return false
+}
+
+// refuseAdmin answers r with status and body, counts the refusal and logs
+// it with why and the fields extra adds, at most one line per
+// adminLogInterval.
+func (s *Server) refuseAdmin(w http.ResponseWriter, r *http.Request, now time.Time, status int, body, why string, extra func(*zerolog.Event)) {
+	s.metrics.adminAuthFailed()
+	if ok, held := s.adminLog.allow(now, adminLogInterval); ok {
+		e := s.log.Warn().Str("remote", r.RemoteAddr).Str("method", r.Method).Str("path", clip(r.URL.Path)).
+			Int("refusals_not_logged", held)
+		if extra != nil {
+			extra(e)
+		}
+		e.Msg("admin request refused: " + why)
+	}
+	http.Error(w, body, status)
 }
 
 // adminAuthorized reports whether r carries the admin token.

@@ -60,7 +60,7 @@ func (s *Server) auditRead(w http.ResponseWriter, r *http.Request, h http.Handle
 		if status == 0 {
 			status = http.StatusOK
 		}
-		s.log.Info().Str("remote", r.RemoteAddr).Str("principal", principalOf(remoteAddr(r)).String()).
+		s.log.Info().Str("remote", r.RemoteAddr).Str("principal", s.auth.principal(remoteAddr(r)).String()).
 			Str("method", r.Method).Str("path", clip(r.URL.Path)).Str("query", clip(r.URL.RawQuery)).
 			Int("status", status).Int64("bytes", aw.bytes).Dur("duration_ms", time.Since(start)).
 			Msg("admin: read served")

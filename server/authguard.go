@@ -51,10 +51,13 @@ const (
 // authGuard slows the guessing of a token per principal
 // (AuthFailureBurst, AuthFailureInterval) and counts the failures.
 type authGuard struct {
-	limit    rate.Limit // +checklocksignore: read-only
-	burst    int        // +checklocksignore: read-only
-	max      int        // +checklocksignore: read-only (tests lower it before use)
+	max      int // +checklocksignore: read-only (tests lower it before use)
 	failures *prometheus.CounterVec
+	// v4 and v6 are the prefix lengths of one principal, declared apart:
+	// after a line naming two fields, checklocks puts the annotations
+	// below on the wrong fields.
+	v4 int
+	v6 int
 
 	// mu guards fails, overflow and swept.
 	mu sync.Mutex
@@ -70,18 +73,22 @@ type authGuard struct {
 	swept time.Time
 }
 
-func newAuthGuard(reg prometheus.Registerer) *authGuard {
+// newAuthGuard returns a guard whose principals are the addresses of one
+// /v4 or /v6 prefix, the peers of --ipv4-prefix and --ipv6-prefix, so that
+// the prefixes that make one peer for the shares and the per-address
+// limits make one guesser too.
+func newAuthGuard(reg prometheus.Registerer, v4, v6 int) *authGuard {
 	g := &authGuard{
-		limit: rate.Every(AuthFailureInterval),
-		burst: AuthFailureBurst,
-		max:   authGuardPrincipals,
+		max: authGuardPrincipals,
+		v4:  v4,
+		v6:  v6,
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: MetricAuthFailures,
 			Help: "Refused auth and admin token attempts, by listener (wire, ws, admin) and cause (wrong_token: compared and wrong or missing; throttled: refused uncompared, the peer address being over its allowance of failures).",
 		}, []string{"listener", "cause"}),
 		fails: make(map[netip.Prefix]*rate.Limiter),
 	}
-	g.overflow = rate.NewLimiter(g.limit, g.burst)
+	g.overflow = newAuthLimiter()
 	for _, l := range []string{"wire", "ws", "admin"} {
 		for _, c := range []string{authWrongToken, authThrottled} {
 			g.failures.WithLabelValues(l, c)
@@ -91,31 +98,20 @@ func newAuthGuard(reg prometheus.Registerer) *authGuard {
 	return g
 }
 
-// principalOf is the guard's key of a remote address: the IP, an IPv6 /64.
-// An address that is not an IP (a pipe in tests) is the zero key, one
-// principal for all of them.
-func principalOf(addr net.Addr) netip.Prefix {
-	var ip netip.Addr
-	switch a := addr.(type) {
-	case *net.TCPAddr:
-		ip, _ = netip.AddrFromSlice(a.IP)
-	default:
-		if addr != nil {
-			if ap, err := netip.ParseAddrPort(addr.String()); err == nil {
-				ip = ap.Addr()
-			}
-		}
-	}
-	if !ip.IsValid() {
+// newAuthLimiter returns a principal's full allowance of failures.
+func newAuthLimiter() *rate.Limiter {
+	return rate.NewLimiter(rate.Every(AuthFailureInterval), AuthFailureBurst)
+}
+
+// principal is the guard's key of a remote address: its peerLimits key
+// (its /v4 or /v6 prefix), loopback included. An address that is not TCP
+// (a pipe in tests) is the zero key, one principal for all of them.
+func (g *authGuard) principal(addr net.Addr) netip.Prefix {
+	ip, ok := tcpIP(addr)
+	if !ok {
 		return netip.Prefix{}
 	}
-	ip = ip.Unmap()
-	bits := 32
-	if ip.Is6() {
-		bits = 64
-	}
-	p, _ := ip.Prefix(bits)
-	return p
+	return ipPrefix(ip, g.v4, g.v6)
 }
 
 // admit reports whether principal may present a token at now, and if not,
@@ -126,7 +122,7 @@ func (g *authGuard) admit(principal netip.Prefix, listener string, now time.Time
 	var wait time.Duration
 	if lim != nil {
 		if tokens := lim.TokensAt(now); tokens < 1 {
-			wait = time.Duration((1 - tokens) / float64(g.limit) * float64(time.Second))
+			wait = time.Duration((1 - tokens) * float64(AuthFailureInterval))
 		}
 	}
 	g.mu.Unlock()
@@ -162,7 +158,7 @@ func (g *authGuard) limiterLocked(principal netip.Prefix, now time.Time, create 
 	if len(g.fails) >= g.max && now.Sub(g.swept) >= AuthFailureInterval {
 		g.swept = now
 		for p, lim := range g.fails {
-			if lim.TokensAt(now) >= float64(g.burst) {
+			if lim.TokensAt(now) >= AuthFailureBurst {
 				delete(g.fails, p)
 			}
 		}
@@ -170,7 +166,7 @@ func (g *authGuard) limiterLocked(principal netip.Prefix, now time.Time, create 
 	if len(g.fails) >= g.max {
 		return g.overflow
 	}
-	lim := rate.NewLimiter(g.limit, g.burst)
+	lim := newAuthLimiter()
 	g.fails[principal] = lim
 	return lim
 }
@@ -184,11 +180,11 @@ func (s *Server) checkAuth(addr net.Addr, ws bool, auth *string) (wire.Reason, s
 	if want == "" {
 		return "", ""
 	}
-	listener := transportLabel(ws)
-	if listener == "tcp" {
-		listener = "wire"
+	listener := "wire"
+	if ws {
+		listener = "ws"
 	}
-	principal, now := principalOf(addr), time.Now()
+	principal, now := s.auth.principal(addr), time.Now()
 	if ok, wait := s.auth.admit(principal, listener, now); !ok {
 		return wire.ReasonAuthFailed, fmt.Sprintf("too many wrong auth tokens from this address: try again in %v", wait.Round(time.Second))
 	}

@@ -12,7 +12,7 @@ import (
 // The guard's answers at chosen instants: no wall clock.
 func TestAuthGuard_SlowsEachPrincipalApart(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	g := newAuthGuard(reg)
+	g := newAuthGuard(reg, DefaultIPv4Prefix, DefaultIPv6Prefix)
 	guesser, other := netip.MustParsePrefix("192.0.2.7/32"), netip.MustParsePrefix("2001:db8:1:2::/64")
 	at := time.Unix(1_000_000, 0)
 	compared := 0
@@ -68,7 +68,7 @@ func TestAuthGuard_SlowsEachPrincipalApart(t *testing.T) {
 // allowance is full again are forgotten, and newcomers share one allowance
 // rather than growing the map.
 func TestAuthGuard_BoundedPrincipals(t *testing.T) {
-	g := newAuthGuard(prometheus.NewRegistry())
+	g := newAuthGuard(prometheus.NewRegistry(), DefaultIPv4Prefix, DefaultIPv6Prefix)
 	g.max = 4
 	at := time.Unix(1_000_000, 0)
 	for i := range 4 {
@@ -107,7 +107,8 @@ func TestAuthGuard_BoundedPrincipals(t *testing.T) {
 	}
 }
 
-func TestPrincipalOf(t *testing.T) {
+func TestAuthGuard_Principal(t *testing.T) {
+	g := newAuthGuard(prometheus.NewRegistry(), DefaultIPv4Prefix, DefaultIPv6Prefix)
 	for _, tc := range []struct {
 		addr net.Addr
 		want string
@@ -118,8 +119,16 @@ func TestPrincipalOf(t *testing.T) {
 		{&net.TCPAddr{IP: net.ParseIP("127.0.0.1"), Port: 1}, "127.0.0.1/32"},
 		{nil, "invalid Prefix"},
 	} {
-		if got := principalOf(tc.addr).String(); got != tc.want {
-			t.Errorf("principalOf(%v) = %s, want %s", tc.addr, got, tc.want)
+		if got := g.principal(tc.addr).String(); got != tc.want {
+			t.Errorf("principal(%v) = %s, want %s", tc.addr, got, tc.want)
+		}
+	}
+	// --ipv4-prefix and --ipv6-prefix make one guesser as they make one
+	// peer: a /24 and a /48 are one principal each.
+	wide := newAuthGuard(prometheus.NewRegistry(), 24, 48)
+	for addr, want := range map[string]string{"192.0.2.7": "192.0.2.0/24", "2001:db8:1:2:3:4:5:6": "2001:db8:1::/48"} {
+		if got := wide.principal(&net.TCPAddr{IP: net.ParseIP(addr), Port: 1}).String(); got != want {
+			t.Errorf("principal(%s) at /24 and /48 = %s, want %s", addr, got, want)
 		}
 	}
 }

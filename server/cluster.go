@@ -237,9 +237,20 @@ func (s *Server) clusterUnready(ctx context.Context) Readiness {
 	case !etcdUnavailable(err):
 		return Readiness{Reason: ReasonEtcdUnreachable + ": " + err.Error()}
 	}
-	w := diagnoseEtcd(ctx, s.cfg.Cluster.Endpoints, err)
+	w := s.etcdDiagnosis.Load()
+	if w == nil || time.Since(w.since) > diagnoseEvery {
+		d := diagnoseEtcd(ctx, s.cfg.Cluster.Endpoints, err)
+		w = &d
+		s.etcdDiagnosis.Store(w)
+	}
 	return Readiness{Reason: ReasonEtcdUnreachable + ": " + w.detail, Dependency: "etcd", Endpoint: w.endpoint, Error: w.err}
 }
+
+// diagnoseEvery is how long /ready reuses a diagnosis of an etcd that
+// does not answer: a probe polling every few seconds then dials the
+// endpoints at most that often, and a /ready answers within the Get's
+// second instead of that plus a dial per endpoint.
+const diagnoseEvery = 5 * time.Second
 
 // openCluster joins the etcd cluster and opens the service on the node's
 // fenced store, with the node as its Ownership.

@@ -51,27 +51,30 @@ func TestOpenDataDir_ModesChecked(t *testing.T) {
 	}{
 		{"store file readable by others", func(t *testing.T, dir string) string {
 			p := filepath.Join(dir, StoreFile)
-			os.Chmod(p, 0o644)
+			chmod(t, p, 0o644)
 			return p
 		}, true},
 		{"log segment writable by others", func(t *testing.T, dir string) string {
 			p := segment(t, dir)
-			os.Chmod(p, 0o602)
+			chmod(t, p, 0o602)
 			return p
 		}, true},
 		{"directory writable by others", func(t *testing.T, dir string) string {
-			os.Chmod(dir, 0o777)
+			chmod(t, dir, 0o777)
 			return dir
 		}, true},
 		{"directory others may list", func(t *testing.T, dir string) string {
-			os.Chmod(dir, 0o755)
+			chmod(t, dir, 0o755)
 			return dir
 		}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := fresh(t)
 			path := tc.change(t, dir)
-			info, _ := os.Stat(path)
+			info, err := os.Stat(path)
+			if err != nil {
+				t.Fatal(err)
+			}
 			logs, err := open(t, dir)
 			if !tc.refuse {
 				if err != nil || !strings.Contains(logs, "open to the group or lets others list it") || !strings.Contains(logs, path) || !strings.Contains(logs, "chmod -R go-rwx") {
@@ -84,12 +87,15 @@ func TestOpenDataDir_ModesChecked(t *testing.T) {
 				t.Fatalf("open = %v, want ErrDataDirExposed naming %s, its mode %v and the fix", err, path, info.Mode().Perm())
 			}
 			// The fix it names works.
-			filepath.Walk(dir, func(p string, info os.FileInfo, err error) error {
-				if err == nil {
-					os.Chmod(p, info.Mode().Perm()&^0o077)
+			err = filepath.Walk(dir, func(p string, info os.FileInfo, err error) error {
+				if err != nil {
+					return err
 				}
-				return nil
+				return os.Chmod(p, info.Mode().Perm()&^0o077)
 			})
+			if err != nil {
+				t.Fatal(err)
+			}
 			if logs, err := open(t, dir); err != nil || strings.Contains(logs, "open to") {
 				t.Errorf("after chmod -R go-rwx: %v, %s", err, logs)
 			}
@@ -97,8 +103,8 @@ func TestOpenDataDir_ModesChecked(t *testing.T) {
 	}
 	t.Run("the process's own group", func(t *testing.T) {
 		dir := fresh(t)
-		os.Chmod(dir, 0o2770) // a Kubernetes fsGroup volume's root
-		os.Chmod(filepath.Join(dir, StoreFile), 0o660)
+		chmod(t, dir, 0o2770) // a Kubernetes fsGroup volume's root
+		chmod(t, filepath.Join(dir, StoreFile), 0o660)
 		var st syscall.Stat_t
 		if syscall.Stat(dir, &st) != nil || int(st.Gid) != os.Getegid() {
 			t.Skip("the temporary directory's group is not the process's")
@@ -108,24 +114,34 @@ func TestOpenDataDir_ModesChecked(t *testing.T) {
 		}
 	})
 	t.Run("another group", func(t *testing.T) {
-		groups, _ := os.Getgroups()
-		other := -1
+		// A supplementary group of the process, else any other (which
+		// root, as in a container, may give a file too).
+		other := os.Getegid() + 1
+		groups, err := os.Getgroups()
+		if err != nil {
+			t.Fatal(err)
+		}
 		for _, g := range groups {
 			if g != os.Getegid() {
 				other = g
 			}
 		}
-		if other < 0 {
-			t.Skip("the process has no group but its own")
-		}
 		dir := fresh(t)
 		p := filepath.Join(dir, StoreFile)
 		if err := os.Chown(p, -1, other); err != nil {
-			t.Skip(err)
+			t.Skipf("the process may not give a file another group: %v", err)
 		}
-		os.Chmod(p, 0o640)
+		chmod(t, p, 0o640)
 		if logs, err := open(t, dir); err != nil || !strings.Contains(logs, p) {
 			t.Errorf("a store file another group may read: %v, %s; want a start with a warning naming it", err, logs)
 		}
 	})
+}
+
+// chmod sets path's mode, failing t if it cannot.
+func chmod(t *testing.T, path string, mode os.FileMode) {
+	t.Helper()
+	if err := os.Chmod(path, mode); err != nil {
+		t.Fatal(err)
+	}
 }

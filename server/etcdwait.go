@@ -64,7 +64,7 @@ func (s *Server) joinCluster(ctx context.Context, cli *clientv3.Client, endpoint
 		}
 		if ctx.Err() != nil {
 			if w := s.etcdWaiting.Load(); w != nil {
-				return nil, fmt.Errorf("server: join the cluster: stopped after waiting %s for %s: %w", time.Since(w.since).Round(time.Second), w.detail, ctx.Err())
+				return nil, w.stopped(ctx.Err())
 			}
 			return nil, fmt.Errorf("server: join the cluster: %w", err)
 		}
@@ -84,10 +84,16 @@ func (s *Server) joinCluster(ctx context.Context, cli *clientv3.Client, endpoint
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return nil, fmt.Errorf("server: join the cluster: stopped after waiting %s for %s: %w", time.Since(w.since).Round(time.Second), w.detail, ctx.Err())
+			return nil, w.stopped(ctx.Err())
 		}
 		pause = min(2*pause, joinRetryMax)
 	}
+}
+
+// stopped is the error of a join stopped by cause (Run's context ending)
+// while it waited for w.
+func (w *etcdWait) stopped(cause error) error {
+	return fmt.Errorf("server: join the cluster: stopped after waiting %s for %s: %w", time.Since(w.since).Round(time.Second), w.detail, cause)
 }
 
 // etcdUnavailable reports whether err is etcd not answering (a call that

@@ -95,9 +95,7 @@ func (s *Server) healthHandler() http.Handler {
 			unloadable(w, r, false)
 			return
 		}
-		if s.requireAdmin(w, r) {
-			s.auditRead(w, r, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { unloadable(w, r, true) }))
-		}
+		s.adminOnly(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { unloadable(w, r, true) })).ServeHTTP(w, r)
 	})
 	s.registerAdmin(mux)
 	return s.checkHost(mux)

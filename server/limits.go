@@ -127,24 +127,33 @@ func newPeerLimits(cfg Config) *peerLimits {
 // key returns the limits' key of a remote address, and whether the limits
 // apply to it.
 func (l *peerLimits) key(addr net.Addr) (netip.Prefix, bool) {
+	ip, ok := tcpIP(addr)
+	if !ok || ip.IsLoopback() && !l.loopback {
+		return netip.Prefix{}, false
+	}
+	return ipPrefix(ip, l.v4, l.v6), true
+}
+
+// tcpIP returns the IP of a TCP address (an IPv4-mapped IPv6 one as IPv4),
+// and false for any other address.
+func tcpIP(addr net.Addr) (netip.Addr, bool) {
 	ta, ok := addr.(*net.TCPAddr)
 	if !ok {
-		return netip.Prefix{}, false
+		return netip.Addr{}, false
 	}
 	ip, ok := netip.AddrFromSlice(ta.IP)
-	if !ok {
-		return netip.Prefix{}, false
-	}
-	ip = ip.Unmap()
-	if ip.IsLoopback() && !l.loopback {
-		return netip.Prefix{}, false
-	}
-	bits := l.v4
+	return ip.Unmap(), ok
+}
+
+// ipPrefix returns ip's prefix of v4 bits if it is IPv4, of v6 bits if
+// IPv6.
+func ipPrefix(ip netip.Addr, v4, v6 int) netip.Prefix {
+	bits := v4
 	if ip.Is6() {
-		bits = l.v6
+		bits = v6
 	}
 	p, _ := ip.Prefix(bits)
-	return p, true
+	return p
 }
 
 // admitLocked counts one more connection of key at now, or returns why it

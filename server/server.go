@@ -76,6 +76,10 @@ type Server struct {
 	// etcdWaiting is set while a cluster node's start waits for etcd
 	// (etcdwait.go): what /ready says then.
 	etcdWaiting atomic.Pointer[etcdWait]
+	// etcdDiagnosis is the last diagnoseEtcd of a running node whose etcd
+	// stopped answering, reused by /ready for diagnoseEvery, so that
+	// probes polling /ready do not each dial every endpoint.
+	etcdDiagnosis atomic.Pointer[etcdWait]
 	// svc and st are set once Run opened them; cl in cluster mode only.
 	svc atomic.Pointer[participant.Service]
 	st  atomic.Pointer[backendRef]
@@ -189,7 +193,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.opCtx, s.opCancel = context.WithCancel(context.Background())
 	s.metrics = newMetrics(s)
-	s.auth = newAuthGuard(s.metrics.reg)
+	s.auth = newAuthGuard(s.metrics.reg, s.peers.v4, s.peers.v6)
 	return s, nil
 }
 

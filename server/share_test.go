@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"net"
 	"os"
@@ -109,50 +110,18 @@ func TestShare_ClientCertificateIsThePrincipal(t *testing.T) {
 	certFile, keyFile, pool := selfSigned(t, t.TempDir())
 	aCert, aKey, _ := servertest.SelfSignedAs(t, t.TempDir(), "client a")
 	bCert, bKey, _ := servertest.SelfSignedAs(t, t.TempDir(), "client b")
-	cas := filepath.Join(t.TempDir(), "clients.pem")
-	var pems []byte
-	for _, f := range []string{aCert, bCert} {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		pems = append(pems, b...)
-	}
-	if err := os.WriteFile(cas, pems, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	cas := clientCAs(t, aCert, bCert)
 	// One percent of 100 conversations: each principal may hold one.
 	h := start(t, server.Config{TLSCert: certFile, TLSKey: keyFile, TLSClientCA: cas, MaxConversations: 100, ClientShare: 1})
 	dialAs := func(ip, cert, key string) *client {
 		t.Helper()
-		pair, err := tls.LoadX509KeyPair(cert, key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
-		nc, err := tls.DialWithDialer(d, "tcp", h.srv.Addr().String(), &tls.Config{RootCAs: pool, ServerName: "127.0.0.1", Certificates: []tls.Certificate{pair}})
+		c, err := h.dialCert(&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}, pool, cert, key)
 		if err != nil {
 			t.Skipf("dial from %s: %v", ip, err)
 		}
-		c := newClient(t, nc)
-		c.send(&wire.Hello{Versions: []uint64{1}})
-		if m, ok := c.next().(*wire.Welcome); !ok {
-			t.Fatalf("hello answered %#v", m)
-		}
 		return c
 	}
-	enroll := func(c *client, conv uint64) *wire.Error {
-		t.Helper()
-		switch a := c.call(&wire.Enroll{ID: c.id(), Conversation: conv, Token: token()}).(type) {
-		case *wire.Enrolled:
-			return nil
-		case *wire.Error:
-			return a
-		default:
-			t.Fatalf("enroll answered %#v", a)
-			return nil
-		}
-	}
+	enroll := func(c *client, conv uint64) *wire.Error { t.Helper(); return enrollRefusal(t, c, conv) }
 	if e := enroll(dialAs("127.0.0.1", aCert, aKey), 1); e != nil {
 		t.Fatalf("client a's first conversation: %#v", e)
 	}
@@ -163,6 +132,61 @@ func TestShare_ClientCertificateIsThePrincipal(t *testing.T) {
 	}
 	if e := enroll(dialAs("127.0.0.1", bCert, bKey), 3); e != nil {
 		t.Errorf("client b's first conversation, from the same address: %#v, want admitted", e)
+	}
+}
+
+// clientCAs writes the certificates of certFiles to one PEM bundle, a
+// TLSClientCA file, and returns its path.
+func clientCAs(t *testing.T, certFiles ...string) string {
+	t.Helper()
+	var pems []byte
+	for _, f := range certFiles {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pems = append(pems, b...)
+	}
+	cas := filepath.Join(t.TempDir(), "clients.pem")
+	if err := os.WriteFile(cas, pems, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return cas
+}
+
+// dialCert dials h's wire listener over TLS with d, trusting pool and
+// presenting the client certificate of cert and key, and says hello. The
+// error is the dial's.
+func (h *harness) dialCert(d *net.Dialer, pool *x509.CertPool, cert, key string) (*client, error) {
+	h.t.Helper()
+	pair, err := tls.LoadX509KeyPair(cert, key)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	nc, err := tls.DialWithDialer(d, "tcp", h.srv.Addr().String(), &tls.Config{RootCAs: pool, ServerName: "127.0.0.1", Certificates: []tls.Certificate{pair}})
+	if err != nil {
+		return nil, err
+	}
+	c := newClient(h.t, nc)
+	c.send(&wire.Hello{Versions: []uint64{1}})
+	if m, ok := c.next().(*wire.Welcome); !ok {
+		h.t.Fatalf("hello answered %#v", m)
+	}
+	return c, nil
+}
+
+// enrollRefusal enrolls c into conv and returns the error it is answered,
+// nil when it is enrolled.
+func enrollRefusal(t *testing.T, c *client, conv uint64) *wire.Error {
+	t.Helper()
+	switch a := c.call(&wire.Enroll{ID: c.id(), Conversation: conv, Token: token()}).(type) {
+	case *wire.Enrolled:
+		return nil
+	case *wire.Error:
+		return a
+	default:
+		t.Fatalf("enroll answered %#v", a)
+		return nil
 	}
 }
 

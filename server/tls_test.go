@@ -3,8 +3,6 @@ package server_test
 import (
 	"crypto/tls"
 	"net"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/participantd/participantd/server"
@@ -56,49 +54,18 @@ func TestShare_SameNameFromAnotherCAIsAnotherPrincipal(t *testing.T) {
 	// CA with its own key.
 	aCert, aKey, _ := servertest.SelfSignedAs(t, t.TempDir(), "client")
 	bCert, bKey, _ := servertest.SelfSignedAs(t, t.TempDir(), "client")
-	cas := filepath.Join(t.TempDir(), "clients.pem")
-	var pems []byte
-	for _, f := range []string{aCert, bCert} {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		pems = append(pems, b...)
-	}
-	if err := os.WriteFile(cas, pems, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	cas := clientCAs(t, aCert, bCert)
 	// One percent of 100 conversations: each principal may hold one.
 	h := start(t, server.Config{TLSCert: certFile, TLSKey: keyFile, TLSClientCA: cas, MaxConversations: 100, ClientShare: 1})
 	dialAs := func(cert, key string) *client {
 		t.Helper()
-		pair, err := tls.LoadX509KeyPair(cert, key)
+		c, err := h.dialCert(&net.Dialer{}, pool, cert, key)
 		if err != nil {
 			t.Fatal(err)
-		}
-		nc, err := tls.DialWithDialer(&net.Dialer{}, "tcp", h.srv.Addr().String(), &tls.Config{RootCAs: pool, ServerName: "127.0.0.1", Certificates: []tls.Certificate{pair}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		c := newClient(t, nc)
-		c.send(&wire.Hello{Versions: []uint64{1}})
-		if m, ok := c.next().(*wire.Welcome); !ok {
-			t.Fatalf("hello answered %#v", m)
 		}
 		return c
 	}
-	enroll := func(c *client, conv uint64) *wire.Error {
-		t.Helper()
-		switch a := c.call(&wire.Enroll{ID: c.id(), Conversation: conv, Token: token()}).(type) {
-		case *wire.Enrolled:
-			return nil
-		case *wire.Error:
-			return a
-		default:
-			t.Fatalf("enroll answered %#v", a)
-			return nil
-		}
-	}
+	enroll := func(c *client, conv uint64) *wire.Error { t.Helper(); return enrollRefusal(t, c, conv) }
 	if e := enroll(dialAs(aCert, aKey), 1); e != nil {
 		t.Fatalf("CA a's client's first conversation: %#v", e)
 	}

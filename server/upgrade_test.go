@@ -21,6 +21,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
+	"github.com/participantd/participantd/internal/daemontest"
 	"github.com/participantd/participantd/server"
 	"github.com/participantd/participantd/wire"
 )
@@ -156,24 +157,20 @@ func TestUpgrade_Generate(t *testing.T) {
 		t.Fatal("-upgrade-name names the directory")
 	}
 	data := t.TempDir()
-	addr := freeAddr(t)
-	cmd := exec.Command(*upgradeGenerate, append([]string{"--data", data, "--listen", addr, "--health-listen", freeAddr(t)}, upgradeSettings...)...)
+	addr, health := daemontest.FreeAddr(t), daemontest.FreeAddr(t)
+	cmd := exec.Command(*upgradeGenerate, append([]string{"--data", data, "--listen", addr, "--health-listen", health}, upgradeSettings...)...)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer cmd.Process.Kill()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		nc, err := net.Dial("tcp", addr)
-		if err == nil {
-			nc.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s did not listen on %s", *upgradeGenerate, addr)
-		}
-		time.Sleep(50 * time.Millisecond)
+	exited := make(chan struct{})
+	go func() {
+		cmd.Wait() // killed below: its error says so
+		close(exited)
+	}()
+	if err := daemontest.WaitReady(health, exited, 30*time.Second); err != nil {
+		t.Fatalf("%s: %v", *upgradeGenerate, err)
 	}
 	log := upgradeWorkload(t, addr)
 	// Every answer was durable before it was sent: a SIGKILL loses none,
@@ -181,7 +178,7 @@ func TestUpgrade_Generate(t *testing.T) {
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	cmd.Wait()
+	<-exited
 
 	dir := filepath.Join(upgradeDir, *upgradeName)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -203,7 +200,10 @@ func TestUpgrade_Generate(t *testing.T) {
 	if err := tarGz(data, filepath.Join(dir, "data.tar.gz")); err != nil {
 		t.Fatal(err)
 	}
-	out, _ := exec.Command(*upgradeGenerate, "--version").Output()
+	out, err := exec.Command(*upgradeGenerate, "--version").Output()
+	if err != nil {
+		t.Fatalf("%s --version: %v", *upgradeGenerate, err)
+	}
 	readme := fmt.Sprintf("Written by TestUpgrade_Generate (server/upgrade_test.go) with\n%s\nsettings: %s\n", strings.TrimSpace(string(out)), strings.Join(upgradeSettings, " "))
 	if err := os.WriteFile(filepath.Join(dir, "README"), []byte(readme), 0o644); err != nil {
 		t.Fatal(err)
@@ -395,16 +395,6 @@ func readExchange(t *testing.T, path string) []exchange {
 		}
 		log = append(log, exchange{req, ans})
 	}
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // tarGz writes dir's regular files and directories to path.

@@ -53,11 +53,8 @@ var placeholders = []string{
 // person chose from a random string of the same alphabet; generate tokens
 // (participantd --generate-token, openssl rand -base64 32).
 func tokenWeakness(tok string) string {
-	norm := strings.NewReplacer("-", "", "_", "", ".", "", " ", "").Replace(strings.ToLower(tok))
-	for _, w := range placeholders {
-		if strings.Contains(norm, w) {
-			return fmt.Sprintf("it holds the placeholder word %q", w)
-		}
+	if why := placeholderIn(tok); why != "" {
+		return why
 	}
 	alphabet, name := tokenAlphabet(tok)
 	if bits := float64(len(tok)) * math.Log2(float64(alphabet)); bits < MinTokenBits {
@@ -76,6 +73,17 @@ func tokenWeakness(tok string) string {
 	}
 	if run := longestRun(tok); run >= 8 {
 		return fmt.Sprintf("it holds a run of %d equal or consecutive characters", run)
+	}
+	return ""
+}
+
+// placeholderIn says which placeholder word tok holds, "" when none.
+func placeholderIn(tok string) string {
+	norm := strings.NewReplacer("-", "", "_", "", ".", "", " ", "").Replace(strings.ToLower(tok))
+	for _, w := range placeholders {
+		if strings.Contains(norm, w) {
+			return fmt.Sprintf("it holds the placeholder word %q", w)
+		}
 	}
 	return ""
 }
@@ -156,7 +164,7 @@ func checkSecrets(o *options, from map[string]string) error {
 		if why == "" {
 			continue
 		}
-		if s.name == "etcd-password" && !strings.HasPrefix(why, "it holds the placeholder") {
+		if s.name == "etcd-password" && placeholderIn(s.v) == "" {
 			o.warnings = append(o.warnings, fmt.Sprintf("etcd-password (from %s) is weak: %s; whoever guesses it reads every conversation and the cluster secret", from[s.name], why))
 			continue
 		}

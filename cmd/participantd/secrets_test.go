@@ -109,6 +109,18 @@ func TestParseOptions_RefusesWeakTokens(t *testing.T) {
 	}
 }
 
+// A weak etcd password is etcd's to choose: a warning, not a refusal
+// (unlike one holding a placeholder word).
+func TestParseOptions_WarnsOfAWeakEtcdPassword(t *testing.T) {
+	o, err := parseOptions(nil, []string{"PARTICIPANTD_ETCD_PASSWORD=hunter22"}, io.Discard)
+	if err != nil {
+		t.Fatalf("parseOptions with a weak etcd password = %v, want a start with a warning", err)
+	}
+	if len(o.warnings) != 1 || !strings.Contains(o.warnings[0], "etcd-password (from PARTICIPANTD_ETCD_PASSWORD) is weak") || strings.Contains(o.warnings[0], "hunter22") {
+		t.Errorf("warnings %q, want one naming etcd-password as weak, without the password", o.warnings)
+	}
+}
+
 // Issue 27 item 5: the cluster secret stored unsealed in etcd is warned
 // about at start.
 func TestParseOptions_WarnsOfAnUnsealedClusterSecret(t *testing.T) {

@@ -30,51 +30,47 @@ func TestPolicy(t *testing.T) {
 // manifest says first, then what the daemon resolves from it.
 func checkPolicy(t *testing.T, m manifest) {
 	t.Helper()
-	bad := func(format string, args ...any) {
-		t.Helper()
-		t.Errorf(format, args...)
-	}
 	for name, s := range m.secrets {
 		if len(s.Data) > 0 || len(s.StringData) > 0 {
-			bad("Secret %s holds values in the manifest: create it at install (kubectl create secret) and reference it", name)
+			t.Errorf("Secret %s holds values in the manifest: create it at install (kubectl create secret) and reference it", name)
 		}
 	}
 	for _, ss := range m.sets {
 		pod := ss.Spec.Template.Spec
 		if pod.AutomountServiceAccountToken == nil || *pod.AutomountServiceAccountToken {
-			bad("StatefulSet %s: automountServiceAccountToken is not false: participantd needs no Kubernetes API token", ss.Name)
+			t.Errorf("StatefulSet %s: automountServiceAccountToken is not false: participantd needs no Kubernetes API token", ss.Name)
 		}
 		if pod.SecurityContext == nil || pod.SecurityContext.SeccompProfile == nil ||
 			pod.SecurityContext.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
-			bad("StatefulSet %s: the pod's seccompProfile is not RuntimeDefault", ss.Name)
+			t.Errorf("StatefulSet %s: the pod's seccompProfile is not RuntimeDefault", ss.Name)
 		}
 		if pod.SecurityContext == nil || pod.SecurityContext.RunAsNonRoot == nil || !*pod.SecurityContext.RunAsNonRoot {
-			bad("StatefulSet %s: runAsNonRoot is not set", ss.Name)
+			t.Errorf("StatefulSet %s: runAsNonRoot is not set", ss.Name)
 		}
 		for _, c := range pod.Containers {
 			sc := c.SecurityContext
 			if sc == nil || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation ||
 				sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem ||
 				sc.Capabilities == nil || !slices.Contains(sc.Capabilities.Drop, "ALL") {
-				bad("StatefulSet %s container %s: want allowPrivilegeEscalation false, readOnlyRootFilesystem, capabilities drop ALL", ss.Name, c.Name)
+				t.Errorf("StatefulSet %s container %s: want allowPrivilegeEscalation false, readOnlyRootFilesystem, capabilities drop ALL", ss.Name, c.Name)
 			}
 		}
 		for _, v := range pod.Volumes {
 			if v.Secret != nil && (v.Secret.DefaultMode == nil || *v.Secret.DefaultMode&0o077 != 0) {
-				bad("StatefulSet %s: Secret volume %s is readable beyond its owner (defaultMode)", ss.Name, v.Name)
+				t.Errorf("StatefulSet %s: Secret volume %s is readable beyond its owner (defaultMode)", ss.Name, v.Name)
 			}
 		}
 		settings := checkPod(t, m, ss)
 
 		// The admin endpoints answer inside the pod only.
 		if settings["admin-remote"] == "true" {
-			bad("StatefulSet %s: admin-remote = true serves the admin endpoints beyond the pod: keep it an explicit opt-in, not a default", ss.Name)
+			t.Errorf("StatefulSet %s: admin-remote = true serves the admin endpoints beyond the pod: keep it an explicit opt-in, not a default", ss.Name)
 		}
 		_, healthPort, _ := net.SplitHostPort(settings["health-listen"])
 		for _, s := range m.services {
 			for _, sp := range s.Spec.Ports {
 				if containerPort(t, ss.Spec.Template.Spec.Containers[0], sp.TargetPort) == healthPort {
-					bad("Service %s exposes the health listener (port %s): probes and Prometheus reach the pod directly", s.Name, healthPort)
+					t.Errorf("Service %s exposes the health listener (port %s): probes and Prometheus reach the pod directly", s.Name, healthPort)
 				}
 			}
 		}
@@ -84,15 +80,15 @@ func checkPolicy(t *testing.T, m manifest) {
 		np := policyFor(m, ss.Spec.Template.Labels)
 		switch {
 		case np == nil:
-			bad("StatefulSet %s: no NetworkPolicy selects its pods", ss.Name)
+			t.Errorf("StatefulSet %s: no NetworkPolicy selects its pods", ss.Name)
 		default:
 			if !slices.Contains(np.Spec.PolicyTypes, networkingv1.PolicyTypeIngress) || !slices.Contains(np.Spec.PolicyTypes, networkingv1.PolicyTypeEgress) {
-				bad("NetworkPolicy %s: policyTypes %v, want Ingress and Egress", np.Name, np.Spec.PolicyTypes)
+				t.Errorf("NetworkPolicy %s: policyTypes %v, want Ingress and Egress", np.Name, np.Spec.PolicyTypes)
 			}
 			for _, r := range np.Spec.Ingress {
 				for _, p := range r.Ports {
 					if p.Port != nil && containerPort(t, ss.Spec.Template.Spec.Containers[0], *p.Port) == healthPort && len(r.From) == 0 {
-						bad("NetworkPolicy %s admits the health port from anywhere: name the monitoring peers", np.Name)
+						t.Errorf("NetworkPolicy %s admits the health port from anywhere: name the monitoring peers", np.Name)
 					}
 				}
 			}
@@ -102,14 +98,14 @@ func checkPolicy(t *testing.T, m manifest) {
 		if eps := settings["etcd-endpoints"]; eps != "" {
 			for _, e := range strings.Split(eps, ",") {
 				if !strings.HasPrefix(strings.TrimSpace(e), "https://") {
-					bad("etcd endpoint %s is not https://: the data and the etcd credentials would cross the network in the clear", e)
+					t.Errorf("etcd endpoint %s is not https://: the data and the etcd credentials would cross the network in the clear", e)
 				}
 			}
 			if settings["etcd-ca"] == "" {
-				bad("cluster mode without etcd-ca: the etcd servers are not verified")
+				t.Errorf("cluster mode without etcd-ca: the etcd servers are not verified")
 			}
 			if settings["etcd-secret-key-file"] == "" {
-				bad("cluster mode without etcd-secret-key-file: the cluster secret is stored unsealed in etcd")
+				t.Errorf("cluster mode without etcd-secret-key-file: the cluster secret is stored unsealed in etcd")
 			}
 		}
 	}

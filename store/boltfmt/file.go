@@ -259,85 +259,51 @@ func CheckKeys(tx *bolt.Tx) error {
 	if err != nil {
 		return err
 	}
-	// bbolt walks a bucket in page order: keys out of ascending order are
-	// a damaged key, which bbolt's searches would step past.
-	var prev []byte
-	ordered := func(bucket []byte, k []byte) error {
-		if prev != nil && bytes.Compare(prev, k) >= 0 {
-			return fmt.Errorf("%s: key %x after %x: out of order: %w", bucket, k, prev, store.ErrCorrupt)
+	for _, bucket := range [][]byte{bucketStreams, bucketValues, bucketBytes, bucketMeta} {
+		b := tx.Bucket(bucket)
+		if b == nil {
+			continue // bytes, before the first PutBytes (CheckLayout checked the others)
 		}
-		prev = append(prev[:0], k...)
-		return nil
+		var prev []byte
+		err := b.ForEach(func(k, raw []byte) error {
+			// bbolt walks a bucket in page order: keys out of ascending
+			// order are a damaged key, which bbolt's searches would step
+			// past.
+			if prev != nil && bytes.Compare(prev, k) >= 0 {
+				return fmt.Errorf("%s: key %x after %x: out of order: %w", bucket, k, prev, store.ErrCorrupt)
+			}
+			prev = append(prev[:0], k...)
+			return checkEntry(f, tx, bucket, k, raw)
+		})
+		if err != nil {
+			return fmt.Errorf("%s bucket: %w", bucket, err)
+		}
 	}
-	err = tx.Bucket(bucketStreams).ForEach(func(k, v []byte) error {
-		if err := ordered(bucketStreams, k); err != nil {
-			return err
-		}
+	return nil
+}
+
+// checkEntry checks key k and stored value raw of bucket in tx, a file of
+// format f (CheckKeys).
+func checkEntry(f format, tx *bolt.Tx, bucket, k, raw []byte) error {
+	switch string(bucket) {
+	case "streams":
 		if _, _, err := decodeEntryKey(k); err != nil {
 			return err
 		}
-		if v == nil {
-			return fmt.Errorf("streams: key %x is a bucket", k)
-		}
-		_, err := f.value(tx, sumStreams, bucketStreams, k, v)
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("streams bucket: %w", err)
-	}
-	prev = nil
-	err = tx.Bucket(bucketValues).ForEach(func(k, v []byte) error {
-		if err := ordered(bucketValues, k); err != nil {
-			return err
-		}
+	case "values":
 		if len(k) == 0 || len(k) > store.MaxNameLen {
 			return fmt.Errorf("values: key of %d bytes", len(k))
 		}
-		if v == nil {
-			return fmt.Errorf("values: key %q is a bucket", k)
-		}
-		v, err := f.value(tx, sumValues, bucketValues, k, v)
-		if err != nil {
-			return err
-		}
+	}
+	if raw == nil {
+		return fmt.Errorf("%s: key %q is a bucket", bucket, k)
+	}
+	if bytes.Equal(bucket, bucketMeta) && (bytes.Equal(k, keyVersion) || bytes.Equal(k, keyUpgrade)) {
+		return nil // read by formatOf
+	}
+	v, err := f.value(tx, bucket, k, raw)
+	if err == nil && bytes.Equal(bucket, bucketValues) {
 		_, err = decodeValue(string(k), v)
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("values bucket: %w", err)
 	}
-	if bk := tx.Bucket(bucketBytes); bk != nil {
-		prev = nil
-		err = bk.ForEach(func(k, v []byte) error {
-			if err := ordered(bucketBytes, k); err != nil {
-				return err
-			}
-			if v == nil {
-				return fmt.Errorf("bytes: key %q is a bucket", k)
-			}
-			_, err := f.value(tx, sumBytes, bucketBytes, k, v)
-			return err
-		})
-		if err != nil {
-			return fmt.Errorf("bytes bucket: %w", err)
-		}
-	}
-	prev = nil
-	err = tx.Bucket(bucketMeta).ForEach(func(k, v []byte) error {
-		if err := ordered(bucketMeta, k); err != nil {
-			return err
-		}
-		if v == nil {
-			return fmt.Errorf("meta: key %q is a bucket", k)
-		}
-		if bytes.Equal(k, keyVersion) || bytes.Equal(k, keyUpgrade) {
-			return nil // read by formatOf
-		}
-		_, err := f.value(tx, sumMeta, bucketMeta, k, v)
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("meta bucket: %w", err)
-	}
-	return nil
+	return err
 }

@@ -106,7 +106,7 @@ func streamLen(tx *bolt.Tx, c *bolt.Cursor, stream string) (uint64, error) {
 	// which no entry reaches.
 	after := entryKey(stream, math.MaxUint64)
 	k, v := c.Seek(after)
-	if err := f.landed(tx, sumStreams, bucketStreams, k, v); err != nil {
+	if err := f.landed(tx, bucketStreams, k, v); err != nil {
 		return 0, err
 	}
 	if k == nil {
@@ -114,7 +114,7 @@ func streamLen(tx *bolt.Tx, c *bolt.Cursor, stream string) (uint64, error) {
 	} else {
 		k, v = c.Prev()
 	}
-	if err := f.landed(tx, sumStreams, bucketStreams, k, v); err != nil {
+	if err := f.landed(tx, bucketStreams, k, v); err != nil {
 		return 0, err
 	}
 	prefix := after[:len(after)-8]
@@ -170,7 +170,7 @@ func StreamFirst(tx *bolt.Tx, stream string) (uint64, error) {
 	start := entryKey(stream, 0)
 	c := tx.Bucket(bucketStreams).Cursor()
 	k, v := c.Seek(start)
-	if err := f.landedAt(tx, sumStreams, bucketStreams, c, k, v); err != nil {
+	if err := f.landedAt(tx, bucketStreams, c, k, v); err != nil {
 		return 0, err
 	}
 	if k == nil || !bytes.HasPrefix(k, start[:len(start)-8]) {
@@ -197,20 +197,32 @@ func PutBytesTx(tx *bolt.Tx, values []store.Bytes) error {
 	// split them half full.
 	bk.FillPercent = appendFillPercent
 	for _, v := range values {
-		// Checked first, as in PutValue.
-		c := bk.Cursor()
-		k, raw := c.Seek([]byte(v.Key))
-		if err := (format{version: LayoutVersion}).landedAt(tx, sumBytes, bucketBytes, c, k, raw); err != nil {
+		if err := put(tx, bucketBytes, bk, v.Key, v.Value); err != nil {
 			return err
 		}
-		if len(v.Value) == 0 {
-			err = bk.Delete([]byte(v.Key))
-		} else {
-			err = bk.Put([]byte(v.Key), seal(sumBytes, []byte(v.Key), v.Value))
-		}
-		if err != nil {
-			return fmt.Errorf("bytes %q: %w", v.Key, err)
-		}
+	}
+	return nil
+}
+
+// put sets key in b, bucket of tx, to v sealed, or deletes it when v is
+// empty. It first checks the sums of the entries where bbolt will put it
+// (format.landedAt): a key flipped out of order there would have bbolt
+// misplace this one, where no later lookup finds it. The file is of the
+// current version (writable).
+func put(tx *bolt.Tx, bucket []byte, b *bolt.Bucket, key string, v []byte) error {
+	c := b.Cursor()
+	k, raw := c.Seek([]byte(key))
+	if err := (format{version: LayoutVersion}).landedAt(tx, bucket, c, k, raw); err != nil {
+		return err
+	}
+	var err error
+	if len(v) == 0 {
+		err = b.Delete([]byte(key))
+	} else {
+		err = b.Put([]byte(key), seal(sumOf(bucket), []byte(key), v))
+	}
+	if err != nil {
+		return fmt.Errorf("%s %q: %w", bucket, key, err)
 	}
 	return nil
 }
@@ -218,25 +230,39 @@ func PutBytesTx(tx *bolt.Tx, values []store.Bytes) error {
 // GetBytesTx returns a copy of byte value key in tx, nil when absent. A
 // value whose checksum does not match is a *store.ChecksumError.
 func GetBytesTx(tx *bolt.Tx, key string) ([]byte, error) {
-	bk := tx.Bucket(bucketBytes)
-	if bk == nil {
+	return lookupCopy(tx, bucketBytes, key)
+}
+
+// lookupCopy is lookup returning a copy, the caller's.
+func lookupCopy(tx *bolt.Tx, bucket []byte, key string) ([]byte, error) {
+	v, err := lookup(tx, bucket, key)
+	if v == nil || err != nil {
+		return nil, err
+	}
+	return append([]byte(nil), v...), nil
+}
+
+// lookup returns the bytes of key in bucket of tx, its checksum checked,
+// nil when absent (bbolt's memory, valid during tx). An absent key is
+// proven absent by its neighbors: a flipped bit in a key leaves its
+// entry where the key was, so a lookup of the key lands beside it
+// (format.landedAt), and a value is never read as absent because its key
+// was damaged. A bucket not created yet (bytes) holds nothing.
+func lookup(tx *bolt.Tx, bucket []byte, key string) ([]byte, error) {
+	b := tx.Bucket(bucket)
+	if b == nil {
 		return nil, nil
 	}
 	f, err := formatOf(tx)
 	if err != nil {
 		return nil, err
 	}
-	c := bk.Cursor()
+	c := b.Cursor()
 	k, raw := c.Seek([]byte(key))
 	if k == nil || string(k) != key {
-		// Proven absent by its neighbors, as in ReadValueTx.
-		return nil, f.landedAt(tx, sumBytes, bucketBytes, c, k, raw)
+		return nil, f.landedAt(tx, bucket, c, k, raw)
 	}
-	v, err := f.value(tx, sumBytes, bucketBytes, k, raw)
-	if err != nil {
-		return nil, err
-	}
-	return append([]byte(nil), v...), nil
+	return f.value(tx, bucket, k, raw)
 }
 
 // CheckFile runs the checks a read-write Open runs on the file at path
@@ -428,7 +454,7 @@ func Entries(tx *bolt.Tx, stream string, offset uint64, fn func(seq uint64, v []
 	prefix := first[:len(first)-8]
 	c := tx.Bucket(bucketStreams).Cursor()
 	k, raw := c.Seek(first)
-	if err := f.landedAt(tx, sumStreams, bucketStreams, c, k, raw); err != nil {
+	if err := f.landedAt(tx, bucketStreams, c, k, raw); err != nil {
 		return err
 	}
 	var next uint64
@@ -436,7 +462,7 @@ func Entries(tx *bolt.Tx, stream string, offset uint64, fn func(seq uint64, v []
 		if len(k) != len(first) {
 			return fmt.Errorf("stream %q: malformed key %x", stream, k)
 		}
-		v, err := f.value(tx, sumStreams, bucketStreams, k, raw)
+		v, err := f.value(tx, bucketStreams, k, raw)
 		if err != nil {
 			return err
 		}
@@ -455,7 +481,7 @@ func Entries(tx *bolt.Tx, stream string, offset uint64, fn func(seq uint64, v []
 	}
 	// Where the walk left the stream sits its last entry, should a flip
 	// have moved that entry's key out of the stream.
-	return f.landed(tx, sumStreams, bucketStreams, k, raw)
+	return f.landed(tx, bucketStreams, k, raw)
 }
 
 // TrimEntries deletes the entries of stream with seq < below in tx, as
@@ -498,55 +524,28 @@ func PutEntries(tx *bolt.Tx, stream string, first uint64, payloads [][]byte) err
 	return nil
 }
 
-// ReadValueTx returns value key in tx, 0 when absent. A value whose
-// checksum does not match is a *store.ChecksumError.
-//
-// An absent key is proven absent by its neighbors: a flipped bit in a key
-// leaves its entry where the key was, so a lookup of the key lands beside
-// it (format.landedAt), and a value is never read as absent because its
-// key was damaged.
+// ReadValueTx returns value key in tx, 0 when absent (proven absent, see
+// lookup). A value whose checksum does not match is a
+// *store.ChecksumError.
 func ReadValueTx(tx *bolt.Tx, key string) (uint64, error) {
-	f, err := formatOf(tx)
+	raw, err := lookup(tx, bucketValues, key)
 	if err != nil {
-		return 0, err
-	}
-	c := tx.Bucket(bucketValues).Cursor()
-	k, raw := c.Seek([]byte(key))
-	if k == nil || string(k) != key {
-		return 0, f.landedAt(tx, sumValues, bucketValues, c, k, raw)
-	}
-	if raw, err = f.value(tx, sumValues, bucketValues, k, raw); err != nil {
 		return 0, err
 	}
 	return decodeValue(key, raw)
 }
 
-// PutValue sets value key in tx; 0 deletes it. It first checks the sums
-// of the entries where bbolt will put it (format.landedAt): a key flipped
-// out of order there would have bbolt misplace this one, where no later
-// lookup finds it.
+// PutValue sets value key in tx; 0 deletes it. It checks the entries
+// where bbolt will put it first (put).
 func PutValue(tx *bolt.Tx, key string, v uint64) error {
 	if err := writable(tx); err != nil {
 		return err
 	}
-	vb := valuesBucket(tx)
-	c := vb.Cursor()
-	k, raw := c.Seek([]byte(key))
-	err := format{version: LayoutVersion}.landedAt(tx, sumValues, bucketValues, c, k, raw)
-	if err != nil {
-		return err
+	var raw []byte
+	if v != 0 {
+		raw = binary.BigEndian.AppendUint64(nil, v)
 	}
-	if v == 0 {
-		err = vb.Delete([]byte(key))
-	} else {
-		var raw [8]byte
-		binary.BigEndian.PutUint64(raw[:], v)
-		err = vb.Put([]byte(key), seal(sumValues, []byte(key), raw[:]))
-	}
-	if err != nil {
-		return fmt.Errorf("value %q: %w", key, err)
-	}
-	return nil
+	return put(tx, bucketValues, valuesBucket(tx), key, raw)
 }
 
 // ScanValues returns the values of tx whose key starts with prefix, in key
@@ -560,12 +559,12 @@ func ScanValues(tx *bolt.Tx, prefix string, skip func(key string) bool) ([]store
 	c := tx.Bucket(bucketValues).Cursor()
 	p := []byte(prefix)
 	k, raw := c.Seek(p)
-	if err := f.landedAt(tx, sumValues, bucketValues, c, k, raw); err != nil {
+	if err := f.landedAt(tx, bucketValues, c, k, raw); err != nil {
 		return nil, err
 	}
 	for ; ; k, raw = c.Next() {
 		if k == nil || !bytes.HasPrefix(k, p) {
-			if err := f.landed(tx, sumValues, bucketValues, k, raw); err != nil {
+			if err := f.landed(tx, bucketValues, k, raw); err != nil {
 				return nil, err
 			}
 			break
@@ -573,7 +572,7 @@ func ScanValues(tx *bolt.Tx, prefix string, skip func(key string) bool) ([]store
 		if skip(string(k)) {
 			continue
 		}
-		if raw, err = f.value(tx, sumValues, bucketValues, k, raw); err != nil {
+		if raw, err = f.value(tx, bucketValues, k, raw); err != nil {
 			return nil, err
 		}
 		v, err := decodeValue(string(k), raw)
@@ -585,22 +584,11 @@ func ScanValues(tx *bolt.Tx, prefix string, skip func(key string) bool) ([]store
 	return out, nil
 }
 
-// ReadMeta returns a copy of the meta key of tx, nil when absent. A value
-// whose checksum does not match is a *store.ChecksumError.
+// ReadMeta returns a copy of the meta key of tx, nil when absent (proven
+// absent, see lookup). A value whose checksum does not match is a
+// *store.ChecksumError.
 func ReadMeta(tx *bolt.Tx, key string) ([]byte, error) {
-	raw := tx.Bucket(bucketMeta).Get([]byte(key))
-	if raw == nil {
-		return nil, nil
-	}
-	f, err := formatOf(tx)
-	if err != nil {
-		return nil, err
-	}
-	v, err := f.value(tx, sumMeta, bucketMeta, []byte(key), raw)
-	if err != nil {
-		return nil, err
-	}
-	return append([]byte(nil), v...), nil
+	return lookupCopy(tx, bucketMeta, key)
 }
 
 // PutMeta sets the meta key of tx. The layout version and the upgrade's

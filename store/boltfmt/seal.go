@@ -38,6 +38,21 @@ var (
 	sumBytes   = bucketSum(bucketBytes)
 )
 
+// sumOf returns the bucketSum of bucket, one of the layout's.
+func sumOf(bucket []byte) uint32 {
+	switch string(bucket) {
+	case "streams":
+		return sumStreams
+	case "values":
+		return sumValues
+	case "bytes":
+		return sumBytes
+	case "meta":
+		return sumMeta
+	}
+	return bucketSum(bucket)
+}
+
 // valueSum is the checksum a sealed value v of key in the bucket whose
 // bucketSum is seed carries.
 func valueSum(seed uint32, key, v []byte) uint32 {
@@ -52,24 +67,24 @@ func seal(seed uint32, key, v []byte) []byte {
 	return out
 }
 
-// unseal returns the bytes of sealed value raw of key (a subslice of raw),
-// or a *store.ChecksumError naming the file of tx, bucket and key when its
-// checksum does not match them.
-func unseal(tx *bolt.Tx, seed uint32, bucket string, key, raw []byte) ([]byte, error) {
+// unseal returns the bytes of sealed value raw of key in bucket (a
+// subslice of raw), or a *store.ChecksumError naming the file of tx,
+// bucket and key when its checksum does not match them.
+func unseal(tx *bolt.Tx, bucket []byte, key, raw []byte) ([]byte, error) {
 	if len(raw) < sumLen {
 		return nil, corruptValue(tx, bucket, key, fmt.Sprintf("%d bytes, shorter than its checksum", len(raw)))
 	}
 	v := raw[:len(raw)-sumLen]
 	stored := binary.BigEndian.Uint32(raw[len(v):])
-	if got := valueSum(seed, key, v); got != stored {
+	if got := valueSum(sumOf(bucket), key, v); got != stored {
 		return nil, corruptValue(tx, bucket, key, fmt.Sprintf("checksum %08x stored, %08x computed", stored, got))
 	}
 	return v, nil
 }
 
-func corruptValue(tx *bolt.Tx, bucket string, key []byte, what string) error {
+func corruptValue(tx *bolt.Tx, bucket []byte, key []byte, what string) error {
 	name := fmt.Sprintf("%s/%s", bucket, printable(key))
-	if bucket == string(bucketStreams) {
+	if bytes.Equal(bucket, bucketStreams) {
 		if stream, seq, err := decodeEntryKey(key); err == nil {
 			name = fmt.Sprintf("%s/%q seq %d", bucket, stream, seq)
 		}
@@ -180,17 +195,17 @@ func readFormat(tx *bolt.Tx) (format, error) {
 		if up == nil {
 			return f, nil
 		}
-		v, err := unseal(tx, sumMeta, string(bucketMeta), keyUpgrade, up)
+		v, err := unseal(tx, bucketMeta, keyUpgrade, up)
 		if err != nil {
 			return format{}, err
 		}
 		if len(v) < 1 || int(v[0]) >= len(upgradeOrder) {
-			return format{}, corruptValue(tx, string(bucketMeta), keyUpgrade, fmt.Sprintf("malformed %x", v))
+			return format{}, corruptValue(tx, bucketMeta, keyUpgrade, fmt.Sprintf("malformed %x", v))
 		}
 		f.upgrading, f.upBucket, f.upKey = true, int(v[0]), v[1:]
 		return f, nil
 	case len(raw) == 1+sumLen:
-		v, err := unseal(tx, sumMeta, string(bucketMeta), keyVersion, raw)
+		v, err := unseal(tx, bucketMeta, keyVersion, raw)
 		if err != nil {
 			return format{}, err
 		}
@@ -198,13 +213,13 @@ func readFormat(tx *bolt.Tx) (format, error) {
 		case int(v[0]) > LayoutVersion:
 			return format{}, fmt.Errorf("%s: layout version %d, this build reads 1 to %d: %w", tx.DB().Path(), v[0], LayoutVersion, ErrNewerLayout)
 		case v[0] < 2:
-			return format{}, corruptValue(tx, string(bucketMeta), keyVersion, fmt.Sprintf("layout version %d sealed", v[0]))
+			return format{}, corruptValue(tx, bucketMeta, keyVersion, fmt.Sprintf("layout version %d sealed", v[0]))
 		}
 		return format{version: int(v[0])}, nil
 	case len(raw) > 0 && int(raw[0]) > LayoutVersion:
 		return format{}, fmt.Errorf("%s: layout version %d, this build reads 1 to %d: %w", tx.DB().Path(), raw[0], LayoutVersion, ErrNewerLayout)
 	default:
-		return format{}, corruptValue(tx, string(bucketMeta), keyVersion, fmt.Sprintf("unknown layout version %x", raw))
+		return format{}, corruptValue(tx, bucketMeta, keyVersion, fmt.Sprintf("unknown layout version %x", raw))
 	}
 }
 
@@ -229,31 +244,31 @@ func writable(tx *bolt.Tx) error {
 // lookup that misses its key, or a walk that leaves its range, checks
 // the entries around where it stopped, and a damaged key is an error
 // instead of an absent value.
-func (f format) landed(tx *bolt.Tx, seed uint32, bucket []byte, k, raw []byte) error {
+func (f format) landed(tx *bolt.Tx, bucket []byte, k, raw []byte) error {
 	if k == nil || raw == nil || !f.sealed(bucket, k) {
 		return nil
 	}
-	_, err := unseal(tx, seed, string(bucket), k, raw)
+	_, err := unseal(tx, bucket, k, raw)
 	return err
 }
 
 // landedAt is landed for the entry k, raw at c's position and for the one
 // before it, leaving c where it found it.
-func (f format) landedAt(tx *bolt.Tx, seed uint32, bucket []byte, c *bolt.Cursor, k, raw []byte) error {
-	if err := f.landed(tx, seed, bucket, k, raw); err != nil {
+func (f format) landedAt(tx *bolt.Tx, bucket []byte, c *bolt.Cursor, k, raw []byte) error {
+	if err := f.landed(tx, bucket, k, raw); err != nil {
 		return err
 	}
 	var pk, pv []byte
 	if k == nil {
 		pk, pv = c.Last()
-		if err := f.landed(tx, seed, bucket, pk, pv); err != nil {
+		if err := f.landed(tx, bucket, pk, pv); err != nil {
 			return err
 		}
 		c.Next()
 		return nil
 	}
 	pk, pv = c.Prev()
-	if err := f.landed(tx, seed, bucket, pk, pv); err != nil {
+	if err := f.landed(tx, bucket, pk, pv); err != nil {
 		return err
 	}
 	if pk == nil {
@@ -264,11 +279,11 @@ func (f format) landedAt(tx *bolt.Tx, seed uint32, bucket []byte, c *bolt.Cursor
 	return nil
 }
 
-// value returns the bytes of raw, the stored value of key in bucket
-// (whose bucketSum is seed), checking its checksum where f seals it.
-func (f format) value(tx *bolt.Tx, seed uint32, bucket []byte, key, raw []byte) ([]byte, error) {
+// value returns the bytes of raw, the stored value of key in bucket,
+// checking its checksum where f seals it.
+func (f format) value(tx *bolt.Tx, bucket []byte, key, raw []byte) ([]byte, error) {
 	if raw == nil || !f.sealed(bucket, key) {
 		return raw, nil
 	}
-	return unseal(tx, seed, string(bucket), key, raw)
+	return unseal(tx, bucket, key, raw)
 }

@@ -1,12 +1,14 @@
 package boltfmt
 
 import (
+	"bytes"
 	"compress/gzip"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -246,11 +248,90 @@ func TestSeal_AFlippedKeyIsDamageNotAbsence(t *testing.T) {
 	}
 }
 
-func bytesIndex(b, sub []byte) int {
-	for i := 0; i+len(sub) <= len(b); i++ {
-		if string(b[i:i+len(sub)]) == string(sub) {
-			return i
-		}
+// A bit flipped in a meta key (the log-first store's checkpoint LSN) is
+// damage, not a key never written: ReadMeta reads it as ReadValueTx reads
+// a value.
+func TestSeal_AFlippedMetaKeyIsDamageNotAbsence(t *testing.T) {
+	for _, mask := range []byte{0x40, 0x10} {
+		t.Run(fmt.Sprintf("%#x", mask), func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "participantd.db")
+			db, err := bolt.Open(path, 0o600, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := db.Update(func(tx *bolt.Tx) error {
+				if err := InitLayout(tx); err != nil {
+					return err
+				}
+				return PutMeta(tx, "checkpoint_lsn", []byte{0, 0, 0, 0, 0, 0, 0, 7})
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if err := db.Close(); err != nil {
+				t.Fatal(err)
+			}
+			raw, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			raw[bytesIndex(raw, []byte("checkpoint_lsn"))+len("checkpoint_lsn")-1] ^= mask
+			if err := os.WriteFile(path, raw, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			db, err = bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			if err := db.View(func(tx *bolt.Tx) error {
+				if v, err := ReadMeta(tx, "checkpoint_lsn"); !errors.Is(err, store.ErrCorrupt) {
+					t.Errorf("ReadMeta of a flipped key = %x, %v; want ErrCorrupt", v, err)
+				}
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
-	panic(fmt.Sprintf("%q not found", sub))
+}
+
+func bytesIndex(b, sub []byte) int {
+	i := bytes.Index(b, sub)
+	if i < 0 {
+		panic(fmt.Sprintf("%q not found", sub))
+	}
+	return i
+}
+
+// A key flipped out of order in a file of version 1, whose values carry
+// no checksum to tell, is damage to CheckKeys: bbolt's searches would
+// step past it.
+func TestCheckKeys_AKeyOutOfOrderInAnUnsealedFile(t *testing.T) {
+	path := layout1File(t)
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// "server/incarnation" becomes "zerver/incarnation", after the token
+	// keys that follow it, in every copy the file holds.
+	key := []byte("server/incarnation")
+	n := bytes.Count(raw, key)
+	for range n {
+		raw[bytesIndex(raw, key)] ^= 's' ^ 'z'
+	}
+	if n == 0 {
+		t.Fatalf("the golden file holds no %q", key)
+	}
+	if err := os.WriteFile(path, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	err = db.View(CheckKeys)
+	if !errors.Is(err, store.ErrCorrupt) || !strings.Contains(err.Error(), "out of order") {
+		t.Fatalf("CheckKeys over a key out of order = %v, want ErrCorrupt (out of order)", err)
+	}
 }

@@ -29,9 +29,10 @@
 //   - Payloads are limited to what fits one etcd request (MaxPayloadLen),
 //     refused at Append with store.ErrTooLarge.
 //   - Scan walks every key of the prefix (for offline tools), unless
-//     Options.ScanScope names the one scope of every name under the
-//     prefix asked: then it reads that scope's range of the prefix alone,
-//     so that a conversation's scan costs its own keys, not the data set's.
+//     Options.ScanScope reports that every name under the prefix asked has
+//     the prefix's scope: then it reads that scope's range of the prefix alone,
+//     values with keys, so that a conversation's scan costs its own keys,
+//     not the data set's.
 //
 // The Store is also a store.Compactor and a store.PageReader. Trim and
 // PutBytes stage like Append and CAS (visible at once, committed by the

@@ -79,12 +79,12 @@ type Options struct {
 	Scope func(name string) string
 	// RequireFence refuses writes to a non-global scope that has no fence.
 	RequireFence bool
-	// ScanScope, if set, reports the one scope of every name that begins
-	// with prefix, when they all share one (a conversation's token index,
-	// say); Scan of such a prefix then reads one etcd range, the prefix's
-	// values in that scope. Nil, or false for a prefix, means Scan walks
-	// every key of the store.
-	ScanScope func(prefix string) (scope string, ok bool)
+	// ScanScope, if set, reports whether every name that begins with
+	// prefix has prefix's own scope (a conversation's token index, say);
+	// Scan of such a prefix then reads one etcd range, the prefix's values
+	// in that scope. Nil, or false for a prefix, means Scan walks every
+	// key of the store.
+	ScanScope func(prefix string) bool
 	// MaxTxnOps and MaxRequestBytes are the etcd cluster's limits;
 	// defaults DefaultMaxTxnOps and DefaultMaxRequestBytes.
 	MaxTxnOps       int
@@ -782,9 +782,9 @@ func (s *Store) ReadValue(key string) (uint64, error) {
 
 // Scan returns every value whose name starts with prefix, in name order.
 // Names map to scopes by a function, not by prefix, so Scan reads the
-// prefix's values in one scope's key range when Options.ScanScope names
-// the scope of every name of prefix, and otherwise walks the keys of every
-// scope (for offline tools, not for serving).
+// prefix's values in one scope's key range when Options.ScanScope reports
+// that every name of prefix has prefix's scope, and otherwise walks the
+// keys of every scope (for offline tools, not for serving).
 func (s *Store) Scan(prefix string) ([]store.Value, error) {
 	s.mu.Lock()
 	if s.closed {
@@ -793,16 +793,23 @@ func (s *Store) Scan(prefix string) ([]store.Value, error) {
 	}
 	s.mu.Unlock()
 	found := make(map[string]uint64)
+	// The walk lists keys only (the range holds every stream's entries)
+	// and reads each value; a range of one scope's values reads them with
+	// the range.
 	from, end := s.lay.prefix, clientv3.GetPrefixRangeEnd(s.lay.prefix)
-	if s.opts.ScanScope != nil {
-		if sc, ok := s.opts.ScanScope(prefix); ok && s.lay.scopeOf(prefix) == sc {
-			from = s.lay.valueKey(sc, prefix)
-			end = clientv3.GetPrefixRangeEnd(from)
-		}
+	keysOnly := true
+	if s.opts.ScanScope != nil && s.opts.ScanScope(prefix) {
+		from = s.lay.valueKey(s.lay.scopeOf(prefix), prefix)
+		end = clientv3.GetPrefixRangeEnd(from)
+		keysOnly = false
 	}
 	for {
+		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(1024)}
+		if keysOnly {
+			opts = append(opts, clientv3.WithKeysOnly())
+		}
 		ctx, cancel := s.ctx()
-		resp, err := s.kv.Get(ctx, from, clientv3.WithRange(end), clientv3.WithKeysOnly(), clientv3.WithLimit(1024))
+		resp, err := s.kv.Get(ctx, from, opts...)
 		cancel()
 		if err != nil {
 			return nil, fmt.Errorf("etcdstore: scan: %w", err)
@@ -812,9 +819,13 @@ func (s *Store) Scan(prefix string) ([]store.Value, error) {
 			if !ok || !strings.HasPrefix(name, prefix) || s.lay.valueKey(s.lay.scopeOf(name), name) != string(kv.Key) {
 				continue
 			}
-			v, err := s.loadValue(s.lay.scopeOf(name), name, 0)
-			if err != nil {
-				return nil, err
+			var v uint64
+			if keysOnly {
+				if v, err = s.loadValue(s.lay.scopeOf(name), name, 0); err != nil {
+					return nil, err
+				}
+			} else if v, ok = decodeU64(kv.Value); !ok {
+				return nil, fmt.Errorf("%w: value %q has %d bytes", ErrCorrupt, name, len(kv.Value))
 			}
 			found[name] = v
 		}

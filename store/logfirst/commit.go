@@ -171,7 +171,7 @@ func (s *Store) commitAndUnlock(bt *stage.Batch) {
 }
 
 // syncFailed marks the data directory for the next Open after a failed
-// log write or checkpoint (see SyncFailedFile).
+// log write or bbolt commit (see SyncFailedFile).
 func (s *Store) syncFailed() {
 	if err := markSyncFailed(s.opts.fs(), s.dir); err != nil {
 		s.logger.Error().Err(err).Msg("marking the failed sync for the next start")
@@ -278,7 +278,6 @@ func (s *Store) checkpoint() error {
 		s.failLocked(fmt.Errorf("%w: checkpoint to %s: %w", store.ErrFailed, s.db.Path(), err))
 		err = s.err
 		s.mu.Unlock()
-		s.syncFailed()
 		return err
 	}
 	for _, t := range streams {

@@ -12,8 +12,8 @@
 //	                          log record applied to the file
 //	<dir>/wal/<lsn>.wal       log segments (see package wal)
 //	<dir>/wal.created         empty: the log was made durable here once
-//	<dir>/sync.failed         empty, never synced: a log write or checkpoint
-//	                          failed; the next Open rewrites the bbolt file
+//	<dir>/sync.failed         empty, never synced: a log write or bbolt
+//	                          commit failed; the next Open rewrites the bbolt file
 //
 // The bbolt file is what a user backs up, inspects and verifies; with the
 // log beside it, it is the whole store. OpenReadOnly replays the log in
@@ -106,11 +106,12 @@
 // directory is this engine's (wal/ or the marker), so that they open it
 // through Open or OpenReadOnly and meet the same refusal.
 //
-// A failed log write or checkpoint creates SyncFailedFile without a sync:
+// A failed log write or bbolt commit (a checkpoint, or a start's layout
+// or replay) creates SyncFailedFile without a sync:
 // on Linux the pages a failed fdatasync did not write are marked clean and
 // the page cache serves them to the next process, which would build on
 // them. An Open that finds the marker writes the whole bbolt file over
-// itself, meta pages last, before bbolt maps it, and removes the marker
+// itself, meta pages last, once bbolt holds its lock, and removes the marker
 // once its replay is durable; the log writes every record it replays again
 // in any case (see package wal, Failed syncs).
 //

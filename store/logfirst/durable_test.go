@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/participantd/participantd/faultfs"
 	"github.com/participantd/participantd/store"
 	"github.com/participantd/participantd/store/logfirst"
 	"github.com/participantd/participantd/store/logfirst/logfirsttest"
@@ -21,14 +20,7 @@ import (
 // removed.
 func TestOpen_ANewDataDirectorySurvivesAPowerCut(t *testing.T) {
 	for _, checkpoint := range []bool{false, true} {
-		ffs := faultfs.New()
-		dir := t.TempDir()
-		opts := noCheckpoint
-		opts.FS = ffs
-		s, err := logfirst.Open(dir, opts)
-		if err != nil {
-			t.Fatalf("Open: %v", err)
-		}
+		ffs, dir, opts, s := openOnFaultFS(t)
 		fill(t, s, 40)
 		if checkpoint {
 			if err := logfirst.CheckpointNow(s); err != nil {
@@ -39,7 +31,7 @@ func TestOpen_ANewDataDirectorySurvivesAPowerCut(t *testing.T) {
 		if err := ffs.Crash(nil); err != nil {
 			t.Fatalf("Crash: %v", err)
 		}
-		s, err = logfirst.Open(dir, opts)
+		s, err := logfirst.Open(dir, opts)
 		if err != nil {
 			t.Fatalf("checkpoint=%v: Open after the power cut: %v", checkpoint, err)
 		}

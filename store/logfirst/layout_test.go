@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"testing"
@@ -16,10 +17,12 @@ import (
 	"github.com/google/go-cmp/cmp"
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/participantd/participantd/faultfs"
 	"github.com/participantd/participantd/store"
 	"github.com/participantd/participantd/store/boltfmt"
 	"github.com/participantd/participantd/store/boltstore"
 	"github.com/participantd/participantd/store/logfirst"
+	"github.com/participantd/participantd/store/vfs"
 )
 
 var writeLayout = flag.Bool("write-layout", false, "write testdata/layout<N>.db.gz, the golden data file of the layout version this build writes, from goldenContent")
@@ -267,4 +270,55 @@ func setLayoutVersion(t *testing.T, path string, v int) {
 	if err := db.Update(func(tx *bolt.Tx) error { return tx.Bucket([]byte("meta")).Put([]byte("version"), raw) }); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// The start that upgrades a data file of layout version 1 (boltfmt.Lay,
+// as after a restore of an old backup) is cut by a power failure at
+// every one of its calls: the start after that reads the golden content.
+func TestLayout_AnUpgradingStartSurvivesACutAtEveryCall(t *testing.T) {
+	setup := func() (*faultfs.FS, string, logfirst.Options) {
+		ffs := faultfs.New()
+		dir := goldenDir(t, 1)
+		path := filepath.Join(dir, logfirst.DBFile)
+		// The golden file, as durable on the faultfs as it is on the disk.
+		if err := vfs.MkdirAll(ffs, dir); err != nil {
+			t.Fatal(err)
+		}
+		if err := ffs.Commit(path, func() error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if err := ffs.SyncDir(dir); err != nil {
+			t.Fatal(err)
+		}
+		opts := noCheckpoint
+		opts.FS = ffs
+		return ffs, dir, opts
+	}
+	ffs, dir, opts := setup()
+	start := ffs.Ops()
+	s, err := logfirst.Open(dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logfirst.Abandon(s)
+	calls := ffs.Ops() - start
+	rng := rand.New(rand.NewPCG(uint64(calls), 29))
+	for at := range calls + 1 {
+		ffs, dir, opts := setup()
+		ffs.SetRule(faultfs.CutAt(ffs.Ops() + at))
+		if s, err := logfirst.Open(dir, opts); err == nil {
+			logfirst.Abandon(s)
+		}
+		if err := ffs.Crash(rng); err != nil {
+			t.Fatal(err)
+		}
+		s := open(t, dir, opts)
+		if diff := cmp.Diff(wantGolden(), readGolden(t, s)); diff != "" {
+			t.Fatalf("cut at call %d of %d of the upgrading start (-want +got):\n%s", at, calls, diff)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("cut at each of the upgrading start's %d calls", calls)
 }

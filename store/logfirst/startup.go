@@ -172,7 +172,8 @@ func markLog(fsys vfs.FS, dir string) error {
 }
 
 // SyncFailedFile is created, without a sync, in the data directory when a
-// log write or a checkpoint fails: on Linux a failed fdatasync marks the
+// log write or a bbolt commit (a checkpoint, a start's layout or replay)
+// fails: on Linux a failed fdatasync marks the
 // unwritten pages clean, the page cache serves them to the next process,
 // and no later fdatasync writes them. The marker lives exactly as long as
 // that page cache, unless the kernel writes it back (a reboot then costs a
@@ -203,14 +204,15 @@ func rewriteAfterFailedSync(fsys vfs.FS, dir, path string) (bool, error) {
 	if err != nil || !marked {
 		return false, err
 	}
-	head := int64(2 * os.Getpagesize())
-	if m, err := boltfmt.MetaOf(path); err == nil {
-		head = 2 * int64(m.PageSize)
-	}
-	if fi, err := os.Stat(path); err != nil || fi.Size() == 0 {
+	// Open checked the file (boltfmt.CheckFile) just before.
+	m, err := boltfmt.MetaOf(path)
+	if errors.Is(err, store.ErrNoData) {
 		return true, nil // no file yet: nothing bbolt would read
 	}
-	if err := vfs.Rewrite(fsys, path, head); err != nil {
+	if err != nil {
+		return true, err
+	}
+	if err := vfs.Rewrite(fsys, path, 2*int64(m.PageSize)); err != nil {
 		return true, fmt.Errorf("logfirst: rewrite %s after a failed sync: %w", path, err)
 	}
 	return true, nil

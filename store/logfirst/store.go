@@ -277,13 +277,6 @@ func Open(dir string, opts Options) (*Store, error) {
 	if err := boltfmt.CheckFile(path, opts.MustExist); err != nil {
 		return nil, err
 	}
-	// After a failed sync the page cache may hold pages of the file that
-	// are not on disk: a commit built on them could make a meta page
-	// durable that points at pages a power cut loses.
-	suspect, err := rewriteAfterFailedSync(fsys, dir, path)
-	if err != nil {
-		return nil, err
-	}
 	fi, err := os.Stat(path)
 	created := err != nil || fi.Size() == 0
 	var db *bolt.DB
@@ -295,6 +288,16 @@ func Open(dir string, opts Options) (*Store, error) {
 		if db != nil {
 			db.Close()
 		}
+		return nil, err
+	}
+	// After a failed sync the page cache may hold pages of the file that
+	// are not on disk: a commit built on them could make a meta page
+	// durable that points at pages a power cut loses. The rewrite writes
+	// what bbolt has just read, under its lock, so that no process
+	// rewrites a file another one serves.
+	suspect, err := rewriteAfterFailedSync(fsys, dir, path)
+	if err != nil {
+		db.Close()
 		return nil, err
 	}
 	if created {
@@ -588,11 +591,24 @@ func (s *Store) view(fn func(*bolt.Tx) error) error {
 
 // update is view for a write transaction, whose commit goes through the
 // log's file system (vfs.Commit), so that a test's faultfs can cut the
-// power there.
+// power there. A commit that failed, a checkpoint's or one of Open's (the
+// layout, the replay), marks the data directory for the next Open (see
+// SyncFailedFile): its sync may have failed. An error of fn wrote
+// nothing.
 func (s *Store) update(fn func(*bolt.Tx) error) error {
-	return vfs.Commit(s.opts.fs(), s.db.Path(), func() error {
-		return boltfmt.Contain(s.db.Path(), func() error { return s.db.Update(freelistPolicy(fn)) })
+	var fnErr error
+	err := vfs.Commit(s.opts.fs(), s.db.Path(), func() error {
+		return boltfmt.Contain(s.db.Path(), func() error {
+			return s.db.Update(freelistPolicy(func(tx *bolt.Tx) error {
+				fnErr = fn(tx)
+				return fnErr
+			}))
+		})
 	})
+	if err != nil && fnErr == nil {
+		s.syncFailed()
+	}
+	return err
 }
 
 // maxPersistedFreePages bounds the freelist a commit to bbolt persists:

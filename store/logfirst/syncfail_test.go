@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	bolt "go.etcd.io/bbolt"
@@ -16,6 +18,21 @@ import (
 	"github.com/participantd/participantd/store"
 	"github.com/participantd/participantd/store/logfirst"
 )
+
+// openOnFaultFS opens a store that checkpoints only when told to
+// (noCheckpoint) in a new directory on a new faultfs.
+func openOnFaultFS(t *testing.T) (*faultfs.FS, string, logfirst.Options, *logfirst.Store) {
+	t.Helper()
+	ffs := faultfs.New()
+	dir := t.TempDir()
+	opts := noCheckpoint
+	opts.FS = ffs
+	s, err := logfirst.Open(dir, opts)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	return ffs, dir, opts, s
+}
 
 // failSyncOf makes the next Sync of a file whose path has prefix fail
 // the Linux way (faultfs.FailSync), once.
@@ -38,14 +55,7 @@ func failSyncOf(ffs *faultfs.FS, kind faultfs.OpKind, prefix string) {
 func TestFailedLogSync_RestartWithoutARebootThenAPowerCut(t *testing.T) {
 	big := bytes.Repeat([]byte{'z'}, 3000) // over several sectors: a crash tears it
 	for seed := range uint64(60) {
-		ffs := faultfs.New()
-		dir := t.TempDir()
-		opts := noCheckpoint
-		opts.FS = ffs
-		s, err := logfirst.Open(dir, opts)
-		if err != nil {
-			t.Fatalf("Open: %v", err)
-		}
+		ffs, dir, opts, s := openOnFaultFS(t)
 		fill(t, s, 3)
 		failSyncOf(ffs, faultfs.OpSync, filepath.Join(dir, logfirst.WALDir))
 		if _, err := s.Append("s", big, 3); err != nil {
@@ -57,7 +67,7 @@ func TestFailedLogSync_RestartWithoutARebootThenAPowerCut(t *testing.T) {
 		logfirst.Abandon(s)
 
 		// The restart: no Crash, so the page cache serves the record.
-		s, err = logfirst.Open(dir, opts)
+		s, err := logfirst.Open(dir, opts)
 		if err != nil {
 			t.Fatalf("seed %d: Open after the failed sync: %v", seed, err)
 		}
@@ -175,14 +185,7 @@ func TestFailedCheckpointSync_RestartWithoutARebootThenAPowerCut(t *testing.T) {
 		}
 	}
 	for seed := range uint64(20) {
-		ffs := faultfs.New()
-		dir := t.TempDir()
-		opts := noCheckpoint
-		opts.FS = ffs
-		s, err := logfirst.Open(dir, opts)
-		if err != nil {
-			t.Fatalf("Open: %v", err)
-		}
+		ffs, dir, opts, s := openOnFaultFS(t)
 		// Enough for many leaf pages, which the checkpoint after the
 		// restart does not touch.
 		write(t, s, "a", 150)
@@ -192,7 +195,7 @@ func TestFailedCheckpointSync_RestartWithoutARebootThenAPowerCut(t *testing.T) {
 		}
 		logfirst.Abandon(s)
 
-		s, err = logfirst.Open(dir, opts) // no Crash: the page cache serves the checkpoint
+		s, err := logfirst.Open(dir, opts) // no Crash: the page cache serves the checkpoint
 		if err != nil {
 			t.Fatalf("seed %d: Open after the failed checkpoint: %v", seed, err)
 		}
@@ -281,5 +284,163 @@ func TestOpen_AnEmptyOnlySegmentSurvivesACutAtEveryCallOfTheStart(t *testing.T) 
 				t.Fatal(err)
 			}
 		}
+	}
+}
+
+// A start that recovers (replays a log the checkpoint does not cover,
+// and after a failed checkpoint sync first writes the bbolt file over
+// itself and then removes the sync.failed marker) is cut by a power
+// failure at every one of its calls: the start after that holds every
+// acknowledged write.
+func TestOpen_ARecoveringStartSurvivesACutAtEveryCall(t *testing.T) {
+	const n = 40
+	for _, failedCheckpoint := range []bool{false, true} {
+		setup := func() (*faultfs.FS, string, logfirst.Options) {
+			ffs, dir, opts, s := openOnFaultFS(t)
+			fill(t, s, n)
+			if failedCheckpoint {
+				failSyncOf(ffs, faultfs.OpCommit, filepath.Join(dir, logfirst.DBFile))
+				if err := logfirst.CheckpointNow(s); !errors.Is(err, store.ErrFailed) {
+					t.Fatalf("checkpoint whose commit fails = %v, want store.ErrFailed", err)
+				}
+				ffs.SetRule(nil)
+			}
+			logfirst.Abandon(s) // no Crash: the next start is a restart from the page cache
+			return ffs, dir, opts
+		}
+		ffs, dir, opts := setup()
+		start := ffs.Ops()
+		s, err := logfirst.Open(dir, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		logfirst.Abandon(s)
+		calls := ffs.Ops() - start
+		rng := rand.New(rand.NewPCG(uint64(calls), 28))
+		for at := range calls + 1 {
+			ffs, dir, opts := setup()
+			ffs.SetRule(faultfs.CutAt(ffs.Ops() + at))
+			if s, err := logfirst.Open(dir, opts); err == nil {
+				logfirst.Abandon(s)
+			}
+			if err := ffs.Crash(rng); err != nil {
+				t.Fatal(err)
+			}
+			s, err := logfirst.Open(dir, opts)
+			if err != nil {
+				t.Fatalf("failed checkpoint %v, cut at call %d of %d of the start: Open after the power cut: %v", failedCheckpoint, at, calls, err)
+			}
+			if entries, v := readAll(t, s); len(entries) != n || v != n {
+				t.Fatalf("failed checkpoint %v, cut at call %d of %d of the start: %d entries, value %d; want %d and %d", failedCheckpoint, at, calls, len(entries), v, n, n)
+			}
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		t.Logf("failed checkpoint %v: cut at each of the start's %d calls", failedCheckpoint, calls)
+	}
+}
+
+// A sync that fails the Linux way at every log fdatasync and bbolt
+// commit of a recovering start (as in
+// TestOpen_ARecoveringStartSurvivesACutAtEveryCall), then a restart
+// without a reboot, then a power cut: the start after that holds every
+// acknowledged write.
+func TestOpen_ARecoveringStartSurvivesAFailedSyncAtEveryCall(t *testing.T) {
+	const n = 40
+	for _, failedCheckpoint := range []bool{false, true} {
+		setup := func() (*faultfs.FS, string, logfirst.Options) {
+			ffs, dir, opts, s := openOnFaultFS(t)
+			fill(t, s, n)
+			if failedCheckpoint {
+				failSyncOf(ffs, faultfs.OpCommit, filepath.Join(dir, logfirst.DBFile))
+				if err := logfirst.CheckpointNow(s); !errors.Is(err, store.ErrFailed) {
+					t.Fatalf("checkpoint whose commit fails = %v, want store.ErrFailed", err)
+				}
+				ffs.SetRule(nil)
+			}
+			logfirst.Abandon(s)
+			return ffs, dir, opts
+		}
+		ffs, dir, opts := setup()
+		start := ffs.Ops()
+		s, err := logfirst.Open(dir, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		logfirst.Abandon(s)
+		calls := ffs.Ops() - start
+		rng := rand.New(rand.NewPCG(uint64(calls), 30))
+		failed := 0
+		for at := range calls {
+			ffs, dir, opts := setup()
+			first := ffs.Ops() + at
+			var failedOp faultfs.Op
+			ffs.SetRule(func(op faultfs.Op) faultfs.Action {
+				if op.Index == first && (op.Kind == faultfs.OpSync || op.Kind == faultfs.OpCommit) {
+					failedOp = op
+					return faultfs.FailSync
+				}
+				return faultfs.None
+			})
+			if s, err := logfirst.Open(dir, opts); err == nil {
+				logfirst.Abandon(s)
+			}
+			ffs.SetRule(nil)
+			if failedOp.Kind == 0 && failedOp.Path == "" {
+				continue // not a sync
+			}
+			failed++
+			// The restart without a reboot, then the power cut.
+			s, err := logfirst.Open(dir, opts)
+			if err != nil {
+				t.Fatalf("failed checkpoint %v, failed %v: restart: %v", failedCheckpoint, failedOp, err)
+			}
+			logfirst.Abandon(s)
+			if err := ffs.Crash(rng); err != nil {
+				t.Fatal(err)
+			}
+			s, err = logfirst.Open(dir, opts)
+			if err != nil {
+				t.Fatalf("failed checkpoint %v, failed %v: Open after the power cut: %v", failedCheckpoint, failedOp, err)
+			}
+			if entries, v := readAll(t, s); len(entries) != n || v != n {
+				t.Fatalf("failed checkpoint %v, failed %v: %d entries, value %d; want %d and %d", failedCheckpoint, failedOp, len(entries), v, n, n)
+			}
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		t.Logf("failed checkpoint %v: a failed sync at each of the start's %d syncs", failedCheckpoint, failed)
+	}
+}
+
+// The rewrite a sync.failed marker asks for happens under the data file's
+// lock: a second process (an offline tool run beside the server) is
+// refused store.ErrLocked and leaves the file the server serves as it is.
+func TestOpen_TheRewriteAfterAFailedSyncWaitsForTheLock(t *testing.T) {
+	dir := t.TempDir()
+	st, err := logfirst.Open(dir, logfirst.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if err := os.WriteFile(filepath.Join(dir, logfirst.SyncFailedFile), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, logfirst.DBFile)
+	old := time.Now().Add(-time.Hour).Truncate(time.Second)
+	if err := os.Chtimes(path, old, old); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := logfirst.Open(dir, logfirst.Options{LockTimeout: 50 * time.Millisecond}); !errors.Is(err, store.ErrLocked) {
+		t.Fatalf("a second Open beside a live store = %v, want store.ErrLocked", err)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !fi.ModTime().Equal(old) {
+		t.Errorf("the refused Open wrote the live store's file (modified %v, was %v)", fi.ModTime(), old)
 	}
 }

@@ -144,11 +144,12 @@ export interface CallOptions {
 // maybe is set once a request carrying the token was handed to a
 // connection, and stays set until an answer proves the token was not
 // committed: a refusal the server gives only after its token check
-// (PROTOCOL.md, Order of checks). A lost answer, in_doubt, and the
-// refusals that say nothing of earlier sends (moved, unavailable,
-// shutting_down, token_expired) leave it as it was; a success leaves it
-// set, the operation having happened.
-class Doubt {
+// (PROTOCOL.md, Order of checks; SETTLES). A lost answer, in_doubt, and
+// every other refusal (moved, unavailable, shutting_down, token_expired,
+// token_invalid, invite_*, retired, receipt_expired, a code this client
+// does not know) leave it as it was; a success leaves it set, the
+// operation having happened.
+export class Doubt {
   maybe = false;
   /** How many requests carrying the token were handed to a connection. */
   sends = 0;
@@ -165,15 +166,21 @@ class Doubt {
   answered(before: boolean, a: Answer): void {
     if (a.t !== "error") return;
     if (a.code === "in_doubt") this.maybe = true;
-    else if (SAY_NOTHING_OF_EARLIER.has(a.code)) this.maybe = before;
-    else this.maybe = false;
+    else if (SETTLES.has(a.code)) this.maybe = false;
+    else this.maybe = before;
   }
 }
 
-// Refusals given before the server looks the token up, or that cannot
-// tell whether an earlier send of it committed: they prove this send was
-// not applied, nothing about earlier ones.
-const SAY_NOTHING_OF_EARLIER = new Set(["moved", "unavailable", "shutting_down", "token_expired", "in_doubt"]);
+// The refusals the server gives only after its token check found the
+// token not committed (PROTOCOL.md, Order of checks), the Go client's
+// settles. Every other refusal proves this send was not applied and
+// nothing about earlier ones: those given before the token check, retired
+// (a deleted conversation refuses a committed token's replay too), and
+// receipt_expired (given only for a token that did commit).
+const SETTLES = new Set([
+  "unknown_participant", "stale_authority", "no_binding", "binding_occupied", "token_conflict", "too_large",
+  "capacity_exceeded", "backlog_full", "rate_limited", "ack_gap", "ack_regression",
+]);
 
 // Op is what run needs of a call to tell the caller the truth when it
 // gives up: the token its requests carry and what their answers showed.
@@ -445,9 +452,7 @@ export class Client {
     const token = co.token ?? newToken();
     const d = new Doubt();
     const k = key(cred.conversation, cred.participant);
-    const m0 = this.members.get(k);
-    const wanted = m0?.wantBound ?? false;
-    if (m0) m0.wantBound = false;
+    const r = this.release(k, false);
     try {
       return await this.run(cred.conversation, co.signal, op(token, d), async (s, sig) => {
         const m = this.members.get(k);
@@ -455,7 +460,7 @@ export class Client {
         if (m.lost) throw m.lost;
         if (d.sends === 0 && (m.boundOn !== s || !s.alive)) {
           // Not sent yet: bind it where the detach goes, as asked before.
-          if (!wanted) throw new NoBindingError("no_binding", "the participant was detached: attach it first");
+          if (!r.wanted) throw new NoBindingError("no_binding", "the participant was detached: attach it first");
           await this.attachOn(s, m, sig);
         }
         const c = m.cred;
@@ -468,8 +473,7 @@ export class Client {
       // Nothing applied, and the binding may still be there: follow it
       // again. A no_binding says it is not: the participant stays
       // unbound, as the application asked.
-      const m = this.members.get(k);
-      if (m && m === m0 && wanted && !d.maybe && !m.lost && !(e instanceof NoBindingError)) m.wantBound = true;
+      r.undo(d, e instanceof NoBindingError);
       throw e;
     }
   }
@@ -486,12 +490,7 @@ export class Client {
     const token = co.token ?? newToken();
     const d = new Doubt();
     const k = key(cred.conversation, cred.participant);
-    const m0 = this.members.get(k);
-    const wanted = m0?.wantBound ?? false;
-    if (m0) {
-      m0.wantBound = false;
-      m0.leaving = true;
-    }
+    const r = this.release(k, true);
     const leaveOn = async (s: Session, sig: AbortSignal | undefined, m: Member | undefined): Promise<number> => {
       if (m && m.intent !== null && d.sends === 0) {
         // An attach whose outcome is unknown may have minted the
@@ -509,11 +508,7 @@ export class Client {
         return m ? this.turn(m, () => leaveOn(s, sig, m), sig) : leaveOn(s, sig, undefined);
       });
     } catch (e) {
-      const m = this.members.get(k);
-      if (m && m === m0 && !d.maybe) {
-        m.leaving = false;
-        if (wanted && !m.lost) m.wantBound = true;
-      }
+      r.undo(d, false);
       throw e;
     }
   }
@@ -650,6 +645,31 @@ export class Client {
         throw e;
       }
     }
+  }
+
+  // release stops the client from binding k's member on its own, for a
+  // detach or (leaving) a leave about to be sent: no automatic re-attach,
+  // and, leaving, no onLost for its refusals. wanted is whether the
+  // member was bound on purpose before. undo, for the call's failure,
+  // puts that back when no request of it may have been applied (d) and
+  // the member is still the one released: no longer leaving, and
+  // followed again unless lost or stayUnbound.
+  private release(k: string, leaving: boolean): { wanted: boolean; undo(d: Doubt, stayUnbound: boolean): void } {
+    const m0 = this.members.get(k);
+    const wanted = m0?.wantBound ?? false;
+    if (m0) {
+      m0.wantBound = false;
+      if (leaving) m0.leaving = true;
+    }
+    return {
+      wanted,
+      undo: (d, stayUnbound) => {
+        const m = this.members.get(k);
+        if (!m || m !== m0 || d.maybe) return;
+        if (leaving) m.leaving = false;
+        if (wanted && !m.lost && !stayUnbound) m.wantBound = true;
+      },
+    };
   }
 
   // gaveUp is what a call that stops retrying throws: an InDoubtError

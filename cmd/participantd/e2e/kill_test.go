@@ -222,6 +222,49 @@ type answered struct {
 	gen     uint64
 }
 
+// tellUntil pipelines tells of participant cr on c, 64 in flight, each
+// with a fresh token and payload(n, token) for the n-th, until stop is
+// closed or c's connection breaks. Each tell answered as a fresh commit
+// is passed to told, from a goroutine of its own; any other answer fails
+// the test. It returns once every tell sent has its answer or will have
+// none (stop closed, or the connection broke).
+func (c *client) tellUntil(cr cred, payload func(n int, tok wire.Token) []byte, stop <-chan struct{}, told func(answered)) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	inflight := make(chan struct{}, 64)
+	for n := 0; ; n++ {
+		select {
+		case inflight <- struct{}{}:
+		case <-stop:
+			return
+		}
+		tok := token()
+		p := payload(n, tok)
+		ch, err := c.start(func(id uint64) wire.Message {
+			return &wire.Tell{ID: id, Conversation: cr.conv, Participant: cr.p, Generation: cr.gen, Token: tok, Payload: p}
+		})
+		if err != nil {
+			return
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			select {
+			case m := <-ch:
+				<-inflight
+				t, ok := m.(*wire.Told)
+				if !ok || t.Replay != nil {
+					c.t.Errorf("tell of %q answered %#v", p, m)
+					return
+				}
+				told(answered{tok, p, t.Seq, cr.gen})
+			case <-c.closed:
+			case <-stop:
+			}
+		}()
+	}
+}
+
 // TestKill_AnsweredTellsSurvive runs the binary, pipelines tells from one
 // participant to another, SIGKILLs the server at a random moment, restarts
 // it on the same data, and checks that every answered tell replays its
@@ -260,42 +303,13 @@ func TestKill_AnsweredTellsSurvive(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			inflight := make(chan struct{}, 64)
-			for n := 0; ; n++ {
-				select {
-				case inflight <- struct{}{}:
-				case <-stop:
-					return
-				}
-				tok := token()
-				payload := []byte(fmt.Sprintf("r%d-%d", round, n))
-				gen := ca.gen
-				ch, err := a.start(func(id uint64) wire.Message {
-					return &wire.Tell{ID: id, Conversation: conv, Participant: ca.p, Generation: gen, Token: tok, Payload: payload}
-				})
-				if err != nil {
-					return
-				}
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					select {
-					case m := <-ch:
-						<-inflight
-						told, ok := m.(*wire.Told)
-						if !ok {
-							t.Errorf("tell answered %#v", m)
-							return
-						}
-						mu.Lock()
-						got = append(got, answered{tok, payload, told.Seq, gen})
-						mu.Unlock()
-						firstOnce.Do(func() { close(firstAnswer) })
-					case <-a.closed:
-					case <-stop:
-					}
-				}()
-			}
+			payload := func(n int, _ wire.Token) []byte { return []byte(fmt.Sprintf("r%d-%d", round, n)) }
+			a.tellUntil(ca, payload, stop, func(r answered) {
+				mu.Lock()
+				got = append(got, r)
+				mu.Unlock()
+				firstOnce.Do(func() { close(firstAnswer) })
+			})
 		}()
 		select {
 		case <-firstAnswer:

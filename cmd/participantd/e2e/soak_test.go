@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"math/big"
+	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/participantd/participantd/offline"
 	"github.com/participantd/participantd/oplog"
 	"github.com/participantd/participantd/store/boltstore"
 	"github.com/participantd/participantd/wire"
@@ -116,47 +118,19 @@ func (s *soak) load(round, target, move int) []answered {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		inflight := make(chan struct{}, 64)
-		for n := 0; ; n++ {
-			select {
-			case inflight <- struct{}{}:
-			case <-stop:
-				return
+		payload := func(n int, tok wire.Token) []byte { return fmt.Appendf(nil, "soak r%d n%d %x", round, n, tok[:4]) }
+		a.tellUntil(ca, payload, stop, func(r answered) {
+			mu.Lock()
+			got = append(got, r)
+			mu.Unlock()
+			n := count.Add(1)
+			if n == int64(max(target/2, 1)) {
+				close(half)
 			}
-			tok := token()
-			payload := fmt.Appendf(nil, "soak r%d n%d %x", round, n, tok[:4])
-			ch, err := a.start(func(id uint64) wire.Message {
-				return &wire.Tell{ID: id, Conversation: soakConv, Participant: ca.p, Generation: ca.gen, Token: tok, Payload: payload}
-			})
-			if err != nil {
-				return
+			if n == int64(target) {
+				close(full)
 			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				select {
-				case m := <-ch:
-					<-inflight
-					told, ok := m.(*wire.Told)
-					if !ok || told.Replay != nil {
-						t.Errorf("round %d: tell answered %#v", round, m)
-						return
-					}
-					mu.Lock()
-					got = append(got, answered{tok, payload, told.Seq, ca.gen})
-					mu.Unlock()
-					n := count.Add(1)
-					if n == int64(max(target/2, 1)) {
-						close(half)
-					}
-					if n == int64(target) {
-						close(full)
-					}
-				case <-a.closed:
-				case <-stop:
-				}
-			}()
-		}
+		})
 	}()
 	wait := func(ch chan struct{}, what string) {
 		select {
@@ -273,6 +247,9 @@ func TestSoak_AnsweredSurviveKills(t *testing.T) {
 		}
 		got := s.load(round, target, move)
 		s.tells = append(s.tells, got...)
+		if round%10 == 0 || round == rounds-1 {
+			s.inspectCrashed(round)
+		}
 
 		s.p = startProc(t, s.bin, s.dir)
 		for i := range s.conns {
@@ -332,6 +309,40 @@ func TestSoak_AnsweredSurviveKills(t *testing.T) {
 	}
 	t.Logf("soak: %d rounds, %d SIGKILLs, %d moves; %d tells answered, conversation history %d rows (compacted below %d); %d tell replays and %d attach replays checked; %v",
 		rounds, s.kills, s.moves, len(s.tells), n, first, s.tellReplays, s.attachReplays, time.Since(began).Round(time.Second))
+}
+
+// inspectCrashed runs participantctl's inspect (offline.Inspect) on the
+// data directory the kill left, as an operator would before the restart:
+// it must change no byte of the data file, refuse nothing, and find every
+// tell answered so far (the restart's checks follow it).
+func (s *soak) inspectCrashed(round int) {
+	s.t.Helper()
+	file := filepath.Join(s.dir, offline.StoreFile)
+	before, err := os.ReadFile(file)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	_, reports, err := offline.Inspect(s.dir, offline.Options{})
+	if err != nil {
+		s.t.Fatalf("round %d: inspect of the killed server's directory: %v", round, err)
+	}
+	if after, err := os.ReadFile(file); err != nil || !bytes.Equal(before, after) {
+		s.t.Fatalf("round %d: inspect of the killed server's directory changed its data file (%v)", round, err)
+	}
+	var last uint64
+	for _, r := range s.tells {
+		last = max(last, r.seq)
+	}
+	for _, r := range reports {
+		if r.Conversation != soakConv {
+			continue
+		}
+		if r.Refused != nil || uint64(r.LastSeq) < last {
+			s.t.Fatalf("round %d: inspect of the killed server's directory reports conversation %d refused %v, last seq %d; want seq %d answered", round, soakConv, r.Refused, r.LastSeq, last)
+		}
+		return
+	}
+	s.t.Fatalf("round %d: inspect of the killed server's directory reports no conversation %d", round, soakConv)
 }
 
 // checkReplays retries each tell of rs with its token and payload on the

@@ -11,7 +11,8 @@ import (
 )
 
 // Late is a clientv3.KV that holds back one write transaction: the first,
-// after Arm, that puts a key under the armed prefix (and has no Else). Its
+// after Arm, that puts a key under the armed prefix (and has no Else), or,
+// after ArmDelete, that deletes the armed key. Its
 // Commit fails as a timeout does (context.DeadlineExceeded: the caller
 // cannot know the outcome) without reaching etcd, and Apply sends it later,
 // as a request stuck in the network or in a member's queue applies after
@@ -22,20 +23,37 @@ type Late struct {
 
 	// mu guards the fields below.
 	mu sync.Mutex
-	// prefix is the armed prefix, "" while not armed; held is the
-	// transaction held back.
-	prefix string
-	held   *lateTxn
+	// armed reports whether a transaction is the one to hold back, nil
+	// while not armed; held is the transaction held back.
+	armed func(*lateTxn) bool
+	held  *lateTxn
 }
 
 // HoldLate returns kv with nothing armed.
 func HoldLate(kv clientv3.KV) *Late { return &Late{KV: kv} }
 
-// Arm holds back the next transaction that puts a key under prefix.
+// Arm holds back the next transaction that puts a key under prefix and
+// has no Else.
 func (l *Late) Arm(prefix string) {
+	l.arm(func(t *lateTxn) bool {
+		return len(t.elss) == 0 && t.has(func(op clientv3.Op) bool {
+			return op.IsPut() && strings.HasPrefix(string(op.KeyBytes()), prefix)
+		})
+	})
+}
+
+// ArmDelete holds back the next transaction that deletes key (a release
+// of a claim, say).
+func (l *Late) ArmDelete(key string) {
+	l.arm(func(t *lateTxn) bool {
+		return t.has(func(op clientv3.Op) bool { return op.IsDelete() && string(op.KeyBytes()) == key })
+	})
+}
+
+func (l *Late) arm(match func(*lateTxn) bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.prefix = prefix
+	l.armed = match
 }
 
 // Apply sends the held transaction to etcd and reports whether it
@@ -83,12 +101,17 @@ func (t *lateTxn) hold() bool {
 	l := t.l
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.prefix == "" || len(t.elss) > 0 {
+	if l.armed == nil || !l.armed(t) {
 		return false
 	}
+	l.armed, l.held = nil, t
+	return true
+}
+
+// has reports whether an operation of t's Then matches.
+func (t *lateTxn) has(match func(clientv3.Op) bool) bool {
 	for _, op := range t.thens {
-		if op.IsPut() && strings.HasPrefix(string(op.KeyBytes()), l.prefix) {
-			l.prefix, l.held = "", t
+		if match(op) {
 			return true
 		}
 	}

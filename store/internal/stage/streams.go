@@ -40,26 +40,7 @@ func NewStreams[S Stream]() *Streams[S] {
 // held and returns with it held, error or not; load's error is returned
 // as is.
 func (ss *Streams[S]) Get(mu sync.Locker, name string, usable func() error, load func(name string) (S, error)) (S, error) {
-	var none S
-	for {
-		if err := usable(); err != nil {
-			return none, err
-		}
-		if st, ok := ss.all[name]; ok {
-			return st, nil
-		}
-		mu.Unlock()
-		st, err := load(name)
-		mu.Lock()
-		if err != nil {
-			return none, err
-		}
-		// Close may have run meanwhile and released the states: the
-		// loop's check comes first.
-		if _, ok := ss.all[name]; !ok && usable() == nil {
-			ss.all[name] = st
-		}
-	}
+	return ss.get(mu, name, usable, load, true)
 }
 
 // Peek is Get for a caller that only reads the state: a stream that load
@@ -70,6 +51,14 @@ func (ss *Streams[S]) Get(mu sync.Locker, name string, usable func() error, load
 // state Peek returns for an empty stream is the caller's to read, never
 // to stage into.
 func (ss *Streams[S]) Peek(mu sync.Locker, name string, usable func() error, load func(name string) (S, error)) (S, error) {
+	// A stream load finds empty had nothing staged while mu was released
+	// (that takes a state in all), and only a stream in all has entries a
+	// checkpoint can move to the durable state: load's answer still holds.
+	return ss.get(mu, name, usable, load, false)
+}
+
+// get is Get, and Peek when keepEmpty is false.
+func (ss *Streams[S]) get(mu sync.Locker, name string, usable func() error, load func(name string) (S, error), keepEmpty bool) (S, error) {
 	var none S
 	for {
 		if err := usable(); err != nil {
@@ -84,20 +73,18 @@ func (ss *Streams[S]) Peek(mu sync.Locker, name string, usable func() error, loa
 		if err != nil {
 			return none, err
 		}
+		// Another caller may have loaded the stream meanwhile (that state
+		// wins), and Close may have run and released the states: the
+		// loop's checks come first.
 		if _, ok := ss.all[name]; ok {
-			continue // loaded meanwhile by Get: that state wins
+			continue
 		}
 		if err := usable(); err != nil {
 			return none, err
 		}
-		if st.LenLocked() == 0 {
-			// Nothing was staged in the stream while mu was released
-			// (that takes a state in all), and only a stream in all has
-			// entries a checkpoint can move to the durable state: load's
-			// answer still holds.
-			return st, nil
+		if keepEmpty || st.LenLocked() > 0 {
+			ss.all[name] = st
 		}
-		ss.all[name] = st
 		return st, nil
 	}
 }

@@ -4,12 +4,10 @@
 
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
-import { createServer, type Socket } from "node:net";
-import { decode, encode } from "@msgpack/msgpack";
 import {
-  connect, toHex, FrameReader, InDoubtError, LostError, StaleAuthorityError, type Credential, type Intent,
+  connect, toHex, InDoubtError, LostError, StaleAuthorityError, type Credential, type Intent,
 } from "../../src/index.js";
-import { Proxy, Server, bytes, take, text } from "./harness.js";
+import { FakeNode, Proxy, Server, bytes, take, text } from "./harness.js";
 
 let server: Server;
 let proxy: Proxy;
@@ -269,44 +267,22 @@ test("a process that dies with an attach in doubt recovers it from its persisted
 
 test("moved is followed to the owner with the same token", async () => {
   // A fake node that owns nothing: every request is moved to the real one.
-  const seen: Record<string, unknown>[] = [];
-  const fake = createServer((sock: Socket) => {
-    const r = new FrameReader();
-    const send = (m: Record<string, unknown>) => {
-      const body = encode(m);
-      const f = Buffer.alloc(4 + body.length);
-      f.writeUInt32BE(body.length);
-      f.set(body, 4);
-      sock.write(f);
-    };
-    sock.on("data", (chunk: Buffer) => {
-      for (const f of r.push(new Uint8Array(chunk))) {
-        const m = decode(f.subarray(4)) as Record<string, unknown>;
-        seen.push(m);
-        if (m.t === "hello") send({ t: "welcome", version: 1, server: "fake", incarnation: 1, connection: 1, max_frame: 1 << 20, max_record_bytes: 1 << 19, node: "fake" });
-        else if (m.t === "ping") send({ t: "pong", id: m.id });
-        else if (m.t !== "bye") send({ t: "error", id: m.id, code: "moved", detail: "owned elsewhere", owner: proxy.addr });
-      }
-    });
-    sock.on("error", () => {});
-  });
-  await new Promise<void>((r) => fake.listen(0, "127.0.0.1", r));
-  const port = (fake.address() as { port: number }).port;
+  const fake = await FakeNode.start(() => proxy.addr);
   const conv = nextConv++;
-  const c = await connect(`127.0.0.1:${port}`, fast);
+  const c = await connect(fake.addr, fast);
   try {
     const from = proxy.log.length;
     const cred = await c.enroll(conv);
     const seq = await c.tell(cred, bytes("via the owner"));
     assert.ok(seq > 0);
-    const enrollsAtFake = seen.filter((m) => m.t === "enroll");
+    const enrollsAtFake = fake.seen.filter((m) => m.t === "enroll");
     const enrollsAtOwner = proxy.log.slice(from).filter((f) => f.dir === "c2s" && f.m.t === "enroll");
     assert.equal(enrollsAtFake.length, 1);
     assert.equal(enrollsAtOwner.length, 1);
     assert.equal(hex(enrollsAtOwner[0]!.m.token), hex(enrollsAtFake[0]!.token));
-    assert.equal(seen.filter((m) => m.t === "tell").length, 0, "the route stuck to the owner");
+    assert.equal(fake.seen.filter((m) => m.t === "tell").length, 0, "the route stuck to the owner");
   } finally {
     c.close();
-    await new Promise((r) => fake.close(r));
+    await fake.close();
   }
 });
