@@ -183,8 +183,12 @@ func TestPowerCut_GroupCommitBetweenTheBarriers(t *testing.T) {
 		s.(*faultstore.Store).AddRule(faultstore.When(faultstore.FlushFirst, faultstore.Kind(faultstore.OpAppend), faultstore.Prefix(outbox.StreamPrefix)))
 		return participanttest.CutWorkload(s, log)
 	}
+	runs := 500
+	if testing.Short() {
+		runs = 150
+	}
 	powerCutLoop{workload: flushFirst, completed: participanttest.CheckCompacted,
-		compact: participant.Options{Retain: time.Nanosecond, Now: time.Now}, runs: 500, stream: 7, gaps: &gaps}.run(t)
+		compact: participant.Options{Retain: time.Nanosecond, Now: time.Now}, runs: runs, stream: 7, gaps: &gaps}.run(t)
 	if gaps == 0 {
 		t.Fatalf("no power cut left a gap for reconciliation to repair")
 	}
