@@ -41,6 +41,8 @@
 //	            for every later op       and the fatal cause, for this and
 //	                                     every later op
 //	Hang        the call, once released  the inner result, once released
+//	FlushFirst  a Flush, then the call   the inner result (a failed Flush's
+//	                                     error, and no call, if it failed)
 //
 // Fail is "definitely not applied" and Uncertain "maybe applied" (it was):
 // an Uncertain append has landed, an Uncertain flush made every earlier
@@ -52,9 +54,15 @@
 // waits, outside the Store's lock, until Release, so that a test can prove
 // a shutdown is bounded however long a flush takes; Hung tells it when an
 // op is stuck, and its cleanup calls Release so that nothing leaks.
+// FlushFirst is another writer's group commit landing just before the op:
+// over a store that keeps its writes' order, a rule that flushes before
+// every outbox append makes the oplog rows durable without their outbox
+// rows, the gap a crash then leaves for reconciliation to repair.
 //
 // Store implements store.Compactor whatever it wraps; over an inner store
-// without it, the Compactor methods return store.ErrUnsupported.
+// without it, the Compactor methods return store.ErrUnsupported. It
+// implements store.Ordered with the inner store's answer, unless
+// SetUnordered hides it.
 //
 // # Crash cuts
 //

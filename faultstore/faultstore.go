@@ -80,6 +80,8 @@ type Observer func(op Op, action Action, err error)
 type Store struct {
 	inner    store.DurableStore
 	observer atomic.Pointer[Observer]
+	// unordered hides the inner store's store.Ordered (SetUnordered).
+	unordered atomic.Bool
 
 	// mu guards every field below. It is also held while the rules decide,
 	// so that op indices, decisions and the cut follow one order: an op
@@ -112,6 +114,7 @@ var (
 	_ store.DurableStore = (*Store)(nil)
 	_ store.PageReader   = (*Store)(nil)
 	_ store.Compactor    = (*Store)(nil)
+	_ store.Ordered      = (*Store)(nil)
 )
 
 // New returns a Store wrapping inner, with no rules: until rules are set it
@@ -285,6 +288,10 @@ func run[T any](s *Store, ad admission, f func() (T, error)) (T, error) {
 	case Hang:
 		s.hold()
 		v, err = f()
+	case FlushFirst:
+		if err = s.flushInner(); err == nil {
+			v, err = f()
+		}
 	default:
 		v, err = f()
 		if err == nil && ad.action == Uncertain {
@@ -404,6 +411,32 @@ func (s *Store) ReadPage(stream string, offset uint64, limit int, maxBytes int) 
 		return store.ReadPage(s.inner, stream, offset, limit, maxBytes)
 	})
 }
+
+// flushInner is FlushFirst's flush: every write that reached the inner
+// store is made durable, so nothing is pending any more.
+func (s *Store) flushInner() error {
+	if err := s.inner.Flush(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	clear(s.pending)
+	s.mu.Unlock()
+	return nil
+}
+
+// KeepsOrder implements store.Ordered: the inner store's answer, or false
+// after SetUnordered(true). Faults keep the order: a cut or a failure
+// performs nothing, and Uncertain and FlushFirst ops are ops of the inner
+// store.
+func (s *Store) KeepsOrder() bool {
+	return !s.unordered.Load() && store.KeepsOrder(s.inner)
+}
+
+// SetUnordered makes KeepsOrder answer false (true) or the inner store's
+// answer again (false), so that a test can run a caller's path for
+// stores that do not keep their writes' order over a memory store that
+// does.
+func (s *Store) SetUnordered(unordered bool) { s.unordered.Store(unordered) }
 
 // Inner returns the store s wraps (see store.AsCompactor).
 func (s *Store) Inner() store.DurableStore { return s.inner }

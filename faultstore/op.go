@@ -106,6 +106,15 @@ const (
 	// good. The op is counted when admitted, so ops admitted later get
 	// later indices even when they finish first.
 	Hang
+	// FlushFirst flushes the inner store and then performs the op as
+	// None would: another writer's Flush made everything staged durable
+	// just before this op, as a group commit that took the first of two
+	// writes alone would. Over a store that keeps its writes' order
+	// (store.Ordered), that is how a write becomes durable without one
+	// made after it. The inner flush is not an op (no index, no rule, no
+	// observer); it empties Pending. If it fails, the op is not performed
+	// and its error is returned.
+	FlushFirst
 )
 
 // String returns the action's lowercase name, "fail" for Fail.
@@ -123,6 +132,8 @@ func (a Action) String() string {
 		return "fatal"
 	case Hang:
 		return "hang"
+	case FlushFirst:
+		return "flush_first"
 	}
 	return fmt.Sprintf("Action(%d)", uint8(a))
 }

@@ -30,73 +30,83 @@ func TestEachBarrierPhaseFailsWithoutPublishing(t *testing.T) {
 		{"oplog append uncertain", faultstore.When(faultstore.Uncertain, faultstore.Kind(faultstore.OpAppend), faultstore.Prefix("oplog/")), true},
 		{"outbox flush uncertain", faultstore.When(faultstore.Uncertain, faultstore.Kind(faultstore.OpFlush), faultstore.Prefix(outbox.StreamPrefix)), true},
 	}
-	for _, ph := range phases {
-		t.Run(ph.name, func(t *testing.T) {
-			ctx := context.Background()
-			fs := faultstore.New(store.NewMemory())
-			sw := faultstore.NewSwitch(ph.rule)
-			fs.SetRules(sw)
-			svc := openService(t, fs)
-			const conv = 5
-			sender := svc.Connect(nil)
-			a, err := sender.Enroll(ctx, Enroll{Conversation: conv, Token: token(1)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			wakes := &wakeCounter{}
-			receiver := svc.Connect(wakes.wake)
-			b, err := receiver.Enroll(ctx, Enroll{Conversation: conv, Token: token(2)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if wakes.count() != 0 || receiver.HasReady() {
-				t.Fatalf("the receiver was woken before any record for it")
-			}
-			tell := Tell{Conversation: conv, Participant: a.Participant, Generation: a.Generation, Token: token(3), Payload: []byte("x")}
+	for _, order := range []string{"one sync", "two syncs"} {
+		for _, ph := range phases {
+			t.Run(order+"/"+ph.name, func(t *testing.T) {
+				eachBarrierPhase(t, ph.name, ph.rule, ph.uncertain, order == "two syncs")
+			})
+		}
+	}
+}
 
-			sw.Set(true)
-			if _, err := sender.Tell(ctx, tell); !errors.Is(err, ErrInDoubt) {
-				t.Fatalf("Tell with a failing %s = %v, want in_doubt", ph.name, err)
-			}
-			// The failed commit drops the conversation and a background
-			// reload starts. While the store still fails, that reload cannot
-			// complete, so nothing is published; an uncertain failure that
-			// did make everything durable may be reconciled and published.
-			svc.waitReloads()
-			if !ph.uncertain {
-				if wakes.count() != 0 || receiver.HasReady() {
-					t.Fatalf("a failed %s published: wakes=%d ready=%v", ph.name, wakes.count(), receiver.HasReady())
-				}
-				if ds := drainNext(receiver, conv); len(ds) != 0 {
-					t.Fatalf("a failed %s offered %+v", ph.name, ds)
-				}
-			}
+// eachBarrierPhase is one phase of TestEachBarrierPhaseFailsWithoutPublishing,
+// over a store that keeps its writes' order (the barriers share a sync) or,
+// unordered, one that does not (a flush per barrier).
+func eachBarrierPhase(t *testing.T, name string, rule faultstore.Rule, uncertain, unordered bool) {
+	ctx := context.Background()
+	fs := faultstore.New(store.NewMemory())
+	fs.SetUnordered(unordered)
+	sw := faultstore.NewSwitch(rule)
+	fs.SetRules(sw)
+	svc := openService(t, fs)
+	const conv = 5
+	sender := svc.Connect(nil)
+	a, err := sender.Enroll(ctx, Enroll{Conversation: conv, Token: token(1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wakes := &wakeCounter{}
+	receiver := svc.Connect(wakes.wake)
+	b, err := receiver.Enroll(ctx, Enroll{Conversation: conv, Token: token(2)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wakes.count() != 0 || receiver.HasReady() {
+		t.Fatalf("the receiver was woken before any record for it")
+	}
+	tell := Tell{Conversation: conv, Participant: a.Participant, Generation: a.Generation, Token: token(3), Payload: []byte("x")}
 
-			sw.Set(false)
-			told, err := sender.Tell(ctx, tell)
-			svc.waitReloads()
-			if err != nil {
-				t.Fatalf("retry after a failed %s: %v", ph.name, err)
-			}
-			if wakes.count() != 1 {
-				t.Fatalf("receiver woken %d times after the retry, want exactly 1", wakes.count())
-			}
-			ds := drainNext(receiver, conv)
-			if len(ds) != 1 || ds[0].Seq != told.Seq || ds[0].Kind != outbox.KindRecord || string(ds[0].Payload) != "x" || ds[0].Recipient != b.Participant {
-				t.Fatalf("receiver offered %+v, want the record once at seq %v", ds, told.Seq)
-			}
-			if told.Seq != 3 {
-				t.Fatalf("told seq = %v, want 3: no seq is lost or doubled by the failure", told.Seq)
-			}
-			// The outcome is final: the same token now replays.
-			again, err := sender.Tell(ctx, tell)
-			if err != nil || again.Replay != ReplayCommitted || again.Seq != told.Seq {
-				t.Fatalf("second retry = %+v, %v; want a committed replay of seq %v", again, err, told.Seq)
-			}
-			if n := oplogLen(t, fs, conv); n != 4 {
-				t.Fatalf("oplog rows = %d, want 4: genesis, two enrollments, one tell", n)
-			}
-		})
+	sw.Set(true)
+	if _, err := sender.Tell(ctx, tell); !errors.Is(err, ErrInDoubt) {
+		t.Fatalf("Tell with a failing %s = %v, want in_doubt", name, err)
+	}
+	// The failed commit drops the conversation and a background
+	// reload starts. While the store still fails, that reload cannot
+	// complete, so nothing is published; an uncertain failure that
+	// did make everything durable may be reconciled and published.
+	svc.waitReloads()
+	if !uncertain {
+		if wakes.count() != 0 || receiver.HasReady() {
+			t.Fatalf("a failed %s published: wakes=%d ready=%v", name, wakes.count(), receiver.HasReady())
+		}
+		if ds := drainNext(receiver, conv); len(ds) != 0 {
+			t.Fatalf("a failed %s offered %+v", name, ds)
+		}
+	}
+
+	sw.Set(false)
+	told, err := sender.Tell(ctx, tell)
+	svc.waitReloads()
+	if err != nil {
+		t.Fatalf("retry after a failed %s: %v", name, err)
+	}
+	if wakes.count() != 1 {
+		t.Fatalf("receiver woken %d times after the retry, want exactly 1", wakes.count())
+	}
+	ds := drainNext(receiver, conv)
+	if len(ds) != 1 || ds[0].Seq != told.Seq || ds[0].Kind != outbox.KindRecord || string(ds[0].Payload) != "x" || ds[0].Recipient != b.Participant {
+		t.Fatalf("receiver offered %+v, want the record once at seq %v", ds, told.Seq)
+	}
+	if told.Seq != 3 {
+		t.Fatalf("told seq = %v, want 3: no seq is lost or doubled by the failure", told.Seq)
+	}
+	// The outcome is final: the same token now replays.
+	again, err := sender.Tell(ctx, tell)
+	if err != nil || again.Replay != ReplayCommitted || again.Seq != told.Seq {
+		t.Fatalf("second retry = %+v, %v; want a committed replay of seq %v", again, err, told.Seq)
+	}
+	if n := oplogLen(t, fs, conv); n != 4 {
+		t.Fatalf("oplog rows = %d, want 4: genesis, two enrollments, one tell", n)
 	}
 }
 

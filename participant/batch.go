@@ -24,6 +24,9 @@ const maxBatch = 256
 //	decide each → [registry] → token CASes → oplog appends → flush (barrier 1)
 //	→ outbox appends → flush (barrier 2) → swap in the working state → wake
 //
+// On a store that keeps c's writes in order (OrderedOwnership) barrier 1
+// is kept by the appends' order and shares barrier 2's flush.
+//
 // A failure before the first append leaves nothing of the batch in the
 // store: unavailable. A failure at or after it may or may not have
 // committed: in_doubt. Either way nothing is applied, published or woken,
@@ -268,9 +271,15 @@ func (b *batch) write() error {
 		}
 	}
 	// Barrier 1: the oplog rows must be durable before any outbox row of
-	// them is appended.
-	if err := s.flush(cv.id); err != nil {
-		return failed(CodeInDoubt, "oplog flush", err)
+	// them is. A store that keeps c's writes in order makes that so by
+	// the appends' order alone: no crash leaves an outbox row without the
+	// oplog rows appended before it, and barrier 2's flush makes both
+	// durable ("One sync for both barriers" in docs/DESIGN.md).
+	shared := s.keepsOrder(cv.id)
+	if !shared {
+		if err := s.flush(cv.id); err != nil {
+			return failed(CodeInDoubt, "oplog flush", err)
+		}
 	}
 	outboxStream := outbox.Stream(cv.id)
 	for i, enc := range outboxRows {
@@ -278,9 +287,12 @@ func (b *batch) write() error {
 			return failed(CodeInDoubt, "outbox append", err)
 		}
 	}
-	// Barrier 2: the outbox rows must be durable before the operations are
-	// applied, published or answered.
+	// Barrier 2: the outbox rows (and, shared, the oplog rows) must be
+	// durable before the operations are applied, published or answered.
 	if err := s.flush(cv.id); err != nil {
+		if shared {
+			return failed(CodeInDoubt, "oplog and outbox flush", err)
+		}
 		return failed(CodeInDoubt, "outbox flush", err)
 	}
 	cv.mu.Lock()

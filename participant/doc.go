@@ -25,7 +25,9 @@
 // then writes the batch behind one pair of barriers:
 //
 //  3. barrier 1: writes the token index entries and appends the oplog
-//     rows, then flushes,
+//     rows, then flushes (not on a store that keeps its writes' order,
+//     OrderedOwnership: there the appends' order keeps barrier 1 and
+//     barrier 2's flush makes both durable),
 //  4. barrier 2: appends the outbox rows outbox.Project derived, then
 //     flushes,
 //  5. publishes the working copy, wakes the connections with something new

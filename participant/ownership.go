@@ -49,8 +49,24 @@ type Ownership interface {
 	Exists(ctx context.Context, c ConversationID) (bool, error)
 }
 
+// OrderedOwnership is implemented by an Ownership under which c's writes
+// keep their order across a crash (store.Ordered): whatever survives is a
+// prefix of them in the order they returned, whichever Flushes carried
+// them. A batch then appends its oplog rows before its outbox rows and
+// flushes once, so that barrier 1 shares the sync of barrier 2 (see
+// docs/DESIGN.md, "One sync for both barriers"). An Ownership without it,
+// or answering false, gets a flush per barrier.
+type OrderedOwnership interface {
+	// KeepsOrder reports whether c's writes keep their order across a
+	// crash. It is asked once per batch and must be cheap.
+	KeepsOrder(c ConversationID) bool
+}
+
 // single is the Ownership of a single node: it owns everything.
 type single struct{ st store.DurableStore }
+
+// KeepsOrder implements OrderedOwnership with the store's answer.
+func (o single) KeepsOrder(ConversationID) bool { return store.KeepsOrder(o.st) }
 
 func (single) Acquire(context.Context, ConversationID) (bool, error) { return false, nil }
 func (o single) Flush(ConversationID) error                          { return o.st.Flush() }
@@ -73,6 +89,13 @@ func (s *Service) ownership() Ownership {
 
 // flush is the barrier of cv's writes.
 func (s *Service) flush(c ConversationID) error { return s.ownership().Flush(c) }
+
+// keepsOrder reports whether c's writes keep their order across a crash
+// (OrderedOwnership), so that one flush serves both of a batch's barriers.
+func (s *Service) keepsOrder(c ConversationID) bool {
+	o, ok := s.ownership().(OrderedOwnership)
+	return ok && o.KeepsOrder(c)
+}
 
 // acquireTurn asks for the right to serve cv; the caller holds cv's turn.
 // A fresh grant forgets what memory holds of cv, so that it is reconciled

@@ -125,10 +125,15 @@ const maxHelloFrame = 16 << 10
 // helloBuffer and readBuffer are the sizes of a connection's read buffer
 // before and after hello. A smaller read than the buffer goes through it;
 // a body larger than the buffer is read into the body directly, so a small
-// buffer costs syscalls only on many small frames sent together.
+// buffer costs syscalls only on many small frames sent together. Only a
+// socket nobody has authenticated is kept small: a welcomed one gets the
+// full buffer, which costs little resident memory (pages the reads never
+// reach stay untouched) but is heap the collector paces against: at
+// 16 KiB the tell benchmark at window 1 collected twice as often per tell
+// (BENCHMARKS.md, "This round against its base").
 const (
 	helloBuffer = 512
-	readBuffer  = 16 << 10
+	readBuffer  = 64 << 10
 )
 
 // maxLoggedString bounds a client-supplied string (hello.client, a type

@@ -103,6 +103,9 @@ func (w *watchedStore) oldest() (c storeCall, n int, ok bool) {
 // Inner returns the store w wraps (see store.AsCompactor).
 func (w *watchedStore) Inner() store.DurableStore { return w.inner }
 
+// KeepsOrder implements store.Ordered for the store w wraps.
+func (w *watchedStore) KeepsOrder() bool { return store.KeepsOrder(w.inner) }
+
 func (w *watchedStore) Append(stream string, payload []byte, expectedSeq uint64) (uint64, error) {
 	defer w.end(w.begin("Append", stream))
 	return w.inner.Append(stream, payload, expectedSeq)

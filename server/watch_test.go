@@ -82,3 +82,18 @@ func BenchmarkWatchedStore_Append(b *testing.B) {
 		})
 	}
 }
+
+// TestWatchedStore_KeepsOrderAsItsInnerStore checks that the watch
+// answers store.Ordered for the store it wraps: without it the service
+// behind the watch would flush once per barrier on the log-first store.
+func TestWatchedStore_KeepsOrderAsItsInnerStore(t *testing.T) {
+	if !store.KeepsOrder(watch(store.NewMemory())) {
+		t.Error("a watched store.Memory does not keep order; the memory store does")
+	}
+	if store.KeepsOrder(watch(unorderedStore{store.NewMemory()})) {
+		t.Error("a watched store that does not keep order claims to")
+	}
+}
+
+// unorderedStore hides its inner store's store.Ordered.
+type unorderedStore struct{ store.DurableStore }

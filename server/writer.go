@@ -13,10 +13,6 @@ import (
 // socket in one write, so that pipelined answers go out in few writes.
 const writeGroup = 64 << 10
 
-// groups are the buffers writers copy a group of frames into, lent for
-// one write each: an idle connection holds none.
-var groups = sync.Pool{New: func() any { b := make([]byte, 0, writeGroup); return &b }}
-
 // outq is a connection's outbound queue and the writer goroutine that
 // drains it into the socket. The queue is bounded in bytes, per connection
 // and across the server: a send waits while either budget is spent
@@ -144,6 +140,12 @@ func (q *outq) finish(m wire.Message) {
 func (q *outq) run() {
 	var batch []outFrame
 	i := 0 // batch[:i] is written
+	// group is what a group of frames is copied into, made for the first
+	// write that groups and kept while the writer runs: a connection
+	// that never pipelines holds none, and one that does copies without
+	// borrowing (a buffer lent from a pool for each write was lost at
+	// every collection, and remade).
+	var group []byte
 	defer func() {
 		q.mu.Lock()
 		q.stopped = true
@@ -177,21 +179,19 @@ func (q *outq) run() {
 			// One write per group whatever the connection (a TLS record
 			// each, not one per frame): small frames are copied together.
 			out := batch[i].b
-			var group *[]byte
 			if j-i > 1 {
-				group = groups.Get().(*[]byte)
-				for _, f := range batch[i:j] {
-					*group = append(*group, f.b...)
+				if group == nil {
+					group = make([]byte, 0, writeGroup)
 				}
-				out = *group
+				group = group[:0]
+				for _, f := range batch[i:j] {
+					group = append(group, f.b...)
+				}
+				out = group
 			}
 			deadline := batch[i].at.Add(q.progress)
 			q.nc.SetWriteDeadline(deadline)
 			_, err := q.nc.Write(out)
-			if group != nil {
-				*group = (*group)[:0]
-				groups.Put(group)
-			}
 			if err != nil {
 				if !time.Now().Before(deadline) {
 					q.cut.Store(true)

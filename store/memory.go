@@ -216,6 +216,11 @@ func (m *Memory) Flush() error {
 	return nil
 }
 
+// KeepsOrder implements Ordered: a Flush makes every write made so far
+// durable at once, and Crash keeps exactly what the last one covered, a
+// prefix of the writes in their order.
+func (m *Memory) KeepsOrder() bool { return true }
+
 // Crash discards every write that no Flush covered, as a process crash
 // would, and reopens the store if it was closed. What remains is exactly
 // what a restarted process would find.

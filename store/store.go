@@ -199,6 +199,34 @@ func (e *CASConflictError) Error() string {
 // Unwrap returns ErrCASConflict.
 func (e *CASConflictError) Unwrap() error { return ErrCASConflict }
 
+// Ordered is implemented by stores that keep their writes' order across a
+// crash however Flushes group them: what a crash leaves is a prefix of
+// every write (Append, CAS, Trim, PutBytes) in the order the calls
+// returned, across streams and values, whether one Flush or several, by
+// this caller or another, covered them. A caller that needs write A
+// durable whenever write B is may then make A before B and flush once
+// after B, instead of flushing between them; the participant's two
+// barriers share one sync that way (docs/DESIGN.md, "One sync for both
+// barriers").
+//
+// The DurableStore contract alone promises less: the writes of one Flush
+// are all or nothing only when no other Flush runs. A store that commits
+// its parts independently (etcd's scopes, a scope's writes split over
+// several transactions) does not keep the order and must not implement
+// Ordered, or must answer false.
+type Ordered interface {
+	// KeepsOrder reports whether the store keeps its writes' order across
+	// a crash, as above. A wrapper answers for the store it wraps.
+	KeepsOrder() bool
+}
+
+// KeepsOrder reports whether st keeps its writes' order across a crash
+// (Ordered): false for a store that does not say so.
+func KeepsOrder(st DurableStore) bool {
+	o, ok := st.(Ordered)
+	return ok && o.KeepsOrder()
+}
+
 // PageReader is implemented by stores that bound a read in bytes as well as
 // in entries, so that a reader of a long stream holds one bounded page at a
 // time however large its entries are. A store that does not implement it is

@@ -46,9 +46,11 @@ ack cumulatively. --op enroll: every enroll creates a new conversation
 an --embedded server listens for WebSocket too.
 
 --etcd-compare then runs an embedded single-node etcd (fsync on) on the
-same disk and measures its put rate with --clients connections putting
---payload bytes one at a time each, for the same --warmup and --duration,
-and reports participantd's rate and p99 as ratios of etcd's.
+same disk and measures its put rate with --clients putters putting
+--payload bytes one at a time each over --etcd-conns shared client
+connections (default 1, etcd's strongest configuration on this shape;
+0 for one each), for the same --warmup and --duration, and reports
+participantd's rate and p99 as ratios of etcd's.
 
 --fsync-probe first measures the raw rate of write 200 B + fsync from one
 goroutine in the data directory, so the report carries the physical
@@ -76,7 +78,7 @@ type benchFlags struct {
 	probe                      bool
 	probeDuration              time.Duration
 	json                       bool
-	cpuProfile                 string
+	cpuProfile, allocProfile   string
 	idle                       int
 	serverPID                  int
 	startupRecords             int
@@ -84,6 +86,7 @@ type benchFlags struct {
 	startupCheckpoints         bool
 	startupFixed               bool
 	etcdCompare                bool
+	etcdConns                  int
 	diskSample                 time.Duration
 	retain, tokenWindow        time.Duration // the embedded server's
 	memory                     memoryConfig
@@ -113,6 +116,7 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	fs.DurationVar(&f.probeDuration, "probe-duration", 3*time.Second, "how long the fsync probe runs")
 	fs.BoolVar(&f.json, "json", false, "print the report as JSON")
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured window (with --embedded it covers the server)")
+	fs.StringVar(&f.allocProfile, "allocprofile", "", "with --embedded: write the process's allocation profile (every allocation since the start, warmup included) after the measured window")
 	fs.IntVar(&f.idle, "idle-connections", 0, "mode: open N connections, each bound in its own conversation, and report the server's RSS per connection")
 	fs.IntVar(&f.serverPID, "server-pid", 0, "with --addr and --idle-connections: the server's pid, to read its RSS")
 	fs.IntVar(&f.startupRecords, "startup-records", 0, "mode: build data directories of 1/10, 3/10 and all of N records over --startup-conversations, and time an embedded server to ready on each")
@@ -124,6 +128,7 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	fs.DurationVar(&f.retain, "retain", participant.DefaultRetain, "with --embedded: the server's --retain (settled history kept this long, then compacted)")
 	fs.DurationVar(&f.tokenWindow, "token-window", 0, "with --embedded: the server's --token-window (0: off); every token the bench sends is a UUIDv7, so it runs against a window as it does without")
 	fs.BoolVar(&f.etcdCompare, "etcd-compare", false, "after the load, measure an embedded etcd's put rate with the same clients, payload and durations on the same disk, and report the ratios")
+	fs.IntVar(&f.etcdConns, "etcd-conns", 1, "with --etcd-compare: client connections the etcd putters share (1, the default, is etcd's strongest configuration here; 0 gives each putter its own, as etcd's benchmark put --conns does when set to --clients)")
 	fs.StringVar(&f.memory.workload, "memory", "", "mode: measure the server's anonymous RSS under an abusive client, "+memDeafReader+" (a recipient that never reads, told --volume bytes) or "+memRefusedEnrolls+" (--count enrolls refused); against --server-bin, or --addr with --server-pid")
 	f.memory.volume = 200 << 20
 	fs.Var(sizeFlag{&f.memory.volume}, "volume", "with --memory "+memDeafReader+": payload bytes told (B, KiB, MiB, GiB)")
@@ -235,7 +240,7 @@ func runBench(ctx context.Context, e *env, args []string) error {
 		rep.RatioToFsync = rep.OpsPerSec / ((rep.FsyncPerSec + rate) / 2)
 	}
 	if f.etcdCompare {
-		fig, err := etcdPutBench(ctx, f.dataDir, f.load.clients, f.load.payload, f.warmup, f.duration)
+		fig, err := etcdPutBench(ctx, f.dataDir, f.load.clients, f.etcdConns, f.load.payload, f.warmup, f.duration)
 		if err != nil {
 			return err
 		}
@@ -359,11 +364,23 @@ func runLoad(ctx context.Context, f *benchFlags, rep *benchReport, progress io.W
 			return err
 		}
 	}
+	var memBefore, memAfter runtime.MemStats
+	if f.embedded {
+		runtime.ReadMemStats(&memBefore)
+	}
 	t0 := time.Now()
 	r.phase.Store(phaseMeasure)
 	measure(ctx, f, r, t0, rep, progress)
 	r.phase.Store(phaseDone)
 	elapsed := time.Since(t0)
+	if f.embedded {
+		runtime.ReadMemStats(&memAfter)
+		if f.allocProfile != "" {
+			if err := writeAllocProfile(f.allocProfile); err != nil {
+				return err
+			}
+		}
+	}
 	if stopProfile != nil {
 		stopProfile()
 	}
@@ -376,6 +393,9 @@ func runLoad(ctx context.Context, f *benchFlags, rep *benchReport, progress io.W
 	ackers.Wait()
 
 	rep.fill(f, r, elapsed)
+	if f.embedded && rep.Ops > 0 {
+		rep.Runtime = runtimeFigureOf(&memBefore, &memAfter, rep.Ops)
+	}
 	if f.metricsAddr != "" {
 		if scrapeErr != nil {
 			rep.MetricsError = scrapeErr.Error()
@@ -401,6 +421,18 @@ func runLoad(ctx context.Context, f *benchFlags, rep *benchReport, progress io.W
 		rep.VerifyFailures = rep.VerifyFailures[:5]
 	}
 	return nil
+}
+
+func writeAllocProfile(path string) error {
+	pf, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("allocs").WriteTo(pf, 0); err != nil {
+		pf.Close()
+		return err
+	}
+	return pf.Close()
 }
 
 func startCPUProfile(path string) (func(), error) {

@@ -20,6 +20,7 @@ import (
 // the reference the issue's targets are stated against.
 type etcdFigure struct {
 	Clients   int     `json:"clients"`
+	Conns     int     `json:"conns"`
 	Payload   int     `json:"payload_bytes"`
 	Seconds   float64 `json:"seconds"`
 	Puts      uint64  `json:"puts"`
@@ -45,9 +46,13 @@ func freeLoopbackURL() (url.URL, error) {
 
 // etcdPutBench starts an embedded etcd in a new directory under parent
 // (fsync on, as etcd ships) and drives it as etcd's own benchmark put does:
-// clients goroutines, each with its own connection, each putting a payload
-// of size bytes to its own keys one at a time, for warmup then d.
-func etcdPutBench(ctx context.Context, parent string, clients, size int, warmup, d time.Duration) (*etcdFigure, error) {
+// clients goroutines over nconns client connections shared round robin
+// (nconns <= 0 or above clients: one each), each putting a payload of
+// size bytes to its own keys one at a time, for warmup then d.
+func etcdPutBench(ctx context.Context, parent string, clients, nconns, size int, warmup, d time.Duration) (*etcdFigure, error) {
+	if nconns <= 0 || nconns > clients {
+		nconns = clients
+	}
 	dir, err := os.MkdirTemp(parent, "etcd-bench-")
 	if err != nil {
 		return nil, err
@@ -81,7 +86,7 @@ func etcdPutBench(ctx context.Context, parent string, clients, size int, warmup,
 		return nil, ctx.Err()
 	}
 
-	conns := make([]*clientv3.Client, clients)
+	conns := make([]*clientv3.Client, nconns)
 	for i := range conns {
 		c, err := clientv3.New(clientv3.Config{Endpoints: []string{client.String()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 		if err != nil {
@@ -90,7 +95,7 @@ func etcdPutBench(ctx context.Context, parent string, clients, size int, warmup,
 		defer c.Close()
 		conns[i] = c
 	}
-	fig := &etcdFigure{Clients: clients, Payload: size, EtcdDir: dir, EtcdFsync: !cfg.UnsafeNoFsync}
+	fig := &etcdFigure{Clients: clients, Conns: nconns, Payload: size, EtcdDir: dir, EtcdFsync: !cfg.UnsafeNoFsync}
 	value := string(make([]byte, size))
 	var measuring atomic.Bool
 	var puts, errs atomic.Uint64
@@ -98,7 +103,8 @@ func etcdPutBench(ctx context.Context, parent string, clients, size int, warmup,
 	lats := make([]latencies, clients)
 	runCtx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	for i, c := range conns {
+	for i := range clients {
+		c := conns[i%nconns]
 		wg.Go(func() {
 			for n := 0; runCtx.Err() == nil; n++ {
 				t0 := time.Now()

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"runtime"
 	"strings"
 	"time"
 )
@@ -42,6 +43,10 @@ type benchReport struct {
 	// operations; with --embedded the process is also the bench client.
 	CPUSecondsPer1000 float64 `json:"cpu_seconds_per_1000_ops,omitempty"`
 	CPUIncludesClient bool    `json:"cpu_includes_client,omitempty"`
+	// Runtime is the Go runtime's allocation and collection per 1,000
+	// counted operations over the measured window, with --embedded
+	// (server and bench client in one process).
+	Runtime *runtimeFigure `json:"go_runtime,omitempty"`
 
 	Errors     uint64 `json:"errors"`
 	FirstError string `json:"first_error,omitempty"`
@@ -173,12 +178,16 @@ func (rep *benchReport) print(w io.Writer, asJSON bool) error {
 			}
 			fmt.Fprintf(&b, "  cpu: %.3f CPU-seconds per 1,000 counted ops (%s)\n", rep.CPUSecondsPer1000, who)
 		}
+		if g := rep.Runtime; g != nil {
+			fmt.Fprintf(&b, "  go runtime: per 1,000 counted ops %.0f allocations, %.0f KiB allocated, %.2f collections (%.1f MB goal at the end; server and bench client)\n",
+				g.AllocsPer1000, g.KiBPer1000, g.GCsPer1000, g.HeapGoalMB)
+		}
 		if rep.RatioToFsync > 0 {
 			fmt.Fprintf(&b, "  ratio: %.2f x the fsync probe rate\n", rep.RatioToFsync)
 		}
 		if f := rep.Etcd; f != nil {
-			fmt.Fprintf(&b, "  etcd put (embedded, same disk, fsync %v): %d clients, %d B: %.0f puts/s; p50 %.2f ms, p99 %.2f ms; %d errors\n",
-				f.EtcdFsync, f.Clients, f.Payload, f.PutsPerS, f.Latency.P50, f.Latency.P99, f.Errors)
+			fmt.Fprintf(&b, "  etcd put (embedded, same disk, fsync %v): %d clients over %d connections, %d B: %.0f puts/s; p50 %.2f ms, p99 %.2f ms; %d errors\n",
+				f.EtcdFsync, f.Clients, f.Conns, f.Payload, f.PutsPerS, f.Latency.P50, f.Latency.P99, f.Errors)
 			fmt.Fprintf(&b, "  vs etcd: %.2f x its put rate, p99 %.2f x its p99\n", f.RatioOps, f.RatioP99)
 		}
 		printDisk(&b, rep.Disk)
@@ -208,4 +217,24 @@ func splitLines(b []byte) []string { return strings.Split(string(b), "\n") }
 func cutColon(line string) (k, v string, ok bool) {
 	k, v, ok = strings.Cut(line, ":")
 	return strings.TrimSpace(k), strings.TrimSpace(v), ok
+}
+
+// runtimeFigure is the Go runtime's work per 1,000 counted operations:
+// on a shared machine, where the rate moves with the neighbours' load,
+// these move only with the code.
+type runtimeFigure struct {
+	AllocsPer1000 float64 `json:"allocs_per_1000_ops"`
+	KiBPer1000    float64 `json:"kib_allocated_per_1000_ops"`
+	GCsPer1000    float64 `json:"gcs_per_1000_ops"`
+	HeapGoalMB    float64 `json:"heap_goal_mb"`
+}
+
+func runtimeFigureOf(before, after *runtime.MemStats, ops uint64) *runtimeFigure {
+	k := 1000 / float64(ops)
+	return &runtimeFigure{
+		AllocsPer1000: float64(after.Mallocs-before.Mallocs) * k,
+		KiBPer1000:    float64(after.TotalAlloc-before.TotalAlloc) / 1024 * k,
+		GCsPer1000:    float64(after.NumGC-before.NumGC) * k,
+		HeapGoalMB:    float64(after.NextGC) / 1e6,
+	}
 }

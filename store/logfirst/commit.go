@@ -42,6 +42,15 @@ func (s *Store) Flush() error {
 	return s.group.Wait(bt, wake)
 }
 
+// KeepsOrder implements store.Ordered. Every write is staged in the
+// order it returned and a commit takes all that is staged, in that order,
+// into one record; records are written one at a time, each synced before
+// the next is written, and a start replays the log's records in order up
+// to a torn tail at most (a bad record with a valid one after it is
+// refused, never skipped). So whatever a crash leaves is a prefix of the
+// writes, whichever Flushes carried them.
+func (s *Store) KeepsOrder() bool { return true }
+
 // runCommitter is the committer goroutine: one log record per wake.
 func (s *Store) runCommitter() {
 	defer s.done.Done()
