@@ -165,7 +165,10 @@ func reconcileRows(ctx context.Context, st store.DurableStore, c ConversationID,
 			return nil, err
 		}
 		r.State = base.State()
-		if err := loadPayloads(st, base, c, r.State); err != nil {
+		if err := loadRetained(st, base, c, p.bytes, r.State, nil); err != nil {
+			return nil, err
+		}
+		if err := loadPayloads(st, c, r.State); err != nil {
 			return nil, err
 		}
 	}
