@@ -192,8 +192,10 @@ func loadRetained(st store.DurableStore, ck *checkpoint.Checkpoint, c Conversati
 
 // loadPayloads fills in the payloads of the `record`s of state from the
 // oplog rows that produced them, checking that each row is the tell that
-// produced its record.
-func loadPayloads(st store.DurableStore, c ConversationID, state *outbox.State) error {
+// produced its record. Past window bytes (when not 0) it evicts the
+// oldest as it goes, so that it never holds more than the window and one
+// payload, whatever the recipients have not read.
+func loadPayloads(st store.DurableStore, c ConversationID, state *outbox.State, window int64) error {
 	for i := range state.Records {
 		r := &state.Records[i]
 		if r.Kind != outbox.KindRecord {
@@ -215,6 +217,9 @@ func loadPayloads(st store.DurableStore, c ConversationID, state *outbox.State) 
 		}
 		r.Payload = row.Payload
 		state.PayloadBytes += int64(len(row.Payload))
+		if window > 0 && state.PayloadBytes > window {
+			state.Evict(state.PayloadBytes - window)
+		}
 	}
 	return nil
 }

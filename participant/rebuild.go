@@ -21,6 +21,10 @@ type rebuilder struct {
 	// since a checkpoint names their rows instead of holding them.
 	track bool
 	pos   positions
+	// window, when not 0 and not tracking, bounds the payload bytes the
+	// state keeps: past it the oldest are evicted after each row, to be
+	// read back from their oplog rows, as the live state's are.
+	window int64
 	// marks are the compaction marks so far, oldest first; spacing (unix
 	// ms) keeps them sparse: a new mark closer than spacing to the one
 	// before the last replaces the last, which only delays compaction.
@@ -95,6 +99,9 @@ func (rp *rebuilder) apply(i uint64, row *oplog.Row, expected []outbox.Row) {
 		before[k] = outbox.Retained{}
 	}
 	if !rp.track {
+		if rp.window > 0 && st.PayloadBytes > rp.window {
+			st.Evict(st.PayloadBytes - rp.window)
+		}
 		return
 	}
 	produced := 0
