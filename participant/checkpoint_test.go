@@ -380,7 +380,7 @@ func TestCheckpointPass_AnOversizedCheckpointHoldsBackOnlyItsConversation(t *tes
 	svc, err := Open(ctx, bv, Options{NodeKey: testKey, CheckpointRows: 1})
 	must(t, err)
 	buildHistory(t, svc, 1, 10, 0) // small: two members
-	for i := range 80 { // large: 80 members
+	for i := range 80 {            // large: 80 members
 		_, err := svc.Connect(nil).Enroll(ctx, Enroll{Conversation: 2, Token: benchToken(2, uint64(i))})
 		must(t, err)
 	}
