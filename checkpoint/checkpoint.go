@@ -21,6 +21,9 @@ const (
 	Version2 byte = 2
 	// Version3 adds Invites.
 	Version3 byte = 3
+	// Version4 names where the retained records are stored (Window)
+	// instead of holding a copy of each.
+	Version4 byte = 4
 )
 
 // KeyPrefix starts the key of every checkpoint.
@@ -49,7 +52,8 @@ type Checkpoint struct {
 	Nonce    [16]byte
 	LastSeq  oplog.Seq
 	Members  []Member
-	// Records are the unreclaimed records, in seq order.
+	// Records are the unreclaimed records, in seq order, in Versions 1
+	// to 3; a Version4 checkpoint has none and a Window instead.
 	Records []Record
 	// OplogDigest is the SHA-256 of stored oplog row Index-1; OutboxDigest
 	// of outbox row Produced-1 (zero when Produced is 0).
@@ -62,8 +66,30 @@ type Checkpoint struct {
 	// is below it; encoded from Version2 on.
 	Released []Released `msgpack:"-"`
 	// Invites are the uses of invitations with a use count
-	// (outbox.State.InviteUses), by id ascending; encoded in Version3.
+	// (outbox.State.InviteUses), by id ascending; encoded in Version3
+	// and Version4.
 	Invites []Invite `msgpack:"-"`
+	// Window, set in Version4 only, says where the unreclaimed records
+	// are stored instead of Records.
+	Window *Window `msgpack:"-"`
+}
+
+// Window says where a Version4 checkpoint's unreclaimed records are: the
+// records First..LastSeq, every one of them in a `produced` row of the
+// outbox rows Outbox..Produced-1, the row Outbox being the one that
+// produced First, from oplog row Oplog. A checkpoint retaining no record
+// has First LastSeq+1, Oplog Index and Outbox Produced. Each record's
+// payload, for a `record`, is in the oplog row its outbox row names as
+// its source. The rows stay stored while the records are retained:
+// compaction trims only below a mark, and marks stand at or below the
+// first retained record's rows.
+type Window struct {
+	//lint:ignore U1000 msgpack reads the field's tag by reflection: encode as an array
+	_msgpack struct{} `msgpack:",as_array"`
+
+	First  oplog.Seq
+	Oplog  uint64
+	Outbox uint64
 }
 
 // Member is one participant's outbox.Member, without its release.
@@ -140,8 +166,30 @@ type withInvites struct {
 	Invites    []Invite
 }
 
+// withWindow is the body of a Version4 checkpoint.
+type withWindow struct {
+	//lint:ignore U1000 msgpack reads the field's tag by reflection: encode as an array
+	_msgpack struct{} `msgpack:",as_array"`
+
+	Checkpoint *Checkpoint
+	Released   []Released
+	Invites    []Invite
+	Window     *Window
+}
+
+// errWindowAndRecords: a checkpoint names its records' rows or holds
+// them, not both.
+var errWindowAndRecords = errors.New("checkpoint: a checkpoint with a window holds no records")
+
 // encodeBody returns ck's version and msgpack body.
 func (ck *Checkpoint) encodeBody() (byte, []byte, error) {
+	if ck.Window != nil {
+		if len(ck.Records) > 0 {
+			return Version4, nil, errWindowAndRecords
+		}
+		body, err := msgpack.Marshal(&withWindow{Checkpoint: ck, Released: ck.Released, Invites: ck.Invites, Window: ck.Window})
+		return Version4, body, err
+	}
 	if len(ck.Invites) > 0 {
 		body, err := msgpack.Marshal(&withInvites{Checkpoint: ck, Released: ck.Released, Invites: ck.Invites})
 		return Version3, body, err
@@ -154,8 +202,9 @@ func (ck *Checkpoint) encodeBody() (byte, []byte, error) {
 	return Version2, body, err
 }
 
-// Encode returns the stored form of ck, in the oldest version that holds
-// it, in a new slice. It does not check that ck is well formed.
+// Encode returns the stored form of ck, in a new slice: Version4 when ck
+// has a Window, else the oldest version that holds it. It does not check
+// that ck is well formed.
 func Encode(ck *Checkpoint) ([]byte, error) {
 	version, body, err := ck.encodeBody()
 	if err != nil {
@@ -174,7 +223,7 @@ func Decode(b []byte) (*Checkpoint, error) {
 	if len(b) < 1+4 {
 		return nil, fmt.Errorf("%w: %d bytes", ErrCorrupt, len(b))
 	}
-	if b[0] != Version1 && b[0] != Version2 && b[0] != Version3 {
+	if b[0] < Version1 || b[0] > Version4 {
 		return nil, fmt.Errorf("%w: unknown version %d", ErrCorrupt, b[0])
 	}
 	body := b[1 : len(b)-4]
@@ -190,17 +239,21 @@ func Decode(b []byte) (*Checkpoint, error) {
 		w := withReleased{Checkpoint: ck}
 		err = msgpack.Unmarshal(body, &w)
 		ck.Released = w.Released
-	default:
+	case Version3:
 		w := withInvites{Checkpoint: ck}
 		err = msgpack.Unmarshal(body, &w)
 		ck.Released, ck.Invites = w.Released, w.Invites
+	default:
+		w := withWindow{Checkpoint: ck}
+		err = msgpack.Unmarshal(body, &w)
+		ck.Released, ck.Invites, ck.Window = w.Released, w.Invites, w.Window
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
 	}
-	// Encoded again, a version 2 body without releases is version 1's, and
-	// one without a checkpoint holds the zero checkpoint: neither is
-	// canonical.
+	// Encoded again, a version 2 body without releases is version 1's, a
+	// version 4 body without a window another version's, and one without
+	// a checkpoint holds the zero checkpoint: none is canonical.
 	if version, again, err := ck.encodeBody(); err != nil || version != b[0] || !bytes.Equal(again, body) {
 		return nil, fmt.Errorf("%w: body is not in canonical form", ErrCorrupt)
 	}
@@ -251,13 +304,26 @@ func (ck *Checkpoint) WellFormed() error {
 	if len(ck.Records) > 0 && ck.Records[len(ck.Records)-1].Record.Seq != ck.LastSeq {
 		return fmt.Errorf("last record %v is not the last seq %v", ck.Records[len(ck.Records)-1].Record.Seq, ck.LastSeq)
 	}
+	if w := ck.Window; w != nil {
+		switch {
+		case len(ck.Records) > 0:
+			return errWindowAndRecords
+		case w.First == 0 || w.First > ck.LastSeq+1:
+			return fmt.Errorf("window from record %v, the last seq is %v", w.First, ck.LastSeq)
+		case w.First == ck.LastSeq+1 && (w.Oplog != ck.Index || w.Outbox != ck.Produced):
+			return fmt.Errorf("window of no record at rows %d and %d, not %d and %d", w.Oplog, w.Outbox, ck.Index, ck.Produced)
+		case w.First <= ck.LastSeq && (w.Oplog == 0 || w.Oplog >= ck.Index || w.Outbox >= ck.Produced):
+			return fmt.Errorf("window from record %v produced outside the rows covered", w.First)
+		}
+	}
+	first, _, retains := ck.FirstRetained()
 	for k, r := range ck.Released {
 		switch {
 		case uint64(r.Member) >= n || (k > 0 && r.Member <= ck.Released[k-1].Member):
 			return fmt.Errorf("release %d names member %v out of order or range", k, r.Member)
 		case r.Through <= ck.Members[r.Member].Cursor || r.Through > ck.LastSeq:
 			return fmt.Errorf("release %d of member %v through %v outside its cursor and the last seq", k, r.Member, r.Through)
-		case len(ck.Records) > 0 && r.Through >= ck.Records[0].Record.Seq:
+		case retains && r.Through >= first:
 			return fmt.Errorf("release %d of member %v through %v, a retained record", k, r.Member, r.Through)
 		}
 	}
@@ -277,9 +343,23 @@ func (ck *Checkpoint) WellFormed() error {
 	return nil
 }
 
+// FirstRetained returns the seq of ck's first unreclaimed record and the
+// oplog row that produced it; ok is false when ck retains none.
+func (ck *Checkpoint) FirstRetained() (seq oplog.Seq, oplogRow uint64, ok bool) {
+	if w := ck.Window; w != nil {
+		return w.First, w.Oplog, w.First <= ck.LastSeq
+	}
+	if len(ck.Records) == 0 {
+		return 0, 0, false
+	}
+	return ck.Records[0].Record.Seq, ck.Records[0].Oplog, true
+}
+
 // State returns the outbox.State ck describes, without the payloads of its
 // records: each `record`'s payload is in oplog row Records[i].Oplog, which
-// the caller reads. Its records share their Recipients with ck.
+// the caller reads. Its records share their Recipients with ck. The state
+// of a Version4 checkpoint has no records: the caller reads them from the
+// outbox rows its Window names.
 func (ck *Checkpoint) State() *outbox.State {
 	st := &outbox.State{Applied: ck.Index, Produced: ck.Produced, Nonce: ck.Nonce, LastSeq: ck.LastSeq}
 	st.Members = make([]outbox.Member, len(ck.Members))

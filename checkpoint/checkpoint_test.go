@@ -19,7 +19,7 @@ import (
 
 var ckCmp = cmp.Options{
 	cmpopts.IgnoreUnexported(checkpoint.Checkpoint{}, checkpoint.Member{}, checkpoint.Record{}, checkpoint.Mark{},
-		checkpoint.Released{}, checkpoint.Invite{}, outbox.Record{}, oplog.ConnID{}),
+		checkpoint.Released{}, checkpoint.Invite{}, checkpoint.Window{}, outbox.Record{}, oplog.ConnID{}),
 	cmpopts.EquateEmpty(),
 }
 
@@ -50,6 +50,23 @@ func seedInvites() *checkpoint.Checkpoint {
 	return ck
 }
 
+// seedWindow is seedInvites naming its record's rows instead of holding
+// it: version 4.
+func seedWindow() *checkpoint.Checkpoint {
+	ck := seedInvites()
+	ck.Records = nil
+	ck.Window = &checkpoint.Window{First: 2, Oplog: 2, Outbox: 1}
+	return ck
+}
+
+// seedWindowEmpty is a version 4 checkpoint retaining no record, with a
+// member released.
+func seedWindowEmpty() *checkpoint.Checkpoint {
+	ck := seedReleased()
+	ck.Window = &checkpoint.Window{First: 3, Oplog: 3, Outbox: 2}
+	return ck
+}
+
 func encode(t testing.TB, ck *checkpoint.Checkpoint) []byte {
 	t.Helper()
 	b, err := checkpoint.Encode(ck)
@@ -63,7 +80,7 @@ func encode(t testing.TB, ck *checkpoint.Checkpoint) []byte {
 // ErrCorrupt, and what decodes is well formed, re-encodes to exactly its
 // bytes and decodes again to the same checkpoint.
 func FuzzDecode(f *testing.F) {
-	for _, ck := range []*checkpoint.Checkpoint{seed(), seedReleased(), seedInvites()} {
+	for _, ck := range []*checkpoint.Checkpoint{seed(), seedReleased(), seedInvites(), seedWindow(), seedWindowEmpty()} {
 		b := encode(f, ck)
 		f.Add(b)
 		f.Add(b[:len(b)/2])
@@ -92,7 +109,8 @@ func FuzzDecode(f *testing.F) {
 }
 
 // TestEncode_VersionIsTheOldestThatHoldsIt: releases make a checkpoint
-// version 2, invitation uses version 3, and each round-trips.
+// version 2, invitation uses version 3, a window version 4, and each
+// round-trips.
 func TestEncode_VersionIsTheOldestThatHoldsIt(t *testing.T) {
 	for _, tt := range []struct {
 		ck   *checkpoint.Checkpoint
@@ -101,6 +119,8 @@ func TestEncode_VersionIsTheOldestThatHoldsIt(t *testing.T) {
 		{seed(), checkpoint.Version1},
 		{seedReleased(), checkpoint.Version2},
 		{seedInvites(), checkpoint.Version3},
+		{seedWindow(), checkpoint.Version4},
+		{seedWindowEmpty(), checkpoint.Version4},
 	} {
 		b := encode(t, tt.ck)
 		if b[0] != tt.want {
@@ -131,6 +151,92 @@ func TestState(t *testing.T) {
 	}
 	if rel := seedReleased().State(); rel.Members[0].Released != 2 || rel.Members[1].Released != 0 {
 		t.Errorf("State() of a release = %+v, want member 0 released through 2", rel.Members)
+	}
+	if w := seedWindow().State(); len(w.Records) != 0 || w.LastSeq != 2 || w.InviteUses[9] != 2 {
+		t.Errorf("State() of a window = %+v, want no records (the caller reads them) and the rest", w)
+	}
+}
+
+// TestFirstRetained: where the first retained record is, held or named.
+func TestFirstRetained(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		ck    *checkpoint.Checkpoint
+		seq   oplog.Seq
+		oplog uint64
+		ok    bool
+	}{
+		{"records held", seed(), 2, 2, true},
+		{"none held", seedReleased(), 0, 0, false},
+		{"window", seedWindow(), 2, 2, true},
+		{"empty window", seedWindowEmpty(), 0, 0, false},
+	} {
+		seq, row, ok := tt.ck.FirstRetained()
+		if ok != tt.ok || (ok && (seq != tt.seq || row != tt.oplog)) {
+			t.Errorf("%s: FirstRetained() = %v, %d, %v, want %v, %d, %v", tt.name, seq, row, ok, tt.seq, tt.oplog, tt.ok)
+		}
+	}
+}
+
+// TestDecode_RejectsMalformedWindows: a window outside the rows and
+// records a checkpoint covers, or beside records, is ErrCorrupt, and so
+// is a version 4 body without a window.
+func TestDecode_RejectsMalformedWindows(t *testing.T) {
+	enc := encode(t, seedWindow())
+	if _, err := checkpoint.Decode(enc); err != nil {
+		t.Fatalf("Decode(valid) error: %v", err)
+	}
+	for _, tt := range []struct {
+		name   string
+		mutate func(ck *checkpoint.Checkpoint)
+	}{
+		{"first 0", func(ck *checkpoint.Checkpoint) { ck.Window.First = 0 }},
+		{"first past the last seq", func(ck *checkpoint.Checkpoint) { ck.Window.First = 4 }},
+		{"oplog row 0", func(ck *checkpoint.Checkpoint) { ck.Window.Oplog = 0 }},
+		{"oplog row not covered", func(ck *checkpoint.Checkpoint) { ck.Window.Oplog = 3 }},
+		{"outbox row not covered", func(ck *checkpoint.Checkpoint) { ck.Window.Outbox = 2 }},
+		{"empty window elsewhere", func(ck *checkpoint.Checkpoint) { ck.Window = &checkpoint.Window{First: 3, Oplog: 1, Outbox: 2} }},
+		{"release of a retained record", func(ck *checkpoint.Checkpoint) { ck.Released = []checkpoint.Released{{Member: 1, Through: 2}} }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			bad, err := checkpoint.Decode(enc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tt.mutate(bad)
+			if _, err := checkpoint.Decode(encode(t, bad)); !errors.Is(err, checkpoint.ErrCorrupt) {
+				t.Fatalf("Decode = %v, want ErrCorrupt", err)
+			}
+		})
+	}
+	both := seedWindow()
+	both.Records = seed().Records
+	if _, err := checkpoint.Encode(both); err == nil {
+		t.Errorf("Encode(a window and records) = nil error, want one")
+	}
+	type body struct {
+		//lint:ignore U1000 msgpack reads the field's tag by reflection: encode as an array
+		_msgpack   struct{} `msgpack:",as_array"`
+		Checkpoint *checkpoint.Checkpoint
+		Released   []checkpoint.Released
+		Invites    []checkpoint.Invite
+		Window     *checkpoint.Window
+	}
+	v3 := seedInvites()
+	for _, tt := range []struct {
+		name string
+		b    body
+	}{
+		{"version 4 without a window", body{Checkpoint: v3, Invites: v3.Invites}},
+		{"version 4 with records", body{Checkpoint: v3, Invites: v3.Invites, Window: &checkpoint.Window{First: 2, Oplog: 2, Outbox: 1}}},
+	} {
+		b, err := msgpack.Marshal(&tt.b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := checkpoint.Decode(framed(checkpoint.Version4, b)); !errors.Is(err, checkpoint.ErrCorrupt) {
+			t.Errorf("Decode(%s) = %v, want ErrCorrupt", tt.name, err)
+		}
 	}
 }
 
@@ -226,7 +332,8 @@ func TestDecode_RejectsMalformed(t *testing.T) {
 		{"version 2 without a checkpoint", framed(checkpoint.Version2, withReleased(nil, released.Released))},
 		{"version 1 with releases", framed(checkpoint.Version1, enc2[1:len(enc2)-4])},
 		{"version 2 of a version 1 body", framed(checkpoint.Version2, enc[1:len(enc)-4])},
-		{"version 4", framed(4, enc[1:len(enc)-4])},
+		{"version 4 of a version 1 body", framed(checkpoint.Version4, enc[1:len(enc)-4])},
+		{"version 5", framed(5, enc[1:len(enc)-4])},
 	} {
 		if _, err := checkpoint.Decode(tt.b); !errors.Is(err, checkpoint.ErrCorrupt) {
 			t.Errorf("Decode(%s) = %v, want ErrCorrupt", tt.name, err)
@@ -250,6 +357,8 @@ func TestGolden(t *testing.T) {
 		{"version 1", seed()},
 		{"version 2", seedReleased()},
 		{"version 3", seedInvites()},
+		{"version 4", seedWindow()},
+		{"version 4, no record retained", seedWindowEmpty()},
 	}
 	var want []golden.Value
 	for _, v := range values {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 
 	"github.com/participantd/participantd/oplog"
 )
@@ -46,10 +47,14 @@ type Retained struct {
 	// Source is the index of the oplog row that produced the record, where
 	// an evicted payload is read back from.
 	Source uint64
+	// evictedLen is the length of an evicted payload (a payload of 4 GiB
+	// or more, past any frame, is never evicted). Beside Evicted it shares one
+	// word, so that a retained record is 96 bytes, not 104: a conversation
+	// may retain tens of thousands.
+	evictedLen uint32
 	// Evicted is set once Evict dropped the payload from memory: whoever
 	// still needs it reads it from oplog row Source.
-	Evicted    bool
-	evictedLen int64
+	Evicted bool
 }
 
 // State is a conversation as its oplog rows 0..Applied-1 made it. It is a
@@ -343,7 +348,7 @@ func (s *State) dropFirst(n int) {
 	for i := range n {
 		switch rec := &s.Records[i]; {
 		case rec.Evicted:
-			s.EvictedBytes -= rec.evictedLen
+			s.EvictedBytes -= int64(rec.evictedLen)
 		default:
 			s.PayloadBytes -= int64(len(rec.Payload))
 			s.garbageBytes += int64(len(rec.Payload))
@@ -411,11 +416,11 @@ func (s *State) Evict(need int64) int64 {
 	for ; i < len(s.Records) && freed < need; i++ {
 		rec := &s.Records[i]
 		s.evicted = rec.Seq
-		if rec.Kind != KindRecord || rec.Evicted || len(rec.Payload) == 0 {
+		if rec.Kind != KindRecord || rec.Evicted || len(rec.Payload) == 0 || uint64(len(rec.Payload)) > math.MaxUint32 {
 			continue
 		}
-		rec.evictedLen = int64(len(rec.Payload))
-		freed += rec.evictedLen
+		rec.evictedLen = uint32(len(rec.Payload))
+		freed += int64(rec.evictedLen)
 		rec.Payload, rec.Evicted = nil, true
 	}
 	s.PayloadBytes -= freed

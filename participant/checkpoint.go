@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/participantd/participantd/checkpoint"
@@ -116,30 +117,109 @@ func verifyCheckpoint(st store.DurableStore, ck *checkpoint.Checkpoint, c Conver
 	return nil
 }
 
-// loadPayloads fills in the payloads of the `record`s of state, ck's
-// State, from the oplog rows ck names, checking that each row is the tell
-// that produced its record.
-func loadPayloads(st store.DurableStore, ck *checkpoint.Checkpoint, c ConversationID, state *outbox.State) error {
-	for i, r := range ck.Records {
-		if r.Record.Kind != outbox.KindRecord {
+// loadRetained fills in the unreclaimed records of state, ck's State,
+// without their payloads, and tells at (when not nil) the outbox row that
+// produced each, in seq order: from ck's Records (Versions 1 to 3), or
+// from the outbox rows its Window names (Version4), read in pages of at
+// most pageBytes, records of one subject and recipients sharing one list.
+// Rows that do not carry exactly the records the checkpoint names are a
+// *refusal.
+func loadRetained(st store.DurableStore, ck *checkpoint.Checkpoint, c ConversationID, pageBytes int, state *outbox.State, at func(Seq, uint64)) error {
+	w := ck.Window
+	if w == nil {
+		for _, r := range ck.Records {
+			if at != nil {
+				at(r.Record.Seq, r.Outbox)
+			}
+		}
+		return nil
+	}
+	mismatch := func(format string, args ...any) error {
+		return &refusal{ClassCheckpointMismatch, fmt.Sprintf(format, args...)}
+	}
+	if w.First > ck.LastSeq {
+		return nil
+	}
+	rows, err := newPageReader(st, outbox.Stream(c), pageBytes, w.Outbox)
+	if err != nil {
+		return err
+	}
+	if rows.end < ck.Produced {
+		return mismatch("the checkpoint's records are in outbox rows %d to %d, the outbox has %d", w.Outbox, ck.Produced-1, rows.end)
+	}
+	rows.end = ck.Produced
+	state.Records = make([]outbox.Retained, 0, ck.LastSeq-w.First+1)
+	next := w.First
+	for i := w.Outbox; rows.more(); i++ {
+		b, err := rows.entry()
+		if err != nil {
+			return err
+		}
+		row, err := outbox.Decode(b)
+		if err != nil {
+			return &refusal{ClassOutboxCorrupt, fmt.Sprintf("outbox row %d: %v", i, err)}
+		}
+		if i == w.Outbox && (row.Kind != outbox.Produced || row.Source != w.Oplog) {
+			return mismatch("outbox row %d is not the row oplog row %d produced record %v in", i, w.Oplog, w.First)
+		}
+		for _, rec := range row.Records {
+			if rec.Seq < next && i == w.Outbox {
+				continue
+			}
+			if rec.Seq != next || row.Source >= ck.Index {
+				return mismatch("outbox row %d carries record %v from oplog row %d, the checkpoint's next record is %v", i, rec.Seq, row.Source, next)
+			}
+			if n := len(state.Records); n > 0 {
+				if prev := &state.Records[n-1]; prev.Participant == rec.Participant && slices.Equal(prev.Recipients, rec.Recipients) {
+					rec.Recipients = prev.Recipients
+				}
+			}
+			state.Records = append(state.Records, outbox.Retained{Record: rec, Source: row.Source})
+			if at != nil {
+				at(rec.Seq, i)
+			}
+			next++
+		}
+		if i == w.Outbox && next == w.First {
+			return mismatch("outbox row %d does not carry record %v", i, w.First)
+		}
+	}
+	if next != ck.LastSeq+1 {
+		return mismatch("the outbox rows of the checkpoint's records end at record %v, its last seq is %v", next-1, ck.LastSeq)
+	}
+	return nil
+}
+
+// loadPayloads fills in the payloads of the `record`s of state from the
+// oplog rows that produced them, checking that each row is the tell that
+// produced its record. Past window bytes (when not 0) it evicts the
+// oldest as it goes, so that it never holds more than the window and one
+// payload, whatever the recipients have not read.
+func loadPayloads(st store.DurableStore, c ConversationID, state *outbox.State, window int64) error {
+	for i := range state.Records {
+		r := &state.Records[i]
+		if r.Kind != outbox.KindRecord {
 			continue
 		}
-		b, err := readOne(st, oplog.Stream(c), r.Oplog)
+		b, err := readOne(st, oplog.Stream(c), r.Source)
 		if err != nil {
 			return err
 		}
 		if b == nil {
-			return &refusal{ClassCheckpointMismatch, fmt.Sprintf("oplog row %d, the payload of record %v, is not stored", r.Oplog, r.Record.Seq)}
+			return &refusal{ClassCheckpointMismatch, fmt.Sprintf("oplog row %d, the payload of record %v, is not stored", r.Source, r.Seq)}
 		}
 		row, err := oplog.Decode(b)
 		if err != nil {
-			return &refusal{ClassOplogCorrupt, fmt.Sprintf("oplog row %d: %v", r.Oplog, err)}
+			return &refusal{ClassOplogCorrupt, fmt.Sprintf("oplog row %d: %v", r.Source, err)}
 		}
-		if row.Kind != oplog.KindTell || row.Seq != r.Record.Seq || row.Participant != r.Record.Participant {
-			return &refusal{ClassCheckpointMismatch, fmt.Sprintf("oplog row %d is not the tell of record %v", r.Oplog, r.Record.Seq)}
+		if row.Kind != oplog.KindTell || row.Seq != r.Seq || row.Participant != r.Participant {
+			return &refusal{ClassCheckpointMismatch, fmt.Sprintf("oplog row %d is not the tell of record %v", r.Source, r.Seq)}
 		}
-		state.Records[i].Payload = row.Payload
+		r.Payload = row.Payload
 		state.PayloadBytes += int64(len(row.Payload))
+		if window > 0 && state.PayloadBytes > window {
+			state.Evict(state.PayloadBytes - window)
+		}
 	}
 	return nil
 }
@@ -159,9 +239,14 @@ func rederive(ctx context.Context, st store.DurableStore, c ConversationID, p pa
 	if first, err := streamFirst(st, oplog.Stream(c)); err != nil || first > 0 {
 		return err
 	}
-	want, err := deriveCheckpoint(ctx, st, c, p, nil, ck.Index, time.Now(), DefaultRetain)
+	want, rb, err := derive(ctx, st, c, p, nil, ck.Index, time.Now(), DefaultRetain)
 	if err != nil {
 		return err
+	}
+	if ck.Window == nil {
+		// Written by an older version, with its records inline: compare
+		// them too.
+		want.Window, want.Records = nil, rb.inline()
 	}
 	got := *ck
 	got.Marks, want.Marks = nil, nil

@@ -371,16 +371,19 @@ func (b *boundedValues) PutBytes(values []store.Bytes) error {
 }
 
 // TestCheckpointPass_AnOversizedCheckpointHoldsBackOnlyItsConversation: a
-// checkpoint the store cannot take (too many unacknowledged records for
-// one value) is skipped and logged; the other conversations' checkpoints
-// of the same pass are written.
+// checkpoint the store cannot take (too many members for one value) is
+// skipped and logged; the other conversations' checkpoints of the same
+// pass are written.
 func TestCheckpointPass_AnOversizedCheckpointHoldsBackOnlyItsConversation(t *testing.T) {
 	ctx := context.Background()
 	bv := &boundedValues{Memory: store.NewMemory(), max: 2048}
 	svc, err := Open(ctx, bv, Options{NodeKey: testKey, CheckpointRows: 1})
 	must(t, err)
-	buildHistory(t, svc, 1, 10, 0)    // small: every record acknowledged
-	buildHistory(t, svc, 2, 400, 400) // large: 400 records still owed
+	buildHistory(t, svc, 1, 10, 0) // small: two members
+	for i := range 80 {            // large: 80 members
+		_, err := svc.Connect(nil).Enroll(ctx, Enroll{Conversation: 2, Token: benchToken(2, uint64(i))})
+		must(t, err)
+	}
 	n, err := svc.CheckpointPass(ctx)
 	if err != nil || n != 1 {
 		t.Fatalf("CheckpointPass() = %d, %v, want 1 (conversation 1), nil", n, err)
@@ -390,5 +393,54 @@ func TestCheckpointPass_AnOversizedCheckpointHoldsBackOnlyItsConversation(t *tes
 	}
 	if ck, err := loadCheckpoint(bv, 2); err != nil || ck != nil {
 		t.Fatalf("checkpoint of 2 = %v, %v, want none (too large)", ck, err)
+	}
+}
+
+// TestCheckpoint_SizeDoesNotGrowWithTheRetainedRecords: a checkpoint
+// names where its conversation's retained records are stored instead of
+// holding a copy of each, so that a recipient that never acknowledges
+// costs a checkpoint, its derivation and every pass that reads it the same
+// whatever it was sent. Two conversations of 200 tells, one retaining 8
+// records and one 190, must have checkpoints of the same size, within
+// what their marks may differ by; and both must load back to the state a
+// replay from row 0 builds.
+func TestCheckpoint_SizeDoesNotGrowWithTheRetainedRecords(t *testing.T) {
+	ctx := context.Background()
+	mem := store.NewMemory()
+	svc, err := Open(ctx, mem, Options{NodeKey: testKey, CheckpointRows: 16})
+	must(t, err)
+	buildHistory(t, svc, 1, 200, 8)
+	buildHistory(t, svc, 2, 200, 190)
+	if n, err := svc.CheckpointPass(ctx); err != nil || n != 2 {
+		t.Fatalf("CheckpointPass() = %d, %v, want 2, nil", n, err)
+	}
+	must(t, svc.Close())
+	size := map[ConversationID]int{}
+	for _, c := range []ConversationID{1, 2} {
+		b, err := mem.GetBytes(checkpoint.Key(c))
+		if err != nil || b == nil {
+			t.Fatalf("GetBytes(checkpoint of %v) = %x, %v", c, b, err)
+		}
+		size[c] = len(b)
+	}
+	if slack := 2 * 32; size[2] > size[1]+slack {
+		t.Errorf("checkpoint retaining 190 records is %d bytes, retaining 8 is %d: want within %d bytes", size[2], size[1], slack)
+	}
+	p := pages{budget: newByteBudget(1 << 30), bytes: DefaultReadPageBytes}
+	for _, c := range []ConversationID{1, 2} {
+		fromCk, err := reconcile(ctx, mem, c, p)
+		must(t, err)
+		if got, want := len(fromCk.State.Records), map[ConversationID]int{1: 8, 2: 190}[c]; got != want {
+			t.Errorf("conversation %v loads %d retained records from its checkpoint, want %d", c, got, want)
+		}
+		ck, err := mem.GetBytes(checkpoint.Key(c))
+		must(t, err)
+		must(t, mem.PutBytes([]store.Bytes{{Key: checkpoint.Key(c), Value: nil}}))
+		fromZero, err := reconcile(ctx, mem, c, p)
+		must(t, err)
+		must(t, mem.PutBytes([]store.Bytes{{Key: checkpoint.Key(c), Value: ck}}))
+		if diff := cmp.Diff(fromZero.State, fromCk.State, stateOpts); diff != "" {
+			t.Fatalf("conversation %v: state from the checkpoint differs from the replay from row 0 (-zero +checkpoint):\n%s", c, diff)
+		}
 	}
 }

@@ -26,23 +26,37 @@ const checkpointBatchBytes = 4 << 20
 // deriveCheckpoint replays conversation c's rows from base (nil: from row
 // 0) up to oplog row to, exclusive, through the same pure code a start
 // runs, matching every outbox row those rows project against the stored
-// one byte for byte, and returns the checkpoint at to. Every row below to
-// must be durable with its outbox rows (the caller takes to from a
-// published state). It never writes. A mismatch is a *refusal; outbox rows
-// missing in the range are errNotDurable.
+// one byte for byte, and returns the checkpoint at to, a Version4 one
+// (checkpoint.Window). Every row below to must be durable with its outbox
+// rows (the caller takes to from a published state). It never writes. A
+// mismatch is a *refusal; outbox rows missing in the range are
+// errNotDurable.
+//
+// What it holds besides a page of each stream is the replay's state, its
+// records without payloads, and the outbox row of each (8 bytes a
+// record): never a copy of every record in the checkpoint, nor an encoding
+// of them.
 func deriveCheckpoint(ctx context.Context, st store.DurableStore, c ConversationID, p pages, base *checkpoint.Checkpoint,
 	to uint64, now time.Time, retain time.Duration) (*checkpoint.Checkpoint, error) {
+	ck, _, err := derive(ctx, st, c, p, base, to, now, retain)
+	return ck, err
+}
+
+// derive is deriveCheckpoint, also returning the rebuilder that replayed
+// the rows (for rederive's comparison with an older checkpoint).
+func derive(ctx context.Context, st store.DurableStore, c ConversationID, p pages, base *checkpoint.Checkpoint,
+	to uint64, now time.Time, retain time.Duration) (*checkpoint.Checkpoint, *rebuilder, error) {
 	held, err := p.budget.acquire(ctx, 2*int64(p.bytes))
 	if err != nil {
-		return nil, fmt.Errorf("participant: waiting to read %v: %w", c, err)
+		return nil, nil, fmt.Errorf("participant: waiting to read %v: %w", c, err)
 	}
 	defer p.budget.release(held)
-	rb := &rebuilder{state: &outbox.State{}, pos: make(map[Seq]recordPos), spacing: max(retain/16, time.Second).Milliseconds()}
+	rb := &rebuilder{state: &outbox.State{}, track: true, spacing: max(retain/16, time.Second).Milliseconds()}
 	ck := &checkpoint.Checkpoint{Conversation: c}
 	if base != nil {
 		rb.state = base.State()
-		for _, r := range base.Records {
-			rb.pos[r.Record.Seq] = recordPos{oplog: r.Oplog, outbox: r.Outbox}
+		if err := loadRetained(st, base, c, p.bytes, rb.state, rb.pos.add); err != nil {
+			return nil, nil, err
 		}
 		rb.marks = append(rb.marks, base.Marks...)
 		ck.OplogDigest, ck.OutboxDigest = base.OplogDigest, base.OutboxDigest
@@ -50,31 +64,31 @@ func deriveCheckpoint(ctx context.Context, st store.DurableStore, c Conversation
 	from := rb.state.Applied
 	ops, err := newPageReader(st, oplog.Stream(c), p.bytes, from)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if ops.end < to {
-		return nil, fmt.Errorf("%w: the oplog has %d rows, asked for %d", errNotDurable, ops.end, to)
+		return nil, nil, fmt.Errorf("%w: the oplog has %d rows, asked for %d", errNotDurable, ops.end, to)
 	}
 	ops.end = to
 	stored, err := newPageReader(st, outbox.Stream(c), p.bytes, rb.state.Produced)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	for i := from; ops.more(); i++ {
 		b, row, expected, err := replayRow(ops, rb.state, i)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		for k := range expected {
 			enc, err := encodeExpected(&expected[k])
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			if !stored.more() {
-				return nil, fmt.Errorf("%w: oplog row %d projects outbox row %d", errNotDurable, i, stored.next)
+				return nil, nil, fmt.Errorf("%w: oplog row %d projects outbox row %d", errNotDurable, i, stored.next)
 			}
 			if err := matchStored(stored, enc, i); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			// enc is the stored row byte for byte.
 			ck.OutboxDigest = sha256.Sum256(enc)
@@ -85,13 +99,14 @@ func deriveCheckpoint(ctx context.Context, st store.DurableStore, c Conversation
 		}
 	}
 	rb.fill(ck, now, retain)
-	return ck, nil
+	return ck, rb, nil
 }
 
 // fill completes ck, the checkpoint of the rows rb replayed, from rb's
-// state, its records' positions and its marks (pruned to those retain
-// still needs at now). A record without a position, or a checkpoint not
-// well formed, is a broken invariant of the replay: it panics.
+// state, the position of its first record and its marks (pruned to those
+// retain still needs at now). A record without a position, or a
+// checkpoint not well formed, is a broken invariant of the replay: it
+// panics.
 func (rb *rebuilder) fill(ck *checkpoint.Checkpoint, now time.Time, retain time.Duration) {
 	s := rb.state
 	c := ck.Conversation
@@ -107,18 +122,35 @@ func (rb *rebuilder) fill(ck *checkpoint.Checkpoint, now time.Time, retain time.
 	for _, id := range slices.Sorted(maps.Keys(s.InviteUses)) {
 		ck.Invites = append(ck.Invites, checkpoint.Invite{ID: id, Uses: s.InviteUses[id]})
 	}
-	ck.Records = make([]checkpoint.Record, len(s.Records))
-	for i, r := range s.Records {
-		pos, ok := rb.pos[r.Seq]
-		if !ok {
-			panic(fmt.Sprintf("participant: record %v of %v has no position", r.Seq, c))
-		}
-		ck.Records[i] = checkpoint.Record{Record: r.Record, Oplog: pos.oplog, Outbox: pos.outbox}
+	ck.Window = &checkpoint.Window{First: firstKept(s), Oplog: s.Applied, Outbox: s.Produced}
+	if len(s.Records) > 0 {
+		ck.Window.Oplog, ck.Window.Outbox = s.Records[0].Source, rb.outboxRow(c, s.Records[0].Seq)
 	}
 	ck.Marks = pruneMarks(rb.marks, now, retain)
 	if err := ck.WellFormed(); err != nil {
 		panic(fmt.Sprintf("participant: derived checkpoint of %v is not well formed: %v", c, err))
 	}
+}
+
+// inline returns the records of rb's state with the rows that produced
+// them, as a checkpoint of Versions 1 to 3 holds them.
+func (rb *rebuilder) inline() []checkpoint.Record {
+	recs := rb.state.Records
+	out := make([]checkpoint.Record, len(recs))
+	for i, r := range recs {
+		out[i] = checkpoint.Record{Record: r.Record, Oplog: r.Source, Outbox: rb.outboxRow(0, r.Seq)}
+	}
+	return out
+}
+
+// outboxRow returns the outbox row that produced record q of c; it panics
+// when rb does not know it, a broken invariant of the replay.
+func (rb *rebuilder) outboxRow(c ConversationID, q Seq) uint64 {
+	row, ok := rb.pos.row(q)
+	if !ok {
+		panic(fmt.Sprintf("participant: record %v of %v has no position", q, c))
+	}
+	return row
 }
 
 // CheckpointPass writes a checkpoint for every loaded conversation whose

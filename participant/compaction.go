@@ -346,10 +346,11 @@ func floorMark(marks []checkpoint.Mark, cutoff int64) (checkpoint.Mark, bool) {
 // row; a row it cannot read counts as not pinned, since this feeds a gauge
 // only and the trims that follow report a failing store.
 func (s *Service) pinnedBy(c ConversationID, ck *checkpoint.Checkpoint, cutoff int64) bool {
-	if len(ck.Records) == 0 {
+	_, row, ok := ck.FirstRetained()
+	if !ok {
 		return false
 	}
-	at, stored, err := s.committedAt(c, ck.Records[0].Oplog)
+	at, stored, err := s.committedAt(c, row)
 	return err == nil && stored && at <= cutoff
 }
 

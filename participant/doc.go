@@ -135,8 +135,11 @@
 // from its oplog row, outside every lock. Each conversation also keeps at
 // most Options.BacklogWindowBytes of payloads in memory, dropping its
 // oldest at its own commit, so that a recipient that never reads costs its
-// window whatever it is sent. The records themselves (about
-// 115 bytes of metadata each) are bounded by backpressure
+// window whatever it is sent; a start evicts past the window as it loads,
+// never holding every payload retained. The records themselves (an
+// outbox.Retained, 96 bytes of metadata each, and as much again in a
+// checkpoint derivation's replay state; a checkpoint names their rows
+// instead of holding them) are bounded by backpressure
 // (backpressure.go): past Options.MaxBacklogRecords in a conversation, or
 // past Options.BacklogRecords in the service for the conversations that
 // retain the most, enroll, tell and attach are refused backlog_full before
@@ -181,8 +184,9 @@
 // same code as a start (rebuild.go), matching the stored outbox byte for
 // byte. Reconciliation starts from the checkpoint: it checks it (CRC,
 // canonical form, well-formedness, conversation, digests of the last rows
-// it covers), loads the payloads of its unacknowledged records from their
-// oplog rows, and replays only the rows after it. A checkpoint that fails
+// it covers), reads its unacknowledged records from the outbox rows its
+// window names (checkpoint.Window; inline in the versions before 4) and
+// their payloads from their oplog rows, and replays only the rows after it. A checkpoint that fails
 // is a refusal (checkpoint_corrupt, checkpoint_mismatch), and an oplog
 // compacted without one is checkpoint_missing; nothing falls back to
 // another starting point.

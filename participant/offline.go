@@ -39,7 +39,7 @@ func Compact(ctx context.Context, st store.DurableStore, opts Options) (CompactR
 		st:      st,
 		opts:    opts,
 		log:     opts.Logger.With().Str("component", "participant").Logger(),
-		pages:   pages{budget: newByteBudget(int64(opts.LoadBytes)), bytes: opts.ReadPageBytes},
+		pages:   pages{budget: newByteBudget(int64(opts.LoadBytes)), bytes: opts.ReadPageBytes, window: opts.BacklogWindowBytes},
 		backlog: newBacklog(opts.MaxBacklogBytes, opts.BacklogWindowBytes, opts.backlogLimits()),
 		convs:   make(map[ConversationID]*conversation),
 		conns:   make(map[ConnID]*Conn),

@@ -1,6 +1,7 @@
 package participant
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/participantd/participantd/checkpoint"
@@ -10,14 +11,20 @@ import (
 
 // rebuilder advances a private state row by row through the same pure code
 // as the live path (outbox.Apply on the rows outbox.Project derived), and,
-// when pos is set, tracks what a checkpoint needs besides the state: where
-// each unreclaimed record was produced, and compaction marks.
+// when track is set, tracks what a checkpoint needs besides the state:
+// the outbox row each unreclaimed record was produced in (its oplog row is
+// its Source), and compaction marks.
 type rebuilder struct {
 	state *outbox.State
-	// pos holds the rows that produced each unreclaimed record; nil when
-	// not tracking. Payloads are then dropped from the state, since a
-	// checkpoint names their rows instead of holding them.
-	pos map[Seq]recordPos
+	// track is set to derive a checkpoint: pos holds the outbox rows of
+	// the unreclaimed records, and payloads are dropped from the state,
+	// since a checkpoint names their rows instead of holding them.
+	track bool
+	pos   positions
+	// window, when not 0 and not tracking, bounds the payload bytes the
+	// state keeps: past it the oldest are evicted after each row, to be
+	// read back from their oplog rows, as the live state's are.
+	window int64
 	// marks are the compaction marks so far, oldest first; spacing (unix
 	// ms) keeps them sparse: a new mark closer than spacing to the one
 	// before the last replaces the last, which only delays compaction.
@@ -25,9 +32,46 @@ type rebuilder struct {
 	spacing int64
 }
 
-// recordPos is where a record was produced: its oplog and outbox rows.
-type recordPos struct {
-	oplog, outbox uint64
+// positions holds the outbox row that produced each of a run of
+// contiguous records, from seq first on: 8 bytes a record.
+type positions struct {
+	first Seq
+	rows  []uint64
+	// dropped counts the rows dropped from the front since rows moved to
+	// an array of its own: the array still holds them.
+	dropped int
+}
+
+// add records that record q was produced in outbox row row. Records are
+// added in seq order, without gaps while any is held; anything else is a
+// broken invariant of the replay.
+func (p *positions) add(q Seq, row uint64) {
+	if len(p.rows) == 0 {
+		p.first = q
+	} else if want := p.first + Seq(len(p.rows)); q != want {
+		panic(fmt.Sprintf("participant: record %v produced after %v", q, want-1))
+	}
+	p.rows = append(p.rows, row)
+}
+
+// dropBelow forgets the records below seq q.
+func (p *positions) dropBelow(q Seq) {
+	if len(p.rows) == 0 || q <= p.first {
+		return
+	}
+	n := int(min(uint64(q-p.first), uint64(len(p.rows))))
+	p.rows, p.first, p.dropped = p.rows[n:], p.first+Seq(n), p.dropped+n
+	if p.dropped >= max(len(p.rows), 1024) {
+		p.rows, p.dropped = append(make([]uint64, 0, len(p.rows)+len(p.rows)/4+8), p.rows...), 0
+	}
+}
+
+// row returns the outbox row of record q, if held.
+func (p *positions) row(q Seq) (uint64, bool) {
+	if q < p.first || uint64(q-p.first) >= uint64(len(p.rows)) {
+		return 0, false
+	}
+	return p.rows[q-p.first], true
 }
 
 // firstKept returns the seq of the first record st retains, LastSeq+1 when
@@ -54,26 +98,31 @@ func (rp *rebuilder) apply(i uint64, row *oplog.Row, expected []outbox.Row) {
 		}
 		before[k] = outbox.Retained{}
 	}
-	if rp.pos == nil {
+	if !rp.track {
+		if rp.window > 0 && st.PayloadBytes > rp.window {
+			st.Evict(st.PayloadBytes - rp.window)
+		}
 		return
 	}
+	produced := 0
 	for k := range expected {
 		for _, rec := range expected[k].Records {
-			rp.pos[rec.Seq] = recordPos{oplog: i, outbox: outboxIdx + uint64(k)}
+			rp.pos.add(rec.Seq, outboxIdx+uint64(k))
+			produced++
 		}
 	}
-	for k := range st.Records {
+	// Only the records this row produced hold a payload: every earlier
+	// one was dropped when it was produced.
+	for k := max(len(st.Records)-produced, 0); k < len(st.Records); k++ {
 		st.Records[k].Payload = nil
 	}
 	if kept == beforeFirst {
 		return
 	}
-	for q := beforeFirst; q < kept; q++ {
-		delete(rp.pos, q)
-	}
+	rp.pos.dropBelow(kept)
 	m := checkpoint.Mark{At: row.At, Oplog: st.Applied, Outbox: st.Produced}
-	if p, ok := rp.pos[kept]; ok {
-		m.Oplog, m.Outbox = p.oplog, p.outbox
+	if p, ok := rp.pos.row(kept); ok {
+		m.Oplog, m.Outbox = st.Records[0].Source, p
 	}
 	rp.addMark(m)
 }

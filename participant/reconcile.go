@@ -45,10 +45,14 @@ type Reconciled struct {
 // long as it reads, as one grant, so that reconciliations waiting for the
 // budget never hold part of it. Every reconciliation of a Service shares
 // one budget: the pages in flight at a start are bounded in bytes whatever
-// the number of workers and the length of the histories.
+// the number of workers and the length of the histories. A loaded state
+// keeps at most window payload bytes of its retained records in memory
+// (Options.BacklogWindowBytes), the oldest past it evicted as they load
+// (0: every payload).
 type pages struct {
 	budget *byteBudget
 	bytes  int
+	window int64
 }
 
 // pageReader reads one stream forward, a page at a time, from next up to
@@ -165,7 +169,10 @@ func reconcileRows(ctx context.Context, st store.DurableStore, c ConversationID,
 			return nil, err
 		}
 		r.State = base.State()
-		if err := loadPayloads(st, base, c, r.State); err != nil {
+		if err := loadRetained(st, base, c, p.bytes, r.State, nil); err != nil {
+			return nil, err
+		}
+		if err := loadPayloads(st, c, r.State, p.window); err != nil {
 			return nil, err
 		}
 	}
@@ -174,7 +181,7 @@ func reconcileRows(ctx context.Context, st store.DurableStore, c ConversationID,
 	} else if err != nil {
 		return nil, err
 	}
-	rp := &rebuilder{state: r.State}
+	rp := &rebuilder{state: r.State, window: p.window}
 	for i := from; ops.more(); i++ {
 		_, row, expected, err := replayRow(ops, r.State, i)
 		if err != nil {

@@ -328,7 +328,7 @@ func Open(ctx context.Context, st store.DurableStore, opts Options) (*Service, e
 		convs:   make(map[ConversationID]*conversation),
 		conns:   make(map[ConnID]*Conn),
 		shares:  make(map[uint64]*share),
-		pages:   pages{budget: newByteBudget(int64(opts.LoadBytes)), bytes: opts.ReadPageBytes},
+		pages:   pages{budget: newByteBudget(int64(opts.LoadBytes)), bytes: opts.ReadPageBytes, window: opts.BacklogWindowBytes},
 	}
 	s.backlog = newBacklog(opts.MaxBacklogBytes, opts.BacklogWindowBytes, opts.backlogLimits())
 	s.shareLimits = opts.shareLimits()

@@ -74,7 +74,7 @@ func Inspect(st store.DurableStore) ([]Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := pages{budget: newByteBudget(2 * DefaultReadPageBytes), bytes: DefaultReadPageBytes}
+	p := pages{budget: newByteBudget(2 * DefaultReadPageBytes), bytes: DefaultReadPageBytes, window: DefaultBacklogWindowBytes}
 	out := make([]Report, 0, len(ids))
 	for _, id := range ids {
 		rep := Report{Conversation: id}
