@@ -42,14 +42,20 @@ func (s *Store) Flush() error {
 	return s.group.Wait(bt, wake)
 }
 
-// KeepsOrder implements store.Ordered. Every write is staged in the
-// order it returned and a commit takes all that is staged, in that order,
-// into one record; records are written one at a time, each synced before
-// the next is written, and a start replays the log's records in order up
-// to a torn tail at most (a bad record with a valid one after it is
-// refused, never skipped). So whatever a crash leaves is a prefix of the
-// writes, whichever Flushes carried them.
-func (s *Store) KeepsOrder() bool { return true }
+// KeepsOrder implements store.Ordered, and answers false although a crash
+// leaves a prefix of the writes: every write is staged in the order it
+// returned, a commit takes all that is staged into one record, records are
+// written and synced one at a time, and a start replays them in order.
+// What it cannot do is tell a damaged last record from a torn one: a
+// flipped bit in the log's last record is cut as a torn tail. With a flush
+// per barrier a batch's oplog rows and its outbox rows are two records, so
+// the last record of an answered batch holds outbox rows alone, which
+// reconciliation re-derives; sharing one sync puts both in one record, and
+// a flip in it lost an answered tell (participant
+// TestBitFlip_TheLastLogRecordOfAnAnsweredTell). One sync for both
+// barriers waits for a record format whose last record is checked apart
+// from a torn write (docs/DESIGN.md, "One sync for both barriers").
+func (s *Store) KeepsOrder() bool { return false }
 
 // runCommitter is the committer goroutine: one log record per wake.
 func (s *Store) runCommitter() {
