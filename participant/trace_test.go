@@ -233,3 +233,20 @@ func TestTrace_OffRecordsNoLink(t *testing.T) {
 		t.Errorf("%d spans ended, want only the test's request span", len(spans))
 	}
 }
+
+// TestTrace_OffAllocatesNothing runs every tracing step of a request and
+// a batch with tracing off: none allocates.
+func TestTrace_OffAllocatesNothing(t *testing.T) {
+	svc := openService(t, store.NewMemory())
+	b := &batch{s: svc}
+	ctx := context.Background()
+	werr := refuse(CodeInDoubt, "x")
+	if n := testing.AllocsPerRun(100, func() {
+		_ = svc.requestSpan(ctx)
+		sp := b.startBarrier(SpanOplogBarrier)
+		endSpan(sp, werr)
+		b.endBatch(werr)
+	}); n != 0 {
+		t.Errorf("tracing off: %v allocations per request and batch, want 0", n)
+	}
+}
