@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/participantd/participantd/fence"
 	"github.com/participantd/participantd/oplog"
 	"github.com/participantd/participantd/outbox"
@@ -54,6 +56,8 @@ type batch struct {
 	// storeCharge is the principal key a commit stores as the
 	// conversation's charge (share.go), 0 for none.
 	storeCharge uint64
+	// span traces the batch (trace.go); nil when tracing is off.
+	span trace.Span
 }
 
 // op is one staged operation.
@@ -209,8 +213,11 @@ func (b *batch) write() error {
 			o.ending.restore(s)
 		}
 		if code == CodeInDoubt {
-			s.log.Warn().Err(err).Uint64("conversation", uint64(cv.id)).Int("operations", len(b.ops)).
-				Str("phase", what).Msg("commit in doubt; conversation dropped for reconciliation")
+			ev := s.log.Warn().Err(err).Uint64("conversation", uint64(cv.id)).Int("operations", len(b.ops)).Str("phase", what)
+			if b.span != nil {
+				ev = ev.Stringer("trace_id", b.span.SpanContext().TraceID()).Stringer("span_id", b.span.SpanContext().SpanID())
+			}
+			ev.Msg("commit in doubt; conversation dropped for reconciliation")
 		}
 		return &Error{Code: code, Detail: what, cause: err}
 	}
@@ -277,7 +284,10 @@ func (b *batch) write() error {
 	// durable ("One sync for both barriers" in docs/DESIGN.md).
 	shared := s.keepsOrder(cv.id)
 	if !shared {
-		if err := s.flush(cv.id); err != nil {
+		sp := b.startBarrier(SpanOplogBarrier)
+		err := s.flush(cv.id)
+		endSpan(sp, err)
+		if err != nil {
 			return failed(CodeInDoubt, "oplog flush", err)
 		}
 	}
@@ -289,7 +299,14 @@ func (b *batch) write() error {
 	}
 	// Barrier 2: the outbox rows (and, shared, the oplog rows) must be
 	// durable before the operations are applied, published or answered.
-	if err := s.flush(cv.id); err != nil {
+	name := SpanOutboxBarrier
+	if shared {
+		name = SpanSharedSync
+	}
+	sp := b.startBarrier(name)
+	err := s.flush(cv.id)
+	endSpan(sp, err)
+	if err != nil {
 		if shared {
 			return failed(CodeInDoubt, "oplog and outbox flush", err)
 		}

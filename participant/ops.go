@@ -5,6 +5,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/participantd/participantd/oplog"
 	"github.com/participantd/participantd/tokenindex"
 )
@@ -48,7 +50,10 @@ func settled(e error) func(error) error {
 type task struct {
 	step step
 	// tok names the token index entry step looks up first.
-	tok  tokenRef
+	tok tokenRef
+	// link is the span of the request that queued the task, which its
+	// batch's span links to; invalid when tracing is off.
+	link trace.SpanContext
 	err  error
 	done chan struct{}
 }
@@ -104,7 +109,7 @@ func (c *Conn) queue(ctx context.Context, sp opSpec, st step) (wait func() error
 			return refused(refuse(CodeUnknownParticipant, "no conversation %v", sp.conv))
 		}
 	}
-	t := cv.enqueue(st, sp.tok)
+	t := cv.enqueue(st, sp.tok, c.svc.requestSpan(ctx))
 	return func() error {
 		defer c.inflight.Done()
 		err := c.svc.await(ctx, cv, t)
@@ -115,12 +120,13 @@ func (c *Conn) queue(ctx context.Context, sp opSpec, st step) (wait func() error
 
 // submit queues step on cv and waits for its outcome.
 func (s *Service) submit(ctx context.Context, cv *conversation, st step) error {
-	return s.await(ctx, cv, cv.enqueue(st, tokenRef{}))
+	return s.await(ctx, cv, cv.enqueue(st, tokenRef{}, s.requestSpan(ctx)))
 }
 
-// enqueue appends a task for step, which looks up tok, to cv's queue.
-func (cv *conversation) enqueue(st step, tok tokenRef) *task {
-	t := &task{step: st, tok: tok, done: make(chan struct{})}
+// enqueue appends a task for step, which looks up tok, to cv's queue;
+// link is the span of the request it serves, if traced.
+func (cv *conversation) enqueue(st step, tok tokenRef, link trace.SpanContext) *task {
+	t := &task{step: st, tok: tok, link: link, done: make(chan struct{})}
 	cv.qmu.Lock()
 	cv.queue = append(cv.queue, t)
 	cv.qmu.Unlock()
@@ -183,6 +189,9 @@ func (s *Service) lead(cv *conversation) {
 		return
 	}
 	b := s.newBatch(cv, live)
+	if s.tracer != nil {
+		b.startBatch(tasks)
+	}
 	if s.opts.PrefetchTokens {
 		b.prefetchTokens(tasks)
 	}
@@ -201,6 +210,7 @@ func (s *Service) lead(cv *conversation) {
 		}
 	}
 	werr := b.write()
+	b.endBatch(werr)
 	for i, t := range tasks {
 		var e error
 		if i >= firstStaged {

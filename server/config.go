@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/participantd/participantd/internal/buildinfo"
 	"github.com/participantd/participantd/participant"
@@ -313,6 +314,11 @@ type Config struct {
 	TokenSkew time.Duration
 	// Logger receives the server's logs; the zero value logs nothing.
 	Logger zerolog.Logger
+	// TracerProvider, if set, traces every request, the batch that
+	// committed it and its barriers (trace.go), and puts the request's
+	// trace and span ids on its log lines; nil (the default) traces
+	// nothing, at no cost.
+	TracerProvider trace.TracerProvider
 	// WrapStore, when set, wraps the opened store before the service uses
 	// it, for fault drills and tests (faultstore); nil uses it as is.
 	WrapStore func(store.DurableStore) store.DurableStore

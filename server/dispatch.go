@@ -1,8 +1,11 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/participantd/participantd/participant"
 	"github.com/participantd/participantd/wire"
@@ -53,14 +56,30 @@ func (c *conn) work(conv uint64) {
 		c.queues[conv] = nil
 		c.mu.Unlock()
 		answers := make([]func() wire.Message, len(q))
+		// spans are the requests' spans when tracing is on (trace.go).
+		var spans []trace.Span
+		if c.srv.tracer != nil {
+			spans = make([]trace.Span, len(q))
+		}
 		start := time.Now()
 		for i, r := range q {
-			answers[i] = c.begin(r.m)
+			ctx := c.srv.opCtx
+			if spans != nil {
+				ctx, spans[i] = c.startRequest(conv, r.m)
+			}
+			answers[i] = c.begin(ctx, r.m)
 		}
 		for i, answer := range answers {
 			a := answer() // always waited for: the service counts it in flight
-			c.logRequest(q[i].m, a, conv, start)
-			if !c.abandon.Load() {
+			var sp trace.Span
+			if spans != nil {
+				sp, spans[i] = spans[i], nil
+			}
+			c.logRequest(q[i].m, a, conv, start, sp)
+			switch {
+			case sp != nil:
+				c.sendTraced(sp, a)
+			case !c.abandon.Load():
 				c.out.send(a)
 			}
 			c.release(q[i].held)
@@ -73,7 +92,9 @@ func (c *conn) work(conv uint64) {
 
 // logRequest logs one answered request at debug level: what was asked,
 // what was answered and how long it took from when its batch started.
-func (c *conn) logRequest(req, ans wire.Message, conv uint64, start time.Time) {
+// sp, if not nil, is the request's span, whose trace and span ids the
+// line carries.
+func (c *conn) logRequest(req, ans wire.Message, conv uint64, start time.Time, sp trace.Span) {
 	ev := c.log.Debug()
 	if !ev.Enabled() {
 		return
@@ -83,14 +104,14 @@ func (c *conn) logRequest(req, ans wire.Message, conv uint64, start time.Time) {
 	if e, ok := ans.(*wire.Error); ok {
 		ev = ev.Str("code", string(e.Code)).Str("detail", e.Detail)
 	}
-	ev.Dur("duration_ms", time.Since(start)).Msg("request")
+	withSpan(ev, sp).Dur("duration_ms", time.Since(start)).Msg("request")
 }
 
 // begin starts operation m on the service and returns the function that
 // waits for it and builds its answer. Each operation is one case: the
-// service request m makes, and the answer to its outcome.
-func (c *conn) begin(m wire.Operation) func() wire.Message {
-	ctx := c.srv.opCtx
+// service request m makes, and the answer to its outcome. ctx is the
+// server's operation context, carrying the request's span if traced.
+func (c *conn) begin(ctx context.Context, m wire.Operation) func() wire.Message {
 	switch m := m.(type) {
 	case *wire.Enroll:
 		call := c.pc.StartEnroll(ctx, participant.Enroll{

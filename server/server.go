@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/participantd/participantd/participant"
 	"github.com/participantd/participantd/store"
@@ -93,6 +94,8 @@ type Server struct {
 	// cancelled only when the drain times out.
 	opCtx    context.Context
 	opCancel context.CancelFunc
+	// tracer traces requests (trace.go); nil when tracing is off.
+	tracer trace.Tracer
 
 	// outBytes and pendingBytes are the server-wide budgets of queued
 	// outbound frames and of pending request frames, shared out per
@@ -192,6 +195,7 @@ func New(cfg Config) (*Server, error) {
 		pendingBytes: newSharedBudget(int64(cfg.MaxPendingBytesTotal), cfg.ClientShare, int64(cfg.MaxFrame)),
 	}
 	s.opCtx, s.opCancel = context.WithCancel(context.Background())
+	s.tracer = newTracer(cfg.TracerProvider)
 	s.metrics = newMetrics(s)
 	s.auth = newAuthGuard(s.metrics.reg, s.peers.v4, s.peers.v6)
 	return s, nil
@@ -372,6 +376,7 @@ func (s *Server) serviceOptions(key []byte) participant.Options {
 		TokenWindow:             s.cfg.TokenWindow,
 		TokenSkew:               s.cfg.TokenSkew,
 		Logger:                  s.cfg.Logger,
+		TracerProvider:          s.cfg.TracerProvider,
 		Observer:                s.metrics,
 		Now:                     s.cfg.Now,
 	}

@@ -82,6 +82,23 @@ func run(args, environ []string, stdout io.Writer, stderr *os.File) int {
 		testHook(&o.server, log)
 	}
 
+	if o.otlpEndpoint != "" {
+		tp, err := startTracing(context.Background(), o.otlpEndpoint, log)
+		if err != nil {
+			log.Error().Err(err).Msg("cannot start")
+			return 1
+		}
+		o.server.TracerProvider = tp
+		// Run returns once the server has drained: flushing then sends
+		// the spans of the last answers too.
+		defer func() {
+			ctx, cancel := context.WithTimeout(context.Background(), tracingFlushTimeout)
+			defer cancel()
+			if err := tp.Shutdown(ctx); err != nil {
+				log.Warn().Err(err).Msg("tracing: flushing the last spans failed")
+			}
+		}()
+	}
 	srv, err := server.New(o.server)
 	if err != nil {
 		log.Error().Err(err).Msg("cannot start")

@@ -37,6 +37,9 @@ type options struct {
 	server    server.Config
 	logLevel  zerolog.Level
 	logFormat string // "json", "console" or "auto"
+	// otlpEndpoint is the OTLP/gRPC collector that spans go to; empty
+	// traces nothing (tracing.go).
+	otlpEndpoint string
 
 	// effective lists every setting's value and where it came from, in
 	// the order of settings, for the start-up log line.
@@ -224,6 +227,12 @@ var settings = []setting{
 		}},
 	{"pprof", "false", "serve Go's profiles under /debug/pprof/ on the health listener, to requests carrying admin-token (which it needs); at most " + strconv.Itoa(server.MaxProfileSeconds) + " s a profile, no cmdline",
 		boolSetting(func(o *options) *bool { return &o.server.Pprof })},
+	{"otlp-endpoint", "", "OpenTelemetry tracing: export a span per request, per group commit (linked to its requests) and per barrier over OTLP/gRPC to this collector URL (http://host:4317 plaintext, https:// TLS); the standard OTEL_EXPORTER_OTLP_* and OTEL_TRACES_SAMPLER variables tune it; empty (the default) traces nothing",
+		func(o *options, v string) error {
+			e, err := parseOTLPEndpoint(v)
+			o.otlpEndpoint = e
+			return err
+		}},
 	// Admission and quotas.
 	{"enroll-policy", string(participant.EnrollOpen), "who may enroll: open (anyone who can connect) or invite (an invitation from participantctl invite); open beyond loopback without auth-token logs a warning",
 		func(o *options, v string) error {
