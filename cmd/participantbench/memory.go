@@ -69,6 +69,21 @@ type memoryReport struct {
 	// by the server by the end (write-progress-timeout).
 	RecipientCut bool   `json:"recipient_cut,omitempty"`
 	HeapProfile  string `json:"heap_profile,omitempty"`
+	// ScrapeErrors are the failed reads of the server's metrics: what
+	// they would have filled (Metrics, RecipientCut) is then unknown,
+	// not zero.
+	ScrapeErrors []string `json:"scrape_errors,omitempty"`
+}
+
+// scrape reads names from the metrics of the health listener at health,
+// or records why it could not (ScrapeErrors) and returns false.
+func (r *memoryReport) scrape(ctx context.Context, health string, names []string) (map[string]float64, bool) {
+	m, err := scrapeMetrics(ctx, health, names)
+	if err != nil {
+		r.ScrapeErrors = append(r.ScrapeErrors, err.Error())
+		return nil, false
+	}
+	return m, true
 }
 
 // connectionsOpen is the gauge of open TCP wire connections.
@@ -119,7 +134,14 @@ func (r *memoryReport) print(b *strings.Builder) {
 		b.WriteString("\n")
 	}
 	if r.Workload == memDeafReader {
-		fmt.Fprintf(b, "  recipient cut by the server by the end: %v\n", r.RecipientCut)
+		if len(r.ScrapeErrors) > 0 {
+			b.WriteString("  recipient cut by the server by the end: unknown (a metrics read failed)\n")
+		} else {
+			fmt.Fprintf(b, "  recipient cut by the server by the end: %v\n", r.RecipientCut)
+		}
+	}
+	for _, e := range r.ScrapeErrors {
+		fmt.Fprintf(b, "  metrics read failed: %s\n", e)
 	}
 	if r.HeapProfile != "" {
 		fmt.Fprintf(b, "  server heap profile: %s\n", r.HeapProfile)
@@ -235,7 +257,7 @@ func runMemory(ctx context.Context, f *benchFlags, rep *benchReport) error {
 		return err
 	}
 	if health != "" {
-		if m, err := scrapeMetrics(ctx, health, memoryMetrics); err == nil {
+		if m, ok := r.scrape(ctx, health, memoryMetrics); ok {
 			for k, v := range m {
 				if _, set := r.Metrics[k]; !set {
 					r.Metrics[k] = v
@@ -296,7 +318,7 @@ func memoryDeafReader(ctx context.Context, c *memoryConfig, pid int, addr, healt
 	en := m.(*wire.Enrolled)
 
 	var openBefore float64
-	if m, err := scrapeMetrics(ctx, health, []string{connectionsOpen}); err == nil {
+	if m, ok := r.scrape(ctx, health, []string{connectionsOpen}); ok {
 		openBefore = m[connectionsOpen]
 	}
 	s, err := startRSSSampler(pid)
@@ -321,13 +343,13 @@ func memoryDeafReader(ctx context.Context, c *memoryConfig, pid int, addr, healt
 		return err
 	}
 	r.Refused, r.Told = refused, n-refused[string(wire.CodeBacklogFull)]
-	if m, err := scrapeMetrics(ctx, health, memoryMetrics); err == nil {
+	if m, ok := r.scrape(ctx, health, memoryMetrics); ok {
 		r.Metrics = m
 	}
 	sleep(ctx, c.settle)
 	s.stop()
 	s.fill(r)
-	if m, err := scrapeMetrics(ctx, health, []string{connectionsOpen}); err == nil && openBefore > 0 {
+	if m, ok := r.scrape(ctx, health, []string{connectionsOpen}); ok && openBefore > 0 {
 		if open, ok := m[connectionsOpen]; ok {
 			r.RecipientCut = open < openBefore
 		}

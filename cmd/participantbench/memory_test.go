@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"net"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/participantd/participantd/server"
@@ -66,5 +68,27 @@ func TestParseSize(t *testing.T) {
 		if _, err := parseSize(in); err == nil {
 			t.Errorf("parseSize(%q) succeeded, want an error", in)
 		}
+	}
+}
+
+// TestMemoryReport_AFailedScrapeIsSaid: a metrics read that fails is
+// recorded and printed, and the deaf recipient's cut, which it would have
+// shown, is printed unknown rather than false.
+func TestMemoryReport_AFailedScrapeIsSaid(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	r := &memoryReport{Workload: memDeafReader}
+	if _, ok := r.scrape(context.Background(), addr, memoryMetrics); ok {
+		t.Fatal("a scrape of a closed port succeeded")
+	}
+	var b strings.Builder
+	r.print(&b)
+	out := b.String()
+	if !strings.Contains(out, "metrics read failed: ") || !strings.Contains(out, "recipient cut by the server by the end: unknown") {
+		t.Fatalf("report = %q, want the failed read and an unknown cut", out)
 	}
 }
