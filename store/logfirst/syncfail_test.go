@@ -157,38 +157,11 @@ func TestOpen_RefusesADataFileOfANewerLayoutVersion(t *testing.T) {
 // must still open and hold every acknowledged write, not a file whose
 // meta page points at pages that were never written, nor a log gap.
 func TestFailedCheckpointSync_RestartWithoutARebootThenAPowerCut(t *testing.T) {
-	payload := func(stream string, i int) []byte {
-		return append([]byte(fmt.Sprintf("%s%d:", stream, i)), bytes.Repeat([]byte{'x'}, 200)...)
-	}
-	write := func(t *testing.T, s *logfirst.Store, stream string, n int) {
-		for i := range n {
-			if _, err := s.Append(stream, payload(stream, i), uint64(i)); err != nil {
-				t.Fatal(err)
-			}
-			if err := s.Flush(); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	check := func(t *testing.T, s *logfirst.Store, stream string, n int, when string) {
-		entries, err := s.ReadFrom(stream, 0, 0)
-		if err != nil {
-			t.Fatalf("%s: ReadFrom(%s): %v", when, stream, err)
-		}
-		if len(entries) != n {
-			t.Fatalf("%s: stream %s holds %d entries, want %d", when, stream, len(entries), n)
-		}
-		for i, e := range entries {
-			if !bytes.Equal(e.Payload, payload(stream, i)) {
-				t.Fatalf("%s: stream %s entry %d = %.20q", when, stream, i, e.Payload)
-			}
-		}
-	}
 	for seed := range uint64(20) {
 		ffs, dir, opts, s := openOnFaultFS(t)
 		// Enough for many leaf pages, which the checkpoint after the
 		// restart does not touch.
-		write(t, s, "a", 150)
+		writeStream(t, s, "a", 150)
 		failSyncOf(ffs, faultfs.OpCommit, filepath.Join(dir, logfirst.DBFile))
 		if err := logfirst.CheckpointNow(s); !errors.Is(err, store.ErrFailed) {
 			t.Fatalf("checkpoint whose commit fails = %v, want store.ErrFailed", err)
@@ -199,8 +172,8 @@ func TestFailedCheckpointSync_RestartWithoutARebootThenAPowerCut(t *testing.T) {
 		if err != nil {
 			t.Fatalf("seed %d: Open after the failed checkpoint: %v", seed, err)
 		}
-		check(t, s, "a", 150, "after the restart")
-		write(t, s, "b", 5)
+		checkStream(t, s, "a", 150, "after the restart")
+		writeStream(t, s, "b", 5)
 		if err := logfirst.CheckpointNow(s); err != nil {
 			t.Fatalf("checkpoint after the restart: %v", err)
 		}
@@ -213,8 +186,8 @@ func TestFailedCheckpointSync_RestartWithoutARebootThenAPowerCut(t *testing.T) {
 		if err != nil {
 			t.Fatalf("seed %d: Open after the power cut: %v", seed, err)
 		}
-		check(t, s, "a", 150, fmt.Sprintf("seed %d: after the power cut", seed))
-		check(t, s, "b", 5, fmt.Sprintf("seed %d: after the power cut", seed))
+		checkStream(t, s, "a", 150, fmt.Sprintf("seed %d: after the power cut", seed))
+		checkStream(t, s, "b", 5, fmt.Sprintf("seed %d: after the power cut", seed))
 		if err := s.Close(); err != nil {
 			t.Fatal(err)
 		}
@@ -453,37 +426,10 @@ func TestOpen_TheRewriteAfterAFailedSyncWaitsForTheLock(t *testing.T) {
 // acknowledged write. Without a marker the restart built on the page
 // cache's pages of the failed commit.
 func TestFailedCheckpointSync_KilledAtEveryStepAfterTheFailure(t *testing.T) {
-	payload := func(stream string, i int) []byte {
-		return append([]byte(fmt.Sprintf("%s%d:", stream, i)), bytes.Repeat([]byte{'x'}, 200)...)
-	}
-	write := func(t *testing.T, s *logfirst.Store, stream string, n int) {
-		for i := range n {
-			if _, err := s.Append(stream, payload(stream, i), uint64(i)); err != nil {
-				t.Fatal(err)
-			}
-			if err := s.Flush(); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	check := func(t *testing.T, s *logfirst.Store, stream string, n int, when string) {
-		entries, err := s.ReadFrom(stream, 0, 0)
-		if err != nil {
-			t.Fatalf("%s: ReadFrom(%s): %v", when, stream, err)
-		}
-		if len(entries) != n {
-			t.Fatalf("%s: stream %s holds %d entries, want %d", when, stream, len(entries), n)
-		}
-		for i, e := range entries {
-			if !bytes.Equal(e.Payload, payload(stream, i)) {
-				t.Fatalf("%s: stream %s entry %d = %.20q", when, stream, i, e.Payload)
-			}
-		}
-	}
 	for after := range 3 {
 		for seed := range uint64(10) {
 			ffs, dir, opts, s := openOnFaultFS(t)
-			write(t, s, "a", 150)
+			writeStream(t, s, "a", 150)
 			db := filepath.Join(dir, logfirst.DBFile)
 			failed, left := false, after
 			ffs.SetRule(func(op faultfs.Op) faultfs.Action {
@@ -508,8 +454,8 @@ func TestFailedCheckpointSync_KilledAtEveryStepAfterTheFailure(t *testing.T) {
 			if err != nil {
 				t.Fatalf("killed %d calls after, seed %d: Open after the failed checkpoint: %v", after, seed, err)
 			}
-			check(t, s, "a", 150, "after the restart")
-			write(t, s, "b", 5)
+			checkStream(t, s, "a", 150, "after the restart")
+			writeStream(t, s, "b", 5)
 			if err := logfirst.CheckpointNow(s); err != nil {
 				t.Fatalf("checkpoint after the restart: %v", err)
 			}
@@ -523,11 +469,48 @@ func TestFailedCheckpointSync_KilledAtEveryStepAfterTheFailure(t *testing.T) {
 				t.Fatalf("killed %d calls after the failed commit, seed %d: Open after the power cut: %v", after, seed, err)
 			}
 			when := fmt.Sprintf("killed %d calls after the failed commit, seed %d: after the power cut", after, seed)
-			check(t, s, "a", 150, when)
-			check(t, s, "b", 5, when)
+			checkStream(t, s, "a", 150, when)
+			checkStream(t, s, "b", 5, when)
 			if err := s.Close(); err != nil {
 				t.Fatal(err)
 			}
+		}
+	}
+}
+
+// streamPayload is the i-th payload of stream in the failed-checkpoint
+// tests: its name and index, then 200 bytes, so that a few hundred fill
+// many leaf pages.
+func streamPayload(stream string, i int) []byte {
+	return append([]byte(fmt.Sprintf("%s%d:", stream, i)), bytes.Repeat([]byte{'x'}, 200)...)
+}
+
+// writeStream appends n payloads to stream, each flushed.
+func writeStream(t *testing.T, s *logfirst.Store, stream string, n int) {
+	t.Helper()
+	for i := range n {
+		if _, err := s.Append(stream, streamPayload(stream, i), uint64(i)); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// checkStream fails t unless stream holds exactly its n payloads.
+func checkStream(t *testing.T, s *logfirst.Store, stream string, n int, when string) {
+	t.Helper()
+	entries, err := s.ReadFrom(stream, 0, 0)
+	if err != nil {
+		t.Fatalf("%s: ReadFrom(%s): %v", when, stream, err)
+	}
+	if len(entries) != n {
+		t.Fatalf("%s: stream %s holds %d entries, want %d", when, stream, len(entries), n)
+	}
+	for i, e := range entries {
+		if !bytes.Equal(e.Payload, streamPayload(stream, i)) {
+			t.Fatalf("%s: stream %s entry %d = %.20q", when, stream, i, e.Payload)
 		}
 	}
 }
