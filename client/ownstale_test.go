@@ -77,12 +77,7 @@ func waitStack(t *testing.T, ctx context.Context, fn string, done <-chan struct{
 func TestClient_Tell_OwnAttachInFlight_NotStale(t *testing.T) {
 	ctx := testCtx(t)
 	srv := newFakeServer(t)
-	held := make(chan struct{})
-	srv.mu.Lock()
-	srv.held = held
-	srv.mu.Unlock()
-	var release sync.Once
-	t.Cleanup(func() { release.Do(func() { close(held) }) })
+	release := holdAnswers(t, srv)
 	var lost lostLog
 	c, a, b := twoMembers(t, srv, client.Options{OnLost: lost.onLost})
 	deferredCommits(t, ctx, srv, c, a, commitHeld)
@@ -101,7 +96,7 @@ func TestClient_Tell_OwnAttachInFlight_NotStale(t *testing.T) {
 	// The attach's answer is released once the tell waits for it, or
 	// once the tell returned without waiting.
 	waitStack(t, ctx, "client.(*Client).awaitAttach", returned)
-	release.Do(func() { close(held) })
+	release()
 	r := <-out
 	if r.err != nil {
 		t.Fatalf("Tell while the client's own attach was in flight = %v, want told", r.err)
@@ -156,12 +151,7 @@ func TestClient_Tell_OwnAttachInDoubt_NotStale(t *testing.T) {
 func TestClient_Ack_OwnAttachInFlight_NotStale(t *testing.T) {
 	ctx := testCtx(t)
 	srv := newFakeServer(t)
-	held := make(chan struct{})
-	srv.mu.Lock()
-	srv.held = held
-	srv.mu.Unlock()
-	var release sync.Once
-	t.Cleanup(func() { release.Do(func() { close(held) }) })
+	release := holdAnswers(t, srv)
 	var lost lostLog
 	c, a, b := twoMembers(t, srv, client.Options{OnLost: lost.onLost})
 	deferredCommits(t, ctx, srv, c, a, commitHeld)
@@ -174,7 +164,7 @@ func TestClient_Ack_OwnAttachInFlight_NotStale(t *testing.T) {
 		errc <- err
 	}()
 	waitStack(t, ctx, "client.(*Client).awaitAttach", returned)
-	release.Do(func() { close(held) })
+	release()
 	if err := <-errc; err != nil {
 		t.Fatalf("Ack while the client's own attach was in flight = %v, want acked", err)
 	}
@@ -223,4 +213,18 @@ func TestClient_Tell_DeferredAttachSuperseded_Lost(t *testing.T) {
 	if got := lost.all(); len(got) != 1 {
 		t.Errorf("OnLost calls = %v, want one", got)
 	}
+}
+
+// holdAnswers makes srv hold the answers of its commitHeld requests until
+// the returned release is called (at the latest at the test's cleanup,
+// before the server's).
+func holdAnswers(t *testing.T, srv *fakeServer) (release func()) {
+	held := make(chan struct{})
+	srv.mu.Lock()
+	srv.held = held
+	srv.mu.Unlock()
+	var once sync.Once
+	release = func() { once.Do(func() { close(held) }) }
+	t.Cleanup(release)
+	return release
 }
