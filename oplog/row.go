@@ -6,6 +6,8 @@ import (
 	"strconv"
 
 	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/participantd/participantd/internal/versioned"
 )
 
 // Version is the schema version byte that starts every oplog row written by
@@ -114,14 +116,17 @@ var (
 
 // Encode returns the stored form of r: Version followed by its msgpack body.
 func Encode(r *Row) ([]byte, error) {
-	body, err := msgpack.Marshal(r)
+	out, err := versioned.Encode(Version, r, maxFixedLen+len(r.Payload))
 	if err != nil {
 		return nil, fmt.Errorf("oplog: encode %v row: %w", r.Kind, err)
 	}
-	out := make([]byte, 0, 1+len(body))
-	out = append(out, Version)
-	return append(out, body...), nil
+	return out, nil
 }
+
+// maxFixedLen is about the most a row's encoding takes besides its
+// payload's bytes: the version, the array header, the fixed-size fields
+// at their widest and the payload's length prefix.
+const maxFixedLen = 160
 
 // Decode parses a stored row. Errors wrap ErrUnknownVersion or ErrCorrupt.
 // The returned Row does not alias b.

@@ -7,6 +7,7 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/participantd/participantd/internal/versioned"
 	"github.com/participantd/participantd/oplog"
 )
 
@@ -112,13 +113,21 @@ var (
 // Encode returns the stored form of r: Version followed by its msgpack body.
 // Encoding is deterministic.
 func Encode(r *Row) ([]byte, error) {
-	body, err := msgpack.Marshal(r)
+	out, err := versioned.Encode(Version, r, sizeHint(r))
 	if err != nil {
 		return nil, fmt.Errorf("outbox: encode %v row: %w", r.Kind, err)
 	}
-	out := make([]byte, 0, 1+len(body))
-	out = append(out, Version)
-	return append(out, body...), nil
+	return out, nil
+}
+
+// sizeHint is about the length of r's encoding: a record costs its fixed
+// fields and 18 bytes a recipient.
+func sizeHint(r *Row) int {
+	n := 64
+	for i := range r.Records {
+		n += 32 + 18*len(r.Records[i].Recipients)
+	}
+	return n
 }
 
 // Decode parses a stored row. Errors wrap ErrUnknownVersion or ErrCorrupt.
