@@ -493,6 +493,24 @@ func TrimEntries(tx *bolt.Tx, stream string, below uint64) error {
 // PutEntries writes payloads as the entries first, first+1, ... of stream.
 // The stream must have exactly first entries in tx.
 func PutEntries(tx *bolt.Tx, stream string, first uint64, payloads [][]byte) error {
+	return putEntries(tx, stream, first, payloads, false)
+}
+
+// SumLen is the length of the checksum that seals a stored value.
+const SumLen = sumLen
+
+// PutOwnedEntries is PutEntries for payloads the caller hands over until
+// the transaction ends: each has SumLen bytes of spare capacity past its
+// length that nothing else reads or writes. The checksum is written
+// there and bbolt given the payload itself, so that a checkpoint does
+// not copy the bytes it writes (a copy that was a checkpoint's size of
+// live heap at every checkpoint). A payload without the spare capacity
+// is copied as PutEntries does.
+func PutOwnedEntries(tx *bolt.Tx, stream string, first uint64, payloads [][]byte) error {
+	return putEntries(tx, stream, first, payloads, true)
+}
+
+func putEntries(tx *bolt.Tx, stream string, first uint64, payloads [][]byte, owned bool) error {
 	if err := writable(tx); err != nil {
 		return err
 	}
@@ -504,20 +522,30 @@ func PutEntries(tx *bolt.Tx, stream string, first uint64, payloads [][]byte) err
 	if have != first {
 		return fmt.Errorf("stream %q: file has %d entries, write starts at %d", stream, have, first)
 	}
-	// One buffer for every sealed payload: bbolt keeps each value's
-	// slice until the commit, and a checkpoint writes many small ones.
+	// One buffer for every sealed payload that is copied: bbolt keeps each
+	// value's slice until the commit, and a checkpoint writes many small
+	// ones.
 	n := 0
 	for _, p := range payloads {
-		n += len(p) + sumLen
+		if !owned || cap(p)-len(p) < sumLen {
+			n += len(p) + sumLen
+		}
 	}
 	buf := make([]byte, 0, n)
 	for i, p := range payloads {
 		seq := first + uint64(i)
 		k := entryKey(stream, seq)
-		at := len(buf)
-		buf = append(buf, p...)
-		buf = binary.BigEndian.AppendUint32(buf, valueSum(sumStreams, k, p))
-		if err := sb.Put(k, buf[at:len(buf):len(buf)]); err != nil {
+		sum := valueSum(sumStreams, k, p)
+		var v []byte
+		if owned && cap(p)-len(p) >= sumLen {
+			v = binary.BigEndian.AppendUint32(p, sum)
+		} else {
+			at := len(buf)
+			buf = append(buf, p...)
+			buf = binary.BigEndian.AppendUint32(buf, sum)
+			v = buf[at:]
+		}
+		if err := sb.Put(k, v[:len(v):len(v)]); err != nil {
 			return fmt.Errorf("stream %q seq %d: %w", stream, seq, err)
 		}
 	}

@@ -270,7 +270,9 @@ func (s *Store) checkpoint() error {
 	// own, all of which this transaction or an earlier one applies.
 	err := s.update(func(tx *bolt.Tx) error {
 		for _, t := range streams {
-			if err := boltfmt.PutEntries(tx, t.name, t.first, t.payloads); err != nil {
+			// Every logged payload came from Append, which left room
+			// for its checksum, or from a replay (capped, so copied).
+			if err := boltfmt.PutOwnedEntries(tx, t.name, t.first, t.payloads); err != nil {
 				return err
 			}
 		}

@@ -137,7 +137,11 @@ func (s *Store) replayIntoMemory(b *wal.Batch) error {
 			s.mu.Unlock()
 			return fmt.Errorf("record %v: stream %q has %d entries, record starts at %d", b.LSN, a.Stream, have, a.First)
 		}
-		st.logged = append(st.logged, a.Payloads...)
+		for _, p := range a.Payloads {
+			// Capped: the bytes past a payload are the next record's, and
+			// a checkpoint seals in place what has room (PutOwnedEntries).
+			st.logged = append(st.logged, p[:len(p):len(p)])
+		}
 		s.mu.Unlock()
 	}
 	for _, t := range b.Trims {

@@ -712,7 +712,11 @@ func (s *Store) Append(name string, payload []byte, expectedSeq uint64) (uint64,
 	if s.readOnly {
 		return 0, ErrReadOnly
 	}
-	p := append([]byte(nil), payload...)
+	// The copy is the logged layer's until a checkpoint writes it, and
+	// has room for the checksum the checkpoint seals it with in place
+	// (boltfmt.PutOwnedEntries).
+	p := make([]byte, len(payload), len(payload)+boltfmt.SumLen)
+	copy(p, payload)
 	st, err := s.lockStream(name)
 	if err != nil {
 		return 0, err
