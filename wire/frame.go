@@ -7,12 +7,42 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"math/bits"
+	"sync"
 )
 
 // retainLimit is the largest buffer a Reader or Writer keeps between frames.
-// Bigger frames get a buffer of their own that is dropped afterwards, so an
-// idle connection that once carried a 1 MiB frame does not pin 1 MiB.
+// A Reader reads bigger bodies into buffers of bigPool, returned when the
+// next ReadFrame begins, so an idle connection that once carried a 1 MiB
+// frame does not pin 1 MiB.
 const retainLimit = 64 << 10
+
+// bigPool holds the buffers of bodies above retainLimit, shared by every
+// Reader: class k holds buffers of retainLimit<<k bytes (k <= 16 covers
+// every length a header can announce). A stream of large frames then
+// reuses a few buffers rather than allocating each body, and each
+// doubling on the way to its length, afresh (about three times the bytes
+// received, a garbage rate the collector paces the heap against).
+var bigPool [17]sync.Pool
+
+// bigClass returns the class of the smallest pooled buffer of at least n
+// bytes (n > retainLimit).
+func bigClass(n uint64) int { return bits.Len64((n - 1) / retainLimit) }
+
+func getBig(n uint64) *[]byte {
+	k := bigClass(n)
+	if b, ok := bigPool[k].Get().(*[]byte); ok {
+		return b
+	}
+	b := make([]byte, uint64(retainLimit)<<k)
+	return &b
+}
+
+func putBig(b *[]byte) {
+	if b != nil {
+		bigPool[bigClass(uint64(len(*b)))].Put(b)
+	}
+}
 
 // firstChunk is the most a Reader allocates for a body before that many
 // bytes have arrived; it then grows by doubling, so what a peer makes it
@@ -35,8 +65,9 @@ type Reader struct {
 	r   *bufio.Reader
 	max uint64
 	hdr [HeaderLen]byte
-	buf []byte // reused between frames while cap(buf) <= retainLimit
-	err error  // sticky
+	buf []byte  // reused between frames while cap(buf) <= retainLimit
+	big *[]byte // the bigPool buffer of the last body, returned at the next ReadFrame
+	err error   // sticky
 }
 
 // NewReader returns a Reader of r that accepts bodies of at most maxFrame
@@ -86,6 +117,10 @@ func (r *Reader) ReadFrame() ([]byte, error) {
 }
 
 func (r *Reader) readFrame() ([]byte, error) {
+	// The last body is no longer valid: its pooled buffer may serve
+	// another Reader while this one waits.
+	putBig(r.big)
+	r.big = nil
 	if _, err := io.ReadFull(r.r, r.hdr[:]); err != nil {
 		if err == io.EOF {
 			return nil, io.EOF
@@ -107,26 +142,47 @@ func (r *Reader) readFrame() ([]byte, error) {
 		return body, nil
 	}
 	// Grow as the bytes arrive rather than trusting the header with an
-	// allocation of its size.
-	body := make([]byte, min(n, max(firstChunk, uint64(cap(r.buf)))))
-	got := 0
+	// allocation of its size: what a peer makes a Reader hold stays
+	// within four times what it sent (a pooled buffer is at most twice
+	// the doubling asked for).
+	body := r.buf[:cap(r.buf)]
+	if len(body) < firstChunk {
+		body = make([]byte, min(n, firstChunk))
+	}
+	var big *[]byte
+	got := uint64(0)
 	for {
-		m, err := io.ReadFull(r.r, body[got:])
-		got += m
+		m, err := io.ReadFull(r.r, body[got:min(n, uint64(len(body)))])
+		got += uint64(m)
 		if err != nil {
+			putBig(big)
 			return nil, bodyErr(err)
 		}
-		if uint64(got) == n {
+		if got == n {
 			break
 		}
-		grown := make([]byte, min(n, 2*uint64(len(body))))
+		size := min(n, 2*uint64(len(body)))
+		var grown []byte
+		var grownBig *[]byte
+		if size > retainLimit {
+			grownBig = getBig(size)
+			grown = *grownBig
+		} else {
+			grown = make([]byte, size)
+		}
 		copy(grown, body[:got])
-		body = grown
+		if big == nil && cap(body) <= retainLimit && cap(body) > cap(r.buf) {
+			// Kept for the next frame, whose first bytes it takes.
+			r.buf = body[:0]
+		}
+		putBig(big)
+		body, big = grown, grownBig
 	}
-	if cap(body) <= retainLimit {
+	if big == nil && cap(body) <= retainLimit {
 		r.buf = body
 	}
-	return body, nil
+	r.big = big
+	return body[:n:n], nil
 }
 
 func bodyErr(err error) error {

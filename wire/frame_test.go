@@ -173,6 +173,64 @@ func TestReader_ReusesSmallBuffers(t *testing.T) {
 	}
 }
 
+// Bodies above retainLimit come from a pool the Readers share: a stream
+// of 64 KiB tells (a frame a little over the limit) is read without
+// allocating a body per frame, where each was three times its size in
+// doublings before, the garbage that paced a deaf reader's server heap.
+func TestReader_BigBodiesAreReusedNotAllocated(t *testing.T) {
+	const frames = 50
+	var stream []byte
+	for i := range frames {
+		body := filled(64<<10 + 100)
+		body[0] = byte(i)
+		stream = append(stream, frameOf(body)...)
+	}
+	r := NewReader(bytes.NewReader(stream), 0)
+	if _, err := r.ReadFrame(); err != nil {
+		t.Fatal(err)
+	}
+	i := 1
+	allocs := testing.AllocsPerRun(frames-2, func() {
+		got, err := r.ReadFrame()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := filled(64<<10 + 100)
+		want[0] = byte(i)
+		if !bytes.Equal(got, want) {
+			t.Fatalf("frame %d differs from what was sent", i)
+		}
+		i++
+	})
+	// filled allocates want: one allocation of the test's own.
+	if allocs > 1 {
+		t.Errorf("ReadFrame of a 64 KiB frame allocs = %v a frame, want none of its own", allocs)
+	}
+	if cap(r.buf) > retainLimit {
+		t.Errorf("Reader keeps a buffer of %d bytes, want <= %d", cap(r.buf), retainLimit)
+	}
+}
+
+// Two Readers never share a body: each holds its pooled buffer until its
+// own next ReadFrame.
+func TestReader_PooledBodiesAreTheirReadersUntilTheNextFrame(t *testing.T) {
+	a := NewReader(bytes.NewReader(append(frameOf(bytes.Repeat([]byte{'a'}, 200<<10)), frameOf(filled(3))...)), 0)
+	b := NewReader(bytes.NewReader(frameOf(bytes.Repeat([]byte{'b'}, 200<<10))), 0)
+	bodyA, err := a.ReadFrame()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.ReadFrame(); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(bodyA, bytes.Repeat([]byte{'a'}, 200<<10)) {
+		t.Fatal("a's body changed under another Reader's frame")
+	}
+	if _, err := a.ReadFrame(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // countingWriter records every Write call.
 type countingWriter struct {
 	writes [][]byte
