@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"sync"
@@ -152,7 +153,7 @@ func (h *harness) dialRaw() *client {
 
 func newClient(t *testing.T, nc net.Conn) *client {
 	c := &client{
-		t: t, nc: nc, w: wire.NewWriter(nc, 1<<31),
+		t: t, nc: nc, w: wire.NewWriter(nc, min(1<<31, math.MaxInt)),
 		in: make(chan wire.Message, 4096), dl: make(chan *wire.Delivery, 1<<16),
 		closed: make(chan struct{}), nextID: 100,
 	}

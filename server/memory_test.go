@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/binary"
+	"math"
 	"net"
 	"runtime"
 	"strconv"
@@ -46,7 +47,7 @@ func (h *harness) dialQuiet(rcvbuf int) *quiet {
 		}
 	}
 	h.t.Cleanup(func() { nc.Close() })
-	q := &quiet{t: h.t, nc: nc, r: wire.NewReader(bufio.NewReaderSize(nc, 4096), 16<<20), w: wire.NewWriter(nc, 1<<31), id: 1}
+	q := &quiet{t: h.t, nc: nc, r: wire.NewReader(bufio.NewReaderSize(nc, 4096), 16<<20), w: wire.NewWriter(nc, min(1<<31, math.MaxInt)), id: 1}
 	q.send(&wire.Hello{Versions: []uint64{1}})
 	if _, ok := q.next().(*wire.Welcome); !ok {
 		h.t.Fatal("hello not answered with welcome")

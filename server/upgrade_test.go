@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
 	"os/exec"
@@ -185,7 +186,7 @@ func TestUpgrade_Generate(t *testing.T) {
 		t.Fatal(err)
 	}
 	var frames bytes.Buffer
-	w := wire.NewWriter(&frames, 1<<31)
+	w := wire.NewWriter(&frames, min(1<<31, math.MaxInt))
 	for _, x := range log {
 		if err := w.WriteMessage(x.req); err != nil {
 			t.Fatal(err)
@@ -370,7 +371,7 @@ func readExchange(t *testing.T, path string) []exchange {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := wire.NewReader(bufio.NewReader(bytes.NewReader(b)), 1<<31)
+	r := wire.NewReader(bufio.NewReader(bytes.NewReader(b)), min(1<<31, math.MaxInt))
 	var log []exchange
 	for {
 		reqBody, err := r.ReadFrame()

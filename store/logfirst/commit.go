@@ -1,6 +1,7 @@
 package logfirst
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -317,6 +318,14 @@ func (s *Store) checkpoint() error {
 	s.mu.Unlock()
 
 	if err := s.log.RemoveBelow(lsn); err != nil {
+		if errors.Is(err, wal.ErrDirSync) {
+			// The log refuses every append from here: so does the store.
+			s.mu.Lock()
+			s.failLocked(fmt.Errorf("%w: log %s: %w", store.ErrFailed, s.dir, err))
+			err = s.err
+			s.mu.Unlock()
+			return err
+		}
 		// The segments stay and are skipped by replay; the next
 		// checkpoint tries again.
 		s.logger.Warn().Err(err).Msg("removing checkpointed log segments")

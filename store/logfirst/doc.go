@@ -75,7 +75,9 @@
 //     and removes the log segments wholly at or below the LSN. It runs
 //     beside the committer: a Flush waits for a checkpoint only when
 //     MaxUncheckpointed bytes are logged and not yet checkpointed.
-//   - A failed log write or checkpoint is sticky (store.ErrFailed).
+//   - A failed log write or checkpoint is sticky (store.ErrFailed), and
+//     so is a failed sync of the log's directory (wal.ErrDirSync), at a
+//     rotation or at a checkpoint's removal of segments.
 //
 // # Open and crash recovery
 //
@@ -99,7 +101,10 @@
 // no error. Once the first Open's log is durable it writes wal.created; a
 // later Open (or OpenReadOnly) that finds it but no segment in wal/
 // refuses ErrLogLost, naming the checkpoint LSN after which writes are
-// gone, rather than start a new log over the loss. A directory holding
+// gone, rather than start a new log over the loss. An Open that finds
+// the marker changes the data directory (vfs.Dirty) and syncs it: the
+// marker may be an entry a failed sync left unwritten, which only a sync
+// after a change writes. A directory holding
 // only the bbolt file (a restore) has no marker and starts a new log.
 // The bbolt file is complete at every commit and backups are byte copies
 // of it, so only a file beside it, which restores do not copy, can say

@@ -149,17 +149,26 @@ func checkLogPresent(fsys vfs.FS, dir string, ck wal.LSN) (bool, error) {
 
 // markLog writes LogMarkerFile durably, once the log is: the log's
 // directory and first segment are in place before the marker says so.
-func markLog(fsys vfs.FS, dir string) error {
+// When the marker is there (marked) its entry may still be one a failed
+// directory sync left unwritten (an earlier start failed at this sync,
+// and the restart, no reboot between, found it in the page cache), which
+// a later sync does not write until the directory changes: so the
+// directory is changed (vfs.Dirty) before the sync, which then writes it
+// whole. That is one more sync per start.
+func markLog(fsys vfs.FS, dir string, marked bool) error {
 	path := filepath.Join(dir, LogMarkerFile)
-	f, err := fsys.Create(path)
-	if errors.Is(err, fs.ErrExist) {
-		return nil
-	}
-	if err == nil {
-		err = f.Sync()
-		if cerr := f.Close(); err == nil {
-			err = cerr
+	var err error
+	if !marked {
+		var f vfs.File
+		if f, err = fsys.Create(path); err == nil {
+			err = f.Sync()
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
 		}
+	}
+	if marked || errors.Is(err, fs.ErrExist) {
+		err = vfs.Dirty(fsys, dir)
 	}
 	if err == nil {
 		// The marker's entry: durable, or the check it enables is lost.

@@ -352,12 +352,10 @@ func Open(dir string, opts Options) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("logfirst: replay %s: %w", dir, err)
 	}
-	if !marked {
-		if err := markLog(fsys, dir); err != nil {
-			l.Close()
-			db.Close()
-			return nil, err
-		}
+	if err := markLog(fsys, dir, marked); err != nil {
+		l.Close()
+		db.Close()
+		return nil, err
 	}
 	if suspect {
 		// The bbolt file is rewritten, and the log's replayed records
@@ -372,7 +370,12 @@ func Open(dir string, opts Options) (*Store, error) {
 	s.log = l
 	s.lastLSN, s.ckLSN = rp.lsn, rp.lsn
 	s.replay = ReplayStats{CheckpointLSN: ck, Log: info, Duration: time.Since(start)}
-	if err := l.RemoveBelow(rp.lsn); err != nil {
+	if err := l.RemoveBelow(rp.lsn); errors.Is(err, wal.ErrDirSync) {
+		// The log failed: nothing may be appended to it.
+		l.Close()
+		db.Close()
+		return nil, fmt.Errorf("logfirst: open %s: %w", dir, err)
+	} else if err != nil {
 		s.logger.Warn().Err(err).Msg("removing checkpointed log segments")
 	}
 	s.done.Add(2)

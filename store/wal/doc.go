@@ -47,7 +47,9 @@
 //   - Only the last segment is written to; a record is appended with one
 //     pwrite and one fdatasync, and Append returns nil only after both.
 //     So at most one record, the last, can be unfinished after a crash.
-//   - A failed write, fdatasync or segment creation is sticky.
+//   - A failed write, fdatasync or segment creation is sticky, and so is
+//     a failed sync of the log's directory, wherever it happens
+//     (ErrDirSync).
 //
 // # Replay
 //
@@ -117,4 +119,15 @@
 // failed at its directory sync), so the reuse changes wal/ first
 // (vfs.Dirty: a scratch entry, vfs.DirtyName, created and removed; the
 // scan ignores one a crash left) before the sync that makes it durable.
+//
+// RemoveBelow runs beside Append, so its directory sync may fail between
+// a rotation's create and the rotation's own sync, which then succeeds
+// without writing the new segment's entry: a record acknowledged in it
+// would vanish in a power cut. So a failed directory sync fails the log
+// (ErrDirSync, sticky: Append and RemoveBelow refuse), and the
+// directory's syncs are serialised (dirMu) with the recording of a
+// failure, so that a rotation whose create a failed sync may have covered
+// sees that failure at its own sync and fails. The restart's Open changes
+// the directory (a new segment, or vfs.Dirty for a reused one) before its
+// sync, which writes it whole.
 package wal

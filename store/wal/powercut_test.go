@@ -92,8 +92,8 @@ func TestPowerCut_PayloadsHoldingFrames(t *testing.T) {
 // it: n records of a few sectors each in segments of two, a checkpoint
 // (kept in *ck, as bbolt would keep it) after every third, and the
 // segments it covers removed. It stops at the first failed Append, as a
-// store fails; a failed RemoveBelow is left to the next, as the store
-// leaves it. It returns the payloads acknowledged after *ck, in order,
+// store fails; a RemoveBelow whose directory sync failed fails the log,
+// and the next Append stops it. It returns the payloads acknowledged after *ck, in order,
 // keyed by LSN.
 func dirSyncWorkload(ffs *faultfs.FS, dir string, ck *LSN, n int, acked map[LSN]byte) error {
 	opts := Options{SegmentSize: 8 << 10, FS: ffs}

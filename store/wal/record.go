@@ -118,7 +118,8 @@ func appendFrame(dst []byte, b *Batch) ([]byte, error) {
 		}
 	}
 	n := len(dst) - start - frameHeaderLen
-	if n > MaxRecordLen {
+	// uint64: MaxRecordLen overflows a 32-bit int, where no slice reaches it.
+	if uint64(n) > MaxRecordLen {
 		return dst[:start], fmt.Errorf("%d bytes: %w", n, ErrTooLarge)
 	}
 	binary.LittleEndian.PutUint32(dst[start:], uint32(n))

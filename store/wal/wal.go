@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"sync"
+	"sync/atomic"
 
 	"github.com/participantd/participantd/store/vfs"
 )
@@ -32,6 +33,16 @@ func (o Options) fs() vfs.FS {
 
 // ErrClosed reports a call on a closed Log.
 var ErrClosed = errors.New("wal: closed")
+
+// ErrDirSync reports a failed sync of the log's directory. It is sticky:
+// on Linux the failure may have marked the directory's creates and
+// removes clean without writing them, a later sync then succeeds without
+// writing them, and a segment created before the failure could vanish in
+// a power cut with the records acknowledged in it. So after one the Log
+// refuses every Append and RemoveBelow (the error wraps ErrDirSync); a
+// restart's Open changes the directory and syncs it, which writes it
+// whole.
+var ErrDirSync = errors.New("wal: directory sync failed")
 
 // Info describes what a replay found.
 type Info struct {
@@ -71,6 +82,16 @@ type Log struct {
 	mu sync.Mutex
 	// segs are the segment files, in LSN order; the last is active.
 	segs []segment
+
+	// dirMu serialises the syncs of the log's directory, so that a sync
+	// that failed has recorded its failure (dirErr) before any other sync
+	// starts: a rotation whose create the failure may have marked clean
+	// unwritten then fails rather than acknowledges a record in it. It is
+	// held across the SyncDir call, and taken by nothing else.
+	dirMu sync.Mutex
+	// dirErr is the first failed directory sync (wrapping ErrDirSync),
+	// set under dirMu and read by Append without it.
+	dirErr atomic.Pointer[error]
 }
 
 // Replay calls apply, in LSN order, for every valid record of the log in
@@ -165,9 +186,9 @@ func Open(dir string, after LSN, opts Options, apply func(*Batch) error) (*Log, 
 			l.Close()
 			return nil, info, fmt.Errorf("wal: remove the empty segment %s: %w", empty.name, err)
 		}
-		if err := fsys.SyncDir(dir); err != nil {
+		if err := l.syncDir(); err != nil {
 			l.Close()
-			return nil, info, fmt.Errorf("wal: remove the empty segment %s: sync %s: %w", empty.name, dir, err)
+			return nil, info, fmt.Errorf("wal: remove the empty segment %s: %w", empty.name, err)
 		}
 	}
 	return l, info, nil
@@ -323,7 +344,7 @@ func (l *Log) start(f vfs.File, seg segment, n int, path string) error {
 	if err == nil {
 		// The segment must be in its directory durably before a record in
 		// it is acknowledged.
-		err = l.fs.SyncDir(l.dir)
+		err = l.syncDir()
 	}
 	if err != nil {
 		f.Close()
@@ -358,6 +379,11 @@ func (l *Log) grow(n int) error {
 // write, sync or segment creation is sticky: every later Append returns
 // it, since the file's contents are then unknown. Append does not keep b.
 func (l *Log) Append(b *Batch) (LSN, error) {
+	if l.err == nil {
+		if p := l.dirErr.Load(); p != nil {
+			l.err = *p
+		}
+	}
 	if l.err != nil {
 		return 0, l.err
 	}
@@ -416,7 +442,14 @@ func (l *Log) Next() LSN { return l.next }
 // removed segment does not come back after a crash (one that did would
 // hold only records replay skips, and is skipped whatever its state).
 // The caller's checkpoint at lsn must be durable first.
+//
+// A failed removal leaves the segments after it in place, for a later
+// call; a failed sync of the directory fails the log (ErrDirSync, sticky:
+// every later Append and RemoveBelow returns it).
 func (l *Log) RemoveBelow(lsn LSN) error {
+	if p := l.dirErr.Load(); p != nil {
+		return *p
+	}
 	l.mu.Lock()
 	var doomed []segment
 	for len(l.segs) > 1 && l.segs[1].first <= lsn+1 {
@@ -432,8 +465,24 @@ func (l *Log) RemoveBelow(lsn LSN) error {
 			return fmt.Errorf("wal: remove %s: %w", seg.name, err)
 		}
 	}
+	if err := l.syncDir(); err != nil {
+		return fmt.Errorf("wal: remove segments: %w", err)
+	}
+	return nil
+}
+
+// syncDir syncs the log's directory, unless a sync of it failed before,
+// and records a failure (dirErr) before any other sync of it starts.
+func (l *Log) syncDir() error {
+	l.dirMu.Lock()
+	defer l.dirMu.Unlock()
+	if p := l.dirErr.Load(); p != nil {
+		return *p
+	}
 	if err := l.fs.SyncDir(l.dir); err != nil {
-		return fmt.Errorf("wal: remove segments: sync %s: %w", l.dir, err)
+		err = fmt.Errorf("%w: %s: %w", ErrDirSync, l.dir, err)
+		l.dirErr.Store(&err)
+		return err
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -118,7 +119,7 @@ func deafConn(t *testing.T, addr string, conv uint64) net.Conn {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { nc.Close() })
-	w := wire.NewWriter(nc, 1<<31)
+	w := wire.NewWriter(nc, min(1<<31, math.MaxInt))
 	r := wire.NewReader(bufio.NewReader(nc), 16<<20)
 	read := func() wire.Message {
 		body, err := r.ReadFrame()
