@@ -53,8 +53,23 @@ func FuzzDecode(f *testing.F) {
 			}
 			return
 		}
-		if r.Kind < oplog.KindGenesis || r.Kind > oplog.KindEnd {
+		if r.Kind < oplog.KindGenesis || r.Kind > oplog.KindDelete {
 			t.Fatalf("Decode(%x) accepted kind %d", b, r.Kind)
+		}
+		for _, scratch := range [][]byte{nil, make([]byte, 3), make([]byte, len(b))} {
+			reused, next, err := oplog.DecodeReusing(b, scratch)
+			if err != nil {
+				t.Fatalf("DecodeReusing(%x) error %v where Decode accepts", b, err)
+			}
+			if diff := cmp.Diff(r, reused, cmp.AllowUnexported(oplog.Row{}, oplog.ConnID{}), cmp.Comparer(bytesEqual)); diff != "" {
+				t.Fatalf("DecodeReusing(%x) differs from Decode (-Decode +DecodeReusing):\n%s", b, diff)
+			}
+			if len(reused.Payload) > 0 && len(reused.Payload) <= cap(scratch) && &reused.Payload[0] != &scratch[:1][0] {
+				t.Fatalf("DecodeReusing(%x): a payload of %d bytes was allocated beside a scratch of %d", b, len(reused.Payload), cap(scratch))
+			}
+			if cap(next) < cap(scratch) {
+				t.Fatalf("DecodeReusing returned a scratch of %d bytes for one of %d", cap(next), cap(scratch))
+			}
 		}
 		enc, err := oplog.Encode(&r)
 		if err != nil {

@@ -132,19 +132,42 @@ const maxFixedLen = 160
 // The returned Row does not alias b.
 func Decode(b []byte) (Row, error) {
 	var r Row
+	err := decodeInto(b, &r)
+	return r, err
+}
+
+// DecodeReusing is Decode, but the Row's Payload is decoded into scratch's
+// array when it fits there (and so is valid only until scratch is used
+// again): a replay that drops each payload before the next row reads
+// them all through one buffer instead of allocating each. It returns
+// the scratch to pass next time, which holds the last payload's array.
+func DecodeReusing(b, scratch []byte) (Row, []byte, error) {
+	r := Row{Payload: scratch[:0]}
+	if err := decodeInto(b, &r); err != nil {
+		return Row{}, scratch, err
+	}
+	if cap(r.Payload) > cap(scratch) {
+		scratch = r.Payload[:0]
+	}
+	return r, scratch, nil
+}
+
+// decodeInto decodes b into r, whose Payload's array msgpack reuses when
+// the payload fits in it.
+func decodeInto(b []byte, r *Row) error {
 	if len(b) == 0 {
-		return r, fmt.Errorf("%w: empty", ErrCorrupt)
+		return fmt.Errorf("%w: empty", ErrCorrupt)
 	}
 	if b[0] != Version {
-		return r, fmt.Errorf("%w: %d", ErrUnknownVersion, b[0])
+		return fmt.Errorf("%w: %d", ErrUnknownVersion, b[0])
 	}
-	if err := msgpack.Unmarshal(b[1:], &r); err != nil {
-		return r, fmt.Errorf("%w: %v", ErrCorrupt, err)
+	if err := msgpack.Unmarshal(b[1:], r); err != nil {
+		return fmt.Errorf("%w: %v", ErrCorrupt, err)
 	}
 	if r.Kind < KindGenesis || r.Kind > KindDelete {
-		return r, fmt.Errorf("%w: kind %d", ErrCorrupt, r.Kind)
+		return fmt.Errorf("%w: kind %d", ErrCorrupt, r.Kind)
 	}
-	return r, nil
+	return nil
 }
 
 // Stream returns the store stream holding conversation c's oplog.

@@ -74,8 +74,14 @@ func derive(ctx context.Context, st store.DurableStore, c ConversationID, p page
 	if err != nil {
 		return nil, nil, err
 	}
+	// Tracking drops every payload when its row is applied (rebuilder),
+	// so one scratch holds each row's payload in turn.
+	scratch := make([]byte, 0, 4<<10)
 	for i := from; ops.more(); i++ {
-		b, row, expected, err := replayRow(ops, rb.state, i)
+		var b []byte
+		var row oplog.Row
+		var expected []outbox.Row
+		b, row, expected, scratch, err = replayRowReusing(ops, rb.state, i, scratch)
 		if err != nil {
 			return nil, nil, err
 		}

@@ -221,19 +221,35 @@ func reconcileRows(ctx context.Context, st store.DurableStore, c ConversationID,
 // ClassOplogInconsistent one. It returns the row's bytes (the caller's),
 // the row and the rows it projects; state is not changed.
 func replayRow(ops *pageReader, state *outbox.State, i uint64) ([]byte, oplog.Row, []outbox.Row, error) {
+	b, row, expected, _, err := replayRowReusing(ops, state, i, nil)
+	return b, row, expected, err
+}
+
+// replayRowReusing is replayRow for a replay that drops each row's
+// payload before it reads the next (a checkpoint's derivation): the
+// payload is decoded into scratch's array when it fits
+// (oplog.DecodeReusing), so that a derivation over rows of 64 KiB tells
+// does not allocate each payload a second time. It returns the scratch
+// for the next row.
+func replayRowReusing(ops *pageReader, state *outbox.State, i uint64, scratch []byte) ([]byte, oplog.Row, []outbox.Row, []byte, error) {
 	b, err := ops.entry()
 	if err != nil {
-		return nil, oplog.Row{}, nil, err
+		return nil, oplog.Row{}, nil, scratch, err
 	}
-	row, err := oplog.Decode(b)
+	var row oplog.Row
+	if scratch == nil {
+		row, err = oplog.Decode(b)
+	} else {
+		row, scratch, err = oplog.DecodeReusing(b, scratch)
+	}
 	if err != nil {
-		return nil, oplog.Row{}, nil, &refusal{ClassOplogCorrupt, fmt.Sprintf("oplog row %d: %v", i, err)}
+		return nil, oplog.Row{}, nil, scratch, &refusal{ClassOplogCorrupt, fmt.Sprintf("oplog row %d: %v", i, err)}
 	}
 	expected, err := outbox.Project(state, i, &row)
 	if err != nil {
-		return nil, oplog.Row{}, nil, &refusal{ClassOplogInconsistent, fmt.Sprintf("oplog row %d: %v", i, err)}
+		return nil, oplog.Row{}, nil, scratch, &refusal{ClassOplogInconsistent, fmt.Sprintf("oplog row %d: %v", i, err)}
 	}
-	return b, row, expected, nil
+	return b, row, expected, scratch, nil
 }
 
 // encodeExpected encodes an outbox row a replay projected, to be matched
