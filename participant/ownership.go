@@ -99,11 +99,16 @@ func (o single) Exists(_ context.Context, c ConversationID) (bool, error) {
 }
 
 // ownership returns the configured Ownership, or the single-node one.
-func (s *Service) ownership() Ownership {
-	if s.opts.Ownership != nil {
-		return s.opts.Ownership
+func (s *Service) ownership() Ownership { return s.own }
+
+// ownershipOf returns opts' Ownership, or the single-node one over st.
+// The service keeps it (Service.own): made per call, the single-node one
+// was an allocation per barrier.
+func ownershipOf(opts *Options, st store.DurableStore) Ownership {
+	if opts.Ownership != nil {
+		return opts.Ownership
 	}
-	return single{s.st}
+	return single{st}
 }
 
 // flush is the barrier of cv's writes.
