@@ -62,7 +62,8 @@
 // Store implements store.Compactor whatever it wraps; over an inner store
 // without it, the Compactor methods return store.ErrUnsupported. It
 // implements store.Ordered with the inner store's answer, unless
-// SetUnordered hides it.
+// SetUnordered hides it, and store.Sealer whatever it wraps: a Seal is an
+// OpFlush, and over a store that does not seal it is the inner Flush.
 //
 // # Crash cuts
 //

@@ -115,6 +115,7 @@ var (
 	_ store.PageReader   = (*Store)(nil)
 	_ store.Compactor    = (*Store)(nil)
 	_ store.Ordered      = (*Store)(nil)
+	_ store.Sealer       = (*Store)(nil)
 )
 
 // New returns a Store wrapping inner, with no rules: until rules are set it
@@ -373,6 +374,29 @@ func (s *Store) Flush() error {
 		s.restorePending(ad.taken)
 	}
 	return err
+}
+
+// Seal implements store.Sealer. It is an OpFlush, as Flush is: it covers
+// the streams appended since the last flush or seal, and rules see it as
+// they see a Flush. It reaches the inner store through store.Seal (the
+// inner Seal, or Flush). An injected fault is returned at once: nothing
+// performed for Fail, Cut and Fatal; for Uncertain the inner seal was
+// performed, and its outcome is not waited for. Streams whose seal was not
+// made durable stay pending, as after a failed Flush.
+func (s *Store) Seal() (wait func() error, err error) {
+	ad := s.admit(OpFlush, "")
+	inner, err := run(s, ad, func() (func() error, error) { return store.Seal(s.inner) })
+	if err != nil {
+		s.restorePending(ad.taken)
+		return nil, err
+	}
+	return func() error {
+		err := inner()
+		if err != nil {
+			s.restorePending(ad.taken)
+		}
+		return err
+	}, nil
 }
 
 // Close implements store.DurableStore. Close is not an op: it is not

@@ -23,8 +23,13 @@ const maxBatch = 256
 // had committed one by one, and then writes all their rows behind one pair
 // of barriers:
 //
-//	decide each → [registry] → token CASes → oplog appends → flush (barrier 1)
+//	decide each → [registry] → token CASes → oplog appends → seal (barrier 1)
 //	→ outbox appends → flush (barrier 2) → swap in the working state → wake
+//
+// The seal returns once the oplog rows are carried by a commit under way
+// (SealingOwnership), or, under any other Ownership, once they are
+// durable; the outbox rows then go to a later commit, written only once
+// the oplog rows' is durable, and the batch waits for both.
 //
 // On a store that keeps c's writes in order (OrderedOwnership) barrier 1
 // is kept by the appends' order and shares barrier 2's flush.
@@ -281,11 +286,19 @@ func (b *batch) write() error {
 	// them is. A store that keeps c's writes in order makes that so by
 	// the appends' order alone: no crash leaves an outbox row without the
 	// oplog rows appended before it, and barrier 2's flush makes both
-	// durable ("One sync for both barriers" in docs/DESIGN.md).
+	// durable ("One sync for both barriers" in docs/DESIGN.md). Otherwise
+	// the oplog rows are sealed into a commit of their own, which is
+	// durable before any later commit is written: the outbox rows,
+	// appended once the seal returns, go to a later commit and cannot be
+	// durable without them ("Sealed barriers" in docs/DESIGN.md).
 	shared := s.keepsOrder(cv.id)
+	var oplogDurable func() error
 	if !shared {
+		// The span covers the seal: under a sealing store the wait for
+		// durability overlaps barrier 2's.
 		sp := b.startBarrier(SpanOplogBarrier)
-		err := s.flush(cv.id)
+		var err error
+		oplogDurable, err = s.seal(cv.id)
 		endSpan(sp, err)
 		if err != nil {
 			return failed(CodeInDoubt, "oplog flush", err)
@@ -294,11 +307,16 @@ func (b *batch) write() error {
 	outboxStream := outbox.Stream(cv.id)
 	for i, enc := range outboxRows {
 		if _, err := s.st.Append(outboxStream, enc, b.live.Produced+uint64(i)); err != nil {
+			if oplogDurable != nil {
+				_ = oplogDurable() // in doubt either way
+			}
 			return failed(CodeInDoubt, "outbox append", err)
 		}
 	}
 	// Barrier 2: the outbox rows (and, shared, the oplog rows) must be
 	// durable before the operations are applied, published or answered.
+	// Under a seal it is asked for first, so that the commit after the
+	// oplog rows' is taken as soon as theirs is durable.
 	name := SpanOutboxBarrier
 	if shared {
 		name = SpanSharedSync
@@ -306,6 +324,11 @@ func (b *batch) write() error {
 	sp := b.startBarrier(name)
 	err := s.flush(cv.id)
 	endSpan(sp, err)
+	if oplogDurable != nil {
+		if oerr := oplogDurable(); oerr != nil {
+			return failed(CodeInDoubt, "oplog flush", oerr)
+		}
+	}
 	if err != nil {
 		if shared {
 			return failed(CodeInDoubt, "oplog and outbox flush", err)

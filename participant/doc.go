@@ -27,7 +27,9 @@
 //  3. barrier 1: writes the token index entries and appends the oplog
 //     rows, then flushes (not on a store that keeps its writes' order,
 //     OrderedOwnership: there the appends' order keeps barrier 1 and
-//     barrier 2's flush makes both durable),
+//     barrier 2's flush makes both durable; on one that seals,
+//     SealingOwnership, it seals them into a commit of their own and
+//     waits for it after barrier 2's flush),
 //  4. barrier 2: appends the outbox rows outbox.Project derived, then
 //     flushes,
 //  5. publishes the working copy, wakes the connections with something new

@@ -38,6 +38,7 @@ func Compact(ctx context.Context, st store.DurableStore, opts Options) (CompactR
 	s := &Service{
 		st:      st,
 		opts:    opts,
+		own:     ownershipOf(&opts, st),
 		log:     opts.Logger.With().Str("component", "participant").Logger(),
 		pages:   pages{budget: newByteBudget(int64(opts.LoadBytes)), bytes: opts.ReadPageBytes, window: opts.BacklogWindowBytes},
 		backlog: newBacklog(opts.MaxBacklogBytes, opts.BacklogWindowBytes, opts.backlogLimits()),

@@ -62,8 +62,27 @@ type OrderedOwnership interface {
 	KeepsOrder(c ConversationID) bool
 }
 
+// SealingOwnership is implemented by an Ownership under which c's writes
+// are committed one at a time, in order, each commit only once the one
+// before it is durable (store.Sealer). Seal returns once every write of c
+// made before the call is carried by a commit under way, so that any
+// write of c made after it goes to a later commit; wait then returns nil
+// only once the sealed writes are durable under c's ownership. A batch
+// seals its oplog rows and appends its outbox rows while they are being
+// written, instead of waiting for them first (see docs/DESIGN.md, "Sealed
+// barriers"). An Ownership without it gets a flush per barrier.
+type SealingOwnership interface {
+	// Seal seals c's writes; err is a failure known at once (wait is
+	// then nil), else wait must be called exactly once.
+	Seal(c ConversationID) (wait func() error, err error)
+}
+
 // single is the Ownership of a single node: it owns everything.
 type single struct{ st store.DurableStore }
+
+// Seal implements SealingOwnership with the store's Seal, or its Flush
+// (store.Seal).
+func (o single) Seal(ConversationID) (func() error, error) { return store.Seal(o.st) }
 
 // KeepsOrder implements OrderedOwnership with the store's answer.
 func (o single) KeepsOrder(ConversationID) bool { return store.KeepsOrder(o.st) }
@@ -80,15 +99,33 @@ func (o single) Exists(_ context.Context, c ConversationID) (bool, error) {
 }
 
 // ownership returns the configured Ownership, or the single-node one.
-func (s *Service) ownership() Ownership {
-	if s.opts.Ownership != nil {
-		return s.opts.Ownership
+func (s *Service) ownership() Ownership { return s.own }
+
+// ownershipOf returns opts' Ownership, or the single-node one over st.
+// The service keeps it (Service.own): made per call, the single-node one
+// was an allocation per barrier.
+func ownershipOf(opts *Options, st store.DurableStore) Ownership {
+	if opts.Ownership != nil {
+		return opts.Ownership
 	}
-	return single{s.st}
+	return single{st}
 }
 
 // flush is the barrier of cv's writes.
 func (s *Service) flush(c ConversationID) error { return s.ownership().Flush(c) }
+
+// seal is barrier 1 of cv's writes under a SealingOwnership: it returns
+// once they are carried by a commit under way, and wait once they are
+// durable. Under any other Ownership it flushes them, and wait returns nil.
+func (s *Service) seal(c ConversationID) (wait func() error, err error) {
+	if o, ok := s.ownership().(SealingOwnership); ok {
+		return o.Seal(c)
+	}
+	if err := s.flush(c); err != nil {
+		return nil, err
+	}
+	return func() error { return nil }, nil
+}
 
 // keepsOrder reports whether c's writes keep their order across a crash
 // (OrderedOwnership), so that one flush serves both of a batch's barriers.

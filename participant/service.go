@@ -256,8 +256,10 @@ type site struct {
 // one DurableStore, with two-barrier commits, replays, reconciliation and
 // publication. It is safe for concurrent use.
 type Service struct {
-	st          store.DurableStore
-	opts        Options
+	st   store.DurableStore
+	opts Options
+	// own is opts.Ownership, or the single-node one (ownershipOf).
+	own         Ownership
 	log         zerolog.Logger
 	incarnation uint64
 	fences      *fence.Fences[site]
@@ -330,6 +332,7 @@ func Open(ctx context.Context, st store.DurableStore, opts Options) (*Service, e
 	s := &Service{
 		st:      st,
 		opts:    opts,
+		own:     ownershipOf(&opts, st),
 		log:     opts.Logger.With().Str("component", "participant").Logger(),
 		tracer:  newTracer(opts.TracerProvider),
 		fences:  fence.New[site](fence.Options{}),

@@ -54,6 +54,7 @@ var (
 	_ store.DurableStore = (*watchedStore)(nil)
 	_ store.PageReader   = (*watchedStore)(nil)
 	_ store.Compactor    = (*watchedStore)(nil)
+	_ store.Sealer       = (*watchedStore)(nil)
 )
 
 func watch(inner store.DurableStore) *watchedStore {
@@ -144,6 +145,22 @@ func (w *watchedStore) Scan(prefix string) ([]store.Value, error) {
 func (w *watchedStore) Flush() error {
 	defer w.end(w.begin("Flush", ""))
 	return w.inner.Flush()
+}
+
+// Seal implements store.Sealer with the inner store's Seal, or its Flush
+// when it has none (store.Seal). The seal and its wait are each watched
+// as a "Flush": to an operator both are the barrier's flush.
+func (w *watchedStore) Seal() (wait func() error, err error) {
+	id := w.begin("Flush", "")
+	inner, err := store.Seal(w.inner)
+	w.end(id)
+	if err != nil {
+		return nil, err
+	}
+	return func() error {
+		defer w.end(w.begin("Flush", ""))
+		return inner()
+	}, nil
 }
 
 // Close closes the inner store; it is watched like every other call.

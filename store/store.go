@@ -227,6 +227,42 @@ func KeepsOrder(st DurableStore) bool {
 	return ok && o.KeepsOrder()
 }
 
+// Sealer is implemented by stores that write their commits one at a time,
+// in order, each only once the one before it is durable, and none after a
+// failed one. Seal closes a commit: it returns once every write that
+// returned before the call is carried by a commit already under way (or
+// already durable), so that every write made after Seal returns goes into
+// a later commit. Such a write is then never durable without the sealed
+// ones, and never lands in the same commit as them: a damaged last commit
+// cannot take both. A caller that needs write B never durable without
+// write A, and the two in different commits, may seal after A, make B
+// while A's commit is being written, and then wait for both, instead of
+// flushing in between: the participant's two barriers pipeline that way
+// (docs/DESIGN.md, "Sealed barriers").
+//
+// Seal returns Flush's error when the failure is known at once (the store
+// failed or is closed). Otherwise the returned wait reports what Flush
+// would have: nil only once every write sealed is durable; it must be
+// called exactly once.
+type Sealer interface {
+	Seal() (wait func() error, err error)
+}
+
+// Seal seals st's writes if st is a Sealer, and otherwise flushes them
+// (once they are durable, every later write goes to a later commit); the
+// wait then returns nil at once.
+func Seal(st DurableStore) (wait func() error, err error) {
+	if s, ok := st.(Sealer); ok {
+		return s.Seal()
+	}
+	if err := st.Flush(); err != nil {
+		return nil, err
+	}
+	return durable, nil
+}
+
+func durable() error { return nil }
+
 // PageReader is implemented by stores that bound a read in bytes as well as
 // in entries, so that a reader of a long stream holds one bounded page at a
 // time however large its entries are. A store that does not implement it is

@@ -43,6 +43,47 @@ func (s *Store) Flush() error {
 	return s.group.Wait(bt, wake)
 }
 
+// Seal implements store.Sealer: records are written one at a time, in
+// order, each only once the one before it is durable (and none after a
+// failure), so a write staged once the record carrying the sealed writes
+// is taken goes into a later record. Seal with writes staged returns once
+// the record that carries them is taken: at once when no record is being
+// written, as Flush would, after writing it itself (so the wait returns at
+// once); else when the committer takes the next record, which it does as
+// soon as the one in flight is durable. With nothing staged it waits for
+// nothing, and the wait waits, as Flush does, for a record being written.
+// Errors are Flush's: returned at once when known (a sticky failure,
+// Close, or the record Seal wrote itself), else by the wait.
+func (s *Store) Seal() (wait func() error, err error) {
+	s.mu.Lock()
+	if err := s.usableLocked(); err != nil {
+		s.mu.Unlock()
+		return nil, err
+	}
+	s.flushes.Add(1)
+	staged := s.hasStagedLocked()
+	if staged && s.group.IdleLocked() && s.memBytes < s.opts.MaxUncheckpointed {
+		bt := s.group.StartLocked()
+		s.commitAndUnlock(bt)
+		if err := bt.Wait(); err != nil {
+			return nil, err
+		}
+		return bt.Wait, nil
+	}
+	bt, wake := s.group.JoinLocked(staged)
+	s.mu.Unlock()
+	if bt == nil {
+		return func() error { return nil }, nil
+	}
+	if wake {
+		s.group.Kick()
+	}
+	if staged {
+		<-bt.Taken()
+	}
+	return bt.Wait, nil
+}
+
 // KeepsOrder implements store.Ordered, and answers false although a crash
 // leaves a prefix of the writes: every write is staged in the order it
 // returned, a commit takes all that is staged into one record, records are

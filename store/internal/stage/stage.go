@@ -10,10 +10,18 @@ import (
 type Batch struct {
 	done chan struct{}
 	err  error // written before done is closed
+	// taken is closed once the batch's writes are taken (TakeLocked), or
+	// once it is finished without having been (Run's close): a write
+	// staged after that goes to a later batch.
+	taken chan struct{}
 }
 
-// NewBatch returns a batch nobody has finished.
-func NewBatch() *Batch { return &Batch{done: make(chan struct{})} }
+// NewBatch returns a batch nobody has taken or finished.
+func NewBatch() *Batch { return &Batch{done: make(chan struct{}), taken: make(chan struct{})} }
+
+// Taken returns a channel closed once the batch no longer takes writes:
+// its writes were taken for writing, or it was finished unwritten.
+func (b *Batch) Taken() <-chan struct{} { return b.taken }
 
 // Finish records err as the outcome of the batch and wakes every waiter.
 // It is called exactly once, without the engine's mutex held.
@@ -103,6 +111,9 @@ func (g *Group) TakeLocked() *Batch {
 	bt := g.next
 	g.next = nil
 	g.inflight = bt
+	if bt != nil {
+		close(bt.taken)
+	}
 	return bt
 }
 
@@ -113,6 +124,7 @@ func (g *Group) StartLocked() *Batch {
 		panic("stage: StartLocked on a busy group")
 	}
 	g.inflight = NewBatch()
+	close(g.inflight.taken)
 	return g.inflight
 }
 
@@ -132,6 +144,9 @@ func (g *Group) Run(mu sync.Locker, quit <-chan struct{}, commit func()) {
 			mu.Lock()
 			bt := g.next
 			g.next = nil
+			if bt != nil {
+				close(bt.taken)
+			}
 			mu.Unlock()
 			if bt != nil {
 				bt.Finish(store.ErrClosed)

@@ -97,6 +97,51 @@ func TestGroup_Run_CommitsPerWakeAndFailsTheNextBatchOnClose(t *testing.T) {
 	}
 }
 
+// A batch stops taking writes when it is taken, or when Close finishes
+// it untaken (a Seal waiting for the take then gets the batch's error);
+// a batch a Flush writes itself is taken from the start.
+func TestBatch_Taken_ClosedByTheTakeOrByClose(t *testing.T) {
+	taken := func(bt *Batch) bool {
+		select {
+		case <-bt.Taken():
+			return true
+		default:
+			return false
+		}
+	}
+	g := NewGroup()
+	bt, _ := g.JoinLocked(true)
+	if taken(bt) {
+		t.Fatal("the next batch is taken before TakeLocked")
+	}
+	if g.TakeLocked() != bt || !taken(bt) {
+		t.Fatal("TakeLocked did not mark the batch taken")
+	}
+	g.EndLocked()
+	if own := g.StartLocked(); !taken(own) {
+		t.Fatal("a batch from StartLocked is not taken")
+	}
+	g.EndLocked()
+
+	var mu sync.Mutex
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		g.Run(&mu, quit, func() {})
+	}()
+	mu.Lock()
+	untaken, _ := g.JoinLocked(true) // no wake: Close comes first
+	mu.Unlock()
+	close(quit)
+	<-done
+	if !taken(untaken) {
+		t.Fatal("Close finished the next batch without marking it taken")
+	}
+	if err := untaken.Wait(); !errors.Is(err, store.ErrClosed) {
+		t.Fatalf("Wait after Close = %v, want store.ErrClosed", err)
+	}
+}
+
 func TestDropFront(t *testing.T) {
 	a, b := []byte("a"), []byte("b")
 	if got := DropFront([][]byte{a, b}, 2); got != nil {
