@@ -150,7 +150,7 @@ func (rep *benchReport) print(w io.Writer, asJSON bool) error {
 			s.Conversations, s.Records, float64(s.FileBytes)/(1<<20), s.ReadySeconds, s.BuildSeconds)
 		fmt.Fprintf(&b, ", peak heap %.1f MiB", float64(s.ReadyPeakHeap)/(1<<20))
 		if s.CheckpointReadySeconds > 0 {
-			fmt.Fprintf(&b, "; from checkpoints in %.2f s, peak heap %.1f MiB", s.CheckpointReadySeconds, float64(s.CheckpointPeakHeap)/(1<<20))
+			fmt.Fprintf(&b, "; from checkpoints in %.2f s (%.2f CPU-s), peak heap %.1f MiB", s.CheckpointReadySeconds, s.CheckpointCPUSeconds, float64(s.CheckpointPeakHeap)/(1<<20))
 		}
 		if c := s.CrashLog; c != nil {
 			fmt.Fprintf(&b, "; then with a crash's log of %d segments, %d records, %.1f MiB: ready in %.2f s, peak heap %.1f MiB (%.1f MiB allocated)",

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/participantd/participantd/oplog"
@@ -42,6 +43,9 @@ type startupFigure struct {
 	// each start, above the heap before it.
 	ReadyPeakHeap      int64 `json:"ready_peak_heap_bytes"`
 	CheckpointPeakHeap int64 `json:"checkpoint_peak_heap_bytes,omitempty"`
+	// CheckpointCPUSeconds is the process's CPU time (user and system)
+	// during the start from checkpoints: the rest of its time it waited.
+	CheckpointCPUSeconds float64 `json:"checkpoint_cpu_seconds,omitempty"`
 	// CrashLog is the start from the checkpointed copy again, after a
 	// crash left its log full (--startup-crash-segments).
 	CrashLog *crashLogFigure `json:"crash_log,omitempty"`
@@ -108,17 +112,22 @@ func runStartup(ctx context.Context, e *env, f *benchFlags) error {
 				return err
 			}
 		}
-		ready, err := timeToReady(ctx, dir)
+		ready, err := timeToReady(ctx, dir, "")
 		if err != nil {
 			return err
 		}
 		fig.ReadySeconds, fig.ReadyPeakHeap = ready.seconds, ready.peakHeap
 		if ckDir != "" {
-			ready, err := timeToReady(ctx, ckDir)
+			profile := ""
+			if f.cpuProfile != "" {
+				profile = fmt.Sprintf("%s.%d", f.cpuProfile, records)
+			}
+			ready, err := timeToReady(ctx, ckDir, profile)
 			if err != nil {
 				return err
 			}
 			fig.CheckpointReadySeconds, fig.CheckpointPeakHeap = ready.seconds, ready.peakHeap
+			fig.CheckpointCPUSeconds = ready.cpu
 			if f.startupCrashSegments > 0 {
 				if fig.CrashLog, err = timeCrashLog(ctx, ckDir, f.startupCrashSegments); err != nil {
 					return err
@@ -135,6 +144,7 @@ func runStartup(ctx context.Context, e *env, f *benchFlags) error {
 // readyFigure is one timed start.
 type readyFigure struct {
 	seconds float64
+	cpu     float64 // the process's CPU seconds during it
 	// peakHeap is the most the Go heap's objects (live, and dead not yet
 	// swept) held during the start, sampled every millisecond, above what
 	// they held before it; allocated is the bytes allocated during it.
@@ -142,16 +152,25 @@ type readyFigure struct {
 }
 
 // timeToReady starts a server on dir and returns the time from Run to the
-// first 200 of GET /ready, and the heap it took.
-func timeToReady(ctx context.Context, dir string) (readyFigure, error) {
+// first 200 of GET /ready, and the heap and CPU it took; with profile, it
+// writes a CPU profile of the start there.
+func timeToReady(ctx context.Context, dir, profile string) (readyFigure, error) {
 	srv, err := server.New(server.Config{DataDir: dir, Listen: "127.0.0.1:0", HealthListen: "127.0.0.1:0"})
 	if err != nil {
 		return readyFigure{}, err
+	}
+	if profile != "" {
+		stop, err := startCPUProfile(profile)
+		if err != nil {
+			return readyFigure{}, err
+		}
+		defer stop()
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	runtime.GC()
 	heap := startHeapSampler()
+	cpu0 := cpuSeconds()
 	start := time.Now()
 	go func() { done <- srv.Run(runCtx) }()
 	defer func() {
@@ -164,7 +183,7 @@ func timeToReady(ctx context.Context, dir string) (readyFigure, error) {
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				fig := readyFigure{seconds: time.Since(start).Seconds()}
+				fig := readyFigure{seconds: time.Since(start).Seconds(), cpu: cpuSeconds() - cpu0}
 				fig.peakHeap, fig.allocated = heap.stop()
 				return fig, nil
 			}
@@ -180,6 +199,15 @@ func timeToReady(ctx context.Context, dir string) (readyFigure, error) {
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
+}
+
+// cpuSeconds returns the process's user and system CPU time so far.
+func cpuSeconds() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 }
 
 // heapSampler samples the Go heap every millisecond until stopped.
@@ -258,7 +286,7 @@ func timeCrashLog(ctx context.Context, dir string, segments int) (*crashLogFigur
 	if fig.Bytes, err = logBytes(walDir); err != nil {
 		return nil, err
 	}
-	ready, err := timeToReady(ctx, dir)
+	ready, err := timeToReady(ctx, dir, "")
 	if err != nil {
 		return nil, err
 	}
