@@ -46,6 +46,11 @@ type startupFigure struct {
 	// CheckpointCPUSeconds is the process's CPU time (user and system)
 	// during the start from checkpoints: the rest of its time it waited.
 	CheckpointCPUSeconds float64 `json:"checkpoint_cpu_seconds,omitempty"`
+	// RestartReadySeconds and RestartPeakHeap are a second start of the
+	// checkpointed copy, after the first stopped cleanly: a restart of a
+	// server that ran, with its log.
+	RestartReadySeconds float64 `json:"restart_ready_seconds,omitempty"`
+	RestartPeakHeap     int64   `json:"restart_peak_heap_bytes,omitempty"`
 	// CrashLog is the start from the checkpointed copy again, after a
 	// crash left its log full (--startup-crash-segments).
 	CrashLog *crashLogFigure `json:"crash_log,omitempty"`
@@ -128,6 +133,13 @@ func runStartup(ctx context.Context, e *env, f *benchFlags) error {
 			}
 			fig.CheckpointReadySeconds, fig.CheckpointPeakHeap = ready.seconds, ready.peakHeap
 			fig.CheckpointCPUSeconds = ready.cpu
+			// The start closed cleanly: a restart now reads the log it
+			// began (its last segment to the end) and replays nothing.
+			restart, err := timeToReady(ctx, ckDir, "")
+			if err != nil {
+				return err
+			}
+			fig.RestartReadySeconds, fig.RestartPeakHeap = restart.seconds, restart.peakHeap
 			if f.startupCrashSegments > 0 {
 				if fig.CrashLog, err = timeCrashLog(ctx, ckDir, f.startupCrashSegments); err != nil {
 					return err
