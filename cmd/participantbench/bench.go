@@ -85,6 +85,8 @@ type benchFlags struct {
 	startupConversations       int
 	startupCheckpoints         bool
 	startupFixed               bool
+	startupCrashSegments       int
+	startupCrashWriter         string
 	etcdCompare                bool
 	etcdConns                  int
 	diskSample                 time.Duration
@@ -123,6 +125,8 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	fs.IntVar(&f.startupConversations, "startup-conversations", 10000, "conversations of --startup-records")
 	fs.BoolVar(&f.startupFixed, "startup-fixed-conversations", false, "with --startup-records: every size has all --startup-conversations, only the records grow")
 	fs.BoolVar(&f.startupCheckpoints, "startup-checkpoints", false, "with --startup-records: every record acknowledged, and each size also timed from a copy with checkpoints (participantctl compact)")
+	fs.IntVar(&f.startupCrashSegments, "startup-crash-segments", 0, "with --startup-checkpoints: after the start from checkpoints, another process tells into new conversations with checkpoints held off until the log has N full segments and exits without closing (a crash), and the start that replays that log is timed too")
+	fs.StringVar(&f.startupCrashWriter, "startup-crash-writer", "", "internal: the process of --startup-crash-segments, on this data directory")
 	fs.DurationVar(&f.diskSample, "disk-sample", 0, "every this often during the measured time, record the size of --data-dir's data file and log and the operations counted so far, and report them as a table (0: off)")
 	fs.BoolVar(&f.load.randomTokens, "random-tokens", false, "draw every token as the client library does (client.NewToken: a UUIDv7, the time then 74 random bits) instead of a UUIDv7 whose random part is a counter per client")
 	fs.DurationVar(&f.retain, "retain", participant.DefaultRetain, "with --embedded: the server's --retain (settled history kept this long, then compacted)")
@@ -164,6 +168,9 @@ func runBench(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 		return rep.print(e.stdout, f.json)
+	}
+	if f.startupCrashWriter != "" {
+		return runCrashWriter(ctx, f.startupCrashWriter, f.startupCrashSegments)
 	}
 	if err := f.check(); err != nil {
 		return &cli.ExitError{Code: cli.ExitUsage, Err: err}

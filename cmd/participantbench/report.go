@@ -148,8 +148,16 @@ func (rep *benchReport) print(w io.Writer, asJSON bool) error {
 	for _, s := range rep.Startup {
 		fmt.Fprintf(&b, "startup: %d conversations, %d records (%.1f MiB file): ready in %.2f s (built in %.1f s)",
 			s.Conversations, s.Records, float64(s.FileBytes)/(1<<20), s.ReadySeconds, s.BuildSeconds)
+		fmt.Fprintf(&b, ", peak heap %.1f MiB", float64(s.ReadyPeakHeap)/(1<<20))
 		if s.CheckpointReadySeconds > 0 {
-			fmt.Fprintf(&b, "; from checkpoints in %.2f s", s.CheckpointReadySeconds)
+			fmt.Fprintf(&b, "; from checkpoints in %.2f s (%.2f CPU-s), peak heap %.1f MiB", s.CheckpointReadySeconds, s.CheckpointCPUSeconds, float64(s.CheckpointPeakHeap)/(1<<20))
+		}
+		if s.RestartReadySeconds > 0 {
+			fmt.Fprintf(&b, "; restarted in %.2f s, peak heap %.1f MiB", s.RestartReadySeconds, float64(s.RestartPeakHeap)/(1<<20))
+		}
+		if c := s.CrashLog; c != nil {
+			fmt.Fprintf(&b, "; then with a crash's log of %d segments, %d records, %.1f MiB: ready in %.2f s, peak heap %.1f MiB (%.1f MiB allocated)",
+				c.Segments, c.Records, float64(c.Bytes)/(1<<20), c.ReadySeconds, float64(c.PeakHeap)/(1<<20), float64(c.Allocated)/(1<<20))
 		}
 		b.WriteString("\n")
 	}

@@ -8,8 +8,15 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
+	"runtime/metrics"
+	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/participantd/participantd/oplog"
@@ -19,6 +26,7 @@ import (
 	"github.com/participantd/participantd/server"
 	"github.com/participantd/participantd/store"
 	"github.com/participantd/participantd/store/boltstore"
+	"github.com/participantd/participantd/store/logfirst"
 )
 
 // startupFigure is the time to ready of one data directory size.
@@ -31,6 +39,32 @@ type startupFigure struct {
 	// CheckpointReadySeconds is the time to ready of a copy of the same
 	// data with a checkpoint of every conversation (--startup-checkpoints).
 	CheckpointReadySeconds float64 `json:"checkpoint_ready_seconds,omitempty"`
+	// ReadyPeakHeap and CheckpointPeakHeap are the Go heap's peak during
+	// each start, above the heap before it.
+	ReadyPeakHeap      int64 `json:"ready_peak_heap_bytes"`
+	CheckpointPeakHeap int64 `json:"checkpoint_peak_heap_bytes,omitempty"`
+	// CheckpointCPUSeconds is the process's CPU time (user and system)
+	// during the start from checkpoints: the rest of its time it waited.
+	CheckpointCPUSeconds float64 `json:"checkpoint_cpu_seconds,omitempty"`
+	// RestartReadySeconds and RestartPeakHeap are a second start of the
+	// checkpointed copy, after the first stopped cleanly: a restart of a
+	// server that ran, with its log.
+	RestartReadySeconds float64 `json:"restart_ready_seconds,omitempty"`
+	RestartPeakHeap     int64   `json:"restart_peak_heap_bytes,omitempty"`
+	// CrashLog is the start from the checkpointed copy again, after a
+	// crash left its log full (--startup-crash-segments).
+	CrashLog *crashLogFigure `json:"crash_log,omitempty"`
+}
+
+// crashLogFigure is a start that replays a log a crash left with no
+// checkpoint in it.
+type crashLogFigure struct {
+	Segments     int     `json:"segments"`
+	Records      int     `json:"records"`
+	Bytes        int64   `json:"bytes"` // the segments' bytes up to their last record
+	ReadySeconds float64 `json:"ready_seconds"`
+	PeakHeap     int64   `json:"peak_heap_bytes"`
+	Allocated    int64   `json:"allocated_bytes"`
 }
 
 // runStartup builds data directories of 1/10, 3/10 and all of
@@ -83,17 +117,34 @@ func runStartup(ctx context.Context, e *env, f *benchFlags) error {
 				return err
 			}
 		}
-		ready, err := timeToReady(ctx, dir)
+		ready, err := timeToReady(ctx, dir, "")
 		if err != nil {
 			return err
 		}
-		fig.ReadySeconds = ready.Seconds()
+		fig.ReadySeconds, fig.ReadyPeakHeap = ready.seconds, ready.peakHeap
 		if ckDir != "" {
-			ready, err := timeToReady(ctx, ckDir)
+			profile := ""
+			if f.cpuProfile != "" {
+				profile = fmt.Sprintf("%s.%d", f.cpuProfile, records)
+			}
+			ready, err := timeToReady(ctx, ckDir, profile)
 			if err != nil {
 				return err
 			}
-			fig.CheckpointReadySeconds = ready.Seconds()
+			fig.CheckpointReadySeconds, fig.CheckpointPeakHeap = ready.seconds, ready.peakHeap
+			fig.CheckpointCPUSeconds = ready.cpu
+			// The start closed cleanly: a restart now reads the log it
+			// began (its last segment to the end) and replays nothing.
+			restart, err := timeToReady(ctx, ckDir, "")
+			if err != nil {
+				return err
+			}
+			fig.RestartReadySeconds, fig.RestartPeakHeap = restart.seconds, restart.peakHeap
+			if f.startupCrashSegments > 0 {
+				if fig.CrashLog, err = timeCrashLog(ctx, ckDir, f.startupCrashSegments); err != nil {
+					return err
+				}
+			}
 			os.RemoveAll(ckDir)
 		}
 		rep.Startup = append(rep.Startup, fig)
@@ -102,15 +153,36 @@ func runStartup(ctx context.Context, e *env, f *benchFlags) error {
 	return rep.print(e.stdout, f.json)
 }
 
+// readyFigure is one timed start.
+type readyFigure struct {
+	seconds float64
+	cpu     float64 // the process's CPU seconds during it
+	// peakHeap is the most the Go heap's objects (live, and dead not yet
+	// swept) held during the start, sampled every millisecond, above what
+	// they held before it; allocated is the bytes allocated during it.
+	peakHeap, allocated int64
+}
+
 // timeToReady starts a server on dir and returns the time from Run to the
-// first 200 of GET /ready.
-func timeToReady(ctx context.Context, dir string) (time.Duration, error) {
+// first 200 of GET /ready, and the heap and CPU it took; with profile, it
+// writes a CPU profile of the start there.
+func timeToReady(ctx context.Context, dir, profile string) (readyFigure, error) {
 	srv, err := server.New(server.Config{DataDir: dir, Listen: "127.0.0.1:0", HealthListen: "127.0.0.1:0"})
 	if err != nil {
-		return 0, err
+		return readyFigure{}, err
+	}
+	if profile != "" {
+		stop, err := startCPUProfile(profile)
+		if err != nil {
+			return readyFigure{}, err
+		}
+		defer stop()
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
+	runtime.GC()
+	heap := startHeapSampler()
+	cpu0 := cpuSeconds()
 	start := time.Now()
 	go func() { done <- srv.Run(runCtx) }()
 	defer func() {
@@ -123,16 +195,223 @@ func timeToReady(ctx context.Context, dir string) (time.Duration, error) {
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return time.Since(start), nil
+				fig := readyFigure{seconds: time.Since(start).Seconds(), cpu: cpuSeconds() - cpu0}
+				fig.peakHeap, fig.allocated = heap.stop()
+				return fig, nil
 			}
 		}
 		select {
 		case err := <-done:
 			done <- err
-			return 0, fmt.Errorf("server on %s ended before ready: %w", dir, err)
+			heap.stop()
+			return readyFigure{}, fmt.Errorf("server on %s ended before ready: %w", dir, err)
 		case <-ctx.Done():
-			return 0, ctx.Err()
+			heap.stop()
+			return readyFigure{}, ctx.Err()
 		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// cpuSeconds returns the process's user and system CPU time so far.
+func cpuSeconds() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+}
+
+// heapSampler samples the Go heap every millisecond until stopped.
+type heapSampler struct {
+	quit chan struct{}
+	done chan struct{}
+	base int64 // heap objects at the start
+	// allocs0 is the bytes allocated before the start.
+	allocs0 int64
+	peak    int64
+}
+
+var heapMetrics = []string{"/memory/classes/heap/objects:bytes", "/gc/heap/allocs:bytes"}
+
+func readHeap() (objects, allocs int64) {
+	s := []metrics.Sample{{Name: heapMetrics[0]}, {Name: heapMetrics[1]}}
+	metrics.Read(s)
+	return int64(s[0].Value.Uint64()), int64(s[1].Value.Uint64())
+}
+
+func startHeapSampler() *heapSampler {
+	h := &heapSampler{quit: make(chan struct{}), done: make(chan struct{})}
+	h.base, h.allocs0 = readHeap()
+	h.peak = h.base
+	go func() {
+		defer close(h.done)
+		t := time.NewTicker(time.Millisecond)
+		defer t.Stop()
+		for {
+			if v, _ := readHeap(); v > h.peak {
+				h.peak = v
+			}
+			select {
+			case <-h.quit:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return h
+}
+
+// stop ends the sampling and returns the peak above the start and the
+// bytes allocated since.
+func (h *heapSampler) stop() (peak, allocated int64) {
+	close(h.quit)
+	<-h.done
+	_, allocs := readHeap()
+	return h.peak - h.base, allocs - h.allocs0
+}
+
+// timeCrashLog runs the crash writer on dir, a data directory a server
+// has started on, until its log holds segments full segments and it
+// stops without closing, then times a start on it.
+func timeCrashLog(ctx context.Context, dir string, segments int) (*crashLogFigure, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, self, "--startup-crash-writer", dir, "--startup-crash-segments", strconv.Itoa(segments))
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("crash writer on %s: %w", dir, err)
+	}
+	fig := &crashLogFigure{}
+	walDir := filepath.Join(dir, logfirst.WALDir)
+	st, err := logfirst.OpenReadOnly(dir, logfirst.Options{})
+	if err != nil {
+		return nil, err
+	}
+	info := st.Replay().Log
+	if err := st.Close(); err != nil {
+		return nil, err
+	}
+	fig.Segments, fig.Records = info.Segments, info.Records
+	if fig.Bytes, err = logBytes(walDir); err != nil {
+		return nil, err
+	}
+	ready, err := timeToReady(ctx, dir, "")
+	if err != nil {
+		return nil, err
+	}
+	fig.ReadySeconds, fig.PeakHeap, fig.Allocated = ready.seconds, ready.peakHeap, ready.allocated
+	return fig, nil
+}
+
+// logBytes returns the bytes of the segments in walDir up to the last
+// byte that is not zero in each: the records, and a torn tail.
+func logBytes(walDir string) (int64, error) {
+	names, err := os.ReadDir(walDir)
+	if err != nil {
+		return 0, err
+	}
+	var total int64
+	buf := make([]byte, 1<<20)
+	for _, e := range names {
+		if !strings.HasSuffix(e.Name(), ".wal") {
+			continue
+		}
+		f, err := os.Open(filepath.Join(walDir, e.Name()))
+		if err != nil {
+			return 0, err
+		}
+		var used int64
+		for off := int64(0); ; off += int64(len(buf)) {
+			n, err := f.ReadAt(buf, off)
+			for i := n - 1; i >= 0; i-- {
+				if buf[i] != 0 {
+					used = off + int64(i) + 1
+					break
+				}
+			}
+			if err != nil {
+				break
+			}
+		}
+		f.Close()
+		total += used
+	}
+	return total, nil
+}
+
+// crashConversations is where the crash writer's conversations start,
+// past any the bench builds.
+const crashConversations = 1 << 40
+
+// runCrashWriter opens the store of data directory dir with checkpoints
+// held off, and tells into new conversations from 64 senders until the
+// log holds segments full segments past the one it started with; then it
+// exits without closing anything, as a crash does: the records are in
+// the log (and the page cache) and none is checkpointed.
+func runCrashWriter(ctx context.Context, dir string, segments int) error {
+	if segments <= 0 {
+		return errors.New("--startup-crash-segments must be positive")
+	}
+	key, err := participant.LoadOrCreateNodeKey(dir)
+	if err != nil {
+		return err
+	}
+	st, err := logfirst.Open(dir, logfirst.Options{MustExist: true, CheckpointInterval: 24 * time.Hour, CheckpointBytes: 1 << 50, MaxUncheckpointed: 1 << 50})
+	if err != nil {
+		return err
+	}
+	svc, err := participant.Open(ctx, st, participant.Options{NodeKey: key, CheckpointInterval: 24 * time.Hour})
+	if err != nil {
+		return err
+	}
+	walDir := filepath.Join(dir, logfirst.WALDir)
+	countSegments := func() (int, error) {
+		names, err := os.ReadDir(walDir)
+		n := 0
+		for _, e := range names {
+			if strings.HasSuffix(e.Name(), ".wal") {
+				n++
+			}
+		}
+		return n, err
+	}
+	first, err := countSegments()
+	if err != nil {
+		return err
+	}
+	body := make([]byte, 4<<10)
+	var next atomic.Uint64
+	errs := make(chan error, 64)
+	for range 64 {
+		go func() {
+			for {
+				conv := participant.ConversationID(crashConversations + next.Add(1))
+				if err := fillConversation(ctx, svc, conv, 100, body, false); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case err := <-errs:
+			return err
+		case <-t.C:
+		}
+		n, err := countSegments()
+		if err != nil {
+			return err
+		}
+		if n > first+segments-1 {
+			// The segment that just began follows segments full ones,
+			// the first of them the one Open began.
+			os.Exit(0)
 		}
 	}
 }

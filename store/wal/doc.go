@@ -84,6 +84,15 @@
 // one). A length field straddling two sectors gives no reach, and a
 // record damaged there is cut like a torn one.
 //
+// A segment is read through a window of readChunk (1 MiB) bytes, never
+// whole: the records one after another, the zeros after them from the
+// segment's end back, and a torn tail's reach byte by byte. A frame
+// larger than the window is read into a buffer of its own size only
+// once its CRC, checked a window at a time, holds, so a damaged length
+// field claiming the rest of the segment costs no buffer of that size.
+// A replay's memory is the window and one record, whatever the segment
+// size; what apply keeps it is given in buffers of its own.
+//
 // Corruption is a *CorruptionError naming the segment and the offset;
 // the log is never repaired by dropping records that may have been
 // acknowledged. Open always starts a new segment, so a segment with a cut
@@ -106,7 +115,10 @@
 // that are not on disk. Open trusts none of what it read: it writes every
 // record after after (those it gives to apply) again over itself, cutting
 // the last segment at its last valid record, and syncs, before it
-// returns. Those are the only records a caller builds on, so none of them
+// returns. It writes back the very bytes it checked and applied, from the
+// read window before the window moves on, never a second read of them: a
+// page marked clean but never written may be evicted in between, and the
+// second read would return the disk's older bytes. Those are the only records a caller builds on, so none of them
 // can vanish in a later power cut; a record at or below after that does
 // is in a covered segment, or at the end of the last one, and its loss is
 // harmless. A last segment without a record is reused in place when the

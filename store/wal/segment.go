@@ -5,7 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
+	"hash/crc32"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -67,24 +67,6 @@ func listSegments(fs vfs.FS, dir string) ([]segment, error) {
 	return segs, nil
 }
 
-// readSegment returns the whole content of a segment file.
-func readSegment(fs vfs.FS, path string) ([]byte, error) {
-	f, err := fs.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("wal: open %s: %w", path, err)
-	}
-	defer f.Close()
-	size, err := f.Size()
-	if err != nil {
-		return nil, fmt.Errorf("wal: stat %s: %w", path, err)
-	}
-	buf := make([]byte, size)
-	if n, err := f.ReadAt(buf, 0); err != nil && !(errors.Is(err, io.EOF) && int64(n) == size) {
-		return nil, fmt.Errorf("wal: read %s: %w", path, err)
-	}
-	return buf, nil
-}
-
 // ErrUnknownVersion reports a segment whose magic names a segment
 // format this binary does not know (written by a newer one): its records
 // cannot be read, so the log is refused, never cut. It wraps ErrCorrupt.
@@ -130,10 +112,9 @@ type segmentScan struct {
 	// magic is wrong.
 	headerOK bool
 	// from is the offset of the first record with an LSN after the
-	// replay's start (end when there is none), and tail the bytes from
-	// there to end: the records Open writes again (see Open).
+	// replay's start (end when there is none): from there to end are the
+	// records written back over themselves when the reader writes back.
 	from int64
-	tail []byte
 	// end is the offset just past the last valid record (the header's end
 	// when there is none).
 	end int64
@@ -144,32 +125,45 @@ type segmentScan struct {
 	// torn is true when bytes after end are not zero: an unfinished
 	// record.
 	torn bool
+	// f is the segment, open for writing, when Open scanned it to write
+	// its records back; nil otherwise.
+	f vfs.File
 }
 
-// scanSegment walks the records of one segment, checking that LSNs follow
-// expect, and calls apply for each. A bad record followed by a valid one
-// is corruption; a bad record at the end is reported as torn and left to
-// the caller, which knows whether the segment is the last.
-func scanSegment(seg segment, buf []byte, expect, after LSN, apply func(*Batch) error) (segmentScan, error) {
+// scanSegment walks the records of the segment r reads, checking that
+// LSNs follow expect, and calls apply for each after after, having marked
+// it for r to write back. A bad record followed by a valid one is
+// corruption; a bad record at the end is reported as torn and left to the
+// caller, which knows whether the segment is the last. The batches given
+// to apply alias buffers r never reuses.
+func scanSegment(seg segment, r *segmentReader, expect, after LSN, apply func(*Batch) error) (segmentScan, error) {
 	var sc segmentScan
-	if err := checkVersion(seg, buf); err != nil {
+	head, err := r.at(0, min(r.size, segmentHeaderLen))
+	if err != nil {
 		return sc, err
 	}
-	if halfCreated(buf, seg.first) {
+	if err := checkVersion(seg, head); err != nil {
+		return sc, err
+	}
+	if halfCreated(head, seg.first) {
 		// A header is synced before any record goes in, so a bad header
 		// with a valid record after it was damaged, not left unfinished.
-		anywhere := func(int64) bool { return true }
-		if at, ok := validFrameAfter(buf, segmentHeaderLen-1, int64(len(buf))-1, seg.first, anywhere); ok {
+		anywhere := func(int64) (bool, error) { return true, nil }
+		at, ok, err := validFrameAfter(r, segmentHeaderLen-1, r.size-1, seg.first, anywhere)
+		if err != nil {
+			return sc, err
+		}
+		if ok {
 			return sc, corrupt(seg, 0, fmt.Sprintf("bad segment header followed by a valid record at offset %d", at))
 		}
 		return sc, nil
 	}
-	if len(buf) < segmentHeaderLen || [8]byte(buf[:8]) != segmentMagic {
+	if len(head) < segmentHeaderLen || [8]byte(head[:8]) != segmentMagic {
 		// Not what a torn write of the header leaves: damaged.
-		return sc, corrupt(seg, 0, fmt.Sprintf("bad segment header %x", buf[:min(len(buf), segmentHeaderLen)]))
+		return sc, corrupt(seg, 0, fmt.Sprintf("bad segment header %x", head))
 	}
 	sc.headerOK = true
-	if h := LSN(binary.LittleEndian.Uint64(buf[8:])); h != seg.first {
+	if h := LSN(binary.LittleEndian.Uint64(head[8:])); h != seg.first {
 		return sc, corrupt(seg, 8, fmt.Sprintf("header LSN %v differs from the name's", h))
 	}
 	if seg.first != expect {
@@ -178,9 +172,18 @@ func scanSegment(seg segment, buf []byte, expect, after LSN, apply func(*Batch) 
 	off := int64(segmentHeaderLen)
 	sc.from = -1
 	for {
-		body, end, err := readFrame(buf, off)
-		if err != nil {
+		frame, end, err := r.frame(off)
+		if errors.Is(err, errNoFrame) {
 			break
+		}
+		if err != nil {
+			return sc, err
+		}
+		body := frame[frameHeaderLen:]
+		applied := LSN(binary.LittleEndian.Uint64(body[1:])) > after
+		if applied && int64(len(frame)) <= r.chunk {
+			// The window is reused; apply may keep what it is given.
+			body = bytes.Clone(body)
 		}
 		b, err := decodeBody(body)
 		if err != nil {
@@ -189,9 +192,12 @@ func scanSegment(seg segment, buf []byte, expect, after LSN, apply func(*Batch) 
 		if b.LSN != expect {
 			return sc, corrupt(seg, off, fmt.Sprintf("LSN gap: record %v, want %v", b.LSN, expect))
 		}
-		if b.LSN > after {
+		if applied {
 			if sc.from < 0 {
 				sc.from = off
+			}
+			if err := r.keep(off, end); err != nil {
+				return sc, err
 			}
 			if err := apply(b); err != nil {
 				return sc, err
@@ -202,33 +208,59 @@ func scanSegment(seg segment, buf []byte, expect, after LSN, apply func(*Batch) 
 		expect++
 		off = end
 	}
+	// What apply was given is written back before r reads past it.
+	if err := r.flush(); err != nil {
+		return sc, err
+	}
 	sc.end = off
 	if sc.from < 0 {
 		sc.from = off
 	}
-	sc.tail = buf[sc.from:sc.end]
 	// Past the valid records the segment is zeros, as preallocated,
 	// unless a record was torn or damaged there.
-	last := lastNonZero(buf, off)
-	if last < off {
-		return sc, nil
+	last, err := lastNonZero(r, off)
+	if err != nil || last < off {
+		return sc, err
 	}
 	sc.torn = true
-	if at, ok := laterRecord(buf, off, last, expect); ok {
+	at, ok, err := laterRecord(r, off, last, expect)
+	if err != nil {
+		return sc, err
+	}
+	if ok {
 		return sc, corrupt(seg, off, fmt.Sprintf("bad record followed by a valid one at offset %d", at))
 	}
 	return sc, nil
 }
 
-// lastNonZero returns the offset of the last byte of buf at or after off
-// that is not zero, or off-1 when there is none. A preallocated segment
-// is mostly zeros, and every start looks at all of them: whole blocks are
-// compared at once (a vectorised compare) rather than byte by byte, which
-// took seconds over 64 MiB under the race detector.
-func lastNonZero(buf []byte, off int64) int64 {
-	end := int64(len(buf))
+// lastNonZero returns the offset of the last byte of the segment at or
+// after off that is not zero, or off-1 when there is none. A preallocated
+// segment is mostly zeros, and every start looks at all of them: it reads
+// them a window at a time from the end, and compares whole blocks at once
+// (a vectorised compare) rather than byte by byte, which took seconds
+// over 64 MiB under the race detector.
+func lastNonZero(r *segmentReader, off int64) (int64, error) {
+	end := r.size
 	for end > off {
-		start := max(off, end-zeroBlock)
+		start := max(off, end-r.chunk)
+		buf, err := r.at(start, end-start)
+		if err != nil {
+			return 0, err
+		}
+		if i := lastNonZeroIn(buf); i >= 0 {
+			return start + int64(i), nil
+		}
+		end = start
+	}
+	return off - 1, nil
+}
+
+// lastNonZeroIn returns the index of the last byte of buf that is not
+// zero, or -1.
+func lastNonZeroIn(buf []byte) int {
+	end := len(buf)
+	for end > 0 {
+		start := max(0, end-zeroBlock)
 		if !bytes.Equal(buf[start:end], zeros[:end-start]) {
 			for i := end - 1; ; i-- {
 				if buf[i] != 0 {
@@ -238,7 +270,7 @@ func lastNonZero(buf []byte, off int64) int64 {
 		}
 		end = start
 	}
-	return off - 1
+	return -1
 }
 
 // zeroBlock is the size of the blocks lastNonZero compares with zeros.
@@ -257,32 +289,48 @@ const sectorSize = 512
 // frame at all: a frame within the record's reach is no evidence, unless
 // the record's CRC shows it whole but for its length field, which should
 // have ended where the frame starts.
-func laterRecord(buf []byte, off, limit int64, expect LSN) (int64, bool) {
-	reach := tornReach(buf, off)
-	return validFrameAfter(buf, off, limit, expect, func(p int64) bool {
-		return p >= reach || wholeBut(buf, off, p, expect)
+func laterRecord(r *segmentReader, off, limit int64, expect LSN) (int64, bool, error) {
+	reach, err := tornReach(r, off)
+	if err != nil {
+		return 0, false, err
+	}
+	return validFrameAfter(r, off, limit, expect, func(p int64) (bool, error) {
+		if p >= reach {
+			return true, nil
+		}
+		return wholeBut(r, off, p, expect)
 	})
 }
 
 // validFrameAfter returns the first p after off and at or before limit
 // where a valid frame with LSN expect or expect+1 starts and evidence(p)
 // holds: such a frame would be a record written after the bad one at off.
-func validFrameAfter(buf []byte, off, limit int64, expect LSN, evidence func(p int64) bool) (int64, bool) {
-	for p := off + 1; p <= limit && p+frameHeaderLen+minBodyLen <= int64(len(buf)); p++ {
-		lsn, ok := peekLSN(buf, p)
+func validFrameAfter(r *segmentReader, off, limit int64, expect LSN, evidence func(p int64) (bool, error)) (int64, bool, error) {
+	for p := off + 1; p <= limit && p+frameHeaderLen+minBodyLen <= r.size; p++ {
+		lsn, ok, err := r.peek(p)
+		if err != nil {
+			return 0, false, err
+		}
 		if !ok || (lsn != expect && lsn != expect+1) {
 			continue
 		}
-		if _, _, err := readFrame(buf, p); err == nil && evidence(p) {
-			return p, true
+		valid, err := r.validFrame(p)
+		if err == nil && valid {
+			valid, err = evidence(p)
+		}
+		if err != nil {
+			return 0, false, err
+		}
+		if valid {
+			return p, true, nil
 		}
 	}
-	return 0, false
+	return 0, false, nil
 }
 
 // tornReach returns the offset below which a torn write of the record at
 // off may have left bytes: off+1 when its length field proves it damaged
-// (no torn write leaves it so), len(buf)+1 when the reach is unknown.
+// (no torn write leaves it so), size+1 when the reach is unknown.
 //
 // A record is written in one pwrite over the segment's preallocated zeros
 // and never past the segment's end. A torn write (a prefix, or any subset
@@ -295,28 +343,34 @@ func validFrameAfter(buf []byte, off, limit int64, expect LSN, evidence func(p i
 //	zero, its sector otherwise zero    unknown: the sector was lost
 //	zero, with bytes in its sector     damaged: off+1
 //	n                                  off+8+n, the record's own end
-func tornReach(buf []byte, off int64) int64 {
-	size := int64(len(buf))
+func tornReach(r *segmentReader, off int64) (int64, error) {
+	size := r.size
 	if off+4 > size {
-		return size + 1
+		return size + 1, nil
 	}
-	n := int64(binary.LittleEndian.Uint32(buf[off:]))
+	h, err := r.at(off, 4)
+	if err != nil {
+		return 0, err
+	}
+	n := int64(binary.LittleEndian.Uint32(h))
 	end := off + frameHeaderLen + n
 	sectorEnd := (off/sectorSize + 1) * sectorSize
 	switch {
 	case end > size:
-		return off + 1
+		return off + 1, nil
 	case off+4 > sectorEnd:
-		return size + 1
+		return size + 1, nil
 	case n == 0:
-		for _, c := range buf[off:min(sectorEnd, size)] {
-			if c != 0 {
-				return off + 1
-			}
+		sector, err := r.at(off, min(sectorEnd, size)-off)
+		if err != nil {
+			return 0, err
 		}
-		return size + 1
+		if lastNonZeroIn(sector) >= 0 {
+			return off + 1, nil
+		}
+		return size + 1, nil
 	}
-	return end
+	return end, nil
 }
 
 // wholeBut reports whether the record at off is whole but for its length
@@ -326,19 +380,30 @@ func tornReach(buf []byte, off int64) int64 {
 // CRC-32C can be forged by whoever knows the record's bytes, and a
 // strict prefix of a body never decodes (the encoding is self-delimiting
 // and must be consumed exactly), so together they leave a torn record's
-// payload no way in.
-func wholeBut(buf []byte, off, p int64, expect LSN) bool {
+// payload no way in. The CRC is checked a window at a time, so only a
+// body it vouches for is read whole.
+func wholeBut(r *segmentReader, off, p int64, expect LSN) (bool, error) {
 	if p < off+frameHeaderLen+minBodyLen {
-		return false
+		return false, nil
 	}
-	body := buf[off+frameHeaderLen : p]
+	n := p - off - frameHeaderLen
 	var lenField [4]byte
-	binary.LittleEndian.PutUint32(lenField[:], uint32(len(body)))
-	if binary.LittleEndian.Uint32(buf[off+4:]) != frameCRC(lenField[:], body) {
-		return false
+	binary.LittleEndian.PutUint32(lenField[:], uint32(n))
+	h, err := r.at(off+4, 4)
+	if err != nil {
+		return false, err
+	}
+	want := binary.LittleEndian.Uint32(h)
+	c, err := r.crc(crc32.Checksum(lenField[:], castagnoli), off+frameHeaderLen, n)
+	if err != nil || c != want {
+		return false, err
+	}
+	body, err := r.at(off+frameHeaderLen, n)
+	if err != nil {
+		return false, err
 	}
 	b, err := decodeBody(body)
-	return err == nil && b.LSN == expect
+	return err == nil && b.LSN == expect, nil
 }
 
 // ErrCorrupt reports a log that lost or damaged a record that may have

@@ -100,7 +100,7 @@ type Log struct {
 // a *CorruptionError. A missing dir is an empty log. The batches given to
 // apply alias buffers that are never reused: apply may keep them.
 func Replay(dir string, after LSN, opts Options, apply func(*Batch) error) (Info, error) {
-	info, _, _, err := scan(opts.fs(), dir, after, apply)
+	info, _, _, err := scan(opts.fs(), dir, after, apply, false)
 	if errors.Is(err, fs.ErrNotExist) {
 		return Info{}, nil
 	}
@@ -141,7 +141,7 @@ func Open(dir string, after LSN, opts Options, apply func(*Batch) error) (*Log, 
 	if err := vfs.MkdirAll(fsys, dir); err != nil {
 		return nil, Info{}, fmt.Errorf("wal: create %s: %w", dir, err)
 	}
-	info, segs, scans, err := scan(fsys, dir, after, apply)
+	info, segs, scans, err := scan(fsys, dir, after, apply, true)
 	if err != nil {
 		return nil, info, err
 	}
@@ -155,15 +155,21 @@ func Open(dir string, after LSN, opts Options, apply func(*Batch) error) (*Log, 
 			e := seg
 			empty = &e
 		case isLast:
-			// The records replayed, rewritten; the tail cut; one sync.
-			if err := rewrite(fsys, join(dir, seg), sc.from, sc.tail, sc.end); err != nil {
-				return nil, info, err
-			}
-		case len(sc.tail) > 0:
-			if err := rewrite(fsys, join(dir, seg), sc.from, sc.tail, -1); err != nil {
-				return nil, info, err
-			}
+			// The records replayed, written back by the scan; the tail
+			// cut; one sync.
+			err = finishRewrite(sc.f, join(dir, seg), sc.from, sc.end)
+		case sc.end > sc.from:
+			err = finishRewrite(sc.f, join(dir, seg), sc.from, -1)
 		}
+		if err != nil {
+			break
+		}
+	}
+	if cerr := closeScans(scans); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, info, err
 	}
 	l := &Log{fs: fsys, dir: dir, opts: opts, segs: segs, next: max(info.Last, after) + 1}
 	if empty != nil {
@@ -194,30 +200,35 @@ func Open(dir string, after LSN, opts Options, apply func(*Batch) error) (*Log, 
 	return l, info, nil
 }
 
-// rewrite writes tail, the bytes read from the segment at path at off,
-// over themselves, cuts the segment at size when size >= 0, and syncs: a
+// finishRewrite cuts f, the segment at path whose records from off the
+// scan wrote over themselves, at size when size >= 0, and syncs it: a
 // page a failed sync marked clean is dirtied again and really written.
-func rewrite(fsys vfs.FS, path string, off int64, tail []byte, size int64) error {
-	f, err := fsys.OpenRW(path)
-	if err != nil {
-		return fmt.Errorf("wal: open %s: %w", path, err)
-	}
-	if len(tail) > 0 {
-		_, err = f.WriteAt(tail, off)
-	}
-	if err == nil && size >= 0 {
+func finishRewrite(f vfs.File, path string, off, size int64) error {
+	var err error
+	if size >= 0 {
 		err = f.Truncate(size)
 	}
 	if err == nil {
 		err = f.Sync()
 	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
 	if err != nil {
 		return fmt.Errorf("wal: rewrite the tail of %s from %d: %w", path, off, err)
 	}
 	return nil
+}
+
+// closeScans closes the segments the scan left open for writing.
+func closeScans(scans []segmentScan) error {
+	var err error
+	for _, sc := range scans {
+		if sc.f == nil {
+			continue
+		}
+		if cerr := sc.f.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("wal: close: %w", cerr)
+		}
+	}
+	return err
 }
 
 // scan reads every segment of dir in order, checking headers and the LSN
@@ -230,22 +241,27 @@ func rewrite(fsys vfs.FS, path string, off int64, tail []byte, size int64) error
 // hid when the segment was removed, a removal a crash undid) loses
 // nothing, so it is skipped rather than refused. Only a segment of an
 // unknown format is refused wherever it is.
-func scan(fsys vfs.FS, dir string, after LSN, apply func(*Batch) error) (Info, []segment, []segmentScan, error) {
-	var info Info
-	segs, err := listSegments(fsys, dir)
+//
+// With rewrite (Open), each segment that is not covered is opened for
+// writing, its records after after are written over themselves as they
+// are read and applied, and it is left open in its segmentScan; on an
+// error every one is closed.
+func scan(fsys vfs.FS, dir string, after LSN, apply func(*Batch) error, rewrite bool) (info Info, segs []segment, scans []segmentScan, err error) {
+	segs, err = listSegments(fsys, dir)
 	if err != nil {
 		return info, nil, nil, err
 	}
 	info.Segments = len(segs)
-	scans := make([]segmentScan, len(segs))
+	found := make([]segmentScan, len(segs))
+	defer func() {
+		if err != nil {
+			closeScans(found)
+		}
+	}()
 	var expect LSN
 	for i, seg := range segs {
 		isLast := i == len(segs)-1
 		covered := !isLast && segs[i+1].first <= after+1
-		buf, err := readSegment(fsys, join(dir, seg))
-		if err != nil {
-			return info, nil, nil, err
-		}
 		// Records at or below after are already held by the caller, so a
 		// segment may start anywhere up to after+1; past it, LSNs must
 		// follow on without a gap.
@@ -255,21 +271,35 @@ func scan(fsys vfs.FS, dir string, after LSN, apply func(*Batch) error) (Info, [
 			}
 			expect = seg.first
 		}
+		r, f, err := openSegment(fsys, join(dir, seg), seg.name, rewrite && !covered)
+		if err != nil {
+			return info, nil, nil, err
+		}
+		if rewrite && !covered {
+			found[i].f = f
+		}
 		if covered {
-			sc, err := scanSegment(seg, buf, expect, after, func(*Batch) error { return nil })
-			if errors.Is(err, ErrUnknownVersion) {
+			sc, err := scanSegment(seg, r, expect, after, func(*Batch) error { return nil })
+			f.Close()
+			if errors.Is(err, ErrUnknownVersion) || (err != nil && !errors.Is(err, ErrCorrupt)) {
+				// A failed read is not damage a covered segment may hold.
 				return info, nil, nil, err
 			}
 			if err == nil && sc.headerOK && sc.records > 0 {
 				info.Last = sc.last
 			}
-			scans[i] = segmentScan{from: sc.end, end: sc.end}
+			found[i] = segmentScan{from: sc.end, end: sc.end}
 			continue
 		}
-		sc, err := scanSegment(seg, buf, expect, after, func(b *Batch) error {
+		sc, err := scanSegment(seg, r, expect, after, func(b *Batch) error {
 			info.Records++
 			return apply(b)
 		})
+		if found[i].f == nil {
+			f.Close()
+		}
+		sc.f = found[i].f
+		found[i] = sc
 		if err != nil {
 			return info, nil, nil, err
 		}
@@ -285,9 +315,8 @@ func scan(fsys vfs.FS, dir string, after LSN, apply func(*Batch) error) (Info, [
 			info.Last = sc.last
 			expect = sc.last + 1
 		}
-		scans[i] = sc
 	}
-	return info, segs, scans, nil
+	return info, segs, found, nil
 }
 
 // rotate starts a new active segment big enough for a record of n bytes,

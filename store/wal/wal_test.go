@@ -440,10 +440,22 @@ func FuzzScanSegment(f *testing.F) {
 		seg := segment{name: segmentName(1), first: 1}
 		buf := append(segmentHeader(1), body...)
 		var got []*Batch
-		sc, err := scanSegment(seg, buf, 1, 0, func(b *Batch) error {
+		sc, err := scanSegment(seg, bufReader(buf, readChunk), 1, 0, func(b *Batch) error {
 			got = append(got, b)
 			return nil
 		})
+		// A window smaller than a record finds the same: the reads that
+		// cross its edges are no different from the whole buffer's.
+		small := 1 + int64(len(body)%61)
+		var gotSmall []*Batch
+		scSmall, errSmall := scanSegment(seg, bufReader(buf, small), 1, 0, func(b *Batch) error {
+			gotSmall = append(gotSmall, b)
+			return nil
+		})
+		if fmt.Sprint(err) != fmt.Sprint(errSmall) || sc != scSmall || !cmp.Equal(got, gotSmall) {
+			t.Fatalf("window of %d bytes: scan = %+v, %v, %d records; with the whole window %+v, %v, %d records",
+				small, scSmall, errSmall, len(gotSmall), sc, err, len(got))
+		}
 		if err != nil {
 			var ce *CorruptionError
 			if !errors.As(err, &ce) || ce.Offset < 0 || ce.Offset > int64(len(buf)) {

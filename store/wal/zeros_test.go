@@ -9,7 +9,7 @@ func TestLastNonZero_FindsTheLastWrittenByte(t *testing.T) {
 	for _, n := range []int{0, 1, 5, zeroBlock - 1, zeroBlock, zeroBlock + 1, 3*zeroBlock + 7} {
 		for off := 0; off <= n; off += max(1, n/7) {
 			buf := make([]byte, n)
-			if got := lastNonZero(buf, int64(off)); got != int64(off)-1 {
+			if got, _ := lastNonZero(bufReader(buf, readChunk), int64(off)); got != int64(off)-1 {
 				t.Fatalf("n=%d off=%d zeros: %d", n, off, got)
 			}
 			for _, at := range []int{off, (off + n) / 2, n - 1} {
@@ -21,8 +21,10 @@ func TestLastNonZero_FindsTheLastWrittenByte(t *testing.T) {
 				if off > 0 {
 					b[off-1] = 9
 				}
-				if got := lastNonZero(b, int64(off)); got != int64(at) {
-					t.Fatalf("n=%d off=%d at=%d: %d", n, off, at, got)
+				for _, chunk := range []int64{readChunk, zeroBlock - 3, 1000} {
+					if got, err := lastNonZero(bufReader(b, chunk), int64(off)); got != int64(at) || err != nil {
+						t.Fatalf("n=%d off=%d at=%d chunk=%d: %d, %v", n, off, at, chunk, got, err)
+					}
 				}
 			}
 		}
