@@ -31,40 +31,54 @@ const preallocLimit = 1024
 // the reflective decoder accepts of the array form (FuzzDecode_AsReflection),
 // and refuses the map form, which Encode never writes.
 func (r *Row) DecodeMsgpack(d *msgpack.Decoder) error {
-	n, err := d.DecodeArrayLen()
-	if err != nil {
-		return err
-	}
-	if n <= 0 {
+	if ok, err := openArray(d, rowFields); !ok {
 		*r = Row{}
-		return nil
-	}
-	if n != rowFields {
-		return errFields
+		return err
 	}
 	var row Row
-	kind, err := d.DecodeUint64()
-	if err != nil {
+	var head [2]uint64
+	if err := decodeUints(d, head[:]); err != nil {
 		return err
 	}
-	row.Kind = RowKind(kind)
-	if row.Source, err = d.DecodeUint64(); err != nil {
-		return err
-	}
+	row.Kind, row.Source = RowKind(head[0]), head[1]
+	var err error
 	if row.Records, err = decodeRecords(d); err != nil {
 		return err
 	}
-	p, err := d.DecodeUint64()
-	if err != nil {
+	var tail [2]uint64
+	if err := decodeUints(d, tail[:]); err != nil {
 		return err
 	}
-	row.Participant = oplog.ParticipantID(p)
-	through, err := d.DecodeUint64()
-	if err != nil {
-		return err
-	}
-	row.Through = oplog.Seq(through)
+	row.Participant, row.Through = oplog.ParticipantID(tail[0]), oplog.Seq(tail[1])
 	*r = row
+	return nil
+}
+
+// openArray reads the array header of a row or record of the given number
+// of fields: false, and no error, for a nil or empty array, which decodes
+// to the zero value as by reflection.
+func openArray(d *msgpack.Decoder, fields int) (bool, error) {
+	n, err := d.DecodeArrayLen()
+	switch {
+	case err != nil:
+		return false, err
+	case n <= 0:
+		return false, nil
+	case n != fields:
+		return false, errFields
+	}
+	return true, nil
+}
+
+// decodeUints decodes len(dst) unsigned integers in turn.
+func decodeUints(d *msgpack.Decoder, dst []uint64) error {
+	for i := range dst {
+		v, err := d.DecodeUint64()
+		if err != nil {
+			return err
+		}
+		dst[i] = v
+	}
 	return nil
 }
 
@@ -85,36 +99,14 @@ func decodeRecords(d *msgpack.Decoder) ([]Record, error) {
 }
 
 func decodeRecord(d *msgpack.Decoder, rec *Record) error {
-	n, err := d.DecodeArrayLen()
-	if err != nil {
+	if ok, err := openArray(d, recordFields); !ok {
 		return err
 	}
-	if n <= 0 {
-		return nil
-	}
-	if n != recordFields {
-		return errFields
-	}
-	seq, err := d.DecodeUint64()
-	if err != nil {
+	var f [4]uint64
+	if err := decodeUints(d, f[:]); err != nil {
 		return err
 	}
-	rec.Seq = oplog.Seq(seq)
-	kind, err := d.DecodeUint64()
-	if err != nil {
-		return err
-	}
-	rec.Kind = RecordKind(kind)
-	p, err := d.DecodeUint64()
-	if err != nil {
-		return err
-	}
-	rec.Participant = oplog.ParticipantID(p)
-	cause, err := d.DecodeUint64()
-	if err != nil {
-		return err
-	}
-	rec.Cause = oplog.Cause(cause)
+	rec.Seq, rec.Kind, rec.Participant, rec.Cause = oplog.Seq(f[0]), RecordKind(f[1]), oplog.ParticipantID(f[2]), oplog.Cause(f[3])
 	m, err := d.DecodeArrayLen()
 	if err != nil || m == -1 {
 		return err
