@@ -15,11 +15,10 @@ import (
 // is then allocated once, at its size, rather than grown by doubling and
 // copied.
 func Encode(version byte, v any, sizeHint int) ([]byte, error) {
-	var buf bytes.Buffer
-	buf.Grow(max(sizeHint, 1))
+	buf := bytes.NewBuffer(make([]byte, 0, max(sizeHint, 1)))
 	buf.WriteByte(version)
 	enc := msgpack.GetEncoder()
-	enc.Reset(&buf)
+	enc.Reset(buf)
 	err := enc.Encode(v)
 	msgpack.PutEncoder(enc)
 	if err != nil {
