@@ -240,6 +240,9 @@ func (c *Client) attachOn(ctx context.Context, s *session, m *member, backlogWai
 			c.mu.Unlock()
 			c.credentialChanged(cred)
 			if here {
+				if c.bound != nil {
+					c.bound(c, cred)
+				}
 				return cred, nil
 			}
 			if !s.alive() {

@@ -226,7 +226,8 @@ func (c *Cluster) clientFor(ctx context.Context, addr string) (*Client, error) {
 	opts := c.opts.Options
 	opts.OnLost = func(cred Credential, why error) { c.lose(cred, why) }
 	dctx, cancel := context.WithTimeout(ctx, c.opts.AttemptTimeout)
-	cl, err := dialClient(dctx, addr, opts, c.intents, func(cred Credential) { c.unbound(addr, cred) })
+	cl, err := dialClient(dctx, addr, opts, c.intents, func(cred Credential) { c.unbound(addr, cred) },
+		func(cl *Client, cred Credential) { c.hold(cred, addr, cl, false) })
 	cancel()
 	if err != nil {
 		return nil, err
@@ -453,7 +454,10 @@ func (c *Cluster) latest(cred Credential) Credential {
 // hold records that the Client cl, at addr, now holds cred's binding, and
 // makes every other node's Client forget the participant; with want, the
 // caller's operation bound it, and the Cluster keeps it bound from now on
-// (follows it). When cl's connection holding it ended meanwhile, cl's
+// (follows it). Every Client of the Cluster calls it (its bound hook) for
+// each binding it makes, its own re-attachments included: one made by a
+// node's Client after a reconnect moves the binding there, and the
+// Cluster follows the participant from where its binding is. When cl's connection holding it ended meanwhile, cl's
 // report of the binding gone (unbound) may have come already: no holder
 // is recorded, and the Cluster follows the participant as unbound would.
 func (c *Cluster) hold(cred Credential, addr string, cl *Client, want bool) {

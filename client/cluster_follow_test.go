@@ -1,0 +1,124 @@
+package client_test
+
+import (
+	"testing"
+
+	"github.com/participantd/participantd/client"
+	"github.com/participantd/participantd/wire"
+)
+
+// A node's Client that re-attaches a participant by itself (its
+// connection ended and it reconnected) moves the participant's binding to
+// that node: the Cluster must learn it, so that when that binding ends
+// too it follows the participant to its conversation's owner. Here a
+// reader that never sends is bound on node 1; node 0's Client wants it
+// bound too, from a Cluster attempt there that was refused, and binds it
+// on its next connection. When node 0's connections end and node 0 no
+// longer serves the conversation, the Cluster must attach the reader on
+// node 1 again, or it receives nothing more. (The nemesis found this:
+// cluster mode, a reader's last records never delivered.)
+func TestCluster_ReattachedByANodeClient_StillFollowed(t *testing.T) {
+	ctx := testCtx(t)
+	srv := newFakeServer(t)
+	srv.mu.Lock()
+	srv.reoffer = true
+	srv.mu.Unlock()
+	addrs := []string{srv.addr(), srv.addNode()}
+	reconnected := make(chan struct{}, 16)
+	opts := fastClusterOpts
+	opts.OnReconnect = func(client.Welcome) {
+		select {
+		case reconnected <- struct{}{}:
+		default: // the test waits for the first only
+		}
+	}
+	readers := dialClusterT(t, addrs, opts)
+	r, err := readers.Enroll(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The writer is a plain Client on node 1: node 0's ends leave it be.
+	writer, err := client.Dial(ctx, addrs[1], fastClusterOpts.Options)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer writer.Close()
+	w, err := writer.Enroll(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := <-readers.Deliveries() // w joined
+	// refuse1 refuses, with code, the first request of type typ through
+	// node; the hook runs under srv.mu.
+	refuse1 := func(node int, typ string, code wire.Code) func(fc *fconn, m wire.Message) bool {
+		done := false
+		return func(fc *fconn, m wire.Message) bool {
+			if done || fc.node != node || m.Type() != typ {
+				return false
+			}
+			done = true
+			srv.refusal = wire.Error{Code: code, Detail: "scripted"}
+			return true
+		}
+	}
+	script := func(rules ...func(fc *fconn, m wire.Message) bool) {
+		srv.setHook(func(fc *fconn, m wire.Message) action {
+			for _, r := range rules {
+				if r(fc, m) {
+					return refuse
+				}
+			}
+			return pass
+		})
+	}
+	// Node 0 cannot serve the ack: the Cluster binds the reader on node 1.
+	script(refuse1(0, wire.TypeAck, wire.CodeUnavailable))
+	if _, err := readers.Ack(ctx, r, first.Seq); err != nil {
+		t.Fatalf("Ack = %v", err)
+	}
+	if n := srv.boundNode(1, r.Participant); n != 1 {
+		t.Fatalf("the reader is bound on node %d, want node 1", n)
+	}
+	// Node 1 cannot serve the next ack, and node 0 refuses the attach
+	// the Cluster tries there before the ack: node 0's Client now wants
+	// the reader bound, while node 1 holds it and serves the ack.
+	script(refuse1(1, wire.TypeAck, wire.CodeUnavailable), refuse1(0, wire.TypeAttach, wire.CodeUnavailable))
+	if _, err := readers.Ack(ctx, r, first.Seq); err != nil {
+		t.Fatalf("Ack = %v", err)
+	}
+	if n := srv.boundNode(1, r.Participant); n != 1 {
+		t.Fatalf("the reader is bound on node %d, want node 1", n)
+	}
+	// Node 0's connection ends; its Client reconnects and binds the
+	// reader there by itself.
+	srv.setHook(nil)
+	srv.dropNode(0)
+	<-reconnected
+	if n := srv.boundNode(1, r.Participant); n != 0 {
+		t.Fatalf("the reader is bound on node %d, want node 0 (re-attached by its Client)", n)
+	}
+	// Node 0's connection ends again, and node 0 no longer serves the
+	// conversation (moved to node 1).
+	srv.setHook(func(fc *fconn, m wire.Message) action {
+		if _, ok := m.(*wire.Attach); ok && fc.node == 0 {
+			srv.refusal = wire.Error{Code: wire.CodeMoved, Detail: "scripted", Owner: &addrs[1]}
+			return refuse
+		}
+		return pass
+	})
+	srv.dropNode(0)
+	seq, err := writer.Tell(ctx, w, []byte("after"))
+	if err != nil {
+		t.Fatalf("Tell = %v", err)
+	}
+	for {
+		select {
+		case d := <-readers.Deliveries():
+			if d.Seq == seq {
+				return
+			}
+		case <-ctx.Done():
+			t.Fatalf("the reader never received record %d: no node binds it (bound on node %d)", seq, srv.boundNode(1, r.Participant))
+		}
+	}
+}
