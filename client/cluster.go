@@ -762,7 +762,8 @@ func (c *Cluster) Ack(ctx context.Context, cred Credential, through uint64) (uin
 // stops keeping the participant bound before anything is sent, whatever
 // the outcome (release). Until a request of the detach may have been
 // applied, the participant is attached first on a node that does not
-// hold its binding (a detach needs it); after, the detach is resent as
+// hold its binding (a detach needs it), and let go of again on that node
+// when the detach is not sent there; after, the detach is resent as
 // it is, with its token, to whichever node owns the conversation: it
 // replays if it committed, and is refused no_binding if not (the binding
 // ended with its node's connection; nothing was detached).
@@ -778,6 +779,10 @@ func (c *Cluster) Detach(ctx context.Context, cred Credential, opts ...CallOptio
 		}
 		cur, err := c.bindOn(ctx, addr, cl, cred, false)
 		if err != nil {
+			// Its attach made cl want the participant bound (as any
+			// Attach does); the detach goes on elsewhere, and cl's next
+			// connection must not bind it again once it committed.
+			cl.release(cred.key(), false)
 			return err
 		}
 		seq, err = cl.Detach(ctx, cur, WithToken(tok))

@@ -122,3 +122,66 @@ func TestCluster_ReattachedByANodeClient_StillFollowed(t *testing.T) {
 		}
 	}
 }
+
+// A Cluster's detach tried on a node that first attaches the participant
+// there (a detach needs the binding) and is refused before it detaches
+// leaves that node's Client wanting the participant bound: once the
+// detach committed on another node, that Client's next connection must
+// not bind the participant again. (The nemesis found a detached writer
+// bound again at a later generation.)
+func TestCluster_Detach_AttachRefusedOnANode_NotBoundAgain(t *testing.T) {
+	ctx := testCtx(t)
+	srv := newFakeServer(t)
+	addrs := []string{srv.addr(), srv.addNode()}
+	reconnected := make(chan struct{}, 16)
+	opts := fastClusterOpts
+	opts.OnReconnect = func(client.Welcome) {
+		select {
+		case reconnected <- struct{}{}:
+		default: // the test waits for the first only
+		}
+	}
+	c := dialClusterT(t, addrs, opts)
+	cred, err := c.Enroll(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The node holding the binding cannot serve the detach at first; the
+	// other refuses the attach the detach sends there before it; the
+	// first then serves the detach.
+	first, other := -1, -1 // the nodes, guarded by srv.mu
+	refused := false
+	srv.setHook(func(fc *fconn, m wire.Message) action {
+		switch m.(type) {
+		case *wire.Detach:
+			if first < 0 {
+				first, other = fc.node, 1-fc.node
+				srv.refusal = wire.Error{Code: wire.CodeUnavailable, Detail: "scripted"}
+				return refuse
+			}
+		case *wire.Attach:
+			if fc.node == other && !refused {
+				refused = true
+				srv.refusal = wire.Error{Code: wire.CodeUnavailable, Detail: "scripted"}
+				return refuse
+			}
+		}
+		return pass
+	})
+	if _, err := c.Detach(ctx, cred); err != nil {
+		t.Fatalf("Detach = %v", err)
+	}
+	wantUnbound(t, srv, cred.Participant)
+	srv.mu.Lock()
+	other, tried := other, refused
+	srv.mu.Unlock()
+	if !tried {
+		t.Fatalf("the detach was not tried on node %d", other)
+	}
+	// That node's connection ends; its Client reconnects.
+	srv.dropNode(other)
+	<-reconnected
+	if n := srv.boundNode(1, cred.Participant); n >= 0 {
+		t.Errorf("the detached participant (answered) is bound again, on node %d, at generation %d", n, srv.member(1, cred.Participant).gen)
+	}
+}
