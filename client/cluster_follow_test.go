@@ -185,3 +185,63 @@ func TestCluster_Detach_AttachRefusedOnANode_NotBoundAgain(t *testing.T) {
 		t.Errorf("the detached participant (answered) is bound again, on node %d, at generation %d", n, srv.member(1, cred.Participant).gen)
 	}
 }
+
+// A node's Client that believes a participant bound on its live
+// connection, while an attach of the Cluster's through another node
+// committed (superseding that binding) and lost its answer, must send
+// that attach in doubt again before it takes the participant for bound:
+// else the Cluster's operations present the superseded generation, are
+// refused stale_authority, and bind it again "here" without sending
+// anything, until their context ends, and the participant stays bound
+// nowhere. (The nemesis found a reader unbound for good this way.)
+func TestCluster_AttachInDoubtElsewhere_SentAgainBeforeTrustingTheBinding(t *testing.T) {
+	ctx := testCtx(t)
+	srv := newFakeServer(t)
+	addrs := []string{srv.addr(), srv.addNode()}
+	c := dialClusterT(t, addrs, fastClusterOpts)
+	cred, err := c.Enroll(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := srv.boundNode(1, cred.Participant)
+	b := 1 - a
+	// a cannot serve the ack until b's connection ended; b commits the
+	// attach the ack sends there but answers in_doubt, drops the
+	// connection on its retry, and then says a owns the conversation.
+	bAttaches, dropped := 0, false // guarded by srv.mu
+	srv.setHook(func(fc *fconn, m wire.Message) action {
+		switch m.(type) {
+		case *wire.Ack:
+			if fc.node == a && !dropped {
+				srv.refusal = wire.Error{Code: wire.CodeUnavailable, Detail: "scripted"}
+				return refuse
+			}
+		case *wire.Attach:
+			if fc.node != b {
+				return pass
+			}
+			switch bAttaches++; bAttaches {
+			case 1:
+				return commitInDoubt
+			case 2:
+				dropped = true
+				return dropBefore
+			}
+			srv.refusal = wire.Error{Code: wire.CodeMoved, Detail: "scripted", Owner: &addrs[a]}
+			return refuse
+		}
+		return pass
+	})
+	if _, err := c.Ack(ctx, cred, 1); err != nil {
+		t.Fatalf("Ack = %v, want it acked on node %d once the attach in doubt is settled there", err, a)
+	}
+	srv.mu.Lock()
+	tried := dropped
+	srv.mu.Unlock()
+	if !tried {
+		t.Fatalf("the ack never went to node %d", b)
+	}
+	if n := srv.boundNode(1, cred.Participant); n != a {
+		t.Errorf("the participant is bound on node %d, want node %d", n, a)
+	}
+}
