@@ -182,9 +182,12 @@ func (c *Client) attachOn(ctx context.Context, s *session, m *member, backlogWai
 			c.mu.Unlock()
 			return Credential{}, errReleased
 		}
-		if m.sess == s && s.alive() {
+		if m.sess == s && s.alive() && !c.intents.mayMoveOn(m.cred) {
 			// Bound here already: a supplied token is not needed, and
-			// must not name a later attach.
+			// must not name a later attach. Not when an attach that may
+			// have moved the participant on from m.cred is in doubt (one
+			// of its Cluster's, through another node): that binding may
+			// be gone, and the attach is sent again to learn it.
 			cred := m.cred
 			m.nextToken = nil
 			c.mu.Unlock()
@@ -240,6 +243,9 @@ func (c *Client) attachOn(ctx context.Context, s *session, m *member, backlogWai
 			c.mu.Unlock()
 			c.credentialChanged(cred)
 			if here {
+				if c.bound != nil {
+					c.bound(c, cred)
+				}
 				return cred, nil
 			}
 			if !s.alive() {

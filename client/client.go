@@ -56,6 +56,13 @@ type Client struct {
 	// connection ended, or its conversation moved. The Cluster follows
 	// it to the conversation's owner.
 	unbound func(Credential)
+	// bound, set by a Cluster, is told (without locks held) of each
+	// participant this Client bound on its connection, whoever asked: a
+	// re-attachment it made by itself (after a reconnect, a deferred one,
+	// one that settles an attach in doubt) moves the server's binding to
+	// this node as much as the Cluster's own attaches do, and the Cluster
+	// must know where the binding is to follow it once it ends.
+	bound func(*Client, Credential)
 }
 
 // member is a participant the client holds.
@@ -98,12 +105,12 @@ func newMember(cred Credential) *member {
 // in the background.
 func Dial(ctx context.Context, addr string, opts Options) (*Client, error) {
 	opts.withDefaults()
-	return dialClient(ctx, addr, opts, newIntents(), nil)
+	return dialClient(ctx, addr, opts, newIntents(), nil, nil)
 }
 
-// dialClient is Dial with the intents table to use and the unbound hook
-// (both a Cluster's). opts has its defaults.
-func dialClient(ctx context.Context, addr string, opts Options, in *intents, unbound func(Credential)) (*Client, error) {
+// dialClient is Dial with the intents table to use and the unbound and
+// bound hooks (all a Cluster's). opts has its defaults.
+func dialClient(ctx context.Context, addr string, opts Options, in *intents, unbound func(Credential), bound func(*Client, Credential)) (*Client, error) {
 	s, err := dial(ctx, addr, &opts, 1)
 	if err != nil {
 		return nil, err
@@ -111,6 +118,7 @@ func dialClient(ctx context.Context, addr string, opts Options, in *intents, unb
 	c := &Client{
 		intents: in,
 		unbound: unbound,
+		bound:   bound,
 		addr:    addr,
 		opts:    opts,
 		log:     opts.Logger.With().Str("component", "client").Str("addr", addr).Logger(),

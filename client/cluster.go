@@ -226,7 +226,8 @@ func (c *Cluster) clientFor(ctx context.Context, addr string) (*Client, error) {
 	opts := c.opts.Options
 	opts.OnLost = func(cred Credential, why error) { c.lose(cred, why) }
 	dctx, cancel := context.WithTimeout(ctx, c.opts.AttemptTimeout)
-	cl, err := dialClient(dctx, addr, opts, c.intents, func(cred Credential) { c.unbound(addr, cred) })
+	cl, err := dialClient(dctx, addr, opts, c.intents, func(cred Credential) { c.unbound(addr, cred) },
+		func(cl *Client, cred Credential) { c.hold(cred, addr, cl, false) })
 	cancel()
 	if err != nil {
 		return nil, err
@@ -453,7 +454,10 @@ func (c *Cluster) latest(cred Credential) Credential {
 // hold records that the Client cl, at addr, now holds cred's binding, and
 // makes every other node's Client forget the participant; with want, the
 // caller's operation bound it, and the Cluster keeps it bound from now on
-// (follows it). When cl's connection holding it ended meanwhile, cl's
+// (follows it). Every Client of the Cluster calls it (its bound hook) for
+// each binding it makes, its own re-attachments included: one made by a
+// node's Client after a reconnect moves the binding there, and the
+// Cluster follows the participant from where its binding is. When cl's connection holding it ended meanwhile, cl's
 // report of the binding gone (unbound) may have come already: no holder
 // is recorded, and the Cluster follows the participant as unbound would.
 func (c *Cluster) hold(cred Credential, addr string, cl *Client, want bool) {
@@ -758,7 +762,8 @@ func (c *Cluster) Ack(ctx context.Context, cred Credential, through uint64) (uin
 // stops keeping the participant bound before anything is sent, whatever
 // the outcome (release). Until a request of the detach may have been
 // applied, the participant is attached first on a node that does not
-// hold its binding (a detach needs it); after, the detach is resent as
+// hold its binding (a detach needs it), and let go of again on that node
+// when the detach is not sent there; after, the detach is resent as
 // it is, with its token, to whichever node owns the conversation: it
 // replays if it committed, and is refused no_binding if not (the binding
 // ended with its node's connection; nothing was detached).
@@ -774,6 +779,10 @@ func (c *Cluster) Detach(ctx context.Context, cred Credential, opts ...CallOptio
 		}
 		cur, err := c.bindOn(ctx, addr, cl, cred, false)
 		if err != nil {
+			// Its attach made cl want the participant bound (as any
+			// Attach does); the detach goes on elsewhere, and cl's next
+			// connection must not bind it again once it committed.
+			cl.release(cred.key(), false)
 			return err
 		}
 		seq, err = cl.Detach(ctx, cur, WithToken(tok))

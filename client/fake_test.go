@@ -602,3 +602,30 @@ func (s *fakeServer) setLimits(maxFrame, maxRecord uint64) {
 	s.maxFrame, s.maxRecord = maxFrame, maxRecord
 	s.mu.Unlock()
 }
+
+// dropNode closes every connection that came through node's listener, as
+// a network failure between the client and that node would.
+func (s *fakeServer) dropNode(node int) {
+	s.mu.Lock()
+	var cs []*fconn
+	for c := range s.conns {
+		if c.node == node {
+			cs = append(cs, c)
+		}
+	}
+	s.mu.Unlock()
+	for _, c := range cs {
+		c.wc.Close()
+	}
+}
+
+// boundNode returns the node of the connection holding participant p of
+// conv's binding, or -1 when it is not bound.
+func (s *fakeServer) boundNode(conv, p uint64) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if m := s.convs[conv].members[p]; m.bound != nil {
+		return m.bound.node
+	}
+	return -1
+}

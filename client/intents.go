@@ -157,6 +157,16 @@ func (t *intents) inDoubt(k key) bool {
 	return t.pending[k] != nil
 }
 
+// mayMoveOn reports whether an attach of cred's participant presenting
+// cred or a newer credential is in doubt: if it committed, the binding
+// cred was minted for is gone.
+func (t *intents) mayMoveOn(cred Credential) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	in := t.pending[cred.key()]
+	return in != nil && in.presented.Generation >= cred.Generation
+}
+
 // learn records cred as known, when it is the newest.
 func (t *intents) learn(cred Credential) {
 	t.mu.Lock()

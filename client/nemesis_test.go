@@ -304,7 +304,18 @@ func runNemesis(t *testing.T, mode string, seed uint64) {
 		select {
 		case <-tick.C:
 		case <-ctx.Done():
-			t.Fatalf("seed %d: the readers got %v, want %v (every record addressed to them, once, in order)", seed, h, w)
+			// Where the server holds each reader's binding, to tell a
+			// reader nobody binds (the client's doing) from a slow one.
+			bound := map[uint64]string{}
+			srv.mu.Lock()
+			for _, conv := range convs {
+				bound[conv] = "unbound"
+				if m := srv.convs[conv].members[rcred[conv].Participant]; m.bound != nil {
+					bound[conv] = fmt.Sprintf("node %d", m.bound.node)
+				}
+			}
+			srv.mu.Unlock()
+			t.Fatalf("seed %d: the readers got %v, want %v (every record addressed to them, once, in order); bindings %v", seed, h, w, bound)
 		}
 	}
 

@@ -308,7 +308,13 @@ func (b *batch) write() error {
 	for i, enc := range outboxRows {
 		if _, err := s.st.Append(outboxStream, enc, b.live.Produced+uint64(i)); err != nil {
 			if oplogDurable != nil {
-				_ = oplogDurable() // in doubt either way
+				// The answer is in_doubt whatever the oplog rows' commit
+				// did, and says so with the append's error. The wait is
+				// called only because a seal's wait must be called once
+				// (SealingOwnership): a watched store ends its watched
+				// flush in it, the fault store puts back what was not
+				// made durable. Its error adds nothing to the answer.
+				_ = oplogDurable()
 			}
 			return failed(CodeInDoubt, "outbox append", err)
 		}

@@ -208,19 +208,32 @@ func ipPrefix(ip netip.Addr, v4, v6 int) netip.Prefix {
 }
 
 // admitLocked counts one more connection of key at now, while the server
-// holds held, or returns why it is refused.
+// holds held, or returns why it is refused. Under mutual TLS the 80 %
+// rule weighs only the address's connections that have not said hello.
 func (l *peerLimits) admitLocked(key netip.Prefix, held int, now time.Time) string {
 	l.sweepLocked(now)
 	p := entryLocked(l, l.peers, key, now)
+	crowd, which := p.open, ""
+	if l.mtls {
+		crowd, which = p.proving, " that have not said hello"
+	}
+	return l.admitPeerLocked(p, "your address", crowd, which, "one address", held, now)
+}
+
+// admitPeerLocked counts one more connection of p, an address or a
+// certificate identity that refusals call who, at now, while the server
+// holds held, or returns why it is refused: above 80 % of the
+// connections when crowd (p's connections the rule weighs, which says
+// which) is a twentieth of them; at the limit of one principal (whose
+// names it); faster than the connection rate.
+func (l *peerLimits) admitPeerLocked(p *peer, who string, crowd int, which, whose string, held int, now time.Time) string {
 	switch {
-	case !l.mtls && held >= l.high && p.open >= l.small:
-		return fmt.Sprintf("the server holds over 80%% of its %d connections, and your address holds %d, a twentieth of them", l.maxConns, p.open)
-	case l.mtls && held >= l.high && p.proving >= l.small:
-		return fmt.Sprintf("the server holds over 80%% of its %d connections, and your address holds %d that have not said hello, a twentieth of them", l.maxConns, p.proving)
+	case held >= l.high && crowd >= l.small:
+		return fmt.Sprintf("the server holds over 80%% of its %d connections, and %s holds %d%s, a twentieth of them", l.maxConns, who, crowd, which)
 	case p.open >= l.perAddress:
-		return fmt.Sprintf("your address holds %d connections, the limit of one address", p.open)
+		return fmt.Sprintf("%s holds %d connections, the limit of %s", who, p.open, whose)
 	case !p.conns.take(now, l.rate, l.burst):
-		return fmt.Sprintf("your address opens connections faster than %g a second", l.rate)
+		return fmt.Sprintf("%s opens connections faster than %g a second", who, l.rate)
 	}
 	p.open++
 	return ""
@@ -245,17 +258,11 @@ func (l *peerLimits) admitCertLocked(key netip.Prefix, cnt *connCount, id string
 	}
 	cnt.proving = false
 	p := entryLocked(l, l.certs, id, now)
-	switch {
-	case held >= l.high && p.open >= l.small:
-		return fmt.Sprintf("the server holds over 80%% of its %d connections, and your client certificate holds %d, a twentieth of them", l.maxConns, p.open)
-	case p.open >= l.perAddress:
-		return fmt.Sprintf("your client certificate holds %d connections, the limit of one client (max-connections-per-address)", p.open)
-	case !p.conns.take(now, l.rate, l.burst):
-		return fmt.Sprintf("your client certificate opens connections faster than %g a second", l.rate)
+	why := l.admitPeerLocked(p, "your client certificate", p.open, "", "one client (max-connections-per-address)", held, now)
+	if why == "" {
+		cnt.cert = id
 	}
-	p.open++
-	cnt.cert = id
-	return ""
+	return why
 }
 
 // entryLocked returns the entry of k in m, making a fresh one at now.

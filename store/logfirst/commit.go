@@ -16,31 +16,21 @@ import (
 	"github.com/participantd/participantd/store/wal"
 )
 
-// Flush implements store.DurableStore with group commit. A Flush with
-// writes staged when no record is being written writes the record itself
-// (sparing a lone writer two goroutine hand-offs per flush); otherwise it
-// joins the next record, which the committer writes once the current one
-// is done and which carries the writes of every Flush that arrived before
-// it was taken. A Flush with nothing staged waits only for a record being
-// written, and returns nil at once when there is none. After a failure
-// Flush returns the sticky error (wrapping store.ErrFailed); after Close,
-// store.ErrClosed.
+// Flush implements store.DurableStore with group commit: Seal, then its
+// wait. A Flush with writes staged when no record is being written writes
+// the record itself (sparing a lone writer two goroutine hand-offs per
+// flush); otherwise it joins the next record, which the committer writes
+// once the current one is done and which carries the writes of every
+// Flush that arrived before it was taken. A Flush with nothing staged
+// waits only for a record being written, and returns nil at once when
+// there is none. After a failure Flush returns the sticky error (wrapping
+// store.ErrFailed); after Close, store.ErrClosed.
 func (s *Store) Flush() error {
-	s.mu.Lock()
-	if err := s.usableLocked(); err != nil {
-		s.mu.Unlock()
+	bt, err := s.seal()
+	if err != nil || bt == nil {
 		return err
 	}
-	s.flushes.Add(1)
-	staged := s.hasStagedLocked()
-	if staged && s.group.IdleLocked() && s.memBytes < s.opts.MaxUncheckpointed {
-		bt := s.group.StartLocked()
-		s.commitAndUnlock(bt)
-		return bt.Wait()
-	}
-	bt, wake := s.group.JoinLocked(staged)
-	s.mu.Unlock()
-	return s.group.Wait(bt, wake)
+	return bt.Wait()
 }
 
 // Seal implements store.Sealer: records are written one at a time, in
@@ -55,6 +45,21 @@ func (s *Store) Flush() error {
 // Errors are Flush's: returned at once when known (a sticky failure,
 // Close, or the record Seal wrote itself), else by the wait.
 func (s *Store) Seal() (wait func() error, err error) {
+	bt, err := s.seal()
+	switch {
+	case err != nil:
+		return nil, err
+	case bt == nil:
+		return func() error { return nil }, nil
+	}
+	return bt.Wait, nil
+}
+
+// seal is Seal, returning the record to wait for (nil: none) instead of
+// its wait, so that Flush waits without a closure: the record it wrote
+// itself, already finished with the error returned; or the next record,
+// once taken, when writes are staged; or the record being written.
+func (s *Store) seal() (*stage.Batch, error) {
 	s.mu.Lock()
 	if err := s.usableLocked(); err != nil {
 		s.mu.Unlock()
@@ -65,15 +70,12 @@ func (s *Store) Seal() (wait func() error, err error) {
 	if staged && s.group.IdleLocked() && s.memBytes < s.opts.MaxUncheckpointed {
 		bt := s.group.StartLocked()
 		s.commitAndUnlock(bt)
-		if err := bt.Wait(); err != nil {
-			return nil, err
-		}
-		return bt.Wait, nil
+		return bt, bt.Wait()
 	}
 	bt, wake := s.group.JoinLocked(staged)
 	s.mu.Unlock()
 	if bt == nil {
-		return func() error { return nil }, nil
+		return nil, nil
 	}
 	if wake {
 		s.group.Kick()
@@ -81,7 +83,7 @@ func (s *Store) Seal() (wait func() error, err error) {
 	if staged {
 		<-bt.Taken()
 	}
-	return bt.Wait, nil
+	return bt, nil
 }
 
 // KeepsOrder implements store.Ordered, and answers false although a crash
