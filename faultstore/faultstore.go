@@ -319,6 +319,18 @@ func (s *Store) Append(stream string, payload []byte, expectedSeq uint64) (uint6
 	})
 }
 
+// AppendOwned implements store.Owner: Append, handing payload to the
+// inner store through store.AppendOwned.
+func (s *Store) AppendOwned(stream string, payload []byte, expectedSeq uint64) (uint64, error) {
+	return run(s, s.admit(OpAppend, stream), func() (uint64, error) {
+		seq, err := store.AppendOwned(s.inner, stream, payload, expectedSeq)
+		if err == nil {
+			s.addPending(stream)
+		}
+		return seq, err
+	})
+}
+
 // ReadFrom implements store.DurableStore. It is an OpRead named stream.
 // The returned entries are the inner store's, owned by the caller.
 func (s *Store) ReadFrom(stream string, offset uint64, limit int) ([]store.Entry, error) {
@@ -433,6 +445,14 @@ func (s *Store) restorePending(taken map[string]struct{}) {
 func (s *Store) ReadPage(stream string, offset uint64, limit int, maxBytes int) ([]store.Entry, error) {
 	return run(s, s.admit(OpRead, stream), func() ([]store.Entry, error) {
 		return store.ReadPage(s.inner, stream, offset, limit, maxBytes)
+	})
+}
+
+// ReadPageBuffered implements store.BufferedPageReader: ReadPage into
+// buf, through store.ReadPageBuffered on the inner store.
+func (s *Store) ReadPageBuffered(stream string, offset uint64, limit int, maxBytes int, buf *store.PageBuffer) ([]store.Entry, error) {
+	return run(s, s.admit(OpRead, stream), func() ([]store.Entry, error) {
+		return store.ReadPageBuffered(s.inner, stream, offset, limit, maxBytes, buf)
 	})
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/participantd/participantd/oplog"
 	"github.com/participantd/participantd/outbox"
 	"github.com/participantd/participantd/registry"
+	"github.com/participantd/participantd/store"
 	"github.com/participantd/participantd/tokenindex"
 )
 
@@ -276,9 +277,11 @@ func (b *batch) write() error {
 		}
 		idx++
 	}
+	// Every row's encoding was made for its append and is handed to the
+	// store, which keeps it rather than a copy where it can.
 	oplogStream := oplog.Stream(cv.id)
 	for i, enc := range oplogRows {
-		if _, err := s.st.Append(oplogStream, enc, b.live.Applied+uint64(i)); err != nil {
+		if _, err := store.AppendOwned(s.st, oplogStream, enc, b.live.Applied+uint64(i)); err != nil {
 			return failed(CodeInDoubt, "oplog append", err)
 		}
 	}
@@ -306,7 +309,7 @@ func (b *batch) write() error {
 	}
 	outboxStream := outbox.Stream(cv.id)
 	for i, enc := range outboxRows {
-		if _, err := s.st.Append(outboxStream, enc, b.live.Produced+uint64(i)); err != nil {
+		if _, err := store.AppendOwned(s.st, outboxStream, enc, b.live.Produced+uint64(i)); err != nil {
 			if oplogDurable != nil {
 				// The answer is in_doubt whatever the oplog rows' commit
 				// did, and says so with the append's error. The wait is

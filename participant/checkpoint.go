@@ -148,7 +148,8 @@ func loadRetained(st store.DurableStore, ck *checkpoint.Checkpoint, c Conversati
 	if w.First > ck.LastSeq {
 		return nil
 	}
-	rows, err := newPageReader(st, outbox.Stream(c), pageBytes, w.Outbox)
+	// outbox.Decode keeps nothing of the bytes it decodes.
+	rows, err := newBufferedPageReader(st, outbox.Stream(c), pageBytes, w.Outbox)
 	if err != nil {
 		return err
 	}

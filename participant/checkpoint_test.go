@@ -210,6 +210,34 @@ func TestCheckpointPass_BudgetSplitsAndResumes(t *testing.T) {
 	}
 }
 
+// TestDerive_PayloadBytesCountsOnlyHeldPayloads derives a checkpoint of a
+// history with records nobody acknowledged and checks the derivation's
+// own state: it drops every payload as it applies the row (a checkpoint
+// names rows, it does not hold them), so it must count none of them. It
+// counted every one it had dropped, a state that lied about what it held
+// to whoever would reuse it.
+func TestDerive_PayloadBytesCountsOnlyHeldPayloads(t *testing.T) {
+	ctx := context.Background()
+	mem := store.NewMemory()
+	svc, err := Open(ctx, mem, Options{NodeKey: testKey})
+	must(t, err)
+	defer svc.Close()
+	buildHistory(t, svc, 1, 40, 3)
+	p := pages{budget: newByteBudget(1 << 30), bytes: DefaultReadPageBytes}
+	_, rb, err := derive(ctx, mem, 1, p, nil, oplogLen(t, mem, 1), time.Now(), DefaultRetain)
+	must(t, err)
+	if len(rb.state.Records) == 0 {
+		t.Fatal("the history retains no records: nothing to check")
+	}
+	var held int64
+	for _, r := range rb.state.Records {
+		held += int64(len(r.Payload))
+	}
+	if held != 0 || rb.state.PayloadBytes != held {
+		t.Fatalf("derivation holds %d payload bytes and counts %d, want 0 and 0", held, rb.state.PayloadBytes)
+	}
+}
+
 // TestCheckpoint_BadCheckpointIsARefusal damages checkpoints in the ways a
 // disk, an operator or a bug could, and checks that each conversation is
 // contained with the right class while the others serve: never a silent

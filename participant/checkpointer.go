@@ -62,7 +62,9 @@ func derive(ctx context.Context, st store.DurableStore, c ConversationID, p page
 		ck.OplogDigest, ck.OutboxDigest = base.OplogDigest, base.OutboxDigest
 	}
 	from := rb.state.Applied
-	ops, err := newPageReader(st, oplog.Stream(c), p.bytes, from)
+	// Each row is decoded (its payload into scratch) and matched before
+	// the next is read: both streams are read through a buffer each.
+	ops, err := newBufferedPageReader(st, oplog.Stream(c), p.bytes, from)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -70,7 +72,7 @@ func derive(ctx context.Context, st store.DurableStore, c ConversationID, p page
 		return nil, nil, fmt.Errorf("%w: the oplog has %d rows, asked for %d", errNotDurable, ops.end, to)
 	}
 	ops.end = to
-	stored, err := newPageReader(st, outbox.Stream(c), p.bytes, rb.state.Produced)
+	stored, err := newBufferedPageReader(st, outbox.Stream(c), p.bytes, rb.state.Produced)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -7,13 +7,16 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"path/filepath"
 	"runtime"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/participantd/participantd/oplog"
 	"github.com/participantd/participantd/outbox"
 	"github.com/participantd/participantd/store"
 	"github.com/participantd/participantd/store/boltstore"
@@ -398,5 +401,72 @@ func TestEvictionUnderConcurrentConversations(t *testing.T) {
 	// Conversation 1 of the env keeps its joined record for p0, unacked.
 	if bl := e.svc.Backlog(); bl.MemoryBytes != 0 || bl.EvictedBytes != 0 || bl.Records != 1 {
 		t.Errorf("Backlog() after every record was acknowledged = %+v, want 1 record and no bytes", bl)
+	}
+}
+
+// TestCheckpointDerivation_ReadsRowsThroughOneBuffer checkpoints a
+// conversation of 64 KiB tells on the log-first store, the default engine,
+// and counts the bytes the pass allocates. A derivation decodes each row
+// and keeps none of its bytes, so it reads both streams through one
+// buffer each (store.ReadPageBuffered): before, every row read was a copy
+// of its own, and a pass allocated the size of every row it replayed.
+// Bytes are counted, not allocations, so that the race detector's pool
+// behaviour does not matter.
+func TestCheckpointDerivation_ReadsRowsThroughOneBuffer(t *testing.T) {
+	const n, size = 256, 64 << 10
+	ctx := context.Background()
+	st, err := logfirst.Open(t.TempDir(), logfirst.Options{})
+	must(t, err)
+	t.Cleanup(func() { st.Close() })
+	svc, err := Open(ctx, st, Options{NodeKey: testKey, CheckpointInterval: time.Hour, CheckpointRows: 1,
+		MaxBacklogRecords: 1 << 20, MaxBacklogBytes: 1 << 30})
+	must(t, err)
+	t.Cleanup(func() { svc.Close() })
+	deaf, sender := svc.Connect(nil), svc.Connect(nil)
+	mustEnroll(t, deaf, 1, 1)
+	tx := mustEnroll(t, sender, 1, 2)
+	payload := make([]byte, size)
+	for i := range n {
+		binary.BigEndian.PutUint64(payload, uint64(i))
+		if _, err := sender.Tell(ctx, Tell{Conversation: 1, Participant: tx.Participant, Generation: tx.Generation,
+			Token: benchToken(7, uint64(i)), Payload: payload}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	w, err := svc.CheckpointPass(ctx)
+	runtime.ReadMemStats(&after)
+	if err != nil || w != 1 {
+		t.Fatalf("CheckpointPass() = %d, %v, want 1", w, err)
+	}
+	// The replayed rows are n*size bytes; a copy of each was that much.
+	if alloc, bound := after.TotalAlloc-before.TotalAlloc, uint64(n*size/4); alloc > bound {
+		t.Errorf("a checkpoint pass over %d rows of %d bytes allocated %d bytes, want at most %d", n, size, alloc, bound)
+	}
+}
+
+// TestEncodedRows_LeaveTheRoomAStoreSealsIn checks that an oplog row of a
+// tell, its fields at their widest, is encoded with store.SealRoom bytes
+// of spare capacity: the log-first store keeps an owned row as it is and
+// seals it with its checksum in place at the checkpoint, which copies a
+// row without that room.
+func TestEncodedRows_LeaveTheRoomAStoreSealsIn(t *testing.T) {
+	for _, size := range []int{0, 1, 200, 64 << 10, 512 << 10} {
+		row := oplog.Row{Kind: oplog.KindTell, Participant: math.MaxUint64, Generation: math.MaxUint64,
+			Conn: oplog.ConnID{Server: math.MaxUint64, Ordinal: math.MaxUint64}, Through: math.MaxUint64, Seq: math.MaxUint64, Cursor: math.MaxUint64,
+			Cause: math.MaxUint8, At: math.MinInt64, Payload: make([]byte, size)}
+		for i := range row.Token {
+			row.Token[i] = 0xff
+		}
+		for i := range row.Nonce {
+			row.Nonce[i] = 0xff
+		}
+		enc, err := oplog.Encode(&row)
+		must(t, err)
+		if room := cap(enc) - len(enc); room < store.SealRoom {
+			t.Errorf("a tell of %d bytes is encoded in %d bytes with %d spare, want at least %d", size, len(enc), room, store.SealRoom)
+		}
 	}
 }

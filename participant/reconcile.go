@@ -64,6 +64,10 @@ type pageReader struct {
 	next     uint64
 	end      uint64
 	page     []store.Entry
+	// buf, when not nil, is the memory pages are read into
+	// (store.ReadPageBuffered): a payload entry returns is then valid
+	// only until the next call of entry.
+	buf *store.PageBuffer
 }
 
 func newPageReader(st store.DurableStore, stream string, maxBytes int, from uint64) (*pageReader, error) {
@@ -74,15 +78,35 @@ func newPageReader(st store.DurableStore, stream string, maxBytes int, from uint
 	return &pageReader{st: st, stream: stream, maxBytes: maxBytes, next: from, end: max(end, from)}, nil
 }
 
+// newBufferedPageReader is newPageReader for a caller done with each
+// payload before it asks for the next (one that decodes each row into
+// memory of its own): the reader reads every page into one buffer, so
+// that a replay of any length allocates no payload.
+func newBufferedPageReader(st store.DurableStore, stream string, maxBytes int, from uint64) (*pageReader, error) {
+	r, err := newPageReader(st, stream, maxBytes, from)
+	if err != nil {
+		return nil, err
+	}
+	r.buf = &store.PageBuffer{}
+	return r, nil
+}
+
 // more reports whether entries are left before end.
 func (r *pageReader) more() bool { return r.next < r.end }
 
 // entry returns the payload of entry r.next and advances. The payload is
-// the caller's; the page drops its reference to it.
+// the caller's, and the page drops its reference to it; in a buffered
+// reader it is valid only until the next call.
 func (r *pageReader) entry() ([]byte, error) {
 	if len(r.page) == 0 {
 		limit := int(min(r.end-r.next, readPageEntries))
-		page, err := store.ReadPage(r.st, r.stream, r.next, limit, r.maxBytes)
+		var page []store.Entry
+		var err error
+		if r.buf != nil {
+			page, err = store.ReadPageBuffered(r.st, r.stream, r.next, limit, r.maxBytes, r.buf)
+		} else {
+			page, err = store.ReadPage(r.st, r.stream, r.next, limit, r.maxBytes)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("participant: read %s: %w", r.stream, err)
 		}

@@ -112,6 +112,12 @@ func (w *watchedStore) Append(stream string, payload []byte, expectedSeq uint64)
 	return w.inner.Append(stream, payload, expectedSeq)
 }
 
+// AppendOwned implements store.Owner for the store w wraps.
+func (w *watchedStore) AppendOwned(stream string, payload []byte, expectedSeq uint64) (uint64, error) {
+	defer w.end(w.begin("Append", stream))
+	return store.AppendOwned(w.inner, stream, payload, expectedSeq)
+}
+
 func (w *watchedStore) ReadFrom(stream string, offset uint64, limit int) ([]store.Entry, error) {
 	defer w.end(w.begin("ReadFrom", stream))
 	return w.inner.ReadFrom(stream, offset, limit)
@@ -120,6 +126,13 @@ func (w *watchedStore) ReadFrom(stream string, offset uint64, limit int) ([]stor
 func (w *watchedStore) ReadPage(stream string, offset uint64, limit int, maxBytes int) ([]store.Entry, error) {
 	defer w.end(w.begin("ReadPage", stream))
 	return store.ReadPage(w.inner, stream, offset, limit, maxBytes)
+}
+
+// ReadPageBuffered implements store.BufferedPageReader for the store w
+// wraps.
+func (w *watchedStore) ReadPageBuffered(stream string, offset uint64, limit int, maxBytes int, buf *store.PageBuffer) ([]store.Entry, error) {
+	defer w.end(w.begin("ReadPage", stream))
+	return store.ReadPageBuffered(w.inner, stream, offset, limit, maxBytes, buf)
 }
 
 func (w *watchedStore) Len(stream string) (uint64, error) {

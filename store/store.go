@@ -46,7 +46,8 @@ type DurableStore interface {
 	// assigned seq (0-based, the stream's length before the call) must equal
 	// expectedSeq; otherwise nothing is written and the error is a
 	// *SequenceConflictError (errors.Is ErrSequenceConflict). The store keeps
-	// its own copy of payload. An empty or over-long stream name fails with
+	// its own copy of payload (AppendOwned hands it over where the store can
+	// keep it). An empty or over-long stream name fails with
 	// ErrInvalidName, a payload over MaxPayloadLen with ErrTooLarge.
 	Append(stream string, payload []byte, expectedSeq uint64) (uint64, error)
 

@@ -411,7 +411,7 @@ func StreamLen(tx *bolt.Tx, stream string) (uint64, error) {
 // ReadEntries appends to out the entries of stream in tx with seqs in
 // [offset, stop), in seq order. Payloads are copies the caller owns.
 func ReadEntries(tx *bolt.Tx, stream string, offset, stop uint64, out []store.Entry) ([]store.Entry, error) {
-	out, _, _, err := ReadPageTx(tx, stream, offset, stop, 0, 0, out)
+	out, _, _, err := ReadPageTx(tx, stream, offset, stop, 0, 0, out, nil)
 	return out, err
 }
 
@@ -421,8 +421,9 @@ func ReadEntries(tx *bolt.Tx, stream string, offset, stop uint64, out []store.En
 // out holds an entry (maxBytes <= 0: no bound). It returns out, the new
 // total, and whether it stopped for maxBytes. Entries missing from the
 // file (trimmed) are skipped: the caller checks out[0].Seq. Payloads are
-// copies the caller owns.
-func ReadPageTx(tx *bolt.Tx, stream string, offset, stop uint64, maxBytes, total int, out []store.Entry) ([]store.Entry, int, bool, error) {
+// copies the caller owns, or, with buf not nil, copies in buf's memory
+// (store.BufferedPageReader).
+func ReadPageTx(tx *bolt.Tx, stream string, offset, stop uint64, maxBytes, total int, out []store.Entry, buf *store.PageBuffer) ([]store.Entry, int, bool, error) {
 	stopped := false
 	err := Entries(tx, stream, offset, func(seq uint64, v []byte) bool {
 		if seq >= stop {
@@ -433,7 +434,13 @@ func ReadPageTx(tx *bolt.Tx, stream string, offset, stop uint64, maxBytes, total
 			return false
 		}
 		total += len(v)
-		out = append(out, store.Entry{Seq: seq, Payload: append([]byte(nil), v...)})
+		var p []byte
+		if buf != nil {
+			p = buf.Copy(v)
+		} else {
+			p = append([]byte(nil), v...)
+		}
+		out = append(out, store.Entry{Seq: seq, Payload: p})
 		return true
 	})
 	return out, total, stopped, err

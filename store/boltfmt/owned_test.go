@@ -26,7 +26,7 @@ func readAll(t *testing.T, db *bolt.DB, stream string) [][]byte {
 	t.Helper()
 	var got [][]byte
 	if err := db.View(func(tx *bolt.Tx) error {
-		entries, _, _, err := ReadPageTx(tx, stream, 0, 1<<20, 0, 0, nil)
+		entries, _, _, err := ReadPageTx(tx, stream, 0, 1<<20, 0, 0, nil, nil)
 		for _, e := range entries {
 			got = append(got, e.Payload)
 		}

@@ -713,17 +713,36 @@ func (s *Store) loadStream(name string) (*stream, error) {
 // sticky error (wrapping store.ErrFailed) after a failed commit or
 // checkpoint, and ErrReadOnly on a read-only store.
 func (s *Store) Append(name string, payload []byte, expectedSeq uint64) (uint64, error) {
+	return s.append(name, payload, expectedSeq, false)
+}
+
+// AppendOwned implements store.Owner: Append without the copy. The
+// checkpoint that writes the payload to bbolt seals it in place when it
+// has boltfmt.SumLen bytes of spare capacity, and copies it there
+// otherwise (boltfmt.PutOwnedEntries).
+func (s *Store) AppendOwned(name string, payload []byte, expectedSeq uint64) (uint64, error) {
+	return s.append(name, payload, expectedSeq, true)
+}
+
+// The spare capacity an owned payload needs is the checksum's.
+var _ [store.SealRoom - boltfmt.SumLen]struct{}
+var _ [boltfmt.SumLen - store.SealRoom]struct{}
+
+func (s *Store) append(name string, payload []byte, expectedSeq uint64, owned bool) (uint64, error) {
 	if err := store.CheckWrite(name, len(payload)); err != nil {
 		return 0, err
 	}
 	if s.readOnly {
 		return 0, ErrReadOnly
 	}
-	// The copy is the logged layer's until a checkpoint writes it, and
-	// has room for the checksum the checkpoint seals it with in place
-	// (boltfmt.PutOwnedEntries).
-	p := make([]byte, len(payload), len(payload)+boltfmt.SumLen)
-	copy(p, payload)
+	// The payload is the logged layer's until a checkpoint writes it: an
+	// owned one as it is, any other a copy with room for the checksum the
+	// checkpoint seals it with in place (boltfmt.PutOwnedEntries).
+	p := payload
+	if !owned {
+		p = make([]byte, len(payload), len(payload)+boltfmt.SumLen)
+		copy(p, payload)
+	}
 	st, err := s.lockStream(name)
 	if err != nil {
 		return 0, err
@@ -756,17 +775,28 @@ func (s *Store) Len(name string) (uint64, error) {
 // offset below the stream's first entry fails with a
 // *store.CompactedError.
 func (s *Store) ReadFrom(name string, offset uint64, limit int) ([]store.Entry, error) {
-	return s.read(name, offset, limit, 0)
+	return s.read(name, offset, limit, 0, nil)
 }
 
 // ReadPage implements store.PageReader: ReadFrom that stops before the
 // entry that would bring the page past maxBytes, reading bbolt no further
 // than that.
 func (s *Store) ReadPage(name string, offset uint64, limit int, maxBytes int) ([]store.Entry, error) {
-	return s.read(name, offset, limit, maxBytes)
+	return s.read(name, offset, limit, maxBytes, nil)
 }
 
-func (s *Store) read(name string, offset uint64, limit int, maxBytes int) ([]store.Entry, error) {
+// ReadPageBuffered implements store.BufferedPageReader: ReadPage into
+// buf's memory.
+func (s *Store) ReadPageBuffered(name string, offset uint64, limit int, maxBytes int, buf *store.PageBuffer) ([]store.Entry, error) {
+	out, err := s.read(name, offset, limit, maxBytes, buf)
+	buf.Keep(out)
+	return out, err
+}
+
+// read reads entries [offset, offset+limit) of name, at most maxBytes of
+// payload (ReadPage), copying the payloads into buf's memory when buf is
+// not nil and into their own arrays otherwise.
+func (s *Store) read(name string, offset uint64, limit int, maxBytes int, buf *store.PageBuffer) ([]store.Entry, error) {
 	st, err := s.lockStream(name)
 	if err != nil {
 		return nil, err
@@ -800,7 +830,10 @@ func (s *Store) read(name string, offset uint64, limit int, maxBytes int) ([]sto
 	s.mu.Unlock()
 
 	var out []store.Entry
-	if maxBytes <= 0 {
+	switch {
+	case buf != nil:
+		out = buf.Reset()
+	case maxBytes <= 0:
 		out = make([]store.Entry, 0, end-offset)
 	}
 	total := 0
@@ -808,7 +841,7 @@ func (s *Store) read(name string, offset uint64, limit int, maxBytes int) ([]sto
 		full := false
 		err := s.view(func(tx *bolt.Tx) error {
 			var err error
-			out, total, full, err = boltfmt.ReadPageTx(tx, name, offset, stop, maxBytes, 0, out)
+			out, total, full, err = boltfmt.ReadPageTx(tx, name, offset, stop, maxBytes, 0, out, buf)
 			return err
 		})
 		if err != nil {
@@ -833,7 +866,13 @@ func (s *Store) read(name string, offset uint64, limit int, maxBytes int) ([]sto
 				return out, nil
 			}
 			total += len(p)
-			out = append(out, store.Entry{Seq: seq, Payload: append([]byte(nil), p...)})
+			var c []byte
+			if buf != nil {
+				c = buf.Copy(p)
+			} else {
+				c = append([]byte(nil), p...)
+			}
+			out = append(out, store.Entry{Seq: seq, Payload: c})
 			seq++
 		}
 	}

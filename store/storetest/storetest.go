@@ -79,6 +79,7 @@ func Run(t *testing.T, h Harness) {
 		{"BytesSurviveRestart", true, testBytesSurviveRestart},
 		{"ClosedRefusesCompaction", false, testCompactorClosed},
 		{"FlushBatchIsAtomicAfterACrash", false, testBatchAtomic},
+		{"OwnedAppendsAndBufferedPages", true, testOwnedAndBuffered},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -672,4 +673,82 @@ func cmpState(want, got any) string {
 		return ""
 	}
 	return fmt.Sprintf("state %s, want %s", g, w)
+}
+
+// testOwnedAndBuffered appends through store.AppendOwned, payloads with
+// the room an owned payload may be sealed in and without it, and reads
+// them back through store.ReadPageBuffered, staged, flushed and after a
+// restart: every page equals ReadPage's, a buffered page is never
+// changed by the store, and a payload without room is not written past
+// its length (the store copied it).
+func testOwnedAndBuffered(t *testing.T, h Harness) {
+	s := h.Open(t)
+	const n = 40
+	payload := func(i int) []byte {
+		p := bytes.Repeat([]byte{byte(i)}, 100+i*977%5000)
+		return append(p, fmt.Sprint(i)...)
+	}
+	var want [][]byte
+	var tight [][]byte
+	for i := range n {
+		p := payload(i)
+		want = append(want, p)
+		var given []byte
+		if i%2 == 0 {
+			given = make([]byte, len(p), len(p)+store.SealRoom)
+			copy(given, p)
+		} else {
+			// No room: the store must copy, never write past len.
+			whole := make([]byte, len(p)+store.SealRoom)
+			copy(whole, p)
+			given = whole[:len(p):len(p)]
+			tight = append(tight, whole)
+		}
+		if got, err := store.AppendOwned(s, "owned", given, uint64(i)); err != nil || got != uint64(i) {
+			t.Fatalf("AppendOwned(owned, %d) = %d, %v", i, got, err)
+		}
+		if i == n/2 {
+			mustFlush(t, s)
+		}
+	}
+	check := func(t *testing.T, s store.DurableStore) {
+		t.Helper()
+		var buf store.PageBuffer
+		var got [][]byte
+		for off := uint64(0); off < n; {
+			page, err := store.ReadPageBuffered(s, "owned", off, 7, 16<<10, &buf)
+			if err != nil || len(page) == 0 || page[0].Seq != off {
+				t.Fatalf("ReadPageBuffered(owned, %d) = %d entries, %v", off, len(page), err)
+			}
+			plain, err := store.ReadPage(s, "owned", off, 7, 16<<10)
+			if err != nil || len(plain) != len(page) {
+				t.Fatalf("ReadPage(owned, %d) = %d entries, %v; the buffered page has %d", off, len(plain), err, len(page))
+			}
+			for k := range page {
+				if page[k].Seq != plain[k].Seq || !bytes.Equal(page[k].Payload, plain[k].Payload) {
+					t.Fatalf("buffered entry %d differs from ReadPage's", page[k].Seq)
+				}
+				got = append(got, bytes.Clone(page[k].Payload))
+			}
+			off += uint64(len(page))
+		}
+		if len(got) != n {
+			t.Fatalf("read %d entries, want %d", len(got), n)
+		}
+		for i := range got {
+			if !bytes.Equal(got[i], want[i]) {
+				t.Fatalf("entry %d = %d bytes, want %d", i, len(got[i]), len(want[i]))
+			}
+		}
+	}
+	t.Run("staged", func(t *testing.T) { check(t, s) })
+	mustFlush(t, s)
+	t.Run("flushed", func(t *testing.T) { check(t, s) })
+	for i, g := range tight {
+		if !bytes.Equal(g[len(g)-store.SealRoom:], make([]byte, store.SealRoom)) {
+			t.Errorf("the store wrote past the length of payload %d, which had no spare capacity", 2*i+1)
+		}
+	}
+	s = h.Restart(t, s)
+	t.Run("restarted", func(t *testing.T) { check(t, s) })
 }
