@@ -15,12 +15,26 @@ import (
 
 // concurrentTells is a power-cut workload of concurrent batches: three
 // conversations, each told by four goroutines at once, so that batches
-// seal their oplog rows while another batch's log record is being
-// written and append their outbox rows behind it (sealed barriers, which
-// the sequential workloads never reach: their seals find the log idle and
-// write their record themselves). It records every answered tell and
-// returns the first failure.
-func concurrentTells(s store.DurableStore, log *[]participanttest.Answered) error {
+// of one conversation commit while another's log record is being
+// written: with the store's order hidden (faultstore.SetUnordered, its
+// seals still the log-first store's), batches seal their
+// oplog rows and append their outbox rows behind it (sealed barriers,
+// which the sequential workloads never reach: their seals find the log
+// idle and write their record themselves); otherwise both barriers share
+// one sync, other batches' group commits landing between their appends.
+// It records every answered tell and returns the first failure.
+func concurrentTells(seal bool) func(s store.DurableStore, log *[]participanttest.Answered) error {
+	return func(s store.DurableStore, log *[]participanttest.Answered) error {
+		fs, ok := s.(*faultstore.Store)
+		if !ok {
+			return fmt.Errorf("concurrentTells over %T, want a faultstore", s)
+		}
+		fs.SetUnordered(seal)
+		return concurrentTellsOn(s, log)
+	}
+}
+
+func concurrentTellsOn(s store.DurableStore, log *[]participanttest.Answered) error {
 	ctx := context.Background()
 	*log = (*log)[:0]
 	svc, err := participant.Open(ctx, s, participant.Options{NodeKey: participanttest.NodeKey})
@@ -77,12 +91,25 @@ func concurrentTells(s store.DurableStore, log *[]participanttest.Answered) erro
 }
 
 // TestPowerCut_ConcurrentSealedBatches is TestPowerCut with concurrent
-// batches (concurrentTells): a power cut at a file-system call may fall
-// while a sealed oplog record is being written with outbox rows of its
-// batch staged behind it, or between the two records. Every start must
-// keep every answered tell (its retry replays its seq), hold the outbox
-// to the projection of the oplog, and load every conversation.
+// batches (concurrentTells) on the sealed path: a power cut at a
+// file-system call may fall while a sealed oplog record is being written
+// with outbox rows of its batch staged behind it, or between the two
+// records. Every start must keep every answered tell (its retry replays
+// its seq), hold the outbox to the projection of the oplog, and load
+// every conversation.
 func TestPowerCut_ConcurrentSealedBatches(t *testing.T) {
+	testPowerCutConcurrent(t, true)
+}
+
+// TestPowerCut_ConcurrentOneSyncBatches is the same on the path the
+// log-first store takes, one sync for both barriers: a cut may fall with
+// a batch's oplog rows in a record another batch's group commit wrote
+// and its outbox rows not yet in any.
+func TestPowerCut_ConcurrentOneSyncBatches(t *testing.T) {
+	testPowerCutConcurrent(t, false)
+}
+
+func testPowerCutConcurrent(t *testing.T, seal bool) {
 	runs := 60
 	if testing.Short() {
 		runs = 20
@@ -98,6 +125,6 @@ func TestPowerCut_ConcurrentSealedBatches(t *testing.T) {
 			}
 		}
 	}
-	powerCutLoop{workload: concurrentTells, completed: loaded,
+	powerCutLoop{workload: concurrentTells(seal), completed: loaded,
 		compact: participant.Options{Retain: time.Nanosecond, Now: time.Now}, runs: runs, stream: 9}.run(t)
 }

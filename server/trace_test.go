@@ -50,9 +50,8 @@ func requestSpan(t *testing.T, spans []sdktrace.ReadOnlySpan, id uint64) sdktrac
 // TestTrace_ATellIsARequestSpanLinkedFromItsBatch tells through a real
 // server with tracing on: the tell is a request span with its kind,
 // conversation, participant and answer; its answer span is its child; the
-// batch that committed it links to it and parents the barriers (a flush
-// each: the log-first store does not claim store.Ordered); and the
-// request's log line
+// batch that committed it links to it and parents the barrier (one shared
+// sync: the log-first store keeps order); and the request's log line
 // carries the request span's trace and span ids.
 func TestTrace_ATellIsARequestSpanLinkedFromItsBatch(t *testing.T) {
 	rec, tp := recorder(t)
@@ -111,7 +110,7 @@ func TestTrace_ATellIsARequestSpanLinkedFromItsBatch(t *testing.T) {
 			barriers = append(barriers, s.Name())
 		}
 	}
-	if diff := cmp.Diff([]string{participant.SpanOplogBarrier, participant.SpanOutboxBarrier}, barriers); diff != "" {
+	if diff := cmp.Diff([]string{participant.SpanSharedSync}, barriers); diff != "" {
 		t.Errorf("the batch's barrier spans (-want +got):\n%s", diff)
 	}
 	found := false

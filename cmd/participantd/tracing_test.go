@@ -93,7 +93,7 @@ func TestStartTracing_ShutdownAfterTheDrainExportsTheSpans(t *testing.T) {
 	}
 	col.mu.Lock()
 	defer col.mu.Unlock()
-	for _, name := range []string{server.SpanRequest, server.SpanAnswer, participant.SpanBatch, participant.SpanOplogBarrier, participant.SpanOutboxBarrier} {
+	for _, name := range []string{server.SpanRequest, server.SpanAnswer, participant.SpanBatch, participant.SpanSharedSync} {
 		if col.spans[name] == 0 {
 			t.Errorf("collector got no %s span; got %v", name, col.spans)
 		}

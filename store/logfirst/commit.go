@@ -86,20 +86,17 @@ func (s *Store) seal() (*stage.Batch, error) {
 	return bt, nil
 }
 
-// KeepsOrder implements store.Ordered, and answers false although a crash
-// leaves a prefix of the writes: every write is staged in the order it
-// returned, a commit takes all that is staged into one record, records are
-// written and synced one at a time, and a start replays them in order.
-// What it cannot do is tell a damaged last record from a torn one: a
-// flipped bit in the log's last record is cut as a torn tail. With a flush
-// per barrier a batch's oplog rows and its outbox rows are two records, so
-// the last record of an answered batch holds outbox rows alone, which
-// reconciliation re-derives; sharing one sync puts both in one record, and
-// a flip in it lost an answered tell (participant
-// TestBitFlip_TheLastLogRecordOfAnAnsweredTell). One sync for both
-// barriers waits for a record format whose last record is checked apart
-// from a torn write (docs/DESIGN.md, "One sync for both barriers").
-func (s *Store) KeepsOrder() bool { return false }
+// KeepsOrder implements store.Ordered: a crash leaves a prefix of the
+// writes. Every write is staged in the order it returned, a commit takes
+// all that is staged into one record, records are written and synced one
+// at a time, and a start replays them in order, up to a torn tail at
+// most. A torn tail is what a torn write of the last record leaves; a
+// damaged record, the last included, is refused, never cut (the log's
+// segment format 2 stamps and checks each sector of a record: store/wal,
+// "Torn or damaged"). So a batch's oplog and outbox rows may share one
+// record, the last of the log, and one sync (docs/DESIGN.md, "One sync
+// for both barriers"; participant TestBitFlip_TheLastLogRecordOfAnAnsweredTell).
+func (s *Store) KeepsOrder() bool { return true }
 
 // runCommitter is the committer goroutine: one log record per wake.
 func (s *Store) runCommitter() {

@@ -84,9 +84,12 @@
 // Open reads the checkpoint LSN from bbolt and replays the records after
 // it into bbolt (storing the LSN reached in the same transactions); the
 // log cuts off a torn last record, which no Flush was answered for, and
-// refuses a corrupt log (wal.ErrCorrupt, naming segment and offset). A
-// record is the unit of both the log and the replay, so a Flush's batch
-// is all or nothing after a crash.
+// refuses a corrupt log (wal.ErrCorrupt, naming segment and offset),
+// the last record included: the log tells a damaged record from a torn
+// one (store/wal, "Torn or damaged"). A record is the unit of both the
+// log and the replay, so a Flush's batch is all or nothing after a
+// crash, and a crash leaves a prefix of the writes in order: the store
+// claims store.Ordered (one sync for a batch's two barriers).
 //
 // Open refuses, with ErrNoSpace and both numbers, a disk (vfs.Spacer)
 // with less free space than StartSpace: the segment it preallocates and

@@ -12,11 +12,30 @@
 //
 //	segment
 //	offset  size  field
-//	0       8     magic "pdwal\x00\x00\x01" (last byte: segment format 1)
+//	0       8     magic "pdwal\x00\x00\x02" (last byte: segment format)
 //	8       8     LSN of the first record, little-endian
 //	16      ...   records, back to back, then zeros to the end
 //
-//	record
+// Segment format 2, the one written, cuts each record's body into
+// fragments that never cross a 512-byte sector, each checked on its own
+// (sector.go): the first starts where the record before ended (or at
+// the next sector, zeros between, when fewer than 17 bytes are left in
+// the sector), every other starts a sector, and every one but the last
+// fills its sector to the end.
+//
+//	fragment
+//	offset  size  field
+//	0       1     kind: 0xa1 whole record, 0xa2 first, 0xa3 middle, 0xa4 last
+//	1       2     n, the data's length, little-endian
+//	3       4     stamp: the record's LSN, low 32 bits
+//	7       4     CRC-32C of bytes 0-6, the data and the end byte
+//	11      4     CRC-32C of bytes 0-10
+//	15      n     data: the next n bytes of the body
+//	15+n    1     end byte 0x5a
+//
+// Segment format 1, still read (never written), frames each body whole:
+//
+//	record (format 1)
 //	offset  size  field
 //	0       4     n, the body's length, little-endian (0 marks the end)
 //	4       4     CRC-32C (Castagnoli) of the length field and the body
@@ -47,6 +66,10 @@
 //   - Only the last segment is written to; a record is appended with one
 //     pwrite and one fdatasync, and Append returns nil only after both.
 //     So at most one record, the last, can be unfinished after a crash.
+//   - Space not yet written in a segment reads as zeros (preallocated,
+//     or a hole), and a segment is never appended to after a start, so
+//     the bytes after the last record are zeros unless that record was
+//     torn.
 //   - A failed write, fdatasync or segment creation is sticky, and so is
 //     a failed sync of the log's directory, wherever it happens
 //     (ErrDirSync).
@@ -56,23 +79,63 @@
 // Replay and Open read every segment in order:
 //
 //	found                                              meaning
-//	an unfinished or CRC-bad record at the very end   torn tail, never
-//	  of the last segment, nothing valid after it      acknowledged: cut off
-//	  (Open truncates it away durably)
+//	in a format-2 segment, after the last valid       torn tail, never
+//	  record: what a torn write of the next leaves       acknowledged: cut off
+//	  (see "Torn or damaged" below)                      (Open truncates it
+//	in a format-1 segment: an unfinished or CRC-bad    away durably)
+//	  record at the very end of the last segment,
+//	  nothing valid after it
 //	a last-segment header that is a prefix of its     an unfinished creation:
-//	  header, zeros after (all a torn write leaves)    reused or removed
+//	  header (either format), zeros after              reused or removed
 //	a header of this magic with another version       ErrUnknownVersion (a
 //	  byte, in any segment                             newer binary's): refused
 //	any other bad header                               corruption: refused
-//	a bad record with a valid record after it, past    corruption: refused
-//	  where a torn write of the bad one could reach
+//	in a format-2 segment, anything else after the    corruption: refused
+//	  last valid record
+//	in a format-1 segment, a bad record with a valid  corruption: refused
+//	  record after it, past where a torn write of the
+//	  bad one could reach
 //	bad bytes at the end of an earlier segment         corruption: refused
 //	an LSN gap (between records or segments, or        corruption: refused
 //	  between the checkpoint and the log)
 //	anything in a covered segment: not the last, its   skipped: its records are
 //	  successor starting at or below after+1           all at or below after
 //
-// A torn write keeps a prefix of the record, or any subset of its
+// # Torn or damaged
+//
+// A record is written in one pwrite over zeros (the preallocated
+// segment, or the rest of the sector the record before it ended in) and
+// synced before the next is written, so a crash can leave one record
+// unfinished, the last: a prefix of its bytes, or any subset of its
+// sectors whole (faultfs's TornPrefix and Blocks), zeros elsewhere. In
+// format 2 each of its fragments is then lost (zeros to its sector's
+// end), kept (every check holds), or, at most one and only with no lost
+// one before it and nothing but zeros after it, cut (a prefix of it:
+// only its header's first bytes, or its header whole and its end byte
+// zero). The scan accepts exactly those shapes after the last valid
+// record as a torn tail; anything else there is refused as corruption.
+//
+// A record that was acknowledged was synced whole, so every fragment of
+// it is kept. One flipped bit in it leaves it none of the torn shapes:
+// the kind and end bytes have at least two bits set, so no fragment
+// turns into zeros; a flipped data byte, CRC or end byte fails the data's
+// CRC with the end byte non-zero, which a cut never leaves; a flipped
+// kind, length, stamp or CRC fails the header's own CRC with the data and
+// end byte after it, which a cut inside the header never leaves. So the
+// log's last record is refused like any other, never cut as torn. The
+// stamp and the kinds bind each fragment to its record and place: a
+// fragment of another record, whole and valid, is never read as this
+// one's. What a torn write leaves cannot be told from damage that
+// turns a whole sector of the last record to zeros (a lost write); and
+// damage to the zeros after the last record is refused (unless it lies
+// where a cut header could, the first 15 bytes past the end), though it
+// harms no record. A file system that shows a torn sector as neither its
+// old nor its new content (stale blocks after a crash) is outside this
+// model: format 2 refuses such a tail rather than guess.
+//
+// Format 1 cannot tell a torn last record from a damaged one and cuts
+// both, weighing a valid frame after a bad one as follows: a torn
+// write keeps a prefix of the record, or any subset of its
 // 512-byte sectors, over the segment's zeros; its bytes are its own, and
 // a client's payload may hold any frame. So a valid frame inside the
 // reach of a torn record proves nothing: it counts only past the end the
@@ -86,12 +149,16 @@
 //
 // A segment is read through a window of readChunk (1 MiB) bytes, never
 // whole: the records one after another, the zeros after them from the
-// segment's end back, and a torn tail's reach byte by byte. A frame
-// larger than the window is read into a buffer of its own size only
-// once its CRC, checked a window at a time, holds, so a damaged length
-// field claiming the rest of the segment costs no buffer of that size.
-// A replay's memory is the window and one record, whatever the segment
-// size; what apply keeps it is given in buffers of its own.
+// segment's end back, and a torn tail sector by sector (format 2) or its
+// reach byte by byte (format 1). A format-2 record's extent comes from
+// its fragments' headers, each checked by its own CRC, before the record
+// is read; one larger than the window gets a buffer of its own, and its
+// body another. A format-1 frame larger than the window is read into a
+// buffer of its own size only once its CRC, checked a window at a time,
+// holds, so a damaged length field claiming the rest of the segment
+// costs no buffer of that size. A replay's memory is the window and one
+// record (two copies of one larger than the window), whatever the
+// segment size; what apply keeps it is given in buffers of its own.
 //
 // Corruption is a *CorruptionError naming the segment and the offset;
 // the log is never repaired by dropping records that may have been

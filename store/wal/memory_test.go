@@ -80,15 +80,16 @@ func TestReplay_ReadsASegmentThroughABoundedWindow(t *testing.T) {
 		if _, err := l.Append(b); err != nil {
 			t.Fatal(err)
 		}
-		frame, err := appendFrame(nil, b)
+		body, err := appendBody(nil, b)
 		if err != nil {
 			t.Fatal(err)
 		}
+		n := int(framedLen(int64(off), len(body)))
 		if b == big {
-			bigFrame = len(frame)
+			bigFrame = n
 		}
 		lastOff = off
-		off += len(frame)
+		off += n
 	}
 	if err := l.Close(); err != nil {
 		t.Fatal(err)

@@ -62,11 +62,13 @@ const (
 )
 
 const (
-	// frameHeaderLen is the length and the CRC before each body.
+	// frameHeaderLen is the length and the CRC before each body in a
+	// segment of format 1.
 	frameHeaderLen = 8
 	// minBodyLen is the version byte and the LSN.
 	minBodyLen = 1 + 8
-	// MaxRecordLen bounds a record body, so that its length fits the frame.
+	// MaxRecordLen bounds a record body, so that its length fits a
+	// format-1 frame.
 	MaxRecordLen = math.MaxUint32
 )
 
@@ -75,10 +77,9 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // ErrTooLarge reports a batch whose record would exceed MaxRecordLen.
 var ErrTooLarge = errors.New("wal: batch too large for one record")
 
-// appendFrame appends the framed record of b to dst.
-func appendFrame(dst []byte, b *Batch) ([]byte, error) {
+// appendBody appends the body of b's record to dst.
+func appendBody(dst []byte, b *Batch) ([]byte, error) {
 	start := len(dst)
-	dst = append(dst, make([]byte, frameHeaderLen)...)
 	version := byte(recordVersion1)
 	if len(b.Trims) > 0 || len(b.Bytes) > 0 {
 		version = recordVersion2
@@ -117,18 +118,15 @@ func appendFrame(dst []byte, b *Batch) ([]byte, error) {
 			dst = append(dst, v.Value...)
 		}
 	}
-	n := len(dst) - start - frameHeaderLen
 	// uint64: MaxRecordLen overflows a 32-bit int, where no slice reaches it.
-	if uint64(n) > MaxRecordLen {
+	if n := len(dst) - start; uint64(n) > MaxRecordLen {
 		return dst[:start], fmt.Errorf("%d bytes: %w", n, ErrTooLarge)
 	}
-	binary.LittleEndian.PutUint32(dst[start:], uint32(n))
-	binary.LittleEndian.PutUint32(dst[start+4:], frameCRC(dst[start:start+4], dst[start+frameHeaderLen:]))
 	return dst, nil
 }
 
-// frameCRC is the CRC-32C of the length field and the body: a torn or
-// flipped length then fails the check as surely as a bad body.
+// frameCRC is the CRC-32C of a format-1 frame's length field and body: a
+// torn or flipped length then fails the check as surely as a bad body.
 func frameCRC(lenField, body []byte) uint32 {
 	return crc32.Update(crc32.Checksum(lenField, castagnoli), castagnoli, body)
 }
@@ -136,8 +134,8 @@ func frameCRC(lenField, body []byte) uint32 {
 // errNoFrame reports that buf holds no valid frame at the offset read.
 var errNoFrame = errors.New("no valid record")
 
-// readFrame returns the body of the valid frame at buf[off:] and the
-// offset just past it. A zero length, a frame running past buf, or a CRC
+// readFrame returns the body of the valid format-1 frame at buf[off:]
+// and the offset just past it. A zero length, a frame running past buf, or a CRC
 // mismatch is errNoFrame.
 func readFrame(buf []byte, off int64) (body []byte, end int64, err error) {
 	if off+frameHeaderLen > int64(len(buf)) {

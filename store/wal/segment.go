@@ -14,8 +14,16 @@ import (
 )
 
 // segmentMagic opens every segment file; its last byte is the segment
-// format version.
-var segmentMagic = [8]byte{'p', 'd', 'w', 'a', 'l', 0, 0, 1}
+// format version, the newest of which is what this binary writes.
+var segmentMagic = [8]byte{'p', 'd', 'w', 'a', 'l', 0, 0, segmentFormat2}
+
+// Segment formats: 1 frames each record with one length and one CRC; 2
+// cuts it into fragments stamped and checked sector by sector (sector.go).
+// Both are read; only 2 is written.
+const (
+	segmentFormat1 = 1
+	segmentFormat2 = 2
+)
 
 // segmentHeaderLen is the magic and the segment's first LSN.
 const segmentHeaderLen = 16
@@ -43,9 +51,13 @@ func parseSegmentName(name string) (LSN, bool) {
 	return LSN(v), true
 }
 
-func segmentHeader(first LSN) []byte {
+func segmentHeader(first LSN) []byte { return formatHeader(first, segmentMagic[7]) }
+
+// formatHeader returns the header of a segment of format version v.
+func formatHeader(first LSN, v byte) []byte {
 	h := make([]byte, segmentHeaderLen)
-	copy(h, segmentMagic[:])
+	copy(h, segmentMagic[:7])
+	h[7] = v
 	binary.LittleEndian.PutUint64(h[8:], uint64(first))
 	return h
 }
@@ -75,10 +87,16 @@ var ErrUnknownVersion = fmt.Errorf("%w: unknown segment format version", ErrCorr
 // halfCreated reports whether buf, a segment file's content, is what a
 // crash can leave of a segment whose creation did not finish: the file
 // is shorter than a header, or its header is a prefix of the one it was
-// to get, zeros after. A torn write of the header leaves nothing else: a
-// prefix of it, or its sector whole or not at all.
+// to get (of either format: an older binary may have been creating it),
+// zeros after. A torn write of the header leaves nothing else: a prefix
+// of it, or its sector whole or not at all.
 func halfCreated(buf []byte, first LSN) bool {
-	want := segmentHeader(first)
+	return halfOf(buf, formatHeader(first, segmentFormat1)) || halfOf(buf, formatHeader(first, segmentFormat2))
+}
+
+// halfOf reports whether buf's header is a strict prefix of want, zeros
+// after.
+func halfOf(buf, want []byte) bool {
 	h := buf[:min(len(buf), segmentHeaderLen)]
 	i := 0
 	for i < len(h) && h[i] == want[i] {
@@ -99,9 +117,9 @@ func checkVersion(seg segment, buf []byte) error {
 	if len(buf) < len(segmentMagic) || [7]byte(buf[:7]) != [7]byte(segmentMagic[:7]) {
 		return nil
 	}
-	if v := buf[7]; v != 0 && v != segmentMagic[7] {
-		return &CorruptionError{Segment: seg.name, Offset: 7, Reason: fmt.Sprintf("segment format version %d; this binary reads version %d "+
-			"(written by a newer version: run that one, or restore a backup of the data directory)", v, segmentMagic[7]), err: ErrUnknownVersion}
+	if v := buf[7]; v != 0 && v != segmentFormat1 && v != segmentFormat2 {
+		return &CorruptionError{Segment: seg.name, Offset: 7, Reason: fmt.Sprintf("segment format version %d; this binary reads versions %d and %d "+
+			"(written by a newer version: run that one, or restore a backup of the data directory)", v, segmentFormat1, segmentFormat2), err: ErrUnknownVersion}
 	}
 	return nil
 }
@@ -147,18 +165,17 @@ func scanSegment(seg segment, r *segmentReader, expect, after LSN, apply func(*B
 	}
 	if halfCreated(head, seg.first) {
 		// A header is synced before any record goes in, so a bad header
-		// with a valid record after it was damaged, not left unfinished.
-		anywhere := func(int64) (bool, error) { return true, nil }
-		at, ok, err := validFrameAfter(r, segmentHeaderLen-1, r.size-1, seg.first, anywhere)
+		// with bytes after it was damaged, not left unfinished.
+		at, err := lastNonZero(r, segmentHeaderLen)
 		if err != nil {
 			return sc, err
 		}
-		if ok {
-			return sc, corrupt(seg, 0, fmt.Sprintf("bad segment header followed by a valid record at offset %d", at))
+		if at >= segmentHeaderLen {
+			return sc, corrupt(seg, 0, fmt.Sprintf("bad segment header followed by bytes at offset %d", at))
 		}
 		return sc, nil
 	}
-	if len(head) < segmentHeaderLen || [8]byte(head[:8]) != segmentMagic {
+	if len(head) < segmentHeaderLen || [7]byte(head[:7]) != [7]byte(segmentMagic[:7]) || (head[7] != segmentFormat1 && head[7] != segmentFormat2) {
 		// Not what a torn write of the header leaves: damaged.
 		return sc, corrupt(seg, 0, fmt.Sprintf("bad segment header %x", head))
 	}
@@ -168,6 +185,9 @@ func scanSegment(seg segment, r *segmentReader, expect, after LSN, apply func(*B
 	}
 	if seg.first != expect {
 		return sc, corrupt(seg, 0, fmt.Sprintf("LSN gap: segment starts at %v, want %v", seg.first, expect))
+	}
+	if head[7] == segmentFormat2 {
+		return scanSectors(seg, r, sc, expect, after, apply)
 	}
 	off := int64(segmentHeaderLen)
 	sc.from = -1

@@ -146,14 +146,8 @@ func TestReplay_SkipsDamageInACoveredSegment(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Tear its last record: keep the first half of it.
-	last, end := int64(segmentHeaderLen), int64(segmentHeaderLen)
-	for {
-		_, next, err := readFrame(raw, end)
-		if err != nil {
-			break
-		}
-		last, end = end, next
-	}
+	offs := segmentRecords(raw)
+	last, end := offs[len(offs)-2], offs[len(offs)-1]
 	torn := bytes.Clone(raw)
 	clear(torn[(last+end)/2:])
 	if err := os.WriteFile(first, torn, 0o600); err != nil {
@@ -202,7 +196,7 @@ func TestOpen_RefusesASegmentOfAnotherFormatVersion(t *testing.T) {
 		if tc.bare {
 			raw = append(raw[:segmentHeaderLen:segmentHeaderLen], make([]byte, 100)...)
 		}
-		raw[7] = 2
+		raw[7] = segmentFormat2 + 1
 		if err := os.WriteFile(path, raw, 0o600); err != nil {
 			t.Fatal(err)
 		}

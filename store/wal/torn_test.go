@@ -2,6 +2,7 @@ package wal
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -12,9 +13,12 @@ import (
 	"github.com/participantd/participantd/store/vfs"
 )
 
-// framePayload is a client payload that holds valid frames of the LSNs
-// the record carrying it gets (lsn) and the next, at every alignment
-// within a sector, so that some copy starts in each sector of the record.
+// framePayload is a client payload that holds valid records of the LSNs
+// the record carrying it gets (lsn) and the next, in both formats, at
+// every alignment within a sector, so that some copy starts in each
+// sector of the record; the format-2 copies are laid out for offsets
+// all over a sector, so that some of their fragments' headers fall on
+// the record's own fragment boundaries.
 func framePayload(t *testing.T, lsn LSN) []byte {
 	t.Helper()
 	var p []byte
@@ -27,14 +31,19 @@ func framePayload(t *testing.T, lsn LSN) []byte {
 		}
 		p = append(p, bytes.Repeat([]byte{0xee}, 37*i%61)...)
 		p = append(p, frame...)
+		body, err := appendBody(nil, fake)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p = appendRecord(p, int64(53*i%sectorSize), fake.LSN, body)
 	}
 	return p
 }
 
 // writeTornCase writes two records, then a third whose payload holds
 // frames, and returns the records, the segment's path and content, and
-// where the third record starts and ends.
-func writeTornCase(t *testing.T) (want []*Batch, path string, orig []byte, start, end int64) {
+// where the third record starts and ends, in segment format format.
+func writeTornCase(t *testing.T, format byte) (want []*Batch, path string, orig []byte, start, end int64) {
 	t.Helper()
 	src := t.TempDir()
 	l, _, err := Open(src, 0, Options{SegmentSize: 8192}, func(*Batch) error { return nil })
@@ -48,6 +57,9 @@ func writeTornCase(t *testing.T) (want []*Batch, path string, orig []byte, start
 		}
 	}
 	l.Close()
+	if format == segmentFormat1 {
+		toFormat1(t, src)
+	}
 	path, offs := recordOffsets(t, src)
 	if orig, err = os.ReadFile(path); err != nil {
 		t.Fatal(err)
@@ -103,7 +115,13 @@ func checkTorn(t *testing.T, what string, want []*Batch, path string, orig, torn
 // by a crash while it was written (never acknowledged), is a torn tail:
 // the log cuts it and opens, whatever byte the write stopped at.
 func TestOpen_CutsATornRecordWhosePayloadHoldsFramesAtEveryByte(t *testing.T) {
-	want, path, orig, start, end := writeTornCase(t)
+	for _, format := range []byte{segmentFormat1, segmentFormat2} {
+		t.Run(fmt.Sprintf("format%d", format), func(t *testing.T) { testCutsATornRecordAtEveryByte(t, format) })
+	}
+}
+
+func testCutsATornRecordAtEveryByte(t *testing.T, format byte) {
+	want, path, orig, start, end := writeTornCase(t, format)
 	if end-start < 3*sectorSize {
 		t.Fatalf("the record spans %d bytes; want several sectors", end-start)
 	}
@@ -117,7 +135,13 @@ func TestOpen_CutsATornRecordWhosePayloadHoldsFramesAtEveryByte(t *testing.T) {
 // The same record, torn as a disk that writes sectors out of order tears
 // it: every subset of its sectors kept, the others left zero.
 func TestOpen_CutsATornRecordWhosePayloadHoldsFramesAnySectors(t *testing.T) {
-	want, path, orig, start, end := writeTornCase(t)
+	for _, format := range []byte{segmentFormat1, segmentFormat2} {
+		t.Run(fmt.Sprintf("format%d", format), func(t *testing.T) { testCutsATornRecordAnySectors(t, format) })
+	}
+}
+
+func testCutsATornRecordAnySectors(t *testing.T, format byte) {
+	want, path, orig, start, end := writeTornCase(t, format)
 	first, last := start/sectorSize, (end-1)/sectorSize
 	n := int(last - first + 1)
 	if n > 14 {

@@ -75,7 +75,8 @@ type Log struct {
 	off  int64    // where the next record goes in f
 	size int64    // f's preallocated size
 	next LSN      // the next record's LSN
-	buf  []byte   // encoding buffer, reused between appends
+	body []byte   // body encoding buffer, reused between appends
+	buf  []byte   // record encoding buffer, reused between appends
 	err  error    // sticky: the first failed write, sync or create
 
 	// mu guards segs, which Append's rotation and RemoveBelow both change.
@@ -420,22 +421,23 @@ func (l *Log) Append(b *Batch) (LSN, error) {
 		return 0, ErrClosed
 	}
 	b.LSN = l.next
-	frame, err := appendFrame(l.buf[:0], b)
+	body, err := appendBody(l.body[:0], b)
 	if err != nil {
 		return 0, err // nothing was written: not sticky
 	}
-	if l.off+int64(len(frame)) > l.size {
+	if l.off+framedLen(l.off, len(body)) > l.size {
 		grow := l.rotate
 		if l.off == segmentHeaderLen {
 			// The active segment is empty and named after this record's
 			// LSN: it grows rather than gets a successor of the same name.
 			grow = l.grow
 		}
-		if err := grow(len(frame)); err != nil {
+		if err := grow(int(framedLen(segmentHeaderLen, len(body)))); err != nil {
 			l.err = err
 			return 0, err
 		}
 	}
+	frame := appendRecord(l.buf[:0], l.off, b.LSN, body)
 	if _, err := l.f.WriteAt(frame, l.off); err != nil {
 		l.err = fmt.Errorf("wal: write %s: %w", l.activeName(), err)
 		return 0, l.err
@@ -446,12 +448,17 @@ func (l *Log) Append(b *Batch) (LSN, error) {
 	}
 	l.off += int64(len(frame))
 	l.next++
-	if cap(frame) <= maxKeptBuffer {
-		l.buf = frame[:0]
-	} else {
-		l.buf = nil
-	}
+	l.body, l.buf = keepBuffer(body), keepBuffer(frame)
 	return b.LSN, nil
+}
+
+// keepBuffer returns b emptied for the next append, or nil when it is
+// larger than maxKeptBuffer.
+func keepBuffer(b []byte) []byte {
+	if cap(b) > maxKeptBuffer {
+		return nil
+	}
+	return b[:0]
 }
 
 // maxKeptBuffer bounds the encoding buffer kept between appends.
