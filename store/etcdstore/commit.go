@@ -29,7 +29,7 @@ type scopeWork struct {
 	resettle bool
 	// exact is set when the scope was loaded under its fence (see
 	// scope.exact): the fence compare alone keeps its streams from
-	// forking, so its lengths and values are not compared.
+	// forking, so its runs and values are not compared.
 	exact   bool
 	streams []*streamWork
 	values  []*valueWork
@@ -81,7 +81,7 @@ type valueWork struct {
 }
 
 // item is one piece of a transaction: a fence compare, a value write, or a
-// chunk of a stream's entries with its length update.
+// chunk of a stream's entries (one or more runs).
 type item struct {
 	sw    *scopeWork
 	fence bool
@@ -257,8 +257,8 @@ const maxConcurrentTxns = 16
 // commit writes work as transactions, setting each scope's err and each
 // write's progress. Transactions of disjoint scopes run concurrently; the
 // chunks of a scope split over several transactions run in order, each
-// after the one before it, so that each compares the length the previous
-// one wrote.
+// after the one before it, so that each compares no run past the length
+// the previous one wrote.
 func (s *Store) commit(work []*scopeWork) {
 	plans := s.pack(work)
 	if len(plans) == 1 {
@@ -307,8 +307,8 @@ func (s *Store) fits(p *txnPlan, cmps, puts, bytes int) bool {
 
 // pack lays work out as transactions. A scope goes whole into one
 // transaction when it fits one; only a scope that alone passes a limit is
-// split, each stream in seq order, each chunk comparing the length the one
-// before it wrote.
+// split, each stream in seq order, each chunk comparing no run past the
+// length the one before it wrote.
 func (s *Store) pack(work []*scopeWork) []*txnPlan {
 	var plans []*txnPlan
 	cur := s.newPlan()
@@ -411,7 +411,8 @@ func (s *Store) pack(work []*scopeWork) []*txnPlan {
 
 // valueCmps is how many compares a value write or a chunk of a stream's
 // entries adds to a transaction of sw: none when the fence alone guards
-// the scope (sw.exact), else the compare of its old value or length.
+// the scope (sw.exact), else the compare of its old value or of no run at
+// or after the stream's length.
 func (s *Store) valueCmps(sw *scopeWork) int {
 	if sw.exact {
 		return 0
@@ -667,8 +668,9 @@ func (c *check) holds(kv *mvccpb.KeyValue) bool {
 // the read fails.
 //
 // The read is later than the refusal, so it sees at least as much: a fence
-// once gone or moved never returns to the same mod revision, a stream's length
-// and a byte value's revision only grow, a trimmed entry stays gone; so a
+// once gone or moved never returns to the same mod revision, a stream's runs
+// past a length stay (a trim keeps the last) and a byte value's revision
+// only grows, a trimmed run stays gone; so a
 // compare that failed still fails. A compare that held then may fail now
 // (another writer got in since): its scope fails a commit early that it
 // would have failed at the next. Where nothing fails now (a value changed

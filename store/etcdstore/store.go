@@ -47,7 +47,7 @@ var (
 	// and nothing of it was written.
 	ErrFenced = errors.New("etcdstore: fenced off")
 	// ErrConflict reports a scope that another writer changed behind this
-	// store's back: a stream length or value was not what this store last
+	// store's back: a stream's runs or a value were not what this store last
 	// committed or read. Nothing of the refused transaction was written.
 	ErrConflict = errors.New("etcdstore: scope changed by another writer")
 	// ErrUnknownOutcome reports a transaction that may or may not have
@@ -57,8 +57,8 @@ var (
 	// Options.RequireFence is set. Nothing is staged.
 	ErrNotFenced = errors.New("etcdstore: scope has no fence")
 	// ErrCorrupt reports a key or value of the layout that cannot be read:
-	// a length that is not 8 bytes, an entry missing below a stream's
-	// length.
+	// a value that is not 8 bytes, a run that does not parse, an entry
+	// missing below a stream's length.
 	ErrCorrupt = errors.New("etcdstore: corrupt data")
 )
 
@@ -235,7 +235,7 @@ type scope struct {
 	// loaded is set once the scope's revision was read (and whether it is
 	// exact decided); each stream's length is read on its first use.
 	loaded bool
-	// exact is set when the lengths were loaded under the current claim,
+	// exact is set when the scope was loaded under the current claim,
 	// after every transaction the store sent under it had completed and
 	// with no value cached from before: what the store holds of the scope
 	// is then etcd's, and stays so while the fence holds (nobody else
@@ -265,7 +265,7 @@ type scope struct {
 	dirtyBytes map[string]*byteValue
 	dirtyTrims map[string]*stream
 	// rev is the etcd revision up to which the store knows the scope: the
-	// revision its lengths were loaded at, advanced by each of its
+	// revision it was loaded at, advanced by each of its
 	// commits. A byte value commits only if etcd's copy was last modified
 	// at or before rev (see doc.go, Commit). Set with loaded.
 	rev int64
@@ -590,7 +590,7 @@ func (s *Store) loadedLocked(c *scope, name string) (*scope, error) {
 	for !c.loaded {
 		if c.fenced && c.inflight != nil {
 			// A commit taken before a reset is still in flight: lengths
-			// read now could miss it, and once commits compare the fence
+			// read after now could miss it, and once commits compare the fence
 			// alone nothing would catch that. Its outcome comes first (an
 			// unknown one leaves the scope to settle).
 			ch := s.changed
@@ -850,7 +850,7 @@ func (s *Store) CAS(key string, old, new uint64) error {
 }
 
 // pinLocked returns the revision a read of c is pinned at: c's revision
-// when c is fenced (its lengths loaded), else 0 for a linearizable read.
+// when c is fenced (loaded), else 0 for a linearizable read.
 func (c *scope) pinLocked() int64 {
 	if !c.fenced {
 		return 0
