@@ -2,6 +2,7 @@ package cluster_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/participantd/participantd/cluster"
+	"github.com/participantd/participantd/cluster/backup"
 	"github.com/participantd/participantd/participant"
 )
 
@@ -98,6 +100,25 @@ func TestFormat_AFormat1ClusterIsReadAndUpgradedAtStart(t *testing.T) {
 	if err := cluster.CheckFormat(ctx, shared.Client.KV, pfx); err != nil {
 		t.Fatalf("CheckFormat on format 1 = %v, want nil (the store reads it)", err)
 	}
+	// inspect and verify read it, live and from a backup, writing nothing.
+	verifyClean(t, ctx, pfx, 2)
+	var buf bytes.Buffer
+	if _, err := backup.Export(ctx, shared.Client.KV, pfx, &buf, backup.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := backup.Load(bytes.NewReader(buf.Bytes()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	view := cluster.OpenView(snap, pfx)
+	if err := view.CheckSums(ctx); err != nil {
+		t.Fatalf("CheckSums of a format 1 backup = %v", err)
+	}
+	reports, err := participant.Inspect(view)
+	view.Close()
+	if err != nil || len(reports) != 2 || reports[0].Refused != nil || reports[1].Refused != nil || reports[0].OplogRows == 0 {
+		t.Fatalf("Inspect of a format 1 backup = %+v, %v; want 2 conversations with rows, none refused", reports, err)
+	}
 
 	lease, err := shared.Client.Grant(ctx, 30)
 	if err != nil {
@@ -152,6 +173,7 @@ func TestFormat_AFormat1ClusterIsReadAndUpgradedAtStart(t *testing.T) {
 	}
 	m.svc.Close()
 	m.node.Close()
+	verifyClean(t, ctx, pfx, 2) // layout 1 entries, then runs
 
 	m2 := startMemberOn(t, newClient(t), pfx, "b", 5*time.Second, participant.Options{})
 	c2 := m2.svc.Connect(func() {})
