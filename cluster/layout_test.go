@@ -87,7 +87,9 @@ func formatOf(t *testing.T, pfx string) string {
 }
 
 // TestFormat_AFormat1ClusterIsReadAndUpgradedAtStart: a prefix written
-// before runs (format 1) is accepted by the offline tools' check; a node
+// before runs (format 1) is accepted by the offline tools' check, inspected
+// and verified live and from a backup, and restored from that backup
+// (served there after the start moves it); a node
 // of this version refuses to move it to format 2 while another node is
 // registered (an older node would fork a stream written as runs), writing
 // nothing; with no node running it moves it at its start and serves it:
@@ -119,6 +121,25 @@ func TestFormat_AFormat1ClusterIsReadAndUpgradedAtStart(t *testing.T) {
 	if err != nil || len(reports) != 2 || reports[0].Refused != nil || reports[1].Refused != nil || reports[0].OplogRows == 0 {
 		t.Fatalf("Inspect of a format 1 backup = %+v, %v; want 2 conversations with rows, none refused", reports, err)
 	}
+	// Restored into an empty prefix, it is format 1 again, and served.
+	restored := prefix()
+	if _, err := backup.Restore(ctx, shared.Client.KV, restored, bytes.NewReader(buf.Bytes()), backup.RestoreOptions{}); err != nil {
+		t.Fatalf("Restore of a format 1 backup: %v", err)
+	}
+	if f := formatOf(t, restored); f != strconv.Itoa(cluster.FormatPerEntry) {
+		t.Fatalf("restored format = %q, want %d", f, cluster.FormatPerEntry)
+	}
+	verifyClean(t, ctx, restored, 2)
+	r := startMemberOn(t, newClient(t), restored, "r", 5*time.Second, participant.Options{})
+	rc := r.svc.Connect(func() {})
+	for _, tl := range tells {
+		got, err := rc.Tell(ctx, tl.tell)
+		if err != nil || got.Seq != tl.seq || got.Replay == participant.ReplayNone {
+			t.Fatalf("restored: replay of %s = %+v, %v; want seq %d replayed", tl.tell.Payload, got, err, tl.seq)
+		}
+	}
+	r.svc.Close()
+	r.node.Close()
 
 	lease, err := shared.Client.Grant(ctx, 30)
 	if err != nil {
