@@ -27,9 +27,12 @@ type ConvertOptions struct {
 
 // ConvertSummary describes a finished Convert.
 type ConvertSummary struct {
-	// Already is set when the prefix had FormatVersion before the call:
+	// Already is set when the prefix had a format key before the call
+	// (FormatVersion, or FormatPerEntry, which a node's start moves on):
 	// nothing was written.
 	Already bool
+	// Format is the format the prefix has after the call.
+	Format int
 	// Sealed counts the values this call sealed, Verified those found
 	// sealed already (a value restored from a checksummed backup, or
 	// sealed by a conversion whose progress a cut lost), and Txns the
@@ -75,12 +78,14 @@ func Convert(ctx context.Context, kv clientv3.KV, prefix string, opts ConvertOpt
 		return sum, fmt.Errorf("cluster: convert: read %s: %w", prefix, err)
 	}
 	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 {
-		if err := ParseFormat(kvs[0].Value); err != nil {
+		v, err := parseFormat(kvs[0].Value)
+		if err != nil {
 			return sum, fmt.Errorf("cluster: convert %s: %w", prefix, err)
 		}
-		sum.Already = true
+		sum.Already, sum.Format = true, v
 		return sum, nil
 	}
+	sum.Format = FormatVersion
 	if resp.Responses[2].GetResponseRange().Count == 0 {
 		return sum, fmt.Errorf("cluster: convert: nothing under %s (check the prefix; a new cluster needs no conversion)", prefix)
 	}

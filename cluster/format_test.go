@@ -2,8 +2,10 @@ package cluster_test
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -82,7 +84,8 @@ func dumpPrefix(t *testing.T, pfx string) map[string]string {
 
 // unsealAll returns the bodies of sealed, a dump of a checksummed prefix,
 // without its format key: the layout every version before checksums wrote
-// (the seal only appends a trailer to the same bytes).
+// (the seal only appends a trailer to the same bytes; a run of entries
+// was one key per entry then, each its bare payload).
 func unsealAll(t *testing.T, sealed map[string]string) map[string]string {
 	t.Helper()
 	out := make(map[string]string, len(sealed))
@@ -93,6 +96,17 @@ func unsealAll(t *testing.T, sealed map[string]string) map[string]string {
 		if cluster.Ephemeral(rel) {
 			t.Fatalf("%s is still held: the node did not stop", rel)
 		}
+		if d, ok := strings.CutPrefix(rel, cluster.DataPrefix); ok && isEntryKey(d) {
+			ents, _, err := etcdstore.RunEntries(cluster.DataPrefix, d, []byte(v))
+			if err != nil {
+				t.Fatal(err)
+			}
+			first := binary.BigEndian.Uint64([]byte(rel[len(rel)-8:]))
+			for i, e := range ents {
+				out[rel[:len(rel)-8]+string(binary.BigEndian.AppendUint64(nil, first+uint64(i)))] = string(e)
+			}
+			continue
+		}
 		body, err := cluster.UnsealRel(rel, []byte(v))
 		if err != nil {
 			t.Fatal(err)
@@ -100,6 +114,18 @@ func unsealAll(t *testing.T, sealed map[string]string) map[string]string {
 		out[rel] = string(body)
 	}
 	return out
+}
+
+// isEntryKey reports whether d, a key relative to the data prefix, is a
+// stream's entry (run) key: g/s/… or c/<scope>/s/….
+func isEntryKey(d string) bool {
+	if rest, ok := strings.CutPrefix(d, "c/"); ok {
+		if i := strings.IndexByte(rest, '/'); i >= 0 {
+			return strings.HasPrefix(rest[i+1:], "s/")
+		}
+		return false
+	}
+	return strings.HasPrefix(d, "g/s/")
 }
 
 // writeAll writes kvs under pfx, in transactions of 64.
@@ -180,12 +206,13 @@ func TestFormat_AnUnconvertedClusterIsRefusedUntilConverted(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	put(cluster.FormatKey, cluster.SealRel(cluster.FormatKey, []byte("2")))
+	newer := strconv.Itoa(cluster.FormatVersion + 1)
+	put(cluster.FormatKey, cluster.SealRel(cluster.FormatKey, []byte(newer)))
 	if _, err := cluster.Start(ctx, newClient(t), cluster.Options{NodeID: "c", Prefix: pfx}); !errors.Is(err, cluster.ErrNewerFormat) {
-		t.Fatalf("Start on format 2 = %v, want ErrNewerFormat", err)
+		t.Fatalf("Start on format %s = %v, want ErrNewerFormat", newer, err)
 	}
 	if _, err := cluster.Convert(ctx, shared.Client.KV, pfx, cluster.ConvertOptions{}); !errors.Is(err, cluster.ErrNewerFormat) {
-		t.Fatalf("Convert of format 2 = %v, want ErrNewerFormat", err)
+		t.Fatalf("Convert of format %s = %v, want ErrNewerFormat", newer, err)
 	}
 }
 

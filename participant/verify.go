@@ -78,10 +78,20 @@ func Inspect(st store.DurableStore) ([]Report, error) {
 	out := make([]Report, 0, len(ids))
 	for _, id := range ids {
 		rep := Report{Conversation: id}
-		if rep.OplogRows, rep.OplogCompacted, err = storedRows(st, oplog.Stream(id)); err != nil {
-			return nil, fmt.Errorf("participant: inspect %v: %w", id, err)
+		rep.OplogRows, rep.OplogCompacted, err = storedRows(st, oplog.Stream(id))
+		if err == nil {
+			rep.OutboxRows, rep.OutboxCompacted, err = storedRows(st, outbox.Stream(id))
 		}
-		if rep.OutboxRows, rep.OutboxCompacted, err = storedRows(st, outbox.Stream(id)); err != nil {
+		if err != nil {
+			// A stream's length may be read from a stored entry (the
+			// etcd store's last run): damage there is the
+			// conversation's, as it is in any other row.
+			var ref *refusal
+			if errors.As(corruptRefusal(err), &ref) {
+				rep.Refused = &Unloadable{Conversation: id, Class: ref.class, Reason: ref.reason}
+				out = append(out, rep)
+				continue
+			}
 			return nil, fmt.Errorf("participant: inspect %v: %w", id, err)
 		}
 		floor, err := st.ReadValue(tokenindex.FloorKey(id))

@@ -254,6 +254,10 @@ func TestSnapshot_ServesTheStoreReads(t *testing.T) {
 		{p + "b/", []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithCountOnly()}},
 		{p + "a", []clientv3.OpOption{clientv3.WithRange(p + "c"), clientv3.WithKeysOnly()}},
 		{p + "b/2", []clientv3.OpOption{clientv3.WithRange(p + "c\x00"), clientv3.WithLimit(10)}},
+		// The last key of a range (a stream's last run, the run holding a seq).
+		{p + "b/", []clientv3.OpOption{clientv3.WithRange(p + "b/3"), clientv3.WithSort(clientv3.SortByKey, clientv3.SortDescend), clientv3.WithLimit(1)}},
+		{p + "a", []clientv3.OpOption{clientv3.WithRange(p + "c\x00"), clientv3.WithSort(clientv3.SortByKey, clientv3.SortDescend), clientv3.WithLimit(1), clientv3.WithKeysOnly()}},
+		{p + "zz", []clientv3.OpOption{clientv3.WithRange(p + "zzz"), clientv3.WithSort(clientv3.SortByKey, clientv3.SortDescend), clientv3.WithLimit(1)}},
 	}
 	type kv struct{ K, V string }
 	type result struct {

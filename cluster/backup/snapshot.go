@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"slices"
 	"sort"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -56,14 +57,19 @@ func Load(r io.Reader) (*Snapshot, error) {
 func (s *Snapshot) Header() Header { return s.hdr }
 
 // Get serves a range read from the backup: one key, or [key, end) with
-// WithRange or WithPrefix, limited, keys only or count only. A revision
-// other than the backup's, or a sort order, is not served.
+// WithRange or WithPrefix, limited, keys only or count only, in key order.
+// A sorted read is served as the one sort the store asks for, the last
+// key of a range (descending by key, limited to one: a stream's last run,
+// the run holding a seq); clientv3 does not expose an op's sort, so any
+// other sorted read is not served, nor is a revision other than the
+// backup's.
 func (s *Snapshot) Get(_ context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
 	op := clientv3.OpGet(key, opts...)
 	if rev := op.Rev(); rev != 0 && rev != s.hdr.Revision {
 		return nil, errUnsupported
 	}
-	if op.IsSortSet() {
+	descend := op.IsSortSet()
+	if descend && (op.Limit() != 1 || op.IsCountOnly()) {
 		return nil, errUnsupported
 	}
 	from := op.KeyBytes()
@@ -89,7 +95,12 @@ func (s *Snapshot) Get(_ context.Context, key string, opts ...clientv3.OpOption)
 	if l := op.Limit(); l > 0 && int64(n) > l {
 		n, resp.More = int(l), true
 	}
-	for _, kv := range s.kvs[lo : lo+n] {
+	sel := s.kvs[lo : lo+n]
+	if descend {
+		sel = slices.Clone(s.kvs[hi-n : hi])
+		slices.Reverse(sel)
+	}
+	for _, kv := range sel {
 		c := &mvccpb.KeyValue{Key: bytes.Clone(kv.Key), Value: bytes.Clone(kv.Value), CreateRevision: kv.CreateRevision, ModRevision: kv.ModRevision, Version: kv.Version}
 		if op.IsKeysOnly() {
 			c.Value = nil

@@ -74,10 +74,10 @@ type convertResult struct {
 // printConvert prints what a conversion of prefix did.
 func printConvert(e *env, asJSON bool, prefix string, sum cluster.ConvertSummary) error {
 	line := fmt.Sprintf("converted %s to format %d: %d values sealed, %d found sealed, in %d transactions; verifying",
-		prefix, cluster.FormatVersion, sum.Sealed, sum.Verified, sum.Txns)
+		prefix, sum.Format, sum.Sealed, sum.Verified, sum.Txns)
 	if sum.Already {
-		line = fmt.Sprintf("%s is already format %d: nothing to convert; verifying", prefix, cluster.FormatVersion)
+		line = fmt.Sprintf("%s is already format %d: nothing to convert; verifying", prefix, sum.Format)
 	}
-	return printResult(e, asJSON, line, convertResult{Result: "converted", Prefix: prefix, Format: cluster.FormatVersion,
+	return printResult(e, asJSON, line, convertResult{Result: "converted", Prefix: prefix, Format: sum.Format,
 		Already: sum.Already, Sealed: sum.Sealed, FoundSealed: sum.Verified, Txns: sum.Txns})
 }

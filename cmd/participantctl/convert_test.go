@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/binary"
 	"strings"
 	"testing"
 	"time"
@@ -12,8 +13,21 @@ import (
 	"github.com/participantd/participantd/cluster"
 	"github.com/participantd/participantd/server"
 	"github.com/participantd/participantd/server/servertest"
+	"github.com/participantd/participantd/store/etcdstore"
 	"github.com/participantd/participantd/store/etcdstore/etcdtest"
 )
+
+// isEntryKey reports whether d, a key relative to the data prefix, is a
+// stream's entry (run) key: g/s/… or c/<scope>/s/….
+func isEntryKey(d string) bool {
+	if rest, ok := strings.CutPrefix(d, "c/"); ok {
+		if i := strings.IndexByte(rest, '/'); i >= 0 {
+			return strings.HasPrefix(rest[i+1:], "s/")
+		}
+		return false
+	}
+	return strings.HasPrefix(d, "g/s/")
+}
 
 // TestConvertEtcd_AClusterBeforeChecksums: a prefix as a release before
 // etcd checksums left it (every value bare, no format key) is refused by
@@ -61,6 +75,19 @@ func TestConvertEtcd_AClusterBeforeChecksums(t *testing.T) {
 		if cluster.Ephemeral(rel) {
 			t.Fatalf("%s is still held after the node stopped", rel)
 		}
+		if d, ok := strings.CutPrefix(rel, cluster.DataPrefix); ok && isEntryKey(d) {
+			// A run was one key per entry then, each its bare payload.
+			ents, _, err := etcdstore.RunEntries(cluster.DataPrefix, d, kv.Value)
+			if err != nil {
+				t.Fatal(err)
+			}
+			key := string(kv.Key)
+			first := binary.BigEndian.Uint64([]byte(key[len(key)-8:]))
+			for i, e := range ents {
+				ops = append(ops, clientv3.OpPut(key[:len(key)-8]+string(binary.BigEndian.AppendUint64(nil, first+uint64(i))), string(e)))
+			}
+			continue
+		}
 		body, err := cluster.UnsealRel(rel, kv.Value)
 		if err != nil {
 			t.Fatal(err)
@@ -74,14 +101,14 @@ func TestConvertEtcd_AClusterBeforeChecksums(t *testing.T) {
 	if out, errs, code := ctl(ctx, "", "verify", "--etcd-endpoints", eps, "--etcd-prefix", "/old/"); code == 0 || !strings.Contains(errs, "participantctl convert-etcd") {
 		t.Fatalf("verify of an unconverted prefix = exit %d, %q %q; want a refusal naming convert-etcd", code, out, errs)
 	}
-	if got := mustCtl(t, ctx, "convert-etcd", "--etcd-endpoints", eps, "--etcd-prefix", "/old/"); !strings.Contains(got, "converted /old/ to format 1") || !strings.Contains(got, "conversation 7: ok") {
+	if got := mustCtl(t, ctx, "convert-etcd", "--etcd-endpoints", eps, "--etcd-prefix", "/old/"); !strings.Contains(got, "converted /old/ to format 2") || !strings.Contains(got, "conversation 7: ok") {
 		t.Fatalf("convert-etcd = %q, want converted and verified", got)
 	}
-	if got := mustCtl(t, ctx, "convert-etcd", "--etcd-endpoints", eps, "--etcd-prefix", "/old/"); !strings.Contains(got, "already format 1") {
+	if got := mustCtl(t, ctx, "convert-etcd", "--etcd-endpoints", eps, "--etcd-prefix", "/old/"); !strings.Contains(got, "already format 2") {
 		t.Fatalf("convert-etcd again = %q, want nothing to convert", got)
 	}
 	first, _, _ := strings.Cut(mustCtl(t, ctx, "convert-etcd", "--json", "--etcd-endpoints", eps, "--etcd-prefix", "/old/"), "\n")
-	if want := `{"result":"converted","prefix":"/old/","format":1,"already":true,"sealed":0,"found_sealed":0,"txns":0}`; first != want {
+	if want := `{"result":"converted","prefix":"/old/","format":2,"already":true,"sealed":0,"found_sealed":0,"txns":0}`; first != want {
 		t.Fatalf("convert-etcd --json's first line = %s, want %s", first, want)
 	}
 	b := node("b")

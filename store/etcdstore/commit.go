@@ -29,7 +29,7 @@ type scopeWork struct {
 	resettle bool
 	// exact is set when the scope was loaded under its fence (see
 	// scope.exact): the fence compare alone keeps its streams from
-	// forking, so its lengths and values are not compared.
+	// forking, so its runs and values are not compared.
 	exact   bool
 	streams []*streamWork
 	values  []*valueWork
@@ -43,10 +43,12 @@ type scopeWork struct {
 	err       error
 }
 
-// trimWork is a stream's staged trim: delete its entries below below.
+// trimWork is a stream's staged trim: delete its runs below the one
+// holding below (which starts at run) and record below as its floor.
 type trimWork struct {
 	name  string
 	below uint64
+	run   uint64
 }
 
 // bytesWork is one byte value's write (gen is the PutBytes count it
@@ -79,7 +81,7 @@ type valueWork struct {
 }
 
 // item is one piece of a transaction: a fence compare, a value write, or a
-// chunk of a stream's entries with its length update.
+// chunk of a stream's entries (one or more runs).
 type item struct {
 	sw    *scopeWork
 	fence bool
@@ -170,7 +172,7 @@ func (s *Store) takeLocked() []*scopeWork {
 			sw.values = append(sw.values, &valueWork{v: v, name: name, old: v.committed, new: v.cur, gen: v.gen})
 		}
 		for name, st := range c.dirtyTrims {
-			sw.trims = append(sw.trims, &trimWork{name: name, below: st.trimTo})
+			sw.trims = append(sw.trims, &trimWork{name: name, below: st.trimTo, run: st.trimRun})
 		}
 		for name, bv := range c.dirtyBytes {
 			sw.bytes = append(sw.bytes, &bytesWork{bv: bv, name: name, val: bv.cur, gen: bv.gen})
@@ -255,8 +257,8 @@ const maxConcurrentTxns = 16
 // commit writes work as transactions, setting each scope's err and each
 // write's progress. Transactions of disjoint scopes run concurrently; the
 // chunks of a scope split over several transactions run in order, each
-// after the one before it, so that each compares the length the previous
-// one wrote.
+// after the one before it, so that each compares no run past the length
+// the previous one wrote.
 func (s *Store) commit(work []*scopeWork) {
 	plans := s.pack(work)
 	if len(plans) == 1 {
@@ -305,8 +307,8 @@ func (s *Store) fits(p *txnPlan, cmps, puts, bytes int) bool {
 
 // pack lays work out as transactions. A scope goes whole into one
 // transaction when it fits one; only a scope that alone passes a limit is
-// split, each stream in seq order, each chunk comparing the length the one
-// before it wrote.
+// split, each stream in seq order, each chunk comparing no run past the
+// length the one before it wrote.
 func (s *Store) pack(work []*scopeWork) []*txnPlan {
 	var plans []*txnPlan
 	cur := s.newPlan()
@@ -368,24 +370,34 @@ func (s *Store) pack(work []*scopeWork) []*txnPlan {
 			cur.cmps, cur.puts, cur.bytes = cur.cmps+c, cur.puts+p, cur.bytes+b
 		}
 		for _, swk := range sw.streams {
-			lenKey := s.lay.lenKey(sw.sc.name, swk.name)
 			prefix := s.lay.entryPrefix(sw.sc.name, swk.name)
-			head := 2 * kvCost(lenKey, 8)
+			// A chunk is the entries of the stream in one transaction,
+			// written as runs of at most MaxRunBytes (runLens splits them
+			// the same way when the transaction is built).
+			head := kvCost(prefix, 8+runOverhead)
 			for i := 0; i < len(swk.ents); {
-				first := kvCost(prefix, len(swk.ents[i])+8)
 				c := s.valueCmps(sw)
-				need(c, 2, head+first)
+				need(c, 1, 2*head+entryCost(len(swk.ents[i])))
 				it := item{sw: sw, swk: swk, from: i}
 				cur.cmps += c
 				cur.puts++
-				cur.bytes += head
+				cur.bytes += 2 * head
+				run := 0
 				for i < len(swk.ents) {
-					c := kvCost(prefix, len(swk.ents[i])+8)
-					if it.n > 0 && !s.fits(cur, 0, 1, c) {
+					e := entryCost(len(swk.ents[i]))
+					p, b := 0, e
+					if it.n > 0 && runOverhead+run+e > s.opts.MaxRunBytes {
+						p, b = 1, e+head
+					}
+					if it.n > 0 && !s.fits(cur, 0, p, b) {
 						break
 					}
-					cur.puts++
-					cur.bytes += c
+					if p > 0 {
+						run = 0
+					}
+					cur.puts += p
+					cur.bytes += b
+					run += e
 					it.n++
 					i++
 				}
@@ -399,7 +411,8 @@ func (s *Store) pack(work []*scopeWork) []*txnPlan {
 
 // valueCmps is how many compares a value write or a chunk of a stream's
 // entries adds to a transaction of sw: none when the fence alone guards
-// the scope (sw.exact), else the compare of its old value or length.
+// the scope (sw.exact), else the compare of its old value or of no run at
+// or after the stream's length.
 func (s *Store) valueCmps(sw *scopeWork) int {
 	if sw.exact {
 		return 0
@@ -407,10 +420,11 @@ func (s *Store) valueCmps(sw *scopeWork) int {
 	return 1
 }
 
-// trimCost is what a trim costs a transaction: the compare of entry below
-// (and its read back) and one DeleteRange of two keys.
+// trimCost is what a trim costs a transaction: the compare of the floor's
+// run (and its read back), one DeleteRange of two keys and the floor's
+// put.
 func (s *Store) trimCost(sw *scopeWork, tw *trimWork) (cmps, puts, bytes int) {
-	return 1, 1, 4 * kvCost(s.lay.entryPrefix(sw.sc.name, tw.name), 8)
+	return 1, 2, 4*kvCost(s.lay.entryPrefix(sw.sc.name, tw.name), 8) + kvCost(s.lay.floorKey(sw.sc.name, tw.name), 8)
 }
 
 // bytesCost is what a byte value costs: its compare and read back, and
@@ -438,13 +452,15 @@ func (s *Store) scopeCost(sw *scopeWork) (cmps, puts, bytes int) {
 		cmps, puts, bytes = cmps+c, puts+p, bytes+b
 	}
 	for _, swk := range sw.streams {
-		cmps += s.valueCmps(sw)
-		puts++
-		bytes += 2 * kvCost(s.lay.lenKey(sw.sc.name, swk.name), 8)
 		prefix := s.lay.entryPrefix(sw.sc.name, swk.name)
+		head := kvCost(prefix, 8+runOverhead)
+		cmps += s.valueCmps(sw)
+		bytes += head
+		runs := len(runLens(swk.ents, s.opts.MaxRunBytes))
+		puts += runs
+		bytes += runs * head
 		for _, e := range swk.ents {
-			puts++
-			bytes += kvCost(prefix, len(e)+8)
+			bytes += entryCost(len(e))
 		}
 	}
 	return cmps, puts, bytes
@@ -492,13 +508,16 @@ func (s *Store) runTxn(plan *txnPlan) {
 					thens = append(thens, clientv3.OpPut(key, s.sealU64(key, vw.new)))
 				}
 			case it.tw != nil:
-				// The entry at the floor stays, so the stream keeps its
-				// last entry whatever etcd holds.
+				// The run holding the floor stays, so the stream keeps
+				// its last entry whatever etcd holds; the floor key says
+				// where, within it, the stream's entries begin.
 				prefix := s.lay.entryPrefix(sc, it.tw.name)
-				floor := entryKey(prefix, it.tw.below)
-				cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(floor), ">", 0))
-				checks = append(checks, check{sw: it.sw, key: floor, keysOnly: true, exists: true})
-				thens = append(thens, clientv3.OpDelete(prefix, clientv3.WithRange(floor)))
+				run := entryKey(prefix, it.tw.run)
+				cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(run), ">", 0))
+				checks = append(checks, check{sw: it.sw, key: run, keysOnly: true, exists: true})
+				thens = append(thens, clientv3.OpDelete(prefix, clientv3.WithRange(run)))
+				fk := s.lay.floorKey(sc, it.tw.name)
+				thens = append(thens, clientv3.OpPut(fk, s.sealU64(fk, it.tw.below)))
 			case it.bw != nil:
 				bw, rev := it.bw, it.sw.rev
 				key := s.lay.bytesKey(sc, bw.name)
@@ -511,18 +530,24 @@ func (s *Store) runTxn(plan *txnPlan) {
 				}
 			default:
 				swk := it.swk
-				lenKey := s.lay.lenKey(sc, swk.name)
 				base := swk.base + uint64(it.from)
-				if !it.sw.exact {
-					cmps = append(cmps, s.cmpU64(lenKey, base))
-					checks = append(checks, s.checkU64(it.sw, lenKey, base))
-				}
 				prefix := s.lay.entryPrefix(sc, swk.name)
-				for k := range it.n {
-					ek := entryKey(prefix, base+uint64(k))
-					thens = append(thens, clientv3.OpPut(ek, s.seal(ek, swk.ents[it.from+k])))
+				if !it.sw.exact {
+					// No run at or after base: nobody else wrote the
+					// stream past the length this store knows (a writer
+					// that knew less compares a range holding this
+					// store's runs, and is refused).
+					from, end := entryKey(prefix, base), clientv3.GetPrefixRangeEnd(prefix)
+					cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(from), "=", 0).WithRange(end))
+					checks = append(checks, check{sw: it.sw, key: from, end: end, keysOnly: true, none: true})
 				}
-				thens = append(thens, clientv3.OpPut(lenKey, s.sealU64(lenKey, base+uint64(it.n))))
+				ents := swk.ents[it.from : it.from+it.n]
+				seq := base
+				for _, n := range runLens(ents, s.opts.MaxRunBytes) {
+					rk := entryKey(prefix, seq)
+					thens = append(thens, clientv3.OpPut(rk, s.sealRun(rk, ents[:n])))
+					ents, seq = ents[n:], seq+uint64(n)
+				}
 			}
 		}
 		if len(live) == 0 {
@@ -596,12 +621,15 @@ func (s *Store) settle(sc string, f Fence) (int64, error) {
 }
 
 // check is one compare of a transaction, as explainRefusal reads it back:
-// the fence's mod revision (and the claim's create revision), a value or
-// length (its sealed 8-byte encoding, absent for 0), a trim floor that
-// must exist, or a byte value's highest mod revision.
+// the fence's mod revision (and the claim's create revision), a value
+// (its sealed 8-byte encoding, absent for 0), a trim floor's run that
+// must exist, no run in [key, end) of a stream, or a byte value's highest
+// mod revision.
 type check struct {
 	sw        *scopeWork
 	key       string
+	end       string
+	none      bool
 	keysOnly  bool
 	fence     bool
 	createRev int64
@@ -626,6 +654,8 @@ func (c *check) holds(kv *mvccpb.KeyValue) bool {
 		return kv != nil && string(kv.Value) == c.sealed
 	case c.exists:
 		return kv != nil
+	case c.none:
+		return kv == nil
 	default:
 		return kv == nil || kv.ModRevision <= c.maxModRev
 	}
@@ -638,8 +668,9 @@ func (c *check) holds(kv *mvccpb.KeyValue) bool {
 // the read fails.
 //
 // The read is later than the refusal, so it sees at least as much: a fence
-// once gone or moved never returns to the same mod revision, a stream's length
-// and a byte value's revision only grow, a trimmed entry stays gone; so a
+// once gone or moved never returns to the same mod revision, a stream's runs
+// past a length stay (a trim keeps the last) and a byte value's revision
+// only grows, a trimmed run stays gone; so a
 // compare that failed still fails. A compare that held then may fail now
 // (another writer got in since): its scope fails a commit early that it
 // would have failed at the next. Where nothing fails now (a value changed
@@ -648,9 +679,12 @@ func (c *check) holds(kv *mvccpb.KeyValue) bool {
 func (s *Store) explainRefusal(checks []check) error {
 	ops := make([]clientv3.Op, len(checks))
 	for i := range checks {
-		if checks[i].keysOnly {
+		switch {
+		case checks[i].none:
+			ops[i] = clientv3.OpGet(checks[i].key, clientv3.WithRange(checks[i].end), clientv3.WithLimit(1), clientv3.WithKeysOnly())
+		case checks[i].keysOnly:
 			ops[i] = clientv3.OpGet(checks[i].key, clientv3.WithKeysOnly())
-		} else {
+		default:
 			ops[i] = clientv3.OpGet(checks[i].key)
 		}
 	}

@@ -3,6 +3,8 @@ package etcdstore
 import (
 	"fmt"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/participantd/participantd/store"
 )
 
@@ -18,41 +20,76 @@ type byteValue struct {
 // Trim implements store.Compactor. The trim is staged like an append:
 // visible at once (First is below, reads under it are refused as
 // compacted) and committed by the next Flush, in the scope's transaction,
-// as one DeleteRange of the stream's entry keys below below, fenced like
-// every write of the scope and compared so that it commits only while
-// entry below is stored (the stream keeps its last entry whatever
-// happened). Seqs never move: the length key is untouched.
+// as one DeleteRange of the stream's runs below the run holding below
+// (found here, by one read) and a put of the stream's floor key, fenced
+// like every write of the scope and compared so that it commits only
+// while that run is stored (the stream keeps its last entry whatever
+// happened). A run straddling the floor stays whole; the floor key keeps
+// its entries below the floor compacted. Seqs never move.
 func (s *Store) Trim(name string, below uint64) error {
 	if err := checkName(name); err != nil {
 		return err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	c, st, first, err := s.firstLocked(name)
-	if err != nil {
-		return err
-	}
-	if below <= first {
+	for {
+		c, st, first, err := s.firstLocked(name)
+		if err != nil {
+			return err
+		}
+		if below <= first {
+			return nil
+		}
+		if below >= st.committed {
+			return fmt.Errorf("trim %q below %d with %d flushed entries: %w", name, below, st.committed, store.ErrTrimRange)
+		}
+		if s.opts.RequireFence && c.name != "" && !c.fenced {
+			return fmt.Errorf("%w: %q", ErrNotFenced, c.name)
+		}
+		epoch := c.epoch
+		s.mu.Unlock()
+		run, err := s.runAt(c.name, name, below)
+		s.mu.Lock()
+		if err != nil {
+			return err
+		}
+		if c2, err := s.usableLocked(name); err != nil {
+			return err
+		} else if c2 != c || c.epoch != epoch || c.streams[name] != st || below <= st.first {
+			// Reset, or trimmed meanwhile: decide again.
+			continue
+		}
+		st.first = below
+		st.trimTo, st.trimRun = below, run
+		c.dirtyTrims[name] = st
+		// Counted like an append, so that a Flush waits for it (a scope
+		// whose only write is a trim is pending too).
+		c.staged++
 		return nil
 	}
-	if below >= st.committed {
-		return fmt.Errorf("trim %q below %d with %d flushed entries: %w", name, below, st.committed, store.ErrTrimRange)
+}
+
+// runAt returns the first seq of the run of stream name (of scope sc) that
+// holds seq, a committed entry: the run at or below it.
+func (s *Store) runAt(sc, name string, seq uint64) (uint64, error) {
+	prefix := s.lay.entryPrefix(sc, name)
+	ctx, cancel := s.ctx()
+	resp, err := s.kv.Get(ctx, prefix, clientv3.WithRange(entryKey(prefix, seq+1)),
+		clientv3.WithSort(clientv3.SortByKey, clientv3.SortDescend), clientv3.WithLimit(1), clientv3.WithKeysOnly())
+	cancel()
+	if err != nil {
+		return 0, fmt.Errorf("etcdstore: find the run of %q holding %d: %w", name, seq, err)
 	}
-	if s.opts.RequireFence && c.name != "" && !c.fenced {
-		return fmt.Errorf("%w: %q", ErrNotFenced, c.name)
+	if len(resp.Kvs) == 0 {
+		return 0, s.missing(sc, name, seq, seq)
 	}
-	st.first = below
-	st.trimTo = below
-	c.dirtyTrims[name] = st
-	// Counted like an append, so that a Flush waits for it (a scope whose
-	// only write is a trim is pending too).
-	c.staged++
-	return nil
+	return runSeq(prefix, resp.Kvs[0].Key)
 }
 
 // First implements store.Compactor: the floor of the last trim staged or
-// committed by this store, else the first entry key stored in etcd (0 for
-// a stream that has none: a trim keeps a stream's last entry).
+// committed by this store, else the stream's floor key or its first run
+// stored in etcd, whichever is later (0 for a stream that has none: a
+// trim keeps a stream's last entry).
 func (s *Store) First(name string) (uint64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -120,7 +157,7 @@ func (s *Store) PutBytes(values []store.Bytes) error {
 			if s.opts.RequireFence && c.name != "" && !c.fenced {
 				return fmt.Errorf("%w: %q", ErrNotFenced, c.name)
 			}
-			if !c.lensLoaded {
+			if !c.loaded {
 				if _, err := s.loadedLocked(c, v.Key); err != nil {
 					return err
 				}

@@ -7,21 +7,36 @@
 //
 // Every key starts with Options.Prefix. Options.Scope maps each stream or
 // value name to a scope (for participantd: the conversation), and all of a
-// scope is one key range: c/<scope>/ followed by l/ (stream lengths), s/
-// (stream entries, keyed by a 2-byte name length, the name and an 8-byte
-// BE seq, so one stream's entries are a range of their own in seq order),
-// v/ (values) or b/ (byte values); g/ holds the names of the global scope.
-// The table of every stored key, with its value and owner, is in
-// docs/DESIGN.md, "Stored keys"; it is the one home of the layout.
+// scope is one key range: c/<scope>/ followed by s/ (stream runs, keyed by
+// a 2-byte name length, the name and the 8-byte BE seq of the run's first
+// entry, so one stream's runs are a range of their own in seq order), f/
+// (a trimmed stream's floor), v/ (values) or b/ (byte values); g/ holds
+// the names of the global scope. The table of every stored key, with its
+// value and owner, is in docs/DESIGN.md, "Stored keys"; it is the one home
+// of the layout.
+//
+// # Layouts
+//
+//	layout | entries                              | a stream's length
+//	1      | one key per entry, its payload       | its l/ key
+//	2      | one key per stream per commit (run)  | last run's seq + count
+//
+// This version writes layout 2 and reads both (runs.go): a layout 1 entry
+// is a run of one, so a stream may hold layout 1 entries then runs. It
+// never reads or writes l/ keys, which layout 1 data keeps. The cluster's
+// format key says which layouts a prefix may hold (cluster/format.go), so
+// that no binary that writes layout 1 runs on a prefix holding runs.
 //
 // # Checksums
 //
-// Every value put is sealed (seal.go): its body, a tag byte 0x01 and the
-// CRC-32C of the key relative to Options.Prefix, a zero byte, the body and
-// the tag. Every read of a value (entries in ReadPage, lengths, values in
-// reads, batched reads and Scan, byte values) checks it, and a mismatch
-// is a *store.ChecksumError (errors.Is store.ErrCorrupt) naming the key,
-// never a value served nor taken for absent. Compares of a value or length
+// Every value put is sealed (seal.go): its body, a tag byte (0x01, 0x02
+// for a run) and the CRC-32C of the key relative to Options.Prefix, a zero
+// byte, the body and the tag; each entry inside a run is sealed as well,
+// under the key it would have in layout 1. Every read of a value (runs
+// and each of their entries in ReadPage and at a stream's load, floors,
+// values in reads, batched reads and Scan, byte values) checks it, and a
+// mismatch is a *store.ChecksumError (errors.Is store.ErrCorrupt) naming
+// the key, never a value served nor taken for absent. Compares of a value
 // in a transaction compare the sealed bytes (the trailer is a function of
 // the key and body), so fencing is unchanged.
 //
@@ -49,16 +64,17 @@
 // PutBytes stage like Append and CAS (visible at once, committed by the
 // next Flush in the scope's fenced transaction, so a fenced-off node can
 // neither trim nor overwrite a checkpoint). A trim is one DeleteRange of
-// the stream's entry keys below its floor, compared on the entry at the
-// floor existing; the length key is untouched, so seqs never move, and a
-// stream's first stored entry is its first entry key (a trim never removes
-// the last entry), cached per stream once read or trimmed. A read below
-// it is a *store.CompactedError, also when another store trimmed: entries
-// missing at the front of a range are compacted, missing elsewhere
-// corrupt. Byte values are limited to MaxPayloadLen as payloads are.
-// ReadPage reads in etcd ranges sized from the bytes left at the average
-// entry size read so far (16 entries first), so a page fetches about its
-// byte bound, not readPage entries of any size.
+// the stream's runs below the run holding its floor (found when the trim
+// is staged), compared on that run existing, and a put of the stream's
+// floor key: the run straddling the floor stays whole, so seqs never move
+// and the stream keeps its last entry. A stream's first entry is its floor
+// or its first run's first seq, whichever is later. A read below it is a
+// *store.CompactedError, also when another store trimmed: ReadPage reads
+// the floor key with the run holding its offset, and entries missing at
+// the front of a range are compacted, missing elsewhere corrupt. Byte
+// values are limited to MaxPayloadLen as payloads are. ReadPage reads
+// whole runs, in etcd ranges sized from the bytes left at the average run
+// size read so far (4 runs first), so a page fetches about its byte bound.
 //
 // # Commit
 //
@@ -70,23 +86,26 @@
 // waits until the writes of its scopes staged before it are durable (each
 // scope counts its staged and its durable writes):
 //
-//	If   each touched stream's length key = the length last committed or read
+//	If   no run of each touched stream at or after its length last
+//	     committed or read (one range compare per stream)
 //	     each CAS'd value = its last committed or read value
 //	     each touched scope's fence key has the fence's mod revision
-//	     each trim's floor entry exists
+//	     each trim's floor run exists
 //	     each byte value's mod revision <= the scope's revision
-//	Then put the entries, the new lengths, the values (delete for 0),
-//	     the byte values (delete for empty); delete the trimmed ranges
+//	Then put each stream's entries as one run (several past MaxRunBytes),
+//	     the values (delete for 0), the byte values (delete for empty);
+//	     delete the runs below each trim's floor run, put its floor
 //
 // (no Else: see below)
 // so that no two writers can commit the same seq of a stream: a stream never
-// forks. A fenced scope whose lengths were loaded under its current claim
+// forks (a writer that knew a shorter stream finds the other's runs in
+// its range). A fenced scope loaded under its current claim
 // (after settling, after its last commit in flight had an outcome, with no
 // value cached from before) compares its fence alone: nobody else commits
 // under the claim, so what the store holds of the scope is what etcd
-// holds, and the length and value compares could only cost etcd a range
+// holds, and the run and value compares could only cost etcd a range
 // each. A reset, a failure or a new claim makes it compare them again
-// until it reloads. A scope's revision is the etcd revision its lengths were loaded at,
+// until it reloads. A scope's revision is the etcd revision it was loaded at,
 // advanced to each transaction of the scope that commits: a byte value that
 // another writer changed since is not overwritten (the scope fails with
 // ErrConflict), while the store rewrites its own freely. The transactions
@@ -113,19 +132,22 @@
 // A transaction holds at most Options.MaxTxnOps compares and as many writes,
 // and stays below Options.MaxRequestBytes. Scopes are packed whole while
 // they fit; a scope that alone passes a limit is split, each stream in seq
-// order, each chunk comparing the length the previous chunk wrote, and the
-// chunks run in order. Atomic is exactly one transaction: if a later chunk
+// order, each chunk comparing no run at or after the length the previous
+// chunk wrote, and the chunks run in order. A chunk of a stream is written
+// as runs of at most Options.MaxRunBytes (an entry larger than that is a
+// run of its own), so no run passes a request. Atomic is exactly one transaction: if a later chunk
 // fails, a prefix of each stream's appends is durable and the scope fails
 // (never a gap). A scope that fits one transaction commits all or nothing.
 //
 // # Reads
 //
-// A scope's stream lengths load together, in one linearizable range read,
-// on first use; afterwards the store knows them (it is the scope's only
-// writer). Values read are cached per scope until that scope's next
+// A scope loads on first use: one linearizable read gives its revision
+// (and lists its values, see below). Each stream's length loads on its
+// first use after that, one descending range limited to its last run;
+// afterwards the store knows them (it is the scope's only writer). Values read are cached per scope until that scope's next
 // commit (an exact scope keeps up to maxKeptReads of them longer: see
 // below), so memory stays bounded by what is read between two commits.
-// Reads of entries, lengths, byte values and unfenced values are
+// Reads of runs, lengths, byte values and unfenced values are
 // linearizable. Values of a fenced scope are read serializably, pinned at
 // the scope's revision (loaded first if need be): the store being the
 // scope's only writer, the value there is the current one, and a read

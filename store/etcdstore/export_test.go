@@ -44,3 +44,9 @@ func (s *Store) LoadWaits() uint64 { return s.loadWaits.Load() }
 // MemoryReads returns how many value reads a scope's filter answered
 // absent without etcd.
 func (s *Store) MemoryReads() uint64 { return s.memReads.Load() }
+
+// SealRunBody returns body sealed as a run (tag 0x02) under rel, so that
+// tests can build runs whose structure is wrong under a valid sum.
+func SealRunBody(rel string, body []byte) string {
+	return string(appendSealed(nil, rel, body, runTag))
+}

@@ -174,11 +174,12 @@ func TestStore_RequireFenceRefusesUnfencedWrites(t *testing.T) {
 }
 
 // TestStore_BigScopeSplitsAcrossTransactions: 300 appends and 200 CASes of
-// one scope pass etcd's 128 operations per transaction; they commit in
-// several transactions, all of them, in order.
+// one scope pass etcd's 128 operations per transaction (runs of one entry
+// each, so that the appends are 300 puts); they commit in several
+// transactions, all of them, in order.
 func TestStore_BigScopeSplitsAcrossTransactions(t *testing.T) {
 	var txns atomic.Int64
-	o := etcdstore.Options{Prefix: prefix(), Scope: byFirstSegment, OnTxn: func(_ time.Duration, ops int, err error) {
+	o := etcdstore.Options{Prefix: prefix(), Scope: byFirstSegment, MaxRunBytes: 1, OnTxn: func(_ time.Duration, ops int, err error) {
 		if ops > 2*etcdstore.DefaultMaxTxnOps || err != nil {
 			panic(fmt.Sprintf("transaction of %d ops: %v", ops, err))
 		}

@@ -2,19 +2,23 @@ package etcdstore
 
 import (
 	"encoding/binary"
+	"fmt"
 	"strings"
+
+	"github.com/participantd/participantd/store"
 )
 
 // Key layout under Options.Prefix (see doc.go). A name is written raw in
-// the length and value keys, which hold one key per name, and behind a
-// 2-byte big-endian length in entry keys, so that one stream's entries are
-// one key range that no other stream's entries can fall into (a stream
-// named "a/…" must not sort between the entries of "a").
+// the floor and value keys, which hold one key per name, and behind a
+// 2-byte big-endian length in entry (run) keys, so that one stream's runs
+// are one key range that no other stream's runs can fall into (a stream
+// named "a/…" must not sort between the runs of "a"). Layout 1 also kept
+// a length key per stream (l/), which layout 2 neither reads nor writes.
 const (
-	kindLen   = 'l'
 	kindEntry = 's'
 	kindValue = 'v'
 	kindBytes = 'b'
+	kindFloor = 'f'
 )
 
 // layout builds the etcd keys of one store.
@@ -49,8 +53,10 @@ func (l layout) base(sc string) string {
 // scope sc: one range to read, list or delete.
 func (l layout) ScopePrefix(sc string) string { return l.base(sc) }
 
-func (l layout) lenKey(sc, name string) string {
-	return l.base(sc) + string(kindLen) + "/" + name
+// floorKey is the key of stream name's trim floor: the seq below which
+// its entries are compacted, though a run straddling it keeps some.
+func (l layout) floorKey(sc, name string) string {
+	return l.base(sc) + string(kindFloor) + "/" + name
 }
 
 func (l layout) valueKey(sc, name string) string {
@@ -62,11 +68,20 @@ func (l layout) bytesKey(sc, name string) string {
 	return l.base(sc) + string(kindBytes) + "/" + name
 }
 
-// entryPrefix is the prefix of every entry key of stream name.
+// entryPrefix is the prefix of every entry (run) key of stream name.
 func (l layout) entryPrefix(sc, name string) string {
 	var n [2]byte
 	binary.BigEndian.PutUint16(n[:], uint16(len(name)))
 	return l.base(sc) + string(kindEntry) + "/" + string(n[:]) + name
+}
+
+// runSeq returns the first seq of the run at key, a key of entry prefix
+// prefix, or ErrCorrupt when key is not prefix and 8 bytes.
+func runSeq(prefix string, key []byte) (uint64, error) {
+	if len(key) != len(prefix)+8 || string(key[:len(prefix)]) != prefix {
+		return 0, fmt.Errorf("%w: %w: malformed entry key %q", store.ErrCorrupt, ErrCorrupt, key)
+	}
+	return binary.BigEndian.Uint64(key[len(prefix):]), nil
 }
 
 func entryKey(prefix string, seq uint64) string {

@@ -120,23 +120,29 @@ func newKeyFilter(seed maphash.Seed, names []string) *keyFilter {
 	return f
 }
 
-// loadValueNames lists the names of every value of scope sc (keys only).
-func (s *Store) loadValueNames(sc string) ([]string, error) {
+// loadValueNames lists the names of every value of scope sc (keys only),
+// and returns the revision the listing began at.
+func (s *Store) loadValueNames(sc string) ([]string, int64, error) {
 	prefix := s.lay.valueKey(sc, "")
 	var names []string
+	var rev int64
 	from, end := prefix, clientv3.GetPrefixRangeEnd(prefix)
 	for {
 		ctx, cancel := s.ctx()
 		resp, err := s.kv.Get(ctx, from, clientv3.WithRange(end), clientv3.WithLimit(4096), clientv3.WithKeysOnly())
 		cancel()
 		if err != nil {
-			return nil, fmt.Errorf("etcdstore: list the values of scope %q: %w", sc, err)
+			return nil, 0, fmt.Errorf("etcdstore: list the values of scope %q: %w", sc, err)
+		}
+		if rev == 0 {
+			// The first page's revision: everything read is at least as new.
+			rev = resp.Header.Revision
 		}
 		for _, kv := range resp.Kvs {
 			names = append(names, string(kv.Key[len(prefix):]))
 		}
 		if !resp.More || len(resp.Kvs) == 0 {
-			return names, nil
+			return names, rev, nil
 		}
 		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 	}

@@ -31,23 +31,34 @@ import (
 // bytes (the trailer is a function of the key and body).
 const (
 	sealTag = 0x01
+	// runTag marks a run of stream entries (runs.go): its body is the
+	// run's encoding, not a payload. A reader of format 1 refuses it as a
+	// tag it does not know.
+	runTag = 0x02
 	// SealOverhead is the trailer's size: what sealing adds to a value.
 	SealOverhead = 5
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// sealSep holds the byte between key and body and the tag, as the sum
-// reads them (never written).
-var sealSep = [2]byte{0, sealTag}
+// sealSep is the byte between key and body, as the sum reads it (never
+// written).
+var sealSep = [1]byte{0}
 
-func sealSum(rel string, body []byte) uint32 {
+func sealSum(rel string, body []byte, tag byte) uint32 {
 	// The key is read in place: crc32 only reads its argument, and a
 	// conversion of the string would allocate once per value.
 	sum := crc32.Update(0, castagnoli, unsafe.Slice(unsafe.StringData(rel), len(rel)))
-	sum = crc32.Update(sum, castagnoli, sealSep[:1])
+	sum = crc32.Update(sum, castagnoli, sealSep[:])
 	sum = crc32.Update(sum, castagnoli, body)
-	return crc32.Update(sum, castagnoli, sealSep[1:])
+	t := [1]byte{tag}
+	return crc32.Update(sum, castagnoli, t[:])
+}
+
+// appendSealed appends body sealed under rel with tag to dst.
+func appendSealed(dst []byte, rel string, body []byte, tag byte) []byte {
+	dst = append(dst, body...)
+	return binary.BigEndian.AppendUint32(append(dst, tag), sealSum(rel, body, tag))
 }
 
 // Seal returns body sealed under rel, the key relative to its root, as
@@ -58,7 +69,7 @@ func Seal(rel string, body []byte) string {
 	b.Write(body)
 	var t [SealOverhead]byte
 	t[0] = sealTag
-	binary.BigEndian.PutUint32(t[1:], sealSum(rel, body))
+	binary.BigEndian.PutUint32(t[1:], sealSum(rel, body, sealTag))
 	b.Write(t[:])
 	return b.String()
 }
@@ -66,24 +77,32 @@ func Seal(rel string, body []byte) string {
 // Unseal returns the body of sealed, a value stored at rel (the key
 // relative to its root), or a *store.ChecksumError (errors.Is
 // store.ErrCorrupt) naming root and rel when its trailer is missing or
-// does not match. The body is a sub-slice of sealed.
+// does not match. A run of stream entries (tag 0x02) verifies too; its
+// body is the run's encoding. The body is a sub-slice of sealed.
 func Unseal(root, rel string, sealed []byte) ([]byte, error) {
+	body, _, err := unsealTag(root, rel, sealed)
+	return body, err
+}
+
+// unsealTag is Unseal that also returns the trailer's tag (sealTag or
+// runTag).
+func unsealTag(root, rel string, sealed []byte) ([]byte, byte, error) {
 	n := len(sealed) - SealOverhead
 	if n < 0 {
-		return nil, &store.ChecksumError{File: "etcd " + root, Key: fmt.Sprintf("%q", rel),
+		return nil, 0, &store.ChecksumError{File: "etcd " + root, Key: fmt.Sprintf("%q", rel),
 			What: fmt.Sprintf("%d bytes, shorter than the %d-byte checksum trailer", len(sealed), SealOverhead)}
 	}
-	body := sealed[:n]
-	if sealed[n] != sealTag {
-		return nil, &store.ChecksumError{File: "etcd " + root, Key: fmt.Sprintf("%q", rel),
-			What: fmt.Sprintf("trailer tag %#x, want %#x", sealed[n], sealTag)}
+	body, tag := sealed[:n], sealed[n]
+	if tag != sealTag && tag != runTag {
+		return nil, 0, &store.ChecksumError{File: "etcd " + root, Key: fmt.Sprintf("%q", rel),
+			What: fmt.Sprintf("trailer tag %#x, want %#x or %#x", tag, sealTag, runTag)}
 	}
-	stored, computed := binary.BigEndian.Uint32(sealed[n+1:]), sealSum(rel, body)
+	stored, computed := binary.BigEndian.Uint32(sealed[n+1:]), sealSum(rel, body, tag)
 	if stored != computed {
-		return nil, &store.ChecksumError{File: "etcd " + root, Key: fmt.Sprintf("%q", rel),
+		return nil, 0, &store.ChecksumError{File: "etcd " + root, Key: fmt.Sprintf("%q", rel),
 			What: fmt.Sprintf("checksum %08x stored, %08x computed", stored, computed)}
 	}
-	return body, nil
+	return body, tag, nil
 }
 
 // seal returns body sealed under key, a key of the store's prefix.
@@ -94,7 +113,13 @@ func (s *Store) seal(key string, body []byte) string {
 // unseal returns the body of sealed, the value of key (a key of the
 // store's prefix), or a *store.ChecksumError.
 func (s *Store) unseal(key string, sealed []byte) ([]byte, error) {
-	return Unseal(s.lay.prefix, key[len(s.lay.prefix):], sealed)
+	body, tag, err := unsealTag(s.lay.prefix, key[len(s.lay.prefix):], sealed)
+	if err == nil && tag != sealTag {
+		// A run where a single value belongs: never taken for one.
+		return nil, &store.ChecksumError{File: "etcd " + s.lay.prefix, Key: fmt.Sprintf("%q", key[len(s.lay.prefix):]),
+			What: fmt.Sprintf("trailer tag %#x, want %#x", tag, sealTag)}
+	}
+	return body, err
 }
 
 // sealU64 returns v in the layout's 8-byte encoding, sealed under key.

@@ -33,6 +33,10 @@ const (
 	payloadReserve = 64 << 10
 	// readPage is how many entries one range read returns at most.
 	readPage = 256
+	// DefaultMaxRunBytes bounds a run (runs.go): the entries of one
+	// stream that one commit writes as one key. A read of one entry
+	// fetches its whole run, so runs stay far below a request.
+	DefaultMaxRunBytes = 64 << 10
 )
 
 // Sentinel errors. A failed scope's sticky error wraps store.ErrFailed and
@@ -43,7 +47,7 @@ var (
 	// and nothing of it was written.
 	ErrFenced = errors.New("etcdstore: fenced off")
 	// ErrConflict reports a scope that another writer changed behind this
-	// store's back: a stream length or value was not what this store last
+	// store's back: a stream's runs or a value were not what this store last
 	// committed or read. Nothing of the refused transaction was written.
 	ErrConflict = errors.New("etcdstore: scope changed by another writer")
 	// ErrUnknownOutcome reports a transaction that may or may not have
@@ -53,8 +57,8 @@ var (
 	// Options.RequireFence is set. Nothing is staged.
 	ErrNotFenced = errors.New("etcdstore: scope has no fence")
 	// ErrCorrupt reports a key or value of the layout that cannot be read:
-	// a length that is not 8 bytes, an entry missing below a stream's
-	// length.
+	// a value that is not 8 bytes, a run that does not parse, an entry
+	// missing below a stream's length.
 	ErrCorrupt = errors.New("etcdstore: corrupt data")
 )
 
@@ -90,6 +94,11 @@ type Options struct {
 	// defaults DefaultMaxTxnOps and DefaultMaxRequestBytes.
 	MaxTxnOps       int
 	MaxRequestBytes int
+	// MaxRunBytes bounds the run a commit writes of one stream (its
+	// entries beyond it go in further runs; an entry larger than it is a
+	// run of its own); default DefaultMaxRunBytes, and never more than
+	// one request holds.
+	MaxRunBytes int
 	// Timeout bounds every etcd call; default DefaultTimeout.
 	Timeout time.Duration
 	// MaxInflightCommits is how many group commits may be in flight at
@@ -223,10 +232,10 @@ type scope struct {
 	// raced one is not cached.
 	reads     map[string]uint64
 	readEpoch uint64
-	// lensLoaded is set once every stream length of the scope was read
-	// into streams, so that a stream missing there has length 0.
-	lensLoaded bool
-	// exact is set when the lengths were loaded under the current claim,
+	// loaded is set once the scope's revision was read (and whether it is
+	// exact decided); each stream's length is read on its first use.
+	loaded bool
+	// exact is set when the scope was loaded under the current claim,
 	// after every transaction the store sent under it had completed and
 	// with no value cached from before: what the store holds of the scope
 	// is then etcd's, and stays so while the fence holds (nobody else
@@ -256,9 +265,9 @@ type scope struct {
 	dirtyBytes map[string]*byteValue
 	dirtyTrims map[string]*stream
 	// rev is the etcd revision up to which the store knows the scope: the
-	// revision its lengths were loaded at, advanced by each of its
+	// revision it was loaded at, advanced by each of its
 	// commits. A byte value commits only if etcd's copy was last modified
-	// at or before rev (see doc.go, Commit). Set with lensLoaded.
+	// at or before rev (see doc.go, Commit). Set with loaded.
 	rev int64
 }
 
@@ -281,10 +290,12 @@ type stream struct {
 	taken   int
 	// first is the seq of the stream's first stored entry, known once
 	// firstKnown is set (read from etcd, or set by a staged Trim, which
-	// makes it visible at once); trimTo is the floor of the staged trim.
+	// makes it visible at once); trimTo is the floor of the staged trim
+	// and trimRun the first seq of the run holding it.
 	first      uint64
 	firstKnown bool
 	trimTo     uint64
+	trimRun    uint64
 }
 
 func (st *stream) lenLocked() uint64 { return st.committed + uint64(len(st.pending)) }
@@ -316,6 +327,10 @@ func open(kv clientv3.KV, cli *clientv3.Client, opts Options) *Store {
 	if opts.Timeout <= 0 {
 		opts.Timeout = DefaultTimeout
 	}
+	if opts.MaxRunBytes <= 0 {
+		opts.MaxRunBytes = DefaultMaxRunBytes
+	}
+	opts.MaxRunBytes = max(min(opts.MaxRunBytes, opts.MaxRequestBytes-payloadReserve), 1)
 	if opts.MaxInflightCommits <= 0 {
 		opts.MaxInflightCommits = 1
 	}
@@ -435,7 +450,7 @@ func (c *scope) clearLocked() {
 	c.epoch++
 	// Nothing staged survives: the writes counted as staged are gone.
 	c.durable = c.staged
-	c.lensLoaded = false
+	c.loaded = false
 	c.exact = false
 	c.rev = 0
 	c.bytes = make(map[string]*byteValue)
@@ -524,45 +539,58 @@ func checkName(name string) error {
 	return nil
 }
 
-// streamLocked returns the state of stream name in c, loading the lengths
-// of c's streams from etcd first if needed. It may release and retake s.mu;
-// it returns the error that refuses the call if the store or scope failed
-// meanwhile.
+// streamLocked returns the state of stream name in c, loading its length
+// from etcd first if needed (and the scope, see loadedLocked). It may
+// release and retake s.mu; it returns the error that refuses the call if
+// the store or scope failed meanwhile.
 //
-// A scope's lengths load together, in one range read, the first time any
-// of its streams is used: a conversation's oplog and outbox cost one round
-// trip, and afterwards a stream the scope does not have has length 0
-// without asking etcd. That knowledge stays valid because the store is the
-// scope's only writer (the fence makes it so in cluster mode, and any
-// other writer is caught by the length compares of the next commit).
+// A stream's length is read once, on its first use since the scope's
+// load (loadStream): the end of its last run, one descending range
+// limited to one key (a stream without runs has length 0). That knowledge stays valid
+// because the store is the scope's only writer (the fence makes it so in
+// cluster mode, and any other writer is caught by the compares of the
+// next commit), and because nothing of the stream is written before its
+// state exists, so no commit of it can be in flight during the read.
 func (s *Store) streamLocked(c *scope, name string) (*scope, *stream, error) {
-	if st := c.streams[name]; st != nil {
-		return c, st, nil
+	for {
+		if st := c.streams[name]; st != nil {
+			return c, st, nil
+		}
+		c, err := s.loadedLocked(c, name)
+		if err != nil {
+			return nil, nil, err
+		}
+		if st := c.streams[name]; st != nil {
+			return c, st, nil
+		}
+		epoch := c.epoch
+		s.mu.Unlock()
+		n, err := s.loadStream(c.name, name)
+		s.mu.Lock()
+		if err != nil {
+			return nil, nil, err
+		}
+		if c, err = s.usableLocked(name); err != nil {
+			return nil, nil, err
+		}
+		if c.epoch == epoch && c.loaded && c.streams[name] == nil {
+			c.streams[name] = &stream{committed: n}
+		}
 	}
-	c, err := s.loadedLocked(c, name)
-	if err != nil {
-		return nil, nil, err
-	}
-	st := c.streams[name]
-	if st == nil {
-		st = &stream{}
-		c.streams[name] = st
-	}
-	return c, st, nil
 }
 
-// loadedLocked returns the scope of name with its stream lengths (and its
-// revision) loaded, loading them first if needed. It may release and
+// loadedLocked returns the scope of name loaded (its revision known, and
+// whether it is exact), loading it first if needed. It may release and
 // retake s.mu, as streamLocked.
 //
 // A scope whose last commit's outcome is unknown is settled first (see
-// settle): the lengths read afterwards are final, since no transaction
-// sent before can commit any more.
+// settle): what is read afterwards is final, since no transaction sent
+// before can commit any more.
 func (s *Store) loadedLocked(c *scope, name string) (*scope, error) {
-	for !c.lensLoaded {
+	for !c.loaded {
 		if c.fenced && c.inflight != nil {
 			// A commit taken before a reset is still in flight: lengths
-			// read now could miss it, and once commits compare the fence
+			// read after now could miss it, and once commits compare the fence
 			// alone nothing would catch that. Its outcome comes first (an
 			// unknown one leaves the scope to settle).
 			ch := s.changed
@@ -602,14 +630,10 @@ func (s *Store) loadedLocked(c *scope, name string) (*scope, error) {
 		exact := c.fenced && len(c.values) == 0 && len(c.reads) == 0
 		claim := c.claim
 		s.mu.Unlock()
-		lens, rev, err := s.loadLens(c.name)
-		var names []string
-		listed := err == nil && exact && s.opts.MaxFilterBytes > 0
-		if listed {
-			// Listed after the lengths: the store is the scope's only
-			// writer and sends nothing of it before it is loaded.
-			names, err = s.loadValueNames(c.name)
-		}
+		// Listed only under the claim: the store is the scope's only
+		// writer and sends nothing of it before it is loaded.
+		listed := exact && s.opts.MaxFilterBytes > 0
+		names, rev, err := s.loadScope(c.name, listed)
 		s.mu.Lock()
 		if err != nil {
 			return nil, err
@@ -618,13 +642,8 @@ func (s *Store) loadedLocked(c *scope, name string) (*scope, error) {
 		if err != nil {
 			return nil, err
 		}
-		if c.epoch == epoch && !c.lensLoaded {
-			for n, l := range lens {
-				if c.streams[n] == nil {
-					c.streams[n] = &stream{committed: l}
-				}
-			}
-			c.lensLoaded = true
+		if c.epoch == epoch && !c.loaded {
+			c.loaded = true
 			c.exact = exact && c.fenced && c.claim == claim && len(c.values) == 0
 			c.rev = rev
 			if c.exact && listed {
@@ -635,36 +654,89 @@ func (s *Store) loadedLocked(c *scope, name string) (*scope, error) {
 	return c, nil
 }
 
-// loadLens reads the length of every stream of scope sc, and the revision
-// the read began at.
-func (s *Store) loadLens(sc string) (map[string]uint64, int64, error) {
-	prefix := s.lay.lenKey(sc, "")
-	out := make(map[string]uint64)
-	from, end := prefix, clientv3.GetPrefixRangeEnd(prefix)
-	var rev int64
-	for {
-		ctx, cancel := s.ctx()
-		resp, err := s.kv.Get(ctx, from, clientv3.WithRange(end), clientv3.WithLimit(4096))
-		cancel()
-		if err != nil {
-			return nil, 0, fmt.Errorf("etcdstore: read stream lengths of scope %q: %w", sc, err)
-		}
-		if rev == 0 {
-			// The first page's revision: everything read is at least as new.
-			rev = resp.Header.Revision
-		}
-		for _, kv := range resp.Kvs {
-			n, err := s.unsealU64(string(kv.Key), kv.Value)
-			if err != nil {
-				return nil, 0, fmt.Errorf("etcdstore: stream length: %w", err)
-			}
-			out[string(kv.Key[len(prefix):])] = n
-		}
-		if !resp.More || len(resp.Kvs) == 0 {
-			return out, rev, nil
-		}
-		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+// loadScope reads the revision scope sc is loaded at, with one
+// linearizable read; with list, that read lists the names of every value
+// of the scope (keys only).
+func (s *Store) loadScope(sc string, list bool) ([]string, int64, error) {
+	if list {
+		return s.loadValueNames(sc)
 	}
+	ctx, cancel := s.ctx()
+	defer cancel()
+	resp, err := s.kv.Get(ctx, s.lay.valueKey(sc, ""), clientv3.WithLimit(1), clientv3.WithKeysOnly())
+	if err != nil {
+		return nil, 0, fmt.Errorf("etcdstore: load scope %q: %w", sc, err)
+	}
+	return nil, resp.Header.Revision, nil
+}
+
+// loadStream reads the length of stream name of scope sc: the end of its
+// last run (its first seq, its key, plus its count), 0 when it has none;
+// one descending range limited to one key.
+func (s *Store) loadStream(sc, name string) (uint64, error) {
+	prefix := s.lay.entryPrefix(sc, name)
+	ctx, cancel := s.ctx()
+	defer cancel()
+	resp, err := s.kv.Get(ctx, prefix, clientv3.WithRange(clientv3.GetPrefixRangeEnd(prefix)),
+		clientv3.WithSort(clientv3.SortByKey, clientv3.SortDescend), clientv3.WithLimit(1))
+	if err != nil {
+		return 0, fmt.Errorf("etcdstore: read the length of %q: %w", name, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return 0, nil
+	}
+	kv := resp.Kvs[0]
+	last, err := runSeq(prefix, kv.Key)
+	if err != nil {
+		return 0, fmt.Errorf("etcdstore: stream %q: %w", name, err)
+	}
+	count, err := s.runCount(string(kv.Key), kv.Value)
+	if err != nil {
+		return 0, fmt.Errorf("etcdstore: stream length: %w", err)
+	}
+	return last + count, nil
+}
+
+// get is one range read of gets.
+type get struct {
+	key  string
+	opts []clientv3.OpOption
+}
+
+// gets sends reads as one read-only transaction (one round trip, one
+// revision), or one by one through a read-only view, which refuses
+// transactions.
+func (s *Store) gets(reads []get) ([]*clientv3.GetResponse, error) {
+	ctx, cancel := s.ctx()
+	defer cancel()
+	ops := make([]clientv3.Op, len(reads))
+	for i, r := range reads {
+		ops[i] = clientv3.OpGet(r.key, r.opts...)
+	}
+	out := make([]*clientv3.GetResponse, len(reads))
+	resp, err := s.kv.Txn(ctx).Then(ops...).Commit()
+	if errors.Is(err, ErrReadOnly) {
+		for i, r := range reads {
+			if out[i], err = s.kv.Get(ctx, r.key, r.opts...); err != nil {
+				return nil, err
+			}
+		}
+		return out, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if len(resp.Responses) != len(reads) {
+		return nil, fmt.Errorf("%w: a read of %d ranges answered %d", ErrCorrupt, len(reads), len(resp.Responses))
+	}
+	for i, r := range resp.Responses {
+		rr := r.GetResponseRange()
+		if rr == nil {
+			return nil, fmt.Errorf("%w: read %d of a transaction answered no range", ErrCorrupt, i)
+		}
+		out[i] = (*clientv3.GetResponse)(rr)
+	}
+	return out, nil
 }
 
 // Append stages payload at the end of stream; see store.DurableStore.
@@ -735,7 +807,7 @@ func (s *Store) CAS(key string, old, new uint64) error {
 		return fmt.Errorf("%w: %q", ErrNotFenced, c.name)
 	}
 	for c.values[key] == nil {
-		if c.fenced && !c.lensLoaded {
+		if c.fenced && !c.loaded {
 			// A fenced read is pinned at the scope's revision.
 			if c, err = s.loadedLocked(c, key); err != nil {
 				return err
@@ -778,7 +850,7 @@ func (s *Store) CAS(key string, old, new uint64) error {
 }
 
 // pinLocked returns the revision a read of c is pinned at: c's revision
-// when c is fenced (its lengths loaded), else 0 for a linearizable read.
+// when c is fenced (loaded), else 0 for a linearizable read.
 func (c *scope) pinLocked() int64 {
 	if !c.fenced {
 		return 0

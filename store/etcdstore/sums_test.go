@@ -50,6 +50,19 @@ func sumsData(t *testing.T) (pfx string, open func(kv clientv3.KV) *etcdstore.St
 	if err := s.PutBytes([]store.Bytes{{Key: "a/checkpoint", Value: []byte("state at row 2")}}); err != nil {
 		t.Fatal(err)
 	}
+	// A stream of two runs trimmed inside the first: its floor key.
+	mustAppend(t, s, "a/trim", "t0", 0)
+	mustAppend(t, s, "a/trim", "t1", 1)
+	if err := s.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	mustAppend(t, s, "a/trim", "t2", 2)
+	if err := s.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Trim("a/trim", 1); err != nil {
+		t.Fatal(err)
+	}
 	if err := s.Flush(); err != nil {
 		t.Fatal(err)
 	}
@@ -76,10 +89,12 @@ func observeSums(open func(clientv3.KV) *etcdstore.Store, kv clientv3.KV) (sumsR
 		}
 		out[what] = fmt.Sprint(v)
 	}
-	for _, st := range []string{"a/log", "registry"} {
+	for _, st := range []string{"a/log", "registry", "a/trim"} {
 		n, err := s.Len(st)
 		note("Len("+st+")", n, err)
-		ents, err := s.ReadFrom(st, 0, 0)
+		first, err := s.First(st)
+		note("First("+st+")", first, err)
+		ents, err := s.ReadFrom(st, first, 0)
 		var ps []string
 		for _, e := range ents {
 			ps = append(ps, fmt.Sprintf("%d:%s", e.Seq, e.Payload))
@@ -100,8 +115,8 @@ func observeSums(open func(clientv3.KV) *etcdstore.Store, kv clientv3.KV) (sumsR
 }
 
 // TestSums_EveryFlippedByteOfEveryValueIsRefused flips one bit of every
-// byte of every value the store wrote to etcd (entries, lengths, values,
-// byte values, fenced and global), one at a time, and makes every kind of
+// byte of every value the store wrote to etcd (runs, a trim's floor,
+// values, byte values, fenced and global), one at a time, and makes every kind of
 // read on a fresh store: each read answers exactly what it answered on the
 // intact data or fails with store.ErrCorrupt, read directly or through
 // a lagging member; a flipped value is never
@@ -119,7 +134,7 @@ func TestSums_EveryFlippedByteOfEveryValueIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(resp.Kvs) < 9 {
-		t.Fatalf("the data set has %d keys, want every kind (9)", len(resp.Kvs))
+		t.Fatalf("the data set has %d keys, want every kind (9: 4 runs, a floor, 3 values, a byte value)", len(resp.Kvs))
 	}
 	flips, refused := 0, 0
 	for _, kv := range resp.Kvs {

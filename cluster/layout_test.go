@@ -1,0 +1,207 @@
+package cluster_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/participantd/participantd/cluster"
+	"github.com/participantd/participantd/cluster/backup"
+	"github.com/participantd/participantd/participant"
+)
+
+// format1Tell is a tell recorded with testdata/format1.txt, and its seq.
+type format1Tell struct {
+	tell participant.Tell
+	seq  participant.Seq
+}
+
+// loadFormat1 writes testdata/format1.txt (a prefix of format 1, one key
+// per stream entry, written by a node before runs) under pfx and returns
+// its tells.
+func loadFormat1(t *testing.T, pfx string) []format1Tell {
+	t.Helper()
+	f, err := os.Open("testdata/format1.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	kvs := make(map[string]string)
+	var tells []format1Tell
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if rest, ok := strings.CutPrefix(line, "# tell "); ok {
+			var conv, part, gen, i, seq uint64
+			if _, err := fmt.Sscan(rest, &conv, &part, &gen, &i, &seq); err != nil {
+				t.Fatalf("testdata/format1.txt: %q: %v", line, err)
+			}
+			tells = append(tells, format1Tell{participant.Tell{Conversation: participant.ConversationID(conv),
+				Participant: participant.ParticipantID(part), Generation: participant.Generation(gen),
+				Token: tok(byte(10+conv), int(i)), Payload: fmt.Appendf(nil, "transfer %d00 to alice", i+1)}, participant.Seq(seq)})
+			continue
+		}
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		q, err := strconv.QuotedPrefix(line)
+		if err != nil {
+			t.Fatalf("testdata/format1.txt: %q: %v", line, err)
+		}
+		k, _ := strconv.Unquote(q)
+		v, err := strconv.Unquote(strings.TrimSpace(line[len(q):]))
+		if err != nil {
+			t.Fatalf("testdata/format1.txt: %q: %v", line, err)
+		}
+		kvs[k] = v
+	}
+	if len(tells) != 6 || len(kvs) < 20 {
+		t.Fatalf("testdata/format1.txt: %d tells, %d keys", len(tells), len(kvs))
+	}
+	writeAll(t, pfx, kvs)
+	return tells
+}
+
+// formatOf returns the body of pfx's format key.
+func formatOf(t *testing.T, pfx string) string {
+	t.Helper()
+	v, ok := dumpPrefix(t, pfx)[cluster.FormatKey]
+	if !ok {
+		t.Fatal("no format key")
+	}
+	body, err := cluster.UnsealRel(cluster.FormatKey, []byte(v))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(body)
+}
+
+// TestFormat_AFormat1ClusterIsReadAndUpgradedAtStart: a prefix written
+// before runs (format 1) is accepted by the offline tools' check, inspected
+// and verified live and from a backup, and restored from that backup
+// (served there after the start moves it); a node
+// of this version refuses to move it to format 2 while another node is
+// registered (an older node would fork a stream written as runs), writing
+// nothing; with no node running it moves it at its start and serves it:
+// every answered tell replays its seq, new tells continue each stream
+// after its layout 1 entries, as runs, and a second node reads both.
+func TestFormat_AFormat1ClusterIsReadAndUpgradedAtStart(t *testing.T) {
+	pfx := prefix()
+	tells := loadFormat1(t, pfx)
+	ctx := context.Background()
+	if err := cluster.CheckFormat(ctx, shared.Client.KV, pfx); err != nil {
+		t.Fatalf("CheckFormat on format 1 = %v, want nil (the store reads it)", err)
+	}
+	// inspect and verify read it, live and from a backup, writing nothing.
+	verifyClean(t, ctx, pfx, 2)
+	var buf bytes.Buffer
+	if _, err := backup.Export(ctx, shared.Client.KV, pfx, &buf, backup.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := backup.Load(bytes.NewReader(buf.Bytes()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	view := cluster.OpenView(snap, pfx)
+	if err := view.CheckSums(ctx); err != nil {
+		t.Fatalf("CheckSums of a format 1 backup = %v", err)
+	}
+	reports, err := participant.Inspect(view)
+	view.Close()
+	if err != nil || len(reports) != 2 || reports[0].Refused != nil || reports[1].Refused != nil || reports[0].OplogRows == 0 {
+		t.Fatalf("Inspect of a format 1 backup = %+v, %v; want 2 conversations with rows, none refused", reports, err)
+	}
+	// Restored into an empty prefix, it is format 1 again, and served.
+	restored := prefix()
+	if _, err := backup.Restore(ctx, shared.Client.KV, restored, bytes.NewReader(buf.Bytes()), backup.RestoreOptions{}); err != nil {
+		t.Fatalf("Restore of a format 1 backup: %v", err)
+	}
+	if f := formatOf(t, restored); f != strconv.Itoa(cluster.FormatPerEntry) {
+		t.Fatalf("restored format = %q, want %d", f, cluster.FormatPerEntry)
+	}
+	verifyClean(t, ctx, restored, 2)
+	r := startMemberOn(t, newClient(t), restored, "r", 5*time.Second, participant.Options{})
+	rc := r.svc.Connect(func() {})
+	for _, tl := range tells {
+		got, err := rc.Tell(ctx, tl.tell)
+		if err != nil || got.Seq != tl.seq || got.Replay == participant.ReplayNone {
+			t.Fatalf("restored: replay of %s = %+v, %v; want seq %d replayed", tl.tell.Payload, got, err, tl.seq)
+		}
+	}
+	r.svc.Close()
+	r.node.Close()
+
+	lease, err := shared.Client.Grant(ctx, 30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := shared.Client.Put(ctx, pfx+"node/old", `{"node":"old","addr":"old:7000"}`, clientv3.WithLease(lease.ID)); err != nil {
+		t.Fatal(err)
+	}
+	before := dumpPrefix(t, pfx)
+	if n, err := cluster.Start(ctx, shared.Client, cluster.Options{NodeID: "x", Prefix: pfx}); !errors.Is(err, cluster.ErrLiveNodes) {
+		if n != nil {
+			n.Close()
+		}
+		t.Fatalf("Start on format 1 with a live node = %v, want ErrLiveNodes", err)
+	}
+	if got := dumpPrefix(t, pfx); len(got) != len(before) || got[cluster.FormatKey] != before[cluster.FormatKey] {
+		t.Fatalf("the refused start wrote: %d keys before, %d after; format %q", len(before), len(got), formatOf(t, pfx))
+	}
+	if _, err := shared.Client.Revoke(ctx, lease.ID); err != nil {
+		t.Fatal(err)
+	}
+
+	m := startMemberOn(t, newClient(t), pfx, "a", 5*time.Second, participant.Options{})
+	if f := formatOf(t, pfx); f != strconv.Itoa(cluster.FormatVersion) {
+		t.Fatalf("format after the start = %q, want %d", f, cluster.FormatVersion)
+	}
+	c := m.svc.Connect(func() {})
+	for _, tl := range tells {
+		got, err := c.Tell(ctx, tl.tell)
+		if err != nil || got.Seq != tl.seq || got.Replay == participant.ReplayNone {
+			t.Fatalf("replay of %s = %+v, %v; want seq %d replayed", tl.tell.Payload, got, err, tl.seq)
+		}
+	}
+	// A new participant of each conversation tells: the streams continue
+	// after their layout 1 entries, as runs.
+	var fresh []format1Tell
+	for _, tl := range []format1Tell{tells[0], tells[3]} {
+		conv := tl.tell.Conversation
+		b, err := c.Enroll(ctx, participant.Enroll{Conversation: conv, Token: tok(byte(200+conv), 0)})
+		if err != nil {
+			t.Fatalf("Enroll(%v): %v", conv, err)
+		}
+		for i := range 2 {
+			req := participant.Tell{Conversation: conv, Participant: b.Participant, Generation: b.Generation,
+				Token: tok(byte(210+conv), i), Payload: fmt.Appendf(nil, "again %d", i)}
+			got, err := c.Tell(ctx, req)
+			if err != nil || got.Replay != participant.ReplayNone || got.Seq <= tells[2].seq {
+				t.Fatalf("new tell = %+v, %v; want a new seq after %d", got, err, tells[2].seq)
+			}
+			fresh = append(fresh, format1Tell{req, got.Seq})
+		}
+	}
+	m.svc.Close()
+	m.node.Close()
+	verifyClean(t, ctx, pfx, 2) // layout 1 entries, then runs
+
+	m2 := startMemberOn(t, newClient(t), pfx, "b", 5*time.Second, participant.Options{})
+	c2 := m2.svc.Connect(func() {})
+	for _, tl := range append(tells, fresh...) {
+		got, err := c2.Tell(ctx, tl.tell)
+		if err != nil || got.Seq != tl.seq || got.Replay == participant.ReplayNone {
+			t.Fatalf("second node: replay of %s = %+v, %v; want seq %d replayed", tl.tell.Payload, got, err, tl.seq)
+		}
+	}
+}
