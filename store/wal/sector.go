@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
+	"slices"
 )
 
 // Segment format 2 cuts every record into fragments that never cross a
@@ -99,6 +100,55 @@ func appendRecord(dst []byte, off int64, lsn LSN, body []byte) []byte {
 		body = body[n:]
 		if last {
 			return dst
+		}
+		pos = sectorEnd(pos)
+	}
+}
+
+// frameInPlace turns buf, which holds a record's body, into the record
+// appendRecord writes at off for that body, in buf's own array (grown
+// once to the record's length when it is too small): the body is moved
+// to the end of the record's bytes and cut into fragments from the
+// front. No fragment overtakes the body still to be cut: what is left to
+// write is always at least the body left plus 16 bytes a fragment, so
+// each header is written before the bytes it shifts data over, and copy
+// moves overlapping bytes correctly. Append uses it so that a record
+// costs one buffer, not a body's and a record's.
+func frameInPlace(buf []byte, off int64, lsn LSN) []byte {
+	n := len(buf)
+	total := int(framedLen(off, n))
+	buf = slices.Grow(buf, total-n)[:total]
+	in := total - n
+	copy(buf[in:], buf[:n])
+	pos := recordStart(off)
+	out := int(pos - off)
+	clear(buf[:out])
+	for first := true; ; first = false {
+		room := int(sectorEnd(pos) - pos - fragOverhead)
+		k := min(room, total-in)
+		last := in+k == total
+		kind := kindMiddle
+		switch {
+		case first && last:
+			kind = kindFull
+		case first:
+			kind = kindFirst
+		case last:
+			kind = kindLast
+		}
+		h := buf[out : out+fragHeaderLen]
+		copy(buf[out+fragHeaderLen:], buf[in:in+k])
+		h[0] = kind
+		binary.LittleEndian.PutUint16(h[1:], uint16(k))
+		binary.LittleEndian.PutUint32(h[3:], uint32(lsn))
+		buf[out+fragHeaderLen+k] = fragEnd
+		c := crc32.Update(crc32.Checksum(h[:7], castagnoli), castagnoli, buf[out+fragHeaderLen:out+fragHeaderLen+k+1])
+		binary.LittleEndian.PutUint32(h[7:], c)
+		binary.LittleEndian.PutUint32(h[11:], crc32.Checksum(h[:11], castagnoli))
+		in += k
+		out += fragOverhead + k
+		if last {
+			return buf[:out]
 		}
 		pos = sectorEnd(pos)
 	}

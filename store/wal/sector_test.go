@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"path/filepath"
 	"testing"
 
@@ -270,4 +271,31 @@ func FuzzTornOrDamaged(f *testing.F) {
 			t.Fatalf("byte %d ^ %#02x: scan = %v, want ErrCorrupt", pos, 1<<(flip%8), err)
 		}
 	})
+}
+
+// TestFrameInPlace_IsAppendRecord frames bodies of many lengths at offsets
+// all over a sector (those that leave too little room for a fragment
+// included) in place, and requires the bytes appendRecord writes: the
+// in-place cut never overwrites body bytes it has yet to move.
+func TestFrameInPlace_IsAppendRecord(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 11))
+	lengths := []int{1, 2, 9, 100, 495, 496, 497, 511, 512, 513, 991, 992, 993, 4096, 70_000}
+	for range 20 {
+		lengths = append(lengths, 1+rng.IntN(200_000))
+	}
+	for _, n := range lengths {
+		body := make([]byte, n)
+		for i := range body {
+			body[i] = byte(rng.Uint32())
+		}
+		for _, off := range []int64{segmentHeaderLen, 511, 512, 513, 1000, 1024 - fragMin, 1024 - fragMin + 1, 1023, 4096 + 17} {
+			want := appendRecord(nil, off, LSN(n), body)
+			for _, spare := range []int{0, 64, 1 << 20} {
+				buf := append(make([]byte, 0, n+spare), body...)
+				if got := frameInPlace(buf, off, LSN(n)); !bytes.Equal(got, want) {
+					t.Fatalf("body of %d bytes at offset %d (spare capacity %d): the record framed in place differs from appendRecord's", n, off, spare)
+				}
+			}
+		}
+	}
 }

@@ -75,8 +75,7 @@ type Log struct {
 	off  int64    // where the next record goes in f
 	size int64    // f's preallocated size
 	next LSN      // the next record's LSN
-	body []byte   // body encoding buffer, reused between appends
-	buf  []byte   // record encoding buffer, reused between appends
+	buf  []byte   // a record's body, then the record, reused between appends
 	err  error    // sticky: the first failed write, sync or create
 
 	// mu guards segs, which Append's rotation and RemoveBelow both change.
@@ -421,7 +420,8 @@ func (l *Log) Append(b *Batch) (LSN, error) {
 		return 0, ErrClosed
 	}
 	b.LSN = l.next
-	body, err := appendBody(l.body[:0], b)
+	// The body is encoded into the record's buffer and framed there.
+	body, err := appendBody(l.buf[:0], b)
 	if err != nil {
 		return 0, err // nothing was written: not sticky
 	}
@@ -437,7 +437,7 @@ func (l *Log) Append(b *Batch) (LSN, error) {
 			return 0, err
 		}
 	}
-	frame := appendRecord(l.buf[:0], l.off, b.LSN, body)
+	frame := frameInPlace(body, l.off, b.LSN)
 	if _, err := l.f.WriteAt(frame, l.off); err != nil {
 		l.err = fmt.Errorf("wal: write %s: %w", l.activeName(), err)
 		return 0, l.err
@@ -448,7 +448,7 @@ func (l *Log) Append(b *Batch) (LSN, error) {
 	}
 	l.off += int64(len(frame))
 	l.next++
-	l.body, l.buf = keepBuffer(body), keepBuffer(frame)
+	l.buf = keepBuffer(frame)
 	return b.LSN, nil
 }
 
