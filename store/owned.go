@@ -57,10 +57,14 @@ func (b *PageBuffer) Reset() []Entry {
 	return b.entries[:0]
 }
 
-// Copy returns a copy of p in the buffer's memory. When the buffer's array
-// is full it moves to a larger one; the entries already copied keep the
-// old array, which they alone then hold.
+// Copy returns a copy of p in the buffer's memory, or in an array of its
+// own when b is nil (a reader that lends no buffer). When the buffer's
+// array is full it moves to a larger one; the entries already copied keep
+// the old array, which they alone then hold.
 func (b *PageBuffer) Copy(p []byte) []byte {
+	if b == nil {
+		return append([]byte(nil), p...)
+	}
 	if len(b.bytes)+len(p) > cap(b.bytes) {
 		b.bytes = make([]byte, 0, max(2*cap(b.bytes), len(b.bytes)+len(p), 4<<10))
 	}

@@ -434,13 +434,7 @@ func ReadPageTx(tx *bolt.Tx, stream string, offset, stop uint64, maxBytes, total
 			return false
 		}
 		total += len(v)
-		var p []byte
-		if buf != nil {
-			p = buf.Copy(v)
-		} else {
-			p = append([]byte(nil), v...)
-		}
-		out = append(out, store.Entry{Seq: seq, Payload: p})
+		out = append(out, store.Entry{Seq: seq, Payload: buf.Copy(v)})
 		return true
 	})
 	return out, total, stopped, err

@@ -866,13 +866,7 @@ func (s *Store) read(name string, offset uint64, limit int, maxBytes int, buf *s
 				return out, nil
 			}
 			total += len(p)
-			var c []byte
-			if buf != nil {
-				c = buf.Copy(p)
-			} else {
-				c = append([]byte(nil), p...)
-			}
-			out = append(out, store.Entry{Seq: seq, Payload: c})
+			out = append(out, store.Entry{Seq: seq, Payload: buf.Copy(p)})
 			seq++
 		}
 	}

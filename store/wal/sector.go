@@ -41,6 +41,20 @@ const (
 	kindLast   byte = 0xa4
 )
 
+// fragKind returns the kind of a record's fragment: whether it is the
+// record's first, its last, both or neither.
+func fragKind(first, last bool) byte {
+	switch {
+	case first && last:
+		return kindFull
+	case first:
+		return kindFirst
+	case last:
+		return kindLast
+	}
+	return kindMiddle
+}
+
 // sectorEnd returns the offset of the sector boundary after off.
 func sectorEnd(off int64) int64 { return (off/sectorSize + 1) * sectorSize }
 
@@ -78,17 +92,8 @@ func appendRecord(dst []byte, off int64, lsn LSN, body []byte) []byte {
 		room := int(sectorEnd(pos) - pos - fragOverhead)
 		n := min(room, len(body))
 		last := n == len(body)
-		kind := kindMiddle
-		switch {
-		case first && last:
-			kind = kindFull
-		case first:
-			kind = kindFirst
-		case last:
-			kind = kindLast
-		}
 		h := len(dst)
-		dst = append(dst, kind)
+		dst = append(dst, fragKind(first, last))
 		dst = binary.LittleEndian.AppendUint16(dst, uint16(n))
 		dst = binary.LittleEndian.AppendUint32(dst, uint32(lsn))
 		dst = append(dst, make([]byte, 8)...)
@@ -127,18 +132,9 @@ func frameInPlace(buf []byte, off int64, lsn LSN) []byte {
 		room := int(sectorEnd(pos) - pos - fragOverhead)
 		k := min(room, total-in)
 		last := in+k == total
-		kind := kindMiddle
-		switch {
-		case first && last:
-			kind = kindFull
-		case first:
-			kind = kindFirst
-		case last:
-			kind = kindLast
-		}
 		h := buf[out : out+fragHeaderLen]
 		copy(buf[out+fragHeaderLen:], buf[in:in+k])
-		h[0] = kind
+		h[0] = fragKind(first, last)
 		binary.LittleEndian.PutUint16(h[1:], uint16(k))
 		binary.LittleEndian.PutUint32(h[3:], uint32(lsn))
 		buf[out+fragHeaderLen+k] = fragEnd
