@@ -327,57 +327,21 @@ func checkTail(seg segment, r *segmentReader, off, last int64, lsn LSN) error {
 // segment, whose header sc has checked: the valid records one after
 // another, then the bytes after them judged by checkTail.
 func scanSectors(seg segment, r *segmentReader, sc segmentScan, expect, after LSN, apply func(*Batch) error) (segmentScan, error) {
-	off := int64(segmentHeaderLen)
-	sc.from = -1
 	var scratch []byte
-	for {
+	sc, expect, last, err := walkRecords(seg, r, sc, expect, after, apply, func(off int64, expect LSN) ([]byte, int64, bool, bool, error) {
 		// The body of a record given to apply is its own: apply may keep it.
 		applied := expect > after
 		body, end, ok, err := r.record2(off, expect, scratch, applied)
-		if err != nil {
-			return sc, err
-		}
-		if !ok {
-			break
+		if err != nil || !ok {
+			return nil, 0, false, false, err
 		}
 		if !applied {
 			scratch = body
 		}
-		b, err := decodeBody(body)
-		if err != nil {
-			return sc, corrupt(seg, off, err.Error())
-		}
-		if b.LSN != expect {
-			return sc, corrupt(seg, off, fmt.Sprintf("LSN gap: record %v, want %v", b.LSN, expect))
-		}
-		if applied {
-			if sc.from < 0 {
-				sc.from = off
-			}
-			if err := r.keep(off, end); err != nil {
-				return sc, err
-			}
-			if err := apply(b); err != nil {
-				return sc, err
-			}
-		}
-		sc.records++
-		sc.last = b.LSN
-		expect++
-		off = end
-	}
-	// What apply was given is written back before r reads past it.
-	if err := r.flush(); err != nil {
+		return body, end, applied, true, nil
+	})
+	if err != nil || !sc.torn {
 		return sc, err
 	}
-	sc.end = off
-	if sc.from < 0 {
-		sc.from = off
-	}
-	last, err := lastNonZero(r, off)
-	if err != nil || last < off {
-		return sc, err
-	}
-	sc.torn = true
-	return sc, checkTail(seg, r, off, last, expect)
+	return sc, checkTail(seg, r, sc.end, last, expect)
 }

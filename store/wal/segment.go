@@ -189,15 +189,13 @@ func scanSegment(seg segment, r *segmentReader, expect, after LSN, apply func(*B
 	if head[7] == segmentFormat2 {
 		return scanSectors(seg, r, sc, expect, after, apply)
 	}
-	off := int64(segmentHeaderLen)
-	sc.from = -1
-	for {
+	sc, expect, last, err := walkRecords(seg, r, sc, expect, after, apply, func(off int64, _ LSN) ([]byte, int64, bool, bool, error) {
 		frame, end, err := r.frame(off)
 		if errors.Is(err, errNoFrame) {
-			break
+			return nil, 0, false, false, nil
 		}
 		if err != nil {
-			return sc, err
+			return nil, 0, false, false, err
 		}
 		body := frame[frameHeaderLen:]
 		applied := LSN(binary.LittleEndian.Uint64(body[1:])) > after
@@ -205,22 +203,61 @@ func scanSegment(seg segment, r *segmentReader, expect, after LSN, apply func(*B
 			// The window is reused; apply may keep what it is given.
 			body = bytes.Clone(body)
 		}
+		return body, end, applied, true, nil
+	})
+	if err != nil || !sc.torn {
+		return sc, err
+	}
+	at, ok, err := laterRecord(r, sc.end, last, expect)
+	if err != nil {
+		return sc, err
+	}
+	if ok {
+		return sc, corrupt(seg, sc.end, fmt.Sprintf("bad record followed by a valid one at offset %d", at))
+	}
+	return sc, nil
+}
+
+// walkRecords is the walk of a segment's records both formats share,
+// from the end of its header: next reads the record at off, which should
+// be the record of LSN expect, and returns its body (the body's own when
+// apply is given it, since apply may keep it), where it ends, whether
+// apply is given it (its LSN is after after), and false past the last
+// valid record. Each record's LSN must follow the one before it; each
+// after after is marked for r to write back, then given to apply. Once
+// what apply was given is written back, the segment must be zeros past
+// the last valid record, as preallocated, unless a record was torn or
+// damaged there: walkRecords sets sc.torn when it is not, and returns
+// the LSN the next record would have and the offset of the last byte
+// that is not zero.
+func walkRecords(seg segment, r *segmentReader, sc segmentScan, expect, after LSN, apply func(*Batch) error,
+	next func(off int64, expect LSN) (body []byte, end int64, applied, ok bool, err error)) (segmentScan, LSN, int64, error) {
+	off := int64(segmentHeaderLen)
+	sc.from = -1
+	for {
+		body, end, applied, ok, err := next(off, expect)
+		if err != nil {
+			return sc, expect, 0, err
+		}
+		if !ok {
+			break
+		}
 		b, err := decodeBody(body)
 		if err != nil {
-			return sc, corrupt(seg, off, err.Error())
+			return sc, expect, 0, corrupt(seg, off, err.Error())
 		}
 		if b.LSN != expect {
-			return sc, corrupt(seg, off, fmt.Sprintf("LSN gap: record %v, want %v", b.LSN, expect))
+			return sc, expect, 0, corrupt(seg, off, fmt.Sprintf("LSN gap: record %v, want %v", b.LSN, expect))
 		}
 		if applied {
 			if sc.from < 0 {
 				sc.from = off
 			}
 			if err := r.keep(off, end); err != nil {
-				return sc, err
+				return sc, expect, 0, err
 			}
 			if err := apply(b); err != nil {
-				return sc, err
+				return sc, expect, 0, err
 			}
 		}
 		sc.records++
@@ -230,27 +267,18 @@ func scanSegment(seg segment, r *segmentReader, expect, after LSN, apply func(*B
 	}
 	// What apply was given is written back before r reads past it.
 	if err := r.flush(); err != nil {
-		return sc, err
+		return sc, expect, 0, err
 	}
 	sc.end = off
 	if sc.from < 0 {
 		sc.from = off
 	}
-	// Past the valid records the segment is zeros, as preallocated,
-	// unless a record was torn or damaged there.
 	last, err := lastNonZero(r, off)
-	if err != nil || last < off {
-		return sc, err
-	}
-	sc.torn = true
-	at, ok, err := laterRecord(r, off, last, expect)
 	if err != nil {
-		return sc, err
+		return sc, expect, 0, err
 	}
-	if ok {
-		return sc, corrupt(seg, off, fmt.Sprintf("bad record followed by a valid one at offset %d", at))
-	}
-	return sc, nil
+	sc.torn = last >= off
+	return sc, expect, last, nil
 }
 
 // lastNonZero returns the offset of the last byte of the segment at or
