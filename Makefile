@@ -1,7 +1,7 @@
 # The README's commands, wrapped. `make test` is what .ci/run runs.
 GO ?= go
 
-.PHONY: test build lint fuzz bench run release release-check tag test-clients soak
+.PHONY: test build lint fuzz bench run release release-check tag test-clients soak soak-kills soak-faults
 
 build:
 	$(GO) build ./...
@@ -174,6 +174,19 @@ test-clients:
 SOAK_ROUNDS ?= 1000
 SOAK_ROWS ?= 100000
 SOAK_SAMPLE ?= 1000
-soak:
+soak: soak-kills soak-faults
+soak-kills:
 	$(GO) test -count=1 -timeout 0 -run 'TestSoak_AnsweredSurviveKills$$' -v ./cmd/participantd/e2e \
 		-soak-rounds $(SOAK_ROUNDS) -soak-rows $(SOAK_ROWS) -soak-sample $(SOAK_SAMPLE)
+
+# The fault half of the release soak: the service's in-process fault
+# models at ten times the cuts of a test run (-long): a power cut at every
+# file-system call of each workload many times over, each under the strict
+# crash model (torn prefixes, sectors kept or lost, bbolt commits torn),
+# with the offline tools run on what every cut left; the Linux fsync
+# failure at every sync; the bit flips of every byte; the cut at every
+# store call; and the model checker at SOAK_MODEL_ITERS sequences.
+SOAK_MODEL_ITERS ?= 2000
+soak-faults:
+	$(GO) test -count=1 -timeout 0 -run 'TestPowerCut|TestBitFlip|TestCrashCut|TestModel$$' -v ./participant/ \
+		-long -model.iters $(SOAK_MODEL_ITERS)
