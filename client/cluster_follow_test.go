@@ -24,14 +24,7 @@ func TestCluster_ReattachedByANodeClient_StillFollowed(t *testing.T) {
 	srv.reoffer = true
 	srv.mu.Unlock()
 	addrs := []string{srv.addr(), srv.addNode()}
-	reconnected := make(chan struct{}, 16)
-	opts := fastClusterOpts
-	opts.OnReconnect = func(client.Welcome) {
-		select {
-		case reconnected <- struct{}{}:
-		default: // the test waits for the first only
-		}
-	}
+	opts, reconnected := reconnectSignalled(fastClusterOpts)
 	readers := dialClusterT(t, addrs, opts)
 	r, err := readers.Enroll(ctx, 1)
 	if err != nil {
@@ -133,14 +126,7 @@ func TestCluster_Detach_AttachRefusedOnANode_NotBoundAgain(t *testing.T) {
 	ctx := testCtx(t)
 	srv := newFakeServer(t)
 	addrs := []string{srv.addr(), srv.addNode()}
-	reconnected := make(chan struct{}, 16)
-	opts := fastClusterOpts
-	opts.OnReconnect = func(client.Welcome) {
-		select {
-		case reconnected <- struct{}{}:
-		default: // the test waits for the first only
-		}
-	}
+	opts, reconnected := reconnectSignalled(fastClusterOpts)
 	c := dialClusterT(t, addrs, opts)
 	cred, err := c.Enroll(ctx, 1)
 	if err != nil {
@@ -244,4 +230,18 @@ func TestCluster_AttachInDoubtElsewhere_SentAgainBeforeTrustingTheBinding(t *tes
 	if n := srv.boundNode(1, cred.Participant); n != a {
 		t.Errorf("the participant is bound on node %d, want node %d", n, a)
 	}
+}
+
+// reconnectSignalled returns opts with an OnReconnect that signals each
+// reconnect on the channel it returns (buffered: a test waits for the
+// first it needs, the rest are dropped).
+func reconnectSignalled(opts client.ClusterOptions) (client.ClusterOptions, <-chan struct{}) {
+	reconnected := make(chan struct{}, 16)
+	opts.OnReconnect = func(client.Welcome) {
+		select {
+		case reconnected <- struct{}{}:
+		default:
+		}
+	}
+	return opts, reconnected
 }

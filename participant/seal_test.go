@@ -67,6 +67,22 @@ func (r *sealRecorder) Seal() (func() error, error) {
 	}, nil
 }
 
+// sealedConversation opens a service over a sealRecorder and enrolls two
+// participants into conversation 7: the sender's connection and binding
+// are returned.
+func sealedConversation(t *testing.T) (*sealRecorder, *Conn, Bound) {
+	t.Helper()
+	ctx := context.Background()
+	rec := &sealRecorder{DurableStore: store.NewMemory()}
+	svc := openService(t, rec)
+	sender := svc.Connect(nil)
+	a, err := sender.Enroll(ctx, Enroll{Conversation: 7, Token: token(1)})
+	must(t, err)
+	_, err = svc.Connect(nil).Enroll(ctx, Enroll{Conversation: 7, Token: token(2)})
+	must(t, err)
+	return rec, sender, a
+}
+
 // TestBatch_TheOutboxRowsAreAppendedOnceTheOplogRowsAreSealed records the
 // store calls of a tell's commit over a store that seals (store.Sealer)
 // and does not keep its writes' order: the oplog rows are sealed, the
@@ -75,14 +91,8 @@ func (r *sealRecorder) Seal() (func() error, error) {
 // per barrier the calls were: oplog append, flush, outbox append, flush.
 func TestBatch_TheOutboxRowsAreAppendedOnceTheOplogRowsAreSealed(t *testing.T) {
 	ctx := context.Background()
-	rec := &sealRecorder{DurableStore: store.NewMemory()}
-	svc := openService(t, rec)
+	rec, sender, a := sealedConversation(t)
 	const conv = 7
-	sender := svc.Connect(nil)
-	a, err := sender.Enroll(ctx, Enroll{Conversation: conv, Token: token(1)})
-	must(t, err)
-	_, err = svc.Connect(nil).Enroll(ctx, Enroll{Conversation: conv, Token: token(2)})
-	must(t, err)
 	rec.take()
 	if _, err := sender.Tell(ctx, Tell{Conversation: conv, Participant: a.Participant, Generation: a.Generation, Token: token(3), Payload: []byte("x")}); err != nil {
 		t.Fatal(err)
@@ -101,20 +111,14 @@ func TestBatch_TheOutboxRowsAreAppendedOnceTheOplogRowsAreSealed(t *testing.T) {
 // retry with the same token replays the seq the rows carry.
 func TestBatch_ASealedCommitThatFailsIsInDoubt(t *testing.T) {
 	ctx := context.Background()
-	rec := &sealRecorder{DurableStore: store.NewMemory()}
-	svc := openService(t, rec)
+	rec, sender, a := sealedConversation(t)
 	const conv = 7
-	sender := svc.Connect(nil)
-	a, err := sender.Enroll(ctx, Enroll{Conversation: conv, Token: token(1)})
-	must(t, err)
-	_, err = svc.Connect(nil).Enroll(ctx, Enroll{Conversation: conv, Token: token(2)})
-	must(t, err)
 	injected := errors.New("injected: the sealed record failed")
 	rec.mu.Lock()
 	rec.failWait = injected
 	rec.mu.Unlock()
 	tell := Tell{Conversation: conv, Participant: a.Participant, Generation: a.Generation, Token: token(3), Payload: []byte("x")}
-	_, err = sender.Tell(ctx, tell)
+	_, err := sender.Tell(ctx, tell)
 	var pe *Error
 	if !errors.As(err, &pe) || pe.Code != CodeInDoubt || pe.Detail != "oplog flush" || !errors.Is(err, injected) {
 		t.Fatalf("Tell whose sealed commit failed = %v, want in_doubt (oplog flush) wrapping the failure", err)
