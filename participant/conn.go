@@ -337,7 +337,7 @@ func (c *Conn) nextLocked(cv *conversation, p ParticipantID, offered Offered) (d
 		Seq:          rec.Seq,
 		Kind:         rec.Kind,
 		Participant:  rec.Participant,
-		Payload:      rec.Payload,
+		Payload:      rec.Payload(),
 		Cause:        rec.Cause,
 		Epoch:        epoch,
 	}, rec.Source, rec.Evicted, true
