@@ -91,6 +91,9 @@ func TestScan_ARecordWalkedPastIsJudgedAsAReplayedOne(t *testing.T) {
 	for _, format := range []byte{segmentFormat1, segmentFormat2} {
 		for _, c := range flipCases(t, format) {
 			for pos := int64(-1); pos < c.end; pos++ {
+				if testing.Short() && pos >= 0 && pos%7 != 0 {
+					continue // a seventh of the bytes
+				}
 				raw := c.raw
 				if pos >= 0 {
 					raw = bytes.Clone(c.raw)
