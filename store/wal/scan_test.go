@@ -67,7 +67,7 @@ func BenchmarkScan_ACoveredSegment(b *testing.B) {
 
 // TestScan_ARecordWalkedPastIsJudgedAsAReplayedOne scans the flip tests'
 // segments of both formats, whole and with every byte flipped (one bit
-// a byte), through windows smaller than a sector and than a record, with
+// a byte; a seventh of the bytes under -short), through windows smaller than a sector and than a record, with
 // the checkpoint after none, some or all of the records: a record the
 // scan walks past, checked in place and not decoded, is judged as a
 // replayed one is, and apply gets exactly the records after the
