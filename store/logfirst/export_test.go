@@ -25,6 +25,7 @@ func (s *Store) abandon() {
 		s.done.Wait()
 		s.log.Close()
 	}
+	s.endShared(true)
 	s.db.Close()
 }
 

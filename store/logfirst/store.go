@@ -160,6 +160,9 @@ type Store struct {
 	// checkpointer's, Backup's and Close's. Lock order: filesMu, ckMu,
 	// then mu.
 	ckMu sync.Mutex
+	// rtx is the read transaction point reads of values share (readtx.go).
+	rtx readTx
+
 	// filesMu is held shared by a Backup and exclusively by Close while
 	// it closes the log and bbolt, so that a backup's checkpoint and copy
 	// never run on closed files.
@@ -617,6 +620,10 @@ func (s *Store) update(fn func(*bolt.Tx) error) error {
 	if err := markSyncFailed(fsys, s.dir); err != nil {
 		return err
 	}
+	// The shared read transaction ends first, and none is kept until the
+	// commit returned (readtx.go).
+	s.endShared(false)
+	defer s.writeDone()
 	var fnErr error
 	err := vfs.Commit(fsys, s.db.Path(), func() error {
 		return boltfmt.Contain(s.db.Path(), func() error {
@@ -908,7 +915,7 @@ func (s *Store) ReadValue(key string) (uint64, error) {
 func (s *Store) loadValue(key string) (uint64, error) {
 	s.valueLoads.Add(1)
 	var v uint64
-	err := s.view(func(tx *bolt.Tx) error {
+	err := s.readShared(func(tx *bolt.Tx) error {
 		var err error
 		v, err = boltfmt.ReadValueTx(tx, key)
 		return err
