@@ -3,6 +3,7 @@ package logfirst
 import (
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/participantd/participantd/store/boltfmt"
 	"github.com/participantd/participantd/store/wal"
 )
 
@@ -73,4 +74,11 @@ func CachedStreams(s *Store) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.streams.CountLocked()
+}
+
+// PagesNow is bbolt's pages in use read in a transaction of its own, as
+// InUse read them before it noted them at each commit.
+func PagesNow(s *Store) (n int64, err error) {
+	err = s.view(func(tx *bolt.Tx) error { n = boltfmt.PagesInUse(tx); return nil })
+	return n, err
 }
