@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"slices"
 
 	"github.com/vmihailenco/msgpack/v5"
 
@@ -378,7 +379,10 @@ func (ck *Checkpoint) State() *outbox.State {
 	}
 	st.Records = make([]outbox.Retained, len(ck.Records))
 	for i, r := range ck.Records {
-		st.Records[i] = outbox.Retained{Record: r.Record, Source: r.Oplog}
+		st.Records[i] = outbox.NewRetained(r.Record, r.Oplog, nil)
+		if prev := ck.Records[max(i, 1)-1].Record; i > 0 && prev.Participant == r.Record.Participant && slices.Equal(prev.Recipients, r.Record.Recipients) {
+			st.Records[i].ShareRecipients(&st.Records[i-1])
+		}
 	}
 	return st
 }

@@ -146,7 +146,7 @@ func TestState(t *testing.T) {
 	if st.Applied != 3 || st.Produced != 2 || st.LastSeq != 2 || len(st.Members) != 2 || !st.Members[1].Bound {
 		t.Errorf("State() = %+v, want the seed's positions and members", st)
 	}
-	if len(st.Records) != 1 || st.Records[0].Source != 2 || st.Records[0].Seq != 2 || st.Records[0].Payload != nil {
+	if len(st.Records) != 1 || st.Records[0].Source != 2 || st.Records[0].Seq != 2 || st.Records[0].Payload() != nil {
 		t.Errorf("State().Records = %+v, want record 2 from oplog row 2 without its payload", st.Records)
 	}
 	if rel := seedReleased().State(); rel.Members[0].Released != 2 || rel.Members[1].Released != 0 {

@@ -457,18 +457,33 @@ func (c *Cluster) latest(cred Credential) Credential {
 // (follows it). Every Client of the Cluster calls it (its bound hook) for
 // each binding it makes, its own re-attachments included: one made by a
 // node's Client after a reconnect moves the binding there, and the
-// Cluster follows the participant from where its binding is. When cl's connection holding it ended meanwhile, cl's
+// Cluster follows the participant from where its binding is. A report of
+// a generation older than one already reported is of a superseded
+// binding, and changes nothing but want. When cl's connection holding it ended meanwhile, cl's
 // report of the binding gone (unbound) may have come already: no holder
 // is recorded, and the Cluster follows the participant as unbound would.
 func (c *Cluster) hold(cred Credential, addr string, cl *Client, want bool) {
 	k := cred.key()
 	c.mu.Lock()
-	if cred.Generation >= c.creds[k].Generation {
-		c.creds[k] = cred
-	}
 	if want {
 		c.follow[k] = true
 	}
+	if cred.Generation < c.creds[k].Generation {
+		// A report that comes after the report of a newer binding (its
+		// Client's goroutine was slower: OnCredential runs before it) is
+		// of a binding the newer one superseded: the newer hold already
+		// made every other Client forget the participant, and took the
+		// holder; taking them back would make the Client that holds the
+		// binding forget it. Only a want it brings may start a follower,
+		// when the newer binding has ended already.
+		start := want && c.startFollowLocked(k)
+		c.mu.Unlock()
+		if start {
+			c.followFrom(addr, cred)
+		}
+		return
+	}
+	c.creds[k] = cred
 	// cl.boundLive takes cl.mu under c.mu: a binding seen live here is
 	// reported gone by cl's supervisor only after, when c.mu is free, so
 	// unbound never misses the holder recorded here.

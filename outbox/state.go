@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"slices"
+	"unsafe"
 
 	"github.com/participantd/participantd/oplog"
 )
@@ -40,21 +42,116 @@ type Member struct {
 
 // Retained is a record kept in memory for publication, with the payload of
 // a `record` taken from its oplog row.
+//
+// A conversation may retain tens of thousands of records (up to its backlog
+// limit, package participant) and a checkpoint derivation holds them once
+// more while it runs, so a Retained is 48 bytes: the record's fields without
+// the padding outbox.Record's encoded field order forces (56 bytes there),
+// its recipient list by reference to the list the conversation interns, and
+// its payload as a pointer and a length rather than a slice header.
 type Retained struct {
-	Record
-	// Payload is the payload of a `record`; nil once Evicted.
-	Payload []byte
+	// Seq, Participant, Kind and Cause are the record's (Record).
+	Seq         oplog.Seq
+	Participant oplog.ParticipantID
 	// Source is the index of the oplog row that produced the record, where
 	// an evicted payload is read back from.
 	Source uint64
-	// evictedLen is the length of an evicted payload (a payload of 4 GiB
-	// or more, past any frame, is never evicted). Beside Evicted it shares one
-	// word, so that a retained record is 96 bytes, not 104: a conversation
-	// may retain tens of thousands.
-	evictedLen uint32
+	// recipients is the record's recipient list (Record.Recipients),
+	// shared with the records of the same subject and membership.
+	recipients *[]oplog.ParticipantID
+	// payload points at the payload of a `record` (Payload), size is its
+	// length: nil and 0 for a record without one; nil and the length it
+	// had once Evicted. A payload comes from a msgpack bin (an oplog row or
+	// a request), so it is shorter than 4 GiB.
+	payload *byte
+	size    uint32
+	Kind    RecordKind
+	Cause   oplog.Cause
 	// Evicted is set once Evict dropped the payload from memory: whoever
 	// still needs it reads it from oplog row Source.
 	Evicted bool
+}
+
+// NewRetained returns record rec, produced by oplog row source, retained
+// with payload (nil for a record without one, or to be read from row
+// source). r shares rec.Recipients.
+func NewRetained(rec Record, source uint64, payload []byte) Retained {
+	r := Retained{Seq: rec.Seq, Participant: rec.Participant, Source: source, Kind: rec.Kind, Cause: rec.Cause}
+	if rec.Recipients != nil {
+		l := rec.Recipients // only this path allocates
+		r.recipients = &l
+	}
+	r.setPayload(payload)
+	return r
+}
+
+// setPayload holds p as r's payload.
+func (r *Retained) setPayload(p []byte) {
+	if uint64(len(p)) > math.MaxUint32 {
+		panic(fmt.Sprintf("outbox: a payload of %d bytes (a msgpack bin holds less than 4 GiB)", len(p)))
+	}
+	r.payload, r.size = unsafe.SliceData(p), uint32(len(p))
+}
+
+// Payload returns the payload of a `record` held in memory: nil for a
+// record without one and once Evicted. It aliases the oplog row's payload:
+// the caller must not write it.
+func (r *Retained) Payload() []byte {
+	if r.payload == nil {
+		return nil
+	}
+	return unsafe.Slice(r.payload, r.size)
+}
+
+// HoldPayload holds p, read back from oplog row Source, as the payload of
+// a record retained without it (a start loading a checkpoint's records).
+func (r *Retained) HoldPayload(p []byte) {
+	r.setPayload(p)
+	r.Evicted = false
+}
+
+// PayloadLen is the length of the record's payload, held or evicted.
+func (r *Retained) PayloadLen() int { return int(r.size) }
+
+// DropPayload forgets the payload r holds without marking it Evicted (a
+// replay that reads no payload, package participant) and returns its
+// length; an evicted record is left as it is.
+func (r *Retained) DropPayload() int {
+	if r.Evicted || r.payload == nil {
+		return 0
+	}
+	n := int(r.size)
+	r.payload, r.size = nil, 0
+	return n
+}
+
+// Recipients returns the record's recipients (Record.Recipients). The
+// list is shared: the caller must not write it.
+func (r *Retained) Recipients() []oplog.ParticipantID {
+	if r.recipients == nil {
+		return nil
+	}
+	return *r.recipients
+}
+
+// SameRecipients reports whether r and o have equal recipient lists.
+func (r *Retained) SameRecipients(o []oplog.ParticipantID) bool {
+	return slices.Equal(r.Recipients(), o)
+}
+
+// ShareRecipients makes r use prev's recipient list, which must be equal
+// to its own: the records of one subject loaded together hold one list.
+func (r *Retained) ShareRecipients(prev *Retained) { r.recipients = prev.recipients }
+
+// Record returns the record r retains, as its outbox row carries it. Its
+// Recipients are shared with r.
+func (r *Retained) Record() Record {
+	return Record{Seq: r.Seq, Kind: r.Kind, Participant: r.Participant, Cause: r.Cause, Recipients: r.Recipients()}
+}
+
+// Addressed reports whether p is one of r's recipients.
+func (r *Retained) Addressed(p oplog.ParticipantID) bool {
+	return slices.Contains(r.Recipients(), p)
 }
 
 // State is a conversation as its oplog rows 0..Applied-1 made it. It is a
@@ -103,7 +200,7 @@ type State struct {
 	// one list instead of holding a copy each (a copy costs 8 bytes per
 	// member per record). Apply replaces the map, never clears it, when
 	// the membership changes, so that a clone sharing it stays right.
-	recipients map[oplog.ParticipantID][]oplog.ParticipantID
+	recipients map[oplog.ParticipantID]*[]oplog.ParticipantID
 }
 
 // maxInterned bounds the recipient lists interned at once.
@@ -111,15 +208,16 @@ const maxInterned = 64
 
 // intern returns a list equal to recips, shared with the earlier records
 // of subject under the same membership when there are any.
-func (s *State) intern(subject oplog.ParticipantID, recips []oplog.ParticipantID) []oplog.ParticipantID {
-	if l, ok := s.recipients[subject]; ok && len(l) == len(recips) {
+func (s *State) intern(subject oplog.ParticipantID, recips []oplog.ParticipantID) *[]oplog.ParticipantID {
+	if l, ok := s.recipients[subject]; ok && len(*l) == len(recips) {
 		return l
 	}
 	if s.recipients == nil || len(s.recipients) >= maxInterned {
-		s.recipients = make(map[oplog.ParticipantID][]oplog.ParticipantID)
+		s.recipients = make(map[oplog.ParticipantID]*[]oplog.ParticipantID)
 	}
-	s.recipients[subject] = recips
-	return recips
+	l := &recips
+	s.recipients[subject] = l
+	return l
 }
 
 // Clone returns a copy of s that Project and Apply can advance while s is
@@ -281,10 +379,12 @@ func Apply(s *State, idx uint64, r *oplog.Row, rows []Row) {
 	s.Produced += uint64(len(rows))
 	for _, row := range rows {
 		for _, rec := range row.Records {
-			ret := Retained{Record: rec, Source: idx}
-			ret.Recipients = s.intern(rec.Participant, rec.Recipients)
+			ret := Retained{Seq: rec.Seq, Participant: rec.Participant, Source: idx, Kind: rec.Kind, Cause: rec.Cause}
+			if rec.Recipients != nil {
+				ret.recipients = s.intern(rec.Participant, rec.Recipients)
+			}
 			if rec.Kind == KindRecord {
-				ret.Payload = r.Payload
+				ret.setPayload(r.Payload)
 				s.PayloadBytes += int64(len(r.Payload))
 			}
 			s.Records = append(s.Records, ret)
@@ -337,7 +437,7 @@ const compactGarbageBytes = 1 << 20
 // recipient acknowledged it or left.
 func (s *State) reclaim() {
 	n := 0
-	for n < len(s.Records) && s.settled(&s.Records[n].Record) {
+	for n < len(s.Records) && s.settled(&s.Records[n]) {
 		n++
 	}
 	s.dropFirst(n)
@@ -348,10 +448,10 @@ func (s *State) dropFirst(n int) {
 	for i := range n {
 		switch rec := &s.Records[i]; {
 		case rec.Evicted:
-			s.EvictedBytes -= int64(rec.evictedLen)
-		default:
-			s.PayloadBytes -= int64(len(rec.Payload))
-			s.garbageBytes += int64(len(rec.Payload))
+			s.EvictedBytes -= int64(rec.size)
+		case rec.payload != nil:
+			s.PayloadBytes -= int64(rec.size)
+			s.garbageBytes += int64(rec.size)
 		}
 	}
 	if n == 0 {
@@ -385,7 +485,7 @@ func (s *State) release(q oplog.Seq) {
 	n := 0
 	for ; n < len(s.Records) && s.Records[n].Seq <= q; n++ {
 		rec := &s.Records[n]
-		for _, p := range rec.Recipients {
+		for _, p := range rec.Recipients() {
 			if m := &s.Members[p]; !m.Retired && m.Cursor < rec.Seq {
 				m.Released = rec.Seq
 			}
@@ -416,20 +516,19 @@ func (s *State) Evict(need int64) int64 {
 	for ; i < len(s.Records) && freed < need; i++ {
 		rec := &s.Records[i]
 		s.evicted = rec.Seq
-		if rec.Kind != KindRecord || rec.Evicted || len(rec.Payload) == 0 || uint64(len(rec.Payload)) > math.MaxUint32 {
+		if rec.Kind != KindRecord || rec.Evicted || rec.payload == nil || rec.size == 0 {
 			continue
 		}
-		rec.evictedLen = uint32(len(rec.Payload))
-		freed += int64(rec.evictedLen)
-		rec.Payload, rec.Evicted = nil, true
+		freed += int64(rec.size)
+		rec.payload, rec.Evicted = nil, true
 	}
 	s.PayloadBytes -= freed
 	s.EvictedBytes += freed
 	return freed
 }
 
-func (s *State) settled(r *Record) bool {
-	for _, p := range r.Recipients {
+func (s *State) settled(r *Retained) bool {
+	for _, p := range r.Recipients() {
 		if m := &s.Members[p]; !m.Retired && m.Cursor < r.Seq {
 			return false
 		}

@@ -1,10 +1,13 @@
 package outbox
 
 import (
+	"bytes"
 	"math/rand/v2"
+	"reflect"
 	"runtime"
 	"slices"
 	"testing"
+	"unsafe"
 
 	"github.com/participantd/participantd/oplog"
 )
@@ -102,8 +105,8 @@ func TestEvict_DropsOldestPayloadsAndKeepsMetadata(t *testing.T) {
 	}
 	for i, q := range seqs {
 		rec := a.st.Record(q)
-		if evicted := i < 3; rec.Evicted != evicted || (rec.Payload == nil) != evicted {
-			t.Errorf("record %v: Evicted = %v, payload held = %v, want evicted %v", q, rec.Evicted, rec.Payload != nil, evicted)
+		if evicted := i < 3; rec.Evicted != evicted || (rec.Payload() == nil) != evicted {
+			t.Errorf("record %v: Evicted = %v, payload held = %v, want evicted %v", q, rec.Evicted, rec.Payload() != nil, evicted)
 		}
 		if rec.Source == 0 {
 			t.Errorf("record %v has no source row", q)
@@ -151,12 +154,12 @@ func TestApply_RecordsOfOneSubjectShareTheirRecipientList(t *testing.T) {
 	for range 1000 {
 		q := a.tell(0, []byte("x"))
 		rec := a.st.Record(q)
-		if len(rec.Recipients) != 99 {
-			t.Fatalf("record %v has %d recipients, want 99", q, len(rec.Recipients))
+		if len(rec.Recipients()) != 99 {
+			t.Fatalf("record %v has %d recipients, want 99", q, len(rec.Recipients()))
 		}
 		if first == nil {
-			first = &rec.Recipients[0]
-		} else if &rec.Recipients[0] != first {
+			first = &rec.Recipients()[0]
+		} else if &rec.Recipients()[0] != first {
 			t.Fatalf("record %v holds its own copy of the recipient list", q)
 		}
 	}
@@ -193,9 +196,65 @@ func TestApply_InternedRecipientsMatchTheProjection(t *testing.T) {
 		}
 		Apply(&a.st, idx, &r, rows)
 		for _, rec := range rows[0].Records {
-			if got := a.st.Record(rec.Seq); got != nil && !slices.Equal(got.Recipients, rec.Recipients) {
-				t.Fatalf("record %v retained with recipients %v, projected with %v", rec.Seq, got.Recipients, rec.Recipients)
+			if got := a.st.Record(rec.Seq); got != nil && !slices.Equal(got.Recipients(), rec.Recipients) {
+				t.Fatalf("record %v retained with recipients %v, projected with %v", rec.Seq, got.Recipients(), rec.Recipients)
 			}
 		}
+	}
+}
+
+// TestRetained_IsFortyEightBytes pins the size of a retained record's
+// metadata: a conversation may retain up to its backlog limit of them (65,536
+// by default), and a checkpoint derivation holds them once more while it
+// runs. The embedded outbox.Record and a payload slice made it 96.
+func TestRetained_IsFortyEightBytes(t *testing.T) {
+	if got := unsafe.Sizeof(Retained{}); got != 48 {
+		t.Errorf("a Retained is %d bytes, want 48", got)
+	}
+}
+
+// TestRetained_KeepsWhatTheSliceFieldsKept checks that the compact form
+// gives back what the fields it replaced held: a nil payload apart from an
+// empty one, the payload's bytes, its length once evicted, and the
+// record's recipients.
+func TestRetained_KeepsWhatTheSliceFieldsKept(t *testing.T) {
+	rec := Record{Seq: 7, Kind: KindRecord, Participant: 2, Cause: oplog.CauseNone, Recipients: []oplog.ParticipantID{0, 1, 3}}
+	for _, tc := range []struct {
+		name    string
+		payload []byte
+	}{{"nil", nil}, {"empty", []byte{}}, {"bytes", []byte("transfer 100 to alice")}} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := NewRetained(rec, 11, tc.payload)
+			got := r.Payload()
+			if (got == nil) != (tc.payload == nil) || !bytes.Equal(got, tc.payload) {
+				t.Errorf("Payload() = %#v, want %#v", got, tc.payload)
+			}
+			if r.PayloadLen() != len(tc.payload) || r.Source != 11 {
+				t.Errorf("PayloadLen() = %d, Source = %d, want %d, 11", r.PayloadLen(), r.Source, len(tc.payload))
+			}
+			if back := r.Record(); !reflect.DeepEqual(back, rec) {
+				t.Errorf("Record() = %+v, want %+v", back, rec)
+			}
+			if !r.Addressed(3) || r.Addressed(2) {
+				t.Errorf("Addressed(3), Addressed(2) = %v, %v, want true, false", r.Addressed(3), r.Addressed(2))
+			}
+		})
+	}
+	a := newApplier(t, 2)
+	q := a.tell(0, []byte("twelve bytes"))
+	a.st.Evict(1)
+	r := a.st.Record(q)
+	if !r.Evicted || r.Payload() != nil || r.PayloadLen() != 12 {
+		t.Errorf("evicted: Evicted %v, Payload() %q, PayloadLen() %d, want true, nil, 12", r.Evicted, r.Payload(), r.PayloadLen())
+	}
+	if n := r.DropPayload(); n != 0 || !r.Evicted || r.PayloadLen() != 12 {
+		t.Errorf("DropPayload() of an evicted record = %d, then Evicted %v, PayloadLen() %d; want 0, true, 12", n, r.Evicted, r.PayloadLen())
+	}
+	r.HoldPayload([]byte("twelve bytes"))
+	if r.Evicted || string(r.Payload()) != "twelve bytes" {
+		t.Errorf("held again: Evicted %v, Payload() %q", r.Evicted, r.Payload())
+	}
+	if n := r.DropPayload(); n != 12 || r.Payload() != nil || r.Evicted {
+		t.Errorf("DropPayload() = %d, then Payload() %q, Evicted %v; want 12, nil, false", n, r.Payload(), r.Evicted)
 	}
 }

@@ -80,6 +80,9 @@ type op struct {
 	// binds is set when the row creates a binding (enroll, attach).
 	binds bool
 	bound fence.Token
+	// slot is the binding slot the operation reserved on its connection,
+	// which the publication of its binding takes over; nil for none.
+	slot *bindingSlot
 	// rows are the outbox rows the row projects to.
 	rows []outbox.Row
 }
@@ -381,7 +384,7 @@ func (b *batch) publish() {
 		}
 		if o.binds {
 			if c := s.conn(o.row.Conn); c != nil {
-				c.bind(cv.id, o.row.Participant)
+				c.bind(cv.id, o.row.Participant, o.slot)
 			}
 		}
 	}

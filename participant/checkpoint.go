@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/participantd/participantd/checkpoint"
@@ -178,12 +177,16 @@ func loadRetained(st store.DurableStore, ck *checkpoint.Checkpoint, c Conversati
 			if rec.Seq != next || row.Source >= ck.Index {
 				return mismatch("outbox row %d carries record %v from oplog row %d, the checkpoint's next record is %v", i, rec.Seq, row.Source, next)
 			}
-			if n := len(state.Records); n > 0 {
-				if prev := &state.Records[n-1]; prev.Participant == rec.Participant && slices.Equal(prev.Recipients, rec.Recipients) {
-					rec.Recipients = prev.Recipients
-				}
+			// Records of one subject and recipients share one list.
+			n := len(state.Records)
+			share := n > 0 && state.Records[n-1].Participant == rec.Participant && state.Records[n-1].SameRecipients(rec.Recipients)
+			if share {
+				rec.Recipients = nil
 			}
-			state.Records = append(state.Records, outbox.Retained{Record: rec, Source: row.Source})
+			state.Records = append(state.Records, outbox.NewRetained(rec, row.Source, nil))
+			if share {
+				state.Records[n].ShareRecipients(&state.Records[n-1])
+			}
 			if at != nil {
 				at(rec.Seq, i)
 			}
@@ -224,7 +227,7 @@ func loadPayloads(st store.DurableStore, c ConversationID, state *outbox.State, 
 		if row.Kind != oplog.KindTell || row.Seq != r.Seq || row.Participant != r.Participant {
 			return &refusal{ClassCheckpointMismatch, fmt.Sprintf("oplog row %d is not the tell of record %v", r.Source, r.Seq)}
 		}
-		r.Payload = row.Payload
+		r.HoldPayload(row.Payload)
 		state.PayloadBytes += int64(len(row.Payload))
 		if window > 0 && state.PayloadBytes > window {
 			state.Evict(state.PayloadBytes - window)

@@ -93,8 +93,21 @@ func buildHistoryTokens(t *testing.T, svc *Service, conv ConversationID, tells, 
 }
 
 var stateOpts = cmp.Options{
-	cmpopts.IgnoreUnexported(outbox.State{}, outbox.Record{}, outbox.Retained{}, oplog.ConnID{}),
+	cmpopts.IgnoreUnexported(outbox.State{}, outbox.Record{}, oplog.ConnID{}),
+	// A retained record's recipients and payload are behind methods.
+	cmp.Transformer("retained", func(r outbox.Retained) retainedView {
+		return retainedView{r.Record(), r.Source, r.Payload(), r.PayloadLen(), r.Evicted}
+	}),
 	cmpopts.EquateEmpty(),
+}
+
+// retainedView is an outbox.Retained with every field exported.
+type retainedView struct {
+	Record     outbox.Record
+	Source     uint64
+	Payload    []byte
+	PayloadLen int
+	Evicted    bool
 }
 
 // TestCheckpoint_StartReplaysOnlyTheRowsAfterIt checkpoints a conversation
@@ -231,7 +244,7 @@ func TestDerive_PayloadBytesCountsOnlyHeldPayloads(t *testing.T) {
 	}
 	var held int64
 	for _, r := range rb.state.Records {
-		held += int64(len(r.Payload))
+		held += int64(len(r.Payload()))
 	}
 	if held != 0 || rb.state.PayloadBytes != held {
 		t.Fatalf("derivation holds %d payload bytes and counts %d, want 0 and 0", held, rb.state.PayloadBytes)

@@ -146,7 +146,7 @@ func (rb *rebuilder) inline() []checkpoint.Record {
 	recs := rb.state.Records
 	out := make([]checkpoint.Record, len(recs))
 	for i, r := range recs {
-		out[i] = checkpoint.Record{Record: r.Record, Oplog: r.Source, Outbox: rb.outboxRow(0, r.Seq)}
+		out[i] = checkpoint.Record{Record: r.Record(), Oplog: r.Source, Outbox: rb.outboxRow(0, r.Seq)}
 	}
 	return out
 }

@@ -40,9 +40,11 @@ type Conn struct {
 	// of an earlier binding is told apart by its epoch.
 	// +checklocks:mu
 	offered map[ConversationID]Offered
-	// reserved counts the binding slots held by enrolls and attaches that
-	// were decided and are not yet published in bindings or refused: with
-	// pipelining, conversations decide in parallel, so the cap counts them.
+	// reserved counts the binding slots (bindingSlot) held by enrolls and
+	// attaches that were decided and are not yet published in bindings or
+	// given back: with pipelining, conversations decide in parallel, so the
+	// cap counts them. A slot leaves it when its binding enters bindings,
+	// in the same hold of mu (bind).
 	// +checklocks:mu
 	reserved int
 	// ended is set by End, with the cause it was given; no operation
@@ -160,7 +162,19 @@ type Binding struct {
 	Participant  ParticipantID
 }
 
-func (c *Conn) bind(conv ConversationID, p ParticipantID) {
+// bind publishes p's binding in conv on c. A binding that reserved slot
+// on c takes it over in the same hold of c.mu (bindingSlot.bind), so that
+// the cap never counts the binding and its reservation both; slot is nil
+// for a binding that reserved none (an attach on the connection already
+// bound, a binding a reconciliation finds).
+func (c *Conn) bind(conv ConversationID, p ParticipantID, slot *bindingSlot) {
+	if slot != nil {
+		if slot.c != c {
+			panic("participant: a binding published on a connection other than the one holding its slot")
+		}
+		slot.bind(conv, p)
+		return
+	}
 	c.mu.Lock()
 	c.bindings[conv] = p
 	c.mu.Unlock()
@@ -175,31 +189,70 @@ func (c *Conn) unbind(conv ConversationID, p ParticipantID) {
 	c.mu.Unlock()
 }
 
-// reserveBinding takes one of the connection's MaxConversationsPerConn
-// binding slots for the enroll or attach d is deciding, and sets
-// d.connBindings to the slots taken before it, so that d refuses
-// capacity_exceeded when none is left (and then nothing is reserved). The
-// caller calls the returned release exactly once, after the batch's
-// publication moved the binding into bindings, or when it did not commit.
-func (c *Conn) reserveBinding(d *decider) (release func()) {
+// bindingSlot is one of a connection's MaxConversationsPerConn binding
+// slots, reserved by an enroll or attach when it is decided, so that
+// conversations deciding in parallel cannot together pass the cap. It is
+// given back exactly once: taken over by the publication of its binding
+// (bind), or released when its operation completes without one (refused,
+// failed, in doubt, not published). Only the goroutine holding the turn
+// of the operation's conversation uses it: decide, publish and the
+// operation's completion all run there.
+type bindingSlot struct {
+	c *Conn
+	// held is set until bind takes the slot over or release gives it back.
+	// It needs no lock, as only the turn's goroutine reads or writes it;
+	// it changes with c.reserved, under c.mu, all the same.
+	held bool
+}
+
+// reserveBinding reserves one of c's binding slots for the enroll or
+// attach d is deciding, and sets d.connBindings to the slots taken before
+// it, so that d refuses capacity_exceeded when none is left (and then
+// nothing is reserved: the slot is nil). The caller hands the slot to the
+// op it stages (op.slot), whose publication takes it over, and releases it
+// when the operation completes (holding) or is refused before staging.
+func (c *Conn) reserveBinding(d *decider) *bindingSlot {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	d.connBindings = len(c.bindings) + c.reserved
 	if d.connBindings >= d.maxConnBindings {
-		return func() {}
+		return nil
 	}
 	c.reserved++
-	return func() {
-		c.mu.Lock()
-		c.reserved--
-		c.mu.Unlock()
+	return &bindingSlot{c: c, held: true}
+}
+
+// bind publishes p's binding in conv on the slot's connection and takes
+// the slot over, in one hold of its mu.
+func (s *bindingSlot) bind(conv ConversationID, p ParticipantID) {
+	s.c.mu.Lock()
+	defer s.c.mu.Unlock()
+	s.c.bindings[conv] = p
+	if s.held {
+		s.held = false
+		s.c.reserved--
 	}
 }
 
-// holding completes like complete, then releases a binding reservation.
-func holding(release func(), complete func(error) error) func(error) error {
+// release gives the slot back unless its binding was published; a nil
+// slot holds nothing. Calling it again does nothing.
+func (s *bindingSlot) release() {
+	if s == nil {
+		return
+	}
+	s.c.mu.Lock()
+	defer s.c.mu.Unlock()
+	if s.held {
+		s.held = false
+		s.c.reserved--
+	}
+}
+
+// holding completes like complete, then releases slot, if its binding was
+// not published.
+func holding(slot *bindingSlot, complete func(error) error) func(error) error {
 	return func(werr error) error {
-		defer release()
+		defer slot.release()
 		return complete(werr)
 	}
 }
@@ -337,7 +390,7 @@ func (c *Conn) nextLocked(cv *conversation, p ParticipantID, offered Offered) (d
 		Seq:          rec.Seq,
 		Kind:         rec.Kind,
 		Participant:  rec.Participant,
-		Payload:      rec.Payload,
+		Payload:      rec.Payload(),
 		Cause:        rec.Cause,
 		Epoch:        epoch,
 	}, rec.Source, rec.Evicted, true

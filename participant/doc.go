@@ -139,7 +139,7 @@
 // oldest at its own commit, so that a recipient that never reads costs its
 // window whatever it is sent; a start evicts past the window as it loads,
 // never holding every payload retained. The records themselves (an
-// outbox.Retained, 96 bytes of metadata each, and as much again in a
+// outbox.Retained, 48 bytes of metadata each, and as much again in a
 // checkpoint derivation's replay state; a checkpoint names their rows
 // instead of holding them) are bounded by backpressure
 // (backpressure.go): past Options.MaxBacklogRecords in a conversation, or

@@ -125,21 +125,21 @@ func (r *Enroll) decide(c *Conn, b *batch, a *Bound) func(error) error {
 		return settled(asError(e))
 	}
 	d := c.decider(b.cv.id)
-	release := c.reserveBinding(d)
+	slot := c.reserveBinding(d)
 	row, e := d.enroll(st, r)
 	if e != nil {
-		release()
+		slot.release()
 		return settled(e)
 	}
-	o := &op{row: row, tok: &tw, binds: true}
+	o := &op{row: row, tok: &tw, binds: true, slot: slot}
 	if st.Applied == 0 {
 		if e := c.admitCreate(); e != nil {
-			release()
+			slot.release()
 			return settled(e)
 		}
 		g := oplog.Row{Kind: oplog.KindGenesis, At: d.at()}
 		if _, err := rand.Read(g.Nonce[:]); err != nil {
-			release()
+			slot.release()
 			return settled(unavailable("minting the conversation nonce", err))
 		}
 		if !b.cv.counted {
@@ -149,7 +149,7 @@ func (r *Enroll) decide(c *Conn, b *batch, a *Bound) func(error) error {
 			// ownership grant (cluster mode) registers the entry but
 			// takes no slot: only what a load finds stored does.
 			if e := c.svc.conversationSlots.reserve(); e != nil {
-				release()
+				slot.release()
 				return settled(e)
 			}
 			b.reservedSlot = true
@@ -157,14 +157,14 @@ func (r *Enroll) decide(c *Conn, b *batch, a *Bound) func(error) error {
 		o.genesis = &g
 	}
 	if e := b.admitRecords(c.share, nil); e != nil {
-		release()
+		slot.release()
 		if o.genesis != nil && b.reservedSlot && !b.cv.counted {
 			c.svc.conversationSlots.release()
 			b.reservedSlot = false
 		}
 		return settled(e)
 	}
-	return holding(release, b.commit(o, func() { *a = boundAnswer(d.key, b.st.Nonce, b.cv.id, &row, c.svc.opts.ReceiptTTL) }))
+	return holding(slot, b.commit(o, func() { *a = boundAnswer(d.key, b.st.Nonce, b.cv.id, &row, c.svc.opts.ReceiptTTL) }))
 }
 
 // Attach presents a credential, mints the next generation and a new secret,
@@ -195,26 +195,26 @@ func (r *Attach) decide(c *Conn, b *batch, a *Bound) func(error) error {
 		return settled(asError(e))
 	}
 	d := c.decider(b.cv.id)
-	release := func() {}
+	var slot *bindingSlot
 	if _, here := d.boundHere(st); !here {
-		release = c.reserveBinding(d)
+		slot = c.reserveBinding(d)
 	}
 	row, e := d.attach(st, r)
 	if e != nil {
-		release()
+		slot.release()
 		return settled(e)
 	}
 	if e := b.admitRecords(c.share, func() bool { return waiting(st, r.Participant) }); e != nil {
-		release()
+		slot.release()
 		return settled(e)
 	}
 	m := st.Member(r.Participant)
-	o := &op{row: row, tok: &tw, binds: true}
+	o := &op{row: row, tok: &tw, binds: true, slot: slot}
 	if m.Bound {
 		o.ending = b.endingOf(r.Participant)
 		o.ended = &superseded{conn: m.Conn, p: r.Participant}
 	}
-	return holding(release, b.commit(o, func() { *a = boundAnswer(d.key, b.st.Nonce, b.cv.id, &row, c.svc.opts.ReceiptTTL) }))
+	return holding(slot, b.commit(o, func() { *a = boundAnswer(d.key, b.st.Nonce, b.cv.id, &row, c.svc.opts.ReceiptTTL) }))
 }
 
 // Tell appends a record to the conversation. Errors are *Error.

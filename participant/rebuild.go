@@ -114,8 +114,7 @@ func (rp *rebuilder) apply(i uint64, row *oplog.Row, expected []outbox.Row) {
 	// Only the records this row produced hold a payload: every earlier
 	// one was dropped when it was produced, and is no longer counted.
 	for k := max(len(st.Records)-produced, 0); k < len(st.Records); k++ {
-		st.PayloadBytes -= int64(len(st.Records[k].Payload))
-		st.Records[k].Payload = nil
+		st.PayloadBytes -= int64(st.Records[k].DropPayload())
 	}
 	if kept == beforeFirst {
 		return

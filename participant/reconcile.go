@@ -521,7 +521,7 @@ func (s *Service) rebindTurn(id ConversationID, st *outbox.State) (tokens map[Pa
 		case ending:
 			ends = append(ends, staleBinding{p, m.Conn, cause})
 		default:
-			c.bind(id, p)
+			c.bind(id, p, nil)
 			if st.Next(p, m.Cursor) != nil {
 				live = append(live, c)
 			}

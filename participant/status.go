@@ -98,7 +98,7 @@ func (s *Service) Status(id ConversationID) (Status, bool) {
 		// written once made, so they are counted below, outside the lock.
 		recs = make([]retainedMeta, len(st.Records))
 		for i := range st.Records {
-			recs[i] = retainedMeta{seq: st.Records[i].Seq, recipients: st.Records[i].Recipients}
+			recs[i] = retainedMeta{seq: st.Records[i].Seq, recipients: st.Records[i].Recipients()}
 		}
 	}
 	cv.mu.RUnlock()

@@ -897,11 +897,11 @@ func (r *modelRun) checkRecords() {
 				}
 				w := r.ref.convs[conv].records[rec.Seq-1]
 				to := make(map[participant.ParticipantID]bool)
-				for _, p := range rec.Recipients {
+				for _, p := range rec.Recipients() {
 					to[p] = true
 				}
-				if rec.Kind != w.kind || rec.Participant != w.subject || rec.Cause != w.cause || !bytes.Equal(rec.Payload, w.payload) || !maps.Equal(to, w.to) {
-					bad = fmt.Sprintf("record %v is %v %v %v %q to %v, want %v", rec.Seq, rec.Kind, rec.Participant, rec.Cause, rec.Payload, rec.Recipients, refShow([]refRecord{w}))
+				if rec.Kind != w.kind || rec.Participant != w.subject || rec.Cause != w.cause || !bytes.Equal(rec.Payload(), w.payload) || !maps.Equal(to, w.to) {
+					bad = fmt.Sprintf("record %v is %v %v %v %q to %v, want %v", rec.Seq, rec.Kind, rec.Participant, rec.Cause, rec.Payload(), rec.Recipients(), refShow([]refRecord{w}))
 					break
 				}
 			}

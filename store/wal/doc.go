@@ -150,10 +150,17 @@
 // A segment is read through a window of readChunk (1 MiB) bytes, never
 // whole: the records one after another, the zeros after them from the
 // segment's end back, and a torn tail sector by sector (format 2) or its
-// reach byte by byte (format 1). A format-2 record's extent comes from
-// its fragments' headers, each checked by its own CRC, before the record
-// is read; one larger than the window gets a buffer of its own, and its
-// body another. A format-1 frame larger than the window is read into a
+// reach byte by byte (format 1). Each fragment of a format-2 record is
+// checked once, where the window holds it, on one read: its header (CRC,
+// kind, stamp, length), then its data's CRC and end byte. A record at or
+// below after (all of a covered segment's) is walked past: checked in
+// place, its version and LSN read, nothing of it copied or decoded. A
+// record given to apply is copied out of the window into a buffer of its
+// own; one the window did not hold whole as it was checked (at most one
+// a window, where the window ends, and each larger than the window) is
+// read again whole, into a buffer of its own when larger than the
+// window, and checked there, as those bytes are the ones written back;
+// its body is another. A format-1 frame larger than the window is read into a
 // buffer of its own size only once its CRC, checked a window at a time,
 // holds, so a damaged length field claiming the rest of the segment
 // costs no buffer of that size. A replay's memory is the window and one

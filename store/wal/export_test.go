@@ -35,7 +35,7 @@ func segmentRecords(raw []byte) []int64 {
 	r := bufReader(raw, readChunk)
 	lsn := LSN(binary.LittleEndian.Uint64(raw[8:]))
 	for {
-		_, end, ok, err := r.record2(offs[len(offs)-1], lsn, nil, true)
+		_, end, ok, err := r.record2(offs[len(offs)-1], lsn)
 		if err != nil || !ok {
 			return offs
 		}
@@ -63,7 +63,7 @@ func toFormat1(t testing.TB, dir string) {
 		r := bufReader(raw, readChunk)
 		offs := segmentRecords(raw)
 		for i := 0; i+1 < len(offs); i++ {
-			body, _, ok, err := r.record2(offs[i], seg.first+LSN(i), nil, true)
+			body, _, ok, err := r.record2(offs[i], seg.first+LSN(i))
 			if err != nil || !ok {
 				t.Fatalf("%s: record at %d: %v", seg.name, offs[i], err)
 			}

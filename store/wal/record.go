@@ -164,13 +164,30 @@ func peekLSN(buf []byte, off int64) (LSN, bool) {
 	return LSN(binary.LittleEndian.Uint64(buf[off+frameHeaderLen+1:])), true
 }
 
+// errVersion reports a record body of an unknown version.
+func errVersion(v byte) error {
+	return fmt.Errorf("record version %d, want %d or %d", v, recordVersion1, recordVersion2)
+}
+
+// bodyLSN returns the LSN of a record body from its first bytes, having
+// checked its version: all a scan reads of a record it walks past.
+func bodyLSN(head []byte) (LSN, error) {
+	if len(head) > 0 && head[0] != recordVersion1 && head[0] != recordVersion2 {
+		return 0, errVersion(head[0])
+	}
+	if len(head) < minBodyLen {
+		return 0, errShort
+	}
+	return LSN(binary.LittleEndian.Uint64(head[1:])), nil
+}
+
 // decodeBody decodes a record body. The returned batch's names are copies;
 // its payloads alias body.
 func decodeBody(body []byte) (*Batch, error) {
 	d := decoder{buf: body}
 	version := d.byte()
 	if version != recordVersion1 && version != recordVersion2 {
-		return nil, fmt.Errorf("record version %d, want %d or %d", version, recordVersion1, recordVersion2)
+		return nil, errVersion(version)
 	}
 	b := &Batch{LSN: LSN(d.u64())}
 	n := d.count()

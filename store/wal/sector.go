@@ -187,59 +187,113 @@ func fragData(f []byte, n int64) bool {
 	return binary.LittleEndian.Uint32(f[7:]) == c && f[fragHeaderLen+n] == fragEnd
 }
 
-// record2 returns the body of the whole, valid record of LSN lsn at off
-// in a format-2 segment, and the offset just past it; ok is false when
-// the bytes there are anything else (the caller judges them: see
-// checkTail). The body is a new buffer when fresh is set, else it reuses
-// scratch. The record's bytes are the reader's window (or a buffer of
-// their own, for a record larger than it) when it returns, for keep.
-func (r *segmentReader) record2(off int64, lsn LSN, scratch []byte, fresh bool) (body []byte, end int64, ok bool, err error) {
+// span2 is what fragments2 found of a format-2 record.
+type span2 struct {
+	// end is the offset just past the record.
+	end int64
+	// size is its body's length.
+	size int
+	// head holds the first headLen bytes of its body, up to its version
+	// and LSN.
+	head    [minBodyLen]byte
+	headLen int
+	// held is set when the reader's window holds the whole record, the
+	// very bytes checked.
+	held bool
+}
+
+// fragments2 checks the record of LSN lsn at off in a format-2 segment
+// where the reader's window holds it, each part once: the zeros before
+// its first fragment, then each fragment's header (fragHeader) and data
+// (fragData), both on one read of the fragment. ok is false when the
+// bytes there are anything else (the caller judges them: see
+// checkTail). With lazy set, once a read moved the window past the
+// record's start, the fragments left have only their headers checked,
+// for the record's extent: the caller reads the record again whole and
+// checks it there.
+func (r *segmentReader) fragments2(off int64, lsn LSN, lazy bool) (sp span2, ok bool, err error) {
 	pos := recordStart(off)
-	// The fragments' headers give the record's extent and its body's
-	// size; the record is then read whole, and checked as read.
-	size := 0
+	if pos+fragMin > r.size {
+		return sp, false, nil
+	}
+	if pos > off {
+		pad, err := r.at(off, pos-off)
+		if err != nil || !allZero(pad) {
+			return sp, false, err
+		}
+	}
 	for k := 0; ; k++ {
 		if pos+fragMin > r.size {
-			return nil, 0, false, nil
+			return sp, false, nil
 		}
+		// The header's length says how much to read; the fragment is
+		// then checked on that one read, its header included.
 		h, err := r.at(pos, fragHeaderLen)
 		if err != nil {
-			return nil, 0, false, err
+			return sp, false, err
 		}
-		n, last, ok := fragHeader(h, pos, r.size, k, lsn)
-		if !ok {
-			return nil, 0, false, nil
+		n := int64(binary.LittleEndian.Uint16(h[1:]))
+		if pos+fragOverhead+n > min(sectorEnd(pos), r.size) {
+			return sp, false, nil
 		}
-		size += int(n)
+		f, err := r.at(pos, fragOverhead+n)
+		if err != nil {
+			return sp, false, err
+		}
+		m, last, ok := fragHeader(f, pos, r.size, k, lsn)
+		if !ok || m != n {
+			return sp, false, nil
+		}
+		if !lazy || r.winOff <= off {
+			if !fragData(f, n) {
+				return sp, false, nil
+			}
+			sp.headLen += copy(sp.head[sp.headLen:], f[fragHeaderLen:fragHeaderLen+n])
+		}
+		sp.size += int(n)
 		if last {
-			end = pos + fragOverhead + n
+			sp.end = pos + fragOverhead + n
 			break
 		}
 		pos = sectorEnd(pos)
 	}
-	raw, err := r.at(off, end-off)
-	if err != nil {
+	// Every read is inside [off, end), and one that moved the window
+	// started it past off: the window holds what was checked when it
+	// still starts at or before off.
+	sp.held = r.winOff <= off
+	return sp, true, nil
+}
+
+// record2 returns the body of the whole, valid record of LSN lsn at off
+// in a format-2 segment, in a buffer of its own, and the offset just past
+// it; ok is false when the bytes there are anything else (the caller
+// judges them: see checkTail). The record's bytes are the reader's window
+// (or a buffer of their own, for a record larger than it) when it
+// returns, for keep: a record the window did not hold whole as it was
+// checked (one a window, where the window ends, and each larger than the
+// window) is read again whole and checked there.
+func (r *segmentReader) record2(off int64, lsn LSN) (body []byte, end int64, ok bool, err error) {
+	sp, ok, err := r.fragments2(off, lsn, true)
+	if err != nil || !ok {
 		return nil, 0, false, err
 	}
-	if fresh {
-		body = make([]byte, 0, size)
-	} else {
-		body = scratch[:0]
-	}
-	pos = recordStart(off)
-	if !allZero(raw[:pos-off]) {
-		return nil, 0, false, nil
-	}
-	for k := 0; pos < end; k++ {
-		f := raw[pos-off:]
-		n, last, ok := fragHeader(f, pos, r.size, k, lsn)
-		if !ok || !fragData(f, n) || last != (pos+fragOverhead+n == end) {
-			return nil, 0, false, nil
+	if !sp.held {
+		if _, err := r.at(off, sp.end-off); err != nil {
+			return nil, 0, false, err
 		}
-		body = append(body, f[fragHeaderLen:fragHeaderLen+n]...)
-		pos = sectorEnd(pos)
+		// Read whole, the record is in the window unless its bytes
+		// changed between the two reads: then it is judged as bad.
+		if sp, ok, err = r.fragments2(off, lsn, false); err != nil || !ok || !sp.held {
+			return nil, 0, false, err
+		}
 	}
-	return body, end, true, nil
+	body = make([]byte, 0, sp.size)
+	for pos := recordStart(off); pos < sp.end; pos = sectorEnd(pos) {
+		f := r.win[pos-r.winOff:]
+		n := binary.LittleEndian.Uint16(f[1:])
+		body = append(body, f[fragHeaderLen:fragHeaderLen+int(n)]...)
+	}
+	return body, sp.end, true, nil
 }
 
 func allZero(b []byte) bool { return lastNonZeroIn(b) < 0 }
@@ -325,20 +379,21 @@ func checkTail(seg segment, r *segmentReader, off, last int64, lsn LSN) error {
 
 // scanSectors is scanSegment's walk of the records of a format-2
 // segment, whose header sc has checked: the valid records one after
-// another, then the bytes after them judged by checkTail.
+// another, then the bytes after them judged by checkTail. A record apply
+// is not given is checked where it lies, and only its body's version and
+// LSN are read.
 func scanSectors(seg segment, r *segmentReader, sc segmentScan, expect, after LSN, apply func(*Batch) error) (segmentScan, error) {
-	var scratch []byte
+	var head [minBodyLen]byte
 	sc, expect, last, err := walkRecords(seg, r, sc, expect, after, apply, func(off int64, expect LSN) ([]byte, int64, bool, bool, error) {
-		// The body of a record given to apply is its own: apply may keep it.
-		applied := expect > after
-		body, end, ok, err := r.record2(off, expect, scratch, applied)
+		if expect > after {
+			body, end, ok, err := r.record2(off, expect)
+			return body, end, true, ok, err
+		}
+		sp, ok, err := r.fragments2(off, expect, false)
 		if err != nil || !ok {
 			return nil, 0, false, false, err
 		}
-		if !applied {
-			scratch = body
-		}
-		return body, end, applied, true, nil
+		return head[:copy(head[:], sp.head[:sp.headLen])], sp.end, false, true, nil
 	})
 	if err != nil || !sc.torn {
 		return sc, err

@@ -220,13 +220,16 @@ func scanSegment(seg segment, r *segmentReader, expect, after LSN, apply func(*B
 
 // walkRecords is the walk of a segment's records both formats share,
 // from the end of its header: next reads the record at off, which should
-// be the record of LSN expect, and returns its body (the body's own when
-// apply is given it, since apply may keep it), where it ends, whether
-// apply is given it (its LSN is after after), and false past the last
-// valid record. Each record's LSN must follow the one before it; each
-// after after is marked for r to write back, then given to apply. Once
-// what apply was given is written back, the segment must be zeros past
-// the last valid record, as preallocated, unless a record was torn or
+// be the record of LSN expect, and returns where it ends, whether apply
+// is given it (its LSN is after after), and false past the last valid
+// record; and its body, the body's own since apply may keep it, or for a
+// record apply is not given at least the body's first minBodyLen bytes
+// (version and LSN), which may alias r's window. Each record's LSN must
+// follow the one before it; a record after after is decoded, marked for
+// r to write back, then given to apply; one at or below after, whose
+// checks held, is not decoded: nothing reads its content. Once what
+// apply was given is written back, the segment must be zeros past the
+// last valid record, as preallocated, unless a record was torn or
 // damaged there: walkRecords sets sc.torn when it is not, and returns
 // the LSN the next record would have and the offset of the last byte
 // that is not zero.
@@ -242,12 +245,16 @@ func walkRecords(seg segment, r *segmentReader, sc segmentScan, expect, after LS
 		if !ok {
 			break
 		}
-		b, err := decodeBody(body)
+		var b *Batch
+		lsn, err := bodyLSN(body)
+		if err == nil && applied {
+			b, err = decodeBody(body)
+		}
 		if err != nil {
 			return sc, expect, 0, corrupt(seg, off, err.Error())
 		}
-		if b.LSN != expect {
-			return sc, expect, 0, corrupt(seg, off, fmt.Sprintf("LSN gap: record %v, want %v", b.LSN, expect))
+		if lsn != expect {
+			return sc, expect, 0, corrupt(seg, off, fmt.Sprintf("LSN gap: record %v, want %v", lsn, expect))
 		}
 		if applied {
 			if sc.from < 0 {
@@ -261,7 +268,7 @@ func walkRecords(seg segment, r *segmentReader, sc segmentScan, expect, after LS
 			}
 		}
 		sc.records++
-		sc.last = b.LSN
+		sc.last = lsn
 		expect++
 		off = end
 	}

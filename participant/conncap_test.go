@@ -1,0 +1,208 @@
+package participant
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/participantd/participantd/faultstore"
+	"github.com/participantd/participantd/oplog"
+	"github.com/participantd/participantd/store"
+)
+
+// The connection's binding cap (MaxConversationsPerConn) counts the
+// bindings published in Conn.bindings plus the slots reserved by enrolls
+// and attaches decided and not yet published or refused. These tests hold
+// a batch after its publication and before its operations complete, and
+// drive every way an operation holding a slot ends.
+
+// heldWake is a connection's wake that, once armed, reports that it was
+// called and then blocks the committing goroutine until released: it
+// holds a batch after its publication (publish wakes connections) and
+// before its operations complete.
+type heldWake struct {
+	armed   chan struct{}
+	entered chan struct{}
+	release chan struct{}
+}
+
+func newHeldWake() *heldWake {
+	return &heldWake{armed: make(chan struct{}, 1), entered: make(chan struct{}), release: make(chan struct{})}
+}
+
+func (h *heldWake) arm() { h.armed <- struct{}{} }
+
+func (h *heldWake) wake() {
+	select {
+	case <-h.armed:
+		close(h.entered)
+		<-h.release
+	default:
+	}
+}
+
+// reservedSlots returns c's reserved binding slots and its published
+// bindings.
+func reservedSlots(c *Conn) (reserved, bound int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.reserved, len(c.bindings)
+}
+
+// TestConnCap_APublishedBindingIsNotCountedTwice holds an enroll's or an
+// attach's batch between the publication of its binding and the
+// completion of its operation, and enrolls meanwhile in another
+// conversation on the same connection, which holds one binding under a
+// cap of two: the enroll fits and must commit. Counting the published
+// binding and its reservation both refused it capacity_exceeded (the
+// flake of TestPipelinedEnrollsRespectTheConnectionCap).
+func TestConnCap_APublishedBindingIsNotCountedTwice(t *testing.T) {
+	for _, held := range []string{"enroll", "attach"} {
+		t.Run(held, func(t *testing.T) {
+			ctx := context.Background()
+			svc, err := Open(ctx, store.NewMemory(), Options{NodeKey: testKey, MaxConversationsPerConn: 2})
+			must(t, err)
+			t.Cleanup(func() { svc.Close() })
+			// watcher is bound in conversation 1, so the held operation's
+			// records wake it.
+			hw := newHeldWake()
+			watcher := svc.Connect(hw.wake)
+			mustEnroll(t, watcher, 1, 1)
+			c := svc.Connect(nil)
+			var call *Call[Bound]
+			switch held {
+			case "enroll":
+				hw.arm()
+				call = c.StartEnroll(ctx, Enroll{Conversation: 1, Token: token(2)})
+			case "attach":
+				other := svc.Connect(nil)
+				b := mustEnroll(t, other, 1, 3)
+				watcher.TakeReady()
+				hw.arm()
+				call = c.StartAttach(ctx, Attach{Conversation: 1, Participant: b.Participant, Generation: b.Generation, Secret: b.Secret, Token: token(4)})
+			}
+			heldErr := make(chan error, 1)
+			go func() {
+				_, err := call.Wait()
+				heldErr <- err
+			}()
+			<-hw.entered
+			if _, bound := reservedSlots(c); bound != 1 {
+				close(hw.release)
+				t.Fatalf("the held %s's batch woke the watcher with %d bindings published on its connection, want 1", held, bound)
+			}
+			_, err = c.Enroll(ctx, Enroll{Conversation: 2, Token: token(5)})
+			close(hw.release)
+			if err != nil {
+				t.Errorf("Enroll into a second conversation while the %s of the first is published and not completed = %v, want ok under a cap of 2", held, err)
+			}
+			if err := <-heldErr; err != nil {
+				t.Fatalf("held %s = %v", held, err)
+			}
+			if reserved, bound := reservedSlots(c); reserved != 0 || bound != 2 {
+				t.Errorf("after both operations the connection has %d slots reserved and %d bindings, want 0 and 2", reserved, bound)
+			}
+		})
+	}
+}
+
+// TestConnCap_EachEndOfAnOperationGivesBackItsSlotOnce ends enrolls and
+// attaches that reserved a binding slot in every way: committed, refused
+// after the reservation, failed before barrier 1, in doubt, and on a
+// connection ended after the commit. Each gives its slot back exactly
+// once: none stays reserved, and none is given back twice (which would
+// let the connection bind past its cap).
+func TestConnCap_EachEndOfAnOperationGivesBackItsSlotOnce(t *testing.T) {
+	ctx := context.Background()
+	fs := faultstore.New(store.NewMemory())
+	sw := faultstore.NewSwitch(faultstore.When(faultstore.Fail, faultstore.Kind(faultstore.OpAppend), faultstore.Prefix("oplog/")))
+	uncertain := faultstore.NewSwitch(faultstore.When(faultstore.Uncertain, faultstore.Kind(faultstore.OpFlush)))
+	fs.SetRules(sw, uncertain)
+	svc, err := Open(ctx, fs, Options{NodeKey: testKey, MaxConversationsPerConn: 2, MaxParticipants: 2})
+	must(t, err)
+	t.Cleanup(func() { svc.Close() })
+	c := svc.Connect(nil)
+	check := func(what string, wantBound int) {
+		t.Helper()
+		svc.waitReloads()
+		if reserved, bound := reservedSlots(c); reserved != 0 || bound != wantBound {
+			t.Fatalf("after %s the connection has %d slots reserved and %d bindings, want 0 and %d", what, reserved, bound, wantBound)
+		}
+	}
+	wantCode := func(what string, err error, code Code) {
+		t.Helper()
+		var pe *Error
+		if !errors.As(err, &pe) || pe.Code != code {
+			t.Fatalf("%s = %v, want %v", what, err, code)
+		}
+	}
+
+	mustEnroll(t, c, 1, 1)
+	check("a committed enroll", 1)
+
+	// Conversation 2 is full: the enroll reserves, then is refused.
+	full := svc.Connect(nil)
+	mustEnroll(t, full, 2, 2)
+	other := svc.Connect(nil)
+	held := mustEnroll(t, other, 2, 3)
+	_, err = c.Enroll(ctx, Enroll{Conversation: 2, Token: token(4)})
+	wantCode("Enroll into a full conversation", err, CodeCapacityExceeded)
+	check("a refused enroll", 1)
+
+	sw.Set(true)
+	_, err = c.Enroll(ctx, Enroll{Conversation: 3, Token: token(5)})
+	wantCode("Enroll with a failing oplog append", err, CodeInDoubt)
+	_, err = c.Attach(ctx, Attach{Conversation: 2, Participant: held.Participant, Generation: held.Generation, Secret: held.Secret, Token: token(6)})
+	wantCode("Attach with a failing oplog append", err, CodeInDoubt)
+	sw.Set(false)
+	check("a failed enroll and attach", 1)
+
+	if _, err := c.Enroll(ctx, Enroll{Conversation: 3, Token: token(5)}); err != nil {
+		t.Fatalf("Enroll retried once the store recovered = %v", err)
+	}
+	check("a second committed enroll", 2)
+	_, err = c.Enroll(ctx, Enroll{Conversation: 4, Token: token(7)})
+	wantCode("Enroll past the cap", err, CodeCapacityExceeded)
+	check("an enroll refused at the cap", 2)
+	d3 := c.Bindings()[1]
+	if _, err := c.Detach(ctx, Detach{Conversation: d3.Conversation, Participant: d3.Participant, Generation: 1, Token: token(8)}); err != nil {
+		t.Fatalf("Detach: %v", err)
+	}
+	check("a detach", 1)
+
+	// In doubt and durable: the reconciliation binds the participant on
+	// c, which took no slot for it; then the cap is full again.
+	uncertain.Set(true)
+	_, err = c.Attach(ctx, Attach{Conversation: 2, Participant: held.Participant, Generation: held.Generation, Secret: held.Secret, Token: token(9)})
+	wantCode("Attach with an uncertain flush", err, CodeInDoubt)
+	uncertain.Set(false)
+	check("an attach in doubt that committed", 2)
+	_, err = c.Enroll(ctx, Enroll{Conversation: 5, Token: token(10)})
+	wantCode("Enroll past the cap after an attach in doubt", err, CodeCapacityExceeded)
+	check("an enroll refused at the cap", 2)
+
+	// Enrolls on a connection that ends as they commit: End waits for
+	// them, and each gives its slot back once, bound or not.
+	d := svc.Connect(nil)
+	calls := []*Call[Bound]{
+		d.StartEnroll(ctx, Enroll{Conversation: 6, Token: token(11)}),
+		d.StartEnroll(ctx, Enroll{Conversation: 7, Token: token(12)}),
+		d.StartEnroll(ctx, Enroll{Conversation: 8, Token: token(13)}),
+	}
+	ended := make(chan error, 1)
+	go func() { ended <- d.End(ctx, oplog.CauseConnectionLost) }()
+	for i, call := range calls {
+		if _, err := call.Wait(); err != nil {
+			var pe *Error
+			if !errors.As(err, &pe) || pe.Code != CodeCapacityExceeded {
+				t.Errorf("enroll %d on an ending connection = %v, want ok or capacity_exceeded", i, err)
+			}
+		}
+	}
+	if err := <-ended; err != nil {
+		t.Fatalf("End = %v", err)
+	}
+	if reserved, _ := reservedSlots(d); reserved != 0 {
+		t.Errorf("an ended connection keeps %d slots reserved, want 0", reserved)
+	}
+}
