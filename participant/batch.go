@@ -151,7 +151,7 @@ func (b *batch) lookup(scope tokenindex.Scope, match func(*oplog.Row) bool, t To
 	if v, ok := b.prefetched[key]; ok {
 		pr, tw, err = indexedRow(b.s.st, b.cv.id, b.live.Applied, match, t, tokenWrite{key: key, old: v})
 	} else {
-		pr, tw, err = b.s.lookupToken(b.cv.id, b.live.Applied, scope, match, t)
+		pr, tw, err = b.s.lookupToken(b.cv.id, b.live.Applied, key, match, t)
 	}
 	if err != nil {
 		// A damaged entry is neither "never committed" nor a passing

@@ -102,7 +102,7 @@ func FuzzLookupToken(f *testing.F) {
 			}
 		}
 		s := &Service{st: st}
-		p, w, err := s.lookupToken(c, applied, tokenindex.Participant(0), func(*oplog.Row) bool { return true }, tk)
+		p, w, err := s.lookupToken(c, applied, tokenindex.Key(c, tokenindex.Participant(0), tk), func(*oplog.Row) bool { return true }, tk)
 		if w.key != key || w.old != value {
 			t.Fatalf("lookupToken write = %+v, want key %q old %d", w, key, value)
 		}

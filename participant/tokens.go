@@ -36,11 +36,12 @@ type prior struct {
 	payloadHash []byte
 }
 
-// lookupToken finds the row that committed token t in scope, verifying it.
-// It returns the committed row (nil if none) and the index write a new
-// commit of t must make.
-func (s *Service) lookupToken(c ConversationID, applied uint64, scope tokenindex.Scope, match func(*oplog.Row) bool, t Token) (*prior, tokenWrite, error) {
-	w := tokenWrite{key: tokenindex.Key(c, scope, t)}
+// lookupToken finds the row that committed token t under key, its index
+// key (tokenindex.Key of c, its scope and t), verifying it. It returns the
+// committed row (nil if none) and the index write a new commit of t must
+// make.
+func (s *Service) lookupToken(c ConversationID, applied uint64, key string, match func(*oplog.Row) bool, t Token) (*prior, tokenWrite, error) {
+	w := tokenWrite{key: key}
 	v, err := s.st.ReadValue(w.key)
 	if err != nil {
 		return nil, w, err

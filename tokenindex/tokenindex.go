@@ -1,6 +1,7 @@
 package tokenindex
 
 import (
+	"encoding/hex"
 	"strconv"
 
 	"github.com/participantd/participantd/oplog"
@@ -22,9 +23,24 @@ func Participant(p oplog.ParticipantID) Scope {
 }
 
 // Key is the key of token t in scope s of conversation c.
+//
+// It builds the key in one buffer, which a lookup's is (one per operation
+// that carries a token): Prefix, c in decimal, "/", s, "/", and t in lower
+// case hex, as c.String() and t.String() give them.
 func Key(c oplog.ConversationID, s Scope, t oplog.Token) string {
-	return Prefix + c.String() + "/" + string(s) + "/" + t.String()
+	var buf [keyBuf]byte
+	b := append(buf[:0], Prefix...)
+	b = strconv.AppendUint(b, uint64(c), 10)
+	b = append(b, '/')
+	b = append(b, s...)
+	b = append(b, '/')
+	b = hex.AppendEncode(b, t[:])
+	return string(b)
 }
+
+// keyBuf holds a key whose scope is a participant's: Prefix, two
+// uint64s in decimal, two slashes, and a token in hex.
+const keyBuf = len(Prefix) + 20 + 1 + 20 + 1 + 2*len(oplog.Token{})
 
 // RowKey is the key of the entry of row, a token-bearing oplog row of
 // conversation c.

@@ -99,3 +99,33 @@ func TestGolden(t *testing.T) {
 		{Name: "value of oplog row 41, big-endian", Bytes: binary.BigEndian.AppendUint64(nil, tokenindex.Value(41))},
 	})
 }
+
+// Key is Prefix, the conversation, the scope and the token as their
+// String methods spell them, joined by slashes, at every width: the
+// widest conversation and participant numbers, and tokens of every nibble.
+func TestKey_IsTheStringsJoined(t *testing.T) {
+	var all oplog.Token
+	for i := range all {
+		all[i] = byte(i*17 + 9)
+	}
+	for _, c := range []oplog.ConversationID{0, 7, 1 << 40, ^oplog.ConversationID(0)} {
+		for _, s := range []tokenindex.Scope{tokenindex.Enroll, tokenindex.Participant(0), tokenindex.Participant(^oplog.ParticipantID(0))} {
+			for _, tok := range []oplog.Token{{}, all, {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}} {
+				want := tokenindex.Prefix + c.String() + "/" + string(s) + "/" + tok.String()
+				if got := tokenindex.Key(c, s, tok); got != want {
+					t.Errorf("Key(%v, %q, %v) = %q, want %q", c, s, tok, got, want)
+				}
+			}
+		}
+	}
+}
+
+// BenchmarkKey measures the key of a participant's token, which every
+// lookup of an operation that carries a token builds.
+func BenchmarkKey(b *testing.B) {
+	b.ReportAllocs()
+	tok := oplog.Token{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}
+	for i := range b.N {
+		_ = tokenindex.Key(oplog.ConversationID(1<<20+i), tokenindex.Participant(1), tok)
+	}
+}

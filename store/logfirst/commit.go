@@ -407,6 +407,7 @@ func (s *Store) Close() error {
 			err = fmt.Errorf("logfirst: close: %w", cerr)
 		}
 	}
+	s.endShared(true) // bbolt's Close waits for every read transaction
 	if cerr := s.db.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("logfirst: close %s: %w", s.db.Path(), cerr)
 	}

@@ -75,6 +75,12 @@
 //     and removes the log segments wholly at or below the LSN. It runs
 //     beside the committer: a Flush waits for a checkpoint only when
 //     MaxUncheckpointed bytes are logged and not yet checkpointed.
+//   - Point reads of values that miss memory (a fresh token's lookup)
+//     share one bbolt read transaction between two write transactions
+//     (readtx.go): every write transaction, and Close, ends it first, so
+//     it never holds a remap or the pages a commit frees, and is never
+//     older than the last commit. Its lock is taken last: no other lock of
+//     the store is taken while it is held.
 //   - A failed log write or checkpoint is sticky (store.ErrFailed), and
 //     so is a failed sync of the log's directory (wal.ErrDirSync), at a
 //     rotation or at a checkpoint's removal of segments.

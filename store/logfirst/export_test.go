@@ -3,6 +3,7 @@ package logfirst
 import (
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/participantd/participantd/store/boltfmt"
 	"github.com/participantd/participantd/store/wal"
 )
 
@@ -25,6 +26,7 @@ func (s *Store) abandon() {
 		s.done.Wait()
 		s.log.Close()
 	}
+	s.endShared(true)
 	s.db.Close()
 }
 
@@ -72,4 +74,11 @@ func CachedStreams(s *Store) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.streams.CountLocked()
+}
+
+// PagesNow is bbolt's pages in use read in a transaction of its own, as
+// InUse read them before it noted them at each commit.
+func PagesNow(s *Store) (n int64, err error) {
+	err = s.view(func(tx *bolt.Tx) error { n = boltfmt.PagesInUse(tx); return nil })
+	return n, err
 }

@@ -160,6 +160,12 @@ type Store struct {
 	// checkpointer's, Backup's and Close's. Lock order: filesMu, ckMu,
 	// then mu.
 	ckMu sync.Mutex
+	// rtx is the read transaction point reads of values share (readtx.go).
+	rtx readTx
+	// pages is bbolt's pages in use in bytes as of its last commit, -1
+	// when not known (see notePages).
+	pages atomic.Int64
+
 	// filesMu is held shared by a Backup and exclusively by Close while
 	// it closes the log and bbolt, so that a backup's checkpoint and copy
 	// never run on closed files.
@@ -509,6 +515,7 @@ func newStore(dir string, db *bolt.DB, opts Options) *Store {
 		loggedTrims:  make(map[string]uint64),
 	}
 	s.memFreed = sync.NewCond(&s.mu)
+	s.pages.Store(-1)
 	return s
 }
 
@@ -617,6 +624,10 @@ func (s *Store) update(fn func(*bolt.Tx) error) error {
 	if err := markSyncFailed(fsys, s.dir); err != nil {
 		return err
 	}
+	// The shared read transaction ends first, and none is kept until the
+	// commit returned (readtx.go).
+	s.endShared(false)
+	defer s.writeDone()
 	var fnErr error
 	err := vfs.Commit(fsys, s.db.Path(), func() error {
 		return boltfmt.Contain(s.db.Path(), func() error {
@@ -627,7 +638,11 @@ func (s *Store) update(fn func(*bolt.Tx) error) error {
 		})
 	})
 	if err != nil && fnErr == nil {
-		return err // the sync may have failed: the marker stays
+		s.pages.Store(-1) // what bbolt holds is not known
+		return err        // the sync may have failed: the marker stays
+	}
+	if err == nil {
+		s.notePages()
 	}
 	if !s.suspect {
 		// No sync is needed: a removal a power cut undoes costs the next
@@ -908,7 +923,7 @@ func (s *Store) ReadValue(key string) (uint64, error) {
 func (s *Store) loadValue(key string) (uint64, error) {
 	s.valueLoads.Add(1)
 	var v uint64
-	err := s.view(func(tx *bolt.Tx) error {
+	err := s.readShared(func(tx *bolt.Tx) error {
 		var err error
 		v, err = boltfmt.ReadValueTx(tx, key)
 		return err
@@ -957,9 +972,27 @@ func (s *Store) InUse() (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	var n int64
-	if err := s.view(func(tx *bolt.Tx) error { n = boltfmt.PagesInUse(tx); return nil }); err != nil {
-		return 0, s.readErr(err)
+	n := s.pages.Load()
+	if n < 0 {
+		if err := s.view(func(tx *bolt.Tx) error { n = boltfmt.PagesInUse(tx); return nil }); err != nil {
+			return 0, s.readErr(err)
+		}
+		// A write that committed meanwhile noted its own count.
+		s.pages.CompareAndSwap(-1, n)
 	}
 	return n + logged, nil
+}
+
+// notePages notes bbolt's pages in use after a write transaction
+// committed, which alone changes them, so that InUse, which every tell
+// and enroll asks, reads no transaction: -1, which InUse reads as
+// unknown, if they cannot be read. It runs before a checkpoint forgets
+// the bytes it moved from memBytes, so that InUse counts them twice for a
+// moment, never not at all.
+func (s *Store) notePages() {
+	var n int64
+	if err := s.view(func(tx *bolt.Tx) error { n = boltfmt.PagesInUse(tx); return nil }); err != nil {
+		n = -1
+	}
+	s.pages.Store(n)
 }
