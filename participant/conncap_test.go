@@ -206,3 +206,54 @@ func TestConnCap_EachEndOfAnOperationGivesBackItsSlotOnce(t *testing.T) {
 		t.Errorf("an ended connection keeps %d slots reserved, want 0", reserved)
 	}
 }
+
+// TestConnCap_AnEnrollForgottenUnderItsBatchGivesBackItsSlot forgets the
+// conversation (its ownership lost) while an enroll's batch waits on its
+// flush: the rows are durable, so the enroll is answered, but its binding
+// is not published; its slot is given back once, not taken over, and the
+// binding comes back, without a slot, when the conversation is reloaded.
+func TestConnCap_AnEnrollForgottenUnderItsBatchGivesBackItsSlot(t *testing.T) {
+	ctx := context.Background()
+	fs := faultstore.New(store.NewMemory())
+	hang := faultstore.NewSwitch(faultstore.When(faultstore.Hang, faultstore.Kind(faultstore.OpFlush)))
+	fs.SetRules(hang)
+	svc, err := Open(ctx, fs, Options{NodeKey: testKey, MaxConversationsPerConn: 1})
+	must(t, err)
+	t.Cleanup(func() { svc.Close() })
+	c := svc.Connect(nil)
+
+	hang.Set(true)
+	call := c.StartEnroll(ctx, Enroll{Conversation: 1, Token: token(1)})
+	type answer struct {
+		b   Bound
+		err error
+	}
+	answered := make(chan answer, 1)
+	go func() {
+		b, err := call.Wait() // the caller leads its batch
+		answered <- answer{b, err}
+	}()
+	<-fs.Hung()
+	if reserved, bound := reservedSlots(c); reserved != 1 || bound != 0 {
+		t.Fatalf("with the enroll's flush held, the connection has %d slots reserved and %d bindings, want 1 and 0", reserved, bound)
+	}
+	svc.Forget(1)
+	hang.Set(false)
+	fs.Release()
+	a := <-answered
+	b, err := a.b, a.err
+	if err != nil {
+		t.Fatalf("Enroll whose conversation was forgotten under its durable batch = %v, want its answer", err)
+	}
+	svc.waitReloads()
+	if reserved, bound := reservedSlots(c); reserved != 0 || bound != 0 {
+		t.Fatalf("after the enroll forgotten under its batch, the connection has %d slots reserved and %d bindings, want 0 and 0", reserved, bound)
+	}
+	if _, err := c.Tell(ctx, Tell{Conversation: 1, Participant: b.Participant, Generation: b.Generation, Token: token(2), Payload: []byte("x")}); err != nil {
+		t.Fatalf("Tell after the conversation's reload = %v", err)
+	}
+	svc.waitReloads()
+	if reserved, bound := reservedSlots(c); reserved != 0 || bound != 1 {
+		t.Fatalf("after the reload, the connection has %d slots reserved and %d bindings, want 0 and 1", reserved, bound)
+	}
+}
