@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/participantd/participantd/cluster"
@@ -204,4 +205,78 @@ func TestFormat_AFormat1ClusterIsReadAndUpgradedAtStart(t *testing.T) {
 			t.Fatalf("second node: replay of %s = %+v, %v; want seq %d replayed", tl.tell.Payload, got, err, tl.seq)
 		}
 	}
+}
+
+// TestFormat_AStartCutAtEveryCallIsStartedAgain kills a node's start on a
+// format 1 prefix at every etcd call it makes, before the call or after it
+// (its answer lost, as a crash right after the call loses it), around the
+// one transaction that moves the format key to 2 in particular: the
+// prefix is left in format 1 or in format 2, never anything else, its data
+// as it was, and the next start, uncut, moves it if it was not moved and
+// serves every answered tell.
+func TestFormat_AStartCutAtEveryCallIsStartedAgain(t *testing.T) {
+	ctx := context.Background()
+	data := func(all map[string]string) map[string]string {
+		out := make(map[string]string)
+		for k, v := range all {
+			if strings.HasPrefix(k, "d/") {
+				out[k] = v
+			}
+		}
+		return out
+	}
+	runs, moved, unmoved := 0, 0, 0
+	for _, after := range []bool{false, true} {
+		for cut := 0; ; cut++ {
+			pfx := prefix()
+			tells := loadFormat1(t, pfx)
+			before := data(dumpPrefix(t, pfx))
+			cli := newClient(t)
+			kv := &cutKV{KV: cli.KV, cut: cut, after: after}
+			cli.KV = kv
+			n, err := cluster.Start(ctx, cli, cluster.Options{NodeID: "cut", Advertise: "cut:7000", Prefix: pfx, LeaseTTL: 2 * time.Second})
+			if n != nil {
+				n.Close()
+			}
+			if kv.n <= cut {
+				if err != nil {
+					t.Fatalf("uncut Start: %v", err)
+				}
+				break
+			}
+			runs++
+			if err != nil && !errors.Is(err, errCut) {
+				t.Fatalf("cut %d (after %v): Start = %v, want the cut's error or none", cut, after, err)
+			}
+			switch f := formatOf(t, pfx); f {
+			case strconv.Itoa(cluster.FormatPerEntry):
+				unmoved++
+			case strconv.Itoa(cluster.FormatVersion):
+				moved++
+			default:
+				t.Fatalf("cut %d (after %v): format %q, want %d or %d", cut, after, f, cluster.FormatPerEntry, cluster.FormatVersion)
+			}
+			if diff := cmp.Diff(before, data(dumpPrefix(t, pfx))); diff != "" {
+				t.Fatalf("cut %d (after %v): the cut start changed the data (-before +after):\n%s", cut, after, diff)
+			}
+			m := startMemberOn(t, newClient(t), pfx, "a", 5*time.Second, participant.Options{})
+			if f := formatOf(t, pfx); f != strconv.Itoa(cluster.FormatVersion) {
+				t.Fatalf("cut %d (after %v): format after the next start = %q, want %d", cut, after, f, cluster.FormatVersion)
+			}
+			c := m.svc.Connect(func() {})
+			for _, tl := range tells {
+				got, err := c.Tell(ctx, tl.tell)
+				if err != nil || got.Seq != tl.seq || got.Replay == participant.ReplayNone {
+					t.Fatalf("cut %d (after %v): replay of %s = %+v, %v; want seq %d replayed", cut, after, tl.tell.Payload, got, err, tl.seq)
+				}
+			}
+			m.svc.Close()
+			m.node.Close()
+		}
+	}
+	// Cut before the move, the prefix stays format 1; cut after it, 2.
+	if moved == 0 || unmoved == 0 {
+		t.Fatalf("%d cut starts left format 2, %d format 1: the cuts missed the move", moved, unmoved)
+	}
+	t.Logf("%d cut starts: %d left format 1, %d format 2", runs, unmoved, moved)
 }
