@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -13,6 +12,8 @@ import (
 	"os/exec"
 	"sync"
 	"time"
+
+	"github.com/participantd/participantd/internal/healthwait"
 )
 
 // serverProc is a participantd process the bench started on a fresh data
@@ -73,7 +74,7 @@ func startServerProc(ctx context.Context, bin string, extra []string, pprof bool
 		sp.cmd.Wait()
 		close(sp.exited)
 	}()
-	if err := waitReady(ctx, health, sp.exited, time.Minute); err != nil {
+	if err := healthwait.Ready(ctx, health, sp.exited, time.Minute); err != nil {
 		sp.stop()
 		return nil, fmt.Errorf("%s: %w; stderr:\n%s", bin, err, sp.stderr.tail())
 	}
@@ -123,33 +124,6 @@ func freeLoopbackAddr() (string, error) {
 	}
 	defer ln.Close()
 	return ln.Addr().String(), nil
-}
-
-// waitReady polls GET /ready at addr until it answers 200, exited closes
-// or timeout passes.
-func waitReady(ctx context.Context, addr string, exited <-chan struct{}, timeout time.Duration) error {
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	hc := &http.Client{Timeout: time.Second}
-	for {
-		if resp, err := hc.Get("http://" + addr + "/ready"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		select {
-		case <-exited:
-			return errors.New("the server exited before it was ready")
-		case <-deadline.C:
-			return fmt.Errorf("the server was not ready within %v", timeout)
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-tick.C:
-		}
-	}
 }
 
 // tailBuffer keeps the last max bytes written to it.

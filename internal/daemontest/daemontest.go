@@ -6,22 +6,23 @@
 package daemontest
 
 import (
-	"errors"
+	"context"
 	"fmt"
 	"net"
-	"net/http"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/participantd/participantd/internal/healthwait"
 )
 
 // module is the import path of the project's module.
 const module = "github.com/participantd/participantd"
 
 // ErrExited reports a process that ended before its /ready answered.
-var ErrExited = errors.New("daemontest: the process exited before it was ready")
+var ErrExited = healthwait.ErrExited
 
 // Build builds participantd into dir with the build tags given (faulthook:
 // the test hook of cmd/participantd/faulthook.go) and returns the binary's
@@ -60,27 +61,7 @@ func FreeAddr(t testing.TB) string {
 
 // WaitReady polls GET /ready of the health listener at addr until it
 // answers 200 (nil), exited is closed (ErrExited; a nil exited is never
-// closed), or timeout passes.
+// closed), or timeout passes (healthwait.Ready).
 func WaitReady(addr string, exited <-chan struct{}, timeout time.Duration) error {
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	hc := &http.Client{Timeout: time.Second}
-	for {
-		resp, err := hc.Get("http://" + addr + "/ready")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		select {
-		case <-exited:
-			return ErrExited
-		case <-deadline.C:
-			return fmt.Errorf("daemontest: not ready within %v", timeout)
-		case <-tick.C:
-		}
-	}
+	return healthwait.Ready(context.Background(), addr, exited, timeout)
 }
