@@ -3,6 +3,7 @@ package healthwait_test
 import (
 	"context"
 	"errors"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -13,36 +14,41 @@ import (
 	"github.com/participantd/participantd/internal/healthwait"
 )
 
-// TestReady answers nil once /ready says 200, ErrExited for a process that
-// exited, the context's error once it ends, and a timeout's error.
-func TestReady(t *testing.T) {
-	var ok atomic.Bool
+// TestReady_WaitsFor200: /ready answering 503 twice, then 200.
+func TestReady_WaitsFor200(t *testing.T) {
+	var asked atomic.Int32
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/ready" || !ok.Load() {
+		if r.URL.Path != "/ready" || asked.Add(1) <= 2 {
 			w.WriteHeader(http.StatusServiceUnavailable)
-			return
 		}
-		w.WriteHeader(http.StatusOK)
 	}))
 	defer srv.Close()
-	addr := strings.TrimPrefix(srv.URL, "http://")
-	ctx := context.Background()
+	if err := healthwait.Ready(context.Background(), strings.TrimPrefix(srv.URL, "http://"), nil, time.Minute); err != nil || asked.Load() != 3 {
+		t.Fatalf("Ready = %v after %d requests, want nil after 3", err, asked.Load())
+	}
+}
 
+// TestReady_ExitedEndedOrTimedOut: a process that exited, a context that
+// ended and a timeout each end the wait with their own error.
+func TestReady_ExitedEndedOrTimedOut(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there
+	ctx := context.Background()
 	exited := make(chan struct{})
 	close(exited)
 	if err := healthwait.Ready(ctx, addr, exited, time.Minute); !errors.Is(err, healthwait.ErrExited) {
-		t.Errorf("an exited process not ready: Ready = %v, want ErrExited", err)
+		t.Errorf("an exited process: Ready = %v, want ErrExited", err)
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
 	if err := healthwait.Ready(cctx, addr, nil, time.Minute); !errors.Is(err, context.Canceled) {
 		t.Errorf("an ended context: Ready = %v, want context.Canceled", err)
 	}
-	if err := healthwait.Ready(ctx, addr, nil, 50*time.Millisecond); err == nil || errors.Is(err, healthwait.ErrExited) {
-		t.Errorf("never ready: Ready = %v, want a timeout's error", err)
-	}
-	ok.Store(true)
-	if err := healthwait.Ready(ctx, addr, nil, time.Minute); err != nil {
-		t.Errorf("ready: Ready = %v, want nil", err)
+	if err := healthwait.Ready(ctx, addr, nil, 100*time.Millisecond); err == nil || errors.Is(err, healthwait.ErrExited) || errors.Is(err, context.Canceled) {
+		t.Errorf("nothing ready: Ready = %v, want a timeout", err)
 	}
 }
