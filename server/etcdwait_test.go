@@ -86,10 +86,12 @@ func TestCluster_ReadyNamesTheEtcdItWaitsFor(t *testing.T) {
 // answers (a hung etcd, a middlebox) does; once opened, it closes what it
 // held and forwards each new connection to the etcd.
 type holeProxy struct {
-	l    net.Listener
-	to   string
-	mu   sync.Mutex
+	l  net.Listener
+	to string
+	mu sync.Mutex
+	// +checklocks:mu
 	open bool
+	// +checklocks:mu
 	held []net.Conn
 }
 
