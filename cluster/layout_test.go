@@ -31,7 +31,14 @@ type format1Tell struct {
 // its tells.
 func loadFormat1(t *testing.T, pfx string) []format1Tell {
 	t.Helper()
-	f, err := os.Open("testdata/format1.txt")
+	return loadGolden(t, pfx, "testdata/format1.txt", 6)
+}
+
+// loadGolden writes the golden prefix in file (format<N>.txt) under pfx
+// and returns its tells, of which it must hold want.
+func loadGolden(t *testing.T, pfx, file string, want int) []format1Tell {
+	t.Helper()
+	f, err := os.Open(file)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +52,7 @@ func loadFormat1(t *testing.T, pfx string) []format1Tell {
 		if rest, ok := strings.CutPrefix(line, "# tell "); ok {
 			var conv, part, gen, i, seq uint64
 			if _, err := fmt.Sscan(rest, &conv, &part, &gen, &i, &seq); err != nil {
-				t.Fatalf("testdata/format1.txt: %q: %v", line, err)
+				t.Fatalf("%s: %q: %v", file, line, err)
 			}
 			tells = append(tells, format1Tell{participant.Tell{Conversation: participant.ConversationID(conv),
 				Participant: participant.ParticipantID(part), Generation: participant.Generation(gen),
@@ -57,17 +64,17 @@ func loadFormat1(t *testing.T, pfx string) []format1Tell {
 		}
 		q, err := strconv.QuotedPrefix(line)
 		if err != nil {
-			t.Fatalf("testdata/format1.txt: %q: %v", line, err)
+			t.Fatalf("%s: %q: %v", file, line, err)
 		}
 		k, _ := strconv.Unquote(q)
 		v, err := strconv.Unquote(strings.TrimSpace(line[len(q):]))
 		if err != nil {
-			t.Fatalf("testdata/format1.txt: %q: %v", line, err)
+			t.Fatalf("%s: %q: %v", file, line, err)
 		}
 		kvs[k] = v
 	}
-	if len(tells) != 6 || len(kvs) < 20 {
-		t.Fatalf("testdata/format1.txt: %d tells, %d keys", len(tells), len(kvs))
+	if len(tells) != want || len(kvs) < 20 {
+		t.Fatalf("%s: %d tells, %d keys", file, len(tells), len(kvs))
 	}
 	writeAll(t, pfx, kvs)
 	return tells
@@ -279,4 +286,50 @@ func TestFormat_AStartCutAtEveryCallIsStartedAgain(t *testing.T) {
 		t.Fatalf("%d cut starts left format 2, %d format 1: the cuts missed the move", moved, unmoved)
 	}
 	t.Logf("%d cut starts: %d left format 1, %d format 2", runs, unmoved, moved)
+}
+
+// TestFormat_AFormat2ClusterIsServed: a prefix written by a node of this
+// format (runs; testdata/format2.txt, written at 7a5b22a, a checkpoint
+// after each conversation's third tell and token index entries with the
+// rows) is accepted by the offline tools' check and verified clean, and a
+// node started on it serves it as it is: every answered tell replays its
+// seq, and new tells continue each stream. The golden pins the format: a
+// later one must still read what this one wrote.
+func TestFormat_AFormat2ClusterIsServed(t *testing.T) {
+	pfx := prefix()
+	tells := loadGolden(t, pfx, "testdata/format2.txt", 12)
+	ctx := context.Background()
+	if err := cluster.CheckFormat(ctx, shared.Client.KV, pfx); err != nil {
+		t.Fatalf("CheckFormat on format 2 = %v", err)
+	}
+	verifyClean(t, ctx, pfx, 2)
+	m := startMemberOn(t, newClient(t), pfx, "b", 5*time.Second, participant.Options{})
+	if f := formatOf(t, pfx); f != strconv.Itoa(cluster.FormatVersion) {
+		t.Fatalf("format after the start = %q, want %d", f, cluster.FormatVersion)
+	}
+	c := m.svc.Connect(func() {})
+	for _, tl := range tells {
+		got, err := c.Tell(ctx, tl.tell)
+		if err != nil || got.Seq != tl.seq || got.Replay == participant.ReplayNone {
+			t.Fatalf("replay of %s in %v = %+v, %v; want seq %d replayed", tl.tell.Payload, tl.tell.Conversation, got, err, tl.seq)
+		}
+	}
+	// A new participant of each conversation tells: its join and its tell
+	// continue the streams after the golden's last seq (and the end of the
+	// golden node's binding, which the load records).
+	for _, conv := range []participant.ConversationID{1, 2} {
+		last := tells[len(tells)-1].seq
+		b, err := c.Enroll(ctx, participant.Enroll{Conversation: conv, Token: tok(byte(200+conv), 0)})
+		if err != nil {
+			t.Fatalf("Enroll(%v): %v", conv, err)
+		}
+		req := participant.Tell{Conversation: conv, Participant: b.Participant, Generation: b.Generation, Token: tok(byte(210+conv), 0), Payload: []byte("after the golden")}
+		got, err := c.Tell(ctx, req)
+		if err != nil || got.Replay != participant.ReplayNone || got.Seq <= last+1 {
+			t.Fatalf("new tell in %v = %+v, %v; want a new seq after %d and the join", conv, got, err, last)
+		}
+	}
+	m.svc.Close()
+	m.node.Close()
+	verifyClean(t, ctx, pfx, 2)
 }
