@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
-	"slices"
 
 	"github.com/vmihailenco/msgpack/v5"
 
@@ -377,12 +376,9 @@ func (ck *Checkpoint) State() *outbox.State {
 			st.InviteUses[inv.ID] = inv.Uses
 		}
 	}
-	st.Records = make([]outbox.Retained, len(ck.Records))
-	for i, r := range ck.Records {
-		st.Records[i] = outbox.NewRetained(r.Record, r.Oplog, nil)
-		if prev := ck.Records[max(i, 1)-1].Record; i > 0 && prev.Participant == r.Record.Participant && slices.Equal(prev.Recipients, r.Record.Recipients) {
-			st.Records[i].ShareRecipients(&st.Records[i-1])
-		}
+	st.Records = make([]outbox.Retained, 0, len(ck.Records))
+	for _, r := range ck.Records {
+		st.Retain(r.Record, r.Oplog)
 	}
 	return st
 }

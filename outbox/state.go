@@ -134,14 +134,23 @@ func (r *Retained) Recipients() []oplog.ParticipantID {
 	return *r.recipients
 }
 
-// SameRecipients reports whether r and o have equal recipient lists.
-func (r *Retained) SameRecipients(o []oplog.ParticipantID) bool {
-	return slices.Equal(r.Recipients(), o)
+// Retain appends rec, produced by oplog row source, to s.Records without
+// its payload (a start or a derivation loading a checkpoint's records,
+// whose payloads are read from row source). A record of the same subject
+// and recipients as the last one shares its list: loaded records are not
+// interned (their memberships differ), so this is what keeps a run of
+// one sender's records to one list.
+func (s *State) Retain(rec Record, source uint64) {
+	if n := len(s.Records); n > 0 {
+		if prev := &s.Records[n-1]; prev.Participant == rec.Participant && slices.Equal(prev.Recipients(), rec.Recipients) {
+			r := NewRetained(Record{Seq: rec.Seq, Kind: rec.Kind, Participant: rec.Participant, Cause: rec.Cause}, source, nil)
+			r.recipients = prev.recipients
+			s.Records = append(s.Records, r)
+			return
+		}
+	}
+	s.Records = append(s.Records, NewRetained(rec, source, nil))
 }
-
-// ShareRecipients makes r use prev's recipient list, which must be equal
-// to its own: the records of one subject loaded together hold one list.
-func (r *Retained) ShareRecipients(prev *Retained) { r.recipients = prev.recipients }
 
 // Record returns the record r retains, as its outbox row carries it. Its
 // Recipients are shared with r.

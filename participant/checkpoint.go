@@ -177,16 +177,7 @@ func loadRetained(st store.DurableStore, ck *checkpoint.Checkpoint, c Conversati
 			if rec.Seq != next || row.Source >= ck.Index {
 				return mismatch("outbox row %d carries record %v from oplog row %d, the checkpoint's next record is %v", i, rec.Seq, row.Source, next)
 			}
-			// Records of one subject and recipients share one list.
-			n := len(state.Records)
-			share := n > 0 && state.Records[n-1].Participant == rec.Participant && state.Records[n-1].SameRecipients(rec.Recipients)
-			if share {
-				rec.Recipients = nil
-			}
-			state.Records = append(state.Records, outbox.NewRetained(rec, row.Source, nil))
-			if share {
-				state.Records[n].ShareRecipients(&state.Records[n-1])
-			}
+			state.Retain(rec, row.Source)
 			if at != nil {
 				at(rec.Seq, i)
 			}

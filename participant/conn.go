@@ -163,21 +163,18 @@ type Binding struct {
 }
 
 // bind publishes p's binding in conv on c. A binding that reserved slot
-// on c takes it over in the same hold of c.mu (bindingSlot.bind), so that
+// on c takes it over in the same hold of c.mu (giveBackLocked), so that
 // the cap never counts the binding and its reservation both; slot is nil
 // for a binding that reserved none (an attach on the connection already
 // bound, a binding a reconciliation finds).
 func (c *Conn) bind(conv ConversationID, p ParticipantID, slot *bindingSlot) {
-	if slot != nil {
-		if slot.c != c {
-			panic("participant: a binding published on a connection other than the one holding its slot")
-		}
-		slot.bind(conv, p)
-		return
+	if slot != nil && slot.c != c {
+		panic("participant: a binding published on a connection other than the one holding its slot")
 	}
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	c.bindings[conv] = p
-	c.mu.Unlock()
+	c.giveBackLocked(slot)
 }
 
 func (c *Conn) unbind(conv ConversationID, p ParticipantID) {
@@ -222,15 +219,14 @@ func (c *Conn) reserveBinding(d *decider) *bindingSlot {
 	return &bindingSlot{c: c, held: true}
 }
 
-// bind publishes p's binding in conv on the slot's connection and takes
-// the slot over, in one hold of its mu.
-func (s *bindingSlot) bind(conv ConversationID, p ParticipantID) {
-	s.c.mu.Lock()
-	defer s.c.mu.Unlock()
-	s.c.bindings[conv] = p
-	if s.held {
-		s.held = false
-		s.c.reserved--
+// giveBackLocked gives slot, one of c's, back to c's count if it still
+// holds it; a nil slot holds nothing. Calling it again does nothing.
+//
+// +checklocks:c.mu
+func (c *Conn) giveBackLocked(slot *bindingSlot) {
+	if slot != nil && slot.held {
+		slot.held = false
+		c.reserved--
 	}
 }
 
@@ -242,10 +238,7 @@ func (s *bindingSlot) release() {
 	}
 	s.c.mu.Lock()
 	defer s.c.mu.Unlock()
-	if s.held {
-		s.held = false
-		s.c.reserved--
-	}
+	s.c.giveBackLocked(s)
 }
 
 // holding completes like complete, then releases slot, if its binding was
