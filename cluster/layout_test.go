@@ -140,12 +140,7 @@ func TestFormat_AFormat1ClusterIsReadAndUpgradedAtStart(t *testing.T) {
 	verifyClean(t, ctx, restored, 2)
 	r := startMemberOn(t, newClient(t), restored, "r", 5*time.Second, participant.Options{})
 	rc := r.svc.Connect(func() {})
-	for _, tl := range tells {
-		got, err := rc.Tell(ctx, tl.tell)
-		if err != nil || got.Seq != tl.seq || got.Replay == participant.ReplayNone {
-			t.Fatalf("restored: replay of %s = %+v, %v; want seq %d replayed", tl.tell.Payload, got, err, tl.seq)
-		}
-	}
+	replayAll(t, rc, tells, "restored")
 	r.svc.Close()
 	r.node.Close()
 
@@ -175,12 +170,7 @@ func TestFormat_AFormat1ClusterIsReadAndUpgradedAtStart(t *testing.T) {
 		t.Fatalf("format after the start = %q, want %d", f, cluster.FormatVersion)
 	}
 	c := m.svc.Connect(func() {})
-	for _, tl := range tells {
-		got, err := c.Tell(ctx, tl.tell)
-		if err != nil || got.Seq != tl.seq || got.Replay == participant.ReplayNone {
-			t.Fatalf("replay of %s = %+v, %v; want seq %d replayed", tl.tell.Payload, got, err, tl.seq)
-		}
-	}
+	replayAll(t, c, tells, "after the move")
 	// A new participant of each conversation tells: the streams continue
 	// after their layout 1 entries, as runs.
 	var fresh []format1Tell
@@ -206,12 +196,7 @@ func TestFormat_AFormat1ClusterIsReadAndUpgradedAtStart(t *testing.T) {
 
 	m2 := startMemberOn(t, newClient(t), pfx, "b", 5*time.Second, participant.Options{})
 	c2 := m2.svc.Connect(func() {})
-	for _, tl := range append(tells, fresh...) {
-		got, err := c2.Tell(ctx, tl.tell)
-		if err != nil || got.Seq != tl.seq || got.Replay == participant.ReplayNone {
-			t.Fatalf("second node: replay of %s = %+v, %v; want seq %d replayed", tl.tell.Payload, got, err, tl.seq)
-		}
-	}
+	replayAll(t, c2, append(tells, fresh...), "second node")
 }
 
 // TestFormat_AStartCutAtEveryCallIsStartedAgain kills a node's start on a
@@ -271,12 +256,7 @@ func TestFormat_AStartCutAtEveryCallIsStartedAgain(t *testing.T) {
 				t.Fatalf("cut %d (after %v): format after the next start = %q, want %d", cut, after, f, cluster.FormatVersion)
 			}
 			c := m.svc.Connect(func() {})
-			for _, tl := range tells {
-				got, err := c.Tell(ctx, tl.tell)
-				if err != nil || got.Seq != tl.seq || got.Replay == participant.ReplayNone {
-					t.Fatalf("cut %d (after %v): replay of %s = %+v, %v; want seq %d replayed", cut, after, tl.tell.Payload, got, err, tl.seq)
-				}
-			}
+			replayAll(t, c, tells, fmt.Sprintf("cut %d (after %v)", cut, after))
 			m.svc.Close()
 			m.node.Close()
 		}
@@ -308,12 +288,7 @@ func TestFormat_AFormat2ClusterIsServed(t *testing.T) {
 		t.Fatalf("format after the start = %q, want %d", f, cluster.FormatVersion)
 	}
 	c := m.svc.Connect(func() {})
-	for _, tl := range tells {
-		got, err := c.Tell(ctx, tl.tell)
-		if err != nil || got.Seq != tl.seq || got.Replay == participant.ReplayNone {
-			t.Fatalf("replay of %s in %v = %+v, %v; want seq %d replayed", tl.tell.Payload, tl.tell.Conversation, got, err, tl.seq)
-		}
-	}
+	replayAll(t, c, tells, "format 2")
 	// A new participant of each conversation tells: its join and its tell
 	// continue the streams after the golden's last seq (and the end of the
 	// golden node's binding, which the load records).
@@ -332,4 +307,16 @@ func TestFormat_AFormat2ClusterIsServed(t *testing.T) {
 	m.svc.Close()
 	m.node.Close()
 	verifyClean(t, ctx, pfx, 2)
+}
+
+// replayAll sends every tell of tells again on c and fails the test,
+// naming what (the node or the cut), unless each replays its seq.
+func replayAll(t *testing.T, c *participant.Conn, tells []format1Tell, what string) {
+	t.Helper()
+	for _, tl := range tells {
+		got, err := c.Tell(context.Background(), tl.tell)
+		if err != nil || got.Seq != tl.seq || got.Replay == participant.ReplayNone {
+			t.Fatalf("%s: replay of %s in %v = %+v, %v; want seq %d replayed", what, tl.tell.Payload, tl.tell.Conversation, got, err, tl.seq)
+		}
+	}
 }
