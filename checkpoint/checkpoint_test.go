@@ -146,13 +146,15 @@ func TestState(t *testing.T) {
 	if st.Applied != 3 || st.Produced != 2 || st.LastSeq != 2 || len(st.Members) != 2 || !st.Members[1].Bound {
 		t.Errorf("State() = %+v, want the seed's positions and members", st)
 	}
-	if len(st.Records) != 1 || st.Records[0].Source != 2 || st.Records[0].Seq != 2 || st.Records[0].Payload() != nil {
-		t.Errorf("State().Records = %+v, want record 2 from oplog row 2 without its payload", st.Records)
+	if n := st.Records.Len(); n != 1 {
+		t.Errorf("State() retains %d records, want record 2", n)
+	} else if r := st.Records.At(0); r.Source != 2 || r.Seq != 2 || r.Payload() != nil {
+		t.Errorf("State() retains %+v, want record 2 from oplog row 2 without its payload", r)
 	}
 	if rel := seedReleased().State(); rel.Members[0].Released != 2 || rel.Members[1].Released != 0 {
 		t.Errorf("State() of a release = %+v, want member 0 released through 2", rel.Members)
 	}
-	if w := seedWindow().State(); len(w.Records) != 0 || w.LastSeq != 2 || w.InviteUses[9] != 2 {
+	if w := seedWindow().State(); w.Records.Len() != 0 || w.LastSeq != 2 || w.InviteUses[9] != 2 {
 		t.Errorf("State() of a window = %+v, want no records (the caller reads them) and the rest", w)
 	}
 }

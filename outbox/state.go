@@ -7,7 +7,6 @@ import (
 	"maps"
 	"math"
 	"slices"
-	"unsafe"
 
 	"github.com/participantd/participantd/oplog"
 )
@@ -40,127 +39,22 @@ type Member struct {
 	Released oplog.Seq
 }
 
-// Retained is a record kept in memory for publication, with the payload of
-// a `record` taken from its oplog row.
-//
-// A conversation may retain tens of thousands of records (up to its backlog
-// limit, package participant) and a checkpoint derivation holds them once
-// more while it runs, so a Retained is 48 bytes: the record's fields without
-// the padding outbox.Record's encoded field order forces (56 bytes there),
-// its recipient list by reference to the list the conversation interns, and
-// its payload as a pointer and a length rather than a slice header.
-type Retained struct {
-	// Seq, Participant, Kind and Cause are the record's (Record).
-	Seq         oplog.Seq
-	Participant oplog.ParticipantID
-	// Source is the index of the oplog row that produced the record, where
-	// an evicted payload is read back from.
-	Source uint64
-	// recipients is the record's recipient list (Record.Recipients),
-	// shared with the records of the same subject and membership.
-	recipients *[]oplog.ParticipantID
-	// payload points at the payload of a `record` (Payload), size is its
-	// length: nil and 0 for a record without one; nil and the length it
-	// had once Evicted. A payload comes from a msgpack bin (an oplog row or
-	// a request), so it is shorter than 4 GiB.
-	payload *byte
-	size    uint32
-	Kind    RecordKind
-	Cause   oplog.Cause
-	// Evicted is set once Evict dropped the payload from memory: whoever
-	// still needs it reads it from oplog row Source.
-	Evicted bool
-}
-
-// NewRetained returns record rec, produced by oplog row source, retained
-// with payload (nil for a record without one, or to be read from row
-// source). r shares rec.Recipients.
-func NewRetained(rec Record, source uint64, payload []byte) Retained {
-	r := Retained{Seq: rec.Seq, Participant: rec.Participant, Source: source, Kind: rec.Kind, Cause: rec.Cause}
-	if rec.Recipients != nil {
-		l := rec.Recipients // only this path allocates
-		r.recipients = &l
-	}
-	r.setPayload(payload)
-	return r
-}
-
-// setPayload holds p as r's payload.
-func (r *Retained) setPayload(p []byte) {
-	if uint64(len(p)) > math.MaxUint32 {
-		panic(fmt.Sprintf("outbox: a payload of %d bytes (a msgpack bin holds less than 4 GiB)", len(p)))
-	}
-	r.payload, r.size = unsafe.SliceData(p), uint32(len(p))
-}
-
-// Payload returns the payload of a `record` held in memory: nil for a
-// record without one and once Evicted. It aliases the oplog row's payload:
-// the caller must not write it.
-func (r *Retained) Payload() []byte {
-	if r.payload == nil {
-		return nil
-	}
-	return unsafe.Slice(r.payload, r.size)
-}
-
-// HoldPayload holds p, read back from oplog row Source, as the payload of
-// a record retained without it (a start loading a checkpoint's records).
-func (r *Retained) HoldPayload(p []byte) {
-	r.setPayload(p)
-	r.Evicted = false
-}
-
-// PayloadLen is the length of the record's payload, held or evicted.
-func (r *Retained) PayloadLen() int { return int(r.size) }
-
-// DropPayload forgets the payload r holds without marking it Evicted (a
-// replay that reads no payload, package participant) and returns its
-// length; an evicted record is left as it is.
-func (r *Retained) DropPayload() int {
-	if r.Evicted || r.payload == nil {
-		return 0
-	}
-	n := int(r.size)
-	r.payload, r.size = nil, 0
-	return n
-}
-
-// Recipients returns the record's recipients (Record.Recipients). The
-// list is shared: the caller must not write it.
-func (r *Retained) Recipients() []oplog.ParticipantID {
-	if r.recipients == nil {
-		return nil
-	}
-	return *r.recipients
-}
-
 // Retain appends rec, produced by oplog row source, to s.Records without
 // its payload (a start or a derivation loading a checkpoint's records,
 // whose payloads are read from row source). A record of the same subject
-// and recipients as the last one shares its list: loaded records are not
-// interned (their memberships differ), so this is what keeps a run of
-// one sender's records to one list.
+// and recipients as the last one shares its list, and its run: loaded
+// records are not interned (their memberships differ), so this is what
+// keeps a run of one sender's records to one list.
 func (s *State) Retain(rec Record, source uint64) {
-	if n := len(s.Records); n > 0 {
-		if prev := &s.Records[n-1]; prev.Participant == rec.Participant && slices.Equal(prev.Recipients(), rec.Recipients) {
-			r := NewRetained(Record{Seq: rec.Seq, Kind: rec.Kind, Participant: rec.Participant, Cause: rec.Cause}, source, nil)
-			r.recipients = prev.recipients
-			s.Records = append(s.Records, r)
-			return
-		}
+	r := &s.Records
+	var l *recipientList
+	if n := len(r.runs); n > 0 && r.runs[n-1].participant == rec.Participant && slices.Equal(r.runs[n-1].recipients.get(), rec.Recipients) {
+		l = r.runs[n-1].recipients
+	} else if rec.Recipients != nil {
+		list := recipientList(rec.Recipients)
+		l = &list
 	}
-	s.Records = append(s.Records, NewRetained(rec, source, nil))
-}
-
-// Record returns the record r retains, as its outbox row carries it. Its
-// Recipients are shared with r.
-func (r *Retained) Record() Record {
-	return Record{Seq: r.Seq, Kind: r.Kind, Participant: r.Participant, Cause: r.Cause, Recipients: r.Recipients()}
-}
-
-// Addressed reports whether p is one of r's recipients.
-func (r *Retained) Addressed(p oplog.ParticipantID) bool {
-	return slices.Contains(r.Recipients(), p)
+	r.push(rec.Seq, rec.Participant, l, rec.Kind, rec.Cause, source, nil)
 }
 
 // State is a conversation as its oplog rows 0..Applied-1 made it. It is a
@@ -177,9 +71,9 @@ type State struct {
 	LastSeq oplog.Seq
 	// Members is indexed by participant id.
 	Members []Member
-	// Records holds the records not yet reclaimed, contiguous in seq from
-	// Records[0].Seq to LastSeq.
-	Records []Retained
+	// Records holds the records not yet reclaimed, contiguous in seq up
+	// to LastSeq.
+	Records Retention
 	// PayloadBytes is the total length of the payloads Records holds in
 	// memory (not evicted).
 	PayloadBytes int64
@@ -197,11 +91,6 @@ type State struct {
 	// (participant: a deleted conversation is known by its last row).
 	Deleted bool
 
-	// garbage and garbageBytes count the records, and their payload bytes,
-	// reclaimed since Records last moved to an array of its own: the
-	// array Records slides along still references them.
-	garbage      int
-	garbageBytes int64
 	// evicted is the seq through which Evict has passed.
 	evicted oplog.Seq
 	// recipients interns the recipient lists of retained records, by
@@ -209,7 +98,7 @@ type State struct {
 	// one list instead of holding a copy each (a copy costs 8 bytes per
 	// member per record). Apply replaces the map, never clears it, when
 	// the membership changes, so that a clone sharing it stays right.
-	recipients map[oplog.ParticipantID]*[]oplog.ParticipantID
+	recipients map[oplog.ParticipantID]*recipientList
 }
 
 // maxInterned bounds the recipient lists interned at once.
@@ -217,22 +106,23 @@ const maxInterned = 64
 
 // intern returns a list equal to recips, shared with the earlier records
 // of subject under the same membership when there are any.
-func (s *State) intern(subject oplog.ParticipantID, recips []oplog.ParticipantID) *[]oplog.ParticipantID {
+func (s *State) intern(subject oplog.ParticipantID, recips []oplog.ParticipantID) *recipientList {
 	if l, ok := s.recipients[subject]; ok && len(*l) == len(recips) {
 		return l
 	}
 	if s.recipients == nil || len(s.recipients) >= maxInterned {
-		s.recipients = make(map[oplog.ParticipantID]*[]oplog.ParticipantID)
+		s.recipients = make(map[oplog.ParticipantID]*recipientList)
 	}
-	l := &recips
+	rl := recipientList(recips)
+	l := &rl
 	s.recipients[subject] = l
 	return l
 }
 
 // Clone returns a copy of s that Project and Apply can advance while s is
-// still being read. Members are copied; Records share their backing array,
-// which is safe because Apply only appends past the original's length and
-// never writes a record in place (only Evict does).
+// still being read. Members are copied; Records share their arrays, which
+// is safe because Apply only appends past the original's length and never
+// writes a record in place (only Evict does).
 func (s *State) Clone() *State {
 	c := *s
 	c.Members = append([]Member(nil), s.Members...)
@@ -247,13 +137,10 @@ func (s *State) Member(p oplog.ParticipantID) *Member {
 	return &s.Members[p]
 }
 
-// Record returns the retained record with seq q, or nil when q was
+// Record returns the retained record with seq q, and false when q was
 // reclaimed or does not exist.
-func (s *State) Record(q oplog.Seq) *Retained {
-	if len(s.Records) == 0 || q < s.Records[0].Seq || q > s.LastSeq {
-		return nil
-	}
-	return &s.Records[q-s.Records[0].Seq]
+func (s *State) Record(q oplog.Seq) (Retained, bool) {
+	return s.Records.Seq(q)
 }
 
 // AllLeft reports whether the conversation had participants and every one
@@ -306,17 +193,17 @@ func Project(s *State, idx uint64, r *oplog.Row) ([]Row, error) {
 	if r.Kind == oplog.KindRelease {
 		// A Release gives up retained records, the oldest first, and
 		// produces none.
-		if len(s.Records) == 0 || r.Through < s.Records[0].Seq || r.Through > s.LastSeq || r.Seq != 0 {
-			return nil, fmt.Errorf("%w: release through %v of records %v..%v", ErrInconsistent, r.Through, s.firstSeq(), s.LastSeq)
+		if s.Records.Len() == 0 || r.Through < s.Records.First() || r.Through > s.LastSeq || r.Seq != 0 {
+			return nil, fmt.Errorf("%w: release through %v of records %v..%v", ErrInconsistent, r.Through, s.Records.First(), s.LastSeq)
 		}
 		return nil, nil
 	}
 	if r.Kind == oplog.KindDelete {
 		// A Delete ends a conversation every participant left, and
 		// produces nothing: nobody is left to tell.
-		if !s.AllLeft() || len(s.Records) > 0 || r.Seq != 0 {
+		if !s.AllLeft() || s.Records.Len() > 0 || r.Seq != 0 {
 			return nil, fmt.Errorf("%w: delete of a conversation of %d members, all left %v, %d records retained",
-				ErrInconsistent, len(s.Members), s.AllLeft(), len(s.Records))
+				ErrInconsistent, len(s.Members), s.AllLeft(), s.Records.Len())
 		}
 		return nil, nil
 	}
@@ -354,7 +241,7 @@ func Project(s *State, idx uint64, r *oplog.Row) ([]Row, error) {
 		if r.Through <= m.Cursor || r.Through > s.LastSeq || r.Seq != 0 {
 			return nil, fmt.Errorf("%w: ack of %v through %v, cursor %v", ErrInconsistent, r.Participant, r.Through, m.Cursor)
 		}
-		if rec := s.Record(r.Through); rec == nil || !rec.Addressed(r.Participant) {
+		if rec, ok := s.Record(r.Through); !ok || !rec.Addressed(r.Participant) {
 			return nil, fmt.Errorf("%w: ack of %v through %v, not addressed to it", ErrInconsistent, r.Participant, r.Through)
 		}
 		return []Row{{Kind: AckAdvanced, Source: idx, Participant: r.Participant, Through: r.Through}}, nil
@@ -388,15 +275,16 @@ func Apply(s *State, idx uint64, r *oplog.Row, rows []Row) {
 	s.Produced += uint64(len(rows))
 	for _, row := range rows {
 		for _, rec := range row.Records {
-			ret := Retained{Seq: rec.Seq, Participant: rec.Participant, Source: idx, Kind: rec.Kind, Cause: rec.Cause}
+			var l *recipientList
 			if rec.Recipients != nil {
-				ret.recipients = s.intern(rec.Participant, rec.Recipients)
+				l = s.intern(rec.Participant, rec.Recipients)
 			}
+			var payload []byte
 			if rec.Kind == KindRecord {
-				ret.setPayload(r.Payload)
+				payload = r.Payload
 				s.PayloadBytes += int64(len(r.Payload))
 			}
-			s.Records = append(s.Records, ret)
+			s.Records.push(rec.Seq, rec.Participant, l, rec.Kind, rec.Cause, idx, payload)
 			s.LastSeq = rec.Seq
 		}
 	}
@@ -445,62 +333,63 @@ const compactGarbageBytes = 1 << 20
 // reclaim drops the leading records that no recipient still needs: each
 // recipient acknowledged it or left.
 func (s *State) reclaim() {
+	r := &s.Records
+	if len(r.slots) == 0 {
+		return
+	}
 	n := 0
-	for n < len(s.Records) && s.settled(&s.Records[n]) {
-		n++
+	for k := r.runOf(r.first); k < len(r.runs); k++ {
+		// The records of a run up to the lowest cursor of its live
+		// recipients are settled.
+		through := s.settledThrough(r.runs[k].recipients.get())
+		end := r.runEnd(k)
+		if through < end-1 {
+			if through >= r.first+oplog.Seq(n) {
+				n = int(through-r.first) + 1
+			}
+			break
+		}
+		n = int(end - r.first)
 	}
 	s.dropFirst(n)
 }
 
-// dropFirst drops the n oldest retained records.
-func (s *State) dropFirst(n int) {
-	for i := range n {
-		switch rec := &s.Records[i]; {
-		case rec.Evicted:
-			s.EvictedBytes -= int64(rec.size)
-		case rec.payload != nil:
-			s.PayloadBytes -= int64(rec.size)
-			s.garbageBytes += int64(rec.size)
+// settledThrough returns the highest seq every live member of recipients
+// acknowledged: the highest possible when none is live.
+func (s *State) settledThrough(recipients []oplog.ParticipantID) oplog.Seq {
+	through := oplog.Seq(math.MaxUint64)
+	for _, p := range recipients {
+		if m := &s.Members[p]; !m.Retired {
+			through = min(through, m.Cursor)
 		}
 	}
-	if n == 0 {
-		return
-	}
-	// The dropped prefix is not cleared: a clone may share it with the
-	// published state. The array stays referenced while the slice moves
-	// along it, so once what it holds for nothing outweighs what is live,
-	// the live records move to an array of their own (amortized: a copy
-	// of k records follows at least k, or compactGarbageBytes, reclaimed).
-	s.Records = s.Records[n:]
-	s.garbage += n
-	if s.garbage >= max(len(s.Records), 64) || s.garbageBytes >= compactGarbageBytes {
-		s.Records = append(make([]Retained, 0, len(s.Records)+len(s.Records)/4+8), s.Records...)
-		s.garbage, s.garbageBytes = 0, 0
-	}
+	return through
 }
 
-// firstSeq is the seq of the oldest retained record, 0 when none is.
-func (s *State) firstSeq() oplog.Seq {
-	if len(s.Records) == 0 {
-		return 0
-	}
-	return s.Records[0].Seq
+// dropFirst drops the n oldest retained records.
+func (s *State) dropFirst(n int) {
+	held, evicted := s.Records.dropFirst(n)
+	s.PayloadBytes -= held
+	s.EvictedBytes -= evicted
 }
 
 // release gives up the retained records through seq q, acknowledged or
 // not: each member that had one of them to receive above its cursor
 // learns, in Released, the last such record, and the records go.
 func (s *State) release(q oplog.Seq) {
-	n := 0
-	for ; n < len(s.Records) && s.Records[n].Seq <= q; n++ {
-		rec := &s.Records[n]
-		for _, p := range rec.Recipients() {
-			if m := &s.Members[p]; !m.Retired && m.Cursor < rec.Seq {
-				m.Released = rec.Seq
+	r := &s.Records
+	if len(r.slots) == 0 || q < r.first {
+		return
+	}
+	for k := r.runOf(r.first); k < len(r.runs) && r.runs[k].seq <= q; k++ {
+		last := min(r.runEnd(k)-1, q)
+		for _, p := range r.runs[k].recipients.get() {
+			if m := &s.Members[p]; !m.Retired && m.Cursor < last {
+				m.Released = last
 			}
 		}
 	}
-	s.dropFirst(n)
+	s.dropFirst(int(min(q, s.LastSeq) - r.first + 1))
 }
 
 // Evict drops payloads from memory, oldest record first, until at least
@@ -514,50 +403,60 @@ func (s *State) release(q oplog.Seq) {
 // turn and write lock, after publishing s).
 func (s *State) Evict(need int64) int64 {
 	var freed int64
-	if len(s.Records) == 0 {
+	r := &s.Records
+	if len(r.slots) == 0 {
 		return 0
 	}
-	base := s.Records[0].Seq
 	i := 0
-	if s.evicted >= base {
-		i = int(s.evicted-base) + 1
+	if s.evicted >= r.first {
+		i = int(s.evicted-r.first) + 1
 	}
-	for ; i < len(s.Records) && freed < need; i++ {
-		rec := &s.Records[i]
-		s.evicted = rec.Seq
-		if rec.Kind != KindRecord || rec.Evicted || rec.payload == nil || rec.size == 0 {
+	for i < len(r.slots) && freed < need {
+		k := r.runOf(r.first + oplog.Seq(i))
+		end := int(r.runEnd(k) - r.first)
+		if r.runs[k].kind != KindRecord {
+			s.evicted, i = r.first+oplog.Seq(end-1), end
 			continue
 		}
-		freed += int64(rec.size)
-		rec.payload, rec.Evicted = nil, true
+		for ; i < end && freed < need; i++ {
+			s.evicted = r.first + oplog.Seq(i)
+			if sl := &r.slots[i]; sl.payload != nil && sl.size > 0 {
+				freed += int64(sl.size)
+				sl.payload = nil
+			}
+		}
 	}
 	s.PayloadBytes -= freed
 	s.EvictedBytes += freed
 	return freed
 }
 
-func (s *State) settled(r *Retained) bool {
-	for _, p := range r.Recipients() {
-		if m := &s.Members[p]; !m.Retired && m.Cursor < r.Seq {
-			return false
+// Next returns the first record after seq `after` addressed to p, and
+// false when there is none.
+func (s *State) Next(p oplog.ParticipantID, after oplog.Seq) (Retained, bool) {
+	r := &s.Records
+	if len(r.slots) == 0 {
+		return Retained{}, false
+	}
+	q := max(after+1, r.first)
+	for k := r.runOf(min(q, r.first+oplog.Seq(len(r.slots)-1))); k < len(r.runs); k++ {
+		if end := r.runEnd(k); q < end && slices.Contains(r.runs[k].recipients.get(), p) {
+			return r.view(int(q-r.first), &r.runs[k]), true
+		} else {
+			q = max(q, end)
 		}
 	}
-	return true
+	return Retained{}, false
 }
 
-// Next returns the first record after seq `after` addressed to p, or nil.
-func (s *State) Next(p oplog.ParticipantID, after oplog.Seq) *Retained {
-	if len(s.Records) == 0 {
+// recipientList is a record's recipient list, shared by the records of a
+// run and, through State.recipients, by the runs of one subject.
+type recipientList []oplog.ParticipantID
+
+// get returns the list l points to, nil for none.
+func (l *recipientList) get() []oplog.ParticipantID {
+	if l == nil {
 		return nil
 	}
-	i := 0
-	if base := s.Records[0].Seq; after >= base {
-		i = int(after-base) + 1
-	}
-	for ; i < len(s.Records); i++ {
-		if s.Records[i].Addressed(p) {
-			return &s.Records[i]
-		}
-	}
-	return nil
+	return *l
 }

@@ -46,8 +46,8 @@ func newApplier(t *testing.T, members int) *applier {
 	for i := range members - 1 {
 		a.ack(oplog.ParticipantID(i), a.st.LastSeq)
 	}
-	if len(a.st.Records) != 0 {
-		t.Fatalf("setup: %d records retained after every join was acknowledged", len(a.st.Records))
+	if a.st.Records.Len() != 0 {
+		t.Fatalf("setup: %d records retained after every join was acknowledged", a.st.Records.Len())
 	}
 	return a
 }
@@ -66,7 +66,7 @@ func TestApply_RecordsAddressedToNobodyAreReclaimedAtOnce(t *testing.T) {
 	for range 100 {
 		a.tell(0, make([]byte, 1000))
 	}
-	if n := len(a.st.Records); n != 0 {
+	if n := a.st.Records.Len(); n != 0 {
 		t.Errorf("a lone member's 100 tells left %d records retained, want 0", n)
 	}
 	if a.st.PayloadBytes != 0 {
@@ -84,7 +84,7 @@ func TestApply_PayloadBytesFollowTheRetainedRecords(t *testing.T) {
 		t.Errorf("PayloadBytes after 10 tells of 100 bytes = %d, want %d", got, want)
 	}
 	a.ack(1, last)
-	if n, b := len(a.st.Records), a.st.PayloadBytes; n != 0 || b != 0 {
+	if n, b := a.st.Records.Len(), a.st.PayloadBytes; n != 0 || b != 0 {
 		t.Errorf("after the recipient acknowledged everything: %d records, %d bytes retained, want 0, 0", n, b)
 	}
 }
@@ -104,7 +104,7 @@ func TestEvict_DropsOldestPayloadsAndKeepsMetadata(t *testing.T) {
 		t.Errorf("after Evict: PayloadBytes = %d, EvictedBytes = %d, want %d, %d", a.st.PayloadBytes, a.st.EvictedBytes, before-freed, freed)
 	}
 	for i, q := range seqs {
-		rec := a.st.Record(q)
+		rec, _ := a.st.Record(q)
 		if evicted := i < 3; rec.Evicted != evicted || (rec.Payload() == nil) != evicted {
 			t.Errorf("record %v: Evicted = %v, payload held = %v, want evicted %v", q, rec.Evicted, rec.Payload() != nil, evicted)
 		}
@@ -117,8 +117,8 @@ func TestEvict_DropsOldestPayloadsAndKeepsMetadata(t *testing.T) {
 		t.Errorf("second Evict(1) = %d, want 103", freed)
 	}
 	a.ack(1, seqs[len(seqs)-1])
-	if a.st.PayloadBytes != 0 || a.st.EvictedBytes != 0 || len(a.st.Records) != 0 {
-		t.Errorf("after the ack: PayloadBytes %d, EvictedBytes %d, %d records, want all 0", a.st.PayloadBytes, a.st.EvictedBytes, len(a.st.Records))
+	if a.st.PayloadBytes != 0 || a.st.EvictedBytes != 0 || a.st.Records.Len() != 0 {
+		t.Errorf("after the ack: PayloadBytes %d, EvictedBytes %d, %d records, want all 0", a.st.PayloadBytes, a.st.EvictedBytes, a.st.Records.Len())
 	}
 }
 
@@ -136,7 +136,7 @@ func TestReclaim_FreesThePayloadsOfACaughtUpBacklog(t *testing.T) {
 	if before < after || before-after < 8<<20 {
 		t.Errorf("acknowledging a 10 MiB backlog freed %.1f MiB of heap, want >= 8 MiB", (float64(before)-float64(after))/(1<<20))
 	}
-	if n := len(a.st.Records); n != 0 {
+	if n := a.st.Records.Len(); n != 0 {
 		t.Errorf("%d records retained, want 0", n)
 	}
 }
@@ -153,7 +153,7 @@ func TestApply_RecordsOfOneSubjectShareTheirRecipientList(t *testing.T) {
 	var first *oplog.ParticipantID
 	for range 1000 {
 		q := a.tell(0, []byte("x"))
-		rec := a.st.Record(q)
+		rec, _ := a.st.Record(q)
 		if len(rec.Recipients()) != 99 {
 			t.Fatalf("record %v has %d recipients, want 99", q, len(rec.Recipients()))
 		}
@@ -196,20 +196,44 @@ func TestApply_InternedRecipientsMatchTheProjection(t *testing.T) {
 		}
 		Apply(&a.st, idx, &r, rows)
 		for _, rec := range rows[0].Records {
-			if got := a.st.Record(rec.Seq); got != nil && !slices.Equal(got.Recipients(), rec.Recipients) {
+			if got, ok := a.st.Record(rec.Seq); ok && !slices.Equal(got.Recipients(), rec.Recipients) {
 				t.Fatalf("record %v retained with recipients %v, projected with %v", rec.Seq, got.Recipients(), rec.Recipients)
 			}
 		}
 	}
 }
 
-// TestRetained_IsFortyEightBytes pins the size of a retained record's
-// metadata: a conversation may retain up to its backlog limit of them (65,536
-// by default), and a checkpoint derivation holds them once more while it
-// runs. The embedded outbox.Record and a payload slice made it 96.
-func TestRetained_IsFortyEightBytes(t *testing.T) {
-	if got := unsafe.Sizeof(Retained{}); got != 48 {
-		t.Errorf("a Retained is %d bytes, want 48", got)
+// TestRetention_ARecordIsSixteenBytes pins what a retained record costs
+// on its own: a conversation may retain up to its backlog limit of them
+// (65,536 by default), and a checkpoint derivation holds them once more
+// while it runs. A Retained of its own was 96 bytes, then 48.
+func TestRetention_ARecordIsSixteenBytes(t *testing.T) {
+	// A payload pointer, its length and the source's offset: 16 bytes
+	// where a pointer is 8.
+	if got, want := unsafe.Sizeof(slot{}), unsafe.Sizeof(uintptr(0))+8; got != want {
+		t.Errorf("a retained record's slot is %d bytes, want %d", got, want)
+	}
+}
+
+// TestRetention_OneSendersTellsAreOneRun checks that a recipient that never
+// reads costs 16 bytes a record, not a run each: every tell of one sender
+// under one membership joins the run before it, however many are retained,
+// and a derivation loading them (Retain) makes one run too.
+func TestRetention_OneSendersTellsAreOneRun(t *testing.T) {
+	a := newApplier(t, 2)
+	for range 10000 {
+		a.tell(0, []byte("to a deaf reader"))
+	}
+	if n, runs := a.st.Records.Len(), len(a.st.Records.runs); n != 10000 || runs != 1 {
+		t.Errorf("%d records retained in %d runs, want 10000 in 1", n, runs)
+	}
+	var loaded State
+	loaded.Members = a.st.Members
+	for _, r := range a.st.Records.All() {
+		loaded.Retain(r.Record(), r.Source)
+	}
+	if n, runs := loaded.Records.Len(), len(loaded.Records.runs); n != 10000 || runs != 1 {
+		t.Errorf("loaded: %d records in %d runs, want 10000 in 1", n, runs)
 	}
 }
 
@@ -224,13 +248,16 @@ func TestRetained_KeepsWhatTheSliceFieldsKept(t *testing.T) {
 		payload []byte
 	}{{"nil", nil}, {"empty", []byte{}}, {"bytes", []byte("transfer 100 to alice")}} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := NewRetained(rec, 11, tc.payload)
+			var st State
+			st.Retain(rec, 11)
+			st.Records.HoldPayload(0, tc.payload)
+			r := st.Records.At(0)
 			got := r.Payload()
 			if (got == nil) != (tc.payload == nil) || !bytes.Equal(got, tc.payload) {
 				t.Errorf("Payload() = %#v, want %#v", got, tc.payload)
 			}
-			if r.PayloadLen() != len(tc.payload) || r.Source != 11 {
-				t.Errorf("PayloadLen() = %d, Source = %d, want %d, 11", r.PayloadLen(), r.Source, len(tc.payload))
+			if r.PayloadLen() != len(tc.payload) || r.Source != 11 || r.Evicted {
+				t.Errorf("PayloadLen() = %d, Source = %d, Evicted %v, want %d, 11, false", r.PayloadLen(), r.Source, r.Evicted, len(tc.payload))
 			}
 			if back := r.Record(); !reflect.DeepEqual(back, rec) {
 				t.Errorf("Record() = %+v, want %+v", back, rec)
@@ -243,18 +270,49 @@ func TestRetained_KeepsWhatTheSliceFieldsKept(t *testing.T) {
 	a := newApplier(t, 2)
 	q := a.tell(0, []byte("twelve bytes"))
 	a.st.Evict(1)
-	r := a.st.Record(q)
-	if !r.Evicted || r.Payload() != nil || r.PayloadLen() != 12 {
+	i := int(q - a.st.Records.First())
+	if r := a.st.Records.At(i); !r.Evicted || r.Payload() != nil || r.PayloadLen() != 12 {
 		t.Errorf("evicted: Evicted %v, Payload() %q, PayloadLen() %d, want true, nil, 12", r.Evicted, r.Payload(), r.PayloadLen())
 	}
-	if n := r.DropPayload(); n != 0 || !r.Evicted || r.PayloadLen() != 12 {
+	if n, r := a.st.Records.DropPayload(i), a.st.Records.At(i); n != 0 || !r.Evicted || r.PayloadLen() != 12 {
 		t.Errorf("DropPayload() of an evicted record = %d, then Evicted %v, PayloadLen() %d; want 0, true, 12", n, r.Evicted, r.PayloadLen())
 	}
-	r.HoldPayload([]byte("twelve bytes"))
-	if r.Evicted || string(r.Payload()) != "twelve bytes" {
+	a.st.Records.HoldPayload(i, []byte("twelve bytes"))
+	if r := a.st.Records.At(i); r.Evicted || string(r.Payload()) != "twelve bytes" {
 		t.Errorf("held again: Evicted %v, Payload() %q", r.Evicted, r.Payload())
 	}
-	if n := r.DropPayload(); n != 12 || r.Payload() != nil || r.Evicted {
+	if n, r := a.st.Records.DropPayload(i), a.st.Records.At(i); n != 12 || r.Payload() != nil || r.Evicted {
 		t.Errorf("DropPayload() = %d, then Payload() %q, Evicted %v; want 12, nil, false", n, r.Payload(), r.Evicted)
 	}
+}
+
+// TestRetention_SourcesFourBillionRowsApartAreKept checks a source too far
+// past the oldest retained record's for an offset, kept aside, through
+// appends, a clone's, reclaiming and the copy that moves the records to
+// arrays of their own.
+func TestRetention_SourcesFourBillionRowsApartAreKept(t *testing.T) {
+	var st State
+	sources := []uint64{5, 6, 5 + 1<<32, 7 + 1<<33, 8 + 1<<33, 1 << 40}
+	for i, src := range sources {
+		st.Retain(Record{Seq: oplog.Seq(i + 1), Kind: KindRecord, Participant: 1, Recipients: []oplog.ParticipantID{0}}, src)
+	}
+	clone := st.Clone()
+	clone.Retain(Record{Seq: 7, Kind: KindRecord, Participant: 1, Recipients: []oplog.ParticipantID{0}}, 1<<41)
+	check := func(name string, st *State, want []uint64) {
+		t.Helper()
+		for i, r := range st.Records.All() {
+			if r.Source != want[i] {
+				t.Errorf("%s: record %v from row %d, want %d", name, r.Seq, r.Source, want[i])
+			}
+		}
+		if st.Records.Len() != len(want) {
+			t.Errorf("%s: %d records, want %d", name, st.Records.Len(), len(want))
+		}
+	}
+	check("original", &st, sources)
+	check("clone", clone, append(slices.Clone(sources), 1<<41))
+	clone.Records.dropFirst(2)
+	clone.Records.compact()
+	check("compacted", clone, append(slices.Clone(sources[2:]), 1<<41))
+	check("original after the clone's compaction", &st, sources)
 }

@@ -72,11 +72,11 @@ func (cv *conversation) setStateLocked(st *outbox.State) {
 	bl := cv.backlog
 	sh := cv.share.Load()
 	if old := cv.state; old != nil {
-		bl.records.Add(-int64(len(old.Records)))
+		bl.records.Add(-int64(old.Records.Len()))
 		if sh != nil {
-			sh.records.Add(-int64(len(old.Records)))
+			sh.records.Add(-int64(old.Records.Len()))
 		}
-		if len(old.Records) > 0 {
+		if old.Records.Len() > 0 {
 			bl.holding.Add(-1)
 		}
 		bl.bytes.Add(-old.PayloadBytes)
@@ -84,11 +84,11 @@ func (cv *conversation) setStateLocked(st *outbox.State) {
 	}
 	cv.state = st
 	if st != nil {
-		bl.records.Add(int64(len(st.Records)))
+		bl.records.Add(int64(st.Records.Len()))
 		if sh != nil {
-			sh.records.Add(int64(len(st.Records)))
+			sh.records.Add(int64(st.Records.Len()))
 		}
-		if len(st.Records) > 0 {
+		if st.Records.Len() > 0 {
 			bl.holding.Add(1)
 		}
 		bl.bytes.Add(st.PayloadBytes)

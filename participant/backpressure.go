@@ -117,8 +117,8 @@ func (r *backlogRefusals) add(scope string) {
 // conversation is charged to sh if it was charged to nobody.
 func (b *batch) admitRecords(sh *share, catchUp func() bool) *Error {
 	bl := b.s.backlog
-	held := int64(len(b.st.Records))
-	total := bl.records.Load() + held - int64(len(b.live.Records))
+	held := int64(b.st.Records.Len())
+	total := bl.records.Load() + held - int64(b.live.Records.Len())
 	asked, caught := false, false
 	catching := func() bool {
 		if catchUp != nil && !asked {
@@ -150,5 +150,9 @@ func (b *batch) admitRecords(sh *share, catchUp func() bool) *Error {
 // cursor: what an attach of p would deliver.
 func waiting(st *outbox.State, p ParticipantID) bool {
 	m := st.Member(p)
-	return m != nil && st.Next(p, m.Cursor) != nil
+	if m == nil {
+		return false
+	}
+	_, ok := st.Next(p, m.Cursor)
+	return ok
 }

@@ -400,7 +400,7 @@ func (b *batch) publish() {
 			}
 		}
 		if o.binds {
-			if m := st.Member(o.row.Participant); m.Bound && (m.Released > m.Cursor || st.Next(o.row.Participant, m.Cursor) != nil) {
+			if m := st.Member(o.row.Participant); m.Bound && (m.Released > m.Cursor || waiting(st, o.row.Participant)) {
 				wake[m.Conn] = struct{}{}
 			}
 		}

@@ -156,7 +156,7 @@ func loadRetained(st store.DurableStore, ck *checkpoint.Checkpoint, c Conversati
 		return mismatch("the checkpoint's records are in outbox rows %d to %d, the outbox has %d", w.Outbox, ck.Produced-1, rows.end)
 	}
 	rows.end = ck.Produced
-	state.Records = make([]outbox.Retained, 0, uint64(ck.LastSeq-w.First+1)+min(room, maxRetainedRoom))
+	state.Records.Reserve(int(uint64(ck.LastSeq-w.First+1) + min(room, maxRetainedRoom)))
 	next := w.First
 	for i := w.Outbox; rows.more(); i++ {
 		b, err := rows.entry()
@@ -199,8 +199,7 @@ func loadRetained(st store.DurableStore, ck *checkpoint.Checkpoint, c Conversati
 // oldest as it goes, so that it never holds more than the window and one
 // payload, whatever the recipients have not read.
 func loadPayloads(st store.DurableStore, c ConversationID, state *outbox.State, window int64) error {
-	for i := range state.Records {
-		r := &state.Records[i]
+	for i, r := range state.Records.All() {
 		if r.Kind != outbox.KindRecord {
 			continue
 		}
@@ -218,7 +217,7 @@ func loadPayloads(st store.DurableStore, c ConversationID, state *outbox.State, 
 		if row.Kind != oplog.KindTell || row.Seq != r.Seq || row.Participant != r.Participant {
 			return &refusal{ClassCheckpointMismatch, fmt.Sprintf("oplog row %d is not the tell of record %v", r.Source, r.Seq)}
 		}
-		r.HoldPayload(row.Payload)
+		state.Records.HoldPayload(i, row.Payload)
 		state.PayloadBytes += int64(len(row.Payload))
 		if window > 0 && state.PayloadBytes > window {
 			state.Evict(state.PayloadBytes - window)

@@ -94,9 +94,14 @@ func buildHistoryTokens(t *testing.T, svc *Service, conv ConversationID, tells, 
 
 var stateOpts = cmp.Options{
 	cmpopts.IgnoreUnexported(outbox.State{}, outbox.Record{}, oplog.ConnID{}),
-	// A retained record's recipients and payload are behind methods.
-	cmp.Transformer("retained", func(r outbox.Retained) retainedView {
-		return retainedView{r.Record(), r.Source, r.Payload(), r.PayloadLen(), r.Evicted}
+	// The retained records, their recipients and payloads are behind
+	// methods.
+	cmp.Transformer("retained", func(rs outbox.Retention) []retainedView {
+		var out []retainedView
+		for _, r := range rs.All() {
+			out = append(out, retainedView{r.Record(), r.Source, r.Payload(), r.PayloadLen(), r.Evicted})
+		}
+		return out
 	}),
 	cmpopts.EquateEmpty(),
 }
@@ -239,11 +244,11 @@ func TestDerive_PayloadBytesCountsOnlyHeldPayloads(t *testing.T) {
 	p := pages{budget: newByteBudget(1 << 30), bytes: DefaultReadPageBytes}
 	_, rb, err := derive(ctx, mem, 1, p, nil, oplogLen(t, mem, 1), time.Now(), DefaultRetain)
 	must(t, err)
-	if len(rb.state.Records) == 0 {
+	if rb.state.Records.Len() == 0 {
 		t.Fatal("the history retains no records: nothing to check")
 	}
 	var held int64
-	for _, r := range rb.state.Records {
+	for _, r := range rb.state.Records.All() {
 		held += int64(len(r.Payload()))
 	}
 	if held != 0 || rb.state.PayloadBytes != held {
@@ -471,7 +476,7 @@ func TestCheckpoint_SizeDoesNotGrowWithTheRetainedRecords(t *testing.T) {
 	for _, c := range []ConversationID{1, 2} {
 		fromCk, err := reconcile(ctx, mem, c, p)
 		must(t, err)
-		if got, want := len(fromCk.State.Records), map[ConversationID]int{1: 8, 2: 190}[c]; got != want {
+		if got, want := fromCk.State.Records.Len(), map[ConversationID]int{1: 8, 2: 190}[c]; got != want {
 			t.Errorf("conversation %v loads %d retained records from its checkpoint, want %d", c, got, want)
 		}
 		ck, err := mem.GetBytes(checkpoint.Key(c))

@@ -131,8 +131,8 @@ func (rb *rebuilder) fill(ck *checkpoint.Checkpoint, now time.Time, retain time.
 		ck.Invites = append(ck.Invites, checkpoint.Invite{ID: id, Uses: s.InviteUses[id]})
 	}
 	ck.Window = &checkpoint.Window{First: firstKept(s), Oplog: s.Applied, Outbox: s.Produced}
-	if len(s.Records) > 0 {
-		ck.Window.Oplog, ck.Window.Outbox = s.Records[0].Source, rb.outboxRow(c, s.Records[0].Seq)
+	if s.Records.Len() > 0 {
+		ck.Window.Oplog, ck.Window.Outbox = s.Records.At(0).Source, rb.outboxRow(c, s.Records.First())
 	}
 	ck.Marks = pruneMarks(rb.marks, now, retain)
 	if err := ck.WellFormed(); err != nil {
@@ -143,9 +143,9 @@ func (rb *rebuilder) fill(ck *checkpoint.Checkpoint, now time.Time, retain time.
 // inline returns the records of rb's state with the rows that produced
 // them, as a checkpoint of Versions 1 to 3 holds them.
 func (rb *rebuilder) inline() []checkpoint.Record {
-	recs := rb.state.Records
-	out := make([]checkpoint.Record, len(recs))
-	for i, r := range recs {
+	recs := &rb.state.Records
+	out := make([]checkpoint.Record, recs.Len())
+	for i, r := range recs.All() {
 		out[i] = checkpoint.Record{Record: r.Record(), Oplog: r.Source, Outbox: rb.outboxRow(0, r.Seq)}
 	}
 	return out

@@ -373,8 +373,8 @@ func (c *Conn) nextLocked(cv *conversation, p ParticipantID, offered Offered) (d
 		// once, before the records that follow.
 		return Delivery{Conversation: cv.id, Recipient: p, Seq: m.Released, First: m.Released + 1, Epoch: epoch}, 0, false, true
 	}
-	rec := st.Next(p, after)
-	if rec == nil {
+	rec, ok := st.Next(p, after)
+	if !ok {
 		return Delivery{}, 0, false, false
 	}
 	return Delivery{

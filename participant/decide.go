@@ -292,7 +292,7 @@ func (d *decider) ack(st *outbox.State, req *Ack) (row oplog.Row, noop bool, e *
 		e.First = m.Released + 1
 		return row, false, e
 	}
-	if rec := st.Record(req.Through); rec == nil || !rec.Addressed(req.Participant) {
+	if rec, ok := st.Record(req.Through); !ok || !rec.Addressed(req.Participant) {
 		e := refuse(CodeAckGap, "%v is not a record addressed to %v", req.Through, req.Participant)
 		e.Cursor = m.Cursor
 		return row, false, e

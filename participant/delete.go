@@ -61,7 +61,7 @@ type Disowner interface {
 // deletable reports whether st may take a Delete row: every participant
 // left and no record is retained.
 func deletable(st *outbox.State) bool {
-	return st != nil && !st.Deleted && st.AllLeft() && len(st.Records) == 0
+	return st != nil && !st.Deleted && st.AllLeft() && st.Records.Len() == 0
 }
 
 // deleteLeft deletes cv when every participant has left it and its last

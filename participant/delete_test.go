@@ -182,7 +182,7 @@ func TestDelete_RefusedWhileAMemberStays(t *testing.T) {
 	if !deletable(st) {
 		t.Errorf("a conversation every member left is not deletable")
 	}
-	st.Records = []outbox.Retained{{}}
+	st.Retain(outbox.Record{Seq: st.LastSeq + 1, Kind: outbox.KindRecord}, 0)
 	if deletable(st) {
 		t.Errorf("a conversation that retains a record is deletable")
 	}

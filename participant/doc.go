@@ -138,10 +138,11 @@
 // most Options.BacklogWindowBytes of payloads in memory, dropping its
 // oldest at its own commit, so that a recipient that never reads costs its
 // window whatever it is sent; a start evicts past the window as it loads,
-// never holding every payload retained. The records themselves (an
-// outbox.Retained, 48 bytes of metadata each, and as much again in a
-// checkpoint derivation's replay state; a checkpoint names their rows
-// instead of holding them) are bounded by backpressure
+// never holding every payload retained. The records themselves (16 bytes
+// each in an outbox.Retention, and a run per stretch of records that share
+// a subject and recipients; as much again in a checkpoint derivation's
+// replay state; a checkpoint names their rows instead of holding them) are
+// bounded by backpressure
 // (backpressure.go): past Options.MaxBacklogRecords in a conversation, or
 // past Options.BacklogRecords in the service for the conversations that
 // retain the most, enroll, tell and attach are refused backlog_full before

@@ -64,8 +64,8 @@ func TestEvict_ReclaimsAndSurvivesARestart(t *testing.T) {
 	}
 	cv := svc.existing(1)
 	st1 := cv.loaded()
-	rec := st1.Record(ended.Seq)
-	if rec == nil || rec.Kind != outbox.KindLeft || rec.Cause != oplog.CauseEvicted {
+	rec, ok := st1.Record(ended.Seq)
+	if !ok || rec.Kind != outbox.KindLeft || rec.Cause != oplog.CauseEvicted {
 		t.Errorf("record %v after a restart = %+v, want left with cause evicted", ended.Seq, rec)
 	}
 

@@ -289,7 +289,7 @@ func TestEvictionTakesFromTheLargestBacklogFirst(t *testing.T) {
 		told, err := tx2.Tell(e.ctx, Tell{Conversation: 2, Participant: s.Participant, Generation: s.Generation, Token: tok, Payload: payloadOf(i, 8<<10)})
 		must(t, err)
 		st := e.svc.existing(2).loaded()
-		if rec := st.Record(told.Seq); rec == nil || rec.Evicted {
+		if rec, ok := st.Record(told.Seq); !ok || rec.Evicted {
 			t.Fatalf("tell %d of the conversation that keeps up was evicted while conversation 1 holds %d bytes",
 				i, e.svc.existing(1).loaded().PayloadBytes)
 		}

@@ -77,8 +77,8 @@ func (p *positions) row(q Seq) (uint64, bool) {
 // firstKept returns the seq of the first record st retains, LastSeq+1 when
 // it retains none.
 func firstKept(st *outbox.State) Seq {
-	if len(st.Records) > 0 {
-		return st.Records[0].Seq
+	if st.Records.Len() > 0 {
+		return st.Records.First()
 	}
 	return st.LastSeq + 1
 }
@@ -92,12 +92,7 @@ func (rp *rebuilder) apply(i uint64, row *oplog.Row, expected []outbox.Row) {
 	before, beforeFirst, outboxIdx := st.Records, firstKept(st), st.Produced
 	outbox.Apply(st, i, row, expected)
 	kept := firstKept(st)
-	for k := range before {
-		if before[k].Seq >= kept {
-			break
-		}
-		before[k] = outbox.Retained{}
-	}
+	before.ClearBelow(kept)
 	if !rp.track {
 		if rp.window > 0 && st.PayloadBytes > rp.window {
 			st.Evict(st.PayloadBytes - rp.window)
@@ -113,8 +108,8 @@ func (rp *rebuilder) apply(i uint64, row *oplog.Row, expected []outbox.Row) {
 	}
 	// Only the records this row produced hold a payload: every earlier
 	// one was dropped when it was produced, and is no longer counted.
-	for k := max(len(st.Records)-produced, 0); k < len(st.Records); k++ {
-		st.PayloadBytes -= int64(st.Records[k].DropPayload())
+	for k := max(st.Records.Len()-produced, 0); k < st.Records.Len(); k++ {
+		st.PayloadBytes -= int64(st.Records.DropPayload(k))
 	}
 	if kept == beforeFirst {
 		return
@@ -122,7 +117,7 @@ func (rp *rebuilder) apply(i uint64, row *oplog.Row, expected []outbox.Row) {
 	rp.pos.dropBelow(kept)
 	m := checkpoint.Mark{At: row.At, Oplog: st.Applied, Outbox: st.Produced}
 	if p, ok := rp.pos.row(kept); ok {
-		m.Oplog, m.Outbox = st.Records[0].Source, p
+		m.Oplog, m.Outbox = st.Records.At(0).Source, p
 	}
 	rp.addMark(m)
 }

@@ -522,7 +522,7 @@ func (s *Service) rebindTurn(id ConversationID, st *outbox.State) (tokens map[Pa
 			ends = append(ends, staleBinding{p, m.Conn, cause})
 		default:
 			c.bind(id, p, nil)
-			if st.Next(p, m.Cursor) != nil {
+			if waiting(st, p) {
 				live = append(live, c)
 			}
 		}

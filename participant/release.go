@@ -47,10 +47,10 @@ func (s *Service) releaseStale(ctx context.Context, cv *conversation, cutoff int
 	through := lo
 	var released uint64
 	err = s.submit(ctx, cv, func(b *batch) func(error) error {
-		if len(b.st.Records) == 0 || b.st.Records[0].Seq > through {
+		if b.st.Records.Len() == 0 || b.st.Records.First() > through {
 			return settled(nil) // acknowledged meanwhile
 		}
-		n := uint64(through - b.st.Records[0].Seq + 1)
+		n := uint64(through - b.st.Records.First() + 1)
 		row := oplog.Row{Kind: oplog.KindRelease, Through: through, At: b.s.now().UnixMilli()}
 		if err := b.stage(&op{row: row}); err != nil {
 			return settled(err)
@@ -74,10 +74,10 @@ func retainedSpan(cv *conversation) (first, last Seq, ok bool) {
 	cv.mu.RLock()
 	defer cv.mu.RUnlock()
 	st := cv.state
-	if st == nil || len(st.Records) == 0 {
+	if st == nil || st.Records.Len() == 0 {
 		return 0, 0, false
 	}
-	return st.Records[0].Seq, st.LastSeq, true
+	return st.Records.First(), st.LastSeq, true
 }
 
 // committedBy reports whether record q of cv committed at or before
@@ -85,16 +85,14 @@ func retainedSpan(cv *conversation) (first, last Seq, ok bool) {
 // longer retained was reclaimed, which only an older one can be first.
 func (s *Service) committedBy(cv *conversation, q Seq, cutoff int64) (bool, error) {
 	cv.mu.RLock()
-	var source uint64
-	var rec *outbox.Retained
+	var rec outbox.Retained
+	var retained bool
 	if cv.state != nil {
-		rec = cv.state.Record(q)
+		rec, retained = cv.state.Record(q)
 	}
-	if rec != nil {
-		source = rec.Source
-	}
+	source := rec.Source
 	cv.mu.RUnlock()
-	if rec == nil {
+	if !retained {
 		return true, nil
 	}
 	at, stored, err := s.committedAt(cv.id, source)

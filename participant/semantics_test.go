@@ -645,7 +645,7 @@ func TestSemantics_Records(t *testing.T) {
 	// The left participant receives nothing more; new records skip it.
 	e.tell(c1, a2, "z")
 	st := e.svc.existing(1).loaded()
-	if rec := st.Record(11); rec == nil || rec.Addressed(2) || !rec.Addressed(1) {
+	if rec, ok := st.Record(11); !ok || rec.Addressed(2) || !rec.Addressed(1) {
 		t.Errorf("record 11 recipients = %+v, want p1 and not the left p2", rec)
 	}
 
@@ -700,8 +700,8 @@ func TestSemantics_Records(t *testing.T) {
 		p    ParticipantID
 		c    Cause
 	}{{20, outbox.KindDied, 0, oplog.CauseUncleanRestart}, {21, outbox.KindDied, 1, oplog.CauseUncleanRestart}, {22, outbox.KindAttached, 1, oplog.CauseNone}} {
-		rec := st.Record(want.seq)
-		if rec == nil || rec.Kind != want.kind || rec.Participant != want.p || rec.Cause != want.c {
+		rec, ok := st.Record(want.seq)
+		if !ok || rec.Kind != want.kind || rec.Participant != want.p || rec.Cause != want.c {
 			t.Errorf("record %v after restart = %+v, want %v %v %v", want.seq, rec, want.kind, want.p, want.c)
 		}
 	}
@@ -994,11 +994,11 @@ func TestSemantics_IDsAndReclaim(t *testing.T) {
 		e.tell(sender, s, "r")
 	}
 	st := e.svc.existing(2).loaded()
-	if n := len(st.Records); n < 4 {
+	if n := st.Records.Len(); n < 4 {
 		t.Fatalf("retained records = %d before any ack", n)
 	}
 	e.ack(oc, other, 5)
-	if n := len(e.svc.existing(2).loaded().Records); n != 0 {
+	if n := e.svc.existing(2).loaded().Records.Len(); n != 0 {
 		t.Errorf("retained records after the only recipient acked everything = %d, want 0", n)
 	}
 }

@@ -179,7 +179,7 @@ func (b *batch) admitShare(sh *share, held, total int64, catchUp bool) *Error {
 	mine := charged.records.Load() + held
 	convs := int64(-1)
 	if b.cv.share.Load() == charged {
-		mine -= int64(len(b.live.Records))
+		mine -= int64(b.live.Records.Len())
 	} else {
 		// The conversation holds its slot by now (a new one reserved it).
 		convs = int64(b.s.conversationSlots.count())
@@ -248,7 +248,7 @@ func (cv *conversation) chargeTo(sh *share) {
 	cv.share.Store(sh)
 	sh.conversations.Add(1)
 	if cv.state != nil {
-		sh.records.Add(int64(len(cv.state.Records)))
+		sh.records.Add(int64(cv.state.Records.Len()))
 	}
 }
 

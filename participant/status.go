@@ -86,9 +86,9 @@ func (s *Service) Status(id ConversationID) (Status, bool) {
 	if st != nil {
 		out.Loaded = true
 		out.Applied, out.LastSeq = st.Applied, st.LastSeq
-		out.Retained, out.PayloadBytes, out.EvictedBytes = len(st.Records), st.PayloadBytes, st.EvictedBytes
-		if len(st.Records) > 0 {
-			out.FirstRetained = st.Records[0].Seq
+		out.Retained, out.PayloadBytes, out.EvictedBytes = st.Records.Len(), st.PayloadBytes, st.EvictedBytes
+		if st.Records.Len() > 0 {
+			out.FirstRetained = st.Records.First()
 		}
 		out.Participants = make([]ParticipantStatus, 0, len(st.Members))
 		for i, m := range st.Members {
@@ -96,9 +96,9 @@ func (s *Service) Status(id ConversationID) (Status, bool) {
 		}
 		// Only seqs and recipient lists are copied: the lists are never
 		// written once made, so they are counted below, outside the lock.
-		recs = make([]retainedMeta, len(st.Records))
-		for i := range st.Records {
-			recs[i] = retainedMeta{seq: st.Records[i].Seq, recipients: st.Records[i].Recipients()}
+		recs = make([]retainedMeta, st.Records.Len())
+		for i, r := range st.Records.All() {
+			recs[i] = retainedMeta{seq: r.Seq, recipients: r.Recipients()}
 		}
 	}
 	cv.mu.RUnlock()

@@ -890,7 +890,7 @@ func (r *modelRun) checkRecords() {
 			}
 			loaded = true
 			last = st.LastSeq
-			for _, rec := range st.Records {
+			for _, rec := range st.Records.All() {
 				if int(rec.Seq) > len(r.ref.convs[conv].records) {
 					bad = fmt.Sprintf("record %v beyond the model's", rec.Seq)
 					break
