@@ -9,7 +9,7 @@ import (
 // Backpressure on retained records (docs/DESIGN.md, Publication). Payload
 // bytes of the records a recipient has yet to acknowledge are bounded by
 // eviction (backlog.go), but each retained record keeps its metadata in
-// memory (an outbox.Retained, about 60 bytes of heap); so the number of retained
+// memory (a slot of an outbox.Retention, about 20 bytes of heap); so the number of retained
 // records is bounded too, by refusing the operations that add records and
 // can wait (enroll, tell, attach) with backlog_full, before anything is
 // written. What settles or ends (ack, detach, leave, a connection's end)
@@ -49,8 +49,9 @@ const (
 	// DefaultMaxBacklogRecords caps the records one conversation retains.
 	DefaultMaxBacklogRecords = 1 << 16
 	// DefaultBacklogRecords is the service's budget of retained records:
-	// at about 60 bytes of heap each (BENCHMARKS.md), 256 Ki records
-	// are some 15 MiB, and the hard ceiling a quarter more.
+	// at about 20 bytes of heap each (BENCHMARKS.md; up to 48 where
+	// every record is a run of its own), 256 Ki records are some 5 to
+	// 12 MiB, and the hard ceiling a quarter more.
 	DefaultBacklogRecords = 1 << 18
 )
 

@@ -162,7 +162,7 @@ var settings = []setting{
 		intSetting(func(o *options) *int { return &o.server.MaxBacklogBytes })},
 	{"max-backlog-records", strconv.Itoa(participant.DefaultMaxBacklogRecords), "records one conversation retains until every recipient acknowledged them; past it enroll, tell and attach are backlog_full (retry later), ack, detach and leave still commit",
 		intSetting(func(o *options) *int { return &o.server.MaxBacklogRecords })},
-	{"backlog-records", strconv.Itoa(participant.DefaultBacklogRecords), "records all conversations retain together (~60 bytes of memory each); past it the conversations retaining the most are backlog_full, and a quarter past it all that add records",
+	{"backlog-records", strconv.Itoa(participant.DefaultBacklogRecords), "records all conversations retain together (~20 bytes of memory each); past it the conversations retaining the most are backlog_full, and a quarter past it all that add records",
 		intSetting(func(o *options) *int { return &o.server.BacklogRecords })},
 	{"client-share", strconv.Itoa(participant.DefaultClientShare), "percent of backlog-records and of max-conversations that the conversations of one peer address (an IPv6 /64) may take (under tls-client-ca: of one client certificate identity, whatever its address); past it its enroll, tell and attach are backlog_full or capacity_exceeded (loopback exempt unless limit-loopback)",
 		intSetting(func(o *options) *int { return &o.server.ClientShare })},
