@@ -116,7 +116,9 @@ func TestConnCap_EachEndOfAnOperationGivesBackItsSlotOnce(t *testing.T) {
 	ctx := context.Background()
 	fs := faultstore.New(store.NewMemory())
 	sw := faultstore.NewSwitch(faultstore.When(faultstore.Fail, faultstore.Kind(faultstore.OpAppend), faultstore.Prefix("oplog/")))
-	uncertain := faultstore.NewSwitch(faultstore.When(faultstore.Uncertain, faultstore.Kind(faultstore.OpFlush)))
+	// One flush in doubt, the attach's: the reload that follows it must
+	// not meet another while the switch is still on.
+	uncertain := faultstore.NewSwitch(faultstore.Once(faultstore.When(faultstore.Uncertain, faultstore.Kind(faultstore.OpFlush))))
 	fs.SetRules(sw, uncertain)
 	svc, err := Open(ctx, fs, Options{NodeKey: testKey, MaxConversationsPerConn: 2, MaxParticipants: 2})
 	must(t, err)

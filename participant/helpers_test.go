@@ -112,5 +112,21 @@ func mustEnroll(t tb, c *Conn, conv ConversationID, tok byte) Bound {
 }
 
 // waitReloads waits for the background reloads started so far, to observe
-// a settled service.
-func (s *Service) waitReloads() { s.bg.Wait() }
+// a settled service. An operation is answered before its batch gives up
+// the conversation's turn and starts the reload a failed commit needs, so
+// it first takes and gives back every conversation's turn: a batch counts
+// its reload before it gives the turn up.
+func (s *Service) waitReloads() {
+	s.mu.Lock()
+	convs := make([]*conversation, 0, len(s.convs))
+	for _, cv := range s.convs {
+		convs = append(convs, cv)
+	}
+	s.mu.Unlock()
+	for _, cv := range convs {
+		if cv.acquire(context.Background()) == nil {
+			<-cv.turn
+		}
+	}
+	s.bg.Wait()
+}

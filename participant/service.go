@@ -634,27 +634,16 @@ func (s *Service) Close() error {
 // budget if a commit took it past (see backlog). When the turn's holder dropped the
 // conversation's state, a reload starts at once in the background, so that
 // connections waiting for its records need not wait for the next operation
-// on it; it publishes what it finds.
+// on it; it publishes what it finds. The reload is counted (Service.bg)
+// before the turn is given up, so that whoever takes the turn next sees it.
 func (s *Service) release(cv *conversation) {
-	reload := cv.dropped
+	reload := cv.dropped && s.pinForReload(cv)
 	cv.dropped = false
 	<-cv.turn
 	s.trimBacklog()
 	if !reload {
 		return
 	}
-	// The reload pins the entry, as an operation does: an entry that no
-	// operation pins and nothing registered would otherwise be forgotten
-	// (unpin) while the reload holds its turn and perhaps registers it.
-	// An entry already forgotten has nobody waiting for it.
-	s.mu.Lock()
-	if s.closed || s.convs[cv.id] != cv {
-		s.mu.Unlock()
-		return
-	}
-	cv.pins++
-	s.bg.Add(1)
-	s.mu.Unlock()
 	go func() {
 		defer s.bg.Done()
 		defer s.unpin(cv)
@@ -670,6 +659,22 @@ func (s *Service) release(cv *conversation) {
 		cv.dropped = false
 		<-cv.turn
 	}()
+}
+
+// pinForReload pins cv for a background reload, as an operation does, and
+// counts the reload, reporting false when cv needs none: an entry that no
+// operation pins and nothing registered would otherwise be forgotten
+// (unpin) while the reload holds its turn and perhaps registers it, and
+// an entry already forgotten has nobody waiting for it.
+func (s *Service) pinForReload(cv *conversation) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.convs[cv.id] != cv {
+		return false
+	}
+	cv.pins++
+	s.bg.Add(1)
+	return true
 }
 
 // conversation is one conversation's entry. Operations on it queue, and the
