@@ -32,7 +32,7 @@ func (c *conn) submit(conv uint64, m wire.Operation, held int64) bool {
 	c.mu.Unlock()
 	if !running {
 		c.workers.Add(1)
-		go c.work(conv)
+		c.srv.work.run(func() { c.work(conv) })
 	}
 	return true
 }

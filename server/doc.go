@@ -36,7 +36,7 @@
 //	serve       handshake, reading, teardown  the peer goes, says bye, breaks the protocol, or the server drains
 //	writer      the socket's write side       teardown hands it the last frame (or a write fails)
 //	pump        pushing deliveries            teardown stops it
-//	worker      one conversation's requests   its queue is empty
+//	worker      one conversation's requests   its queue is empty (its goroutine then parks in the server's pool, workpool.go)
 //
 // Requests of one conversation are applied and answered in the order read,
 // by at most one worker of that conversation at a time; requests of

@@ -105,6 +105,8 @@ type Server struct {
 
 	// connWG counts the goroutines serving connections.
 	connWG sync.WaitGroup
+	// work runs the connections' conversation workers; Run stops it.
+	work *workPool
 
 	// mu guards the fields below.
 	mu sync.Mutex
@@ -195,6 +197,7 @@ func New(cfg Config) (*Server, error) {
 		pendingBytes: newSharedBudget(int64(cfg.MaxPendingBytesTotal), cfg.ClientShare, int64(cfg.MaxFrame)),
 	}
 	s.opCtx, s.opCancel = context.WithCancel(context.Background())
+	s.work = newWorkPool()
 	s.tracer = newTracer(cfg.TracerProvider)
 	s.metrics = newMetrics(s)
 	s.auth = newAuthGuard(s.metrics.reg, s.peers.v4, s.peers.v6)
@@ -236,6 +239,7 @@ func (s *Server) Service() *participant.Service { return s.svc.Load() }
 // open and the data directory locked until the process exits.
 func (s *Server) Run(ctx context.Context) error {
 	defer s.opCancel()
+	defer s.work.stop()
 	// Requests carry no body: reading one, and a keep-alive, are bounded;
 	// writing is not, since a backup streams for as long as it takes.
 	hsrv := &http.Server{Handler: s.healthHandler(), ReadHeaderTimeout: 10 * time.Second,

@@ -46,6 +46,10 @@ func (c *Conn) NetConn() net.Conn { return c.nc }
 // the ownership of the body (valid until the next read).
 func (c *Conn) ReadFrame() ([]byte, error) { return c.r.ReadFrame() }
 
+// Buffered returns how many bytes were read ahead of the frames returned;
+// see Reader.Buffered.
+func (c *Conn) Buffered() int { return c.r.Buffered() }
+
 // ReadRequest reads one frame and decodes it with DecodeRequest. It returns
 // ReadFrame's errors, or DecodeRequest's *DecodeError; after a BadRequest
 // error the next frame may be read, after any other error the connection

@@ -86,6 +86,12 @@ func NewReader(r io.Reader, maxFrame int) *Reader {
 // MaxFrame returns the largest body the Reader accepts.
 func (r *Reader) MaxFrame() int { return int(r.max) }
 
+// Buffered returns how many bytes the Reader has read ahead of the frames
+// it returned: when it is 0, the next ReadFrame waits for the stream. A
+// client that queues requests while it handles what it read writes them
+// before it waits.
+func (r *Reader) Buffered() int { return r.r.Buffered() }
+
 // ReadFrame reads one frame and returns its body.
 //
 // The body is owned by the Reader and valid only until the next call to

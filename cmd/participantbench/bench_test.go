@@ -246,3 +246,24 @@ func TestBench_OverWebSocket(t *testing.T) {
 			rep.Transport, rep.Ops, rep.Errors, rep.FirstError, rep.Verified, rep.VerifyFailures)
 	}
 }
+
+// TestBench_TellShapeAcksEveryDeliveredTell: the tell shape, driven from
+// each connection's reader with the next tell and ack written together
+// (--coalesce, the default) and by goroutines a write each, counts
+// verified answers and acknowledges the deliveries, at one request in
+// flight and at four.
+func TestBench_TellShapeAcksEveryDeliveredTell(t *testing.T) {
+	for _, coalesce := range []string{"true", "false"} {
+		for _, window := range []string{"1", "4"} {
+			t.Run("coalesce="+coalesce+"/window="+window, func(t *testing.T) {
+				rep := runBenchForTest(t, "--embedded", "--data-dir", t.TempDir(), "--op", opTell, "--clients", "4",
+					"--window", window, "--coalesce="+coalesce, "--duration", "500ms", "--warmup", "100ms",
+					"--fsync-probe=false", "--verify", "20")
+				if rep.Ops == 0 || rep.Errors != 0 || len(rep.VerifyFailures) != 0 || rep.Verified == 0 || rep.Acks == 0 {
+					t.Fatalf("report = ops %d, errors %d (%s), verified %d, failures %v, acks %d; want ops > 0, no errors, replays verified, acks",
+						rep.Ops, rep.Errors, rep.FirstError, rep.Verified, rep.VerifyFailures, rep.Acks)
+				}
+			})
+		}
+	}
+}

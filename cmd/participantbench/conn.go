@@ -18,10 +18,21 @@ import (
 // pipelined by id, answers dispatched to callbacks by the one reader
 // goroutine. It has no retries and no reconnects: the bench counts only
 // answers the server actually gave.
+//
+// Requests sent from the reader goroutine (by a callback, see sendLater)
+// are queued and written together just before the reader would wait for
+// the socket: what the answers of one read make the client send (the next
+// tell, an ack) leaves in one write, as a client that pipelines over one
+// connection does, instead of one write and one goroutine hand-off each.
 type benchConn struct {
 	wc      *wire.Conn
 	welcome *wire.Welcome
 	nextID  atomic.Uint64
+
+	// wmu guards out and orders every frame this conn writes.
+	wmu sync.Mutex
+	// out holds the frames queued by sendLater, not yet written.
+	out []byte
 
 	// mu guards calls.
 	mu    sync.Mutex
@@ -75,6 +86,13 @@ func (c *benchConn) start() { go c.read() }
 func (c *benchConn) read() {
 	defer close(c.readDone)
 	for {
+		if c.wc.Buffered() == 0 {
+			// About to wait for the socket: what the frames read so far
+			// made the callbacks send goes out first, in one write.
+			if err := c.flush(); err != nil {
+				c.wc.Close() // the read below fails and ends the calls
+			}
+		}
 		m, err := c.wc.ReadServerMessage()
 		if err != nil {
 			c.readErr = err
@@ -111,9 +129,46 @@ func (c *benchConn) read() {
 // connection ended before its answer.
 var errConnClosed = errors.New("bench: connection ended before the answer")
 
-// send assigns req an id, registers done for its answer and writes it.
-// done runs on the reader goroutine, with nil if the connection ended first.
+// send assigns req an id, registers done for its answer and writes it
+// (after any frame sendLater queued). done runs on the reader goroutine,
+// with nil if the connection ended first.
 func (c *benchConn) send(req wire.Message, done func(wire.Message)) error {
+	return c.enqueue(req, done, false)
+}
+
+// sendLater is send for the reader goroutine (a callback): req is queued
+// and written with whatever else the reader's callbacks queue before it
+// next waits for the socket. A write error then closes the connection,
+// which fails every call in flight (done gets nil).
+func (c *benchConn) sendLater(req wire.Message, done func(wire.Message)) error {
+	return c.enqueue(req, done, true)
+}
+
+// write writes m at once, after any frame sendLater queued.
+func (c *benchConn) write(m wire.Message) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.out = wire.AppendFrame(c.out, m)
+	return c.flushLocked()
+}
+
+// flush writes the frames sendLater queued.
+func (c *benchConn) flush() error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	return c.flushLocked()
+}
+
+func (c *benchConn) flushLocked() error {
+	if len(c.out) == 0 {
+		return nil
+	}
+	_, err := c.wc.NetConn().Write(c.out)
+	c.out = c.out[:0]
+	return err
+}
+
+func (c *benchConn) enqueue(req wire.Message, done func(wire.Message), later bool) error {
 	id := c.nextID.Add(1)
 	setRequestID(req, id)
 	c.mu.Lock()
@@ -123,7 +178,18 @@ func (c *benchConn) send(req wire.Message, done func(wire.Message)) error {
 	}
 	c.calls[id] = done
 	c.mu.Unlock()
-	if err := c.wc.WriteMessage(req); err != nil {
+	c.wmu.Lock()
+	n := len(c.out)
+	c.out = wire.AppendFrame(c.out, req)
+	var err error
+	if body := len(c.out) - n - wire.HeaderLen; c.welcome.MaxFrame > 0 && uint64(body) > c.welcome.MaxFrame {
+		c.out = c.out[:n]
+		err = &wire.FrameTooLargeError{Length: uint64(body), Max: c.welcome.MaxFrame}
+	} else if !later {
+		err = c.flushLocked()
+	}
+	c.wmu.Unlock()
+	if err != nil {
 		c.mu.Lock()
 		_, mine := c.calls[id]
 		delete(c.calls, id)

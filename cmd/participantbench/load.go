@@ -30,6 +30,12 @@ type loadConfig struct {
 	// fast as the server answers), for a steady load whose effect on disk
 	// does not depend on how busy the machine is.
 	rate float64
+	// coalesce drives the tell shape (without rate) from each
+	// connection's reader: the next tell and the next ack are sent by the
+	// callbacks of the answers and deliveries read, and leave together in
+	// one write (benchConn.sendLater). Off, a goroutine sends the tells
+	// and another the acks, each in a write of its own.
+	coalesce bool
 }
 
 const (
@@ -73,7 +79,7 @@ type worker struct {
 	gen  uint64
 
 	sem     chan struct{} // window slots
-	n       uint64        // tokens minted
+	n       atomic.Uint64 // tokens minted (the chained tells mint on the reader too)
 	enrolls int           // enrolls on the current connection
 
 	// Written by the reader goroutine (callbacks), read after the run.
@@ -95,6 +101,18 @@ type worker struct {
 	maxSeen atomic.Uint64
 	nudge   chan struct{}
 	acks    atomic.Uint64
+
+	// chained: the tell shape without --rate, driven from the reader
+	// goroutine: an answer's callback sends the next tell, and a delivery
+	// or an ack's answer the next ack (driveChained, ackNext). stop ends the tells,
+	// stopAcks the acks.
+	chained  bool
+	stop     atomic.Bool
+	stopAcks atomic.Bool
+	// ackMu guards acked and ackBusy, the chained acker's state.
+	ackMu   sync.Mutex
+	acked   uint64
+	ackBusy bool
 }
 
 // sample is one counted answer to replay after the run.
@@ -112,14 +130,14 @@ type sample struct {
 // unique in the run even where the counter wraps, since 2^30 tokens never
 // share a millisecond.
 func (w *worker) token() wire.Token {
-	w.n++
+	n := w.n.Add(1)
 	if w.run.cfg.randomTokens {
 		return client.NewToken()
 	}
 	now := time.Now().UnixMilli()
 	nonce := w.run.nonce >> 40 // its 24 bits
 	idx := uint64(w.index) & (1<<20 - 1)
-	return wire.TokenV7(now, uint16(nonce>>12), (nonce&0xfff)<<50|idx<<30|w.n&(1<<30-1))
+	return wire.TokenV7(now, uint16(nonce>>12), (nonce&0xfff)<<50|idx<<30|n&(1<<30-1))
 }
 
 func (w *worker) fail(err error) {
@@ -133,6 +151,12 @@ func (w *worker) answered(m wire.Message, sent time.Time, ok func(wire.Message) 
 	// The slot is freed last, so that drain orders every write below before
 	// the report reads it.
 	defer func() { <-w.sem }()
+	w.record(m, sent, ok)
+}
+
+// record counts one answer of a request sent at sent; answered without
+// the slot.
+func (w *worker) record(m wire.Message, sent time.Time, ok func(wire.Message) (sample, bool)) {
 	switch e := m.(type) {
 	case nil:
 		if w.run.phase.Load() != phaseDone {
@@ -199,6 +223,8 @@ func (r *loadRun) setup(ctx context.Context) error {
 		if i < tellClients {
 			w.kind = opTell
 			w.conv = r.nonce | uint64(i%convs)
+			w.chained = cfg.coalesce && cfg.rate == 0
+			w.ackBusy = w.chained // until ackChained starts the acks
 		}
 		r.workers = append(r.workers, w)
 	}
@@ -275,6 +301,10 @@ func (w *worker) delivered(d *wire.Delivery) {
 			break
 		}
 	}
+	if w.chained {
+		w.ackNext(true)
+		return
+	}
 	select {
 	case w.nudge <- struct{}{}:
 	default:
@@ -285,6 +315,10 @@ func (w *worker) delivered(d *wire.Delivery) {
 // so that every delivered tell is acked by its recipient without one ack
 // per record.
 func (w *worker) acker(ctx context.Context) {
+	if w.chained {
+		w.ackChained(ctx)
+		return
+	}
 	var acked uint64
 	for {
 		select {
@@ -322,6 +356,10 @@ func (w *worker) acker(ctx context.Context) {
 // waits for the answers in flight.
 func (w *worker) drive(ctx context.Context) {
 	defer w.drain()
+	if w.chained {
+		w.driveChained(ctx)
+		return
+	}
 	for ctx.Err() == nil {
 		select {
 		case w.sem <- struct{}{}:
@@ -344,6 +382,107 @@ func (w *worker) drive(ctx context.Context) {
 			}
 			<-w.sem
 			return
+		}
+	}
+}
+
+// driveChained fills the window with tells; each answer's callback sends
+// the next (sendTellChained) until ctx ends.
+func (w *worker) driveChained(ctx context.Context) {
+	for range cap(w.sem) {
+		w.sem <- struct{}{}
+		if err := w.sendTellChained(false); err != nil {
+			if ctx.Err() == nil {
+				w.fail(err)
+			}
+			<-w.sem
+			return
+		}
+	}
+	<-ctx.Done()
+	w.stop.Store(true)
+}
+
+// sendTellChained sends a tell whose answer's callback, on the reader
+// goroutine, counts it and sends the next one in its window slot, until
+// stop; later says it runs on the reader goroutine (sendLater).
+func (w *worker) sendTellChained(later bool) error {
+	req := &wire.Tell{Conversation: w.conv, Participant: w.p, Generation: w.gen, Token: w.token(), Payload: w.run.body}
+	sent := time.Now()
+	done := func(m wire.Message) {
+		w.record(m, sent, func(m wire.Message) (sample, bool) {
+			t, ok := m.(*wire.Told)
+			if !ok || t.Replay != nil {
+				return sample{}, false
+			}
+			return sample{req: req, seq: t.Seq}, true
+		})
+		if m == nil || w.stop.Load() {
+			<-w.sem
+			return
+		}
+		if err := w.sendTellChained(true); err != nil {
+			w.fail(err)
+			<-w.sem
+		}
+	}
+	if later {
+		return w.conn.sendLater(req, done)
+	}
+	return w.conn.send(req, done)
+}
+
+// ackChained lets the reader acknowledge deliveries (ackNext) until ctx
+// ends, starting with those delivered before the load began.
+func (w *worker) ackChained(ctx context.Context) {
+	w.ackMu.Lock()
+	w.ackBusy = false
+	w.ackMu.Unlock()
+	w.ackNext(false)
+	<-ctx.Done()
+	w.stopAcks.Store(true)
+}
+
+// ackNext sends a cumulative ack through the highest seq delivered, unless
+// one is in flight (its answer's callback then sends the next) or nothing
+// new was delivered. later says it runs on the reader goroutine. Until
+// ackChained starts the acks, ackBusy holds them back: the participant
+// may not be bound yet.
+func (w *worker) ackNext(later bool) {
+	w.ackMu.Lock()
+	through := w.maxSeen.Load()
+	if w.ackBusy || through <= w.acked || w.stopAcks.Load() {
+		w.ackMu.Unlock()
+		return
+	}
+	w.ackBusy = true
+	w.ackMu.Unlock()
+	req := &wire.Ack{Conversation: w.conv, Participant: w.p, Generation: w.gen, Through: through}
+	done := func(m wire.Message) {
+		if m == nil {
+			if !w.stopAcks.Load() {
+				w.fail(fmt.Errorf("ack through %d: %w", through, errConnClosed))
+			}
+			return // ackBusy stays: the connection is gone
+		}
+		if _, ok := m.(*wire.Acked); !ok {
+			w.fail(fmt.Errorf("ack through %d answered %s %+v", through, m.Type(), m))
+			return
+		}
+		w.acks.Add(1)
+		w.ackMu.Lock()
+		w.acked = through
+		w.ackBusy = false
+		w.ackMu.Unlock()
+		w.ackNext(true)
+	}
+	send := w.conn.send
+	if later {
+		send = w.conn.sendLater
+	}
+	if err := send(req, done); err != nil {
+		if !w.stopAcks.Load() {
+			w.fail(fmt.Errorf("ack through %d: %w", through, err))
 		}
 	}
 }
@@ -381,7 +520,7 @@ func (w *worker) sendEnroll(ctx context.Context) error {
 	if w.enrolls >= w.run.cfg.enrollPerConn {
 		w.drainHeld()
 		old := w.conn
-		old.wc.WriteMessage(&wire.Bye{ID: old.nextID.Add(1)})
+		old.write(&wire.Bye{ID: old.nextID.Add(1)})
 		<-old.readDone // the server closes after ending the bindings
 		old.wc.Close()
 		// Not the load's context: a reconnect cut short by the end of the
@@ -391,7 +530,7 @@ func (w *worker) sendEnroll(ctx context.Context) error {
 		}
 	}
 	w.enrolls++
-	conv := w.run.nonce | uint64(w.index+1)<<24 | w.n&(1<<24-1)
+	conv := w.run.nonce | uint64(w.index+1)<<24 | w.n.Load()&(1<<24-1)
 	req := &wire.Enroll{Conversation: conv, Token: w.token()}
 	sent := time.Now()
 	return w.conn.send(req, func(m wire.Message) {
