@@ -117,13 +117,7 @@ func mustEnroll(t tb, c *Conn, conv ConversationID, tok byte) Bound {
 // it first takes and gives back every conversation's turn: a batch counts
 // its reload before it gives the turn up.
 func (s *Service) waitReloads() {
-	s.mu.Lock()
-	convs := make([]*conversation, 0, len(s.convs))
-	for _, cv := range s.convs {
-		convs = append(convs, cv)
-	}
-	s.mu.Unlock()
-	for _, cv := range convs {
+	for _, cv := range s.conversations() {
 		if cv.acquire(context.Background()) == nil {
 			<-cv.turn
 		}
