@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -213,7 +214,7 @@ func (s *Store) commitAndUnlock(bt *stage.Batch) {
 		s.memBytes += size
 		s.lastLSN = lsn
 		s.commits.Add(1)
-		if s.memBytes >= s.opts.CheckpointBytes {
+		if s.checkpointDueLocked() {
 			s.kickCheckpointer()
 		}
 	}
@@ -247,6 +248,19 @@ func (s *Store) failLocked(err error) {
 	s.memFreed.Broadcast()
 }
 
+// checkpointDueLocked reports whether CheckpointBytes of logged writes
+// wait for a checkpoint that has not taken them. The bytes a running
+// checkpoint took do not count: counting them queued the next checkpoint
+// as soon as they and the writes logged meanwhile reached the bound, so
+// that under a steady load checkpoints ran back to back, each of what one
+// checkpoint's duration let in, and each paid again the pages a
+// checkpoint rewrites whatever its size (every written stream's last
+// leaf, every token scope's, the branches above them, the freelist, two
+// fdatasyncs). s.mu must be held.
+func (s *Store) checkpointDueLocked() bool {
+	return s.memBytes-s.ckTaken >= s.opts.CheckpointBytes
+}
+
 func (s *Store) kickCheckpointer() {
 	select {
 	case s.ckKick <- struct{}{}:
@@ -255,10 +269,13 @@ func (s *Store) kickCheckpointer() {
 }
 
 // runCheckpointer is the checkpointer goroutine: it applies the logged
-// batches to bbolt every CheckpointInterval, or sooner when kicked.
+// batches to bbolt CheckpointInterval after the last checkpoint ended, or
+// sooner when kicked. The interval restarts at each checkpoint's end, so
+// that a checkpoint the bytes started is not followed by one of the few
+// logged until a tick that was already due.
 func (s *Store) runCheckpointer() {
 	defer s.done.Done()
-	t := time.NewTicker(s.opts.CheckpointInterval)
+	t := time.NewTimer(s.opts.CheckpointInterval)
 	defer t.Stop()
 	for {
 		select {
@@ -270,6 +287,34 @@ func (s *Store) runCheckpointer() {
 		if err := s.checkpoint(); err != nil {
 			s.logger.Error().Err(err).Msg("checkpoint failed; the store refuses every call")
 		}
+		// A timer's Reset discards a tick not yet received (Go 1.23).
+		t.Reset(s.opts.CheckpointInterval)
+	}
+}
+
+// checkpointYieldEvery is how many entries and values a checkpoint
+// transaction writes between two yields of its processor
+// (runtime.Gosched, see yielder).
+const checkpointYieldEvery = 32
+
+// yielder yields the checkpoint's processor every checkpointYieldEvery
+// writes. The checkpointer is one goroutine doing milliseconds of CPU
+// work per checkpoint (bbolt's seeks and puts, then its spill and page
+// writes) on a machine that may have 2 processors: without yielding it
+// keeps its processor until the scheduler preempts it (10 ms), and every
+// goroutine queued behind it there (a committer woken by its fdatasync,
+// a connection's reader) waits that long. A yield puts it at the back of
+// the run queue after about 0.1 ms of work, so the request path runs first
+// and the checkpoint takes the time left over; its transaction, and so
+// its atomicity, are the same.
+type yielder struct{ n int }
+
+// wrote counts n writes and yields once checkpointYieldEvery accumulated.
+func (y *yielder) wrote(n int) {
+	y.n += n
+	if y.n >= checkpointYieldEvery {
+		y.n = 0
+		runtime.Gosched()
 	}
 }
 
@@ -300,6 +345,7 @@ func (s *Store) checkpoint() error {
 	byteValues := s.loggedBytes
 	s.loggedBytes = make(map[string]bytesState)
 	lsn, freed := s.lastLSN, s.memBytes
+	s.ckTaken = freed
 	s.mu.Unlock()
 
 	// Entries go in in key order: bbolt inserts into a node by copying its
@@ -310,17 +356,24 @@ func (s *Store) checkpoint() error {
 	// after the appends: a trim covers only entries of records before its
 	// own, all of which this transaction or an earlier one applies.
 	err := s.update(func(tx *bolt.Tx) error {
+		var y yielder
 		for _, t := range streams {
 			// Every logged payload came from Append, which left room
 			// for its checksum, or from a replay (capped, so copied).
-			if err := boltfmt.PutOwnedEntries(tx, t.name, t.first, t.payloads); err != nil {
-				return err
+			// A long run goes in pieces, with a yield between them.
+			for at := 0; at < len(t.payloads); at += checkpointYieldEvery {
+				piece := t.payloads[at:min(at+checkpointYieldEvery, len(t.payloads))]
+				if err := boltfmt.PutOwnedEntries(tx, t.name, t.first+uint64(at), piece); err != nil {
+					return err
+				}
+				y.wrote(len(piece))
 			}
 		}
 		for _, k := range slices.Sorted(maps.Keys(values)) {
 			if err := boltfmt.PutValue(tx, k, values[k].Value); err != nil {
 				return err
 			}
+			y.wrote(1)
 		}
 		if err := applyTrims(tx, trims); err != nil {
 			return err
@@ -332,6 +385,7 @@ func (s *Store) checkpoint() error {
 	})
 
 	s.mu.Lock()
+	s.ckTaken = 0
 	if err != nil {
 		s.failLocked(fmt.Errorf("%w: checkpoint to %s: %w", store.ErrFailed, s.db.Path(), err))
 		err = s.err
