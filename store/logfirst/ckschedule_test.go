@@ -2,7 +2,6 @@ package logfirst_test
 
 import (
 	"bytes"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -66,45 +65,5 @@ func TestStore_CheckpointKick_CountsOnlyBytesNotTaken(t *testing.T) {
 	appendFlush("b", bound/2/1024)
 	if !logfirst.CheckpointKicked(s) {
 		t.Fatal("no checkpoint queued once the bytes logged since the running one took its own reached the bound")
-	}
-}
-
-// A checkpoint writes a stream's long run of entries in pieces, yielding
-// between them, all in its one transaction: after a crash right after it,
-// every entry is read back from bbolt, in order, and nothing is replayed.
-func TestStore_CheckpointOfALongRun_WritesEveryPiece(t *testing.T) {
-	dir := t.TempDir()
-	s := open(t, dir, noCheckpoint)
-	const n = 1000 // many pieces, and a last one shorter than the others
-	for i := range n {
-		if _, err := s.Append("long", fmt.Appendf(nil, "entry %d", i), uint64(i)); err != nil {
-			t.Fatalf("Append %d: %v", i, err)
-		}
-	}
-	if _, err := s.Append("short", []byte("one"), 0); err != nil {
-		t.Fatalf("Append: %v", err)
-	}
-	if err := s.Flush(); err != nil {
-		t.Fatalf("Flush: %v", err)
-	}
-	if err := logfirst.CheckpointNow(s); err != nil {
-		t.Fatalf("checkpoint: %v", err)
-	}
-	logfirst.Abandon(s)
-	s = open(t, dir, noCheckpoint)
-	if got := s.Replay().Log.Records; got != 0 {
-		t.Errorf("the reopen replayed %d records; the checkpoint held them all", got)
-	}
-	got, err := s.ReadFrom("long", 0, 0)
-	if err != nil || len(got) != n {
-		t.Fatalf("ReadFrom(long) = %d entries, %v; want %d", len(got), err, n)
-	}
-	for i, e := range got {
-		if want := fmt.Sprintf("entry %d", i); e.Seq != uint64(i) || string(e.Payload) != want {
-			t.Fatalf("entry %d = seq %d %q; want %q", i, e.Seq, e.Payload, want)
-		}
-	}
-	if got, err := s.ReadFrom("short", 0, 0); err != nil || len(got) != 1 || string(got[0].Payload) != "one" {
-		t.Fatalf("ReadFrom(short) = %v, %v", got, err)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -292,32 +291,6 @@ func (s *Store) runCheckpointer() {
 	}
 }
 
-// checkpointYieldEvery is how many entries and values a checkpoint
-// transaction writes between two yields of its processor
-// (runtime.Gosched, see yielder).
-const checkpointYieldEvery = 32
-
-// yielder yields the checkpoint's processor every checkpointYieldEvery
-// writes. The checkpointer is one goroutine doing milliseconds of CPU
-// work per checkpoint (bbolt's seeks and puts, then its spill and page
-// writes) on a machine that may have 2 processors: without yielding it
-// keeps its processor until the scheduler preempts it (10 ms), and every
-// goroutine queued behind it there (a committer woken by its fdatasync,
-// a connection's reader) waits that long. A yield puts it at the back of
-// the run queue after about 0.1 ms of work, so the request path runs first
-// and the checkpoint takes the time left over; its transaction, and so
-// its atomicity, are the same.
-type yielder struct{ n int }
-
-// wrote counts n writes and yields once checkpointYieldEvery accumulated.
-func (y *yielder) wrote(n int) {
-	y.n += n
-	if y.n >= checkpointYieldEvery {
-		y.n = 0
-		runtime.Gosched()
-	}
-}
-
 // checkpoint applies every logged batch to bbolt in one transaction that
 // also records the last applied LSN, then forgets them from memory and
 // removes the log segments they alone needed. Only one checkpoint runs at
@@ -356,24 +329,17 @@ func (s *Store) checkpoint() error {
 	// after the appends: a trim covers only entries of records before its
 	// own, all of which this transaction or an earlier one applies.
 	err := s.update(func(tx *bolt.Tx) error {
-		var y yielder
 		for _, t := range streams {
 			// Every logged payload came from Append, which left room
 			// for its checksum, or from a replay (capped, so copied).
-			// A long run goes in pieces, with a yield between them.
-			for at := 0; at < len(t.payloads); at += checkpointYieldEvery {
-				piece := t.payloads[at:min(at+checkpointYieldEvery, len(t.payloads))]
-				if err := boltfmt.PutOwnedEntries(tx, t.name, t.first+uint64(at), piece); err != nil {
-					return err
-				}
-				y.wrote(len(piece))
+			if err := boltfmt.PutOwnedEntries(tx, t.name, t.first, t.payloads); err != nil {
+				return err
 			}
 		}
 		for _, k := range slices.Sorted(maps.Keys(values)) {
 			if err := boltfmt.PutValue(tx, k, values[k].Value); err != nil {
 				return err
 			}
-			y.wrote(1)
 		}
 		if err := applyTrims(tx, trims); err != nil {
 			return err

@@ -76,8 +76,7 @@
 //     drops it from memory and removes the log segments wholly at or
 //     below the LSN. It runs beside the committer: a Flush waits for a
 //     checkpoint only when MaxUncheckpointed bytes are logged and not yet
-//     checkpointed. Its transaction yields the processor every few writes
-//     (yielder), so that the request path runs first on a small machine.
+//     checkpointed.
 //   - Point reads of values that miss memory (a fresh token's lookup)
 //     share one bbolt read transaction between two write transactions
 //     (readtx.go): every write transaction, and Close, ends it first, so
