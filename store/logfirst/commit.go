@@ -252,10 +252,9 @@ func (s *Store) failLocked(err error) {
 // checkpoint took do not count: counting them queued the next checkpoint
 // as soon as they and the writes logged meanwhile reached the bound, so
 // that under a steady load checkpoints ran back to back, each of what one
-// checkpoint's duration let in, and each paid again the pages a
-// checkpoint rewrites whatever its size (every written stream's last
-// leaf, every token scope's, the branches above them, the freelist, two
-// fdatasyncs). s.mu must be held.
+// checkpoint's duration let in, and each paid again what a checkpoint
+// costs whatever its size (the marker file, the transaction, each
+// stream's length check, two fdatasyncs). s.mu must be held.
 func (s *Store) checkpointDueLocked() bool {
 	return s.memBytes-s.ckTaken >= s.opts.CheckpointBytes
 }
