@@ -213,7 +213,7 @@ func (s *Store) commitAndUnlock(bt *stage.Batch) {
 		s.memBytes += size
 		s.lastLSN = lsn
 		s.commits.Add(1)
-		if s.memBytes >= s.opts.CheckpointBytes {
+		if s.checkpointDueLocked() {
 			s.kickCheckpointer()
 		}
 	}
@@ -247,6 +247,18 @@ func (s *Store) failLocked(err error) {
 	s.memFreed.Broadcast()
 }
 
+// checkpointDueLocked reports whether CheckpointBytes of logged writes
+// wait for a checkpoint that has not taken them. The bytes a running
+// checkpoint took do not count: counting them queued the next checkpoint
+// as soon as they and the writes logged meanwhile reached the bound, so
+// that under a steady load checkpoints ran back to back, each of what one
+// checkpoint's duration let in, and each paid again what a checkpoint
+// costs whatever its size (the marker file, the transaction, each
+// stream's length check, two fdatasyncs). s.mu must be held.
+func (s *Store) checkpointDueLocked() bool {
+	return s.memBytes-s.ckTaken >= s.opts.CheckpointBytes
+}
+
 func (s *Store) kickCheckpointer() {
 	select {
 	case s.ckKick <- struct{}{}:
@@ -255,10 +267,13 @@ func (s *Store) kickCheckpointer() {
 }
 
 // runCheckpointer is the checkpointer goroutine: it applies the logged
-// batches to bbolt every CheckpointInterval, or sooner when kicked.
+// batches to bbolt CheckpointInterval after the last checkpoint ended, or
+// sooner when kicked. The interval restarts at each checkpoint's end, so
+// that a checkpoint the bytes started is not followed by one of the few
+// logged until a tick that was already due.
 func (s *Store) runCheckpointer() {
 	defer s.done.Done()
-	t := time.NewTicker(s.opts.CheckpointInterval)
+	t := time.NewTimer(s.opts.CheckpointInterval)
 	defer t.Stop()
 	for {
 		select {
@@ -270,6 +285,8 @@ func (s *Store) runCheckpointer() {
 		if err := s.checkpoint(); err != nil {
 			s.logger.Error().Err(err).Msg("checkpoint failed; the store refuses every call")
 		}
+		// A timer's Reset discards a tick not yet received (Go 1.23).
+		t.Reset(s.opts.CheckpointInterval)
 	}
 }
 
@@ -300,6 +317,7 @@ func (s *Store) checkpoint() error {
 	byteValues := s.loggedBytes
 	s.loggedBytes = make(map[string]bytesState)
 	lsn, freed := s.lastLSN, s.memBytes
+	s.ckTaken = freed
 	s.mu.Unlock()
 
 	// Entries go in in key order: bbolt inserts into a node by copying its
@@ -332,6 +350,7 @@ func (s *Store) checkpoint() error {
 	})
 
 	s.mu.Lock()
+	s.ckTaken = 0
 	if err != nil {
 		s.failLocked(fmt.Errorf("%w: checkpoint to %s: %w", store.ErrFailed, s.db.Path(), err))
 		err = s.err

@@ -68,13 +68,15 @@
 //     goroutine writes as soon as the log is free (the group commit of
 //     store/internal/stage keeps one record in flight: the single
 //     writer).
-//   - The checkpointer, every CheckpointInterval or once CheckpointBytes
-//     are logged, takes the whole logged layer (exactly the records up to
-//     the last LSN, since a commit moves a record in under mu), writes it
-//     to bbolt with that LSN in one transaction, then drops it from memory
-//     and removes the log segments wholly at or below the LSN. It runs
-//     beside the committer: a Flush waits for a checkpoint only when
-//     MaxUncheckpointed bytes are logged and not yet checkpointed.
+//   - The checkpointer, CheckpointInterval after the last checkpoint
+//     ended or once CheckpointBytes are logged that no running checkpoint
+//     took (checkpointDueLocked), takes the whole logged layer (exactly
+//     the records up to the last LSN, since a commit moves a record in
+//     under mu), writes it to bbolt with that LSN in one transaction, then
+//     drops it from memory and removes the log segments wholly at or
+//     below the LSN. It runs beside the committer: a Flush waits for a
+//     checkpoint only when MaxUncheckpointed bytes are logged and not yet
+//     checkpointed.
 //   - Point reads of values that miss memory (a fresh token's lookup)
 //     share one bbolt read transaction between two write transactions
 //     (readtx.go): every write transaction, and Close, ends it first, so

@@ -82,3 +82,8 @@ func PagesNow(s *Store) (n int64, err error) {
 	err = s.view(func(tx *bolt.Tx) error { n = boltfmt.PagesInUse(tx); return nil })
 	return n, err
 }
+
+// CheckpointKicked reports whether a wake of the checkpointer is queued
+// and not yet received: while the checkpointer runs a checkpoint, whether
+// one more will follow it at once.
+func CheckpointKicked(s *Store) bool { return len(s.ckKick) > 0 }

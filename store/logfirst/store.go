@@ -209,6 +209,10 @@ type Store struct {
 	gen uint64
 	// memBytes counts the bytes of logged, not yet checkpointed writes.
 	memBytes int64
+	// ckTaken is the part of memBytes a running checkpoint took (0 when
+	// none runs): a commit kicks the checkpointer only once the bytes no
+	// checkpoint took reach CheckpointBytes (see checkpointDueLocked).
+	ckTaken int64
 	// lastLSN is the LSN of the last logged batch, ckLSN of the last
 	// checkpointed one.
 	lastLSN wal.LSN
