@@ -61,6 +61,14 @@ type memoryReport struct {
 	AnonBeforeKiB uint64 `json:"rss_anon_before_kib"`
 	AnonPeakKiB   uint64 `json:"rss_anon_peak_kib"`
 	AnonAfterKiB  uint64 `json:"rss_anon_after_kib"`
+	// AnonMedianKiB is the median of the RssAnon samples under the load
+	// (every 10 ms), and AnonDriftKiB the median of its last quarter less
+	// that of its second: what the server holds still growing with what
+	// the load sent, apart from the ramp of the first quarter and from
+	// the collector's peaks, which a longer run meets more of. Both are 0
+	// for a load of fewer than 8 samples.
+	AnonMedianKiB uint64 `json:"rss_anon_median_kib,omitempty"`
+	AnonDriftKiB  int64  `json:"rss_anon_drift_kib,omitempty"`
 	RSSBeforeKiB  uint64 `json:"rss_before_kib"`
 	RSSPeakKiB    uint64 `json:"rss_peak_kib"`
 	// Metrics are the server's figures at the end of the load.
@@ -116,6 +124,10 @@ func (r *memoryReport) print(b *strings.Builder) {
 	kib := func(k uint64) float64 { return float64(k) / 1024 }
 	fmt.Fprintf(b, "  anonymous RSS: %.1f MiB before, peak %.1f MiB (+%.1f MiB), %.1f MiB after\n",
 		kib(r.AnonBeforeKiB), kib(r.AnonPeakKiB), kib(r.AnonPeakKiB)-kib(r.AnonBeforeKiB), kib(r.AnonAfterKiB))
+	if r.AnonMedianKiB > 0 {
+		fmt.Fprintf(b, "  under the load: median %.1f MiB (+%.1f MiB); last quarter's median less the second's: %+.1f MiB\n",
+			kib(r.AnonMedianKiB), kib(r.AnonMedianKiB)-kib(r.AnonBeforeKiB), float64(r.AnonDriftKiB)/1024)
+	}
 	fmt.Fprintf(b, "  RSS (file pages too): %.1f MiB before, peak %.1f MiB (+%.1f MiB)\n",
 		kib(r.RSSBeforeKiB), kib(r.RSSPeakKiB), kib(r.RSSPeakKiB)-kib(r.RSSBeforeKiB))
 	if len(r.Metrics) > 0 {
@@ -338,6 +350,7 @@ func memoryDeafReader(ctx context.Context, c *memoryConfig, pid int, addr, healt
 		return nil
 	}, wire.CodeBacklogFull)
 	r.Seconds = time.Since(start).Seconds()
+	s.loadEnded()
 	if err != nil {
 		s.stop()
 		return err
@@ -399,6 +412,7 @@ func memoryRefusedEnrolls(ctx context.Context, c *memoryConfig, pid int, addr st
 		return fmt.Errorf("an enroll past the cap answered %s %+v", m.Type(), m)
 	}, wire.CodeCapacityExceeded, wire.CodeRateLimited)
 	r.Seconds = time.Since(start).Seconds()
+	s.loadEnded()
 	sleep(ctx, c.settle)
 	s.stop()
 	if err != nil {

@@ -92,3 +92,43 @@ func TestMemoryReport_AFailedScrapeIsSaid(t *testing.T) {
 		t.Fatalf("report = %q, want the failed read and an unknown cut", out)
 	}
 }
+
+// TestRSSSampler_DriftIsWhatStillGrowsAfterTheRamp checks the figures of
+// the load: a server that ramps up in the first quarter and then holds
+// steady, spikes aside, drifts by 0; one that keeps growing drifts by what
+// it grew between the second quarter and the last.
+func TestRSSSampler_DriftIsWhatStillGrowsAfterTheRamp(t *testing.T) {
+	steady := make([]uint64, 0, 400)
+	for i := range 400 {
+		v := uint64(40 << 10)
+		switch {
+		case i < 100:
+			v = uint64(i) * (40 << 10) / 100 // the ramp
+		case i%37 == 0:
+			v = 70 << 10 // a collector's peak
+		}
+		steady = append(steady, v)
+	}
+	growing := make([]uint64, 0, 400)
+	for i := range 400 {
+		growing = append(growing, uint64(10<<10+i*100))
+	}
+	for _, tc := range []struct {
+		name          string
+		anon          []uint64
+		median, drift int64
+	}{
+		{"steady", steady, 40 << 10, 0},
+		{"growing", growing, 10<<10 + 200*100, (350 - 150) * 100},
+		{"too few samples", steady[:7], 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &rssSampler{pid: os.Getpid(), anon: tc.anon}
+			var r memoryReport
+			s.fill(&r)
+			if int64(r.AnonMedianKiB) != tc.median || r.AnonDriftKiB != tc.drift {
+				t.Errorf("median %d KiB, drift %d KiB; want %d, %d", r.AnonMedianKiB, r.AnonDriftKiB, tc.median, tc.drift)
+			}
+		})
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -13,12 +14,17 @@ import (
 )
 
 // rssSampler reads a process's RssAnon and VmRSS every 10 ms and keeps
-// their peaks.
+// their peaks, and the RssAnon samples taken until loadEnded.
 type rssSampler struct {
 	pid                  int
 	anonBefore, rssBefor uint64
 	anonPeak, rssPeak    atomic.Uint64
 	quit, done           chan struct{}
+	// anon are the RssAnon samples, in order; loaded is how many were
+	// taken under the load (loadEnded), -1 until then. Written by the
+	// sampling goroutine, read once it is done.
+	anon   []uint64
+	loaded atomic.Int64
 }
 
 func startRSSSampler(pid int) (*rssSampler, error) {
@@ -29,6 +35,7 @@ func startRSSSampler(pid int) (*rssSampler, error) {
 	s := &rssSampler{pid: pid, anonBefore: st["RssAnon"], rssBefor: st["VmRSS"], quit: make(chan struct{}), done: make(chan struct{})}
 	s.anonPeak.Store(s.anonBefore)
 	s.rssPeak.Store(s.rssBefor)
+	s.loaded.Store(-1)
 	go s.run()
 	return s, nil
 }
@@ -55,10 +62,17 @@ func (s *rssSampler) sample() {
 	if v := st["RssAnon"]; v > s.anonPeak.Load() {
 		s.anonPeak.Store(v)
 	}
+	if s.loaded.Load() < 0 {
+		s.anon = append(s.anon, st["RssAnon"])
+	}
 	if v := st["VmRSS"]; v > s.rssPeak.Load() {
 		s.rssPeak.Store(v)
 	}
 }
+
+// loadEnded marks the end of the load: the samples after it (a settle)
+// count for the peak, not for the figures of the load (fill).
+func (s *rssSampler) loadEnded() { s.loaded.Store(0) }
 
 // stop ends the sampling after one last sample.
 func (s *rssSampler) stop() {
@@ -70,6 +84,10 @@ func (s *rssSampler) stop() {
 func (s *rssSampler) fill(r *memoryReport) {
 	r.AnonBeforeKiB, r.RSSBeforeKiB = s.anonBefore, s.rssBefor
 	r.AnonPeakKiB, r.RSSPeakKiB = s.anonPeak.Load(), s.rssPeak.Load()
+	if n := len(s.anon); n >= 8 {
+		r.AnonMedianKiB = median(s.anon)
+		r.AnonDriftKiB = int64(median(s.anon[3*n/4:])) - int64(median(s.anon[n/4:n/2]))
+	}
 	if st, err := procStatus(s.pid); err == nil {
 		r.AnonAfterKiB = st["RssAnon"]
 	}
@@ -129,4 +147,11 @@ func scrapeMetrics(ctx context.Context, addr string, names []string) (map[string
 		}
 	}
 	return out, sc.Err()
+}
+
+// median returns the median of xs, which it does not change.
+func median(xs []uint64) uint64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[len(s)/2]
 }
