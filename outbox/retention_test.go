@@ -398,3 +398,118 @@ func TestRetain_ALoadedStateGoesOnAsTheLiveOne(t *testing.T) {
 		}
 	}
 }
+
+// TestRetention_TheRunLeftBehindAndTheRunBeforeFirst walks the run
+// boundaries one record at a time: a retention emptied by reclaiming,
+// which keeps only its last run, a record that joins that run (which so
+// begins before the first record retained), a record that starts a run,
+// an ack and a release that end inside a run, and an eviction that
+// resumes inside one. Each answer is the one a walk over the records
+// gives, and a clone published before each step reads as it did.
+func TestRetention_TheRunLeftBehindAndTheRunBeforeFirst(t *testing.T) {
+	a := newApplier(t, 3)
+	pub := a.st.Clone()
+	was := look(pub)
+	publish := func(where string) {
+		t.Helper()
+		if d := diffSeen(look(pub), was); d != "" {
+			t.Fatalf("%s: the published state changed: %s", where, d)
+		}
+		pub = a.st.Clone()
+		was = look(pub)
+	}
+	next := func(where string, p oplog.ParticipantID, after, want oplog.Seq) {
+		t.Helper()
+		got, ok := a.st.Next(p, after)
+		if ok != (want != 0) || got.Seq != want {
+			t.Errorf("%s: Next(%v, %v) = %v %v, want %v", where, p, after, got.Seq, ok, want)
+		}
+	}
+	for range 3 {
+		a.tell(0, []byte("abc"))
+	}
+	publish("three tells")
+	a.ack(1, a.st.LastSeq)
+	a.ack(2, a.st.LastSeq)
+	last := a.st.LastSeq
+	if a.st.Records.Len() != 0 || a.st.Records.First() != 0 || len(a.st.Records.runs) != 1 || a.st.PayloadBytes != 0 {
+		t.Fatalf("caught up: %d records from %v in %d runs, %d bytes; want none, the last run kept", a.st.Records.Len(), a.st.Records.First(), len(a.st.Records.runs), a.st.PayloadBytes)
+	}
+	for p := range oplog.ParticipantID(3) {
+		next("empty", p, 0, 0)
+	}
+	if _, ok := a.st.Record(last); ok {
+		t.Errorf("empty: Record(%v) is retained", last)
+	}
+	if n := a.st.Evict(1 << 20); n != 0 {
+		t.Errorf("empty: Evict freed %d", n)
+	}
+	if _, err := Project(&a.st, a.st.Applied, &oplog.Row{Kind: oplog.KindRelease, Through: last}); err == nil {
+		t.Errorf("empty: a release through %v projects", last)
+	}
+	publish("caught up")
+
+	// The next tells of the same sender join the run left behind.
+	q1 := a.tell(0, []byte("defg"))
+	q2 := a.tell(0, []byte("hi"))
+	if len(a.st.Records.runs) != 1 || a.st.Records.runs[0].seq >= q1 || a.st.Records.First() != q1 {
+		t.Fatalf("tells after the catch-up: %d runs, the first from %v, records from %v; want one run from before %v", len(a.st.Records.runs), a.st.Records.runs[0].seq, a.st.Records.First(), q1)
+	}
+	publish("two tells joining the run left behind")
+	q3 := a.tell(1, []byte("jklmn"))
+	if len(a.st.Records.runs) != 2 {
+		t.Fatalf("a tell of another sender makes %d runs, want 2", len(a.st.Records.runs))
+	}
+	next("joined", 1, 0, q1)
+	next("joined", 1, q1, q2)
+	next("joined", 1, q2, 0)
+	next("joined", 0, 0, q3)
+	next("joined", 2, q2, q3)
+	for i, r := range a.st.Records.All() {
+		if want := q1 + oplog.Seq(i); r.Seq != want || r.Participant != oplog.ParticipantID(min(i/2, 1)) {
+			t.Errorf("record %d is %v of %v, want %v of p%d", i, r.Seq, r.Participant, want, min(i/2, 1))
+		}
+	}
+	publish("a tell of another sender")
+
+	// Evict stops inside the run that began before the first record,
+	// then resumes there. It writes in place: the published state is the
+	// one it evicts from (package participant, under the write lock).
+	if n := a.st.Evict(1); n != 4 {
+		t.Errorf("Evict(1) = %d, want record %v's 4 bytes", n, q1)
+	}
+	if n := a.st.Evict(1); n != 2 {
+		t.Errorf("the second Evict(1) = %d, want record %v's 2 bytes", n, q2)
+	}
+	pub = a.st.Clone()
+	was = look(pub)
+
+	// An ack inside the first run reclaims up to it; a release ends
+	// inside the next.
+	a.ack(1, q1)
+	a.ack(2, q1)
+	if a.st.Records.First() != q2 || a.st.Records.Len() != 2 || a.st.EvictedBytes != 2 || a.st.PayloadBytes != 5 {
+		t.Fatalf("after the acks through %v: records from %v, %d of them, %d bytes evicted, %d held; want from %v, 2, 2, 5",
+			q1, a.st.Records.First(), a.st.Records.Len(), a.st.EvictedBytes, a.st.PayloadBytes, q2)
+	}
+	publish("acked inside the first run")
+	q4 := a.tell(1, []byte("op"))
+	release := &oplog.Row{Kind: oplog.KindRelease, Through: q3}
+	rows, err := Project(&a.st, a.st.Applied, release)
+	if err != nil {
+		t.Fatalf("Project(release through %v): %v", q3, err)
+	}
+	Apply(&a.st, a.st.Applied, release, rows)
+	if a.st.Records.First() != q4 || a.st.Records.Len() != 1 {
+		t.Fatalf("after the release through %v: records from %v, %d of them; want %v alone", q3, a.st.Records.First(), a.st.Records.Len(), q4)
+	}
+	for p, want := range []oplog.Seq{q3, q2, q3} {
+		if got := a.st.Members[p].Released; got != want {
+			t.Errorf("member %d Released %v, want %v", p, got, want)
+		}
+	}
+	next("released", 0, 0, q4)
+	next("released", 1, 0, 0)
+	next("released", 2, q3, q4)
+	publish("released")
+}
