@@ -25,47 +25,11 @@ func TestCluster_ReadyNamesTheEtcdItWaitsFor(t *testing.T) {
 	}
 	ep := "http://" + l.Addr().String()
 	l.Close() // nothing listens there: connections are refused
-	srv, err := server.New(server.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", HealthListen: "127.0.0.1:0",
-		Cluster: server.ClusterConfig{Endpoints: []string{ep}, NodeID: "a", Prefix: "/pd/"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
+	srv, done, cancel := runNode(t, server.ClusterConfig{Endpoints: []string{ep}, NodeID: "a", Prefix: "/pd/"})
 	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
 
 	const refused = "connection refused"
-	poll := time.NewTicker(50 * time.Millisecond)
-	defer poll.Stop()
-	deadline := time.After(60 * time.Second)
-	var got server.Readiness
-	for got.Dependency == "" {
-		select {
-		case err := <-done:
-			t.Fatalf("Run = %v while etcd refuses connections, want it to wait and say so on /ready", err)
-		case <-deadline:
-			t.Fatalf("/ready never named the dependency it waits for; last %+v", got)
-		case <-poll.C:
-		}
-		resp, err := http.Get("http://" + srv.HealthAddr().String() + "/ready")
-		if err != nil {
-			t.Fatalf("GET /ready while etcd refuses connections: %v (Run = %v)", err, <-done)
-		}
-		b, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		code, body := resp.StatusCode, string(b)
-		got = server.Readiness{}
-		if err := json.Unmarshal([]byte(body), &got); err != nil {
-			t.Fatalf("/ready body %q is not JSON: %v", body, err)
-		}
-		if code != 503 || got.Ready {
-			t.Fatalf("/ready = %d %q while etcd refuses connections, want 503", code, body)
-		}
-	}
+	got := waitNamedDependency(t, srv, done, "etcd refuses connections")
 	if got.Dependency != "etcd" || got.Endpoint != ep || !strings.Contains(got.Error, refused) ||
 		!strings.HasPrefix(got.Reason, server.ReasonWaitingForEtcd+": ") || !strings.Contains(got.Reason, ep) || !strings.Contains(got.Reason, refused) {
 		t.Fatalf("/ready = %+v, want it waiting for etcd at %s, %s", got, ep, refused)
@@ -163,47 +127,9 @@ func TestCluster_AnEtcdThatAcceptsButNeverAnswersIsWaitedFor(t *testing.T) {
 	etcd := startEtcd(t)
 	hole := newHoleProxy(t, etcd.Endpoints()[0])
 	ep := "http://" + hole.l.Addr().String()
-	srv, err := server.New(server.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", HealthListen: "127.0.0.1:0",
-		Cluster: server.ClusterConfig{Endpoints: []string{ep}, NodeID: "a", Prefix: "/pd/", LeaseTTL: 2 * time.Second}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
+	srv, done, cancel := runNode(t, server.ClusterConfig{Endpoints: []string{ep}, NodeID: "a", Prefix: "/pd/", LeaseTTL: 2 * time.Second})
 	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
-
-	poll := time.NewTicker(50 * time.Millisecond)
-	defer poll.Stop()
-	deadline := time.After(60 * time.Second) // a hang guard, not a bound under test
-	var got server.Readiness
-	for got.Dependency == "" {
-		select {
-		case err := <-done:
-			t.Fatalf("Run = %v while etcd never answers, want it to wait and say so on /ready", err)
-		case <-srv.Ready():
-			t.Fatal("ready while etcd never answers")
-		case <-deadline:
-			t.Fatalf("/ready never named the dependency it waits for; last %+v", got)
-		case <-poll.C:
-		}
-		resp, err := http.Get("http://" + srv.HealthAddr().String() + "/ready")
-		if err != nil {
-			t.Fatalf("GET /ready while etcd never answers: %v", err)
-		}
-		b, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		got = server.Readiness{}
-		if err := json.Unmarshal(b, &got); err != nil {
-			t.Fatalf("/ready body %q is not JSON: %v", b, err)
-		}
-		if resp.StatusCode != 503 || got.Ready {
-			t.Fatalf("/ready = %d %q while etcd never answers, want 503", resp.StatusCode, b)
-		}
-	}
+	got := waitNamedDependency(t, srv, done, "etcd never answers")
 	// The endpoint accepts connections: the diagnosis names it with the
 	// client's own error, the call that timed out.
 	if got.Dependency != "etcd" || got.Endpoint != ep || !strings.Contains(got.Error, "deadline exceeded") ||
@@ -236,4 +162,58 @@ func TestCluster_AnEtcdThatAcceptsButNeverAnswersIsWaitedFor(t *testing.T) {
 	case <-time.After(waitFor):
 		t.Fatal("Run did not return after its context ended")
 	}
+}
+
+// runNode starts a cluster node on cfg in the background; done receives
+// Run's error, cancel stops it.
+func runNode(t *testing.T, cfg server.ClusterConfig) (srv *server.Server, done chan error, cancel context.CancelFunc) {
+	t.Helper()
+	srv, err := server.New(server.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", HealthListen: "127.0.0.1:0", Cluster: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done = make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	return srv, done, cancel
+}
+
+// waitNamedDependency polls srv's /ready until it names the dependency it
+// waits for, failing the test if srv becomes ready or Run returns first,
+// or if /ready answers anything but 503 not ready meanwhile; while says
+// what etcd does, for the failure messages.
+func waitNamedDependency(t *testing.T, srv *server.Server, done chan error, while string) server.Readiness {
+	t.Helper()
+	poll := time.NewTicker(50 * time.Millisecond)
+	defer poll.Stop()
+	deadline := time.After(60 * time.Second) // a hang guard, not a bound under test
+	var got server.Readiness
+	for got.Dependency == "" {
+		select {
+		case err := <-done:
+			t.Fatalf("Run = %v while %s, want it to wait and say so on /ready", err, while)
+		case <-srv.Ready():
+			t.Fatalf("ready while %s", while)
+		case <-deadline:
+			t.Fatalf("/ready never named the dependency it waits for; last %+v", got)
+		case <-poll.C:
+		}
+		resp, err := http.Get("http://" + srv.HealthAddr().String() + "/ready")
+		if err != nil {
+			t.Fatalf("GET /ready while %s: %v", while, err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = server.Readiness{}
+		if err := json.Unmarshal(b, &got); err != nil {
+			t.Fatalf("/ready body %q is not JSON: %v", b, err)
+		}
+		if resp.StatusCode != 503 || got.Ready {
+			t.Fatalf("/ready = %d %q while %s, want 503", resp.StatusCode, b, while)
+		}
+	}
+	return got
 }

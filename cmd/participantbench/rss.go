@@ -20,11 +20,11 @@ type rssSampler struct {
 	anonBefore, rssBefor uint64
 	anonPeak, rssPeak    atomic.Uint64
 	quit, done           chan struct{}
-	// anon are the RssAnon samples, in order; loaded is how many were
-	// taken under the load (loadEnded), -1 until then. Written by the
-	// sampling goroutine, read once it is done.
-	anon   []uint64
-	loaded atomic.Int64
+	// anon are the RssAnon samples taken under the load, in order, until
+	// loadEnded sets ended. Written by the sampling goroutine, read once
+	// it is done.
+	anon  []uint64
+	ended atomic.Bool
 }
 
 func startRSSSampler(pid int) (*rssSampler, error) {
@@ -35,7 +35,6 @@ func startRSSSampler(pid int) (*rssSampler, error) {
 	s := &rssSampler{pid: pid, anonBefore: st["RssAnon"], rssBefor: st["VmRSS"], quit: make(chan struct{}), done: make(chan struct{})}
 	s.anonPeak.Store(s.anonBefore)
 	s.rssPeak.Store(s.rssBefor)
-	s.loaded.Store(-1)
 	go s.run()
 	return s, nil
 }
@@ -62,7 +61,7 @@ func (s *rssSampler) sample() {
 	if v := st["RssAnon"]; v > s.anonPeak.Load() {
 		s.anonPeak.Store(v)
 	}
-	if s.loaded.Load() < 0 {
+	if !s.ended.Load() {
 		s.anon = append(s.anon, st["RssAnon"])
 	}
 	if v := st["VmRSS"]; v > s.rssPeak.Load() {
@@ -72,7 +71,7 @@ func (s *rssSampler) sample() {
 
 // loadEnded marks the end of the load: the samples after it (a settle)
 // count for the peak, not for the figures of the load (fill).
-func (s *rssSampler) loadEnded() { s.loaded.Store(0) }
+func (s *rssSampler) loadEnded() { s.ended.Store(true) }
 
 // stop ends the sampling after one last sample.
 func (s *rssSampler) stop() {
