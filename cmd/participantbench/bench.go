@@ -136,7 +136,9 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	fs.IntVar(&f.etcdConns, "etcd-conns", 1, "with --etcd-compare: client connections the etcd putters share (1, the default, is etcd's strongest configuration here; 0 gives each putter its own, as etcd's benchmark put --conns does when set to --clients)")
 	fs.StringVar(&f.memory.workload, "memory", "", "mode: measure the server's anonymous RSS under an abusive client, "+memDeafReader+" (a recipient that never reads, told --volume bytes) or "+memRefusedEnrolls+" (--count enrolls refused); against --server-bin, or --addr with --server-pid")
 	f.memory.volume = 200 << 20
+	f.memory.span = 200 << 20
 	fs.Var(sizeFlag{&f.memory.volume}, "volume", "with --memory "+memDeafReader+": payload bytes told (B, KiB, MiB, GiB)")
+	fs.Var(sizeFlag{&f.memory.span}, "memory-span", "with --memory "+memDeafReader+": also report RssAnon's peak while the first this many bytes were told and while the last were, when --volume is at least twice it")
 	fs.IntVar(&f.memory.payload, "memory-payload", 64<<10, "with --memory "+memDeafReader+": bytes per tell")
 	fs.IntVar(&f.memory.count, "count", 200000, "with --memory "+memRefusedEnrolls+": enrolls refused")
 	fs.IntVar(&f.memory.window, "memory-window", 0, "with --memory: requests in flight (default 32 tells, 512 enrolls)")

@@ -29,6 +29,7 @@ const (
 type memoryConfig struct {
 	workload   string
 	volume     int64 // deaf-reader: payload bytes told
+	span       int64 // deaf-reader: the span of the first and last peaks
 	payload    int   // deaf-reader: bytes per tell
 	count      int   // refused-enrolls: enrolls refused
 	window     int   // requests in flight
@@ -69,8 +70,14 @@ type memoryReport struct {
 	// for a load of fewer than 8 samples.
 	AnonMedianKiB uint64 `json:"rss_anon_median_kib,omitempty"`
 	AnonDriftKiB  int64  `json:"rss_anon_drift_kib,omitempty"`
-	RSSBeforeKiB  uint64 `json:"rss_before_kib"`
-	RSSPeakKiB    uint64 `json:"rss_peak_kib"`
+	// SpanBytes, with a deaf-reader volume of at least twice it, is the
+	// span of the two peaks below: RssAnon's peak while the first
+	// SpanBytes were told, and while the last were (rssSampler.spanPeaks).
+	SpanBytes            int64  `json:"span_bytes,omitempty"`
+	AnonFirstSpanPeakKiB uint64 `json:"rss_anon_first_span_peak_kib,omitempty"`
+	AnonLastSpanPeakKiB  uint64 `json:"rss_anon_last_span_peak_kib,omitempty"`
+	RSSBeforeKiB         uint64 `json:"rss_before_kib"`
+	RSSPeakKiB           uint64 `json:"rss_peak_kib"`
 	// Metrics are the server's figures at the end of the load.
 	Metrics map[string]float64 `json:"metrics,omitempty"`
 	// RecipientCut is set when the deaf recipient's connection was closed
@@ -127,6 +134,11 @@ func (r *memoryReport) print(b *strings.Builder) {
 	if r.AnonMedianKiB > 0 {
 		fmt.Fprintf(b, "  under the load: median %.1f MiB (+%.1f MiB); last quarter's median less the second's: %+.1f MiB\n",
 			kib(r.AnonMedianKiB), kib(r.AnonMedianKiB)-kib(r.AnonBeforeKiB), float64(r.AnonDriftKiB)/1024)
+	}
+	if r.SpanBytes > 0 {
+		fmt.Fprintf(b, "  peak while the first %.0f MiB were told: +%.1f MiB; while the last %.0f MiB were: +%.1f MiB\n",
+			float64(r.SpanBytes)/(1<<20), kib(r.AnonFirstSpanPeakKiB)-kib(r.AnonBeforeKiB),
+			float64(r.SpanBytes)/(1<<20), kib(r.AnonLastSpanPeakKiB)-kib(r.AnonBeforeKiB))
 	}
 	fmt.Fprintf(b, "  RSS (file pages too): %.1f MiB before, peak %.1f MiB (+%.1f MiB)\n",
 		kib(r.RSSBeforeKiB), kib(r.RSSPeakKiB), kib(r.RSSPeakKiB)-kib(r.RSSBeforeKiB))
@@ -232,8 +244,8 @@ func (c *memoryConfig) check(f *benchFlags) error {
 	if c.heapProfile != "" && c.serverBin == "" {
 		return errors.New("--heap-profile needs --server-bin (the bench then starts the server with --pprof)")
 	}
-	if c.volume <= 0 || c.payload <= 0 || c.count <= 0 || c.window <= 0 || c.settle < 0 {
-		return errors.New("--volume, --memory-payload, --count and --memory-window must be positive, --memory-settle not negative")
+	if c.volume <= 0 || c.payload <= 0 || c.count <= 0 || c.window <= 0 || c.settle < 0 || c.span < 0 {
+		return errors.New("--volume, --memory-payload, --count and --memory-window must be positive, --memory-settle and --memory-span not negative")
 	}
 	return nil
 }
@@ -333,7 +345,8 @@ func memoryDeafReader(ctx context.Context, c *memoryConfig, pid int, addr, healt
 	if m, ok := r.scrape(ctx, health, []string{connectionsOpen}); ok {
 		openBefore = m[connectionsOpen]
 	}
-	s, err := startRSSSampler(pid)
+	var told atomic.Uint64
+	s, err := startRSSSampler(pid, told.Load)
 	if err != nil {
 		return err
 	}
@@ -347,6 +360,7 @@ func memoryDeafReader(ctx context.Context, c *memoryConfig, pid int, addr, healt
 		if _, ok := m.(*wire.Told); !ok {
 			return fmt.Errorf("tell answered %s %+v", m.Type(), m)
 		}
+		told.Add(uint64(c.payload))
 		return nil
 	}, wire.CodeBacklogFull)
 	r.Seconds = time.Since(start).Seconds()
@@ -362,6 +376,13 @@ func memoryDeafReader(ctx context.Context, c *memoryConfig, pid int, addr, healt
 	sleep(ctx, c.settle)
 	s.stop()
 	s.fill(r)
+	var nFirst, nLast int
+	r.AnonFirstSpanPeakKiB, r.AnonLastSpanPeakKiB, nFirst, nLast = s.spanPeaks(uint64(c.span), uint64(told.Load()))
+	if nFirst == 0 || nLast == 0 {
+		r.AnonFirstSpanPeakKiB, r.AnonLastSpanPeakKiB = 0, 0
+	} else {
+		r.SpanBytes = c.span
+	}
 	if m, ok := r.scrape(ctx, health, []string{connectionsOpen}); ok && openBefore > 0 {
 		if open, ok := m[connectionsOpen]; ok {
 			r.RecipientCut = open < openBefore
@@ -403,7 +424,7 @@ func memoryRefusedEnrolls(ctx context.Context, c *memoryConfig, pid int, addr st
 			return fmt.Errorf("filling the connection's conversations (give the server a --conversation-burst above its --max-conversations-per-conn): %w", err)
 		}
 	}
-	s, err := startRSSSampler(pid)
+	s, err := startRSSSampler(pid, nil)
 	if err != nil {
 		return err
 	}

@@ -51,6 +51,7 @@ func TestBench_MemoryRefusesBadFlags(t *testing.T) {
 		{"--memory", memDeafReader, "--addr", "127.0.0.1:1", "--server-pid", "1", "--heap-profile", "x"},
 		{"--memory", memDeafReader, "--server-bin", "/bin/true", "--volume", "0"},
 		{"--memory", memDeafReader, "--server-bin", "/bin/true", "--volume", "2TB"},
+		{"--memory", memDeafReader, "--server-bin", "/bin/true", "--memory-span", "-1"},
 	} {
 		if _, _, code := runForTest(args...); code != 2 {
 			t.Errorf("%v = exit %d, want 2", args, code)
@@ -128,6 +129,48 @@ func TestRSSSampler_DriftIsWhatStillGrowsAfterTheRamp(t *testing.T) {
 			s.fill(&r)
 			if int64(r.AnonMedianKiB) != tc.median || r.AnonDriftKiB != tc.drift {
 				t.Errorf("median %d KiB, drift %d KiB; want %d, %d", r.AnonMedianKiB, r.AnonDriftKiB, tc.median, tc.drift)
+			}
+		})
+	}
+}
+
+// TestRSSSampler_SpanPeaksCompareTheFirstAndLastSpansTold checks the
+// peaks of the first and last spans of a deaf reader's volume: a server
+// that holds a budget peaks alike in both, one that keeps what it was
+// told peaks higher in the last; a volume under twice the span, or a load
+// without progress, reports neither.
+func TestRSSSampler_SpanPeaksCompareTheFirstAndLastSpansTold(t *testing.T) {
+	const span, total = 200, 1000
+	var told, budget, share []uint64
+	for i := range 101 {
+		d := uint64(i * total / 100)
+		told = append(told, d)
+		v := uint64(40)
+		if i%10 == 5 {
+			v = 60 // a collector's peak, in every stretch of the load
+		}
+		budget = append(budget, v)
+		share = append(share, 10+d/10)
+	}
+	for _, tc := range []struct {
+		name        string
+		anon, told  []uint64
+		span, total uint64
+		first, last uint64
+		nFirst      int
+		nLast       int
+	}{
+		{"a budget", budget, told, span, total, 60, 60, 21, 21},
+		{"a share of the volume", share, told, span, total, 30, 110, 21, 21},
+		{"a volume under twice the span", budget, told, span, 2*span - 1, 0, 0, 0, 0},
+		{"no progress", budget, nil, span, total, 0, 0, 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &rssSampler{anon: tc.anon, told: tc.told}
+			first, last, nFirst, nLast := s.spanPeaks(tc.span, tc.total)
+			if first != tc.first || last != tc.last || nFirst != tc.nFirst || nLast != tc.nLast {
+				t.Errorf("spanPeaks = %d, %d (%d and %d samples); want %d, %d (%d and %d)",
+					first, last, nFirst, nLast, tc.first, tc.last, tc.nFirst, tc.nLast)
 			}
 		})
 	}

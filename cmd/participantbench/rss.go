@@ -21,18 +21,23 @@ type rssSampler struct {
 	anonPeak, rssPeak    atomic.Uint64
 	quit, done           chan struct{}
 	// anon are the RssAnon samples taken under the load, in order, until
-	// loadEnded sets ended. Written by the sampling goroutine, read once
-	// it is done.
-	anon  []uint64
-	ended atomic.Bool
+	// loadEnded sets ended, and done, when progress is set, what the load
+	// had done at each (bytes told). Written by the sampling goroutine,
+	// read once it is done.
+	anon, told []uint64
+	ended      atomic.Bool
+	// progress, when set, reads how far the load is (bytes told).
+	progress func() uint64
 }
 
-func startRSSSampler(pid int) (*rssSampler, error) {
+// startRSSSampler starts sampling process pid; progress, if not nil,
+// reads how far the load is at each sample (spanPeaks).
+func startRSSSampler(pid int, progress func() uint64) (*rssSampler, error) {
 	st, err := procStatus(pid)
 	if err != nil {
 		return nil, err
 	}
-	s := &rssSampler{pid: pid, anonBefore: st["RssAnon"], rssBefor: st["VmRSS"], quit: make(chan struct{}), done: make(chan struct{})}
+	s := &rssSampler{pid: pid, anonBefore: st["RssAnon"], rssBefor: st["VmRSS"], quit: make(chan struct{}), done: make(chan struct{}), progress: progress}
 	s.anonPeak.Store(s.anonBefore)
 	s.rssPeak.Store(s.rssBefor)
 	go s.run()
@@ -63,6 +68,9 @@ func (s *rssSampler) sample() {
 	}
 	if !s.ended.Load() {
 		s.anon = append(s.anon, st["RssAnon"])
+		if s.progress != nil {
+			s.told = append(s.told, s.progress())
+		}
 	}
 	if v := st["VmRSS"]; v > s.rssPeak.Load() {
 		s.rssPeak.Store(v)
@@ -90,6 +98,29 @@ func (s *rssSampler) fill(r *memoryReport) {
 	if st, err := procStatus(s.pid); err == nil {
 		r.AnonAfterKiB = st["RssAnon"]
 	}
+}
+
+// spanPeaks returns the peak RssAnon of the samples taken while the
+// load had done at most span (first) and of those taken once it had done
+// at least total-span (last), with the number of samples of each; both 0
+// without progress or when total is under twice span. A server whose
+// memory is a budget, not a share of what it was sent, peaks alike in
+// both: the last span is as long as the first, so the collector's peaks
+// have as many chances in each, where a run's peak over all its samples
+// rises with its length alone.
+func (s *rssSampler) spanPeaks(span, total uint64) (first, last uint64, nFirst, nLast int) {
+	if len(s.told) != len(s.anon) || span == 0 || total < 2*span {
+		return 0, 0, 0, 0
+	}
+	for i, d := range s.told {
+		switch {
+		case d <= span:
+			first, nFirst = max(first, s.anon[i]), nFirst+1
+		case d >= total-span:
+			last, nLast = max(last, s.anon[i]), nLast+1
+		}
+	}
+	return first, last, nFirst, nLast
 }
 
 // procStatus reads the kB fields of /proc/<pid>/status (VmRSS, RssAnon,
