@@ -52,8 +52,13 @@ const (
 	// arrive once its header did.
 	DefaultFrameReadTimeout = 30 * time.Second
 	// DefaultLogMemoryBytes bounds the log-first engine's uncheckpointed
-	// batches in memory: two checkpoints' worth.
-	DefaultLogMemoryBytes = 8 << 20
+	// batches in memory: four checkpoints' worth (a checkpoint starts at
+	// 1 MiB logged). Small writes never reach it (64 clients telling 200
+	// bytes peak below 2 MiB); a flood of large ones does, and waits for
+	// the disk instead of holding more: a deaf recipient told 2 GiB of
+	// 64 KiB tells peaks 4 to 12 MiB lower than at 8 MiB, at the same
+	// rate (BENCHMARKS.md, "Memory").
+	DefaultLogMemoryBytes = 4 << 20
 	// DefaultWALSegmentSize is the size the log-first engine preallocates
 	// each log segment to: 64 MiB.
 	DefaultWALSegmentSize = 64 << 20
