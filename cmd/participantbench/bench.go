@@ -373,8 +373,10 @@ func runLoad(ctx context.Context, f *benchFlags, rep *benchReport, progress io.W
 		}
 	}
 	var memBefore, memAfter runtime.MemStats
+	var procBefore, procAfter procCounts
 	if f.embedded {
 		runtime.ReadMemStats(&memBefore)
+		procBefore = readProcCounts()
 	}
 	t0 := time.Now()
 	r.phase.Store(phaseMeasure)
@@ -382,6 +384,7 @@ func runLoad(ctx context.Context, f *benchFlags, rep *benchReport, progress io.W
 	r.phase.Store(phaseDone)
 	elapsed := time.Since(t0)
 	if f.embedded {
+		procAfter = readProcCounts()
 		runtime.ReadMemStats(&memAfter)
 		if f.allocProfile != "" {
 			if err := writeAllocProfile(f.allocProfile); err != nil {
@@ -403,6 +406,7 @@ func runLoad(ctx context.Context, f *benchFlags, rep *benchReport, progress io.W
 	rep.fill(f, r, elapsed)
 	if f.embedded && rep.Ops > 0 {
 		rep.Runtime = runtimeFigureOf(&memBefore, &memAfter, rep.Ops)
+		rep.Syscalls = syscallFigureOf(procBefore, procAfter, rep.Ops)
 	}
 	if f.metricsAddr != "" {
 		if scrapeErr != nil {
