@@ -71,6 +71,12 @@ type taker interface {
 // nil) is closed first. Callers keep n within every limit (Config
 // validation sees to it), so a wait always ends once the holders give back.
 func take(n int64, stop, quit <-chan struct{}, bs ...taker) bool {
+	return takeOr(n, stop, quit, nil, bs...)
+}
+
+// takeOr is take that calls beforeWait, if not nil, each time before it
+// waits for room.
+func takeOr(n int64, stop, quit <-chan struct{}, beforeWait func(), bs ...taker) bool {
 	for {
 		var wait <-chan struct{}
 		i := 0
@@ -85,6 +91,9 @@ func take(n int64, stop, quit <-chan struct{}, bs ...taker) bool {
 		}
 		for _, b := range bs[:i] {
 			b.give(n)
+		}
+		if beforeWait != nil {
+			beforeWait()
 		}
 		select {
 		case <-wait:

@@ -69,8 +69,17 @@ func (c *conn) work(conv uint64) {
 			}
 			answers[i] = c.begin(ctx, r.m)
 		}
+		held := false
 		for i, answer := range answers {
 			a := answer() // always waited for: the service counts it in flight
+			if !held {
+				// The requests queued together are decided in one batch
+				// (unless another batch took the queue between two of
+				// them): once the first is answered the others are too,
+				// and their answers are queued under one hold.
+				c.out.hold()
+				held = true
+			}
 			var sp trace.Span
 			if spans != nil {
 				sp, spans[i] = spans[i], nil
@@ -80,12 +89,18 @@ func (c *conn) work(conv uint64) {
 			case sp != nil:
 				c.sendTraced(sp, a)
 			case !c.abandon.Load():
-				c.out.send(a)
+				c.out.sendHeld(a)
 			}
 			c.release(q[i].held)
 			q[i], answers[i] = request{}, nil // let the request's bytes go
 			<-c.pending
 			c.touch()
+		}
+		if held {
+			// The batch that answered these published its deliveries
+			// before it completed them: when the pump has some to send,
+			// the answers wait for them and leave in the same write.
+			c.out.release(!c.pc.HasReady())
 		}
 	}
 }

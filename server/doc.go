@@ -47,7 +47,11 @@
 // backpressure). Every outbound frame goes through one queue to the
 // writer, bounded in bytes per connection (MaxOutboundBytes) and across the
 // server (MaxOutboundTotal); the writer hands the socket up to 64 KiB of
-// frames per write. When the client does not read, the queue fills and
+// frames per write. A worker's answers to the requests of one batch, and
+// the pump's run of deliveries of one conversation, are queued under a
+// hold (writer.go): the writer is woken once for all of them, and for the
+// deliveries the same batch made due when the pump is about to queue
+// them, so that they leave in one write. When the client does not read, the queue fills and
 // answers and pushes wait, never growing memory; and since every frame must
 // be written within WriteProgressTimeout of being queued, a client that
 // reads nothing or a trickle is cut, giving its budget back.

@@ -35,24 +35,9 @@ func (c *conn) pump() {
 		}
 		var next []participant.ConversationID
 		for _, conv := range round {
-			more := false
-			for i := 0; ; i++ {
-				if i == pumpBatch {
-					more = true
-					break
-				}
-				d, ok := c.pc.Next(conv)
-				if !ok {
-					break
-				}
-				if !c.out.send(delivery(d)) {
-					return
-				}
-				if d.First != 0 {
-					c.srv.metrics.compactedNotice()
-				} else {
-					c.srv.metrics.delivered()
-				}
+			more, ok := c.pushSome(conv)
+			if !ok {
+				return
 			}
 			if more {
 				next = append(next, conv)
@@ -67,6 +52,31 @@ func (c *conn) pump() {
 		}
 		round = next
 	}
+}
+
+// pushSome pushes up to pumpBatch deliveries of conv under one hold of the
+// outbound queue, so that they leave together, with any answer a worker
+// queued meanwhile (conn.work leaves its answers to the pump's release
+// when deliveries are ready). It reports whether conv may have more, and
+// false if the writer is gone.
+func (c *conn) pushSome(conv participant.ConversationID) (more, ok bool) {
+	c.out.hold()
+	defer c.out.release(true)
+	for range pumpBatch {
+		d, ok := c.pc.Next(conv)
+		if !ok {
+			return false, true
+		}
+		if !c.out.sendHeld(delivery(d)) {
+			return false, false
+		}
+		if d.First != 0 {
+			c.srv.metrics.compactedNotice()
+		} else {
+			c.srv.metrics.delivered()
+		}
+	}
+	return true, true
 }
 
 // delivery converts a service delivery to its push: a delivery, or the

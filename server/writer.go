@@ -43,6 +43,14 @@ type outq struct {
 	// +checklocks:mu
 	stopped bool
 
+	// holders counts the goroutines queuing frames that belong together
+	// (hold, release): while any does, a push does not wake the writer,
+	// so that what they queue leaves in one write.
+	holders atomic.Int32
+	// owed is set when a frame was queued, or a hold released, that needs
+	// the writer woken once holders is zero.
+	owed atomic.Bool
+
 	// ready wakes the writer; it holds at most one wake.
 	ready chan struct{}
 	// done is closed when the writer has stopped: after the last frame, or
@@ -89,21 +97,42 @@ func newOutq(nc net.Conn, progress time.Duration, own *budget, shared *holder, q
 func (q *outq) empty() bool { return q.own.inUse() == 0 }
 
 // send queues m, waiting while the connection's or the server's outbound
-// budget has no room for it. It returns false when the writer has stopped,
-// or quit was closed while it waited; m is then dropped.
+// budget has no room for it, and wakes the writer, or, while a hold is on,
+// leaves that to the last release. It returns false when the writer has
+// stopped, or quit was closed while it waited; m is then dropped.
 func (q *outq) send(m wire.Message) bool {
+	if !q.enqueue(m) {
+		return false
+	}
+	// owed before holders: a release that brings holders to zero after
+	// this load sees it.
+	q.owed.Store(true)
+	if q.holders.Load() == 0 {
+		q.wake()
+	}
+	return true
+}
+
+// sendHeld is send for a goroutine within a hold (hold): m is queued and
+// the writer is woken by a release.
+func (q *outq) sendHeld(m wire.Message) bool { return q.enqueue(m) }
+
+// enqueue queues m once the budgets have room for it.
+func (q *outq) enqueue(m wire.Message) bool {
 	b := wire.AppendFrame(nil, m)
 	// Frames fit the budgets (Config validation); the clamp keeps an
 	// oversized one from waiting forever.
 	n := min(int64(len(b)), q.own.limit)
-	if !take(n, q.done, q.quit, q.own, q.shared) {
+	// Frames held back (hold) may be what fills the budget: the writer
+	// must drain them before this send can have room.
+	if !takeOr(n, q.done, q.quit, q.kick, q.own, q.shared) {
 		return false
 	}
 	return q.push(outFrame{b: b, at: time.Now(), held: n})
 }
 
-// push appends f to the queue and wakes the writer, or gives f's bytes
-// back if the writer has stopped.
+// push appends f to the queue, or gives f's bytes back if the writer has
+// stopped. The caller wakes the writer.
 func (q *outq) push(f outFrame) bool {
 	q.mu.Lock()
 	if q.stopped {
@@ -113,11 +142,49 @@ func (q *outq) push(f outFrame) bool {
 	}
 	q.queue = append(q.queue, f)
 	q.mu.Unlock()
+	return true
+}
+
+// wake wakes the writer.
+func (q *outq) wake() {
 	select {
 	case q.ready <- struct{}{}:
 	default:
 	}
-	return true
+}
+
+// kick wakes the writer if a frame is queued.
+func (q *outq) kick() {
+	q.mu.Lock()
+	n := len(q.queue)
+	q.mu.Unlock()
+	if n > 0 {
+		q.wake()
+	}
+}
+
+// hold defers waking the writer for the frames queued until the matching
+// release, and until every other hold is released: frames that are ready
+// together (the answers of one batch, the deliveries it made due) then
+// leave in one write, and the peer reads them in one read, where the
+// writer, woken by the first, would take them one write each. The holder
+// queues with sendHeld. A send that must wait for budget wakes the writer
+// first, so a hold never keeps its frames from draining into a full
+// budget; it delays them only while its holder runs.
+func (q *outq) hold() { q.holders.Add(1) }
+
+// release ends a hold. kick says the frames the holder queued need the
+// writer woken; false leaves them to a goroutine the caller knows will
+// send or release soon (the pump, with deliveries ready), so that they
+// leave with its frames. The last release wakes the writer if any release
+// or send since the previous wake asked for it.
+func (q *outq) release(kick bool) {
+	if kick {
+		q.owed.Store(true)
+	}
+	if q.holders.Add(-1) == 0 && q.owed.Swap(false) {
+		q.kick()
+	}
 }
 
 func (q *outq) give(n int64) {
@@ -134,6 +201,7 @@ func (q *outq) finish(m wire.Message) {
 		f.b = wire.AppendFrame(nil, m)
 	}
 	q.push(f)
+	q.wake()
 	<-q.done
 }
 

@@ -85,3 +85,20 @@ func BenchmarkDelivery_WriteRead(b *testing.B) {
 		b.Fatalf("ReadFrame at the end = %v", err)
 	}
 }
+
+// BenchmarkAppendFrame is a frame as the server's writer queues one: each
+// in a slice of its own.
+func BenchmarkAppendFrame(b *testing.B) {
+	for _, m := range []Message{
+		&Told{ID: 5, Conversation: 1 << 40, Seq: 70000},
+		&Acked{ID: 6, Conversation: 1 << 40, Participant: 1, Cursor: 70000},
+		benchDelivery(),
+	} {
+		b.Run(m.Type(), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				_ = AppendFrame(nil, m)
+			}
+		})
+	}
+}

@@ -1,6 +1,9 @@
 package wire
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+	"slices"
+)
 
 // Message is one protocol message: a pointer to one of the message structs
 // of this package (the interface is sealed). Client→server: *Hello, *Enroll,
@@ -41,13 +44,33 @@ func Encode(m Message) []byte { return m.appendBody(nil) }
 func AppendEncode(dst []byte, m Message) []byte { return m.appendBody(dst) }
 
 // AppendFrame appends the whole frame of m, header and body, to dst. It does
-// not check the body length against any limit; see Writer for that.
+// not check the body length against any limit; see Writer for that. When
+// dst has less room than such a frame usually takes, it is grown once
+// first, not field by field as the body is appended.
 func AppendFrame(dst []byte, m Message) []byte {
+	dst = slices.Grow(dst, frameHint(m))
 	start := len(dst)
 	dst = append(dst, 0, 0, 0, 0)
 	dst = m.appendBody(dst)
 	binary.BigEndian.PutUint32(dst[start:], uint32(len(dst)-start-HeaderLen))
 	return dst
+}
+
+// frameHint is about the bytes m's frame takes: its payload, if it has
+// one, and room for the fields of any frame without long strings (an
+// acked with the largest numbers takes 90 bytes, a delivery or a tell 121
+// besides its payload), so that a frame is allocated once and at about its
+// size. A long string (an error's detail) grows the slice as it is
+// appended.
+func frameHint(m Message) int {
+	const fields = 96
+	switch m := m.(type) {
+	case *Delivery:
+		return fields + 32 + len(m.Payload)
+	case *Tell:
+		return fields + 32 + len(m.Payload)
+	}
+	return fields
 }
 
 // requestTypes and serverTypes are the types each decoder knows.

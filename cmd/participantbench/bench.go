@@ -109,6 +109,7 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	fs.IntVar(&f.load.conversations, "conversations", 0, "conversations of the tell shape (default clients/2: two participants each)")
 	fs.IntVar(&f.load.payload, "payload", 200, "tell payload, bytes")
 	fs.IntVar(&f.load.window, "window", 4, "requests in flight per connection")
+	fs.BoolVar(&f.load.ackWithTell, "ack-with-tell", false, "tell shape with --coalesce: a connection acks what was delivered only when it sends its next tell, in the same write (a client that piggybacks its acks), instead of as each delivery is read; a diagnostic of what the acks cost the server, not the benchmark's shape")
 	fs.BoolVar(&f.load.coalesce, "coalesce", true, "tell shape without --rate: each connection's reader sends the next tell and the next ack from the callbacks of what it read, and writes what they sent together before it waits for the socket (false: a goroutine per connection sends the tells and another the acks, a write each, as before)")
 	fs.Float64Var(&f.load.rate, "rate", 0, "requests per second of all clients together (0: as fast as the server answers); a steady load, for --disk-sample runs on a shared machine")
 	fs.IntVar(&f.load.enrollPerConn, "enroll-per-conn", 512, "enroll shape: enrolls per connection before it says bye and reconnects")
@@ -375,8 +376,10 @@ func runLoad(ctx context.Context, f *benchFlags, rep *benchReport, progress io.W
 		}
 	}
 	var memBefore, memAfter runtime.MemStats
+	var procBefore, procAfter procCounts
 	if f.embedded {
 		runtime.ReadMemStats(&memBefore)
+		procBefore = readProcCounts()
 	}
 	t0 := time.Now()
 	r.phase.Store(phaseMeasure)
@@ -384,6 +387,7 @@ func runLoad(ctx context.Context, f *benchFlags, rep *benchReport, progress io.W
 	r.phase.Store(phaseDone)
 	elapsed := time.Since(t0)
 	if f.embedded {
+		procAfter = readProcCounts()
 		runtime.ReadMemStats(&memAfter)
 		if f.allocProfile != "" {
 			if err := writeAllocProfile(f.allocProfile); err != nil {
@@ -405,6 +409,7 @@ func runLoad(ctx context.Context, f *benchFlags, rep *benchReport, progress io.W
 	rep.fill(f, r, elapsed)
 	if f.embedded && rep.Ops > 0 {
 		rep.Runtime = runtimeFigureOf(&memBefore, &memAfter, rep.Ops)
+		rep.Syscalls = syscallFigureOf(procBefore, procAfter, rep.Ops)
 	}
 	if f.metricsAddr != "" {
 		if scrapeErr != nil {

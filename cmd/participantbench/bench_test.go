@@ -249,15 +249,16 @@ func TestBench_OverWebSocket(t *testing.T) {
 
 // TestBench_TellShapeAcksEveryDeliveredTell: the tell shape, driven from
 // each connection's reader with the next tell and ack written together
-// (--coalesce, the default) and by goroutines a write each, counts
-// verified answers and acknowledges the deliveries, at one request in
-// flight and at four.
+// (--coalesce, the default), with the acks held for the next tell
+// (--ack-with-tell), and by goroutines a write each, counts verified
+// answers and acknowledges the deliveries, at one request in flight and
+// at four.
 func TestBench_TellShapeAcksEveryDeliveredTell(t *testing.T) {
-	for _, coalesce := range []string{"true", "false"} {
+	for _, mode := range []string{"--coalesce=true", "--ack-with-tell", "--coalesce=false"} {
 		for _, window := range []string{"1", "4"} {
-			t.Run("coalesce="+coalesce+"/window="+window, func(t *testing.T) {
+			t.Run(mode[2:]+"/window="+window, func(t *testing.T) {
 				rep := runBenchForTest(t, "--embedded", "--data-dir", t.TempDir(), "--op", opTell, "--clients", "4",
-					"--window", window, "--coalesce="+coalesce, "--duration", "500ms", "--warmup", "100ms",
+					"--window", window, mode, "--duration", "500ms", "--warmup", "100ms",
 					"--fsync-probe=false", "--verify", "20")
 				if rep.Ops == 0 || rep.Errors != 0 || len(rep.VerifyFailures) != 0 || rep.Verified == 0 || rep.Acks == 0 {
 					t.Fatalf("report = ops %d, errors %d (%s), verified %d, failures %v, acks %d; want ops > 0, no errors, replays verified, acks",

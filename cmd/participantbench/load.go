@@ -36,6 +36,11 @@ type loadConfig struct {
 	// one write (benchConn.sendLater). Off, a goroutine sends the tells
 	// and another the acks, each in a write of its own.
 	coalesce bool
+	// ackWithTell, with coalesce, holds a connection's ack of what was
+	// delivered until it sends its next tell, and writes them together:
+	// a client that piggybacks its acks. A diagnostic of what the acks
+	// cost the server, not the benchmark's shape.
+	ackWithTell bool
 }
 
 const (
@@ -106,7 +111,9 @@ type worker struct {
 	// goroutine: an answer's callback sends the next tell, and a delivery
 	// or an ack's answer the next ack (driveChained, ackNext). stop ends the tells,
 	// stopAcks the acks.
-	chained  bool
+	chained bool
+	// lazyAcks: chained, and acks wait for the next tell (ackWithTell).
+	lazyAcks bool
 	stop     atomic.Bool
 	stopAcks atomic.Bool
 	// ackMu guards acked and ackBusy, the chained acker's state.
@@ -224,6 +231,7 @@ func (r *loadRun) setup(ctx context.Context) error {
 			w.kind = opTell
 			w.conv = r.nonce | uint64(i%convs)
 			w.chained = cfg.coalesce && cfg.rate == 0
+			w.lazyAcks = w.chained && cfg.ackWithTell
 			w.ackBusy = w.chained // until ackChained starts the acks
 		}
 		r.workers = append(r.workers, w)
@@ -302,7 +310,9 @@ func (w *worker) delivered(d *wire.Delivery) {
 		}
 	}
 	if w.chained {
-		w.ackNext(true)
+		if !w.lazyAcks {
+			w.ackNext(true)
+		}
 		return
 	}
 	select {
@@ -426,10 +436,15 @@ func (w *worker) sendTellChained(later bool) error {
 			<-w.sem
 		}
 	}
-	if later {
-		return w.conn.sendLater(req, done)
+	if !later {
+		return w.conn.send(req, done)
 	}
-	return w.conn.send(req, done)
+	if w.lazyAcks {
+		// In the same write as the tell, and before it: its answer then
+		// comes before the told, and the next tell finds no ack in flight.
+		w.ackNext(true)
+	}
+	return w.conn.sendLater(req, done)
 }
 
 // ackChained lets the reader acknowledge deliveries (ackNext) until ctx
@@ -474,7 +489,9 @@ func (w *worker) ackNext(later bool) {
 		w.acked = through
 		w.ackBusy = false
 		w.ackMu.Unlock()
-		w.ackNext(true)
+		if !w.lazyAcks {
+			w.ackNext(true)
+		}
 	}
 	send := w.conn.send
 	if later {

@@ -47,6 +47,9 @@ type benchReport struct {
 	// counted operations over the measured window, with --embedded
 	// (server and bench client in one process).
 	Runtime *runtimeFigure `json:"go_runtime,omitempty"`
+	// Syscalls is the process's system calls and context switches per
+	// counted operation over the measured window, with --embedded.
+	Syscalls *syscallFigure `json:"syscalls,omitempty"`
 
 	Errors     uint64 `json:"errors"`
 	FirstError string `json:"first_error,omitempty"`
@@ -189,6 +192,10 @@ func (rep *benchReport) print(w io.Writer, asJSON bool) error {
 		if g := rep.Runtime; g != nil {
 			fmt.Fprintf(&b, "  go runtime: per 1,000 counted ops %.0f allocations, %.0f KiB allocated, %.2f collections (%.1f MB goal at the end; server and bench client)\n",
 				g.AllocsPer1000, g.KiBPer1000, g.GCsPer1000, g.HeapGoalMB)
+		}
+		if g := rep.Syscalls; g != nil {
+			fmt.Fprintf(&b, "  syscalls: per counted op %.2f reads, %.2f writes; %.2f voluntary and %.2f involuntary thread switches (server and bench client)\n",
+				g.ReadsPerOp, g.WritesPerOp, g.VoluntaryPerOp, g.InvoluntPerOp)
 		}
 		if rep.RatioToFsync > 0 {
 			fmt.Fprintf(&b, "  ratio: %.2f x the fsync probe rate\n", rep.RatioToFsync)
