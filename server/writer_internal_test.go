@@ -26,7 +26,7 @@ func (c *writesConn) SetWriteDeadline(time.Time) error { return nil }
 func (c *writesConn) Close() error                     { return nil }
 
 // newTestOutq returns a queue over a writesConn with room for own bytes,
-// and a function that stops its writer.
+// and the connection; the test's cleanup stops its writer.
 func newTestOutq(t *testing.T, own int64) (*outq, *writesConn) {
 	t.Helper()
 	nc := newWritesConn()
@@ -48,6 +48,22 @@ func frames(ms ...wire.Message) []byte {
 	return b
 }
 
+// wantWrite fails t unless the next write on nc is exactly the frames of
+// ms; what names the write and what it should hold, for the message.
+func wantWrite(t *testing.T, nc *writesConn, what string, ms ...wire.Message) {
+	t.Helper()
+	if got, want := <-nc.writes, frames(ms...); !bytes.Equal(got, want) {
+		t.Errorf("%s = %d bytes, want %d bytes", what, len(got), len(want))
+	}
+}
+
+// A worker's answer and the delivery its batch made due, of the tests
+// that hold them together.
+var (
+	testAnswer   = &wire.Told{ID: 1, Conversation: 7, Seq: 3}
+	testDelivery = &wire.Delivery{Conversation: 7, Recipient: 2, Seq: 4, Kind: wire.KindRecord, Participant: 1, Payload: []byte("x")}
+)
+
 // woken reports whether the writer has a wake pending (it is parked and
 // nothing else can take the wake from the channel).
 func woken(q *outq) bool { return len(q.ready) > 0 }
@@ -63,29 +79,23 @@ func TestOutq_HeldFramesLeaveInOneWriteAtRelease(t *testing.T) {
 		t.Fatal("the writer was woken while the frames were held")
 	}
 	q.release(true)
-	if got, want := <-nc.writes, frames(a, b); !bytes.Equal(got, want) {
-		t.Errorf("first write = %d bytes, want both frames (%d bytes) in one write", len(got), len(want))
-	}
+	wantWrite(t, nc, "first write (both frames in one)", a, b)
 }
 
 // A worker that knows deliveries are about to be pushed releases without
 // a wake: its answers wait for the pump's frames and leave with them.
 func TestOutq_ReleaseWithoutKickLeavesTheFramesToTheNextRelease(t *testing.T) {
 	q, nc := newTestOutq(t, 1<<20)
-	answer := &wire.Told{ID: 1, Conversation: 7, Seq: 3}
-	delivery := &wire.Delivery{Conversation: 7, Recipient: 2, Seq: 4, Kind: wire.KindRecord, Participant: 1, Payload: []byte("x")}
 	q.hold() // the worker
-	q.sendHeld(answer)
+	q.sendHeld(testAnswer)
 	q.hold() // the pump
 	q.release(false)
 	if woken(q) {
 		t.Fatal("a release without kick woke the writer")
 	}
-	q.sendHeld(delivery)
+	q.sendHeld(testDelivery)
 	q.release(true)
-	if got, want := <-nc.writes, frames(answer, delivery); !bytes.Equal(got, want) {
-		t.Errorf("first write = %d bytes, want the answer and the delivery (%d bytes) in one write", len(got), len(want))
-	}
+	wantWrite(t, nc, "first write (the answer and the delivery in one)", testAnswer, testDelivery)
 }
 
 // The pump's release may come first, while the worker still holds: the
@@ -93,20 +103,16 @@ func TestOutq_ReleaseWithoutKickLeavesTheFramesToTheNextRelease(t *testing.T) {
 // asks.
 func TestOutq_LastReleaseWakesForAnEarlierReleasesKick(t *testing.T) {
 	q, nc := newTestOutq(t, 1<<20)
-	answer := &wire.Told{ID: 1, Conversation: 7, Seq: 3}
-	delivery := &wire.Delivery{Conversation: 7, Recipient: 2, Seq: 4, Kind: wire.KindRecord, Participant: 1, Payload: []byte("x")}
 	q.hold() // the worker
-	q.sendHeld(answer)
+	q.sendHeld(testAnswer)
 	q.hold() // the pump
-	q.sendHeld(delivery)
+	q.sendHeld(testDelivery)
 	q.release(true)
 	if woken(q) {
 		t.Fatal("the writer was woken while the worker still held")
 	}
 	q.release(false)
-	if got, want := <-nc.writes, frames(answer, delivery); !bytes.Equal(got, want) {
-		t.Errorf("first write = %d bytes, want the answer and the delivery (%d bytes) in one write", len(got), len(want))
-	}
+	wantWrite(t, nc, "first write (the answer and the delivery in one)", testAnswer, testDelivery)
 }
 
 // A frame sent by a goroutine outside the hold (a pong) is not lost when
@@ -122,9 +128,7 @@ func TestOutq_SendDuringAHoldIsWrittenAtTheRelease(t *testing.T) {
 		t.Fatal("a send during a hold woke the writer")
 	}
 	q.release(false)
-	if got, want := <-nc.writes, frames(pong); !bytes.Equal(got, want) {
-		t.Errorf("write = %x, want the pong %x", got, want)
-	}
+	wantWrite(t, nc, "write (the pong)", pong)
 }
 
 // Held frames may fill the connection's budget: the send that then needs
@@ -143,13 +147,9 @@ func TestOutq_SendIntoABudgetFullOfHeldFramesDrainsThem(t *testing.T) {
 	if !q.sendHeld(m) { // returns once the writer gave the room back
 		t.Fatal("sendHeld = false on a running writer")
 	}
-	if got, want := <-nc.writes, frames(m, m); !bytes.Equal(got, want) {
-		t.Errorf("first write = %d bytes, want the two held frames (%d bytes)", len(got), len(want))
-	}
+	wantWrite(t, nc, "first write (the two held frames)", m, m)
 	q.release(true)
-	if got, want := <-nc.writes, frames(m); !bytes.Equal(got, want) {
-		t.Errorf("second write = %d bytes, want the third frame (%d bytes)", len(got), len(want))
-	}
+	wantWrite(t, nc, "second write (the third frame)", m)
 }
 
 // The last frame goes out, with what a hold still holds, whatever the
@@ -164,7 +164,5 @@ func TestOutq_FinishWritesHeldFrames(t *testing.T) {
 	q.hold()
 	q.sendHeld(m)
 	q.finish(bye)
-	if got, want := <-nc.writes, frames(m, bye); !bytes.Equal(got, want) {
-		t.Errorf("write = %d bytes, want the held frame and the last one (%d bytes)", len(got), len(want))
-	}
+	wantWrite(t, nc, "write (the held frame and the last one)", m, bye)
 }

@@ -126,22 +126,33 @@ func (s *rssSampler) spanPeaks(span, total uint64) (first, last uint64, nFirst, 
 // procStatus reads the kB fields of /proc/<pid>/status (VmRSS, RssAnon,
 // RssFile, ...), in KiB.
 func procStatus(pid int) (map[string]uint64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	out, err := procFields(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return nil, fmt.Errorf("reading the server's memory: %w", err)
+	}
+	if _, ok := out["RssAnon"]; !ok {
+		return nil, fmt.Errorf("no RssAnon in /proc/%d/status", pid)
+	}
+	return out, nil
+}
+
+// procFields reads the "key: number" lines of a /proc file (status, io),
+// a number followed by " kB" as that many KiB; lines of other values are
+// left out.
+func procFields(path string) (map[string]uint64, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
 	}
 	out := map[string]uint64{}
 	for _, line := range splitLines(b) {
 		k, v, ok := cutColon(line)
-		if !ok || !strings.HasSuffix(v, " kB") {
+		if !ok {
 			continue
 		}
 		if n, err := strconv.ParseUint(strings.TrimSuffix(v, " kB"), 10, 64); err == nil {
 			out[k] = n
 		}
-	}
-	if _, ok := out["RssAnon"]; !ok {
-		return nil, fmt.Errorf("no RssAnon in /proc/%d/status", pid)
 	}
 	return out, nil
 }

@@ -1,11 +1,6 @@
 package main
 
-import (
-	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
-)
+import "path/filepath"
 
 // procCounts are the process's system calls and context switches so far,
 // from /proc/self (Linux): syscr and syscw count every read-like and
@@ -20,48 +15,19 @@ type procCounts struct {
 
 func readProcCounts() procCounts {
 	var c procCounts
-	b, err := os.ReadFile("/proc/self/io")
+	io, err := procFields("/proc/self/io")
 	if err != nil {
 		return c
 	}
-	for line := range strings.SplitSeq(string(b), "\n") {
-		k, v, ok := cutColon(line)
-		if !ok {
-			continue
-		}
-		n, err := strconv.ParseUint(v, 10, 64)
-		if err != nil {
-			continue
-		}
-		switch k {
-		case "syscr":
-			c.reads = n
-		case "syscw":
-			c.writes = n
-		}
-	}
+	c.reads, c.writes = io["syscr"], io["syscw"]
 	tasks, _ := filepath.Glob("/proc/self/task/*/status")
 	for _, t := range tasks {
-		b, err := os.ReadFile(t)
+		st, err := procFields(t)
 		if err != nil {
 			continue // the thread exited
 		}
-		for line := range strings.SplitSeq(string(b), "\n") {
-			k, v, ok := cutColon(line)
-			if !ok {
-				continue
-			}
-			n, err := strconv.ParseUint(v, 10, 64)
-			if err != nil {
-				continue
-			}
-			switch k {
-			case "voluntary_ctxt_switches":
-				c.voluntary += n
-			case "nonvoluntary_ctxt_switches":
-				c.involunt += n
-			}
-		}
+		c.voluntary += st["voluntary_ctxt_switches"]
+		c.involunt += st["nonvoluntary_ctxt_switches"]
 	}
 	c.ok = true
 	return c
