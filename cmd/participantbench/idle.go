@@ -5,10 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"runtime"
 	"runtime/debug"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -135,14 +133,13 @@ func runIdle(ctx context.Context, f *benchFlags, rep *benchReport) error {
 
 // rssKiB reads VmRSS of pid from /proc.
 func rssKiB(pid int) (uint64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	st, err := procFields(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, fmt.Errorf("reading the server's RSS: %w", err)
 	}
-	for _, line := range splitLines(b) {
-		if k, v, ok := cutColon(line); ok && k == "VmRSS" {
-			return strconv.ParseUint(strings.TrimSuffix(v, " kB"), 10, 64)
-		}
+	n, ok := st["VmRSS"]
+	if !ok {
+		return 0, fmt.Errorf("no VmRSS in /proc/%d/status", pid)
 	}
-	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", pid)
+	return n, nil
 }
