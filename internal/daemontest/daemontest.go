@@ -8,13 +8,13 @@ package daemontest
 import (
 	"context"
 	"fmt"
-	"net"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/participantd/participantd/internal/freeport"
 	"github.com/participantd/participantd/internal/healthwait"
 )
 
@@ -48,15 +48,16 @@ func BuildCommand(dir, name string, tags ...string) (string, error) {
 	return bin, nil
 }
 
-// FreeAddr returns a loopback address that was free a moment ago.
+// FreeAddr returns a loopback address that was free a moment ago, below
+// the kernel's ephemeral range, where no outgoing connection can take it
+// before the daemon binds it (freeport).
 func FreeAddr(t testing.TB) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeport.Addr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return addr
 }
 
 // WaitReady polls GET /ready of the health listener at addr until it
