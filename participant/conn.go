@@ -1,6 +1,8 @@
 package participant
 
 import (
+	"errors"
+	"slices"
 	"sort"
 	"sync"
 )
@@ -241,12 +243,74 @@ func (s *bindingSlot) release() {
 	s.c.giveBackLocked(s)
 }
 
-// holding completes like complete, then releases slot, if its binding was
-// not published.
-func holding(slot *bindingSlot, complete func(error) error) func(error) error {
+// holding completes like complete, then settles slot if its binding was
+// not published: it is given back when the operation surely wrote nothing
+// (refused, failed before its rows were written), and parked on cv
+// otherwise. An operation answered without its binding published (cv
+// forgotten under its batch) or in doubt may have a stored binding, which
+// the next load of cv binds on the connection; had the slot been given
+// back, the connection could fill it meanwhile and that load would bind
+// it one past its cap.
+func holding(cv *conversation, slot *bindingSlot, complete func(error) error) func(error) error {
 	return func(werr error) error {
-		defer slot.release()
-		return complete(werr)
+		err := complete(werr)
+		var pe *Error
+		if err == nil || errors.As(err, &pe) && pe.Code == CodeInDoubt {
+			cv.park(slot)
+		} else {
+			slot.release()
+		}
+		return err
+	}
+}
+
+// park moves slot, if its binding was not published, to cv's parked
+// slots: it stays reserved on its connection until cv's next load settles
+// it. A nil slot, or one given back, parks nothing; the slot of an ended
+// connection, which binds nothing more (the load ends the binding it
+// finds there), is given back.
+func (cv *conversation) park(slot *bindingSlot) {
+	if slot == nil {
+		return
+	}
+	c := slot.c
+	c.mu.Lock()
+	if !slot.held || c.ended {
+		c.giveBackLocked(slot)
+		c.mu.Unlock()
+		return
+	}
+	slot.held = false // its reservation goes on as the parked one
+	c.mu.Unlock()
+	cv.mu.Lock()
+	cv.parked = append(cv.parked, &bindingSlot{c: c, held: true})
+	cv.mu.Unlock()
+}
+
+// takeParked removes and returns a slot parked on cv for connection c, or
+// nil when none is.
+func (cv *conversation) takeParked(c *Conn) *bindingSlot {
+	cv.mu.Lock()
+	defer cv.mu.Unlock()
+	for i, slot := range cv.parked {
+		if slot.c == c {
+			cv.parked = slices.Delete(cv.parked, i, i+1)
+			return slot
+		}
+	}
+	return nil
+}
+
+// settleParked gives back every slot parked on cv: a load found every
+// binding it had to find (rebindTurn took over the slots of those it
+// bound), or cv binds no one any more.
+func (cv *conversation) settleParked() {
+	cv.mu.Lock()
+	parked := cv.parked
+	cv.parked = nil
+	cv.mu.Unlock()
+	for _, slot := range parked {
+		slot.release()
 	}
 }
 

@@ -154,6 +154,9 @@ func TestConnCap_EachEndOfAnOperationGivesBackItsSlotOnce(t *testing.T) {
 	sw.Set(true)
 	_, err = c.Enroll(ctx, Enroll{Conversation: 3, Token: token(5)})
 	wantCode("Enroll with a failing oplog append", err, CodeInDoubt)
+	// The enroll's slot stays reserved until the reload finds that it
+	// wrote nothing (TestConnCap_AnAttachInDoubtKeepsItsSlotUntilALoadSettlesIt).
+	svc.waitReloads()
 	_, err = c.Attach(ctx, Attach{Conversation: 2, Participant: held.Participant, Generation: held.Generation, Secret: held.Secret, Token: token(6)})
 	wantCode("Attach with a failing oplog append", err, CodeInDoubt)
 	sw.Set(false)
@@ -209,12 +212,16 @@ func TestConnCap_EachEndOfAnOperationGivesBackItsSlotOnce(t *testing.T) {
 	}
 }
 
-// TestConnCap_AnEnrollForgottenUnderItsBatchGivesBackItsSlot forgets the
-// conversation (its ownership lost) while an enroll's batch waits on its
-// flush: the rows are durable, so the enroll is answered, but its binding
-// is not published; its slot is given back once, not taken over, and the
-// binding comes back, without a slot, when the conversation is reloaded.
-func TestConnCap_AnEnrollForgottenUnderItsBatchGivesBackItsSlot(t *testing.T) {
+// TestConnCap_AnEnrollForgottenUnderItsBatchKeepsItsSlotForItsBinding
+// forgets the conversation (its ownership lost) while an enroll's batch
+// waits on its flush, on a connection with a cap of one: the rows are
+// durable, so the enroll is answered, but its binding is not published.
+// Its slot stays reserved (parked) until the conversation's reload binds
+// the participant on the connection and takes the slot over; meanwhile
+// an enroll into another conversation is refused at the cap. Given back
+// at once, the slot let that enroll bind, and the reload then bound the
+// connection one past its cap.
+func TestConnCap_AnEnrollForgottenUnderItsBatchKeepsItsSlotForItsBinding(t *testing.T) {
 	ctx := context.Background()
 	fs := faultstore.New(store.NewMemory())
 	hang := faultstore.NewSwitch(faultstore.When(faultstore.Hang, faultstore.Kind(faultstore.OpFlush)))
@@ -247,9 +254,13 @@ func TestConnCap_AnEnrollForgottenUnderItsBatchGivesBackItsSlot(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Enroll whose conversation was forgotten under its durable batch = %v, want its answer", err)
 	}
-	svc.waitReloads()
-	if reserved, bound := reservedSlots(c); reserved != 0 || bound != 0 {
-		t.Fatalf("after the enroll forgotten under its batch, the connection has %d slots reserved and %d bindings, want 0 and 0", reserved, bound)
+	_, err = c.Enroll(ctx, Enroll{Conversation: 2, Token: token(3)})
+	var pe *Error
+	if !errors.As(err, &pe) || pe.Code != CodeCapacityExceeded {
+		t.Fatalf("Enroll into a second conversation while the first's answered binding is not yet bound = %v, want capacity_exceeded under a cap of 1", err)
+	}
+	if reserved, bound := reservedSlots(c); reserved != 1 || bound != 0 {
+		t.Fatalf("after the enroll forgotten under its batch, the connection has %d slots reserved and %d bindings, want 1 (parked) and 0", reserved, bound)
 	}
 	if _, err := c.Tell(ctx, Tell{Conversation: 1, Participant: b.Participant, Generation: b.Generation, Token: token(2), Payload: []byte("x")}); err != nil {
 		t.Fatalf("Tell after the conversation's reload = %v", err)
@@ -257,5 +268,73 @@ func TestConnCap_AnEnrollForgottenUnderItsBatchGivesBackItsSlot(t *testing.T) {
 	svc.waitReloads()
 	if reserved, bound := reservedSlots(c); reserved != 0 || bound != 1 {
 		t.Fatalf("after the reload, the connection has %d slots reserved and %d bindings, want 0 and 1", reserved, bound)
+	}
+}
+
+// TestConnCap_AnAttachInDoubtKeepsItsSlotUntilALoadSettlesIt makes an
+// attach's flush uncertain (durable, answered in_doubt) on a connection
+// with a cap of one, and keeps the conversation's reload failing: until a
+// load finds the binding, the attach's slot stays reserved, so an enroll
+// into another conversation is refused at the cap; the load then binds
+// the participant with that slot. A second attach in doubt that did not
+// commit (its append failed) has its slot given back by the load that
+// finds nothing.
+func TestConnCap_AnAttachInDoubtKeepsItsSlotUntilALoadSettlesIt(t *testing.T) {
+	ctx := context.Background()
+	fs := faultstore.New(store.NewMemory())
+	uncertain := faultstore.NewSwitch(faultstore.Once(faultstore.When(faultstore.Uncertain, faultstore.Kind(faultstore.OpFlush))))
+	// The reload reads the conversation's oplog back: failing it keeps
+	// the conversation unloaded.
+	noReload := faultstore.NewSwitch(faultstore.When(faultstore.Fail, faultstore.Kind(faultstore.OpRead), faultstore.Prefix(oplog.Stream(1))))
+	noAppend := faultstore.NewSwitch(faultstore.When(faultstore.Fail, faultstore.Kind(faultstore.OpAppend), faultstore.Prefix(oplog.Stream(1))))
+	fs.SetRules(uncertain, noReload, noAppend)
+	svc, err := Open(ctx, fs, Options{NodeKey: testKey, MaxConversationsPerConn: 1})
+	must(t, err)
+	t.Cleanup(func() { svc.Close() })
+	owner := svc.Connect(nil)
+	held := mustEnroll(t, owner, 1, 1)
+	c := svc.Connect(nil)
+	wantCode := func(what string, err error, code Code) {
+		t.Helper()
+		var pe *Error
+		if !errors.As(err, &pe) || pe.Code != code {
+			t.Fatalf("%s = %v, want %v", what, err, code)
+		}
+	}
+
+	uncertain.Set(true)
+	noReload.Set(true)
+	_, err = c.Attach(ctx, Attach{Conversation: 1, Participant: held.Participant, Generation: held.Generation, Secret: held.Secret, Token: token(2)})
+	wantCode("Attach with an uncertain flush", err, CodeInDoubt)
+	svc.waitReloads() // the background reload fails
+	_, err = c.Enroll(ctx, Enroll{Conversation: 2, Token: token(3)})
+	wantCode("Enroll into a second conversation while an attach is in doubt", err, CodeCapacityExceeded)
+	if reserved, bound := reservedSlots(c); reserved != 1 || bound != 0 {
+		t.Fatalf("after an attach in doubt and a failed reload, the connection has %d slots reserved and %d bindings, want 1 (parked) and 0", reserved, bound)
+	}
+
+	noReload.Set(false)
+	b1, err := c.Attach(ctx, Attach{Conversation: 1, Participant: held.Participant, Generation: held.Generation, Secret: held.Secret, Token: token(2)})
+	if err != nil {
+		t.Fatalf("Attach retried with its token = %v, want its committed answer", err)
+	}
+	svc.waitReloads()
+	if reserved, bound := reservedSlots(c); reserved != 0 || bound != 1 {
+		t.Fatalf("after the load that found the attach's binding, the connection has %d slots reserved and %d bindings, want 0 and 1", reserved, bound)
+	}
+
+	// An attach in doubt that wrote nothing (its append failed): the load
+	// finds the binding where it was, on c, and gives d's slot back.
+	d := svc.Connect(nil)
+	noAppend.Set(true)
+	_, err = d.Attach(ctx, Attach{Conversation: 1, Participant: b1.Participant, Generation: b1.Generation, Secret: b1.Secret, Token: token(5)})
+	noAppend.Set(false)
+	wantCode("Attach with a failing oplog append", err, CodeInDoubt)
+	svc.waitReloads()
+	if reserved, bound := reservedSlots(c); reserved != 0 || bound != 1 {
+		t.Fatalf("after an attach elsewhere that wrote nothing, the bound connection has %d slots reserved and %d bindings, want 0 and 1", reserved, bound)
+	}
+	if reserved, bound := reservedSlots(d); reserved != 0 || bound != 0 {
+		t.Fatalf("after an attach that wrote nothing and a reload, its connection has %d slots reserved and %d bindings, want 0 and 0", reserved, bound)
 	}
 }

@@ -295,6 +295,7 @@ func (s *Service) forgetDeleted(ctx context.Context, cv *conversation, disown bo
 	cv.mu.Lock()
 	cv.forgetLocked()
 	cv.mu.Unlock()
+	cv.settleParked() // a deleted conversation binds no one
 	if cv.counted {
 		cv.counted = false
 		s.conversationSlots.release()

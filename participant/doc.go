@@ -155,7 +155,9 @@
 // retire what no client will (evict.go). Backlog reports the account. A conversation entry exists only for a registered conversation
 // or while an enroll that may create it is in flight, and a connection's
 // binding slots are reserved when an enroll or attach is decided, so that
-// neither refusals nor pipelining grow memory past the caps.
+// neither refusals nor pipelining grow memory past the caps; the slot of
+// one whose binding may be stored unpublished (in doubt) stays reserved
+// until the conversation's next load settles it (conn.go, holding).
 //
 // # Admission and quotas
 //

@@ -164,7 +164,7 @@ func (r *Enroll) decide(c *Conn, b *batch, a *Bound) func(error) error {
 		}
 		return settled(e)
 	}
-	return holding(slot, b.commit(o, func() { *a = boundAnswer(d.key, b.st.Nonce, b.cv.id, &row, c.svc.opts.ReceiptTTL) }))
+	return holding(b.cv, slot, b.commit(o, func() { *a = boundAnswer(d.key, b.st.Nonce, b.cv.id, &row, c.svc.opts.ReceiptTTL) }))
 }
 
 // Attach presents a credential, mints the next generation and a new secret,
@@ -214,7 +214,7 @@ func (r *Attach) decide(c *Conn, b *batch, a *Bound) func(error) error {
 		o.ending = b.endingOf(r.Participant)
 		o.ended = &superseded{conn: m.Conn, p: r.Participant}
 	}
-	return holding(slot, b.commit(o, func() { *a = boundAnswer(d.key, b.st.Nonce, b.cv.id, &row, c.svc.opts.ReceiptTTL) }))
+	return holding(b.cv, slot, b.commit(o, func() { *a = boundAnswer(d.key, b.st.Nonce, b.cv.id, &row, c.svc.opts.ReceiptTTL) }))
 }
 
 // Tell appends a record to the conversation. Errors are *Error.

@@ -396,6 +396,7 @@ func (s *Service) ensureLoadedTurn(ctx context.Context, cv *conversation) (*outb
 		if err := cv.install(st, make(map[ParticipantID]fenceToken)); err != nil {
 			return nil, err
 		}
+		cv.settleParked()
 		return st, nil
 	}
 	st, err := s.reconcileTurn(ctx, cv)
@@ -406,10 +407,11 @@ func (s *Service) ensureLoadedTurn(ctx context.Context, cv *conversation) (*outb
 	if err != nil {
 		return nil, unavailable("reading the conversation's charge", err)
 	}
-	tokens, ends, live := s.rebindTurn(cv.id, st)
+	tokens, ends, live := s.rebindTurn(cv, st)
 	if err := cv.install(st, tokens); err != nil {
 		return nil, err
 	}
+	cv.settleParked()
 	s.chargeLoaded(cv, charge)
 	s.forgetStaleBindings(cv.id, st)
 	if len(ends) > 0 {
@@ -490,14 +492,15 @@ type staleBinding struct {
 	cause Cause
 }
 
-// rebindTurn sorts the bindings of st, conversation id's reconciled
+// rebindTurn sorts the bindings of st, conversation cv's reconciled
 // state, whose turn the caller holds: every site's current fence is
 // revoked and each bound member is issued a new token; a binding whose
 // connection is of an earlier incarnation, gone, or ending is stale and
 // returned in ends, with its cause; any other is bound to its live
 // connection again, which is returned in live when it has something to
 // push.
-func (s *Service) rebindTurn(id ConversationID, st *outbox.State) (tokens map[ParticipantID]fenceToken, ends []staleBinding, live []*Conn) {
+func (s *Service) rebindTurn(cv *conversation, st *outbox.State) (tokens map[ParticipantID]fenceToken, ends []staleBinding, live []*Conn) {
+	id := cv.id
 	tokens = make(map[ParticipantID]fenceToken)
 	for i := range st.Members {
 		p := ParticipantID(i)
@@ -521,7 +524,9 @@ func (s *Service) rebindTurn(id ConversationID, st *outbox.State) (tokens map[Pa
 		case ending:
 			ends = append(ends, staleBinding{p, m.Conn, cause})
 		default:
-			c.bind(id, p, nil)
+			// The slot an unpublished enroll or attach of c parked
+			// (holding) is taken over by the binding it made.
+			c.bind(id, p, cv.takeParked(c))
 			if waiting(st, p) {
 				live = append(live, c)
 			}

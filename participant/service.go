@@ -573,6 +573,7 @@ func (s *Service) unpin(cv *conversation) {
 	if cv.pins == 0 && (!cv.registered.Load() || cv.deleted.Load()) && s.convs[cv.id] == cv {
 		delete(s.convs, cv.id)
 		cv.uncharge()
+		cv.settleParked() // nothing of it is stored, or no binding is left
 	}
 }
 
@@ -739,6 +740,13 @@ type conversation struct {
 	// bindingTokens holds the fence token of each bound participant.
 	// +checklocks:mu
 	bindingTokens map[ParticipantID]fenceToken
+	// parked holds the binding slots of enrolls and attaches whose
+	// bindings may be stored but were not published: in doubt, or
+	// committed under a Forget. Each stays reserved on its connection
+	// until the next load of the conversation settles it: taken over by
+	// the binding the load finds (rebindTurn), or given back (settleParked).
+	// +checklocks:mu
+	parked []*bindingSlot
 	// lastRow caches when the state's last row committed, for the
 	// deletion pass (delete.go): read once per Applied, not every pass.
 	// +checklocks:mu
