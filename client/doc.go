@@ -69,7 +69,9 @@
 //     acked: Ack returns the cursor.
 //   - A tell larger than max_record_bytes, or a request whose frame
 //     exceeds max_frame (both from the welcome), is refused too_large
-//     before anything is sent: final, never retried, never in_doubt.
+//     before anything is sent: final, never retried, never in_doubt. The
+//     limits are those of the session the call gets: a call whose ctx
+//     ends before a session is ready ends with ctx's error, unsent.
 //   - No call waits forever on an open connection: a request unanswered
 //     for Options.AnswerTimeout ends its connection as lost, and the
 //     calls on it are retried on the next one with their tokens.
