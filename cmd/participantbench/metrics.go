@@ -58,7 +58,7 @@ func scrapeCounters(ctx context.Context, addr string) (serverCounters, error) {
 		if err != nil {
 			continue
 		}
-		if strings.HasPrefix(name, stageMetric) || strings.HasPrefix(name, requestMetric) {
+		if strings.HasPrefix(name, stageMetric) || strings.HasPrefix(name, requestMetric) || strings.HasPrefix(name, etcdTxnMetric) {
 			c.addHist(name, v)
 			continue
 		}
@@ -76,11 +76,16 @@ func scrapeCounters(ctx context.Context, addr string) (serverCounters, error) {
 	return c, sc.Err()
 }
 
-// The server's latency histograms the bench reads (server/stage_metrics.go).
+// The server's latency histograms the bench reads (server/stage_metrics.go;
+// in cluster mode the etcd transactions that commit its store too).
 const (
 	stageMetric   = "participantd_request_stage_duration_seconds"
 	requestMetric = "participantd_request_duration_seconds"
+	etcdTxnMetric = "participantd_cluster_etcd_txn_seconds"
 )
+
+// etcdTxnKey is the series of the etcd transactions that committed.
+var etcdTxnKey = histKey{op: "etcd", stage: "txn"}
 
 // histKey names one series: its operation and stage ("" for the whole
 // request).
@@ -117,10 +122,17 @@ func (c *serverCounters) addHist(name string, v float64) {
 			k.stage = val
 		case "le":
 			le = val
+		case "outcome":
+			if val != "ok" {
+				return
+			}
 		}
 	}
-	if strings.HasPrefix(base, requestMetric) {
+	switch {
+	case strings.HasPrefix(base, requestMetric):
 		k.stage = ""
+	case strings.HasPrefix(base, etcdTxnMetric):
+		k = etcdTxnKey
 	}
 	h := c.Hists[k]
 	if h == nil {
@@ -215,5 +227,9 @@ func stageFigures(op string, before, after serverCounters) []stageFigure {
 		return nil
 	}
 	add("total", histKey{op, ""})
+	// Cluster mode: the etcd round of one commit transaction, which the
+	// oplog and commit stages each wait for (per transaction, not per
+	// operation: its mean does not add up with the others).
+	add("etcd_txn", etcdTxnKey)
 	return out
 }

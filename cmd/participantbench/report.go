@@ -187,7 +187,7 @@ func (rep *benchReport) print(w io.Writer, asJSON bool) error {
 				rep.CommitsPerSec, rep.OpsPerCommit, rep.ServerCommittedPerSec, rep.ServerOpsPerCommit, rep.FlushCallsPerSec)
 		}
 		if len(rep.Stages) > 0 {
-			fmt.Fprintf(&b, "  server stages of %s (from its /metrics over the measured window; ms; the means add up to the total's):\n", rep.Op)
+			fmt.Fprintf(&b, "  server stages of %s (from its /metrics over the measured window; ms; the means up to the total's add up to it; etcd_txn, in cluster mode, is per etcd commit transaction):\n", rep.Op)
 			for _, st := range rep.Stages {
 				fmt.Fprintf(&b, "    %-12s mean %7.2f  p50 %7.2f  p90 %7.2f  p99 %7.2f  (%.0f)\n", st.Stage, st.Mean, st.P50, st.P90, st.P99, st.Count)
 			}
