@@ -3,6 +3,7 @@ package participant
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"go.opentelemetry.io/otel/trace"
 
@@ -64,6 +65,8 @@ type batch struct {
 	storeCharge uint64
 	// span traces the batch (trace.go); nil when tracing is off.
 	span trace.Span
+	// clock times the batch's stages (Stages).
+	clock batchClock
 }
 
 // op is one staged operation.
@@ -298,6 +301,7 @@ func (b *batch) write() error {
 	// appended once the seal returns, go to a later commit and cannot be
 	// durable without them ("Sealed barriers" in docs/DESIGN.md).
 	shared := s.keepsOrder(cv.id)
+	b.clock.decided = time.Now()
 	var oplogDurable func() error
 	if !shared {
 		// The span covers the seal: under a sealing store the wait for
@@ -309,6 +313,7 @@ func (b *batch) write() error {
 		if err != nil {
 			return failed(CodeInDoubt, "oplog flush", err)
 		}
+		b.clock.oplog, b.clock.split = time.Since(b.clock.decided), true
 	}
 	outboxStream := outbox.Stream(cv.id)
 	for i, enc := range outboxRows {
@@ -334,7 +339,7 @@ func (b *batch) write() error {
 		name = SpanSharedSync
 	}
 	sp := b.startBarrier(name)
-	err := s.flush(cv.id)
+	timing, err := s.flushTimed(cv.id)
 	endSpan(sp, err)
 	if oplogDurable != nil {
 		if oerr := oplogDurable(); oerr != nil {
@@ -347,6 +352,7 @@ func (b *batch) write() error {
 		}
 		return failed(CodeInDoubt, "outbox flush", err)
 	}
+	b.clock.durable, b.clock.flush, b.clock.barriers = time.Now(), timing, true
 	cv.mu.Lock()
 	if !cv.currentLocked() {
 		// Forgotten under the batch (its ownership lost): the rows are

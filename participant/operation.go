@@ -67,11 +67,12 @@ func start[A answer](ctx context.Context, c *Conn, req operation[A]) *Call[A] {
 			return call
 		}
 	}
-	wait, err := c.queue(ctx, sp, func(b *batch) func(error) error { return req.decide(c, b, &call.v) })
+	t, wait, err := c.queue(ctx, sp, func(b *batch) func(error) error { return req.decide(c, b, &call.v) }, began)
 	if err != nil {
 		call.wait = func() error { return observed(err) }
 		return call
 	}
+	call.stages = &t.stages
 	call.wait = func() error { return observed(wait()) }
 	return call
 }

@@ -54,8 +54,12 @@ type task struct {
 	// link is the span of the request that queued the task, which its
 	// batch's span links to; invalid when tracing is off.
 	link trace.SpanContext
-	err  error
-	done chan struct{}
+	// started is when the operation was started (zero: not timed);
+	// stages is where its time went, set with err.
+	started time.Time
+	stages  Stages
+	err     error
+	done    chan struct{}
 }
 
 // Call is an operation queued on its conversation whose outcome is not
@@ -68,6 +72,9 @@ type task struct {
 type Call[T any] struct {
 	v    T
 	wait func() error
+	// stages is the queued task's, nil when the operation was refused
+	// before it was queued.
+	stages *Stages
 }
 
 // Wait waits for the outcome and returns the answer or the *Error.
@@ -76,20 +83,32 @@ func (c *Call[T]) Wait() (T, error) {
 	return c.v, err
 }
 
+// Stages returns where the operation's time went (zero for one refused
+// before it reached its conversation's queue). It may be called only
+// after Wait.
+func (c *Call[T]) Stages() Stages {
+	if c.stages == nil {
+		return Stages{}
+	}
+	return *c.stages
+}
+
 // queue queues st, the decision of the operation sp describes, on its
-// conversation for this connection and returns the function that waits
-// for its outcome; or the refusal that kept it from being queued.
-func (c *Conn) queue(ctx context.Context, sp opSpec, st step) (wait func() error, err error) {
+// conversation for this connection and returns its task (whose stages
+// are set with its outcome) and the function that waits for the outcome;
+// or the refusal that kept it from being queued. started is when the
+// operation started, for its Stages.
+func (c *Conn) queue(ctx context.Context, sp opSpec, st step, started time.Time) (t *task, wait func() error, err error) {
 	c.mu.Lock()
 	if c.ended {
 		c.mu.Unlock()
-		return nil, refuse(CodeUnavailable, "the connection has ended")
+		return nil, nil, refuse(CodeUnavailable, "the connection has ended")
 	}
 	c.inflight.Add(1)
 	c.mu.Unlock()
-	refused := func(e error) (func() error, error) {
+	refused := func(e error) (*task, func() error, error) {
 		c.inflight.Done()
-		return nil, e
+		return nil, nil, e
 	}
 	if c.svc.isDraining() {
 		return refused(refuse(CodeShuttingDown, "the server is draining"))
@@ -109,8 +128,8 @@ func (c *Conn) queue(ctx context.Context, sp opSpec, st step) (wait func() error
 			return refused(refuse(CodeUnknownParticipant, "no conversation %v", sp.conv))
 		}
 	}
-	t := cv.enqueue(st, sp.tok, c.svc.requestSpan(ctx))
-	return func() error {
+	t = cv.enqueue(st, sp.tok, c.svc.requestSpan(ctx), started)
+	return t, func() error {
 		defer c.inflight.Done()
 		err := c.svc.await(ctx, cv, t)
 		c.svc.unpin(cv)
@@ -120,13 +139,14 @@ func (c *Conn) queue(ctx context.Context, sp opSpec, st step) (wait func() error
 
 // submit queues step on cv and waits for its outcome.
 func (s *Service) submit(ctx context.Context, cv *conversation, st step) error {
-	return s.await(ctx, cv, cv.enqueue(st, tokenRef{}, s.requestSpan(ctx)))
+	return s.await(ctx, cv, cv.enqueue(st, tokenRef{}, s.requestSpan(ctx), time.Time{}))
 }
 
 // enqueue appends a task for step, which looks up tok, to cv's queue;
-// link is the span of the request it serves, if traced.
-func (cv *conversation) enqueue(st step, tok tokenRef, link trace.SpanContext) *task {
-	t := &task{step: st, tok: tok, link: link, done: make(chan struct{})}
+// link is the span of the request it serves, if traced; started is when
+// the operation started, for its Stages (zero: not timed).
+func (cv *conversation) enqueue(st step, tok tokenRef, link trace.SpanContext, started time.Time) *task {
+	t := &task{step: st, tok: tok, link: link, started: started, done: make(chan struct{})}
 	cv.qmu.Lock()
 	cv.queue = append(cv.queue, t)
 	cv.qmu.Unlock()
@@ -179,16 +199,21 @@ func (s *Service) lead(cv *conversation) {
 	if len(tasks) == 0 {
 		return
 	}
+	began := time.Now()
 	live, err := s.ensureLoadedTurn(s.ctx, cv)
 	if err != nil {
 		s.noteStoreErr(err)
+		k := batchClock{began: began}
+		done := time.Now()
 		for _, t := range tasks {
 			t.err = err
+			t.stages = k.stages(t.started, done)
 			close(t.done)
 		}
 		return
 	}
 	b := s.newBatch(cv, live)
+	b.clock.began = began
 	if s.tracer != nil {
 		b.startBatch(tasks)
 	}
@@ -211,12 +236,14 @@ func (s *Service) lead(cv *conversation) {
 	}
 	werr := b.write()
 	b.endBatch(werr)
+	done := time.Now()
 	for i, t := range tasks {
 		var e error
 		if i >= firstStaged {
 			e = werr
 		}
 		t.err = completes[i](e)
+		t.stages = b.clock.stages(t.started, done)
 		s.noteStoreErr(t.err)
 		close(t.done)
 	}

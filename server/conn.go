@@ -103,6 +103,8 @@ type conn struct {
 type request struct {
 	m    wire.Operation
 	held int64
+	// read is when its frame was read off the socket.
+	read time.Time
 }
 
 // reasonTLSHandshake counts, among the refused connections, those whose TLS
@@ -320,8 +322,13 @@ func tlsOf(nc net.Conn) *tls.Conn {
 	return tc
 }
 
-// touch records activity: a frame read or a request answered.
-func (c *conn) touch() { c.active.Store(time.Now().UnixNano()) }
+// touch records activity, a frame read or a request answered, and
+// returns its time.
+func (c *conn) touch() time.Time {
+	now := time.Now()
+	c.active.Store(now.UnixNano())
+	return now
+}
 
 // checkIdle runs on the idle timer. A connection is idle when it holds no
 // binding (so no delivery can be due to it), has no request queued or
@@ -444,7 +451,7 @@ func (c *conn) readLoop() closing {
 				return closing{cause: oplog.CauseConnectionLost, reason: "read error", err: err}
 			}
 		}
-		c.touch()
+		read := c.touch()
 		m, err := wire.DecodeRequest(body)
 		if err != nil {
 			c.release(held)
@@ -467,7 +474,7 @@ func (c *conn) readLoop() closing {
 			c.release(held)
 			c.out.send(&wire.Pong{ID: m.ID})
 		case wire.Operation:
-			if !c.submit(m.ConversationID(), m, held) {
+			if !c.submit(m.ConversationID(), m, held, read) {
 				return closing{cause: oplog.CauseConnectionLost, reason: "write failed"}
 			}
 		default:

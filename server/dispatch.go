@@ -18,8 +18,8 @@ import (
 // MaxPending requests are queued or running: the reader then stops reading
 // (TCP backpressure), as it does while reserve waits for budget. It
 // returns false, having given the bytes back, if the connection's writer
-// is gone meanwhile.
-func (c *conn) submit(conv uint64, m wire.Operation, held int64) bool {
+// is gone meanwhile. read is when m's frame was read.
+func (c *conn) submit(conv uint64, m wire.Operation, held int64, read time.Time) bool {
 	select {
 	case c.pending <- struct{}{}:
 	case <-c.out.done:
@@ -28,7 +28,7 @@ func (c *conn) submit(conv uint64, m wire.Operation, held int64) bool {
 	}
 	c.mu.Lock()
 	q, running := c.queues[conv]
-	c.queues[conv] = append(q, request{m: m, held: held})
+	c.queues[conv] = append(q, request{m: m, held: held, read: read})
 	c.mu.Unlock()
 	if !running {
 		c.workers.Add(1)
@@ -55,7 +55,7 @@ func (c *conn) work(conv uint64) {
 		// Keep the key: it marks the worker as running.
 		c.queues[conv] = nil
 		c.mu.Unlock()
-		answers := make([]func() wire.Message, len(q))
+		answers := make([]func() (wire.Message, participant.Stages), len(q))
 		// spans are the requests' spans when tracing is on (trace.go).
 		var spans []trace.Span
 		if c.srv.tracer != nil {
@@ -71,7 +71,10 @@ func (c *conn) work(conv uint64) {
 		}
 		held := false
 		for i, answer := range answers {
-			a := answer() // always waited for: the service counts it in flight
+			a, st := answer() // always waited for: the service counts it in flight
+			now := c.touch()
+			op := opIndex(q[i].m)
+			c.srv.metrics.stages.answered(op, q[i].read, start, now, st)
 			if !held {
 				// The requests queued together are decided in one batch
 				// (unless another batch took the queue between two of
@@ -89,12 +92,11 @@ func (c *conn) work(conv uint64) {
 			case sp != nil:
 				c.sendTraced(sp, a)
 			case !c.abandon.Load():
-				c.out.sendHeld(a)
+				c.out.sendHeldTimed(a, timing{stages: &c.srv.metrics.stages.by[op], read: q[i].read, queued: now})
 			}
 			c.release(q[i].held)
 			q[i], answers[i] = request{}, nil // let the request's bytes go
 			<-c.pending
-			c.touch()
 		}
 		if held {
 			// The batch that answered these published its deliveries
@@ -123,10 +125,10 @@ func (c *conn) logRequest(req, ans wire.Message, conv uint64, start time.Time, s
 }
 
 // begin starts operation m on the service and returns the function that
-// waits for it and builds its answer. Each operation is one case: the
+// waits for it and builds its answer, and returns where its time went. Each operation is one case: the
 // service request m makes, and the answer to its outcome. ctx is the
 // server's operation context, carrying the request's span if traced.
-func (c *conn) begin(ctx context.Context, m wire.Operation) func() wire.Message {
+func (c *conn) begin(ctx context.Context, m wire.Operation) func() (wire.Message, participant.Stages) {
 	switch m := m.(type) {
 	case *wire.Enroll:
 		call := c.pc.StartEnroll(ctx, participant.Enroll{
@@ -203,14 +205,15 @@ func (c *conn) begin(ctx context.Context, m wire.Operation) func() wire.Message 
 }
 
 // answer returns the function that waits for call, the operation of
-// request id, and answers it: with ok's answer, or errorAnswer's.
-func answer[A any](id uint64, call *participant.Call[A], ok func(id uint64, a A) wire.Message) func() wire.Message {
-	return func() wire.Message {
+// request id, and answers it: with ok's answer, or errorAnswer's; and
+// with the call's stages.
+func answer[A any](id uint64, call *participant.Call[A], ok func(id uint64, a A) wire.Message) func() (wire.Message, participant.Stages) {
+	return func() (wire.Message, participant.Stages) {
 		a, err := call.Wait()
 		if err != nil {
-			return errorAnswer(id, err)
+			return errorAnswer(id, err), call.Stages()
 		}
-		return ok(id, a)
+		return ok(id, a), call.Stages()
 	}
 }
 

@@ -32,6 +32,8 @@ type metrics struct {
 	notices      prometheus.Counter
 	// lifecycle reports checkpoints and compaction (lifecycle_metrics.go).
 	lifecycle *lifecycleMetrics
+	// stages is the requests' latency by stage (stage_metrics.go).
+	stages *stageMetrics
 }
 
 // Metric names, for the documentation and the tests. Counters are raw
@@ -232,6 +234,8 @@ func newMetrics(s *Server) *metrics {
 	)
 	m.lifecycle = newLifecycleMetrics(s)
 	m.lifecycle.register(m.reg)
+	m.stages = newStageMetrics()
+	m.stages.register(m.reg)
 	m.initSeries()
 	return m
 }

@@ -160,6 +160,14 @@ func (w *watchedStore) Flush() error {
 	return w.inner.Flush()
 }
 
+// FlushTimed implements store.TimedFlusher with the inner store's
+// FlushTimed, or its Flush timed whole (store.FlushTimed); watched as a
+// "Flush".
+func (w *watchedStore) FlushTimed() (store.FlushTiming, error) {
+	defer w.end(w.begin("Flush", ""))
+	return store.FlushTimed(w.inner)
+}
+
 // Seal implements store.Sealer with the inner store's Seal, or its Flush
 // when it has none (store.Seal). The seal and its wait are each watched
 // as a "Flush": to an operator both are the barrier's flush.

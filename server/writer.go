@@ -83,6 +83,16 @@ type outFrame struct {
 	last bool
 	// held is how many budget bytes the frame holds.
 	held int64
+	// timing is set for an answer whose write is timed.
+	timing timing
+}
+
+// timing is what the writer needs to time an answer's write: its
+// operation's series (nil: not timed), when its request was read and
+// when the answer was handed to the queue (before any wait for budget).
+type timing struct {
+	stages       *opStages
+	read, queued time.Time
 }
 
 func newOutq(nc net.Conn, progress time.Duration, own *budget, shared *holder, quit <-chan struct{}) *outq {
@@ -117,8 +127,15 @@ func (q *outq) send(m wire.Message) bool {
 // the writer is woken by a release.
 func (q *outq) sendHeld(m wire.Message) bool { return q.enqueue(m) }
 
+// sendHeldTimed is sendHeld for an answer whose write the writer times
+// with t.
+func (q *outq) sendHeldTimed(m wire.Message, t timing) bool { return q.enqueueTimed(m, t) }
+
 // enqueue queues m once the budgets have room for it.
-func (q *outq) enqueue(m wire.Message) bool {
+func (q *outq) enqueue(m wire.Message) bool { return q.enqueueTimed(m, timing{}) }
+
+// enqueueTimed is enqueue for a frame timed with t.
+func (q *outq) enqueueTimed(m wire.Message, t timing) bool {
 	b := wire.AppendFrame(nil, m)
 	// Frames fit the budgets (Config validation); the clamp keeps an
 	// oversized one from waiting forever.
@@ -128,7 +145,7 @@ func (q *outq) enqueue(m wire.Message) bool {
 	if !takeOr(n, q.done, q.quit, q.kick, q.own, q.shared) {
 		return false
 	}
-	return q.push(outFrame{b: b, at: time.Now(), held: n})
+	return q.push(outFrame{b: b, at: time.Now(), held: n, timing: t})
 }
 
 // push appends f to the queue, or gives f's bytes back if the writer has
@@ -267,13 +284,22 @@ func (q *outq) run() {
 				q.nc.Close() // the reader sees the loss
 				return
 			}
-			var held int64
-			last := false
+			var (
+				held    int64
+				last    bool
+				written time.Time
+			)
 			for k := i; k < j; k++ {
 				f := &batch[k]
 				held += f.held
 				if f.b != nil {
 					q.frames.Add(1)
+				}
+				if f.timing.stages != nil {
+					if written.IsZero() {
+						written = time.Now()
+					}
+					f.timing.stages.written(f.timing.read, f.timing.queued, written)
 				}
 				last = f.last
 				*f = outFrame{} // written: let its bytes go

@@ -3,6 +3,7 @@ package store
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Entry is one payload of a stream with the sequence number it was assigned.
@@ -263,6 +264,34 @@ func Seal(st DurableStore) (wait func() error, err error) {
 }
 
 func durable() error { return nil }
+
+// FlushTiming is how one Flush's time divides: Wait from the call until
+// the commit carrying its writes began to be written (the group commit's
+// wait: the commit before it, a full memory bound), Write that commit's
+// write and sync. A Flush that found nothing to wait for has both 0.
+type FlushTiming struct {
+	Wait, Write time.Duration
+}
+
+// TimedFlusher is implemented by stores that can say where a Flush's time
+// went (FlushTiming), for the latency metrics. A wrapper answers for the
+// store it wraps.
+type TimedFlusher interface {
+	// FlushTimed is Flush, with the timing of the commit that carried
+	// the writes; the timing is meaningful only when the error is nil.
+	FlushTimed() (FlushTiming, error)
+}
+
+// FlushTimed flushes st, with its timing when st is a TimedFlusher; for
+// any other store the whole call is counted as Write.
+func FlushTimed(st DurableStore) (FlushTiming, error) {
+	if t, ok := st.(TimedFlusher); ok {
+		return t.FlushTimed()
+	}
+	start := time.Now()
+	err := st.Flush()
+	return FlushTiming{Write: time.Since(start)}, err
+}
 
 // PageReader is implemented by stores that bound a read in bytes as well as
 // in entries, so that a reader of a long stream holds one bounded page at a

@@ -427,6 +427,11 @@ func runLoad(ctx context.Context, f *benchFlags, rep *benchReport, progress io.W
 				rep.OpsPerCommit = float64(rep.Ops) / c
 				rep.ServerOpsPerCommit = (after.Committed - before.Committed) / c
 			}
+			staged := f.load.op
+			if staged != opEnroll {
+				staged = opTell // mixed: its tells
+			}
+			rep.Stages = stageFigures(staged, before, after)
 		}
 	}
 	verifyCtx, cancel := context.WithTimeout(ctx, time.Minute)

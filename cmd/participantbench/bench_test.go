@@ -43,6 +43,11 @@ func TestBench_Embedded_CountsOnlyVerifiedDurableAnswers(t *testing.T) {
 			if rep.FsyncPerSec <= 0 || rep.CommitsPerSec <= 0 || rep.OpsPerCommit <= 0 {
 				t.Fatalf("report = fsync %.0f/s, commits %.0f/s, ops/commit %.2f; want all positive", rep.FsyncPerSec, rep.CommitsPerSec, rep.OpsPerCommit)
 			}
+			// The server's stages of the measured operation, read off
+			// its /metrics, end with the whole request.
+			if n := len(rep.Stages); n < 2 || rep.Stages[0].Stage != "worker" || rep.Stages[n-1].Stage != "total" || rep.Stages[n-1].Count <= 0 {
+				t.Fatalf("report's server stages = %+v; want worker first and a counted total last", rep.Stages)
+			}
 		})
 	}
 }

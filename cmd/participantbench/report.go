@@ -38,7 +38,11 @@ type benchReport struct {
 	ServerCommittedPerSec float64 `json:"server_committed_ops_per_s,omitempty"`
 	ServerOpsPerCommit    float64 `json:"server_committed_ops_per_commit,omitempty"`
 	MetricsError          string  `json:"metrics_error,omitempty"`
-	RatioToFsync          float64 `json:"ratio_to_fsync,omitempty"`
+	// Stages is where the server says the measured operation's time went,
+	// stage by stage, from its /metrics over the measured window (the
+	// bench client's own time is not in it).
+	Stages       []stageFigure `json:"server_stages,omitempty"`
+	RatioToFsync float64       `json:"ratio_to_fsync,omitempty"`
 	// CPUSecondsPer1000 is the server process's CPU time per 1,000 counted
 	// operations; with --embedded the process is also the bench client.
 	CPUSecondsPer1000 float64 `json:"cpu_seconds_per_1000_ops,omitempty"`
@@ -181,6 +185,12 @@ func (rep *benchReport) print(w io.Writer, asJSON bool) error {
 		} else if rep.CommitsPerSec > 0 {
 			fmt.Fprintf(&b, "  server: %.0f store commits (flushes)/s, %.2f counted ops per commit; %.0f committed ops/s of every kind, %.2f per commit; %.0f Flush calls/s\n",
 				rep.CommitsPerSec, rep.OpsPerCommit, rep.ServerCommittedPerSec, rep.ServerOpsPerCommit, rep.FlushCallsPerSec)
+		}
+		if len(rep.Stages) > 0 {
+			fmt.Fprintf(&b, "  server stages of %s (from its /metrics over the measured window; ms; the means up to the total's add up to it; etcd_txn, in cluster mode, is per etcd commit transaction):\n", rep.Op)
+			for _, st := range rep.Stages {
+				fmt.Fprintf(&b, "    %-12s mean %7.2f  p50 %7.2f  p90 %7.2f  p99 %7.2f  (%.0f)\n", st.Stage, st.Mean, st.P50, st.P90, st.P99, st.Count)
+			}
 		}
 		if rep.CPUSecondsPer1000 > 0 {
 			who := "server only"

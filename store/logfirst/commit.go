@@ -33,6 +33,19 @@ func (s *Store) Flush() error {
 	return bt.Wait()
 }
 
+// FlushTimed implements store.TimedFlusher: Flush, with how long it waited
+// for the record that carries its writes to be taken and how long that
+// record's write and sync took.
+func (s *Store) FlushTimed() (store.FlushTiming, error) {
+	start := time.Now()
+	bt, err := s.seal()
+	if err != nil || bt == nil {
+		return store.FlushTiming{}, err
+	}
+	err = bt.Wait()
+	return bt.Timing(start), err
+}
+
 // Seal implements store.Sealer: records are written one at a time, in
 // order, each only once the one before it is durable (and none after a
 // failure), so a write staged once the record carrying the sealed writes

@@ -2,6 +2,7 @@ package stage
 
 import (
 	"sync"
+	"time"
 
 	"github.com/participantd/participantd/store"
 )
@@ -14,6 +15,10 @@ type Batch struct {
 	// once it is finished without having been (Run's close): a write
 	// staged after that goes to a later batch.
 	taken chan struct{}
+	// takenAt is when the batch was taken for writing (zero if it never
+	// was); finishedAt when it was finished. Both are written before done
+	// is closed, takenAt under the engine's mutex.
+	takenAt, finishedAt time.Time
 }
 
 // NewBatch returns a batch nobody has taken or finished.
@@ -27,6 +32,7 @@ func (b *Batch) Taken() <-chan struct{} { return b.taken }
 // It is called exactly once, without the engine's mutex held.
 func (b *Batch) Finish(err error) {
 	b.err = err
+	b.finishedAt = time.Now()
 	close(b.done)
 }
 
@@ -34,6 +40,22 @@ func (b *Batch) Finish(err error) {
 func (b *Batch) Wait() error {
 	<-b.done
 	return b.err
+}
+
+// Timing returns how the time of a Flush that began at start and waited
+// for b divides (store.FlushTiming): until b was taken, then until it was
+// finished. It is called after Wait.
+func (b *Batch) Timing(start time.Time) store.FlushTiming {
+	taken := b.takenAt
+	if taken.IsZero() || taken.Before(start) {
+		// Taken before the Flush began (a Flush that waited for the
+		// batch in flight), or never: no group wait.
+		taken = start
+	}
+	if b.finishedAt.Before(taken) {
+		return store.FlushTiming{}
+	}
+	return store.FlushTiming{Wait: taken.Sub(start), Write: b.finishedAt.Sub(taken)}
 }
 
 // Group is the group-commit state of one store: the batch in flight, and
@@ -112,6 +134,7 @@ func (g *Group) TakeLocked() *Batch {
 	g.next = nil
 	g.inflight = bt
 	if bt != nil {
+		bt.takenAt = time.Now()
 		close(bt.taken)
 	}
 	return bt
@@ -124,6 +147,7 @@ func (g *Group) StartLocked() *Batch {
 		panic("stage: StartLocked on a busy group")
 	}
 	g.inflight = NewBatch()
+	g.inflight.takenAt = time.Now()
 	close(g.inflight.taken)
 	return g.inflight
 }

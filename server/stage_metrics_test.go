@@ -1,0 +1,86 @@
+package server_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/participantd/participantd/server"
+)
+
+// stageSeries is the series of op's stage in /metrics, with suffix
+// (_count, _sum).
+func stageSeries(op, stage, suffix string) string {
+	return server.MetricStageDuration + suffix + `{op="` + op + `",stage="` + stage + `"}`
+}
+
+// allStages are the stage label's values, in the order a request passes
+// them.
+var allStages = []string{"worker", "turn", "decide", "oplog", "commit_wait", "commit", "publish", "wake", "write"}
+
+// tellOnceTimed enrolls and tells once on h, and checks that the tell was
+// counted once by every stage of passed and by no other, and that the
+// stages, which follow each other, sum to no more than the whole request.
+func tellOnceTimed(t *testing.T, h *harness, passed map[string]bool) {
+	t.Helper()
+	c := h.dial()
+	cr := c.enroll(1)
+	before := map[string]float64{}
+	for _, st := range allStages {
+		v, ok := h.lookup(stageSeries("tell", st, "_count"))
+		if !ok {
+			t.Fatalf("/metrics lacks %s before any tell", stageSeries("tell", st, "_count"))
+		}
+		before[st] = v
+	}
+	c.tell(cr, "timed")
+	// The writer times an answer once it is written, which may be after
+	// the peer read it: the pong, written after the tell's answer by the
+	// same writer, is read only once that is done.
+	c.ping()
+	var sum float64
+	for _, st := range allStages {
+		n, _ := h.lookup(stageSeries("tell", st, "_count"))
+		want := 0.0
+		if passed[st] {
+			want = 1
+		}
+		if got := n - before[st]; got != want {
+			t.Errorf("stage %s counted %v tells, want %v", st, got, want)
+		}
+		s, _ := h.lookup(stageSeries("tell", st, "_sum"))
+		sum += s
+	}
+	total, _ := h.lookup(server.MetricRequestDuration + `_count{op="tell"}`)
+	totalSum, _ := h.lookup(server.MetricRequestDuration + `_sum{op="tell"}`)
+	if total != 1 {
+		t.Errorf("%s counted %v tells, want 1", server.MetricRequestDuration, total)
+	}
+	if sum > totalSum*(1+1e-9) {
+		t.Errorf("the stages of the tell sum to %v s, more than the whole request's %v s", sum, totalSum)
+	}
+	// The enroll went through the same stages, under its own label.
+	if n, _ := h.lookup(stageSeries("enroll", "commit", "_count")); n != 1 {
+		t.Errorf("enroll's commit stage counted %v, want 1", n)
+	}
+}
+
+// TestStageMetrics_ATellPassesEachStageOnce: on the log-first store a
+// tell passes every stage once but barrier 1's own (oplog), which shares
+// barrier 2's sync there.
+func TestStageMetrics_ATellPassesEachStageOnce(t *testing.T) {
+	h := start(t, server.Config{})
+	tellOnceTimed(t, h, map[string]bool{"worker": true, "turn": true, "decide": true, "commit_wait": true,
+		"commit": true, "publish": true, "wake": true, "write": true})
+}
+
+// TestStageMetrics_AClusterTellPassesBarrierOneOnItsOwn: in cluster mode a
+// tell passes every stage once, barrier 1's own (oplog) included.
+func TestStageMetrics_AClusterTellPassesBarrierOneOnItsOwn(t *testing.T) {
+	etcd := startEtcd(t)
+	h := start(t, server.Config{Cluster: server.ClusterConfig{Endpoints: etcd.Endpoints(), NodeID: "a", Prefix: "/pd/", LeaseTTL: 2 * time.Second}})
+	passed := map[string]bool{}
+	for _, st := range allStages {
+		passed[st] = true
+	}
+	tellOnceTimed(t, h, passed)
+}
