@@ -67,7 +67,7 @@ func derive(ctx context.Context, st store.DurableStore, c ConversationID, p page
 	ck := &checkpoint.Checkpoint{Conversation: c}
 	if base != nil {
 		rb.state = base.State()
-		if err := loadRetained(st, base, c, pageBytes, rb.state, rb.pos.add, to-min(to, base.Index)); err != nil {
+		if err := loadRetained(st, base, c, pageBytes, rb.state, rb.pos.add); err != nil {
 			return nil, nil, err
 		}
 		rb.marks = append(rb.marks, base.Marks...)
