@@ -476,8 +476,10 @@ func TestEncodedRows_LeaveTheRoomAStoreSealsIn(t *testing.T) {
 // than one entry (a page of one entry is the row, whatever its size).
 type pageSizes struct {
 	*logfirst.Store
-	mu      sync.Mutex
-	pages   int
+	mu sync.Mutex
+	// +checklocks:mu
+	pages int
+	// +checklocks:mu
 	largest int
 }
 
