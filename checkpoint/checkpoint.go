@@ -376,7 +376,6 @@ func (ck *Checkpoint) State() *outbox.State {
 			st.InviteUses[inv.ID] = inv.Uses
 		}
 	}
-	st.Records.Reserve(len(ck.Records))
 	for _, r := range ck.Records {
 		st.Retain(r.Record, r.Oplog)
 	}

@@ -334,7 +334,7 @@ const compactGarbageBytes = 1 << 20
 // recipient acknowledged it or left.
 func (s *State) reclaim() {
 	r := &s.Records
-	if len(r.slots) == 0 {
+	if r.Len() == 0 {
 		return
 	}
 	n := 0
@@ -378,7 +378,7 @@ func (s *State) dropFirst(n int) {
 // learns, in Released, the last such record, and the records go.
 func (s *State) release(q oplog.Seq) {
 	r := &s.Records
-	if len(r.slots) == 0 || q < r.first {
+	if r.Len() == 0 || q < r.first {
 		return
 	}
 	for k := r.runOf(r.first); k < len(r.runs) && r.runs[k].seq <= q; k++ {
@@ -395,7 +395,8 @@ func (s *State) release(q oplog.Seq) {
 // Evict drops payloads from memory, oldest record first, until at least
 // need bytes are freed or none is left, and returns the bytes freed. An
 // evicted record keeps its place and metadata, and is marked Evicted:
-// whoever still needs its payload reads it from oplog row Source.
+// whoever still needs its payload reads it from oplog row Source. The
+// records evicted, and those passed over, are then cold (Retention).
 //
 // Unlike Apply, Evict writes records in place, and clones share them: the
 // caller must be the only one reading or writing s and every state
@@ -404,14 +405,14 @@ func (s *State) release(q oplog.Seq) {
 func (s *State) Evict(need int64) int64 {
 	var freed int64
 	r := &s.Records
-	if len(r.slots) == 0 {
+	if r.Len() == 0 {
 		return 0
 	}
 	i := 0
 	if s.evicted >= r.first {
 		i = int(s.evicted-r.first) + 1
 	}
-	for i < len(r.slots) && freed < need {
+	for i < r.Len() && freed < need {
 		k := r.runOf(r.first + oplog.Seq(i))
 		end := int(r.runEnd(k) - r.first)
 		if r.runs[k].kind != KindRecord {
@@ -420,11 +421,17 @@ func (s *State) Evict(need int64) int64 {
 		}
 		for ; i < end && freed < need; i++ {
 			s.evicted = r.first + oplog.Seq(i)
-			if sl := &r.slots[i]; sl.payload != nil && sl.size > 0 {
+			if i < r.coldLen {
+				continue // cold: no payload held
+			}
+			if sl := &r.slots[i-r.coldLen]; sl.payload != nil && sl.size > 0 {
 				freed += int64(sl.size)
 				sl.payload = nil
 			}
 		}
+	}
+	if s.evicted >= r.first {
+		r.cool(int(s.evicted - r.first))
 	}
 	s.PayloadBytes -= freed
 	s.EvictedBytes += freed
@@ -435,11 +442,11 @@ func (s *State) Evict(need int64) int64 {
 // false when there is none.
 func (s *State) Next(p oplog.ParticipantID, after oplog.Seq) (Retained, bool) {
 	r := &s.Records
-	if len(r.slots) == 0 {
+	if r.Len() == 0 {
 		return Retained{}, false
 	}
 	q := max(after+1, r.first)
-	for k := r.runOf(min(q, r.first+oplog.Seq(len(r.slots)-1))); k < len(r.runs); k++ {
+	for k := r.runOf(min(q, r.first+oplog.Seq(r.Len()-1))); k < len(r.runs); k++ {
 		if end := r.runEnd(k); q < end && slices.Contains(r.runs[k].recipients.get(), p) {
 			return r.view(int(q-r.first), &r.runs[k]), true
 		} else {

@@ -316,3 +316,62 @@ func TestRetention_SourcesFourBillionRowsApartAreKept(t *testing.T) {
 	check("compacted", clone, append(slices.Clone(sources[2:]), 1<<41))
 	check("original after the clone's compaction", &st, sources)
 }
+
+// retentionBytes is what r's arrays hold in all: slots, runs and spans.
+func retentionBytes(r *Retention) int {
+	return cap(r.slots)*int(unsafe.Sizeof(slot{})) + cap(r.runs)*int(unsafe.Sizeof(run{})) + cap(r.cold)*int(unsafe.Sizeof(coldSpan{}))
+}
+
+// TestRetention_AnEvictedBacklogHoldsNoSlots tells a recipient that never
+// reads 65,536 records, evicting every payload past a window of 16 as the
+// live path does, and checks that the records past the window cost
+// nothing each: one span, and the window's slots. A derivation's records,
+// retained without payloads (Retain, then DropPayload of each one a row
+// produces), are one span too. Before, each was a 16-byte slot: 1 MiB,
+// and twice that while the array doubled, at the backlog limit.
+func TestRetention_AnEvictedBacklogHoldsNoSlots(t *testing.T) {
+	const n, window, size = 1 << 16, 16, 64
+	a := newApplier(t, 2)
+	for range n {
+		a.tell(0, make([]byte, size))
+		if a.st.PayloadBytes > window*size {
+			a.st.Evict(a.st.PayloadBytes - window*size)
+		}
+	}
+	r := &a.st.Records
+	if r.Len() != n || a.st.PayloadBytes != window*size || a.st.EvictedBytes != (n-window)*size {
+		t.Fatalf("%d records, %d payload bytes held, %d evicted; want %d, %d, %d", r.Len(), a.st.PayloadBytes, a.st.EvictedBytes, n, window*size, (n-window)*size)
+	}
+	if b := retentionBytes(r); b > 4<<10 {
+		t.Errorf("%d records, %d of them evicted, hold %d bytes of slots, runs and spans (%d slots, %d spans), want at most 4 KiB",
+			n, n-window, b, len(r.slots), len(r.cold))
+	}
+	for i, rec := range r.All() {
+		if want := i < n-window; rec.Evicted != want || rec.PayloadLen() != size || rec.Seq != r.First()+oplog.Seq(i) {
+			t.Fatalf("record %d: %+v, want evicted %v, %d bytes", i, rec, want, size)
+		}
+		if i > 0 {
+			prev := r.At(i - 1)
+			if rec.Source != prev.Source+1 {
+				t.Fatalf("record %d: source %d after %d", i, rec.Source, prev.Source)
+			}
+		}
+	}
+
+	// A derivation: the records loaded without payloads, then rows
+	// replayed, each record's payload dropped once produced.
+	da := &applier{t: t}
+	da.st = State{Applied: a.st.Applied, Produced: a.st.Produced, LastSeq: a.st.LastSeq, Members: slices.Clone(a.st.Members)}
+	for _, rec := range r.All() {
+		da.st.Retain(rec.Record(), rec.Source)
+	}
+	d := &da.st
+	for range 1024 {
+		da.tell(0, make([]byte, size))
+		d.PayloadBytes -= int64(d.Records.DropPayload(d.Records.Len() - 1))
+	}
+	if b := retentionBytes(&d.Records); d.Records.Len() != n+1024 || b > 4<<10 {
+		t.Errorf("a derivation's %d records (want %d) hold %d bytes of slots, runs and spans (%d slots, %d spans), want at most 4 KiB",
+			d.Records.Len(), n+1024, b, len(d.Records.slots), len(d.Records.cold))
+	}
+}

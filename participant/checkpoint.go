@@ -122,16 +122,10 @@ func verifyCheckpoint(st store.DurableStore, ck *checkpoint.Checkpoint, c Conver
 // from the outbox rows its Window names (Version4), read in pages of at
 // most pageBytes, records of one subject and recipients sharing one list.
 // Rows that do not carry exactly the records the checkpoint names are a
-// *refusal. room is how many records the caller expects to append after
-// them (a derivation's rows to replay; at most maxRetainedRoom is taken):
-// the records are given that much spare capacity, so that the first
-// append does not copy every retained record to an array twice the size
-// (5 MB a checkpoint of a conversation retaining 16,384 records).
-// maxRetainedRoom bounds the spare capacity loadRetained gives: past it a
-// derivation's appends grow the array as appends do.
-const maxRetainedRoom = 1 << 14
-
-func loadRetained(st store.DurableStore, ck *checkpoint.Checkpoint, c ConversationID, pageBytes int, state *outbox.State, at func(Seq, uint64), room uint64) error {
+// *refusal. Retained without payloads, the records are cold
+// (outbox.Retention): a run of them produced by consecutive oplog rows is
+// one span, whatever its length.
+func loadRetained(st store.DurableStore, ck *checkpoint.Checkpoint, c ConversationID, pageBytes int, state *outbox.State, at func(Seq, uint64)) error {
 	w := ck.Window
 	if w == nil {
 		for _, r := range ck.Records {
@@ -156,7 +150,6 @@ func loadRetained(st store.DurableStore, ck *checkpoint.Checkpoint, c Conversati
 		return mismatch("the checkpoint's records are in outbox rows %d to %d, the outbox has %d", w.Outbox, ck.Produced-1, rows.end)
 	}
 	rows.end = ck.Produced
-	state.Records.Reserve(int(uint64(ck.LastSeq-w.First+1) + min(room, maxRetainedRoom)))
 	next := w.First
 	for i := w.Outbox; rows.more(); i++ {
 		b, err := rows.entry()

@@ -12,8 +12,8 @@ import (
 // of a conversation whose recipient never acknowledges, retaining the
 // given number of records, CheckpointRows (64) rows after the previous
 // checkpoint. B/op is what one pass allocates: flat in the records
-// retained but for the replay's own state (its records without payloads,
-// and 8 bytes a record of positions).
+// retained but for the replay's own state (its records without payloads;
+// the outbox rows of a stream of tells are one span of positions).
 func BenchmarkCheckpointPass_DeafRecipient(b *testing.B) {
 	for _, retained := range []int{1 << 10, 1 << 14} {
 		b.Run(fmt.Sprintf("retained=%d", retained), func(b *testing.B) {

@@ -19,6 +19,13 @@ import (
 // not all stored yet; the caller tries again on a later pass.
 var errNotDurable = errors.New("participant: outbox rows of the checkpoint's range are missing")
 
+// derivePageBytes bounds a page of a stream a checkpoint derivation reads
+// (a row larger than it is read alone). Its pages are read into one
+// buffer each and dropped row by row, so a larger page saves read calls
+// only; a page of ReadPageBytes (1 MiB) held a megabyte of oplog rows
+// through every derivation, the highest peaks of a deaf reader's heap.
+const derivePageBytes = 64 << 10
+
 // checkpointBatchBytes bounds the checkpoints a pass stages (each with a
 // PutBytes of its own) before it flushes them together.
 const checkpointBatchBytes = 4 << 20
@@ -46,7 +53,12 @@ func deriveCheckpoint(ctx context.Context, st store.DurableStore, c Conversation
 // the rows (for rederive's comparison with an older checkpoint).
 func derive(ctx context.Context, st store.DurableStore, c ConversationID, p pages, base *checkpoint.Checkpoint,
 	to uint64, now time.Time, retain time.Duration) (*checkpoint.Checkpoint, *rebuilder, error) {
-	held, err := p.budget.acquire(ctx, 2*int64(p.bytes))
+	// Each row is decoded and matched before the next is read, so a page
+	// of many rows saves read calls only: a derivation reads in pages of
+	// at most derivePageBytes (or one row), and what it holds of the
+	// streams is bounded by that, not by ReadPageBytes.
+	pageBytes := min(p.bytes, derivePageBytes)
+	held, err := p.budget.acquire(ctx, 2*int64(pageBytes))
 	if err != nil {
 		return nil, nil, fmt.Errorf("participant: waiting to read %v: %w", c, err)
 	}
@@ -55,7 +67,7 @@ func derive(ctx context.Context, st store.DurableStore, c ConversationID, p page
 	ck := &checkpoint.Checkpoint{Conversation: c}
 	if base != nil {
 		rb.state = base.State()
-		if err := loadRetained(st, base, c, p.bytes, rb.state, rb.pos.add, to-min(to, base.Index)); err != nil {
+		if err := loadRetained(st, base, c, pageBytes, rb.state, rb.pos.add); err != nil {
 			return nil, nil, err
 		}
 		rb.marks = append(rb.marks, base.Marks...)
@@ -64,7 +76,7 @@ func derive(ctx context.Context, st store.DurableStore, c ConversationID, p page
 	from := rb.state.Applied
 	// Each row is decoded (its payload into scratch) and matched before
 	// the next is read: both streams are read through a buffer each.
-	ops, err := newBufferedPageReader(st, oplog.Stream(c), p.bytes, from)
+	ops, err := newBufferedPageReader(st, oplog.Stream(c), pageBytes, from)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -72,7 +84,7 @@ func derive(ctx context.Context, st store.DurableStore, c ConversationID, p page
 		return nil, nil, fmt.Errorf("%w: the oplog has %d rows, asked for %d", errNotDurable, ops.end, to)
 	}
 	ops.end = to
-	stored, err := newBufferedPageReader(st, outbox.Stream(c), p.bytes, rb.state.Produced)
+	stored, err := newBufferedPageReader(st, outbox.Stream(c), pageBytes, rb.state.Produced)
 	if err != nil {
 		return nil, nil, err
 	}

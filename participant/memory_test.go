@@ -470,3 +470,89 @@ func TestEncodedRows_LeaveTheRoomAStoreSealsIn(t *testing.T) {
 		}
 	}
 }
+
+// pageSizes is a log-first store that records the pages read through
+// ReadPageBuffered: how many, and the payload bytes of the largest of more
+// than one entry (a page of one entry is the row, whatever its size).
+type pageSizes struct {
+	*logfirst.Store
+	mu sync.Mutex
+	// +checklocks:mu
+	pages int
+	// +checklocks:mu
+	largest int
+}
+
+func (s *pageSizes) ReadPageBuffered(stream string, offset uint64, limit int, maxBytes int, buf *store.PageBuffer) ([]store.Entry, error) {
+	page, err := s.Store.ReadPageBuffered(stream, offset, limit, maxBytes, buf)
+	n := 0
+	for _, e := range page {
+		n += len(e.Payload)
+	}
+	s.mu.Lock()
+	s.pages++
+	if len(page) > 1 {
+		s.largest = max(s.largest, n)
+	}
+	s.mu.Unlock()
+	return page, err
+}
+
+// TestCheckpointDerivation_HoldsPagesOfAtMostDerivePageBytes checkpoints
+// conversations of 64 KiB and of 1 KiB tells, and checks that the pass
+// reads both streams in pages of at most derivePageBytes (or one row):
+// what a derivation holds of the rows it replays is bounded by that,
+// whatever Options.ReadPageBytes and the rows replayed. Before, it read
+// pages of ReadPageBytes, a megabyte of oplog rows held through every
+// derivation of a stream of large tells.
+func TestCheckpointDerivation_HoldsPagesOfAtMostDerivePageBytes(t *testing.T) {
+	for _, tc := range []struct {
+		n, size int
+	}{{64, 64 << 10}, {1024, 1 << 10}} {
+		t.Run(fmt.Sprintf("%dx%d", tc.n, tc.size), func(t *testing.T) {
+			ctx := context.Background()
+			lf, err := logfirst.Open(t.TempDir(), logfirst.Options{})
+			must(t, err)
+			st := &pageSizes{Store: lf}
+			t.Cleanup(func() { st.Close() })
+			svc, err := Open(ctx, st, Options{NodeKey: testKey, CheckpointInterval: time.Hour, CheckpointRows: 1,
+				MaxBacklogRecords: 1 << 20, MaxBacklogBytes: 1 << 30, ReadPageBytes: 1 << 20})
+			must(t, err)
+			t.Cleanup(func() { svc.Close() })
+			deaf, sender := svc.Connect(nil), svc.Connect(nil)
+			mustEnroll(t, deaf, 1, 1)
+			tx := mustEnroll(t, sender, 1, 2)
+			payload := make([]byte, tc.size)
+			tell := func(i int) {
+				binary.BigEndian.PutUint64(payload, uint64(i))
+				if _, err := sender.Tell(ctx, Tell{Conversation: 1, Participant: tx.Participant, Generation: tx.Generation,
+					Token: benchToken(7, uint64(i)), Payload: payload}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// Two passes: the second derives from the first's checkpoint,
+			// reading the retained records' outbox rows back too.
+			for pass := range 2 {
+				for i := range tc.n {
+					tell(pass*tc.n + i)
+				}
+				st.mu.Lock()
+				st.pages, st.largest = 0, 0
+				st.mu.Unlock()
+				if w, err := svc.CheckpointPass(ctx); err != nil || w != 1 {
+					t.Fatalf("pass %d: CheckpointPass() = %d, %v, want 1", pass, w, err)
+				}
+				st.mu.Lock()
+				pages, largest := st.pages, st.largest
+				st.mu.Unlock()
+				if pages == 0 {
+					t.Fatalf("pass %d read no page through ReadPageBuffered: the test does not test the derivation", pass)
+				}
+				if largest > derivePageBytes {
+					t.Errorf("pass %d over %d rows of %d bytes read a page of %d bytes, want at most %d (or one row)",
+						pass, tc.n, tc.size, largest, derivePageBytes)
+				}
+			}
+		})
+	}
+}

@@ -2,6 +2,7 @@ package participant
 
 import (
 	"fmt"
+	"sort"
 	"time"
 
 	"github.com/participantd/participantd/checkpoint"
@@ -33,45 +34,77 @@ type rebuilder struct {
 }
 
 // positions holds the outbox row that produced each of a run of
-// contiguous records, from seq first on: 8 bytes a record.
+// contiguous records, as spans: the records of a span were produced one a
+// row in consecutive outbox rows, so a stream of tells, however long, is
+// one span of 16 bytes. A record sharing its row with the one before (an
+// enroll's) or not in the row after it begins a span of its own.
 type positions struct {
-	first Seq
-	rows  []uint64
-	// dropped counts the rows dropped from the front since rows moved to
-	// an array of its own: the array still holds them.
+	// spans are ascending by seq: span k holds the records from its seq
+	// to the one before span k+1's, the last one's to end-1.
+	spans []span
+	// end is the seq after the last record held, while spans is not empty.
+	end Seq
+	// dropped counts the spans dropped from the front since spans moved
+	// to an array of its own: the array still holds them.
 	dropped int
+}
+
+// span is a run of records produced in consecutive outbox rows: record q
+// of it was produced in row row+(q-seq).
+type span struct {
+	seq Seq
+	row uint64
 }
 
 // add records that record q was produced in outbox row row. Records are
 // added in seq order, without gaps while any is held; anything else is a
 // broken invariant of the replay.
 func (p *positions) add(q Seq, row uint64) {
-	if len(p.rows) == 0 {
-		p.first = q
-	} else if want := p.first + Seq(len(p.rows)); q != want {
-		panic(fmt.Sprintf("participant: record %v produced after %v", q, want-1))
+	n := len(p.spans)
+	switch {
+	case n == 0:
+	case q != p.end:
+		panic(fmt.Sprintf("participant: record %v produced after %v", q, p.end-1))
+	case p.spans[n-1].row+uint64(q-p.spans[n-1].seq) == row:
+		p.end++
+		return
 	}
-	p.rows = append(p.rows, row)
+	p.spans = append(p.spans, span{seq: q, row: row})
+	p.end = q + 1
 }
 
 // dropBelow forgets the records below seq q.
 func (p *positions) dropBelow(q Seq) {
-	if len(p.rows) == 0 || q <= p.first {
+	if len(p.spans) == 0 || q <= p.spans[0].seq {
 		return
 	}
-	n := int(min(uint64(q-p.first), uint64(len(p.rows))))
-	p.rows, p.first, p.dropped = p.rows[n:], p.first+Seq(n), p.dropped+n
-	if p.dropped >= max(len(p.rows), 1024) {
-		p.rows, p.dropped = append(make([]uint64, 0, len(p.rows)+len(p.rows)/4+8), p.rows...), 0
+	if q >= p.end {
+		p.spans, p.dropped = p.spans[len(p.spans):], p.dropped+len(p.spans)
+	} else {
+		k := p.spanOf(q)
+		p.spans, p.dropped = p.spans[k:], p.dropped+k
+		// The array is the rebuilder's alone: the span holding q now
+		// begins at q.
+		p.spans[0].row += uint64(q - p.spans[0].seq)
+		p.spans[0].seq = q
 	}
+	if p.dropped >= max(len(p.spans), 1024) {
+		p.spans, p.dropped = append(make([]span, 0, len(p.spans)+len(p.spans)/4+8), p.spans...), 0
+	}
+}
+
+// spanOf returns the index of the span holding record q, which is held.
+func (p *positions) spanOf(q Seq) int {
+	return sort.Search(len(p.spans), func(k int) bool { return p.spans[k].seq > q }) - 1
 }
 
 // row returns the outbox row of record q, if held.
 func (p *positions) row(q Seq) (uint64, bool) {
-	if q < p.first || uint64(q-p.first) >= uint64(len(p.rows)) {
+	if len(p.spans) == 0 || q < p.spans[0].seq || q >= p.end {
 		return 0, false
 	}
-	return p.rows[q-p.first], true
+	sp := &p.spans[p.spanOf(q)]
+	return sp.row + uint64(q-sp.seq), true
 }
 
 // firstKept returns the seq of the first record st retains, LastSeq+1 when

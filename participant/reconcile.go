@@ -193,7 +193,7 @@ func reconcileRows(ctx context.Context, st store.DurableStore, c ConversationID,
 			return nil, err
 		}
 		r.State = base.State()
-		if err := loadRetained(st, base, c, p.bytes, r.State, nil, 0); err != nil {
+		if err := loadRetained(st, base, c, p.bytes, r.State, nil); err != nil {
 			return nil, err
 		}
 		if err := loadPayloads(st, c, r.State, p.window); err != nil {
