@@ -1,14 +1,16 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"math"
 	"net/http"
-	"strconv"
-	"strings"
 	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 // serverCounters are the server metrics the bench reads before and after
@@ -41,39 +43,81 @@ func scrapeCounters(ctx context.Context, addr string) (serverCounters, error) {
 	if resp.StatusCode != http.StatusOK {
 		return serverCounters{}, fmt.Errorf("scrape metrics: %s", resp.Status)
 	}
+	return parseCounters(resp.Body)
+}
+
+// parseCounters reads the Prometheus text exposition r (expfmt) and
+// returns the counters and latency histograms the bench compares across
+// its window; families it does not use are skipped.
+func parseCounters(r io.Reader) (serverCounters, error) {
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(r)
+	if err != nil {
+		return serverCounters{}, fmt.Errorf("scrape metrics: %w", err)
+	}
 	c := serverCounters{Hists: make(map[histKey]*hist)}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if strings.HasPrefix(line, "#") {
-			continue
+	value := func(name string) float64 {
+		f := fams[name]
+		if f == nil || len(f.GetMetric()) == 0 {
+			return 0
 		}
-		i := strings.LastIndexByte(line, ' ')
-		if i < 0 {
-			continue
+		m := f.GetMetric()[0]
+		if m.GetCounter() != nil {
+			return m.GetCounter().GetValue()
 		}
-		name, val := line[:i], line[i+1:]
-		v, err := strconv.ParseFloat(strings.TrimSpace(val), 64)
-		if err != nil {
-			continue
-		}
-		if strings.HasPrefix(name, stageMetric) || strings.HasPrefix(name, requestMetric) || strings.HasPrefix(name, etcdTxnMetric) {
-			c.addHist(name, v)
-			continue
-		}
-		switch name {
-		case "participantd_store_commits_total":
-			c.Commits = v
-		case "participantd_store_flushes_total":
-			c.Flushes = v
-		case "participantd_store_committed_ops_total":
-			c.Committed = v
-		case "process_cpu_seconds_total":
-			c.CPUSeconds = v
+		return m.GetUntyped().GetValue()
+	}
+	c.Commits = value("participantd_store_commits_total")
+	c.Flushes = value("participantd_store_flushes_total")
+	c.Committed = value("participantd_store_committed_ops_total")
+	c.CPUSeconds = value("process_cpu_seconds_total")
+	for _, name := range []string{stageMetric, requestMetric, etcdTxnMetric} {
+		for _, m := range fams[name].GetMetric() {
+			if k, ok := seriesKey(name, m); ok && m.GetHistogram() != nil {
+				c.Hists[k] = histOf(m.GetHistogram())
+			}
 		}
 	}
-	return c, sc.Err()
+	return c, nil
+}
+
+// seriesKey names the series m of the histogram family name; false for a
+// series the bench does not read (an etcd transaction that was refused).
+func seriesKey(name string, m *dto.Metric) (histKey, bool) {
+	var k histKey
+	for _, l := range m.GetLabel() {
+		switch l.GetName() {
+		case "op":
+			k.op = l.GetValue()
+		case "stage":
+			k.stage = l.GetValue()
+		case "outcome":
+			if l.GetValue() != "ok" {
+				return histKey{}, false
+			}
+		}
+	}
+	switch name {
+	case requestMetric:
+		k.stage = ""
+	case etcdTxnMetric:
+		k = etcdTxnKey
+	}
+	return k, true
+}
+
+// histOf is h's cumulative counts by upper bound, +Inf last.
+func histOf(h *dto.Histogram) *hist {
+	out := &hist{sum: h.GetSampleSum(), count: float64(h.GetSampleCount())}
+	for _, b := range h.GetBucket() {
+		out.les = append(out.les, b.GetUpperBound())
+		out.counts = append(out.counts, float64(b.GetCumulativeCount()))
+	}
+	if n := len(out.les); n == 0 || !math.IsInf(out.les[n-1], 1) {
+		out.les = append(out.les, math.Inf(1))
+		out.counts = append(out.counts, out.count)
+	}
+	return out
 }
 
 // The server's latency histograms the bench reads (server/stage_metrics.go;
@@ -99,59 +143,6 @@ type hist struct {
 	counts []float64
 	sum    float64
 	count  float64
-}
-
-// addHist adds one sample line of a latency histogram to c.
-func (c *serverCounters) addHist(name string, v float64) {
-	base, labels, ok := strings.Cut(name, "{")
-	if !ok {
-		return
-	}
-	var k histKey
-	var le string
-	for _, kv := range strings.Split(strings.TrimSuffix(labels, "}"), ",") {
-		key, val, ok := strings.Cut(kv, "=")
-		if !ok {
-			continue
-		}
-		val = strings.Trim(val, `"`)
-		switch key {
-		case "op":
-			k.op = val
-		case "stage":
-			k.stage = val
-		case "le":
-			le = val
-		case "outcome":
-			if val != "ok" {
-				return
-			}
-		}
-	}
-	switch {
-	case strings.HasPrefix(base, requestMetric):
-		k.stage = ""
-	case strings.HasPrefix(base, etcdTxnMetric):
-		k = etcdTxnKey
-	}
-	h := c.Hists[k]
-	if h == nil {
-		h = &hist{}
-		c.Hists[k] = h
-	}
-	switch {
-	case strings.HasSuffix(base, "_bucket"):
-		bound, err := strconv.ParseFloat(le, 64)
-		if err != nil {
-			return
-		}
-		h.les = append(h.les, bound)
-		h.counts = append(h.counts, v)
-	case strings.HasSuffix(base, "_sum"):
-		h.sum = v
-	case strings.HasSuffix(base, "_count"):
-		h.count = v
-	}
 }
 
 // since returns h less an earlier scrape of it: the window's histogram.

@@ -1,35 +1,61 @@
 package main
 
 import (
+	"fmt"
 	"math"
+	"strings"
 	"testing"
 )
+
+// exposition is every series of the histograms the bench reads that
+// TestStageFigures_QuantilesOfTheWindow exports, in the exposition's
+// order within each family.
+var exposition = []string{
+	"process_cpu_seconds_total",
+	stageMetric + `_bucket{op="tell",stage="turn",le="0.001"}`,
+	stageMetric + `_bucket{op="tell",stage="turn",le="0.002"}`,
+	stageMetric + `_bucket{op="tell",stage="turn",le="+Inf"}`,
+	stageMetric + `_sum{op="tell",stage="turn"}`,
+	stageMetric + `_count{op="tell",stage="turn"}`,
+	requestMetric + `_bucket{op="tell",le="0.001"}`,
+	requestMetric + `_bucket{op="tell",le="+Inf"}`,
+	requestMetric + `_sum{op="tell"}`,
+	requestMetric + `_count{op="tell"}`,
+	etcdTxnMetric + `_bucket{outcome="ok",le="0.01"}`,
+	etcdTxnMetric + `_bucket{outcome="ok",le="+Inf"}`,
+	etcdTxnMetric + `_sum{outcome="ok"}`,
+	etcdTxnMetric + `_count{outcome="ok"}`,
+	etcdTxnMetric + `_bucket{outcome="refused",le="0.01"}`,
+	etcdTxnMetric + `_bucket{outcome="refused",le="+Inf"}`,
+	etcdTxnMetric + `_sum{outcome="refused"}`,
+	etcdTxnMetric + `_count{outcome="refused"}`,
+}
 
 // TestStageFigures_QuantilesOfTheWindow reads two scrapes of a stage's
 // histogram and interpolates the window's quantiles within their buckets,
 // as Prometheus's histogram_quantile does.
 func TestStageFigures_QuantilesOfTheWindow(t *testing.T) {
+	// scrape is what a server exports with the sample values of lines
+	// (the rest of each series as before), read as a scrape reads it.
 	scrape := func(lines map[string]float64) serverCounters {
-		c := serverCounters{Hists: make(map[histKey]*hist)}
-		for _, name := range []string{
-			stageMetric + `_bucket{op="tell",stage="turn",le="0.001"}`,
-			stageMetric + `_bucket{op="tell",stage="turn",le="0.002"}`,
-			stageMetric + `_bucket{op="tell",stage="turn",le="+Inf"}`,
-			stageMetric + `_sum{op="tell",stage="turn"}`,
-			stageMetric + `_count{op="tell",stage="turn"}`,
-			requestMetric + `_bucket{op="tell",le="0.001"}`,
-			requestMetric + `_bucket{op="tell",le="+Inf"}`,
-			requestMetric + `_sum{op="tell"}`,
-			requestMetric + `_count{op="tell"}`,
-			etcdTxnMetric + `_bucket{outcome="ok",le="0.01"}`,
-			etcdTxnMetric + `_bucket{outcome="ok",le="+Inf"}`,
-			etcdTxnMetric + `_sum{outcome="ok"}`,
-			etcdTxnMetric + `_count{outcome="ok"}`,
-			etcdTxnMetric + `_bucket{outcome="refused",le="0.01"}`,
-			etcdTxnMetric + `_bucket{outcome="refused",le="+Inf"}`,
-			etcdTxnMetric + `_count{outcome="refused"}`,
+		t.Helper()
+		var b strings.Builder
+		for _, fam := range []struct{ name, typ string }{
+			{"process_cpu_seconds_total", "counter"},
+			{stageMetric, "histogram"},
+			{requestMetric, "histogram"},
+			{etcdTxnMetric, "histogram"},
 		} {
-			c.addHist(name, lines[name])
+			fmt.Fprintf(&b, "# TYPE %s %s\n", fam.name, fam.typ)
+			for _, series := range exposition {
+				if strings.HasPrefix(series, fam.name) {
+					fmt.Fprintf(&b, "%s %v\n", series, lines[series])
+				}
+			}
+		}
+		c, err := parseCounters(strings.NewReader(b.String()))
+		if err != nil {
+			t.Fatalf("parseCounters:\n%s\n%v", b.String(), err)
 		}
 		return c
 	}
@@ -41,6 +67,7 @@ func TestStageFigures_QuantilesOfTheWindow(t *testing.T) {
 		stageMetric + `_count{op="tell",stage="turn"}`:             10,
 	})
 	after := scrape(map[string]float64{
+		"process_cpu_seconds_total": 2.5,
 		// The window: 50 in (0, 1 ms], 50 in (1, 2 ms].
 		stageMetric + `_bucket{op="tell",stage="turn",le="0.001"}`: 60,
 		stageMetric + `_bucket{op="tell",stage="turn",le="0.002"}`: 110,
@@ -62,6 +89,9 @@ func TestStageFigures_QuantilesOfTheWindow(t *testing.T) {
 		etcdTxnMetric + `_count{outcome="refused"}`:            7,
 	})
 	near := func(got, want float64) bool { return math.Abs(got-want) < 1e-9 }
+	if after.CPUSeconds != 2.5 {
+		t.Errorf("CPUSeconds = %v, want the counter's 2.5", after.CPUSeconds)
+	}
 	figs := stageFigures("tell", before, after)
 	if len(figs) != 3 || figs[0].Stage != "turn" || figs[1].Stage != "total" || figs[2].Stage != "etcd_txn" {
 		t.Fatalf("stageFigures = %+v, want turn, total, etcd_txn", figs)
