@@ -26,11 +26,8 @@ import (
 // there is none. After a failure Flush returns the sticky error (wrapping
 // store.ErrFailed); after Close, store.ErrClosed.
 func (s *Store) Flush() error {
-	bt, err := s.seal()
-	if err != nil || bt == nil {
-		return err
-	}
-	return bt.Wait()
+	_, err := s.sealAndWait()
+	return err
 }
 
 // FlushTimed implements store.TimedFlusher: Flush, with how long it waited
@@ -38,12 +35,22 @@ func (s *Store) Flush() error {
 // record's write and sync took.
 func (s *Store) FlushTimed() (store.FlushTiming, error) {
 	start := time.Now()
-	bt, err := s.seal()
-	if err != nil || bt == nil {
+	bt, err := s.sealAndWait()
+	if bt == nil {
 		return store.FlushTiming{}, err
 	}
-	err = bt.Wait()
 	return bt.Timing(start), err
+}
+
+// sealAndWait seals the writes staged and waits for the record carrying
+// them; the record is nil when there was nothing to wait for, or the seal
+// failed.
+func (s *Store) sealAndWait() (*stage.Batch, error) {
+	bt, err := s.seal()
+	if err != nil || bt == nil {
+		return nil, err
+	}
+	return bt, bt.Wait()
 }
 
 // Seal implements store.Sealer: records are written one at a time, in
