@@ -29,7 +29,7 @@ func TestModelOverEtcd(t *testing.T) {
 		iters = min(iters, 10)
 	}
 	participanttest.Model{
-		Backend: etcdBackend(t, seed),
+		Backend: etcdBackend(t, seed, 0),
 		Iters:   iters,
 		Ops:     60,
 		Seed:    seed,

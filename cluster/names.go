@@ -252,3 +252,13 @@ func (s *Store) ReadValue(key string) (uint64, error) {
 	v, err := s.Store.ReadValue(key)
 	return v, s.scoped(key, err)
 }
+
+// KeepsOrderWithin implements store.ScopeOrdered for the (renamed)
+// names: the writes of one conversation's scope keep their order.
+func (s *Store) KeepsOrderWithin(names ...string) bool {
+	renamed := make([]string, len(names))
+	for i, n := range names {
+		renamed[i] = s.rename(n)
+	}
+	return s.Store.KeepsOrderWithin(renamed...)
+}

@@ -13,7 +13,10 @@ import (
 	"github.com/participantd/participantd/store/etcdstore"
 )
 
-var _ participant.Ownership = (*Node)(nil)
+var (
+	_ participant.Ownership        = (*Node)(nil)
+	_ participant.OrderedOwnership = (*Node)(nil)
+)
 
 // Acquire grants c when the node owns it under a live lease, and otherwise
 // claims it: a create-if-absent of own/<c> under the lease. A claim is
@@ -159,6 +162,17 @@ func (n *Node) Flush(c participant.ConversationID) error {
 	}
 	return err
 }
+
+// KeepsOrder implements participant.OrderedOwnership: every name a batch
+// of c writes (its streams, its token index, its charge) is in c's scope
+// (Scope), and the etcd store keeps a scope's writes in order across a
+// crash (store.ScopeOrdered: one transaction at a time, cut along the
+// scope's log when it does not fit one, none after a failed one), under
+// the claim that fences each of those transactions. A batch then flushes
+// once for both barriers. The registry entry of c's first batch is in the
+// node's global scope, whose order with c's is not kept: the batch
+// flushes it before c's rows (participant, batch.write).
+func (n *Node) KeepsOrder(participant.ConversationID) bool { return true }
 
 // Exists reports whether conversation c has anything stored, or an owner.
 func (n *Node) Exists(ctx context.Context, c participant.ConversationID) (bool, error) {

@@ -476,8 +476,14 @@ func (s *Store) KeepsOrder() bool {
 	return !s.unordered.Load() && store.KeepsOrder(s.inner)
 }
 
-// SetUnordered makes KeepsOrder answer false (true) or the inner store's
-// answer again (false), so that a test can run a caller's path for
+// KeepsOrderWithin implements store.ScopeOrdered: the inner store's
+// answer, or false after SetUnordered(true).
+func (s *Store) KeepsOrderWithin(names ...string) bool {
+	return !s.unordered.Load() && store.KeepsOrderWithin(s.inner, names...)
+}
+
+// SetUnordered makes KeepsOrder and KeepsOrderWithin answer false (true)
+// or the inner store's answer again (false), so that a test can run a caller's path for
 // stores that do not keep their writes' order over a memory store that
 // does.
 func (s *Store) SetUnordered(unordered bool) { s.unordered.Store(unordered) }

@@ -233,6 +233,10 @@ func (b *batch) write() error {
 		}
 		return &Error{Code: code, Detail: what, cause: err}
 	}
+	// On a store that keeps c's writes in order (OrderedOwnership)
+	// barrier 1 is kept by the appends' order and shares barrier 2's
+	// flush; see below.
+	shared := s.keepsOrder(cv.id)
 	var oplogRows, outboxRows [][]byte
 	for _, o := range b.ops {
 		if o.genesis != nil {
@@ -246,6 +250,16 @@ func (b *batch) write() error {
 					return failed(CodeUnavailable, "registering the conversation", err)
 				}
 				cv.registered.Store(true)
+				if shared && !s.keepsRegistryOrder(cv.id) {
+					// The entry must be durable whenever the genesis row
+					// is; its order with c's writes is not kept (another
+					// scope of the store), and barrier 1 is not a flush
+					// of its own here: flush it first. Nothing of the
+					// batch is written yet.
+					if err := s.flush(cv.id); err != nil {
+						return failed(CodeUnavailable, "registering the conversation", err)
+					}
+				}
 			}
 			if b.reservedSlot {
 				cv.counted = true
@@ -300,7 +314,6 @@ func (b *batch) write() error {
 	// durable before any later commit is written: the outbox rows,
 	// appended once the seal returns, go to a later commit and cannot be
 	// durable without them ("Sealed barriers" in docs/DESIGN.md).
-	shared := s.keepsOrder(cv.id)
 	b.clock.decided = time.Now()
 	var oplogDurable func() error
 	if !shared {

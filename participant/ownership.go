@@ -5,7 +5,10 @@ import (
 	"errors"
 
 	"github.com/participantd/participantd/oplog"
+	"github.com/participantd/participantd/outbox"
+	"github.com/participantd/participantd/registry"
 	"github.com/participantd/participantd/store"
+	"github.com/participantd/participantd/tokenindex"
 )
 
 // CodeMoved is the protocol's `moved`: another node owns the conversation
@@ -84,8 +87,27 @@ type single struct{ st store.DurableStore }
 // (store.Seal).
 func (o single) Seal(ConversationID) (func() error, error) { return store.Seal(o.st) }
 
-// KeepsOrder implements OrderedOwnership with the store's answer.
-func (o single) KeepsOrder(ConversationID) bool { return store.KeepsOrder(o.st) }
+// KeepsOrder implements OrderedOwnership with the store's answer: it
+// keeps every write's order (store.Ordered), or those of the names a
+// batch of c writes, which share one of its scopes (store.ScopeOrdered).
+func (o single) KeepsOrder(c ConversationID) bool {
+	return store.KeepsOrder(o.st) || store.KeepsOrderWithin(o.st, batchNames(c)...)
+}
+
+// batchNames are the names a batch of c writes, but for the registry
+// (see batch.write): its two streams, its token index (a token's key, the
+// window's floor) and its charge.
+func batchNames(c ConversationID) []string {
+	return []string{oplog.Stream(c), outbox.Stream(c), tokenindex.Key(c, tokenindex.Enroll, Token{}),
+		tokenindex.FloorKey(c), tokenindex.ChargeKey(c)}
+}
+
+// keepsRegistryOrder reports whether the registry's writes keep their
+// order with c's across a crash, so that c's genesis row is never
+// durable without the registry entry appended before it.
+func (s *Service) keepsRegistryOrder(c ConversationID) bool {
+	return store.KeepsOrder(s.st) || store.KeepsOrderWithin(s.st, registry.Stream, oplog.Stream(c))
+}
 
 func (single) Acquire(context.Context, ConversationID) (bool, error) { return false, nil }
 func (o single) Flush(ConversationID) error                          { return o.st.Flush() }

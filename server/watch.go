@@ -107,6 +107,11 @@ func (w *watchedStore) Inner() store.DurableStore { return w.inner }
 // KeepsOrder implements store.Ordered for the store w wraps.
 func (w *watchedStore) KeepsOrder() bool { return store.KeepsOrder(w.inner) }
 
+// KeepsOrderWithin implements store.ScopeOrdered for the store w wraps.
+func (w *watchedStore) KeepsOrderWithin(names ...string) bool {
+	return store.KeepsOrderWithin(w.inner, names...)
+}
+
 func (w *watchedStore) Append(stream string, payload []byte, expectedSeq uint64) (uint64, error) {
 	defer w.end(w.begin("Append", stream))
 	return w.inner.Append(stream, payload, expectedSeq)

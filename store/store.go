@@ -229,6 +229,34 @@ func KeepsOrder(st DurableStore) bool {
 	return ok && o.KeepsOrder()
 }
 
+// ScopeOrdered is implemented by stores that keep the order of each
+// scope's writes across a crash, though not of writes in different scopes
+// (etcd's: a scope is one key range under one fence, committed one
+// transaction at a time, in order, none after a failed one, each scope
+// failing alone; see the etcd store's doc, Order). A scope is a set of
+// names the store commits together; which names share one is the store's
+// to say. What a crash leaves of a scope is a prefix of its writes in the
+// order the calls returned. A caller whose ordered writes all fall in one
+// scope may rely on it as on Ordered.
+type ScopeOrdered interface {
+	// KeepsOrderWithin reports whether the writes to names (stream or
+	// value names) keep their order across a crash with respect to each
+	// other: true when they are all of one scope whose order the store
+	// keeps. A wrapper answers for the store it wraps.
+	KeepsOrderWithin(names ...string) bool
+}
+
+// KeepsOrderWithin reports whether st keeps the order of the writes to
+// names across a crash: it keeps every write's (Ordered), or names share
+// a scope whose writes' order it keeps (ScopeOrdered).
+func KeepsOrderWithin(st DurableStore, names ...string) bool {
+	if KeepsOrder(st) {
+		return true
+	}
+	o, ok := st.(ScopeOrdered)
+	return ok && o.KeepsOrderWithin(names...)
+}
+
 // Sealer is implemented by stores that write their commits one at a time,
 // in order, each only once the one before it is durable, and none after a
 // failed one. Seal closes a commit: it returns once every write that

@@ -35,6 +35,9 @@ type scopeWork struct {
 	values  []*valueWork
 	trims   []*trimWork
 	bytes   []*bytesWork
+	// log is the scope's writes in order, for a scope the commit must
+	// cut over several transactions (packInOrder).
+	log []write
 	// rev is the scope's revision when the commit began: a byte value
 	// commits only if etcd's copy is no newer. committed is the highest
 	// revision a transaction of the scope committed at.
@@ -52,12 +55,15 @@ type trimWork struct {
 }
 
 // bytesWork is one byte value's write (gen is the PutBytes count it
-// carries; val nil deletes).
+// carries; val nil deletes). after is the transaction of the same commit
+// that wrote the value before this one, if any (packInOrder): this one
+// then compares the value against that transaction's revision.
 type bytesWork struct {
-	bv   *byteValue
-	name string
-	val  []byte
-	gen  uint64
+	bv    *byteValue
+	name  string
+	val   []byte
+	gen   uint64
+	after *txnPlan
 }
 
 // streamWork is a stream's entries base.. being written; done counts those
@@ -100,6 +106,8 @@ type txnPlan struct {
 	puts  int
 	bytes int
 	has   map[*scopeWork]bool
+	// rev is the revision the transaction committed at, once it has.
+	rev int64
 }
 
 func (s *Store) run() {
@@ -181,6 +189,7 @@ func (s *Store) takeLocked() []*scopeWork {
 		c.dirtyValues = make(map[string]*value)
 		c.dirtyTrims = make(map[string]*stream)
 		c.dirtyBytes = make(map[string]*byteValue)
+		sw.log, c.log = c.log, nil
 		c.inflight, c.wanted = sw, false
 		work = append(work, sw)
 	}
@@ -306,9 +315,10 @@ func (s *Store) fits(p *txnPlan, cmps, puts, bytes int) bool {
 }
 
 // pack lays work out as transactions. A scope goes whole into one
-// transaction when it fits one; only a scope that alone passes a limit is
-// split, each stream in seq order, each chunk comparing no run past the
-// length the one before it wrote.
+// transaction when it fits one, with other scopes while they fit; a scope
+// that alone passes a limit is cut along its log (packInOrder), so that
+// each of its transactions holds the writes that follow the previous
+// one's.
 func (s *Store) pack(work []*scopeWork) []*txnPlan {
 	var plans []*txnPlan
 	cur := s.newPlan()
@@ -320,90 +330,34 @@ func (s *Store) pack(work []*scopeWork) []*txnPlan {
 	}
 	for _, sw := range work {
 		cmps, puts, bytes := s.scopeCost(sw)
-		if !s.fits(cur, cmps, puts, bytes) && len(cur.items) > 0 {
+		if !s.fits(s.newPlan(), cmps, puts, bytes) {
+			push()
+			var err error
+			if plans, err = s.packInOrder(sw, plans); err != nil {
+				sw.err = err
+			}
+			continue
+		}
+		if !s.fits(cur, cmps, puts, bytes) {
 			push()
 		}
-		enter := func() {
-			if cur.has[sw] {
-				return
-			}
-			cur.has[sw] = true
-			if sw.fence != nil {
-				cur.items = append(cur.items, item{sw: sw, fence: true})
-				cur.cmps++
-				cur.bytes += kvCost(sw.fence.Key, 16)
-			}
-		}
-		// room reserves what entering the scope in a new transaction costs.
-		fenceCmp, fenceBytes := 0, 0
+		cur.has[sw] = true
 		if sw.fence != nil {
-			fenceCmp, fenceBytes = 1, kvCost(sw.fence.Key, 16)
-		}
-		need := func(c, p, b int) {
-			if !cur.has[sw] {
-				c, b = c+fenceCmp, b+fenceBytes
-			}
-			if !s.fits(cur, c, p, b) {
-				push()
-			}
-			enter()
+			cur.items = append(cur.items, item{sw: sw, fence: true})
 		}
 		for _, vw := range sw.values {
-			key := s.lay.valueKey(sw.sc.name, vw.name)
-			c := s.valueCmps(sw)
-			need(c, 1, 2*kvCost(key, 8))
 			cur.items = append(cur.items, item{sw: sw, vw: vw})
-			cur.cmps += c
-			cur.puts++
-			cur.bytes += 2 * kvCost(key, 8)
 		}
 		for _, tw := range sw.trims {
-			c, p, b := s.trimCost(sw, tw)
-			need(c, p, b)
 			cur.items = append(cur.items, item{sw: sw, tw: tw})
-			cur.cmps, cur.puts, cur.bytes = cur.cmps+c, cur.puts+p, cur.bytes+b
 		}
 		for _, bw := range sw.bytes {
-			c, p, b := s.bytesCost(sw, bw)
-			need(c, p, b)
 			cur.items = append(cur.items, item{sw: sw, bw: bw})
-			cur.cmps, cur.puts, cur.bytes = cur.cmps+c, cur.puts+p, cur.bytes+b
 		}
 		for _, swk := range sw.streams {
-			prefix := s.lay.entryPrefix(sw.sc.name, swk.name)
-			// A chunk is the entries of the stream in one transaction,
-			// written as runs of at most MaxRunBytes (runLens splits them
-			// the same way when the transaction is built).
-			head := kvCost(prefix, 8+runOverhead)
-			for i := 0; i < len(swk.ents); {
-				c := s.valueCmps(sw)
-				need(c, 1, 2*head+entryCost(len(swk.ents[i])))
-				it := item{sw: sw, swk: swk, from: i}
-				cur.cmps += c
-				cur.puts++
-				cur.bytes += 2 * head
-				run := 0
-				for i < len(swk.ents) {
-					e := entryCost(len(swk.ents[i]))
-					p, b := 0, e
-					if it.n > 0 && runOverhead+run+e > s.opts.MaxRunBytes {
-						p, b = 1, e+head
-					}
-					if it.n > 0 && !s.fits(cur, 0, p, b) {
-						break
-					}
-					if p > 0 {
-						run = 0
-					}
-					cur.puts += p
-					cur.bytes += b
-					run += e
-					it.n++
-					i++
-				}
-				cur.items = append(cur.items, it)
-			}
+			cur.items = append(cur.items, item{sw: sw, swk: swk, n: len(swk.ents)})
 		}
+		cur.cmps, cur.puts, cur.bytes = cur.cmps+cmps, cur.puts+puts, cur.bytes+bytes
 	}
 	push()
 	return plans
@@ -520,6 +474,11 @@ func (s *Store) runTxn(plan *txnPlan) {
 				thens = append(thens, clientv3.OpPut(fk, s.sealU64(fk, it.tw.below)))
 			case it.bw != nil:
 				bw, rev := it.bw, it.sw.rev
+				if bw.after != nil {
+					// Written by an earlier transaction of this commit,
+					// which ran before this one and committed.
+					rev = max(rev, bw.after.rev)
+				}
 				key := s.lay.bytesKey(sc, bw.name)
 				cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(key), "<", rev+1))
 				checks = append(checks, check{sw: it.sw, key: key, keysOnly: true, maxModRev: rev})
@@ -570,6 +529,7 @@ func (s *Store) runTxn(plan *txnPlan) {
 		}
 		if resp.Succeeded {
 			s.commits.Add(1)
+			plan.rev = resp.Header.Revision
 			for _, it := range live {
 				it.sw.committed = max(it.sw.committed, resp.Header.Revision)
 				switch {

@@ -131,13 +131,37 @@
 //
 // A transaction holds at most Options.MaxTxnOps compares and as many writes,
 // and stays below Options.MaxRequestBytes. Scopes are packed whole while
-// they fit; a scope that alone passes a limit is split, each stream in seq
-// order, each chunk comparing no run at or after the length the previous
-// chunk wrote, and the chunks run in order. A chunk of a stream is written
-// as runs of at most Options.MaxRunBytes (an entry larger than that is a
-// run of its own), so no run passes a request. Atomic is exactly one transaction: if a later chunk
-// fails, a prefix of each stream's appends is durable and the scope fails
-// (never a gap). A scope that fits one transaction commits all or nothing.
+// they fit; a scope that alone passes a limit is cut along its log (see
+// Order), each stream's chunk comparing no run at or after the length the
+// previous chunk wrote, and its transactions run in order. A chunk of a
+// stream is written as runs of at most Options.MaxRunBytes (an entry
+// larger than that is a run of its own), so no run passes a request.
+// Atomic is exactly one transaction: if a later one fails, a prefix of the
+// scope's writes is durable and the scope fails (never a gap). A scope
+// that fits one transaction commits all or nothing.
+//
+// # Order
+//
+// Each scope's writes keep their order across a crash (store.ScopeOrdered):
+// what etcd holds of a scope after any failure is a prefix of its writes
+// in the order their calls returned, whichever commits carried them. A
+// scope is in one commit at a time, its commits run one after the other,
+// and none runs after a failed one (the scope's error is sticky until
+// Reset, which discards what was staged). Within a commit, a scope that
+// fits one transaction is atomic. One that does not is cut along its log,
+// the scope's writes recorded in order as they are staged: each
+// transaction takes the writes that follow the previous one's, gathered
+// within it as a whole scope's are (a stream's entries as one chunk, a
+// value's last write), so that a value or byte value written on both
+// sides of a cut is written by both transactions, each with what its
+// stretch left it (a byte value written by an earlier transaction of the
+// same commit is compared against that transaction's revision). A failed
+// or unknown transaction leaves the writes up to its own cut, or to the
+// one before it. Writes of different scopes keep no order: scopes commit
+// in concurrent transactions and fail alone
+// (TestStore_AScopeCutOverTransactionsKeepsItsOrder cuts a scope of
+// nineteen writes over four transactions and fails each, refused, unknown
+// and not applied, unknown and applied).
 //
 // # Reads
 //

@@ -251,6 +251,12 @@ type scope struct {
 	dirtyStreams map[string]*stream
 	dirtyValues  map[string]*value
 	inflight     *scopeWork
+	// log is every write staged since the last commit of the scope
+	// began, in the order the calls returned: a commit that must split
+	// the scope over several transactions cuts it in that order, so that
+	// what a crash leaves of the scope is a prefix of its writes (see
+	// doc.go, Order).
+	log []write
 	// wanted is set when a Flush waits for the scope's dirty writes; only
 	// then does a commit start (and take every dirty scope along), so that
 	// writes nobody flushed are committed only by riding along.
@@ -461,6 +467,7 @@ func (c *scope) clearLocked() {
 	c.values = make(map[string]*value)
 	c.dirtyStreams = make(map[string]*stream)
 	c.dirtyValues = make(map[string]*value)
+	c.log = nil
 }
 
 func (s *Store) scopeLocked(name string) *scope {
@@ -765,6 +772,7 @@ func (s *Store) Append(name string, payload []byte, expectedSeq uint64) (uint64,
 	}
 	st.pending = append(st.pending, append([]byte(nil), payload...))
 	c.dirtyStreams[name] = st
+	c.logAppendLocked(name, st)
 	c.staged++
 	s.appends.Add(1)
 	return expectedSeq, nil
@@ -843,6 +851,7 @@ func (s *Store) CAS(key string, old, new uint64) error {
 	v.cur = new
 	v.gen++
 	c.dirtyValues[key] = v
+	c.log = append(c.log, write{name: key, v: v, u64: new, gen: v.gen})
 	c.staged++
 	delete(c.reads, key)
 	s.casWrites.Add(1)

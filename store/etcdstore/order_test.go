@@ -1,0 +1,327 @@
+package etcdstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/participantd/participantd/store"
+	"github.com/participantd/participantd/store/etcdstore"
+)
+
+// orderedWrite is one write of TestStore_AScopeCutOverTransactionsKeepsItsOrder's
+// sequence: an append, a CAS, a trim or a byte value.
+type orderedWrite struct {
+	stream, payload string
+	key             string
+	old, new        uint64
+	trim            uint64
+	bytes           string
+}
+
+// orderedState is what a reader finds of the sequence's names.
+type orderedState struct {
+	Log, Out []string
+	First    uint64
+	V1, V2   uint64
+	B        string
+}
+
+// after returns the state once the first n writes of ws are durable, over
+// base, what was committed before them.
+func after(base orderedState, ws []orderedWrite, n int) orderedState {
+	st := base
+	st.Log, st.Out = append([]string(nil), base.Log...), append([]string(nil), base.Out...)
+	for _, w := range ws[:n] {
+		switch {
+		case w.stream == "a/log":
+			st.Log = append(st.Log, w.payload)
+		case w.stream == "a/out":
+			st.Out = append(st.Out, w.payload)
+		case w.key == "a/v1":
+			st.V1 = w.new
+		case w.key == "a/v2":
+			st.V2 = w.new
+		case w.trim != 0:
+			st.First = w.trim
+		default:
+			st.B = w.bytes
+		}
+	}
+	return st
+}
+
+// TestStore_AScopeCutOverTransactionsKeepsItsOrder: a scope whose writes
+// do not fit one transaction is committed as several, and a commit that
+// fails at any of them, refused or with its outcome unknown (applied or
+// not), leaves in etcd a prefix of the scope's writes in the order their
+// calls returned: never a CAS without the appends made before it, never an
+// outbox entry without the log entries before it (store.ScopeOrdered).
+// Before the order was kept, a split scope wrote every value first and its
+// streams in map order.
+func TestStore_AScopeCutOverTransactionsKeepsItsOrder(t *testing.T) {
+	ws := []orderedWrite{
+		{key: "a/v1", old: 0, new: 1},
+		{stream: "a/log", payload: "l2"},
+		{stream: "a/log", payload: "l3"},
+		{stream: "a/out", payload: "o0"},
+		{key: "a/v2", old: 0, new: 5},
+		{key: "a/v1", old: 1, new: 2},
+		{stream: "a/log", payload: "l4"},
+		{bytes: "ckpt-1"},
+		{stream: "a/log", payload: "l5"},
+		{stream: "a/out", payload: "o1"},
+		{trim: 1},
+		{stream: "a/out", payload: "o2"},
+		{key: "a/v1", old: 2, new: 3},
+		{stream: "a/log", payload: "l6"},
+		{bytes: "ckpt-2"},
+		{stream: "a/out", payload: "o3"},
+		{key: "a/v2", old: 5, new: 6},
+		{stream: "a/log", payload: "l7"},
+		{stream: "a/out", payload: "o4"},
+	}
+	base := orderedState{Log: []string{"l0", "l1"}}
+	var prefixes []orderedState
+	for n := range len(ws) + 1 {
+		prefixes = append(prefixes, after(base, ws, n))
+	}
+	for _, fenced := range []bool{false, true} {
+		for _, mode := range []faultMode{refuse, unknownNotApplied, unknownApplied} {
+			cutInOrder(t, ws, prefixes, mode, fenced)
+		}
+	}
+}
+
+// cutInOrder makes the writes ws in a fresh scope (fenced: under a claim,
+// so that its transactions compare the fence alone), fails the k-th
+// writing transaction of their commit as mode says, for each k until a
+// commit passes, and requires etcd to hold one of prefixes each time.
+func cutInOrder(t *testing.T, ws []orderedWrite, prefixes []orderedState, fault faultMode, fenced bool) {
+	t.Helper()
+	mode := cutMode{fault, fenced}
+	for k := 1; ; k++ {
+		pfx := prefix()
+		opts := etcdstore.Options{Prefix: pfx, Scope: byFirstSegment, MaxTxnOps: 4}
+		setup := open(t, opts)
+		mustAppend(t, setup, "a/log", "l0", 0)
+		mustAppend(t, setup, "a/log", "l1", 1)
+		if err := setup.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		setup.Close()
+
+		kv := &failingKV{KV: shared.Client.KV, failAt: k, mode: mode.fault}
+		s := etcdstore.OpenKV(kv, opts)
+		if fenced {
+			key := pfx + "own/a"
+			s.SetFence("a", etcdstore.Fence{Key: key, CreateRevision: claim(t, key)})
+		}
+		for i, w := range ws {
+			var err error
+			switch {
+			case w.stream != "":
+				var n uint64
+				if n, err = s.Len(w.stream); err == nil {
+					_, err = s.Append(w.stream, []byte(w.payload), n)
+				}
+			case w.key != "":
+				err = s.CAS(w.key, w.old, w.new)
+			case w.trim != 0:
+				err = s.Trim("a/log", w.trim)
+			default:
+				err = s.PutBytes([]store.Bytes{{Key: "a/b", Value: []byte(w.bytes)}})
+			}
+			if err != nil {
+				t.Fatalf("%v, fault at transaction %d: write %d: %v", mode, k, i, err)
+			}
+		}
+		ferr := s.Flush()
+		s.Close()
+		got := readOrdered(t, etcdstore.Open(shared.Client, opts))
+		matched := -1
+		for n, want := range prefixes {
+			if cmp.Equal(got, want) {
+				matched = n
+			}
+		}
+		if matched < 0 {
+			t.Fatalf("%v at transaction %d (flush: %v): etcd holds %+v, no prefix of the writes", mode, k, ferr, got)
+		}
+		if !kv.fired() {
+			if ferr != nil || matched != len(ws) {
+				t.Fatalf("no fault injected (%d writing transactions): flush %v, %d of %d writes durable", kv.writes, ferr, matched, len(ws))
+			}
+			if k < 3 {
+				t.Fatalf("the scope took %d transactions: the test must cut it over several", k-1)
+			}
+			t.Logf("%v: %d transactions cut, each leaving a prefix", mode, k-1)
+			return
+		}
+		if ferr == nil {
+			t.Fatalf("%v at transaction %d: Flush = nil", mode, k)
+		}
+		if mode.fault == unknownApplied && matched == 0 {
+			t.Fatalf("%v at transaction %d: the applied transaction left nothing", mode, k)
+		}
+	}
+}
+
+// readOrdered reads the sequence's names from s and closes it.
+func readOrdered(t *testing.T, s *etcdstore.Store) orderedState {
+	t.Helper()
+	defer s.Close()
+	var st orderedState
+	first, err := s.First("a/log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := s.Len("a/log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The entries below the floor are gone: read them as the base had them.
+	for i := range first {
+		st.Log = append(st.Log, fmt.Sprintf("l%d", i))
+	}
+	if first < n {
+		es, err := s.ReadFrom("a/log", first, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range es {
+			st.Log = append(st.Log, string(e.Payload))
+		}
+	}
+	st.Out = readAll(t, s, "a/out")
+	if first > 0 {
+		st.First = first
+	}
+	if st.V1, err = s.ReadValue("a/v1"); err != nil {
+		t.Fatal(err)
+	}
+	if st.V2, err = s.ReadValue("a/v2"); err != nil {
+		t.Fatal(err)
+	}
+	b, err := s.GetBytes("a/b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.B = string(b)
+	return st
+}
+
+// cutMode is how cutInOrder fails a transaction, and whether the scope
+// is fenced.
+type cutMode struct {
+	fault  faultMode
+	fenced bool
+}
+
+func (m cutMode) String() string {
+	if m.fenced {
+		return m.fault.String() + ", fenced"
+	}
+	return m.fault.String()
+}
+
+type faultMode int
+
+const (
+	refuse            faultMode = iota // the transaction fails, not sent
+	unknownNotApplied                  // its outcome is unknown; it did not apply
+	unknownApplied                     // its outcome is unknown; it applied
+)
+
+func (m faultMode) String() string {
+	return [...]string{"refused", "unknown outcome, not applied", "unknown outcome, applied"}[m]
+}
+
+// failingKV fails the failAt-th transaction that writes (counting from 1)
+// as mode says, and passes every other call through.
+type failingKV struct {
+	clientv3.KV
+	failAt int
+	mode   faultMode
+	mu     sync.Mutex
+	writes int
+	hit    bool
+}
+
+func (f *failingKV) fired() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.hit
+}
+
+func (f *failingKV) Txn(ctx context.Context) clientv3.Txn {
+	return &failingTxn{Txn: f.KV.Txn(ctx), kv: f}
+}
+
+type failingTxn struct {
+	clientv3.Txn
+	kv     *failingKV
+	writes bool
+}
+
+func (t *failingTxn) If(cs ...clientv3.Cmp) clientv3.Txn { t.Txn = t.Txn.If(cs...); return t }
+func (t *failingTxn) Else(ops ...clientv3.Op) clientv3.Txn {
+	t.Txn = t.Txn.Else(ops...)
+	return t
+}
+
+func (t *failingTxn) Then(ops ...clientv3.Op) clientv3.Txn {
+	for _, op := range ops {
+		t.writes = t.writes || op.IsPut() || op.IsDelete()
+	}
+	t.Txn = t.Txn.Then(ops...)
+	return t
+}
+
+var errInjected = errors.New("injected transaction fault")
+
+func (t *failingTxn) Commit() (*clientv3.TxnResponse, error) {
+	if !t.writes {
+		return t.Txn.Commit()
+	}
+	t.kv.mu.Lock()
+	t.kv.writes++
+	fire := t.kv.writes == t.kv.failAt
+	t.kv.hit = t.kv.hit || fire
+	t.kv.mu.Unlock()
+	if !fire {
+		return t.Txn.Commit()
+	}
+	if t.kv.mode == unknownApplied {
+		if _, err := t.Txn.Commit(); err != nil {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%w: %w", context.DeadlineExceeded, errInjected)
+	}
+	if t.kv.mode == unknownNotApplied {
+		return nil, fmt.Errorf("%w: %w", context.DeadlineExceeded, errInjected)
+	}
+	// Refused, as if another writer had made a compare fail and then
+	// undone it: the store's read back finds every compare holding.
+	return &clientv3.TxnResponse{Succeeded: false}, nil
+}
+
+// TestStore_KeepsOrderWithinOneScopeOnly: the store answers for the names
+// of one scope, never across scopes, which commit and fail apart.
+func TestStore_KeepsOrderWithinOneScopeOnly(t *testing.T) {
+	s := open(t, etcdstore.Options{Prefix: prefix(), Scope: byFirstSegment})
+	if !store.KeepsOrderWithin(s, "a/log", "a/out", "a/v1") {
+		t.Error("names of scope a: order not kept")
+	}
+	if store.KeepsOrderWithin(s, "a/log", "b/out") {
+		t.Error("names of scopes a and b: order kept")
+	}
+	if store.KeepsOrder(s) {
+		t.Error("the store claims every write's order (store.Ordered)")
+	}
+}
