@@ -255,6 +255,12 @@ func (s *Service) statelessEnroll(c *Conn, req *Enroll) (*Error, string) {
 // operation on it asks the Ownership again. Correctness does not rest on
 // Forget (the store's fence refuses every commit of a lost conversation);
 // it makes a loss visible at once.
+//
+// The binding slots parked on id (park) are given back, and so is any
+// slot a batch of id running now would park: a binding they stand for,
+// if it was stored, is the next owner's to end, and this service may
+// never load id again. Should it load id again, a binding it finds on a
+// connection that has no room for it any more is ended (rebindTurn).
 func (s *Service) Forget(id ConversationID) {
 	cv := s.existing(id)
 	if cv == nil {
@@ -262,5 +268,11 @@ func (s *Service) Forget(id ConversationID) {
 	}
 	cv.mu.Lock()
 	cv.forgetLocked()
+	cv.lost++
+	parked := cv.parked
+	cv.parked = nil
 	cv.mu.Unlock()
+	for _, slot := range parked {
+		slot.release()
+	}
 }

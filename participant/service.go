@@ -747,6 +747,14 @@ type conversation struct {
 	// the binding the load finds (rebindTurn), or given back (settleParked).
 	// +checklocks:mu
 	parked []*bindingSlot
+	// lost counts the Forgets of the conversation (this service's right
+	// to serve it lost), which give its parked slots back; lostAt is its
+	// value when the turn's holder began to use the conversation
+	// (ensureLoadedTurn), so that a slot its batch would park after a
+	// Forget is given back instead (park). lostAt: turn holder only.
+	// +checklocks:mu
+	lost   uint64
+	lostAt uint64
 	// lastRow caches when the state's last row committed, for the
 	// deletion pass (delete.go): read once per Applied, not every pass.
 	// +checklocks:mu
