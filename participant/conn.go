@@ -338,9 +338,7 @@ func (cv *conversation) settleParked() {
 	parked := cv.parked
 	cv.parked = nil
 	cv.mu.Unlock()
-	for _, slot := range parked {
-		slot.release()
-	}
+	releaseAll(parked)
 }
 
 // endingCause reports whether End was called on c, and with which cause.

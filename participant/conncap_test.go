@@ -368,3 +368,65 @@ func TestConnCap_AnAttachInDoubtKeepsItsSlotUntilALoadSettlesIt(t *testing.T) {
 		t.Fatalf("after an attach that wrote nothing and a reload, its connection has %d slots reserved and %d bindings, want 0 and 0", reserved, bound)
 	}
 }
+
+// TestConnCap_ASlotParkedOnAConversationMovedElsewhereIsGivenBack makes
+// an enroll's barrier 1 uncertain (its oplog row durable, the answer
+// in_doubt) on a connection with a cap of one, and the conversation moves
+// to another node at that instant without a Forget (cluster mode: a
+// commit fenced off, its claim found taken): the reload the failure
+// starts is answered moved, and the slot parked on the conversation is
+// given back, as a Forget gives it back; kept, it refused the connection
+// capacity_exceeded everywhere until the conversation loaded here again.
+// When it does (a fresh grant), the binding it finds, the connection's
+// slot taken by then, is ended, not bound past the cap.
+func TestConnCap_ASlotParkedOnAConversationMovedElsewhereIsGivenBack(t *testing.T) {
+	ctx := context.Background()
+	fs := faultstore.New(store.NewMemory())
+	own := newFakeOwnership(fs)
+	uncertain := faultstore.NewSwitch(faultstore.Once(faultstore.When(faultstore.Uncertain, faultstore.Kind(faultstore.OpFlush))))
+	fs.SetRules(uncertain)
+	fs.SetObserver(func(_ faultstore.Op, a faultstore.Action, _ error) {
+		if a == faultstore.Uncertain {
+			own.mu.Lock()
+			own.owner[1] = "b:7000"
+			own.mu.Unlock()
+		}
+	})
+	svc, err := Open(ctx, fs, Options{NodeKey: testKey, Ownership: own, MaxConversationsPerConn: 1})
+	must(t, err)
+	t.Cleanup(func() { svc.Close() })
+	owner := svc.Connect(nil)
+	ob := mustEnroll(t, owner, 1, 1)
+	c := svc.Connect(nil)
+
+	uncertain.Set(true)
+	_, err = c.Enroll(ctx, Enroll{Conversation: 1, Token: token(2)})
+	var pe *Error
+	if !errors.As(err, &pe) || pe.Code != CodeInDoubt {
+		t.Fatalf("Enroll with an uncertain barrier = %v, want in_doubt", err)
+	}
+	svc.waitReloads() // answered moved
+	if reserved, bound := reservedSlots(c); reserved != 0 || bound != 0 {
+		t.Fatalf("after the reload answered moved, the connection has %d slots reserved and %d bindings, want 0 and 0", reserved, bound)
+	}
+	if _, err := c.Enroll(ctx, Enroll{Conversation: 2, Token: token(3)}); err != nil {
+		t.Fatalf("Enroll into a second conversation once the first moved elsewhere = %v, want ok under a cap of 1", err)
+	}
+
+	// The conversation comes back: a fresh grant reloads it.
+	own.mu.Lock()
+	delete(own.owner, 1)
+	own.fresh[1] = true
+	own.mu.Unlock()
+	if _, err := owner.Tell(ctx, Tell{Conversation: 1, Participant: ob.Participant, Generation: ob.Generation, Token: token(4), Payload: []byte("x")}); err != nil {
+		t.Fatalf("Tell once the conversation is back = %v", err)
+	}
+	svc.waitReloads()
+	if reserved, bound := reservedSlots(c); reserved != 0 || bound != 1 {
+		t.Fatalf("after the reload, the connection has %d slots reserved and %d bindings, want 0 and 1", reserved, bound)
+	}
+	st, _ := svc.Status(1)
+	if len(st.Participants) != 2 || st.Participants[1].Bound {
+		t.Errorf("after the reload, the participants are %+v, want the enroll's second one, not bound", st.Participants)
+	}
+}

@@ -141,6 +141,13 @@ func (s *Service) acquireTurn(ctx context.Context, cv *conversation) error {
 	fresh, err := s.ownership().Acquire(ctx, cv.id)
 	if err != nil {
 		if errors.Is(err, ErrMoved) {
+			// Another node serves cv, whether or not a Forget said so
+			// (cluster mode: a commit fenced off, the claim found taken):
+			// the slots parked on it are given back as Forget gives them.
+			cv.mu.Lock()
+			parked := cv.disownLocked()
+			cv.mu.Unlock()
+			releaseAll(parked)
 			var pe *Error
 			errors.As(err, &pe)
 			return pe
@@ -250,6 +257,25 @@ func (s *Service) statelessEnroll(c *Conn, req *Enroll) (*Error, string) {
 	return s.backlog.limits.admit(0, total, false)
 }
 
+// disownLocked records that this service lost the right to serve cv
+// (lost), and takes the binding slots parked on it, which the caller gives
+// back once cv.mu is released (releaseAll); cv.mu is held.
+//
+// +checklocks:cv.mu
+func (cv *conversation) disownLocked() []*bindingSlot {
+	cv.lost++
+	parked := cv.parked
+	cv.parked = nil
+	return parked
+}
+
+// releaseAll gives back each of slots.
+func releaseAll(slots []*bindingSlot) {
+	for _, slot := range slots {
+		slot.release()
+	}
+}
+
 // Forget drops what memory holds of conversation id, because this service
 // lost the right to serve it: nothing more of it is pushed, and the next
 // operation on it asks the Ownership again. Correctness does not rest on
@@ -268,11 +294,7 @@ func (s *Service) Forget(id ConversationID) {
 	}
 	cv.mu.Lock()
 	cv.forgetLocked()
-	cv.lost++
-	parked := cv.parked
-	cv.parked = nil
+	parked := cv.disownLocked()
 	cv.mu.Unlock()
-	for _, slot := range parked {
-		slot.release()
-	}
+	releaseAll(parked)
 }
