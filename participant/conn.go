@@ -158,6 +158,17 @@ func (c *Conn) Bindings() []Binding {
 	return out
 }
 
+// MayHoldBinding reports whether c holds a binding (Bindings), or may:
+// a binding slot is reserved for an enroll or attach being decided or
+// committed, or for one whose binding may be stored but was not
+// published (in doubt, or answered while its conversation was
+// forgotten), until its conversation's next load settles it.
+func (c *Conn) MayHoldBinding() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.bindings) > 0 || c.reserved > 0
+}
+
 // Binding names one participant bound on a connection.
 type Binding struct {
 	Conversation ConversationID
