@@ -179,7 +179,7 @@ type Binding struct {
 // on c takes it over in the same hold of c.mu (giveBackLocked), so that
 // the cap never counts the binding and its reservation both; slot is nil
 // for a binding that reserved none (an attach on the connection already
-// bound, a binding a reconciliation finds).
+// bound). A binding a load finds is published by rebind.
 func (c *Conn) bind(conv ConversationID, p ParticipantID, slot *bindingSlot) {
 	if slot != nil && slot.c != c {
 		panic("participant: a binding published on a connection other than the one holding its slot")

@@ -747,8 +747,9 @@ type conversation struct {
 	// the binding the load finds (rebindTurn), or given back (settleParked).
 	// +checklocks:mu
 	parked []*bindingSlot
-	// lost counts the Forgets of the conversation (this service's right
-	// to serve it lost), which give its parked slots back; lostAt is its
+	// lost counts the times this service learned it lost the right to
+	// serve the conversation (Forget, an Acquire answered moved), each of
+	// which gave its parked slots back (disownLocked); lostAt is its
 	// value when the turn's holder began to use the conversation
 	// (ensureLoadedTurn), so that a slot its batch would park after a
 	// Forget is given back instead (park). lostAt: turn holder only.
