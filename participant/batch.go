@@ -209,6 +209,7 @@ func (b *batch) write() error {
 		return nil
 	}
 	failed := func(code Code, what string, err error) error {
+		b.clock.failed = true
 		if b.reservedSlot && !cv.counted {
 			s.conversationSlots.release()
 		}
@@ -319,6 +320,7 @@ func (b *batch) write() error {
 	if !shared {
 		// The span covers the seal: under a sealing store the wait for
 		// durability overlaps barrier 2's.
+		b.clock.split = true
 		sp := b.startBarrier(SpanOplogBarrier)
 		var err error
 		oplogDurable, err = s.seal(cv.id)
@@ -326,8 +328,10 @@ func (b *batch) write() error {
 		if err != nil {
 			return failed(CodeInDoubt, "oplog flush", err)
 		}
-		b.clock.oplog, b.clock.split = time.Since(b.clock.decided), true
+		b.clock.oplog = time.Since(b.clock.decided)
 	}
+	// Barrier 2's stages begin with the outbox appends.
+	b.clock.barriers = true
 	outboxStream := outbox.Stream(cv.id)
 	for i, enc := range outboxRows {
 		if _, err := store.AppendOwned(s.st, outboxStream, enc, b.live.Produced+uint64(i)); err != nil {
@@ -354,6 +358,9 @@ func (b *batch) write() error {
 	sp := b.startBarrier(name)
 	timing, err := s.flushTimed(cv.id)
 	endSpan(sp, err)
+	if err == nil {
+		b.clock.flush = timing
+	}
 	if oplogDurable != nil {
 		if oerr := oplogDurable(); oerr != nil {
 			return failed(CodeInDoubt, "oplog flush", oerr)
@@ -365,7 +372,7 @@ func (b *batch) write() error {
 		}
 		return failed(CodeInDoubt, "outbox flush", err)
 	}
-	b.clock.durable, b.clock.flush, b.clock.barriers = time.Now(), timing, true
+	b.clock.durable = time.Now()
 	cv.mu.Lock()
 	if !cv.currentLocked() {
 		// Forgotten under the batch (its ownership lost): the rows are

@@ -158,6 +158,17 @@ func (c *Conn) Bindings() []Binding {
 	return out
 }
 
+// MayHoldBinding reports whether c holds a binding (Bindings), or may:
+// a binding slot is reserved for an enroll or attach being decided or
+// committed, or for one whose binding may be stored but was not
+// published (in doubt, or answered while its conversation was
+// forgotten), until its conversation's next load settles it.
+func (c *Conn) MayHoldBinding() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.bindings) > 0 || c.reserved > 0
+}
+
 // Binding names one participant bound on a connection.
 type Binding struct {
 	Conversation ConversationID
@@ -168,7 +179,7 @@ type Binding struct {
 // on c takes it over in the same hold of c.mu (giveBackLocked), so that
 // the cap never counts the binding and its reservation both; slot is nil
 // for a binding that reserved none (an attach on the connection already
-// bound, a binding a reconciliation finds).
+// bound). A binding a load finds is published by rebind.
 func (c *Conn) bind(conv ConversationID, p ParticipantID, slot *bindingSlot) {
 	if slot != nil && slot.c != c {
 		panic("participant: a binding published on a connection other than the one holding its slot")
@@ -177,6 +188,25 @@ func (c *Conn) bind(conv ConversationID, p ParticipantID, slot *bindingSlot) {
 	defer c.mu.Unlock()
 	c.bindings[conv] = p
 	c.giveBackLocked(slot)
+}
+
+// rebind publishes p's binding in conv, which a load found stored on c,
+// as bind does with slot, the one its operation parked (nil for none). A
+// binding without a slot, in a conversation c is not bound in, takes a
+// free one of c's max slots, or is not published, and rebind reports
+// false: c has no room for it.
+func (c *Conn) rebind(conv ConversationID, p ParticipantID, slot *bindingSlot, max int) bool {
+	if slot != nil && slot.c != c {
+		panic("participant: a binding published on a connection other than the one holding its slot")
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, here := c.bindings[conv]; slot == nil && !here && len(c.bindings)+c.reserved >= max {
+		return false
+	}
+	c.bindings[conv] = p
+	c.giveBackLocked(slot)
+	return true
 }
 
 func (c *Conn) unbind(conv ConversationID, p ParticipantID) {
@@ -266,9 +296,11 @@ func holding(cv *conversation, slot *bindingSlot, complete func(error) error) fu
 
 // park moves slot, if its binding was not published, to cv's parked
 // slots: it stays reserved on its connection until cv's next load settles
-// it. A nil slot, or one given back, parks nothing; the slot of an ended
-// connection, which binds nothing more (the load ends the binding it
-// finds there), is given back.
+// it, or cv is forgotten with its ownership (Forget). A nil slot, or one
+// given back, parks nothing; the slot of an ended connection, which binds
+// nothing more (the load ends the binding it finds there), is given back,
+// and so is one parked on cv after a Forget since the turn began. It
+// runs on the goroutine holding cv's turn.
 func (cv *conversation) park(slot *bindingSlot) {
 	if slot == nil {
 		return
@@ -282,8 +314,16 @@ func (cv *conversation) park(slot *bindingSlot) {
 	}
 	slot.held = false // its reservation goes on as the parked one
 	c.mu.Unlock()
+	parked, lostAt := &bindingSlot{c: c, held: true}, cv.lostAt
 	cv.mu.Lock()
-	cv.parked = append(cv.parked, &bindingSlot{c: c, held: true})
+	if cv.lost != lostAt {
+		// Forgotten with its ownership since the turn began (Forget):
+		// nothing settles a slot parked now.
+		cv.mu.Unlock()
+		parked.release()
+		return
+	}
+	cv.parked = append(cv.parked, parked)
 	cv.mu.Unlock()
 }
 
@@ -309,9 +349,7 @@ func (cv *conversation) settleParked() {
 	parked := cv.parked
 	cv.parked = nil
 	cv.mu.Unlock()
-	for _, slot := range parked {
-		slot.release()
-	}
+	releaseAll(parked)
 }
 
 // endingCause reports whether End was called on c, and with which cause.

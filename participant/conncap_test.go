@@ -7,6 +7,7 @@ import (
 
 	"github.com/participantd/participantd/faultstore"
 	"github.com/participantd/participantd/oplog"
+	"github.com/participantd/participantd/outbox"
 	"github.com/participantd/participantd/store"
 )
 
@@ -212,62 +213,91 @@ func TestConnCap_EachEndOfAnOperationGivesBackItsSlotOnce(t *testing.T) {
 	}
 }
 
-// TestConnCap_AnEnrollForgottenUnderItsBatchKeepsItsSlotForItsBinding
-// forgets the conversation (its ownership lost) while an enroll's batch
-// waits on its flush, on a connection with a cap of one: the rows are
-// durable, so the enroll is answered, but its binding is not published.
-// Its slot stays reserved (parked) until the conversation's reload binds
-// the participant on the connection and takes the slot over; meanwhile
-// an enroll into another conversation is refused at the cap. Given back
-// at once, the slot let that enroll bind, and the reload then bound the
-// connection one past its cap.
-func TestConnCap_AnEnrollForgottenUnderItsBatchKeepsItsSlotForItsBinding(t *testing.T) {
-	ctx := context.Background()
-	fs := faultstore.New(store.NewMemory())
-	hang := faultstore.NewSwitch(faultstore.When(faultstore.Hang, faultstore.Kind(faultstore.OpFlush)))
-	fs.SetRules(hang)
-	svc, err := Open(ctx, fs, Options{NodeKey: testKey, MaxConversationsPerConn: 1})
-	must(t, err)
-	t.Cleanup(func() { svc.Close() })
-	c := svc.Connect(nil)
+// TestConnCap_AnEnrollForgottenUnderItsBatchGivesItsSlotBack forgets
+// the conversation (its ownership lost) while an enroll's batch waits on
+// its flush, on a connection with a cap of one: the rows are durable, so
+// the enroll is answered, but its binding is not published. The service
+// may never load the conversation again (another node ends the binding),
+// so the slot is given back at once, not parked until a load that may
+// never come. When the conversation does load here again, the binding is
+// bound with a free slot of the connection, or, when the connection
+// filled its slot meanwhile (an enroll into another conversation), ended
+// died/unclean_restart as on any node that loads it after the loss:
+// never bound past the cap.
+func TestConnCap_AnEnrollForgottenUnderItsBatchGivesItsSlotBack(t *testing.T) {
+	for _, filled := range []bool{false, true} {
+		name := "room"
+		if filled {
+			name = "filled"
+		}
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			fs := faultstore.New(store.NewMemory())
+			hang := faultstore.NewSwitch(faultstore.When(faultstore.Hang, faultstore.Kind(faultstore.OpFlush)))
+			fs.SetRules(hang)
+			svc, err := Open(ctx, fs, Options{NodeKey: testKey, MaxConversationsPerConn: 1})
+			must(t, err)
+			t.Cleanup(func() { svc.Close() })
+			owner := svc.Connect(nil)
+			ob := mustEnroll(t, owner, 1, 1)
+			c := svc.Connect(nil)
 
-	hang.Set(true)
-	call := c.StartEnroll(ctx, Enroll{Conversation: 1, Token: token(1)})
-	type answer struct {
-		b   Bound
-		err error
-	}
-	answered := make(chan answer, 1)
-	go func() {
-		b, err := call.Wait() // the caller leads its batch
-		answered <- answer{b, err}
-	}()
-	<-fs.Hung()
-	if reserved, bound := reservedSlots(c); reserved != 1 || bound != 0 {
-		t.Fatalf("with the enroll's flush held, the connection has %d slots reserved and %d bindings, want 1 and 0", reserved, bound)
-	}
-	svc.Forget(1)
-	hang.Set(false)
-	fs.Release()
-	a := <-answered
-	b, err := a.b, a.err
-	if err != nil {
-		t.Fatalf("Enroll whose conversation was forgotten under its durable batch = %v, want its answer", err)
-	}
-	_, err = c.Enroll(ctx, Enroll{Conversation: 2, Token: token(3)})
-	var pe *Error
-	if !errors.As(err, &pe) || pe.Code != CodeCapacityExceeded {
-		t.Fatalf("Enroll into a second conversation while the first's answered binding is not yet bound = %v, want capacity_exceeded under a cap of 1", err)
-	}
-	if reserved, bound := reservedSlots(c); reserved != 1 || bound != 0 {
-		t.Fatalf("after the enroll forgotten under its batch, the connection has %d slots reserved and %d bindings, want 1 (parked) and 0", reserved, bound)
-	}
-	if _, err := c.Tell(ctx, Tell{Conversation: 1, Participant: b.Participant, Generation: b.Generation, Token: token(2), Payload: []byte("x")}); err != nil {
-		t.Fatalf("Tell after the conversation's reload = %v", err)
-	}
-	svc.waitReloads()
-	if reserved, bound := reservedSlots(c); reserved != 0 || bound != 1 {
-		t.Fatalf("after the reload, the connection has %d slots reserved and %d bindings, want 0 and 1", reserved, bound)
+			hang.Set(true)
+			call := c.StartEnroll(ctx, Enroll{Conversation: 1, Token: token(2)})
+			type answer struct {
+				b   Bound
+				err error
+			}
+			answered := make(chan answer, 1)
+			go func() {
+				b, err := call.Wait() // the caller leads its batch
+				answered <- answer{b, err}
+			}()
+			<-fs.Hung()
+			if reserved, bound := reservedSlots(c); reserved != 1 || bound != 0 {
+				t.Fatalf("with the enroll's flush held, the connection has %d slots reserved and %d bindings, want 1 and 0", reserved, bound)
+			}
+			svc.Forget(1)
+			hang.Set(false)
+			fs.Release()
+			a := <-answered
+			b, err := a.b, a.err
+			if err != nil {
+				t.Fatalf("Enroll whose conversation was forgotten under its durable batch = %v, want its answer", err)
+			}
+			if reserved, bound := reservedSlots(c); reserved != 0 || bound != 0 {
+				t.Fatalf("after the enroll forgotten under its batch, the connection has %d slots reserved and %d bindings, want 0 and 0", reserved, bound)
+			}
+			if filled {
+				if _, err := c.Enroll(ctx, Enroll{Conversation: 2, Token: token(3)}); err != nil {
+					t.Fatalf("Enroll into a second conversation once the first was forgotten = %v, want ok under a cap of 1", err)
+				}
+			}
+			// The owner's tell loads conversation 1 again.
+			if _, err := owner.Tell(ctx, Tell{Conversation: 1, Participant: ob.Participant, Generation: ob.Generation, Token: token(4), Payload: []byte("x")}); err != nil {
+				t.Fatalf("Tell after the conversation's reload = %v", err)
+			}
+			svc.waitReloads()
+			if reserved, bound := reservedSlots(c); reserved != 0 || bound != 1 {
+				t.Fatalf("after the reload, the connection has %d slots reserved and %d bindings, want 0 and 1", reserved, bound)
+			}
+			st, _ := svc.Status(1)
+			if got := st.Participants[b.Participant].Bound; got == filled {
+				t.Errorf("after the reload the enroll's participant is bound: %v, want %v", got, !filled)
+			}
+			if filled {
+				if got := c.Bindings(); len(got) != 1 || got[0].Conversation != 2 {
+					t.Errorf("the connection is bound in %v, want conversation 2 alone", got)
+				}
+				var died bool
+				for _, d := range drainNext(owner, 1) {
+					died = died || d.Kind == outbox.KindDied && d.Participant == b.Participant && d.Cause == oplog.CauseUncleanRestart
+				}
+				if !died {
+					t.Errorf("the owner was not told that the enroll's binding died/unclean_restart")
+				}
+			}
+		})
 	}
 }
 
@@ -336,5 +366,67 @@ func TestConnCap_AnAttachInDoubtKeepsItsSlotUntilALoadSettlesIt(t *testing.T) {
 	}
 	if reserved, bound := reservedSlots(d); reserved != 0 || bound != 0 {
 		t.Fatalf("after an attach that wrote nothing and a reload, its connection has %d slots reserved and %d bindings, want 0 and 0", reserved, bound)
+	}
+}
+
+// TestConnCap_ASlotParkedOnAConversationMovedElsewhereIsGivenBack makes
+// an enroll's barrier 1 uncertain (its oplog row durable, the answer
+// in_doubt) on a connection with a cap of one, and the conversation moves
+// to another node at that instant without a Forget (cluster mode: a
+// commit fenced off, its claim found taken): the reload the failure
+// starts is answered moved, and the slot parked on the conversation is
+// given back, as a Forget gives it back; kept, it refused the connection
+// capacity_exceeded everywhere until the conversation loaded here again.
+// When it does (a fresh grant), the binding it finds, the connection's
+// slot taken by then, is ended, not bound past the cap.
+func TestConnCap_ASlotParkedOnAConversationMovedElsewhereIsGivenBack(t *testing.T) {
+	ctx := context.Background()
+	fs := faultstore.New(store.NewMemory())
+	own := newFakeOwnership(fs)
+	uncertain := faultstore.NewSwitch(faultstore.Once(faultstore.When(faultstore.Uncertain, faultstore.Kind(faultstore.OpFlush))))
+	fs.SetRules(uncertain)
+	fs.SetObserver(func(_ faultstore.Op, a faultstore.Action, _ error) {
+		if a == faultstore.Uncertain {
+			own.mu.Lock()
+			own.owner[1] = "b:7000"
+			own.mu.Unlock()
+		}
+	})
+	svc, err := Open(ctx, fs, Options{NodeKey: testKey, Ownership: own, MaxConversationsPerConn: 1})
+	must(t, err)
+	t.Cleanup(func() { svc.Close() })
+	owner := svc.Connect(nil)
+	ob := mustEnroll(t, owner, 1, 1)
+	c := svc.Connect(nil)
+
+	uncertain.Set(true)
+	_, err = c.Enroll(ctx, Enroll{Conversation: 1, Token: token(2)})
+	var pe *Error
+	if !errors.As(err, &pe) || pe.Code != CodeInDoubt {
+		t.Fatalf("Enroll with an uncertain barrier = %v, want in_doubt", err)
+	}
+	svc.waitReloads() // answered moved
+	if reserved, bound := reservedSlots(c); reserved != 0 || bound != 0 {
+		t.Fatalf("after the reload answered moved, the connection has %d slots reserved and %d bindings, want 0 and 0", reserved, bound)
+	}
+	if _, err := c.Enroll(ctx, Enroll{Conversation: 2, Token: token(3)}); err != nil {
+		t.Fatalf("Enroll into a second conversation once the first moved elsewhere = %v, want ok under a cap of 1", err)
+	}
+
+	// The conversation comes back: a fresh grant reloads it.
+	own.mu.Lock()
+	delete(own.owner, 1)
+	own.fresh[1] = true
+	own.mu.Unlock()
+	if _, err := owner.Tell(ctx, Tell{Conversation: 1, Participant: ob.Participant, Generation: ob.Generation, Token: token(4), Payload: []byte("x")}); err != nil {
+		t.Fatalf("Tell once the conversation is back = %v", err)
+	}
+	svc.waitReloads()
+	if reserved, bound := reservedSlots(c); reserved != 0 || bound != 1 {
+		t.Fatalf("after the reload, the connection has %d slots reserved and %d bindings, want 0 and 1", reserved, bound)
+	}
+	st, _ := svc.Status(1)
+	if len(st.Participants) != 2 || st.Participants[1].Bound {
+		t.Errorf("after the reload, the participants are %+v, want the enroll's second one, not bound", st.Participants)
 	}
 }

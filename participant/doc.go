@@ -157,7 +157,10 @@
 // binding slots are reserved when an enroll or attach is decided, so that
 // neither refusals nor pipelining grow memory past the caps; the slot of
 // one whose binding may be stored unpublished (in doubt) stays reserved
-// until the conversation's next load settles it (conn.go, holding).
+// until the conversation's next load settles it (conn.go, holding), or
+// until the conversation is forgotten with its ownership (Forget, or an
+// Acquire answered moved), after which a load that finds the binding
+// binds it only where the connection has room, and ends it otherwise.
 //
 // # Admission and quotas
 //

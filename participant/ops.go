@@ -203,7 +203,7 @@ func (s *Service) lead(cv *conversation) {
 	live, err := s.ensureLoadedTurn(s.ctx, cv)
 	if err != nil {
 		s.noteStoreErr(err)
-		k := batchClock{began: began}
+		k := batchClock{began: began, failed: true}
 		done := time.Now()
 		for _, t := range tasks {
 			t.err = err

@@ -163,6 +163,13 @@ func (s *Service) acquireTurn(ctx context.Context, cv *conversation) error {
 	fresh, err := s.ownership().Acquire(ctx, cv.id)
 	if err != nil {
 		if errors.Is(err, ErrMoved) {
+			// Another node serves cv, whether or not a Forget said so
+			// (cluster mode: a commit fenced off, the claim found taken):
+			// the slots parked on it are given back as Forget gives them.
+			cv.mu.Lock()
+			parked := cv.disownLocked()
+			cv.mu.Unlock()
+			releaseAll(parked)
 			var pe *Error
 			errors.As(err, &pe)
 			return pe
@@ -272,11 +279,36 @@ func (s *Service) statelessEnroll(c *Conn, req *Enroll) (*Error, string) {
 	return s.backlog.limits.admit(0, total, false)
 }
 
+// disownLocked records that this service lost the right to serve cv
+// (lost), and takes the binding slots parked on it, which the caller gives
+// back once cv.mu is released (releaseAll); cv.mu is held.
+//
+// +checklocks:cv.mu
+func (cv *conversation) disownLocked() []*bindingSlot {
+	cv.lost++
+	parked := cv.parked
+	cv.parked = nil
+	return parked
+}
+
+// releaseAll gives back each of slots.
+func releaseAll(slots []*bindingSlot) {
+	for _, slot := range slots {
+		slot.release()
+	}
+}
+
 // Forget drops what memory holds of conversation id, because this service
 // lost the right to serve it: nothing more of it is pushed, and the next
 // operation on it asks the Ownership again. Correctness does not rest on
 // Forget (the store's fence refuses every commit of a lost conversation);
 // it makes a loss visible at once.
+//
+// The binding slots parked on id (park) are given back, and so is any
+// slot a batch of id running now would park: a binding they stand for,
+// if it was stored, is the next owner's to end, and this service may
+// never load id again. Should it load id again, a binding it finds on a
+// connection that has no room for it any more is ended (rebindTurn).
 func (s *Service) Forget(id ConversationID) {
 	cv := s.existing(id)
 	if cv == nil {
@@ -284,5 +316,7 @@ func (s *Service) Forget(id ConversationID) {
 	}
 	cv.mu.Lock()
 	cv.forgetLocked()
+	parked := cv.disownLocked()
 	cv.mu.Unlock()
+	releaseAll(parked)
 }

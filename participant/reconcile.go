@@ -366,6 +366,13 @@ func (cv *conversation) install(st *outbox.State, tokens map[ParticipantID]fence
 // have ended (died/connection_lost) — through the normal two barriers, and
 // only then publishes: it wakes every connection with something to push.
 func (s *Service) ensureLoadedTurn(ctx context.Context, cv *conversation) (*outbox.State, error) {
+	// Before the grant: a Forget that overtakes it gives back what the
+	// turn would park, at worst a slot whose binding a load then finds on
+	// a connection with room for it, or ends.
+	cv.mu.RLock()
+	lost := cv.lost
+	cv.mu.RUnlock()
+	cv.lostAt = lost
 	if err := s.acquireTurn(ctx, cv); err != nil {
 		return nil, err
 	}
@@ -525,8 +532,15 @@ func (s *Service) rebindTurn(cv *conversation, st *outbox.State) (tokens map[Par
 			ends = append(ends, staleBinding{p, m.Conn, cause})
 		default:
 			// The slot an unpublished enroll or attach of c parked
-			// (holding) is taken over by the binding it made.
-			c.bind(id, p, cv.takeParked(c))
+			// (holding) is taken over by the binding it made. Without one
+			// (given back when the conversation was forgotten with its
+			// ownership: Forget) the binding takes a free slot of c, or
+			// ends as it would on any node that loads the conversation
+			// after the loss: never past c's cap.
+			if !c.rebind(id, p, cv.takeParked(c), s.opts.MaxConversationsPerConn) {
+				ends = append(ends, staleBinding{p, m.Conn, oplog.CauseUncleanRestart})
+				continue
+			}
 			if waiting(st, p) {
 				live = append(live, c)
 			}

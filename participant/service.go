@@ -747,6 +747,15 @@ type conversation struct {
 	// the binding the load finds (rebindTurn), or given back (settleParked).
 	// +checklocks:mu
 	parked []*bindingSlot
+	// lost counts the times this service learned it lost the right to
+	// serve the conversation (Forget, an Acquire answered moved), each of
+	// which gave its parked slots back (disownLocked); lostAt is its
+	// value when the turn's holder began to use the conversation
+	// (ensureLoadedTurn), so that a slot its batch would park after a
+	// Forget is given back instead (park). lostAt: turn holder only.
+	// +checklocks:mu
+	lost   uint64
+	lostAt uint64
 	// lastRow caches when the state's last row committed, for the
 	// deletion pass (delete.go): read once per Applied, not every pass.
 	// +checklocks:mu

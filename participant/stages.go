@@ -9,10 +9,14 @@ import (
 // Stages is where one operation's time went between its start and its
 // outcome, for latency metrics (Call.Stages). The stages follow each
 // other, so their sum is the time from the start to the outcome; a stage
-// the operation did not pass is 0.
+// the operation did not pass is 0, and the flags say which it passed.
 //
 // The stages an operation shares with the others of its batch (Decide and
 // after) are timed once per batch, not per operation.
+//
+// A batch whose writes failed (Failed) is timed to its failure: the
+// stages before the one it failed in as usual, that one until the
+// outcome (the failure's own time and its undoing), and none after it.
 type Stages struct {
 	// Turn is from the start, when the operation was queued on its
 	// conversation, until its batch began: the wait for the turn, held
@@ -20,66 +24,94 @@ type Stages struct {
 	Turn time.Duration
 	// Decide is from the batch's beginning until its barriers began: the
 	// conversation's load if it was not loaded, every decision of the
-	// batch (token lookups included), the rows' encoding and appends.
+	// batch (token lookups included), the rows' encoding and the oplog
+	// appends.
 	Decide time.Duration
 	// Oplog is barrier 1 on its own (the seal or flush of the oplog
 	// rows), under an Ownership whose store does not keep a
-	// conversation's writes in order; 0 where barrier 1 shares barrier
-	// 2's sync.
+	// conversation's writes in order (Split); 0 where barrier 1 shares
+	// barrier 2's sync.
 	Oplog time.Duration
 	// CommitWait and Commit are barrier 2, or the sync both barriers
-	// share: the group commit's wait for the commit that carries the rows
-	// to be taken (the commit before it, a full memory bound), and that
-	// commit's write and sync (store.FlushTiming). Under a store that
-	// does not divide its flush all of it is Commit.
+	// share, from the outbox appends on: the group commit's wait for the
+	// commit that carries the rows to be taken (the commit before it, a
+	// full memory bound), and the rest, that commit's write and sync
+	// (store.FlushTiming). Under a store that does not divide its flush,
+	// and for a flush that failed, all of it is Commit.
 	CommitWait, Commit time.Duration
 	// Publish is from the rows' durability until the outcome was set:
-	// the state's installation, publication and wakes.
+	// the state's installation, publication and wakes. Only a batch that
+	// made rows durable passes it (Barriers and not Failed).
 	Publish time.Duration
 	// Done is when the outcome was set; zero for an operation refused
 	// before it reached a batch.
 	Done time.Time
-	// Barriers is set when the operation's batch wrote rows and waited
-	// for its barriers (the operation may itself be a replay or refusal
-	// that shared them); Split when barrier 1 was a seal or flush of its
-	// own (Oplog).
+	// Barriers is set when the operation's batch wrote rows and reached
+	// barrier 2 or the shared sync (CommitWait, Commit); the operation
+	// may itself be a replay or refusal that shared them. Split is set
+	// when barrier 1 was a seal or flush of its own (Oplog).
 	Barriers, Split bool
+	// Failed is set when the batch's load or writes failed: the
+	// operation was answered with the failure, or shared a batch that
+	// met it.
+	Failed bool
 }
 
 // batchClock is the instants of one batch that its operations' Stages
-// are made of.
+// are made of. A failed batch sets failed and leaves durable zero: the
+// stage it reached last runs until the outcome.
 type batchClock struct {
+	// began is when the batch began, decided when its barriers began
+	// (zero: it wrote nothing, or failed before), durable when its rows
+	// were.
 	began, decided, durable time.Time
-	oplog                   time.Duration
-	flush                   store.FlushTiming
-	barriers, split         bool
+	// oplog is the time barrier 1 took on its own, once it returned.
+	oplog time.Duration
+	// flush is barrier 2's timing, set only when its flush succeeded
+	// (store.TimedFlusher's timing means nothing otherwise).
+	flush store.FlushTiming
+	// split is set when barrier 1 began on its own, barriers when
+	// barrier 2 (or the shared sync) began; failed when the batch
+	// failed.
+	split, barriers, failed bool
 }
 
 // stages returns the Stages of an operation started at started (zero:
 // not timed) that the batch timed by k completed at done.
 func (k *batchClock) stages(started, done time.Time) Stages {
-	st := Stages{Done: done}
+	st := Stages{Done: done, Failed: k.failed}
 	if !started.IsZero() && !k.began.IsZero() {
 		st.Turn = k.began.Sub(started)
 	}
 	if k.decided.IsZero() {
-		// The batch failed before its barriers (its load, say).
+		// The batch wrote nothing, or failed before its barriers (its
+		// load, say): all of it was decide.
 		if !k.began.IsZero() {
 			st.Decide = done.Sub(k.began)
 		}
 		return st
 	}
 	st.Decide = k.decided.Sub(k.began)
-	if !k.barriers {
-		st.Publish = done.Sub(k.decided)
-		return st
+	// A failed batch's last stage runs until the outcome.
+	end := k.durable
+	if end.IsZero() {
+		end = done
 	}
-	st.Barriers, st.Split = true, k.split
-	st.Oplog = k.oplog
-	barrier2 := k.durable.Sub(k.decided) - k.oplog
+	st.Split, st.Barriers = k.split, k.barriers
+	if k.split {
+		if !k.barriers {
+			// Failed in barrier 1.
+			st.Oplog = end.Sub(k.decided)
+			return st
+		}
+		st.Oplog = k.oplog
+	}
+	barrier2 := end.Sub(k.decided) - st.Oplog
 	st.CommitWait = min(k.flush.Wait, barrier2)
 	st.Commit = barrier2 - st.CommitWait
-	st.Publish = done.Sub(k.durable)
+	if !k.failed {
+		st.Publish = done.Sub(k.durable)
+	}
 	return st
 }
 

@@ -175,9 +175,11 @@ func (c *conn) requestShutdown() {
 }
 
 // requestLeaseLost ends the connection with bye{lease_lost} if it holds a
-// binding; it never blocks (the node's keep-alive calls it).
+// binding or may (participant.Conn.MayHoldBinding: an enroll or attach in
+// flight or in doubt, whose client may believe it bound); it never blocks
+// (the node's keep-alive calls it).
 func (c *conn) requestLeaseLost() {
-	if pc := c.served.Load(); pc == nil || len(pc.Bindings()) == 0 {
+	if pc := c.served.Load(); pc == nil || !pc.MayHoldBinding() {
 		return
 	}
 	c.leaseLost.Store(true)

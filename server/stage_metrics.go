@@ -137,16 +137,20 @@ func (m *stageMetrics) answered(op int, read, started, queued time.Time, st part
 		o.stage[stageWake].Observe(queued.Sub(started).Seconds())
 		return
 	}
+	// Only the stages passed are observed: a batch that failed passed
+	// none after the one it failed in (participant.Stages).
 	o.stage[stageTurn].Observe(st.Turn.Seconds())
 	o.stage[stageDecide].Observe(st.Decide.Seconds())
+	if st.Split {
+		o.stage[stageOplog].Observe(st.Oplog.Seconds())
+	}
 	if st.Barriers {
-		if st.Split {
-			o.stage[stageOplog].Observe(st.Oplog.Seconds())
-		}
 		o.stage[stageCommitWait].Observe(st.CommitWait.Seconds())
 		o.stage[stageCommit].Observe(st.Commit.Seconds())
+		if !st.Failed {
+			o.stage[stagePublish].Observe(st.Publish.Seconds())
+		}
 	}
-	o.stage[stagePublish].Observe(st.Publish.Seconds())
 	o.stage[stageWake].Observe(queued.Sub(st.Done).Seconds())
 }
 

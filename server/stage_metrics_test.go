@@ -4,7 +4,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/participantd/participantd/faultstore"
 	"github.com/participantd/participantd/server"
+	"github.com/participantd/participantd/store"
+	"github.com/participantd/participantd/wire"
 )
 
 // stageSeries is the series of op's stage in /metrics, with suffix
@@ -22,6 +25,13 @@ var allStages = []string{"worker", "turn", "decide", "oplog", "commit_wait", "co
 // stages, which follow each other, sum to no more than the whole request.
 func tellOnceTimed(t *testing.T, h *harness, passed map[string]bool) {
 	t.Helper()
+	timedTell(t, h, passed, func(c *client, cr cred) { c.tell(cr, "timed") })
+}
+
+// timedTell enrolls on h and makes the tell of tell, and checks its
+// stages as tellOnceTimed does.
+func timedTell(t *testing.T, h *harness, passed map[string]bool, tell func(*client, cred)) {
+	t.Helper()
 	c := h.dial()
 	cr := c.enroll(1)
 	before := map[string]float64{}
@@ -32,7 +42,7 @@ func tellOnceTimed(t *testing.T, h *harness, passed map[string]bool) {
 		}
 		before[st] = v
 	}
-	c.tell(cr, "timed")
+	tell(c, cr)
 	// The writer times an answer once it is written, which may be after
 	// the peer read it: the pong, written after the tell's answer by the
 	// same writer, is read only once that is done.
@@ -85,4 +95,24 @@ func TestStageMetrics_AClusterTellSharesOneCommitForBothBarriers(t *testing.T) {
 		passed[st] = st != "oplog"
 	}
 	tellOnceTimed(t, h, passed)
+}
+
+// TestStageMetrics_ATellWhoseFlushFailsIsTimedToTheFailure: a tell whose
+// barrier fails (answered in_doubt) is observed in the stages it passed,
+// the failed commit included, and in the whole request, but not in
+// publish: nothing was published.
+func TestStageMetrics_ATellWhoseFlushFailsIsTimedToTheFailure(t *testing.T) {
+	var fs *faultstore.Store
+	h := start(t, server.Config{WrapStore: func(st store.DurableStore) store.DurableStore {
+		fs = faultstore.New(st)
+		return fs
+	}})
+	timedTell(t, h, map[string]bool{"worker": true, "turn": true, "decide": true, "commit_wait": true,
+		"commit": true, "wake": true, "write": true}, func(c *client, cr cred) {
+		fs.SetRules(faultstore.Once(faultstore.OnKind(faultstore.OpFlush, faultstore.Fail)))
+		m := c.call(&wire.Tell{ID: c.id(), Conversation: cr.conv, Participant: cr.p, Generation: cr.gen, Token: token(), Payload: []byte("x")})
+		if e, ok := m.(*wire.Error); !ok || e.Code != wire.CodeInDoubt {
+			t.Fatalf("tell with a failing flush answered %#v, want in_doubt", m)
+		}
+	})
 }
