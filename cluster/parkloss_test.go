@@ -121,10 +121,12 @@ func startCapNode(t *testing.T, pfx, id string, conv participant.ConversationID)
 
 // TestCluster_AParkedSlotIsGivenBackWhenTheLeaseIsLost enrolls, on a
 // connection with a cap of one binding, into conversation A, and loses
-// the node's lease at a barrier of that enroll: at barrier 1, before its
-// flush (nothing committed) or after it (the oplog row committed), its
-// answer lost (in doubt); at barrier 2 after its flush, answer lost (in
-// doubt) or not (answered, A forgotten under the batch). The enroll's
+// the node's lease at the enroll's commit (cluster mode keeps a
+// conversation's writes in order, so both barriers share one): before it
+// (nothing committed) or after it, its answer lost (in doubt) or not
+// (answered, A forgotten under the batch). A lease lost between two
+// barriers of their own is participant's TestConnCap_* (an unordered
+// store). The enroll's
 // slot was parked on A; with A forgotten, the connection must be able to
 // enroll into conversation B at once. Then A loads on the node again (the
 // reload a failed batch starts, or another participant's tell): a binding
@@ -134,23 +136,21 @@ func startCapNode(t *testing.T, pfx, id string, conv participant.ConversationID)
 func TestCluster_AParkedSlotIsGivenBackWhenTheLeaseIsLost(t *testing.T) {
 	for i, tc := range []struct {
 		name string
-		// at is the flush of A (1: barrier 1, 2: barrier 2) the lease is
-		// lost at; flushed when after that flush made the rows durable
-		// (the enroll's binding is then stored), answered when the flush
-		// returns nil.
+		// at is the flush of A the lease is lost at (the enroll's one);
+		// flushed when that flush made the rows durable first (the
+		// enroll's binding is then stored), answered when it returns nil.
 		at                int
 		flushed, answered bool
 		// room: the connection does not enroll into B, so it has room
 		// for the binding when A loads.
 		room bool
 	}{
-		{name: "in doubt at barrier 1, nothing committed", at: 1},
-		{name: "in doubt at barrier 1, nothing committed, room", at: 1, room: true},
-		{name: "in doubt at barrier 1, the oplog row committed", at: 1, flushed: true},
-		{name: "in doubt at barrier 2, committed", at: 2, flushed: true},
-		{name: "in doubt at barrier 2, committed, room", at: 2, flushed: true, room: true},
-		{name: "answered, forgotten under its batch", at: 2, flushed: true, answered: true},
-		{name: "answered, forgotten under its batch, room", at: 2, flushed: true, answered: true, room: true},
+		{name: "in doubt, nothing committed", at: 1},
+		{name: "in doubt, nothing committed, room", at: 1, room: true},
+		{name: "in doubt, committed", at: 1, flushed: true},
+		{name: "in doubt, committed, room", at: 1, flushed: true, room: true},
+		{name: "answered, forgotten under its batch", at: 1, flushed: true, answered: true},
+		{name: "answered, forgotten under its batch, room", at: 1, flushed: true, answered: true, room: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
