@@ -2,6 +2,7 @@ package participant
 
 import (
 	"errors"
+	"math"
 	"slices"
 	"sort"
 	"sync"
@@ -180,14 +181,10 @@ type Binding struct {
 // the cap never counts the binding and its reservation both; slot is nil
 // for a binding that reserved none (an attach on the connection already
 // bound). A binding a load finds is published by rebind.
+// A binding a batch commits was admitted under the cap when its slot was
+// reserved, so it is published whatever the connection holds now.
 func (c *Conn) bind(conv ConversationID, p ParticipantID, slot *bindingSlot) {
-	if slot != nil && slot.c != c {
-		panic("participant: a binding published on a connection other than the one holding its slot")
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.bindings[conv] = p
-	c.giveBackLocked(slot)
+	c.rebind(conv, p, slot, math.MaxInt)
 }
 
 // rebind publishes p's binding in conv, which a load found stored on c,

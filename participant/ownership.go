@@ -90,6 +90,8 @@ func (o single) Seal(ConversationID) (func() error, error) { return store.Seal(o
 // KeepsOrder implements OrderedOwnership with the store's answer: it
 // keeps every write's order (store.Ordered), or those of the names a
 // batch of c writes, which share one of its scopes (store.ScopeOrdered).
+// Ordered is asked first so that a store that keeps every write's order
+// (the log-first store) costs a batch no names.
 func (o single) KeepsOrder(c ConversationID) bool {
 	return store.KeepsOrder(o.st) || store.KeepsOrderWithin(o.st, batchNames(c)...)
 }
@@ -106,7 +108,7 @@ func batchNames(c ConversationID) []string {
 // order with c's across a crash, so that c's genesis row is never
 // durable without the registry entry appended before it.
 func (s *Service) keepsRegistryOrder(c ConversationID) bool {
-	return store.KeepsOrder(s.st) || store.KeepsOrderWithin(s.st, registry.Stream, oplog.Stream(c))
+	return store.KeepsOrderWithin(s.st, registry.Stream, oplog.Stream(c))
 }
 
 func (single) Acquire(context.Context, ConversationID) (bool, error) { return false, nil }

@@ -131,7 +131,5 @@ func (s *Service) flushTimed(c ConversationID) (store.FlushTiming, error) {
 	if o, ok := s.ownership().(TimedOwnership); ok {
 		return o.FlushTimed(c)
 	}
-	start := time.Now()
-	err := s.flush(c)
-	return store.FlushTiming{Write: time.Since(start)}, err
+	return store.TimeFlush(func() error { return s.flush(c) })
 }

@@ -29,8 +29,9 @@ const (
 	stageTurn
 	// stageDecide: the batch's load, decisions, encoding and appends.
 	stageDecide
-	// stageOplog: barrier 1 on its own (cluster mode); not observed
-	// where barrier 1 shares barrier 2's sync.
+	// stageOplog: barrier 1 on its own (a store that keeps no order of a
+	// conversation's writes); not observed where barrier 1 shares
+	// barrier 2's sync or commit (the log-first store, etcd).
 	stageOplog
 	// stageCommitWait: the group commit's wait for the commit carrying
 	// the rows to be taken.
@@ -103,7 +104,7 @@ func newStageMetrics() *stageMetrics {
 			Name: MetricStageDuration,
 			Help: "Time requests spent in each stage from their frame read to their answer written, by operation and stage: " +
 				"worker (waiting for the connection's worker of the conversation), turn (for the conversation's turn), decide (the batch's decisions and appends), " +
-				"oplog (barrier 1 on its own, cluster mode), commit_wait (the group commit's wait for the commit carrying the rows), commit (its write and sync), " +
+				"oplog (barrier 1 on its own, where it does not share barrier 2's sync), commit_wait (the group commit's wait for the commit carrying the rows), commit (its write and sync), " +
 				"publish (installation and wakes), wake (until the answer was queued for the socket), write (until it was written). One observation per request and stage passed.",
 			Buckets: stageBuckets,
 		}, []string{"op", "stage"}),

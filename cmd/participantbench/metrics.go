@@ -219,8 +219,8 @@ func stageFigures(op string, before, after serverCounters) []stageFigure {
 	}
 	add("total", histKey{op, ""})
 	// Cluster mode: the etcd round of one commit transaction, which the
-	// oplog and commit stages each wait for (per transaction, not per
-	// operation: its mean does not add up with the others).
+	// commit stage waits for (per transaction, not per operation: its
+	// mean does not add up with the others).
 	add("etcd_txn", etcdTxnKey)
 	return out
 }

@@ -330,7 +330,7 @@ func (s *Store) pack(work []*scopeWork) []*txnPlan {
 	}
 	for _, sw := range work {
 		cmps, puts, bytes := s.scopeCost(sw)
-		if !s.fits(s.newPlan(), cmps, puts, bytes) {
+		if !s.fits(&txnPlan{}, cmps, puts, bytes) { // alone, in an empty transaction
 			push()
 			var err error
 			if plans, err = s.packInOrder(sw, plans); err != nil {

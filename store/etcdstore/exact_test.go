@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -198,46 +197,6 @@ func TestStore_ResetDuringACommitReloadsAfterIt(t *testing.T) {
 	}
 }
 
-// lostAnswerKV commits every writing transaction and then, while armed,
-// reports its outcome lost, as a timeout after etcd applied it would.
-type lostAnswerKV struct {
-	clientv3.KV
-	armed atomic.Bool
-}
-
-func (k *lostAnswerKV) Txn(ctx context.Context) clientv3.Txn {
-	return &lostAnswerTxn{Txn: k.KV.Txn(ctx), k: k}
-}
-
-type lostAnswerTxn struct {
-	clientv3.Txn
-	k       *lostAnswerKV
-	written bool
-}
-
-func (t *lostAnswerTxn) If(cs ...clientv3.Cmp) clientv3.Txn {
-	t.Txn = t.Txn.If(cs...)
-	return t
-}
-
-func (t *lostAnswerTxn) Then(ops ...clientv3.Op) clientv3.Txn {
-	for _, op := range ops {
-		if op.IsPut() {
-			t.written = true
-		}
-	}
-	t.Txn = t.Txn.Then(ops...)
-	return t
-}
-
-func (t *lostAnswerTxn) Commit() (*clientv3.TxnResponse, error) {
-	resp, err := t.Txn.Commit()
-	if err == nil && t.written && t.k.armed.CompareAndSwap(true, false) {
-		return nil, errors.New("injected: the answer of an applied commit was lost")
-	}
-	return resp, err
-}
-
 // TestStore_AbsentValuesOfAScopeLoadedUnderItsClaimAreReadFromMemory: a
 // scope loaded under its claim answers reads (and CASes) of values it
 // never saw without asking etcd; values etcd held at the load, and those
@@ -297,7 +256,7 @@ func TestStore_AbsentValuesOfAScopeLoadedUnderItsClaimAreReadFromMemory(t *testi
 // answered absent from memory (which would commit the token a second
 // time).
 func TestStore_ValueOfACommitWhoseAnswerWasLostIsReadAfterReset(t *testing.T) {
-	kv := &lostAnswerKV{KV: shared.Client.KV}
+	kv := &failingKV{KV: shared.Client.KV, mode: unknownApplied}
 	s := exactStore(t, kv)
 	if v, err := s.ReadValue("a/token"); err != nil || v != 0 {
 		t.Fatalf("ReadValue(a/token) = %d, %v, want 0", v, err)
@@ -305,7 +264,7 @@ func TestStore_ValueOfACommitWhoseAnswerWasLostIsReadAfterReset(t *testing.T) {
 	if err := s.CAS("a/token", 0, 3); err != nil {
 		t.Fatal(err)
 	}
-	kv.armed.Store(true)
+	kv.arm() // the next commit applies, its answer lost
 	if err := s.FlushScopes("a"); !errors.Is(err, etcdstore.ErrUnknownOutcome) {
 		t.Fatalf("FlushScopes(a) with its answer lost = %v, want ErrUnknownOutcome", err)
 	}

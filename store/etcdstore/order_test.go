@@ -242,8 +242,9 @@ func (m faultMode) String() string {
 	return [...]string{"refused", "unknown outcome, not applied", "unknown outcome, applied"}[m]
 }
 
-// failingKV fails the failAt-th transaction that writes (counting from 1)
-// as mode says, and passes every other call through.
+// failingKV fails the failAt-th transaction that writes (counting from 1,
+// 0 for none until arm) as mode says, and passes every other call
+// through.
 type failingKV struct {
 	clientv3.KV
 	failAt int
@@ -251,6 +252,13 @@ type failingKV struct {
 	mu     sync.Mutex
 	writes int
 	hit    bool
+}
+
+// arm makes the next transaction that writes the one that fails.
+func (f *failingKV) arm() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.failAt = f.writes + 1
 }
 
 func (f *failingKV) fired() bool {
