@@ -53,6 +53,7 @@ func TestDependenciesPointOneWay(t *testing.T) {
 		"internal/daemontest":         {"internal/healthwait", "internal/freeport"},
 		"internal/freeport":           {},
 		"internal/healthwait":         {},
+		"internal/heapgoal":           {},
 		"internal/golden":             {},
 		"internal/versioned":          {},
 		"robustness":                  {},

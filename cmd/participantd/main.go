@@ -29,6 +29,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/participantd/participantd/internal/buildinfo"
+	"github.com/participantd/participantd/internal/heapgoal"
 	"github.com/participantd/participantd/server"
 )
 
@@ -106,6 +107,25 @@ func run(args, environ []string, stdout io.Writer, stderr *os.File) int {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	if o.heapGoal == heapGoalMedian {
+		// Started once the server is ready: a start's replay grows the
+		// live heap from nothing, which the runtime's own goal follows
+		// best. And after server.New has read GOMEMLIMIT for
+		// --max-conversations auto: the follower's limit is not the
+		// operator's. Run puts the operator's back before it returns.
+		follower := heapgoal.New(heapgoal.Options{Logger: log})
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			select {
+			case <-srv.Ready():
+				_ = follower.Run(ctx) // returns nil when ctx ends
+			case <-ctx.Done():
+			}
+		}()
+		defer func() { <-done }()
+		defer cancel()
+	}
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	go func() {

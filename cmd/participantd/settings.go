@@ -37,6 +37,8 @@ type options struct {
 	server    server.Config
 	logLevel  zerolog.Level
 	logFormat string // "json", "console" or "auto"
+	// heapGoal is heapGoalMedian or heapGoalRuntime (--heap-goal).
+	heapGoal string
 	// otlpEndpoint is the OTLP/gRPC collector that spans go to; empty
 	// traces nothing (tracing.go).
 	otlpEndpoint string
@@ -86,6 +88,12 @@ func envName(name string) string {
 // configKey names the --config setting, which only flags and the
 // environment can give.
 const configKey = "config"
+
+// The values of --heap-goal.
+const (
+	heapGoalMedian  = "median"
+	heapGoalRuntime = "runtime"
+)
 
 var settings = []setting{
 	{"data", server.DefaultDataDir, "data directory (store file " + server.StoreFile + ", its log wal/, and node.key); created 0700 if absent",
@@ -158,6 +166,15 @@ var settings = []setting{
 		intSetting(func(o *options) *int { return &o.server.LogMemoryBytes })},
 	{"wal-segment-size", strconv.Itoa(server.DefaultWALSegmentSize), "bytes each log segment of the log-first store is preallocated to (at least 1 MiB); a start needs this much free space plus the bbolt file's next growth (its size, 32 KiB to 16 MiB), and refuses, saying both, on a disk without it",
 		intSetting(func(o *options) *int { return &o.server.WALSegmentSize })},
+	{"heap-goal", heapGoalMedian, "how the Go collector's heap goal is set: median (the default: a memory limit follows the median live heap of the last 64 collections, so one collection's peak does not raise the resident memory for good; GOMEMLIMIT stays the ceiling) or runtime (the runtime's own goal, twice the last collection's live heap at GOGC=100)",
+		func(o *options, v string) error {
+			switch v {
+			case heapGoalMedian, heapGoalRuntime:
+				o.heapGoal = v
+				return nil
+			}
+			return errors.New("want median or runtime")
+		}},
 	{"backlog-memory", strconv.Itoa(participant.DefaultMaxBacklogBytes), "payload bytes of unacknowledged records kept in memory; past it they are read back from the store",
 		intSetting(func(o *options) *int { return &o.server.MaxBacklogBytes })},
 	{"max-backlog-records", strconv.Itoa(participant.DefaultMaxBacklogRecords), "records one conversation retains until every recipient acknowledged them; past it enroll, tell and attach are backlog_full (retry later), ack, detach and leave still commit",
