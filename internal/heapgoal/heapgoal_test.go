@@ -157,6 +157,33 @@ func TestFollower_HoldsTheHeapGoalThroughAPeak(t *testing.T) {
 	}
 }
 
+// TestFollower_FollowsALiveHeapThatGrows: a live heap that quadruples for
+// good is never held under a limit below 1.5 times itself, and once it is
+// the median the limit is the median's again.
+func TestFollower_FollowsALiveHeapThatGrows(t *testing.T) {
+	defer func() { keep = nil }()
+	keep = [][]byte{make([]byte, 16*mib)}
+	limits, stop := run(t, New(Options{Window: 8}))
+	defer stop()
+	for range 8 {
+		collect(t, limits)
+	}
+	keep = append(keep, make([]byte, 48*mib))
+	// The first collection after the growth may be handled before it is
+	// seen; the one after is not.
+	collect(t, limits)
+	if l := collect(t, limits); l < 96*mib {
+		t.Fatalf("limit with 64 MiB live = %d MiB, want at least 1.5 times it", l/mib)
+	}
+	var l int64
+	for range 8 {
+		l = collect(t, limits)
+	}
+	if l < 2*64*mib {
+		t.Fatalf("limit once 64 MiB is the median = %d MiB, want 2.25 times it", l/mib)
+	}
+}
+
 func TestFollower_NothingWithGOGCOff(t *testing.T) {
 	old := debug.SetGCPercent(-1)
 	defer debug.SetGCPercent(old)
