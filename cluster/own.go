@@ -169,9 +169,9 @@ func (n *Node) Flush(c participant.ConversationID) error {
 // crash (store.ScopeOrdered: one transaction at a time, cut along the
 // scope's log when it does not fit one, none after a failed one), under
 // the claim that fences each of those transactions. A batch then flushes
-// once for both barriers. The registry entry of c's first batch is in the
-// node's global scope, whose order with c's is not kept: the batch
-// flushes it before c's rows (participant, batch.write).
+// once for both barriers. A node writes no registry entry (the node's
+// global scope, whose order with c's is not kept): a claim is a fresh
+// grant, which counts c as registered (participant, acquireTurn).
 func (n *Node) KeepsOrder(participant.ConversationID) bool { return true }
 
 // Exists reports whether conversation c has anything stored, or an owner.
