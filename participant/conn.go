@@ -324,11 +324,11 @@ func (cv *conversation) park(slot *bindingSlot) {
 	cv.mu.Unlock()
 }
 
-// takeParked removes and returns a slot parked on cv for connection c, or
-// nil when none is.
-func (cv *conversation) takeParked(c *Conn) *bindingSlot {
-	cv.mu.Lock()
-	defer cv.mu.Unlock()
+// takeParkedLocked removes and returns a slot parked on cv for connection
+// c, or nil when none is; cv.mu is held.
+//
+// +checklocks:cv.mu
+func (cv *conversation) takeParkedLocked(c *Conn) *bindingSlot {
 	for i, slot := range cv.parked {
 		if slot.c == c {
 			cv.parked = slices.Delete(cv.parked, i, i+1)
