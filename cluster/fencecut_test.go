@@ -19,13 +19,16 @@ import (
 // same: etcd refuses it on its fence. Every other call passes through.
 type thief struct {
 	clientv3.KV
-	at    int
 	steal func()
 
 	// mu guards the fields below.
-	mu     sync.Mutex
+	mu sync.Mutex
+	// +checklocks:mu
+	at int
+	// +checklocks:mu
 	writes int
-	fired  bool
+	// +checklocks:mu
+	fired bool
 }
 
 func (k *thief) Txn(ctx context.Context) clientv3.Txn { return &thiefTxn{Txn: k.KV.Txn(ctx), k: k} }
@@ -109,7 +112,7 @@ func TestCrashCutOverEtcd_FenceLostBetweenTransactions(t *testing.T) {
 				t.Fatalf("the workload made %d writing transactions; it should make far more", k-1)
 			}
 			if werr != nil {
-				t.Fatalf("no claim taken (%d writing transactions): the workload failed: %v", kv.writes, werr)
+				t.Fatalf("no claim taken (%d writing transactions): the workload failed: %v", k-1, werr)
 			}
 			break
 		}

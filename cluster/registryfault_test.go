@@ -42,8 +42,10 @@ type registryKV struct {
 	mode registryFaultMode
 
 	// mu guards the fields below.
-	mu    sync.Mutex
+	mu sync.Mutex
+	// +checklocks:mu
 	armed bool
+	// +checklocks:mu
 	fired bool
 }
 
