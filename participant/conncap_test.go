@@ -489,3 +489,72 @@ func TestConnCap_ALoadForgottenUnderItPublishesNoBinding(t *testing.T) {
 		t.Fatalf("Enroll into a second conversation once the first was forgotten = %v, want ok under a cap of 1", err)
 	}
 }
+
+// TestConnCap_AnEndedConnectionsParkedSlotIsGivenBack ends a connection
+// whose enroll is in doubt, its slot parked on a conversation whose
+// reload keeps failing. A parked slot is settled by the conversation's
+// next load, or by a Forget: neither may ever come (nothing touches the
+// conversation again), and until then the slot held the ended connection
+// in memory, with its maps, one more for every connection that ended so.
+// End gives the connection's parked slots back, as park gives back the
+// slot of a connection that already ended; the load that then finds the
+// binding ends it (died/connection_lost).
+func TestConnCap_AnEndedConnectionsParkedSlotIsGivenBack(t *testing.T) {
+	ctx := context.Background()
+	fs := faultstore.New(store.NewMemory())
+	uncertain := faultstore.NewSwitch(faultstore.Once(faultstore.When(faultstore.Uncertain, faultstore.Kind(faultstore.OpFlush))))
+	noReload := faultstore.NewSwitch(faultstore.When(faultstore.Fail, faultstore.Kind(faultstore.OpRead), faultstore.Prefix(oplog.Stream(1))))
+	fs.SetRules(uncertain, noReload)
+	svc, err := Open(ctx, fs, Options{NodeKey: testKey})
+	must(t, err)
+	t.Cleanup(func() { svc.Close() })
+	owner := svc.Connect(nil)
+	ob := mustEnroll(t, owner, 1, 1)
+	c := svc.Connect(nil)
+
+	uncertain.Set(true)
+	noReload.Set(true)
+	_, err = c.Enroll(ctx, Enroll{Conversation: 1, Token: token(2)})
+	var pe *Error
+	if !errors.As(err, &pe) || pe.Code != CodeInDoubt {
+		t.Fatalf("Enroll with an uncertain flush = %v, want in_doubt", err)
+	}
+	svc.waitReloads() // the background reload fails
+	cv := svc.existing(1)
+	parkedOn := func() int {
+		cv.mu.RLock()
+		defer cv.mu.RUnlock()
+		n := 0
+		for _, slot := range cv.parked {
+			if slot.c == c {
+				n++
+			}
+		}
+		return n
+	}
+	if n := parkedOn(); n != 1 {
+		t.Fatalf("after an enroll in doubt, %d slots of the connection are parked on the conversation, want 1", n)
+	}
+	if err := c.End(ctx, oplog.CauseConnectionLost); err != nil {
+		t.Fatalf("End: %v", err)
+	}
+	if n := parkedOn(); n != 0 {
+		t.Fatalf("after the connection ended, %d of its slots are parked on the conversation (holding it in memory), want 0", n)
+	}
+	if reserved, bound := reservedSlots(c); reserved != 0 || bound != 0 {
+		t.Fatalf("after the connection ended, it has %d slots reserved and %d bindings, want 0 and 0", reserved, bound)
+	}
+
+	// The conversation loads: the enroll's binding, on a connection that
+	// ended, is ended.
+	noReload.Set(false)
+	if _, err := owner.Tell(ctx, Tell{Conversation: 1, Participant: ob.Participant, Generation: ob.Generation, Token: token(4), Payload: []byte("x")}); err != nil {
+		t.Fatalf("Tell once the conversation loads = %v", err)
+	}
+	st, _ := svc.Status(1)
+	for i, p := range st.Participants {
+		if i != int(ob.Participant) && p.Bound {
+			t.Errorf("after the load, participant %d is bound, want the enroll's binding ended", i)
+		}
+	}
+}
