@@ -90,6 +90,17 @@ const fencedConvs = 16
 // revisions, so a transaction of the previous store can no longer
 // commit), and st fences each scope with its claim.
 func claimConvs(t faultstore.TB, st *etcdstore.Store, pfx string) {
+	rev := reclaimConvs(t, pfx)
+	for c := range fencedConvs {
+		sc := strconv.Itoa(c + 1)
+		st.SetFence(sc, etcdstore.Fence{Key: pfx + "own/" + sc, CreateRevision: rev})
+	}
+}
+
+// reclaimConvs deletes the claims of conversations 1 to fencedConvs under
+// pfx and creates them again, as another node's claims would be, and
+// returns their create revision.
+func reclaimConvs(t faultstore.TB, pfx string) int64 {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	own := pfx + "own/"
@@ -104,10 +115,7 @@ func claimConvs(t faultstore.TB, st *etcdstore.Store, pfx string) {
 	if err != nil {
 		t.Fatalf("claim: %v", err)
 	}
-	for c := range fencedConvs {
-		sc := strconv.Itoa(c + 1)
-		st.SetFence(sc, etcdstore.Fence{Key: own + sc, CreateRevision: resp.Header.Revision})
-	}
+	return resp.Header.Revision
 }
 
 var lagSeed = flag.Uint64("lag.seed", 0, "first seed of the etcd cut loops' lagging members; 0 picks one")

@@ -41,9 +41,10 @@
 //     claims again on the next touch.
 //   - A conversation's failed scope (fenced off, unknown outcome, conflict)
 //     fails that conversation only: the service sees a *ConversationError,
-//     never store.ErrFailed, and the next Acquire resets the scope (or
-//     claims afresh when it was fenced off). Only the node's global scope
-//     failing fails the service.
+//     never store.ErrFailed, and the next Acquire resets the scope. A scope
+//     fenced off ends the claim at once, as a lost lease does (Flush, or
+//     Acquire, drops the conversation), and the next Acquire claims
+//     afresh. Only the node's global scope failing fails the service.
 //   - A conversation's checkpoint and receipts are in its scope (Scope), so
 //     its trims and byte values are fenced by its claim like its appends.
 //   - No two live processes share a node id (node/<id> is created under the

@@ -34,6 +34,7 @@ func (n *Node) Acquire(ctx context.Context, c participant.ConversationID) (bool,
 		return false, ErrNoLease
 	}
 	sc := scopeOf(c)
+	fenced := false
 	if _, ok := n.claimsByConv[c]; ok {
 		ferr := n.etcd.Failed(sc)
 		if ferr == nil {
@@ -50,13 +51,17 @@ func (n *Node) Acquire(ctx context.Context, c participant.ConversationID) (bool,
 			n.mu.Unlock()
 			return true, nil
 		}
-		// Fenced off: the claim is gone, whatever the node believed.
-		// Claim afresh (or learn the new owner).
-		delete(n.claimsByConv, c)
-		n.owned.Add(-1)
+		// Fenced off: the claim is gone, whatever the node believed. It
+		// is dropped as a lost lease drops it (the service forgets c),
+		// then claimed afresh (or the new owner learnt). The caller
+		// holds c's turn, so nothing claims c meanwhile.
+		fenced = true
 	}
 	lease := n.lease
 	n.mu.Unlock()
+	if fenced {
+		n.fencedOff(c)
+	}
 
 	key := n.ownKey(c)
 	rev, err := n.claim(ctx, c, key, lease)
@@ -153,14 +158,36 @@ func (n *Node) Holds(c participant.ConversationID) bool {
 // error concerns c (and the node) only, never another conversation. A
 // failure of c's scope is a *ConversationError (not store.ErrFailed: the
 // node keeps serving its other conversations); a failure of the node's
-// global scope is returned as it is.
+// global scope is returned as it is. A commit etcd refused on c's fence
+// (etcdstore.ErrFenced: another node claimed c) ends the claim at once,
+// as a lost lease ends it: the node pushes nothing more of c (Holds) and
+// the service forgets c, whether or not anything acquires c again.
 func (n *Node) Flush(c participant.ConversationID) error {
 	sc := scopeOf(c)
 	err := n.etcd.FlushScopes(sc, "")
 	if err != nil && errors.Is(err, store.ErrFailed) && n.etcd.Failed("") == nil {
+		if errors.Is(err, etcdstore.ErrFenced) {
+			n.fencedOff(c)
+		}
 		return &ConversationError{Scope: sc, err: err}
 	}
 	return err
+}
+
+// fencedOff drops c, whose commit etcd refused on the fence, if the node
+// still holds its claim; a scope already dropped (its claim released or
+// its lease lost) is refused as fenced too, and has nothing left to end.
+func (n *Node) fencedOff(c participant.ConversationID) {
+	n.mu.Lock()
+	_, ok := n.claimsByConv[c]
+	if ok {
+		delete(n.claimsByConv, c)
+		n.owned.Add(-1)
+	}
+	n.mu.Unlock()
+	if ok {
+		n.drop(c)
+	}
 }
 
 // KeepsOrder implements participant.OrderedOwnership: every name a batch
@@ -169,9 +196,9 @@ func (n *Node) Flush(c participant.ConversationID) error {
 // crash (store.ScopeOrdered: one transaction at a time, cut along the
 // scope's log when it does not fit one, none after a failed one), under
 // the claim that fences each of those transactions. A batch then flushes
-// once for both barriers. The registry entry of c's first batch is in the
-// node's global scope, whose order with c's is not kept: the batch
-// flushes it before c's rows (participant, batch.write).
+// once for both barriers. A node writes no registry entry (the node's
+// global scope, whose order with c's is not kept): a claim is a fresh
+// grant, which counts c as registered (participant, acquireTurn).
 func (n *Node) KeepsOrder(participant.ConversationID) bool { return true }
 
 // Exists reports whether conversation c has anything stored, or an owner.

@@ -50,6 +50,12 @@ type Conn struct {
 	// in the same hold of mu (bind).
 	// +checklocks:mu
 	reserved int
+	// parked holds the slots of c parked on conversations (park), each
+	// with its conversation, so that End gives them back: a conversation
+	// that never loads again would otherwise hold the ended connection.
+	// A slot leaves it when it is given back (giveBackLocked).
+	// +checklocks:mu
+	parked map[*bindingSlot]*conversation
 	// ended is set by End, with the cause it was given; no operation
 	// starts after it.
 	// +checklocks:mu
@@ -256,6 +262,7 @@ func (c *Conn) giveBackLocked(slot *bindingSlot) {
 	if slot != nil && slot.held {
 		slot.held = false
 		c.reserved--
+		delete(c.parked, slot)
 	}
 }
 
@@ -293,42 +300,63 @@ func holding(cv *conversation, slot *bindingSlot, complete func(error) error) fu
 
 // park moves slot, if its binding was not published, to cv's parked
 // slots: it stays reserved on its connection until cv's next load settles
-// it, or cv is forgotten with its ownership (Forget). A nil slot, or one
-// given back, parks nothing; the slot of an ended connection, which binds
-// nothing more (the load ends the binding it finds there), is given back,
-// and so is one parked on cv after a Forget since the turn began. It
-// runs on the goroutine holding cv's turn.
+// it, cv is forgotten with its ownership (Forget), or the connection ends
+// (End). A nil slot, or one given back, parks nothing; the slot of an
+// ended connection, which binds nothing more (the load ends the binding
+// it finds there), is given back, and so is one parked on cv after a
+// Forget since the turn began. It runs on the goroutine holding cv's
+// turn.
 func (cv *conversation) park(slot *bindingSlot) {
 	if slot == nil {
 		return
 	}
 	c := slot.c
+	lostAt := cv.lostAt
+	// Both locks, in their order, so that End, which sets ended under
+	// c.mu, either finds the slot parked or makes it given back here.
+	cv.mu.Lock()
+	defer cv.mu.Unlock()
 	c.mu.Lock()
-	if !slot.held || c.ended {
+	defer c.mu.Unlock()
+	if !slot.held || c.ended || cv.lost != lostAt {
+		// Given back, or its connection ended, or cv forgotten with its
+		// ownership since the turn began (Forget): nothing settles a
+		// slot parked now.
 		c.giveBackLocked(slot)
-		c.mu.Unlock()
 		return
 	}
 	slot.held = false // its reservation goes on as the parked one
-	c.mu.Unlock()
-	parked, lostAt := &bindingSlot{c: c, held: true}, cv.lostAt
-	cv.mu.Lock()
-	if cv.lost != lostAt {
-		// Forgotten with its ownership since the turn began (Forget):
-		// nothing settles a slot parked now.
-		cv.mu.Unlock()
-		parked.release()
-		return
-	}
+	parked := &bindingSlot{c: c, held: true}
 	cv.parked = append(cv.parked, parked)
-	cv.mu.Unlock()
+	if c.parked == nil {
+		c.parked = make(map[*bindingSlot]*conversation)
+	}
+	c.parked[parked] = cv
 }
 
-// takeParked removes and returns a slot parked on cv for connection c, or
-// nil when none is.
-func (cv *conversation) takeParked(c *Conn) *bindingSlot {
-	cv.mu.Lock()
-	defer cv.mu.Unlock()
+// unparkAll gives back every slot of c parked on a conversation; c has
+// ended (End), so none is parked after it. It takes each conversation's
+// mu, so c.mu must not be held.
+func (c *Conn) unparkAll() {
+	c.mu.Lock()
+	parked := c.parked
+	c.parked = nil
+	c.mu.Unlock()
+	for slot, cv := range parked {
+		cv.mu.Lock()
+		if i := slices.Index(cv.parked, slot); i >= 0 {
+			cv.parked = slices.Delete(cv.parked, i, i+1)
+		}
+		cv.mu.Unlock()
+		slot.release()
+	}
+}
+
+// takeParkedLocked removes and returns a slot parked on cv for connection
+// c, or nil when none is; cv.mu is held.
+//
+// +checklocks:cv.mu
+func (cv *conversation) takeParkedLocked(c *Conn) *bindingSlot {
 	for i, slot := range cv.parked {
 		if slot.c == c {
 			cv.parked = slices.Delete(cv.parked, i, i+1)

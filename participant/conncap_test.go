@@ -430,3 +430,131 @@ func TestConnCap_ASlotParkedOnAConversationMovedElsewhereIsGivenBack(t *testing.
 		t.Errorf("after the reload, the participants are %+v, want the enroll's second one, not bound", st.Participants)
 	}
 }
+
+// TestConnCap_ALoadForgottenUnderItPublishesNoBinding forgets a
+// conversation (its ownership lost) while a load of it is reading it
+// back. The load finds a binding stored on a connection that holds none
+// (an enroll answered in_doubt whose row is durable, its slot parked): it
+// must publish nothing, as it installs nothing. Published, the
+// connection was bound in a conversation this service had forgotten and
+// may never load again (another node ends the binding): it counted
+// against the connection's cap, so an enroll into another conversation
+// was refused capacity_exceeded, and the connection was never idle.
+func TestConnCap_ALoadForgottenUnderItPublishesNoBinding(t *testing.T) {
+	ctx := context.Background()
+	fs := faultstore.New(store.NewMemory())
+	uncertain := faultstore.NewSwitch(faultstore.Once(faultstore.When(faultstore.Uncertain, faultstore.Kind(faultstore.OpFlush))))
+	noReload := faultstore.NewSwitch(faultstore.When(faultstore.Fail, faultstore.Kind(faultstore.OpRead), faultstore.Prefix(oplog.Stream(1))))
+	hang := faultstore.NewSwitch(faultstore.When(faultstore.Hang, faultstore.Kind(faultstore.OpRead), faultstore.Prefix(oplog.Stream(1))))
+	fs.SetRules(uncertain, noReload, hang)
+	svc, err := Open(ctx, fs, Options{NodeKey: testKey, MaxConversationsPerConn: 1})
+	must(t, err)
+	t.Cleanup(func() { svc.Close() })
+	owner := svc.Connect(nil)
+	ob := mustEnroll(t, owner, 1, 1)
+	c := svc.Connect(nil)
+
+	uncertain.Set(true)
+	noReload.Set(true)
+	_, err = c.Enroll(ctx, Enroll{Conversation: 1, Token: token(2)})
+	var pe *Error
+	if !errors.As(err, &pe) || pe.Code != CodeInDoubt {
+		t.Fatalf("Enroll with an uncertain flush = %v, want in_doubt", err)
+	}
+	svc.waitReloads() // the background reload fails
+	if reserved, bound := reservedSlots(c); reserved != 1 || bound != 0 {
+		t.Fatalf("after an enroll in doubt, the connection has %d slots reserved and %d bindings, want 1 (parked) and 0", reserved, bound)
+	}
+
+	// The owner's tell loads the conversation; its read is held while the
+	// conversation is forgotten.
+	noReload.Set(false)
+	hang.Set(true)
+	told := make(chan error, 1)
+	go func() {
+		_, err := owner.Tell(ctx, Tell{Conversation: 1, Participant: ob.Participant, Generation: ob.Generation, Token: token(4), Payload: []byte("x")})
+		told <- err
+	}()
+	<-fs.Hung()
+	svc.Forget(1)
+	hang.Set(false)
+	fs.Release()
+	if err := <-told; !errors.Is(err, errForgotten) {
+		t.Fatalf("Tell whose load was forgotten under it = %v, want %v", err, errForgotten)
+	}
+	if reserved, bound := reservedSlots(c); reserved != 0 || bound != 0 {
+		t.Fatalf("after the forgotten load, the connection has %d slots reserved and %d bindings %v, want 0 and 0", reserved, bound, c.Bindings())
+	}
+	if _, err := c.Enroll(ctx, Enroll{Conversation: 2, Token: token(3)}); err != nil {
+		t.Fatalf("Enroll into a second conversation once the first was forgotten = %v, want ok under a cap of 1", err)
+	}
+}
+
+// TestConnCap_AnEndedConnectionsParkedSlotIsGivenBack ends a connection
+// whose enroll is in doubt, its slot parked on a conversation whose
+// reload keeps failing. A parked slot is settled by the conversation's
+// next load, or by a Forget: neither may ever come (nothing touches the
+// conversation again), and until then the slot held the ended connection
+// in memory, with its maps, one more for every connection that ended so.
+// End gives the connection's parked slots back, as park gives back the
+// slot of a connection that already ended; the load that then finds the
+// binding ends it (died/connection_lost).
+func TestConnCap_AnEndedConnectionsParkedSlotIsGivenBack(t *testing.T) {
+	ctx := context.Background()
+	fs := faultstore.New(store.NewMemory())
+	uncertain := faultstore.NewSwitch(faultstore.Once(faultstore.When(faultstore.Uncertain, faultstore.Kind(faultstore.OpFlush))))
+	noReload := faultstore.NewSwitch(faultstore.When(faultstore.Fail, faultstore.Kind(faultstore.OpRead), faultstore.Prefix(oplog.Stream(1))))
+	fs.SetRules(uncertain, noReload)
+	svc, err := Open(ctx, fs, Options{NodeKey: testKey})
+	must(t, err)
+	t.Cleanup(func() { svc.Close() })
+	owner := svc.Connect(nil)
+	ob := mustEnroll(t, owner, 1, 1)
+	c := svc.Connect(nil)
+
+	uncertain.Set(true)
+	noReload.Set(true)
+	_, err = c.Enroll(ctx, Enroll{Conversation: 1, Token: token(2)})
+	var pe *Error
+	if !errors.As(err, &pe) || pe.Code != CodeInDoubt {
+		t.Fatalf("Enroll with an uncertain flush = %v, want in_doubt", err)
+	}
+	svc.waitReloads() // the background reload fails
+	cv := svc.existing(1)
+	parkedOn := func() int {
+		cv.mu.RLock()
+		defer cv.mu.RUnlock()
+		n := 0
+		for _, slot := range cv.parked {
+			if slot.c == c {
+				n++
+			}
+		}
+		return n
+	}
+	if n := parkedOn(); n != 1 {
+		t.Fatalf("after an enroll in doubt, %d slots of the connection are parked on the conversation, want 1", n)
+	}
+	if err := c.End(ctx, oplog.CauseConnectionLost); err != nil {
+		t.Fatalf("End: %v", err)
+	}
+	if n := parkedOn(); n != 0 {
+		t.Fatalf("after the connection ended, %d of its slots are parked on the conversation (holding it in memory), want 0", n)
+	}
+	if reserved, bound := reservedSlots(c); reserved != 0 || bound != 0 {
+		t.Fatalf("after the connection ended, it has %d slots reserved and %d bindings, want 0 and 0", reserved, bound)
+	}
+
+	// The conversation loads: the enroll's binding, on a connection that
+	// ended, is ended.
+	noReload.Set(false)
+	if _, err := owner.Tell(ctx, Tell{Conversation: 1, Participant: ob.Participant, Generation: ob.Generation, Token: token(4), Payload: []byte("x")}); err != nil {
+		t.Fatalf("Tell once the conversation loads = %v", err)
+	}
+	st, _ := svc.Status(1)
+	for i, p := range st.Participants {
+		if i != int(ob.Participant) && p.Bound {
+			t.Errorf("after the load, participant %d is bound, want the enroll's binding ended", i)
+		}
+	}
+}

@@ -316,6 +316,7 @@ func (c *Conn) End(ctx context.Context, cause Cause) error {
 	}
 	c.ended, c.endCause = true, cause
 	c.mu.Unlock()
+	c.unparkAll()
 	c.inflight.Wait()
 	// The bindings are in different conversations, so their endings commit
 	// concurrently and share group commits. No binding is added to the

@@ -354,9 +354,17 @@ func (cv *conversation) install(st *outbox.State, tokens map[ParticipantID]fence
 	if !cv.currentLocked() {
 		return errForgotten
 	}
+	cv.installLocked(st, tokens)
+	return nil
+}
+
+// installLocked publishes st as cv's state with its bindings' fence
+// tokens; cv.mu is held, and cv was not forgotten (currentLocked).
+//
+// +checklocks:cv.mu
+func (cv *conversation) installLocked(st *outbox.State, tokens map[ParticipantID]fenceToken) {
 	cv.setStateLocked(st)
 	cv.bindingTokens = tokens
-	return nil
 }
 
 // ensureLoadedTurn returns cv's state, reconciling it first when it is not
@@ -414,8 +422,8 @@ func (s *Service) ensureLoadedTurn(ctx context.Context, cv *conversation) (*outb
 	if err != nil {
 		return nil, unavailable("reading the conversation's charge", err)
 	}
-	tokens, ends, live := s.rebindTurn(cv, st)
-	if err := cv.install(st, tokens); err != nil {
+	ends, live, err := s.rebindTurn(cv, st)
+	if err != nil {
 		return nil, err
 	}
 	cv.settleParked()
@@ -500,15 +508,24 @@ type staleBinding struct {
 }
 
 // rebindTurn sorts the bindings of st, conversation cv's reconciled
-// state, whose turn the caller holds: every site's current fence is
-// revoked and each bound member is issued a new token; a binding whose
-// connection is of an earlier incarnation, gone, or ending is stale and
-// returned in ends, with its cause; any other is bound to its live
-// connection again, which is returned in live when it has something to
-// push.
-func (s *Service) rebindTurn(cv *conversation, st *outbox.State) (tokens map[ParticipantID]fenceToken, ends []staleBinding, live []*Conn) {
+// state, whose turn the caller holds, and installs st with them: every
+// site's current fence is revoked and each bound member is issued a new
+// token; a binding whose connection is of an earlier incarnation, gone,
+// or ending is stale and returned in ends, with its cause; any other is
+// bound to its live connection again, which is returned in live when it
+// has something to push. When cv was forgotten since its turn's holder
+// began to use it, it publishes no binding and installs nothing, and
+// returns errForgotten: a connection bound in a conversation this
+// service forgot would count the binding against its cap, and may never
+// learn of its end (another node ends it).
+func (s *Service) rebindTurn(cv *conversation, st *outbox.State) (ends []staleBinding, live []*Conn, err error) {
 	id := cv.id
-	tokens = make(map[ParticipantID]fenceToken)
+	tokens := make(map[ParticipantID]fenceToken)
+	type found struct {
+		p ParticipantID
+		c *Conn
+	}
+	var rebinds []found
 	for i := range st.Members {
 		p := ParticipantID(i)
 		site := site{id, p}
@@ -531,22 +548,33 @@ func (s *Service) rebindTurn(cv *conversation, st *outbox.State) (tokens map[Par
 		case ending:
 			ends = append(ends, staleBinding{p, m.Conn, cause})
 		default:
-			// The slot an unpublished enroll or attach of c parked
-			// (holding) is taken over by the binding it made. Without one
-			// (given back when the conversation was forgotten with its
-			// ownership: Forget) the binding takes a free slot of c, or
-			// ends as it would on any node that loads the conversation
-			// after the loss: never past c's cap.
-			if !c.rebind(id, p, cv.takeParked(c), s.opts.MaxConversationsPerConn) {
-				ends = append(ends, staleBinding{p, m.Conn, oplog.CauseUncleanRestart})
-				continue
-			}
-			if waiting(st, p) {
-				live = append(live, c)
-			}
+			rebinds = append(rebinds, found{p, c})
 		}
 	}
-	return tokens, ends, live
+	// Published under cv.mu with the state, so that a Forget comes
+	// either before (nothing is published) or after (it forgets both).
+	cv.mu.Lock()
+	defer cv.mu.Unlock()
+	if !cv.currentLocked() {
+		return nil, nil, errForgotten
+	}
+	for _, f := range rebinds {
+		// The slot an unpublished enroll or attach of c parked (holding)
+		// is taken over by the binding it made. Without one (given back
+		// when the conversation was forgotten with its ownership:
+		// Forget) the binding takes a free slot of c, or ends as it
+		// would on any node that loads the conversation after the loss:
+		// never past c's cap.
+		if !f.c.rebind(id, f.p, cv.takeParkedLocked(f.c), s.opts.MaxConversationsPerConn) {
+			ends = append(ends, staleBinding{f.p, f.c.id, oplog.CauseUncleanRestart})
+			continue
+		}
+		if waiting(st, f.p) {
+			live = append(live, f.c)
+		}
+	}
+	cv.installLocked(st, tokens)
+	return ends, live, nil
 }
 
 // endStaleTurn ends the stale bindings ends of cv, installed as st, in one

@@ -333,17 +333,20 @@ func (c *conn) touch() time.Time {
 }
 
 // checkIdle runs on the idle timer. A connection is idle when it holds no
-// binding (so no delivery can be due to it), has no request queued or
-// running and nothing queued to write, and read no frame and answered no
-// request for IdleTimeout: it is then closed with bye{idle}. Otherwise the
-// timer is set again for when it could first be.
+// binding, nor may (participant.Conn.MayHoldBinding: an enroll or attach
+// in doubt may have stored one, which its conversation's next load binds
+// here), so that no delivery can be due to it and bye{idle} says truly
+// that it held none; when it has no request queued or running and nothing
+// queued to write; and when it read no frame and answered no request for
+// IdleTimeout: it is then closed with bye{idle}. Otherwise the timer is
+// set again for when it could first be.
 func (c *conn) checkIdle() {
 	if c.ended.Load() {
 		return
 	}
 	d := c.srv.cfg.IdleTimeout
 	since := time.Since(time.Unix(0, c.active.Load()))
-	if since >= d && len(c.pending) == 0 && c.out.empty() && len(c.pc.Bindings()) == 0 {
+	if since >= d && len(c.pending) == 0 && c.out.empty() && !c.pc.MayHoldBinding() {
 		c.idle.Store(true)
 		c.nc.SetReadDeadline(time.Now())
 		return

@@ -13,7 +13,9 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/participantd/participantd/faultstore"
 	"github.com/participantd/participantd/server"
+	"github.com/participantd/participantd/store"
 	"github.com/participantd/participantd/wire"
 )
 
@@ -266,6 +268,37 @@ func TestExposure_IdleConnectionClosedWithBye(t *testing.T) {
 	}
 	idle.expectClosed()
 	bound.ping()
+}
+
+// Item 8: a connection whose enroll was answered in_doubt may hold the
+// binding it made (stored, not published until its conversation loads
+// again): it holds a binding as bye{idle} means it, so it is not closed
+// for idleness, while one that holds nothing is.
+func TestExposure_AConnectionWithAnEnrollInDoubtIsNotIdle(t *testing.T) {
+	var fs *faultstore.Store
+	h := start(t, server.Config{IdleTimeout: 200 * time.Millisecond, WrapStore: func(st store.DurableStore) store.DurableStore {
+		fs = faultstore.New(st)
+		return fs
+	}})
+	h.dial().enroll(1)
+	// The next enroll's oplog append fails (in doubt), and so does every
+	// read of its conversation, so that no reload settles it.
+	fs.SetRules(faultstore.When(faultstore.Fail, faultstore.Kind(faultstore.OpAppend, faultstore.OpRead), faultstore.Prefix("oplog/")))
+	inDoubt := h.dial()
+	if e, ok := inDoubt.call(&wire.Enroll{ID: inDoubt.id(), Conversation: 1, Token: token()}).(*wire.Error); !ok || e.Code != wire.CodeInDoubt {
+		t.Fatalf("enroll with a failing oplog append answered %#v, want in_doubt", e)
+	}
+	// Two idle connections dialed one after the other are closed at least
+	// two idle timeouts after the enroll was answered.
+	for range 2 {
+		idle := h.dial()
+		if bye, ok := idle.next().(*wire.ServerBye); !ok || bye.Reason != wire.ByeIdle {
+			t.Fatalf("an idle connection got %#v, want bye{idle}", bye)
+		}
+		idle.expectClosed()
+	}
+	fs.SetRules()
+	inDoubt.ping()
 }
 
 // Item 8: a frame whose body is still arriving holds its size of the

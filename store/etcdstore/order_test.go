@@ -96,6 +96,7 @@ func TestStore_AScopeCutOverTransactionsKeepsItsOrder(t *testing.T) {
 			cutInOrder(t, ws, prefixes, mode, fenced)
 		}
 	}
+	cutInOrder(t, ws, prefixes, fenceLost, true)
 }
 
 // cutInOrder makes the writes ws in a fresh scope (fenced: under a claim,
@@ -121,6 +122,9 @@ func cutInOrder(t *testing.T, ws []orderedWrite, prefixes []orderedState, fault 
 		if fenced {
 			key := pfx + "own/a"
 			s.SetFence("a", etcdstore.Fence{Key: key, CreateRevision: claim(t, key)})
+			// Another node's claim: the key deleted (the lease expired)
+			// and created again, a new create revision.
+			kv.steal = func() { deleteKey(t, key); claim(t, key) }
 		}
 		for i, w := range ws {
 			var err error
@@ -165,6 +169,9 @@ func cutInOrder(t *testing.T, ws []orderedWrite, prefixes []orderedState, fault 
 		}
 		if ferr == nil {
 			t.Fatalf("%v at transaction %d: Flush = nil", mode, k)
+		}
+		if mode.fault == fenceLost && !errors.Is(ferr, etcdstore.ErrFenced) {
+			t.Fatalf("%v at transaction %d: Flush = %v, want ErrFenced", mode, k, ferr)
 		}
 		if mode.fault == unknownApplied && matched == 0 {
 			t.Fatalf("%v at transaction %d: the applied transaction left nothing", mode, k)
@@ -236,19 +243,22 @@ const (
 	refuse            faultMode = iota // the transaction fails, not sent
 	unknownNotApplied                  // its outcome is unknown; it did not apply
 	unknownApplied                     // its outcome is unknown; it applied
+	fenceLost                          // the fence is lost just before it (failingKV.steal); sent, etcd refuses it
 )
 
 func (m faultMode) String() string {
-	return [...]string{"refused", "unknown outcome, not applied", "unknown outcome, applied"}[m]
+	return [...]string{"refused", "unknown outcome, not applied", "unknown outcome, applied", "fence lost"}[m]
 }
 
 // failingKV fails the failAt-th transaction that writes (counting from 1,
 // 0 for none until arm) as mode says, and passes every other call
-// through.
+// through. For fenceLost it calls steal (which takes the fence away in
+// etcd) and then sends the transaction.
 type failingKV struct {
 	clientv3.KV
 	failAt int
 	mode   faultMode
+	steal  func()
 	mu     sync.Mutex
 	writes int
 	hit    bool
@@ -303,6 +313,10 @@ func (t *failingTxn) Commit() (*clientv3.TxnResponse, error) {
 	t.kv.hit = t.kv.hit || fire
 	t.kv.mu.Unlock()
 	if !fire {
+		return t.Txn.Commit()
+	}
+	if t.kv.mode == fenceLost {
+		t.kv.steal()
 		return t.Txn.Commit()
 	}
 	if t.kv.mode == unknownApplied {

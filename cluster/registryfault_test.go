@@ -1,0 +1,249 @@
+package cluster_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/participantd/participantd/cluster"
+	"github.com/participantd/participantd/oplog"
+	"github.com/participantd/participantd/participant"
+	"github.com/participantd/participantd/participant/participanttest"
+	"github.com/participantd/participantd/registry"
+	"github.com/participantd/participantd/store/etcdstore"
+)
+
+// registryFaultMode is how registryKV fails the transaction it is armed
+// for.
+type registryFaultMode int
+
+const (
+	registryRefused           registryFaultMode = iota // etcd refuses it (a compare failed), nothing applied
+	registryUnknownNotApplied                          // its answer lost; it did not apply
+	registryUnknownApplied                             // its answer lost; it applied
+)
+
+func (m registryFaultMode) String() string {
+	return [...]string{"refused", "unknown outcome, not applied", "unknown outcome, applied"}[m]
+}
+
+// registryKV fails, once armed, the first transaction that writes a key
+// containing key (a node's registry stream), as mode says; every other
+// call passes through.
+type registryKV struct {
+	clientv3.KV
+	key  string
+	mode registryFaultMode
+
+	// mu guards the fields below.
+	mu sync.Mutex
+	// +checklocks:mu
+	armed bool
+	// +checklocks:mu
+	fired bool
+}
+
+func (k *registryKV) arm() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.armed = true
+}
+
+func (k *registryKV) hasFired() bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.fired
+}
+
+func (k *registryKV) Txn(ctx context.Context) clientv3.Txn {
+	return &registryTxn{Txn: k.KV.Txn(ctx), k: k}
+}
+
+type registryTxn struct {
+	clientv3.Txn
+	k   *registryKV
+	hit bool
+}
+
+func (t *registryTxn) If(cs ...clientv3.Cmp) clientv3.Txn { t.Txn = t.Txn.If(cs...); return t }
+
+func (t *registryTxn) Else(ops ...clientv3.Op) clientv3.Txn { t.Txn = t.Txn.Else(ops...); return t }
+
+func (t *registryTxn) Then(ops ...clientv3.Op) clientv3.Txn {
+	for _, op := range ops {
+		t.hit = t.hit || op.IsPut() && strings.Contains(string(op.KeyBytes()), t.k.key)
+	}
+	t.Txn = t.Txn.Then(ops...)
+	return t
+}
+
+var errRegistryFault = errors.New("injected registry transaction fault")
+
+func (t *registryTxn) Commit() (*clientv3.TxnResponse, error) {
+	t.k.mu.Lock()
+	fire := t.hit && t.k.armed && !t.k.fired
+	t.k.fired = t.k.fired || fire
+	t.k.mu.Unlock()
+	if !fire {
+		return t.Txn.Commit()
+	}
+	switch t.k.mode {
+	case registryRefused:
+		return &clientv3.TxnResponse{Succeeded: false}, nil
+	case registryUnknownApplied:
+		if _, err := t.Txn.Commit(); err != nil {
+			return nil, err
+		}
+	}
+	return nil, fmt.Errorf("%w: %w", context.DeadlineExceeded, errRegistryFault)
+}
+
+// TestCluster_ARegistryFlushThatFailsAnswersRightAndDecidesOnce: the
+// first batch of a new conversation flushes its registry entry (the
+// global scope) before its rows (participant, batch.write) when its
+// store keeps the order of the conversation's writes but not the
+// registry's with them: an etcd store laid out in scopes.
+//
+// A node never takes that path: a claim is a fresh grant, which marks the
+// conversation registered (participant, acquireTurn), so a node writes no
+// registry entry at all (DESIGN.md, "Global streams and values": a
+// conversation needs none in cluster mode); armed, the fault never fires
+// and the enroll commits. The path runs where a service uses such a store
+// without a node (the etcd cut loops and model): there the registry's
+// flush failing, refused or with its outcome unknown (applied or not),
+// answers the enroll unavailable (nothing of the batch was written),
+// fails the service (a global scope's failure is the store's: a restart
+// reconciles), and leaves no row of the conversation; a retry with the
+// same token on the failed service writes nothing, and after a restart
+// commits once, a second retry replaying it, with the registry entry
+// durable before the rows.
+func TestCluster_ARegistryFlushThatFailsAnswersRightAndDecidesOnce(t *testing.T) {
+	ctx := context.Background()
+	const conv = 5
+	req := participant.Enroll{Conversation: conv, Token: tok(6, 1)}
+	t.Run("a node", func(t *testing.T) {
+		pfx := prefix()
+		cli := newClient(t)
+		kv := &registryKV{KV: cli.KV, key: "node/a/conversations", mode: registryRefused}
+		cli.KV = kv
+		a := startMemberOn(t, cli, pfx, "a", 5*time.Second, participant.Options{})
+		kv.arm()
+		if _, err := a.svc.Connect(func() {}).Enroll(ctx, req); err != nil {
+			t.Fatalf("Enroll on a node: %v", err)
+		}
+		if kv.hasFired() || registered(t, pfx+"d/", "node/a/conversations", conv) {
+			t.Fatal("a node wrote a registry entry")
+		}
+		if kinds := rowKinds(t, pfx+"d/", conv); fmt.Sprint(kinds) != "[genesis enroll]" {
+			t.Fatalf("oplog of %d = %v, want [genesis enroll]", conv, kinds)
+		}
+	})
+	for _, mode := range []registryFaultMode{registryRefused, registryUnknownNotApplied, registryUnknownApplied} {
+		t.Run(mode.String(), func(t *testing.T) {
+			pfx := prefix()
+			opts := etcdstore.Options{Prefix: pfx, Scope: cluster.Scope, ScanScope: cluster.ScanScope}
+			kv := &registryKV{KV: shared.Client.KV, key: registry.Stream, mode: mode}
+			open := func(kv clientv3.KV) (*etcdstore.Store, *participant.Service) {
+				st := etcdstore.OpenKV(kv, opts)
+				claimConvs(t, st, pfx)
+				svc, err := participant.Open(ctx, st, participant.Options{NodeKey: participanttest.NodeKey})
+				if err != nil {
+					t.Fatalf("participant.Open: %v", err)
+				}
+				return st, svc
+			}
+			st, svc := open(kv)
+			kv.arm()
+			c := svc.Connect(nil)
+			_, err := c.Enroll(ctx, req)
+			if !kv.hasFired() {
+				t.Fatal("the registry's transaction was not failed")
+			}
+			if !errors.Is(err, participant.ErrUnavailable) {
+				t.Fatalf("Enroll whose registry flush failed = %v, want unavailable", err)
+			}
+			if err := svc.Failed(); err == nil {
+				t.Fatal("the service did not fail with the store's global scope")
+			}
+			if _, err := c.Enroll(ctx, req); !errors.Is(err, participant.ErrUnavailable) && !errors.Is(err, participant.ErrInDoubt) {
+				t.Fatalf("the retry on the failed service = %v, want unavailable or in_doubt", err)
+			}
+			svc.Close()
+			st.Close()
+			if kinds := rowKinds(t, pfx, conv); len(kinds) != 0 {
+				t.Fatalf("after the failed registry flush etcd holds rows %v of the conversation, want none", kinds)
+			}
+
+			st, svc = open(shared.Client.KV)
+			defer st.Close()
+			defer svc.Close()
+			if unl := svc.Unloadable(); len(unl) != 0 {
+				t.Fatalf("after the restart: unloadable %+v", unl)
+			}
+			c = svc.Connect(nil)
+			bound, err := c.Enroll(ctx, req)
+			if err != nil {
+				t.Fatalf("the retry after the restart: %v", err)
+			}
+			again, err := c.Enroll(ctx, req)
+			if err != nil || again.Participant != bound.Participant || again.Generation != bound.Generation || again.Secret != bound.Secret {
+				t.Fatalf("the second retry = %+v, %v, want %+v replayed", again, err, bound)
+			}
+			if kinds := rowKinds(t, pfx, conv); fmt.Sprint(kinds) != "[genesis enroll]" {
+				t.Fatalf("oplog of %d = %v, want [genesis enroll]", conv, kinds)
+			}
+			if !registered(t, pfx, registry.Stream, conv) {
+				t.Fatalf("conversation %d has rows and no registry entry", conv)
+			}
+		})
+	}
+}
+
+// rowKinds returns the kinds of conversation conv's oplog rows in the
+// etcd store at prefix pfx.
+func rowKinds(t *testing.T, pfx string, conv participant.ConversationID) []string {
+	t.Helper()
+	ro := etcdstore.Open(shared.Client, etcdstore.Options{Prefix: pfx, Scope: cluster.Scope})
+	defer ro.Close()
+	es, err := ro.ReadFrom(oplog.Stream(conv), 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	for _, e := range es {
+		r, err := oplog.Decode(e.Payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kinds = append(kinds, fmt.Sprint(r.Kind))
+	}
+	return kinds
+}
+
+// registered reports whether the registry stream reg of the etcd store
+// at prefix pfx names conv.
+func registered(t *testing.T, pfx, reg string, conv participant.ConversationID) bool {
+	t.Helper()
+	ro := etcdstore.Open(shared.Client, etcdstore.Options{Prefix: pfx, Scope: cluster.Scope})
+	defer ro.Close()
+	es, err := ro.ReadFrom(reg, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range es {
+		en, err := registry.Decode(e.Payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if en.Conversation == conv {
+			return true
+		}
+	}
+	return false
+}
