@@ -2,10 +2,11 @@ package participant
 
 import (
 	"errors"
-	"math"
 	"slices"
 	"sort"
 	"sync"
+
+	"github.com/participantd/participantd/oplog"
 )
 
 // Conn is one client connection's handle on the service: it issues the
@@ -188,28 +189,48 @@ type Binding struct {
 // for a binding that reserved none (an attach on the connection already
 // bound). A binding a load finds is published by rebind.
 // A binding a batch commits was admitted under the cap when its slot was
-// reserved, so it is published whatever the connection holds now.
+// reserved, so it is published whatever the connection holds now, and
+// even when c has begun to end: its operation was in flight, which End
+// waits for before it lists the bindings to end.
 func (c *Conn) bind(conv ConversationID, p ParticipantID, slot *bindingSlot) {
-	c.rebind(conv, p, slot, math.MaxInt)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.bindLocked(conv, p, slot)
 }
 
-// rebind publishes p's binding in conv, which a load found stored on c,
-// as bind does with slot, the one its operation parked (nil for none). A
-// binding without a slot, in a conversation c is not bound in, takes a
-// free one of c's max slots, or is not published, and rebind reports
-// false: c has no room for it.
-func (c *Conn) rebind(conv ConversationID, p ParticipantID, slot *bindingSlot, max int) bool {
+// bindLocked is bind with c.mu held.
+//
+// +checklocks:c.mu
+func (c *Conn) bindLocked(conv ConversationID, p ParticipantID, slot *bindingSlot) {
 	if slot != nil && slot.c != c {
 		panic("participant: a binding published on a connection other than the one holding its slot")
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if _, here := c.bindings[conv]; slot == nil && !here && len(c.bindings)+c.reserved >= max {
-		return false
-	}
 	c.bindings[conv] = p
 	c.giveBackLocked(slot)
-	return true
+}
+
+// rebind publishes p's binding in conv, which a load found stored on c,
+// as bind does with slot, the one its operation parked (nil for none),
+// unless c cannot take it: then it publishes nothing, gives slot back,
+// and returns false with the cause the load ends the binding with. c may
+// have ended (End): End lists the bindings to end once, after it marked
+// c ended, so a binding published after the mark would never be ended;
+// the cause is End's. Or c has no room: a binding without a slot, in a
+// conversation c is not bound in, takes a free one of c's max slots, and
+// when none is left it ends as it would on any node that loads the
+// conversation after a loss of its ownership (died/unclean_restart).
+func (c *Conn) rebind(conv ConversationID, p ParticipantID, slot *bindingSlot, max int) (bool, Cause) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ended {
+		c.giveBackLocked(slot)
+		return false, c.endCause
+	}
+	if _, here := c.bindings[conv]; slot == nil && !here && len(c.bindings)+c.reserved >= max {
+		return false, oplog.CauseUncleanRestart
+	}
+	c.bindLocked(conv, p, slot)
+	return true, 0
 }
 
 func (c *Conn) unbind(conv ConversationID, p ParticipantID) {
@@ -375,17 +396,6 @@ func (cv *conversation) settleParked() {
 	cv.parked = nil
 	cv.mu.Unlock()
 	releaseAll(parked)
-}
-
-// endingCause reports whether End was called on c, and with which cause.
-// A nil c is not ending.
-func (c *Conn) endingCause() (bool, Cause) {
-	if c == nil {
-		return false, 0
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.ended, c.endCause
 }
 
 // Next returns the next record to push to the participant this connection

@@ -511,9 +511,10 @@ type staleBinding struct {
 // state, whose turn the caller holds, and installs st with them: every
 // site's current fence is revoked and each bound member is issued a new
 // token; a binding whose connection is of an earlier incarnation, gone,
-// or ending is stale and returned in ends, with its cause; any other is
-// bound to its live connection again, which is returned in live when it
-// has something to push. When cv was forgotten since its turn's holder
+// ended (checked as it is published, under the connection's mu: rebind),
+// or without room for it is stale and returned in ends, with its cause;
+// any other is bound to its live connection again, which is returned in
+// live when it has something to push. When cv was forgotten since its turn's holder
 // began to use it, it publishes no binding and installs nothing, and
 // returns errForgotten: a connection bound in a conversation this
 // service forgot would count the binding against its cap, and may never
@@ -536,20 +537,18 @@ func (s *Service) rebindTurn(cv *conversation, st *outbox.State) (ends []staleBi
 		}
 		row := oplog.Row{Participant: p, Conn: m.Conn, Generation: m.Generation}
 		tokens[p] = s.fences.Issue(site, epochKey(id, &row), 1)
-		// A connection that is ending has its binding end here with the
-		// cause its End was given (a bye stays detached/clean).
 		c := s.conn(m.Conn)
-		ending, cause := c.endingCause()
 		switch {
 		case m.Conn.Server != s.incarnation:
 			ends = append(ends, staleBinding{p, m.Conn, oplog.CauseUncleanRestart})
 		case c == nil:
 			ends = append(ends, staleBinding{p, m.Conn, oplog.CauseConnectionLost})
-		case ending:
-			ends = append(ends, staleBinding{p, m.Conn, cause})
 		default:
 			rebinds = append(rebinds, found{p, c})
 		}
+	}
+	if hook := s.rebindHook.Load(); hook != nil {
+		(*hook)(id)
 	}
 	// Published under cv.mu with the state, so that a Forget comes
 	// either before (nothing is published) or after (it forgets both).
@@ -564,9 +563,12 @@ func (s *Service) rebindTurn(cv *conversation, st *outbox.State) (ends []staleBi
 		// when the conversation was forgotten with its ownership:
 		// Forget) the binding takes a free slot of c, or ends as it
 		// would on any node that loads the conversation after the loss:
-		// never past c's cap.
-		if !f.c.rebind(id, f.p, cv.takeParkedLocked(f.c), s.opts.MaxConversationsPerConn) {
-			ends = append(ends, staleBinding{f.p, f.c.id, oplog.CauseUncleanRestart})
+		// never past c's cap. A connection that ended, since it was
+		// looked up or before, has the binding end here with the cause
+		// its End was given (a bye stays detached/clean): End may have
+		// listed its bindings already.
+		if ok, cause := f.c.rebind(id, f.p, cv.takeParkedLocked(f.c), s.opts.MaxConversationsPerConn); !ok {
+			ends = append(ends, staleBinding{f.p, f.c.id, cause})
 			continue
 		}
 		if waiting(st, f.p) {

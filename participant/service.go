@@ -275,6 +275,11 @@ type Service struct {
 	// tracer traces batches and barriers (trace.go); nil when tracing
 	// is off.
 	tracer trace.Tracer
+	// rebindHook, when set, is called by rebindTurn with the
+	// conversation's id once it has sorted the bindings a load found and
+	// before it publishes them, so that a test acts there. Nil but in
+	// tests.
+	rebindHook atomic.Pointer[func(ConversationID)]
 
 	// regMu serializes appends to the registry stream.
 	regMu sync.Mutex
