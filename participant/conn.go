@@ -321,12 +321,12 @@ func holding(cv *conversation, slot *bindingSlot, complete func(error) error) fu
 
 // park moves slot, if its binding was not published, to cv's parked
 // slots: it stays reserved on its connection until cv's next load settles
-// it, cv is forgotten with its ownership (Forget), or the connection ends
-// (End). A nil slot, or one given back, parks nothing; the slot of an
-// ended connection, which binds nothing more (the load ends the binding
-// it finds there), is given back, and so is one parked on cv after a
-// Forget since the turn began. It runs on the goroutine holding cv's
-// turn.
+// it, cv is forgotten with its ownership (Forget) or contained (contain),
+// or the connection ends (End). A nil slot, or one given back, parks
+// nothing; the slot of an ended connection, which binds nothing more (the
+// load ends the binding it finds there), is given back, and so is one
+// parked on cv after a Forget since the turn began, or on cv contained.
+// It runs on the goroutine holding cv's turn.
 func (cv *conversation) park(slot *bindingSlot) {
 	if slot == nil {
 		return
@@ -339,10 +339,11 @@ func (cv *conversation) park(slot *bindingSlot) {
 	defer cv.mu.Unlock()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !slot.held || c.ended || cv.lost != lostAt {
+	if !slot.held || c.ended || cv.lost != lostAt || cv.unloadable != nil {
 		// Given back, or its connection ended, or cv forgotten with its
-		// ownership since the turn began (Forget): nothing settles a
-		// slot parked now.
+		// ownership since the turn began (Forget), or contained (a
+		// damaged value its batch met): nothing settles a slot parked
+		// now.
 		c.giveBackLocked(slot)
 		return
 	}

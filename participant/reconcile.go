@@ -449,12 +449,7 @@ func (s *Service) reconcileTurn(ctx context.Context, cv *conversation) (*outbox.
 	r, err := reconcile(ctx, s.st, cv.id, s.pages)
 	var ref *refusal
 	if errors.As(err, &ref) {
-		u := &Unloadable{Conversation: cv.id, Class: ref.class, Reason: ref.reason}
-		cv.mu.Lock()
-		cv.unloadable = u
-		cv.mu.Unlock()
-		s.log.Error().Uint64("conversation", uint64(cv.id)).Str("class", ref.class).Str("reason", ref.reason).
-			Msg("conversation unloadable; contained")
+		s.contain(cv, ref)
 		return nil, refuse(CodeUnavailable, "conversation %v is unloadable: %s", cv.id, ref.class)
 	}
 	if err != nil {
@@ -491,12 +486,27 @@ func (s *Service) containCorrupt(cv *conversation, err error) bool {
 	if !errors.As(corruptRefusal(err), &ref) || ref.class != ClassStoreCorrupt {
 		return false
 	}
+	s.contain(cv, ref)
+	return true
+}
+
+// contain marks cv unloadable with ref's finding, logs it, and gives back
+// the binding slots parked on cv. Nothing of a contained conversation
+// loads, so no load settles them, and each would hold its connection's
+// slot of the cap until the connection ended. A binding one stands for,
+// if it was stored, is found by a load of cv once it is loadable again
+// (a fresh claim) and bound where its connection has room, or ended
+// (rebindTurn), as after a Forget; a slot parked on cv from now on is
+// given back at once (park).
+func (s *Service) contain(cv *conversation, ref *refusal) {
 	cv.mu.Lock()
 	cv.unloadable = &Unloadable{Conversation: cv.id, Class: ref.class, Reason: ref.reason}
+	parked := cv.parked
+	cv.parked = nil
 	cv.mu.Unlock()
+	releaseAll(parked)
 	s.log.Error().Uint64("conversation", uint64(cv.id)).Str("class", ref.class).Str("reason", ref.reason).
 		Msg("conversation unloadable; contained")
-	return true
 }
 
 // staleBinding is a binding a load ends: participant p's binding by conn,

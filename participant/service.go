@@ -750,7 +750,8 @@ type conversation struct {
 	// committed under a Forget. Each stays reserved on its connection
 	// until the next load of the conversation settles it: taken over by
 	// the binding the load finds (rebindTurn), or given back (settleParked);
-	// a Forget or the end of its connection (Conn.End) gives it back first.
+	// a Forget, the conversation's containment (contain) or the end of its
+	// connection (Conn.End) gives it back first.
 	// +checklocks:mu
 	parked []*bindingSlot
 	// lost counts the times this service learned it lost the right to
