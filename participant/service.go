@@ -692,8 +692,11 @@ type conversation struct {
 	// reload), across its barriers. The two fields below are used only by
 	// its holder; the state under mu is written only by its holder.
 	turn chan struct{}
-	// registered is set once the registry entry is appended (barrier 1
-	// makes it durable before, or with, the genesis row), or when a fresh
+	// registered is set once the registry entry is appended, where the
+	// store keeps its order with the genesis row or barrier 1 makes both
+	// durable (the row is never durable without it); once the entry is
+	// durable, where neither holds (batch.write flushes it first: an
+	// entry whose flush failed is registered again); or when a fresh
 	// ownership grant says it may exist. Written by the turn holder only;
 	// atomic because unpin reads it without the turn, while a background
 	// reload (release) may hold it.
