@@ -177,6 +177,29 @@ func (n *Node) Flush(c participant.ConversationID) error {
 // fencedOff drops c, whose commit etcd refused on the fence, if the node
 // still holds its claim; a scope already dropped (its claim released or
 // its lease lost) is refused as fenced too, and has nothing left to end.
+//
+// Holds stays true from the refusal until the flusher gets here, and
+// nothing in that window is pushed or answered that could not have been
+// an instant before the refusal, when the node did not know yet. The
+// store fails c's scope under its lock before any flusher of it wakes
+// (etcdstore applyLocked), and the error is sticky until a Reset, which
+// Acquire makes for a scope fenced off only once it claimed c afresh
+// (and dropped the old claim here first): from the refusal on,
+// every read and every flush of c's scope fails, so no commit of c is
+// answered (a batch answers only once its flush returned nil) and no
+// token replays (its index is read). A delivery pushes only the state
+// the service published (Conn.Next), which it publishes only after a
+// flush that returned nil (a batch, a load); an evicted payload is read
+// back from c's scope, which refuses it. What Next may push in the
+// window was committed under the claim before the other node took it,
+// as was everything it pushed since that take, a stretch that begins at
+// the take (the node's lease deadline or a pause, not the refusal) and
+// that fencing and the clients' dedupe by (conversation, recipient, seq)
+// already cover. A refused batch holds c's turn through here; a refused
+// background pass (a checkpoint) holds none, and a batch of c deciding
+// meanwhile can answer only what it decides from that same published
+// state without the store (a refusal, an ack below the cursor), as it
+// could before the refusal.
 func (n *Node) fencedOff(c participant.ConversationID) {
 	n.mu.Lock()
 	_, ok := n.claimsByConv[c]

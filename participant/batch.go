@@ -250,17 +250,20 @@ func (b *batch) write() error {
 				if err := s.register(cv.id); err != nil {
 					return failed(CodeUnavailable, "registering the conversation", err)
 				}
-				cv.registered.Store(true)
 				if shared && !s.keepsRegistryOrder(cv.id) {
 					// The entry must be durable whenever the genesis row
 					// is; its order with c's writes is not kept (another
 					// scope of the store), and barrier 1 is not a flush
 					// of its own here: flush it first. Nothing of the
-					// batch is written yet.
+					// batch is written yet. Registered only once the
+					// flush returned: an entry whose flush failed is not
+					// one a retry may rely on (it registers again; a
+					// second entry is read once).
 					if err := s.flush(cv.id); err != nil {
 						return failed(CodeUnavailable, "registering the conversation", err)
 					}
 				}
+				cv.registered.Store(true)
 			}
 			if b.reservedSlot {
 				cv.counted = true

@@ -2,10 +2,11 @@ package participant
 
 import (
 	"errors"
-	"math"
 	"slices"
 	"sort"
 	"sync"
+
+	"github.com/participantd/participantd/oplog"
 )
 
 // Conn is one client connection's handle on the service: it issues the
@@ -188,28 +189,48 @@ type Binding struct {
 // for a binding that reserved none (an attach on the connection already
 // bound). A binding a load finds is published by rebind.
 // A binding a batch commits was admitted under the cap when its slot was
-// reserved, so it is published whatever the connection holds now.
+// reserved, so it is published whatever the connection holds now, and
+// even when c has begun to end: its operation was in flight, which End
+// waits for before it lists the bindings to end.
 func (c *Conn) bind(conv ConversationID, p ParticipantID, slot *bindingSlot) {
-	c.rebind(conv, p, slot, math.MaxInt)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.bindLocked(conv, p, slot)
 }
 
-// rebind publishes p's binding in conv, which a load found stored on c,
-// as bind does with slot, the one its operation parked (nil for none). A
-// binding without a slot, in a conversation c is not bound in, takes a
-// free one of c's max slots, or is not published, and rebind reports
-// false: c has no room for it.
-func (c *Conn) rebind(conv ConversationID, p ParticipantID, slot *bindingSlot, max int) bool {
+// bindLocked is bind with c.mu held.
+//
+// +checklocks:c.mu
+func (c *Conn) bindLocked(conv ConversationID, p ParticipantID, slot *bindingSlot) {
 	if slot != nil && slot.c != c {
 		panic("participant: a binding published on a connection other than the one holding its slot")
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if _, here := c.bindings[conv]; slot == nil && !here && len(c.bindings)+c.reserved >= max {
-		return false
-	}
 	c.bindings[conv] = p
 	c.giveBackLocked(slot)
-	return true
+}
+
+// rebind publishes p's binding in conv, which a load found stored on c,
+// as bind does with slot, the one its operation parked (nil for none),
+// unless c cannot take it: then it publishes nothing, gives slot back,
+// and returns false with the cause the load ends the binding with. c may
+// have ended (End): End lists the bindings to end once, after it marked
+// c ended, so a binding published after the mark would never be ended;
+// the cause is End's. Or c has no room: a binding without a slot, in a
+// conversation c is not bound in, takes a free one of c's max slots, and
+// when none is left it ends as it would on any node that loads the
+// conversation after a loss of its ownership (died/unclean_restart).
+func (c *Conn) rebind(conv ConversationID, p ParticipantID, slot *bindingSlot, max int) (bool, Cause) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ended {
+		c.giveBackLocked(slot)
+		return false, c.endCause
+	}
+	if _, here := c.bindings[conv]; slot == nil && !here && len(c.bindings)+c.reserved >= max {
+		return false, oplog.CauseUncleanRestart
+	}
+	c.bindLocked(conv, p, slot)
+	return true, 0
 }
 
 func (c *Conn) unbind(conv ConversationID, p ParticipantID) {
@@ -300,12 +321,12 @@ func holding(cv *conversation, slot *bindingSlot, complete func(error) error) fu
 
 // park moves slot, if its binding was not published, to cv's parked
 // slots: it stays reserved on its connection until cv's next load settles
-// it, cv is forgotten with its ownership (Forget), or the connection ends
-// (End). A nil slot, or one given back, parks nothing; the slot of an
-// ended connection, which binds nothing more (the load ends the binding
-// it finds there), is given back, and so is one parked on cv after a
-// Forget since the turn began. It runs on the goroutine holding cv's
-// turn.
+// it, cv is forgotten with its ownership (Forget) or contained (contain),
+// or the connection ends (End). A nil slot, or one given back, parks
+// nothing; the slot of an ended connection, which binds nothing more (the
+// load ends the binding it finds there), is given back, and so is one
+// parked on cv after a Forget since the turn began, or on cv contained.
+// It runs on the goroutine holding cv's turn.
 func (cv *conversation) park(slot *bindingSlot) {
 	if slot == nil {
 		return
@@ -318,10 +339,11 @@ func (cv *conversation) park(slot *bindingSlot) {
 	defer cv.mu.Unlock()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !slot.held || c.ended || cv.lost != lostAt {
+	if !slot.held || c.ended || cv.lost != lostAt || cv.unloadable != nil {
 		// Given back, or its connection ended, or cv forgotten with its
-		// ownership since the turn began (Forget): nothing settles a
-		// slot parked now.
+		// ownership since the turn began (Forget), or contained (a
+		// damaged value its batch met): nothing settles a slot parked
+		// now.
 		c.giveBackLocked(slot)
 		return
 	}
@@ -375,17 +397,6 @@ func (cv *conversation) settleParked() {
 	cv.parked = nil
 	cv.mu.Unlock()
 	releaseAll(parked)
-}
-
-// endingCause reports whether End was called on c, and with which cause.
-// A nil c is not ending.
-func (c *Conn) endingCause() (bool, Cause) {
-	if c == nil {
-		return false, 0
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.ended, c.endCause
 }
 
 // Next returns the next record to push to the participant this connection

@@ -159,8 +159,9 @@
 // one whose binding may be stored unpublished (in doubt) stays reserved
 // until the conversation's next load settles it (conn.go, holding), or
 // until the conversation is forgotten with its ownership (Forget, or an
-// Acquire answered moved), after which a load that finds the binding
-// binds it only where the connection has room, and ends it otherwise.
+// Acquire answered moved) or contained as unloadable, or the connection
+// ends, after which a load that finds the binding binds it only where
+// the connection has room, and ends it otherwise.
 //
 // # Admission and quotas
 //

@@ -320,8 +320,11 @@ func (c *Conn) End(ctx context.Context, cause Cause) error {
 	c.inflight.Wait()
 	// The bindings are in different conversations, so their endings commit
 	// concurrently and share group commits. No binding is added to the
-	// connection from here on: a reload that finds one of its bindings
-	// the bookkeeping missed ends it itself, with this cause.
+	// connection from here on: a batch publishes its binding before its
+	// operation completes, which the wait above covers, and a load
+	// publishes none on a connection marked ended (rebind, under c.mu as
+	// the mark and the list below are): it ends the binding it finds
+	// itself, with this cause.
 	var (
 		mu       sync.Mutex
 		firstErr error

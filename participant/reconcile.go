@@ -449,12 +449,7 @@ func (s *Service) reconcileTurn(ctx context.Context, cv *conversation) (*outbox.
 	r, err := reconcile(ctx, s.st, cv.id, s.pages)
 	var ref *refusal
 	if errors.As(err, &ref) {
-		u := &Unloadable{Conversation: cv.id, Class: ref.class, Reason: ref.reason}
-		cv.mu.Lock()
-		cv.unloadable = u
-		cv.mu.Unlock()
-		s.log.Error().Uint64("conversation", uint64(cv.id)).Str("class", ref.class).Str("reason", ref.reason).
-			Msg("conversation unloadable; contained")
+		s.contain(cv, ref)
 		return nil, refuse(CodeUnavailable, "conversation %v is unloadable: %s", cv.id, ref.class)
 	}
 	if err != nil {
@@ -491,12 +486,27 @@ func (s *Service) containCorrupt(cv *conversation, err error) bool {
 	if !errors.As(corruptRefusal(err), &ref) || ref.class != ClassStoreCorrupt {
 		return false
 	}
+	s.contain(cv, ref)
+	return true
+}
+
+// contain marks cv unloadable with ref's finding, logs it, and gives back
+// the binding slots parked on cv. Nothing of a contained conversation
+// loads, so no load settles them, and each would hold its connection's
+// slot of the cap until the connection ended. A binding one stands for,
+// if it was stored, is found by a load of cv once it is loadable again
+// (a fresh claim) and bound where its connection has room, or ended
+// (rebindTurn), as after a Forget; a slot parked on cv from now on is
+// given back at once (park).
+func (s *Service) contain(cv *conversation, ref *refusal) {
 	cv.mu.Lock()
 	cv.unloadable = &Unloadable{Conversation: cv.id, Class: ref.class, Reason: ref.reason}
+	parked := cv.parked
+	cv.parked = nil
 	cv.mu.Unlock()
+	releaseAll(parked)
 	s.log.Error().Uint64("conversation", uint64(cv.id)).Str("class", ref.class).Str("reason", ref.reason).
 		Msg("conversation unloadable; contained")
-	return true
 }
 
 // staleBinding is a binding a load ends: participant p's binding by conn,
@@ -511,9 +521,10 @@ type staleBinding struct {
 // state, whose turn the caller holds, and installs st with them: every
 // site's current fence is revoked and each bound member is issued a new
 // token; a binding whose connection is of an earlier incarnation, gone,
-// or ending is stale and returned in ends, with its cause; any other is
-// bound to its live connection again, which is returned in live when it
-// has something to push. When cv was forgotten since its turn's holder
+// ended (checked as it is published, under the connection's mu: rebind),
+// or without room for it is stale and returned in ends, with its cause;
+// any other is bound to its live connection again, which is returned in
+// live when it has something to push. When cv was forgotten since its turn's holder
 // began to use it, it publishes no binding and installs nothing, and
 // returns errForgotten: a connection bound in a conversation this
 // service forgot would count the binding against its cap, and may never
@@ -536,20 +547,18 @@ func (s *Service) rebindTurn(cv *conversation, st *outbox.State) (ends []staleBi
 		}
 		row := oplog.Row{Participant: p, Conn: m.Conn, Generation: m.Generation}
 		tokens[p] = s.fences.Issue(site, epochKey(id, &row), 1)
-		// A connection that is ending has its binding end here with the
-		// cause its End was given (a bye stays detached/clean).
 		c := s.conn(m.Conn)
-		ending, cause := c.endingCause()
 		switch {
 		case m.Conn.Server != s.incarnation:
 			ends = append(ends, staleBinding{p, m.Conn, oplog.CauseUncleanRestart})
 		case c == nil:
 			ends = append(ends, staleBinding{p, m.Conn, oplog.CauseConnectionLost})
-		case ending:
-			ends = append(ends, staleBinding{p, m.Conn, cause})
 		default:
 			rebinds = append(rebinds, found{p, c})
 		}
+	}
+	if hook := s.rebindHook.Load(); hook != nil {
+		(*hook)(id)
 	}
 	// Published under cv.mu with the state, so that a Forget comes
 	// either before (nothing is published) or after (it forgets both).
@@ -564,9 +573,12 @@ func (s *Service) rebindTurn(cv *conversation, st *outbox.State) (ends []staleBi
 		// when the conversation was forgotten with its ownership:
 		// Forget) the binding takes a free slot of c, or ends as it
 		// would on any node that loads the conversation after the loss:
-		// never past c's cap.
-		if !f.c.rebind(id, f.p, cv.takeParkedLocked(f.c), s.opts.MaxConversationsPerConn) {
-			ends = append(ends, staleBinding{f.p, f.c.id, oplog.CauseUncleanRestart})
+		// never past c's cap. A connection that ended, since it was
+		// looked up or before, has the binding end here with the cause
+		// its End was given (a bye stays detached/clean): End may have
+		// listed its bindings already.
+		if ok, cause := f.c.rebind(id, f.p, cv.takeParkedLocked(f.c), s.opts.MaxConversationsPerConn); !ok {
+			ends = append(ends, staleBinding{f.p, f.c.id, cause})
 			continue
 		}
 		if waiting(st, f.p) {

@@ -275,6 +275,11 @@ type Service struct {
 	// tracer traces batches and barriers (trace.go); nil when tracing
 	// is off.
 	tracer trace.Tracer
+	// rebindHook, when set, is called by rebindTurn with the
+	// conversation's id once it has sorted the bindings a load found and
+	// before it publishes them, so that a test acts there. Nil but in
+	// tests.
+	rebindHook atomic.Pointer[func(ConversationID)]
 
 	// regMu serializes appends to the registry stream.
 	regMu sync.Mutex
@@ -687,8 +692,11 @@ type conversation struct {
 	// reload), across its barriers. The two fields below are used only by
 	// its holder; the state under mu is written only by its holder.
 	turn chan struct{}
-	// registered is set once the registry entry is appended (barrier 1
-	// makes it durable before, or with, the genesis row), or when a fresh
+	// registered is set once the registry entry is appended, where the
+	// store keeps its order with the genesis row or barrier 1 makes both
+	// durable (the row is never durable without it); once the entry is
+	// durable, where neither holds (batch.write flushes it first: an
+	// entry whose flush failed is registered again); or when a fresh
 	// ownership grant says it may exist. Written by the turn holder only;
 	// atomic because unpin reads it without the turn, while a background
 	// reload (release) may hold it.
@@ -745,7 +753,8 @@ type conversation struct {
 	// committed under a Forget. Each stays reserved on its connection
 	// until the next load of the conversation settles it: taken over by
 	// the binding the load finds (rebindTurn), or given back (settleParked);
-	// a Forget or the end of its connection (Conn.End) gives it back first.
+	// a Forget, the conversation's containment (contain) or the end of its
+	// connection (Conn.End) gives it back first.
 	// +checklocks:mu
 	parked []*bindingSlot
 	// lost counts the times this service learned it lost the right to
