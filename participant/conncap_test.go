@@ -442,26 +442,9 @@ func TestConnCap_ASlotParkedOnAConversationMovedElsewhereIsGivenBack(t *testing.
 // was refused capacity_exceeded, and the connection was never idle.
 func TestConnCap_ALoadForgottenUnderItPublishesNoBinding(t *testing.T) {
 	ctx := context.Background()
-	fs := faultstore.New(store.NewMemory())
-	uncertain := faultstore.NewSwitch(faultstore.Once(faultstore.When(faultstore.Uncertain, faultstore.Kind(faultstore.OpFlush))))
-	noReload := faultstore.NewSwitch(faultstore.When(faultstore.Fail, faultstore.Kind(faultstore.OpRead), faultstore.Prefix(oplog.Stream(1))))
 	hang := faultstore.NewSwitch(faultstore.When(faultstore.Hang, faultstore.Kind(faultstore.OpRead), faultstore.Prefix(oplog.Stream(1))))
-	fs.SetRules(uncertain, noReload, hang)
-	svc, err := Open(ctx, fs, Options{NodeKey: testKey, MaxConversationsPerConn: 1})
-	must(t, err)
-	t.Cleanup(func() { svc.Close() })
-	owner := svc.Connect(nil)
-	ob := mustEnroll(t, owner, 1, 1)
-	c := svc.Connect(nil)
-
-	uncertain.Set(true)
-	noReload.Set(true)
-	_, err = c.Enroll(ctx, Enroll{Conversation: 1, Token: token(2)})
-	var pe *Error
-	if !errors.As(err, &pe) || pe.Code != CodeInDoubt {
-		t.Fatalf("Enroll with an uncertain flush = %v, want in_doubt", err)
-	}
-	svc.waitReloads() // the background reload fails
+	p := parkEnroll(t, Options{MaxConversationsPerConn: 1}, hang)
+	svc, fs, owner, ob, c, noReload := p.svc, p.fs, p.owner, p.ob, p.c, p.noReload
 	if reserved, bound := reservedSlots(c); reserved != 1 || bound != 0 {
 		t.Fatalf("after an enroll in doubt, the connection has %d slots reserved and %d bindings, want 1 (parked) and 0", reserved, bound)
 	}
@@ -501,25 +484,8 @@ func TestConnCap_ALoadForgottenUnderItPublishesNoBinding(t *testing.T) {
 // binding ends it (died/connection_lost).
 func TestConnCap_AnEndedConnectionsParkedSlotIsGivenBack(t *testing.T) {
 	ctx := context.Background()
-	fs := faultstore.New(store.NewMemory())
-	uncertain := faultstore.NewSwitch(faultstore.Once(faultstore.When(faultstore.Uncertain, faultstore.Kind(faultstore.OpFlush))))
-	noReload := faultstore.NewSwitch(faultstore.When(faultstore.Fail, faultstore.Kind(faultstore.OpRead), faultstore.Prefix(oplog.Stream(1))))
-	fs.SetRules(uncertain, noReload)
-	svc, err := Open(ctx, fs, Options{NodeKey: testKey})
-	must(t, err)
-	t.Cleanup(func() { svc.Close() })
-	owner := svc.Connect(nil)
-	ob := mustEnroll(t, owner, 1, 1)
-	c := svc.Connect(nil)
-
-	uncertain.Set(true)
-	noReload.Set(true)
-	_, err = c.Enroll(ctx, Enroll{Conversation: 1, Token: token(2)})
-	var pe *Error
-	if !errors.As(err, &pe) || pe.Code != CodeInDoubt {
-		t.Fatalf("Enroll with an uncertain flush = %v, want in_doubt", err)
-	}
-	svc.waitReloads() // the background reload fails
+	p := parkEnroll(t, Options{})
+	svc, owner, ob, c, noReload := p.svc, p.owner, p.ob, p.c, p.noReload
 	cv := svc.existing(1)
 	parkedOn := func() int {
 		cv.mu.RLock()

@@ -31,6 +31,46 @@ func endRow(t *testing.T, st store.DurableStore, conv ConversationID, conn ConnI
 	return oplog.Row{}, false
 }
 
+// parked is the start the parked-slot tests share: conversation 1 with
+// its owner's binding, and a second connection c whose enroll into it
+// was answered in_doubt (its flush uncertain) while the conversation's
+// reload fails, so that the enroll's slot is parked on the conversation.
+// noReload is still on; extra rules follow the two the setup arms.
+type parked struct {
+	svc      *Service
+	fs       *faultstore.Store
+	mem      *store.Memory
+	owner, c *Conn
+	ob       Bound
+	noReload *faultstore.Switch
+}
+
+func parkEnroll(t *testing.T, opts Options, extra ...faultstore.Rule) parked {
+	t.Helper()
+	p := parked{mem: store.NewMemory()}
+	p.fs = faultstore.New(p.mem)
+	uncertain := faultstore.NewSwitch(faultstore.Once(faultstore.When(faultstore.Uncertain, faultstore.Kind(faultstore.OpFlush))))
+	p.noReload = faultstore.NewSwitch(faultstore.When(faultstore.Fail, faultstore.Kind(faultstore.OpRead), faultstore.Prefix(oplog.Stream(1))))
+	p.fs.SetRules(append([]faultstore.Rule{uncertain, p.noReload}, extra...)...)
+	opts.NodeKey = testKey
+	svc, err := Open(context.Background(), p.fs, opts)
+	must(t, err)
+	t.Cleanup(func() { svc.Close() })
+	p.svc = svc
+	p.owner = svc.Connect(nil)
+	p.ob = mustEnroll(t, p.owner, 1, 1)
+	p.c = svc.Connect(nil)
+	uncertain.Set(true)
+	p.noReload.Set(true)
+	_, err = p.c.Enroll(context.Background(), Enroll{Conversation: 1, Token: token(2)})
+	var pe *Error
+	if !errors.As(err, &pe) || pe.Code != CodeInDoubt {
+		t.Fatalf("Enroll with an uncertain flush = %v, want in_doubt", err)
+	}
+	svc.waitReloads() // the background reload fails
+	return p
+}
+
 // TestConnCap_AConnectionEndingUnderALoadHasTheBindingEnded ends a
 // connection while a load of a conversation it has a binding stored in
 // (an enroll answered in_doubt, not published) holds it between the
@@ -44,26 +84,8 @@ func endRow(t *testing.T, st store.DurableStore, conv ConversationID, conn ConnI
 // connection already ending.
 func TestConnCap_AConnectionEndingUnderALoadHasTheBindingEnded(t *testing.T) {
 	ctx := context.Background()
-	mem := store.NewMemory()
-	fs := faultstore.New(mem)
-	uncertain := faultstore.NewSwitch(faultstore.Once(faultstore.When(faultstore.Uncertain, faultstore.Kind(faultstore.OpFlush))))
-	noReload := faultstore.NewSwitch(faultstore.When(faultstore.Fail, faultstore.Kind(faultstore.OpRead), faultstore.Prefix(oplog.Stream(1))))
-	fs.SetRules(uncertain, noReload)
-	svc, err := Open(ctx, fs, Options{NodeKey: testKey})
-	must(t, err)
-	t.Cleanup(func() { svc.Close() })
-	owner := svc.Connect(nil)
-	ob := mustEnroll(t, owner, 1, 1)
-	c := svc.Connect(nil)
-
-	uncertain.Set(true)
-	noReload.Set(true)
-	_, err = c.Enroll(ctx, Enroll{Conversation: 1, Token: token(2)})
-	var pe *Error
-	if !errors.As(err, &pe) || pe.Code != CodeInDoubt {
-		t.Fatalf("Enroll with an uncertain flush = %v, want in_doubt", err)
-	}
-	svc.waitReloads() // the background reload fails
+	p := parkEnroll(t, Options{})
+	svc, mem, owner, ob, c, noReload := p.svc, p.mem, p.owner, p.ob, p.c, p.noReload
 	noReload.Set(false)
 
 	// The owner's tell loads the conversation; between the sorting and
@@ -110,26 +132,8 @@ func TestConnCap_AConnectionEndingUnderALoadHasTheBindingEnded(t *testing.T) {
 // connection has room, or ended.
 func TestConnCap_AnUnloadableConversationGivesItsParkedSlotsBack(t *testing.T) {
 	ctx := context.Background()
-	mem := store.NewMemory()
-	fs := faultstore.New(mem)
-	uncertain := faultstore.NewSwitch(faultstore.Once(faultstore.When(faultstore.Uncertain, faultstore.Kind(faultstore.OpFlush))))
-	noReload := faultstore.NewSwitch(faultstore.When(faultstore.Fail, faultstore.Kind(faultstore.OpRead), faultstore.Prefix(oplog.Stream(1))))
-	fs.SetRules(uncertain, noReload)
-	svc, err := Open(ctx, fs, Options{NodeKey: testKey, MaxConversationsPerConn: 1})
-	must(t, err)
-	t.Cleanup(func() { svc.Close() })
-	owner := svc.Connect(nil)
-	ob := mustEnroll(t, owner, 1, 1)
-	c := svc.Connect(nil)
-
-	uncertain.Set(true)
-	noReload.Set(true)
-	_, err = c.Enroll(ctx, Enroll{Conversation: 1, Token: token(2)})
-	var pe *Error
-	if !errors.As(err, &pe) || pe.Code != CodeInDoubt {
-		t.Fatalf("Enroll with an uncertain flush = %v, want in_doubt", err)
-	}
-	svc.waitReloads() // the background reload fails
+	p := parkEnroll(t, Options{MaxConversationsPerConn: 1})
+	svc, mem, owner, ob, c, noReload := p.svc, p.mem, p.owner, p.ob, p.c, p.noReload
 	if reserved, bound := reservedSlots(c); reserved != 1 || bound != 0 {
 		t.Fatalf("after an enroll in doubt, the connection has %d slots reserved and %d bindings, want 1 (parked) and 0", reserved, bound)
 	}
