@@ -119,7 +119,7 @@ func run(args, environ []string, stdout io.Writer, stderr *os.File) int {
 			defer close(done)
 			select {
 			case <-srv.Ready():
-				_ = follower.Run(ctx) // returns nil when ctx ends
+				follower.Run(ctx)
 			case <-ctx.Done():
 			}
 		}()

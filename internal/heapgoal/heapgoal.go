@@ -67,10 +67,10 @@ func New(o Options) *Follower {
 }
 
 // Run sets the limit after each collection until ctx is done, then puts
-// back the limit the process had before it and returns nil. With GOGC off
+// back the limit the process had before it and returns. With GOGC off
 // (the runtime's goal then being the operator's memory limit alone) it
 // changes nothing and waits for ctx.
-func (f *Follower) Run(ctx context.Context) error {
+func (f *Follower) Run(ctx context.Context) {
 	initial := debug.SetMemoryLimit(-1)
 	defer debug.SetMemoryLimit(initial)
 	ceiling := f.o.Ceiling
@@ -82,7 +82,7 @@ func (f *Follower) Run(ctx context.Context) error {
 	if gogc < 0 {
 		f.o.Logger.Info().Msg("heap goal: GOGC is off; the runtime's memory limit alone paces the collector")
 		<-ctx.Done()
-		return nil
+		return
 	}
 	factor := f.o.Factor
 	if factor <= 0 {
@@ -105,7 +105,7 @@ func (f *Follower) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
-			return nil
+			return
 		case <-f.gc:
 		}
 		s := r.read()
