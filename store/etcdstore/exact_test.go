@@ -256,15 +256,15 @@ func TestStore_AbsentValuesOfAScopeLoadedUnderItsClaimAreReadFromMemory(t *testi
 // answered absent from memory (which would commit the token a second
 // time).
 func TestStore_ValueOfACommitWhoseAnswerWasLostIsReadAfterReset(t *testing.T) {
-	kv := &failingKV{KV: shared.Client.KV, mode: unknownApplied}
-	s := exactStore(t, kv)
+	fault := &writeFault{mode: unknownApplied}
+	s := exactStore(t, fault.kv())
 	if v, err := s.ReadValue("a/token"); err != nil || v != 0 {
 		t.Fatalf("ReadValue(a/token) = %d, %v, want 0", v, err)
 	}
 	if err := s.CAS("a/token", 0, 3); err != nil {
 		t.Fatal(err)
 	}
-	kv.arm() // the next commit applies, its answer lost
+	fault.Arm(1) // the next commit applies, its answer lost
 	if err := s.FlushScopes("a"); !errors.Is(err, etcdstore.ErrUnknownOutcome) {
 		t.Fatalf("FlushScopes(a) with its answer lost = %v, want ErrUnknownOutcome", err)
 	}
