@@ -74,6 +74,9 @@ func TestCrashCutOverEtcd_FenceLostBetweenTransactions(t *testing.T) {
 			}
 			break
 		}
+		if werr == nil {
+			t.Fatalf("claims taken before transaction %d: the workload finished without a failure", k)
+		}
 	}
 	t.Logf("checked %d runs", runs)
 }
