@@ -116,6 +116,11 @@ func TestCluster_ARegistryFlushThatFailsAnswersRightAndDecidesOnce(t *testing.T)
 			if kinds := rowKinds(t, pfx, conv); len(kinds) != 0 {
 				t.Fatalf("after the failed registry flush etcd holds rows %v of the conversation, want none", kinds)
 			}
+			// Only a transaction whose answer was lost after it applied
+			// leaves the entry (and the restart must not write it twice).
+			if got, want := registered(t, pfx, registry.Stream, conv), mode == etcdtest.LostApplied; got != want {
+				t.Fatalf("after the failed registry flush: registered = %v, want %v", got, want)
+			}
 
 			st, svc = open(shared.Client.KV)
 			defer st.Close()
