@@ -250,24 +250,25 @@ func cutKV(kv clientv3.KV, cut int, after bool) (clientv3.KV, *etcdtest.Trigger)
 	calls.Arm(cut + 1)
 	return etcdtest.Hook(kv, etcdtest.Hooks{
 		Txn: func(_ context.Context, t *etcdtest.Txn) (*clientv3.TxnResponse, error) {
-			if !calls.Hit() {
-				return t.Send()
-			}
-			if after {
-				t.Send()
-			}
-			return nil, errCut
+			return cutCall(calls, after, t.Send)
 		},
 		Get: func(_ context.Context, g *etcdtest.Get) (*clientv3.GetResponse, error) {
-			if !calls.Hit() {
-				return g.Send()
-			}
-			if after {
-				g.Send()
-			}
-			return nil, errCut
+			return cutCall(calls, after, g.Send)
 		},
 	}), calls
+}
+
+// cutCall sends a call unless calls fires on it; then it fails with
+// errCut, having sent it if after.
+func cutCall[R any](calls *etcdtest.Trigger, after bool, send func() (R, error)) (R, error) {
+	if !calls.Hit() {
+		return send()
+	}
+	if after {
+		send()
+	}
+	var none R
+	return none, errCut
 }
 
 // TestConvert_CutAtEveryStep cuts a conversion at every etcd call it
