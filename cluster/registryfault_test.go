@@ -34,8 +34,8 @@ func (f *registryFault) kv(kv clientv3.KV) clientv3.KV {
 }
 
 func (f *registryFault) commit(_ context.Context, t *etcdtest.Txn) (*clientv3.TxnResponse, error) {
-	registry := t.Has(func(op clientv3.Op) bool { return op.IsPut() && strings.Contains(string(op.KeyBytes()), f.key) })
-	if !registry || !f.Hit() {
+	hit := t.Has(func(op clientv3.Op) bool { return op.IsPut() && strings.Contains(string(op.KeyBytes()), f.key) })
+	if !hit || !f.Hit() {
 		return t.Send()
 	}
 	return t.Fail(f.fault)
