@@ -13,10 +13,10 @@ import (
 	"github.com/participantd/participantd/store/etcdstore/etcdtest"
 )
 
-// thief, just before the transaction that writes its Trigger fires on,
-// has every claim of the prefix taken by another node (steal:
-// reclaimConvs), and then sends that transaction all the same: etcd
-// refuses it on its fence. Every other call passes through.
+// thief counts the transactions that write; just before the one its
+// Trigger fires on, it has every claim of the prefix taken by another node
+// (steal: reclaimConvs), and then sends that transaction all the same:
+// etcd refuses it on its fence. Every other call passes through.
 type thief struct {
 	etcdtest.Trigger
 	steal func()
