@@ -3,7 +3,6 @@ package cluster_test
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -11,65 +10,23 @@ import (
 	"github.com/participantd/participantd/cluster"
 	"github.com/participantd/participantd/participant/participanttest"
 	"github.com/participantd/participantd/store/etcdstore"
+	"github.com/participantd/participantd/store/etcdstore/etcdtest"
 )
 
-// thief is a clientv3.KV that, just before its at-th transaction that
-// writes (counting from 1), has every claim of the prefix taken by
-// another node (reclaimConvs), and then sends that transaction all the
-// same: etcd refuses it on its fence. Every other call passes through.
+// thief counts the transactions that write; just before the one its
+// Trigger fires on, it has every claim of the prefix taken by another node
+// (steal: reclaimConvs), and then sends that transaction all the same:
+// etcd refuses it on its fence. Every other call passes through.
 type thief struct {
-	clientv3.KV
+	etcdtest.Trigger
 	steal func()
-
-	// mu guards the fields below.
-	mu sync.Mutex
-	// +checklocks:mu
-	at int
-	// +checklocks:mu
-	writes int
-	// +checklocks:mu
-	fired bool
 }
 
-func (k *thief) Txn(ctx context.Context) clientv3.Txn { return &thiefTxn{Txn: k.KV.Txn(ctx), k: k} }
-
-// hasFired reports whether the claims were taken.
-func (k *thief) hasFired() bool {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return k.fired
-}
-
-type thiefTxn struct {
-	clientv3.Txn
-	k      *thief
-	writes bool
-}
-
-func (t *thiefTxn) If(cs ...clientv3.Cmp) clientv3.Txn { t.Txn = t.Txn.If(cs...); return t }
-
-func (t *thiefTxn) Else(ops ...clientv3.Op) clientv3.Txn { t.Txn = t.Txn.Else(ops...); return t }
-
-func (t *thiefTxn) Then(ops ...clientv3.Op) clientv3.Txn {
-	for _, op := range ops {
-		t.writes = t.writes || op.IsPut() || op.IsDelete()
+func (k *thief) commit(_ context.Context, t *etcdtest.Txn) (*clientv3.TxnResponse, error) {
+	if t.Writes() && k.Hit() {
+		k.steal()
 	}
-	t.Txn = t.Txn.Then(ops...)
-	return t
-}
-
-func (t *thiefTxn) Commit() (*clientv3.TxnResponse, error) {
-	if t.writes {
-		t.k.mu.Lock()
-		t.k.writes++
-		fire := t.k.writes == t.k.at
-		t.k.fired = t.k.fired || fire
-		t.k.mu.Unlock()
-		if fire {
-			t.k.steal()
-		}
-	}
-	return t.Txn.Commit()
+	return t.Send()
 }
 
 // TestCrashCutOverEtcd_FenceLostBetweenTransactions runs participant's
@@ -96,8 +53,9 @@ func TestCrashCutOverEtcd_FenceLostBetweenTransactions(t *testing.T) {
 	for k := 1; ; k++ {
 		pfx := prefix()
 		opts := etcdstore.Options{Prefix: pfx, Scope: cluster.Scope, ScanScope: cluster.ScanScope, MaxTxnOps: 3}
-		kv := &thief{KV: shared.Client.KV, at: k, steal: func() { reclaimConvs(t, pfx) }}
-		st := etcdstore.OpenKV(kv, opts)
+		th := &thief{steal: func() { reclaimConvs(t, pfx) }}
+		th.Arm(k) // the k-th writing transaction, counting from 1
+		st := etcdstore.OpenKV(etcdtest.Hook(shared.Client.KV, etcdtest.Hooks{Txn: th.commit}), opts)
 		claimConvs(t, st, pfx)
 		var log []participanttest.Answered
 		werr := participanttest.CutWorkload(st, &log)
@@ -107,7 +65,7 @@ func TestCrashCutOverEtcd_FenceLostBetweenTransactions(t *testing.T) {
 		participanttest.CheckInvariants(prefixedTB{t, fmt.Sprintf("claims taken before transaction %d: ", k)}, next, log)
 		next.Close()
 		runs++
-		if !kv.hasFired() {
+		if !th.Fired() {
 			if k < 10 {
 				t.Fatalf("the workload made %d writing transactions; it should make far more", k-1)
 			}
@@ -115,6 +73,9 @@ func TestCrashCutOverEtcd_FenceLostBetweenTransactions(t *testing.T) {
 				t.Fatalf("no claim taken (%d writing transactions): the workload failed: %v", k-1, werr)
 			}
 			break
+		}
+		if werr == nil {
+			t.Fatalf("claims taken before transaction %d: the workload finished without a failure", k)
 		}
 	}
 	t.Logf("checked %d runs", runs)

@@ -17,6 +17,7 @@ import (
 	"github.com/participantd/participantd/participant"
 	"github.com/participantd/participantd/store"
 	"github.com/participantd/participantd/store/etcdstore"
+	"github.com/participantd/participantd/store/etcdstore/etcdtest"
 )
 
 // formatData serves a small data set under pfx with one node (two
@@ -238,48 +239,36 @@ func checkConverted(t *testing.T, pfx string, bare map[string]string) {
 	}
 }
 
-// cutKV fails its cut-th call (Gets and transaction commits, counted
-// from 0): before sending it, or, with after, once etcd answered it (the
-// outcome lost, as a crash right after the call would lose it).
-type cutKV struct {
-	clientv3.KV
-	cut, n int
-	after  bool
-}
-
 var errCut = errors.New("cut")
 
-func (k *cutKV) hit() bool { k.n++; return k.n-1 == k.cut }
-
-func (k *cutKV) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
-	if !k.hit() {
-		return k.KV.Get(ctx, key, opts...)
-	}
-	if k.after {
-		k.KV.Get(ctx, key, opts...)
-	}
-	return nil, errCut
+// cutKV returns kv with its cut-th call (Gets and transaction commits,
+// counted from 0) failed with errCut: before sending it, or, with after,
+// once etcd answered it (the outcome lost, as a crash right after the call
+// would lose it). The trigger's Seen counts the calls.
+func cutKV(kv clientv3.KV, cut int, after bool) (clientv3.KV, *etcdtest.Trigger) {
+	calls := new(etcdtest.Trigger)
+	calls.Arm(cut + 1)
+	return etcdtest.Hook(kv, etcdtest.Hooks{
+		Txn: func(_ context.Context, t *etcdtest.Txn) (*clientv3.TxnResponse, error) {
+			return cutCall(calls, after, t.Send)
+		},
+		Get: func(_ context.Context, g *etcdtest.Get) (*clientv3.GetResponse, error) {
+			return cutCall(calls, after, g.Send)
+		},
+	}), calls
 }
 
-func (k *cutKV) Txn(ctx context.Context) clientv3.Txn { return &cutTxn{Txn: k.KV.Txn(ctx), k: k} }
-
-type cutTxn struct {
-	clientv3.Txn
-	k *cutKV
-}
-
-func (t *cutTxn) If(cs ...clientv3.Cmp) clientv3.Txn   { t.Txn = t.Txn.If(cs...); return t }
-func (t *cutTxn) Then(ops ...clientv3.Op) clientv3.Txn { t.Txn = t.Txn.Then(ops...); return t }
-func (t *cutTxn) Else(ops ...clientv3.Op) clientv3.Txn { t.Txn = t.Txn.Else(ops...); return t }
-
-func (t *cutTxn) Commit() (*clientv3.TxnResponse, error) {
-	if !t.k.hit() {
-		return t.Txn.Commit()
+// cutCall sends a call unless calls fires on it; then it fails with
+// errCut, having sent it if after.
+func cutCall[R any](calls *etcdtest.Trigger, after bool, send func() (R, error)) (R, error) {
+	if !calls.Hit() {
+		return send()
 	}
-	if t.k.after {
-		t.Txn.Commit()
+	if after {
+		send()
 	}
-	return nil, errCut
+	var none R
+	return none, errCut
 }
 
 // TestConvert_CutAtEveryStep cuts a conversion at every etcd call it
@@ -298,9 +287,9 @@ func TestConvert_CutAtEveryStep(t *testing.T) {
 		for cut := 0; ; cut++ {
 			pfx := prefix()
 			writeAll(t, pfx, bare)
-			kv := &cutKV{KV: shared.Client.KV, cut: cut, after: after}
+			kv, calls := cutKV(shared.Client.KV, cut, after)
 			_, err := cluster.Convert(ctx, kv, pfx, opts)
-			if kv.n <= cut {
+			if calls.Seen() <= cut {
 				if err != nil {
 					t.Fatalf("uncut Convert: %v", err)
 				}
@@ -329,7 +318,7 @@ func TestConvert_CutAtEveryStep(t *testing.T) {
 	// A conversion cut and finished is served.
 	pfx := prefix()
 	writeAll(t, pfx, bare)
-	kv := &cutKV{KV: shared.Client.KV, cut: 3}
+	kv, _ := cutKV(shared.Client.KV, 3, false)
 	if _, err := cluster.Convert(ctx, kv, pfx, opts); !errors.Is(err, errCut) {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/participantd/participantd/cluster"
 	"github.com/participantd/participantd/cluster/backup"
 	"github.com/participantd/participantd/participant"
+	"github.com/participantd/participantd/store/etcdstore/etcdtest"
 )
 
 // format1Tell is a tell recorded with testdata/format1.txt, and its seq.
@@ -224,13 +225,13 @@ func TestFormat_AStartCutAtEveryCallIsStartedAgain(t *testing.T) {
 			tells := loadFormat1(t, pfx)
 			before := data(dumpPrefix(t, pfx))
 			cli := newClient(t)
-			kv := &cutKV{KV: cli.KV, cut: cut, after: after}
-			cli.KV = kv
+			var calls *etcdtest.Trigger
+			cli.KV, calls = cutKV(cli.KV, cut, after)
 			n, err := cluster.Start(ctx, cli, cluster.Options{NodeID: "cut", Advertise: "cut:7000", Prefix: pfx, LeaseTTL: 2 * time.Second})
 			if n != nil {
 				n.Close()
 			}
-			if kv.n <= cut {
+			if calls.Seen() <= cut {
 				if err != nil {
 					t.Fatalf("uncut Start: %v", err)
 				}

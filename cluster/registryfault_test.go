@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,91 +16,29 @@ import (
 	"github.com/participantd/participantd/participant/participanttest"
 	"github.com/participantd/participantd/registry"
 	"github.com/participantd/participantd/store/etcdstore"
+	"github.com/participantd/participantd/store/etcdstore/etcdtest"
 )
 
-// registryFaultMode is how registryKV fails the transaction it is armed
-// for.
-type registryFaultMode int
-
-const (
-	registryRefused           registryFaultMode = iota // etcd refuses it (a compare failed), nothing applied
-	registryUnknownNotApplied                          // its answer lost; it did not apply
-	registryUnknownApplied                             // its answer lost; it applied
-)
-
-func (m registryFaultMode) String() string {
-	return [...]string{"refused", "unknown outcome, not applied", "unknown outcome, applied"}[m]
-}
-
-// registryKV fails, once armed, the first transaction that writes a key
-// containing key (a node's registry stream), as mode says; every other
+// registryFault fails, once armed, the first transaction that puts a key
+// containing key (a node's registry stream), as fault says; every other
 // call passes through.
-type registryKV struct {
-	clientv3.KV
-	key  string
-	mode registryFaultMode
-
-	// mu guards the fields below.
-	mu sync.Mutex
-	// +checklocks:mu
-	armed bool
-	// +checklocks:mu
-	fired bool
+type registryFault struct {
+	etcdtest.Trigger
+	key   string
+	fault etcdtest.Fault
 }
 
-func (k *registryKV) arm() {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	k.armed = true
+// kv returns kv with f's fault in front of it.
+func (f *registryFault) kv(kv clientv3.KV) clientv3.KV {
+	return etcdtest.Hook(kv, etcdtest.Hooks{Txn: f.commit})
 }
 
-func (k *registryKV) hasFired() bool {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return k.fired
-}
-
-func (k *registryKV) Txn(ctx context.Context) clientv3.Txn {
-	return &registryTxn{Txn: k.KV.Txn(ctx), k: k}
-}
-
-type registryTxn struct {
-	clientv3.Txn
-	k   *registryKV
-	hit bool
-}
-
-func (t *registryTxn) If(cs ...clientv3.Cmp) clientv3.Txn { t.Txn = t.Txn.If(cs...); return t }
-
-func (t *registryTxn) Else(ops ...clientv3.Op) clientv3.Txn { t.Txn = t.Txn.Else(ops...); return t }
-
-func (t *registryTxn) Then(ops ...clientv3.Op) clientv3.Txn {
-	for _, op := range ops {
-		t.hit = t.hit || op.IsPut() && strings.Contains(string(op.KeyBytes()), t.k.key)
+func (f *registryFault) commit(_ context.Context, t *etcdtest.Txn) (*clientv3.TxnResponse, error) {
+	hit := t.Has(func(op clientv3.Op) bool { return op.IsPut() && strings.Contains(string(op.KeyBytes()), f.key) })
+	if !hit || !f.Hit() {
+		return t.Send()
 	}
-	t.Txn = t.Txn.Then(ops...)
-	return t
-}
-
-var errRegistryFault = errors.New("injected registry transaction fault")
-
-func (t *registryTxn) Commit() (*clientv3.TxnResponse, error) {
-	t.k.mu.Lock()
-	fire := t.hit && t.k.armed && !t.k.fired
-	t.k.fired = t.k.fired || fire
-	t.k.mu.Unlock()
-	if !fire {
-		return t.Txn.Commit()
-	}
-	switch t.k.mode {
-	case registryRefused:
-		return &clientv3.TxnResponse{Succeeded: false}, nil
-	case registryUnknownApplied:
-		if _, err := t.Txn.Commit(); err != nil {
-			return nil, err
-		}
-	}
-	return nil, fmt.Errorf("%w: %w", context.DeadlineExceeded, errRegistryFault)
+	return t.Fail(f.fault)
 }
 
 // TestCluster_ARegistryFlushThatFailsAnswersRightAndDecidesOnce: the
@@ -130,25 +67,25 @@ func TestCluster_ARegistryFlushThatFailsAnswersRightAndDecidesOnce(t *testing.T)
 	t.Run("a node", func(t *testing.T) {
 		pfx := prefix()
 		cli := newClient(t)
-		kv := &registryKV{KV: cli.KV, key: "node/a/conversations", mode: registryRefused}
-		cli.KV = kv
+		fault := &registryFault{key: "node/a/conversations", fault: etcdtest.Refused}
+		cli.KV = fault.kv(cli.KV)
 		a := startMemberOn(t, cli, pfx, "a", 5*time.Second, participant.Options{})
-		kv.arm()
+		fault.Arm(1)
 		if _, err := a.svc.Connect(func() {}).Enroll(ctx, req); err != nil {
 			t.Fatalf("Enroll on a node: %v", err)
 		}
-		if kv.hasFired() || registered(t, pfx+"d/", "node/a/conversations", conv) {
+		if fault.Fired() || registered(t, pfx+"d/", "node/a/conversations", conv) {
 			t.Fatal("a node wrote a registry entry")
 		}
 		if kinds := rowKinds(t, pfx+"d/", conv); fmt.Sprint(kinds) != "[genesis enroll]" {
 			t.Fatalf("oplog of %d = %v, want [genesis enroll]", conv, kinds)
 		}
 	})
-	for _, mode := range []registryFaultMode{registryRefused, registryUnknownNotApplied, registryUnknownApplied} {
+	for _, mode := range []etcdtest.Fault{etcdtest.Refused, etcdtest.Lost, etcdtest.LostApplied} {
 		t.Run(mode.String(), func(t *testing.T) {
 			pfx := prefix()
 			opts := etcdstore.Options{Prefix: pfx, Scope: cluster.Scope, ScanScope: cluster.ScanScope}
-			kv := &registryKV{KV: shared.Client.KV, key: registry.Stream, mode: mode}
+			fault := &registryFault{key: registry.Stream, fault: mode}
 			open := func(kv clientv3.KV) (*etcdstore.Store, *participant.Service) {
 				st := etcdstore.OpenKV(kv, opts)
 				claimConvs(t, st, pfx)
@@ -158,11 +95,11 @@ func TestCluster_ARegistryFlushThatFailsAnswersRightAndDecidesOnce(t *testing.T)
 				}
 				return st, svc
 			}
-			st, svc := open(kv)
-			kv.arm()
+			st, svc := open(fault.kv(shared.Client.KV))
+			fault.Arm(1)
 			c := svc.Connect(nil)
 			_, err := c.Enroll(ctx, req)
-			if !kv.hasFired() {
+			if !fault.Fired() {
 				t.Fatal("the registry's transaction was not failed")
 			}
 			if !errors.Is(err, participant.ErrUnavailable) {
@@ -178,6 +115,11 @@ func TestCluster_ARegistryFlushThatFailsAnswersRightAndDecidesOnce(t *testing.T)
 			st.Close()
 			if kinds := rowKinds(t, pfx, conv); len(kinds) != 0 {
 				t.Fatalf("after the failed registry flush etcd holds rows %v of the conversation, want none", kinds)
+			}
+			// Only a transaction whose answer was lost after it applied
+			// leaves the entry (and the restart must not write it twice).
+			if got, want := registered(t, pfx, registry.Stream, conv), mode == etcdtest.LostApplied; got != want {
+				t.Fatalf("after the failed registry flush: registered = %v, want %v", got, want)
 			}
 
 			st, svc = open(shared.Client.KV)

@@ -16,44 +16,29 @@ import (
 	"github.com/participantd/participantd/cluster"
 	"github.com/participantd/participantd/cluster/backup"
 	"github.com/participantd/participantd/participant"
+	"github.com/participantd/participantd/store/etcdstore/etcdtest"
 )
 
-// hookKV calls afterGet after each Get and afterCommit after each
-// committed transaction, so that a test can put another writer between a
-// restore's (or a node's) steps.
-type hookKV struct {
-	clientv3.KV
-	afterGet    func(key string)
-	afterCommit func()
-}
-
-func (h *hookKV) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
-	resp, err := h.KV.Get(ctx, key, opts...)
-	if err == nil && h.afterGet != nil {
-		h.afterGet(key)
-	}
-	return resp, err
-}
-
-func (h *hookKV) Txn(ctx context.Context) clientv3.Txn {
-	return &hookTxn{Txn: h.KV.Txn(ctx), h: h}
-}
-
-type hookTxn struct {
-	clientv3.Txn
-	h *hookKV
-}
-
-func (t *hookTxn) If(cs ...clientv3.Cmp) clientv3.Txn   { t.Txn = t.Txn.If(cs...); return t }
-func (t *hookTxn) Then(ops ...clientv3.Op) clientv3.Txn { t.Txn = t.Txn.Then(ops...); return t }
-func (t *hookTxn) Else(ops ...clientv3.Op) clientv3.Txn { t.Txn = t.Txn.Else(ops...); return t }
-
-func (t *hookTxn) Commit() (*clientv3.TxnResponse, error) {
-	resp, err := t.Txn.Commit()
-	if err == nil && resp.Succeeded && t.h.afterCommit != nil {
-		t.h.afterCommit()
-	}
-	return resp, err
+// hookKV returns kv calling afterGet after each Get and afterCommit after
+// each committed transaction (nil: not called), so that a test can put
+// another writer between a restore's (or a node's) steps.
+func hookKV(kv clientv3.KV, afterGet func(key string), afterCommit func()) clientv3.KV {
+	return etcdtest.Hook(kv, etcdtest.Hooks{
+		Get: func(_ context.Context, g *etcdtest.Get) (*clientv3.GetResponse, error) {
+			resp, err := g.Send()
+			if err == nil && afterGet != nil {
+				afterGet(g.Key)
+			}
+			return resp, err
+		},
+		Txn: func(_ context.Context, t *etcdtest.Txn) (*clientv3.TxnResponse, error) {
+			resp, err := t.Send()
+			if err == nil && resp.Succeeded && afterCommit != nil {
+				afterCommit()
+			}
+			return resp, err
+		},
+	})
 }
 
 // raceBackup returns a backup of keys data keys that restores in about
@@ -103,8 +88,7 @@ func TestRestore_NodeStartingAtTheSameTimeServesNothingHalfRestored(t *testing.T
 		q := shared.Prefix()
 		var node *cluster.Node
 		var claimed []string
-		kv := &hookKV{KV: shared.Client.KV}
-		kv.afterGet = func(string) {
+		afterGet := func(string) {
 			if node != nil {
 				return
 			}
@@ -115,7 +99,7 @@ func TestRestore_NodeStartingAtTheSameTimeServesNothingHalfRestored(t *testing.T
 			}
 		}
 		txns := 0
-		kv.afterCommit = func() {
+		afterCommit := func() {
 			txns++
 			if node == nil || !restoring(t, q) {
 				return
@@ -124,7 +108,7 @@ func TestRestore_NodeStartingAtTheSameTimeServesNothingHalfRestored(t *testing.T
 				claimed = append(claimed, fmt.Sprintf("after transaction %d", txns))
 			}
 		}
-		sum, err := backup.Restore(ctx, kv, q, bytes.NewReader(file), opts)
+		sum, err := backup.Restore(ctx, hookKV(shared.Client.KV, afterGet, afterCommit), q, bytes.NewReader(file), opts)
 		if node != nil {
 			defer node.Close()
 		}
@@ -154,12 +138,12 @@ func TestRestore_NodeStartingAtTheSameTimeServesNothingHalfRestored(t *testing.T
 		// node's start check; the rest of the restore waits for the
 		// node's claim.
 		var once sync.Once
-		rkv := &hookKV{KV: shared.Client.KV, afterGet: func(string) { wait(nodeChecked) }, afterCommit: func() {
+		rkv := hookKV(shared.Client.KV, func(string) { wait(nodeChecked) }, func() {
 			once.Do(func() {
 				close(firstDone)
 				wait(proceed)
 			})
-		}}
+		})
 		type result struct {
 			sum backup.Summary
 			err error
@@ -178,14 +162,14 @@ func TestRestore_NodeStartingAtTheSameTimeServesNothingHalfRestored(t *testing.T
 		// The node's start check reads the marker before the restore's
 		// first transaction; everything after it runs after that one.
 		var checked sync.Once
-		cli.KV = &hookKV{KV: cli.KV, afterGet: func(key string) {
+		cli.KV = hookKV(cli.KV, func(key string) {
 			if strings.HasSuffix(key, cluster.RestoringKey) {
 				checked.Do(func() {
 					close(nodeChecked)
 					wait(firstDone)
 				})
 			}
-		}}
+		}, nil)
 		// Start refuses (its registration compares the marker), or, if
 		// it registered, every claim does.
 		node, err := cluster.Start(ctx, cli, cluster.Options{NodeID: "n1", Prefix: q, LeaseTTL: 5 * time.Second})

@@ -12,13 +12,16 @@ import (
 
 	"github.com/participantd/participantd/store"
 	"github.com/participantd/participantd/store/etcdstore"
+	"github.com/participantd/participantd/store/etcdstore/etcdtest"
 )
 
 // cmpKV records the compares of every transaction that writes, and holds
 // the next one that writes while hold is armed, until the test releases
 // it.
 type cmpKV struct {
+	// KV is the shared client's, its commits decided by commit.
 	clientv3.KV
+
 	mu      sync.Mutex
 	cmps    [][]clientv3.Cmp // compares of each writing transaction
 	hold    bool
@@ -27,10 +30,10 @@ type cmpKV struct {
 }
 
 func newCmpKV() *cmpKV {
-	return &cmpKV{KV: shared.Client.KV, entered: make(chan struct{}, 1), release: make(chan struct{}, 1)}
+	k := &cmpKV{entered: make(chan struct{}, 1), release: make(chan struct{}, 1)}
+	k.KV = etcdtest.Hook(shared.Client.KV, etcdtest.Hooks{Txn: k.commit})
+	return k
 }
-
-func (k *cmpKV) Txn(ctx context.Context) clientv3.Txn { return &cmpTxn{Txn: k.KV.Txn(ctx), k: k} }
 
 // compares returns the compares of the writing transactions sent so far.
 func (k *cmpKV) compares() [][]clientv3.Cmp {
@@ -39,42 +42,19 @@ func (k *cmpKV) compares() [][]clientv3.Cmp {
 	return append([][]clientv3.Cmp(nil), k.cmps...)
 }
 
-type cmpTxn struct {
-	clientv3.Txn
-	k       *cmpKV
-	cmps    []clientv3.Cmp
-	written bool
-}
-
-func (t *cmpTxn) If(cs ...clientv3.Cmp) clientv3.Txn {
-	t.cmps = append(t.cmps, cs...)
-	t.Txn = t.Txn.If(cs...)
-	return t
-}
-
-func (t *cmpTxn) Then(ops ...clientv3.Op) clientv3.Txn {
-	for _, op := range ops {
-		if !op.IsGet() {
-			t.written = true
-		}
-	}
-	t.Txn = t.Txn.Then(ops...)
-	return t
-}
-
-func (t *cmpTxn) Commit() (*clientv3.TxnResponse, error) {
-	if t.written {
-		t.k.mu.Lock()
-		t.k.cmps = append(t.k.cmps, t.cmps)
-		hold := t.k.hold
-		t.k.hold = false
-		t.k.mu.Unlock()
+func (k *cmpKV) commit(_ context.Context, t *etcdtest.Txn) (*clientv3.TxnResponse, error) {
+	if t.Writes() {
+		k.mu.Lock()
+		k.cmps = append(k.cmps, t.Cmps)
+		hold := k.hold
+		k.hold = false
+		k.mu.Unlock()
 		if hold {
-			t.k.entered <- struct{}{}
-			<-t.k.release
+			k.entered <- struct{}{}
+			<-k.release
 		}
 	}
-	return t.Txn.Commit()
+	return t.Send()
 }
 
 // exactStore opens a store on kv whose scope a is fenced by a fresh claim.
@@ -256,15 +236,15 @@ func TestStore_AbsentValuesOfAScopeLoadedUnderItsClaimAreReadFromMemory(t *testi
 // answered absent from memory (which would commit the token a second
 // time).
 func TestStore_ValueOfACommitWhoseAnswerWasLostIsReadAfterReset(t *testing.T) {
-	kv := &failingKV{KV: shared.Client.KV, mode: unknownApplied}
-	s := exactStore(t, kv)
+	fault := &writeFault{mode: unknownApplied}
+	s := exactStore(t, fault.kv())
 	if v, err := s.ReadValue("a/token"); err != nil || v != 0 {
 		t.Fatalf("ReadValue(a/token) = %d, %v, want 0", v, err)
 	}
 	if err := s.CAS("a/token", 0, 3); err != nil {
 		t.Fatal(err)
 	}
-	kv.arm() // the next commit applies, its answer lost
+	fault.Arm(1) // the next commit applies, its answer lost
 	if err := s.FlushScopes("a"); !errors.Is(err, etcdstore.ErrUnknownOutcome) {
 		t.Fatalf("FlushScopes(a) with its answer lost = %v, want ErrUnknownOutcome", err)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/participantd/participantd/store"
 	"github.com/participantd/participantd/store/etcdstore"
+	"github.com/participantd/participantd/store/etcdstore/etcdtest"
 )
 
 // orderedWrite is one write of TestStore_AScopeCutOverTransactionsKeepsItsOrder's
@@ -117,14 +117,15 @@ func cutInOrder(t *testing.T, ws []orderedWrite, prefixes []orderedState, fault 
 		}
 		setup.Close()
 
-		kv := &failingKV{KV: shared.Client.KV, failAt: k, mode: mode.fault}
-		s := etcdstore.OpenKV(kv, opts)
+		fault := &writeFault{mode: mode.fault}
+		fault.Arm(k)
+		s := etcdstore.OpenKV(fault.kv(), opts)
 		if fenced {
 			key := pfx + "own/a"
 			s.SetFence("a", etcdstore.Fence{Key: key, CreateRevision: claim(t, key)})
 			// Another node's claim: the key deleted (the lease expired)
 			// and created again, a new create revision.
-			kv.steal = func() { deleteKey(t, key); claim(t, key) }
+			fault.steal = func() { deleteKey(t, key); claim(t, key) }
 		}
 		for i, w := range ws {
 			var err error
@@ -157,9 +158,9 @@ func cutInOrder(t *testing.T, ws []orderedWrite, prefixes []orderedState, fault 
 		if matched < 0 {
 			t.Fatalf("%v at transaction %d (flush: %v): etcd holds %+v, no prefix of the writes", mode, k, ferr, got)
 		}
-		if !kv.fired() {
+		if !fault.Fired() {
 			if ferr != nil || matched != len(ws) {
-				t.Fatalf("no fault injected (%d writing transactions): flush %v, %d of %d writes durable", kv.writes, ferr, matched, len(ws))
+				t.Fatalf("no fault injected (%d writing transactions): flush %v, %d of %d writes durable", fault.Seen(), ferr, matched, len(ws))
 			}
 			if k < 3 {
 				t.Fatalf("the scope took %d transactions: the test must cut it over several", k-1)
@@ -243,94 +244,43 @@ const (
 	refuse            faultMode = iota // the transaction fails, not sent
 	unknownNotApplied                  // its outcome is unknown; it did not apply
 	unknownApplied                     // its outcome is unknown; it applied
-	fenceLost                          // the fence is lost just before it (failingKV.steal); sent, etcd refuses it
+	fenceLost                          // the fence is lost just before it (writeFault.steal); sent, etcd refuses it
 )
 
 func (m faultMode) String() string {
 	return [...]string{"refused", "unknown outcome, not applied", "unknown outcome, applied", "fence lost"}[m]
 }
 
-// failingKV fails the failAt-th transaction that writes (counting from 1,
-// 0 for none until arm) as mode says, and passes every other call
-// through. For fenceLost it calls steal (which takes the fence away in
-// etcd) and then sends the transaction.
-type failingKV struct {
-	clientv3.KV
-	failAt int
-	mode   faultMode
-	steal  func()
-	mu     sync.Mutex
-	writes int
-	hit    bool
+// writeFault counts the transactions that write, and fails the one its
+// Trigger fires on as mode says; for fenceLost it calls steal (which takes
+// the fence away in etcd) and then sends the transaction.
+type writeFault struct {
+	etcdtest.Trigger
+	mode  faultMode
+	steal func()
 }
 
-// arm makes the next transaction that writes the one that fails.
-func (f *failingKV) arm() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.failAt = f.writes + 1
+// kv returns the shared client's KV with f's fault in front of it.
+func (f *writeFault) kv() clientv3.KV {
+	return etcdtest.Hook(shared.Client.KV, etcdtest.Hooks{Txn: f.commit})
 }
 
-func (f *failingKV) fired() bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.hit
-}
-
-func (f *failingKV) Txn(ctx context.Context) clientv3.Txn {
-	return &failingTxn{Txn: f.KV.Txn(ctx), kv: f}
-}
-
-type failingTxn struct {
-	clientv3.Txn
-	kv     *failingKV
-	writes bool
-}
-
-func (t *failingTxn) If(cs ...clientv3.Cmp) clientv3.Txn { t.Txn = t.Txn.If(cs...); return t }
-func (t *failingTxn) Else(ops ...clientv3.Op) clientv3.Txn {
-	t.Txn = t.Txn.Else(ops...)
-	return t
-}
-
-func (t *failingTxn) Then(ops ...clientv3.Op) clientv3.Txn {
-	for _, op := range ops {
-		t.writes = t.writes || op.IsPut() || op.IsDelete()
+func (f *writeFault) commit(_ context.Context, t *etcdtest.Txn) (*clientv3.TxnResponse, error) {
+	if !t.Writes() || !f.Hit() {
+		return t.Send()
 	}
-	t.Txn = t.Txn.Then(ops...)
-	return t
-}
-
-var errInjected = errors.New("injected transaction fault")
-
-func (t *failingTxn) Commit() (*clientv3.TxnResponse, error) {
-	if !t.writes {
-		return t.Txn.Commit()
-	}
-	t.kv.mu.Lock()
-	t.kv.writes++
-	fire := t.kv.writes == t.kv.failAt
-	t.kv.hit = t.kv.hit || fire
-	t.kv.mu.Unlock()
-	if !fire {
-		return t.Txn.Commit()
-	}
-	if t.kv.mode == fenceLost {
-		t.kv.steal()
-		return t.Txn.Commit()
-	}
-	if t.kv.mode == unknownApplied {
-		if _, err := t.Txn.Commit(); err != nil {
-			return nil, err
-		}
-		return nil, fmt.Errorf("%w: %w", context.DeadlineExceeded, errInjected)
-	}
-	if t.kv.mode == unknownNotApplied {
-		return nil, fmt.Errorf("%w: %w", context.DeadlineExceeded, errInjected)
+	switch f.mode {
+	case fenceLost:
+		f.steal()
+		return t.Send()
+	case unknownApplied:
+		return t.Fail(etcdtest.LostApplied)
+	case unknownNotApplied:
+		return t.Fail(etcdtest.Lost)
 	}
 	// Refused, as if another writer had made a compare fail and then
 	// undone it: the store's read back finds every compare holding.
-	return &clientv3.TxnResponse{Succeeded: false}, nil
+	return t.Fail(etcdtest.Refused)
 }
 
 // TestStore_KeepsOrderWithinOneScopeOnly: the store answers for the names

@@ -13,60 +13,35 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/participantd/participantd/store/etcdstore"
+	"github.com/participantd/participantd/store/etcdstore/etcdtest"
 )
 
 // gatedKV holds every read-only transaction (a batch of reads) until the
 // test releases it, and can fail it instead.
 type gatedKV struct {
+	// KV is the shared client's, its commits decided by commit.
 	clientv3.KV
+
 	entered chan struct{} // a read batch reached Commit
 	release chan error    // nil: send it to etcd; else fail it with this
 	reads   atomic.Int32
 }
 
 func newGatedKV() *gatedKV {
-	return &gatedKV{KV: shared.Client.KV, entered: make(chan struct{}, 64), release: make(chan error, 64)}
+	g := &gatedKV{entered: make(chan struct{}, 64), release: make(chan error, 64)}
+	g.KV = etcdtest.Hook(shared.Client.KV, etcdtest.Hooks{Txn: g.commit})
+	return g
 }
 
-func (g *gatedKV) Txn(ctx context.Context) clientv3.Txn {
-	return &gatedTxn{Txn: g.KV.Txn(ctx), g: g}
-}
-
-type gatedTxn struct {
-	clientv3.Txn
-	g       *gatedKV
-	written bool // If or Else was used: not a read batch
-}
-
-func (t *gatedTxn) If(cs ...clientv3.Cmp) clientv3.Txn {
-	t.Txn, t.written = t.Txn.If(cs...), true
-	return t
-}
-
-func (t *gatedTxn) Then(ops ...clientv3.Op) clientv3.Txn {
-	for _, op := range ops {
-		if !op.IsGet() {
-			t.written = true
-		}
-	}
-	t.Txn = t.Txn.Then(ops...)
-	return t
-}
-
-func (t *gatedTxn) Else(ops ...clientv3.Op) clientv3.Txn {
-	t.Txn, t.written = t.Txn.Else(ops...), true
-	return t
-}
-
-func (t *gatedTxn) Commit() (*clientv3.TxnResponse, error) {
-	if !t.written {
-		t.g.reads.Add(1)
-		t.g.entered <- struct{}{}
-		if err := <-t.g.release; err != nil {
+func (g *gatedKV) commit(_ context.Context, t *etcdtest.Txn) (*clientv3.TxnResponse, error) {
+	if t.ReadOnly() {
+		g.reads.Add(1)
+		g.entered <- struct{}{}
+		if err := <-g.release; err != nil {
 			return nil, err
 		}
 	}
-	return t.Txn.Commit()
+	return t.Send()
 }
 
 // fencedStore opens a store on kv whose scopes a and b are fenced, with

@@ -15,6 +15,11 @@
 // a write that applies late: HoldLate wraps a clientv3.KV so that one
 // transaction fails as a timeout does and reaches etcd only when the test
 // sends it.
+//
+// Other faults a test injects with Hook: a KV whose transactions' commits
+// (and Gets) a hook function decides, shown each transaction's compares
+// and operations: run it, refuse it, lose its answer (Txn.Fail), hold it
+// on a gate, or record it. Trigger picks the one to fail.
 package etcdtest
 
 import (

@@ -19,24 +19,30 @@ import (
 // its client gave up. Every other call passes through. Late is safe for
 // concurrent use.
 type Late struct {
+	// KV is kv, its transactions' commits decided by commit.
 	clientv3.KV
+	kv clientv3.KV
 
 	// mu guards the fields below.
 	mu sync.Mutex
 	// armed reports whether a transaction is the one to hold back, nil
 	// while not armed; held is the transaction held back.
-	armed func(*lateTxn) bool
-	held  *lateTxn
+	armed func(*Txn) bool
+	held  *Txn
 }
 
 // HoldLate returns kv with nothing armed.
-func HoldLate(kv clientv3.KV) *Late { return &Late{KV: kv} }
+func HoldLate(kv clientv3.KV) *Late {
+	l := &Late{kv: kv}
+	l.KV = Hook(kv, Hooks{Txn: l.commit})
+	return l
+}
 
 // Arm holds back the next transaction that puts a key under prefix and
 // has no Else.
 func (l *Late) Arm(prefix string) {
-	l.arm(func(t *lateTxn) bool {
-		return len(t.elss) == 0 && t.has(func(op clientv3.Op) bool {
+	l.arm(func(t *Txn) bool {
+		return len(t.Elses) == 0 && t.Has(func(op clientv3.Op) bool {
 			return op.IsPut() && strings.HasPrefix(string(op.KeyBytes()), prefix)
 		})
 	})
@@ -45,12 +51,12 @@ func (l *Late) Arm(prefix string) {
 // ArmDelete holds back the next transaction that deletes key (a release
 // of a claim, say).
 func (l *Late) ArmDelete(key string) {
-	l.arm(func(t *lateTxn) bool {
-		return t.has(func(op clientv3.Op) bool { return op.IsDelete() && string(op.KeyBytes()) == key })
+	l.arm(func(t *Txn) bool {
+		return t.Has(func(op clientv3.Op) bool { return op.IsDelete() && string(op.KeyBytes()) == key })
 	})
 }
 
-func (l *Late) arm(match func(*lateTxn) bool) {
+func (l *Late) arm(match func(*Txn) bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.armed = match
@@ -68,37 +74,22 @@ func (l *Late) Apply(t testing.TB) bool {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	resp, err := l.KV.Txn(ctx).If(h.cmps...).Then(h.thens...).Commit()
+	resp, err := l.kv.Txn(ctx).If(h.Cmps...).Then(h.Thens...).Commit()
 	if err != nil {
 		t.Fatalf("late transaction: %v", err)
 	}
 	return resp.Succeeded
 }
 
-// Txn implements clientv3.KV.
-func (l *Late) Txn(ctx context.Context) clientv3.Txn { return &lateTxn{l: l, ctx: ctx} }
-
-type lateTxn struct {
-	l           *Late
-	ctx         context.Context
-	cmps        []clientv3.Cmp
-	thens, elss []clientv3.Op
-}
-
-func (t *lateTxn) If(cs ...clientv3.Cmp) clientv3.Txn   { t.cmps = append(t.cmps, cs...); return t }
-func (t *lateTxn) Then(ops ...clientv3.Op) clientv3.Txn { t.thens = append(t.thens, ops...); return t }
-func (t *lateTxn) Else(ops ...clientv3.Op) clientv3.Txn { t.elss = append(t.elss, ops...); return t }
-
-func (t *lateTxn) Commit() (*clientv3.TxnResponse, error) {
-	if t.hold() {
+func (l *Late) commit(_ context.Context, t *Txn) (*clientv3.TxnResponse, error) {
+	if l.hold(t) {
 		return nil, context.DeadlineExceeded
 	}
-	return t.l.KV.Txn(t.ctx).If(t.cmps...).Then(t.thens...).Else(t.elss...).Commit()
+	return t.Send()
 }
 
 // hold reports whether t is the transaction to hold back, and disarms.
-func (t *lateTxn) hold() bool {
-	l := t.l
+func (l *Late) hold(t *Txn) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.armed == nil || !l.armed(t) {
@@ -106,16 +97,6 @@ func (t *lateTxn) hold() bool {
 	}
 	l.armed, l.held = nil, t
 	return true
-}
-
-// has reports whether an operation of t's Then matches.
-func (t *lateTxn) has(match func(clientv3.Op) bool) bool {
-	for _, op := range t.thens {
-		if match(op) {
-			return true
-		}
-	}
-	return false
 }
 
 var _ clientv3.KV = (*Late)(nil)
