@@ -68,7 +68,15 @@ const evictCandidates = 8
 // advanced by anyone else: Evict writes records in place.
 //
 // +checklocks:cv.mu
-func (cv *conversation) setStateLocked(st *outbox.State) {
+func (cv *conversation) setStateLocked(st *outbox.State) { cv.swapStateLocked(st, true) }
+
+// swapStateLocked is setStateLocked, but with evict false it drops no
+// payload from st: a later batch shares st's records (pipelined), and
+// its own install evicts. The caller holds cv.mu for writing, and either
+// cv's turn or a batch in flight that handed it on (pipeline.go).
+//
+// +checklocks:cv.mu
+func (cv *conversation) swapStateLocked(st *outbox.State, evict bool) {
 	bl := cv.backlog
 	sh := cv.share.Load()
 	if old := cv.state; old != nil {
@@ -93,6 +101,10 @@ func (cv *conversation) setStateLocked(st *outbox.State) {
 		}
 		bl.bytes.Add(st.PayloadBytes)
 		bl.evicted.Add(st.EvictedBytes)
+		if !evict {
+			bl.hold(cv, st)
+			return
+		}
 		if over := st.PayloadBytes - bl.window; over > 0 {
 			cv.evictLocked(over)
 		}
@@ -178,6 +190,12 @@ func (s *Service) trimBacklog() {
 		case cv.turn <- struct{}{}:
 		default:
 			continue // busy: its own commits evict it past the hard bound
+		}
+		if !cv.idle() {
+			// A batch in flight shares the published records
+			// (pipeline.go): busy too.
+			<-cv.turn
+			continue
 		}
 		cv.mu.Lock()
 		need -= cv.evictLocked(need)
