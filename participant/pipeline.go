@@ -10,11 +10,11 @@ import (
 // Pipelined batches (docs/DESIGN.md, "Pipelined batches"). A batch of
 // tells and acks hands the conversation's turn on once its rows are
 // appended, before they are durable, so that the next batch is decided
-// and appended while its commit is written. The next batch decides on the working state of
-// the one in flight (prev), is answered only once prev's outcome is
-// known and its own rows are durable, installs after it, and is in
-// doubt whenever prev failed: its rows follow prev's in the store, and
-// whatever it decided rests on them.
+// and appended while its commit is written. The next batch decides on
+// the working state of the one in flight (prev), is answered only once
+// prev's outcome is known and its own rows are durable, installs after
+// it, and is in doubt whenever prev failed: its rows follow prev's in
+// the store, and whatever it decided rests on them.
 //
 // Only under the single node's Ownership on a store that keeps every
 // write's order (the log-first store, the memory store of the tests):
@@ -84,9 +84,12 @@ func (b *batch) writePipelined(handOn func()) error {
 		// Waited for whatever b's flush did, so that b's outcome is
 		// never known before prev's (drain waits for the last batch
 		// handed on alone).
-		if perr := b.prev.wait(); perr != nil && err == nil {
-			err, what = perr, "an earlier commit of the conversation"
+		if perr := b.prev.wait(); perr != nil {
+			// Every decision of b rested on prev's state.
 			b.afterFailed = true
+			if err == nil {
+				err, what = perr, "an earlier commit of the conversation"
+			}
 		}
 	}
 	if err != nil {
