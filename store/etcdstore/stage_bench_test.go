@@ -21,7 +21,10 @@ func BenchmarkStageAndPack(b *testing.B) {
 	}{{"whole", 0}, {"cut", 4}} {
 		b.Run(tc.name, func(b *testing.B) {
 			s := open(nil, nil, Options{
-				Scope:     func(name string) string { return strings.SplitN(name, "/", 2)[0] },
+				Scope: func(name string) string {
+					sc, _, _ := strings.Cut(name, "/")
+					return sc
+				},
 				MaxTxnOps: tc.maxTxnOps,
 			})
 			defer s.Close()
