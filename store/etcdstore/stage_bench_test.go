@@ -89,3 +89,17 @@ func BenchmarkStageAndPack(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkFreshScope measures a scope's state before its first write
+// (B/op, allocs/op): what the store holds at least for every
+// conversation a node serves.
+func BenchmarkFreshScope(b *testing.B) {
+	b.ReportAllocs()
+	for range b.N {
+		c := &scope{name: "c1"}
+		c.clearLocked()
+		sinkScope = c
+	}
+}
+
+var sinkScope *scope
