@@ -174,7 +174,7 @@ func (s *Store) takeLocked() []*scopeWork {
 			f := c.claim
 			sw.fence, sw.fenceMod, sw.exact = &f, c.fenceMod, c.exact
 		}
-		sw.log, c.log = c.log, nil
+		sw.log, c.log, c.logHint = c.log, nil, len(c.log)
 		sw.gatherLocked()
 		c.inflight, c.wanted = sw, false
 		work = append(work, sw)

@@ -62,7 +62,7 @@ func (s *Store) Trim(name string, below uint64) error {
 		}
 		st.first = below
 		st.trimTo, st.trimRun = below, run
-		c.log = append(c.log, write{name: name, trim: st, u64: below, run: run})
+		c.logLocked(write{name: name, trim: st, u64: below, run: run})
 		// Counted like an append, so that a Flush waits for it (a scope
 		// whose only write is a trim is pending too).
 		c.staged++
@@ -178,7 +178,7 @@ func (s *Store) PutBytes(values []store.Bytes) error {
 			bv.cur = append([]byte(nil), v.Value...)
 		}
 		bv.gen++
-		c.log = append(c.log, write{name: v.Key, bv: bv, val: bv.cur, gen: bv.gen})
+		c.logLocked(write{name: v.Key, bv: bv, val: bv.cur, gen: bv.gen})
 		c.staged++
 	}
 	return nil

@@ -39,7 +39,21 @@ func (c *scope) logAppendLocked(name string, st *stream) {
 		c.log[n-1].n++
 		return
 	}
-	c.log = append(c.log, write{name: name, st: st, n: 1})
+	c.logLocked(write{name: name, st: st, n: 1})
+}
+
+// maxLogHint bounds the writes a scope's new log has room for.
+const maxLogHint = 64
+
+// logLocked records w at the end of the scope's log. A new log has room
+// for as many writes as the last commit took (at most maxLogHint), so
+// that a scope staging alike batches allocates its log once per commit,
+// and an idle scope holds none.
+func (c *scope) logLocked(w write) {
+	if c.log == nil {
+		c.log = make([]write, 0, min(max(c.logHint, 1), maxLogHint))
+	}
+	c.log = append(c.log, w)
 }
 
 // gatherLocked sets what the commit sw writes of each stream, value, trim

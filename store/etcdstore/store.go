@@ -253,8 +253,10 @@ type scope struct {
 	// them: a commit gathers from it what it writes (gatherLocked), and
 	// one that must split the scope over several transactions cuts it
 	// in that order, so that what a crash leaves of the scope is a prefix
-	// of its writes (see doc.go, Order).
-	log []write
+	// of its writes (see doc.go, Order). logHint is how many writes the
+	// last commit took of it (see logLocked).
+	log     []write
+	logHint int
 	// wanted is set when a Flush waits for the scope's dirty writes; only
 	// then does a commit start (and take every dirty scope along), so that
 	// writes nobody flushed are committed only by riding along.
@@ -843,7 +845,7 @@ func (s *Store) CAS(key string, old, new uint64) error {
 	}
 	v.cur = new
 	v.gen++
-	c.log = append(c.log, write{name: key, v: v, u64: new, gen: v.gen})
+	c.logLocked(write{name: key, v: v, u64: new, gen: v.gen})
 	c.staged++
 	delete(c.reads, key)
 	s.casWrites.Add(1)
