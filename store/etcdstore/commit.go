@@ -30,14 +30,16 @@ type scopeWork struct {
 	// exact is set when the scope was loaded under its fence (see
 	// scope.exact): the fence compare alone keeps its streams from
 	// forking, so its runs and values are not compared.
-	exact   bool
+	exact bool
+	// log is the scope's writes in order; streams, values, trims and
+	// bytes are what the commit writes of each, gathered from it
+	// (gatherLocked), and for a scope cut over several transactions the
+	// writes of each stretch (packInOrder).
+	log     []write
 	streams []*streamWork
 	values  []*valueWork
 	trims   []*trimWork
 	bytes   []*bytesWork
-	// log is the scope's writes in order, for a scope the commit must
-	// cut over several transactions (packInOrder).
-	log []write
 	// rev is the scope's revision when the commit began: a byte value
 	// commits only if etcd's copy is no newer. committed is the highest
 	// revision a transaction of the scope committed at.
@@ -172,24 +174,8 @@ func (s *Store) takeLocked() []*scopeWork {
 			f := c.claim
 			sw.fence, sw.fenceMod, sw.exact = &f, c.fenceMod, c.exact
 		}
-		for name, st := range c.dirtyStreams {
-			st.taken = len(st.pending)
-			sw.streams = append(sw.streams, &streamWork{st: st, name: name, base: st.committed, ents: st.pending[:st.taken]})
-		}
-		for name, v := range c.dirtyValues {
-			sw.values = append(sw.values, &valueWork{v: v, name: name, old: v.committed, new: v.cur, gen: v.gen})
-		}
-		for name, st := range c.dirtyTrims {
-			sw.trims = append(sw.trims, &trimWork{name: name, below: st.trimTo, run: st.trimRun})
-		}
-		for name, bv := range c.dirtyBytes {
-			sw.bytes = append(sw.bytes, &bytesWork{bv: bv, name: name, val: bv.cur, gen: bv.gen})
-		}
-		c.dirtyStreams = make(map[string]*stream)
-		c.dirtyValues = make(map[string]*value)
-		c.dirtyTrims = make(map[string]*stream)
-		c.dirtyBytes = make(map[string]*byteValue)
-		sw.log, c.log = c.log, nil
+		sw.log, c.log, c.logHint = c.log, nil, len(c.log)
+		sw.gatherLocked()
 		c.inflight, c.wanted = sw, false
 		work = append(work, sw)
 	}

@@ -13,8 +13,9 @@ var _ store.Compactor = (*Store)(nil)
 // byteValue is a byte value with a write staged or in flight. Guarded by
 // Store.mu.
 type byteValue struct {
-	cur []byte // nil: deleted; never modified once set
-	gen uint64 // advances at every PutBytes of the key
+	cur   []byte // nil: deleted; never modified once set
+	gen   uint64 // advances at every PutBytes of the key
+	taken uint64 // the gen of the last write a commit took
 }
 
 // Trim implements store.Compactor. The trim is staged like an append:
@@ -61,8 +62,7 @@ func (s *Store) Trim(name string, below uint64) error {
 		}
 		st.first = below
 		st.trimTo, st.trimRun = below, run
-		c.dirtyTrims[name] = st
-		c.log = append(c.log, write{name: name, trim: st, u64: below, run: run})
+		c.logLocked(write{name: name, trim: st, u64: below, run: run})
 		// Counted like an append, so that a Flush waits for it (a scope
 		// whose only write is a trim is pending too).
 		c.staged++
@@ -178,8 +178,7 @@ func (s *Store) PutBytes(values []store.Bytes) error {
 			bv.cur = append([]byte(nil), v.Value...)
 		}
 		bv.gen++
-		c.dirtyBytes[v.Key] = bv
-		c.log = append(c.log, write{name: v.Key, bv: bv, val: bv.cur, gen: bv.gen})
+		c.logLocked(write{name: v.Key, bv: bv, val: bv.cur, gen: bv.gen})
 		c.staged++
 	}
 	return nil

@@ -147,15 +147,18 @@
 // in the order their calls returned, whichever commits carried them. A
 // scope is in one commit at a time, its commits run one after the other,
 // and none runs after a failed one (the scope's error is sticky until
-// Reset, which discards what was staged). Within a commit, a scope that
-// fits one transaction is atomic. One that does not is cut along its log,
-// the scope's writes recorded in order as they are staged: each
-// transaction takes the writes that follow the previous one's, gathered
-// within it as a whole scope's are (a stream's entries as one chunk, a
-// value's last write), so that a value or byte value written on both
-// sides of a cut is written by both transactions, each with what its
-// stretch left it (a byte value written by an earlier transaction of the
-// same commit is compared against that transaction's revision). A failed
+// Reset, which discards what was staged). A scope records its writes in
+// one log, in order as they are staged (consecutive appends to one stream
+// as one write); it is the one record of what the scope staged, from
+// which a commit gathers what it writes: each stream's entries as one
+// chunk, each value's, byte value's and trim's last write. Within a
+// commit, a scope that fits one transaction is atomic. One that does not
+// is cut along its log: each transaction takes the writes that follow the
+// previous one's, gathered within it as a whole scope's are, so that a
+// value or byte value written on both sides of a cut is written by both
+// transactions, each with what its stretch left it (a byte value written
+// by an earlier transaction of the same commit is compared against that
+// transaction's revision). A failed
 // or unknown transaction leaves the writes up to its own cut, or to the
 // one before it. Writes of different scopes keep no order: scopes commit
 // in concurrent transactions and fail alone

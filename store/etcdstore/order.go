@@ -6,12 +6,14 @@ import (
 	"github.com/participantd/participantd/store"
 )
 
-// A scope's writes keep their order across a crash (doc.go, Order). A
-// commit writes a scope in one transaction when it fits one; a scope
-// that does not is cut into transactions along its log, the writes in
-// the order their calls returned, and those transactions run one after
-// the other, none after one that failed. What etcd holds of the scope
-// after any failure is then its writes up to a cut: a prefix.
+// A scope's writes keep their order across a crash (doc.go, Order). Its
+// log records them as they are staged, in the order their calls
+// returned, and is the one record of what the scope staged: a commit
+// gathers from it what it writes of the scope (gatherLocked), in one
+// transaction when that fits one; a scope that does not is cut into
+// transactions along its log, and those run one after the other, none
+// after one that failed. What etcd holds of the scope after any failure
+// is then its writes up to a cut: a prefix.
 
 // write is one staged write of a scope, as its log records it: an
 // append of n entries to a stream (st), a CAS of a value (v, to u64), a
@@ -37,7 +39,61 @@ func (c *scope) logAppendLocked(name string, st *stream) {
 		c.log[n-1].n++
 		return
 	}
-	c.log = append(c.log, write{name: name, st: st, n: 1})
+	c.logLocked(write{name: name, st: st, n: 1})
+}
+
+// maxLogHint bounds the writes a scope's new log has room for.
+const maxLogHint = 64
+
+// logLocked records w at the end of the scope's log. A new log has room
+// for as many writes as the last commit took (at most maxLogHint), so
+// that a scope staging alike batches allocates its log once per commit,
+// and an idle scope holds none.
+func (c *scope) logLocked(w write) {
+	if c.log == nil {
+		c.log = make([]write, 0, min(max(c.logHint, 1), maxLogHint))
+	}
+	c.log = append(c.log, w)
+}
+
+// gatherLocked sets what the commit sw writes of each stream, value, trim
+// and byte value its log names, once each and in the order of their first
+// writes, with what the scope staged of it last: all of a stream's
+// pending entries (the log holds every append since the scope's last
+// commit began, and that commit wrote the entries before them), a
+// value's and a byte value's last write, a stream's last trim. Store.mu
+// must be held.
+//
+// Each is gathered at its first write in the log and marked taken, so
+// that its later writes are passed over: a stream by its taken entries
+// (none before: no commit of the scope is in flight when one takes it),
+// a value and a byte value by the gen of the write taken, a trim by
+// clearing the stream's staged floor.
+func (sw *scopeWork) gatherLocked() {
+	for _, w := range sw.log {
+		switch {
+		case w.st != nil:
+			if st := w.st; st.taken == 0 {
+				st.taken = len(st.pending)
+				sw.streams = append(sw.streams, &streamWork{st: st, name: w.name, base: st.committed, ents: st.pending[:st.taken]})
+			}
+		case w.v != nil:
+			if v := w.v; v.taken != v.gen {
+				v.taken = v.gen
+				sw.values = append(sw.values, &valueWork{v: v, name: w.name, old: v.committed, new: v.cur, gen: v.gen})
+			}
+		case w.trim != nil:
+			if st := w.trim; st.trimTo != 0 {
+				sw.trims = append(sw.trims, &trimWork{name: w.name, below: st.trimTo, run: st.trimRun})
+				st.trimTo = 0
+			}
+		case w.bv != nil:
+			if bv := w.bv; bv.taken != bv.gen {
+				bv.taken = bv.gen
+				sw.bytes = append(sw.bytes, &bytesWork{bv: bv, name: w.name, val: bv.cur, gen: bv.gen})
+			}
+		}
+	}
 }
 
 // packInOrder lays sw out as transactions of consecutive stretches of its
@@ -52,9 +108,9 @@ func (c *scope) logAppendLocked(name string, st *stream) {
 // plans, in log order, so that the commit's outcome is applied in that
 // order (applyLocked).
 //
-// It fails only when the log does not account for what the commit took,
-// which would be a bug of the store: the scope then fails rather than
-// commit its writes out of order.
+// It fails only when a stream's appends in the log do not add up to the
+// entries the commit took of it, which would be a bug of the store: the
+// scope then fails rather than commit its writes out of order.
 func (s *Store) packInOrder(sw *scopeWork, plans []*txnPlan) ([]*txnPlan, error) {
 	kept := plans
 	works := make(map[*stream]*streamWork, len(sw.streams))
@@ -114,11 +170,11 @@ func (s *Store) packInOrder(sw *scopeWork, plans []*txnPlan) ([]*txnPlan, error)
 		switch {
 		case w.st != nil:
 			swk := works[w.st]
+			if laid[w.st]+w.n > len(swk.ents) {
+				return kept, fmt.Errorf("%w: etcdstore: scope %q logged more appends to %q than its commit took", store.ErrFailed, sw.sc.name, w.name)
+			}
 			prefix := s.lay.entryPrefix(sw.sc.name, swk.name)
 			head := kvCost(prefix, 8+runOverhead)
-			if swk == nil || laid[w.st]+w.n > len(swk.ents) {
-				return kept, fmt.Errorf("%w: etcdstore: scope %q logged appends to %q its commit did not take", store.ErrFailed, sw.sc.name, w.name)
-			}
 			for range w.n {
 				i := laid[w.st]
 				e := entryCost(len(swk.ents[i]))
@@ -160,11 +216,7 @@ func (s *Store) packInOrder(sw *scopeWork, plans []*txnPlan) ([]*txnPlan, error)
 			key := s.lay.valueKey(sw.sc.name, w.name)
 			c := s.valueCmps(sw)
 			room(c, 1, 2*kvCost(key, 8))
-			old, ok := olds[w.v]
-			if !ok {
-				return kept, fmt.Errorf("%w: etcdstore: scope %q logged a CAS of %q its commit did not take", store.ErrFailed, sw.sc.name, w.name)
-			}
-			vw := &valueWork{v: w.v, name: w.name, old: old, new: w.u64, gen: w.gen}
+			vw := &valueWork{v: w.v, name: w.name, old: olds[w.v], new: w.u64, gen: w.gen}
 			olds[w.v] = w.u64 // where the next stretch's write starts from
 			vals[w.v] = vw
 			sw.values = append(sw.values, vw)

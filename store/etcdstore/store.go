@@ -245,18 +245,18 @@ type scope struct {
 	// known, when set (an exact scope), holds every value name of the
 	// scope that may exist in etcd (known.go).
 	known *keyFilter
-	// dirtyStreams and dirtyValues hold what was staged since the last
-	// commit of the scope began; inflight is the commit writing the scope,
-	// nil when none: a scope is in at most one commit at a time.
-	dirtyStreams map[string]*stream
-	dirtyValues  map[string]*value
-	inflight     *scopeWork
+	// inflight is the commit writing the scope, nil when none: a scope is
+	// in at most one commit at a time.
+	inflight *scopeWork
 	// log is every write staged since the last commit of the scope
-	// began, in the order the calls returned: a commit that must split
-	// the scope over several transactions cuts it in that order, so that
-	// what a crash leaves of the scope is a prefix of its writes (see
-	// doc.go, Order).
-	log []write
+	// began, in the order the calls returned, and the one record of
+	// them: a commit gathers from it what it writes (gatherLocked), and
+	// one that must split the scope over several transactions cuts it
+	// in that order, so that what a crash leaves of the scope is a prefix
+	// of its writes (see doc.go, Order). logHint is how many writes the
+	// last commit took of it (see logLocked).
+	log     []write
+	logHint int
 	// wanted is set when a Flush waits for the scope's dirty writes; only
 	// then does a commit start (and take every dirty scope along), so that
 	// writes nobody flushed are committed only by riding along.
@@ -265,11 +265,8 @@ type scope struct {
 	// made durable, so that a Flush knows when its writes are.
 	staged, durable uint64
 	// bytes holds the byte values (store.Compactor) with a write staged or
-	// in flight, nil meaning deleted; dirtyBytes those staged since the
-	// last commit began, and dirtyTrims the streams with a trim staged.
-	bytes      map[string]*byteValue
-	dirtyBytes map[string]*byteValue
-	dirtyTrims map[string]*stream
+	// in flight, nil meaning deleted.
+	bytes map[string]*byteValue
 	// rev is the etcd revision up to which the store knows the scope: the
 	// revision it was loaded at, advanced by each of its
 	// commits. A byte value commits only if etcd's copy was last modified
@@ -277,9 +274,9 @@ type scope struct {
 	rev int64
 }
 
-func (sc *scope) dirty() bool {
-	return len(sc.dirtyStreams)+len(sc.dirtyValues)+len(sc.dirtyBytes)+len(sc.dirtyTrims) > 0
-}
+// dirty reports whether the scope has writes staged since its last commit
+// began.
+func (sc *scope) dirty() bool { return len(sc.log) > 0 }
 
 // pending reports whether the scope has writes not yet durable.
 func (sc *scope) pending() bool { return sc.durable < sc.staged }
@@ -291,13 +288,15 @@ type stream struct {
 	committed uint64
 	// pending holds entries committed.. not yet durable; elements are never
 	// modified once appended, so readers may keep a sub-slice. The first
-	// taken of them are being written by the commit in progress.
+	// taken of them are being written by the commit in progress (none
+	// while no commit of the scope is in flight).
 	pending [][]byte
 	taken   int
 	// first is the seq of the stream's first stored entry, known once
 	// firstKnown is set (read from etcd, or set by a staged Trim, which
-	// makes it visible at once); trimTo is the floor of the staged trim
-	// and trimRun the first seq of the run holding it.
+	// makes it visible at once); trimTo is the floor of the trim staged
+	// and not yet taken by a commit (0: none), trimRun the first seq of
+	// the run holding it.
 	first      uint64
 	firstKnown bool
 	trimTo     uint64
@@ -312,6 +311,7 @@ type value struct {
 	committed uint64 // the value in etcd (0 = absent)
 	cur       uint64 // the value including staged writes
 	gen       uint64 // advances at every CAS
+	taken     uint64 // the gen of the last write a commit took
 }
 
 // Open returns a Store on cli. The caller keeps ownership of cli and closes
@@ -460,13 +460,9 @@ func (c *scope) clearLocked() {
 	c.exact = false
 	c.rev = 0
 	c.bytes = make(map[string]*byteValue)
-	c.dirtyBytes = make(map[string]*byteValue)
-	c.dirtyTrims = make(map[string]*stream)
 	c.reads = make(map[string]uint64)
 	c.streams = make(map[string]*stream)
 	c.values = make(map[string]*value)
-	c.dirtyStreams = make(map[string]*stream)
-	c.dirtyValues = make(map[string]*value)
 	c.log = nil
 }
 
@@ -771,7 +767,6 @@ func (s *Store) Append(name string, payload []byte, expectedSeq uint64) (uint64,
 		return 0, &store.SequenceConflictError{Stream: name, Expected: expectedSeq, Actual: n}
 	}
 	st.pending = append(st.pending, append([]byte(nil), payload...))
-	c.dirtyStreams[name] = st
 	c.logAppendLocked(name, st)
 	c.staged++
 	s.appends.Add(1)
@@ -850,8 +845,7 @@ func (s *Store) CAS(key string, old, new uint64) error {
 	}
 	v.cur = new
 	v.gen++
-	c.dirtyValues[key] = v
-	c.log = append(c.log, write{name: key, v: v, u64: new, gen: v.gen})
+	c.logLocked(write{name: key, v: v, u64: new, gen: v.gen})
 	c.staged++
 	delete(c.reads, key)
 	s.casWrites.Add(1)
