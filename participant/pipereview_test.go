@@ -3,6 +3,7 @@ package participant
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -124,4 +125,166 @@ func TestPipeline_ARetryBatchedWithAFailingAppendWaitsForTheTellInFlight(t *test
 	}
 }
 
-var _ = errors.Is
+// gatedMemory is the memory store whose next Flush, once armed, blocks
+// until the test lets it go and then fails without flushing anything:
+// not sticky, so a later Flush makes every write durable, the armed
+// one's too.
+type gatedMemory struct {
+	*store.Memory
+	mu    sync.Mutex
+	armed bool
+	fail  bool
+	// blocked is closed once the armed Flush blocks; release lets it go.
+	blocked, release chan struct{}
+}
+
+func (g *gatedMemory) arm(fail bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.armed, g.fail = true, fail
+	g.blocked, g.release = make(chan struct{}), make(chan struct{})
+}
+
+var errGatedFlush = errors.New("test: gated flush failed")
+
+func (g *gatedMemory) Flush() error {
+	g.mu.Lock()
+	armed, fail := g.armed, g.fail
+	g.armed = false
+	blocked, release := g.blocked, g.release
+	g.mu.Unlock()
+	if armed {
+		close(blocked)
+		<-release
+		if fail {
+			return errGatedFlush
+		}
+	}
+	return g.Memory.Flush()
+}
+
+// newGatedRig is newPipeRig over a gatedMemory.
+func newGatedRig(t *testing.T, opts Options) (*pipeRig, *gatedMemory) {
+	t.Helper()
+	g := &gatedMemory{Memory: store.NewMemory()}
+	opts.NodeKey = testKey
+	svc, err := Open(context.Background(), g, opts)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	r := &pipeRig{t: t, svc: svc}
+	t.Cleanup(func() {
+		g.mu.Lock()
+		if g.release != nil {
+			select {
+			case <-g.release:
+			default:
+				close(g.release)
+			}
+		}
+		g.mu.Unlock()
+		svc.Close()
+	})
+	ctx := context.Background()
+	r.ca, r.cb = svc.Connect(nil), svc.Connect(nil)
+	if r.a, err = r.ca.Enroll(ctx, Enroll{Conversation: pipeConv, Token: token(1)}); err != nil {
+		t.Fatal(err)
+	}
+	if r.b, err = r.cb.Enroll(ctx, Enroll{Conversation: pipeConv, Token: token(2)}); err != nil {
+		t.Fatal(err)
+	}
+	return r, g
+}
+
+// waitPipelined waits until n batches were decided while the one before
+// them was in flight.
+func (r *pipeRig) waitPipelined(n uint64) {
+	r.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for r.svc.Pipelined() < n {
+		if time.Now().After(deadline) {
+			r.t.Fatalf("Pipelined = %d, want %d", r.svc.Pipelined(), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func inDoubt(err error) bool {
+	var pe *Error
+	return errors.As(err, &pe) && pe.Code == CodeInDoubt
+}
+
+// When the commit in flight fails and the store's failure is not sticky,
+// the next batch's flush makes both batches' rows durable: both are in
+// doubt, and once the conversation is reloaded every retry replays its
+// tell, once, and the receiver is offered each record once.
+func TestPipeline_AFailedFlushThatIsNotStickyLeavesBothInDoubtThenReplays(t *testing.T) {
+	for _, withRetry := range []bool{false, true} {
+		name := "new tell"
+		if withRetry {
+			name = "retry of the tell in flight and a new tell"
+		}
+		t.Run(name, func(t *testing.T) {
+			r, g := newGatedRig(t, Options{})
+			ctx := context.Background()
+			g.arm(true)
+			ca, first := r.tellOf(true, 10)
+			firstOut := waitCall(ca.StartTell(ctx, first))
+			<-g.blocked
+			var retryOut <-chan toldResult
+			if withRetry {
+				retryOut = waitCall(r.ca.StartTell(ctx, first))
+			}
+			cb, second := r.tellOf(false, 11)
+			secondOut := waitCall(cb.StartTell(ctx, second))
+			r.waitPipelined(1)
+			answeredEarly(t, "the second tell", secondOut)
+			close(g.release)
+			if f := <-firstOut; !inDoubt(f.err) {
+				t.Fatalf("first tell = %+v, want in_doubt", f)
+			}
+			if s := <-secondOut; !inDoubt(s.err) {
+				t.Fatalf("second tell = %+v, want in_doubt: decided on a failed commit", s)
+			}
+			if withRetry {
+				if rt := <-retryOut; !inDoubt(rt.err) {
+					t.Fatalf("retry = %+v, want in_doubt: it replays a failed commit", rt)
+				}
+			}
+			r.svc.waitReloads()
+			seqs := map[Seq]byte{}
+			for _, c := range []struct {
+				conn *Conn
+				req  Tell
+			}{{r.ca, first}, {r.cb, second}} {
+				told, err := c.conn.Tell(ctx, c.req)
+				if err != nil {
+					t.Fatalf("retry of tell %d: %v", c.req.Token[0], err)
+				}
+				again, err := c.conn.Tell(ctx, c.req)
+				if err != nil || again.Seq != told.Seq || again.Replay != ReplayCommitted {
+					t.Fatalf("second retry of tell %d = %+v, %v; want seq %v replayed", c.req.Token[0], again, err, told.Seq)
+				}
+				if other, ok := seqs[told.Seq]; ok {
+					t.Fatalf("tells %d and %d both at seq %v", other, c.req.Token[0], told.Seq)
+				}
+				seqs[told.Seq] = c.req.Token[0]
+			}
+			if n := oplogLen(t, g, pipeConv); n != 5 {
+				t.Fatalf("oplog rows = %d, want 5: genesis, two enrollments, two tells, each once", n)
+			}
+			// Each receiver is offered the other's record once.
+			for _, c := range []*Conn{r.ca, r.cb} {
+				got := map[Seq]int{}
+				for _, d := range drainNext(c, pipeConv) {
+					got[d.Seq]++
+				}
+				for q, n := range got {
+					if n != 1 {
+						t.Fatalf("record %v offered %d times", q, n)
+					}
+				}
+			}
+		})
+	}
+}
