@@ -288,3 +288,57 @@ func TestPipeline_AFailedFlushThatIsNotStickyLeavesBothInDoubtThenReplays(t *tes
 		})
 	}
 }
+
+// The backlog bounds hold with a batch in flight (rule 7): the batch
+// decided on its working state counts the records it adds, so that the
+// same tells are refused as when each batch keeps its turn.
+func TestPipeline_TheBacklogBoundsCountTheBatchInFlight(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		opts Options
+	}{
+		{"conversation", Options{MaxBacklogRecords: 3}},
+		{"server", Options{BacklogRecords: 3, ClientShare: 100}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			run := func(noPipeline bool) (refused int, records int64) {
+				opts := c.opts
+				opts.NoPipeline = noPipeline
+				r, g := newGatedRig(t, opts)
+				ctx := context.Background()
+				g.arm(false)
+				ca, first := r.tellOf(true, 10)
+				firstOut := waitCall(ca.StartTell(ctx, first))
+				<-g.blocked
+				_, second := r.tellOf(true, 11)
+				_, third := r.tellOf(true, 12)
+				secondCall, thirdCall := r.ca.StartTell(ctx, second), r.ca.StartTell(ctx, third)
+				secondOut, thirdOut := waitCall(secondCall), waitCall(thirdCall)
+				// Both are queued (StartTell queues before it returns):
+				// keeping the turn, they wait for it in one batch.
+				if !noPipeline {
+					r.waitPipelined(1)
+				}
+				close(g.release)
+				for _, o := range []toldResult{<-firstOut, <-secondOut, <-thirdOut} {
+					var pe *Error
+					switch {
+					case errors.As(o.err, &pe) && pe.Code == CodeBacklogFull:
+						refused++
+					case o.err != nil:
+						t.Fatalf("tell: %v", o.err)
+					}
+				}
+				return refused, r.svc.Backlog().Records
+			}
+			wantRefused, wantRecords := run(true)
+			if wantRefused == 0 {
+				t.Fatalf("no tell refused keeping the turn: the limit does not bite")
+			}
+			refused, records := run(false)
+			if refused != wantRefused || records != wantRecords {
+				t.Fatalf("pipelined: %d refused, %d records retained; keeping the turn: %d refused, %d records", refused, records, wantRefused, wantRecords)
+			}
+		})
+	}
+}
