@@ -3,11 +3,13 @@ package participant
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/participantd/participantd/faultstore"
+	"github.com/participantd/participantd/outbox"
 	"github.com/participantd/participantd/store"
 )
 
@@ -340,5 +342,159 @@ func TestPipeline_TheBacklogBoundsCountTheBatchInFlight(t *testing.T) {
 				t.Fatalf("pipelined: %d refused, %d records retained; keeping the turn: %d refused, %d records", refused, records, wantRefused, wantRecords)
 			}
 		})
+	}
+}
+
+// slowMemory is the memory store whose flushes take a while, as a sync
+// does, so that commits are in flight while the next batch is decided.
+type slowMemory struct {
+	*store.Memory
+	delay time.Duration
+}
+
+func (m *slowMemory) Flush() error {
+	time.Sleep(m.delay)
+	return m.Memory.Flush()
+}
+
+// Eviction under pipelined batches (rule 6): with a backlog window and
+// budget small enough that every install evicts and every release trims,
+// two tellers per conversation race while a reader of each takes what is
+// published; every record is offered with the payload it was told with,
+// and the race detector sees no write to records a batch decides on.
+func TestPipeline_EvictionUnderRacingTellers(t *testing.T) {
+	const (
+		convs   = 3
+		tells   = 60
+		payload = 48
+	)
+	sm := &slowMemory{Memory: store.NewMemory(), delay: 200 * time.Microsecond}
+	svc, err := Open(context.Background(), sm, Options{NodeKey: testKey, BacklogWindowBytes: 2 * payload, MaxBacklogBytes: 4 * payload})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { svc.Close() })
+	ctx := context.Background()
+	type teller struct {
+		conn  *Conn
+		bound Bound
+	}
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		told   = map[ConversationID]map[Seq][]byte{}
+		seen   = map[ConversationID]map[Seq][]byte{}
+		errs   []error
+		stop   = make(chan struct{})
+		reader sync.WaitGroup
+	)
+	readers := map[ConversationID]*Conn{}
+	for c := ConversationID(1); c <= convs; c++ {
+		told[c], seen[c] = map[Seq][]byte{}, map[Seq][]byte{}
+	}
+	// read offers a participant its records from its acknowledged cursor
+	// over and over, and acknowledges half of what it was offered.
+	read := func(c ConversationID, rd teller) {
+		defer reader.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			// From the acknowledged cursor, every round: what is
+			// offered again must be what was offered before.
+			rd.conn.SetOfferedForTest(c, Offered{})
+			var delivered []Seq
+			for {
+				d, ok := rd.conn.Next(c)
+				if !ok {
+					break
+				}
+				if d.Kind != outbox.KindRecord {
+					continue
+				}
+				mu.Lock()
+				if was, ok := seen[c][d.Seq]; ok && string(was) != string(d.Payload) {
+					errs = append(errs, fmt.Errorf("conversation %v record %v offered with %x, then %x", c, d.Seq, was, d.Payload))
+				}
+				seen[c][d.Seq] = append([]byte(nil), d.Payload...)
+				mu.Unlock()
+				delivered = append(delivered, d.Seq)
+			}
+			if len(delivered) > 0 {
+				// Acknowledge the older half, so that acks (plain, and
+				// pipelined) reclaim records of states that clones share.
+				if _, err := rd.conn.Ack(ctx, Ack{Conversation: c, Participant: rd.bound.Participant, Generation: rd.bound.Generation, Through: delivered[len(delivered)/2]}); err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+				}
+			}
+		}
+	}
+	for c := ConversationID(1); c <= convs; c++ {
+		var ts []teller
+		for i := range 3 {
+			conn := svc.Connect(nil)
+			b, err := conn.Enroll(ctx, Enroll{Conversation: c, Token: token(byte(10*c) + byte(i))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ts = append(ts, teller{conn, b})
+		}
+		readers[c] = ts[2].conn
+		for _, rd := range ts {
+			reader.Add(1)
+			go read(c, rd)
+		}
+		for i := range 2 {
+			wg.Add(1)
+			go func(c ConversationID, tl teller, i int) {
+				defer wg.Done()
+				for n := range tells {
+					var tok Token
+					tok[0], tok[1], tok[2], tok[3] = byte(c), byte(i), byte(n), 0xee
+					p := make([]byte, payload)
+					copy(p, tok[:4])
+					got, err := tl.conn.Tell(ctx, Tell{Conversation: c, Participant: tl.bound.Participant, Generation: tl.bound.Generation, Token: tok, Payload: p})
+					mu.Lock()
+					if err != nil {
+						errs = append(errs, err)
+					} else {
+						told[c][got.Seq] = p
+					}
+					mu.Unlock()
+				}
+			}(c, ts[i], i)
+		}
+	}
+	wg.Wait()
+	close(stop)
+	reader.Wait()
+	if len(errs) > 0 {
+		t.Fatalf("%d tells failed, first: %v", len(errs), errs[0])
+	}
+	if svc.Pipelined() == 0 {
+		t.Fatalf("no batch was decided while the one before it was in flight")
+	}
+	t.Logf("pipelined %d batches; backlog %+v", svc.Pipelined(), svc.Backlog())
+	if b := svc.Backlog(); b.EvictedTotal == 0 {
+		t.Fatalf("nothing was evicted: %+v", b)
+	}
+	for c, rc := range readers {
+		for _, d := range drainNext(rc, c) {
+			if d.Kind == outbox.KindRecord {
+				seen[c][d.Seq] = d.Payload
+			}
+		}
+		if len(told[c]) != 2*tells {
+			t.Fatalf("conversation %v: %d tells told, want %d", c, len(told[c]), 2*tells)
+		}
+		for q, want := range told[c] {
+			if got, ok := seen[c][q]; !ok || string(got) != string(want) {
+				t.Fatalf("conversation %v record %v offered %x (offered: %v), want %x", c, q, got, ok, want)
+			}
+		}
 	}
 }
