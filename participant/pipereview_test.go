@@ -136,6 +136,8 @@ type gatedMemory struct {
 	mu    sync.Mutex
 	armed bool
 	fail  bool
+	// bad are keys whose ReadValue reports them damaged.
+	bad map[string]bool
 	// blocked is closed once the armed Flush blocks; release lets it go.
 	blocked, release chan struct{}
 }
@@ -148,6 +150,27 @@ func (g *gatedMemory) arm(fail bool) {
 }
 
 var errGatedFlush = errors.New("test: gated flush failed")
+
+// damage makes ReadValue of key report it damaged, as a value whose
+// checksum fails does.
+func (g *gatedMemory) damage(key string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.bad == nil {
+		g.bad = map[string]bool{}
+	}
+	g.bad[key] = true
+}
+
+func (g *gatedMemory) ReadValue(key string) (uint64, error) {
+	g.mu.Lock()
+	bad := g.bad[key]
+	g.mu.Unlock()
+	if bad {
+		return 0, &store.ChecksumError{File: "test", Key: key, What: "checksum 00000000 stored, 00000001 computed"}
+	}
+	return g.Memory.ReadValue(key)
+}
 
 func (g *gatedMemory) Flush() error {
 	g.mu.Lock()
@@ -496,5 +519,46 @@ func TestPipeline_EvictionUnderRacingTellers(t *testing.T) {
 				t.Fatalf("conversation %v record %v offered %x (offered: %v), want %x", c, q, got, ok, want)
 			}
 		}
+	}
+}
+
+// A conversation contained by a batch decided while the one before it
+// was in flight stays contained: a later batch is refused, as it is when
+// each batch keeps its turn (ensureLoadedTurn refuses an unloadable
+// conversation; TestDamagedTokenEntryContainsALoadedConversation), and
+// not decided on the working state of the batch in flight, which skips
+// the load and its check. Under steady load the pipeline need never
+// drain, and the contained conversation would commit on.
+func TestPipeline_AContainedConversationTakesNoMoreCommits(t *testing.T) {
+	r, g := newGatedRig(t, Options{})
+	ctx := context.Background()
+	g.arm(false)
+	ca, first := r.tellOf(true, 10)
+	firstOut := waitCall(ca.StartTell(ctx, first))
+	<-g.blocked
+
+	// One batch: a's tell, whose token entry is damaged (the
+	// conversation is contained), and b's, which commits.
+	_, damaged := r.tellOf(true, 11)
+	g.damage(tokenRef{p: damaged.Participant, t: damaged.Token}.key(pipeConv))
+	cb, second := r.tellOf(false, 12)
+	damagedOut := waitCall(r.ca.StartTell(ctx, damaged))
+	secondOut := waitCall(cb.StartTell(ctx, second))
+	r.waitPipelined(1)
+	// The next batch, decided once the conversation is contained.
+	_, third := r.tellOf(false, 13)
+	thirdOut := waitCall(r.cb.StartTell(ctx, third))
+	r.waitPipelined(2)
+	close(g.release)
+	<-firstOut
+	<-secondOut
+	if d := <-damagedOut; !errors.Is(d.err, ErrUnavailable) {
+		t.Fatalf("tell with a damaged token entry = %+v, want unavailable", d)
+	}
+	if unl := r.svc.Unloadable(); len(unl) != 1 || unl[0].Class != ClassStoreCorrupt {
+		t.Fatalf("Unloadable() = %+v, want the conversation as %s", unl, ClassStoreCorrupt)
+	}
+	if th := <-thirdOut; !errors.Is(th.err, ErrUnavailable) {
+		t.Fatalf("tell decided after the conversation was contained = %+v, want unavailable", th)
 	}
 }
