@@ -562,3 +562,42 @@ func TestPipeline_AContainedConversationTakesNoMoreCommits(t *testing.T) {
 		t.Fatalf("tell decided after the conversation was contained = %+v, want unavailable", th)
 	}
 }
+
+// Close with a pipeline in flight whose commit then fails: Close returns
+// without waiting for the held commit, both batches answer in doubt once
+// it fails, and no reload is left running (goleak in TestMain; waitReloads
+// here).
+func TestPipeline_CloseWithAFailingPipelineInFlight(t *testing.T) {
+	r, g := newGatedRig(t, Options{})
+	ctx := context.Background()
+	g.arm(true)
+	ca, first := r.tellOf(true, 10)
+	firstOut := waitCall(ca.StartTell(ctx, first))
+	<-g.blocked
+	cb, second := r.tellOf(false, 11)
+	secondOut := waitCall(cb.StartTell(ctx, second))
+	r.waitPipelined(1)
+	// A reload already waiting for the pipeline to drain.
+	cv := r.svc.existing(pipeConv)
+	if !r.svc.pinForReload(cv) {
+		t.Fatal("pinForReload: false")
+	}
+	go r.svc.reload(cv)
+	closed := make(chan struct{})
+	go func() {
+		r.svc.Close()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close waits for a commit in flight")
+	}
+	close(g.release)
+	for _, o := range []toldResult{<-firstOut, <-secondOut} {
+		if !inDoubt(o.err) {
+			t.Fatalf("outcome = %+v, want in_doubt", o)
+		}
+	}
+	r.svc.bg.Wait()
+}
