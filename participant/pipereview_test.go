@@ -601,3 +601,37 @@ func TestPipeline_CloseWithAFailingPipelineInFlight(t *testing.T) {
 	}
 	r.svc.bg.Wait()
 }
+
+// Depth 2 (docs/DESIGN.md, Pipelined batches): one batch in flight, one
+// deciding. A third batch waits until the first has its outcome; here the
+// second is in flight (its own flush done, waiting for the first's), and
+// the third must not be decided on it. When the first then fails, every
+// batch after it is in doubt.
+func TestPipeline_DepthIsTwo(t *testing.T) {
+	r, g := newGatedRig(t, Options{})
+	ctx := context.Background()
+	g.arm(true)
+	ca, first := r.tellOf(true, 10)
+	firstOut := waitCall(ca.StartTell(ctx, first))
+	<-g.blocked
+	cb, second := r.tellOf(false, 11)
+	secondOut := waitCall(cb.StartTell(ctx, second))
+	r.waitPipelined(1)
+	_, third := r.tellOf(true, 12)
+	thirdOut := waitCall(r.ca.StartTell(ctx, third))
+	deadline := time.Now().Add(100 * time.Millisecond)
+	depth3 := false
+	for time.Now().Before(deadline) && !depth3 {
+		depth3 = r.svc.Pipelined() > 1
+		time.Sleep(time.Millisecond)
+	}
+	close(g.release)
+	for _, o := range []toldResult{<-firstOut, <-secondOut, <-thirdOut} {
+		if !inDoubt(o.err) {
+			t.Errorf("outcome = %+v, want in_doubt", o)
+		}
+	}
+	if depth3 {
+		t.Fatalf("a third batch was decided while the first was in flight (Pipelined = %d)", r.svc.Pipelined())
+	}
+}
