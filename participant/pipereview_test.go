@@ -635,3 +635,59 @@ func TestPipeline_DepthIsTwo(t *testing.T) {
 		t.Fatalf("a third batch was decided while the first was in flight (Pipelined = %d)", r.svc.Pipelined())
 	}
 }
+
+// chain returns how many batches cv's last pipelined batch keeps
+// reachable through prev, itself included; the caller holds cv's turn.
+func chain(cv *conversation) int {
+	n := 0
+	for b := cv.inflight; b != nil; b = b.prev {
+		n++
+	}
+	return n
+}
+
+// A batch keeps the batch before it only while it needs its outcome:
+// under steady load on one conversation the pipeline need never drain,
+// and batches that link every one before them would keep every batch
+// since it last drained (its tasks, rows, payloads and a copy of the
+// members each) reachable from the conversation.
+func TestPipeline_FinishedBatchesAreNotKeptAlive(t *testing.T) {
+	const tells = 100
+	sm := &slowMemory{Memory: store.NewMemory(), delay: time.Millisecond}
+	svc := openService(t, sm)
+	ctx := context.Background()
+	var tellers [2]struct {
+		conn  *Conn
+		bound Bound
+	}
+	for i := range tellers {
+		tellers[i].conn = svc.Connect(nil)
+		b, err := tellers[i].conn.Enroll(ctx, Enroll{Conversation: pipeConv, Token: token(byte(1 + i))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tellers[i].bound = b
+	}
+	var wg sync.WaitGroup
+	for i, tl := range tellers {
+		wg.Go(func() {
+			for n := range tells {
+				var tok Token
+				tok[0], tok[1], tok[2] = byte(i), byte(n), 0xee
+				if _, err := tl.conn.Tell(ctx, Tell{Conversation: pipeConv, Participant: tl.bound.Participant, Generation: tl.bound.Generation, Token: tok, Payload: []byte{byte(n)}}); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	cv := svc.existing(pipeConv)
+	cv.turn <- struct{}{}
+	n := chain(cv)
+	<-cv.turn
+	t.Logf("pipelined %d of %d batches", svc.Pipelined(), 2*tells)
+	if n > 2 {
+		t.Fatalf("the conversation keeps %d batches reachable (prev), want at most 2", n)
+	}
+}
