@@ -127,6 +127,29 @@ func TestPipeline_ARetryBatchedWithAFailingAppendWaitsForTheTellInFlight(t *test
 	}
 }
 
+// As above, and the tell in flight then fails: the retry, decided on its
+// row, and the other tell of its batch are in doubt, whatever their own
+// failure said.
+func TestPipeline_ARetryBatchedWithAFailingAppendSharesTheFailureInFlight(t *testing.T) {
+	r, g := newGatedRig(t, Options{})
+	ctx := context.Background()
+	g.arm(true)
+	ca, first := r.tellOf(true, 10)
+	firstOut := waitCall(ca.StartTell(ctx, first))
+	<-g.blocked
+	cb, second := r.tellOf(false, 11)
+	g.failCASOf(tokenRef{p: second.Participant, t: second.Token}.key(pipeConv))
+	retryOut := waitCall(r.ca.StartTell(ctx, first))
+	secondOut := waitCall(cb.StartTell(ctx, second))
+	answeredEarly(t, "the retry", retryOut)
+	close(g.release)
+	for _, o := range []toldResult{<-firstOut, <-retryOut, <-secondOut} {
+		if !inDoubt(o.err) {
+			t.Fatalf("outcome = %+v, want in_doubt", o)
+		}
+	}
+}
+
 // gatedMemory is the memory store whose next Flush, once armed, blocks
 // until the test lets it go and then fails without flushing anything:
 // not sticky, so a later Flush makes every write durable, the armed
@@ -136,8 +159,9 @@ type gatedMemory struct {
 	mu    sync.Mutex
 	armed bool
 	fail  bool
-	// bad are keys whose ReadValue reports them damaged.
-	bad map[string]bool
+	// bad are keys whose ReadValue reports them damaged; failCAS, keys
+	// whose CAS fails (not performed).
+	bad, failCAS map[string]bool
 	// blocked is closed once the armed Flush blocks; release lets it go.
 	blocked, release chan struct{}
 }
@@ -160,6 +184,26 @@ func (g *gatedMemory) damage(key string) {
 		g.bad = map[string]bool{}
 	}
 	g.bad[key] = true
+}
+
+// failCASOf makes CAS of key fail, not performed.
+func (g *gatedMemory) failCASOf(key string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.failCAS == nil {
+		g.failCAS = map[string]bool{}
+	}
+	g.failCAS[key] = true
+}
+
+func (g *gatedMemory) CAS(key string, old, new uint64) error {
+	g.mu.Lock()
+	fail := g.failCAS[key]
+	g.mu.Unlock()
+	if fail {
+		return errGatedFlush
+	}
+	return g.Memory.CAS(key, old, new)
 }
 
 func (g *gatedMemory) ReadValue(key string) (uint64, error) {
