@@ -71,7 +71,9 @@ func (s *Service) batchAfter(cv *conversation, prev *batch) *batch {
 func (b *batch) writePipelined(handOn func()) error {
 	s, cv := b.s, b.cv
 	if _, err := b.appendRows(true); err != nil {
-		return err
+		// Its replays and refusals rest on prev's rows as its commits
+		// do: answered once prev has its outcome, in doubt if it failed.
+		return b.afterPrev(err)
 	}
 	b.done = make(chan struct{})
 	cv.inflight = b
@@ -99,6 +101,20 @@ func (b *batch) writePipelined(handOn func()) error {
 	b.clock.durable = time.Now()
 	b.install()
 	return nil
+}
+
+// afterPrev returns err, the failure of b before it handed the turn on,
+// once prev has its outcome: an error in doubt when prev failed, since
+// every decision of b rested on prev's state. The caller holds the turn.
+func (b *batch) afterPrev(err error) error {
+	if b.prev == nil {
+		return err
+	}
+	if perr := b.prev.wait(); perr != nil {
+		b.afterFailed = true
+		return &Error{Code: CodeInDoubt, Detail: "an earlier commit of the conversation", cause: perr}
+	}
+	return err
 }
 
 // failAfter fails b, decided on the state of the batch before it, which
