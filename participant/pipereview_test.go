@@ -278,6 +278,26 @@ func (r *pipeRig) waitPipelined(n uint64) {
 	}
 }
 
+// waitDequeued waits until a batch took every operation queued on the
+// conversation: they are being decided, or wait for the batch in flight.
+func (r *pipeRig) waitDequeued() {
+	r.t.Helper()
+	cv := r.svc.existing(pipeConv)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		cv.qmu.Lock()
+		n := len(cv.queue)
+		cv.qmu.Unlock()
+		if n == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			r.t.Fatalf("%d operations still queued", n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 func inDoubt(err error) bool {
 	var pe *Error
 	return errors.As(err, &pe) && pe.Code == CodeInDoubt
@@ -592,7 +612,7 @@ func TestPipeline_AContainedConversationTakesNoMoreCommits(t *testing.T) {
 	// The next batch, decided once the conversation is contained.
 	_, third := r.tellOf(false, 13)
 	thirdOut := waitCall(r.cb.StartTell(ctx, third))
-	r.waitPipelined(2)
+	r.waitDequeued()
 	close(g.release)
 	<-firstOut
 	<-secondOut
