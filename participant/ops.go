@@ -213,6 +213,11 @@ func (s *Service) lead(cv *conversation) {
 	}
 	began := time.Now()
 	prev := cv.inflight
+	if prev != nil && !prev.finished() && cv.contained() {
+		// Contained since prev was decided: this batch is refused as
+		// the load refuses it (ensureLoadedTurn), once prev is done.
+		_ = prev.wait() // its outcome is its own batch's
+	}
 	if prev != nil && prev.finished() {
 		prev, cv.inflight = nil, nil
 	}
