@@ -139,8 +139,8 @@ func TestPipeline_ARetryBatchedWithAFailingAppendSharesTheFailureInFlight(t *tes
 	<-g.blocked
 	cb, second := r.tellOf(false, 11)
 	g.failCASOf(tokenRef{p: second.Participant, t: second.Token}.key(pipeConv))
-	retryOut := waitCall(r.ca.StartTell(ctx, first))
-	secondOut := waitCall(cb.StartTell(ctx, second))
+	retry, secondCall := r.ca.StartTell(ctx, first), cb.StartTell(ctx, second) // one batch
+	retryOut, secondOut := waitCall(retry), waitCall(secondCall)
 	answeredEarly(t, "the retry", retryOut)
 	close(g.release)
 	for _, o := range []toldResult{<-firstOut, <-retryOut, <-secondOut} {
@@ -320,12 +320,18 @@ func TestPipeline_AFailedFlushThatIsNotStickyLeavesBothInDoubtThenReplays(t *tes
 			ca, first := r.tellOf(true, 10)
 			firstOut := waitCall(ca.StartTell(ctx, first))
 			<-g.blocked
-			var retryOut <-chan toldResult
+			// Both queued before either is waited for: one batch.
+			var retry *Call[Told]
 			if withRetry {
-				retryOut = waitCall(r.ca.StartTell(ctx, first))
+				retry = r.ca.StartTell(ctx, first)
 			}
 			cb, second := r.tellOf(false, 11)
-			secondOut := waitCall(cb.StartTell(ctx, second))
+			secondCall := cb.StartTell(ctx, second)
+			var retryOut <-chan toldResult
+			if withRetry {
+				retryOut = waitCall(retry)
+			}
+			secondOut := waitCall(secondCall)
 			r.waitPipelined(1)
 			answeredEarly(t, "the second tell", secondOut)
 			close(g.release)
@@ -606,8 +612,8 @@ func TestPipeline_AContainedConversationTakesNoMoreCommits(t *testing.T) {
 	_, damaged := r.tellOf(true, 11)
 	g.damage(tokenRef{p: damaged.Participant, t: damaged.Token}.key(pipeConv))
 	cb, second := r.tellOf(false, 12)
-	damagedOut := waitCall(r.ca.StartTell(ctx, damaged))
-	secondOut := waitCall(cb.StartTell(ctx, second))
+	damagedCall, secondCall := r.ca.StartTell(ctx, damaged), cb.StartTell(ctx, second) // one batch
+	damagedOut, secondOut := waitCall(damagedCall), waitCall(secondCall)
 	r.waitPipelined(1)
 	// The next batch, decided once the conversation is contained.
 	_, third := r.tellOf(false, 13)
