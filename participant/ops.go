@@ -218,6 +218,11 @@ func (s *Service) lead(cv *conversation) {
 		// the load refuses it (ensureLoadedTurn), once prev is done.
 		_ = prev.wait() // its outcome is its own batch's
 	}
+	if prev != nil && prev.prevDone != nil && !prev.finished() {
+		// Depth 2: prev is in flight and waits for the batch before it;
+		// this one is decided once that one is done.
+		<-prev.prevDone
+	}
 	if prev != nil && prev.finished() {
 		prev, cv.inflight = nil, nil
 	}

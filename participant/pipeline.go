@@ -58,7 +58,7 @@ func (s *Service) batchAfter(cv *conversation, prev *batch) *batch {
 	prev.cloned.Store(true)
 	st := prev.st.Clone()
 	cv.mu.Unlock()
-	return &batch{s: s, cv: cv, live: prev.st, st: st, prev: prev}
+	return &batch{s: s, cv: cv, live: prev.st, st: st, prev: prev, prevDone: prev.done}
 }
 
 // writePipelined commits b's rows as write does with one sync for both
@@ -86,7 +86,9 @@ func (b *batch) writePipelined(handOn func()) error {
 		// Waited for whatever b's flush did, so that b's outcome is
 		// never known before prev's (drain waits for the last batch
 		// handed on alone).
-		if perr := b.prev.wait(); perr != nil {
+		perr := b.prev.wait()
+		b.prev = nil
+		if perr != nil {
 			// Every decision of b rested on prev's state.
 			b.afterFailed = true
 			if err == nil {
@@ -110,7 +112,9 @@ func (b *batch) afterPrev(err error) error {
 	if b.prev == nil {
 		return err
 	}
-	if perr := b.prev.wait(); perr != nil {
+	perr := b.prev.wait()
+	b.prev = nil
+	if perr != nil {
 		b.afterFailed = true
 		return &Error{Code: CodeInDoubt, Detail: "an earlier commit of the conversation", cause: perr}
 	}
