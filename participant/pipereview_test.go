@@ -133,16 +133,16 @@ func TestPipeline_ARetryBatchedWithAFailingAppendWaitsForTheTellInFlight(t *test
 func TestPipeline_ARetryBatchedWithAFailingAppendSharesTheFailureInFlight(t *testing.T) {
 	r, g := newGatedRig(t, Options{})
 	ctx := context.Background()
-	g.arm(true)
+	gt := g.arm(true)
 	ca, first := r.tellOf(true, 10)
 	firstOut := waitCall(ca.StartTell(ctx, first))
-	<-g.blocked
+	<-gt.blocked
 	cb, second := r.tellOf(false, 11)
 	g.failCASOf(tokenRef{p: second.Participant, t: second.Token}.key(pipeConv))
 	retry, secondCall := r.ca.StartTell(ctx, first), cb.StartTell(ctx, second) // one batch
 	retryOut, secondOut := waitCall(retry), waitCall(secondCall)
 	answeredEarly(t, "the retry", retryOut)
-	close(g.release)
+	close(gt.release)
 	for _, o := range []toldResult{<-firstOut, <-retryOut, <-secondOut} {
 		if !inDoubt(o.err) {
 			t.Fatalf("outcome = %+v, want in_doubt", o)
@@ -156,21 +156,35 @@ func TestPipeline_ARetryBatchedWithAFailingAppendSharesTheFailureInFlight(t *tes
 // one's too.
 type gatedMemory struct {
 	*store.Memory
-	mu    sync.Mutex
+	mu sync.Mutex
+	// +checklocks:mu
 	armed bool
-	fail  bool
+	// +checklocks:mu
+	fail bool
 	// bad are keys whose ReadValue reports them damaged; failCAS, keys
 	// whose CAS fails (not performed).
-	bad, failCAS map[string]bool
+	// +checklocks:mu
+	bad map[string]bool
+	// +checklocks:mu
+	failCAS map[string]bool
 	// blocked is closed once the armed Flush blocks; release lets it go.
-	blocked, release chan struct{}
+	// +checklocks:mu
+	blocked chan struct{}
+	// +checklocks:mu
+	release chan struct{}
 }
 
-func (g *gatedMemory) arm(fail bool) {
+// gate is an armed Flush: blocked is closed once it blocks, and closing
+// release lets it go.
+type gate struct{ blocked, release chan struct{} }
+
+// arm arms the next Flush, to fail with fail, and returns its gate.
+func (g *gatedMemory) arm(fail bool) gate {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.armed, g.fail = true, fail
 	g.blocked, g.release = make(chan struct{}), make(chan struct{})
+	return gate{g.blocked, g.release}
 }
 
 var errGatedFlush = errors.New("test: gated flush failed")
@@ -316,10 +330,10 @@ func TestPipeline_AFailedFlushThatIsNotStickyLeavesBothInDoubtThenReplays(t *tes
 		t.Run(name, func(t *testing.T) {
 			r, g := newGatedRig(t, Options{})
 			ctx := context.Background()
-			g.arm(true)
+			gt := g.arm(true)
 			ca, first := r.tellOf(true, 10)
 			firstOut := waitCall(ca.StartTell(ctx, first))
-			<-g.blocked
+			<-gt.blocked
 			// Both queued before either is waited for: one batch.
 			var retry *Call[Told]
 			if withRetry {
@@ -334,7 +348,7 @@ func TestPipeline_AFailedFlushThatIsNotStickyLeavesBothInDoubtThenReplays(t *tes
 			secondOut := waitCall(secondCall)
 			r.waitPipelined(1)
 			answeredEarly(t, "the second tell", secondOut)
-			close(g.release)
+			close(gt.release)
 			if f := <-firstOut; !inDoubt(f.err) {
 				t.Fatalf("first tell = %+v, want in_doubt", f)
 			}
@@ -401,10 +415,10 @@ func TestPipeline_TheBacklogBoundsCountTheBatchInFlight(t *testing.T) {
 				opts.NoPipeline = noPipeline
 				r, g := newGatedRig(t, opts)
 				ctx := context.Background()
-				g.arm(false)
+				gt := g.arm(false)
 				ca, first := r.tellOf(true, 10)
 				firstOut := waitCall(ca.StartTell(ctx, first))
-				<-g.blocked
+				<-gt.blocked
 				_, second := r.tellOf(true, 11)
 				_, third := r.tellOf(true, 12)
 				secondCall, thirdCall := r.ca.StartTell(ctx, second), r.ca.StartTell(ctx, third)
@@ -414,7 +428,7 @@ func TestPipeline_TheBacklogBoundsCountTheBatchInFlight(t *testing.T) {
 				if !noPipeline {
 					r.waitPipelined(1)
 				}
-				close(g.release)
+				close(gt.release)
 				for _, o := range []toldResult{<-firstOut, <-secondOut, <-thirdOut} {
 					var pe *Error
 					switch {
@@ -602,10 +616,10 @@ func TestPipeline_EvictionUnderRacingTellers(t *testing.T) {
 func TestPipeline_AContainedConversationTakesNoMoreCommits(t *testing.T) {
 	r, g := newGatedRig(t, Options{})
 	ctx := context.Background()
-	g.arm(false)
+	gt := g.arm(false)
 	ca, first := r.tellOf(true, 10)
 	firstOut := waitCall(ca.StartTell(ctx, first))
-	<-g.blocked
+	<-gt.blocked
 
 	// One batch: a's tell, whose token entry is damaged (the
 	// conversation is contained), and b's, which commits.
@@ -619,7 +633,7 @@ func TestPipeline_AContainedConversationTakesNoMoreCommits(t *testing.T) {
 	_, third := r.tellOf(false, 13)
 	thirdOut := waitCall(r.cb.StartTell(ctx, third))
 	r.waitDequeued()
-	close(g.release)
+	close(gt.release)
 	<-firstOut
 	<-secondOut
 	if d := <-damagedOut; !errors.Is(d.err, ErrUnavailable) {
@@ -640,10 +654,10 @@ func TestPipeline_AContainedConversationTakesNoMoreCommits(t *testing.T) {
 func TestPipeline_CloseWithAFailingPipelineInFlight(t *testing.T) {
 	r, g := newGatedRig(t, Options{})
 	ctx := context.Background()
-	g.arm(true)
+	gt := g.arm(true)
 	ca, first := r.tellOf(true, 10)
 	firstOut := waitCall(ca.StartTell(ctx, first))
-	<-g.blocked
+	<-gt.blocked
 	cb, second := r.tellOf(false, 11)
 	secondOut := waitCall(cb.StartTell(ctx, second))
 	r.waitPipelined(1)
@@ -663,7 +677,7 @@ func TestPipeline_CloseWithAFailingPipelineInFlight(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Close waits for a commit in flight")
 	}
-	close(g.release)
+	close(gt.release)
 	for _, o := range []toldResult{<-firstOut, <-secondOut} {
 		if !inDoubt(o.err) {
 			t.Fatalf("outcome = %+v, want in_doubt", o)
@@ -680,10 +694,10 @@ func TestPipeline_CloseWithAFailingPipelineInFlight(t *testing.T) {
 func TestPipeline_DepthIsTwo(t *testing.T) {
 	r, g := newGatedRig(t, Options{})
 	ctx := context.Background()
-	g.arm(true)
+	gt := g.arm(true)
 	ca, first := r.tellOf(true, 10)
 	firstOut := waitCall(ca.StartTell(ctx, first))
-	<-g.blocked
+	<-gt.blocked
 	cb, second := r.tellOf(false, 11)
 	secondOut := waitCall(cb.StartTell(ctx, second))
 	r.waitPipelined(1)
@@ -695,7 +709,7 @@ func TestPipeline_DepthIsTwo(t *testing.T) {
 		depth3 = r.svc.Pipelined() > 1
 		time.Sleep(time.Millisecond)
 	}
-	close(g.release)
+	close(gt.release)
 	for _, o := range []toldResult{<-firstOut, <-secondOut, <-thirdOut} {
 		if !inDoubt(o.err) {
 			t.Errorf("outcome = %+v, want in_doubt", o)
