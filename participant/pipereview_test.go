@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -773,5 +774,67 @@ func TestPipeline_FinishedBatchesAreNotKeptAlive(t *testing.T) {
 	t.Logf("pipelined %d of %d batches", svc.Pipelined(), 2*tells)
 	if n > 2 {
 		t.Fatalf("the conversation keeps %d batches reachable (prev), want at most 2", n)
+	}
+}
+
+// The backlog's memory bounds hold under a pipeline that never drains:
+// an install that leaves its state's payloads to the next batch (rule 6)
+// must not leave them to no one. Two tellers keep one conversation's
+// pipeline full for a recipient that never reads; the payloads in memory
+// must stay within the window of that conversation and the service's
+// hard bound (backlog.go), give or take the batches in flight.
+func TestPipeline_TheBacklogWindowHoldsUnderSteadyLoad(t *testing.T) {
+	const (
+		tells   = 150
+		payload = 1 << 10
+		window  = 4 * payload
+		budget  = 16 * payload
+	)
+	sm := &slowMemory{Memory: store.NewMemory(), delay: time.Millisecond}
+	svc, err := Open(context.Background(), sm, Options{NodeKey: testKey, BacklogWindowBytes: window, MaxBacklogBytes: budget})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { svc.Close() })
+	ctx := context.Background()
+	var tellers [3]struct {
+		conn  *Conn
+		bound Bound
+	}
+	for i := range tellers {
+		tellers[i].conn = svc.Connect(nil)
+		b, err := tellers[i].conn.Enroll(ctx, Enroll{Conversation: pipeConv, Token: token(byte(1 + i))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tellers[i].bound = b
+	}
+	var (
+		wg   sync.WaitGroup
+		peak atomic.Int64
+	)
+	for i, tl := range tellers[:2] { // the third never reads
+		wg.Go(func() {
+			for n := range tells {
+				var tok Token
+				tok[0], tok[1], tok[2] = byte(i), byte(n), 0xee
+				if _, err := tl.conn.Tell(ctx, Tell{Conversation: pipeConv, Participant: tl.bound.Participant, Generation: tl.bound.Generation, Token: tok, Payload: make([]byte, payload)}); err != nil {
+					t.Error(err)
+					return
+				}
+				for m := svc.Backlog().MemoryBytes; m > peak.Load(); {
+					if peak.CompareAndSwap(peak.Load(), m) {
+						break
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	// Two batches in flight, each of at most two tells.
+	const slack = 2 * 2 * payload
+	t.Logf("pipelined %d of %d batches; peak %d bytes in memory; %+v", svc.Pipelined(), 2*tells, peak.Load(), svc.Backlog())
+	if p := peak.Load(); p > window+slack {
+		t.Fatalf("peak payload bytes in memory %d, want at most the window %d and %d in flight", p, window, slack)
 	}
 }
