@@ -134,6 +134,33 @@ func (cv *conversation) evictLocked(need int64) int64 {
 	return freed
 }
 
+// evictSharedLocked drops st's oldest payloads past the conversation's
+// window, and past the service's hard bound, as an install does, from
+// st, the working state of cv's batch in flight (published or about to
+// be), before the next batch clones it (pipeline.go). st shares its
+// records with the published state, whose readers hold cv.mu: the
+// caller holds cv's turn and cv.mu for writing. An unpublished st is
+// accounted for at its install.
+//
+// +checklocks:cv.mu
+func (cv *conversation) evictSharedLocked(st *outbox.State) {
+	bl := cv.backlog
+	need := st.PayloadBytes - bl.window
+	if over := bl.bytes.Load() - (bl.budget + bl.budget/4); over > 0 {
+		need = max(need, over+bl.budget/4)
+	}
+	if need <= 0 {
+		return
+	}
+	freed := st.Evict(need)
+	bl.evictions.Add(freed)
+	if cv.state == st {
+		bl.bytes.Add(-freed)
+		bl.evicted.Add(freed)
+		bl.hold(cv, st)
+	}
+}
+
 // hold records the payload bytes cv's published state st holds.
 func (bl *backlog) hold(cv *conversation, st *outbox.State) {
 	bl.mu.Lock()

@@ -56,6 +56,10 @@ func (b *batch) pipelines(tasks []*task) bool {
 func (s *Service) batchAfter(cv *conversation, prev *batch) *batch {
 	cv.mu.Lock()
 	prev.cloned.Store(true)
+	// prev's install will leave its payloads alone (cloned): they are
+	// dropped past the window here, before st shares them, or a pipeline
+	// that never drains would never drop them.
+	cv.evictSharedLocked(prev.st)
 	st := prev.st.Clone()
 	cv.mu.Unlock()
 	return &batch{s: s, cv: cv, live: prev.st, st: st, prev: prev, prevDone: prev.done}
