@@ -20,18 +20,20 @@ import (
 // gate on the log's syncs: hold makes the next one block until the test
 // lets it go, so that a batch's commit stays in flight.
 type pipelineRig struct {
-	t     *testing.T
-	ffs   *faultfs.FS
-	dir   string
-	opts  logfirst.Options
-	st    *logfirst.Store
-	svc   *participant.Service
-	a, b  participant.Bound
-	ca    *participant.Conn
-	cb    *participant.Conn
-	mu    sync.Mutex
+	t    *testing.T
+	ffs  *faultfs.FS
+	dir  string
+	opts logfirst.Options
+	st   *logfirst.Store
+	svc  *participant.Service
+	a, b participant.Bound
+	ca   *participant.Conn
+	cb   *participant.Conn
+	mu   sync.Mutex
+	// +checklocks:mu
 	gated bool
-	fail  bool
+	// +checklocks:mu
+	fail bool
 	// blocked is closed once the held sync blocks; release lets it go.
 	blocked, release chan struct{}
 }
