@@ -29,13 +29,53 @@ type pipelineRig struct {
 	a, b participant.Bound
 	ca   *participant.Conn
 	cb   *participant.Conn
-	mu   sync.Mutex
+	gate logGate
+}
+
+// logGate holds the log's next sync when armed (pipelineRig.hold).
+type logGate struct {
+	mu sync.Mutex
 	// +checklocks:mu
-	gated bool
+	armed bool
 	// +checklocks:mu
 	fail bool
 	// blocked is closed once the held sync blocks; release lets it go.
-	blocked, release chan struct{}
+	// +checklocks:mu
+	blocked chan struct{}
+	// +checklocks:mu
+	release chan struct{}
+}
+
+// take reports whether op is the sync to hold, disarming the gate, and
+// returns the gate's channels and whether the sync is to fail.
+func (g *logGate) take(op faultfs.Op, walDir string) (held bool, blocked, release chan struct{}, fail bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.armed || op.Kind != faultfs.OpSync || filepath.Dir(op.Path) != walDir {
+		return false, nil, nil, false
+	}
+	g.armed = false
+	return true, g.blocked, g.release, g.fail
+}
+
+// blockedCh returns the channel closed once the held sync blocks.
+func (g *logGate) blockedCh() chan struct{} {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.blocked
+}
+
+// open lets a held sync go, if one is held and not let go yet.
+func (g *logGate) open() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.release != nil {
+		select {
+		case <-g.release:
+		default:
+			close(g.release)
+		}
+	}
 }
 
 const pipelineConv participant.ConversationID = 1
@@ -46,17 +86,12 @@ func newPipelineRig(t *testing.T) *pipelineRig {
 	r.opts = logfirst.Options{FS: r.ffs, CheckpointInterval: time.Hour, CheckpointBytes: 1 << 30}
 	walDir := filepath.Join(r.dir, logfirst.WALDir)
 	r.ffs.SetRule(func(op faultfs.Op) faultfs.Action {
-		r.mu.Lock()
-		gated, fail := r.gated && op.Kind == faultfs.OpSync && filepath.Dir(op.Path) == walDir, r.fail
-		if gated {
-			r.gated = false
-		}
-		r.mu.Unlock()
-		if !gated {
+		held, blocked, release, fail := r.gate.take(op, walDir)
+		if !held {
 			return faultfs.None
 		}
-		close(r.blocked)
-		<-r.release
+		close(blocked)
+		<-release
 		if fail {
 			return faultfs.FailSync
 		}
@@ -88,15 +123,7 @@ func (r *pipelineRig) open() {
 	}
 	r.st, r.svc = st, svc
 	r.t.Cleanup(func() {
-		r.mu.Lock()
-		if r.release != nil {
-			select {
-			case <-r.release:
-			default:
-				close(r.release) // a test that failed holding the gate
-			}
-		}
-		r.mu.Unlock()
+		r.gate.open() // a test that failed holding the gate
 		r.svc.Close()
 		r.st.Close()
 	})
@@ -105,11 +132,12 @@ func (r *pipelineRig) open() {
 // hold makes the next log sync block until release is closed (and fail
 // the Linux way with fail), and returns release.
 func (r *pipelineRig) hold(fail bool) chan struct{} {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.gated, r.fail = true, fail
-	r.blocked, r.release = make(chan struct{}), make(chan struct{})
-	return r.release
+	g := &r.gate
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.armed, g.fail = true, fail
+	g.blocked, g.release = make(chan struct{}), make(chan struct{})
+	return g.release
 }
 
 type toldOrErr struct {
@@ -163,7 +191,7 @@ func TestPipeline_ATellIsDecidedWhileTheOneBeforeIsInFlight(t *testing.T) {
 	r := newPipelineRig(t)
 	release := r.hold(false)
 	_, first := r.tell(true, 10)
-	<-r.blocked
+	<-r.gate.blockedCh()
 	_, second := r.tell(false, 11)
 	r.waitPipelined(1)
 	notYet(t, "the first tell", first)
@@ -185,7 +213,7 @@ func TestPipeline_ARetryOfATellInFlightIsAnsweredOnceItIsDurable(t *testing.T) {
 	r := newPipelineRig(t)
 	release := r.hold(false)
 	req, first := r.tell(true, 10)
-	<-r.blocked
+	<-r.gate.blockedCh()
 	retry := make(chan toldOrErr, 1)
 	go func() {
 		told, err := r.ca.Tell(context.Background(), req)
@@ -207,7 +235,7 @@ func TestPipeline_AFailedCommitFailsTheBatchDecidedOnIt(t *testing.T) {
 	r := newPipelineRig(t)
 	release := r.hold(true)
 	reqA, first := r.tell(true, 10)
-	<-r.blocked
+	<-r.gate.blockedCh()
 	reqB, second := r.tell(false, 11)
 	r.waitPipelined(1)
 	close(release)
@@ -262,7 +290,7 @@ func TestPipeline_AnotherTurnHolderWaitsForTheBatchInFlight(t *testing.T) {
 	r := newPipelineRig(t)
 	release := r.hold(false)
 	_, first := r.tell(true, 10)
-	<-r.blocked
+	<-r.gate.blockedCh()
 	held := make(chan func(), 1)
 	go func() {
 		_, let := peek.HoldTurn(r.svc, pipelineConv)
