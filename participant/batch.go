@@ -72,10 +72,8 @@ type batch struct {
 	// Pipelining (pipeline.go). prev is the batch in flight when this
 	// one began, whose working state this one decided on; nil for none,
 	// and once its outcome is known (a pipeline that never drains keeps
-	// no chain of batches). prevDone is prev's done, kept: a batch after
-	// this one waits for it (depth 2).
-	prev     *batch
-	prevDone <-chan struct{}
+	// no chain of batches).
+	prev *batch
 	// done is closed once a batch that handed the turn on has its
 	// outcome, werr (nil: durable and installed); nil for a batch that
 	// kept its turn.

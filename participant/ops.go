@@ -212,24 +212,16 @@ func (s *Service) lead(cv *conversation) {
 		return
 	}
 	prev := cv.inflight
-	if prev != nil && !prev.finished() {
-		switch {
-		case cv.contained():
-			// Contained since prev was decided: this batch is refused
-			// as the load refuses it (ensureLoadedTurn), once prev is
-			// done.
-			_ = prev.wait() // its outcome is its own batch's
-		case prev.prevDone != nil:
-			// Depth 2: prev is in flight and waits for the batch before
-			// it; this one is decided once that one is done.
-			<-prev.prevDone
-		}
+	if prev != nil && !prev.finished() && cv.contained() {
+		// Contained since prev was decided: this batch is refused as the
+		// load refuses it (ensureLoadedTurn), once prev is done.
+		_ = prev.wait() // its outcome is its own batch's
 	}
 	if prev != nil && prev.finished() {
 		prev, cv.inflight = nil, nil
 	}
-	// After the waits for the batches before it: they are the tasks'
-	// Turn, as the wait for a batch that keeps its turn is.
+	// After the wait for a contained conversation's batch in flight: it
+	// is the tasks' Turn, as the wait for a batch that keeps its turn is.
 	began := time.Now()
 	var b *batch
 	if prev != nil {

@@ -62,7 +62,7 @@ func (s *Service) batchAfter(cv *conversation, prev *batch) *batch {
 	cv.evictSharedLocked(prev.st)
 	st := prev.st.Clone()
 	cv.mu.Unlock()
-	return &batch{s: s, cv: cv, live: prev.st, st: st, prev: prev, prevDone: prev.done}
+	return &batch{s: s, cv: cv, live: prev.st, st: st, prev: prev}
 }
 
 // writePipelined commits b's rows as write does with one sync for both

@@ -687,12 +687,11 @@ func TestPipeline_CloseWithAFailingPipelineInFlight(t *testing.T) {
 	r.svc.bg.Wait()
 }
 
-// Depth 2 (docs/DESIGN.md, Pipelined batches): one batch in flight, one
-// deciding. A third batch waits until the first has its outcome; here the
-// second is in flight (its own flush done, waiting for the first's), and
-// the third must not be decided on it. When the first then fails, the
-// second is in doubt.
-func TestPipeline_DepthIsTwo(t *testing.T) {
+// A pipeline has no depth bound (docs/DESIGN.md, Pipelined batches): a
+// third batch may be decided on the second's state while the first is in
+// flight. When the first then fails, the second is in doubt, and the
+// third with it, or committed on the state reloaded from the store.
+func TestPipeline_AFailureCarriesThroughADeeperPipeline(t *testing.T) {
 	r, g := newGatedRig(t, Options{})
 	ctx := context.Background()
 	gt := g.arm(true)
@@ -722,9 +721,7 @@ func TestPipeline_DepthIsTwo(t *testing.T) {
 	if o := <-thirdOut; o.err != nil && !inDoubt(o.err) {
 		t.Errorf("third outcome = %+v, want committed or in_doubt", o)
 	}
-	if depth3 {
-		t.Fatalf("a third batch was decided while the first was in flight (Pipelined = %d)", r.svc.Pipelined())
-	}
+	t.Logf("a third batch decided while the first was in flight: %v", depth3)
 }
 
 // chain returns how many batches cv's last pipelined batch keeps
