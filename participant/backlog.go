@@ -68,7 +68,15 @@ const evictCandidates = 8
 // advanced by anyone else: Evict writes records in place.
 //
 // +checklocks:cv.mu
-func (cv *conversation) setStateLocked(st *outbox.State) {
+func (cv *conversation) setStateLocked(st *outbox.State) { cv.swapStateLocked(st, true) }
+
+// swapStateLocked is setStateLocked, but with evict false it drops no
+// payload from st: a later batch shares st's records (pipelined), and
+// its own install evicts. The caller holds cv.mu for writing, and either
+// cv's turn or a batch in flight that handed it on (pipeline.go).
+//
+// +checklocks:cv.mu
+func (cv *conversation) swapStateLocked(st *outbox.State, evict bool) {
 	bl := cv.backlog
 	sh := cv.share.Load()
 	if old := cv.state; old != nil {
@@ -93,6 +101,10 @@ func (cv *conversation) setStateLocked(st *outbox.State) {
 		}
 		bl.bytes.Add(st.PayloadBytes)
 		bl.evicted.Add(st.EvictedBytes)
+		if !evict {
+			bl.hold(cv, st)
+			return
+		}
 		if over := st.PayloadBytes - bl.window; over > 0 {
 			cv.evictLocked(over)
 		}
@@ -120,6 +132,33 @@ func (cv *conversation) evictLocked(need int64) int64 {
 	cv.backlog.evictions.Add(freed)
 	cv.backlog.hold(cv, st)
 	return freed
+}
+
+// evictSharedLocked drops st's oldest payloads past the conversation's
+// window, and past the service's hard bound, as an install does, from
+// st, the working state of cv's batch in flight (published or about to
+// be), before the next batch clones it (pipeline.go). st shares its
+// records with the published state, whose readers hold cv.mu: the
+// caller holds cv's turn and cv.mu for writing. An unpublished st is
+// accounted for at its install.
+//
+// +checklocks:cv.mu
+func (cv *conversation) evictSharedLocked(st *outbox.State) {
+	bl := cv.backlog
+	need := st.PayloadBytes - bl.window
+	if over := bl.bytes.Load() - (bl.budget + bl.budget/4); over > 0 {
+		need = max(need, over+bl.budget/4)
+	}
+	if need <= 0 {
+		return
+	}
+	freed := st.Evict(need)
+	bl.evictions.Add(freed)
+	if cv.state == st {
+		bl.bytes.Add(-freed)
+		bl.evicted.Add(freed)
+		bl.hold(cv, st)
+	}
 }
 
 // hold records the payload bytes cv's published state st holds.
@@ -178,6 +217,12 @@ func (s *Service) trimBacklog() {
 		case cv.turn <- struct{}{}:
 		default:
 			continue // busy: its own commits evict it past the hard bound
+		}
+		if !cv.idle() {
+			// A batch in flight shares the published records
+			// (pipeline.go): busy too.
+			<-cv.turn
+			continue
 		}
 		cv.mu.Lock()
 		need -= cv.evictLocked(need)

@@ -119,7 +119,8 @@ func (r *backlogRefusals) add(scope string) {
 func (b *batch) admitRecords(sh *share, catchUp func() bool) *Error {
 	bl := b.s.backlog
 	held := int64(b.st.Records.Len())
-	total := bl.records.Load() + held - int64(b.live.Records.Len())
+	records, published := b.published()
+	total := records + held - published
 	asked, caught := false, false
 	catching := func() bool {
 		if catchUp != nil && !asked {
@@ -133,8 +134,8 @@ func (b *batch) admitRecords(sh *share, catchUp func() bool) *Error {
 	}
 	if e == nil {
 		scope = backlogScopeClient
-		if e = b.admitShare(sh, held, total, false); e != nil && e.Code == CodeBacklogFull && catching() {
-			e = b.admitShare(sh, held, total, true)
+		if e = b.admitShare(sh, held, published, total, false); e != nil && e.Code == CodeBacklogFull && catching() {
+			e = b.admitShare(sh, held, published, total, true)
 		}
 	}
 	if e != nil {

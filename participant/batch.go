@@ -3,6 +3,7 @@ package participant
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -67,6 +68,22 @@ type batch struct {
 	span trace.Span
 	// clock times the batch's stages (Stages).
 	clock batchClock
+
+	// Pipelining (pipeline.go). prev is the batch in flight when this
+	// one began, whose working state this one decided on; nil for none,
+	// and once its outcome is known (a pipeline that never drains keeps
+	// no chain of batches).
+	prev *batch
+	// done is closed once a batch that handed the turn on has its
+	// outcome, werr (nil: durable and installed); nil for a batch that
+	// kept its turn.
+	done chan struct{}
+	werr error
+	// cloned is set, under cv.mu, once a later batch cloned st.
+	cloned atomic.Bool
+	// afterFailed is set when the batch failed because prev did: every
+	// one of its operations shares the failure (lead).
+	afterFailed bool
 }
 
 // op is one staged operation.
@@ -208,147 +225,13 @@ func (b *batch) write() error {
 	if len(b.ops) == 0 {
 		return nil
 	}
-	failed := func(code Code, what string, err error) error {
-		b.clock.failed = true
-		if b.reservedSlot && !cv.counted {
-			s.conversationSlots.release()
-		}
-		cv.drop()
-		// Undo in reverse staging order, each op's issue before its
-		// ending's consumption: a binding started and ended in this batch
-		// is restored by its ending and then revoked by its start, so the
-		// site ends up holding what it held before the batch.
-		for i := len(b.ops) - 1; i >= 0; i-- {
-			o := b.ops[i]
-			if o.binds {
-				s.fences.Revoke(site{cv.id, o.row.Participant}, o.bound)
-			}
-			o.ending.restore(s)
-		}
-		if code == CodeInDoubt {
-			ev := s.log.Warn().Err(err).Uint64("conversation", uint64(cv.id)).Int("operations", len(b.ops)).Str("phase", what)
-			if b.span != nil {
-				ev = ev.Stringer("trace_id", b.span.SpanContext().TraceID()).Stringer("span_id", b.span.SpanContext().SpanID())
-			}
-			ev.Msg("commit in doubt; conversation dropped for reconciliation")
-		}
-		return &Error{Code: code, Detail: what, cause: err}
-	}
 	// On a store that keeps c's writes in order (OrderedOwnership)
 	// barrier 1 is kept by the appends' order and shares barrier 2's
-	// flush; see below.
+	// flush; see appendRows.
 	shared := s.keepsOrder(cv.id)
-	var oplogRows, outboxRows [][]byte
-	for _, o := range b.ops {
-		if o.genesis != nil {
-			enc, err := oplog.Encode(o.genesis)
-			if err != nil {
-				return failed(CodeUnavailable, "encoding genesis", err)
-			}
-			oplogRows = append(oplogRows, enc)
-			if !cv.registered.Load() {
-				if err := s.register(cv.id); err != nil {
-					return failed(CodeUnavailable, "registering the conversation", err)
-				}
-				if shared && !s.keepsRegistryOrder(cv.id) {
-					// The entry must be durable whenever the genesis row
-					// is; its order with c's writes is not kept (another
-					// scope of the store), and barrier 1 is not a flush
-					// of its own here: flush it first. Nothing of the
-					// batch is written yet. Registered only once the
-					// flush returned: an entry whose flush failed is not
-					// one a retry may rely on (it registers again; a
-					// second entry is read once).
-					if err := s.flush(cv.id); err != nil {
-						return failed(CodeUnavailable, "registering the conversation", err)
-					}
-				}
-				cv.registered.Store(true)
-			}
-			if b.reservedSlot {
-				cv.counted = true
-			}
-		}
-		enc, err := oplog.Encode(&o.row)
-		if err != nil {
-			return failed(CodeUnavailable, "encoding the operation", err)
-		}
-		oplogRows = append(oplogRows, enc)
-		for i := range o.rows {
-			enc, err := outbox.Encode(&o.rows[i])
-			if err != nil {
-				return failed(CodeUnavailable, "encoding the outbox", err)
-			}
-			outboxRows = append(outboxRows, enc)
-		}
-	}
-	if b.storeCharge != 0 {
-		// Before barrier 1, with the rows whose commit charged it.
-		if err := s.st.CAS(tokenindex.ChargeKey(cv.id), 0, b.storeCharge); err != nil {
-			return failed(CodeUnavailable, "storing the conversation's charge", err)
-		}
-		cv.chargeStored = true // a failure from here on reloads it
-	}
-	idx := b.live.Applied
-	for _, o := range b.ops {
-		if o.genesis != nil {
-			idx++
-		}
-		if o.tok != nil {
-			if err := s.st.CAS(o.tok.key, o.tok.old, tokenindex.Value(idx)); err != nil {
-				return failed(CodeUnavailable, "indexing the token", err)
-			}
-		}
-		idx++
-	}
-	// Every row's encoding was made for its append and is handed to the
-	// store, which keeps it rather than a copy where it can.
-	oplogStream := oplog.Stream(cv.id)
-	for i, enc := range oplogRows {
-		if _, err := store.AppendOwned(s.st, oplogStream, enc, b.live.Applied+uint64(i)); err != nil {
-			return failed(CodeInDoubt, "oplog append", err)
-		}
-	}
-	// Barrier 1: the oplog rows must be durable before any outbox row of
-	// them is. A store that keeps c's writes in order makes that so by
-	// the appends' order alone: no crash leaves an outbox row without the
-	// oplog rows appended before it, and barrier 2's flush makes both
-	// durable ("One sync for both barriers" in docs/DESIGN.md). Otherwise
-	// the oplog rows are sealed into a commit of their own, which is
-	// durable before any later commit is written: the outbox rows,
-	// appended once the seal returns, go to a later commit and cannot be
-	// durable without them ("Sealed barriers" in docs/DESIGN.md).
-	b.clock.decided = time.Now()
-	var oplogDurable func() error
-	if !shared {
-		// The span covers the seal: under a sealing store the wait for
-		// durability overlaps barrier 2's.
-		b.clock.split = true
-		sp := b.startBarrier(SpanOplogBarrier)
-		var err error
-		oplogDurable, err = s.seal(cv.id)
-		endSpan(sp, err)
-		if err != nil {
-			return failed(CodeInDoubt, "oplog flush", err)
-		}
-		b.clock.oplog = time.Since(b.clock.decided)
-	}
-	// Barrier 2's stages begin with the outbox appends.
-	b.clock.barriers = true
-	outboxStream := outbox.Stream(cv.id)
-	for i, enc := range outboxRows {
-		if _, err := store.AppendOwned(s.st, outboxStream, enc, b.live.Produced+uint64(i)); err != nil {
-			if oplogDurable != nil {
-				// The answer is in_doubt whatever the oplog rows' commit
-				// did, and says so with the append's error. The wait is
-				// called only because a seal's wait must be called once
-				// (SealingOwnership): a watched store ends its watched
-				// flush in it, the fault store puts back what was not
-				// made durable. Its error adds nothing to the answer.
-				_ = oplogDurable()
-			}
-			return failed(CodeInDoubt, "outbox append", err)
-		}
+	oplogDurable, err := b.appendRows(shared)
+	if err != nil {
+		return err
 	}
 	// Barrier 2: the outbox rows (and, shared, the oplog rows) must be
 	// durable before the operations are applied, published or answered.
@@ -366,26 +249,194 @@ func (b *batch) write() error {
 	}
 	if oplogDurable != nil {
 		if oerr := oplogDurable(); oerr != nil {
-			return failed(CodeInDoubt, "oplog flush", oerr)
+			return b.fail(CodeInDoubt, "oplog flush", oerr)
 		}
 	}
 	if err != nil {
 		if shared {
-			return failed(CodeInDoubt, "oplog and outbox flush", err)
+			return b.fail(CodeInDoubt, "oplog and outbox flush", err)
 		}
-		return failed(CodeInDoubt, "outbox flush", err)
+		return b.fail(CodeInDoubt, "outbox flush", err)
 	}
 	b.clock.durable = time.Now()
+	b.install()
+	return nil
+}
+
+// fail undoes what the batch did in memory and drops the conversation,
+// so that it is reconciled from what the store holds, and returns the
+// batch's error: code, with what failed and its cause. The caller holds
+// the turn.
+func (b *batch) fail(code Code, what string, err error) error {
+	s, cv := b.s, b.cv
+	b.clock.failed = true
+	if b.reservedSlot && !cv.counted {
+		s.conversationSlots.release()
+	}
+	cv.drop()
+	// Undo in reverse staging order, each op's issue before its
+	// ending's consumption: a binding started and ended in this batch
+	// is restored by its ending and then revoked by its start, so the
+	// site ends up holding what it held before the batch.
+	for i := len(b.ops) - 1; i >= 0; i-- {
+		o := b.ops[i]
+		if o.binds {
+			s.fences.Revoke(site{cv.id, o.row.Participant}, o.bound)
+		}
+		o.ending.restore(s)
+	}
+	if code == CodeInDoubt {
+		b.logInDoubt(what, err)
+	}
+	return &Error{Code: code, Detail: what, cause: err}
+}
+
+// logInDoubt logs a commit that failed in doubt.
+func (b *batch) logInDoubt(what string, err error) {
+	ev := b.s.log.Warn().Err(err).Uint64("conversation", uint64(b.cv.id)).Int("operations", len(b.ops)).Str("phase", what)
+	if b.span != nil {
+		ev = ev.Stringer("trace_id", b.span.SpanContext().TraceID()).Stringer("span_id", b.span.SpanContext().SpanID())
+	}
+	ev.Msg("commit in doubt; conversation dropped for reconciliation")
+}
+
+// appendRows writes the staged operations' rows, up to barrier 2: the
+// registry entry of a new conversation, its charge, the token index
+// values, the oplog rows, barrier 1, the outbox rows. With shared,
+// barrier 1 shares barrier 2's flush and oplogDurable is nil; otherwise
+// it is the wait of barrier 1's seal, which must be called once. A
+// failure is returned as fail returns it.
+func (b *batch) appendRows(shared bool) (oplogDurable func() error, _ error) {
+	s, cv := b.s, b.cv
+	var oplogRows, outboxRows [][]byte
+	for _, o := range b.ops {
+		if o.genesis != nil {
+			enc, err := oplog.Encode(o.genesis)
+			if err != nil {
+				return nil, b.fail(CodeUnavailable, "encoding genesis", err)
+			}
+			oplogRows = append(oplogRows, enc)
+			if !cv.registered.Load() {
+				if err := s.register(cv.id); err != nil {
+					return nil, b.fail(CodeUnavailable, "registering the conversation", err)
+				}
+				if shared && !s.keepsRegistryOrder(cv.id) {
+					// The entry must be durable whenever the genesis row
+					// is; its order with c's writes is not kept (another
+					// scope of the store), and barrier 1 is not a flush
+					// of its own here: flush it first. Nothing of the
+					// batch is written yet. Registered only once the
+					// flush returned: an entry whose flush failed is not
+					// one a retry may rely on (it registers again; a
+					// second entry is read once).
+					if err := s.flush(cv.id); err != nil {
+						return nil, b.fail(CodeUnavailable, "registering the conversation", err)
+					}
+				}
+				cv.registered.Store(true)
+			}
+			if b.reservedSlot {
+				cv.counted = true
+			}
+		}
+		enc, err := oplog.Encode(&o.row)
+		if err != nil {
+			return nil, b.fail(CodeUnavailable, "encoding the operation", err)
+		}
+		oplogRows = append(oplogRows, enc)
+		for i := range o.rows {
+			enc, err := outbox.Encode(&o.rows[i])
+			if err != nil {
+				return nil, b.fail(CodeUnavailable, "encoding the outbox", err)
+			}
+			outboxRows = append(outboxRows, enc)
+		}
+	}
+	if b.storeCharge != 0 {
+		// Before barrier 1, with the rows whose commit charged it.
+		if err := s.st.CAS(tokenindex.ChargeKey(cv.id), 0, b.storeCharge); err != nil {
+			return nil, b.fail(CodeUnavailable, "storing the conversation's charge", err)
+		}
+		cv.chargeStored = true // a failure from here on reloads it
+	}
+	idx := b.live.Applied
+	for _, o := range b.ops {
+		if o.genesis != nil {
+			idx++
+		}
+		if o.tok != nil {
+			if err := s.st.CAS(o.tok.key, o.tok.old, tokenindex.Value(idx)); err != nil {
+				return nil, b.fail(CodeUnavailable, "indexing the token", err)
+			}
+		}
+		idx++
+	}
+	// Every row's encoding was made for its append and is handed to the
+	// store, which keeps it rather than a copy where it can.
+	oplogStream := oplog.Stream(cv.id)
+	for i, enc := range oplogRows {
+		if _, err := store.AppendOwned(s.st, oplogStream, enc, b.live.Applied+uint64(i)); err != nil {
+			return nil, b.fail(CodeInDoubt, "oplog append", err)
+		}
+	}
+	// Barrier 1: the oplog rows must be durable before any outbox row of
+	// them is. A store that keeps c's writes in order makes that so by
+	// the appends' order alone: no crash leaves an outbox row without the
+	// oplog rows appended before it, and barrier 2's flush makes both
+	// durable ("One sync for both barriers" in docs/DESIGN.md). Otherwise
+	// the oplog rows are sealed into a commit of their own, which is
+	// durable before any later commit is written: the outbox rows,
+	// appended once the seal returns, go to a later commit and cannot be
+	// durable without them ("Sealed barriers" in docs/DESIGN.md).
+	b.clock.decided = time.Now()
+	if !shared {
+		// The span covers the seal: under a sealing store the wait for
+		// durability overlaps barrier 2's.
+		b.clock.split = true
+		sp := b.startBarrier(SpanOplogBarrier)
+		var err error
+		oplogDurable, err = s.seal(cv.id)
+		endSpan(sp, err)
+		if err != nil {
+			return nil, b.fail(CodeInDoubt, "oplog flush", err)
+		}
+		b.clock.oplog = time.Since(b.clock.decided)
+	}
+	// Barrier 2's stages begin with the outbox appends.
+	b.clock.barriers = true
+	outboxStream := outbox.Stream(cv.id)
+	for i, enc := range outboxRows {
+		if _, err := store.AppendOwned(s.st, outboxStream, enc, b.live.Produced+uint64(i)); err != nil {
+			if oplogDurable != nil {
+				// The answer is in_doubt whatever the oplog rows' commit
+				// did, and says so with the append's error. The wait is
+				// called only because a seal's wait must be called once
+				// (SealingOwnership): a watched store ends its watched
+				// flush in it, the fault store puts back what was not
+				// made durable. Its error adds nothing to the answer.
+				_ = oplogDurable()
+			}
+			return nil, b.fail(CodeInDoubt, "outbox append", err)
+		}
+	}
+	return oplogDurable, nil
+}
+
+// install publishes the batch's working state once its rows are
+// durable, unless the conversation was forgotten under the batch (its
+// ownership lost): the rows are durable, so the operations are answered,
+// but nothing is installed or published; whoever owns the conversation
+// next reconciles it from them. A later batch that decided on the
+// working state (pipelined, pipeline.go) shares its records, so the
+// install leaves them alone then: that batch's own install evicts.
+func (b *batch) install() {
+	cv := b.cv
 	cv.mu.Lock()
 	if !cv.currentLocked() {
-		// Forgotten under the batch (its ownership lost): the rows are
-		// durable, so the operations are answered, but nothing is
-		// installed or published; whoever owns the conversation next
-		// reconciles it from them.
 		cv.mu.Unlock()
-		return nil
+		return
 	}
-	cv.setStateLocked(b.st)
+	cv.swapStateLocked(b.st, !b.cloned.Load())
 	for _, o := range b.ops {
 		if o.ending != nil {
 			delete(cv.bindingTokens, o.ending.site.p)
@@ -396,7 +447,6 @@ func (b *batch) write() error {
 	}
 	cv.mu.Unlock()
 	b.publish()
-	return nil
 }
 
 // publish runs after a successful write: it moves binding bookkeeping from

@@ -60,6 +60,10 @@ type task struct {
 	stages  Stages
 	err     error
 	done    chan struct{}
+	// plain is set for a tell or an ack, whose completion needs no turn:
+	// a batch of plain tasks may hand the turn on before its commit is
+	// durable (pipeline.go).
+	plain bool
 }
 
 // Call is an operation queued on its conversation whose outcome is not
@@ -128,7 +132,7 @@ func (c *Conn) queue(ctx context.Context, sp opSpec, st step, started time.Time)
 			return refused(refuse(CodeUnknownParticipant, "no conversation %v", sp.conv))
 		}
 	}
-	t = cv.enqueue(st, sp.tok, c.svc.requestSpan(ctx), started)
+	t = cv.enqueue(st, sp.tok, c.svc.requestSpan(ctx), started, sp.name == "tell" || sp.name == "ack")
 	return t, func() error {
 		defer c.inflight.Done()
 		err := c.svc.await(ctx, cv, t)
@@ -139,14 +143,15 @@ func (c *Conn) queue(ctx context.Context, sp opSpec, st step, started time.Time)
 
 // submit queues step on cv and waits for its outcome.
 func (s *Service) submit(ctx context.Context, cv *conversation, st step) error {
-	return s.await(ctx, cv, cv.enqueue(st, tokenRef{}, s.requestSpan(ctx), time.Time{}))
+	return s.await(ctx, cv, cv.enqueue(st, tokenRef{}, s.requestSpan(ctx), time.Time{}, false))
 }
 
 // enqueue appends a task for step, which looks up tok, to cv's queue;
 // link is the span of the request it serves, if traced; started is when
-// the operation started, for its Stages (zero: not timed).
-func (cv *conversation) enqueue(st step, tok tokenRef, link trace.SpanContext, started time.Time) *task {
-	t := &task{step: st, tok: tok, link: link, started: started, done: make(chan struct{})}
+// the operation started, for its Stages (zero: not timed); plain is set
+// for a tell or an ack (task.plain).
+func (cv *conversation) enqueue(st step, tok tokenRef, link trace.SpanContext, started time.Time, plain bool) *task {
+	t := &task{step: st, tok: tok, link: link, started: started, done: make(chan struct{}), plain: plain}
 	cv.qmu.Lock()
 	cv.queue = append(cv.queue, t)
 	cv.qmu.Unlock()
@@ -188,9 +193,16 @@ func (cv *conversation) unqueue(t *task) bool {
 	return false
 }
 
-// lead runs one batch: the caller holds cv's turn, which lead releases.
+// lead runs one batch: the caller holds cv's turn, which lead releases,
+// or hands on to the next batch before its commit is durable
+// (pipeline.go).
 func (s *Service) lead(cv *conversation) {
-	defer s.release(cv)
+	handedOn := false
+	defer func() {
+		if !handedOn {
+			s.release(cv)
+		}
+	}()
 	cv.qmu.Lock()
 	n := min(len(cv.queue), maxBatch)
 	tasks := append([]*task(nil), cv.queue[:n]...)
@@ -199,20 +211,39 @@ func (s *Service) lead(cv *conversation) {
 	if len(tasks) == 0 {
 		return
 	}
-	began := time.Now()
-	live, err := s.ensureLoadedTurn(s.ctx, cv)
-	if err != nil {
-		s.noteStoreErr(err)
-		k := batchClock{began: began, failed: true}
-		done := time.Now()
-		for _, t := range tasks {
-			t.err = err
-			t.stages = k.stages(t.started, done)
-			close(t.done)
-		}
-		return
+	prev := cv.inflight
+	if prev != nil && !prev.finished() && cv.contained() {
+		// Contained since prev was decided: this batch is refused as the
+		// load refuses it (ensureLoadedTurn), once prev is done.
+		_ = prev.wait() // its outcome is its own batch's
 	}
-	b := s.newBatch(cv, live)
+	if prev != nil && prev.finished() {
+		prev, cv.inflight = nil, nil
+	}
+	// After the wait for a contained conversation's batch in flight: it
+	// is the tasks' Turn, as the wait for a batch that keeps its turn is.
+	began := time.Now()
+	var b *batch
+	if prev != nil {
+		// The batch before this one handed the turn on with its commit
+		// in flight: this one decides on its working state.
+		b = s.batchAfter(cv, prev)
+		s.pipelined.Add(1)
+	} else {
+		live, err := s.ensureLoadedTurn(s.ctx, cv)
+		if err != nil {
+			s.noteStoreErr(err)
+			k := batchClock{began: began, failed: true}
+			done := time.Now()
+			for _, t := range tasks {
+				t.err = err
+				t.stages = k.stages(t.started, done)
+				close(t.done)
+			}
+			return
+		}
+		b = s.newBatch(cv, live)
+	}
 	b.clock.began = began
 	if s.tracer != nil {
 		b.startBatch(tasks)
@@ -234,7 +265,29 @@ func (s *Service) lead(cv *conversation) {
 			firstStaged = i
 		}
 	}
-	werr := b.write()
+	var werr error
+	switch {
+	case b.pipelines(tasks):
+		werr = b.writePipelined(func() {
+			handedOn = true
+			s.release(cv)
+		})
+	case prev != nil:
+		// Decided on the state of a batch still in flight: its outcome
+		// first (a replay of its rows is answered only once they are
+		// durable), and its failure is this batch's.
+		if perr := prev.wait(); perr != nil {
+			werr = b.failAfter(perr)
+		} else {
+			werr = b.write()
+		}
+	default:
+		werr = b.write()
+	}
+	if b.afterFailed {
+		// Every decision of the batch rested on the failed one's state.
+		firstStaged = 0
+	}
 	b.endBatch(werr)
 	done := time.Now()
 	for i, t := range tasks {
@@ -246,6 +299,10 @@ func (s *Service) lead(cv *conversation) {
 		t.stages = b.clock.stages(t.started, done)
 		s.noteStoreErr(t.err)
 		close(t.done)
+	}
+	if b.done != nil {
+		b.werr = werr
+		close(b.done)
 	}
 }
 

@@ -1,6 +1,8 @@
 package participant
 
 import (
+	"context"
+
 	"github.com/participantd/participantd/oplog"
 	"github.com/participantd/participantd/outbox"
 	"github.com/participantd/participantd/participant/internal/peek"
@@ -20,7 +22,7 @@ func init() {
 	}
 	peek.HoldTurn = func(svc any, conv oplog.ConversationID) (func() int, func()) {
 		cv := svc.(*Service).conversation(conv)
-		cv.turn <- struct{}{}
+		_ = cv.acquire(context.Background()) // fails only with its context
 		queued := func() int {
 			cv.qmu.Lock()
 			defer cv.qmu.Unlock()
@@ -35,10 +37,14 @@ func init() {
 		}
 		select {
 		case cv.turn <- struct{}{}:
-			return func() { <-cv.turn }, true
 		default:
 			return nil, false
 		}
+		if !cv.idle() {
+			<-cv.turn
+			return nil, false
+		}
+		return func() { <-cv.turn }, true
 	}
 	peek.DeriveSecret = func(key []byte, nonce [16]byte, c oplog.ConversationID, p oplog.ParticipantID, g oplog.Generation) [32]byte {
 		return deriveSecret(key, nonce, c, p, g)

@@ -162,6 +162,11 @@ type Options struct {
 	// local store the reads are cheap and the goroutines cost more than
 	// they save. Default off.
 	PrefetchTokens bool
+	// NoPipeline keeps every batch's turn until its commit is durable,
+	// instead of handing it to the conversation's next batch once its
+	// rows are appended (pipeline.go). For measuring what pipelining is
+	// worth, and for tests that need the old order. Default off.
+	NoPipeline bool
 	// TracerProvider, if set, traces each batch and its barriers as spans
 	// linked to the spans of the requests it carries (trace.go); nil
 	// traces nothing, at the cost of one nil check per batch.
@@ -259,7 +264,10 @@ type Service struct {
 	st   store.DurableStore
 	opts Options
 	// own is opts.Ownership, or the single-node one (ownershipOf).
-	own         Ownership
+	own Ownership
+	// pipelined counts the batches decided while the one before them was
+	// in flight (pipeline.go).
+	pipelined   atomic.Uint64
 	log         zerolog.Logger
 	incarnation uint64
 	fences      *fence.Fences[site]
@@ -647,24 +655,28 @@ func (s *Service) release(cv *conversation) {
 	cv.dropped = false
 	<-cv.turn
 	s.trimBacklog()
-	if !reload {
+	if reload {
+		go s.reload(cv)
+	}
+}
+
+// reload loads cv again after a failed commit dropped its state, and
+// publishes what it finds; cv was pinned and counted for it
+// (pinForReload).
+func (s *Service) reload(cv *conversation) {
+	defer s.bg.Done()
+	defer s.unpin(cv)
+	if err := cv.acquire(s.ctx); err != nil {
 		return
 	}
-	go func() {
-		defer s.bg.Done()
-		defer s.unpin(cv)
-		if err := cv.acquire(s.ctx); err != nil {
-			return
-		}
-		// A failure leaves the conversation dropped; the next touch
-		// retries, so the background reload never loops on a failing store.
-		if _, err := s.ensureLoadedTurn(s.ctx, cv); err != nil {
-			s.noteStoreErr(err)
-			s.log.Warn().Err(err).Uint64("conversation", uint64(cv.id)).Msg("reload after a failed commit did not complete")
-		}
-		cv.dropped = false
-		<-cv.turn
-	}()
+	// A failure leaves the conversation dropped; the next touch
+	// retries, so the background reload never loops on a failing store.
+	if _, err := s.ensureLoadedTurn(s.ctx, cv); err != nil {
+		s.noteStoreErr(err)
+		s.log.Warn().Err(err).Uint64("conversation", uint64(cv.id)).Msg("reload after a failed commit did not complete")
+	}
+	cv.dropped = false
+	<-cv.turn
 }
 
 // pinForReload pins cv for a background reload, as an operation does, and
@@ -787,6 +799,11 @@ type conversation struct {
 	// read when resets was tokenFloorAt-1 (0: not read). Turn holder only.
 	tokenFloor   int64
 	tokenFloorAt uint64
+
+	// inflight is the last batch that handed the turn on before its
+	// commit was durable (pipeline.go); nil, or done, when none is in
+	// flight. Turn holder only.
+	inflight *batch
 }
 
 func (s *Service) newConversation(id ConversationID, registered bool) *conversation {
@@ -796,13 +813,19 @@ func (s *Service) newConversation(id ConversationID, registered bool) *conversat
 	return cv
 }
 
+// acquire takes cv's turn once no batch is in flight: the holder may
+// rely on nothing of cv being written but by itself (see drain).
 func (cv *conversation) acquire(ctx context.Context) error {
 	select {
 	case cv.turn <- struct{}{}:
-		return nil
 	case <-ctx.Done():
 		return &Error{Code: CodeUnavailable, Detail: "waiting for the conversation", cause: ctx.Err()}
 	}
+	if err := cv.drain(ctx); err != nil {
+		<-cv.turn
+		return err
+	}
+	return nil
 }
 
 // loaded returns the state pointer under the read lock. Only the turn

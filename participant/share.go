@@ -163,12 +163,12 @@ const backlogScopeClient = "client"
 
 // admitShare decides whether an operation of a connection acting for sh
 // may add records to b's conversation, whose working state retains held
-// records while the service retains total (this batch's staged ones
-// included): the conversation's principal, or sh when it has none yet
+// records against the published state's published, while the service
+// retains total (this batch's staged ones included): the conversation's principal, or sh when it has none yet
 // (the operation would charge it), must stay within its share and the
 // rules near full. catchUp relaxes the records' share by an eighth, and
 // lifts the rules near full, as it relaxes the other limits.
-func (b *batch) admitShare(sh *share, held, total int64, catchUp bool) *Error {
+func (b *batch) admitShare(sh *share, held, published, total int64, catchUp bool) *Error {
 	charged := b.cv.share.Load()
 	if charged == nil {
 		charged = sh
@@ -179,7 +179,7 @@ func (b *batch) admitShare(sh *share, held, total int64, catchUp bool) *Error {
 	mine := charged.records.Load() + held
 	convs := int64(-1)
 	if b.cv.share.Load() == charged {
-		mine -= int64(b.live.Records.Len())
+		mine -= published
 	} else {
 		// The conversation holds its slot by now (a new one reserved it).
 		convs = int64(b.s.conversationSlots.count())
