@@ -724,6 +724,28 @@ func TestPipeline_AFailureCarriesThroughADeeperPipeline(t *testing.T) {
 	t.Logf("a third batch decided while the first was in flight: %v", depth3)
 }
 
+// teller is a participant of pipeConv bound on a connection of its own.
+type teller struct {
+	conn  *Conn
+	bound Bound
+}
+
+// enrollTellers enrolls n participants in pipeConv, each on a connection
+// of its own.
+func enrollTellers(t *testing.T, svc *Service, n int) []teller {
+	t.Helper()
+	tellers := make([]teller, n)
+	for i := range tellers {
+		tellers[i].conn = svc.Connect(nil)
+		b, err := tellers[i].conn.Enroll(context.Background(), Enroll{Conversation: pipeConv, Token: token(byte(1 + i))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tellers[i].bound = b
+	}
+	return tellers
+}
+
 // chain returns how many batches cv's last pipelined batch keeps
 // reachable through prev, itself included; the caller holds cv's turn.
 func chain(cv *conversation) int {
@@ -744,18 +766,7 @@ func TestPipeline_FinishedBatchesAreNotKeptAlive(t *testing.T) {
 	sm := &slowMemory{Memory: store.NewMemory(), delay: time.Millisecond}
 	svc := openService(t, sm)
 	ctx := context.Background()
-	var tellers [2]struct {
-		conn  *Conn
-		bound Bound
-	}
-	for i := range tellers {
-		tellers[i].conn = svc.Connect(nil)
-		b, err := tellers[i].conn.Enroll(ctx, Enroll{Conversation: pipeConv, Token: token(byte(1 + i))})
-		if err != nil {
-			t.Fatal(err)
-		}
-		tellers[i].bound = b
-	}
+	tellers := enrollTellers(t, svc, 2)
 	var wg sync.WaitGroup
 	for i, tl := range tellers {
 		wg.Go(func() {
@@ -800,18 +811,7 @@ func TestPipeline_TheBacklogWindowHoldsUnderSteadyLoad(t *testing.T) {
 	}
 	t.Cleanup(func() { svc.Close() })
 	ctx := context.Background()
-	var tellers [3]struct {
-		conn  *Conn
-		bound Bound
-	}
-	for i := range tellers {
-		tellers[i].conn = svc.Connect(nil)
-		b, err := tellers[i].conn.Enroll(ctx, Enroll{Conversation: pipeConv, Token: token(byte(1 + i))})
-		if err != nil {
-			t.Fatal(err)
-		}
-		tellers[i].bound = b
-	}
+	tellers := enrollTellers(t, svc, 3)
 	var (
 		wg   sync.WaitGroup
 		peak atomic.Int64
