@@ -152,13 +152,11 @@ func (cv *conversation) evictSharedLocked(st *outbox.State) {
 	if need <= 0 {
 		return
 	}
-	freed := st.Evict(need)
-	bl.evictions.Add(freed)
 	if cv.state == st {
-		bl.bytes.Add(-freed)
-		bl.evicted.Add(freed)
-		bl.hold(cv, st)
+		cv.evictLocked(need) // published: its account moves too
+		return
 	}
+	bl.evictions.Add(st.Evict(need))
 }
 
 // hold records the payload bytes cv's published state st holds.

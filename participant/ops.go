@@ -276,7 +276,7 @@ func (s *Service) lead(cv *conversation) {
 		// Decided on the state of a batch still in flight: its outcome
 		// first (a replay of its rows is answered only once they are
 		// durable), and its failure is this batch's.
-		if perr := prev.wait(); perr != nil {
+		if perr := b.prevOutcome(); perr != nil {
 			werr = b.failAfter(perr)
 		} else {
 			werr = b.write()

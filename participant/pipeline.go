@@ -86,19 +86,11 @@ func (b *batch) writePipelined(handOn func()) error {
 	timing, err := s.flushTimed(cv.id)
 	endSpan(sp, err)
 	what := "oplog and outbox flush"
-	if b.prev != nil {
-		// Waited for whatever b's flush did, so that b's outcome is
-		// never known before prev's (drain waits for the last batch
-		// handed on alone).
-		perr := b.prev.wait()
-		b.prev = nil
-		if perr != nil {
-			// Every decision of b rested on prev's state.
-			b.afterFailed = true
-			if err == nil {
-				err, what = perr, "an earlier commit of the conversation"
-			}
-		}
+	// Waited for whatever b's flush did, so that b's outcome is never
+	// known before prev's (drain waits for the last batch handed on
+	// alone).
+	if perr := b.prevOutcome(); perr != nil && err == nil {
+		err, what = perr, earlierCommit
 	}
 	if err != nil {
 		return b.failHandedOn(what, err)
@@ -109,33 +101,46 @@ func (b *batch) writePipelined(handOn func()) error {
 	return nil
 }
 
-// afterPrev returns err, the failure of b before it handed the turn on,
-// once prev has its outcome: an error in doubt when prev failed, since
-// every decision of b rested on prev's state. The caller holds the turn.
-func (b *batch) afterPrev(err error) error {
+// earlierCommit is the phase a batch fails in when the batch it was
+// decided on failed.
+const earlierCommit = "an earlier commit of the conversation"
+
+// prevOutcome waits for the outcome of prev, the batch b was decided
+// on, if any, and lets it go; when prev failed, every decision of b
+// rested on its state, so every answer of b shares the failure
+// (afterFailed), and prev's error is returned.
+func (b *batch) prevOutcome() error {
 	if b.prev == nil {
-		return err
+		return nil
 	}
 	perr := b.prev.wait()
 	b.prev = nil
 	if perr != nil {
 		b.afterFailed = true
-		return &Error{Code: CodeInDoubt, Detail: "an earlier commit of the conversation", cause: perr}
+	}
+	return perr
+}
+
+// afterPrev returns err, the failure of b before it handed the turn on,
+// once prev has its outcome: an error in doubt when prev failed. The
+// caller holds the turn.
+func (b *batch) afterPrev(err error) error {
+	if perr := b.prevOutcome(); perr != nil {
+		return &Error{Code: CodeInDoubt, Detail: earlierCommit, cause: perr}
 	}
 	return err
 }
 
 // failAfter fails b, decided on the state of the batch before it, which
-// failed with perr: b is in doubt, and undone as fail undoes it. The
-// caller holds the turn.
+// failed with perr (prevOutcome): b is in doubt, and undone as fail
+// undoes it. The caller holds the turn.
 func (b *batch) failAfter(perr error) error {
 	for _, o := range b.ops {
 		if o.binds {
 			defer b.s.fences.SettleLease(o.bound)
 		}
 	}
-	b.afterFailed = true
-	return b.fail(CodeInDoubt, "an earlier commit of the conversation", perr)
+	return b.fail(CodeInDoubt, earlierCommit, perr)
 }
 
 // failHandedOn fails b, whose commit (or prev's) failed after b handed
