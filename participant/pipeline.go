@@ -229,5 +229,6 @@ func (b *batch) published() (records, published int64) {
 }
 
 // Pipelined returns how many batches were decided while the batch before
-// them, of the same conversation, was in flight.
+// them, of the same conversation, was in flight: the server's
+// participantd_batches_pipelined_total.
 func (s *Service) Pipelined() uint64 { return s.pipelined.Load() }
