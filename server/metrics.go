@@ -134,7 +134,7 @@ func newMetrics(s *Server) *metrics {
 	m.reg.MustRegister(
 		m.connsOpen, m.connsTotal, m.refusedTotal, m.adminRefused, m.badRequests, m.operations, m.commitSecs, m.committed, m.deliveries, m.notices,
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: MetricBatchesPipelined, Help: "Batches of a conversation decided while the batch before them was in flight, its commit not yet durable (pipelined batches, docs/DESIGN.md).",
+			Name: MetricBatchesPipelined, Help: "Batches of a conversation decided while the batch before them was in flight, its commit not yet durable (pipelined batches, docs/DESIGN.md; none under pipeline-batches=false).",
 		}, func() float64 {
 			if svc := s.svc.Load(); svc != nil {
 				return float64(svc.Pipelined())
