@@ -113,7 +113,9 @@ func (b *batch) prevOutcome() error {
 	if b.prev == nil {
 		return nil
 	}
+	from := time.Now()
 	perr := b.prev.wait()
+	b.clock.prevFrom, b.clock.prev = from, time.Since(from)
 	b.prev = nil
 	if perr != nil {
 		b.afterFailed = true
