@@ -101,19 +101,29 @@ func (cv *conversation) swapStateLocked(st *outbox.State, evict bool) {
 		}
 		bl.bytes.Add(st.PayloadBytes)
 		bl.evicted.Add(st.EvictedBytes)
-		if !evict {
-			bl.hold(cv, st)
-			return
-		}
-		if over := st.PayloadBytes - bl.window; over > 0 {
-			cv.evictLocked(over)
-		}
-		if over := bl.bytes.Load() - (bl.budget + bl.budget/4); over > 0 {
-			cv.evictLocked(over + bl.budget/4)
-			return
+		if evict {
+			if need := bl.excess(st.PayloadBytes, bl.bytes.Load()); need > 0 {
+				cv.evictLocked(need)
+				return
+			}
 		}
 	}
 	bl.hold(cv, st)
+}
+
+// excess returns how many of its oldest payload bytes a conversation's
+// state holding payload bytes is to drop from memory at a commit, the
+// service holding total (that state's included, or the published state
+// it shares its records with): those past the conversation's window
+// and, when the service is still past its hard bound without them, as
+// many more as bring it down to the budget. An install and a state about
+// to be cloned (evictSharedLocked) both evict by it.
+func (bl *backlog) excess(payload, total int64) int64 {
+	need := max(payload-bl.window, 0)
+	if over := total - need - (bl.budget + bl.budget/4); over > 0 {
+		need += over + bl.budget/4
+	}
+	return need
 }
 
 // evictLocked drops up to need bytes of cv's oldest payloads from memory
@@ -135,20 +145,17 @@ func (cv *conversation) evictLocked(need int64) int64 {
 }
 
 // evictSharedLocked drops st's oldest payloads past the conversation's
-// window, and past the service's hard bound, as an install does, from
-// st, the working state of cv's batch in flight (published or about to
-// be), before the next batch clones it (pipeline.go). st shares its
-// records with the published state, whose readers hold cv.mu: the
-// caller holds cv's turn and cv.mu for writing. An unpublished st is
-// accounted for at its install.
+// window, and past the service's hard bound, by the rule an install
+// evicts by (excess), from st, the working state of cv's batch in flight
+// (published or about to be), before the next batch clones it
+// (pipeline.go). st shares its records with the published state, whose
+// readers hold cv.mu: the caller holds cv's turn and cv.mu for writing.
+// An unpublished st is accounted for at its install.
 //
 // +checklocks:cv.mu
 func (cv *conversation) evictSharedLocked(st *outbox.State) {
 	bl := cv.backlog
-	need := st.PayloadBytes - bl.window
-	if over := bl.bytes.Load() - (bl.budget + bl.budget/4); over > 0 {
-		need = max(need, over+bl.budget/4)
-	}
+	need := bl.excess(st.PayloadBytes, bl.bytes.Load())
 	if need <= 0 {
 		return
 	}

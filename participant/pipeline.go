@@ -113,7 +113,9 @@ func (b *batch) prevOutcome() error {
 	if b.prev == nil {
 		return nil
 	}
+	from := time.Now()
 	perr := b.prev.wait()
+	b.clock.prevFrom, b.clock.prev = from, time.Since(from)
 	b.prev = nil
 	if perr != nil {
 		b.afterFailed = true
@@ -229,5 +231,6 @@ func (b *batch) published() (records, published int64) {
 }
 
 // Pipelined returns how many batches were decided while the batch before
-// them, of the same conversation, was in flight.
+// them, of the same conversation, was in flight: the server's
+// participantd_batches_pipelined_total.
 func (s *Service) Pipelined() uint64 { return s.pipelined.Load() }

@@ -162,6 +162,29 @@ func (r *pipelineRig) tell(byA bool, n byte) (participant.Tell, <-chan toldOrErr
 	return req, out
 }
 
+// holdTell makes the next log sync block (and fail with fail, hold),
+// starts a's tell with token 10 and returns once its sync blocks: the
+// tell, its outcome's channel, and the channel that lets the sync go.
+func (r *pipelineRig) holdTell(fail bool) (participant.Tell, <-chan toldOrErr, chan struct{}) {
+	r.t.Helper()
+	release := r.hold(fail)
+	req, out := r.tell(true, 10)
+	<-r.gate.blockedCh()
+	return req, out, release
+}
+
+// pipelineTell holds a's tell with token 10 (holdTell), starts b's with
+// token 11, and returns once b's batch was decided on the state of a's,
+// in flight: both tells and their outcomes, and the channel that lets
+// a's sync go.
+func (r *pipelineRig) pipelineTell(fail bool) (reqA participant.Tell, first <-chan toldOrErr, reqB participant.Tell, second <-chan toldOrErr, release chan struct{}) {
+	r.t.Helper()
+	reqA, first, release = r.holdTell(fail)
+	reqB, second = r.tell(false, 11)
+	r.waitPipelined(1)
+	return reqA, first, reqB, second, release
+}
+
 // waitPipelined waits until n batches were decided while the one before
 // them was in flight.
 func (r *pipelineRig) waitPipelined(n uint64) {
@@ -189,11 +212,7 @@ func notYet[T any](t *testing.T, what string, ch <-chan T) {
 // that tell's state and appended meanwhile, and answered after it.
 func TestPipeline_ATellIsDecidedWhileTheOneBeforeIsInFlight(t *testing.T) {
 	r := newPipelineRig(t)
-	release := r.hold(false)
-	_, first := r.tell(true, 10)
-	<-r.gate.blockedCh()
-	_, second := r.tell(false, 11)
-	r.waitPipelined(1)
+	_, first, _, second, release := r.pipelineTell(false)
 	notYet(t, "the first tell", first)
 	notYet(t, "the second tell", second)
 	close(release)
@@ -211,9 +230,7 @@ func TestPipeline_ATellIsDecidedWhileTheOneBeforeIsInFlight(t *testing.T) {
 // flight, waits for it.
 func TestPipeline_ARetryOfATellInFlightIsAnsweredOnceItIsDurable(t *testing.T) {
 	r := newPipelineRig(t)
-	release := r.hold(false)
-	req, first := r.tell(true, 10)
-	<-r.gate.blockedCh()
+	req, first, release := r.holdTell(false)
 	retry := make(chan toldOrErr, 1)
 	go func() {
 		told, err := r.ca.Tell(context.Background(), req)
@@ -233,11 +250,7 @@ func TestPipeline_ARetryOfATellInFlightIsAnsweredOnceItIsDurable(t *testing.T) {
 // After a restart each retry commits or replays, once.
 func TestPipeline_AFailedCommitFailsTheBatchDecidedOnIt(t *testing.T) {
 	r := newPipelineRig(t)
-	release := r.hold(true)
-	reqA, first := r.tell(true, 10)
-	<-r.gate.blockedCh()
-	reqB, second := r.tell(false, 11)
-	r.waitPipelined(1)
+	reqA, first, reqB, second, release := r.pipelineTell(true)
 	close(release)
 	for _, o := range []toldOrErr{<-first, <-second} {
 		var pe *participant.Error
@@ -288,9 +301,7 @@ func TestPipeline_AFailedCommitFailsTheBatchDecidedOnIt(t *testing.T) {
 // but by itself.
 func TestPipeline_AnotherTurnHolderWaitsForTheBatchInFlight(t *testing.T) {
 	r := newPipelineRig(t)
-	release := r.hold(false)
-	_, first := r.tell(true, 10)
-	<-r.gate.blockedCh()
+	_, first, release := r.holdTell(false)
 	held := make(chan func(), 1)
 	go func() {
 		_, let := peek.HoldTurn(r.svc, pipelineConv)

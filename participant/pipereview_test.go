@@ -18,12 +18,15 @@ import (
 // of docs/DESIGN.md "Pipelined batches" that a batch decided while the one
 // before it is in flight can break.
 
-// pipeRig is a service over faultstore on the memory store (which keeps
-// its writes' order, so batches pipeline) with two participants of one
-// conversation, each on a connection of its own.
+// pipeRig is a service over faultstore on the memory store (newPipeRig),
+// or over a gatedMemory (newGatedRig), either keeping its writes' order
+// so that batches pipeline, with two participants of one conversation,
+// each on a connection of its own.
 type pipeRig struct {
-	t      *testing.T
-	fs     *faultstore.Store
+	t  *testing.T
+	fs *faultstore.Store
+	// gated is the store of a rig from newGatedRig.
+	gated  *gatedMemory
 	svc    *Service
 	ca, cb *Conn
 	a, b   Bound
@@ -45,15 +48,22 @@ func newPipeRig(t *testing.T, opts Options, rules ...faultstore.Rule) *pipeRig {
 		fs.Release() // a test that failed with a flush held
 		svc.Close()
 	})
+	r.enrollBoth()
+	return r
+}
+
+// enrollBoth connects a and b and enrolls them in pipeConv.
+func (r *pipeRig) enrollBoth() {
+	r.t.Helper()
 	ctx := context.Background()
-	r.ca, r.cb = svc.Connect(nil), svc.Connect(nil)
+	r.ca, r.cb = r.svc.Connect(nil), r.svc.Connect(nil)
+	var err error
 	if r.a, err = r.ca.Enroll(ctx, Enroll{Conversation: pipeConv, Token: token(1)}); err != nil {
-		t.Fatal(err)
+		r.t.Fatal(err)
 	}
 	if r.b, err = r.cb.Enroll(ctx, Enroll{Conversation: pipeConv, Token: token(2)}); err != nil {
-		t.Fatal(err)
+		r.t.Fatal(err)
 	}
-	return r
 }
 
 // tellOf returns a tell by a (or b) with token n and payload {n}.
@@ -134,17 +144,14 @@ func TestPipeline_ARetryBatchedWithAFailingAppendWaitsForTheTellInFlight(t *test
 func TestPipeline_ARetryBatchedWithAFailingAppendSharesTheFailureInFlight(t *testing.T) {
 	r, g := newGatedRig(t, Options{})
 	ctx := context.Background()
-	gt := g.arm(true)
-	ca, first := r.tellOf(true, 10)
-	firstOut := waitCall(ca.StartTell(ctx, first))
-	<-gt.blocked
+	first := r.holdTell(true)
 	cb, second := r.tellOf(false, 11)
 	g.failCASOf(tokenRef{p: second.Participant, t: second.Token}.key(pipeConv))
-	retry, secondCall := r.ca.StartTell(ctx, first), cb.StartTell(ctx, second) // one batch
+	retry, secondCall := r.ca.StartTell(ctx, first.req), cb.StartTell(ctx, second) // one batch
 	retryOut, secondOut := waitCall(retry), waitCall(secondCall)
 	answeredEarly(t, "the retry", retryOut)
-	close(gt.release)
-	for _, o := range []toldResult{<-firstOut, <-retryOut, <-secondOut} {
+	close(first.gate.release)
+	for _, o := range []toldResult{<-first.out, <-retryOut, <-secondOut} {
 		if !inDoubt(o.err) {
 			t.Fatalf("outcome = %+v, want in_doubt", o)
 		}
@@ -256,7 +263,7 @@ func newGatedRig(t *testing.T, opts Options) (*pipeRig, *gatedMemory) {
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
-	r := &pipeRig{t: t, svc: svc}
+	r := &pipeRig{t: t, gated: g, svc: svc}
 	t.Cleanup(func() {
 		g.mu.Lock()
 		if g.release != nil {
@@ -269,15 +276,39 @@ func newGatedRig(t *testing.T, opts Options) (*pipeRig, *gatedMemory) {
 		g.mu.Unlock()
 		svc.Close()
 	})
-	ctx := context.Background()
-	r.ca, r.cb = svc.Connect(nil), svc.Connect(nil)
-	if r.a, err = r.ca.Enroll(ctx, Enroll{Conversation: pipeConv, Token: token(1)}); err != nil {
-		t.Fatal(err)
-	}
-	if r.b, err = r.cb.Enroll(ctx, Enroll{Conversation: pipeConv, Token: token(2)}); err != nil {
-		t.Fatal(err)
-	}
+	r.enrollBoth()
 	return r, g
+}
+
+// heldTell is a tell whose commit is in flight: its flush blocks until
+// the test closes gate.release.
+type heldTell struct {
+	gate gate
+	req  Tell
+	out  <-chan toldResult
+}
+
+// holdTell arms the gated store's next flush, to fail with fail, starts
+// a's tell with token 10 and returns once that tell's flush blocks.
+func (r *pipeRig) holdTell(fail bool) heldTell {
+	r.t.Helper()
+	gt := r.gated.arm(fail)
+	c, req := r.tellOf(true, 10)
+	out := waitCall(c.StartTell(context.Background(), req))
+	<-gt.blocked
+	return heldTell{gate: gt, req: req, out: out}
+}
+
+// pipelineTell holds a's tell with token 10 (holdTell), starts b's with
+// token 11, and returns once b's batch was decided on the state of a's,
+// in flight: both tells' outcomes, and the gate that holds a's flush.
+func (r *pipeRig) pipelineTell(fail bool) (firstOut, secondOut <-chan toldResult, gt gate) {
+	r.t.Helper()
+	first := r.holdTell(fail)
+	c, second := r.tellOf(false, 11)
+	secondOut = waitCall(c.StartTell(context.Background(), second))
+	r.waitPipelined(1)
+	return first.out, secondOut, first.gate
 }
 
 // waitPipelined waits until n batches were decided while the one before
@@ -331,10 +362,8 @@ func TestPipeline_AFailedFlushThatIsNotStickyLeavesBothInDoubtThenReplays(t *tes
 		t.Run(name, func(t *testing.T) {
 			r, g := newGatedRig(t, Options{})
 			ctx := context.Background()
-			gt := g.arm(true)
-			ca, first := r.tellOf(true, 10)
-			firstOut := waitCall(ca.StartTell(ctx, first))
-			<-gt.blocked
+			held := r.holdTell(true)
+			first, firstOut := held.req, held.out
 			// Both queued before either is waited for: one batch.
 			var retry *Call[Told]
 			if withRetry {
@@ -349,7 +378,7 @@ func TestPipeline_AFailedFlushThatIsNotStickyLeavesBothInDoubtThenReplays(t *tes
 			secondOut := waitCall(secondCall)
 			r.waitPipelined(1)
 			answeredEarly(t, "the second tell", secondOut)
-			close(gt.release)
+			close(held.gate.release)
 			if f := <-firstOut; !inDoubt(f.err) {
 				t.Fatalf("first tell = %+v, want in_doubt", f)
 			}
@@ -414,12 +443,9 @@ func TestPipeline_TheBacklogBoundsCountTheBatchInFlight(t *testing.T) {
 			run := func(noPipeline bool) (refused int, records int64) {
 				opts := c.opts
 				opts.NoPipeline = noPipeline
-				r, g := newGatedRig(t, opts)
+				r, _ := newGatedRig(t, opts)
 				ctx := context.Background()
-				gt := g.arm(false)
-				ca, first := r.tellOf(true, 10)
-				firstOut := waitCall(ca.StartTell(ctx, first))
-				<-gt.blocked
+				first := r.holdTell(false)
 				_, second := r.tellOf(true, 11)
 				_, third := r.tellOf(true, 12)
 				secondCall, thirdCall := r.ca.StartTell(ctx, second), r.ca.StartTell(ctx, third)
@@ -429,8 +455,8 @@ func TestPipeline_TheBacklogBoundsCountTheBatchInFlight(t *testing.T) {
 				if !noPipeline {
 					r.waitPipelined(1)
 				}
-				close(gt.release)
-				for _, o := range []toldResult{<-firstOut, <-secondOut, <-thirdOut} {
+				close(first.gate.release)
+				for _, o := range []toldResult{<-first.out, <-secondOut, <-thirdOut} {
 					var pe *Error
 					switch {
 					case errors.As(o.err, &pe) && pe.Code == CodeBacklogFull:
@@ -617,10 +643,7 @@ func TestPipeline_EvictionUnderRacingTellers(t *testing.T) {
 func TestPipeline_AContainedConversationTakesNoMoreCommits(t *testing.T) {
 	r, g := newGatedRig(t, Options{})
 	ctx := context.Background()
-	gt := g.arm(false)
-	ca, first := r.tellOf(true, 10)
-	firstOut := waitCall(ca.StartTell(ctx, first))
-	<-gt.blocked
+	first := r.holdTell(false)
 
 	// One batch: a's tell, whose token entry is damaged (the
 	// conversation is contained), and b's, which commits.
@@ -634,8 +657,8 @@ func TestPipeline_AContainedConversationTakesNoMoreCommits(t *testing.T) {
 	_, third := r.tellOf(false, 13)
 	thirdOut := waitCall(r.cb.StartTell(ctx, third))
 	r.waitDequeued()
-	close(gt.release)
-	<-firstOut
+	close(first.gate.release)
+	<-first.out
 	<-secondOut
 	if d := <-damagedOut; !errors.Is(d.err, ErrUnavailable) {
 		t.Fatalf("tell with a damaged token entry = %+v, want unavailable", d)
@@ -653,15 +676,8 @@ func TestPipeline_AContainedConversationTakesNoMoreCommits(t *testing.T) {
 // it fails, and no reload is left running (goleak in TestMain; waitReloads
 // here).
 func TestPipeline_CloseWithAFailingPipelineInFlight(t *testing.T) {
-	r, g := newGatedRig(t, Options{})
-	ctx := context.Background()
-	gt := g.arm(true)
-	ca, first := r.tellOf(true, 10)
-	firstOut := waitCall(ca.StartTell(ctx, first))
-	<-gt.blocked
-	cb, second := r.tellOf(false, 11)
-	secondOut := waitCall(cb.StartTell(ctx, second))
-	r.waitPipelined(1)
+	r, _ := newGatedRig(t, Options{})
+	firstOut, secondOut, gt := r.pipelineTell(true)
 	// A reload already waiting for the pipeline to drain.
 	cv := r.svc.existing(pipeConv)
 	if !r.svc.pinForReload(cv) {
@@ -692,15 +708,9 @@ func TestPipeline_CloseWithAFailingPipelineInFlight(t *testing.T) {
 // flight. When the first then fails, the second is in doubt, and the
 // third with it, or committed on the state reloaded from the store.
 func TestPipeline_AFailureCarriesThroughADeeperPipeline(t *testing.T) {
-	r, g := newGatedRig(t, Options{})
+	r, _ := newGatedRig(t, Options{})
 	ctx := context.Background()
-	gt := g.arm(true)
-	ca, first := r.tellOf(true, 10)
-	firstOut := waitCall(ca.StartTell(ctx, first))
-	<-gt.blocked
-	cb, second := r.tellOf(false, 11)
-	secondOut := waitCall(cb.StartTell(ctx, second))
-	r.waitPipelined(1)
+	firstOut, secondOut, gt := r.pipelineTell(true)
 	_, third := r.tellOf(true, 12)
 	thirdOut := waitCall(r.ca.StartTell(ctx, third))
 	deadline := time.Now().Add(100 * time.Millisecond)

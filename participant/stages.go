@@ -16,7 +16,8 @@ import (
 //
 // A batch whose writes failed (Failed) is timed to its failure: the
 // stages before the one it failed in as usual, that one until the
-// outcome (the failure's own time and its undoing), and none after it.
+// outcome (the failure's own time and its undoing), and none after it;
+// its wait for the batch before it, if any, is Prev all the same.
 type Stages struct {
 	// Turn is from the start, when the operation was queued on its
 	// conversation, until its batch began: the wait for the turn, held
@@ -25,7 +26,8 @@ type Stages struct {
 	// Decide is from the batch's beginning until its barriers began: the
 	// conversation's load if it was not loaded, every decision of the
 	// batch (token lookups included), the rows' encoding and the oplog
-	// appends.
+	// appends; less Prev where the batch waited for the one before it
+	// there (one that keeps the turn: it waits before its appends).
 	Decide time.Duration
 	// Oplog is barrier 1 on its own (the seal or flush of the oplog
 	// rows), under an Ownership whose store does not keep a
@@ -37,8 +39,16 @@ type Stages struct {
 	// commit that carries the rows to be taken (the commit before it, a
 	// full memory bound), and the rest, that commit's write and sync
 	// (store.FlushTiming). Under a store that does not divide its flush,
-	// and for a flush that failed, all of it is Commit.
+	// and for a flush that failed, all of it is Commit. A pipelined
+	// batch's wait for the one before it, once its own flush returned,
+	// is Prev, not Commit.
 	CommitWait, Commit time.Duration
+	// Prev is the wait of a batch decided while the batch before it was
+	// in flight (Pipelined) for that batch's outcome: after its own
+	// flush when it handed the turn on in turn, before its appends when
+	// it keeps the turn (a replay, an enroll). It is taken out of the
+	// stage it fell in, Commit or Decide.
+	Prev time.Duration
 	// Publish is from the rows' durability until the outcome was set:
 	// the state's installation, publication and wakes. Only a batch that
 	// made rows durable passes it (Barriers and not Failed).
@@ -49,8 +59,10 @@ type Stages struct {
 	// Barriers is set when the operation's batch wrote rows and reached
 	// barrier 2 or the shared sync (CommitWait, Commit); the operation
 	// may itself be a replay or refusal that shared them. Split is set
-	// when barrier 1 was a seal or flush of its own (Oplog).
-	Barriers, Split bool
+	// when barrier 1 was a seal or flush of its own (Oplog). Pipelined
+	// is set when the batch was decided while the one before it was in
+	// flight, and so waited for its outcome (Prev).
+	Barriers, Split, Pipelined bool
 	// Failed is set when the batch's load or writes failed: the
 	// operation was answered with the failure, or shared a batch that
 	// met it.
@@ -67,6 +79,11 @@ type batchClock struct {
 	began, decided, durable time.Time
 	// oplog is the time barrier 1 took on its own, once it returned.
 	oplog time.Duration
+	// prevFrom is when the batch began to wait for the outcome of the
+	// batch it was decided on (prevOutcome; zero: it was not), and prev
+	// how long it waited.
+	prevFrom time.Time
+	prev     time.Duration
 	// flush is barrier 2's timing, set only when its flush succeeded
 	// (store.TimedFlusher's timing means nothing otherwise).
 	flush store.FlushTiming
@@ -79,19 +96,26 @@ type batchClock struct {
 // stages returns the Stages of an operation started at started (zero:
 // not timed) that the batch timed by k completed at done.
 func (k *batchClock) stages(started, done time.Time) Stages {
-	st := Stages{Done: done, Failed: k.failed}
+	st := Stages{Done: done, Failed: k.failed, Pipelined: !k.prevFrom.IsZero(), Prev: k.prev}
 	if !started.IsZero() && !k.began.IsZero() {
 		st.Turn = k.began.Sub(started)
 	}
 	if k.decided.IsZero() {
 		// The batch wrote nothing, or failed before its barriers (its
-		// load, say): all of it was decide.
+		// load, say): all of it was decide, but its wait for prev.
 		if !k.began.IsZero() {
-			st.Decide = done.Sub(k.began)
+			st.Decide = done.Sub(k.began) - k.prev
 		}
 		return st
 	}
+	// The wait for prev is taken out of the stage it fell in: decide
+	// when the batch waited before its barriers, else barrier 2 (a
+	// pipelined batch waits once its own flush returned).
+	prevInDecide := st.Pipelined && !k.prevFrom.After(k.decided)
 	st.Decide = k.decided.Sub(k.began)
+	if prevInDecide {
+		st.Decide -= k.prev
+	}
 	// A failed batch's last stage runs until the outcome.
 	end := k.durable
 	if end.IsZero() {
@@ -102,11 +126,17 @@ func (k *batchClock) stages(started, done time.Time) Stages {
 		if !k.barriers {
 			// Failed in barrier 1.
 			st.Oplog = end.Sub(k.decided)
+			if !prevInDecide {
+				st.Oplog -= k.prev
+			}
 			return st
 		}
 		st.Oplog = k.oplog
 	}
 	barrier2 := end.Sub(k.decided) - st.Oplog
+	if !prevInDecide {
+		barrier2 -= k.prev
+	}
 	st.CommitWait = min(k.flush.Wait, barrier2)
 	st.Commit = barrier2 - st.CommitWait
 	if !k.failed {

@@ -18,7 +18,7 @@ const slowFailure = 20 * time.Millisecond
 // stageSum is the sum of the stages the service times (all but the
 // connection's).
 func stageSum(st Stages) time.Duration {
-	return st.Turn + st.Decide + st.Oplog + st.CommitWait + st.Commit + st.Publish
+	return st.Turn + st.Decide + st.Oplog + st.CommitWait + st.Commit + st.Prev + st.Publish
 }
 
 // checkStagesSound fails when a stage of st is negative or the stages,
@@ -27,7 +27,7 @@ func stageSum(st Stages) time.Duration {
 func checkStagesSound(t *testing.T, what string, st Stages, started time.Time) {
 	t.Helper()
 	for name, d := range map[string]time.Duration{"Turn": st.Turn, "Decide": st.Decide, "Oplog": st.Oplog,
-		"CommitWait": st.CommitWait, "Commit": st.Commit, "Publish": st.Publish} {
+		"CommitWait": st.CommitWait, "Commit": st.Commit, "Prev": st.Prev, "Publish": st.Publish} {
 		if d < 0 {
 			t.Errorf("%s: Stages.%s = %v, want >= 0", what, name, d)
 		}
@@ -180,6 +180,16 @@ func TestBatchClock_Stages(t *testing.T) {
 			Stages{Turn: ms(1), Decide: ms(2), Oplog: ms(1), Commit: ms(6), Barriers: true, Split: true, Failed: true}},
 		{"split, barrier 1's wait failed after barrier 2's flush", batchClock{began: at(1), decided: at(3), oplog: ms(1), flush: store.FlushTiming{Wait: ms(2), Write: ms(1)}, split: true, barriers: true, failed: true},
 			Stages{Turn: ms(1), Decide: ms(2), Oplog: ms(1), CommitWait: ms(2), Commit: ms(4), Barriers: true, Split: true, Failed: true}},
+		// Decided on the state of the batch before it, in flight: the
+		// wait for its outcome is Prev, out of the stage it fell in.
+		{"pipelined, prev waited for after the flush", batchClock{began: at(1), decided: at(3), prevFrom: at(6), prev: ms(1), durable: at(8), flush: store.FlushTiming{Wait: ms(2), Write: ms(1)}, barriers: true},
+			Stages{Turn: ms(1), Decide: ms(2), CommitWait: ms(2), Commit: ms(2), Prev: ms(1), Publish: ms(2), Barriers: true, Pipelined: true}},
+		{"pipelined, prev failed", batchClock{began: at(1), decided: at(3), prevFrom: at(6), prev: ms(2), barriers: true, failed: true},
+			Stages{Turn: ms(1), Decide: ms(2), Commit: ms(5), Prev: ms(2), Barriers: true, Pipelined: true, Failed: true}},
+		{"replays only, after prev", batchClock{began: at(1), prevFrom: at(2), prev: ms(3)},
+			Stages{Turn: ms(1), Decide: ms(6), Prev: ms(3), Pipelined: true}},
+		{"keeping the turn after prev, prev waited for before the appends", batchClock{began: at(1), prevFrom: at(2), prev: ms(1), decided: at(4), durable: at(8), flush: store.FlushTiming{Wait: ms(2), Write: ms(2)}, barriers: true},
+			Stages{Turn: ms(1), Decide: ms(2), CommitWait: ms(2), Commit: ms(2), Prev: ms(1), Publish: ms(2), Barriers: true, Pipelined: true}},
 	} {
 		done := at(10)
 		tc.want.Done = done
@@ -190,5 +200,36 @@ func TestBatchClock_Stages(t *testing.T) {
 		if sum := stageSum(got); sum != done.Sub(t0) {
 			t.Errorf("%s: stages sum to %v, want the whole %v", tc.name, sum, done.Sub(t0))
 		}
+	}
+}
+
+// A batch decided while the one before it is in flight waits for that
+// batch's outcome once its own flush returned: that wait is Prev, and
+// Commit is its commit's write and sync alone.
+func TestStages_APipelinedBatchWaitsForTheOneBeforeInPrev(t *testing.T) {
+	r, _ := newGatedRig(t, Options{})
+	first := r.holdTell(false)
+	c, req := r.tellOf(false, 11)
+	started := time.Now()
+	call := c.StartTell(context.Background(), req)
+	out := waitCall(call)
+	r.waitPipelined(1)
+	heldFrom := time.Now()
+	answeredEarly(t, "the second tell", out)
+	close(first.gate.release)
+	held := time.Since(heldFrom)
+	if f := <-first.out; f.err != nil {
+		t.Fatalf("first tell: %v", f.err)
+	}
+	if s := <-out; s.err != nil {
+		t.Fatalf("second tell: %v", s.err)
+	}
+	st := call.Stages()
+	checkStagesSound(t, "the second tell", st, started)
+	if !st.Pipelined || !st.Barriers || st.Failed {
+		t.Errorf("the second tell's Stages Pipelined, Barriers, Failed = %v, %v, %v, want true, true, false", st.Pipelined, st.Barriers, st.Failed)
+	}
+	if st.Prev < held/2 || st.Commit >= held/2 {
+		t.Errorf("the second tell's Prev, Commit = %v, %v with the tell before it held %v: want the wait in Prev, not in Commit", st.Prev, st.Commit, held)
 	}
 }

@@ -256,6 +256,10 @@ type Config struct {
 	// file's next growth (see logfirst.StartSpace). At least
 	// MinWALSegmentSize. Default DefaultWALSegmentSize.
 	WALSegmentSize int
+	// NoPipeline keeps every batch's turn of its conversation until its
+	// commit is durable (participant.Options.NoPipeline): a diagnostic
+	// switch, to measure a change against pipelined batches.
+	NoPipeline bool
 	// MaxParticipants caps participants per conversation. Default
 	// participant.DefaultMaxParticipants.
 	MaxParticipants int

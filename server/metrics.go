@@ -52,6 +52,7 @@ const (
 	MetricCommittedOpsTotal = "participantd_store_committed_ops_total"
 	MetricDeliveriesPushed  = "participantd_deliveries_pushed_total"
 	MetricCompactedNotices  = "participantd_compacted_notices_total"
+	MetricBatchesPipelined  = "participantd_batches_pipelined_total"
 	MetricStoreFlushes      = "participantd_store_flushes_total"
 	MetricStoreCommits      = "participantd_store_commits_total"
 	MetricStoreAppends      = "participantd_store_appends_total"
@@ -132,6 +133,14 @@ func newMetrics(s *Server) *metrics {
 	}
 	m.reg.MustRegister(
 		m.connsOpen, m.connsTotal, m.refusedTotal, m.adminRefused, m.badRequests, m.operations, m.commitSecs, m.committed, m.deliveries, m.notices,
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: MetricBatchesPipelined, Help: "Batches of a conversation decided while the batch before them was in flight, its commit not yet durable (pipelined batches, docs/DESIGN.md; none under pipeline-batches=false).",
+		}, func() float64 {
+			if svc := s.svc.Load(); svc != nil {
+				return float64(svc.Pipelined())
+			}
+			return 0
+		}),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: MetricStoreFlushes, Help: "Store Flush calls (group commit: many per store commit).",
 		}, func() float64 { return float64(stats().Flushes) }),

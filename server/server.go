@@ -379,6 +379,7 @@ func (s *Server) serviceOptions(key []byte) participant.Options {
 		MaxUnackedAge:           s.cfg.MaxUnackedAge,
 		TokenWindow:             s.cfg.TokenWindow,
 		TokenSkew:               s.cfg.TokenSkew,
+		NoPipeline:              s.cfg.NoPipeline,
 		Logger:                  s.cfg.Logger,
 		TracerProvider:          s.cfg.TracerProvider,
 		Observer:                s.metrics,

@@ -38,6 +38,11 @@ const (
 	stageCommitWait
 	// stageCommit: that commit's write and sync.
 	stageCommit
+	// stagePrev: a batch decided while the one before it was in flight
+	// (pipelined batches) waiting for that batch's outcome; taken out of
+	// commit, or of decide for a batch that keeps the turn and waits
+	// before its appends. Not observed for other batches.
+	stagePrev
 	// stagePublish: durable → outcome set (installation, wakes).
 	stagePublish
 	// stageWake: outcome set → answer queued for the socket (the
@@ -48,7 +53,7 @@ const (
 	numStages
 )
 
-var stageNames = [numStages]string{"worker", "turn", "decide", "oplog", "commit_wait", "commit", "publish", "wake", "write"}
+var stageNames = [numStages]string{"worker", "turn", "decide", "oplog", "commit_wait", "commit", "prev", "publish", "wake", "write"}
 
 // The wire operations, as the op label names them.
 const (
@@ -105,7 +110,7 @@ func newStageMetrics() *stageMetrics {
 			Help: "Time requests spent in each stage from their frame read to their answer written, by operation and stage: " +
 				"worker (waiting for the connection's worker of the conversation), turn (for the conversation's turn), decide (the batch's decisions and appends), " +
 				"oplog (barrier 1 on its own, where it does not share barrier 2's sync), commit_wait (the group commit's wait for the commit carrying the rows), commit (its write and sync), " +
-				"publish (installation and wakes), wake (until the answer was queued for the socket), write (until it was written). One observation per request and stage passed.",
+				"prev (a batch decided while the one before it was in flight: the wait for that batch's outcome), publish (installation and wakes), wake (until the answer was queued for the socket), write (until it was written). One observation per request and stage passed.",
 			Buckets: stageBuckets,
 		}, []string{"op", "stage"}),
 		total: prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -148,9 +153,12 @@ func (m *stageMetrics) answered(op int, read, started, queued time.Time, st part
 	if st.Barriers {
 		o.stage[stageCommitWait].Observe(st.CommitWait.Seconds())
 		o.stage[stageCommit].Observe(st.Commit.Seconds())
-		if !st.Failed {
-			o.stage[stagePublish].Observe(st.Publish.Seconds())
-		}
+	}
+	if st.Pipelined {
+		o.stage[stagePrev].Observe(st.Prev.Seconds())
+	}
+	if st.Barriers && !st.Failed {
+		o.stage[stagePublish].Observe(st.Publish.Seconds())
 	}
 	o.stage[stageWake].Observe(queued.Sub(st.Done).Seconds())
 }

@@ -18,7 +18,7 @@ func stageSeries(op, stage, suffix string) string {
 
 // allStages are the stage label's values, in the order a request passes
 // them.
-var allStages = []string{"worker", "turn", "decide", "oplog", "commit_wait", "commit", "publish", "wake", "write"}
+var allStages = []string{"worker", "turn", "decide", "oplog", "commit_wait", "commit", "prev", "publish", "wake", "write"}
 
 // tellOnceTimed enrolls and tells once on h, and checks that the tell was
 // counted once by every stage of passed and by no other, and that the
@@ -92,7 +92,7 @@ func TestStageMetrics_AClusterTellSharesOneCommitForBothBarriers(t *testing.T) {
 	h := start(t, server.Config{Cluster: server.ClusterConfig{Endpoints: etcd.Endpoints(), NodeID: "a", Prefix: "/pd/", LeaseTTL: 2 * time.Second}})
 	passed := map[string]bool{}
 	for _, st := range allStages {
-		passed[st] = st != "oplog"
+		passed[st] = st != "oplog" && st != "prev"
 	}
 	tellOnceTimed(t, h, passed)
 }
@@ -115,4 +115,66 @@ func TestStageMetrics_ATellWhoseFlushFailsIsTimedToTheFailure(t *testing.T) {
 			t.Fatalf("tell with a failing flush answered %#v, want in_doubt", m)
 		}
 	})
+}
+
+// TestStageMetrics_APipelinedTellWaitsInPrev: of two tells of one
+// conversation, the second decided while the first's flush is held,
+// only the second passes prev, and its wait for the first is there, not
+// in commit.
+func TestStageMetrics_APipelinedTellWaitsInPrev(t *testing.T) {
+	var fs *faultstore.Store
+	h := start(t, server.Config{WrapStore: func(st store.DurableStore) store.DurableStore {
+		fs = faultstore.New(st)
+		return fs
+	}})
+	t.Cleanup(func() { fs.Release() })
+	a, b := h.dial(), h.dial()
+	ca, cb := a.enroll(1), b.enroll(1)
+	sums := func(stage string) float64 {
+		v, ok := h.lookup(stageSeries("tell", stage, "_sum"))
+		if !ok {
+			t.Fatalf("/metrics lacks %s", stageSeries("tell", stage, "_sum"))
+		}
+		return v
+	}
+	commitBefore := sums("commit")
+
+	fs.SetRules(faultstore.Once(faultstore.OnKind(faultstore.OpFlush, faultstore.Hang)))
+	a.send(&wire.Tell{ID: a.id(), Conversation: ca.conv, Participant: ca.p, Generation: ca.gen, Token: token(), Payload: []byte("first")})
+	select {
+	case <-fs.Hung():
+	case <-time.After(waitFor):
+		t.Fatal("the first tell's flush never started")
+	}
+	hung := time.Now()
+	b.send(&wire.Tell{ID: b.id(), Conversation: cb.conv, Participant: cb.p, Generation: cb.gen, Token: token(), Payload: []byte("second")})
+	eventually(t, "the second tell decided while the first is in flight", func() bool {
+		return h.metric(server.MetricBatchesPipelined) == 1
+	})
+	pipelined := time.Now()
+	select {
+	case m := <-b.in:
+		t.Fatalf("the second tell answered %#v with the first's flush held", m)
+	case <-time.After(100 * time.Millisecond):
+	}
+	fs.Release()
+	held, waited := time.Since(hung), time.Since(pipelined)
+	for _, c := range []*client{a, b} {
+		m := c.next()
+		if _, ok := m.(*wire.Told); !ok {
+			t.Fatalf("tell answered %#v, want told", m)
+		}
+		c.ping() // its answer written, and so timed
+	}
+	if n, _ := h.lookup(stageSeries("tell", "prev", "_count")); n != 1 {
+		t.Errorf("stage prev counted %v tells, want 1: the second", n)
+	}
+	if p := sums("prev"); p < waited.Seconds()/2 {
+		t.Errorf("stage prev holds %v s, want the second tell's wait for the held first, about %v", p, waited)
+	}
+	// The first tell's commit holds the held flush; the second's, not
+	// its wait for the first.
+	if c := sums("commit") - commitBefore; c > (held + waited/2).Seconds() {
+		t.Errorf("stage commit holds %v s of the two tells, want about the %v the first's flush was held, once", c, held)
+	}
 }

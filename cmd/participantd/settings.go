@@ -166,6 +166,8 @@ var settings = []setting{
 		intSetting(func(o *options) *int { return &o.server.LogMemoryBytes })},
 	{"wal-segment-size", strconv.Itoa(server.DefaultWALSegmentSize), "bytes each log segment of the log-first store is preallocated to (at least 1 MiB); a start needs this much free space plus the bbolt file's next growth (its size, 32 KiB to 16 MiB), and refuses, saying both, on a disk without it",
 		intSetting(func(o *options) *int { return &o.server.WALSegmentSize })},
+	{"pipeline-batches", "true", "hand a conversation's turn to its next batch of tells and acks once a batch's rows are appended, before they are durable, where the store keeps its writes' order (docs/DESIGN.md, Pipelined batches); false keeps every batch's turn until its commit is durable: a diagnostic switch to measure against, the answers are the same",
+		offSetting(func(o *options) *bool { return &o.server.NoPipeline })},
 	{"heap-goal", heapGoalMedian, "how the Go collector's heap goal is set: median (the default: a memory limit follows the median live heap of the last 64 collections, so one collection's peak does not raise the resident memory for good; GOMEMLIMIT stays the ceiling) or runtime (the runtime's own goal, twice the last collection's live heap at GOGC=100)",
 		func(o *options, v string) error {
 			switch v {
@@ -307,14 +309,7 @@ var settings = []setting{
 	{"lease-ttl", cluster.DefaultLeaseTTL.String(), "ownership lease; a dead node's conversations move after about this long",
 		durationSetting(func(o *options) *time.Duration { return &o.server.Cluster.LeaseTTL })},
 	{"etcd-leader-affinity", "true", "send commits to the etcd leader over a connection of their own, falling back to every endpoint while it is unknown (cluster mode)",
-		func(o *options, v string) error {
-			b, err := strconv.ParseBool(v)
-			if err != nil {
-				return errors.New("want true or false")
-			}
-			o.server.Cluster.NoLeaderAffinity = !b
-			return nil
-		}},
+		offSetting(func(o *options) *bool { return &o.server.Cluster.NoLeaderAffinity })},
 	{"etcd-ca", "", "PEM CA file verifying the etcd servers (TLS to etcd)",
 		func(o *options, v string) error { o.server.Cluster.CA = v; return nil }},
 	{"etcd-cert", "", "PEM client certificate for etcd (with etcd-key)",
@@ -389,6 +384,19 @@ func boolSetting(field func(*options) *bool) func(*options, string) error {
 			return errors.New("want true or false")
 		}
 		*field(o) = b
+		return nil
+	}
+}
+
+// offSetting is boolSetting negated: the setting names what it turns on
+// (default true), and field is the configuration's No- switch of it.
+func offSetting(field func(*options) *bool) func(*options, string) error {
+	return func(o *options, v string) error {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return errors.New("want true or false")
+		}
+		*field(o) = !b
 		return nil
 	}
 }

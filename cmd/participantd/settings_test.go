@@ -147,6 +147,30 @@ func TestParseOptions_EtcdLeaderAffinity(t *testing.T) {
 	}
 }
 
+func TestParseOptions_PipelineBatches(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		env  []string
+		off  bool
+	}{
+		{nil, nil, false},
+		{[]string{"--pipeline-batches"}, nil, false},
+		{[]string{"--pipeline-batches=false"}, nil, true},
+		{nil, []string{"PARTICIPANTD_PIPELINE_BATCHES=false"}, true},
+	} {
+		o, err := parseOptions(c.args, c.env, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := o.server.NoPipeline; got != c.off {
+			t.Errorf("%v %v: NoPipeline = %v, want %v", c.args, c.env, got, c.off)
+		}
+	}
+	if _, err := parseOptions([]string{"--pipeline-batches=maybe"}, nil, io.Discard); err == nil || !strings.Contains(err.Error(), "pipeline-batches") {
+		t.Errorf("--pipeline-batches=maybe = %v, want an error naming pipeline-batches", err)
+	}
+}
+
 func TestParseOptions_TokenWindow(t *testing.T) {
 	o, err := parseOptions(nil, nil, io.Discard)
 	if err != nil {
