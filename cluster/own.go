@@ -14,8 +14,9 @@ import (
 )
 
 var (
-	_ participant.Ownership        = (*Node)(nil)
-	_ participant.OrderedOwnership = (*Node)(nil)
+	_ participant.Ownership          = (*Node)(nil)
+	_ participant.OrderedOwnership   = (*Node)(nil)
+	_ participant.PipelinedOwnership = (*Node)(nil)
 )
 
 // Acquire grants c when the node owns it under a live lease, and otherwise
@@ -223,6 +224,21 @@ func (n *Node) fencedOff(c participant.ConversationID) {
 // global scope, whose order with c's is not kept): a claim is a fresh
 // grant, which counts c as registered (participant, acquireTurn).
 func (n *Node) KeepsOrder(participant.ConversationID) bool { return true }
+
+// Pipelines implements participant.PipelinedOwnership: a batch of c may
+// hand c's turn on before its commit is durable, and the batches decided
+// meanwhile, which ask Acquire nothing, commit under the claim the last
+// Acquire took or not at all. Every transaction of c's scope compares
+// that claim's fence, so a commit sent after the claim was lost (its
+// lease expired, another node took c) is refused; c's scope commits one
+// transaction at a time and none after a failed one, so a later batch's
+// writes are never committed after an earlier one's failed (the scope's
+// error is sticky until Acquire resets it); and a lost lease or a
+// release drops the scope (Drop), discarding what was staged and not yet
+// taken by a commit, so nothing of c staged under the old claim is
+// committed under a new one. A claim taken afresh is taken by Acquire
+// alone, which the service asks only while no batch of c is in flight.
+func (n *Node) Pipelines(participant.ConversationID) bool { return true }
 
 // Exists reports whether conversation c has anything stored, or an owner.
 func (n *Node) Exists(ctx context.Context, c participant.ConversationID) (bool, error) {

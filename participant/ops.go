@@ -3,6 +3,7 @@ package participant
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -64,6 +65,9 @@ type task struct {
 	// a batch of plain tasks may hand the turn on before its commit is
 	// durable (pipeline.go).
 	plain bool
+	// taken is set once a batch took the task from the queue: its
+	// outcome is on its way, and its waiter need not take the turn.
+	taken atomic.Bool
 }
 
 // Call is an operation queued on its conversation whose outcome is not
@@ -161,13 +165,19 @@ func (cv *conversation) enqueue(st step, tok tokenRef, link trace.SpanContext, s
 // await waits for t's outcome. Operations are decided in queue order:
 // whoever takes the conversation's turn decides and commits everything
 // queued so far as one batch, so concurrent operations on one conversation
-// share barriers.
+// share barriers. Once a batch took t, its waiter only waits: the turn
+// may be free before t's outcome is known (a batch in flight handed it
+// on), and the operations queued after t have waiters of their own.
 func (s *Service) await(ctx context.Context, cv *conversation, t *task) error {
-	for {
+	for !t.taken.Load() {
 		select {
 		case <-t.done:
 			return t.err
 		case cv.turn <- struct{}{}:
+			// Once the turn's holder hands it on with t in its batch,
+			// in flight (pipeline.go), t is taken: its waiter takes the
+			// turn no more, or it would take it, find the queue empty
+			// and give it back, in a loop, until t's batch is done.
 			s.lead(cv)
 		case <-ctx.Done():
 			if cv.unqueue(t) {
@@ -178,6 +188,8 @@ func (s *Service) await(ctx context.Context, cv *conversation, t *task) error {
 			return t.err
 		}
 	}
+	<-t.done
+	return t.err
 }
 
 // unqueue removes t from the queue, reporting whether it was still there.
@@ -209,7 +221,11 @@ func (s *Service) lead(cv *conversation) {
 	cv.queue = append(cv.queue[:0], cv.queue[n:]...)
 	cv.qmu.Unlock()
 	if len(tasks) == 0 {
+		s.idleTurns.Add(1)
 		return
+	}
+	for _, t := range tasks {
+		t.taken.Store(true)
 	}
 	prev := cv.inflight
 	if prev != nil && !prev.finished() && cv.contained() {

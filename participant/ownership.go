@@ -65,6 +65,23 @@ type OrderedOwnership interface {
 	KeepsOrder(c ConversationID) bool
 }
 
+// PipelinedOwnership is implemented by an Ownership that lets a batch of
+// c hand c's turn on before its commit is durable (pipelined batches;
+// docs/DESIGN.md). The batches decided while such a batch is in flight
+// ask Acquire nothing: the right they commit under is the one the last
+// Acquire granted, and Pipelines promises that a commit of c made after
+// that right was lost fails (single node: it is never lost; cluster mode:
+// every transaction compares c's fence), and that a claim of c taken
+// afresh discards whatever of c was written and not yet committed (only
+// Acquire takes one, and Acquire runs only while no batch of c is in
+// flight). Only asked of an Ownership under which c's writes keep their
+// order (OrderedOwnership), so that a crash keeps a prefix of them.
+type PipelinedOwnership interface {
+	// Pipelines reports whether batches of c may be pipelined. It is
+	// asked once per batch and must be cheap.
+	Pipelines(c ConversationID) bool
+}
+
 // SealingOwnership is implemented by an Ownership under which c's writes
 // are committed one at a time, in order, each commit only once the one
 // before it is durable (store.Sealer). Seal returns once every write of c
@@ -111,6 +128,10 @@ func (s *Service) keepsRegistryOrder(c ConversationID) bool {
 	return store.KeepsOrderWithin(s.st, registry.Stream, oplog.Stream(c))
 }
 
+// Pipelines implements PipelinedOwnership: a single node's right to serve
+// c is never lost.
+func (single) Pipelines(ConversationID) bool { return true }
+
 func (single) Acquire(context.Context, ConversationID) (bool, error) { return false, nil }
 func (o single) Flush(ConversationID) error                          { return o.st.Flush() }
 func (single) Holds(ConversationID) bool                             { return true }
@@ -149,6 +170,13 @@ func (s *Service) seal(c ConversationID) (wait func() error, err error) {
 		return nil, err
 	}
 	return func() error { return nil }, nil
+}
+
+// pipelinesOwnership reports whether the Ownership lets batches of c be
+// pipelined (PipelinedOwnership).
+func (s *Service) pipelinesOwnership(c ConversationID) bool {
+	o, ok := s.ownership().(PipelinedOwnership)
+	return ok && o.Pipelines(c)
 }
 
 // keepsOrder reports whether c's writes keep their order across a crash

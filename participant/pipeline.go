@@ -16,10 +16,13 @@ import (
 // it, and is in doubt whenever prev failed: its rows follow prev's in
 // the store, and whatever it decided rests on them.
 //
-// Only under the single node's Ownership on a store that keeps every
-// write's order (the log-first store, the memory store of the tests):
-// a crash then keeps a prefix of the writes, so the next batch's rows
-// are never durable without prev's. Everything else that takes the turn
+// Only under an Ownership that lets it (PipelinedOwnership: a batch
+// decided on prev asks no Acquire, so its commit must fail if the right
+// prev was decided under is lost) and under which the conversation's
+// writes keep their order (OrderedOwnership: the log-first store, an etcd
+// store's scope, the memory store of the tests): a crash then keeps a
+// prefix of the writes, so the next batch's rows are never durable
+// without prev's. Everything else that takes the turn
 // first waits for the batch in flight (acquire, drain), as it relied on
 // before: nothing of the conversation is written but by the turn's
 // holder.
@@ -27,14 +30,14 @@ import (
 // pipelines reports whether b, decided from tasks, may hand the turn on
 // before its commit is durable: it writes rows, every task is a tell or
 // an ack, and it starts, ends or charges nothing (no fence lease, slot,
-// registry entry or charge waits on its commit), under the single
-// node's Ownership on a store that keeps its writes' order.
+// registry entry or charge waits on its commit), under an Ownership that
+// pipelines the conversation's batches and keeps its writes' order.
 func (b *batch) pipelines(tasks []*task) bool {
 	s := b.s
 	if s.opts.NoPipeline || len(b.ops) == 0 || b.storeCharge != 0 || b.reservedSlot {
 		return false
 	}
-	if _, ok := s.own.(single); !ok || !s.keepsOrder(b.cv.id) {
+	if !s.pipelinesOwnership(b.cv.id) || !s.keepsOrder(b.cv.id) {
 		return false
 	}
 	for _, t := range tasks {

@@ -267,7 +267,10 @@ type Service struct {
 	own Ownership
 	// pipelined counts the batches decided while the one before them was
 	// in flight (pipeline.go).
-	pipelined   atomic.Uint64
+	pipelined atomic.Uint64
+	// idleTurns counts the turns a waiter took with nothing queued (see
+	// await): a waiter whose operation a batch already took takes none.
+	idleTurns   atomic.Uint64
 	log         zerolog.Logger
 	incarnation uint64
 	fences      *fence.Fences[site]
