@@ -25,9 +25,10 @@ import (
 // usage is printed by -h: the arguments, then what the command does.
 const usage = `(--addr HOST:PORT [--metrics-addr HOST:PORT] | --embedded) [--ws] [flags]
 
-Drives a server with pipelined requests from --clients clients (one
-connection each, or --conns shared ones) and prints operations/s, latency percentiles, and, from the server's /metrics,
-store commits per second and operations per commit. Every counted answer
+Drives a server with pipelined requests from --clients clients (a
+connection each, or --conns shared ones) and prints operations/s, latency
+percentiles, and, from the server's /metrics, store commits per second
+and operations per commit. Every counted answer
 is a success answer the server gave after both barriers; after the run a
 sample of them (the first and the latest) is re-sent with the same token
 and must replay. A server with a token window may have forgotten the

@@ -85,8 +85,17 @@ func (m *demux) deliver(d *wire.Delivery) {
 
 // setupShared dials k connections, places the tell workers on them
 // (spread) and enrolls each worker on its own. It is setup's path for
-// --conns below the number of participants.
-func (r *loadRun) setupShared(ctx context.Context, k int) error {
+// --conns below the number of participants. On an error it closes the
+// connections it dialed.
+func (r *loadRun) setupShared(ctx context.Context, k int) (err error) {
+	defer func() {
+		if err != nil {
+			for _, c := range r.conns {
+				c.close()
+			}
+			r.conns = nil
+		}
+	}()
 	convOf := make([]int, len(r.workers))
 	for i, w := range r.workers {
 		convOf[i] = int(w.conv &^ r.nonce)
@@ -95,6 +104,7 @@ func (r *loadRun) setupShared(ctx context.Context, k int) error {
 	if err != nil {
 		return err
 	}
+	r.conns = make([]*benchConn, 0, k)
 	muxes := make([]*demux, k)
 	for j := range muxes {
 		muxes[j] = &demux{byConv: map[uint64]*worker{}}
