@@ -28,12 +28,11 @@ const usage = `(--addr HOST:PORT [--metrics-addr HOST:PORT] | --embedded) [--ws]
 Drives a server with pipelined requests from --clients clients (a
 connection each, or --conns shared ones) and prints operations/s, latency
 percentiles, and, from the server's /metrics, store commits per second
-and operations per commit. Every counted answer
-is a success answer the server gave after both barriers; after the run a
-sample of them (the first and the latest) is re-sent with the same token
-and must replay. A server with a token window may have forgotten the
-first ones by then: their token_expired is reported as forgotten, not as
-a failure.
+and operations per commit. Every counted answer is a success answer the
+server gave after both barriers; after the run a sample of them (the
+first and the latest) is re-sent with the same token and must replay. A
+server with a token window may have forgotten the first ones by then:
+their token_expired is reported as forgotten, not as a failure.
 
 --op tell: --conversations conversations (default clients/2), the clients
 spread over them; every tell is delivered to the other participants, which
@@ -51,7 +50,7 @@ the participants send leaves in one write. --clients 64 --window 1 --conns
 below (64 putters, one put in flight each, over ONE connection): 64
 participants, one tell in flight each, over TWO connections, because a
 connection holds at most one binding per conversation and the tell shape's
-conversations have two members; --conns 1 needs --conversations equal to
+conversations have two members; --conns 1 needs --conversations at least
 --clients, a shape with one member per conversation whose tells are
 delivered to no one (cheaper than the compared shape: no deliveries, no
 acks). The report says how many connections carried the participants.
@@ -120,7 +119,7 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	fs.BoolVar(&f.embedded, "embedded", false, "start an in-process server on --data-dir (default a temporary directory)")
 	fs.StringVar(&f.dataDir, "data-dir", "", "the data directory: the embedded server's, and where --fsync-probe measures (default: a temporary directory with --embedded, else .)")
 	fs.StringVar(&f.load.op, "op", opTell, "the operation: tell, enroll or mixed")
-	fs.IntVar(&f.load.clients, "clients", 64, "clients: for --op tell participants, each with its own window, on --conns connections; for enroll, connections")
+	fs.IntVar(&f.load.clients, "clients", 64, "clients: with --op tell participants, each with its own window (on --conns connections); with --op enroll connections")
 	fs.IntVar(&f.load.conns, "conns", 0, "--op tell: connections the --clients participants share (0: one each); the two members of a conversation always sit on different connections (one binding per conversation per connection), so with two members each the least is 2")
 	fs.IntVar(&f.load.conversations, "conversations", 0, "conversations of the tell shape (default clients/2: two participants each)")
 	fs.IntVar(&f.load.payload, "payload", 200, "tell payload, bytes")
