@@ -25,14 +25,14 @@ import (
 // usage is printed by -h: the arguments, then what the command does.
 const usage = `(--addr HOST:PORT [--metrics-addr HOST:PORT] | --embedded) [--ws] [flags]
 
-Drives a server with pipelined requests from --clients connections and
-prints operations/s, latency percentiles, and, from the server's /metrics,
-store commits per second and operations per commit. Every counted answer
-is a success answer the server gave after both barriers; after the run a
-sample of them (the first and the latest) is re-sent with the same token
-and must replay. A server with a token window may have forgotten the
-first ones by then: their token_expired is reported as forgotten, not as
-a failure.
+Drives a server with pipelined requests from --clients clients (a
+connection each, or --conns shared ones) and prints operations/s, latency
+percentiles, and, from the server's /metrics, store commits per second
+and operations per commit. Every counted answer is a success answer the
+server gave after both barriers; after the run a sample of them (the
+first and the latest) is re-sent with the same token and must replay. A
+server with a token window may have forgotten the first ones by then:
+their token_expired is reported as forgotten, not as a failure.
 
 --op tell: --conversations conversations (default clients/2), the clients
 spread over them; every tell is delivered to the other participants, which
@@ -40,6 +40,20 @@ ack cumulatively. --op enroll: every enroll creates a new conversation
 (with --addr, start participantd with a --conversation-rate and
 --conversation-burst above the load's, or its enrolls are refused).
 --op mixed: half the clients tell, half enroll.
+
+--conns K (tell shape) puts the --clients participants on K connections
+instead of one each: every participant keeps its own window and its own
+cumulative acks, the connection's reader hands each delivery to the
+participant bound in its conversation, and what one read's answers make
+the participants send leaves in one write. --clients 64 --window 1 --conns
+2 is the nearest this protocol comes to etcd's strongest put configuration
+below (64 putters, one put in flight each, over ONE connection): 64
+participants, one tell in flight each, over TWO connections, because a
+connection holds at most one binding per conversation and the tell shape's
+conversations have two members; --conns 1 needs --conversations at least
+--clients, a shape with one member per conversation whose tells are
+delivered to no one (cheaper than the compared shape: no deliveries, no
+acks). The report says how many connections carried the participants.
 
 --ws drives the same load over WebSocket, one binary message a frame
 (docs/PROTOCOL.md): --addr is then the server's --ws-listen address, and
@@ -105,10 +119,11 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	fs.BoolVar(&f.embedded, "embedded", false, "start an in-process server on --data-dir (default a temporary directory)")
 	fs.StringVar(&f.dataDir, "data-dir", "", "the data directory: the embedded server's, and where --fsync-probe measures (default: a temporary directory with --embedded, else .)")
 	fs.StringVar(&f.load.op, "op", opTell, "the operation: tell, enroll or mixed")
-	fs.IntVar(&f.load.clients, "clients", 64, "connections")
+	fs.IntVar(&f.load.clients, "clients", 64, "clients: with --op tell participants, each with its own window (on --conns connections); with --op enroll connections")
+	fs.IntVar(&f.load.conns, "conns", 0, "--op tell: connections the --clients participants share (0: one each); the two members of a conversation always sit on different connections (one binding per conversation per connection), so with two members each the least is 2")
 	fs.IntVar(&f.load.conversations, "conversations", 0, "conversations of the tell shape (default clients/2: two participants each)")
 	fs.IntVar(&f.load.payload, "payload", 200, "tell payload, bytes")
-	fs.IntVar(&f.load.window, "window", 4, "requests in flight per connection")
+	fs.IntVar(&f.load.window, "window", 4, "tells (or enrolls) in flight per client; with --conns a participant's window is its own")
 	fs.BoolVar(&f.load.ackWithTell, "ack-with-tell", false, "tell shape with --coalesce: a connection acks what was delivered only when it sends its next tell, in the same write (a client that piggybacks its acks), instead of as each delivery is read; a diagnostic of what the acks cost the server, not the benchmark's shape")
 	fs.BoolVar(&f.load.coalesce, "coalesce", true, "tell shape without --rate: each connection's reader sends the next tell and the next ack from the callbacks of what it read, and writes what they sent together before it waits for the socket (false: a goroutine per connection sends the tells and another the acks, a write each, as before)")
 	fs.Float64Var(&f.load.rate, "rate", 0, "requests per second of all clients together (0: as fast as the server answers); a steady load, for --disk-sample runs on a shared machine")
@@ -297,6 +312,21 @@ func (f *benchFlags) check() error {
 	if f.load.op == opMixed && f.load.clients < 2 {
 		return errors.New("--op mixed needs at least 2 clients")
 	}
+	if f.load.conns < 0 || f.load.conns > f.load.clients {
+		return fmt.Errorf("--conns %d: want 0 (one connection per client) up to --clients %d", f.load.conns, f.load.clients)
+	}
+	if f.load.conns > 0 && f.load.conns < f.load.clients {
+		if f.load.op != opTell {
+			return fmt.Errorf("--conns shares connections between the tell shape's participants; --op %s opens a connection per client (an enroll client reconnects every --enroll-per-conn enrolls)", f.load.op)
+		}
+		convs := f.load.conversations
+		if convs <= 0 {
+			convs = max(1, f.load.clients/2)
+		}
+		if members := (f.load.clients + convs - 1) / convs; members > f.load.conns {
+			return fmt.Errorf("--conns %d: the %d participants in %d conversations have up to %d members each, and a connection holds at most one binding per conversation: give --conns %d or more, or more --conversations", f.load.conns, f.load.clients, convs, members, members)
+		}
+	}
 	return nil
 }
 
@@ -336,6 +366,13 @@ func startEmbedded(ctx context.Context, cfg server.Config) (*server.Server, func
 
 // runLoad runs the load of f and fills rep.
 func runLoad(ctx context.Context, f *benchFlags, rep *benchReport, progress io.Writer) error {
+	_, err := runLoadOf(ctx, f, rep, progress, true)
+	return err
+}
+
+// runLoadOf is runLoad; it returns the run, whose connections it closes
+// unless closeConns is false (a shared connection's are then in r.conns).
+func runLoadOf(ctx context.Context, f *benchFlags, rep *benchReport, progress io.Writer, closeConns bool) (*loadRun, error) {
 	r := &loadRun{cfg: f.load, nonce: newNonce()}
 	if f.load.rate > 0 {
 		// A burst of one request per client: the clients start together,
@@ -343,9 +380,18 @@ func runLoad(ctx context.Context, f *benchFlags, rep *benchReport, progress io.W
 		r.limiter = rate.NewLimiter(rate.Limit(f.load.rate), f.load.clients)
 	}
 	if err := r.setup(ctx); err != nil {
-		return err
+		return nil, err
 	}
 	defer func() {
+		if !closeConns {
+			return
+		}
+		if r.conns != nil {
+			for _, c := range r.conns {
+				c.close()
+			}
+			return
+		}
 		for _, w := range r.workers {
 			w.conn.close()
 		}
@@ -372,7 +418,7 @@ func runLoad(ctx context.Context, f *benchFlags, rep *benchReport, progress io.W
 	if f.cpuProfile != "" {
 		var err error
 		if stopProfile, err = startCPUProfile(f.cpuProfile); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	var memBefore, memAfter runtime.MemStats
@@ -391,7 +437,7 @@ func runLoad(ctx context.Context, f *benchFlags, rep *benchReport, progress io.W
 		runtime.ReadMemStats(&memAfter)
 		if f.allocProfile != "" {
 			if err := writeAllocProfile(f.allocProfile); err != nil {
-				return err
+				return nil, err
 			}
 		}
 	}
@@ -440,7 +486,7 @@ func runLoad(ctx context.Context, f *benchFlags, rep *benchReport, progress io.W
 	if len(rep.VerifyFailures) > 5 {
 		rep.VerifyFailures = rep.VerifyFailures[:5]
 	}
-	return nil
+	return r, nil
 }
 
 func writeAllocProfile(path string) error {

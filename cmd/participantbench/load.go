@@ -17,12 +17,15 @@ import (
 
 // loadConfig is the shape of one load run.
 type loadConfig struct {
-	addr          string
-	op            string // opTell, opEnroll or opMixed
-	clients       int
+	addr    string
+	op      string // opTell, opEnroll or opMixed
+	clients int
+	// conns is how many connections carry the tell shape's clients
+	// (participants), spread over them (spread); 0 means one each.
+	conns         int
 	conversations int // tell shape only; 0 means clients/2
 	payload       int
-	window        int // requests in flight per connection
+	window        int // requests in flight per client (participant)
 	enrollPerConn int // enroll shape: enrolls before the client reconnects
 	verify        int // counted answers to replay after the run
 	randomTokens  bool
@@ -69,19 +72,27 @@ type loadRun struct {
 	limiter *rate.Limiter
 
 	workers []*worker
+	// conns are the connections the workers share, with --conns; nil when
+	// each worker has its own.
+	conns []*benchConn
 }
 
-// worker is one client connection and what it counted.
+// worker is one client and what it counted: a connection of its own, or,
+// with --conns, a participant bound on a connection it shares with others.
 type worker struct {
 	run   *loadRun
 	index int
 	kind  string // opTell or opEnroll
 	conn  *benchConn
 
-	// tell shape: the participant bound on conn.
-	conv uint64
-	p    uint64
-	gen  uint64
+	// tell shape: the participant bound on conn. p and gen are set before
+	// the load starts; bound is p for the reader goroutine, set when the
+	// enroll's answer is read, so that a shared connection's demux can
+	// check a delivery's recipient.
+	conv  uint64
+	p     uint64
+	gen   uint64
+	bound atomic.Uint64
 
 	sem     chan struct{} // window slots
 	n       atomic.Uint64 // tokens minted (the chained tells mint on the reader too)
@@ -236,6 +247,9 @@ func (r *loadRun) setup(ctx context.Context) error {
 		}
 		r.workers = append(r.workers, w)
 	}
+	if cfg.conns > 0 && cfg.conns < cfg.clients {
+		return r.setupShared(ctx, cfg.conns)
+	}
 	// Dial in parallel: thousands of handshakes one by one take a while.
 	errs := make(chan error, len(r.workers))
 	var wg sync.WaitGroup
@@ -283,23 +297,48 @@ func (w *worker) connect(ctx context.Context) error {
 	if w.kind != opTell {
 		return nil
 	}
-	m, err := c.call(ctx, &wire.Enroll{Conversation: w.conv, Token: w.token()})
+	return w.enroll(ctx)
+}
+
+// enroll binds the tell shape's participant in the worker's conversation
+// on w.conn.
+func (w *worker) enroll(ctx context.Context) error {
+	ch := make(chan wire.Message, 1)
+	err := w.conn.send(&wire.Enroll{Conversation: w.conv, Token: w.token()}, func(m wire.Message) {
+		if e, ok := m.(*wire.Enrolled); ok {
+			w.bound.Store(e.Participant) // before the reader reads a delivery for it
+		}
+		ch <- m
+	})
 	if err != nil {
 		return fmt.Errorf("enroll: %w", err)
 	}
-	e, ok := m.(*wire.Enrolled)
-	if !ok {
+	var m wire.Message
+	select {
+	case m = <-ch:
+	case <-ctx.Done():
+		return fmt.Errorf("enroll: %w", ctx.Err())
+	case <-time.After(30 * time.Second):
+		return errors.New("bench: no answer to enroll in 30s")
+	}
+	switch e := m.(type) {
+	case nil:
+		return fmt.Errorf("enroll: %w", errConnClosed)
+	case *wire.Enrolled:
+		w.p, w.gen = e.Participant, e.Generation
+		return nil
+	case *wire.Error:
+		return fmt.Errorf("enroll: %w", e)
+	default:
 		return fmt.Errorf("enroll answered %s", m.Type())
 	}
-	w.p, w.gen = e.Participant, e.Generation
-	return nil
 }
 
 // delivered runs on the reader goroutine for every push.
 func (w *worker) delivered(d *wire.Delivery) {
-	// The connection holds one binding, so every push of its conversation
-	// is addressed to it (w.p may not be set yet: the partner's joined can
-	// arrive before the enroll answer is read).
+	// The connection holds one binding in this conversation, so every push
+	// of it is addressed to that binding (w.p may not be set yet: the
+	// partner's joined can arrive before the enroll answer is read).
 	if d.Conversation != w.conv {
 		return
 	}

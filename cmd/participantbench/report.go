@@ -18,9 +18,11 @@ type benchReport struct {
 	// against the mean of both.
 	FsyncAfterPerSec float64 `json:"fsync_probe_after_per_s,omitempty"`
 
-	Op            string  `json:"op,omitempty"`
-	Transport     string  `json:"transport,omitempty"` // "tcp" or "websocket"
-	Clients       int     `json:"clients,omitempty"`
+	Op        string `json:"op,omitempty"`
+	Transport string `json:"transport,omitempty"` // "tcp" or "websocket"
+	Clients   int    `json:"clients,omitempty"`
+	// Conns is how many connections carried the clients.
+	Conns         int     `json:"connections,omitempty"`
 	Conversations int     `json:"conversations,omitempty"`
 	Payload       int     `json:"payload_bytes,omitempty"`
 	Window        int     `json:"window,omitempty"`
@@ -88,6 +90,10 @@ func (rep *benchReport) fill(f *benchFlags, r *loadRun, elapsed time.Duration) {
 		rep.Transport = "websocket"
 	}
 	rep.Seconds = elapsed.Seconds()
+	rep.Conns = len(r.conns)
+	if r.conns == nil {
+		rep.Conns = len(r.workers)
+	}
 	convs := map[uint64]bool{}
 	var all latencies
 	by := map[string]*opFigure{}
@@ -169,8 +175,8 @@ func (rep *benchReport) print(w io.Writer, asJSON bool) error {
 		b.WriteString("\n")
 	}
 	if rep.Op != "" {
-		fmt.Fprintf(&b, "load: --op %s over %s, %d clients, %d tell conversations, payload %d B, window %d, %.1f s measured\n",
-			rep.Op, rep.Transport, rep.Clients, rep.Conversations, rep.Payload, rep.Window, rep.Seconds)
+		fmt.Fprintf(&b, "load: --op %s over %s, %d clients over %d connections, %d tell conversations, payload %d B, window %d per client, %.1f s measured\n",
+			rep.Op, rep.Transport, rep.Clients, rep.Conns, rep.Conversations, rep.Payload, rep.Window, rep.Seconds)
 		fmt.Fprintf(&b, "  %s: %.0f ops/s (%d durable answers); latency p50 %.2f ms, p90 %.2f ms, p99 %.2f ms, max %.2f ms\n",
 			rep.Op, rep.OpsPerSec, rep.Ops, rep.Latency.P50, rep.Latency.P90, rep.Latency.P99, rep.Latency.Max)
 		for k, fig := range rep.ByOp {
