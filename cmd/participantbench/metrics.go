@@ -193,7 +193,7 @@ type stageFigure struct {
 }
 
 // stageOrder is the stages in the order a request passes them.
-var stageOrder = []string{"worker", "turn", "decide", "oplog", "commit_wait", "commit", "publish", "wake", "write"}
+var stageOrder = []string{"worker", "turn", "decide", "oplog", "commit_wait", "commit", "prev", "publish", "wake", "write"}
 
 // stageFigures returns op's stages over the window from before to after,
 // then the whole request ("total"); nil when the server exports none.
