@@ -13,7 +13,6 @@ import (
 	"github.com/participantd/participantd/cluster"
 	"github.com/participantd/participantd/oplog"
 	"github.com/participantd/participantd/participant"
-	"github.com/participantd/participantd/store/etcdstore"
 	"github.com/participantd/participantd/store/etcdstore/etcdtest"
 )
 
@@ -219,18 +218,8 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 // node's data prefix pfx+"d/", carry want, in order, each once.
 func checkTells(t *testing.T, pfx string, conv participant.ConversationID, want ...string) {
 	t.Helper()
-	ro := etcdstore.Open(shared.Client, etcdstore.Options{Prefix: pfx + "d/", Scope: cluster.Scope})
-	defer ro.Close()
-	es, err := ro.ReadFrom(oplog.Stream(conv), 0, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var got []string
-	for _, e := range es {
-		r, err := oplog.Decode(e.Payload)
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, r := range oplogRows(t, pfx+"d/", conv) {
 		if r.Kind == oplog.KindTell {
 			got = append(got, string(r.Payload))
 		}

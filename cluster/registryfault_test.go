@@ -151,21 +151,32 @@ func TestCluster_ARegistryFlushThatFailsAnswersRightAndDecidesOnce(t *testing.T)
 // etcd store at prefix pfx.
 func rowKinds(t *testing.T, pfx string, conv participant.ConversationID) []string {
 	t.Helper()
+	var kinds []string
+	for _, r := range oplogRows(t, pfx, conv) {
+		kinds = append(kinds, fmt.Sprint(r.Kind))
+	}
+	return kinds
+}
+
+// oplogRows returns the rows etcd holds of conv's oplog, in an etcd
+// store's data at prefix pfx.
+func oplogRows(t *testing.T, pfx string, conv participant.ConversationID) []oplog.Row {
+	t.Helper()
 	ro := etcdstore.Open(shared.Client, etcdstore.Options{Prefix: pfx, Scope: cluster.Scope})
 	defer ro.Close()
 	es, err := ro.ReadFrom(oplog.Stream(conv), 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var kinds []string
+	rows := make([]oplog.Row, 0, len(es))
 	for _, e := range es {
 		r, err := oplog.Decode(e.Payload)
 		if err != nil {
 			t.Fatal(err)
 		}
-		kinds = append(kinds, fmt.Sprint(r.Kind))
+		rows = append(rows, r)
 	}
-	return kinds
+	return rows
 }
 
 // registered reports whether the registry stream reg of the etcd store

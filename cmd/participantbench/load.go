@@ -251,6 +251,12 @@ func (r *loadRun) setup(ctx context.Context) error {
 		return r.setupShared(ctx, cfg.conns)
 	}
 	// Dial in parallel: thousands of handshakes one by one take a while.
+	return r.eachWorker(ctx, "client", (*worker).connect)
+}
+
+// eachWorker runs f for every worker, 64 at a time, and returns every
+// error, each naming its worker as what and its index.
+func (r *loadRun) eachWorker(ctx context.Context, what string, f func(*worker, context.Context) error) error {
 	errs := make(chan error, len(r.workers))
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 64)
@@ -260,8 +266,8 @@ func (r *loadRun) setup(ctx context.Context) error {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			if err := w.connect(ctx); err != nil {
-				errs <- fmt.Errorf("client %d: %w", w.index, err)
+			if err := f(w, ctx); err != nil {
+				errs <- fmt.Errorf("%s %d: %w", what, w.index, err)
 			}
 		}()
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 
 	"github.com/participantd/participantd/wire"
 )
@@ -128,21 +127,5 @@ func (r *loadRun) setupShared(ctx context.Context, k int) (err error) {
 	for i, w := range r.workers {
 		w.conn = r.conns[place[i]]
 	}
-	errs := make(chan error, len(r.workers))
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 64)
-	for _, w := range r.workers {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			if err := w.enroll(ctx); err != nil {
-				errs <- fmt.Errorf("participant %d: %w", w.index, err)
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	return errors.Join(collect(errs)...)
+	return r.eachWorker(ctx, "participant", (*worker).enroll)
 }
