@@ -315,7 +315,7 @@ func (f *benchFlags) check() error {
 	if f.load.conns < 0 || f.load.conns > f.load.clients {
 		return fmt.Errorf("--conns %d: want 0 (one connection per client) up to --clients %d", f.load.conns, f.load.clients)
 	}
-	if f.load.conns > 0 && f.load.conns < f.load.clients {
+	if f.load.shared() {
 		if f.load.op != opTell {
 			return fmt.Errorf("--conns shares connections between the tell shape's participants; --op %s opens a connection per client (an enroll client reconnects every --enroll-per-conn enrolls)", f.load.op)
 		}
@@ -366,13 +366,16 @@ func startEmbedded(ctx context.Context, cfg server.Config) (*server.Server, func
 
 // runLoad runs the load of f and fills rep.
 func runLoad(ctx context.Context, f *benchFlags, rep *benchReport, progress io.Writer) error {
-	_, err := runLoadOf(ctx, f, rep, progress, true)
+	r, err := runLoadOf(ctx, f, rep, progress)
+	if r != nil {
+		r.close()
+	}
 	return err
 }
 
-// runLoadOf is runLoad; it returns the run, whose connections it closes
-// unless closeConns is false (a shared connection's are then in r.conns).
-func runLoadOf(ctx context.Context, f *benchFlags, rep *benchReport, progress io.Writer, closeConns bool) (*loadRun, error) {
+// runLoadOf is runLoad but for closing the run's connections: once they
+// are set up it returns the run, for the caller to look at and close.
+func runLoadOf(ctx context.Context, f *benchFlags, rep *benchReport, progress io.Writer) (*loadRun, error) {
 	r := &loadRun{cfg: f.load, nonce: newNonce()}
 	if f.load.rate > 0 {
 		// A burst of one request per client: the clients start together,
@@ -382,20 +385,6 @@ func runLoadOf(ctx context.Context, f *benchFlags, rep *benchReport, progress io
 	if err := r.setup(ctx); err != nil {
 		return nil, err
 	}
-	defer func() {
-		if !closeConns {
-			return
-		}
-		if r.conns != nil {
-			for _, c := range r.conns {
-				c.close()
-			}
-			return
-		}
-		for _, w := range r.workers {
-			w.conn.close()
-		}
-	}()
 	ackCtx, stopAcks := context.WithCancel(ctx)
 	defer stopAcks()
 	loadCtx, stopLoad := context.WithCancel(ctx)
@@ -418,7 +407,7 @@ func runLoadOf(ctx context.Context, f *benchFlags, rep *benchReport, progress io
 	if f.cpuProfile != "" {
 		var err error
 		if stopProfile, err = startCPUProfile(f.cpuProfile); err != nil {
-			return nil, err
+			return r, err
 		}
 	}
 	var memBefore, memAfter runtime.MemStats
@@ -437,7 +426,7 @@ func runLoadOf(ctx context.Context, f *benchFlags, rep *benchReport, progress io
 		runtime.ReadMemStats(&memAfter)
 		if f.allocProfile != "" {
 			if err := writeAllocProfile(f.allocProfile); err != nil {
-				return nil, err
+				return r, err
 			}
 		}
 	}

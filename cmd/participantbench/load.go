@@ -77,6 +77,10 @@ type loadRun struct {
 	conns []*benchConn
 }
 
+// shared reports whether the tell shape's participants share connections
+// (--conns below --clients).
+func (c loadConfig) shared() bool { return c.conns > 0 && c.conns < c.clients }
+
 // worker is one client and what it counted: a connection of its own, or,
 // with --conns, a participant bound on a connection it shares with others.
 type worker struct {
@@ -247,11 +251,25 @@ func (r *loadRun) setup(ctx context.Context) error {
 		}
 		r.workers = append(r.workers, w)
 	}
-	if cfg.conns > 0 && cfg.conns < cfg.clients {
+	if cfg.shared() {
 		return r.setupShared(ctx, cfg.conns)
 	}
 	// Dial in parallel: thousands of handshakes one by one take a while.
 	return r.eachWorker(ctx, "client", (*worker).connect)
+}
+
+// close closes the run's connections: the shared ones (--conns), or
+// every worker's own.
+func (r *loadRun) close() {
+	if r.conns != nil {
+		for _, c := range r.conns {
+			c.close()
+		}
+		return
+	}
+	for _, w := range r.workers {
+		w.conn.close()
+	}
 }
 
 // eachWorker runs f for every worker, 64 at a time, and returns every

@@ -89,9 +89,7 @@ func (m *demux) deliver(d *wire.Delivery) {
 func (r *loadRun) setupShared(ctx context.Context, k int) (err error) {
 	defer func() {
 		if err != nil {
-			for _, c := range r.conns {
-				c.close()
-			}
+			r.close()
 			r.conns = nil
 		}
 	}()

@@ -130,7 +130,10 @@ func TestBench_SharedConnections_DeliversAndAcksPerParticipant(t *testing.T) {
 		f := &benchFlags{duration: 500 * time.Millisecond, warmup: 50 * time.Millisecond, load: loadConfig{addr: srv.Addr().String(), op: opTell,
 			clients: 8, conns: 2, payload: 10, window: window, enrollPerConn: 8, verify: 40, coalesce: true}}
 		rep := &benchReport{}
-		r, err := runLoadKeep(ctx, f, rep)
+		r, err := runLoadOf(ctx, f, rep, io.Discard)
+		if r != nil {
+			defer r.close()
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -153,17 +156,7 @@ func TestBench_SharedConnections_DeliversAndAcksPerParticipant(t *testing.T) {
 		if len(conns) != 2 || conns[r.conns[0]] != 4 || conns[r.conns[1]] != 4 {
 			t.Fatalf("window %d: participants per connection %v; want 4 on each of 2", window, conns)
 		}
-		for _, c := range r.conns {
-			c.close()
-		}
 	}
-}
-
-// runLoadKeep is runLoad for a test that looks at the run after it: its
-// connections are left open (the caller closes r.conns).
-func runLoadKeep(ctx context.Context, f *benchFlags, rep *benchReport) (*loadRun, error) {
-	r, err := runLoadOf(ctx, f, rep, io.Discard, false)
-	return r, err
 }
 
 func TestBench_ConnsRefusesWhatTheProtocolCannotCarry(t *testing.T) {
