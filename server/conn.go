@@ -90,12 +90,12 @@ type conn struct {
 	pendingShare *holder
 	workers      sync.WaitGroup
 
-	// mu guards queues.
+	// mu guards queues and the convQueues in it.
 	mu sync.Mutex
-	// queues holds, per conversation with a worker, the requests it has
-	// still to run, in the order read.
+	// queues holds, per conversation with requests read and not yet
+	// answered, what dispatch.go needs to run them in order.
 	// +checklocks:mu
-	queues map[uint64][]request
+	queues map[uint64]*convQueue
 }
 
 // request is a request read and not yet answered, with the frame bytes it
@@ -228,7 +228,7 @@ func (c *conn) serve() {
 	c.pumpDone = make(chan struct{})
 	c.pending = make(chan struct{}, c.srv.cfg.MaxPending)
 	c.pendingBytes = newBudget(int64(c.srv.cfg.MaxPendingBytes))
-	c.queues = make(map[uint64][]request) // +checklocksignore: the workers that share it start below
+	c.queues = make(map[uint64]*convQueue) // +checklocksignore: the workers that share it start below
 	principal := c.principal()
 	c.pendingShare = c.srv.pendingBytes.join(string(principal))
 	defer c.pendingShare.leave()

@@ -11,10 +11,33 @@ import (
 	"github.com/participantd/participantd/wire"
 )
 
+// convQueue is one conversation's requests on a connection, from read
+// to answered. Its requests run in groups: a group takes every request
+// read and not yet begun, starts each on the service in the order read,
+// waits for their outcomes (its goroutine leads their batch) and, once the
+// group before it has answered, answers them in the same order. A request
+// read while a group waits for its outcomes starts a group of its own at
+// once: the service decides it behind the earlier ones, on the state of
+// their batch while its commit is in flight (participant's pipelined
+// batches), instead of after their answers. Groups begin one at a time
+// (beginning), so the service sees the connection's requests in the
+// order read, and answer one after another (each waits for last).
+// Guarded by conn.mu.
+type convQueue struct {
+	// reqs are the requests read and not yet begun, in the order read.
+	reqs []request
+	// beginning is set while a group is starting (or about to start) on
+	// reqs: a request read meanwhile joins reqs, and the group, once
+	// begun, starts the next group for it.
+	beginning bool
+	// last is closed once the last group begun has sent its answers.
+	last chan struct{}
+}
+
 // submit queues m, whose frame holds held bytes of the pending budgets
 // (reserve took them before its body was read; the request gives them
 // back once answered), behind the earlier requests of conversation conv,
-// starting that conversation's worker if it has none. It blocks while
+// starting a group for it unless one is beginning. It blocks while
 // MaxPending requests are queued or running: the reader then stops reading
 // (TCP backpressure), as it does while reserve waits for budget. It
 // returns false, having given the bytes back, if the connection's writer
@@ -27,84 +50,124 @@ func (c *conn) submit(conv uint64, m wire.Operation, held int64, read time.Time)
 		return false
 	}
 	c.mu.Lock()
-	q, running := c.queues[conv]
-	c.queues[conv] = append(q, request{m: m, held: held, read: read})
+	q := c.queues[conv]
+	if q == nil {
+		q = &convQueue{}
+		c.queues[conv] = q
+	}
+	q.reqs = append(q.reqs, request{m: m, held: held, read: read})
+	idle := !q.beginning
+	q.beginning = true
 	c.mu.Unlock()
-	if !running {
-		c.workers.Add(1)
-		c.srv.work.run(func() { c.work(conv) })
+	if idle {
+		c.group(conv, q)
 	}
 	return true
 }
 
-// work runs conversation conv's requests in order until its queue is
-// empty. It starts every request queued so far on the service before
-// waiting for the first: the service decides them in the order started and
-// commits those queued together behind one pair of barriers, and their
-// answers are sent in that same order.
-func (c *conn) work(conv uint64) {
+// group starts a group on q's requests (see convQueue).
+func (c *conn) group(conv uint64, q *convQueue) {
+	c.workers.Add(1)
+	c.srv.work.run(func() { c.work(conv, q) })
+}
+
+// work runs one group of conversation conv's requests: it takes the
+// requests read and not yet begun, starts each on the service, hands the
+// requests read meanwhile to the next group, waits for the outcomes,
+// waits for the group before it to answer, and answers. The service
+// decides the requests started together in one batch (unless another
+// batch took the queue between two of them), and their answers leave
+// under one hold of the outbound queue.
+func (c *conn) work(conv uint64, q *convQueue) {
 	defer c.workers.Done()
-	for {
-		c.mu.Lock()
-		q := c.queues[conv]
-		if len(q) == 0 {
-			delete(c.queues, conv)
-			c.mu.Unlock()
-			return
+	c.mu.Lock()
+	reqs := q.reqs
+	q.reqs = nil
+	prev, mine := q.last, make(chan struct{})
+	q.last = mine
+	c.mu.Unlock()
+
+	answers := make([]func() (wire.Message, participant.Stages), len(reqs))
+	// spans are the requests' spans when tracing is on (trace.go).
+	var spans []trace.Span
+	if c.srv.tracer != nil {
+		spans = make([]trace.Span, len(reqs))
+	}
+	start := time.Now()
+	for i, r := range reqs {
+		ctx := c.srv.opCtx
+		if spans != nil {
+			ctx, spans[i] = c.startRequest(conv, r.m)
 		}
-		// Keep the key: it marks the worker as running.
-		c.queues[conv] = nil
-		c.mu.Unlock()
-		answers := make([]func() (wire.Message, participant.Stages), len(q))
-		// spans are the requests' spans when tracing is on (trace.go).
-		var spans []trace.Span
-		if c.srv.tracer != nil {
-			spans = make([]trace.Span, len(q))
-		}
-		start := time.Now()
-		for i, r := range q {
-			ctx := c.srv.opCtx
-			if spans != nil {
-				ctx, spans[i] = c.startRequest(conv, r.m)
-			}
-			answers[i] = c.begin(ctx, r.m)
-		}
-		held := false
-		for i, answer := range answers {
-			a, st := answer() // always waited for: the service counts it in flight
-			now := c.touch()
-			op := opIndex(q[i].m)
-			c.srv.metrics.stages.answered(op, q[i].read, start, now, st)
-			if !held {
-				// The requests queued together are decided in one batch
-				// (unless another batch took the queue between two of
-				// them): once the first is answered the others are too,
-				// and their answers are queued under one hold.
-				c.out.hold()
-				held = true
-			}
-			var sp trace.Span
-			if spans != nil {
-				sp, spans[i] = spans[i], nil
-			}
-			c.logRequest(q[i].m, a, conv, start, sp)
-			switch {
-			case sp != nil:
-				c.sendTraced(sp, a)
-			case !c.abandon.Load():
-				c.out.sendHeldTimed(a, timing{stages: &c.srv.metrics.stages.by[op], read: q[i].read, queued: now})
-			}
-			c.release(q[i].held)
-			q[i], answers[i] = request{}, nil // let the request's bytes go
-			<-c.pending
-		}
-		if held {
-			// The batch that answered these published its deliveries
-			// before it completed them: when the pump has some to send,
-			// the answers wait for them and leave in the same write.
-			c.out.release(!c.pc.HasReady())
+		answers[i] = c.begin(ctx, r.m)
+	}
+	c.mu.Lock()
+	next := len(q.reqs) > 0
+	q.beginning = next
+	c.mu.Unlock()
+	if next {
+		c.group(conv, q)
+	}
+
+	type answered struct {
+		a   wire.Message
+		st  participant.Stages
+		now time.Time
+	}
+	outs := make([]answered, len(reqs))
+	for i, answer := range answers {
+		a, st := answer() // always waited for: the service counts it in flight
+		outs[i] = answered{a: a, st: st, now: c.touch()}
+		answers[i] = nil
+	}
+	// An answer waits for the earlier groups' answers: that wait is its
+	// wake's (for a batch in flight completes before the one decided on
+	// it, it is short).
+	var after time.Time
+	if prev != nil {
+		select {
+		case <-prev:
+		default:
+			<-prev
+			after = c.touch()
 		}
 	}
+	// The requests begun together are decided in one batch (unless
+	// another batch took the queue between two of them): their answers
+	// are queued under one hold.
+	c.out.hold()
+	for i, o := range outs {
+		op := opIndex(reqs[i].m)
+		if o.now.Before(after) {
+			o.now = after
+		}
+		c.srv.metrics.stages.answered(op, reqs[i].read, start, o.now, o.st)
+		var sp trace.Span
+		if spans != nil {
+			sp, spans[i] = spans[i], nil
+		}
+		c.logRequest(reqs[i].m, o.a, conv, start, sp)
+		switch {
+		case sp != nil:
+			c.sendTraced(sp, o.a)
+		case !c.abandon.Load():
+			c.out.sendHeldTimed(o.a, timing{stages: &c.srv.metrics.stages.by[op], read: reqs[i].read, queued: o.now})
+		}
+		c.release(reqs[i].held)
+		reqs[i], outs[i] = request{}, answered{} // let the request's bytes go
+		<-c.pending
+	}
+	// The batch that answered these published its deliveries before it
+	// completed them: when the pump has some to send, the answers wait
+	// for them and leave in the same write.
+	c.out.release(!c.pc.HasReady())
+
+	close(mine)
+	c.mu.Lock()
+	if q.last == mine && !q.beginning {
+		delete(c.queues, conv)
+	}
+	c.mu.Unlock()
 }
 
 // logRequest logs one answered request at debug level: what was asked,
