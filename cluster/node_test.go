@@ -16,6 +16,7 @@ import (
 	"github.com/participantd/participantd/oplog"
 	"github.com/participantd/participantd/participant"
 	"github.com/participantd/participantd/participant/participanttest"
+	"github.com/participantd/participantd/store"
 	"github.com/participantd/participantd/store/etcdstore"
 )
 
@@ -49,6 +50,14 @@ func startMemberWith(t *testing.T, pfx, id string, ttl time.Duration, opts parti
 // startMemberOn is startMemberWith on client cli (a lagging one, say).
 func startMemberOn(t *testing.T, cli *clientv3.Client, pfx, id string, ttl time.Duration, opts participant.Options) *member {
 	t.Helper()
+	return startMemberAt(t, cli, pfx, id, ttl, opts, nil)
+}
+
+// startMemberAt is startMemberOn with at, if not nil, called at each step
+// of the node's store and Ownership (hooked).
+func startMemberAt(t *testing.T, cli *clientv3.Client, pfx, id string, ttl time.Duration, opts participant.Options,
+	at func(step string, c participant.ConversationID)) *member {
+	t.Helper()
 	ctx := context.Background()
 	n, err := cluster.Start(ctx, cli, cluster.Options{NodeID: id, Advertise: id + ":7000", Prefix: pfx, LeaseTTL: ttl})
 	if err != nil {
@@ -58,8 +67,12 @@ func startMemberOn(t *testing.T, cli *clientv3.Client, pfx, id string, ttl time.
 	if err != nil {
 		t.Fatalf("NodeKey: %v", err)
 	}
+	var st store.DurableStore = n.Store()
 	opts.NodeKey, opts.Ownership = key, n
-	svc, err := participant.Open(ctx, n.Store(), opts)
+	if at != nil {
+		st, opts.Ownership = hooked(n, at)
+	}
+	svc, err := participant.Open(ctx, st, opts)
 	if err != nil {
 		t.Fatalf("participant.Open(%s): %v", id, err)
 	}
