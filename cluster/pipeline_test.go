@@ -196,14 +196,7 @@ func pipelinedBatches(t *testing.T, tc pipelineEnd, lagging bool) {
 				return a.svc.Pipelined() >= 1 && oplogLen(t, a.node, conv) == rows+2
 			})
 		case 2:
-			waitUntil(t, "the retry of the first tell to read the first tell's row", func() bool {
-				select {
-				case <-verified:
-					return true
-				default:
-					return false
-				}
-			})
+			waitUntil(t, "the retry of the first tell to read the first tell's row", closed(verified))
 		}
 	}
 	if tc.fenced {
@@ -312,6 +305,18 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+// closed returns a condition for waitUntil: ch is closed.
+func closed(ch <-chan struct{}) func() bool {
+	return func() bool {
+		select {
+		case <-ch:
+			return true
+		default:
+			return false
 		}
 	}
 }
