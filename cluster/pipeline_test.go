@@ -149,19 +149,7 @@ func pipelinedBatches(t *testing.T, tc pipelineEnd, lagging bool) {
 		f: func() { close(verified) }}
 	a := startMemberAt(t, cli, pfx, "a", ttl, participant.Options{}, verify.at)
 	t.Cleanup(h.let) // before the member's cleanup, which waits for the tells
-	ca, cb := a.svc.Connect(func() {}), a.svc.Connect(func() {})
-	ea, err := ca.Enroll(ctx, participant.Enroll{Conversation: conv, Token: tok(1, 0)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	eb, err := cb.Enroll(ctx, participant.Enroll{Conversation: conv, Token: tok(1, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tells := []participant.Tell{
-		{Conversation: conv, Participant: ea.Participant, Generation: ea.Generation, Token: tok(2, 0), Payload: []byte("one")},
-		{Conversation: conv, Participant: eb.Participant, Generation: eb.Generation, Token: tok(2, 1), Payload: []byte("two")},
-	}
+	ca, cb, ea, _, tells := enrollTellers(t, a, conv)
 	rows := oplogLen(t, a.node, conv)
 	if lagging {
 		lag.Freeze(currentRev(t), nil)
@@ -307,6 +295,27 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 	}
+}
+
+// enrollTellers enrolls two participants of conv on m, over a connection
+// each, and returns those connections, their bindings and a tell of
+// each, "one" and "two".
+func enrollTellers(t *testing.T, m *member, conv participant.ConversationID) (ca, cb *participant.Conn, ea, eb participant.Bound, tells []participant.Tell) {
+	t.Helper()
+	ctx := context.Background()
+	ca, cb = m.svc.Connect(func() {}), m.svc.Connect(func() {})
+	var err error
+	if ea, err = ca.Enroll(ctx, participant.Enroll{Conversation: conv, Token: tok(1, 0)}); err != nil {
+		t.Fatal(err)
+	}
+	if eb, err = cb.Enroll(ctx, participant.Enroll{Conversation: conv, Token: tok(1, 1)}); err != nil {
+		t.Fatal(err)
+	}
+	tells = []participant.Tell{
+		{Conversation: conv, Participant: ea.Participant, Generation: ea.Generation, Token: tok(2, 0), Payload: []byte("one")},
+		{Conversation: conv, Participant: eb.Participant, Generation: eb.Generation, Token: tok(2, 1), Payload: []byte("two")},
+	}
+	return ca, cb, ea, eb, tells
 }
 
 // closed returns a condition for waitUntil: ch is closed.

@@ -82,19 +82,7 @@ func leaseLostAlongThePipeline(t *testing.T, step, loss string) {
 		first.let()
 		own.let()
 	})
-	ca, cb := a.svc.Connect(func() {}), a.svc.Connect(func() {})
-	ea, err := ca.Enroll(ctx, participant.Enroll{Conversation: conv, Token: tok(1, 0)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	eb, err := cb.Enroll(ctx, participant.Enroll{Conversation: conv, Token: tok(1, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tells := []participant.Tell{
-		{Conversation: conv, Participant: ea.Participant, Generation: ea.Generation, Token: tok(2, 0), Payload: []byte("one")},
-		{Conversation: conv, Participant: eb.Participant, Generation: eb.Generation, Token: tok(2, 1), Payload: []byte("two")},
-	}
+	ca, cb, ea, eb, tells := enrollTellers(t, a, conv)
 	rows := oplogLen(t, a.node, conv)
 
 	first.Arm(1)
