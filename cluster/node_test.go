@@ -37,14 +37,20 @@ func startMember(t *testing.T, pfx, id string, ttl time.Duration) *member {
 // as a node's client of a real cluster may.
 func startMemberWith(t *testing.T, pfx, id string, ttl time.Duration, opts participant.Options) *member {
 	t.Helper()
-	h := fnv.New64a()
-	h.Write([]byte(t.Name() + "/" + id))
-	cli, _, err := shared.LaggingClient(h.Sum64())
+	cli, _, err := shared.LaggingClient(memberLagSeed(t, id))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cli.Close() })
 	return startMemberOn(t, cli, pfx, id, ttl, opts)
+}
+
+// memberLagSeed is the seed of the lagging member node id of the test reads
+// through: one of its own per test and node.
+func memberLagSeed(t *testing.T, id string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(t.Name() + "/" + id))
+	return h.Sum64()
 }
 
 // startMemberOn is startMemberWith on client cli (a lagging one, say).

@@ -36,7 +36,8 @@ import (
 //	        node b claims the conversation: only etcd's fence stops the
 //	        node's commits
 //
-// Then every held call goes on. Every answer is either committed (the
+// The node reads through a lagging member (etcdtest.Lag, as the members
+// startMember starts do). Then every held call goes on. Every answer is either committed (the
 // first tell, when its commit applied before the loss) or in_doubt, and
 // nothing staged under the lost claim is committed; the node holds the
 // conversation no longer; a retry of each in_doubt tell with its token,
@@ -56,6 +57,8 @@ func leaseLostAlongThePipeline(t *testing.T, step, loss string) {
 	pfx := prefix()
 	const conv = 9
 	cli := newClient(t)
+	// The node reads through a lagging member, as startMemberWith's do.
+	cli.KV = etcdtest.Lag(cli.KV, memberLagSeed(t, "a"))
 	// first holds the first commit; own holds the second batch's own one:
 	// the second transaction that writes the node's data (the first, once
 	// let, passes through own), claims aside.
