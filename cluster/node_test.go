@@ -16,6 +16,7 @@ import (
 	"github.com/participantd/participantd/oplog"
 	"github.com/participantd/participantd/participant"
 	"github.com/participantd/participantd/participant/participanttest"
+	"github.com/participantd/participantd/store"
 	"github.com/participantd/participantd/store/etcdstore"
 )
 
@@ -36,9 +37,7 @@ func startMember(t *testing.T, pfx, id string, ttl time.Duration) *member {
 // as a node's client of a real cluster may.
 func startMemberWith(t *testing.T, pfx, id string, ttl time.Duration, opts participant.Options) *member {
 	t.Helper()
-	h := fnv.New64a()
-	h.Write([]byte(t.Name() + "/" + id))
-	cli, _, err := shared.LaggingClient(h.Sum64())
+	cli, _, err := shared.LaggingClient(memberLagSeed(t, id))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,8 +45,24 @@ func startMemberWith(t *testing.T, pfx, id string, ttl time.Duration, opts parti
 	return startMemberOn(t, cli, pfx, id, ttl, opts)
 }
 
+// memberLagSeed is the seed of the lagging member node id of the test reads
+// through: one of its own per test and node.
+func memberLagSeed(t *testing.T, id string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(t.Name() + "/" + id))
+	return h.Sum64()
+}
+
 // startMemberOn is startMemberWith on client cli (a lagging one, say).
 func startMemberOn(t *testing.T, cli *clientv3.Client, pfx, id string, ttl time.Duration, opts participant.Options) *member {
+	t.Helper()
+	return startMemberAt(t, cli, pfx, id, ttl, opts, nil)
+}
+
+// startMemberAt is startMemberOn with at, if not nil, called at each step
+// of the node's store and Ownership (hooked).
+func startMemberAt(t *testing.T, cli *clientv3.Client, pfx, id string, ttl time.Duration, opts participant.Options,
+	at func(step string, c participant.ConversationID)) *member {
 	t.Helper()
 	ctx := context.Background()
 	n, err := cluster.Start(ctx, cli, cluster.Options{NodeID: id, Advertise: id + ":7000", Prefix: pfx, LeaseTTL: ttl})
@@ -58,8 +73,12 @@ func startMemberOn(t *testing.T, cli *clientv3.Client, pfx, id string, ttl time.
 	if err != nil {
 		t.Fatalf("NodeKey: %v", err)
 	}
+	var st store.DurableStore = n.Store()
 	opts.NodeKey, opts.Ownership = key, n
-	svc, err := participant.Open(ctx, n.Store(), opts)
+	if at != nil {
+		st, opts.Ownership = hooked(n, at)
+	}
+	svc, err := participant.Open(ctx, st, opts)
 	if err != nil {
 		t.Fatalf("participant.Open(%s): %v", id, err)
 	}

@@ -127,6 +127,24 @@ func (h hookedOwnership) Flush(c participant.ConversationID) error {
 	return err
 }
 
+// hooked returns n's store, wrapped in a faultstore, and n as the
+// service's Ownership; with at, both call it: the store after each op,
+// with the op and the kind of key it is on ("read token", "append
+// oplog"), and the Ownership before and after each Acquire and Flush
+// (hookedOwnership).
+func hooked(n *cluster.Node, at func(step string, c participant.ConversationID)) (*faultstore.Store, participant.Ownership) {
+	st := faultstore.New(n.Store())
+	if at == nil {
+		return st, n
+	}
+	st.SetObserver(func(op faultstore.Op, _ faultstore.Action, _ error) {
+		c, _ := parseConv(cluster.Scope(op.Name))
+		kind, _, _ := strings.Cut(op.Name, "/")
+		at(op.Kind.String()+" "+kind, c)
+	})
+	return st, hookedOwnership{Node: n, at: at}
+}
+
 // lossNode is one node of the fault model, its service opened on its
 // store wrapped in a faultstore whose observer calls at after each op,
 // and with its Ownership hooked likewise.
@@ -152,18 +170,8 @@ func startLossNode(t *testing.T, pfx, id string, at func(string, participant.Con
 		t.Fatal(err)
 	}
 	opts := participant.Options{NodeKey: key, CheckpointRows: 1, Retain: time.Nanosecond}
-	st := faultstore.New(n.Store())
-	if at != nil {
-		opts.Ownership = hookedOwnership{Node: n, at: at}
-		st.SetObserver(func(op faultstore.Op, _ faultstore.Action, _ error) {
-			c, _ := parseConv(cluster.Scope(op.Name))
-			// The step's kind: the op and the kind of key it is on.
-			kind, _, _ := strings.Cut(op.Name, "/")
-			at(op.Kind.String()+" "+kind, c)
-		})
-	} else {
-		opts.Ownership = n
-	}
+	st, own := hooked(n, at)
+	opts.Ownership = own
 	svc, err := participant.Open(ctx, st, opts)
 	if err != nil {
 		t.Fatalf("participant.Open(%s): %v", id, err)
