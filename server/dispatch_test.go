@@ -10,6 +10,74 @@ import (
 	"github.com/participantd/participantd/wire"
 )
 
+// heldFlush is a server whose store holds one flush once armed, with two
+// connections enrolled in conversation 1.
+type heldFlush struct {
+	h      *harness
+	fs     *faultstore.Store
+	a, b   *client
+	ca, cb cred
+}
+
+// startHeldFlush starts a heldFlush; noPipeline is Config.NoPipeline.
+func startHeldFlush(t *testing.T, noPipeline bool) *heldFlush {
+	r := &heldFlush{}
+	r.h = start(t, server.Config{NoPipeline: noPipeline, WrapStore: func(st store.DurableStore) store.DurableStore {
+		r.fs = faultstore.New(st)
+		return r.fs
+	}})
+	t.Cleanup(func() { r.fs.Release() })
+	r.a, r.b = r.h.dial(), r.h.dial()
+	r.ca, r.cb = r.a.enroll(1), r.b.enroll(1)
+	return r
+}
+
+// tellHeld sends a tell of payload from c as cr and holds the flush
+// that carries it until the store is released.
+func (r *heldFlush) tellHeld(t *testing.T, c *client, cr cred, payload string) *wire.Tell {
+	t.Helper()
+	r.fs.SetRules(faultstore.Once(faultstore.OnKind(faultstore.OpFlush, faultstore.Hang)))
+	m := tellOf(c, cr, payload)
+	c.send(m)
+	select {
+	case <-r.fs.Hung():
+	case <-time.After(waitFor):
+		t.Fatal("the held tell's flush never started")
+	}
+	return m
+}
+
+// whileHeld checks, with the flush held, that the tell sent after the
+// held one is decided on it, in flight (participantd_batches_pipelined_total
+// at 1), or under noPipeline is not (at 0), and that c, which sent it, has
+// no answer yet. It returns the count wanted from then on.
+func (r *heldFlush) whileHeld(t *testing.T, noPipeline bool, c *client) float64 {
+	t.Helper()
+	want := 0.0
+	if !noPipeline {
+		want = 1
+		eventually(t, "the second tell decided while the first is in its commit", func() bool {
+			return r.h.metric(server.MetricBatchesPipelined) == 1
+		})
+	}
+	// Pipelined or not, the second tell is answered only once the first
+	// is durable; meanwhile a pipelined batch would have been decided and
+	// counted.
+	select {
+	case m := <-c.in:
+		t.Fatalf("NoPipeline %v: answered %#v with the first tell's flush held", noPipeline, m)
+	case <-time.After(100 * time.Millisecond):
+	}
+	if got := r.h.metric(server.MetricBatchesPipelined); got != want {
+		t.Errorf("NoPipeline %v: %s = %v with the first tell's flush held, want %v", noPipeline, server.MetricBatchesPipelined, got, want)
+	}
+	return want
+}
+
+func tellOf(c *client, cr cred, payload string) *wire.Tell {
+	return &wire.Tell{ID: c.id(), Conversation: cr.conv, Participant: cr.p, Generation: cr.gen, Token: token(), Payload: []byte(payload)}
+}
+
 // TestDispatch_ARequestReadDuringItsConnectionsCommitStartsAtOnce: a
 // tell read while the connection's earlier tell on the same conversation
 // is in its commit (the flush held) is started at once and decided on
@@ -25,42 +93,13 @@ import (
 // was held, and the counter stayed 0.
 func TestDispatch_ARequestReadDuringItsConnectionsCommitStartsAtOnce(t *testing.T) {
 	for _, noPipeline := range []bool{false, true} {
-		var fs *faultstore.Store
-		h := start(t, server.Config{NoPipeline: noPipeline, WrapStore: func(st store.DurableStore) store.DurableStore {
-			fs = faultstore.New(st)
-			return fs
-		}})
-		t.Cleanup(func() { fs.Release() })
-		a, b := h.dial(), h.dial()
-		ca := a.enroll(1)
-		b.enroll(1)
-
-		fs.SetRules(faultstore.Once(faultstore.OnKind(faultstore.OpFlush, faultstore.Hang)))
-		first := &wire.Tell{ID: a.id(), Conversation: ca.conv, Participant: ca.p, Generation: ca.gen, Token: token(), Payload: []byte("first")}
-		second := &wire.Tell{ID: a.id(), Conversation: ca.conv, Participant: ca.p, Generation: ca.gen, Token: token(), Payload: []byte("second")}
-		a.send(first)
-		select {
-		case <-fs.Hung():
-		case <-time.After(waitFor):
-			t.Fatal("the first tell's flush never started")
-		}
+		r := startHeldFlush(t, noPipeline)
+		a, b := r.a, r.b
+		first := r.tellHeld(t, a, r.ca, "first")
+		second := tellOf(a, r.ca, "second")
 		a.send(second)
-		want := 0.0
-		if !noPipeline {
-			want = 1
-			eventually(t, "the second tell decided while the first is in its commit", func() bool {
-				return h.metric(server.MetricBatchesPipelined) == 1
-			})
-		}
-		select {
-		case m := <-a.in:
-			t.Fatalf("NoPipeline %v: answered %#v with the first tell's flush held", noPipeline, m)
-		case <-time.After(100 * time.Millisecond):
-		}
-		if got := h.metric(server.MetricBatchesPipelined); got != want {
-			t.Errorf("NoPipeline %v: %s = %v with the first tell's flush held, want %v", noPipeline, server.MetricBatchesPipelined, got, want)
-		}
-		fs.Release()
+		r.whileHeld(t, noPipeline, a)
+		r.fs.Release()
 
 		var seqs []uint64
 		for _, req := range []*wire.Tell{first, second} {
