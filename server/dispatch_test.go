@@ -119,3 +119,49 @@ func TestDispatch_ARequestReadDuringItsConnectionsCommitStartsAtOnce(t *testing.
 		}
 	}
 }
+
+// TestDispatch_AGroupWhoseBatchFailsAnswersInOrder: the first tell's
+// flush is held and the second tell, read on the same connection, is
+// started at once and decided on the first tell's batch in flight; the
+// second batch's own flush then fails. The first tell is answered told,
+// then the second in_doubt, in the order read. The second's row may have
+// become durable with a later flush (a failed flush leaves its rows
+// pending), so a retry with its token either commits it or replays it,
+// at the seq after the first's, and replays it after; the other
+// participant is delivered each tell once, in order.
+func TestDispatch_AGroupWhoseBatchFailsAnswersInOrder(t *testing.T) {
+	r := startHeldFlush(t, false)
+	a, b := r.a, r.b
+	first := r.tellHeld(t, a, r.ca, "first")
+	r.fs.SetRules(faultstore.Once(faultstore.OnKind(faultstore.OpFlush, faultstore.Fail)))
+	second := tellOf(a, r.ca, "second")
+	a.send(second)
+	r.whileHeld(t, false, a)
+	r.fs.Release()
+
+	told, ok := a.next().(*wire.Told)
+	if !ok || told.ID != first.ID {
+		t.Fatalf("answered %#v, want told for the first tell (request %d)", told, first.ID)
+	}
+	if e, ok := a.next().(*wire.Error); !ok || e.ID != second.ID || e.Code != wire.CodeInDoubt {
+		t.Fatalf("answered %#v, want in_doubt for the second tell (request %d)", e, second.ID)
+	}
+	second.ID = a.id()
+	again, ok := a.call(second).(*wire.Told)
+	if !ok || again.Seq != told.Seq+1 {
+		t.Fatalf("the second tell again = %#v, want it at seq %d", again, told.Seq+1)
+	}
+	second.ID = a.id()
+	if replay, ok := a.call(second).(*wire.Told); !ok || replay.Replay == nil || replay.Seq != again.Seq {
+		t.Fatalf("the second tell once more = %#v, want a replay of seq %d", replay, again.Seq)
+	}
+	third, ok := a.call(tellOf(a, r.ca, "third")).(*wire.Told)
+	if !ok || third.Seq != again.Seq+1 {
+		t.Fatalf("a third tell = %#v, want seq %d", third, again.Seq+1)
+	}
+	for i, payload := range []string{"first", "second", "third"} {
+		if d := b.delivery(); d.Kind != wire.KindRecord || d.Seq != told.Seq+uint64(i) || string(d.Payload) != payload {
+			t.Fatalf("delivery %d is %+v, want %q at seq %d", i, d, payload, told.Seq+uint64(i))
+		}
+	}
+}
